@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Benchmark the original TypeScript store (seed harness) and agentmesh side by side.
+#
+# Usage: bench/compare.sh [--quick] [--only=a,b] [--shared DIR]
+#
+#   --quick       every N divided by 10 (smoke run), passed to both benchmarks
+#   --only=a,b    run only these groups: enqueue, claim-depth, claim-with-deps,
+#                 pending-events, ledger, fingerprints
+#   --shared DIR  folder holding bench/seed-harness and reference/seeds
+#                 (default: ../shared relative to the repo root)
+#
+# The seed harness is copied to target/seed-harness/ (git-ignored) and run there;
+# its node_modules is kept between runs, so only the first run pays for
+# `npm install`. The generated seed store source stays inside that copy.
+#
+# Output (all under target/bench/):
+#   seed.jsonl       seed harness JSON lines
+#   agentmesh.jsonl  `cargo run --release -p agentmesh-bench` JSON lines
+#   compare.md       Markdown table joined on (case, n), also printed to stdout
+set -uo pipefail
+
+root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel) || exit 2
+shared=$root/../shared
+bench_args=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --quick | --only=*) bench_args+=("$1") ;;
+        --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
+                  shared=$2; shift ;;
+        --shared=*) shared=${1#--shared=} ;;
+        -h | --help) sed -n '2,19s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+harness_src=$shared/bench/seed-harness
+seeds=$shared/reference/seeds
+harness=$root/target/seed-harness
+out=$root/target/bench
+for d in "$harness_src" "$seeds"; do
+    [ -d "$d" ] || { echo "compare.sh: not a directory: $d" >&2; exit 2; }
+done
+mkdir -p "$harness" "$out"
+note() { echo "compare.sh: $*" >&2; }
+
+# ── Seed side ─────────────────────────────────────────────────────────────────
+run_seed() {
+    # Refresh the copy (everything but node_modules); the source is read-only.
+    find "$harness" -mindepth 1 -maxdepth 1 ! -name node_modules -exec rm -rf {} +
+    cp -R "$harness_src"/. "$harness"/ &&
+        find "$harness" -path "$harness/node_modules" -prune -o -exec chmod u+w {} + || return 1
+    (cd "$harness" && ./extract.sh "$seeds" >&2) || return 1
+    # Reinstall only when node_modules is missing or the lock file changed.
+    if ! cmp -s "$harness_src/package-lock.json" "$harness/node_modules/.seed-harness-lock" 2>/dev/null; then
+        note "npm install in $harness (builds better-sqlite3, about a minute) ..."
+        (cd "$harness" && npm install --no-audit --no-fund --loglevel=error >&2) || return 1
+        cp "$harness_src/package-lock.json" "$harness/node_modules/.seed-harness-lock"
+    fi
+    note "seed bench ${bench_args[*]:-(full)} ..."
+    (cd "$harness" && npm run --silent bench -- "${bench_args[@]}") > "$out/seed.jsonl"
+}
+: > "$out/seed.jsonl"
+run_seed; seed_rc=$?
+[ $seed_rc -eq 0 ] || note "seed side FAILED (exit $seed_rc); see stderr above"
+
+# ── Our side ──────────────────────────────────────────────────────────────────
+note "agentmesh bench ${bench_args[*]:-(full)} ..."
+(cd "$root" && cargo run --release -q -p agentmesh-bench -- "${bench_args[@]}") > "$out/agentmesh.jsonl"
+ours_rc=$?
+if [ $ours_rc -ne 0 ]; then
+    note "agentmesh side FAILED (exit $ours_rc): missing or broken agentmesh-bench; showing what it printed"
+elif [ ! -s "$out/agentmesh.jsonl" ]; then
+    note "agentmesh side printed no results"
+fi
+
+# ── Table ─────────────────────────────────────────────────────────────────────
+python3 "$root/bench/compare.py" "$out/seed.jsonl" "$out/agentmesh.jsonl" | tee "$out/compare.md"
+note "wrote $out/{seed.jsonl,agentmesh.jsonl,compare.md}"
+[ $seed_rc -eq 0 ] && [ $ours_rc -eq 0 ]

@@ -1,0 +1,282 @@
+//! Who may claim which task: the claim tiers, the gates in their fixed order, and
+//! the refusal reasons.
+//!
+//! A store finds candidates in claim order (tier, then priority, then age) and asks
+//! [`check_gates`] about each; the first that passes every gate wins. When none
+//! does, the refusal is the reason of the candidate that got furthest through the
+//! gates ([`ClaimRefusal::furthest`]).
+
+use std::fmt;
+
+use crate::{TaskMode, Timestamp, daemon_id, tags};
+
+/// The worker session asking for work.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claimant {
+    /// The node (machine or worktree) the session runs on.
+    pub node_id: String,
+    /// The worker session.
+    pub session_id: String,
+    /// The node's capability tags.
+    pub capability_tags: Vec<String>,
+    /// The session's provider type (`claude-cli`, `codex-cli`, ...).
+    pub provider_type: Option<String>,
+    /// At most this many tasks may be assigned at once to this provider on this
+    /// node (all id forms of the node count).
+    pub provider_max_parallel: Option<u32>,
+    /// The node is a worktree clone, which never takes a convergence task.
+    pub node_is_worktree: bool,
+}
+
+/// Why a claim returned no task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimRefusal {
+    /// The session already holds an assigned task.
+    SessionAlreadyAssigned,
+    /// No pending task could go to this session at all.
+    NoPendingCandidates,
+    /// Gate 1: the node lacks a required capability tag.
+    RequiredTagsUnsatisfied,
+    /// Gate 2: a dependency is not completed, or the task carries a `blockedReason`.
+    DependenciesUnsatisfied,
+    /// Gate 3: the task's `notBefore` is still in the future.
+    NotBeforeDelayed,
+    /// Gate 4: the task is parked.
+    TaskParked,
+    /// Gate 5: a convergence task and a worktree node.
+    ConvergenceTargetIsWorktree,
+    /// Gate 6: the task is pinned to another node or session.
+    TargetPinUnmatched,
+    /// Gate 7: the (node, provider) parallel cap is reached.
+    ParallelCapReached,
+    /// Gate 8: a write task and a node that already runs an assigned task.
+    NodeBusyWithActiveAssignment,
+}
+
+impl ClaimRefusal {
+    /// The reason's wire name.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ClaimRefusal::SessionAlreadyAssigned => "session_already_assigned",
+            ClaimRefusal::NoPendingCandidates => "no_pending_candidates",
+            ClaimRefusal::RequiredTagsUnsatisfied => "required_tags_unsatisfied",
+            ClaimRefusal::DependenciesUnsatisfied => "dependencies_unsatisfied",
+            ClaimRefusal::NotBeforeDelayed => "not_before_delayed",
+            ClaimRefusal::TaskParked => "task_parked",
+            ClaimRefusal::ConvergenceTargetIsWorktree => "convergence_target_is_worktree",
+            ClaimRefusal::TargetPinUnmatched => "target_pin_unmatched",
+            ClaimRefusal::ParallelCapReached => "parallel_cap_reached",
+            ClaimRefusal::NodeBusyWithActiveAssignment => "node_busy_with_active_assignment",
+        }
+    }
+
+    /// How far through the gate chain a candidate with this refusal got.
+    pub const fn depth(self) -> u8 {
+        match self {
+            ClaimRefusal::SessionAlreadyAssigned | ClaimRefusal::NoPendingCandidates => 0,
+            ClaimRefusal::RequiredTagsUnsatisfied => 1,
+            ClaimRefusal::DependenciesUnsatisfied => 2,
+            ClaimRefusal::NotBeforeDelayed => 3,
+            ClaimRefusal::TaskParked => 4,
+            ClaimRefusal::ConvergenceTargetIsWorktree => 5,
+            ClaimRefusal::TargetPinUnmatched => 6,
+            ClaimRefusal::ParallelCapReached => 7,
+            ClaimRefusal::NodeBusyWithActiveAssignment => 8,
+        }
+    }
+
+    /// Of two refusals, the one that got further (the first on a tie).
+    pub fn furthest(best: Option<ClaimRefusal>, next: ClaimRefusal) -> ClaimRefusal {
+        match best {
+            Some(b) if b.depth() >= next.depth() => b,
+            _ => next,
+        }
+    }
+}
+
+impl fmt::Display for ClaimRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the gates need to know about one candidate task. Stores fill it from
+/// projected columns, without decoding the whole task.
+#[derive(Debug, Clone, Copy)]
+pub struct CandidateFacts<'a> {
+    /// Required capability tags.
+    pub required_tags: &'a [String],
+    /// Every dependency completed and no `blockedReason`.
+    pub dependencies_met: bool,
+    /// `notBefore` in milliseconds, `None` when unset or unparsable.
+    pub not_before_ms: Option<i64>,
+    /// The task is parked.
+    pub parked: bool,
+    /// The task mode.
+    pub task_mode: Option<TaskMode>,
+    /// The task is read-only.
+    pub readonly: bool,
+    /// The node pin.
+    pub target_node_id: Option<&'a str>,
+    /// The session pin.
+    pub target_session_id: Option<&'a str>,
+}
+
+/// Facts about the claimant's node that hold for every candidate of one claim.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeLoad {
+    /// Some assigned task runs on the node (any id form).
+    pub node_busy: bool,
+    /// The (node, provider) parallel cap is reached.
+    pub cap_reached: bool,
+}
+
+/// The claim tier of a task for a claimant: 0 pinned to this session, 1 pinned to
+/// this node (and no session), 2 unpinned. `None` when it is not a candidate here.
+pub fn claim_tier(
+    target_node_id: Option<&str>,
+    target_session_id: Option<&str>,
+    claimant: &Claimant,
+) -> Option<u8> {
+    match (target_session_id, target_node_id) {
+        (Some(s), _) => (s == claimant.session_id).then_some(0),
+        (None, Some(n)) => {
+            daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]).iter().any(|f| f == n).then_some(1)
+        }
+        (None, None) => Some(2),
+    }
+}
+
+/// Applies the gates, in order, to one candidate. `Ok` means the claimant may take it.
+pub fn check_gates(
+    task: &CandidateFacts<'_>,
+    claimant: &Claimant,
+    load: NodeLoad,
+    now: Timestamp,
+) -> Result<(), ClaimRefusal> {
+    if !tags::satisfies_required_tags(task.required_tags, &claimant.capability_tags) {
+        return Err(ClaimRefusal::RequiredTagsUnsatisfied);
+    }
+    if !task.dependencies_met {
+        return Err(ClaimRefusal::DependenciesUnsatisfied);
+    }
+    if task.not_before_ms.is_some_and(|nb| nb > now.millis()) {
+        return Err(ClaimRefusal::NotBeforeDelayed);
+    }
+    if task.parked {
+        return Err(ClaimRefusal::TaskParked);
+    }
+    if task.task_mode == Some(TaskMode::Convergence) && claimant.node_is_worktree {
+        return Err(ClaimRefusal::ConvergenceTargetIsWorktree);
+    }
+    if let Some(pin) = task.target_session_id {
+        if !daemon_id::session_ids_equivalent(pin, &claimant.session_id) {
+            return Err(ClaimRefusal::TargetPinUnmatched);
+        }
+    }
+    if let Some(pin) = task.target_node_id {
+        if !daemon_id::node_pin_matches(pin, &claimant.node_id) {
+            return Err(ClaimRefusal::TargetPinUnmatched);
+        }
+    }
+    if load.cap_reached {
+        return Err(ClaimRefusal::ParallelCapReached);
+    }
+    if load.node_busy && !task.readonly {
+        return Err(ClaimRefusal::NodeBusyWithActiveAssignment);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claimant() -> Claimant {
+        Claimant {
+            node_id: "daemon_mach_A".into(),
+            session_id: "s1".into(),
+            capability_tags: vec!["os=linux".into()],
+            ..Claimant::default()
+        }
+    }
+
+    fn open_task() -> CandidateFacts<'static> {
+        CandidateFacts {
+            required_tags: &[],
+            dependencies_met: true,
+            not_before_ms: None,
+            parked: false,
+            task_mode: None,
+            readonly: false,
+            target_node_id: None,
+            target_session_id: None,
+        }
+    }
+
+    const NOW: Timestamp = Timestamp::from_millis(1_000_000);
+
+    #[test]
+    fn gates_run_in_order() {
+        let c = claimant();
+        let tags = vec!["gpu".to_owned()];
+        let mut t = open_task();
+        t.required_tags = &tags;
+        t.dependencies_met = false;
+        assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Err(ClaimRefusal::RequiredTagsUnsatisfied));
+        t.required_tags = &[];
+        assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Err(ClaimRefusal::DependenciesUnsatisfied));
+        t.dependencies_met = true;
+        t.not_before_ms = Some(NOW.millis() + 1);
+        assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Err(ClaimRefusal::NotBeforeDelayed));
+        t.not_before_ms = Some(NOW.millis());
+        assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Ok(()));
+    }
+
+    #[test]
+    fn busy_node_takes_only_readonly_work() {
+        let c = claimant();
+        let busy = NodeLoad { node_busy: true, cap_reached: false };
+        let mut t = open_task();
+        assert_eq!(check_gates(&t, &c, busy, NOW), Err(ClaimRefusal::NodeBusyWithActiveAssignment));
+        t.readonly = true;
+        assert_eq!(check_gates(&t, &c, busy, NOW), Ok(()));
+        let capped = NodeLoad { node_busy: true, cap_reached: true };
+        assert_eq!(check_gates(&t, &c, capped, NOW), Err(ClaimRefusal::ParallelCapReached));
+    }
+
+    #[test]
+    fn convergence_never_on_a_worktree_and_pins_match_id_forms() {
+        let mut c = claimant();
+        let mut t = open_task();
+        t.task_mode = Some(TaskMode::Convergence);
+        c.node_is_worktree = true;
+        assert_eq!(
+            check_gates(&t, &c, NodeLoad::default(), NOW),
+            Err(ClaimRefusal::ConvergenceTargetIsWorktree)
+        );
+        c.node_is_worktree = false;
+        t.target_node_id = Some("mach_A");
+        assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Ok(()));
+        t.target_node_id = Some("mach_B");
+        assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Err(ClaimRefusal::TargetPinUnmatched));
+    }
+
+    #[test]
+    fn tiers() {
+        let c = claimant();
+        assert_eq!(claim_tier(None, Some("s1"), &c), Some(0));
+        assert_eq!(claim_tier(None, Some("s2"), &c), None);
+        assert_eq!(claim_tier(Some("mach_A"), None, &c), Some(1));
+        assert_eq!(claim_tier(Some("mach_B"), None, &c), None);
+        assert_eq!(claim_tier(None, None, &c), Some(2));
+    }
+
+    #[test]
+    fn furthest_reason_wins() {
+        let r = ClaimRefusal::furthest(None, ClaimRefusal::RequiredTagsUnsatisfied);
+        let r = ClaimRefusal::furthest(Some(r), ClaimRefusal::NodeBusyWithActiveAssignment);
+        let r = ClaimRefusal::furthest(Some(r), ClaimRefusal::DependenciesUnsatisfied);
+        assert_eq!(r, ClaimRefusal::NodeBusyWithActiveAssignment);
+    }
+}

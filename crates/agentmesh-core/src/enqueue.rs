@@ -1,0 +1,264 @@
+//! Turning an enqueue request into a pending task: validation and normalization,
+//! and dependency-cycle detection.
+
+use std::collections::{HashSet, VecDeque};
+
+use serde_json::Value;
+
+use crate::{InvalidInput, Task, TaskMode, TaskPriority, TaskStatus, Timestamp, tags};
+
+/// One year in milliseconds: a numeric `notBefore` below this is an offset from now.
+const NOT_BEFORE_OFFSET_LIMIT_MS: i64 = 365 * 24 * 60 * 60 * 1000;
+
+/// When a task may first be claimed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotBefore {
+    /// An instant in ISO-8601 form.
+    Iso(String),
+    /// Milliseconds: an offset from now when below one year, else epoch milliseconds.
+    Millis(i64),
+}
+
+/// What a coordinator asks for when it enqueues a task. Strings are validated by
+/// [`prepare_task`], so transports can pass user input straight through.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewTask {
+    /// Caller-chosen id; a fresh UUID when `None`.
+    pub id: Option<String>,
+    /// The instruction text.
+    pub message: String,
+    /// Task mode by name.
+    pub task_mode: Option<String>,
+    /// Explicit read-only flag.
+    pub readonly: Option<bool>,
+    /// Node pin.
+    pub target_node_id: Option<String>,
+    /// Session pin.
+    pub target_session_id: Option<String>,
+    /// Required capability tags.
+    pub required_tags: Vec<String>,
+    /// Priority by name.
+    pub priority: Option<String>,
+    /// Earliest claim time.
+    pub not_before: Option<NotBefore>,
+    /// Dependencies by task id.
+    pub depends_on: Vec<String>,
+    /// Mission id.
+    pub mission_id: Option<String>,
+    /// Consensus group id.
+    pub consensus_group_id: Option<String>,
+    /// Model override.
+    pub model: Option<String>,
+    /// Thinking-level override.
+    pub thinking_level: Option<String>,
+    /// Difficulty.
+    pub difficulty: Option<String>,
+    /// Retry budget for requeues.
+    pub max_retries: Option<i64>,
+    /// The coordinator session that enqueues.
+    pub source_coordinator_session_id: Option<String>,
+    /// Multipart input envelope.
+    pub input: Option<Value>,
+}
+
+fn trimmed(value: &Option<String>) -> Option<String> {
+    value.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+/// Validates `new` and builds the pending task for mesh `mesh_id`.
+///
+/// `fresh_id` is used when the request carries no id. Checks that need the rest of
+/// the queue (duplicate id, dependency cycles) are the store's.
+pub fn prepare_task(
+    mesh_id: &str,
+    new: &NewTask,
+    fresh_id: &str,
+    now: Timestamp,
+) -> Result<Task, InvalidInput> {
+    let mesh_id = mesh_id.trim();
+    if mesh_id.is_empty() {
+        return Err(InvalidInput::new("meshId", "must not be empty"));
+    }
+    let message = new.message.trim();
+    if message.is_empty() {
+        return Err(InvalidInput::new("message", "must not be empty"));
+    }
+    let id = match &new.id {
+        Some(id) if id.trim().is_empty() => {
+            return Err(InvalidInput::new("id", "must not be blank when given"));
+        }
+        Some(id) => id.trim().to_owned(),
+        None => fresh_id.to_owned(),
+    };
+    let task_mode = new.task_mode.as_deref().map(str::parse::<TaskMode>).transpose()?;
+    let priority = new.priority.as_deref().map(str::parse::<TaskPriority>).transpose()?;
+    let not_before = match &new.not_before {
+        None => None,
+        Some(nb) => Some(normalize_not_before(nb, now)?),
+    };
+    let max_retries = match new.max_retries {
+        None => None,
+        Some(n) if n < 0 => return Err(InvalidInput::new("maxRetries", "must be zero or more")),
+        Some(n) => Some(u32::try_from(n).map_err(|_| InvalidInput::new("maxRetries", "is too large"))?),
+    };
+    let mut depends_on: Vec<String> = Vec::new();
+    for (i, dep) in new.depends_on.iter().enumerate() {
+        let dep = dep.trim();
+        if dep.is_empty() {
+            return Err(InvalidInput::new(format!("dependsOn[{i}]"), "must not be blank"));
+        }
+        if !depends_on.iter().any(|d| d == dep) {
+            depends_on.push(dep.to_owned());
+        }
+    }
+    let required_tags = tags::normalize_tags(&new.required_tags);
+
+    let mut task = Task::new(id, mesh_id, message, &now.iso());
+    task.status = TaskStatus::Pending;
+    task.task_mode = task_mode;
+    task.readonly = new.readonly;
+    task.target_node_id = trimmed(&new.target_node_id);
+    task.target_session_id = trimmed(&new.target_session_id);
+    task.required_tags = (!required_tags.is_empty()).then_some(required_tags);
+    task.priority = priority.filter(|p| *p != TaskPriority::Normal);
+    task.not_before = not_before;
+    task.depends_on = (!depends_on.is_empty()).then_some(depends_on);
+    task.mission_id = trimmed(&new.mission_id);
+    task.consensus_group_id = trimmed(&new.consensus_group_id);
+    task.model = trimmed(&new.model);
+    task.thinking_level = trimmed(&new.thinking_level);
+    task.model_source = task.model.as_ref().map(|_| "explicit".to_owned());
+    task.thinking_level_source = task.thinking_level.as_ref().map(|_| "explicit".to_owned());
+    task.difficulty = trimmed(&new.difficulty);
+    task.max_retries = max_retries;
+    task.source_coordinator_session_id = trimmed(&new.source_coordinator_session_id);
+    task.input = new.input.clone();
+    Ok(task)
+}
+
+fn normalize_not_before(nb: &NotBefore, now: Timestamp) -> Result<String, InvalidInput> {
+    let at = match nb {
+        NotBefore::Iso(text) => Timestamp::parse_iso(text)
+            .ok_or_else(|| InvalidInput::new("notBefore", format!("{text:?} is not an ISO-8601 instant")))?,
+        NotBefore::Millis(ms) if *ms < 0 => {
+            return Err(InvalidInput::new("notBefore", "must not be negative"));
+        }
+        NotBefore::Millis(ms) if *ms < NOT_BEFORE_OFFSET_LIMIT_MS => now.plus_millis(*ms),
+        NotBefore::Millis(ms) => Timestamp::from_millis(*ms),
+    };
+    Ok(at.max(now).iso())
+}
+
+/// Looks for a dependency cycle that adding `new_id` with `deps` would close.
+///
+/// A cycle through the new task needs a path from one of its dependencies back to
+/// it, which means walking backwards from `new_id` through the tasks that depend on
+/// it (`dependents_of`) until one of `deps` turns up. A new task that nobody depends
+/// on yet costs one lookup. Returns the cycle as a list of ids starting and ending
+/// with `new_id`.
+pub fn find_dependency_cycle(
+    new_id: &str,
+    deps: &[String],
+    mut dependents_of: impl FnMut(&str) -> Vec<String>,
+) -> Option<Vec<String>> {
+    if deps.iter().any(|d| d == new_id) {
+        return Some(vec![new_id.to_owned(), new_id.to_owned()]);
+    }
+    let targets: HashSet<&str> = deps.iter().map(String::as_str).collect();
+    // parent[x] = the task x was reached from, walking towards dependents.
+    let mut parent: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut queue: VecDeque<String> = VecDeque::from([new_id.to_owned()]);
+    let mut seen: HashSet<String> = HashSet::from([new_id.to_owned()]);
+    while let Some(current) = queue.pop_front() {
+        for dependent in dependents_of(&current) {
+            if !seen.insert(dependent.clone()) {
+                continue;
+            }
+            parent.insert(dependent.clone(), current.clone());
+            if targets.contains(dependent.as_str()) {
+                // new -> dependent (new depends on it) -> ... -> new, read backwards.
+                let mut path = vec![new_id.to_owned(), dependent.clone()];
+                let mut at = dependent;
+                while let Some(p) = parent.get(&at) {
+                    path.push(p.clone());
+                    at = p.clone();
+                }
+                return Some(path);
+            }
+            queue.push_back(dependent);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> Timestamp {
+        Timestamp::from_millis(1_735_689_600_000)
+    }
+
+    fn req(message: &str) -> NewTask {
+        NewTask { message: message.to_owned(), ..NewTask::default() }
+    }
+
+    #[test]
+    fn message_must_not_be_blank() {
+        let err = prepare_task("m", &req("  \n"), "id", now()).unwrap_err();
+        assert_eq!(err.field, "message");
+    }
+
+    #[test]
+    fn fields_are_normalized() {
+        let mut r = req("  do it  ");
+        r.priority = Some("normal".into());
+        r.depends_on = vec![" a".into(), "a".into(), "b".into()];
+        r.required_tags = vec![" os=linux ".into(), "".into()];
+        r.not_before = Some(NotBefore::Millis(5_000));
+        let t = prepare_task("m", &r, "fresh", now()).unwrap();
+        assert_eq!(t.id, "fresh");
+        assert_eq!(t.message, "do it");
+        assert_eq!(t.priority, None, "normal priority is not stored");
+        assert_eq!(t.dependencies(), ["a", "b"]);
+        assert_eq!(t.tags_required(), ["os=linux"]);
+        assert_eq!(t.not_before.as_deref(), Some("2025-01-01T00:00:05.000Z"));
+    }
+
+    #[test]
+    fn past_not_before_becomes_now_and_bad_values_are_named() {
+        let mut r = req("x");
+        r.not_before = Some(NotBefore::Iso("2000-01-01T00:00:00Z".into()));
+        assert_eq!(
+            prepare_task("m", &r, "i", now()).unwrap().not_before.as_deref(),
+            Some("2025-01-01T00:00:00.000Z")
+        );
+        r.not_before = Some(NotBefore::Iso("soon".into()));
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "notBefore");
+        r.not_before = None;
+        r.task_mode = Some("refactor".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "taskMode");
+        r.task_mode = None;
+        r.priority = Some("urgent".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "priority");
+        r.priority = None;
+        r.max_retries = Some(-1);
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "maxRetries");
+    }
+
+    #[test]
+    fn cycles_are_found_through_dependents() {
+        // b depends on a, c depends on b. Adding a with dependsOn [c] closes a->c->b->a.
+        let dependents = |id: &str| -> Vec<String> {
+            match id {
+                "a" => vec!["b".into()],
+                "b" => vec!["c".into()],
+                _ => vec![],
+            }
+        };
+        let cycle = find_dependency_cycle("a", &["c".into()], dependents).unwrap();
+        assert_eq!(cycle, ["a", "c", "b", "a"]);
+        assert!(find_dependency_cycle("a", &["x".into()], dependents).is_none());
+        assert!(find_dependency_cycle("a", &["a".into()], dependents).is_some());
+    }
+}

@@ -1,0 +1,207 @@
+//! The append-only event ledger: entries, kinds, and the slice protocol
+//! `adhdev.mesh.ledger.slice.v1` used to page a ledger between daemons.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The slice protocol's name.
+pub const SLICE_PROTOCOL: &str = "adhdev.mesh.ledger.slice.v1";
+/// Page size when the caller gives none.
+pub const SLICE_DEFAULT_LIMIT: u32 = 100;
+/// Largest page a slice returns.
+pub const SLICE_MAX_LIMIT: u32 = 500;
+
+/// Ledger kinds the task lifecycle writes.
+pub mod kinds {
+    /// A task was enqueued.
+    pub const TASK_DISPATCHED: &str = "task_dispatched";
+    /// A worker claimed a task.
+    pub const TASK_CLAIMED: &str = "task_claimed";
+    /// A task completed.
+    pub const TASK_COMPLETED: &str = "task_completed";
+    /// A task failed.
+    pub const TASK_FAILED: &str = "task_failed";
+    /// A task was cancelled.
+    pub const TASK_CANCELLED: &str = "task_cancelled";
+    /// A task went back to the queue.
+    pub const TASK_REQUEUED: &str = "task_requeued";
+    /// A stranded assignment was reclaimed.
+    pub const TASK_RECLAIMED: &str = "task_reclaimed";
+    /// A pending task was blocked by a failed dependency, or unblocked again.
+    pub const TASK_BLOCKED: &str = "task_blocked";
+    /// A pending task's block was lifted.
+    pub const TASK_UNBLOCKED: &str = "task_unblocked";
+    /// A completion or heartbeat carried a stale fencing epoch and was refused.
+    pub const STALE_EPOCH_REFUSED: &str = "stale_epoch_refused";
+}
+
+/// One ledger entry, in the original's shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerEntry {
+    /// Unique id; appending an id that exists is a no-op.
+    pub id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// When it happened (ISO).
+    pub timestamp: String,
+    /// What happened (`task_claimed`, ...).
+    pub kind: String,
+    /// The node involved.
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// The session involved.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The provider type involved.
+    #[serde(default)]
+    pub provider_type: Option<String>,
+    /// Details, a JSON object.
+    #[serde(default = "empty_object")]
+    pub payload: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(serde_json::Map::new())
+}
+
+impl LedgerEntry {
+    /// The task this entry is about: `payload.taskId`, trimmed.
+    pub fn task_id(&self) -> Option<&str> {
+        self.payload.get("taskId").and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
+    }
+
+    /// Checks what an entry from outside must satisfy: a mesh, an id and a kind that
+    /// are not blank, a parseable timestamp, an object payload.
+    pub fn validate(&self) -> Result<(), crate::InvalidInput> {
+        use crate::InvalidInput;
+        if self.id.trim().is_empty() {
+            return Err(InvalidInput::new("id", "must not be blank"));
+        }
+        if self.mesh_id.trim().is_empty() {
+            return Err(InvalidInput::new("meshId", "must not be blank"));
+        }
+        if self.kind.trim().is_empty() {
+            return Err(InvalidInput::new("kind", "must not be blank"));
+        }
+        if crate::Timestamp::parse_iso(&self.timestamp).is_none() {
+            return Err(InvalidInput::new(
+                "timestamp",
+                format!("{:?} is not an ISO-8601 instant", self.timestamp),
+            ));
+        }
+        if !self.payload.is_object() {
+            return Err(InvalidInput::new("payload", "must be a JSON object"));
+        }
+        Ok(())
+    }
+}
+
+/// Filters for newest-first ledger reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerQuery {
+    /// At most this many entries (200 when unset).
+    pub tail: Option<u32>,
+    /// Only entries at or after this instant (ISO).
+    pub since: Option<String>,
+    /// Only entries of these kinds (all when empty).
+    pub kinds: Vec<String>,
+}
+
+/// A slice request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SliceQuery {
+    /// Entries strictly after this one in (timestamp, id) order.
+    pub after_id: Option<String>,
+    /// Only entries at or after this instant.
+    pub since: Option<String>,
+    /// Only entries of this kind.
+    pub kind: Option<String>,
+    /// Page size; clamped to `1..=500`, 100 when unset.
+    pub limit: Option<u32>,
+}
+
+impl SliceQuery {
+    /// The effective page size.
+    pub fn effective_limit(&self) -> u32 {
+        self.limit.map_or(SLICE_DEFAULT_LIMIT, |l| l.clamp(1, SLICE_MAX_LIMIT))
+    }
+}
+
+/// The slice cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SliceCursor {
+    /// The cursor the page was read after.
+    pub after_id: Option<String>,
+    /// Pass this as `afterId` for the next page.
+    pub next_after_id: Option<String>,
+    /// The effective page size.
+    pub limit: u32,
+    /// More entries follow.
+    pub has_more: bool,
+}
+
+/// Where a slice was read from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SliceSource {
+    /// Backend kind (`local_sqlite`).
+    pub kind: String,
+    /// Table read.
+    pub table: String,
+    /// Pages are bounded.
+    pub bounded: bool,
+    /// Largest page.
+    pub max_limit: u32,
+}
+
+/// One page of the slice protocol.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LedgerSlice {
+    /// Always [`SLICE_PROTOCOL`].
+    pub protocol: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Entries in (timestamp, id) order.
+    pub entries: Vec<LedgerEntry>,
+    /// Paging state.
+    pub cursor: SliceCursor,
+    /// Where the page came from.
+    pub source_of_truth: SliceSource,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_clamped() {
+        let q = |limit| SliceQuery { limit, ..SliceQuery::default() };
+        assert_eq!(q(None).effective_limit(), 100);
+        assert_eq!(q(Some(0)).effective_limit(), 1);
+        assert_eq!(q(Some(10_000)).effective_limit(), 500);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let mut e = LedgerEntry {
+            id: "e1".into(),
+            mesh_id: "m".into(),
+            timestamp: "2025-01-01T00:00:00.000Z".into(),
+            kind: "task_claimed".into(),
+            node_id: None,
+            session_id: None,
+            provider_type: None,
+            payload: serde_json::json!({"taskId": " t1 "}),
+        };
+        assert!(e.validate().is_ok());
+        assert_eq!(e.task_id(), Some("t1"));
+        e.timestamp = "yesterday".into();
+        assert_eq!(e.validate().unwrap_err().field, "timestamp");
+        e.timestamp = "2025-01-01T00:00:00.000Z".into();
+        e.payload = serde_json::json!([1]);
+        assert_eq!(e.validate().unwrap_err().field, "payload");
+    }
+}

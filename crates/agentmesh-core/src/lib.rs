@@ -1,0 +1,31 @@
+//! agentmesh's vocabulary and rules as plain functions.
+//!
+//! This crate decides; stores persist and transports adapt. It does no I/O, runs
+//! no SQL, never awaits and never reads a clock: time arrives as a [`Timestamp`]
+//! argument and ids are handed in by the caller.
+//!
+//! - [`task`]: the task model (the original's queue entry), statuses, modes, priorities.
+//! - [`enqueue`]: validating an enqueue request; dependency-cycle detection.
+//! - [`claim`]: claim tiers, gates and refusal reasons.
+//! - [`lifecycle`]: transitions (claim, complete, fail, cancel, requeue, reclaim) and
+//!   completion matching.
+//! - [`daemon_id`] and [`tags`]: identity forms and capability tags.
+//! - [`ledger`]: ledger entries and the slice protocol.
+
+pub mod claim;
+pub mod daemon_id;
+pub mod enqueue;
+mod error;
+pub mod ledger;
+pub mod lifecycle;
+pub mod tags;
+pub mod task;
+mod time;
+
+pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad};
+pub use enqueue::{NewTask, NotBefore};
+pub use error::{InvalidInput, InvalidTransition, TaskAction};
+pub use ledger::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};
+pub use lifecycle::{RequeueOptions, Requeued};
+pub use task::{Task, TaskMode, TaskPriority, TaskStatus};
+pub use time::Timestamp;

@@ -1,0 +1,1 @@
+//! Conformance suite (filled in below).

@@ -1,0 +1,113 @@
+//! [`StoreError`]: what can go wrong in a store, in the domain's words. Backends
+//! classify their native errors here, so callers write one `match` for all.
+
+use std::path::PathBuf;
+
+use agentmesh_core::{InvalidInput, InvalidTransition};
+
+/// Errors of store operations.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The request failed validation; nothing changed.
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    /// A task with this id exists already.
+    #[error("task {task_id} already exists in mesh {mesh_id}")]
+    DuplicateTaskId {
+        /// The mesh.
+        mesh_id: String,
+        /// The id.
+        task_id: String,
+    },
+    /// Enqueueing would close a dependency cycle.
+    #[error("dependency cycle detected: {}", .path.join(" -> "))]
+    DependencyCycle {
+        /// The cycle, starting and ending with the new task.
+        path: Vec<String>,
+    },
+    /// No such task in the mesh.
+    #[error("task {task_id} not found in mesh {mesh_id}")]
+    TaskNotFound {
+        /// The mesh.
+        mesh_id: String,
+        /// The id.
+        task_id: String,
+    },
+    /// The task's status does not allow the operation.
+    #[error(transparent)]
+    InvalidTransition(#[from] InvalidTransition),
+    /// The report carries a fencing epoch the task has moved past.
+    #[error("stale epoch for task {task_id}: presented {presented}, current {current}")]
+    StaleEpoch {
+        /// The task.
+        task_id: String,
+        /// The epoch the worker presented.
+        presented: u64,
+        /// The task's epoch now.
+        current: u64,
+    },
+    /// The task is not assigned to the reporting session (any more).
+    #[error("task {task_id} is not assigned to session {session_id}")]
+    NotAssignedToSession {
+        /// The task.
+        task_id: String,
+        /// The session that reported.
+        session_id: String,
+    },
+    /// The session holds no assigned task to complete.
+    #[error("session {session_id} holds no assigned task in mesh {mesh_id}")]
+    NoAssignedTask {
+        /// The mesh.
+        mesh_id: String,
+        /// The session.
+        session_id: String,
+    },
+    /// A legacy file could not be read or parsed; nothing was imported from it.
+    #[error("legacy file {}: {problem}", .path.display())]
+    LegacyFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A stored row could not be decoded.
+    #[error("stored {what} is unreadable: {problem}")]
+    Corrupt {
+        /// Which row.
+        what: String,
+        /// Why.
+        problem: String,
+    },
+    /// The database stayed locked by another writer past the busy timeout.
+    #[error("database is busy")]
+    Busy,
+    /// Any other backend failure.
+    #[error("database error")]
+    Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// A stable machine-readable code for wire errors.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StoreError::InvalidInput(_) => "invalid_input",
+            StoreError::DuplicateTaskId { .. } => "duplicate_task_id",
+            StoreError::DependencyCycle { .. } => "dependency_cycle_detected",
+            StoreError::TaskNotFound { .. } => "task_not_found",
+            StoreError::InvalidTransition(_) => "invalid_transition",
+            StoreError::StaleEpoch { .. } => "stale_epoch",
+            StoreError::NotAssignedToSession { .. } => "not_assigned_to_session",
+            StoreError::NoAssignedTask { .. } => "no_assigned_task",
+            StoreError::LegacyFile { .. } => "legacy_file_invalid",
+            StoreError::Corrupt { .. } => "corrupt_row",
+            StoreError::Busy => "busy",
+            StoreError::Backend(_) => "database_error",
+        }
+    }
+
+    /// Whether the caller's request was at fault (as opposed to the system).
+    pub fn is_caller_error(&self) -> bool {
+        !matches!(self, StoreError::Corrupt { .. } | StoreError::Busy | StoreError::Backend(_))
+    }
+}
