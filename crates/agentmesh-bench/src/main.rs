@@ -1,1 +1,91 @@
-fn main() {}
+//! `agentmesh-bench`: the seed harness's benchmark, run against our store.
+//!
+//! ```text
+//! cargo run --release -p agentmesh-bench -- [--quick] [--only=a,b] [--keep]
+//! ```
+//!
+//! stdout carries one JSON line per case in the seed harness's format
+//! (`{"case","n","ops","seconds","ops_per_s","p50_us","p99_us"}`), with its case
+//! names and its meaning of every field, so `bench/compare.sh` can join the two
+//! outputs on `(case, n)`. stderr carries the environment, one `check ok|FAIL` line
+//! per behaviour check, the file sizes after each case and a summary. The exit
+//! status is 1 when any check failed, and every case still runs.
+//!
+//! `--quick` divides every N by 10 (at least 10); `--only=` takes group names;
+//! `--keep` keeps each case's temp dir.
+
+use std::process::ExitCode;
+
+mod cases;
+mod data;
+mod harness;
+mod timing;
+
+use harness::{Harness, Options};
+
+/// Groups this bench runs, in order, with the function that runs each.
+const GROUPS: [(&str, fn(&mut Harness)); 4] = [
+    ("enqueue", cases::enqueue::run),
+    ("claim-depth", cases::claim::run_depth),
+    ("claim-with-deps", cases::claim::run_with_deps),
+    ("ledger", cases::ledger::run),
+];
+
+/// Seed harness groups this bench does not cover yet.
+const NOT_YET: [&str; 2] = ["pending-events", "fingerprints"];
+
+const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
+                     groups: enqueue, claim-depth, claim-with-deps, ledger";
+
+fn main() -> ExitCode {
+    let opts = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(opts)) => opts,
+        Ok(None) => {
+            eprintln!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("agentmesh-bench: {message}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    for group in opts.only.iter().flatten() {
+        if NOT_YET.contains(&group.as_str()) {
+            eprintln!("note: group {group} is not benchmarked yet; skipped");
+        } else if !GROUPS.iter().any(|(name, _)| name == group) {
+            eprintln!("note: unknown group {group}; ignored");
+        }
+    }
+    let mut harness = match Harness::new(opts) {
+        Ok(harness) => harness,
+        Err(err) => {
+            eprintln!("agentmesh-bench: {err:#}");
+            return ExitCode::from(2);
+        }
+    };
+    for (name, run) in GROUPS {
+        if harness.opts().wants(name) {
+            run(&mut harness);
+        }
+    }
+    if harness.finish() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// Parses the arguments; `None` asks for the usage text.
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
+    let mut opts = Options::default();
+    for arg in args {
+        match arg.as_str() {
+            "--quick" => opts.quick = true,
+            "--keep" => opts.keep = true,
+            "-h" | "--help" => return Ok(None),
+            _ => match arg.strip_prefix("--only=") {
+                Some(list) => {
+                    opts.only = Some(list.split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect());
+                }
+                None => return Err(format!("unknown argument {arg:?}")),
+            },
+        }
+    }
+    Ok(Some(opts))
+}

@@ -27,12 +27,15 @@ pub mod kinds {
     pub const TASK_REQUEUED: &str = "task_requeued";
     /// A stranded assignment was reclaimed.
     pub const TASK_RECLAIMED: &str = "task_reclaimed";
-    /// A pending task was blocked by a failed dependency, or unblocked again.
+    /// A pending task was blocked by a failed or cancelled dependency.
     pub const TASK_BLOCKED: &str = "task_blocked";
     /// A pending task's block was lifted.
     pub const TASK_UNBLOCKED: &str = "task_unblocked";
-    /// A completion or heartbeat carried a stale fencing epoch and was refused.
-    pub const STALE_EPOCH_REFUSED: &str = "stale_epoch_refused";
+    /// A completion was refused: stale epoch, wrong session, or a task no longer
+    /// assigned. The payload's `reason` says which.
+    pub const COMPLETION_REFUSED: &str = "completion_refused";
+    /// A heartbeat was refused for the same reasons.
+    pub const HEARTBEAT_REFUSED: &str = "heartbeat_refused";
 }
 
 /// One ledger entry, in the original's shape.

@@ -1,1 +1,306 @@
-//! placeholder
+//! The embedded SQLite backend of agentmesh: one database file,
+//! `mesh-runtime.db`, holds every mesh's queue and ledger.
+//!
+//! - [`SqliteStore::open`] opens (or creates) a database file, sets the pragmas and
+//!   migrates it; [`SqliteStore::open_data_dir`] resolves the file inside a data or
+//!   ADHDev ledger directory (renaming a legacy `beads.db`) and enables the one-time
+//!   import of legacy `<mesh>.queue.json` files.
+//! - `tasks` holds the queue, claims and task lifecycle; `ledger` the event ledger;
+//!   `migrations` the schema steps.
+//!
+//! Every write runs in a `BEGIN IMMEDIATE` transaction on one connection, so the
+//! write lock is taken up front and a lock upgrade can never fail halfway. Several
+//! processes may open the same file; SQLite's file locks and the busy timeout
+//! serialize their writers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use agentmesh_store::{StoreError, StoreResult};
+use rusqlite::{Connection, ErrorCode, Transaction, TransactionBehavior};
+
+mod ledger;
+mod migrations;
+mod paths;
+mod store_impl;
+mod tasks;
+
+pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
+pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, resolve_db_path};
+
+/// Writes between two checks of the WAL file's size.
+const WAL_CHECK_INTERVAL: u32 = 500;
+/// A WAL file larger than this is checkpointed and truncated.
+const WAL_MAX_BYTES: u64 = 50 * 1024 * 1024;
+/// How long a writer waits for another process's lock before giving up.
+const BUSY_TIMEOUT_MS: u32 = 5_000;
+
+/// A mesh runtime store on one SQLite file.
+pub struct SqliteStore {
+    path: PathBuf,
+    /// The one connection. A `std` mutex: every critical section is a short,
+    /// synchronous SQLite call, never held across an await.
+    conn: Mutex<Connection>,
+    /// Where legacy `<mesh>.queue.json` files are looked for, when opened on a
+    /// directory.
+    legacy_dir: Option<PathBuf>,
+    /// Meshes whose legacy queue file was already considered, with the outcome.
+    legacy_checked: Mutex<HashMap<String, LegacyQueueState>>,
+    writes_since_wal_check: AtomicU32,
+}
+
+/// What happened to a mesh's legacy queue file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LegacyQueueState {
+    /// There was no file, or the mesh already had tasks.
+    NotNeeded,
+    /// This many tasks were imported and the file renamed to `*.imported`.
+    Imported(u64),
+    /// The file is malformed; it was left in place and nothing was imported.
+    Rejected(String),
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens or creates the database file at `path` and migrates it.
+    pub fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        Self::open_inner(path.as_ref(), None)
+    }
+
+    /// Opens the store of a data directory (created when missing): its
+    /// `mesh-runtime.db`, or a legacy `beads.db` renamed to it. Legacy
+    /// `<mesh>.queue.json` files in the directory are imported once per mesh, on the
+    /// first operation on a mesh that has no tasks.
+    pub fn open_data_dir(dir: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir).map_err(|e| backend(e))?;
+        let path = resolve_db_path(dir, |from, to| std::fs::rename(from, to));
+        Self::open_inner(&path, Some(dir.to_owned()))
+    }
+
+    fn open_inner(path: &Path, legacy_dir: Option<PathBuf>) -> StoreResult<SqliteStore> {
+        Self::open_res(path, legacy_dir).map_err(|e| e.0)
+    }
+
+    fn open_res(path: &Path, legacy_dir: Option<PathBuf>) -> Res<SqliteStore> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| backend(e))?;
+        }
+        let mut conn = Connection::open(path)?;
+        configure(&conn)?;
+        migrations::migrate(&mut conn)?;
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            conn: Mutex::new(conn),
+            legacy_dir,
+            legacy_checked: Mutex::new(HashMap::new()),
+            writes_since_wal_check: AtomicU32::new(0),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads a pragma's current value as text (for checks and diagnostics).
+    pub fn pragma(&self, name: &str) -> StoreResult<String> {
+        let value: rusqlite::types::Value =
+            self.read(|conn| Ok(conn.pragma_query_value(None, name, |r| r.get(0))?))?;
+        Ok(match value {
+            rusqlite::types::Value::Integer(i) => i.to_string(),
+            rusqlite::types::Value::Text(t) => t,
+            rusqlite::types::Value::Real(r) => r.to_string(),
+            rusqlite::types::Value::Null => String::new(),
+            rusqlite::types::Value::Blob(_) => String::from("<blob>"),
+        })
+    }
+
+    /// The version of the bundled SQLite library.
+    pub fn sqlite_version() -> &'static str {
+        rusqlite::version()
+    }
+
+    /// Imports a legacy `<mesh>.queue.json` into `mesh_id`, all or nothing, skipping
+    /// tasks whose id exists already. Returns how many were imported. A malformed
+    /// file is refused with [`StoreError::LegacyFile`] naming the problem.
+    pub fn import_legacy_queue_file(&self, mesh_id: &str, file: &Path) -> StoreResult<u64> {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| StoreError::LegacyFile { path: file.to_owned(), problem: e.to_string() })?;
+        let entries = agentmesh_store::legacy::parse_legacy_queue(file, &text, mesh_id)?;
+        self.write(|tx| tasks::import_entries(tx, &entries, false))
+    }
+
+    /// What became of the legacy queue file of `mesh_id`, once it was considered.
+    pub fn legacy_queue_state(&self, mesh_id: &str) -> Option<LegacyQueueState> {
+        self.legacy_checked.lock().unwrap_or_else(|e| e.into_inner()).get(mesh_id).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        // A panic while holding the lock leaves no half-done transaction behind
+        // (it rolls back on drop), so a poisoned lock is safe to reuse.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` in an immediate transaction and commits when it returns `Ok`.
+    fn write<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Res<T>) -> StoreResult<T> {
+        self.write_inner(f).map_err(|e| e.0)
+    }
+
+    fn write_inner<T>(&self, f: impl FnOnce(&Transaction<'_>) -> Res<T>) -> Res<T> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        drop(conn);
+        self.after_write();
+        Ok(out)
+    }
+
+    /// Runs `f` on the connection without a write transaction.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
+        let conn = self.lock();
+        f(&conn).map_err(|e| e.0)
+    }
+
+    /// Imports the mesh's legacy queue file the first time the mesh is touched.
+    fn ensure_legacy_queue(&self, mesh_id: &str) {
+        let Some(dir) = &self.legacy_dir else { return };
+        {
+            let checked = self.legacy_checked.lock().unwrap_or_else(|e| e.into_inner());
+            if checked.contains_key(mesh_id) {
+                return;
+            }
+        }
+        let state = self.import_legacy_queue_once(dir, mesh_id);
+        if let LegacyQueueState::Rejected(problem) = &state {
+            tracing::warn!(mesh_id, %problem, "legacy queue file not imported");
+        }
+        self.legacy_checked.lock().unwrap_or_else(|e| e.into_inner()).insert(mesh_id.to_owned(), state);
+    }
+
+    fn import_legacy_queue_once(&self, dir: &Path, mesh_id: &str) -> LegacyQueueState {
+        let file = agentmesh_store::legacy::legacy_queue_path(dir, mesh_id);
+        if !file.exists() {
+            return LegacyQueueState::NotNeeded;
+        }
+        let result = std::fs::read_to_string(&file)
+            .map_err(|e| StoreError::LegacyFile { path: file.clone(), problem: e.to_string() })
+            .and_then(|text| agentmesh_store::legacy::parse_legacy_queue(&file, &text, mesh_id))
+            .and_then(|entries| {
+                self.write(|tx| {
+                    if tasks::mesh_task_count(tx, mesh_id)? > 0 {
+                        return Ok(None);
+                    }
+                    tasks::import_entries(tx, &entries, false).map(Some)
+                })
+            });
+        match result {
+            Ok(None) => LegacyQueueState::NotNeeded,
+            Ok(Some(n)) => {
+                let mut done = file.clone().into_os_string();
+                done.push(".imported");
+                if let Err(err) = std::fs::rename(&file, &done) {
+                    tracing::warn!(file = %file.display(), %err, "imported legacy queue file could not be renamed");
+                }
+                LegacyQueueState::Imported(n)
+            }
+            Err(err) => LegacyQueueState::Rejected(err.to_string()),
+        }
+    }
+
+    /// Every few hundred writes, truncates a WAL that grew past 50 MB.
+    fn after_write(&self) {
+        if self.writes_since_wal_check.fetch_add(1, Ordering::Relaxed) + 1 < WAL_CHECK_INTERVAL {
+            return;
+        }
+        self.writes_since_wal_check.store(0, Ordering::Relaxed);
+        let _ = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES);
+    }
+
+    /// Checkpoints and truncates the WAL when it is larger than `max_bytes`; returns
+    /// whether it did.
+    pub fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> StoreResult<bool> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        if size <= max_bytes {
+            return Ok(false);
+        }
+        tracing::info!(wal_bytes = size, "WAL past its threshold; checkpointing");
+        self.read(|conn| Ok(conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))?;
+        Ok(true)
+    }
+}
+
+/// Sets the connection's pragmas. The settings are read back by tests, because
+/// SQLite silently ignores a misspelled pragma.
+fn configure(conn: &Connection) -> Res<()> {
+    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Fail(StoreError::Backend(format!("journal_mode is {mode}, not wal").into())));
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(128);
+    Ok(())
+}
+
+fn backend(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Backend(Box::new(err))
+}
+
+/// Classifies SQLite errors at the store boundary.
+pub(crate) fn classify(err: rusqlite::Error) -> StoreError {
+    match err.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+        _ => StoreError::Backend(Box::new(err)),
+    }
+}
+
+/// The crate's internal error: a [`StoreError`] that `?` can build from SQLite and
+/// core errors alike (the orphan rule forbids `From<rusqlite::Error>` for
+/// `StoreError` here). Public methods unwrap it.
+#[derive(Debug)]
+pub(crate) struct Fail(pub(crate) StoreError);
+
+/// Result of internal operations.
+pub(crate) type Res<T> = Result<T, Fail>;
+
+impl From<rusqlite::Error> for Fail {
+    fn from(err: rusqlite::Error) -> Fail {
+        Fail(classify(err))
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(err: StoreError) -> Fail {
+        Fail(err)
+    }
+}
+
+impl From<agentmesh_core::InvalidInput> for Fail {
+    fn from(err: agentmesh_core::InvalidInput) -> Fail {
+        Fail(StoreError::InvalidInput(err))
+    }
+}
+
+impl From<agentmesh_core::InvalidTransition> for Fail {
+    fn from(err: agentmesh_core::InvalidTransition) -> Fail {
+        Fail(StoreError::InvalidTransition(err))
+    }
+}
+
+impl From<serde_json::Error> for Fail {
+    fn from(err: serde_json::Error) -> Fail {
+        Fail(StoreError::Corrupt { what: String::from("JSON value"), problem: err.to_string() })
+    }
+}

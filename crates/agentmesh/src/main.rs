@@ -1,1 +1,49 @@
-fn main() {}
+//! `agentmesh`: the one binary of the agentmesh coordination runtime.
+//!
+//! This file is the edge: it parses the command line, reads the clock (the only
+//! place in the workspace that does), runs the command and turns a failure into a
+//! message and an exit code. Commands live in `commands`, one module each; the
+//! grammar in `cli`; result printing in `output`; exit-code policy in `failure`.
+
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agentmesh_core::Timestamp;
+use clap::Parser;
+
+mod cli;
+mod commands;
+mod failure;
+mod output;
+
+/// The current wall-clock time.
+///
+/// The core and the stores take time as an argument so tests control it; the
+/// binary is the edge where real time enters.
+#[allow(clippy::disallowed_methods)] // The binary is the one sanctioned reader of the clock.
+pub fn now() -> Timestamp {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
+}
+
+fn main() -> ExitCode {
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return failure::report_usage(&err, json_requested()),
+    };
+    let json = cli.global.json;
+    let mut out = output::Output::stdout(json);
+    let result =
+        commands::Context::resolve(&cli.global).and_then(|ctx| commands::run(&ctx, cli.command, &mut out));
+    drop(out);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => failure::report(&err, json),
+    }
+}
+
+/// Whether `--json` is on the command line, for reporting a parse error in JSON
+/// when clap could not parse the rest. Arguments after `--` are not options.
+fn json_requested() -> bool {
+    std::env::args_os().skip(1).take_while(|arg| arg != "--").any(|arg| arg == "--json")
+}

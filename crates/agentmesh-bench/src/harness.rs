@@ -1,0 +1,200 @@
+//! What every case shares: the run options, a fresh store per case in its own temp
+//! dir, behaviour checks, result lines and the closing summary.
+//!
+//! Result lines go to stdout and nothing else does; the environment line, checks,
+//! file sizes and the summary go to stderr.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use agentmesh_sqlite::SqliteStore;
+use agentmesh_store::Store;
+use anyhow::Context as _;
+use tempfile::TempDir;
+
+use crate::timing::{self, Timer};
+
+/// The database file name inside a case's dir, as the original names it.
+const DB_FILE: &str = "mesh-runtime.db";
+
+/// Command-line options.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Every N divided by 10 (at least 10), for a smoke run.
+    pub quick: bool,
+    /// Keep the temp dirs and print where they are.
+    pub keep: bool,
+    /// Run only these groups (all when `None`).
+    pub only: Option<Vec<String>>,
+}
+
+impl Options {
+    /// `n`, or `n / 10` (rounded, at least 10) under `--quick`.
+    pub fn scale(&self, n: usize) -> usize {
+        if self.quick { ((n + 5) / 10).max(10) } else { n }
+    }
+
+    /// Claims per claim case: 200, or 20 under `--quick`.
+    pub fn claims(&self) -> usize {
+        if self.quick { 20 } else { 200 }
+    }
+
+    /// Whether the group runs.
+    pub fn wants(&self, group: &str) -> bool {
+        self.only.as_ref().is_none_or(|only| only.iter().any(|g| g == group))
+    }
+}
+
+/// The store of one case and where it lives.
+pub struct CaseStore {
+    label: String,
+    store: SqliteStore,
+}
+
+impl CaseStore {
+    /// The store, through the backend-independent interface the cases use.
+    pub fn store(&self) -> &dyn Store {
+        &self.store
+    }
+
+    /// The case's label (`enqueue-1000`), used to name its checks.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+}
+
+/// State of one bench run.
+pub struct Harness {
+    opts: Options,
+    root: TempDir,
+    cases_opened: u32,
+    env_logged: bool,
+    failures: Vec<String>,
+    started: Instant,
+}
+
+impl Harness {
+    /// A run with its own temp root.
+    pub fn new(opts: Options) -> anyhow::Result<Harness> {
+        let root = tempfile::Builder::new()
+            .prefix("agentmesh-bench-")
+            .tempdir()
+            .context("failed to create the bench's temp dir")?;
+        Ok(Harness {
+            opts,
+            root,
+            cases_opened: 0,
+            env_logged: false,
+            failures: Vec::new(),
+            started: Instant::now(),
+        })
+    }
+
+    /// The run's options.
+    pub fn opts(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Runs one case on a fresh store labelled `label` (its dir and check names).
+    /// An error stops only this case; it counts as a failure and the run goes on.
+    pub fn run_case(
+        &mut self,
+        label: &str,
+        body: impl FnOnce(&mut Harness, &CaseStore) -> anyhow::Result<()>,
+    ) {
+        let result = self.fresh_store(label).and_then(|case| {
+            let outcome = body(self, &case);
+            close(case);
+            outcome
+        });
+        if let Err(err) = result {
+            eprintln!("FAIL {label}: {err:#}");
+            self.failures.push(format!("{label}: {err:#}"));
+        }
+    }
+
+    /// Opens a fresh store in a new dir named after `label`, logs the environment
+    /// on first use, and checks that the journal mode is WAL.
+    fn fresh_store(&mut self, label: &str) -> anyhow::Result<CaseStore> {
+        self.cases_opened += 1;
+        let dir = self.root.path().join(format!("{:02}-{label}", self.cases_opened));
+        fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
+        let path = dir.join(DB_FILE);
+        let store = SqliteStore::open(&path)
+            .with_context(|| format!("failed to open the store at {}", path.display()))?;
+        let (sqlite_version, journal_mode) = read_back(store.path())?;
+        if !self.env_logged {
+            self.env_logged = true;
+            eprintln!(
+                "env agentmesh-bench sqlite={sqlite_version} journal_mode={journal_mode} platform={}-{} quick={}",
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                self.opts.quick,
+            );
+        }
+        self.check(
+            &format!("{label}: journal_mode is wal"),
+            journal_mode == "wal",
+            format!("journal_mode={journal_mode}"),
+        );
+        Ok(CaseStore { label: label.to_owned(), store })
+    }
+
+    /// Records one behaviour check; `detail` is shown when not empty.
+    pub fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) {
+        let detail = detail.into();
+        let shown = if detail.is_empty() { String::new() } else { format!(" ({detail})") };
+        eprintln!("check {} {name}{shown}", if ok { "ok  " } else { "FAIL" });
+        if !ok {
+            self.failures.push(if detail.is_empty() { name.to_owned() } else { format!("{name}: {detail}") });
+        }
+    }
+
+    /// Prints a case's result line on stdout.
+    pub fn report(&self, case: &str, n: usize, ops: usize, timer: &Timer) {
+        println!("{}", timing::result_line(case, n, ops, timer));
+    }
+
+    /// Removes (or keeps) the temp root, prints the summary, and says whether every
+    /// check passed.
+    pub fn finish(self) -> bool {
+        if self.opts.keep {
+            let kept = self.root.keep();
+            eprintln!("kept store dirs under {}", kept.display());
+        } else if let Err(err) = self.root.close() {
+            eprintln!("warning: could not remove the bench's temp dir: {err}");
+        }
+        eprintln!(
+            "total {:.1}s; {} check(s) failed",
+            self.started.elapsed().as_secs_f64(),
+            self.failures.len()
+        );
+        for failure in &self.failures {
+            eprintln!("  FAILED: {failure}");
+        }
+        self.failures.is_empty()
+    }
+}
+
+/// Prints the sizes of the case's database and WAL files, then closes the store.
+fn close(case: CaseStore) {
+    let db = case.store.path().to_owned();
+    let wal = PathBuf::from(format!("{}-wal", db.display()));
+    eprintln!("  files: db={}B wal={}B", file_size(&db), file_size(&wal));
+}
+
+/// SQLite's version and the journal mode, read back through a connection of our own
+/// on the store's file.
+fn read_back(db: &Path) -> anyhow::Result<(String, String)> {
+    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .with_context(|| format!("failed to open {} to read the journal mode", db.display()))?;
+    let version = conn.query_row("SELECT sqlite_version()", [], |row| row.get(0))?;
+    let mode = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
+    Ok((version, mode))
+}
+
+/// A file's size in bytes, -1 when it does not exist (as the seed prints it).
+fn file_size(path: &Path) -> i64 {
+    fs::metadata(path).map_or(-1, |m| i64::try_from(m.len()).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,217 @@
+//! The event ledger table `mesh_event_ledger`: append-only entries, newest-first
+//! and append-order reads, and slice paging.
+//!
+//! Append order is (timestamp, rowid): entries written in the same millisecond keep
+//! the order they were written in. The slice protocol pages in (timestamp, id) order
+//! through `idx_mesh_event_ledger_slice`, seeking straight to the cursor, so a page
+//! costs the same at the start and at the end of a million-entry ledger.
+
+use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource};
+use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery, Timestamp};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+use uuid::Uuid;
+
+use crate::Res;
+
+/// Newest-first reads return this many entries when no tail is given.
+const DEFAULT_TAIL: u32 = 200;
+
+const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
+
+/// A fresh entry id, time-ordered so that appends land at the end of the index.
+pub(crate) fn new_entry_id(now: Timestamp) -> String {
+    let ms = u64::try_from(now.millis()).unwrap_or(0);
+    let ts = uuid::Timestamp::from_unix(uuid::NoContext, ms / 1000, ((ms % 1000) * 1_000_000) as u32);
+    Uuid::new_v7(ts).to_string()
+}
+
+fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
+    let payload: String = row.get(7)?;
+    Ok(LedgerEntry {
+        id: row.get(0)?,
+        mesh_id: row.get(1)?,
+        timestamp: row.get(2)?,
+        kind: row.get(3)?,
+        node_id: row.get(4)?,
+        session_id: row.get(5)?,
+        provider_type: row.get(6)?,
+        // An unparsable payload reads as `{}`, as in the original.
+        payload: serde_json::from_str(&payload).unwrap_or_else(|_| serde_json::json!({})),
+    })
+}
+
+/// Inserts one entry unless its id exists; returns whether it was new.
+pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR IGNORE INTO mesh_event_ledger
+             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, task_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?;
+    let payload = serde_json::to_string(&entry.payload)?;
+    let n = stmt.execute(params![
+        entry.id,
+        entry.mesh_id,
+        entry.timestamp,
+        entry.kind,
+        entry.node_id,
+        entry.session_id,
+        entry.provider_type,
+        payload,
+        entry.task_id(),
+    ])?;
+    Ok(n > 0)
+}
+
+fn text(s: &str) -> Value {
+    Value::Text(s.to_owned())
+}
+
+fn filters(mesh_id: &str, query: &LedgerQuery) -> (String, Vec<Value>) {
+    let mut sql = String::from("mesh_id = ?");
+    let mut args = vec![text(mesh_id)];
+    if let Some(since) = &query.since {
+        sql.push_str(" AND timestamp >= ?");
+        args.push(text(since));
+    }
+    let kinds: Vec<&String> = query.kinds.iter().filter(|k| !k.trim().is_empty()).collect();
+    if !kinds.is_empty() {
+        sql.push_str(" AND kind IN (");
+        sql.push_str(&vec!["?"; kinds.len()].join(", "));
+        sql.push(')');
+        args.extend(kinds.into_iter().map(|k| text(k)));
+    }
+    (sql, args)
+}
+
+/// Newest first, at most `tail` entries.
+pub(crate) fn read_newest_first(
+    conn: &Connection,
+    mesh_id: &str,
+    query: &LedgerQuery,
+) -> Res<Vec<LedgerEntry>> {
+    let (filter, mut args) = filters(mesh_id, query);
+    args.push(Value::Integer(i64::from(query.tail.unwrap_or(DEFAULT_TAIL))));
+    let sql = format!(
+        "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter}
+         ORDER BY timestamp DESC, rowid DESC LIMIT ?"
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(args.iter()), entry_from_row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Append order; with a tail, the newest `tail` entries in append order.
+pub(crate) fn read_ordered(conn: &Connection, mesh_id: &str, query: &LedgerQuery) -> Res<Vec<LedgerEntry>> {
+    let (filter, mut args) = filters(mesh_id, query);
+    let sql = match query.tail {
+        Some(tail) if tail > 0 => {
+            args.push(Value::Integer(i64::from(tail)));
+            format!(
+                "SELECT {COLUMNS} FROM (
+                     SELECT rowid AS rid, * FROM mesh_event_ledger WHERE {filter}
+                     ORDER BY timestamp DESC, rowid DESC LIMIT ?
+                 ) ORDER BY timestamp ASC, rid ASC"
+            )
+        }
+        _ => format!(
+            "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp ASC, rowid ASC"
+        ),
+    };
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt.query_map(params_from_iter(args.iter()), entry_from_row)?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Deletes entries by id.
+pub(crate) fn delete(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
+    let mut stmt = conn.prepare_cached("DELETE FROM mesh_event_ledger WHERE mesh_id = ?1 AND id = ?2")?;
+    let mut n = 0;
+    for id in ids {
+        n += stmt.execute(params![mesh_id, id])? as u64;
+    }
+    Ok(n)
+}
+
+/// Deletes every entry of a mesh.
+pub(crate) fn clear(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    Ok(conn.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = ?1", [mesh_id])? as u64)
+}
+
+/// Whether an entry exists.
+pub(crate) fn has(conn: &Connection, mesh_id: &str, id: &str) -> Res<bool> {
+    let mut stmt = conn.prepare_cached("SELECT 1 FROM mesh_event_ledger WHERE id = ?1 AND mesh_id = ?2")?;
+    Ok(stmt.query_row(params![id, mesh_id], |_| Ok(())).optional()?.is_some())
+}
+
+/// Entries in a mesh.
+pub(crate) fn count(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    let mut stmt = conn.prepare_cached("SELECT COUNT(*) FROM mesh_event_ledger WHERE mesh_id = ?1")?;
+    Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// One slice page. The cursor entry's timestamp is looked up by primary key, then
+/// the page is a range scan of the slice index starting right after it.
+pub(crate) fn slice(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res<LedgerSlice> {
+    let limit = query.effective_limit();
+    let after_id = query.after_id.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    let cursor_ts: Option<String> = match &after_id {
+        Some(id) => {
+            let mut stmt = conn
+                .prepare_cached("SELECT timestamp FROM mesh_event_ledger WHERE id = ?1 AND mesh_id = ?2")?;
+            let ts = stmt.query_row(params![id, mesh_id], |r| r.get(0)).optional()?;
+            if ts.is_none() {
+                // An unknown cursor gives an empty page, as the original's SQLite slice does.
+                return Ok(page(mesh_id, Vec::new(), after_id.clone(), after_id, limit, false));
+            }
+            ts
+        }
+        None => None,
+    };
+    let mut sql = format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = ?");
+    let mut args: Vec<Value> = vec![text(mesh_id)];
+    if let (Some(ts), Some(id)) = (&cursor_ts, &after_id) {
+        sql.push_str(" AND (timestamp, id) > (?, ?)");
+        args.push(text(ts));
+        args.push(text(id));
+    }
+    if let Some(kind) = query.kind.as_deref().filter(|k| !k.trim().is_empty()) {
+        sql.push_str(" AND kind = ?");
+        args.push(text(kind));
+    }
+    if let Some(since) = &query.since {
+        sql.push_str(" AND timestamp >= ?");
+        args.push(text(since));
+    }
+    sql.push_str(" ORDER BY timestamp ASC, id ASC LIMIT ?");
+    args.push(Value::Integer(i64::from(limit) + 1));
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut entries =
+        stmt.query_map(params_from_iter(args.iter()), entry_from_row)?.collect::<Result<Vec<_>, _>>()?;
+    let has_more = entries.len() > limit as usize;
+    entries.truncate(limit as usize);
+    let next = entries.last().map(|e| e.id.clone()).or_else(|| after_id.clone());
+    Ok(page(mesh_id, entries, after_id, next, limit, has_more))
+}
+
+fn page(
+    mesh_id: &str,
+    entries: Vec<LedgerEntry>,
+    after_id: Option<String>,
+    next_after_id: Option<String>,
+    limit: u32,
+    has_more: bool,
+) -> LedgerSlice {
+    LedgerSlice {
+        protocol: SLICE_PROTOCOL.to_owned(),
+        mesh_id: mesh_id.to_owned(),
+        entries,
+        cursor: SliceCursor { after_id, next_after_id, limit, has_more },
+        source_of_truth: SliceSource {
+            kind: "local_sqlite".to_owned(),
+            table: "mesh_event_ledger".to_owned(),
+            bounded: true,
+            max_limit: SLICE_MAX_LIMIT,
+        },
+    }
+}

@@ -1,0 +1,130 @@
+//! Versioned, append-only schema migrations, tracked in `PRAGMA user_version`.
+//!
+//! Version 1 is the original TypeScript store's schema, written with
+//! `IF NOT EXISTS` so a database the original created (user_version 0, tables
+//! present) passes through it unchanged; later versions upgrade such a database in
+//! place. An applied migration is never edited: changes go into a new step.
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+use crate::{Res, tasks};
+
+/// One migration step: SQL, then an optional data step in Rust.
+struct Migration {
+    name: &'static str,
+    sql: &'static str,
+    after: Option<fn(&Transaction<'_>) -> Res<()>>,
+}
+
+const MIGRATIONS: &[Migration] = &[
+    Migration { name: "0001_original", sql: include_str!("../migrations/0001_original.sql"), after: None },
+    Migration { name: "0002_mesh_isolation", sql: "", after: Some(mesh_isolation) },
+    Migration {
+        name: "0003_claim_projection",
+        sql: include_str!("../migrations/0003_claim_projection.sql"),
+        after: Some(tasks::backfill_projection),
+    },
+    Migration {
+        name: "0004_ledger_paging",
+        sql: include_str!("../migrations/0004_ledger_paging.sql"),
+        after: None,
+    },
+];
+
+/// The schema version (`PRAGMA user_version`) of a fully migrated database.
+pub const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database up to [`LATEST_VERSION`], one transaction per step.
+pub(crate) fn migrate(conn: &mut Connection) -> Res<()> {
+    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    for (index, step) in MIGRATIONS.iter().enumerate() {
+        let version = index as i64 + 1;
+        if version <= current {
+            continue;
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(step.sql)?;
+        if let Some(after) = step.after {
+            after(&tx)?;
+        }
+        tx.pragma_update(None, "user_version", version)?;
+        tx.commit()?;
+        tracing::debug!(migration = step.name, "applied migration");
+    }
+    Ok(())
+}
+
+fn table_columns(tx: &Transaction<'_>, table: &str) -> Res<Vec<String>> {
+    let mut stmt = tx.prepare(&format!("PRAGMA table_info({table})"))?;
+    let cols = stmt.query_map([], |r| r.get::<_, String>(1))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(cols)
+}
+
+/// The original's mesh-isolation migration: older databases lack `mesh_id` on the
+/// fingerprint table (added and back-filled from the fingerprint's first `::`
+/// segment) and on the idle-session table (ephemeral rows: dropped and recreated).
+fn mesh_isolation(tx: &Transaction<'_>) -> Res<()> {
+    if !table_columns(tx, "mesh_completion_fingerprints")?.iter().any(|c| c == "mesh_id") {
+        tx.execute_batch(
+            "ALTER TABLE mesh_completion_fingerprints ADD COLUMN mesh_id TEXT NOT NULL DEFAULT '';
+             UPDATE mesh_completion_fingerprints
+                SET mesh_id = substr(fingerprint, 1, instr(fingerprint, '::') - 1)
+              WHERE instr(fingerprint, '::') > 0 AND mesh_id = '';",
+        )?;
+    }
+    tx.execute_batch(
+        "CREATE INDEX IF NOT EXISTS idx_mesh_completion_fingerprints_mesh
+             ON mesh_completion_fingerprints(mesh_id, fingerprint);",
+    )?;
+    if !table_columns(tx, "remote_idle_sessions")?.iter().any(|c| c == "mesh_id") {
+        tx.execute_batch(
+            "DROP TABLE IF EXISTS remote_idle_sessions;
+             CREATE TABLE remote_idle_sessions (
+                 mesh_id TEXT NOT NULL,
+                 node_id TEXT NOT NULL,
+                 session_id TEXT NOT NULL,
+                 provider_type TEXT NOT NULL,
+                 expires_at INTEGER NOT NULL,
+                 metadata TEXT,
+                 PRIMARY KEY (mesh_id, node_id, session_id)
+             );",
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_to_an_empty_database_and_are_idempotent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate(&mut conn).unwrap();
+        let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+        assert_eq!(v, LATEST_VERSION);
+        migrate(&mut conn).unwrap();
+    }
+
+    #[test]
+    fn pre_isolation_tables_gain_mesh_id() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE mesh_completion_fingerprints (fingerprint TEXT PRIMARY KEY, expires_at INTEGER NOT NULL);
+             INSERT INTO mesh_completion_fingerprints VALUES ('mesh-a::agent:stopped::t1::genuine', 99), ('bare', 99);
+             CREATE TABLE remote_idle_sessions (node_id TEXT, session_id TEXT, provider_type TEXT, expires_at INTEGER);",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let meshes: Vec<String> = conn
+            .prepare("SELECT mesh_id FROM mesh_completion_fingerprints ORDER BY fingerprint")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(meshes, ["", "mesh-a"]);
+        let tx = conn.transaction().unwrap();
+        assert!(table_columns(&tx, "remote_idle_sessions").unwrap().contains(&"mesh_id".to_owned()));
+    }
+}

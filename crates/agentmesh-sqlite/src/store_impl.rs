@@ -1,0 +1,223 @@
+//! `impl Store for SqliteStore`: each operation is one transaction (writes) or one
+//! read on the connection, delegating to `tasks` and `ledger`.
+
+use agentmesh_core::{
+    Claimant, LedgerEntry, LedgerQuery, LedgerSlice, NewTask, RequeueOptions, Requeued, SliceQuery, Task,
+    TaskStatus, Timestamp,
+};
+use agentmesh_store::{
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, Store, StoreError,
+    StoreResult,
+};
+
+use crate::{Fail, SqliteStore, ledger, tasks};
+
+fn fresh_task_id(now: Timestamp) -> String {
+    ledger::new_entry_id(now)
+}
+
+impl Store for SqliteStore {
+    fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::enqueue(tx, mesh_id, new, &fresh_task_id(now), now))
+    }
+
+    fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| {
+            new.iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    tasks::enqueue(tx, mesh_id, n, &fresh_task_id(now), now).map_err(|Fail(err)| match err {
+                        StoreError::InvalidInput(mut e) => {
+                            e.field = format!("tasks[{i}].{}", e.field);
+                            Fail(StoreError::InvalidInput(e))
+                        }
+                        other => Fail(other),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn queue_entries(&self, mesh_id: &str, statuses: &[TaskStatus]) -> StoreResult<Vec<Task>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::entries(c, mesh_id, statuses))
+    }
+
+    fn queue_revision(&self, mesh_id: &str) -> StoreResult<String> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::revision(c, mesh_id))
+    }
+
+    fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()> {
+        self.write(|tx| tasks::replace_queue(tx, mesh_id, entries))
+    }
+
+    fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| tasks::delete_queue(tx, mesh_id))
+    }
+
+    fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()> {
+        self.write(|tx| tasks::insert_entry(tx, entry))
+    }
+
+    fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task> {
+        self.write(|tx| tasks::update_entry(tx, entry, now))
+    }
+
+    fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::find(c, mesh_id, task_id))
+    }
+
+    fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::has_active_assignment(c, mesh_id, session_id, node_id))
+    }
+
+    fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::node_assignment_count(c, mesh_id, node_id))
+    }
+
+    fn pending_count(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::pending_count(c, mesh_id))
+    }
+
+    fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::stats(c, mesh_id))
+    }
+
+    fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::active_assignments(c, mesh_id))
+    }
+
+    fn find_assigned_by_session(
+        &self,
+        mesh_id: &str,
+        session_id: &str,
+        occurred_at: Option<&str>,
+        task_id: Option<&str>,
+    ) -> StoreResult<Option<Task>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::find_assigned_by_session(c, mesh_id, session_id, occurred_at, task_id))
+    }
+
+    fn claim_next(
+        &self,
+        mesh_id: &str,
+        claimant: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<ClaimOutcome> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::claim(tx, mesh_id, claimant, opts, now))
+    }
+
+    fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::complete(tx, mesh_id, report, now))?
+    }
+
+    fn heartbeat(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        session_id: &str,
+        epoch: u64,
+        lease_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::heartbeat(tx, mesh_id, task_id, session_id, epoch, lease_ms, now))?
+    }
+
+    fn cancel_task(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::cancel(tx, mesh_id, task_id, reason, now))
+    }
+
+    fn requeue_task(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        opts: &RequeueOptions,
+        now: Timestamp,
+    ) -> StoreResult<Requeued> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::requeue(tx, mesh_id, task_id, opts, now))
+    }
+
+    fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::reclaim(tx, mesh_id, task_id, reason, now))
+    }
+
+    fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
+        self.read(|c| tasks::expired_leases(c, now))
+    }
+
+    fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
+        if entry.kind.trim().is_empty() {
+            return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+                "kind",
+                "must not be blank",
+            )));
+        }
+        self.write(|tx| ledger::append(tx, entry))
+    }
+
+    fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
+        self.read(|c| ledger::read_newest_first(c, mesh_id, query))
+    }
+
+    fn read_ledger_ordered(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
+        self.read(|c| ledger::read_ordered(c, mesh_id, query))
+    }
+
+    fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| ledger::delete(tx, mesh_id, ids))
+    }
+
+    fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| ledger::clear(tx, mesh_id))
+    }
+
+    fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool> {
+        self.read(|c| ledger::has(c, mesh_id, id))
+    }
+
+    fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.read(|c| ledger::count(c, mesh_id))
+    }
+
+    fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
+        for (i, entry) in entries.iter().enumerate() {
+            entry.validate().map_err(|mut e| {
+                e.field = format!("entries[{i}].{}", e.field);
+                StoreError::InvalidInput(e)
+            })?;
+        }
+        self.write(|tx| {
+            let mut imported = 0;
+            for entry in entries {
+                imported += u64::from(ledger::append(tx, entry)?);
+            }
+            Ok(imported)
+        })
+    }
+
+    fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
+        self.read(|c| ledger::slice(c, mesh_id, query))
+    }
+}

@@ -1,0 +1,1169 @@
+//! The work queue: `mesh_queue` rows, their projected columns, dependency edges,
+//! claims and the task lifecycle.
+//!
+//! The JSON `payload` of a row is the task (the original's queue entry) and the
+//! source of truth. Every write also rewrites the row's projected columns from it
+//! ([`Projection`]), so a claim selects candidates through indexes in claim order
+//! and decodes only the winner. Readiness is maintained, not recomputed per claim:
+//! `deps_unmet` counts a task's dependencies that are not completed and is updated
+//! whenever one of them changes status; `hold` folds it together with the block and
+//! the parking into one indexed number (0 = claimable as far as the task goes).
+
+use agentmesh_core::claim::{check_gates, claim_tier};
+use agentmesh_core::ledger::kinds;
+use agentmesh_core::lifecycle::{self, match_completion};
+use agentmesh_core::{
+    CandidateFacts, ClaimRefusal, Claimant, LedgerEntry, NewTask, NodeLoad, RequeueOptions, Requeued, Task,
+    TaskMode, TaskStatus, Timestamp, daemon_id, enqueue,
+};
+use agentmesh_store::{
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, Outcome, StatusCount, StoreError,
+};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use serde_json::json;
+
+use crate::{Fail, Res, ledger};
+
+/// A row whose payload cannot be decoded is parked here and never claimed.
+const HOLD_UNREADABLE: i64 = 9;
+/// The SQL form of [`hold_of`], for updates that recompute it in place.
+const HOLD_SQL: &str = "CASE WHEN hold = 9 THEN 9 WHEN deps_unmet > 0 OR blocked = 1 THEN 1 \
+                        WHEN parked = 1 THEN 2 ELSE 0 END";
+/// How many candidates a refusal diagnosis looks at per stream.
+const DIAGNOSIS_LIMIT: usize = 256;
+
+/// The claim hold of a task: 1 when a dependency is unmet or it is blocked, 2 when
+/// parked, else 0. Mirrored by [`HOLD_SQL`].
+fn hold_of(deps_unmet: i64, blocked: bool, parked: bool) -> i64 {
+    if deps_unmet > 0 || blocked {
+        1
+    } else if parked {
+        2
+    } else {
+        0
+    }
+}
+
+/// The projected columns of a task row.
+struct Projection {
+    payload: String,
+    priority_rank: i64,
+    blocked: bool,
+    parked: bool,
+    readonly: bool,
+    task_mode: Option<&'static str>,
+    required_tags: Option<String>,
+    not_before_ms: Option<i64>,
+    lease_expires_ms: Option<i64>,
+}
+
+impl Projection {
+    fn of(task: &Task) -> Projection {
+        Projection {
+            payload: task.to_json(),
+            priority_rank: task.priority_rank(),
+            blocked: task.blocked_reason.as_deref().is_some_and(|r| !r.is_empty()),
+            parked: task.is_parked(),
+            readonly: task.is_readonly(),
+            task_mode: task.task_mode.map(TaskMode::as_str),
+            required_tags: (!task.tags_required().is_empty())
+                .then(|| serde_json::to_string(task.tags_required()).expect("strings serialize")),
+            not_before_ms: task.not_before_millis(),
+            lease_expires_ms: task
+                .lease_expires_at
+                .as_deref()
+                .and_then(Timestamp::parse_iso)
+                .map(Timestamp::millis),
+        }
+    }
+}
+
+fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
+    Fail(StoreError::Corrupt { what: format!("task {id}"), problem: err.to_string() })
+}
+
+fn decode(id: &str, payload: &str) -> Res<Task> {
+    Task::from_json(payload).map_err(|e| corrupt(id, e))
+}
+
+fn not_found(mesh_id: &str, task_id: &str) -> Fail {
+    Fail(StoreError::TaskNotFound { mesh_id: mesh_id.to_owned(), task_id: task_id.to_owned() })
+}
+
+// ── Rows ────────────────────────────────────────────────────────────────────
+
+/// A task as loaded for a change, with the readiness count the change keeps.
+struct Loaded {
+    task: Task,
+    deps_unmet: i64,
+}
+
+fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT payload, deps_unmet FROM mesh_queue WHERE id = ?1 AND mesh_id = ?2")?;
+    let row: Option<(String, i64)> =
+        stmt.query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+    match row {
+        Some((payload, deps_unmet)) => Ok(Some(Loaded { task: decode(task_id, &payload)?, deps_unmet })),
+        None => Ok(None),
+    }
+}
+
+fn load_required(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Loaded> {
+    load(conn, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
+}
+
+/// Inserts a row; the caller has written its dependency edges and counted them.
+fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
+    let p = Projection::of(task);
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO mesh_queue (
+             id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
+             assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
+             blocked, parked, hold, readonly, task_mode, required_tags, not_before_ms,
+             assigned_provider_type, dispatch_ts, epoch, lease_expires_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
+                 ?19, ?20, ?21, ?22, ?23)",
+    )?;
+    stmt.execute(params![
+        task.id,
+        task.mesh_id,
+        task.status.as_str(),
+        task.target_node_id,
+        task.target_session_id,
+        task.assigned_node_id,
+        task.assigned_session_id,
+        task.created_at,
+        task.updated_at,
+        p.payload,
+        p.priority_rank,
+        deps_unmet,
+        p.blocked,
+        p.parked,
+        hold_of(deps_unmet, p.blocked, p.parked),
+        p.readonly,
+        p.task_mode,
+        p.required_tags,
+        p.not_before_ms,
+        task.assigned_provider_type,
+        task.dispatch_timestamp,
+        task.epoch() as i64,
+        p.lease_expires_ms,
+    ])?;
+    Ok(())
+}
+
+/// Rewrites a row from its task, keeping the readiness count.
+fn update_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
+    let p = Projection::of(task);
+    let mut stmt = conn.prepare_cached(
+        "UPDATE mesh_queue SET
+             status = ?3, target_node_id = ?4, target_session_id = ?5, assigned_node_id = ?6,
+             assigned_session_id = ?7, created_at = ?8, updated_at = ?9, payload = ?10,
+             priority_rank = ?11, deps_unmet = ?12, blocked = ?13, parked = ?14, hold = ?15,
+             readonly = ?16, task_mode = ?17, required_tags = ?18, not_before_ms = ?19,
+             assigned_provider_type = ?20, dispatch_ts = ?21, epoch = ?22, lease_expires_ms = ?23
+         WHERE id = ?1 AND mesh_id = ?2",
+    )?;
+    let n = stmt.execute(params![
+        task.id,
+        task.mesh_id,
+        task.status.as_str(),
+        task.target_node_id,
+        task.target_session_id,
+        task.assigned_node_id,
+        task.assigned_session_id,
+        task.created_at,
+        task.updated_at,
+        p.payload,
+        p.priority_rank,
+        deps_unmet,
+        p.blocked,
+        p.parked,
+        hold_of(deps_unmet, p.blocked, p.parked),
+        p.readonly,
+        p.task_mode,
+        p.required_tags,
+        p.not_before_ms,
+        task.assigned_provider_type,
+        task.dispatch_timestamp,
+        task.epoch() as i64,
+        p.lease_expires_ms,
+    ])?;
+    if n == 0 {
+        return Err(not_found(&task.mesh_id, &task.id));
+    }
+    Ok(())
+}
+
+/// Replaces a task's dependency edges with its `dependsOn` and returns how many of
+/// them are not completed (a missing task counts as not completed).
+fn write_edges(conn: &Connection, task: &Task) -> Res<i64> {
+    conn.prepare_cached("DELETE FROM mesh_task_deps WHERE mesh_id = ?1 AND task_id = ?2")?
+        .execute(params![task.mesh_id, task.id])?;
+    if task.dependencies().is_empty() {
+        return Ok(0);
+    }
+    let mut insert = conn.prepare_cached(
+        "INSERT OR IGNORE INTO mesh_task_deps (mesh_id, task_id, depends_on_id) VALUES (?1, ?2, ?3)",
+    )?;
+    for dep in task.dependencies() {
+        insert.execute(params![task.mesh_id, task.id, dep])?;
+    }
+    count_unmet(conn, &task.mesh_id, &task.id)
+}
+
+fn count_unmet(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<i64> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT COUNT(*) FROM mesh_task_deps d
+           LEFT JOIN mesh_queue q ON q.id = d.depends_on_id AND q.mesh_id = d.mesh_id
+          WHERE d.mesh_id = ?1 AND d.task_id = ?2 AND (q.status IS NULL OR q.status <> 'completed')",
+    )?;
+    Ok(stmt.query_row(params![mesh_id, task_id], |r| r.get(0))?)
+}
+
+/// Ids of the tasks that depend on `task_id`.
+fn dependents(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Vec<String>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT task_id FROM mesh_task_deps WHERE mesh_id = ?1 AND depends_on_id = ?2")?;
+    let ids = stmt.query_map(params![mesh_id, task_id], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+    Ok(ids)
+}
+
+/// Recounts the unmet dependencies of one task and its hold.
+fn refresh_readiness(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<()> {
+    let unmet = count_unmet(conn, mesh_id, task_id)?;
+    conn.prepare_cached(&format!(
+        "UPDATE mesh_queue SET deps_unmet = ?3, hold = {} WHERE mesh_id = ?1 AND id = ?2",
+        HOLD_SQL.replace("deps_unmet", "?3")
+    ))?
+    .execute(params![mesh_id, task_id, unmet])?;
+    Ok(())
+}
+
+/// Keeps the dependents of `task_id` current after its completed-ness changed.
+fn refresh_dependents(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<()> {
+    for dependent in dependents(conn, mesh_id, task_id)? {
+        refresh_readiness(conn, mesh_id, &dependent)?;
+    }
+    Ok(())
+}
+
+/// Writes a task after a lifecycle change, keeping dependents current.
+fn save(conn: &Connection, before: &Loaded, after: &Task) -> Res<()> {
+    update_row(conn, after, before.deps_unmet)?;
+    let was_completed = before.task.status == TaskStatus::Completed;
+    if was_completed != (after.status == TaskStatus::Completed) {
+        refresh_dependents(conn, &after.mesh_id, &after.id)?;
+    }
+    Ok(())
+}
+
+fn task_entry(kind: &str, task: &Task, payload: serde_json::Value, now: Timestamp) -> LedgerEntry {
+    LedgerEntry {
+        id: ledger::new_entry_id(now),
+        mesh_id: task.mesh_id.clone(),
+        timestamp: now.iso(),
+        kind: kind.to_owned(),
+        node_id: task.assigned_node_id.clone(),
+        session_id: task.assigned_session_id.clone(),
+        provider_type: task.assigned_provider_type.clone(),
+        payload,
+    }
+}
+
+fn record(conn: &Connection, kind: &str, task: &Task, payload: serde_json::Value, now: Timestamp) -> Res<()> {
+    ledger::append(conn, &task_entry(kind, task, payload, now))?;
+    Ok(())
+}
+
+/// Blocks the pending dependents of a task that failed or was cancelled.
+fn block_dependents(conn: &Connection, failed: &Task, now: Timestamp) -> Res<()> {
+    for id in dependents(conn, &failed.mesh_id, &failed.id)? {
+        let Some(dep) = load(conn, &failed.mesh_id, &id)? else { continue };
+        if let Some(blocked) = lifecycle::block_for_failed_dependency(&dep.task, &failed.id, now) {
+            save(conn, &dep, &blocked)?;
+            record(
+                conn,
+                kinds::TASK_BLOCKED,
+                &blocked,
+                json!({"taskId": blocked.id, "reason": blocked.blocked_reason, "dependencyId": failed.id}),
+                now,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Lifts the blocks a requeued task had left on its dependents.
+fn unblock_dependents(conn: &Connection, requeued: &Task, now: Timestamp) -> Res<()> {
+    for id in dependents(conn, &requeued.mesh_id, &requeued.id)? {
+        let Some(dep) = load(conn, &requeued.mesh_id, &id)? else { continue };
+        if let Some(unblocked) = lifecycle::unblock_for_requeued_dependency(&dep.task, &requeued.id, now) {
+            save(conn, &dep, &unblocked)?;
+            record(
+                conn,
+                kinds::TASK_UNBLOCKED,
+                &unblocked,
+                json!({"taskId": unblocked.id, "dependencyId": requeued.id}),
+                now,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+// ── Enqueue and raw queue operations ───────────────────────────────────────
+
+fn id_taken(conn: &Connection, task_id: &str) -> Res<bool> {
+    let mut stmt = conn.prepare_cached("SELECT 1 FROM mesh_queue WHERE id = ?1")?;
+    Ok(stmt.query_row([task_id], |_| Ok(())).optional()?.is_some())
+}
+
+/// Enqueues one validated task with its ledger entry.
+pub(crate) fn enqueue(
+    conn: &Connection,
+    mesh_id: &str,
+    new: &NewTask,
+    fresh_id: &str,
+    now: Timestamp,
+) -> Res<Task> {
+    let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
+    if id_taken(conn, &task.id)? {
+        return Err(Fail(StoreError::DuplicateTaskId {
+            mesh_id: task.mesh_id.clone(),
+            task_id: task.id.clone(),
+        }));
+    }
+    if !task.dependencies().is_empty() {
+        let mut lookup_error = None;
+        let cycle = enqueue::find_dependency_cycle(&task.id, task.dependencies(), |id| {
+            dependents(conn, &task.mesh_id, id).unwrap_or_else(|e| {
+                lookup_error = Some(e);
+                Vec::new()
+            })
+        });
+        if let Some(err) = lookup_error {
+            return Err(err);
+        }
+        if let Some(path) = cycle {
+            return Err(Fail(StoreError::DependencyCycle { path }));
+        }
+    }
+    let unmet = write_edges(conn, &task)?;
+    insert_row(conn, &task, unmet)?;
+    let mut payload = json!({"taskId": task.id, "message": task.message});
+    for (key, value) in [
+        ("taskMode", task.task_mode.map(|m| json!(m.as_str()))),
+        ("priority", task.priority.map(|p| json!(p.as_str()))),
+        ("targetNodeId", task.target_node_id.as_ref().map(|v| json!(v))),
+        ("targetSessionId", task.target_session_id.as_ref().map(|v| json!(v))),
+        ("dependsOn", task.depends_on.as_ref().map(|v| json!(v))),
+        ("missionId", task.mission_id.as_ref().map(|v| json!(v))),
+    ] {
+        if let Some(value) = value {
+            payload[key] = value;
+        }
+    }
+    record(conn, kinds::TASK_DISPATCHED, &task, payload, now)?;
+    Ok(task)
+}
+
+/// Inserts tasks as they are, skipping ids that exist; returns how many were new.
+pub(crate) fn import_entries(conn: &Connection, entries: &[Task], _replace: bool) -> Res<u64> {
+    let mut imported = Vec::new();
+    for task in entries {
+        if id_taken(conn, &task.id)? {
+            continue;
+        }
+        write_edges(conn, task)?;
+        insert_row(conn, task, 0)?;
+        imported.push(task);
+    }
+    // Counted after every row is in, since entries may name each other in any order.
+    for task in &imported {
+        refresh_readiness(conn, &task.mesh_id, &task.id)?;
+        refresh_dependents(conn, &task.mesh_id, &task.id)?;
+    }
+    Ok(imported.len() as u64)
+}
+
+/// Tasks in a mesh.
+pub(crate) fn mesh_task_count(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    let mut stmt = conn.prepare_cached("SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1")?;
+    Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// Replaces the whole queue of a mesh.
+pub(crate) fn replace_queue(conn: &Connection, mesh_id: &str, entries: &[Task]) -> Res<()> {
+    delete_queue(conn, mesh_id)?;
+    for (i, task) in entries.iter().enumerate() {
+        if task.mesh_id != mesh_id {
+            return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+                format!("entries[{i}].meshId"),
+                format!("belongs to mesh {:?}, not {mesh_id:?}", task.mesh_id),
+            ))));
+        }
+        if id_taken(conn, &task.id)? {
+            return Err(Fail(StoreError::DuplicateTaskId {
+                mesh_id: mesh_id.to_owned(),
+                task_id: task.id.clone(),
+            }));
+        }
+        write_edges(conn, task)?;
+        insert_row(conn, task, 0)?;
+    }
+    for task in entries {
+        refresh_readiness(conn, mesh_id, &task.id)?;
+    }
+    Ok(())
+}
+
+/// Deletes every task of a mesh with its edges.
+pub(crate) fn delete_queue(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    conn.execute("DELETE FROM mesh_task_deps WHERE mesh_id = ?1", [mesh_id])?;
+    Ok(conn.execute("DELETE FROM mesh_queue WHERE mesh_id = ?1", [mesh_id])? as u64)
+}
+
+/// Inserts a task as given.
+pub(crate) fn insert_entry(conn: &Connection, task: &Task) -> Res<()> {
+    if task.id.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "id",
+            "must not be blank",
+        ))));
+    }
+    if id_taken(conn, &task.id)? {
+        return Err(Fail(StoreError::DuplicateTaskId {
+            mesh_id: task.mesh_id.clone(),
+            task_id: task.id.clone(),
+        }));
+    }
+    let unmet = write_edges(conn, task)?;
+    insert_row(conn, task, unmet)?;
+    if task.status == TaskStatus::Completed {
+        refresh_dependents(conn, &task.mesh_id, &task.id)?;
+    }
+    Ok(())
+}
+
+/// Rewrites a task as given, stamping `updatedAt`.
+pub(crate) fn update_entry(conn: &Connection, entry: &Task, now: Timestamp) -> Res<Task> {
+    let before = load_required(conn, &entry.mesh_id, &entry.id)?;
+    let mut task = entry.clone();
+    task.updated_at = now.iso();
+    let unmet = write_edges(conn, &task)?;
+    save(conn, &Loaded { task: before.task, deps_unmet: unmet }, &task)?;
+    Ok(task)
+}
+
+// ── Reads ───────────────────────────────────────────────────────────────────
+
+fn decode_rows(rows: Vec<(String, String)>) -> Res<Vec<Task>> {
+    rows.into_iter().map(|(id, payload)| decode(&id, &payload)).collect()
+}
+
+pub(crate) fn find(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Task>> {
+    Ok(load(conn, mesh_id, task_id)?.map(|l| l.task))
+}
+
+pub(crate) fn entries(conn: &Connection, mesh_id: &str, statuses: &[TaskStatus]) -> Res<Vec<Task>> {
+    let mut sql = String::from("SELECT id, payload FROM mesh_queue WHERE mesh_id = ?");
+    let mut args = vec![Value::Text(mesh_id.to_owned())];
+    if !statuses.is_empty() {
+        sql.push_str(&format!(" AND status IN ({})", vec!["?"; statuses.len()].join(", ")));
+        args.extend(statuses.iter().map(|s| Value::Text(s.as_str().to_owned())));
+    }
+    sql.push_str(" ORDER BY created_at ASC, rowid ASC");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let rows = stmt
+        .query_map(params_from_iter(args.iter()), |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    decode_rows(rows)
+}
+
+pub(crate) fn revision(conn: &Connection, mesh_id: &str) -> Res<String> {
+    let mut stmt = conn
+        .prepare_cached("SELECT id, status, updated_at FROM mesh_queue WHERE mesh_id = ?1 ORDER BY id ASC")?;
+    let lines = stmt
+        .query_map([mesh_id], |r| {
+            Ok(format!("{}\t{}\t{}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(lines.join("\n"))
+}
+
+pub(crate) fn has_active_assignment(
+    conn: &Connection,
+    mesh_id: &str,
+    session_id: &str,
+    node_id: &str,
+) -> Res<bool> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT 1 FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+            AND (assigned_session_id = ?2 OR assigned_node_id = ?3) LIMIT 1",
+    )?;
+    Ok(stmt.query_row(params![mesh_id, session_id, node_id], |_| Ok(())).optional()?.is_some())
+}
+
+pub(crate) fn node_assignment_count(conn: &Connection, mesh_id: &str, node_id: &str) -> Res<u64> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id = ?2",
+    )?;
+    Ok(stmt.query_row(params![mesh_id, node_id], |r| r.get::<_, i64>(0))? as u64)
+}
+
+pub(crate) fn pending_count(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    let mut stmt =
+        conn.prepare_cached("SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'pending'")?;
+    Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
+}
+
+pub(crate) fn stats(conn: &Connection, mesh_id: &str) -> Res<Vec<StatusCount>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT status, COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 GROUP BY status")?;
+    let rows = stmt
+        .query_map([mesh_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::new();
+    for status in TaskStatus::ALL {
+        if let Some((_, n)) = rows.iter().find(|(s, _)| s == status.as_str()) {
+            out.push(StatusCount { status, count: *n as u64 });
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn active_assignments(conn: &Connection, mesh_id: &str) -> Res<Vec<ActiveAssignment>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, payload FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+          ORDER BY dispatch_ts ASC, rowid ASC",
+    )?;
+    let rows = stmt.query_map([mesh_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(decode_rows(rows)?
+        .into_iter()
+        .map(|t| ActiveAssignment {
+            epoch: t.epoch(),
+            id: t.id,
+            node_id: t.assigned_node_id,
+            session_id: t.assigned_session_id,
+            provider_type: t.assigned_provider_type,
+            message: t.message,
+            dispatch_timestamp: t.dispatch_timestamp,
+            lease_expires_at: t.lease_expires_at,
+        })
+        .collect())
+}
+
+fn assigned_to_session(conn: &Connection, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, payload FROM mesh_queue
+          WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2",
+    )?;
+    let rows = stmt
+        .query_map(params![mesh_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<Vec<_>, _>>()?;
+    decode_rows(rows)
+}
+
+pub(crate) fn find_assigned_by_session(
+    conn: &Connection,
+    mesh_id: &str,
+    session_id: &str,
+    occurred_at: Option<&str>,
+    task_id: Option<&str>,
+) -> Res<Option<Task>> {
+    let assigned = assigned_to_session(conn, mesh_id, session_id)?;
+    Ok(match_completion(&assigned, task_id, occurred_at).cloned())
+}
+
+pub(crate) fn expired_leases(conn: &Connection, now: Timestamp) -> Res<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT mesh_id, id FROM mesh_queue
+          WHERE status = 'assigned' AND lease_expires_ms IS NOT NULL AND lease_expires_ms < ?1
+          ORDER BY lease_expires_ms",
+    )?;
+    let rows =
+        stmt.query_map([now.millis()], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+// ── Claim ───────────────────────────────────────────────────────────────────
+
+/// The candidate columns a claim reads, without the payload.
+struct Candidate {
+    id: String,
+    required_tags: Vec<String>,
+    not_before_ms: Option<i64>,
+    task_mode: Option<TaskMode>,
+    readonly: bool,
+    target_node_id: Option<String>,
+    target_session_id: Option<String>,
+}
+
+impl Candidate {
+    fn facts(&self, hold: i64) -> CandidateFacts<'_> {
+        CandidateFacts {
+            required_tags: &self.required_tags,
+            dependencies_met: hold != 1,
+            not_before_ms: self.not_before_ms,
+            parked: hold == 2,
+            task_mode: self.task_mode,
+            readonly: self.readonly,
+            target_node_id: self.target_node_id.as_deref(),
+            target_session_id: self.target_session_id.as_deref(),
+        }
+    }
+}
+
+/// One ordered stream of candidates: a claim tier at one hold value.
+#[derive(Clone, Copy)]
+enum Tier {
+    Session,
+    Node,
+    Open,
+}
+
+const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
+
+fn stream_sql(tier: Tier, readonly_only: bool, forms: usize) -> String {
+    let mut sql = String::from(
+        "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id
+           FROM mesh_queue WHERE mesh_id = ?1 AND status = 'pending' AND hold = ?2 AND ",
+    );
+    match tier {
+        Tier::Session => sql.push_str("target_session_id = ?3"),
+        Tier::Node => {
+            sql.push_str("target_session_id IS NULL AND target_node_id IN (");
+            sql.push_str(&(0..forms).map(|i| format!("?{}", i + 3)).collect::<Vec<_>>().join(", "));
+            sql.push(')');
+        }
+        Tier::Open => sql.push_str("target_session_id IS NULL AND target_node_id IS NULL"),
+    }
+    if readonly_only {
+        sql.push_str(" AND readonly = 1");
+    }
+    sql.push_str(" ORDER BY priority_rank DESC, created_at ASC, rowid ASC");
+    sql
+}
+
+/// Walks one stream in claim order, calling `visit` until it returns `true` or
+/// `limit` rows were seen.
+fn scan(
+    conn: &Connection,
+    mesh_id: &str,
+    claimant: &Claimant,
+    forms: &[String],
+    tier: Tier,
+    hold: i64,
+    readonly_only: bool,
+    limit: usize,
+    mut visit: impl FnMut(&Candidate) -> bool,
+) -> Res<()> {
+    let sql = stream_sql(tier, readonly_only, forms.len());
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut args: Vec<Value> = vec![Value::Text(mesh_id.to_owned()), Value::Integer(hold)];
+    match tier {
+        Tier::Session => args.push(Value::Text(claimant.session_id.clone())),
+        Tier::Node => args.extend(forms.iter().map(|f| Value::Text(f.clone()))),
+        Tier::Open => {}
+    }
+    let mut rows = stmt.query(params_from_iter(args.iter()))?;
+    let mut seen = 0;
+    while let Some(row) = rows.next()? {
+        let id: String = row.get(0)?;
+        let tags: Option<String> = row.get(1)?;
+        let mode: Option<String> = row.get(3)?;
+        let candidate = Candidate {
+            required_tags: match tags {
+                Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(&id, e))?,
+                None => Vec::new(),
+            },
+            not_before_ms: row.get(2)?,
+            task_mode: mode.and_then(|m| m.parse().ok()),
+            readonly: row.get(4)?,
+            target_node_id: row.get(5)?,
+            target_session_id: row.get(6)?,
+            id,
+        };
+        seen += 1;
+        if visit(&candidate) || seen >= limit {
+            break;
+        }
+    }
+    Ok(())
+}
+
+fn exists(conn: &Connection, sql: &str, args: &[Value]) -> Res<bool> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    Ok(stmt.query_row(params_from_iter(args.iter()), |_| Ok(())).optional()?.is_some())
+}
+
+fn in_list(start: usize, n: usize) -> String {
+    (0..n).map(|i| format!("?{}", start + i)).collect::<Vec<_>>().join(", ")
+}
+
+/// The load of the claimant's node: busy with any assignment, and whether the
+/// provider's parallel cap is reached. All id forms of the node count as one node.
+fn node_load(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<NodeLoad> {
+    let mut args: Vec<Value> = vec![Value::Text(mesh_id.to_owned())];
+    args.extend(forms.iter().map(|f| Value::Text(f.clone())));
+    let node_busy = !forms.is_empty()
+        && exists(
+            conn,
+            &format!(
+                "SELECT 1 FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+                    AND assigned_node_id IN ({}) LIMIT 1",
+                in_list(2, forms.len())
+            ),
+            &args,
+        )?;
+    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty());
+    let cap_reached = match (provider, claimant.provider_max_parallel) {
+        (Some(provider), Some(max)) if !forms.is_empty() => {
+            args.push(Value::Text(provider.to_owned()));
+            let sql = format!(
+                "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+                    AND assigned_node_id IN ({}) AND assigned_provider_type = ?{}",
+                in_list(2, forms.len()),
+                forms.len() + 2
+            );
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let active: i64 = stmt.query_row(params_from_iter(args.iter()), |r| r.get(0))?;
+            active >= i64::from(max)
+        }
+        _ => false,
+    };
+    Ok(NodeLoad { node_busy, cap_reached })
+}
+
+/// Claims the next task for `claimant` in one transaction.
+///
+/// Candidates come tier by tier (session-pinned, node-pinned, open), each in
+/// priority then age order, straight from the claim indexes and only among tasks
+/// whose hold is 0. The first candidate that passes every gate wins; only its
+/// payload is decoded. When none passes, a bounded look at the other candidates
+/// names the reason of the one that got furthest.
+pub(crate) fn claim(
+    conn: &Connection,
+    mesh_id: &str,
+    claimant: &Claimant,
+    opts: &ClaimOptions,
+    now: Timestamp,
+) -> Res<ClaimOutcome> {
+    if claimant.session_id.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "sessionId",
+            "must not be blank",
+        ))));
+    }
+    if claimant.node_id.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "nodeId",
+            "must not be blank",
+        ))));
+    }
+    if exists(
+        conn,
+        "SELECT 1 FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2 LIMIT 1",
+        &[Value::Text(mesh_id.to_owned()), Value::Text(claimant.session_id.clone())],
+    )? {
+        return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
+    }
+    let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
+    let load = node_load(conn, mesh_id, claimant, &forms)?;
+
+    let mut best: Option<ClaimRefusal> = None;
+    let mut winner: Option<String> = None;
+    if !load.cap_reached {
+        for tier in TIERS {
+            scan(conn, mesh_id, claimant, &forms, tier, 0, load.node_busy, usize::MAX, |c| {
+                if claim_tier(c.target_node_id.as_deref(), c.target_session_id.as_deref(), claimant).is_none()
+                {
+                    // Defensive: the tier queries already select only this claimant's rows.
+                    best = Some(ClaimRefusal::furthest(best, ClaimRefusal::TargetPinUnmatched));
+                    return false;
+                }
+                match check_gates(&c.facts(0), claimant, load, now) {
+                    Ok(()) => {
+                        winner = Some(c.id.clone());
+                        true
+                    }
+                    Err(reason) => {
+                        best = Some(ClaimRefusal::furthest(best, reason));
+                        false
+                    }
+                }
+            })?;
+            if winner.is_some() {
+                break;
+            }
+        }
+    }
+    if let Some(id) = winner {
+        let before = load_required(conn, mesh_id, &id)?;
+        let after = lifecycle::claim(&before.task, claimant, opts.lease_ms, now)?;
+        save(conn, &before, &after)?;
+        record(
+            conn,
+            kinds::TASK_CLAIMED,
+            &after,
+            json!({
+                "taskId": after.id,
+                "epoch": after.epoch(),
+                "dispatchTimestamp": after.dispatch_timestamp,
+                "leaseExpiresAt": after.lease_expires_at,
+            }),
+            now,
+        )?;
+        return Ok(ClaimOutcome::Claimed(after));
+    }
+    Ok(ClaimOutcome::Refused(diagnose(conn, mesh_id, claimant, &forms, load, now, best)?))
+}
+
+/// Names the refusal when no candidate passed: the reason of the candidate that got
+/// furthest through the gates, looking at up to [`DIAGNOSIS_LIMIT`] candidates of
+/// each stream the winner scan did not fully cover, deepest possible first.
+fn diagnose(
+    conn: &Connection,
+    mesh_id: &str,
+    claimant: &Claimant,
+    forms: &[String],
+    load: NodeLoad,
+    now: Timestamp,
+    mut best: Option<ClaimRefusal>,
+) -> Res<ClaimRefusal> {
+    let depth = |b: &Option<ClaimRefusal>| b.map_or(0, |r| r.depth());
+    // Streams by hold, with the deepest gate a candidate in them can reach.
+    let ready_max = if load.cap_reached {
+        ClaimRefusal::ParallelCapReached.depth()
+    } else {
+        ClaimRefusal::NodeBusyWithActiveAssignment.depth()
+    };
+    let ready_covered = !load.cap_reached && !load.node_busy;
+    let streams = [
+        (0, ready_max, ready_covered),
+        (2, ClaimRefusal::TaskParked.depth(), false),
+        (1, ClaimRefusal::DependenciesUnsatisfied.depth(), false),
+    ];
+    for (hold, max_depth, covered) in streams {
+        if covered || depth(&best) >= max_depth {
+            continue;
+        }
+        for tier in TIERS {
+            scan(conn, mesh_id, claimant, forms, tier, hold, false, DIAGNOSIS_LIMIT, |c| {
+                if let Err(reason) = check_gates(&c.facts(hold), claimant, load, now) {
+                    best = Some(ClaimRefusal::furthest(best, reason));
+                }
+                depth(&best) >= max_depth
+            })?;
+            if depth(&best) >= max_depth {
+                break;
+            }
+        }
+    }
+    Ok(best.unwrap_or(ClaimRefusal::NoPendingCandidates))
+}
+
+// ── Lifecycle ───────────────────────────────────────────────────────────────
+
+fn refusal_entry(
+    kind: &str,
+    task: &Task,
+    session_id: &str,
+    reason: &str,
+    presented: Option<u64>,
+    now: Timestamp,
+) -> LedgerEntry {
+    let mut entry = task_entry(
+        kind,
+        task,
+        json!({
+            "taskId": task.id,
+            "reason": reason,
+            "sessionId": session_id,
+            "presentedEpoch": presented,
+            "currentEpoch": task.epoch(),
+            "status": task.status.as_str(),
+        }),
+        now,
+    );
+    entry.session_id = Some(session_id.to_owned());
+    entry
+}
+
+/// Checks that `session_id` holds `task` at `epoch`. On refusal, the refusal is
+/// recorded in the ledger (committed with the transaction) and returned.
+fn check_holder(
+    conn: &Connection,
+    kind: &str,
+    task: &Task,
+    session_id: &str,
+    epoch: Option<u64>,
+    action: agentmesh_core::TaskAction,
+    now: Timestamp,
+) -> Res<Option<StoreError>> {
+    let refusal = if epoch.is_some_and(|e| e != task.epoch()) {
+        Some((
+            "stale_epoch",
+            StoreError::StaleEpoch {
+                task_id: task.id.clone(),
+                presented: epoch.unwrap_or_default(),
+                current: task.epoch(),
+            },
+        ))
+    } else if task.status != TaskStatus::Assigned {
+        Some((
+            "not_assigned",
+            StoreError::InvalidTransition(agentmesh_core::InvalidTransition {
+                task_id: task.id.clone(),
+                from: task.status,
+                action,
+            }),
+        ))
+    } else if !task
+        .assigned_session_id
+        .as_deref()
+        .is_some_and(|s| daemon_id::session_ids_equivalent(s, session_id))
+    {
+        Some((
+            "other_session",
+            StoreError::NotAssignedToSession { task_id: task.id.clone(), session_id: session_id.to_owned() },
+        ))
+    } else {
+        None
+    };
+    match refusal {
+        Some((reason, err)) => {
+            ledger::append(conn, &refusal_entry(kind, task, session_id, reason, epoch, now))?;
+            Ok(Some(err))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Records a completion or failure. The outer `Res` fails the transaction; the
+/// inner `Err` is a refusal that was recorded and must still be committed.
+pub(crate) fn complete(
+    conn: &Connection,
+    mesh_id: &str,
+    report: &CompletionReport,
+    now: Timestamp,
+) -> Res<Result<Task, StoreError>> {
+    if report.session_id.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "sessionId",
+            "must not be blank",
+        ))));
+    }
+    let before = match &report.task_id {
+        Some(id) => load_required(conn, mesh_id, id)?,
+        None => {
+            let assigned = assigned_to_session(conn, mesh_id, &report.session_id)?;
+            let Some(task) = match_completion(&assigned, None, report.occurred_at.as_deref()) else {
+                return Ok(Err(StoreError::NoAssignedTask {
+                    mesh_id: mesh_id.to_owned(),
+                    session_id: report.session_id.clone(),
+                }));
+            };
+            load_required(conn, mesh_id, &task.id)?
+        }
+    };
+    let action = match report.outcome {
+        Outcome::Completed { .. } => agentmesh_core::TaskAction::Complete,
+        Outcome::Failed { .. } => agentmesh_core::TaskAction::Fail,
+    };
+    if let Some(refused) = check_holder(
+        conn,
+        kinds::COMPLETION_REFUSED,
+        &before.task,
+        &report.session_id,
+        report.epoch,
+        action,
+        now,
+    )? {
+        return Ok(Err(refused));
+    }
+    let after = match &report.outcome {
+        Outcome::Completed { summary } => lifecycle::complete(&before.task, summary.as_deref(), now)?,
+        Outcome::Failed { reason, summary } => {
+            lifecycle::fail(&before.task, reason, summary.as_deref(), now)?
+        }
+    };
+    save(conn, &before, &after)?;
+    let mut payload = json!({"taskId": after.id, "epoch": after.epoch(), "summary": after.final_summary});
+    let kind = if after.status == TaskStatus::Completed {
+        kinds::TASK_COMPLETED
+    } else {
+        payload["reason"] = json!(after.failure_reason);
+        kinds::TASK_FAILED
+    };
+    record(conn, kind, &after, payload, now)?;
+    if after.status == TaskStatus::Failed {
+        block_dependents(conn, &after, now)?;
+    }
+    Ok(Ok(after))
+}
+
+/// Extends a lease; refusals are recorded like completion refusals.
+pub(crate) fn heartbeat(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    session_id: &str,
+    epoch: u64,
+    lease_ms: i64,
+    now: Timestamp,
+) -> Res<Result<Task, StoreError>> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    if let Some(refused) = check_holder(
+        conn,
+        kinds::HEARTBEAT_REFUSED,
+        &before.task,
+        session_id,
+        Some(epoch),
+        agentmesh_core::TaskAction::Heartbeat,
+        now,
+    )? {
+        return Ok(Err(refused));
+    }
+    let after = lifecycle::heartbeat(&before.task, lease_ms, now)?;
+    save(conn, &before, &after)?;
+    Ok(Ok(after))
+}
+
+pub(crate) fn cancel(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> Res<Task> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let after = lifecycle::cancel(&before.task, reason, now)?;
+    save(conn, &before, &after)?;
+    let mut entry = task_entry(
+        kinds::TASK_CANCELLED,
+        &after,
+        json!({"taskId": after.id, "reason": reason, "previousStatus": before.task.status.as_str()}),
+        now,
+    );
+    entry.node_id = before.task.assigned_node_id.clone();
+    entry.session_id = before.task.assigned_session_id.clone();
+    ledger::append(conn, &entry)?;
+    block_dependents(conn, &after, now)?;
+    Ok(after)
+}
+
+pub(crate) fn requeue(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    opts: &RequeueOptions,
+    now: Timestamp,
+) -> Res<Requeued> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let out = lifecycle::requeue(&before.task, opts, now)?;
+    save(conn, &before, out.task())?;
+    match &out {
+        Requeued::Pending(t) => {
+            record(
+                conn,
+                kinds::TASK_REQUEUED,
+                t,
+                json!({
+                    "taskId": t.id,
+                    "reason": opts.reason,
+                    "requeueCount": t.requeue_count,
+                    "previousStatus": before.task.status.as_str(),
+                    "forced": opts.force,
+                }),
+                now,
+            )?;
+            unblock_dependents(conn, t, now)?;
+        }
+        Requeued::RetriesExhausted(t) => {
+            record(
+                conn,
+                kinds::TASK_FAILED,
+                t,
+                json!({"taskId": t.id, "epoch": t.epoch(), "reason": t.failure_reason}),
+                now,
+            )?;
+            block_dependents(conn, t, now)?;
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn reclaim(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Res<Task> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let after = lifecycle::reclaim(&before.task, reason, now)?;
+    save(conn, &before, &after)?;
+    let age_ms = before
+        .task
+        .dispatch_timestamp
+        .as_deref()
+        .and_then(Timestamp::parse_iso)
+        .map(|t| now.millis() - t.millis());
+    let mut entry = task_entry(
+        kinds::TASK_RECLAIMED,
+        &after,
+        json!({
+            "taskId": after.id,
+            "reason": reason,
+            "ageMs": age_ms,
+            "reclaimCount": after.stranded_reclaim_count,
+            "outcome": if after.status == TaskStatus::Failed { "failed" } else { "requeued" },
+        }),
+        now,
+    );
+    entry.node_id = before.task.assigned_node_id.clone();
+    entry.session_id = before.task.assigned_session_id.clone();
+    entry.provider_type = before.task.assigned_provider_type.clone();
+    ledger::append(conn, &entry)?;
+    if after.status == TaskStatus::Failed {
+        block_dependents(conn, &after, now)?;
+    }
+    Ok(after)
+}
+
+// ── Migration ───────────────────────────────────────────────────────────────
+
+/// Fills the projected columns and dependency edges of every existing row (used
+/// when upgrading a database the original wrote). Rows whose payload cannot be
+/// decoded are kept as they are and held out of claims.
+pub(crate) fn backfill_projection(conn: &rusqlite::Transaction<'_>) -> Res<()> {
+    let rows: Vec<(i64, String, String)> = conn
+        .prepare("SELECT rowid, id, payload FROM mesh_queue")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut readable = Vec::new();
+    for (rowid, id, payload) in rows {
+        match Task::from_json(&payload) {
+            Ok(task) => {
+                write_edges(conn, &task)?;
+                update_row(conn, &task, 0)?;
+                readable.push(task);
+            }
+            Err(err) => {
+                tracing::warn!(task_id = %id, %err, "task payload unreadable; held out of claims");
+                conn.execute(
+                    "UPDATE mesh_queue SET hold = ?1 WHERE rowid = ?2",
+                    params![HOLD_UNREADABLE, rowid],
+                )?;
+            }
+        }
+    }
+    for task in &readable {
+        refresh_readiness(conn, &task.mesh_id, &task.id)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! The command line: every command, flag and help text, as clap derive types.
+//!
+//! This module only describes the grammar. It does not validate values the core
+//! owns (modes, priorities, statuses are plain strings here, so the core's error
+//! names the field), and it never touches the store; `commands` does both.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// A durable coordination runtime for meshes of AI coding agents.
+///
+/// A coordinator enqueues tasks, workers claim and complete them, and every
+/// decision is recorded in an append-only ledger.
+#[derive(Debug, Parser)]
+#[command(name = "agentmesh", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Options every command accepts, before or after the subcommand.
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options shared by every command.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Directory holding the database (mesh-runtime.db) [default: ~/.agentmesh]
+    #[arg(long, global = true, value_name = "DIR", env = "AGENTMESH_HOME")]
+    pub data_dir: Option<PathBuf>,
+    /// The mesh to work in; nothing crosses from one mesh to another
+    #[arg(long, global = true, value_name = "ID", env = "AGENTMESH_MESH", default_value = "default")]
+    pub mesh: String,
+    /// Print exactly one JSON document on stdout (errors included)
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Enqueue, inspect, cancel and requeue tasks (the coordinator's side)
+    #[command(subcommand)]
+    Task(TaskCommand),
+    /// Claim the next task for a worker session
+    Claim(ClaimArgs),
+    /// Report that a worker session's task ended
+    Complete(CompleteArgs),
+    /// Read the append-only ledger
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
+}
+
+/// `agentmesh task ...`
+#[derive(Debug, Subcommand)]
+pub enum TaskCommand {
+    /// Enqueue a task
+    Add(TaskAddArgs),
+    /// List the tasks of the mesh, oldest first
+    List(TaskListArgs),
+    /// Show one task with every field
+    Show(TaskShowArgs),
+    /// Cancel a pending or assigned task
+    Cancel(TaskCancelArgs),
+    /// Put a task back in the queue, spending one retry
+    Requeue(TaskRequeueArgs),
+}
+
+/// Arguments of `task add`.
+#[derive(Debug, Args)]
+pub struct TaskAddArgs {
+    /// The instruction for the worker
+    pub message: String,
+    /// Task id [default: a fresh UUID]
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Kind of work: code_change, validation, live_debug_readonly, launch_app or convergence
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// Mark the task read-only, so it may run beside other work on a busy node
+    #[arg(long)]
+    pub readonly: bool,
+    /// Only this node may claim the task
+    #[arg(long, value_name = "NODE")]
+    pub target_node: Option<String>,
+    /// Only this worker session may claim the task
+    #[arg(long, value_name = "SESSION")]
+    pub target_session: Option<String>,
+    /// A capability tag the claiming node must offer (repeatable)
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// Pull priority: low, normal or high [default: normal]
+    #[arg(long, value_name = "PRIORITY")]
+    pub priority: Option<String>,
+    /// Earliest claim time: an ISO-8601 instant, or milliseconds (an offset from now
+    /// below one year, else epoch milliseconds)
+    #[arg(long, value_name = "ISO_OR_MS")]
+    pub not_before: Option<String>,
+    /// A task that must complete first (repeatable; it may be enqueued later)
+    #[arg(long = "depends-on", value_name = "ID")]
+    pub depends_on: Vec<String>,
+    /// The mission the task belongs to
+    #[arg(long, value_name = "ID")]
+    pub mission: Option<String>,
+    /// How often the task may be requeued before it fails [default: 1]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub max_retries: Option<i64>,
+    /// The coordinator session that enqueues the task
+    #[arg(long, value_name = "SESSION")]
+    pub coordinator_session: Option<String>,
+}
+
+/// Arguments of `task list`.
+#[derive(Debug, Args)]
+pub struct TaskListArgs {
+    /// Only tasks with this status: pending, assigned, completed, failed or cancelled
+    /// (repeatable) [default: every status]
+    #[arg(long = "status", value_name = "STATUS")]
+    pub statuses: Vec<String>,
+}
+
+/// Arguments of `task show`.
+#[derive(Debug, Args)]
+pub struct TaskShowArgs {
+    /// The task id
+    pub id: String,
+}
+
+/// Arguments of `task cancel`.
+#[derive(Debug, Args)]
+pub struct TaskCancelArgs {
+    /// The task id
+    pub id: String,
+    /// Why the task is withdrawn
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+/// Arguments of `task requeue`.
+#[derive(Debug, Args)]
+pub struct TaskRequeueArgs {
+    /// The task id
+    pub id: String,
+    /// Why the task goes back
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Requeue even an assigned or completed task, ignoring the retry budget
+    #[arg(long)]
+    pub force: bool,
+    /// Set a new retry budget for the task
+    #[arg(long, value_name = "N")]
+    pub max_retries: Option<u32>,
+    /// Keep the task pinned to its target session (the pin is dropped by default)
+    #[arg(long)]
+    pub keep_session_pin: bool,
+}
+
+/// Arguments of `claim`.
+#[derive(Debug, Args)]
+pub struct ClaimArgs {
+    /// The node (machine or worktree) the session runs on
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    /// The worker session asking for work
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// A capability tag the node offers, such as os=linux (repeatable)
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// The session's provider type, such as claude-cli
+    #[arg(long, value_name = "TYPE")]
+    pub provider: Option<String>,
+    /// At most this many tasks assigned at once to this provider on this node
+    #[arg(long, value_name = "N")]
+    pub max_parallel: Option<u32>,
+    /// The node is a worktree clone (never takes convergence tasks)
+    #[arg(long)]
+    pub worktree: bool,
+    /// Lease length in seconds; the task is reclaimed when it runs out
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub lease_secs: Option<u32>,
+}
+
+/// Arguments of `complete`.
+#[derive(Debug, Args)]
+pub struct CompleteArgs {
+    /// The reporting worker session
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// The task [default: the session's assigned task]
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// The epoch the claim returned; a report for an older epoch is refused
+    #[arg(long, value_name = "N")]
+    pub epoch: Option<u64>,
+    /// The worker's account of what was done
+    #[arg(long, value_name = "TEXT")]
+    pub summary: Option<String>,
+    /// Report failure instead of success
+    #[arg(long)]
+    pub failed: bool,
+    /// Why the task failed (with --failed) [default: "worker reported failure"]
+    #[arg(long, requires = "failed")]
+    pub reason: Option<String>,
+}
+
+/// `agentmesh ledger ...`
+#[derive(Debug, Subcommand)]
+pub enum LedgerCommand {
+    /// Print the newest entries, oldest first
+    Tail(LedgerTailArgs),
+    /// Read one page of the ledger slice protocol
+    Slice(LedgerSliceArgs),
+}
+
+/// Arguments of `ledger tail`.
+#[derive(Debug, Args)]
+pub struct LedgerTailArgs {
+    /// How many of the newest entries to print
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// Only entries of this kind, such as task_claimed (repeatable)
+    #[arg(long = "kind", value_name = "KIND")]
+    pub kinds: Vec<String>,
+    /// Only entries at or after this ISO-8601 instant
+    #[arg(long, value_name = "ISO")]
+    pub since: Option<String>,
+}
+
+/// Arguments of `ledger slice`.
+#[derive(Debug, Args)]
+pub struct LedgerSliceArgs {
+    /// Start after this entry id (the previous page's next cursor)
+    #[arg(long, value_name = "ID")]
+    pub after: Option<String>,
+    /// Page size, 1 to 500 [default: 100]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// Only entries of this kind
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<String>,
+    /// Only entries at or after this ISO-8601 instant
+    #[arg(long, value_name = "ISO")]
+    pub since: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_options_go_before_or_after_the_subcommand() {
+        let before = Cli::try_parse_from(["agentmesh", "--json", "--mesh", "m", "task", "list"]).unwrap();
+        let after = Cli::try_parse_from(["agentmesh", "task", "list", "--mesh", "m", "--json"]).unwrap();
+        assert!(before.global.json && after.global.json);
+        assert_eq!(before.global.mesh, "m");
+        assert_eq!(after.global.mesh, "m");
+    }
+}

@@ -1,0 +1,119 @@
+//! How a failed command ends: the exit code, the machine-readable error code and
+//! the report on stderr (and on stdout with `--json`).
+//!
+//! [`classify`] is the one place that decides exit codes: 2 when the caller's
+//! input was at fault (a clap error, an [`InvalidInput`] raised here or in the
+//! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else.
+//! Commands never pick an exit code themselves; they return an `anyhow::Error` and
+//! the classification looks through its whole chain.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use agentmesh_core::InvalidInput;
+use agentmesh_store::StoreError;
+use serde_json::json;
+
+/// Exit code for bad input.
+pub const EXIT_BAD_INPUT: u8 = 2;
+/// Exit code for every other failure.
+pub const EXIT_FAILURE: u8 = 1;
+
+/// What an error means for the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classified {
+    /// The process exit code.
+    pub exit_code: u8,
+    /// The stable code in the JSON error object.
+    pub code: &'static str,
+}
+
+/// Decides the exit code and wire code of `err`, from the first error in its chain
+/// that this crate knows.
+pub fn classify(err: &anyhow::Error) -> Classified {
+    for cause in err.chain() {
+        if let Some(store) = cause.downcast_ref::<StoreError>() {
+            let exit_code = if store.is_caller_error() { EXIT_BAD_INPUT } else { EXIT_FAILURE };
+            return Classified { exit_code, code: store.code() };
+        }
+        if cause.downcast_ref::<InvalidInput>().is_some() {
+            return Classified { exit_code: EXIT_BAD_INPUT, code: "invalid_input" };
+        }
+    }
+    Classified { exit_code: EXIT_FAILURE, code: "internal_error" }
+}
+
+/// True when `err` is only the reader of our stdout going away (`agentmesh task
+/// list | head`), which is not worth a complaint.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|cause| cause.downcast_ref::<io::Error>())
+        .any(|io_err| io_err.kind() == io::ErrorKind::BrokenPipe)
+}
+
+/// Reports `err` (stderr always, stdout too with `json`) and returns the exit code.
+pub fn report(err: &anyhow::Error, json: bool) -> ExitCode {
+    if is_broken_pipe(err) {
+        return ExitCode::SUCCESS;
+    }
+    let classified = classify(err);
+    let message = format!("{err:#}");
+    eprintln!("agentmesh: {message}");
+    if json {
+        print_json_error(classified.code, &message);
+    }
+    ExitCode::from(classified.exit_code)
+}
+
+/// Reports a command-line parsing error from clap (its own rendering on stderr,
+/// the JSON object on stdout with `json`) and returns exit code 2. Help and
+/// version requests are printed and exit 0.
+pub fn report_usage(err: &clap::Error, json: bool) -> ExitCode {
+    // `print` writes help and version to stdout and real errors to stderr.
+    let _ = err.print();
+    if !err.use_stderr() {
+        return ExitCode::SUCCESS;
+    }
+    if json {
+        let rendered = err.render().to_string();
+        let first_line = rendered.lines().next().unwrap_or_default();
+        let message = first_line.strip_prefix("error: ").unwrap_or(first_line);
+        print_json_error("invalid_input", message);
+    }
+    ExitCode::from(EXIT_BAD_INPUT)
+}
+
+fn print_json_error(code: &str, message: &str) {
+    let body = json!({ "error": { "code": code, "message": message } });
+    let mut stdout = io::stdout().lock();
+    // Nothing useful can be done when stdout is gone while reporting an error.
+    let _ = writeln!(stdout, "{body}");
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    use super::*;
+
+    #[test]
+    fn caller_errors_exit_2_and_keep_their_code() {
+        let err = anyhow::Error::new(StoreError::TaskNotFound { mesh_id: "m".into(), task_id: "t".into() })
+            .context("failed to cancel task t");
+        assert_eq!(classify(&err), Classified { exit_code: 2, code: "task_not_found" });
+        let err = anyhow::Error::new(InvalidInput::new("status", "unknown"));
+        assert_eq!(classify(&err), Classified { exit_code: 2, code: "invalid_input" });
+    }
+
+    #[test]
+    fn system_errors_exit_1() {
+        let err = anyhow::Error::new(StoreError::Busy);
+        assert_eq!(classify(&err), Classified { exit_code: 1, code: "busy" });
+        let err: anyhow::Error =
+            Err::<(), _>(io::Error::other("disk on fire")).context("writing").unwrap_err();
+        assert_eq!(classify(&err), Classified { exit_code: 1, code: "internal_error" });
+        assert!(!is_broken_pipe(&err));
+        let pipe = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe));
+        assert!(is_broken_pipe(&pipe));
+    }
+}
