@@ -1167,3 +1167,66 @@ pub(crate) fn backfill_projection(conn: &rusqlite::Transaction<'_>) -> Res<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(conn: &Connection, sql: &str, args: &[Value]) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows: Vec<String> = stmt
+            .query_map(params_from_iter(args.iter()), |r| r.get(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        rows.join(" | ")
+    }
+
+    /// Every claim stream is an index range in claim order: no sort, no table scan,
+    /// whatever the queue depth.
+    #[test]
+    fn claim_streams_walk_their_index_in_claim_order() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        conn.execute_batch("ANALYZE").unwrap();
+        let t = |s: &str| Value::Text(s.to_owned());
+        let cases = [
+            (stream_sql(Tier::Open, false, 0), vec![t("m"), Value::Integer(0)], "idx_mesh_queue_claim_open"),
+            (
+                stream_sql(Tier::Open, true, 0),
+                vec![t("m"), Value::Integer(0)],
+                "idx_mesh_queue_claim_open_readonly",
+            ),
+            (
+                stream_sql(Tier::Session, false, 0),
+                vec![t("m"), Value::Integer(0), t("s")],
+                "idx_mesh_queue_claim_session",
+            ),
+        ];
+        for (sql, args, index) in cases {
+            let p = plan(&conn, &sql, &args);
+            assert!(p.contains(index), "{sql}\n{p}");
+            assert!(!p.contains("TEMP B-TREE"), "{sql}\n{p}");
+        }
+        let p = plan(&conn, &stream_sql(Tier::Node, false, 1), &[t("m"), Value::Integer(0), t("n")]);
+        assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
+    }
+
+    #[test]
+    fn hold_sql_mirrors_hold_of() {
+        let conn = Connection::open_in_memory().unwrap();
+        for deps_unmet in [0, 2] {
+            for blocked in [false, true] {
+                for parked in [false, true] {
+                    let sql = format!(
+                        "SELECT {} FROM (SELECT 0 AS hold, ?1 AS deps_unmet, ?2 AS blocked, ?3 AS parked)",
+                        HOLD_SQL
+                    );
+                    let got: i64 =
+                        conn.query_row(&sql, params![deps_unmet, blocked, parked], |r| r.get(0)).unwrap();
+                    assert_eq!(got, hold_of(deps_unmet, blocked, parked), "{deps_unmet} {blocked} {parked}");
+                }
+            }
+        }
+    }
+}
