@@ -240,3 +240,18 @@ fn slice_pages_seek_to_the_cursor() {
     assert!(plan.contains("idx_mesh_event_ledger_slice"), "{plan}");
     assert!(!plan.contains("TEMP B-TREE"), "{plan}");
 }
+
+#[test]
+fn a_wal_past_its_threshold_is_checkpointed_and_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let batch: Vec<NewTask> = (0..200).map(|i| NewTask { message: format!("t{i}"), ..NewTask::default() }).collect();
+    store.enqueue_batch("m", &batch, NOW).unwrap();
+    let wal = dir.path().join("mesh-runtime.db-wal");
+    let before = std::fs::metadata(&wal).unwrap().len();
+    assert!(before > 0, "writes went to the WAL");
+    assert!(!store.checkpoint_if_wal_exceeds(before + 1).unwrap(), "below the threshold nothing happens");
+    assert!(store.checkpoint_if_wal_exceeds(0).unwrap());
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0, "WAL truncated");
+    assert_eq!(store.pending_count("m").unwrap(), 200, "nothing lost by the checkpoint");
+}
