@@ -8,15 +8,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use agentmesh_sqlite::SqliteStore;
+use agentmesh_sqlite::{DB_FILE_NAME, SqliteStore};
 use agentmesh_store::Store;
 use anyhow::Context as _;
 use tempfile::TempDir;
 
 use crate::timing::{self, Timer};
-
-/// The database file name inside a case's dir, as the original names it.
-const DB_FILE: &str = "mesh-runtime.db";
 
 /// Command-line options.
 #[derive(Debug, Clone, Default)]
@@ -115,19 +112,22 @@ impl Harness {
     }
 
     /// Opens a fresh store in a new dir named after `label`, logs the environment
-    /// on first use, and checks that the journal mode is WAL.
+    /// on first use, and checks that the journal mode, read back through the
+    /// store's own connection, is WAL.
     fn fresh_store(&mut self, label: &str) -> anyhow::Result<CaseStore> {
         self.cases_opened += 1;
         let dir = self.root.path().join(format!("{:02}-{label}", self.cases_opened));
         fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
-        let path = dir.join(DB_FILE);
+        let path = dir.join(DB_FILE_NAME);
         let store = SqliteStore::open(&path)
             .with_context(|| format!("failed to open the store at {}", path.display()))?;
-        let (sqlite_version, journal_mode) = read_back(store.path())?;
+        let journal_mode = store.pragma("journal_mode")?;
         if !self.env_logged {
             self.env_logged = true;
             eprintln!(
-                "env agentmesh-bench sqlite={sqlite_version} journal_mode={journal_mode} platform={}-{} quick={}",
+                "env agentmesh-bench sqlite={} journal_mode={journal_mode} synchronous={} platform={}-{} quick={}",
+                SqliteStore::sqlite_version(),
+                store.pragma("synchronous")?,
                 std::env::consts::OS,
                 std::env::consts::ARCH,
                 self.opts.quick,
@@ -182,16 +182,6 @@ fn close(case: CaseStore) {
     let db = case.store.path().to_owned();
     let wal = PathBuf::from(format!("{}-wal", db.display()));
     eprintln!("  files: db={}B wal={}B", file_size(&db), file_size(&wal));
-}
-
-/// SQLite's version and the journal mode, read back through a connection of our own
-/// on the store's file.
-fn read_back(db: &Path) -> anyhow::Result<(String, String)> {
-    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .with_context(|| format!("failed to open {} to read the journal mode", db.display()))?;
-    let version = conn.query_row("SELECT sqlite_version()", [], |row| row.get(0))?;
-    let mode = conn.query_row("PRAGMA journal_mode", [], |row| row.get(0))?;
-    Ok((version, mode))
 }
 
 /// A file's size in bytes, -1 when it does not exist (as the seed prints it).

@@ -23,8 +23,11 @@ mod timing;
 
 use harness::{Harness, Options};
 
+/// Runs every case of one group.
+type RunGroup = fn(&mut Harness);
+
 /// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, fn(&mut Harness)); 4] = [
+const GROUPS: [(&str, RunGroup); 4] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),

@@ -51,7 +51,12 @@ CREATE INDEX idx_mesh_queue_claim_session
     ON mesh_queue(mesh_id, target_session_id, hold, priority_rank DESC, created_at)
     WHERE status = 'pending' AND target_session_id IS NOT NULL;
 
--- Assigned work, by session and by lease expiry.
+-- Assigned work, by node (busy checks, provider caps), by session and by lease
+-- expiry. They replace the original's assignment index, which held every row.
+DROP INDEX IF EXISTS idx_mesh_queue_assignment;
+CREATE INDEX idx_mesh_queue_assigned_node
+    ON mesh_queue(mesh_id, assigned_node_id, assigned_provider_type)
+    WHERE status = 'assigned';
 CREATE INDEX idx_mesh_queue_assigned_session
     ON mesh_queue(mesh_id, assigned_session_id)
     WHERE status = 'assigned';

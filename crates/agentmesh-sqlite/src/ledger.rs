@@ -45,8 +45,8 @@ fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
 pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
     let mut stmt = conn.prepare_cached(
         "INSERT OR IGNORE INTO mesh_event_ledger
-             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, task_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?;
     let payload = serde_json::to_string(&entry.payload)?;
     let n = stmt.execute(params![
@@ -58,7 +58,6 @@ pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
         entry.session_id,
         entry.provider_type,
         payload,
-        entry.task_id(),
     ])?;
     Ok(n > 0)
 }
@@ -68,7 +67,9 @@ fn text(s: &str) -> Value {
 }
 
 fn filters(mesh_id: &str, query: &LedgerQuery) -> (String, Vec<Value>) {
-    let mut sql = String::from("mesh_id = ?");
+    // `+?` keeps SQLite from re-preparing the ordered statement per binding (see
+    // `tasks::stream_sql`).
+    let mut sql = String::from("mesh_id = +?");
     let mut args = vec![text(mesh_id)];
     if let Some(since) = &query.since {
         sql.push_str(" AND timestamp >= ?");
@@ -168,10 +169,10 @@ pub(crate) fn slice(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res
         }
         None => None,
     };
-    let mut sql = format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = ?");
+    let mut sql = format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = +?");
     let mut args: Vec<Value> = vec![text(mesh_id)];
     if let (Some(ts), Some(id)) = (&cursor_ts, &after_id) {
-        sql.push_str(" AND (timestamp, id) > (?, ?)");
+        sql.push_str(" AND (timestamp, id) > (+?, +?)");
         args.push(text(ts));
         args.push(text(id));
     }

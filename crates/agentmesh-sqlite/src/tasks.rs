@@ -316,6 +316,17 @@ fn unblock_dependents(conn: &Connection, requeued: &Task, now: Timestamp) -> Res
 
 // ── Enqueue and raw queue operations ───────────────────────────────────────
 
+/// Characters of a task's message the `task_dispatched` entry keeps; the task holds
+/// the whole text.
+const LEDGER_MESSAGE_CHARS: usize = 120;
+
+fn excerpt(message: &str) -> String {
+    match message.char_indices().nth(LEDGER_MESSAGE_CHARS) {
+        Some((cut, _)) => format!("{}…", &message[..cut]),
+        None => message.to_owned(),
+    }
+}
+
 fn id_taken(conn: &Connection, task_id: &str) -> Res<bool> {
     let mut stmt = conn.prepare_cached("SELECT 1 FROM mesh_queue WHERE id = ?1")?;
     Ok(stmt.query_row([task_id], |_| Ok(())).optional()?.is_some())
@@ -353,7 +364,7 @@ pub(crate) fn enqueue(
     }
     let unmet = write_edges(conn, &task)?;
     insert_row(conn, &task, unmet)?;
-    let mut payload = json!({"taskId": task.id, "message": task.message});
+    let mut payload = json!({"taskId": task.id, "message": excerpt(&task.message)});
     for (key, value) in [
         ("taskMode", task.task_mode.map(|m| json!(m.as_str()))),
         ("priority", task.priority.map(|p| json!(p.as_str()))),
@@ -469,10 +480,10 @@ pub(crate) fn find(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Optio
 }
 
 pub(crate) fn entries(conn: &Connection, mesh_id: &str, statuses: &[TaskStatus]) -> Res<Vec<Task>> {
-    let mut sql = String::from("SELECT id, payload FROM mesh_queue WHERE mesh_id = ?");
+    let mut sql = String::from("SELECT id, payload FROM mesh_queue WHERE mesh_id = +?");
     let mut args = vec![Value::Text(mesh_id.to_owned())];
     if !statuses.is_empty() {
-        sql.push_str(&format!(" AND status IN ({})", vec!["?"; statuses.len()].join(", ")));
+        sql.push_str(&format!(" AND status IN ({})", vec!["+?"; statuses.len()].join(", ")));
         args.extend(statuses.iter().map(|s| Value::Text(s.as_str().to_owned())));
     }
     sql.push_str(" ORDER BY created_at ASC, rowid ASC");
@@ -537,7 +548,7 @@ pub(crate) fn stats(conn: &Connection, mesh_id: &str) -> Res<Vec<StatusCount>> {
 
 pub(crate) fn active_assignments(conn: &Connection, mesh_id: &str) -> Res<Vec<ActiveAssignment>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, payload FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+        "SELECT id, payload FROM mesh_queue WHERE mesh_id = +?1 AND status = 'assigned'
           ORDER BY dispatch_ts ASC, rowid ASC",
     )?;
     let rows = stmt.query_map([mesh_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
@@ -627,16 +638,23 @@ enum Tier {
 
 const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
 
-fn stream_sql(tier: Tier, readonly_only: bool, forms: usize) -> String {
-    let mut sql = String::from(
+/// The SQL of one stream.
+///
+/// Written so that SQLite plans it once. In an ordered query SQLite compares the
+/// value bound to an equality term while planning and re-prepares the statement
+/// whenever that binding changes, which the statement cache does on every reuse.
+/// So `hold` is a literal and the bound values are wrapped in a unary `+`, which
+/// keeps them usable as index keys but out of that comparison.
+fn stream_sql(tier: Tier, hold: i64, readonly_only: bool, forms: usize) -> String {
+    let mut sql = format!(
         "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id
-           FROM mesh_queue WHERE mesh_id = ?1 AND status = 'pending' AND hold = ?2 AND ",
+           FROM mesh_queue WHERE mesh_id = +?1 AND status = 'pending' AND hold = {hold} AND "
     );
     match tier {
-        Tier::Session => sql.push_str("target_session_id = ?3"),
+        Tier::Session => sql.push_str("target_session_id = +?2"),
         Tier::Node => {
             sql.push_str("target_session_id IS NULL AND target_node_id IN (");
-            sql.push_str(&(0..forms).map(|i| format!("?{}", i + 3)).collect::<Vec<_>>().join(", "));
+            sql.push_str(&in_list(2, forms));
             sql.push(')');
         }
         Tier::Open => sql.push_str("target_session_id IS NULL AND target_node_id IS NULL"),
@@ -648,25 +666,29 @@ fn stream_sql(tier: Tier, readonly_only: bool, forms: usize) -> String {
     sql
 }
 
+/// What every stream of one claim shares.
+struct ClaimScope<'a> {
+    mesh_id: &'a str,
+    claimant: &'a Claimant,
+    /// The claimant's node in every id form.
+    forms: &'a [String],
+}
+
 /// Walks one stream in claim order, calling `visit` until it returns `true` or
 /// `limit` rows were seen.
 fn scan(
     conn: &Connection,
-    mesh_id: &str,
-    claimant: &Claimant,
-    forms: &[String],
-    tier: Tier,
-    hold: i64,
-    readonly_only: bool,
+    scope: &ClaimScope<'_>,
+    (tier, hold, readonly_only): (Tier, i64, bool),
     limit: usize,
     mut visit: impl FnMut(&Candidate) -> bool,
 ) -> Res<()> {
-    let sql = stream_sql(tier, readonly_only, forms.len());
+    let sql = stream_sql(tier, hold, readonly_only, scope.forms.len());
     let mut stmt = conn.prepare_cached(&sql)?;
-    let mut args: Vec<Value> = vec![Value::Text(mesh_id.to_owned()), Value::Integer(hold)];
+    let mut args: Vec<Value> = vec![Value::Text(scope.mesh_id.to_owned())];
     match tier {
-        Tier::Session => args.push(Value::Text(claimant.session_id.clone())),
-        Tier::Node => args.extend(forms.iter().map(|f| Value::Text(f.clone()))),
+        Tier::Session => args.push(Value::Text(scope.claimant.session_id.clone())),
+        Tier::Node => args.extend(scope.forms.iter().map(|f| Value::Text(f.clone()))),
         Tier::Open => {}
     }
     let mut rows = stmt.query(params_from_iter(args.iter()))?;
@@ -700,8 +722,9 @@ fn exists(conn: &Connection, sql: &str, args: &[Value]) -> Res<bool> {
     Ok(stmt.query_row(params_from_iter(args.iter()), |_| Ok(())).optional()?.is_some())
 }
 
+/// `+?start, +?start+1, ...`: parameters for an `IN` list (see [`stream_sql`] for the `+`).
 fn in_list(start: usize, n: usize) -> String {
-    (0..n).map(|i| format!("?{}", start + i)).collect::<Vec<_>>().join(", ")
+    (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ")
 }
 
 /// The load of the claimant's node: busy with any assignment, and whether the
@@ -773,12 +796,13 @@ pub(crate) fn claim(
     }
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
     let load = node_load(conn, mesh_id, claimant, &forms)?;
+    let scope = ClaimScope { mesh_id, claimant, forms: &forms };
 
     let mut best: Option<ClaimRefusal> = None;
     let mut winner: Option<String> = None;
     if !load.cap_reached {
         for tier in TIERS {
-            scan(conn, mesh_id, claimant, &forms, tier, 0, load.node_busy, usize::MAX, |c| {
+            scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
                 if claim_tier(c.target_node_id.as_deref(), c.target_session_id.as_deref(), claimant).is_none()
                 {
                     // Defensive: the tier queries already select only this claimant's rows.
@@ -819,7 +843,7 @@ pub(crate) fn claim(
         )?;
         return Ok(ClaimOutcome::Claimed(after));
     }
-    Ok(ClaimOutcome::Refused(diagnose(conn, mesh_id, claimant, &forms, load, now, best)?))
+    Ok(ClaimOutcome::Refused(diagnose(conn, &scope, load, now, best)?))
 }
 
 /// Names the refusal when no candidate passed: the reason of the candidate that got
@@ -827,9 +851,7 @@ pub(crate) fn claim(
 /// each stream the winner scan did not fully cover, deepest possible first.
 fn diagnose(
     conn: &Connection,
-    mesh_id: &str,
-    claimant: &Claimant,
-    forms: &[String],
+    scope: &ClaimScope<'_>,
     load: NodeLoad,
     now: Timestamp,
     mut best: Option<ClaimRefusal>,
@@ -852,8 +874,8 @@ fn diagnose(
             continue;
         }
         for tier in TIERS {
-            scan(conn, mesh_id, claimant, forms, tier, hold, false, DIAGNOSIS_LIMIT, |c| {
-                if let Err(reason) = check_gates(&c.facts(hold), claimant, load, now) {
+            scan(conn, scope, (tier, hold, false), DIAGNOSIS_LIMIT, |c| {
+                if let Err(reason) = check_gates(&c.facts(hold), scope.claimant, load, now) {
                     best = Some(ClaimRefusal::furthest(best, reason));
                 }
                 depth(&best) >= max_depth
@@ -1191,25 +1213,40 @@ mod tests {
         conn.execute_batch("ANALYZE").unwrap();
         let t = |s: &str| Value::Text(s.to_owned());
         let cases = [
-            (stream_sql(Tier::Open, false, 0), vec![t("m"), Value::Integer(0)], "idx_mesh_queue_claim_open"),
-            (
-                stream_sql(Tier::Open, true, 0),
-                vec![t("m"), Value::Integer(0)],
-                "idx_mesh_queue_claim_open_readonly",
-            ),
-            (
-                stream_sql(Tier::Session, false, 0),
-                vec![t("m"), Value::Integer(0), t("s")],
-                "idx_mesh_queue_claim_session",
-            ),
+            (stream_sql(Tier::Open, 0, false, 0), vec![t("m")], "idx_mesh_queue_claim_open"),
+            (stream_sql(Tier::Open, 1, true, 0), vec![t("m")], "idx_mesh_queue_claim_open_readonly"),
+            (stream_sql(Tier::Session, 2, false, 0), vec![t("m"), t("s")], "idx_mesh_queue_claim_session"),
         ];
         for (sql, args, index) in cases {
             let p = plan(&conn, &sql, &args);
             assert!(p.contains(index), "{sql}\n{p}");
             assert!(!p.contains("TEMP B-TREE"), "{sql}\n{p}");
         }
-        let p = plan(&conn, &stream_sql(Tier::Node, false, 1), &[t("m"), Value::Integer(0), t("n")]);
+        let p = plan(&conn, &stream_sql(Tier::Node, 0, false, 1), &[t("m"), t("n")]);
         assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
+    }
+
+    /// A claim's statements are planned once: changing the mesh, session or node
+    /// bound to them never forces SQLite to re-prepare them.
+    #[test]
+    fn claim_statements_are_not_re_prepared_per_claim() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        for sql in [
+            stream_sql(Tier::Open, 0, false, 0),
+            stream_sql(Tier::Session, 0, false, 0),
+            stream_sql(Tier::Node, 1, true, 1),
+        ] {
+            for i in 0..20 {
+                let mut stmt = conn.prepare_cached(&sql).unwrap();
+                let args: Vec<Value> =
+                    (0..stmt.parameter_count()).map(|p| Value::Text(format!("v{p}-{i}"))).collect();
+                let mut rows = stmt.query(params_from_iter(args.iter())).unwrap();
+                while rows.next().unwrap().is_some() {}
+            }
+            let stmt = conn.prepare_cached(&sql).unwrap();
+            assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0, "{sql}");
+        }
     }
 
     #[test]

@@ -245,7 +245,8 @@ fn slice_pages_seek_to_the_cursor() {
 fn a_wal_past_its_threshold_is_checkpointed_and_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
-    let batch: Vec<NewTask> = (0..200).map(|i| NewTask { message: format!("t{i}"), ..NewTask::default() }).collect();
+    let batch: Vec<NewTask> =
+        (0..200).map(|i| NewTask { message: format!("t{i}"), ..NewTask::default() }).collect();
     store.enqueue_batch("m", &batch, NOW).unwrap();
     let wal = dir.path().join("mesh-runtime.db-wal");
     let before = std::fs::metadata(&wal).unwrap().len();

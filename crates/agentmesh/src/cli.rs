@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 /// A coordinator enqueues tasks, workers claim and complete them, and every
 /// decision is recorded in an append-only ledger.
 #[derive(Debug, Parser)]
-#[command(name = "agentmesh", version, propagate_version = true, max_term_width = 100)]
+#[command(name = "agentmesh", version, max_term_width = 100, after_long_help = EXAMPLES)]
 pub struct Cli {
     /// Options every command accepts, before or after the subcommand.
     #[command(flatten)]
@@ -23,17 +23,35 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The help heading of the options every command accepts.
+const GLOBAL: &str = "Global options";
+
+/// Shown after `agentmesh --help`.
+const EXAMPLES: &str = "\
+Examples:
+  agentmesh task add 'fix the flaky login test' --tag os=linux --priority high
+  agentmesh claim --node laptop --session worker-1 --json
+  agentmesh complete --session worker-1 --summary 'fixed; added a regression test'
+  agentmesh ledger tail --limit 10";
+
 /// Options shared by every command.
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Directory holding the database (mesh-runtime.db) [default: ~/.agentmesh]
-    #[arg(long, global = true, value_name = "DIR", env = "AGENTMESH_HOME")]
+    #[arg(long, global = true, value_name = "DIR", env = "AGENTMESH_HOME", help_heading = GLOBAL)]
     pub data_dir: Option<PathBuf>,
     /// The mesh to work in; nothing crosses from one mesh to another
-    #[arg(long, global = true, value_name = "ID", env = "AGENTMESH_MESH", default_value = "default")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "ID",
+        env = "AGENTMESH_MESH",
+        default_value = "default",
+        help_heading = GLOBAL
+    )]
     pub mesh: String,
     /// Print exactly one JSON document on stdout (errors included)
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
 }
 
@@ -56,7 +74,7 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Enqueue a task
-    Add(TaskAddArgs),
+    Add(Box<TaskAddArgs>),
     /// List the tasks of the mesh, oldest first
     List(TaskListArgs),
     /// Show one task with every field

@@ -114,7 +114,7 @@ fn claim_with_deps(h: &mut Harness, case: &CaseStore, n: usize, claims: usize) -
     let mut off_chain = 0;
     let mut leaked = 0;
     let mut blocked_reasons = Vec::new();
-    for k in 0..claims {
+    for (k, expected) in ids.iter().enumerate().take(claims) {
         let session = format!("session-{k}");
         let who = claimant(format!("node-{k}"), session.clone());
         let task = match timer.time(|| store.claim_next(MESH_ID, &who, &ClaimOptions::default(), at(seq)))? {
@@ -125,7 +125,7 @@ fn claim_with_deps(h: &mut Harness, case: &CaseStore, n: usize, claims: usize) -
             }
         };
         seq += 1;
-        if task.id != ids[k] {
+        if task.id != *expected {
             off_chain += 1;
         }
         if k % 10 == 0 {

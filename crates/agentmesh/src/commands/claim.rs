@@ -4,8 +4,6 @@
 //! `null` and the refusal reason goes to stderr; the exit code is 0 either way, so
 //! a worker loop can tell "no work" from "broken" by the exit code alone.
 
-use std::io::Write;
-
 use agentmesh_core::{Claimant, Task};
 use agentmesh_store::{ClaimOptions, ClaimOutcome};
 

@@ -4,8 +4,6 @@
 //! uses it only to choose among several tasks assigned to the same session, so a
 //! skewed clock cannot make the report miss.
 
-use std::io::Write;
-
 use agentmesh_core::TaskStatus;
 use agentmesh_store::{CompletionReport, Outcome};
 

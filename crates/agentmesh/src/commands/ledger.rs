@@ -4,8 +4,6 @@
 //! `slice` is the paging protocol daemons use between themselves, exposed so a
 //! script can walk the whole ledger with `--after`.
 
-use std::io::Write;
-
 use agentmesh_core::{LedgerQuery, SliceQuery};
 
 use super::{Context, normalize_instant};

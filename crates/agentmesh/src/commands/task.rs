@@ -5,8 +5,6 @@
 //! core's validation error names the field; only the not-before form (number or
 //! instant) and the status filter are decided here.
 
-use std::io::Write;
-
 use agentmesh_core::{NewTask, NotBefore, RequeueOptions, Requeued, TaskStatus};
 use agentmesh_store::StoreError;
 use anyhow::Context as _;
@@ -19,7 +17,7 @@ use crate::output::{self, Output};
 /// Runs one `task` subcommand.
 pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Result<()> {
     match command {
-        TaskCommand::Add(args) => add(ctx, args, out),
+        TaskCommand::Add(args) => add(ctx, *args, out),
         TaskCommand::List(args) => list(ctx, args, out),
         TaskCommand::Show(args) => show(ctx, args, out),
         TaskCommand::Cancel(args) => cancel(ctx, args, out),

@@ -1,0 +1,466 @@
+//! Rules of a task's life after the claim: completion and failure fenced by session
+//! and epoch, completion matching, cancel, requeue and its retry budget, reclaim,
+//! heartbeats and leases, and the ledger entries every state change writes.
+
+use agentmesh_core::{RequeueOptions, Requeued, TaskStatus, Timestamp};
+
+use super::support::*;
+use crate::{ClaimOptions, CompletionReport, Store, StoreError};
+
+/// A completion by the holding session at the current epoch completes the task with its summary and records `task_completed`.
+pub fn complete_with_matching_session_and_epoch_completes(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let done_task = ok(store.complete_task(MESH, &report(&task, done("shipped it")), at(3)), "completion");
+    ledger.assert_new(store, "a completion", &["task_completed:t1"]);
+    assert_eq!(done_task.status, TaskStatus::Completed, "expected the task completed");
+    assert_eq!(done_task.final_summary.as_deref(), Some("shipped it"), "expected the worker's summary kept");
+    assert_eq!(done_task.finished_at, Some(at(3).iso()), "expected finishedAt = the completion time");
+    assert_eq!(done_task.updated_at, at(3).iso(), "expected updatedAt = the completion time");
+    assert_eq!(find(store, MESH, "t1"), done_task, "expected the stored task to equal the returned one");
+    assert!(
+        !ok(store.has_active_assignment(MESH, "s1", "node-1"), "has_active_assignment"),
+        "expected the session free after its completion"
+    );
+}
+
+/// A second report for a task that already completed is refused, recorded as `completion_refused`, and changes nothing.
+pub fn repeated_completion_is_refused_and_recorded(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    let completed = complete(store, MESH, &task, at(3));
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let retry = store.complete_task(MESH, &report(&task, failed("retried report")), at(4));
+    assert!(retry.is_err(), "expected a report for a completed task refused, got {retry:?}");
+    ledger.assert_new(store, "a repeated report", &["completion_refused:t1"]);
+    assert_eq!(find(store, MESH, "t1"), completed, "expected the completed task left as it was");
+}
+
+/// Completion matching orders a session's assigned tasks by dispatch time (never updatedAt) and still finds the latest when the event time precedes every dispatch.
+pub fn completion_matching_uses_dispatch_time_under_clock_skew(store: &dyn Store) {
+    let mut older = assigned_row("m-old", "s1", at(1));
+    // A later updatedAt must not make the older dispatch look newer.
+    older.updated_at = at(50).iso();
+    let newer = assigned_row("m-new", "s1", at(2));
+    let foreign = assigned_row("m-other", "s2", at(3));
+    for row in [&older, &newer, &foreign] {
+        ok(store.insert_queue_entry(row), "insert_queue_entry of an assigned row");
+    }
+    let matched = |occurred: Option<Timestamp>| {
+        let occurred = occurred.map(Timestamp::iso);
+        ok(store.find_assigned_by_session(MESH, "s1", occurred.as_deref(), None), "find_assigned_by_session")
+            .map(|t| t.id)
+    };
+    assert_eq!(
+        matched(Some(at(0))).as_deref(),
+        Some("m-new"),
+        "expected an event dated before every dispatch (worker clock behind) to match the latest dispatch"
+    );
+    assert_eq!(
+        matched(Some(T0.plus_millis(1_500))).as_deref(),
+        Some("m-old"),
+        "expected an event between the dispatches to match the latest dispatch at or before it"
+    );
+    assert_eq!(
+        matched(Some(at(9))).as_deref(),
+        Some("m-new"),
+        "expected a late event to match the latest dispatch"
+    );
+    assert_eq!(
+        matched(None).as_deref(),
+        Some("m-new"),
+        "expected no event time to match the latest dispatch"
+    );
+
+    let report = CompletionReport {
+        session_id: "s1".into(),
+        task_id: None,
+        epoch: None,
+        occurred_at: Some(at(0).iso()),
+        outcome: done("skewed but found"),
+    };
+    let completed = ok(store.complete_task(MESH, &report, at(10)), "completion without a task id");
+    assert_eq!(completed.id, "m-new", "expected the skewed completion to complete the latest dispatch");
+    assert_status(store, MESH, "m-old", TaskStatus::Assigned);
+    assert_status(store, MESH, "m-other", TaskStatus::Assigned);
+}
+
+/// Completion matching takes the exact task id when the session holds it, and never another session's task.
+pub fn completion_matching_prefers_the_exact_task_id(store: &dyn Store) {
+    for row in [
+        assigned_row("x-old", "s1", at(1)),
+        assigned_row("x-new", "s1", at(2)),
+        assigned_row("x-foreign", "s2", at(3)),
+    ] {
+        ok(store.insert_queue_entry(&row), "insert_queue_entry of an assigned row");
+    }
+    let matched = |task_id: &str| {
+        ok(
+            store.find_assigned_by_session(MESH, "s1", Some(&at(9).iso()), Some(task_id)),
+            "find_assigned_by_session",
+        )
+        .map(|t| t.id)
+    };
+    assert_eq!(
+        matched("x-old").as_deref(),
+        Some("x-old"),
+        "expected the exact task id to win over dispatch order"
+    );
+    assert_eq!(
+        matched("x-foreign").as_deref(),
+        Some("x-new"),
+        "expected another session's task id ignored and the session's own latest task matched"
+    );
+    assert_eq!(
+        ok(store.find_assigned_by_session(MESH, "s-idle", None, None), "find_assigned_by_session"),
+        None,
+        "expected nothing for a session without assigned tasks"
+    );
+}
+
+/// A completion without a task id completes the session's assigned task.
+pub fn complete_without_task_id_finds_the_sessions_task(store: &dyn Store) {
+    enqueue(store, MESH, new_task("other"), at(0));
+    enqueue(store, MESH, new_task("mine"), at(1));
+    claim_ok(store, MESH, &worker("node-0", "s0"), at(2), "other");
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(3), "mine");
+    let report = CompletionReport {
+        session_id: "s1".into(),
+        task_id: None,
+        epoch: None,
+        occurred_at: None,
+        outcome: done("found by session"),
+    };
+    let completed = ok(store.complete_task(MESH, &report, at(4)), "completion without a task id");
+    assert_eq!(completed.id, "mine", "expected the session's own task completed");
+    assert_eq!(completed.status, TaskStatus::Completed, "expected it completed");
+    assert_status(store, MESH, "other", TaskStatus::Assigned);
+}
+
+/// A completion without a task id from a session that holds nothing is refused with `NoAssignedTask`.
+pub fn completion_without_an_assigned_task_is_refused(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(0));
+    let before = Snapshot::take(store, MESH);
+    let report = CompletionReport {
+        session_id: "s-idle".into(),
+        task_id: None,
+        epoch: None,
+        occurred_at: None,
+        outcome: done("nothing to do"),
+    };
+    let err =
+        expect_err(store.complete_task(MESH, &report, at(1)), "completion by a session holding nothing");
+    assert!(matches!(err, StoreError::NoAssignedTask { .. }), "expected NoAssignedTask, got {err:?}");
+    before.assert_unchanged(store, MESH, "a completion that matched no task");
+}
+
+/// A completion carrying a stale epoch is refused with `StaleEpoch`, recorded as `completion_refused`, and changes nothing else.
+pub fn stale_epoch_completion_is_refused_and_recorded(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let first = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    ok(store.reclaim_task(MESH, "t1", "lease expired", at(3)), "reclaim");
+    let current = claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "t1");
+    assert_eq!(current.epoch(), 3, "expected epoch 3 after claim, reclaim, claim");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let err = expect_err(
+        store.complete_task(MESH, &report(&first, done("late")), at(5)),
+        "completion with the epoch of an earlier claim",
+    );
+    assert!(
+        matches!(err, StoreError::StaleEpoch { presented: 1, current: 3, .. }),
+        "expected StaleEpoch presenting 1 against 3, got {err:?}"
+    );
+    ledger.assert_new(store, "a stale completion", &["completion_refused:t1"]);
+    assert_eq!(find(store, MESH, "t1"), current, "expected the stale completion to leave the task unchanged");
+}
+
+/// A completion from a session that does not hold the task is refused with `NotAssignedToSession` and recorded.
+pub fn completion_from_another_session_is_refused(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let intruder = CompletionReport { session_id: "s2".into(), ..report(&task, done("not mine")) };
+    let err = expect_err(store.complete_task(MESH, &intruder, at(3)), "completion by another session");
+    assert!(
+        matches!(&err, StoreError::NotAssignedToSession { task_id, session_id } if task_id == "t1" && session_id == "s2"),
+        "expected NotAssignedToSession for t1 and s2, got {err:?}"
+    );
+    ledger.assert_new(store, "a completion from the wrong session", &["completion_refused:t1"]);
+    assert_eq!(find(store, MESH, "t1"), task, "expected the refused completion to leave the task unchanged");
+}
+
+/// A failure report marks the task failed with its reason and records `task_failed`.
+pub fn fail_marks_the_task_failed_with_its_reason(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let failed_task = fail(store, MESH, &task, "compiler exploded", at(3));
+    ledger.assert_new(store, "a failure report", &["task_failed:t1"]);
+    assert_eq!(failed_task.status, TaskStatus::Failed, "expected the task failed");
+    assert_eq!(failed_task.failure_reason.as_deref(), Some("compiler exploded"), "expected the reason kept");
+    assert_eq!(failed_task.finished_at, Some(at(3).iso()), "expected finishedAt = the failure time");
+    assert_eq!(find(store, MESH, "t1"), failed_task, "expected the stored task to equal the returned one");
+}
+
+/// Cancel withdraws a pending or an assigned task (fencing out its worker); a finished task cannot be cancelled.
+pub fn cancel_withdraws_pending_and_assigned_tasks(store: &dyn Store) {
+    enqueue(store, MESH, new_task("waiting"), at(1));
+    enqueue(store, MESH, new_task("running"), at(2));
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let cancelled =
+        ok(store.cancel_task(MESH, "waiting", Some("not needed"), at(3)), "cancel of a pending task");
+    ledger.assert_new(store, "cancelling a pending task", &["task_cancelled:waiting"]);
+    assert_eq!(cancelled.status, TaskStatus::Cancelled, "expected the pending task cancelled");
+    assert_eq!(cancelled.cancel_reason.as_deref(), Some("not needed"), "expected the cancel reason kept");
+    assert_eq!(cancelled.cancelled_at, Some(at(3).iso()), "expected cancelledAt = the cancel time");
+
+    let running = claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "running");
+    let cancelled = ok(store.cancel_task(MESH, "running", None, at(5)), "cancel of an assigned task");
+    ledger.assert_new(
+        store,
+        "claiming and cancelling a task",
+        &["task_claimed:running", "task_cancelled:running"],
+    );
+    assert_eq!(cancelled.status, TaskStatus::Cancelled, "expected the assigned task cancelled");
+    assert_eq!(cancelled.assigned_session_id, None, "expected the assignment cleared by the cancel");
+    assert_eq!(cancelled.epoch(), running.epoch() + 1, "expected the cancel to bump the epoch");
+    let err = expect_err(
+        store.complete_task(MESH, &report(&running, done("too late")), at(6)),
+        "completion of a cancelled task",
+    );
+    assert!(
+        matches!(err, StoreError::StaleEpoch { .. }),
+        "expected the cancelled worker's completion stale, got {err:?}"
+    );
+    assert_status(store, MESH, "running", TaskStatus::Cancelled);
+
+    let before = Snapshot::take(store, MESH);
+    let err = expect_err(store.cancel_task(MESH, "waiting", None, at(7)), "cancel of a cancelled task");
+    assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
+    before.assert_unchanged(store, MESH, "a refused cancel of a terminal task");
+    let err = expect_err(store.cancel_task(MESH, "ghost", None, at(7)), "cancel of an unknown task");
+    assert!(matches!(err, StoreError::TaskNotFound { .. }), "expected TaskNotFound, got {err:?}");
+}
+
+/// Requeue spends the retry budget (default 1): the first requeue of a failed task returns it to pending, the next fails it with `max_retries_exceeded`.
+pub fn requeue_spends_the_default_retry_budget(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    fail(store, MESH, &task, "first try failed", at(3));
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let opts = RequeueOptions { reason: Some("try again".into()), ..RequeueOptions::default() };
+    let back = match ok(store.requeue_task(MESH, "t1", &opts, at(4)), "first requeue") {
+        Requeued::Pending(t) => t,
+        other => panic!("expected the first requeue within the default budget of 1, got {other:?}"),
+    };
+    ledger.assert_new(store, "a requeue", &["task_requeued:t1"]);
+    assert_eq!(back.status, TaskStatus::Pending, "expected the requeued task pending");
+    assert_eq!(back.requeue_count, Some(1), "expected requeueCount 1");
+    assert_eq!(back.requeue_reason.as_deref(), Some("try again"), "expected the requeue reason kept");
+    assert_eq!(back.failure_reason, None, "expected the old failure reason cleared");
+    assert_eq!(find(store, MESH, "t1"), back, "expected the stored task to equal the returned one");
+
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "t1");
+    fail(store, MESH, &task, "second try failed", at(6));
+    ledger = LedgerCursor::new(store, MESH);
+    let spent = match ok(store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(7)), "second requeue")
+    {
+        Requeued::RetriesExhausted(t) => t,
+        other => panic!("expected the second requeue to exhaust the default budget of 1, got {other:?}"),
+    };
+    ledger.assert_new(store, "a requeue past the budget", &["task_failed:t1"]);
+    assert_eq!(spent.status, TaskStatus::Failed, "expected the task failed once its retries are spent");
+    let reason = spent.failure_reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("max_retries_exceeded"),
+        "expected a max_retries_exceeded failure, got {reason:?}"
+    );
+    assert_eq!(find(store, MESH, "t1"), spent, "expected the stored task to equal the returned one");
+}
+
+/// Requeue of an assigned task is refused without `force`; with it the task returns to pending and the epoch is bumped.
+pub fn requeue_of_an_assigned_task_needs_force(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let held = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    let before = Snapshot::take(store, MESH);
+    let err = expect_err(
+        store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(3)),
+        "requeue of an assigned task without force",
+    );
+    assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
+    before.assert_unchanged(store, MESH, "a refused requeue of an assigned task");
+
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let forced = RequeueOptions { force: true, reason: Some("operator".into()), ..RequeueOptions::default() };
+    let back = match ok(store.requeue_task(MESH, "t1", &forced, at(4)), "forced requeue") {
+        Requeued::Pending(t) => t,
+        other => panic!("expected a forced requeue to return the task to pending, got {other:?}"),
+    };
+    ledger.assert_new(store, "a forced requeue", &["task_requeued:t1"]);
+    assert_eq!(back.status, TaskStatus::Pending, "expected the task pending after a forced requeue");
+    assert_eq!(
+        back.epoch(),
+        held.epoch() + 1,
+        "expected the forced requeue of an assignment to bump the epoch"
+    );
+    assert_eq!(back.assigned_session_id, None, "expected the assignment cleared");
+    let err = expect_err(
+        store.complete_task(MESH, &report(&held, done("late")), at(5)),
+        "completion after requeue",
+    );
+    assert!(
+        matches!(err, StoreError::StaleEpoch { .. }),
+        "expected the old holder's completion stale, got {err:?}"
+    );
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(6), "t1");
+}
+
+/// Reclaim returns an assigned task to pending and records `task_reclaimed`; the fourth reclaim fails the task.
+pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(0));
+    let mut ledger = LedgerCursor::new(store, MESH);
+    for round in 1..=3_u32 {
+        let now = i64::from(round) * 10;
+        claim_ok(store, MESH, &worker("node-1", "s1"), at(now), "t1");
+        let back = ok(store.reclaim_task(MESH, "t1", "stranded", at(now + 1)), "reclaim");
+        ledger.assert_new(store, "a claim and a reclaim", &["task_claimed:t1", "task_reclaimed:t1"]);
+        assert_eq!(
+            back.status,
+            TaskStatus::Pending,
+            "expected reclaim {round} to return the task to pending"
+        );
+        assert_eq!(back.assigned_session_id, None, "expected reclaim {round} to clear the assignment");
+        assert_eq!(back.stranded_reclaim_count, Some(round), "expected strandedReclaimCount {round}");
+        assert_eq!(find(store, MESH, "t1"), back, "expected the stored task to equal the returned one");
+    }
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(40), "t1");
+    let last = ok(store.reclaim_task(MESH, "t1", "stranded", at(41)), "fourth reclaim");
+    ledger.assert_new(store, "the fourth claim and reclaim", &["task_claimed:t1", "task_reclaimed:t1"]);
+    assert_eq!(last.status, TaskStatus::Failed, "expected the fourth reclaim to fail the task");
+    let reason = last.failure_reason.clone().unwrap_or_default();
+    assert!(
+        reason.starts_with("stranded_dispatch_unrecovered"),
+        "expected a stranded failure, got {reason:?}"
+    );
+
+    let err = expect_err(store.reclaim_task(MESH, "t1", "again", at(42)), "reclaim of a failed task");
+    assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
+}
+
+/// A heartbeat by the holder at the current epoch extends the lease; a stale epoch or another session is refused.
+pub fn heartbeat_extends_the_lease_for_the_current_holder(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(0));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(0), "t1");
+    let beat = ok(store.heartbeat(MESH, "t1", "s1", task.epoch(), 90_000, at(30)), "heartbeat");
+    assert_eq!(beat.lease_expires_at, Some(at(120).iso()), "expected the lease extended to now + lease");
+    assert_eq!(beat.status, TaskStatus::Assigned, "expected the task still assigned");
+    assert_eq!(find(store, MESH, "t1"), beat, "expected the stored task to equal the returned one");
+
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let err =
+        expect_err(store.heartbeat(MESH, "t1", "s1", task.epoch() + 5, 90_000, at(40)), "stale heartbeat");
+    assert!(matches!(err, StoreError::StaleEpoch { .. }), "expected StaleEpoch, got {err:?}");
+    ledger.assert_new(store, "a stale heartbeat", &["heartbeat_refused:t1"]);
+    let err = expect_err(
+        store.heartbeat(MESH, "t1", "s2", task.epoch(), 90_000, at(40)),
+        "heartbeat by another session",
+    );
+    assert!(
+        matches!(err, StoreError::NotAssignedToSession { .. }),
+        "expected NotAssignedToSession, got {err:?}"
+    );
+    ledger.assert_new(store, "a heartbeat from another session", &["heartbeat_refused:t1"]);
+    assert_eq!(
+        find(store, MESH, "t1").lease_expires_at,
+        Some(at(120).iso()),
+        "expected refused heartbeats to leave the lease alone"
+    );
+    complete(store, MESH, &beat, at(50));
+    assert!(
+        store.heartbeat(MESH, "t1", "s1", task.epoch(), 90_000, at(60)).is_err(),
+        "expected a heartbeat for a completed task refused"
+    );
+}
+
+/// `expired_leases` lists, across meshes, assigned tasks whose lease ran out before `now`, and no others.
+pub fn expired_leases_lists_only_lapsed_assignments(store: &dyn Store) {
+    enqueue(store, MESH, new_task("short"), at(0));
+    enqueue(store, MESH, new_task("finished"), at(0));
+    enqueue(store, OTHER_MESH, new_task("long"), at(0));
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(0), "short");
+    let finished = claim_ok(store, MESH, &worker("node-2", "s2"), at(0), "finished");
+    complete(store, MESH, &finished, at(1));
+    let long = ok(
+        store.claim_next(
+            OTHER_MESH,
+            &worker("node-3", "s3"),
+            &ClaimOptions { lease_ms: Some(600_000) },
+            at(0),
+        ),
+        "claim with a long lease",
+    );
+    assert_claimed(long, "long");
+
+    let expired = |now: Timestamp| {
+        let mut list = ok(store.expired_leases(now), "expired_leases");
+        list.sort();
+        list
+    };
+    assert!(expired(at(30)).is_empty(), "expected no lease expired 30 s into a 60 s lease");
+    assert_eq!(
+        expired(at(120)),
+        [(MESH.to_owned(), "short".to_owned())],
+        "expected only the lapsed 60 s lease listed at 120 s"
+    );
+    assert_eq!(
+        expired(at(700)),
+        [(MESH.to_owned(), "short".to_owned()), (OTHER_MESH.to_owned(), "long".to_owned())],
+        "expected both lapsed leases listed, from every mesh"
+    );
+}
+
+/// Every state change appends exactly its own ledger entries, in order, and refusals of claims append nothing.
+pub fn every_state_change_records_its_ledger_entries(store: &dyn Store) {
+    let mut ledger = LedgerCursor::new(store, MESH);
+    enqueue(store, MESH, new_task("dep"), at(1));
+    ledger.assert_new(store, "enqueue of dep", &["task_dispatched:dep"]);
+    enqueue(store, MESH, dependent_task("child", &["dep"]), at(2));
+    ledger.assert_new(store, "enqueue of child", &["task_dispatched:child"]);
+
+    let dep = claim_ok(store, MESH, &worker("node-1", "s1"), at(3), "dep");
+    ledger.assert_new(store, "claim of dep", &["task_claimed:dep"]);
+    assert!(
+        claim(store, MESH, &worker("node-2", "s2"), at(4)).task().is_none(),
+        "expected child not claimable"
+    );
+    ledger.assert_new(store, "a refused claim", &[]);
+
+    let stale = CompletionReport { epoch: Some(dep.epoch() + 7), ..report(&dep, done("stale")) };
+    assert!(store.complete_task(MESH, &stale, at(5)).is_err(), "expected a stale completion refused");
+    ledger.assert_new(store, "a stale completion", &["completion_refused:dep"]);
+
+    fail(store, MESH, &dep, "broken", at(6));
+    ledger.assert_new(store, "failure of dep", &["task_failed:dep", "task_blocked:child"]);
+    ok(store.requeue_task(MESH, "dep", &RequeueOptions::default(), at(7)), "requeue of dep");
+    ledger.assert_new(store, "requeue of dep", &["task_requeued:dep", "task_unblocked:child"]);
+
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(8), "dep");
+    ledger.assert_new(store, "claim of dep", &["task_claimed:dep"]);
+    ok(store.reclaim_task(MESH, "dep", "stranded", at(9)), "reclaim of dep");
+    ledger.assert_new(store, "reclaim of dep", &["task_reclaimed:dep"]);
+    let dep = claim_ok(store, MESH, &worker("node-1", "s1"), at(10), "dep");
+    ledger.assert_new(store, "claim of dep", &["task_claimed:dep"]);
+    complete(store, MESH, &dep, at(11));
+    ledger.assert_new(store, "completion of dep", &["task_completed:dep"]);
+
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(12), "child");
+    ledger.assert_new(store, "claim of child", &["task_claimed:child"]);
+    let forced = RequeueOptions { force: true, ..RequeueOptions::default() };
+    ok(store.requeue_task(MESH, "child", &forced, at(13)), "forced requeue of child");
+    ledger.assert_new(store, "forced requeue of child", &["task_requeued:child"]);
+    ok(store.cancel_task(MESH, "child", Some("enough"), at(14)), "cancel of child");
+    ledger.assert_new(store, "cancel of child", &["task_cancelled:child"]);
+    ok(store.requeue_task(MESH, "child", &RequeueOptions::default(), at(15)), "requeue past the budget");
+    ledger.assert_new(store, "a requeue past the budget", &["task_failed:child"]);
+}

@@ -1,0 +1,148 @@
+//! The backend-agnostic conformance suite: the behaviour every [`Store`] must show,
+//! one public function per rule, each taking a fresh, empty store.
+//!
+//! A backend runs the suite by expanding [`conformance_tests!`](crate::conformance_tests)
+//! in one of its integration tests, with an expression that builds a fresh store
+//! holder (anything that derefs to a type implementing [`Store`]):
+//!
+//! ```text
+//! agentmesh_store::conformance_tests!(TestDb::new());
+//! ```
+//!
+//! Each rule becomes its own `#[test]`, named after the rule, so a failure names the
+//! broken rule and `cargo test <group>` runs a group (`claim`, `ledger`, ...).
+//!
+//! The rules only use the [`Store`] trait, with fixed instants ([`support::T0`] plus
+//! offsets): no sleeps, no clock. They assert what a caller can observe (returned
+//! values, stored tasks, ledger entries), never how a backend stores it.
+//!
+//! - [`tasks`]: enqueue and its validation, batches, the raw queue operations, read
+//!   views, mesh isolation of tasks and claims.
+//! - [`claims`]: claim order, the gates and their refusals, dependencies and blocks,
+//!   node identity, what a claim stamps.
+//! - [`lifecycle`]: completion and its fencing and matching, fail, cancel, requeue,
+//!   reclaim, heartbeats, leases, and the ledger entries of every state change.
+//! - [`ledger`]: appends, reads, deletion, import, the slice protocol.
+//! - [`support`]: the clock, builders and assertion helpers the rules share.
+//!
+//! [`Store`]: crate::Store
+
+pub mod claims;
+pub mod ledger;
+pub mod lifecycle;
+pub mod support;
+pub mod tasks;
+
+pub use claims::*;
+pub use ledger::*;
+pub use lifecycle::*;
+pub use tasks::*;
+
+/// Expands into one `#[test]` per conformance rule, each running the rule against a
+/// fresh store built by the given expression.
+///
+/// The expression is evaluated once per test and must produce something that
+/// derefs to a type implementing [`Store`](crate::Store), for example a struct that
+/// owns a temporary directory and the store opened in it (the directory then lives
+/// exactly as long as the test).
+///
+/// This macro holds the one list of rules; a rule function that is not listed here
+/// is not run by any backend.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($make_store:expr) => {
+        $crate::conformance_tests!(@rules $make_store;
+            // Tasks and the queue.
+            enqueue_returns_a_pending_task_and_records_task_dispatched,
+            enqueue_without_an_id_assigns_a_fresh_one,
+            enqueue_rejects_a_blank_message_and_changes_nothing,
+            enqueue_rejects_an_unknown_mode_or_priority_and_changes_nothing,
+            enqueue_rejects_a_duplicate_id_and_changes_nothing,
+            enqueue_rejects_a_dependency_cycle_and_changes_nothing,
+            enqueue_batch_is_all_or_nothing,
+            enqueue_batch_members_may_depend_on_earlier_members,
+            queue_entries_are_in_creation_order,
+            queue_entries_filter_by_status,
+            queue_revision_lists_tasks_and_changes_with_them,
+            replace_queue_replaces_one_mesh_only,
+            delete_queue_empties_one_mesh_and_counts,
+            insert_queue_entry_stores_the_task_as_given,
+            update_queue_entry_stamps_updated_at,
+            update_queue_entry_of_an_unknown_task_is_not_found,
+            raw_queue_writes_keep_dependency_readiness,
+            find_task_finds_by_id_within_the_mesh,
+            has_active_assignment_matches_session_or_exact_node,
+            node_active_assignment_count_counts_the_exact_node,
+            pending_count_counts_pending_tasks,
+            stats_by_status_counts_each_present_status,
+            active_assignments_list_oldest_dispatch_first,
+            unknown_task_fields_survive_a_round_trip,
+            meshes_are_isolated_for_tasks_and_claims,
+            // Claims.
+            claims_are_fifo_among_equal_priority,
+            claims_take_higher_priority_first_within_a_tier,
+            claims_take_session_pins_then_node_pins_then_open_tasks,
+            a_session_holds_one_task_at_a_time,
+            claim_with_nothing_pending_is_refused,
+            claim_with_a_blank_session_or_node_is_invalid,
+            required_tags_gate_claims,
+            dependency_chain_claims_in_order,
+            unmet_dependency_refuses_claims,
+            failed_dependency_blocks_its_pending_dependents,
+            cancelled_dependency_blocks_its_pending_dependents,
+            requeued_dependency_lifts_the_block,
+            not_before_delays_claims,
+            daemon_id_forms_name_one_busy_node,
+            readonly_tasks_run_beside_each_other_while_writes_wait,
+            provider_cap_limits_parallel_sessions,
+            convergence_is_never_claimed_by_a_worktree,
+            node_pins_match_every_id_form_and_only_that_node,
+            claim_stamps_the_assignment_and_records_task_claimed,
+            epoch_increases_on_every_claim_and_reclaim,
+            // Lifecycle.
+            complete_with_matching_session_and_epoch_completes,
+            repeated_completion_is_refused_and_recorded,
+            completion_matching_uses_dispatch_time_under_clock_skew,
+            completion_matching_prefers_the_exact_task_id,
+            complete_without_task_id_finds_the_sessions_task,
+            completion_without_an_assigned_task_is_refused,
+            stale_epoch_completion_is_refused_and_recorded,
+            completion_from_another_session_is_refused,
+            fail_marks_the_task_failed_with_its_reason,
+            cancel_withdraws_pending_and_assigned_tasks,
+            requeue_spends_the_default_retry_budget,
+            requeue_of_an_assigned_task_needs_force,
+            reclaim_returns_the_task_and_the_fourth_fails_it,
+            heartbeat_extends_the_lease_for_the_current_holder,
+            expired_leases_lists_only_lapsed_assignments,
+            every_state_change_records_its_ledger_entries,
+            // Ledger.
+            ledger_append_is_idempotent_by_id,
+            ledger_append_rejects_a_blank_kind,
+            read_ledger_is_newest_first_with_filters,
+            read_ledger_defaults_to_200_entries,
+            read_ledger_ordered_keeps_append_order,
+            read_ledger_ordered_tail_is_newest_in_append_order,
+            ledger_delete_removes_entries_by_id,
+            ledger_clear_empties_one_mesh,
+            ledger_has_and_count_track_appends,
+            ledger_import_counts_only_new_entries,
+            ledger_import_rejects_an_invalid_entry_and_imports_nothing,
+            ledger_slice_default_and_clamped_limits,
+            ledger_slice_orders_by_timestamp_then_id_after_the_cursor,
+            ledger_slice_pages_every_entry_exactly_once,
+            ledger_slice_unknown_after_id_gives_an_empty_page,
+            ledger_slice_filters_by_kind,
+            ledger_is_isolated_by_mesh,
+        );
+    };
+    (@rules $make_store:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $rule() {
+                let holder = $make_store;
+                $crate::conformance::$rule(&*holder);
+            }
+        )*
+    };
+}

@@ -1,0 +1,589 @@
+//! Rules of the queue itself: enqueueing (validation, duplicates, cycles, batches),
+//! the raw queue operations the original's store offers, the read views, and mesh
+//! isolation of tasks and claims.
+
+use agentmesh_core::{ClaimRefusal, NewTask, Task, TaskPriority, TaskStatus, ledger::kinds};
+use serde_json::json;
+
+use super::support::*;
+use crate::{StatusCount, Store, StoreError};
+
+/// Enqueue returns a pending task stamped `createdAt = updatedAt = now` and records `task_dispatched`.
+pub fn enqueue_returns_a_pending_task_and_records_task_dispatched(store: &dyn Store) {
+    let now = at(5);
+    let new = NewTask { priority: Some("high".into()), ..new_task("t1") };
+    let task = enqueue(store, MESH, new, now);
+    assert_eq!(task.id, "t1", "expected the task to keep the caller's id");
+    assert_eq!(task.mesh_id, MESH, "expected the task to belong to the mesh it was enqueued into");
+    assert_eq!(task.message, "work on t1", "expected the message as given");
+    assert_eq!(task.status, TaskStatus::Pending, "expected a new task to be pending");
+    assert_eq!(task.priority, Some(TaskPriority::High), "expected the priority as given");
+    assert_eq!(task.created_at, now.iso(), "expected createdAt to be the enqueue time in ISO form");
+    assert_eq!(task.updated_at, now.iso(), "expected updatedAt to be the enqueue time in ISO form");
+    assert_eq!(task.epoch(), 0, "expected no epoch before the first claim");
+    assert_eq!(find(store, MESH, "t1"), task, "expected the stored task to equal the returned one");
+
+    let entries = ledger_entries(store, MESH);
+    assert_eq!(entries.len(), 1, "expected exactly one ledger entry after one enqueue, got {entries:?}");
+    let entry = &entries[0];
+    assert_eq!(entry.kind, kinds::TASK_DISPATCHED, "expected the enqueue to record task_dispatched");
+    assert_eq!(entry.task_id(), Some("t1"), "expected task_dispatched to name the task in payload.taskId");
+    assert_eq!(entry.mesh_id, MESH, "expected the ledger entry in the task's mesh");
+    assert_eq!(entry.timestamp, now.iso(), "expected the ledger entry stamped with the enqueue time");
+}
+
+/// Enqueue without an id gives the task a fresh, non-blank, unique id.
+pub fn enqueue_without_an_id_assigns_a_fresh_one(store: &dyn Store) {
+    let anonymous = || NewTask { message: "no id given".into(), ..NewTask::default() };
+    let a = enqueue(store, MESH, anonymous(), at(0));
+    let b = enqueue(store, MESH, anonymous(), at(0));
+    assert!(!a.id.trim().is_empty(), "expected a fresh id for a task enqueued without one");
+    assert_ne!(a.id, b.id, "expected two tasks enqueued without ids to get different ids");
+    assert_eq!(find(store, MESH, &a.id), a, "expected the task findable by its fresh id");
+}
+
+/// A blank message is refused as invalid input naming `message`, and nothing changes.
+pub fn enqueue_rejects_a_blank_message_and_changes_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("existing"), at(0));
+    let before = Snapshot::take(store, MESH);
+    for message in ["", "   \n\t"] {
+        let new = NewTask { message: message.into(), ..new_task("blank") };
+        assert_invalid_input(store.enqueue(MESH, &new, at(1)), "message", "enqueue with a blank message");
+        before.assert_unchanged(store, MESH, "a refused enqueue with a blank message");
+    }
+}
+
+/// An unknown task mode or priority is refused naming `taskMode` / `priority`, and nothing changes.
+pub fn enqueue_rejects_an_unknown_mode_or_priority_and_changes_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("existing"), at(0));
+    let before = Snapshot::take(store, MESH);
+    let bad_mode = NewTask { task_mode: Some("refactor".into()), ..new_task("bad-mode") };
+    assert_invalid_input(store.enqueue(MESH, &bad_mode, at(1)), "taskMode", "enqueue with mode \"refactor\"");
+    before.assert_unchanged(store, MESH, "a refused enqueue with an unknown mode");
+    let bad_priority = NewTask { priority: Some("urgent".into()), ..new_task("bad-priority") };
+    assert_invalid_input(
+        store.enqueue(MESH, &bad_priority, at(1)),
+        "priority",
+        "enqueue with priority \"urgent\"",
+    );
+    before.assert_unchanged(store, MESH, "a refused enqueue with an unknown priority");
+}
+
+/// A second task with an existing id is refused with `DuplicateTaskId`, and nothing changes.
+pub fn enqueue_rejects_a_duplicate_id_and_changes_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("dup"), at(0));
+    let before = Snapshot::take(store, MESH);
+    let again = NewTask { message: "a different message".into(), ..new_task("dup") };
+    let err = expect_err(store.enqueue(MESH, &again, at(1)), "enqueue of an id that exists");
+    assert!(
+        matches!(&err, StoreError::DuplicateTaskId { task_id, .. } if task_id == "dup"),
+        "expected DuplicateTaskId for task dup, got {err:?}"
+    );
+    before.assert_unchanged(store, MESH, "a refused duplicate enqueue");
+}
+
+/// A dependency cycle (through other tasks, or on itself) is refused with `DependencyCycle`, and nothing changes.
+pub fn enqueue_rejects_a_dependency_cycle_and_changes_nothing(store: &dyn Store) {
+    // a depends on c (not there yet), b on a; adding c depending on b closes c -> b -> a -> c.
+    enqueue(store, MESH, dependent_task("a", &["c"]), at(0));
+    enqueue(store, MESH, dependent_task("b", &["a"]), at(1));
+    let before = Snapshot::take(store, MESH);
+    let err = expect_err(store.enqueue(MESH, &dependent_task("c", &["b"]), at(2)), "enqueue closing a cycle");
+    match &err {
+        StoreError::DependencyCycle { path } => {
+            assert_eq!(
+                path.first().map(String::as_str),
+                Some("c"),
+                "expected the cycle to start at c: {path:?}"
+            );
+            assert_eq!(
+                path.last().map(String::as_str),
+                Some("c"),
+                "expected the cycle to end at c: {path:?}"
+            );
+            for id in ["a", "b"] {
+                assert!(path.iter().any(|p| p == id), "expected the cycle {path:?} to pass through {id}");
+            }
+        }
+        other => panic!("expected DependencyCycle for c -> b -> a -> c, got {other:?}"),
+    }
+    before.assert_unchanged(store, MESH, "a refused enqueue that closes a cycle");
+
+    let err = expect_err(store.enqueue(MESH, &dependent_task("self", &["self"]), at(3)), "self-dependency");
+    assert!(
+        matches!(err, StoreError::DependencyCycle { .. }),
+        "expected a task depending on itself to be refused with DependencyCycle, got {err:?}"
+    );
+    before.assert_unchanged(store, MESH, "a refused self-dependent enqueue");
+}
+
+/// A batch with a bad member (invalid, duplicate or cyclic) enqueues none of its tasks.
+pub fn enqueue_batch_is_all_or_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("existing"), at(0));
+    let before = Snapshot::take(store, MESH);
+
+    let bad_third = [new_task("b1"), new_task("b2"), NewTask { message: "  ".into(), ..new_task("b3") }];
+    assert_invalid_input(
+        store.enqueue_batch(MESH, &bad_third, at(1)),
+        "message",
+        "a batch whose third task has a blank message",
+    );
+    before.assert_unchanged(store, MESH, "a batch refused for its third task");
+
+    let duplicate = [new_task("b1"), new_task("existing")];
+    let err = expect_err(store.enqueue_batch(MESH, &duplicate, at(1)), "a batch repeating an existing id");
+    assert!(matches!(err, StoreError::DuplicateTaskId { .. }), "expected DuplicateTaskId, got {err:?}");
+    before.assert_unchanged(store, MESH, "a batch refused for a duplicate id");
+
+    let cyclic = [dependent_task("p", &["q"]), dependent_task("q", &["p"])];
+    let err = expect_err(store.enqueue_batch(MESH, &cyclic, at(1)), "a batch whose members form a cycle");
+    assert!(matches!(err, StoreError::DependencyCycle { .. }), "expected DependencyCycle, got {err:?}");
+    before.assert_unchanged(store, MESH, "a batch refused for a cycle");
+}
+
+/// A batch enqueues every task in order, and a member may depend on an earlier member.
+pub fn enqueue_batch_members_may_depend_on_earlier_members(store: &dyn Store) {
+    let batch =
+        [new_task("first"), dependent_task("second", &["first"]), dependent_task("third", &["second"])];
+    let tasks = ok(store.enqueue_batch(MESH, &batch, at(1)), "a batch with in-batch dependencies");
+    let ids: Vec<&str> = tasks.iter().map(|t| t.id.as_str()).collect();
+    assert_eq!(ids, ["first", "second", "third"], "expected the batch's tasks returned in batch order");
+    for task in &tasks {
+        assert_eq!(task.status, TaskStatus::Pending, "expected batch task {} pending", task.id);
+        assert_eq!(find(store, MESH, &task.id), *task, "expected batch task {} stored as returned", task.id);
+    }
+    assert_eq!(find(store, MESH, "second").dependencies(), ["first"], "expected second to depend on first");
+    assert_eq!(
+        ledger_kinds(store, MESH),
+        [kinds::TASK_DISPATCHED; 3],
+        "expected one task_dispatched per batch member"
+    );
+    // The in-batch dependency holds: only the head of the chain is claimable.
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "first");
+    assert_refused(claim(store, MESH, &worker("node-2", "s2"), at(2)), ClaimRefusal::DependenciesUnsatisfied);
+}
+
+/// Queue entries come in creation order (insertion order within one instant), not id order.
+pub fn queue_entries_are_in_creation_order(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t-c"), at(1));
+    enqueue(store, MESH, new_task("t-b"), at(2));
+    enqueue(store, MESH, new_task("t-a"), at(3));
+    ok(store.enqueue_batch(MESH, &[new_task("u-z"), new_task("u-y")], at(4)), "a batch at one instant");
+    assert_eq!(
+        queue_ids(store, MESH, &[]),
+        ["t-c", "t-b", "t-a", "u-z", "u-y"],
+        "expected queue entries in creation order"
+    );
+}
+
+/// Queue entries are filtered by the given statuses; no statuses means every task.
+pub fn queue_entries_filter_by_status(store: &dyn Store) {
+    for (i, id) in ["p1", "a1", "c1", "p2"].into_iter().enumerate() {
+        enqueue(store, MESH, new_task(id), at(i as i64));
+    }
+    let a1 = claim_ok(store, MESH, &worker("node-1", "s1"), at(10), "p1");
+    complete(store, MESH, &a1, at(11));
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(12), "a1");
+    claim_ok(store, MESH, &worker("node-3", "s3"), at(13), "c1");
+    ok(store.cancel_task(MESH, "c1", Some("not needed"), at(14)), "cancel of c1");
+
+    assert_eq!(queue_ids(store, MESH, &[TaskStatus::Pending]), ["p2"], "expected only pending tasks");
+    assert_eq!(queue_ids(store, MESH, &[TaskStatus::Assigned]), ["a1"], "expected only assigned tasks");
+    assert_eq!(
+        queue_ids(store, MESH, &[TaskStatus::Completed, TaskStatus::Cancelled]),
+        ["p1", "c1"],
+        "expected completed and cancelled tasks in creation order"
+    );
+    assert!(queue_ids(store, MESH, &[TaskStatus::Failed]).is_empty(), "expected no failed task");
+    assert_eq!(queue_ids(store, MESH, &[]), ["p1", "a1", "c1", "p2"], "expected every task without a filter");
+}
+
+/// The queue revision is one `id\tstatus\tupdatedAt` line per task ordered by id, and changes with any task.
+pub fn queue_revision_lists_tasks_and_changes_with_them(store: &dyn Store) {
+    enqueue(store, MESH, new_task("r-2"), at(1));
+    enqueue(store, MESH, new_task("r-1"), at(2));
+    let expected = |store: &dyn Store| -> String {
+        let mut tasks = ok(store.queue_entries(MESH, &[]), "queue_entries");
+        tasks.sort_by(|a, b| a.id.cmp(&b.id));
+        tasks
+            .iter()
+            .map(|t| format!("{}\t{}\t{}", t.id, t.status, t.updated_at))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let before = ok(store.queue_revision(MESH), "queue_revision");
+    assert_eq!(before, expected(store), "expected one id\\tstatus\\tupdatedAt line per task, ordered by id");
+    assert_eq!(before, format!("r-1\tpending\t{}\nr-2\tpending\t{}", at(2).iso(), at(1).iso()));
+
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(3), "r-2");
+    let after_claim = ok(store.queue_revision(MESH), "queue_revision");
+    assert_ne!(after_claim, before, "expected the revision to change when a task is claimed");
+    assert_eq!(after_claim, expected(store), "expected the revision to list the claimed task's new state");
+
+    let task = find(store, MESH, "r-2");
+    ok(store.heartbeat(MESH, "r-2", "s1", task.epoch(), LEASE_MS, at(4)), "heartbeat");
+    let after_heartbeat = ok(store.queue_revision(MESH), "queue_revision");
+    assert_ne!(
+        after_heartbeat, after_claim,
+        "expected the revision to change when a task's updatedAt changes"
+    );
+    assert_eq!(
+        ok(store.queue_revision(OTHER_MESH), "queue_revision"),
+        "",
+        "expected an empty mesh to have an empty revision"
+    );
+}
+
+/// `replace_queue` replaces every task of one mesh with the given tasks as they are.
+pub fn replace_queue_replaces_one_mesh_only(store: &dyn Store) {
+    enqueue(store, MESH, new_task("old-1"), at(0));
+    enqueue(store, MESH, new_task("old-2"), at(1));
+    enqueue(store, OTHER_MESH, new_task("other-1"), at(2));
+    let mut r1 = Task::new("new-1", MESH, "replacement one", &at(3).iso());
+    r1.priority = Some(TaskPriority::Low);
+    let mut r2 = Task::new("new-2", MESH, "replacement two", &at(4).iso());
+    r2.status = TaskStatus::Completed;
+    r2.final_summary = Some("done before".into());
+    ok(store.replace_queue(MESH, &[r1.clone(), r2.clone()]), "replace_queue");
+
+    assert_eq!(
+        ok(store.queue_entries(MESH, &[]), "queue_entries"),
+        [r1, r2],
+        "expected the mesh to hold exactly the replacement tasks, as given"
+    );
+    assert!(ok(store.find_task(MESH, "old-1"), "find_task").is_none(), "expected old-1 gone after replace");
+    assert_eq!(
+        queue_ids(store, OTHER_MESH, &[]),
+        ["other-1"],
+        "expected replace_queue to leave other meshes alone"
+    );
+}
+
+/// `delete_queue` deletes every task of one mesh and returns how many.
+pub fn delete_queue_empties_one_mesh_and_counts(store: &dyn Store) {
+    for (i, id) in ["d-1", "d-2", "d-3"].into_iter().enumerate() {
+        enqueue(store, MESH, new_task(id), at(i as i64));
+    }
+    enqueue(store, OTHER_MESH, new_task("keep"), at(5));
+    assert_eq!(
+        ok(store.delete_queue(MESH), "delete_queue"),
+        3,
+        "expected delete_queue to report 3 deleted tasks"
+    );
+    assert!(queue_ids(store, MESH, &[]).is_empty(), "expected no task left in the mesh");
+    assert_eq!(
+        ok(store.pending_count(MESH), "pending_count"),
+        0,
+        "expected nothing pending after delete_queue"
+    );
+    assert_eq!(
+        queue_ids(store, OTHER_MESH, &[]),
+        ["keep"],
+        "expected delete_queue to leave other meshes alone"
+    );
+    assert_eq!(ok(store.delete_queue(MESH), "delete_queue"), 0, "expected 0 when the mesh has no task");
+}
+
+/// `insert_queue_entry` stores a task exactly as given, and refuses an id that exists.
+pub fn insert_queue_entry_stores_the_task_as_given(store: &dyn Store) {
+    let mut task = assigned_row("raw-1", "s1", at(7));
+    task.failure_reason = Some("kept as given".into());
+    task.required_tags = Some(vec!["os=linux".into()]);
+    ok(store.insert_queue_entry(&task), "insert_queue_entry");
+    assert_eq!(find(store, MESH, "raw-1"), task, "expected the inserted task stored exactly as given");
+    assert!(ledger_kinds(store, MESH).is_empty(), "expected a raw insert to write no ledger entry");
+
+    let mut again = task.clone();
+    again.message = "another".into();
+    let err = expect_err(store.insert_queue_entry(&again), "insert of an id that exists");
+    assert!(matches!(err, StoreError::DuplicateTaskId { .. }), "expected DuplicateTaskId, got {err:?}");
+    assert_eq!(find(store, MESH, "raw-1"), task, "expected the refused insert to leave the task unchanged");
+}
+
+/// `update_queue_entry` rewrites a task as given and stamps `updatedAt = now`.
+pub fn update_queue_entry_stamps_updated_at(store: &dyn Store) {
+    let original = enqueue(store, MESH, new_task("u1"), at(1));
+    let mut changed = original.clone();
+    changed.message = "a sharper instruction".into();
+    changed.priority = Some(TaskPriority::High);
+    changed.updated_at = "1999-01-01T00:00:00.000Z".into();
+    let stored = ok(store.update_queue_entry(&changed, at(9)), "update_queue_entry");
+    assert_eq!(stored.updated_at, at(9).iso(), "expected updatedAt stamped with the update time");
+    assert_eq!(stored.message, "a sharper instruction", "expected the new message");
+    assert_eq!(stored.priority, Some(TaskPriority::High), "expected the new priority");
+    assert_eq!(stored.created_at, original.created_at, "expected createdAt unchanged");
+    assert_eq!(find(store, MESH, "u1"), stored, "expected the stored task to equal the returned one");
+}
+
+/// `update_queue_entry` of a task that does not exist fails with `TaskNotFound`.
+pub fn update_queue_entry_of_an_unknown_task_is_not_found(store: &dyn Store) {
+    let ghost = Task::new("ghost", MESH, "never enqueued", &at(0).iso());
+    let err = expect_err(store.update_queue_entry(&ghost, at(1)), "update of an unknown task");
+    assert!(
+        matches!(&err, StoreError::TaskNotFound { task_id, .. } if task_id == "ghost"),
+        "expected TaskNotFound for ghost, got {err:?}"
+    );
+    assert!(
+        ok(store.find_task(MESH, "ghost"), "find_task").is_none(),
+        "expected no task created by the update"
+    );
+}
+
+/// Raw queue writes (insert, update, replace) and enqueues keep dependents' claimability in step with their dependencies' statuses.
+pub fn raw_queue_writes_keep_dependency_readiness(store: &dyn Store) {
+    let me = worker("node-1", "s1");
+    // A dependency inserted as completed after its dependent was enqueued.
+    enqueue(store, MESH, dependent_task("after-insert", &["inserted"]), at(1));
+    let mut inserted = Task::new("inserted", MESH, "done elsewhere", &at(0).iso());
+    inserted.status = TaskStatus::Completed;
+    ok(store.insert_queue_entry(&inserted), "insert_queue_entry of a completed dependency");
+    let t = claim_ok(store, MESH, &me, at(2), "after-insert");
+    complete(store, MESH, &t, at(3));
+
+    // A dependency rewritten to completed by update_queue_entry.
+    let dep = enqueue(store, MESH, readonly_task("updated"), at(4));
+    enqueue(store, MESH, dependent_task("after-update", &["updated"]), at(5));
+    ok(store.update_queue_entry(&Task { status: TaskStatus::Cancelled, ..dep.clone() }, at(6)), "update");
+    assert_refused(claim(store, MESH, &me, at(7)), ClaimRefusal::DependenciesUnsatisfied);
+    ok(store.update_queue_entry(&Task { status: TaskStatus::Completed, ..dep }, at(8)), "update");
+    let t = claim_ok(store, MESH, &me, at(9), "after-update");
+    complete(store, MESH, &t, at(10));
+
+    // A dependency added by update_queue_entry holds the task back.
+    let free = enqueue(store, MESH, new_task("gains-a-dependency"), at(11));
+    enqueue(store, MESH, NewTask { target_node_id: Some("node-9".into()), ..new_task("blocker") }, at(12));
+    let with_dep = Task { depends_on: Some(vec!["blocker".into()]), ..free };
+    ok(store.update_queue_entry(&with_dep, at(13)), "update adding a dependency");
+    assert_refused(claim(store, MESH, &me, at(14)), ClaimRefusal::DependenciesUnsatisfied);
+
+    // A dependency already completed when its dependent is enqueued.
+    let t = claim_ok(store, MESH, &worker("node-9", "s9"), at(15), "blocker");
+    complete(store, MESH, &t, at(16));
+    let t = claim_ok(store, MESH, &me, at(17), "gains-a-dependency");
+    complete(store, MESH, &t, at(18));
+    enqueue(store, MESH, dependent_task("late-child", &["blocker"]), at(19));
+    let t = claim_ok(store, MESH, &me, at(20), "late-child");
+    complete(store, MESH, &t, at(21));
+
+    // replace_queue: readiness follows the replacement rows, whatever their order.
+    let child =
+        Task { depends_on: Some(vec!["r-dep".into()]), ..Task::new("r-child", MESH, "child", &at(22).iso()) };
+    let pending_dep = Task::new("r-dep", MESH, "dependency", &at(23).iso());
+    ok(store.replace_queue(MESH, &[child.clone(), pending_dep.clone()]), "replace_queue");
+    claim_ok(store, MESH, &me, at(24), "r-dep");
+    assert_refused(
+        claim(store, MESH, &worker("node-2", "s2"), at(25)),
+        ClaimRefusal::DependenciesUnsatisfied,
+    );
+    let done_dep = Task { status: TaskStatus::Completed, ..pending_dep };
+    ok(store.replace_queue(MESH, &[child, done_dep]), "replace_queue");
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(26), "r-child");
+}
+
+/// `find_task` finds a task by id within its mesh, and nothing for an unknown id or another mesh.
+pub fn find_task_finds_by_id_within_the_mesh(store: &dyn Store) {
+    let task = enqueue(store, MESH, new_task("f1"), at(1));
+    assert_eq!(ok(store.find_task(MESH, "f1"), "find_task"), Some(task), "expected f1 found as enqueued");
+    assert_eq!(ok(store.find_task(MESH, "nope"), "find_task"), None, "expected no task for an unknown id");
+    assert_eq!(
+        ok(store.find_task(OTHER_MESH, "f1"), "find_task"),
+        None,
+        "expected f1 invisible from another mesh"
+    );
+}
+
+/// `has_active_assignment` is true when an assigned task runs on the session or on exactly the node id.
+pub fn has_active_assignment_matches_session_or_exact_node(store: &dyn Store) {
+    let has = |session: &str, node: &str| {
+        ok(store.has_active_assignment(MESH, session, node), "has_active_assignment")
+    };
+    enqueue(store, MESH, new_task("h1"), at(0));
+    assert!(!has("s1", "daemon_mach_A"), "expected no active assignment before any claim");
+    let task = claim_ok(store, MESH, &worker("daemon_mach_A", "s1"), at(1), "h1");
+    assert!(has("s1", "node-elsewhere"), "expected the session's assignment to count");
+    assert!(has("s-other", "daemon_mach_A"), "expected the node's assignment to count");
+    assert!(!has("s-other", "node-elsewhere"), "expected no assignment for another session on another node");
+    assert!(
+        !has("s-other", "mach_A"),
+        "expected the node match to be exact (mach_A is not daemon_mach_A here)"
+    );
+    complete(store, MESH, &task, at(2));
+    assert!(!has("s1", "daemon_mach_A"), "expected no active assignment once the task completed");
+}
+
+/// `node_active_assignment_count` counts assigned tasks whose node is exactly the given id.
+pub fn node_active_assignment_count_counts_the_exact_node(store: &dyn Store) {
+    let count =
+        |node: &str| ok(store.node_active_assignment_count(MESH, node), "node_active_assignment_count");
+    enqueue(store, MESH, readonly_task("r1"), at(0));
+    enqueue(store, MESH, readonly_task("r2"), at(1));
+    enqueue(store, MESH, readonly_task("r3"), at(2));
+    assert_eq!(count("daemon_mach_A"), 0, "expected 0 before any claim");
+    let r1 = claim_ok(store, MESH, &worker("daemon_mach_A", "s1"), at(3), "r1");
+    claim_ok(store, MESH, &worker("daemon_mach_A", "s2"), at(4), "r2");
+    claim_ok(store, MESH, &worker("node-b", "s3"), at(5), "r3");
+    assert_eq!(count("daemon_mach_A"), 2, "expected both assignments of daemon_mach_A counted");
+    assert_eq!(count("node-b"), 1, "expected one assignment on node-b");
+    assert_eq!(count("mach_A"), 0, "expected the count to match the node id exactly");
+    complete(store, MESH, &r1, at(6));
+    assert_eq!(count("daemon_mach_A"), 1, "expected a completed task no longer counted");
+}
+
+/// `pending_count` counts the mesh's pending tasks only.
+pub fn pending_count_counts_pending_tasks(store: &dyn Store) {
+    let pending = || ok(store.pending_count(MESH), "pending_count");
+    assert_eq!(pending(), 0, "expected 0 in an empty mesh");
+    for (i, id) in ["p1", "p2", "p3"].into_iter().enumerate() {
+        enqueue(store, MESH, new_task(id), at(i as i64));
+    }
+    enqueue(store, OTHER_MESH, new_task("elsewhere"), at(3));
+    assert_eq!(pending(), 3, "expected 3 pending tasks");
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "p1");
+    assert_eq!(pending(), 2, "expected a claimed task no longer pending");
+    ok(store.cancel_task(MESH, "p2", None, at(5)), "cancel");
+    assert_eq!(pending(), 1, "expected a cancelled task no longer pending");
+}
+
+/// `stats_by_status` counts tasks per status and leaves out statuses with no task.
+pub fn stats_by_status_counts_each_present_status(store: &dyn Store) {
+    let stats = |store: &dyn Store| {
+        let mut s = ok(store.stats_by_status(MESH), "stats_by_status");
+        s.sort_by_key(|c| c.status.as_str());
+        s
+    };
+    let count = |status, count| StatusCount { status, count };
+    assert!(stats(store).is_empty(), "expected no counts for an empty mesh");
+    for (i, id) in ["s-a", "s-b", "s-c", "s-d", "s-e", "s-f"].into_iter().enumerate() {
+        enqueue(store, MESH, new_task(id), at(i as i64));
+    }
+    assert_eq!(stats(store), [count(TaskStatus::Pending, 6)], "expected only the pending count");
+
+    let a = claim_ok(store, MESH, &worker("node-1", "s1"), at(10), "s-a");
+    complete(store, MESH, &a, at(11));
+    let b = claim_ok(store, MESH, &worker("node-2", "s2"), at(12), "s-b");
+    fail(store, MESH, &b, "broken", at(13));
+    claim_ok(store, MESH, &worker("node-3", "s3"), at(14), "s-c");
+    ok(store.cancel_task(MESH, "s-d", None, at(15)), "cancel");
+    let mut expected = vec![
+        count(TaskStatus::Assigned, 1),
+        count(TaskStatus::Cancelled, 1),
+        count(TaskStatus::Completed, 1),
+        count(TaskStatus::Failed, 1),
+        count(TaskStatus::Pending, 2),
+    ];
+    expected.sort_by_key(|c| c.status.as_str());
+    assert_eq!(stats(store), expected, "expected one count per status present");
+}
+
+/// `active_assignments` lists every assigned task with its assignment, oldest dispatch first.
+pub fn active_assignments_list_oldest_dispatch_first(store: &dyn Store) {
+    enqueue(store, MESH, new_task("b-created-first"), at(0));
+    enqueue(store, MESH, NewTask { target_session_id: Some("s1".into()), ..new_task("z-pinned") }, at(1));
+    enqueue(store, MESH, new_task("done"), at(2));
+    // s1 takes its pinned task first, although the other was created earlier.
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(10), "z-pinned");
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(20), "b-created-first");
+    let done = claim_ok(store, MESH, &worker("node-3", "s3"), at(30), "done");
+    complete(store, MESH, &done, at(31));
+
+    let active = ok(store.active_assignments(MESH), "active_assignments");
+    let ids: Vec<&str> = active.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["z-pinned", "b-created-first"], "expected assigned tasks only, oldest dispatch first");
+    let first = &active[0];
+    assert_eq!(first.node_id.as_deref(), Some("node-1"), "expected the assigned node");
+    assert_eq!(first.session_id.as_deref(), Some("s1"), "expected the assigned session");
+    assert_eq!(first.provider_type.as_deref(), Some(PROVIDER), "expected the assigned provider type");
+    assert_eq!(first.message, "work on z-pinned", "expected the task's message");
+    assert_eq!(first.dispatch_timestamp, Some(at(10).iso()), "expected the dispatch time");
+    assert_eq!(first.lease_expires_at, Some(at(10).plus_millis(LEASE_MS).iso()), "expected the lease end");
+    assert_eq!(first.epoch, 1, "expected the first claim's epoch");
+    assert!(
+        ok(store.active_assignments(OTHER_MESH), "active_assignments").is_empty(),
+        "expected none in another mesh"
+    );
+}
+
+/// Fields the runtime does not model survive insert, read, update and claim unchanged.
+pub fn unknown_task_fields_survive_a_round_trip(store: &dyn Store) {
+    let mut task = Task::new("odd", MESH, "carry my extras", &at(0).iso());
+    task.model = Some("opus".into());
+    task.extra.insert("autoLaunchStatus".into(), json!("started"));
+    task.extra.insert("nested".into(), json!({"a": [1, 2, {"b": null}], "c": "d"}));
+    task.extra.insert("ratio".into(), json!(0.25));
+    ok(store.insert_queue_entry(&task), "insert_queue_entry");
+    assert_eq!(find(store, MESH, "odd"), task, "expected the task with unknown fields read back equal");
+    assert_eq!(
+        ok(store.queue_entries(MESH, &[]), "queue_entries"),
+        [task.clone()],
+        "expected queue_entries to carry the unknown fields"
+    );
+
+    let mut changed = task.clone();
+    changed.message = "carry my extras, please".into();
+    let updated = ok(store.update_queue_entry(&changed, at(1)), "update_queue_entry");
+    assert_eq!(updated.extra, task.extra, "expected unknown fields kept through an update");
+
+    let claimed = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "odd");
+    assert_eq!(claimed.extra, task.extra, "expected unknown fields kept through a claim");
+    let completed = complete(store, MESH, &claimed, at(3));
+    assert_eq!(completed.extra, task.extra, "expected unknown fields kept through a completion");
+    assert_eq!(
+        find(store, MESH, "odd").extra,
+        task.extra,
+        "expected the stored task to keep its unknown fields"
+    );
+}
+
+/// Tasks, claims and counts of one mesh never show up in another.
+pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
+    enqueue(store, MESH, new_task("a-1"), at(0));
+    enqueue(store, MESH, new_task("a-2"), at(1));
+    // Nothing of mesh A is visible or claimable from mesh B.
+    assert!(queue_ids(store, OTHER_MESH, &[]).is_empty(), "expected mesh B's queue empty");
+    assert_eq!(ok(store.pending_count(OTHER_MESH), "pending_count"), 0, "expected nothing pending in B");
+    assert!(ok(store.stats_by_status(OTHER_MESH), "stats_by_status").is_empty(), "expected no stats in B");
+    assert_eq!(ok(store.find_task(OTHER_MESH, "a-1"), "find_task"), None, "expected a-1 invisible from B");
+    assert_refused(
+        claim(store, OTHER_MESH, &worker("node-1", "s1"), at(2)),
+        ClaimRefusal::NoPendingCandidates,
+    );
+    let err = expect_err(store.cancel_task(OTHER_MESH, "a-1", None, at(2)), "cancel of a-1 through mesh B");
+    assert!(matches!(err, StoreError::TaskNotFound { .. }), "expected TaskNotFound from B, got {err:?}");
+    assert_status(store, MESH, "a-1", TaskStatus::Pending);
+
+    // A session and a node busy in mesh A are free in mesh B.
+    let a1 = claim_ok(store, MESH, &worker("node-1", "s1"), at(3), "a-1");
+    enqueue(store, OTHER_MESH, new_task("b-1"), at(4));
+    let b1 = claim_ok(store, OTHER_MESH, &worker("node-1", "s1"), at(5), "b-1");
+    assert_eq!(
+        ok(store.node_active_assignment_count(OTHER_MESH, "node-1"), "count"),
+        1,
+        "expected B's own count"
+    );
+    assert_eq!(
+        ok(store.find_assigned_by_session(OTHER_MESH, "s1", None, None), "find_assigned_by_session"),
+        Some(b1.clone()),
+        "expected the session's task in B to be B's"
+    );
+    let active: Vec<String> =
+        ok(store.active_assignments(OTHER_MESH), "active_assignments").into_iter().map(|a| a.id).collect();
+    assert_eq!(active, ["b-1"], "expected only B's assignment listed for B");
+    complete(store, OTHER_MESH, &b1, at(6));
+    assert_status(store, MESH, "a-1", TaskStatus::Assigned);
+    assert_eq!(find(store, MESH, "a-1"), a1, "expected completing in B to leave A's task as it was");
+    // A dependency id completed in mesh A means nothing in mesh B.
+    // Whether the dependent in B was enqueued before or after the completion in A.
+    enqueue(store, OTHER_MESH, dependent_task("b-2", &["a-1"]), at(7));
+    complete(store, MESH, &a1, at(8));
+    enqueue(store, OTHER_MESH, dependent_task("b-3", &["a-1"]), at(8));
+    assert_refused(
+        claim(store, OTHER_MESH, &worker("node-2", "s2"), at(9)),
+        ClaimRefusal::DependenciesUnsatisfied,
+    );
+
+    let stats_a = ok(store.stats_by_status(MESH), "stats_by_status");
+    assert!(
+        stats_a.iter().all(|c| c.status != TaskStatus::Cancelled),
+        "expected nothing of B counted in A's stats: {stats_a:?}"
+    );
+}
