@@ -11,18 +11,35 @@
 //!   completion matching.
 //! - [`daemon_id`] and [`tags`]: identity forms and capability tags.
 //! - [`ledger`]: ledger entries and the slice protocol.
+//! - [`dispatch`], [`delivery`], [`sessions`]: direct dispatches, the session
+//!   delivery queue and its monotonic statuses, idle sessions, completion
+//!   fingerprints and conflicts.
+//! - [`rate_guard`], [`mission`], [`placement`]: the tool-call rate guard, missions
+//!   with derived progress, and node ranking under a scheduling strategy.
 
 pub mod claim;
 pub mod daemon_id;
+pub mod delivery;
+pub mod dispatch;
 pub mod enqueue;
 mod error;
 pub mod ledger;
 pub mod lifecycle;
+pub mod mission;
+pub mod placement;
+pub mod rate_guard;
+pub mod sessions;
 pub mod tags;
 pub mod task;
 mod time;
 
 pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad};
+pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
+pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
+pub use mission::{Mission, MissionProgress, NewMission};
+pub use placement::{NodeCandidate, Strategy};
+pub use rate_guard::{RateGuard, RateVerdict};
+pub use sessions::{CompletionConflict, IdleSession};
 pub use enqueue::{NewTask, NotBefore};
 pub use error::{InvalidInput, InvalidTransition, TaskAction};
 pub use ledger::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};

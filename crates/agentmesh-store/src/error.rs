@@ -34,6 +34,24 @@ pub enum StoreError {
         /// The id.
         task_id: String,
     },
+    /// No such record (a delivery, a mission, ...) in the mesh.
+    #[error("{kind} {id} not found in mesh {mesh_id}")]
+    NotFound {
+        /// What was looked for (`delivery`, `mission`).
+        kind: &'static str,
+        /// The mesh.
+        mesh_id: String,
+        /// The id.
+        id: String,
+    },
+    /// The id is already used by a record of another mesh.
+    #[error("{kind} id {id} is already used in another mesh")]
+    IdInOtherMesh {
+        /// What kind of record (`mission`).
+        kind: &'static str,
+        /// The id.
+        id: String,
+    },
     /// The task's status does not allow the operation.
     #[error(transparent)]
     InvalidTransition(#[from] InvalidTransition),
@@ -95,6 +113,8 @@ impl StoreError {
             StoreError::DuplicateTaskId { .. } => "duplicate_task_id",
             StoreError::DependencyCycle { .. } => "dependency_cycle_detected",
             StoreError::TaskNotFound { .. } => "task_not_found",
+            StoreError::NotFound { .. } => "not_found",
+            StoreError::IdInOtherMesh { .. } => "id_in_other_mesh",
             StoreError::InvalidTransition(_) => "invalid_transition",
             StoreError::StaleEpoch { .. } => "stale_epoch",
             StoreError::NotAssignedToSession { .. } => "not_assigned_to_session",

@@ -11,8 +11,10 @@
 //! and the conformance suite free of an executor; ARCHITECTURE.md records this.
 
 use agentmesh_core::{
-    ClaimRefusal, Claimant, LedgerEntry, LedgerQuery, LedgerSlice, NewTask, RequeueOptions, Requeued,
-    SliceQuery, Task, TaskStatus, Timestamp,
+    ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
+    LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission,
+    NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery,
+    Task, TaskStatus, Timestamp,
 };
 
 mod error;
@@ -128,6 +130,27 @@ pub struct ActiveAssignment {
     pub lease_expires_at: Option<String>,
     /// Its fencing epoch.
     pub epoch: u64,
+}
+
+/// Options of a delivery status change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryUpdate {
+    /// The delivery error to record (cleared when `None`).
+    pub last_error: Option<String>,
+    /// Count one more delivery attempt. Such a write is a retry and skips the
+    /// no-going-back rule, as in the original.
+    pub increment_attempt: bool,
+}
+
+/// A tool call, for the rate guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The mesh.
+    pub mesh_id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The calling session, if known.
+    pub session_id: Option<String>,
 }
 
 /// The operations of a mesh runtime store. Every query is scoped by mesh id, and
@@ -279,4 +302,151 @@ pub trait Store: Send + Sync {
     /// order. An unknown `after_id` gives an empty page. The cost of a page does not
     /// depend on where the cursor is.
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice>;
+
+    // ── Direct dispatches ────────────────────────────────────────────────────
+
+    /// Records a direct dispatch (status `dispatched`), replacing the row of the
+    /// same task id.
+    fn record_direct_dispatch(&self, mesh_id: &str, dispatch: &NewDirectDispatch, now: Timestamp)
+    -> StoreResult<DirectDispatch>;
+
+    /// Dispatches that are not completed, failed or stale, oldest first.
+    fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>>;
+
+    /// Moves dispatches to `status`. With a task id only that row changes; without
+    /// one, every row of `session_id` does (never rows without a session). Completed
+    /// and failed rows never change. Returns how many rows changed.
+    fn set_direct_dispatch_status(
+        &self,
+        mesh_id: &str,
+        session_id: Option<&str>,
+        task_id: Option<&str>,
+        status: DispatchStatus,
+        now: Timestamp,
+    ) -> StoreResult<u64>;
+
+    /// The task id of the session's only active dispatch; `None` with zero or several.
+    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>>;
+
+    /// Marks `dispatched` rows sent before `cutoff` stale; returns how many.
+    fn mark_stale_direct_dispatches(&self, mesh_id: &str, cutoff: Timestamp, now: Timestamp) -> StoreResult<u64>;
+
+    /// Deletes completed, failed and stale rows last changed before `cutoff`, in
+    /// every mesh; returns how many.
+    fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64>;
+
+    /// Deletes every dispatch of the mesh; returns how many.
+    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Deletes the dispatches of these tasks; returns how many.
+    fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64>;
+
+    // ── Session deliveries ───────────────────────────────────────────────────
+
+    /// Records a delivery (status `queued` unless given); replaces one with the same id.
+    fn insert_session_delivery(&self, mesh_id: &str, delivery: &NewSessionDelivery, now: Timestamp)
+    -> StoreResult<SessionDelivery>;
+
+    /// Moves a delivery to `status` unless that would move it backwards or out of a
+    /// final status; returns whether it changed. Unknown id: [`StoreError::NotFound`].
+    fn set_session_delivery_status(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        status: DeliveryStatus,
+        update: &DeliveryUpdate,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
+
+    /// Deliveries still waiting (delivering, queued, acked) and not expired at
+    /// `now`, for the mesh or one session: highest priority first, then oldest.
+    fn active_session_deliveries(
+        &self,
+        mesh_id: &str,
+        session_id: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<SessionDelivery>>;
+
+    /// Some delivery of the task was delivered, acked or completed.
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
+
+    /// Moves waiting deliveries whose expiry passed to `expired`; returns how many.
+    fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64>;
+
+    /// Deletes every delivery of the mesh; returns how many.
+    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    // ── Idle sessions ────────────────────────────────────────────────────────
+
+    /// Records (or refreshes) an idle session.
+    fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()>;
+
+    /// The mesh's idle sessions whose report has not expired at `now`.
+    fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>>;
+
+    /// Forgets one idle session; returns whether it was there.
+    fn delete_idle_session(&self, mesh_id: &str, node_id: &str, session_id: &str) -> StoreResult<bool>;
+
+    /// Deletes expired idle sessions in every mesh; returns how many.
+    fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64>;
+
+    // ── Completion fingerprints and conflicts ───────────────────────────────
+
+    /// Records that a completion with this fingerprint was handled, for `ttl_ms`.
+    fn record_completion_fingerprint(&self, mesh_id: &str, fingerprint: &str, ttl_ms: i64, now: Timestamp)
+    -> StoreResult<()>;
+
+    /// Whether the fingerprint was recorded in this mesh and has not expired.
+    fn has_completion_fingerprint(&self, mesh_id: &str, fingerprint: &str, now: Timestamp) -> StoreResult<bool>;
+
+    /// Deletes expired fingerprints (through an index, not a scan); returns how many.
+    fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64>;
+
+    /// Records a conflict; `false` when its id was recorded already.
+    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool>;
+
+    /// Conflicts of the last `window_ms` (one hour when `None`), newest first, at most 50.
+    fn recent_completion_conflicts(
+        &self,
+        mesh_id: &str,
+        window_ms: Option<i64>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<CompletionConflict>>;
+
+    // ── Tool-call rate guard ─────────────────────────────────────────────────
+
+    /// Records a call and says whether the tool is called too often in the mesh
+    /// (calls within `guard.window_ms`, this one included, above `guard.max_calls`).
+    /// Every 200 calls, rows older than the guard's retention are swept.
+    fn record_tool_call(&self, call: &ToolCall, guard: RateGuard, now: Timestamp) -> StoreResult<RateVerdict>;
+
+    /// Deletes recorded calls before `cutoff`; returns how many.
+    fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64>;
+
+    // ── Missions ─────────────────────────────────────────────────────────────
+
+    /// Creates or updates a mission (ledger `mission_created` or
+    /// `mission_status_changed` / `mission_goal_updated`); an update keeps the
+    /// creation time. An id used by another mesh is refused.
+    fn upsert_mission(&self, mesh_id: &str, mission: &NewMission, now: Timestamp) -> StoreResult<Mission>;
+
+    /// One mission.
+    fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>>;
+
+    /// Missions in `statuses` (all when empty), most recently updated first.
+    fn missions(&self, mesh_id: &str, statuses: &[String]) -> StoreResult<Vec<Mission>>;
+
+    /// A mission's progress, counted from its tasks now.
+    fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress>;
+
+    /// Deletes every mission of the mesh; returns how many.
+    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    // ── Placement ────────────────────────────────────────────────────────────
+
+    /// The mesh's round-robin cursor (0 when unset).
+    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Advances the cursor by one, atomically; returns the value before.
+    fn bump_scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
 }
