@@ -13,6 +13,7 @@
 --   not_before_ms  the notBefore gate in epoch milliseconds
 --   epoch          the fencing epoch (dispatchNonce)
 --   lease_expires_ms  when an assignment's lease runs out
+--   mission_id     the mission the task belongs to (progress is counted from it)
 
 ALTER TABLE mesh_queue ADD COLUMN priority_rank INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE mesh_queue ADD COLUMN deps_unmet INTEGER NOT NULL DEFAULT 0;
@@ -27,6 +28,7 @@ ALTER TABLE mesh_queue ADD COLUMN assigned_provider_type TEXT;
 ALTER TABLE mesh_queue ADD COLUMN dispatch_ts TEXT;
 ALTER TABLE mesh_queue ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE mesh_queue ADD COLUMN lease_expires_ms INTEGER;
+ALTER TABLE mesh_queue ADD COLUMN mission_id TEXT;
 
 -- Dependency edges, projected from payload.dependsOn: task_id depends on depends_on_id.
 CREATE TABLE mesh_task_deps (
@@ -63,3 +65,8 @@ CREATE INDEX idx_mesh_queue_assigned_session
 CREATE INDEX idx_mesh_queue_lease
     ON mesh_queue(lease_expires_ms)
     WHERE status = 'assigned' AND lease_expires_ms IS NOT NULL;
+
+-- Mission progress: the tasks of one mission, counted by status.
+CREATE INDEX idx_mesh_queue_mission
+    ON mesh_queue(mesh_id, mission_id, status)
+    WHERE mission_id IS NOT NULL;

@@ -16,14 +16,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::{Connection, ErrorCode};
 
 mod ledger;
 mod migrations;
+mod missions;
 mod paths;
+mod runtime;
 mod store_impl;
 mod tasks;
 
@@ -49,6 +51,8 @@ pub struct SqliteStore {
     /// Meshes whose legacy queue file was already considered, with the outcome.
     legacy_checked: Mutex<HashMap<String, LegacyQueueState>>,
     writes_since_wal_check: AtomicU32,
+    /// Tool calls recorded, for the rate guard's periodic sweep.
+    tool_calls: AtomicU64,
 }
 
 /// What happened to a mesh's legacy queue file.
@@ -102,6 +106,7 @@ impl SqliteStore {
             legacy_dir,
             legacy_checked: Mutex::new(HashMap::new()),
             writes_since_wal_check: AtomicU32::new(0),
+            tool_calls: AtomicU64::new(0),
         })
     }
 
@@ -136,6 +141,11 @@ impl SqliteStore {
             .map_err(|e| StoreError::LegacyFile { path: file.to_owned(), problem: e.to_string() })?;
         let entries = agentmesh_store::legacy::parse_legacy_queue(file, &text, mesh_id)?;
         self.write(|tx| tasks::import_entries(tx, &entries, false))
+    }
+
+    /// Whether this tool call is due for the rate guard's sweep of old rows.
+    fn tool_call_sweep_due(&self) -> bool {
+        (self.tool_calls.fetch_add(1, Ordering::Relaxed) + 1) % agentmesh_core::rate_guard::SWEEP_EVERY_CALLS == 0
     }
 
     /// What became of the legacy queue file of `mesh_id`, once it was considered.

@@ -1,16 +1,17 @@
 //! `impl Store for SqliteStore`: each operation is one transaction (writes) or one
-//! read on the connection, delegating to `tasks` and `ledger`.
+//! read on the connection, delegating to `tasks`, `ledger`, `runtime` and `missions`.
 
 use agentmesh_core::{
-    Claimant, LedgerEntry, LedgerQuery, LedgerSlice, NewTask, RequeueOptions, Requeued, SliceQuery, Task,
-    TaskStatus, Timestamp,
+    Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession, LedgerEntry,
+    LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
+    RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, Store, StoreError,
-    StoreResult,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, StatusCount, Store, StoreError,
+    StoreResult, ToolCall,
 };
 
-use crate::{Fail, SqliteStore, ledger, tasks};
+use crate::{Fail, SqliteStore, ledger, missions, runtime, tasks};
 
 fn fresh_task_id(now: Timestamp) -> String {
     ledger::new_entry_id(now)
@@ -219,5 +220,176 @@ impl Store for SqliteStore {
 
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
         self.read(|c| ledger::slice(c, mesh_id, query))
+    }
+
+    fn record_direct_dispatch(
+        &self,
+        mesh_id: &str,
+        dispatch: &NewDirectDispatch,
+        now: Timestamp,
+    ) -> StoreResult<DirectDispatch> {
+        self.write(|tx| runtime::record_dispatch(tx, mesh_id, dispatch, now))
+    }
+
+    fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>> {
+        self.read(|c| runtime::active_dispatches(c, mesh_id))
+    }
+
+    fn set_direct_dispatch_status(
+        &self,
+        mesh_id: &str,
+        session_id: Option<&str>,
+        task_id: Option<&str>,
+        status: DispatchStatus,
+        now: Timestamp,
+    ) -> StoreResult<u64> {
+        self.write(|tx| runtime::set_dispatch_status(tx, mesh_id, session_id, task_id, status, now))
+    }
+
+    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>> {
+        self.read(|c| runtime::sole_active_dispatch(c, mesh_id, session_id))
+    }
+
+    fn mark_stale_direct_dispatches(&self, mesh_id: &str, cutoff: Timestamp, now: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| runtime::mark_stale_dispatches(tx, mesh_id, cutoff, now))
+    }
+
+    fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| runtime::cleanup_terminal_dispatches(tx, cutoff))
+    }
+
+    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| runtime::delete_dispatches(tx, mesh_id))
+    }
+
+    fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| runtime::delete_dispatches_by_task(tx, mesh_id, task_ids))
+    }
+
+    fn insert_session_delivery(
+        &self,
+        mesh_id: &str,
+        delivery: &NewSessionDelivery,
+        now: Timestamp,
+    ) -> StoreResult<SessionDelivery> {
+        self.write(|tx| runtime::insert_delivery(tx, mesh_id, delivery, now))
+    }
+
+    fn set_session_delivery_status(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        status: DeliveryStatus,
+        update: &DeliveryUpdate,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        self.write(|tx| runtime::set_delivery_status(tx, mesh_id, id, status, update, now))
+    }
+
+    fn active_session_deliveries(
+        &self,
+        mesh_id: &str,
+        session_id: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<SessionDelivery>> {
+        self.read(|c| runtime::active_deliveries(c, mesh_id, session_id, now))
+    }
+
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.read(|c| runtime::task_has_confirmed_delivery(c, mesh_id, task_id))
+    }
+
+    fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| runtime::expire_deliveries(tx, mesh_id, now))
+    }
+
+    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| runtime::delete_deliveries(tx, mesh_id))
+    }
+
+    fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {
+        self.write(|tx| runtime::set_idle(tx, session))
+    }
+
+    fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>> {
+        self.read(|c| runtime::idle_sessions(c, mesh_id, now))
+    }
+
+    fn delete_idle_session(&self, mesh_id: &str, node_id: &str, session_id: &str) -> StoreResult<bool> {
+        self.write(|tx| runtime::delete_idle(tx, mesh_id, node_id, session_id))
+    }
+
+    fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| runtime::prune_idle(tx, now))
+    }
+
+    fn record_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        ttl_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        self.write(|tx| runtime::record_fingerprint(tx, mesh_id, fingerprint, ttl_ms, now))
+    }
+
+    fn has_completion_fingerprint(&self, mesh_id: &str, fingerprint: &str, now: Timestamp) -> StoreResult<bool> {
+        self.read(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
+    }
+
+    fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| runtime::sweep_fingerprints(tx, now))
+    }
+
+    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool> {
+        self.write(|tx| runtime::record_conflict(tx, conflict))
+    }
+
+    fn recent_completion_conflicts(
+        &self,
+        mesh_id: &str,
+        window_ms: Option<i64>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<CompletionConflict>> {
+        let window = window_ms.unwrap_or(agentmesh_core::sessions::CONFLICT_WINDOW_MS);
+        self.read(|c| runtime::recent_conflicts(c, mesh_id, window, now))
+    }
+
+    fn record_tool_call(&self, call: &ToolCall, guard: RateGuard, now: Timestamp) -> StoreResult<RateVerdict> {
+        let sweep = self.tool_call_sweep_due();
+        self.write(|tx| runtime::record_tool_call(tx, call, guard, sweep, now))
+    }
+
+    fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| runtime::prune_tool_calls(tx, cutoff))
+    }
+
+    fn upsert_mission(&self, mesh_id: &str, mission: &NewMission, now: Timestamp) -> StoreResult<Mission> {
+        self.write(|tx| missions::upsert(tx, mesh_id, mission, now))
+    }
+
+    fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>> {
+        self.read(|c| missions::get(c, mesh_id, id))
+    }
+
+    fn missions(&self, mesh_id: &str, statuses: &[String]) -> StoreResult<Vec<Mission>> {
+        self.read(|c| missions::list(c, mesh_id, statuses))
+    }
+
+    fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| missions::progress(c, mesh_id, id))
+    }
+
+    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| missions::clear(tx, mesh_id))
+    }
+
+    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.read(|c| runtime::cursor(c, mesh_id))
+    }
+
+    fn bump_scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| runtime::bump_cursor(tx, mesh_id))
     }
 }

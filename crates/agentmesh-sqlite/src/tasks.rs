@@ -122,9 +122,9 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
              id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
              assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
              blocked, parked, hold, readonly, task_mode, required_tags, not_before_ms,
-             assigned_provider_type, dispatch_ts, epoch, lease_expires_ms)
+             assigned_provider_type, dispatch_ts, epoch, lease_expires_ms, mission_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
-                 ?19, ?20, ?21, ?22, ?23)",
+                 ?19, ?20, ?21, ?22, ?23, ?24)",
     )?;
     stmt.execute(params![
         task.id,
@@ -150,6 +150,7 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
         task.dispatch_timestamp,
         task.epoch() as i64,
         p.lease_expires_ms,
+        task.mission_id,
     ])?;
     Ok(())
 }
@@ -163,7 +164,8 @@ fn update_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
              assigned_session_id = ?7, created_at = ?8, updated_at = ?9, payload = ?10,
              priority_rank = ?11, deps_unmet = ?12, blocked = ?13, parked = ?14, hold = ?15,
              readonly = ?16, task_mode = ?17, required_tags = ?18, not_before_ms = ?19,
-             assigned_provider_type = ?20, dispatch_ts = ?21, epoch = ?22, lease_expires_ms = ?23
+             assigned_provider_type = ?20, dispatch_ts = ?21, epoch = ?22, lease_expires_ms = ?23,
+             mission_id = ?24
          WHERE id = ?1 AND mesh_id = ?2",
     )?;
     let n = stmt.execute(params![
@@ -190,6 +192,7 @@ fn update_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
         task.dispatch_timestamp,
         task.epoch() as i64,
         p.lease_expires_ms,
+        task.mission_id,
     ])?;
     if n == 0 {
         return Err(not_found(&task.mesh_id, &task.id));

@@ -1,0 +1,533 @@
+//! The runtime tables around the queue: direct dispatches, the session delivery
+//! queue, idle sessions, completion fingerprints and conflicts, the tool-call log
+//! of the rate guard, and the scheduler cursor.
+
+use agentmesh_core::{
+    CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession, NewDirectDispatch,
+    NewSessionDelivery, RateGuard, RateVerdict, SessionDelivery, Timestamp,
+};
+use agentmesh_store::{DeliveryUpdate, StoreError, ToolCall};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
+
+use crate::{Fail, Res};
+
+fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
+    Fail(StoreError::NotFound { kind, mesh_id: mesh_id.to_owned(), id: id.to_owned() })
+}
+
+fn corrupt(what: &str, problem: impl std::fmt::Display) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, format!("{what}: {problem}").into())
+}
+
+fn trimmed(v: &Option<String>) -> Option<String> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
+// ── Direct dispatches ───────────────────────────────────────────────────────
+
+const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via, \
+                                status, dispatched_to_idle_session, dispatched_at, updated_at";
+
+fn dispatch_from_row(row: &Row<'_>) -> rusqlite::Result<DirectDispatch> {
+    let status: String = row.get(8)?;
+    Ok(DirectDispatch {
+        task_id: row.get(0)?,
+        mesh_id: row.get(1)?,
+        node_id: row.get(2)?,
+        session_id: row.get(3)?,
+        provider_type: row.get(4)?,
+        message: row.get(5)?,
+        task_mode: row.get(6)?,
+        via: row.get(7)?,
+        status: status.parse().map_err(|e| corrupt("dispatch status", e))?,
+        dispatched_to_idle_session: row.get(9)?,
+        dispatched_at: row.get(10)?,
+        updated_at: row.get(11)?,
+    })
+}
+
+pub(crate) fn record_dispatch(
+    conn: &Connection,
+    mesh_id: &str,
+    d: &NewDirectDispatch,
+    now: Timestamp,
+) -> Res<DirectDispatch> {
+    d.validate()?;
+    let iso = now.iso();
+    let row = DirectDispatch {
+        task_id: d.task_id.trim().to_owned(),
+        mesh_id: mesh_id.to_owned(),
+        node_id: trimmed(&d.node_id),
+        session_id: trimmed(&d.session_id),
+        provider_type: trimmed(&d.provider_type),
+        message: d.message.clone(),
+        task_mode: trimmed(&d.task_mode),
+        via: d.via.trim().to_owned(),
+        status: DispatchStatus::Dispatched,
+        dispatched_to_idle_session: d.dispatched_to_idle_session,
+        dispatched_at: iso.clone(),
+        updated_at: iso,
+    };
+    conn.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO mesh_direct_dispatches ({DISPATCH_COLUMNS})
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    ))?
+    .execute(params![
+        row.task_id,
+        row.mesh_id,
+        row.node_id,
+        row.session_id,
+        row.provider_type,
+        row.message,
+        row.task_mode,
+        row.via,
+        row.status.as_str(),
+        row.dispatched_to_idle_session,
+        row.dispatched_at,
+        row.updated_at,
+    ])?;
+    Ok(row)
+}
+
+pub(crate) fn active_dispatches(conn: &Connection, mesh_id: &str) -> Res<Vec<DirectDispatch>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DISPATCH_COLUMNS} FROM mesh_direct_dispatches
+          WHERE mesh_id = +?1 AND status NOT IN ('completed', 'failed', 'stale')
+          ORDER BY dispatched_at ASC, rowid ASC"
+    ))?;
+    Ok(stmt.query_map([mesh_id], dispatch_from_row)?.collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(crate) fn set_dispatch_status(
+    conn: &Connection,
+    mesh_id: &str,
+    session_id: Option<&str>,
+    task_id: Option<&str>,
+    status: DispatchStatus,
+    now: Timestamp,
+) -> Res<u64> {
+    let task_id = task_id.map(str::trim).filter(|s| !s.is_empty());
+    let session_id = session_id.map(str::trim).filter(|s| !s.is_empty());
+    let n = match (task_id, session_id) {
+        (Some(task_id), _) => conn
+            .prepare_cached(
+                "UPDATE mesh_direct_dispatches SET status = ?1, updated_at = ?2
+                  WHERE mesh_id = ?3 AND task_id = ?4 AND status NOT IN ('completed', 'failed')",
+            )?
+            .execute(params![status.as_str(), now.iso(), mesh_id, task_id])?,
+        // Without a task id the whole session moves, never rows without a session.
+        (None, Some(session_id)) => conn
+            .prepare_cached(
+                "UPDATE mesh_direct_dispatches SET status = ?1, updated_at = ?2
+                  WHERE mesh_id = ?3 AND session_id = ?4 AND session_id IS NOT NULL
+                    AND status NOT IN ('completed', 'failed')",
+            )?
+            .execute(params![status.as_str(), now.iso(), mesh_id, session_id])?,
+        (None, None) => 0,
+    };
+    Ok(n as u64)
+}
+
+pub(crate) fn sole_active_dispatch(conn: &Connection, mesh_id: &str, session_id: &str) -> Res<Option<String>> {
+    if session_id.trim().is_empty() {
+        return Ok(None);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT task_id FROM mesh_direct_dispatches
+          WHERE mesh_id = ?1 AND session_id = ?2 AND status NOT IN ('completed', 'failed', 'stale') LIMIT 2",
+    )?;
+    let ids = stmt.query_map(params![mesh_id, session_id], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(match ids.as_slice() {
+        [only] => Some(only.trim().to_owned()).filter(|s| !s.is_empty()),
+        _ => None,
+    })
+}
+
+pub(crate) fn mark_stale_dispatches(conn: &Connection, mesh_id: &str, cutoff: Timestamp, now: Timestamp) -> Res<u64> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE mesh_direct_dispatches SET status = 'stale', updated_at = ?1
+              WHERE mesh_id = ?2 AND status = 'dispatched' AND dispatched_at < ?3",
+        )?
+        .execute(params![now.iso(), mesh_id, cutoff.iso()])? as u64)
+}
+
+pub(crate) fn cleanup_terminal_dispatches(conn: &Connection, cutoff: Timestamp) -> Res<u64> {
+    Ok(conn
+        .prepare_cached(
+            "DELETE FROM mesh_direct_dispatches
+              WHERE status IN ('completed', 'failed', 'stale') AND updated_at < ?1",
+        )?
+        .execute([cutoff.iso()])? as u64)
+}
+
+pub(crate) fn delete_dispatches(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    Ok(conn.execute("DELETE FROM mesh_direct_dispatches WHERE mesh_id = ?1", [mesh_id])? as u64)
+}
+
+pub(crate) fn delete_dispatches_by_task(conn: &Connection, mesh_id: &str, task_ids: &[String]) -> Res<u64> {
+    let mut stmt = conn.prepare_cached("DELETE FROM mesh_direct_dispatches WHERE mesh_id = ?1 AND task_id = ?2")?;
+    let mut n = 0;
+    for id in task_ids.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        n += stmt.execute(params![mesh_id, id])? as u64;
+    }
+    Ok(n)
+}
+
+// ── Session deliveries ──────────────────────────────────────────────────────
+
+const DELIVERY_COLUMNS: &str = "id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message, \
+                                status, deliver_after, expires_at, attempt_count, source_coordinator_session_id, \
+                                source_coordinator_daemon_id, last_error, created_at, updated_at";
+
+/// Statuses a waiting delivery has, as SQL.
+const ACTIVE_DELIVERY_SQL: &str = "status IN ('delivering', 'queued', 'acked')";
+
+fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<SessionDelivery> {
+    let status: String = row.get(9)?;
+    Ok(SessionDelivery {
+        id: row.get(0)?,
+        mesh_id: row.get(1)?,
+        node_id: row.get(2)?,
+        session_id: row.get(3)?,
+        provider_type: row.get(4)?,
+        task_id: row.get(5)?,
+        kind: row.get(6)?,
+        priority: row.get(7)?,
+        message: row.get(8)?,
+        status: status.parse().map_err(|e| corrupt("delivery status", e))?,
+        deliver_after: row.get(10)?,
+        expires_at: row.get(11)?,
+        attempt_count: row.get(12)?,
+        source_coordinator_session_id: row.get(13)?,
+        source_coordinator_daemon_id: row.get(14)?,
+        last_error: row.get(15)?,
+        created_at: row.get(16)?,
+        updated_at: row.get(17)?,
+    })
+}
+
+/// Stored instants are normalized to the millisecond ISO form, so they compare as
+/// strings.
+fn canonical_instant(v: &Option<String>) -> Option<String> {
+    v.as_deref().and_then(Timestamp::parse_iso).map(Timestamp::iso)
+}
+
+fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
+    let mut stmt =
+        conn.prepare_cached(&format!("SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery WHERE id = ?1 AND mesh_id = ?2"))?;
+    Ok(stmt.query_row(params![id, mesh_id], delivery_from_row).optional()?)
+}
+
+pub(crate) fn insert_delivery(
+    conn: &Connection,
+    mesh_id: &str,
+    d: &NewSessionDelivery,
+    now: Timestamp,
+) -> Res<SessionDelivery> {
+    d.validate()?;
+    let iso = now.iso();
+    let row = SessionDelivery {
+        id: d.id.trim().to_owned(),
+        mesh_id: mesh_id.to_owned(),
+        node_id: trimmed(&d.node_id),
+        session_id: trimmed(&d.session_id),
+        provider_type: trimmed(&d.provider_type),
+        task_id: trimmed(&d.task_id),
+        kind: d.kind.trim().to_owned(),
+        priority: d.priority,
+        message: d.message.clone(),
+        status: d.status.unwrap_or(DeliveryStatus::Queued),
+        deliver_after: canonical_instant(&d.deliver_after),
+        expires_at: canonical_instant(&d.expires_at),
+        attempt_count: 0,
+        source_coordinator_session_id: trimmed(&d.source_coordinator_session_id),
+        source_coordinator_daemon_id: trimmed(&d.source_coordinator_daemon_id),
+        last_error: None,
+        created_at: iso.clone(),
+        updated_at: iso,
+    };
+    conn.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO mesh_session_delivery ({DELIVERY_COLUMNS})
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
+    ))?
+    .execute(params![
+        row.id,
+        row.mesh_id,
+        row.node_id,
+        row.session_id,
+        row.provider_type,
+        row.task_id,
+        row.kind,
+        row.priority,
+        row.message,
+        row.status.as_str(),
+        row.deliver_after,
+        row.expires_at,
+        row.attempt_count,
+        row.source_coordinator_session_id,
+        row.source_coordinator_daemon_id,
+        row.last_error,
+        row.created_at,
+        row.updated_at,
+    ])?;
+    Ok(row)
+}
+
+pub(crate) fn set_delivery_status(
+    conn: &Connection,
+    mesh_id: &str,
+    id: &str,
+    status: DeliveryStatus,
+    update: &DeliveryUpdate,
+    now: Timestamp,
+) -> Res<bool> {
+    let current = load_delivery(conn, mesh_id, id)?.ok_or_else(|| not_found("delivery", mesh_id, id))?;
+    // A retry (attempt count up) is written as the original writes it; any other
+    // change must not move the delivery backwards or out of a final status.
+    let allowed = if update.increment_attempt {
+        !current.status.is_final()
+    } else {
+        current.status.may_move_to(status)
+    };
+    if !allowed {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "UPDATE mesh_session_delivery
+            SET status = ?1, last_error = ?2, attempt_count = attempt_count + ?3, updated_at = ?4
+          WHERE id = ?5 AND mesh_id = ?6",
+    )?
+    .execute(params![status.as_str(), update.last_error, i64::from(update.increment_attempt), now.iso(), id, mesh_id])?;
+    Ok(true)
+}
+
+pub(crate) fn active_deliveries(
+    conn: &Connection,
+    mesh_id: &str,
+    session_id: Option<&str>,
+    now: Timestamp,
+) -> Res<Vec<SessionDelivery>> {
+    let mut sql = format!(
+        "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery
+          WHERE mesh_id = +?1 AND {ACTIVE_DELIVERY_SQL} AND (expires_at IS NULL OR expires_at > +?2)"
+    );
+    let mut args = vec![Value::Text(mesh_id.to_owned()), Value::Text(now.iso())];
+    if let Some(session) = session_id {
+        sql.push_str(" AND session_id = +?3");
+        args.push(Value::Text(session.to_owned()));
+    }
+    sql.push_str(" ORDER BY priority DESC, created_at ASC, rowid ASC");
+    let mut stmt = conn.prepare_cached(&sql)?;
+    Ok(stmt.query_map(params_from_iter(args.iter()), delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(crate) fn task_has_confirmed_delivery(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<bool> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT 1 FROM mesh_session_delivery
+          WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed') LIMIT 1",
+    )?;
+    Ok(stmt.query_row(params![mesh_id, task_id], |_| Ok(())).optional()?.is_some())
+}
+
+pub(crate) fn expire_deliveries(conn: &Connection, mesh_id: &str, now: Timestamp) -> Res<u64> {
+    let iso = now.iso();
+    Ok(conn
+        .prepare_cached(&format!(
+            "UPDATE mesh_session_delivery SET status = 'expired', updated_at = ?1
+              WHERE mesh_id = ?2 AND expires_at IS NOT NULL AND expires_at <= ?1 AND {ACTIVE_DELIVERY_SQL}"
+        ))?
+        .execute(params![iso, mesh_id])? as u64)
+}
+
+pub(crate) fn delete_deliveries(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    Ok(conn.execute("DELETE FROM mesh_session_delivery WHERE mesh_id = ?1", [mesh_id])? as u64)
+}
+
+// ── Idle sessions ───────────────────────────────────────────────────────────
+
+pub(crate) fn set_idle(conn: &Connection, s: &IdleSession) -> Res<()> {
+    s.validate()?;
+    let metadata = s.metadata.as_ref().map(serde_json::to_string).transpose()?;
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO remote_idle_sessions
+             (mesh_id, node_id, session_id, provider_type, expires_at, metadata)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        s.mesh_id.trim(),
+        s.node_id.trim(),
+        s.session_id.trim(),
+        s.provider_type.trim(),
+        s.expires_at_ms,
+        metadata
+    ])?;
+    Ok(())
+}
+
+pub(crate) fn idle_sessions(conn: &Connection, mesh_id: &str, now: Timestamp) -> Res<Vec<IdleSession>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT mesh_id, node_id, session_id, provider_type, expires_at, metadata FROM remote_idle_sessions
+          WHERE mesh_id = ?1 AND expires_at > ?2 ORDER BY node_id, session_id",
+    )?;
+    let rows = stmt.query_map(params![mesh_id, now.millis()], |r| {
+        let metadata: Option<String> = r.get(5)?;
+        Ok(IdleSession {
+            mesh_id: r.get(0)?,
+            node_id: r.get(1)?,
+            session_id: r.get(2)?,
+            provider_type: r.get(3)?,
+            expires_at_ms: r.get(4)?,
+            metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(crate) fn delete_idle(conn: &Connection, mesh_id: &str, node_id: &str, session_id: &str) -> Res<bool> {
+    Ok(conn
+        .prepare_cached("DELETE FROM remote_idle_sessions WHERE mesh_id = ?1 AND node_id = ?2 AND session_id = ?3")?
+        .execute(params![mesh_id, node_id, session_id])?
+        > 0)
+}
+
+pub(crate) fn prune_idle(conn: &Connection, now: Timestamp) -> Res<u64> {
+    Ok(conn.prepare_cached("DELETE FROM remote_idle_sessions WHERE expires_at <= ?1")?.execute([now.millis()])? as u64)
+}
+
+// ── Completion fingerprints and conflicts ───────────────────────────────────
+
+pub(crate) fn record_fingerprint(
+    conn: &Connection,
+    mesh_id: &str,
+    fingerprint: &str,
+    ttl_ms: i64,
+    now: Timestamp,
+) -> Res<()> {
+    if fingerprint.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "fingerprint",
+            "must not be blank",
+        ))));
+    }
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO mesh_completion_fingerprints (fingerprint, expires_at, mesh_id) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![fingerprint, now.plus_millis(ttl_ms).millis(), mesh_id])?;
+    Ok(())
+}
+
+pub(crate) fn has_fingerprint(conn: &Connection, mesh_id: &str, fingerprint: &str, now: Timestamp) -> Res<bool> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT 1 FROM mesh_completion_fingerprints WHERE fingerprint = ?1 AND mesh_id = ?2 AND expires_at > ?3",
+    )?;
+    Ok(stmt.query_row(params![fingerprint, mesh_id, now.millis()], |_| Ok(())).optional()?.is_some())
+}
+
+pub(crate) fn sweep_fingerprints(conn: &Connection, now: Timestamp) -> Res<u64> {
+    Ok(conn.prepare_cached("DELETE FROM mesh_completion_fingerprints WHERE expires_at <= ?1")?.execute([now.millis()])?
+        as u64)
+}
+
+pub(crate) fn record_conflict(conn: &Connection, c: &CompletionConflict) -> Res<bool> {
+    Ok(conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO mesh_completion_conflicts
+                 (id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id,
+                  original_task_id, original_session_id, event, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?
+        .execute(params![
+            c.id,
+            c.mesh_id,
+            c.fingerprint,
+            c.conflicting_task_id,
+            c.conflicting_session_id,
+            c.original_task_id,
+            c.original_session_id,
+            c.event,
+            c.created_at,
+        ])?
+        > 0)
+}
+
+pub(crate) fn recent_conflicts(
+    conn: &Connection,
+    mesh_id: &str,
+    window_ms: i64,
+    now: Timestamp,
+) -> Res<Vec<CompletionConflict>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id, original_task_id,
+                original_session_id, event, created_at
+           FROM mesh_completion_conflicts WHERE mesh_id = +?1 AND created_at >= +?2
+          ORDER BY created_at DESC LIMIT ?3",
+    )?;
+    let cutoff = now.plus_millis(-window_ms).iso();
+    let rows = stmt.query_map(params![mesh_id, cutoff, agentmesh_core::sessions::CONFLICT_LIMIT], |r| {
+        Ok(CompletionConflict {
+            id: r.get(0)?,
+            mesh_id: r.get(1)?,
+            fingerprint: r.get(2)?,
+            conflicting_task_id: r.get(3)?,
+            conflicting_session_id: r.get(4)?,
+            original_task_id: r.get(5)?,
+            original_session_id: r.get(6)?,
+            event: r.get(7)?,
+            created_at: r.get(8)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+// ── Tool-call rate guard ────────────────────────────────────────────────────
+
+/// Records a call and counts the tool's calls in the window; `sweep` also deletes
+/// rows past the guard's retention.
+pub(crate) fn record_tool_call(
+    conn: &Connection,
+    call: &ToolCall,
+    guard: RateGuard,
+    sweep: bool,
+    now: Timestamp,
+) -> Res<RateVerdict> {
+    if call.tool.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new("tool", "must not be blank"))));
+    }
+    conn.prepare_cached("INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at) VALUES (?1, ?2, ?3, ?4)")?
+        .execute(params![call.mesh_id, call.tool, call.session_id, now.millis()])?;
+    let calls: i64 = conn
+        .prepare_cached(
+            "SELECT COUNT(*) FROM mesh_tool_call_log WHERE mesh_id = ?1 AND tool = ?2 AND called_at >= ?3",
+        )?
+        .query_row(params![call.mesh_id, call.tool, now.millis() - guard.window_ms], |r| r.get(0))?;
+    if sweep {
+        prune_tool_calls(conn, now.plus_millis(-guard.retention_ms()))?;
+    }
+    Ok(guard.verdict(&call.mesh_id, &call.tool, calls as u64))
+}
+
+pub(crate) fn prune_tool_calls(conn: &Connection, cutoff: Timestamp) -> Res<u64> {
+    Ok(conn.prepare_cached("DELETE FROM mesh_tool_call_log WHERE called_at < ?1")?.execute([cutoff.millis()])? as u64)
+}
+
+// ── Scheduler cursor ────────────────────────────────────────────────────────
+
+pub(crate) fn cursor(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    let v: Option<i64> = conn
+        .prepare_cached("SELECT cursor FROM mesh_scheduler_cursor WHERE mesh_id = ?1")?
+        .query_row([mesh_id], |r| r.get(0))
+        .optional()?;
+    Ok(v.unwrap_or(0).max(0) as u64)
+}
+
+pub(crate) fn bump_cursor(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    let before = cursor(conn, mesh_id)?;
+    conn.prepare_cached(
+        "INSERT INTO mesh_scheduler_cursor (mesh_id, cursor) VALUES (?1, ?2)
+         ON CONFLICT(mesh_id) DO UPDATE SET cursor = excluded.cursor",
+    )?
+    .execute(params![mesh_id, before as i64 + 1])?;
+    Ok(before)
+}
