@@ -256,3 +256,46 @@ fn a_wal_past_its_threshold_is_checkpointed_and_truncated() {
     assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0, "WAL truncated");
     assert_eq!(store.pending_count("m").unwrap(), 200, "nothing lost by the checkpoint");
 }
+
+#[test]
+fn placement_suggests_eligible_nodes_and_rotates_round_robin_ties() {
+    use agentmesh_core::Strategy;
+    use agentmesh_store::placement::{NodeInfo, suggest_nodes};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let node = |id: &str, tags: &[&str]| NodeInfo {
+        node_id: id.into(),
+        capability_tags: tags.iter().map(|t| t.to_string()).collect(),
+        scheduling_priority: 0,
+    };
+    let nodes = [
+        node("a", &["os=linux"]),
+        node("b", &["os=linux"]),
+        node("mac", &["os=darwin"]),
+        node("c", &["os=linux"]),
+    ];
+    // Node a is busy with one task; b and c tie at no load.
+    let busy = store.enqueue("m", &NewTask { message: "busy".into(), ..NewTask::default() }, NOW).unwrap();
+    let a = Claimant { node_id: "a".into(), session_id: "sa".into(), ..Claimant::default() };
+    assert_eq!(
+        store.claim_next("m", &a, &ClaimOptions::default(), NOW).unwrap().expect_claimed().id,
+        busy.id
+    );
+    let task = store
+        .enqueue(
+            "m",
+            &NewTask { message: "x".into(), required_tags: vec!["os=linux".into()], ..NewTask::default() },
+            NOW,
+        )
+        .unwrap();
+
+    let firsts: Vec<String> = (0..4)
+        .map(|_| suggest_nodes(&store, "m", &task, &nodes, Strategy::RoundRobin).unwrap()[0].node_id.clone())
+        .collect();
+    assert!(firsts.iter().all(|n| n == "b" || n == "c"), "the least loaded win: {firsts:?}");
+    assert!(firsts.windows(2).any(|w| w[0] != w[1]), "ties take turns: {firsts:?}");
+    let ranked = suggest_nodes(&store, "m", &task, &nodes, Strategy::LeastLoaded).unwrap();
+    let ids: Vec<_> = ranked.iter().map(|n| n.node_id.as_str()).collect();
+    assert_eq!(ids, ["b", "c", "a"], "the darwin node is not eligible; the busy node comes last");
+    assert_eq!(ranked[2].load, 1);
+}

@@ -13,12 +13,13 @@
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
     LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission,
-    NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery,
-    Task, TaskStatus, Timestamp,
+    NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery,
+    SliceQuery, Task, TaskStatus, Timestamp,
 };
 
 mod error;
 pub mod legacy;
+pub mod placement;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -307,8 +308,12 @@ pub trait Store: Send + Sync {
 
     /// Records a direct dispatch (status `dispatched`), replacing the row of the
     /// same task id.
-    fn record_direct_dispatch(&self, mesh_id: &str, dispatch: &NewDirectDispatch, now: Timestamp)
-    -> StoreResult<DirectDispatch>;
+    fn record_direct_dispatch(
+        &self,
+        mesh_id: &str,
+        dispatch: &NewDirectDispatch,
+        now: Timestamp,
+    ) -> StoreResult<DirectDispatch>;
 
     /// Dispatches that are not completed, failed or stale, oldest first.
     fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>>;
@@ -329,7 +334,12 @@ pub trait Store: Send + Sync {
     fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>>;
 
     /// Marks `dispatched` rows sent before `cutoff` stale; returns how many.
-    fn mark_stale_direct_dispatches(&self, mesh_id: &str, cutoff: Timestamp, now: Timestamp) -> StoreResult<u64>;
+    fn mark_stale_direct_dispatches(
+        &self,
+        mesh_id: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> StoreResult<u64>;
 
     /// Deletes completed, failed and stale rows last changed before `cutoff`, in
     /// every mesh; returns how many.
@@ -344,8 +354,12 @@ pub trait Store: Send + Sync {
     // ── Session deliveries ───────────────────────────────────────────────────
 
     /// Records a delivery (status `queued` unless given); replaces one with the same id.
-    fn insert_session_delivery(&self, mesh_id: &str, delivery: &NewSessionDelivery, now: Timestamp)
-    -> StoreResult<SessionDelivery>;
+    fn insert_session_delivery(
+        &self,
+        mesh_id: &str,
+        delivery: &NewSessionDelivery,
+        now: Timestamp,
+    ) -> StoreResult<SessionDelivery>;
 
     /// Moves a delivery to `status` unless that would move it backwards or out of a
     /// final status; returns whether it changed. Unknown id: [`StoreError::NotFound`].
@@ -393,11 +407,21 @@ pub trait Store: Send + Sync {
     // ── Completion fingerprints and conflicts ───────────────────────────────
 
     /// Records that a completion with this fingerprint was handled, for `ttl_ms`.
-    fn record_completion_fingerprint(&self, mesh_id: &str, fingerprint: &str, ttl_ms: i64, now: Timestamp)
-    -> StoreResult<()>;
+    fn record_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        ttl_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<()>;
 
     /// Whether the fingerprint was recorded in this mesh and has not expired.
-    fn has_completion_fingerprint(&self, mesh_id: &str, fingerprint: &str, now: Timestamp) -> StoreResult<bool>;
+    fn has_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
 
     /// Deletes expired fingerprints (through an index, not a scan); returns how many.
     fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64>;
@@ -418,7 +442,8 @@ pub trait Store: Send + Sync {
     /// Records a call and says whether the tool is called too often in the mesh
     /// (calls within `guard.window_ms`, this one included, above `guard.max_calls`).
     /// Every 200 calls, rows older than the guard's retention are swept.
-    fn record_tool_call(&self, call: &ToolCall, guard: RateGuard, now: Timestamp) -> StoreResult<RateVerdict>;
+    fn record_tool_call(&self, call: &ToolCall, guard: RateGuard, now: Timestamp)
+    -> StoreResult<RateVerdict>;
 
     /// Deletes recorded calls before `cutoff`; returns how many.
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64>;
