@@ -65,7 +65,9 @@ impl FromStr for DispatchStatus {
         DispatchStatus::ALL.into_iter().find(|d| d.as_str() == s.trim()).ok_or_else(|| {
             InvalidInput::new(
                 "status",
-                format!("unknown dispatch status {s:?} (expected dispatched, acked, completed, failed or stale)"),
+                format!(
+                    "unknown dispatch status {s:?} (expected dispatched, acked, completed, failed or stale)"
+                ),
             )
         })
     }

@@ -49,7 +49,9 @@ impl NewMission {
             if !ok {
                 return Err(InvalidInput::new(
                     "status",
-                    format!("{status:?} is not a status word (lowercase letters and _, such as active or closed)"),
+                    format!(
+                        "{status:?} is not a status word (lowercase letters and _, such as active or closed)"
+                    ),
                 ));
             }
         }
@@ -120,7 +122,12 @@ mod tests {
     fn validation_names_the_field() {
         let m = NewMission { id: "m1".into(), title: " ".into(), ..NewMission::default() };
         assert_eq!(m.validate().unwrap_err().field, "title");
-        let m = NewMission { id: "m1".into(), title: "t".into(), status: Some("Done!".into()), ..NewMission::default() };
+        let m = NewMission {
+            id: "m1".into(),
+            title: "t".into(),
+            status: Some("Done!".into()),
+            ..NewMission::default()
+        };
         assert_eq!(m.validate().unwrap_err().field, "status");
     }
 }

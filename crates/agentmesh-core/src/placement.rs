@@ -90,7 +90,9 @@ pub fn rank(strategy: Strategy, nodes: &[NodeCandidate], cursor: u64) -> Vec<Nod
             order.sort_by_key(|&i| (std::cmp::Reverse(nodes[i].scheduling_priority), nodes[i].load, i));
         }
         Strategy::RoundRobin => {
-            order.sort_by_key(|&i| (std::cmp::Reverse(nodes[i].scheduling_priority), nodes[i].load, rotated(i)));
+            order.sort_by_key(|&i| {
+                (std::cmp::Reverse(nodes[i].scheduling_priority), nodes[i].load, rotated(i))
+            });
         }
     }
     order.into_iter().map(|i| nodes[i].clone()).collect()
@@ -119,7 +121,8 @@ mod tests {
     #[test]
     fn round_robin_rotates_ties_with_the_cursor() {
         let nodes = [node("a", 0, 1), node("b", 0, 1), node("c", 0, 1), node("busy", 0, 9)];
-        let winners: Vec<String> = (0..4).map(|cursor| ids(rank(Strategy::RoundRobin, &nodes, cursor))[0].clone()).collect();
+        let winners: Vec<String> =
+            (0..4).map(|cursor| ids(rank(Strategy::RoundRobin, &nodes, cursor))[0].clone()).collect();
         assert_eq!(winners, ["a", "b", "c", "a"]);
         assert_eq!(ids(rank(Strategy::RoundRobin, &nodes, 1)).last().unwrap(), "busy", "load still counts");
     }

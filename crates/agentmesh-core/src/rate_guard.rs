@@ -74,7 +74,10 @@ mod tests {
             "Rate limit: mesh_status called 6 times in the last 10s for mesh m. Wait for \
              pendingCoordinatorEvents or an explicit user status request before calling again."
         );
-        assert_eq!(RateGuard { window_ms: 1_500, max_calls: 1 }.verdict("m", "t", 2).advisory.unwrap()[..40].len(), 40);
+        assert_eq!(
+            RateGuard { window_ms: 1_500, max_calls: 1 }.verdict("m", "t", 2).advisory.unwrap()[..40].len(),
+            40
+        );
         assert_eq!(g.retention_ms(), 100_000);
     }
 }

@@ -28,7 +28,13 @@ fn by_id(conn: &Connection, id: &str) -> Res<Option<Mission>> {
     Ok(stmt.query_row([id], from_row).optional()?)
 }
 
-fn record(conn: &Connection, mesh_id: &str, kind: &str, payload: serde_json::Value, now: Timestamp) -> Res<()> {
+fn record(
+    conn: &Connection,
+    mesh_id: &str,
+    kind: &str,
+    payload: serde_json::Value,
+    now: Timestamp,
+) -> Res<()> {
     ledger::append(
         conn,
         &LedgerEntry {
@@ -101,7 +107,13 @@ pub(crate) fn upsert(conn: &Connection, mesh_id: &str, m: &NewMission, now: Time
                 )?;
             }
             if before.goal != mission.goal {
-                record(conn, mesh_id, "mission_goal_updated", json!({"missionId": mission.id, "goal": mission.goal}), now)?;
+                record(
+                    conn,
+                    mesh_id,
+                    "mission_goal_updated",
+                    json!({"missionId": mission.id, "goal": mission.goal}),
+                    now,
+                )?;
             }
         }
     }
@@ -126,7 +138,11 @@ pub(crate) fn list(conn: &Connection, mesh_id: &str, statuses: &[String]) -> Res
 
 pub(crate) fn progress(conn: &Connection, mesh_id: &str, id: &str) -> Res<MissionProgress> {
     if get(conn, mesh_id, id)?.is_none() {
-        return Err(Fail(StoreError::NotFound { kind: "mission", mesh_id: mesh_id.to_owned(), id: id.to_owned() }));
+        return Err(Fail(StoreError::NotFound {
+            kind: "mission",
+            mesh_id: mesh_id.to_owned(),
+            id: id.to_owned(),
+        }));
     }
     let mut stmt = conn.prepare_cached(
         "SELECT status, COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND mission_id = ?2 GROUP BY status",

@@ -17,7 +17,11 @@ fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
 }
 
 fn corrupt(what: &str, problem: impl std::fmt::Display) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, format!("{what}: {problem}").into())
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        format!("{what}: {problem}").into(),
+    )
 }
 
 fn trimmed(v: &Option<String>) -> Option<String> {
@@ -129,7 +133,11 @@ pub(crate) fn set_dispatch_status(
     Ok(n as u64)
 }
 
-pub(crate) fn sole_active_dispatch(conn: &Connection, mesh_id: &str, session_id: &str) -> Res<Option<String>> {
+pub(crate) fn sole_active_dispatch(
+    conn: &Connection,
+    mesh_id: &str,
+    session_id: &str,
+) -> Res<Option<String>> {
     if session_id.trim().is_empty() {
         return Ok(None);
     }
@@ -137,14 +145,21 @@ pub(crate) fn sole_active_dispatch(conn: &Connection, mesh_id: &str, session_id:
         "SELECT task_id FROM mesh_direct_dispatches
           WHERE mesh_id = ?1 AND session_id = ?2 AND status NOT IN ('completed', 'failed', 'stale') LIMIT 2",
     )?;
-    let ids = stmt.query_map(params![mesh_id, session_id], |r| r.get::<_, String>(0))?.collect::<Result<Vec<_>, _>>()?;
+    let ids = stmt
+        .query_map(params![mesh_id, session_id], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(match ids.as_slice() {
         [only] => Some(only.trim().to_owned()).filter(|s| !s.is_empty()),
         _ => None,
     })
 }
 
-pub(crate) fn mark_stale_dispatches(conn: &Connection, mesh_id: &str, cutoff: Timestamp, now: Timestamp) -> Res<u64> {
+pub(crate) fn mark_stale_dispatches(
+    conn: &Connection,
+    mesh_id: &str,
+    cutoff: Timestamp,
+    now: Timestamp,
+) -> Res<u64> {
     Ok(conn
         .prepare_cached(
             "UPDATE mesh_direct_dispatches SET status = 'stale', updated_at = ?1
@@ -167,7 +182,8 @@ pub(crate) fn delete_dispatches(conn: &Connection, mesh_id: &str) -> Res<u64> {
 }
 
 pub(crate) fn delete_dispatches_by_task(conn: &Connection, mesh_id: &str, task_ids: &[String]) -> Res<u64> {
-    let mut stmt = conn.prepare_cached("DELETE FROM mesh_direct_dispatches WHERE mesh_id = ?1 AND task_id = ?2")?;
+    let mut stmt =
+        conn.prepare_cached("DELETE FROM mesh_direct_dispatches WHERE mesh_id = ?1 AND task_id = ?2")?;
     let mut n = 0;
     for id in task_ids.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
         n += stmt.execute(params![mesh_id, id])? as u64;
@@ -215,8 +231,9 @@ fn canonical_instant(v: &Option<String>) -> Option<String> {
 }
 
 fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
-    let mut stmt =
-        conn.prepare_cached(&format!("SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery WHERE id = ?1 AND mesh_id = ?2"))?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery WHERE id = ?1 AND mesh_id = ?2"
+    ))?;
     Ok(stmt.query_row(params![id, mesh_id], delivery_from_row).optional()?)
 }
 
@@ -299,7 +316,14 @@ pub(crate) fn set_delivery_status(
             SET status = ?1, last_error = ?2, attempt_count = attempt_count + ?3, updated_at = ?4
           WHERE id = ?5 AND mesh_id = ?6",
     )?
-    .execute(params![status.as_str(), update.last_error, i64::from(update.increment_attempt), now.iso(), id, mesh_id])?;
+    .execute(params![
+        status.as_str(),
+        update.last_error,
+        i64::from(update.increment_attempt),
+        now.iso(),
+        id,
+        mesh_id
+    ])?;
     Ok(true)
 }
 
@@ -387,13 +411,17 @@ pub(crate) fn idle_sessions(conn: &Connection, mesh_id: &str, now: Timestamp) ->
 
 pub(crate) fn delete_idle(conn: &Connection, mesh_id: &str, node_id: &str, session_id: &str) -> Res<bool> {
     Ok(conn
-        .prepare_cached("DELETE FROM remote_idle_sessions WHERE mesh_id = ?1 AND node_id = ?2 AND session_id = ?3")?
+        .prepare_cached(
+            "DELETE FROM remote_idle_sessions WHERE mesh_id = ?1 AND node_id = ?2 AND session_id = ?3",
+        )?
         .execute(params![mesh_id, node_id, session_id])?
         > 0)
 }
 
 pub(crate) fn prune_idle(conn: &Connection, now: Timestamp) -> Res<u64> {
-    Ok(conn.prepare_cached("DELETE FROM remote_idle_sessions WHERE expires_at <= ?1")?.execute([now.millis()])? as u64)
+    Ok(conn
+        .prepare_cached("DELETE FROM remote_idle_sessions WHERE expires_at <= ?1")?
+        .execute([now.millis()])? as u64)
 }
 
 // ── Completion fingerprints and conflicts ───────────────────────────────────
@@ -418,7 +446,12 @@ pub(crate) fn record_fingerprint(
     Ok(())
 }
 
-pub(crate) fn has_fingerprint(conn: &Connection, mesh_id: &str, fingerprint: &str, now: Timestamp) -> Res<bool> {
+pub(crate) fn has_fingerprint(
+    conn: &Connection,
+    mesh_id: &str,
+    fingerprint: &str,
+    now: Timestamp,
+) -> Res<bool> {
     let mut stmt = conn.prepare_cached(
         "SELECT 1 FROM mesh_completion_fingerprints WHERE fingerprint = ?1 AND mesh_id = ?2 AND expires_at > ?3",
     )?;
@@ -426,8 +459,9 @@ pub(crate) fn has_fingerprint(conn: &Connection, mesh_id: &str, fingerprint: &st
 }
 
 pub(crate) fn sweep_fingerprints(conn: &Connection, now: Timestamp) -> Res<u64> {
-    Ok(conn.prepare_cached("DELETE FROM mesh_completion_fingerprints WHERE expires_at <= ?1")?.execute([now.millis()])?
-        as u64)
+    Ok(conn
+        .prepare_cached("DELETE FROM mesh_completion_fingerprints WHERE expires_at <= ?1")?
+        .execute([now.millis()])? as u64)
 }
 
 pub(crate) fn record_conflict(conn: &Connection, c: &CompletionConflict) -> Res<bool> {
@@ -493,10 +527,15 @@ pub(crate) fn record_tool_call(
     now: Timestamp,
 ) -> Res<RateVerdict> {
     if call.tool.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new("tool", "must not be blank"))));
+        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "tool",
+            "must not be blank",
+        ))));
     }
-    conn.prepare_cached("INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at) VALUES (?1, ?2, ?3, ?4)")?
-        .execute(params![call.mesh_id, call.tool, call.session_id, now.millis()])?;
+    conn.prepare_cached(
+        "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![call.mesh_id, call.tool, call.session_id, now.millis()])?;
     let calls: i64 = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM mesh_tool_call_log WHERE mesh_id = ?1 AND tool = ?2 AND called_at >= ?3",
@@ -509,7 +548,9 @@ pub(crate) fn record_tool_call(
 }
 
 pub(crate) fn prune_tool_calls(conn: &Connection, cutoff: Timestamp) -> Res<u64> {
-    Ok(conn.prepare_cached("DELETE FROM mesh_tool_call_log WHERE called_at < ?1")?.execute([cutoff.millis()])? as u64)
+    Ok(conn
+        .prepare_cached("DELETE FROM mesh_tool_call_log WHERE called_at < ?1")?
+        .execute([cutoff.millis()])? as u64)
 }
 
 // ── Scheduler cursor ────────────────────────────────────────────────────────

@@ -3,12 +3,13 @@
 
 use agentmesh_core::{
     Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession, LedgerEntry,
-    LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
-    RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission, NewSessionDelivery,
+    NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, StatusCount, Store, StoreError,
-    StoreResult, ToolCall,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, StatusCount, Store,
+    StoreError, StoreResult, ToolCall,
 };
 
 use crate::{Fail, SqliteStore, ledger, missions, runtime, tasks};
@@ -250,7 +251,12 @@ impl Store for SqliteStore {
         self.read(|c| runtime::sole_active_dispatch(c, mesh_id, session_id))
     }
 
-    fn mark_stale_direct_dispatches(&self, mesh_id: &str, cutoff: Timestamp, now: Timestamp) -> StoreResult<u64> {
+    fn mark_stale_direct_dispatches(
+        &self,
+        mesh_id: &str,
+        cutoff: Timestamp,
+        now: Timestamp,
+    ) -> StoreResult<u64> {
         self.write(|tx| runtime::mark_stale_dispatches(tx, mesh_id, cutoff, now))
     }
 
@@ -333,7 +339,12 @@ impl Store for SqliteStore {
         self.write(|tx| runtime::record_fingerprint(tx, mesh_id, fingerprint, ttl_ms, now))
     }
 
-    fn has_completion_fingerprint(&self, mesh_id: &str, fingerprint: &str, now: Timestamp) -> StoreResult<bool> {
+    fn has_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
         self.read(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
     }
 
@@ -355,7 +366,12 @@ impl Store for SqliteStore {
         self.read(|c| runtime::recent_conflicts(c, mesh_id, window, now))
     }
 
-    fn record_tool_call(&self, call: &ToolCall, guard: RateGuard, now: Timestamp) -> StoreResult<RateVerdict> {
+    fn record_tool_call(
+        &self,
+        call: &ToolCall,
+        guard: RateGuard,
+        now: Timestamp,
+    ) -> StoreResult<RateVerdict> {
         let sweep = self.tool_call_sweep_due();
         self.write(|tx| runtime::record_tool_call(tx, call, guard, sweep, now))
     }
