@@ -27,18 +27,19 @@ use harness::{Harness, Options};
 type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, RunGroup); 4] = [
+const GROUPS: [(&str, RunGroup); 5] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
     ("ledger", cases::ledger::run),
+    ("fingerprints", cases::fingerprints::run),
 ];
 
 /// Seed harness groups this bench does not cover yet.
-const NOT_YET: [&str; 2] = ["pending-events", "fingerprints"];
+const NOT_YET: [&str; 1] = ["pending-events"];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, ledger";
+                     groups: enqueue, claim-depth, claim-with-deps, ledger, fingerprints";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {

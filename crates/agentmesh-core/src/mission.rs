@@ -29,9 +29,11 @@ pub struct NewMission {
     pub id: String,
     /// Short title.
     pub title: String,
-    /// What done looks like (empty when unset).
+    /// What done looks like. When unset, an update keeps the current goal and a new
+    /// mission gets an empty one.
     pub goal: Option<String>,
-    /// Status (`active` when unset).
+    /// Status. When unset, an update keeps the current status and a new mission is
+    /// `active`.
     pub status: Option<String>,
 }
 
@@ -45,17 +47,22 @@ impl NewMission {
             return Err(InvalidInput::new("title", "must not be blank"));
         }
         if let Some(status) = &self.status {
-            let ok = !status.is_empty() && status.chars().all(|c| c.is_ascii_lowercase() || c == '_');
-            if !ok {
-                return Err(InvalidInput::new(
-                    "status",
-                    format!(
-                        "{status:?} is not a status word (lowercase letters and _, such as active or closed)"
-                    ),
-                ));
-            }
+            validate_status(status)?;
         }
         Ok(())
+    }
+}
+
+/// Checks a mission status word: lowercase letters and `_`, such as `active` or
+/// `closed`.
+pub fn validate_status(status: &str) -> Result<(), InvalidInput> {
+    if !status.is_empty() && status.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+        Ok(())
+    } else {
+        Err(InvalidInput::new(
+            "status",
+            format!("{status:?} is not a status word (lowercase letters and _, such as active or closed)"),
+        ))
     }
 }
 
@@ -100,7 +107,7 @@ impl MissionProgress {
 
     /// Completed tasks as a whole percentage of all tasks (0 with no tasks).
     pub fn percent_complete(&self) -> u8 {
-        if self.total == 0 { 0 } else { (self.completed * 100 / self.total) as u8 }
+        (self.completed * 100).checked_div(self.total).unwrap_or(0) as u8
     }
 }
 

@@ -29,6 +29,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0004_ledger_paging.sql"),
         after: None,
     },
+    Migration {
+        name: "0005_runtime_tables",
+        sql: include_str!("../migrations/0005_runtime_tables.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

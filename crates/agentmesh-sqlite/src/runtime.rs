@@ -24,6 +24,16 @@ fn corrupt(what: &str, problem: impl std::fmt::Display) -> rusqlite::Error {
     )
 }
 
+/// Ids of these tables are global keys: an id another mesh holds is refused rather
+/// than replacing that mesh's row.
+fn refuse_other_mesh(conn: &Connection, sql: &str, id: &str, mesh_id: &str, kind: &'static str) -> Res<()> {
+    let owner: Option<String> = conn.prepare_cached(sql)?.query_row([id], |r| r.get(0)).optional()?;
+    match owner {
+        Some(owner) if owner != mesh_id => Err(Fail(StoreError::IdInOtherMesh { kind, id: id.to_owned() })),
+        _ => Ok(()),
+    }
+}
+
 fn trimmed(v: &Option<String>) -> Option<String> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
@@ -58,6 +68,13 @@ pub(crate) fn record_dispatch(
     now: Timestamp,
 ) -> Res<DirectDispatch> {
     d.validate()?;
+    refuse_other_mesh(
+        conn,
+        "SELECT mesh_id FROM mesh_direct_dispatches WHERE task_id = ?1",
+        d.task_id.trim(),
+        mesh_id,
+        "direct dispatch",
+    )?;
     let iso = now.iso();
     let row = DirectDispatch {
         task_id: d.task_id.trim().to_owned(),
@@ -244,6 +261,13 @@ pub(crate) fn insert_delivery(
     now: Timestamp,
 ) -> Res<SessionDelivery> {
     d.validate()?;
+    refuse_other_mesh(
+        conn,
+        "SELECT mesh_id FROM mesh_session_delivery WHERE id = ?1",
+        d.id.trim(),
+        mesh_id,
+        "delivery",
+    )?;
     let iso = now.iso();
     let row = SessionDelivery {
         id: d.id.trim().to_owned(),
@@ -453,7 +477,7 @@ pub(crate) fn has_fingerprint(
     now: Timestamp,
 ) -> Res<bool> {
     let mut stmt = conn.prepare_cached(
-        "SELECT 1 FROM mesh_completion_fingerprints WHERE fingerprint = ?1 AND mesh_id = ?2 AND expires_at > ?3",
+        "SELECT 1 FROM mesh_completion_fingerprints WHERE mesh_id = ?2 AND fingerprint = ?1 AND expires_at > ?3",
     )?;
     Ok(stmt.query_row(params![fingerprint, mesh_id, now.millis()], |_| Ok(())).optional()?.is_some())
 }

@@ -299,3 +299,29 @@ fn placement_suggests_eligible_nodes_and_rotates_round_robin_ties() {
     assert_eq!(ids, ["b", "c", "a"], "the darwin node is not eligible; the busy node comes last");
     assert_eq!(ranked[2].load, 1);
 }
+
+#[test]
+fn the_fingerprint_sweep_walks_the_expiry_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    for i in 0..100 {
+        store
+            .record_completion_fingerprint(
+                "m",
+                &format!("m::t{i}"),
+                if i % 2 == 0 { 1_000 } else { 60_000 },
+                NOW,
+            )
+            .unwrap();
+    }
+    assert_eq!(store.sweep_completion_fingerprints(NOW.plus_millis(5_000)).unwrap(), 50);
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN DELETE FROM mesh_completion_fingerprints WHERE expires_at <= ?1",
+            [0],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("idx_mesh_completion_fingerprints_expires"), "{plan}");
+}

@@ -32,6 +32,9 @@ Examples:
   agentmesh task add 'fix the flaky login test' --tag os=linux --priority high
   agentmesh claim --node laptop --session worker-1 --json
   agentmesh complete --session worker-1 --summary 'fixed; added a regression test'
+  agentmesh mission add auth --title 'Harden login' --goal 'no flaky auth tests'
+  agentmesh task add 'fix the session timeout' --mission auth
+  agentmesh mission show auth
   agentmesh ledger tail --limit 10";
 
 /// Options shared by every command.
@@ -68,6 +71,15 @@ pub enum Command {
     /// Read the append-only ledger
     #[command(subcommand)]
     Ledger(LedgerCommand),
+    /// Create, list and inspect missions: named plans that group tasks
+    #[command(subcommand)]
+    Mission(MissionCommand),
+    /// List the worker sessions that reported themselves idle
+    Sessions,
+    /// List the messages still waiting to be delivered to worker sessions
+    Deliveries(DeliveriesArgs),
+    /// List the direct dispatches not yet finished
+    Dispatches,
 }
 
 /// `agentmesh task ...`
@@ -261,6 +273,57 @@ pub struct LedgerSliceArgs {
     /// Only entries at or after this ISO-8601 instant
     #[arg(long, value_name = "ISO")]
     pub since: Option<String>,
+}
+
+/// `agentmesh mission ...`
+#[derive(Debug, Subcommand)]
+pub enum MissionCommand {
+    /// Create a mission, or update the one with this id
+    Add(MissionAddArgs),
+    /// List the missions of the mesh with their progress, most recently updated first
+    List(MissionListArgs),
+    /// Show one mission, its progress and its tasks
+    Show(MissionShowArgs),
+}
+
+/// Arguments of `mission add`.
+#[derive(Debug, Args)]
+pub struct MissionAddArgs {
+    /// The mission id; tasks join it with `task add --mission <ID>`
+    pub id: String,
+    /// Short title
+    #[arg(long, value_name = "TEXT")]
+    pub title: String,
+    /// What done looks like [default: empty, or the current goal on an update]
+    #[arg(long, value_name = "TEXT")]
+    pub goal: Option<String>,
+    /// Status word, such as active, paused or closed (lowercase letters and _)
+    /// [default: active, or the current status on an update]
+    #[arg(long, value_name = "STATUS")]
+    pub status: Option<String>,
+}
+
+/// Arguments of `mission list`.
+#[derive(Debug, Args)]
+pub struct MissionListArgs {
+    /// Only missions with this status (repeatable) [default: every status]
+    #[arg(long = "status", value_name = "STATUS")]
+    pub statuses: Vec<String>,
+}
+
+/// Arguments of `mission show`.
+#[derive(Debug, Args)]
+pub struct MissionShowArgs {
+    /// The mission id
+    pub id: String,
+}
+
+/// Arguments of `deliveries`.
+#[derive(Debug, Args)]
+pub struct DeliveriesArgs {
+    /// Only deliveries addressed to this worker session
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
 }
 
 #[cfg(test)]

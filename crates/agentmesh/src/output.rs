@@ -1,16 +1,20 @@
 //! Writing results: one JSON document with `--json`, readable lines otherwise.
 //!
 //! Every command ends in exactly one [`Output::emit`] call, which is what keeps
-//! `--json` output a single document. The JSON shapes are the core types' own
-//! serde (camelCase, the original's field names); this module adds no wrappers.
+//! `--json` output a single document. Tasks and ledger entries print through the
+//! core types' own serde (camelCase, the original's field names). Missions, idle
+//! sessions, deliveries and dispatches have no serde in the core; their wire views
+//! are defined here, converted field by field, with the original's field names.
 //! The helpers below render the human form: aligned tables, relative ages and
 //! one-line excerpts. Write errors (a closed pipe) are returned, never panicked on.
 
 use std::io::{self, Write};
 
-use agentmesh_core::{LedgerEntry, Task, Timestamp};
+use agentmesh_core::{
+    DirectDispatch, IdleSession, LedgerEntry, Mission, MissionProgress, SessionDelivery, Task, Timestamp,
+};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// Where a command's result goes.
 pub struct Output {
@@ -104,11 +108,22 @@ pub fn excerpt(text: &str, max: usize) -> String {
 
 /// How long ago `iso` was, compactly (`42s`, `5m`, `3h`, `2d`); `?` when unparsable.
 pub fn age(iso: &str, now: Timestamp) -> String {
-    let Some(then) = Timestamp::parse_iso(iso) else {
-        return "?".to_owned();
-    };
-    let secs = (now.millis() - then.millis()).max(0) / 1000;
-    match secs {
+    match Timestamp::parse_iso(iso) {
+        Some(then) => compact_duration(now.millis() - then.millis()),
+        None => "?".to_owned(),
+    }
+}
+
+/// How long from `now` until `until_ms` (epoch milliseconds), compactly; `0s` once
+/// it has passed.
+pub fn remaining(until_ms: i64, now: Timestamp) -> String {
+    compact_duration(until_ms.saturating_sub(now.millis()))
+}
+
+/// A span of milliseconds in its largest whole unit (`42s`, `5m`, `3h`, `2d`);
+/// negative spans count as zero.
+fn compact_duration(ms: i64) -> String {
+    match ms.max(0) / 1000 {
         s if s < 60 => format!("{s}s"),
         s if s < 3_600 => format!("{}m", s / 60),
         s if s < 86_400 => format!("{}h", s / 3_600),
@@ -152,12 +167,21 @@ pub fn write_task_table(w: &mut dyn Write, tasks: &[Task], now: Timestamp) -> io
 
 /// Writes every set field of a task, one `key: value` per line, in the JSON order.
 pub fn write_task_fields(w: &mut dyn Write, task: &Task) -> io::Result<()> {
-    let value = serde_json::to_value(task).map_err(io::Error::other)?;
-    let Value::Object(fields) = value else {
-        return Err(io::Error::other("a task serializes to a JSON object"));
-    };
+    write_fields(w, &json_object(task)?)
+}
+
+/// `value` as a JSON object, for printing its fields.
+fn json_object<T: Serialize>(value: &T) -> io::Result<Map<String, Value>> {
+    match serde_json::to_value(value).map_err(io::Error::other)? {
+        Value::Object(fields) => Ok(fields),
+        _ => Err(io::Error::other("the value does not serialize to a JSON object")),
+    }
+}
+
+/// Writes `fields` as aligned `key  value` lines, continuation lines indented.
+fn write_fields(w: &mut dyn Write, fields: &Map<String, Value>) -> io::Result<()> {
     let width = fields.keys().map(|k| k.chars().count()).max().unwrap_or(0);
-    for (key, value) in &fields {
+    for (key, value) in fields {
         let text = match value {
             Value::String(s) => s.clone(),
             Value::Array(items) if items.iter().all(Value::is_string) => {
@@ -197,6 +221,354 @@ pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::R
     table.write(w)
 }
 
+/// A mission's progress on the wire, counted from its tasks when read.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressView {
+    /// Tasks in the mission.
+    pub total: u64,
+    /// Pending tasks.
+    pub pending: u64,
+    /// Assigned tasks.
+    pub assigned: u64,
+    /// Completed tasks.
+    pub completed: u64,
+    /// Failed tasks.
+    pub failed: u64,
+    /// Cancelled tasks.
+    pub cancelled: u64,
+    /// Completed tasks as a whole percentage of all tasks.
+    pub percent_complete: u8,
+}
+
+impl From<MissionProgress> for ProgressView {
+    fn from(p: MissionProgress) -> ProgressView {
+        ProgressView {
+            total: p.total,
+            pending: p.pending,
+            assigned: p.assigned,
+            completed: p.completed,
+            failed: p.failed,
+            cancelled: p.cancelled,
+            percent_complete: p.percent_complete(),
+        }
+    }
+}
+
+/// A mission on the wire: the original's mission row plus its derived progress.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MissionView {
+    /// Mission id.
+    pub id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Short title.
+    pub title: String,
+    /// What done looks like (empty when unset).
+    pub goal: String,
+    /// Status word.
+    pub status: String,
+    /// Creation time (ISO).
+    pub created_at: String,
+    /// Last change (ISO).
+    pub updated_at: String,
+    /// Progress counted from the mission's tasks.
+    pub progress: ProgressView,
+}
+
+impl MissionView {
+    /// The view of `mission` with `progress`.
+    pub fn new(mission: Mission, progress: MissionProgress) -> MissionView {
+        MissionView {
+            id: mission.id,
+            mesh_id: mission.mesh_id,
+            title: mission.title,
+            goal: mission.goal,
+            status: mission.status,
+            created_at: mission.created_at,
+            updated_at: mission.updated_at,
+            progress: progress.into(),
+        }
+    }
+}
+
+/// `mission show` on the wire: the mission's fields, then its tasks.
+#[derive(Debug, Clone, Serialize)]
+pub struct MissionDetailView {
+    /// The mission and its progress.
+    #[serde(flatten)]
+    pub mission: MissionView,
+    /// The mission's tasks, oldest first.
+    pub tasks: Vec<Task>,
+}
+
+/// An idle worker session on the wire. `expiresAt` is epoch milliseconds, as the
+/// original's rows carry it; `metadata` is left out when the session reported none.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleSessionView {
+    /// The mesh.
+    pub mesh_id: String,
+    /// The node the session runs on.
+    pub node_id: String,
+    /// The session.
+    pub session_id: String,
+    /// Its provider type.
+    pub provider_type: String,
+    /// When the idle report runs out (epoch milliseconds).
+    pub expires_at: i64,
+    /// Anything else the session reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+impl From<IdleSession> for IdleSessionView {
+    fn from(s: IdleSession) -> IdleSessionView {
+        IdleSessionView {
+            mesh_id: s.mesh_id,
+            node_id: s.node_id,
+            session_id: s.session_id,
+            provider_type: s.provider_type,
+            expires_at: s.expires_at_ms,
+            metadata: s.metadata,
+        }
+    }
+}
+
+/// A session delivery on the wire: every column of the original's row, unset ones
+/// as `null`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryView {
+    /// Delivery id.
+    pub id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Target node.
+    pub node_id: Option<String>,
+    /// Target session.
+    pub session_id: Option<String>,
+    /// Provider type of the target session.
+    pub provider_type: Option<String>,
+    /// The task it carries.
+    pub task_id: Option<String>,
+    /// What it is (`task`, `nudge`, ...).
+    pub kind: String,
+    /// Higher goes first.
+    pub priority: i64,
+    /// The text to hand over.
+    pub message: String,
+    /// Where it is.
+    pub status: String,
+    /// Not before this instant (ISO).
+    pub deliver_after: Option<String>,
+    /// Expires at this instant (ISO).
+    pub expires_at: Option<String>,
+    /// Delivery attempts so far.
+    pub attempt_count: u32,
+    /// The coordinator session that sent it.
+    pub source_coordinator_session_id: Option<String>,
+    /// The coordinator daemon that sent it.
+    pub source_coordinator_daemon_id: Option<String>,
+    /// The last delivery error.
+    pub last_error: Option<String>,
+    /// Creation time (ISO).
+    pub created_at: String,
+    /// Last change (ISO).
+    pub updated_at: String,
+}
+
+impl From<SessionDelivery> for DeliveryView {
+    fn from(d: SessionDelivery) -> DeliveryView {
+        DeliveryView {
+            id: d.id,
+            mesh_id: d.mesh_id,
+            node_id: d.node_id,
+            session_id: d.session_id,
+            provider_type: d.provider_type,
+            task_id: d.task_id,
+            kind: d.kind,
+            priority: d.priority,
+            message: d.message,
+            status: d.status.as_str().to_owned(),
+            deliver_after: d.deliver_after,
+            expires_at: d.expires_at,
+            attempt_count: d.attempt_count,
+            source_coordinator_session_id: d.source_coordinator_session_id,
+            source_coordinator_daemon_id: d.source_coordinator_daemon_id,
+            last_error: d.last_error,
+            created_at: d.created_at,
+            updated_at: d.updated_at,
+        }
+    }
+}
+
+/// A direct dispatch on the wire: every column of the original's row, unset ones as
+/// `null`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DispatchView {
+    /// The dispatched task's id.
+    pub task_id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Target node.
+    pub node_id: Option<String>,
+    /// Target session.
+    pub session_id: Option<String>,
+    /// Provider type of the target session.
+    pub provider_type: Option<String>,
+    /// The instruction text.
+    pub message: String,
+    /// Task mode by name.
+    pub task_mode: Option<String>,
+    /// How it was sent (`pty`, `p2p`, ...).
+    pub via: String,
+    /// Where it is.
+    pub status: String,
+    /// It went to a session that was idle at the time.
+    pub dispatched_to_idle_session: bool,
+    /// When it was sent (ISO).
+    pub dispatched_at: String,
+    /// Last change (ISO).
+    pub updated_at: String,
+}
+
+impl From<DirectDispatch> for DispatchView {
+    fn from(d: DirectDispatch) -> DispatchView {
+        DispatchView {
+            task_id: d.task_id,
+            mesh_id: d.mesh_id,
+            node_id: d.node_id,
+            session_id: d.session_id,
+            provider_type: d.provider_type,
+            message: d.message,
+            task_mode: d.task_mode,
+            via: d.via,
+            status: d.status.as_str().to_owned(),
+            dispatched_to_idle_session: d.dispatched_to_idle_session,
+            dispatched_at: d.dispatched_at,
+            updated_at: d.updated_at,
+        }
+    }
+}
+
+/// A mission's progress in words: `3/5 done (60%)`.
+pub fn progress_summary(p: &ProgressView) -> String {
+    format!("{}/{} done ({}%)", p.completed, p.total, p.percent_complete)
+}
+
+/// Writes missions as a table (or `no missions`).
+pub fn write_mission_table(w: &mut dyn Write, missions: &[MissionView], now: Timestamp) -> io::Result<()> {
+    if missions.is_empty() {
+        return writeln!(w, "no missions");
+    }
+    let mut table = Table::new(vec!["ID", "STATUS", "TITLE", "PROGRESS", "UPDATED"]);
+    for mission in missions {
+        table.row(vec![
+            mission.id.clone(),
+            mission.status.clone(),
+            excerpt(&mission.title, 40),
+            progress_summary(&mission.progress),
+            age(&mission.updated_at, now),
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes one mission's fields (progress in words, with the count of every
+/// status), then its tasks as a table.
+pub fn write_mission_detail(w: &mut dyn Write, detail: &MissionDetailView, now: Timestamp) -> io::Result<()> {
+    let mut fields = json_object(&detail.mission)?;
+    let p = &detail.mission.progress;
+    let counts = format!(
+        "{}; pending {}, assigned {}, completed {}, failed {}, cancelled {}",
+        progress_summary(p),
+        p.pending,
+        p.assigned,
+        p.completed,
+        p.failed,
+        p.cancelled
+    );
+    fields.insert("progress".to_owned(), Value::String(counts));
+    write_fields(w, &fields)?;
+    writeln!(w)?;
+    write_task_table(w, &detail.tasks, now)
+}
+
+/// Writes idle sessions as a table (or `no idle sessions`).
+pub fn write_idle_session_table(
+    w: &mut dyn Write,
+    sessions: &[IdleSessionView],
+    now: Timestamp,
+) -> io::Result<()> {
+    if sessions.is_empty() {
+        return writeln!(w, "no idle sessions");
+    }
+    let mut table = Table::new(vec!["NODE", "SESSION", "PROVIDER", "EXPIRES IN"]);
+    for session in sessions {
+        let expires_in = remaining(session.expires_at, now);
+        table.row(vec![
+            session.node_id.clone(),
+            session.session_id.clone(),
+            session.provider_type.clone(),
+            expires_in,
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes deliveries as a table (or `no active deliveries`).
+pub fn write_delivery_table(
+    w: &mut dyn Write,
+    deliveries: &[DeliveryView],
+    now: Timestamp,
+) -> io::Result<()> {
+    if deliveries.is_empty() {
+        return writeln!(w, "no active deliveries");
+    }
+    let mut table =
+        Table::new(vec!["ID", "SESSION", "KIND", "PRIORITY", "STATUS", "ATTEMPTS", "AGE", "MESSAGE"]);
+    for d in deliveries {
+        table.row(vec![
+            d.id.clone(),
+            d.session_id.clone().unwrap_or_else(|| "-".to_owned()),
+            d.kind.clone(),
+            d.priority.to_string(),
+            d.status.clone(),
+            d.attempt_count.to_string(),
+            age(&d.created_at, now),
+            excerpt(&d.message, 60),
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes direct dispatches as a table (or `no active dispatches`).
+pub fn write_dispatch_table(
+    w: &mut dyn Write,
+    dispatches: &[DispatchView],
+    now: Timestamp,
+) -> io::Result<()> {
+    if dispatches.is_empty() {
+        return writeln!(w, "no active dispatches");
+    }
+    let mut table = Table::new(vec!["TASK", "NODE", "SESSION", "STATUS", "VIA", "AGE", "MESSAGE"]);
+    for d in dispatches {
+        table.row(vec![
+            d.task_id.clone(),
+            d.node_id.clone().unwrap_or_else(|| "-".to_owned()),
+            d.session_id.clone().unwrap_or_else(|| "-".to_owned()),
+            d.status.clone(),
+            d.via.clone(),
+            age(&d.dispatched_at, now),
+            excerpt(&d.message, 60),
+        ]);
+    }
+    table.write(w)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +595,45 @@ mod tests {
         assert_eq!(age(&now.plus_millis(-42_000).iso(), now), "42s");
         assert_eq!(age(&now.plus_millis(-7_200_000).iso(), now), "2h");
         assert_eq!(age("garbage", now), "?");
+    }
+
+    #[test]
+    fn remaining_time_counts_down_to_zero() {
+        let now = Timestamp::from_millis(1_735_689_600_000);
+        assert_eq!(remaining(now.millis() + 90_000, now), "1m");
+        assert_eq!(remaining(now.millis() + 3 * 86_400_000, now), "3d");
+        assert_eq!(remaining(now.millis() - 5_000, now), "0s");
+    }
+
+    #[test]
+    fn wire_views_use_the_original_names() {
+        let progress = MissionProgress { total: 5, pending: 2, completed: 3, ..MissionProgress::default() };
+        let mission = Mission {
+            id: "m1".into(),
+            mesh_id: "mesh".into(),
+            title: "Harden login".into(),
+            goal: String::new(),
+            status: "active".into(),
+            created_at: "2025-01-01T00:00:00.000Z".into(),
+            updated_at: "2025-01-01T00:00:00.000Z".into(),
+        };
+        let view = MissionView::new(mission, progress);
+        assert_eq!(progress_summary(&view.progress), "3/5 done (60%)");
+        let json = serde_json::to_value(&view).unwrap();
+        assert_eq!(json["meshId"], "mesh");
+        assert_eq!(json["progress"]["percentComplete"], 60);
+
+        let idle = IdleSessionView::from(IdleSession {
+            mesh_id: "mesh".into(),
+            node_id: "n1".into(),
+            session_id: "s1".into(),
+            provider_type: "claude-cli".into(),
+            expires_at_ms: 1_735_689_600_000,
+            metadata: None,
+        });
+        let json = serde_json::to_value(&idle).unwrap();
+        assert_eq!(json["expiresAt"], 1_735_689_600_000_i64);
+        assert_eq!(json["providerType"], "claude-cli");
+        assert!(json.get("metadata").is_none(), "no metadata, no field");
     }
 }

@@ -3,13 +3,29 @@
 //!
 //! The environment is scrubbed of `AGENTMESH_HOME` and `AGENTMESH_MESH` so a
 //! developer's own mesh can never leak in. No test sleeps: time-dependent rules
-//! are exercised with instants far in the future.
+//! are exercised with instants far in the future (or far in the past).
+//!
+//! Idle sessions, deliveries and dispatches are written by the daemon, not the
+//! CLI; tests of their read views seed rows by opening the same data dir with
+//! the SQLite store directly, then run the binary against it.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
-use serde_json::Value;
+use agentmesh_core::{
+    DeliveryStatus, DispatchStatus, IdleSession, NewDirectDispatch, NewSessionDelivery, Timestamp,
+};
+use agentmesh_sqlite::SqliteStore;
+use agentmesh_store::{DeliveryUpdate, Store};
+use serde_json::{Value, json};
 use tempfile::TempDir;
+
+/// 2025-01-01T00:00:00Z: when seeded rows were written.
+const SEEDED_AT: Timestamp = Timestamp::from_millis(1_735_689_600_000);
+/// An instant no test run reaches.
+const FAR_FUTURE: &str = "2999-01-01T00:00:00.000Z";
+/// An instant every test run is past.
+const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 
 /// One isolated data dir and helpers to run the binary against it.
 struct Mesh {
@@ -110,6 +126,29 @@ impl Mesh {
         let tasks = self.json(&["task", "list"]);
         tasks.as_array().expect("an array").iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect()
     }
+
+    /// Writes rows the way the daemon would: through the store, on the same data
+    /// dir, closed again before the binary runs.
+    fn seed(&self, write: impl FnOnce(&dyn Store)) {
+        let store = SqliteStore::open_data_dir(self.data_dir()).expect("the store opens");
+        write(&store);
+    }
+}
+
+/// The values of `field` in a JSON array, as strings.
+#[track_caller]
+fn strings(doc: &Value, field: &str) -> Vec<String> {
+    doc.as_array()
+        .expect("an array")
+        .iter()
+        .map(|item| {
+            item[field].as_str().unwrap_or_else(|| panic!("{field} is a string in {item}")).to_owned()
+        })
+        .collect()
+}
+
+fn far_future_ms() -> i64 {
+    Timestamp::parse_iso(FAR_FUTURE).expect("a valid instant").millis()
 }
 
 #[test]
@@ -382,7 +421,7 @@ fn meshes_are_isolated_and_the_environment_is_honoured() {
 #[test]
 fn help_reads_for_every_command() {
     let mesh = Mesh::new();
-    let commands: [&[&str]; 11] = [
+    let commands: [&[&str]; 17] = [
         &[],
         &["task"],
         &["task", "add"],
@@ -394,6 +433,12 @@ fn help_reads_for_every_command() {
         &["complete"],
         &["ledger", "tail"],
         &["ledger", "slice"],
+        &["mission", "add"],
+        &["mission", "list"],
+        &["mission", "show"],
+        &["sessions"],
+        &["deliveries"],
+        &["dispatches"],
     ];
     for args in commands {
         let output = mesh.bare_command().args(args).arg("--help").output().unwrap();
@@ -402,4 +447,297 @@ fn help_reads_for_every_command() {
         assert!(run.stdout.contains("Usage: agentmesh"), "{args:?}: {}", run.stdout);
         assert!(run.stdout.contains("--data-dir"), "{args:?} lacks the global options");
     }
+}
+
+#[test]
+fn missions_show_progress_derived_from_their_tasks() {
+    let mesh = Mesh::new();
+    let added =
+        mesh.json(&["mission", "add", "m1", "--title", "Harden login", "--goal", "no flaky auth tests"]);
+    assert_eq!(added["id"], "m1");
+    assert_eq!(added["meshId"], "default");
+    assert_eq!(added["title"], "Harden login");
+    assert_eq!(added["goal"], "no flaky auth tests");
+    assert_eq!(added["status"], "active");
+    assert_eq!(
+        added["progress"],
+        json!({"total": 0, "pending": 0, "assigned": 0, "completed": 0, "failed": 0, "cancelled": 0, "percentComplete": 0})
+    );
+    let created_at = added["createdAt"].as_str().expect("createdAt").to_owned();
+
+    mesh.json(&["task", "add", "fix the session timeout", "--id", "t1", "--mission", "m1"]);
+    mesh.json(&["task", "add", "add a regression test", "--id", "t2", "--mission", "m1"]);
+    mesh.json(&["task", "add", "unrelated", "--id", "t3"]);
+    let shown = mesh.json(&["mission", "show", "m1"]);
+    assert_eq!(shown["progress"]["total"], 2);
+    assert_eq!(shown["progress"]["pending"], 2);
+    assert_eq!(strings(&shown["tasks"], "id"), ["t1", "t2"], "only the mission's tasks, oldest first");
+
+    mesh.json(&["claim", "--node", "n1", "--session", "s1"]);
+    mesh.json(&["complete", "--session", "s1", "--summary", "fixed"]);
+    let shown = mesh.json(&["mission", "show", "m1"]);
+    assert_eq!(shown["progress"]["completed"], 1);
+    assert_eq!(shown["progress"]["pending"], 1);
+    assert_eq!(shown["progress"]["percentComplete"], 50);
+    assert_eq!(strings(&shown["tasks"], "status"), ["completed", "pending"]);
+
+    let listed = mesh.json(&["mission", "list"]);
+    assert_eq!(strings(&listed, "id"), ["m1"]);
+    assert_eq!(listed[0]["progress"]["completed"], 1);
+    let table = mesh.run(&["mission", "list"]);
+    table.assert_code(0);
+    assert!(table.stdout.starts_with("ID "), "{}", table.stdout);
+    assert!(table.stdout.contains("1/2 done (50%)"), "{}", table.stdout);
+    let human = mesh.run(&["mission", "show", "m1"]);
+    human.assert_code(0);
+    for expected in ["Harden login", "no flaky auth tests", "1/2 done (50%)", "t1", "t2"] {
+        assert!(human.stdout.contains(expected), "{expected:?} missing:\n{}", human.stdout);
+    }
+    assert!(!human.stdout.contains("t3"), "{}", human.stdout);
+
+    mesh.json(&["mission", "add", "m2", "--title", "Later", "--status", "paused"]);
+    assert_eq!(strings(&mesh.json(&["mission", "list", "--status", "paused"]), "id"), ["m2"]);
+    assert_eq!(strings(&mesh.json(&["mission", "list", "--status", "active"]), "id"), ["m1"]);
+    let both = mesh.json(&["mission", "list", "--status", "active", "--status", "paused"]);
+    assert_eq!(both.as_array().map(Vec::len), Some(2));
+
+    let closed = mesh.json(&["mission", "add", "m1", "--title", "Harden login", "--status", "closed"]);
+    assert_eq!(closed["status"], "closed");
+    assert_eq!(closed["createdAt"], created_at.as_str(), "an update keeps the creation time");
+    assert_eq!(closed["goal"], "no flaky auth tests", "an update without --goal keeps the goal");
+    assert_eq!(closed["progress"]["completed"], 1);
+    assert_eq!(strings(&mesh.json(&["mission", "list"]), "id"), ["m1", "m2"], "most recently updated first");
+    assert!(mesh.json(&["--mesh", "beta", "mission", "list"]).as_array().unwrap().is_empty());
+}
+
+#[test]
+fn unknown_missions_are_not_found() {
+    let mesh = Mesh::new();
+    let run = mesh.run(&["mission", "show", "nope"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains("mission nope not found"), "{}", run.stderr);
+    assert_eq!(mesh.json_error(&["mission", "show", "nope"], 2), "not_found");
+    mesh.json(&["--mesh", "alpha", "mission", "add", "m1", "--title", "Only in alpha"]);
+    assert_eq!(mesh.json_error(&["mission", "show", "m1"], 2), "not_found", "another mesh's mission");
+    assert_eq!(
+        mesh.json_error(&["mission", "add", "m1", "--title", "Taken"], 2),
+        "id_in_other_mesh",
+        "a mission id belongs to one mesh"
+    );
+    assert_eq!(mesh.json(&["--mesh", "alpha", "mission", "show", "m1"])["title"], "Only in alpha");
+}
+
+#[test]
+fn bad_mission_input_exits_2_names_the_field_and_creates_nothing() {
+    let mesh = Mesh::new();
+    let cases: [(&[&str], &str); 4] = [
+        (&["mission", "add", "m1", "--title", "T", "--status", "Done!"], "status"),
+        (&["mission", "add", "  ", "--title", "T"], "id"),
+        (&["mission", "add", "m1", "--title", " "], "title"),
+        (&["mission", "list", "--status", "Done!"], "status"),
+    ];
+    for (args, field) in cases {
+        let run = mesh.run(args);
+        run.assert_code(2);
+        assert!(run.stdout.is_empty(), "{args:?} printed {}", run.stdout);
+        assert!(run.stderr.contains(&format!("invalid {field}")), "{args:?}: {}", run.stderr);
+        assert_eq!(mesh.json_error(args, 2), "invalid_input", "{args:?}");
+    }
+    assert!(!mesh.data_dir().join("mesh-runtime.db").exists(), "a refused request opened the database");
+    assert_eq!(mesh.json_error(&["mission", "add", "m1"], 2), "invalid_input", "--title is required");
+}
+
+#[test]
+fn sessions_lists_live_idle_sessions_of_this_mesh_only() {
+    let mesh = Mesh::new();
+    let idle =
+        |mesh_id: &str, node: &str, session: &str, expires_at_ms: i64, metadata: Option<Value>| IdleSession {
+            mesh_id: mesh_id.to_owned(),
+            node_id: node.to_owned(),
+            session_id: session.to_owned(),
+            provider_type: "claude-cli".to_owned(),
+            expires_at_ms,
+            metadata,
+        };
+    let far = far_future_ms();
+    let expired = Timestamp::parse_iso(LONG_AGO).unwrap().millis();
+    mesh.seed(|store| {
+        store.set_idle_session(&idle("default", "n2", "s2", far, None)).unwrap();
+        store
+            .set_idle_session(&idle("default", "n1", "s1", far, Some(json!({"workspace": "/repo"}))))
+            .unwrap();
+        store.set_idle_session(&idle("default", "n3", "s-expired", expired, None)).unwrap();
+        store.set_idle_session(&idle("beta", "n1", "s-beta", far, None)).unwrap();
+    });
+
+    let listed = mesh.json(&["sessions"]);
+    assert_eq!(strings(&listed, "sessionId"), ["s1", "s2"]);
+    assert_eq!(
+        listed[0],
+        json!({
+            "meshId": "default",
+            "nodeId": "n1",
+            "sessionId": "s1",
+            "providerType": "claude-cli",
+            "expiresAt": far,
+            "metadata": {"workspace": "/repo"},
+        })
+    );
+    assert!(listed[1].get("metadata").is_none(), "no metadata reported, none printed: {}", listed[1]);
+    assert_eq!(strings(&mesh.json(&["--mesh", "beta", "sessions"]), "sessionId"), ["s-beta"]);
+
+    let table = mesh.run(&["sessions"]);
+    table.assert_code(0);
+    assert!(table.stdout.starts_with("NODE "), "{}", table.stdout);
+    assert!(table.stdout.contains("EXPIRES IN") && table.stdout.contains("s1"), "{}", table.stdout);
+    assert!(!table.stdout.contains("s-expired") && !table.stdout.contains("s-beta"), "{}", table.stdout);
+    let empty = mesh.run(&["--mesh", "gamma", "sessions"]);
+    empty.assert_code(0);
+    assert_eq!(empty.stdout.trim(), "no idle sessions");
+    assert_eq!(mesh.json(&["--mesh", "gamma", "sessions"]), json!([]));
+}
+
+#[test]
+fn deliveries_lists_waiting_deliveries_of_this_mesh_only() {
+    let mesh = Mesh::new();
+    let delivery = |id: &str, session: &str, kind: &str, priority: i64| NewSessionDelivery {
+        id: id.to_owned(),
+        node_id: Some("n1".to_owned()),
+        session_id: Some(session.to_owned()),
+        kind: kind.to_owned(),
+        priority,
+        message: format!("message of {id}"),
+        ..NewSessionDelivery::default()
+    };
+    mesh.seed(|store| {
+        let d1 = NewSessionDelivery { task_id: Some("t1".to_owned()), ..delivery("d1", "s1", "task", 0) };
+        store.insert_session_delivery("default", &d1, SEEDED_AT).unwrap();
+        store.insert_session_delivery("default", &delivery("d2", "s2", "nudge", 5), SEEDED_AT).unwrap();
+        let expired =
+            NewSessionDelivery { expires_at: Some(LONG_AGO.to_owned()), ..delivery("d3", "s1", "task", 9) };
+        store.insert_session_delivery("default", &expired, SEEDED_AT).unwrap();
+        let delivered =
+            NewSessionDelivery { status: Some(DeliveryStatus::Delivered), ..delivery("d4", "s1", "task", 9) };
+        store.insert_session_delivery("default", &delivered, SEEDED_AT).unwrap();
+        store.insert_session_delivery("beta", &delivery("d-beta", "s1", "task", 9), SEEDED_AT).unwrap();
+        let retry = DeliveryUpdate { last_error: Some("pty busy".to_owned()), increment_attempt: true };
+        assert!(
+            store
+                .set_session_delivery_status("default", "d1", DeliveryStatus::Queued, &retry, SEEDED_AT)
+                .unwrap()
+        );
+    });
+
+    let listed = mesh.json(&["deliveries"]);
+    assert_eq!(
+        strings(&listed, "id"),
+        ["d2", "d1"],
+        "highest priority first; expired and delivered left out"
+    );
+    let d1 = &listed[1];
+    assert_eq!(d1["meshId"], "default");
+    assert_eq!(d1["sessionId"], "s1");
+    assert_eq!(d1["taskId"], "t1");
+    assert_eq!(d1["kind"], "task");
+    assert_eq!(d1["status"], "queued");
+    assert_eq!(d1["attemptCount"], 1);
+    assert_eq!(d1["lastError"], "pty busy");
+    assert_eq!(d1["createdAt"], SEEDED_AT.iso());
+    for field in [
+        "providerType",
+        "deliverAfter",
+        "expiresAt",
+        "sourceCoordinatorSessionId",
+        "sourceCoordinatorDaemonId",
+    ] {
+        assert_eq!(d1[field], Value::Null, "{field} is null when unset, as in the original");
+    }
+    assert_eq!(strings(&mesh.json(&["deliveries", "--session", "s1"]), "id"), ["d1"]);
+    assert_eq!(strings(&mesh.json(&["--mesh", "beta", "deliveries"]), "id"), ["d-beta"]);
+    assert_eq!(mesh.json_error(&["deliveries", "--session", " "], 2), "invalid_input");
+
+    let table = mesh.run(&["deliveries"]);
+    table.assert_code(0);
+    assert!(table.stdout.starts_with("ID "), "{}", table.stdout);
+    assert!(table.stdout.contains("ATTEMPTS") && table.stdout.contains("message of d1"), "{}", table.stdout);
+    assert!(!table.stdout.contains("d-beta") && !table.stdout.contains("d3"), "{}", table.stdout);
+    let empty = mesh.run(&["--mesh", "gamma", "deliveries"]);
+    empty.assert_code(0);
+    assert_eq!(empty.stdout.trim(), "no active deliveries");
+}
+
+#[test]
+fn dispatches_lists_active_dispatches_of_this_mesh_only() {
+    let mesh = Mesh::new();
+    let dispatch = |task: &str, node: &str, session: &str, via: &str| NewDirectDispatch {
+        task_id: task.to_owned(),
+        node_id: Some(node.to_owned()),
+        session_id: Some(session.to_owned()),
+        message: format!("work of {task}"),
+        via: via.to_owned(),
+        ..NewDirectDispatch::default()
+    };
+    mesh.seed(|store| {
+        let t1 = NewDirectDispatch {
+            provider_type: Some("claude-cli".to_owned()),
+            task_mode: Some("code_change".to_owned()),
+            dispatched_to_idle_session: true,
+            ..dispatch("t1", "n1", "s1", "pty")
+        };
+        store.record_direct_dispatch("default", &t1, SEEDED_AT).unwrap();
+        store
+            .record_direct_dispatch(
+                "default",
+                &dispatch("t2", "n2", "s2", "p2p"),
+                SEEDED_AT.plus_millis(1_000),
+            )
+            .unwrap();
+        store
+            .record_direct_dispatch(
+                "default",
+                &dispatch("t3", "n3", "s3", "pty"),
+                SEEDED_AT.plus_millis(2_000),
+            )
+            .unwrap();
+        store.record_direct_dispatch("beta", &dispatch("t-beta", "n1", "s1", "pty"), SEEDED_AT).unwrap();
+        let acked = store
+            .set_direct_dispatch_status("default", None, Some("t3"), DispatchStatus::Acked, SEEDED_AT)
+            .unwrap();
+        let done = store
+            .set_direct_dispatch_status("default", None, Some("t2"), DispatchStatus::Completed, SEEDED_AT)
+            .unwrap();
+        assert_eq!((acked, done), (1, 1));
+    });
+
+    let listed = mesh.json(&["dispatches"]);
+    assert_eq!(strings(&listed, "taskId"), ["t1", "t3"], "oldest first; completed left out");
+    assert_eq!(
+        listed[0],
+        json!({
+            "taskId": "t1",
+            "meshId": "default",
+            "nodeId": "n1",
+            "sessionId": "s1",
+            "providerType": "claude-cli",
+            "message": "work of t1",
+            "taskMode": "code_change",
+            "via": "pty",
+            "status": "dispatched",
+            "dispatchedToIdleSession": true,
+            "dispatchedAt": SEEDED_AT.iso(),
+            "updatedAt": SEEDED_AT.iso(),
+        })
+    );
+    assert_eq!(listed[1]["status"], "acked");
+    assert_eq!(listed[1]["providerType"], Value::Null);
+    assert_eq!(strings(&mesh.json(&["--mesh", "beta", "dispatches"]), "taskId"), ["t-beta"]);
+
+    let table = mesh.run(&["dispatches"]);
+    table.assert_code(0);
+    assert!(table.stdout.starts_with("TASK "), "{}", table.stdout);
+    assert!(table.stdout.contains("work of t1") && table.stdout.contains("acked"), "{}", table.stdout);
+    assert!(!table.stdout.contains("t2") && !table.stdout.contains("t-beta"), "{}", table.stdout);
+    let empty = mesh.run(&["--mesh", "gamma", "dispatches"]);
+    empty.assert_code(0);
+    assert_eq!(empty.stdout.trim(), "no active dispatches");
 }

@@ -9,6 +9,7 @@ use crate::timing::Timer;
 
 pub mod claim;
 pub mod enqueue;
+pub mod fingerprints;
 pub mod ledger;
 
 /// A claimant on `node` with `session` and no tags or caps.

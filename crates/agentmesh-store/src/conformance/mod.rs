@@ -23,19 +23,35 @@
 //! - [`lifecycle`]: completion and its fencing and matching, fail, cancel, requeue,
 //!   reclaim, heartbeats, leases, and the ledger entries of every state change.
 //! - [`ledger`]: appends, reads, deletion, import, the slice protocol.
+//! - [`dispatches`]: direct dispatches, their status changes by task and by session,
+//!   stale marking, cleanup and deletion.
+//! - [`deliveries`]: the session delivery queue, its statuses that never move
+//!   backwards, retries, the active view, confirmation and expiry.
+//! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
+//!   tool-call rate guard.
+//! - [`missions`]: missions and their derived progress, the scheduler cursor and
+//!   round-robin placement.
 //! - [`support`]: the clock, builders and assertion helpers the rules share.
 //!
 //! [`Store`]: crate::Store
 
 pub mod claims;
+pub mod deliveries;
+pub mod dispatches;
 pub mod ledger;
 pub mod lifecycle;
+pub mod missions;
+pub mod sessions;
 pub mod support;
 pub mod tasks;
 
 pub use claims::*;
+pub use deliveries::*;
+pub use dispatches::*;
 pub use ledger::*;
 pub use lifecycle::*;
+pub use missions::*;
+pub use sessions::*;
 pub use tasks::*;
 
 /// Expands into one `#[test]` per conformance rule, each running the rule against a
@@ -134,6 +150,59 @@ macro_rules! conformance_tests {
             ledger_slice_unknown_after_id_gives_an_empty_page,
             ledger_slice_filters_by_kind,
             ledger_is_isolated_by_mesh,
+            // Direct dispatches.
+            direct_dispatch_is_recorded_and_listed_oldest_first,
+            recording_a_direct_dispatch_again_replaces_the_row,
+            direct_dispatch_status_with_a_task_id_changes_only_that_row,
+            direct_dispatch_status_without_a_task_id_changes_the_sessions_open_rows,
+            completed_and_failed_direct_dispatches_never_change,
+            sole_active_direct_dispatch_needs_exactly_one_active_row,
+            mark_stale_direct_dispatches_touches_only_old_dispatched_rows,
+            cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows,
+            direct_dispatches_are_deleted_by_mesh_and_by_task,
+            direct_dispatch_rejects_bad_input_naming_the_field,
+            direct_dispatches_are_isolated_by_mesh,
+            direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone,
+            // Session deliveries.
+            session_delivery_is_queued_by_default_and_read_back,
+            session_delivery_status_never_moves_backwards,
+            final_session_delivery_statuses_are_never_left,
+            session_delivery_retries_count_attempts_and_record_the_error,
+            session_delivery_status_of_an_unknown_id_is_not_found,
+            active_session_deliveries_are_waiting_unexpired_and_ordered,
+            task_has_confirmed_delivery_only_for_delivered_acked_or_completed,
+            expire_stale_session_deliveries_expires_only_waiting_ones,
+            session_deliveries_are_deleted_by_mesh,
+            session_delivery_rejects_bad_input_naming_the_field,
+            session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone,
+            // Idle sessions, fingerprints, conflicts, rate guard.
+            idle_sessions_are_scoped_by_mesh,
+            setting_an_idle_session_again_refreshes_it,
+            expired_idle_sessions_are_hidden_and_pruned,
+            delete_idle_session_reports_whether_it_existed,
+            idle_session_rejects_blank_fields_naming_them,
+            completion_fingerprint_is_found_until_its_ttl_passes,
+            completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone,
+            completion_fingerprint_sweep_removes_only_expired_ones,
+            recording_a_completion_fingerprint_again_extends_its_ttl,
+            completion_conflict_is_recorded_once_per_id,
+            recent_completion_conflicts_are_newest_first_within_the_window,
+            recent_completion_conflicts_are_capped_at_50,
+            tool_call_rate_guard_trips_on_the_sixth_call_in_the_window,
+            tool_call_rate_guard_counts_one_tool_in_one_mesh,
+            tool_call_rate_guard_forgets_calls_outside_the_window,
+            prune_tool_calls_deletes_calls_before_the_cutoff,
+            // Missions and placement.
+            upsert_mission_creates_an_active_mission_and_records_mission_created,
+            upsert_mission_updates_and_keeps_the_creation_time,
+            missions_are_listed_by_status_most_recently_updated_first,
+            mission_id_used_in_another_mesh_is_refused,
+            mission_progress_is_counted_from_its_tasks,
+            mission_of_an_unknown_id_is_not_found,
+            upsert_mission_rejects_bad_input_naming_the_field,
+            clear_missions_empties_one_mesh,
+            scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before,
+            round_robin_rotates_the_winner_among_equally_loaded_nodes,
         );
     };
     (@rules $make_store:expr; $($rule:ident),* $(,)?) => {

@@ -1,17 +1,23 @@
-//! The suite's shared pieces: a fixed clock, builders for tasks, claimants, reports
-//! and ledger entries, and `#[track_caller]` assertions whose messages say what was
-//! expected. Rules use these so that each rule reads as the behaviour it checks.
+//! The suite's shared pieces: a fixed clock, builders for tasks, claimants, reports,
+//! ledger entries and the runtime records (direct dispatches, session deliveries,
+//! idle sessions, conflicts, tool calls, missions), and `#[track_caller]` assertions
+//! whose messages say what was expected. Rules use these so that each rule reads as the behaviour it checks.
 //!
 //! Nothing here reads a clock: every instant is [`T0`] plus an offset.
 
 use std::fmt::Debug;
 
 use agentmesh_core::{
-    ClaimRefusal, Claimant, LedgerEntry, LedgerQuery, NewTask, Task, TaskStatus, Timestamp,
+    ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
+    LedgerEntry, LedgerQuery, Mission, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
+    SessionDelivery, Task, TaskStatus, Timestamp,
 };
 use serde_json::json;
 
-use crate::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store, StoreError, StoreResult};
+use crate::{
+    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Outcome, Store, StoreError, StoreResult,
+    ToolCall,
+};
 
 /// The mesh most rules work in.
 pub const MESH: &str = "mesh-a";
@@ -321,4 +327,252 @@ impl Snapshot {
         );
         assert_eq!(now.ledger, self.ledger, "expected {after} to leave the ledger of {mesh} unchanged");
     }
+}
+
+/// Asserts a [`StoreError::NotFound`] for the record `kind` `id` in `mesh`.
+#[track_caller]
+pub fn assert_not_found<T: Debug>(result: StoreResult<T>, kind: &str, mesh: &str, id: &str, what: &str) {
+    match expect_err(result, what) {
+        StoreError::NotFound { kind: k, mesh_id, id: i } => assert!(
+            k == kind && mesh_id == mesh && i == id,
+            "expected {what} to fail with NotFound for {kind} {id} in {mesh}, got NotFound for {k} {i} in {mesh_id}"
+        ),
+        other => panic!("expected {what} to fail with NotFound for {kind} {id} in {mesh}, got {other:?}"),
+    }
+}
+
+// ── Direct dispatches ────────────────────────────────────────────────────────
+
+/// A direct dispatch of `task_id` over `pty` to `session` (if any) on `node-1`.
+pub fn direct_dispatch(task_id: &str, session: Option<&str>) -> NewDirectDispatch {
+    NewDirectDispatch {
+        task_id: task_id.to_owned(),
+        node_id: Some("node-1".to_owned()),
+        session_id: session.map(str::to_owned),
+        provider_type: Some(PROVIDER.to_owned()),
+        message: format!("do {task_id}"),
+        task_mode: None,
+        via: "pty".to_owned(),
+        dispatched_to_idle_session: false,
+    }
+}
+
+/// Records `new` in `mesh` at `now`; must succeed.
+#[track_caller]
+pub fn record_dispatch(
+    store: &dyn Store,
+    mesh: &str,
+    new: NewDirectDispatch,
+    now: Timestamp,
+) -> DirectDispatch {
+    let what = format!("record_direct_dispatch of task {} in {mesh}", new.task_id);
+    ok(store.record_direct_dispatch(mesh, &new, now), &what)
+}
+
+/// Moves the dispatch of `task_id` (named by task id alone) to `status` and asserts
+/// that exactly one row changed.
+#[track_caller]
+pub fn set_dispatch_status(
+    store: &dyn Store,
+    mesh: &str,
+    task_id: &str,
+    status: DispatchStatus,
+    now: Timestamp,
+) {
+    let what = format!("set_direct_dispatch_status of task {task_id} to {status} in {mesh}");
+    let changed = ok(store.set_direct_dispatch_status(mesh, None, Some(task_id), status, now), &what);
+    assert_eq!(changed, 1, "expected {what} to change exactly one row, it changed {changed}");
+}
+
+/// The mesh's active dispatches.
+#[track_caller]
+pub fn active_dispatches(store: &dyn Store, mesh: &str) -> Vec<DirectDispatch> {
+    let what = format!("active_direct_dispatches({mesh})");
+    ok(store.active_direct_dispatches(mesh), &what)
+}
+
+/// Task ids of the mesh's active dispatches, in the order the store lists them.
+#[track_caller]
+pub fn active_dispatch_ids(store: &dyn Store, mesh: &str) -> Vec<String> {
+    active_dispatches(store, mesh).into_iter().map(|d| d.task_id).collect()
+}
+
+/// The mesh's active dispatch of `task_id`, which must be listed.
+#[track_caller]
+pub fn active_dispatch(store: &dyn Store, mesh: &str, task_id: &str) -> DirectDispatch {
+    active_dispatches(store, mesh).into_iter().find(|d| d.task_id == task_id).unwrap_or_else(|| {
+        panic!("expected the dispatch of task {task_id} to be active in {mesh}, it is not listed")
+    })
+}
+
+// ── Session deliveries ───────────────────────────────────────────────────────
+
+/// A `task` delivery `id` to `session` on `node-1` with `priority`, no expiry.
+pub fn delivery(id: &str, session: &str, priority: i64) -> NewSessionDelivery {
+    NewSessionDelivery {
+        id: id.to_owned(),
+        node_id: Some("node-1".to_owned()),
+        session_id: Some(session.to_owned()),
+        provider_type: Some(PROVIDER.to_owned()),
+        kind: "task".to_owned(),
+        priority,
+        message: format!("deliver {id}"),
+        ..NewSessionDelivery::default()
+    }
+}
+
+/// Inserts `new` into `mesh` at `now`; must succeed.
+#[track_caller]
+pub fn insert_delivery(
+    store: &dyn Store,
+    mesh: &str,
+    new: NewSessionDelivery,
+    now: Timestamp,
+) -> SessionDelivery {
+    let what = format!("insert_session_delivery of {} in {mesh}", new.id);
+    ok(store.insert_session_delivery(mesh, &new, now), &what)
+}
+
+/// Asks to move delivery `id` to `status` (no error, no attempt); returns whether it moved.
+#[track_caller]
+pub fn set_delivery_status(
+    store: &dyn Store,
+    mesh: &str,
+    id: &str,
+    status: DeliveryStatus,
+    now: Timestamp,
+) -> bool {
+    let what = format!("set_session_delivery_status of {id} to {status} in {mesh}");
+    ok(store.set_session_delivery_status(mesh, id, status, &DeliveryUpdate::default(), now), &what)
+}
+
+/// The active deliveries of the mesh (or of one session) at `now`.
+#[track_caller]
+pub fn active_deliveries(
+    store: &dyn Store,
+    mesh: &str,
+    session: Option<&str>,
+    now: Timestamp,
+) -> Vec<SessionDelivery> {
+    let what = format!("active_session_deliveries({mesh}, {session:?}, {now})");
+    ok(store.active_session_deliveries(mesh, session, now), &what)
+}
+
+/// Ids of the active deliveries of the mesh (or of one session) at `now`, in the
+/// order the store lists them.
+#[track_caller]
+pub fn active_delivery_ids(
+    store: &dyn Store,
+    mesh: &str,
+    session: Option<&str>,
+    now: Timestamp,
+) -> Vec<String> {
+    active_deliveries(store, mesh, session, now).into_iter().map(|d| d.id).collect()
+}
+
+/// The active delivery `id` of the mesh at `now`, which must be listed.
+#[track_caller]
+pub fn active_delivery(store: &dyn Store, mesh: &str, id: &str, now: Timestamp) -> SessionDelivery {
+    active_deliveries(store, mesh, None, now)
+        .into_iter()
+        .find(|d| d.id == id)
+        .unwrap_or_else(|| panic!("expected delivery {id} to be active in {mesh} at {now}, it is not listed"))
+}
+
+/// Whether the store says task `task_id` has a confirmed delivery.
+#[track_caller]
+pub fn has_confirmed_delivery(store: &dyn Store, mesh: &str, task_id: &str) -> bool {
+    let what = format!("task_has_confirmed_delivery({mesh}, {task_id})");
+    ok(store.task_has_confirmed_delivery(mesh, task_id), &what)
+}
+
+// ── Idle sessions, conflicts, tool calls ─────────────────────────────────────
+
+/// An idle report of `session` on `node` in `mesh`, valid until `expires`, no metadata.
+pub fn idle_session(mesh: &str, node: &str, session: &str, expires: Timestamp) -> IdleSession {
+    IdleSession {
+        mesh_id: mesh.to_owned(),
+        node_id: node.to_owned(),
+        session_id: session.to_owned(),
+        provider_type: PROVIDER.to_owned(),
+        expires_at_ms: expires.millis(),
+        metadata: None,
+    }
+}
+
+/// Records `session` as idle; must succeed.
+#[track_caller]
+pub fn set_idle(store: &dyn Store, session: &IdleSession) {
+    let what = format!("set_idle_session({}, {}, {})", session.mesh_id, session.node_id, session.session_id);
+    ok(store.set_idle_session(session), &what);
+}
+
+/// The idle sessions the mesh lists at `now`, sorted by node and session (the
+/// order of the listing is not part of the contract).
+#[track_caller]
+pub fn idle_sessions(store: &dyn Store, mesh: &str, now: Timestamp) -> Vec<IdleSession> {
+    let what = format!("idle_sessions({mesh}, {now})");
+    let mut sessions = ok(store.idle_sessions(mesh, now), &what);
+    sessions.sort_by(|a, b| (&a.node_id, &a.session_id).cmp(&(&b.node_id, &b.session_id)));
+    sessions
+}
+
+/// The idle sessions the mesh lists at `now` as sorted `node/session` keys.
+#[track_caller]
+pub fn idle_session_keys(store: &dyn Store, mesh: &str, now: Timestamp) -> Vec<String> {
+    idle_sessions(store, mesh, now).into_iter().map(|s| format!("{}/{}", s.node_id, s.session_id)).collect()
+}
+
+/// A completion conflict `id` over a fingerprint naming it, created at `created`.
+pub fn completion_conflict(mesh: &str, id: &str, created: Timestamp) -> CompletionConflict {
+    CompletionConflict {
+        id: id.to_owned(),
+        mesh_id: mesh.to_owned(),
+        fingerprint: format!("{mesh}::{id}::fingerprint"),
+        conflicting_task_id: Some(format!("{id}-late")),
+        conflicting_session_id: Some("s2".to_owned()),
+        original_task_id: Some(format!("{id}-first")),
+        original_session_id: Some("s1".to_owned()),
+        event: "agent:generating_completed".to_owned(),
+        created_at: created.iso(),
+    }
+}
+
+/// Ids of the mesh's recent conflicts at `now` over `window_ms`, in the store's order.
+#[track_caller]
+pub fn recent_conflict_ids(
+    store: &dyn Store,
+    mesh: &str,
+    window_ms: Option<i64>,
+    now: Timestamp,
+) -> Vec<String> {
+    let what = format!("recent_completion_conflicts({mesh}, {window_ms:?}, {now})");
+    ok(store.recent_completion_conflicts(mesh, window_ms, now), &what).into_iter().map(|c| c.id).collect()
+}
+
+/// A call of `tool` in `mesh` by the coordinator session `coord-1`.
+pub fn tool_call(mesh: &str, tool: &str) -> ToolCall {
+    ToolCall { mesh_id: mesh.to_owned(), tool: tool.to_owned(), session_id: Some("coord-1".to_owned()) }
+}
+
+// ── Missions ─────────────────────────────────────────────────────────────────
+
+/// A mission `id` with `title`, goal and status left unset.
+pub fn new_mission(id: &str, title: &str) -> NewMission {
+    NewMission { id: id.to_owned(), title: title.to_owned(), ..NewMission::default() }
+}
+
+/// Creates or updates a mission; must succeed.
+#[track_caller]
+pub fn upsert_mission(store: &dyn Store, mesh: &str, new: NewMission, now: Timestamp) -> Mission {
+    let what = format!("upsert_mission of {} in {mesh}", new.id);
+    ok(store.upsert_mission(mesh, &new, now), &what)
+}
+
+/// Ids of the mesh's missions in `statuses` (all when empty), in the store's order.
+#[track_caller]
+pub fn mission_ids(store: &dyn Store, mesh: &str, statuses: &[&str]) -> Vec<String> {
+    let what = format!("missions({mesh}, {statuses:?})");
+    let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
+    ok(store.missions(mesh, &statuses), &what).into_iter().map(|m| m.id).collect()
 }

@@ -18,7 +18,11 @@ use crate::output::Output;
 
 mod claim;
 mod complete;
+mod deliveries;
+mod dispatches;
 mod ledger;
+mod mission;
+mod sessions;
 mod task;
 
 /// What every command shares.
@@ -84,6 +88,10 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),
         Command::Ledger(cmd) => ledger::run(ctx, cmd, out),
+        Command::Mission(cmd) => mission::run(ctx, cmd, out),
+        Command::Sessions => sessions::run(ctx, out),
+        Command::Deliveries(args) => deliveries::run(ctx, args, out),
+        Command::Dispatches => dispatches::run(ctx, out),
     }
 }
 

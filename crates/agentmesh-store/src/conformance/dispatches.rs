@@ -1,0 +1,401 @@
+//! Rules of direct dispatches: work a coordinator sends straight to a session,
+//! tracked from `dispatched` through `acked` to `completed` / `failed`, or to
+//! `stale` when nobody acknowledged it in time. Status changes by task id and by
+//! session, the sole-active lookup, stale marking, cleanup, deletion, validation and
+//! mesh isolation.
+
+use agentmesh_core::{DirectDispatch, DispatchStatus, NewDirectDispatch};
+
+use super::support::*;
+use crate::Store;
+
+/// A recorded dispatch is `dispatched`, stamped with `now`, and listed oldest dispatch first.
+pub fn direct_dispatch_is_recorded_and_listed_oldest_first(store: &dyn Store) {
+    let late = NewDirectDispatch {
+        task_mode: Some("validation".into()),
+        dispatched_to_idle_session: true,
+        via: "p2p".into(),
+        ..direct_dispatch("a-late", Some("s1"))
+    };
+    // Recorded first but sent later, and its id sorts first: only dispatch time orders the list.
+    let recorded = record_dispatch(store, MESH, late, at(20));
+    let expected = DirectDispatch {
+        task_id: "a-late".into(),
+        mesh_id: MESH.into(),
+        node_id: Some("node-1".into()),
+        session_id: Some("s1".into()),
+        provider_type: Some(PROVIDER.into()),
+        message: "do a-late".into(),
+        task_mode: Some("validation".into()),
+        via: "p2p".into(),
+        status: DispatchStatus::Dispatched,
+        dispatched_to_idle_session: true,
+        dispatched_at: at(20).iso(),
+        updated_at: at(20).iso(),
+    };
+    assert_eq!(recorded, expected, "expected the recorded dispatch as given, dispatched, stamped with now");
+    let early = record_dispatch(store, MESH, direct_dispatch("b-early", Some("s2")), at(10));
+    assert_eq!(early.status, DispatchStatus::Dispatched, "expected a new dispatch to be dispatched");
+    assert_eq!(early.session_id.as_deref(), Some("s2"), "expected the dispatch's session as given");
+    assert_eq!(early.task_mode, None, "expected no task mode when none was given");
+    assert!(!early.dispatched_to_idle_session, "expected dispatchedToIdleSession false as given");
+
+    assert_eq!(
+        active_dispatches(store, MESH),
+        [early, recorded],
+        "expected both dispatches listed as recorded, oldest dispatch first"
+    );
+}
+
+/// Recording a dispatch for a task id that has one replaces that row: fresh status, time and fields.
+pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn Store) {
+    record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
+    set_dispatch_status(store, MESH, "t1", DispatchStatus::Acked, at(2));
+    let again = NewDirectDispatch { message: "second attempt".into(), ..direct_dispatch("t1", Some("s2")) };
+    let replaced = record_dispatch(store, MESH, again, at(5));
+    assert_eq!(replaced.status, DispatchStatus::Dispatched, "expected the replacing row dispatched again");
+    assert_eq!(replaced.dispatched_at, at(5).iso(), "expected the replacing row's dispatch time");
+    assert_eq!(replaced.updated_at, at(5).iso(), "expected the replacing row's change time");
+    assert_eq!(replaced.message, "second attempt", "expected the replacing row's message");
+    assert_eq!(replaced.session_id.as_deref(), Some("s2"), "expected the replacing row's session");
+    assert_eq!(active_dispatches(store, MESH), [replaced], "expected one row for task t1, the replacing one");
+    assert_eq!(
+        ok(store.sole_active_direct_dispatch(MESH, "s1"), "sole_active_direct_dispatch(s1)"),
+        None,
+        "expected the old session to hold no dispatch after the replacement"
+    );
+}
+
+/// A status change naming a task id moves that row only; a sibling on the same session stays as it was.
+pub fn direct_dispatch_status_with_a_task_id_changes_only_that_row(store: &dyn Store) {
+    record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
+    let sibling = record_dispatch(store, MESH, direct_dispatch("t2", Some("s1")), at(2));
+    let changed = ok(
+        store.set_direct_dispatch_status(MESH, Some("s1"), Some("t1"), DispatchStatus::Acked, at(5)),
+        "set_direct_dispatch_status(s1, t1, acked)",
+    );
+    assert_eq!(changed, 1, "expected exactly the row of t1 to change");
+    let t1 = active_dispatch(store, MESH, "t1");
+    assert_eq!(t1.status, DispatchStatus::Acked, "expected t1 acked");
+    assert_eq!(t1.updated_at, at(5).iso(), "expected t1's change time to be the change's now");
+    assert_eq!(t1.dispatched_at, at(1).iso(), "expected a status change to keep the dispatch time");
+    assert_eq!(active_dispatch(store, MESH, "t2"), sibling, "expected the sibling dispatch t2 untouched");
+
+    let changed = ok(
+        store.set_direct_dispatch_status(MESH, Some("s1"), Some("t2"), DispatchStatus::Failed, at(6)),
+        "set_direct_dispatch_status(s1, t2, failed)",
+    );
+    assert_eq!(changed, 1, "expected exactly the row of t2 to change");
+    assert_eq!(active_dispatch_ids(store, MESH), ["t1"], "expected failed t2 gone from the active list");
+    assert_eq!(active_dispatch(store, MESH, "t1").status, DispatchStatus::Acked, "expected t1 still acked");
+}
+
+/// Without a task id every non-final row of the session moves; other sessions, rows without a session and other meshes never do.
+pub fn direct_dispatch_status_without_a_task_id_changes_the_sessions_open_rows(store: &dyn Store) {
+    record_dispatch(store, MESH, direct_dispatch("open", Some("s1")), at(1));
+    record_dispatch(store, MESH, direct_dispatch("went-stale", Some("s1")), at(2));
+    record_dispatch(store, MESH, direct_dispatch("done", Some("s1")), at(3));
+    record_dispatch(store, MESH, direct_dispatch("broken", Some("s1")), at(4));
+    let other_session = record_dispatch(store, MESH, direct_dispatch("other-session", Some("s2")), at(5));
+    let no_session = record_dispatch(store, MESH, direct_dispatch("no-session", None), at(6));
+    let other_mesh = record_dispatch(store, OTHER_MESH, direct_dispatch("other-mesh", Some("s1")), at(7));
+    set_dispatch_status(store, MESH, "went-stale", DispatchStatus::Stale, at(8));
+    set_dispatch_status(store, MESH, "done", DispatchStatus::Completed, at(8));
+    set_dispatch_status(store, MESH, "broken", DispatchStatus::Failed, at(8));
+
+    let changed = ok(
+        store.set_direct_dispatch_status(MESH, Some("s1"), None, DispatchStatus::Acked, at(10)),
+        "set_direct_dispatch_status(s1, no task id, acked)",
+    );
+    assert_eq!(changed, 2, "expected the session's dispatched and stale rows to change, and nothing else");
+    // Acked is active, so a completed or failed row that moved would show up here.
+    assert_eq!(
+        active_dispatch_ids(store, MESH),
+        ["open", "went-stale", "other-session", "no-session"],
+        "expected the session's open and stale rows active again, its completed and failed rows not"
+    );
+    for id in ["open", "went-stale"] {
+        let row = active_dispatch(store, MESH, id);
+        assert_eq!(row.status, DispatchStatus::Acked, "expected {id} acked");
+        assert_eq!(row.updated_at, at(10).iso(), "expected {id}'s change time to be the change's now");
+    }
+    assert_eq!(active_dispatch(store, MESH, "other-session"), other_session, "expected s2's row untouched");
+    assert_eq!(
+        active_dispatch(store, MESH, "no-session"),
+        no_session,
+        "expected the sessionless row untouched"
+    );
+    assert_eq!(
+        active_dispatches(store, OTHER_MESH),
+        std::slice::from_ref(&other_mesh),
+        "expected the other mesh untouched"
+    );
+
+    let changed = ok(
+        store.set_direct_dispatch_status(MESH, None, None, DispatchStatus::Stale, at(11)),
+        "set_direct_dispatch_status(no session, no task id, stale)",
+    );
+    assert_eq!(changed, 0, "expected a change naming neither session nor task to change nothing");
+    assert_eq!(
+        active_dispatch_ids(store, MESH),
+        ["open", "went-stale", "other-session", "no-session"],
+        "expected a change naming neither session nor task to leave every row active"
+    );
+    assert_eq!(
+        active_dispatch(store, MESH, "no-session"),
+        no_session,
+        "expected the sessionless row untouched"
+    );
+    assert_eq!(active_dispatches(store, OTHER_MESH), [other_mesh], "expected the other mesh untouched");
+}
+
+/// Completed and failed dispatches never change again, whether named by task id or by session.
+pub fn completed_and_failed_direct_dispatches_never_change(store: &dyn Store) {
+    record_dispatch(store, MESH, direct_dispatch("done", Some("s1")), at(1));
+    record_dispatch(store, MESH, direct_dispatch("broken", Some("s1")), at(2));
+    set_dispatch_status(store, MESH, "done", DispatchStatus::Completed, at(3));
+    set_dispatch_status(store, MESH, "broken", DispatchStatus::Failed, at(3));
+    for status in DispatchStatus::ALL {
+        for task in ["done", "broken"] {
+            let what = format!("set_direct_dispatch_status({task}, {status})");
+            let changed =
+                ok(store.set_direct_dispatch_status(MESH, Some("s1"), Some(task), status, at(4)), &what);
+            assert_eq!(changed, 0, "expected the final dispatch {task} not to move to {status}");
+        }
+        let what = format!("set_direct_dispatch_status(s1, {status})");
+        let changed = ok(store.set_direct_dispatch_status(MESH, Some("s1"), None, status, at(4)), &what);
+        assert_eq!(changed, 0, "expected a session-wide change to {status} to skip the session's final rows");
+    }
+    assert!(active_dispatch_ids(store, MESH).is_empty(), "expected no final dispatch to become active again");
+    // Both rows still carry their final change time: cleanup just after it deletes both.
+    assert_eq!(
+        ok(store.cleanup_terminal_direct_dispatches(at(4)), "cleanup_terminal_direct_dispatches"),
+        2,
+        "expected both final rows still stamped with their final change"
+    );
+}
+
+/// The sole-active lookup names the session's one active dispatch, and gives None for none or several.
+pub fn sole_active_direct_dispatch_needs_exactly_one_active_row(store: &dyn Store) {
+    let sole =
+        |session: &str| ok(store.sole_active_direct_dispatch(MESH, session), "sole_active_direct_dispatch");
+    assert_eq!(sole("s1"), None, "expected no sole dispatch for a session without dispatches");
+    record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
+    record_dispatch(store, OTHER_MESH, direct_dispatch("elsewhere", Some("s1")), at(1));
+    record_dispatch(store, MESH, direct_dispatch("other-session", Some("s2")), at(1));
+    assert_eq!(sole("s1"), Some("t1".into()), "expected the session's one dispatch");
+    set_dispatch_status(store, MESH, "t1", DispatchStatus::Acked, at(2));
+    assert_eq!(sole("s1"), Some("t1".into()), "expected an acked dispatch to count as active");
+    record_dispatch(store, MESH, direct_dispatch("t2", Some("s1")), at(3));
+    assert_eq!(sole("s1"), None, "expected None while the session has two active dispatches");
+    set_dispatch_status(store, MESH, "t2", DispatchStatus::Stale, at(4));
+    assert_eq!(sole("s1"), Some("t1".into()), "expected a stale dispatch not to count");
+    set_dispatch_status(store, MESH, "t1", DispatchStatus::Completed, at(5));
+    assert_eq!(sole("s1"), None, "expected None once the session's only active dispatch completed");
+    assert_eq!(sole("s2"), Some("other-session".into()), "expected s2's own dispatch");
+    assert_eq!(
+        ok(store.sole_active_direct_dispatch(OTHER_MESH, "s2"), "sole_active_direct_dispatch"),
+        None,
+        "expected s2's dispatch in mesh A invisible from mesh B"
+    );
+}
+
+/// Marking stale moves only `dispatched` rows of the mesh sent before the cutoff, and counts them.
+pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn Store) {
+    record_dispatch(store, MESH, direct_dispatch("old", Some("s1")), at(0));
+    record_dispatch(store, MESH, direct_dispatch("old-acked", Some("s2")), at(1));
+    set_dispatch_status(store, MESH, "old-acked", DispatchStatus::Acked, at(2));
+    let at_cutoff = record_dispatch(store, MESH, direct_dispatch("at-cutoff", Some("s3")), at(50));
+    let recent = record_dispatch(store, MESH, direct_dispatch("recent", Some("s4")), at(100));
+    let elsewhere = record_dispatch(store, OTHER_MESH, direct_dispatch("elsewhere", Some("s1")), at(0));
+
+    let marked =
+        ok(store.mark_stale_direct_dispatches(MESH, at(50), at(200)), "mark_stale_direct_dispatches");
+    assert_eq!(marked, 1, "expected only the dispatched row sent before the cutoff marked stale");
+    assert_eq!(
+        active_dispatch_ids(store, MESH),
+        ["old-acked", "at-cutoff", "recent"],
+        "expected the old dispatched row gone from the active list"
+    );
+    assert_eq!(
+        active_dispatch(store, MESH, "at-cutoff"),
+        at_cutoff,
+        "expected a row sent at the cutoff untouched"
+    );
+    assert_eq!(active_dispatch(store, MESH, "recent"), recent, "expected a recent row untouched");
+    assert_eq!(
+        active_dispatch(store, MESH, "old-acked").status,
+        DispatchStatus::Acked,
+        "expected acked to stay"
+    );
+    assert_eq!(active_dispatches(store, OTHER_MESH), [elsewhere], "expected the other mesh untouched");
+    assert_eq!(
+        ok(store.mark_stale_direct_dispatches(MESH, at(50), at(201)), "mark_stale_direct_dispatches again"),
+        0,
+        "expected nothing left to mark"
+    );
+    // The stale row was changed at now (200), not at its dispatch time: a cleanup
+    // before that keeps it, one after it deletes it.
+    assert_eq!(
+        ok(store.cleanup_terminal_direct_dispatches(at(150)), "cleanup before the marking"),
+        0,
+        "expected the stale row stamped with the marking's now"
+    );
+    assert_eq!(
+        ok(store.cleanup_terminal_direct_dispatches(at(250)), "cleanup after the marking"),
+        1,
+        "expected the stale row deleted by a cleanup after its marking"
+    );
+}
+
+/// Cleanup deletes completed, failed and stale rows changed before the cutoff, in every mesh, and counts them.
+pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dyn Store) {
+    for (task, status) in [
+        ("done-old", DispatchStatus::Completed),
+        ("failed-old", DispatchStatus::Failed),
+        ("stale-old", DispatchStatus::Stale),
+    ] {
+        record_dispatch(store, MESH, direct_dispatch(task, Some("s1")), at(0));
+        set_dispatch_status(store, MESH, task, status, at(10));
+    }
+    record_dispatch(store, OTHER_MESH, direct_dispatch("elsewhere-old", Some("s1")), at(0));
+    set_dispatch_status(store, OTHER_MESH, "elsewhere-old", DispatchStatus::Completed, at(10));
+    // Sent long ago but ended after the cutoff.
+    record_dispatch(store, MESH, direct_dispatch("done-recently", Some("s2")), at(0));
+    set_dispatch_status(store, MESH, "done-recently", DispatchStatus::Completed, at(100));
+    record_dispatch(store, MESH, direct_dispatch("open-old", Some("s3")), at(0));
+    record_dispatch(store, MESH, direct_dispatch("acked-old", Some("s4")), at(1));
+    set_dispatch_status(store, MESH, "acked-old", DispatchStatus::Acked, at(2));
+
+    let deleted = ok(store.cleanup_terminal_direct_dispatches(at(50)), "cleanup_terminal_direct_dispatches");
+    assert_eq!(deleted, 4, "expected the three old ended rows of A and the one of B deleted");
+    assert_eq!(active_dispatch_ids(store, MESH), ["open-old", "acked-old"], "expected active rows kept");
+    assert_eq!(
+        ok(store.cleanup_terminal_direct_dispatches(at(50)), "cleanup_terminal_direct_dispatches again"),
+        0,
+        "expected nothing left to clean up"
+    );
+    // What remains in A: the two active rows and the recently ended one.
+    assert_eq!(
+        ok(store.delete_direct_dispatches(MESH), "delete_direct_dispatches"),
+        3,
+        "expected the active rows and the recently ended row kept by the cleanup"
+    );
+    assert_eq!(
+        ok(store.delete_direct_dispatches(OTHER_MESH), "delete_direct_dispatches(B)"),
+        0,
+        "expected B's old ended row deleted by the cleanup"
+    );
+}
+
+/// Deleting by mesh and by task ids deletes only the mesh's named rows and returns the counts.
+pub fn direct_dispatches_are_deleted_by_mesh_and_by_task(store: &dyn Store) {
+    for (i, task) in ["t1", "t2", "t3"].into_iter().enumerate() {
+        record_dispatch(store, MESH, direct_dispatch(task, Some("s1")), at(i as i64));
+    }
+    set_dispatch_status(store, MESH, "t3", DispatchStatus::Completed, at(5));
+    let elsewhere = record_dispatch(store, OTHER_MESH, direct_dispatch("b1", Some("s1")), at(0));
+
+    let ids = |ids: &[&str]| ids.iter().map(|s| (*s).to_owned()).collect::<Vec<String>>();
+    assert_eq!(
+        ok(store.delete_direct_dispatches_by_task(MESH, &[]), "delete_direct_dispatches_by_task([])"),
+        0,
+        "expected deleting no task ids to delete nothing"
+    );
+    assert_eq!(
+        ok(
+            store.delete_direct_dispatches_by_task(MESH, &ids(&["t1", "t3", "missing", "b1"])),
+            "delete by task"
+        ),
+        2,
+        "expected t1 and the completed t3 deleted, and neither the unknown id nor B's b1"
+    );
+    assert_eq!(active_dispatch_ids(store, MESH), ["t2"], "expected t2 kept");
+    assert_eq!(active_dispatches(store, OTHER_MESH), [elsewhere], "expected B's row untouched");
+
+    record_dispatch(store, MESH, direct_dispatch("t4", None), at(6));
+    assert_eq!(
+        ok(store.delete_direct_dispatches(MESH), "delete_direct_dispatches(A)"),
+        2,
+        "expected t2 and t4"
+    );
+    assert!(active_dispatch_ids(store, MESH).is_empty(), "expected A empty after deleting its dispatches");
+    assert_eq!(active_dispatch_ids(store, OTHER_MESH), ["b1"], "expected B's row kept");
+    assert_eq!(
+        ok(store.delete_direct_dispatches(OTHER_MESH), "delete_direct_dispatches(B)"),
+        1,
+        "expected b1"
+    );
+}
+
+/// A blank task id or via, an empty message or an unknown task mode is invalid input naming the field; nothing is recorded.
+pub fn direct_dispatch_rejects_bad_input_naming_the_field(store: &dyn Store) {
+    let kept = record_dispatch(store, MESH, direct_dispatch("kept", Some("s1")), at(0));
+    let cases = [
+        ("taskId", NewDirectDispatch { task_id: "  ".into(), ..direct_dispatch("x", Some("s1")) }),
+        ("message", NewDirectDispatch { message: String::new(), ..direct_dispatch("kept", Some("s2")) }),
+        ("via", NewDirectDispatch { via: " ".into(), ..direct_dispatch("kept", Some("s2")) }),
+        (
+            "taskMode",
+            NewDirectDispatch { task_mode: Some("refactor".into()), ..direct_dispatch("kept", Some("s2")) },
+        ),
+    ];
+    for (field, bad) in cases {
+        let what = format!("record_direct_dispatch with a bad {field}");
+        assert_invalid_input(store.record_direct_dispatch(MESH, &bad, at(1)), field, &what);
+        assert_eq!(
+            active_dispatches(store, MESH),
+            std::slice::from_ref(&kept),
+            "expected {what} to record nothing"
+        );
+    }
+}
+
+/// Dispatches of one mesh are invisible to, and unchanged by, operations on another mesh.
+pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn Store) {
+    let a1 = record_dispatch(store, MESH, direct_dispatch("a1", Some("s1")), at(0));
+    assert!(active_dispatch_ids(store, OTHER_MESH).is_empty(), "expected A's dispatch invisible from B");
+    let set_in_b = |session: Option<&str>, task: Option<&str>, status| {
+        ok(
+            store.set_direct_dispatch_status(OTHER_MESH, session, task, status, at(1)),
+            "status change through B",
+        )
+    };
+    assert_eq!(
+        set_in_b(Some("s1"), Some("a1"), DispatchStatus::Acked),
+        0,
+        "expected B unable to move A's row"
+    );
+    assert_eq!(set_in_b(Some("s1"), None, DispatchStatus::Failed), 0, "expected B's session sweep to skip A");
+    assert_eq!(
+        ok(store.mark_stale_direct_dispatches(OTHER_MESH, at(100), at(100)), "mark stale in B"),
+        0,
+        "expected marking stale in B to leave A's rows"
+    );
+    assert_eq!(
+        ok(store.delete_direct_dispatches_by_task(OTHER_MESH, &["a1".into()]), "delete a1 through B"),
+        0,
+        "expected B unable to delete A's row"
+    );
+    assert_eq!(ok(store.delete_direct_dispatches(OTHER_MESH), "delete B"), 0, "expected B to have no rows");
+    assert_eq!(active_dispatches(store, MESH), [a1], "expected A's dispatch untouched by operations on B");
+}
+
+/// Recording in mesh B a dispatch for a task id mesh A has leaves A's dispatch as it was (B's is refused or kept apart).
+pub fn direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone(store: &dyn Store) {
+    let a = record_dispatch(store, MESH, direct_dispatch("shared", Some("s1")), at(0));
+    let in_b = NewDirectDispatch { message: "mesh B's work".into(), ..direct_dispatch("shared", Some("s9")) };
+    if let Ok(b) = store.record_direct_dispatch(OTHER_MESH, &in_b, at(1)) {
+        assert_eq!(b.mesh_id, OTHER_MESH, "expected B's dispatch recorded in B");
+        assert_eq!(
+            active_dispatches(store, OTHER_MESH),
+            [b],
+            "expected B's dispatch listed in B as returned"
+        );
+    }
+    assert_eq!(
+        active_dispatches(store, MESH),
+        [a],
+        "expected a dispatch recorded in mesh B not to replace or remove mesh A's dispatch of the same task id"
+    );
+}
