@@ -117,6 +117,8 @@ fn load_required(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Loaded>
 /// Inserts a row; the caller has written its dependency edges and counted them.
 fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
     let p = Projection::of(task);
+    let duplicate =
+        || Fail(StoreError::DuplicateTaskId { mesh_id: task.mesh_id.clone(), task_id: task.id.clone() });
     let mut stmt = conn.prepare_cached(
         "INSERT INTO mesh_queue (
              id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
@@ -151,7 +153,12 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
         task.epoch() as i64,
         p.lease_expires_ms,
         task.mission_id,
-    ])?;
+    ])
+    .map_err(|err| match err.sqlite_error_code() {
+        // The only unique key a new row can collide on is the task id.
+        Some(rusqlite::ErrorCode::ConstraintViolation) => duplicate(),
+        _ => Fail::from(err),
+    })?;
     Ok(())
 }
 
@@ -208,6 +215,11 @@ fn write_edges(conn: &Connection, task: &Task) -> Res<i64> {
     if task.dependencies().is_empty() {
         return Ok(0);
     }
+    add_edges(conn, task)
+}
+
+/// Adds a new task's dependency edges and counts the unmet ones.
+fn add_edges(conn: &Connection, task: &Task) -> Res<i64> {
     let mut insert = conn.prepare_cached(
         "INSERT OR IGNORE INTO mesh_task_deps (mesh_id, task_id, depends_on_id) VALUES (?1, ?2, ?3)",
     )?;
@@ -344,12 +356,8 @@ pub(crate) fn enqueue(
     now: Timestamp,
 ) -> Res<Task> {
     let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
-    if id_taken(conn, &task.id)? {
-        return Err(Fail(StoreError::DuplicateTaskId {
-            mesh_id: task.mesh_id.clone(),
-            task_id: task.id.clone(),
-        }));
-    }
+    // A taken id is caught by the row's primary key (see `insert_row`); the whole
+    // transaction then rolls back, edges included.
     if !task.dependencies().is_empty() {
         let mut lookup_error = None;
         let cycle = enqueue::find_dependency_cycle(&task.id, task.dependencies(), |id| {
@@ -365,7 +373,7 @@ pub(crate) fn enqueue(
             return Err(Fail(StoreError::DependencyCycle { path }));
         }
     }
-    let unmet = write_edges(conn, &task)?;
+    let unmet = if task.dependencies().is_empty() { 0 } else { add_edges(conn, &task)? };
     insert_row(conn, &task, unmet)?;
     let mut payload = json!({"taskId": task.id, "message": excerpt(&task.message)});
     for (key, value) in [
