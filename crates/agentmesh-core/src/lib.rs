@@ -16,6 +16,7 @@
 //!   fingerprints and conflicts.
 //! - [`rate_guard`], [`mission`], [`placement`]: the tool-call rate guard, missions
 //!   with derived progress, and node ranking under a scheduling strategy.
+//! - [`events`]: the coordinator inbox: pending events, v2 envelope, routing, fingerprints, texts.
 
 pub mod claim;
 pub mod daemon_id;
@@ -23,6 +24,7 @@ pub mod delivery;
 pub mod dispatch;
 pub mod enqueue;
 mod error;
+pub mod events;
 pub mod ledger;
 pub mod lifecycle;
 pub mod mission;

@@ -1,0 +1,51 @@
+//! The coordinator inbox: pending events and the v2 protocol that routes them.
+//!
+//! A pending event is what a worker-side producer queues for a coordinator: a
+//! completion, a stop, an approval request, a refine outcome. Each one must reach
+//! the right coordinator exactly once. This module holds the rules for that as
+//! plain functions over values; the store applies them inside its transactions.
+//!
+//! - [`names`]: event names, the named sets, and the default scope per name.
+//! - [`identity`]: coordinator identity, its equality and key.
+//! - [`envelope`]: the [`PendingEvent`] model and its v2 envelope ([`Scope`],
+//!   [`ProtocolVersion`], [`V2Envelope`]).
+//! - [`contract`]: the v2 contract check ([`validate_v2`]) and the strict delivery
+//!   rule.
+//! - [`stamp`]: stamping the envelope at emit time ([`stamp_event`]).
+//! - [`routing`]: the drain decision for one event ([`route_event`]), the batch
+//!   router and the drain counters.
+//! - [`fingerprint`] and [`metadata`]: the content dedup key and the metadata
+//!   readers it is built from.
+//! - [`wire`]: the flat payload that carries an event between daemons.
+//! - [`message`]: the text shown to the coordinator.
+//!
+//! Nothing here reads a clock, mints an id or touches storage: times, fresh event
+//! ids, machine ids and "was this event id drained before" all come from the caller.
+
+pub mod contract;
+pub mod envelope;
+pub mod fingerprint;
+pub mod identity;
+mod js;
+pub mod message;
+pub mod metadata;
+pub mod names;
+pub mod routing;
+pub mod stamp;
+pub mod wire;
+
+pub use contract::{
+    ContractViolation, PendingEventV2, ViolationDetail, should_deliver_to, validate_v2, validate_v2_at,
+};
+pub use envelope::{PendingEvent, ProtocolVersion, Scope, V2Envelope};
+pub use fingerprint::{durable_completion_dedup_key, pending_event_fingerprint, refine_terminal_fingerprint};
+pub use identity::{CoordinatorIdentity, assert_coordinator_identity};
+pub use message::{MessageOptions, RecoveryContext, build_coordinator_message};
+pub use metadata::{is_weak_completion_metadata, read_completion_summary, read_refine_job_id, refine_job_id};
+pub use names::default_scope_for_event;
+pub use routing::{
+    DrainCounter, DrainCounters, DrainRouter, Drainer, QuarantineReason, RouteDecision, Routed,
+    RoutedAwayReason, enforce_from_env_value, identity_delivers_to, route_event,
+};
+pub use stamp::{EmitHint, EmitStamp, StampOutcome, build_emit_stamp, stamp_event};
+pub use wire::{read_v2_envelope_from_wire, to_wire};

@@ -1,0 +1,720 @@
+//! The drain-side routing decision for one pending event, and the counters a drain
+//! keeps.
+//!
+//! A drain takes candidate events (raw JSON as stored) and decides for each one:
+//! deliver it to the draining coordinator, leave it for its own coordinator, skip
+//! it as an already-drained duplicate, or quarantine it. The rules are the
+//! original's, in its order:
+//!
+//! 1. The v1 daemon scope: an event targeted (`targetCoordinatorDaemonId`) at a
+//!    daemon id that is not one of the drainer's id forms is not this drainer's.
+//! 2. An unversioned event (no `protocolVersion: "2.0"`) is a broadcast in accept
+//!    mode and is quarantined in enforce mode.
+//! 3. A v2 event that fails the contract check passes through in accept mode and
+//!    is quarantined in enforce mode.
+//! 4. A valid v2 event whose event id was drained before is skipped.
+//! 5. Broadcast goes to every drainer; system to none.
+//! 6. Unicast goes to its addressee, where an addressee and a drainer that both
+//!    carry only a daemon-form run id match by machine (and by session when both
+//!    name one), and otherwise by [`CoordinatorIdentity::equals`].
+//! 7. A unicast event that does not match but is addressed to the drainer's own
+//!    machine with a real run id on either side was orphaned by a coordinator
+//!    restart (a new run id): it is re-attributed to the drainer. It never goes to
+//!    another machine.
+//!
+//! Nothing here marks, stores or logs; the store applies the decision inside its
+//! drain transaction, so only delivered, deduplicated and quarantined events are
+//! marked drained and routed-away events stay queued.
+
+use std::collections::HashSet;
+use std::ops::{Add, AddAssign};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::contract::{ContractViolation, validate_v2};
+use super::envelope::{ProtocolVersion, Scope};
+use super::identity::CoordinatorIdentity;
+use super::js::read_non_empty;
+use crate::daemon_id::{daemon_ids_equivalent, expand_daemon_id_forms};
+
+/// The coordinator draining its inbox: its identity and every daemon id form it
+/// answers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drainer {
+    identity: CoordinatorIdentity,
+    daemon_forms: Vec<String>,
+}
+
+impl Drainer {
+    /// A drainer with a known identity. Its daemon id forms are the expansion of
+    /// the identity's daemon id followed by `also_known_as` (other ids this daemon
+    /// answers to, such as a status instance id).
+    pub fn new(identity: CoordinatorIdentity, also_known_as: &[&str]) -> Drainer {
+        let ids: Vec<&str> =
+            std::iter::once(identity.daemon_id.as_str()).chain(also_known_as.iter().copied()).collect();
+        let daemon_forms = expand_daemon_id_forms(ids.iter().copied());
+        Drainer { identity, daemon_forms }
+    }
+
+    /// A daemon-level drainer, as the reconcile loop drains: the first of
+    /// `daemon_ids` (trimmed) is the primary id and doubles as the run id, and no
+    /// session is named, so it takes every session's events on its machine. `None`
+    /// when no id is non-blank.
+    pub fn daemon_level(daemon_ids: &[&str]) -> Option<Drainer> {
+        let daemon_forms = expand_daemon_id_forms(daemon_ids.iter().copied());
+        let identity =
+            CoordinatorIdentity::from_emit_fields(daemon_forms.first().map(String::as_str), None, None)?;
+        Some(Drainer { identity, daemon_forms })
+    }
+
+    /// The drainer's identity.
+    pub fn identity(&self) -> &CoordinatorIdentity {
+        &self.identity
+    }
+
+    /// Every daemon id form the drainer answers to; element 0 is the primary id.
+    /// These are the values a store's `coordinator_daemon_id IN (...)` filter uses.
+    pub fn daemon_forms(&self) -> &[String] {
+        &self.daemon_forms
+    }
+
+    /// The v1 daemon scope: an event with no target (absent or blank) is anyone's;
+    /// a targeted event is this drainer's when the target (trimmed) is exactly one
+    /// of its id forms. A drainer with no forms takes everything.
+    pub fn takes_target(&self, target: Option<&str>) -> bool {
+        match target.map(str::trim).filter(|t| !t.is_empty()) {
+            None => true,
+            Some(target) => {
+                self.daemon_forms.is_empty() || self.daemon_forms.iter().any(|form| form == target)
+            }
+        }
+    }
+}
+
+/// What a drain does with one event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteDecision {
+    /// Hand it to the drainer and mark it drained.
+    Deliver,
+    /// Not for this drainer: leave it queued, unmarked, for its own coordinator.
+    RoutedAway {
+        /// Why it is someone else's.
+        reason: RoutedAwayReason,
+    },
+    /// Its event id was already drained: mark it drained without delivering.
+    DedupSkipped,
+    /// Hold it back: mark it drained, do not deliver, and record it as
+    /// recoverable (`event_held`) in the same transaction.
+    Quarantine {
+        /// The `event_held` reason.
+        reason: QuarantineReason,
+    },
+}
+
+/// Why an event was routed away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutedAwayReason {
+    /// Targeted at a daemon that is not one of the drainer's id forms.
+    OtherDaemon,
+    /// A unicast event addressed to another coordinator.
+    OtherCoordinator,
+    /// A system event: for no coordinator at all.
+    SystemScope,
+}
+
+/// Why an event was quarantined (enforce mode only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuarantineReason {
+    /// The event has no v2 envelope.
+    Unversioned,
+    /// The event's v2 envelope fails the contract check.
+    ValidationFailed,
+}
+
+impl QuarantineReason {
+    /// The reason string the original writes into the `event_held` ledger entry.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            QuarantineReason::Unversioned => "v2_enforce_unversioned_quarantined",
+            QuarantineReason::ValidationFailed => "v2_enforce_validation_failed_quarantined",
+        }
+    }
+}
+
+/// The routing outcome for one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// What to do with the event.
+    pub decision: RouteDecision,
+    /// The drain counter the outcome increments, if any. Events outside the
+    /// drainer's daemon scope count nowhere, as they never reached the original's
+    /// routing.
+    pub counter: Option<DrainCounter>,
+    /// The contract violation, for a v2 event that failed the check (accepted or
+    /// quarantined).
+    pub violation: Option<ContractViolation>,
+    /// The event id of a v2 event that passed the check.
+    pub event_id: Option<String>,
+}
+
+impl Routed {
+    fn new(decision: RouteDecision, counter: Option<DrainCounter>) -> Routed {
+        Routed { decision, counter, violation: None, event_id: None }
+    }
+}
+
+/// Decides what a drain does with one event, given as the raw JSON it was stored as.
+///
+/// `enforce` is the v2 enforce switch, read once per drain by the caller (see
+/// [`enforce_from_env_value`]). `already_drained` answers whether an event id was
+/// drained before this drain started (or earlier in this batch); it is asked only
+/// for v2 events that pass the contract check. See the module docs for the rules.
+pub fn route_event(
+    raw: &Value,
+    drainer: &Drainer,
+    enforce: bool,
+    already_drained: impl FnOnce(&str) -> bool,
+) -> Routed {
+    let target = read_non_empty(raw.get("targetCoordinatorDaemonId"));
+    if !drainer.takes_target(target) {
+        return Routed::new(RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherDaemon }, None);
+    }
+
+    let is_v2 = raw.get("protocolVersion").and_then(ProtocolVersion::from_json) == Some(ProtocolVersion::V2);
+    if !is_v2 {
+        return if enforce {
+            Routed::new(
+                RouteDecision::Quarantine { reason: QuarantineReason::Unversioned },
+                Some(DrainCounter::V1UnversionedQuarantined),
+            )
+        } else {
+            Routed::new(RouteDecision::Deliver, Some(DrainCounter::V1BroadcastAccepted))
+        };
+    }
+
+    let event = match validate_v2(raw) {
+        Ok(event) => event,
+        Err(violation) => {
+            let mut routed = if enforce {
+                Routed::new(
+                    RouteDecision::Quarantine { reason: QuarantineReason::ValidationFailed },
+                    Some(DrainCounter::V2ValidationFailedQuarantined),
+                )
+            } else {
+                Routed::new(RouteDecision::Deliver, Some(DrainCounter::V2ValidationFailedAccepted))
+            };
+            routed.violation = Some(violation);
+            return routed;
+        }
+    };
+
+    let (decision, counter) = if already_drained(&event.event_id) {
+        (RouteDecision::DedupSkipped, DrainCounter::V2DedupSkipped)
+    } else {
+        match (event.scope, &event.intended_for) {
+            (Scope::Broadcast, _) => (RouteDecision::Deliver, DrainCounter::V2Delivered),
+            (Scope::System, _) => (
+                RouteDecision::RoutedAway { reason: RoutedAwayReason::SystemScope },
+                DrainCounter::V2RoutedAway,
+            ),
+            (Scope::Unicast, Some(target)) => route_unicast(target, drainer.identity()),
+            // Validation guarantees an addressee for unicast; without one the event
+            // is nobody's.
+            (Scope::Unicast, None) => (
+                RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator },
+                DrainCounter::V2RoutedAway,
+            ),
+        }
+    };
+    Routed { decision, counter: Some(counter), violation: None, event_id: Some(event.event_id) }
+}
+
+fn route_unicast(
+    target: &CoordinatorIdentity,
+    drainer: &CoordinatorIdentity,
+) -> (RouteDecision, DrainCounter) {
+    if identity_delivers_to(target, drainer) {
+        return (RouteDecision::Deliver, DrainCounter::V2Delivered);
+    }
+    // A mismatch between two daemon-form run ids that survived the check above is
+    // a sibling session on the same machine: a genuine route-away, not an orphan.
+    let real_run_id = !target.run_id_is_daemon_fallback() || !drainer.run_id_is_daemon_fallback();
+    if real_run_id && daemon_ids_equivalent(&target.daemon_id, &drainer.daemon_id) {
+        return (RouteDecision::Deliver, DrainCounter::V2ReattributedToDrainer);
+    }
+    (RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator }, DrainCounter::V2RoutedAway)
+}
+
+/// Whether a unicast addressed to `intended_for` is delivered to `drainer` by
+/// address (before re-attribution).
+///
+/// When both carry only a daemon-form run id (no real run id is known on either
+/// side), the match is by machine, and additionally by session when both name a
+/// session: a session-less drainer is a daemon-level drain that takes every
+/// session's events on its machine. Otherwise the identities must be
+/// coordinator-equal.
+pub fn identity_delivers_to(intended_for: &CoordinatorIdentity, drainer: &CoordinatorIdentity) -> bool {
+    if intended_for.run_id_is_daemon_fallback() && drainer.run_id_is_daemon_fallback() {
+        if !daemon_ids_equivalent(&intended_for.daemon_id, &drainer.daemon_id) {
+            return false;
+        }
+        return match (nonempty(&intended_for.session_id), nonempty(&drainer.session_id)) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+    }
+    intended_for.equals(drainer)
+}
+
+fn nonempty(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|s| !s.is_empty())
+}
+
+/// Routes a whole drain batch: [`route_event`] plus the in-batch duplicate guard
+/// and the counters.
+///
+/// The enforce switch is fixed for the batch, so one drain is classified under one
+/// policy. An event id delivered earlier in the batch (including by
+/// re-attribution) counts as already drained for the rest of it.
+#[derive(Debug)]
+pub struct DrainRouter<'a> {
+    drainer: &'a Drainer,
+    enforce: bool,
+    delivered: HashSet<String>,
+    counters: DrainCounters,
+}
+
+impl<'a> DrainRouter<'a> {
+    /// A router for one drain by `drainer`.
+    pub fn new(drainer: &'a Drainer, enforce: bool) -> DrainRouter<'a> {
+        DrainRouter { drainer, enforce, delivered: HashSet::new(), counters: DrainCounters::default() }
+    }
+
+    /// Routes the next event. `drained_before` answers whether an event id was
+    /// drained before this drain started.
+    pub fn route(&mut self, raw: &Value, drained_before: impl FnOnce(&str) -> bool) -> Routed {
+        let delivered = &self.delivered;
+        let routed =
+            route_event(raw, self.drainer, self.enforce, |id| delivered.contains(id) || drained_before(id));
+        if let Some(id) = routed.event_id.as_ref().filter(|_| routed.decision == RouteDecision::Deliver) {
+            self.delivered.insert(id.clone());
+        }
+        if let Some(counter) = routed.counter {
+            self.counters.bump(counter);
+        }
+        routed
+    }
+
+    /// The counters of the events routed so far.
+    pub fn counters(&self) -> DrainCounters {
+        self.counters
+    }
+}
+
+/// Interprets the value of `MESH_PROTOCOL_V2_ENFORCE`: `1`, `true`, `on` or `yes`
+/// (any case, surrounding whitespace ignored) switch enforce mode on; anything
+/// else, or no value, leaves it off. The caller reads the environment.
+pub fn enforce_from_env_value(value: Option<&str>) -> bool {
+    value
+        .map(|v| v.trim().to_ascii_lowercase())
+        .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "on" | "yes"))
+}
+
+/// One of the drain counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DrainCounter {
+    /// A valid v2 event delivered by scope or address.
+    V2Delivered,
+    /// A valid v2 event left for another coordinator (or a system event).
+    V2RoutedAway,
+    /// A valid v2 event skipped because its event id was already drained.
+    V2DedupSkipped,
+    /// An invalid v2 event passed through (accept mode).
+    V2ValidationFailedAccepted,
+    /// A unicast event re-attributed to the drainer after a coordinator restart.
+    V2ReattributedToDrainer,
+    /// An unversioned event delivered as a broadcast (accept mode).
+    V1BroadcastAccepted,
+    /// An invalid v2 event quarantined (enforce mode).
+    V2ValidationFailedQuarantined,
+    /// An unversioned event quarantined (enforce mode).
+    V1UnversionedQuarantined,
+}
+
+impl DrainCounter {
+    /// Every counter, in the original's order.
+    pub const ALL: [DrainCounter; 8] = [
+        DrainCounter::V2Delivered,
+        DrainCounter::V2RoutedAway,
+        DrainCounter::V2DedupSkipped,
+        DrainCounter::V2ValidationFailedAccepted,
+        DrainCounter::V2ReattributedToDrainer,
+        DrainCounter::V1BroadcastAccepted,
+        DrainCounter::V2ValidationFailedQuarantined,
+        DrainCounter::V1UnversionedQuarantined,
+    ];
+
+    /// The original's name for the counter (`v2Delivered`, ...).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DrainCounter::V2Delivered => "v2Delivered",
+            DrainCounter::V2RoutedAway => "v2RoutedAway",
+            DrainCounter::V2DedupSkipped => "v2DedupSkipped",
+            DrainCounter::V2ValidationFailedAccepted => "v2ValidationFailedAccepted",
+            DrainCounter::V2ReattributedToDrainer => "v2ReattributedToDrainer",
+            DrainCounter::V1BroadcastAccepted => "v1BroadcastAccepted",
+            DrainCounter::V2ValidationFailedQuarantined => "v2ValidationFailedQuarantined",
+            DrainCounter::V1UnversionedQuarantined => "v1UnversionedQuarantined",
+        }
+    }
+}
+
+/// The drain counters, serialized under the original's names (the `drain` object
+/// of `meshProtocolV2Counters`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainCounters {
+    /// See [`DrainCounter::V2Delivered`].
+    pub v2_delivered: u64,
+    /// See [`DrainCounter::V2RoutedAway`].
+    pub v2_routed_away: u64,
+    /// See [`DrainCounter::V2DedupSkipped`].
+    pub v2_dedup_skipped: u64,
+    /// See [`DrainCounter::V2ValidationFailedAccepted`].
+    pub v2_validation_failed_accepted: u64,
+    /// See [`DrainCounter::V2ReattributedToDrainer`].
+    pub v2_reattributed_to_drainer: u64,
+    /// See [`DrainCounter::V1BroadcastAccepted`].
+    pub v1_broadcast_accepted: u64,
+    /// See [`DrainCounter::V2ValidationFailedQuarantined`].
+    pub v2_validation_failed_quarantined: u64,
+    /// See [`DrainCounter::V1UnversionedQuarantined`].
+    pub v1_unversioned_quarantined: u64,
+}
+
+impl DrainCounters {
+    fn slot(&mut self, counter: DrainCounter) -> &mut u64 {
+        match counter {
+            DrainCounter::V2Delivered => &mut self.v2_delivered,
+            DrainCounter::V2RoutedAway => &mut self.v2_routed_away,
+            DrainCounter::V2DedupSkipped => &mut self.v2_dedup_skipped,
+            DrainCounter::V2ValidationFailedAccepted => &mut self.v2_validation_failed_accepted,
+            DrainCounter::V2ReattributedToDrainer => &mut self.v2_reattributed_to_drainer,
+            DrainCounter::V1BroadcastAccepted => &mut self.v1_broadcast_accepted,
+            DrainCounter::V2ValidationFailedQuarantined => &mut self.v2_validation_failed_quarantined,
+            DrainCounter::V1UnversionedQuarantined => &mut self.v1_unversioned_quarantined,
+        }
+    }
+
+    /// The value of one counter.
+    pub fn get(&self, counter: DrainCounter) -> u64 {
+        match counter {
+            DrainCounter::V2Delivered => self.v2_delivered,
+            DrainCounter::V2RoutedAway => self.v2_routed_away,
+            DrainCounter::V2DedupSkipped => self.v2_dedup_skipped,
+            DrainCounter::V2ValidationFailedAccepted => self.v2_validation_failed_accepted,
+            DrainCounter::V2ReattributedToDrainer => self.v2_reattributed_to_drainer,
+            DrainCounter::V1BroadcastAccepted => self.v1_broadcast_accepted,
+            DrainCounter::V2ValidationFailedQuarantined => self.v2_validation_failed_quarantined,
+            DrainCounter::V1UnversionedQuarantined => self.v1_unversioned_quarantined,
+        }
+    }
+
+    /// Adds one to a counter (saturating).
+    pub fn bump(&mut self, counter: DrainCounter) {
+        let slot = self.slot(counter);
+        *slot = slot.saturating_add(1);
+    }
+
+    /// Adds every counter of `other` into `self` (saturating).
+    pub fn merge(&mut self, other: &DrainCounters) {
+        for counter in DrainCounter::ALL {
+            let slot = self.slot(counter);
+            *slot = slot.saturating_add(other.get(counter));
+        }
+    }
+
+    /// The sum of all counters.
+    pub fn total(&self) -> u64 {
+        DrainCounter::ALL.into_iter().map(|c| self.get(c)).fold(0, u64::saturating_add)
+    }
+}
+
+impl AddAssign for DrainCounters {
+    fn add_assign(&mut self, other: DrainCounters) {
+        self.merge(&other);
+    }
+}
+
+impl Add for DrainCounters {
+    type Output = DrainCounters;
+    fn add(mut self, other: DrainCounters) -> DrainCounters {
+        self.merge(&other);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn identity(daemon: &str, run: &str, session: Option<&str>) -> CoordinatorIdentity {
+        CoordinatorIdentity::new(daemon, run, session.map(str::to_owned))
+    }
+
+    fn identity_json(identity: &CoordinatorIdentity) -> Value {
+        serde_json::to_value(identity).unwrap()
+    }
+
+    fn v1_event() -> Value {
+        json!({
+            "event": "agent:generating_completed",
+            "meshId": "mesh1",
+            "nodeLabel": "n1",
+            "metadataEvent": {"taskId": "t1"},
+            "queuedAt": 1,
+        })
+    }
+
+    fn v2_event(event_id: &str, scope: &str, intended_for: Option<&CoordinatorIdentity>) -> Value {
+        let mut value = v1_event();
+        value["protocolVersion"] = json!("2.0");
+        value["eventId"] = json!(event_id);
+        value["scope"] = json!(scope);
+        value["dispatchedBy"] = identity_json(&identity("mach_X", "run_OLD", None));
+        if let Some(target) = intended_for {
+            value["intendedFor"] = identity_json(target);
+        }
+        value
+    }
+
+    fn unicast(event_id: &str, target: &CoordinatorIdentity) -> Value {
+        v2_event(event_id, "unicast", Some(target))
+    }
+
+    #[track_caller]
+    fn route(raw: &Value, drainer: &Drainer, enforce: bool) -> (RouteDecision, Option<DrainCounter>) {
+        let routed = route_event(raw, drainer, enforce, |_| false);
+        (routed.decision, routed.counter)
+    }
+
+    const DELIVER: RouteDecision = RouteDecision::Deliver;
+    const AWAY: RouteDecision = RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator };
+
+    #[test]
+    fn unicast_to_its_addressee() {
+        let me = identity("mach_X", "run1", Some("s1"));
+        let drainer = Drainer::new(identity("daemon_mach_X", "run1", Some("s1")), &[]);
+        assert_eq!(route(&unicast("e1", &me), &drainer, false), (DELIVER, Some(DrainCounter::V2Delivered)));
+        assert_eq!(route(&unicast("e1", &me), &drainer, true), (DELIVER, Some(DrainCounter::V2Delivered)));
+    }
+
+    #[test]
+    fn daemon_form_fallback_matches_across_id_forms() {
+        let target = identity("daemon_mach_X", "daemon_mach_X", None);
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        assert_eq!(drainer.identity(), &identity("mach_X", "mach_X", None));
+        assert_eq!(
+            route(&unicast("e1", &target), &drainer, false),
+            (DELIVER, Some(DrainCounter::V2Delivered))
+        );
+        // A session-less daemon-level drainer takes any session's unicast.
+        let with_session = identity("mach_X", "mach_X", Some("s9"));
+        assert_eq!(route(&unicast("e1", &with_session), &drainer, false).0, DELIVER);
+    }
+
+    #[test]
+    fn sibling_session_unicast_is_routed_away() {
+        let target = identity("mach_X", "mach_X", Some("s1"));
+        let sibling = Drainer::new(identity("standalone_mach_X", "mach_X", Some("s2")), &[]);
+        assert_eq!(route(&unicast("e1", &target), &sibling, false), (AWAY, Some(DrainCounter::V2RoutedAway)));
+        let owner = Drainer::new(identity("standalone_mach_X", "mach_X", Some("s1")), &[]);
+        assert_eq!(route(&unicast("e1", &target), &owner, false).0, DELIVER);
+    }
+
+    #[test]
+    fn restarted_coordinator_inherits_its_unicasts_on_the_same_machine() {
+        let old = identity("mach_X", "run_OLD", Some("s1"));
+        let new = Drainer::new(identity("daemon_mach_X", "run_NEW", Some("s1")), &[]);
+        assert_eq!(
+            route(&unicast("e1", &old), &new, false),
+            (DELIVER, Some(DrainCounter::V2ReattributedToDrainer))
+        );
+        assert_eq!(
+            route(&unicast("e1", &old), &new, true),
+            (DELIVER, Some(DrainCounter::V2ReattributedToDrainer))
+        );
+        // A daemon-level drainer on that machine inherits it too.
+        let daemon = Drainer::daemon_level(&["mach_X"]).unwrap();
+        assert_eq!(
+            route(&unicast("e1", &old), &daemon, false).1,
+            Some(DrainCounter::V2ReattributedToDrainer)
+        );
+    }
+
+    #[test]
+    fn re_attribution_never_crosses_machines() {
+        let old = identity("mach_X", "run_OLD", None);
+        let elsewhere = Drainer::new(identity("mach_Y", "run_NEW", None), &[]);
+        assert_eq!(route(&unicast("e1", &old), &elsewhere, false), (AWAY, Some(DrainCounter::V2RoutedAway)));
+        let daemon_elsewhere = Drainer::daemon_level(&["mach_Y"]).unwrap();
+        assert_eq!(route(&unicast("e1", &old), &daemon_elsewhere, false).0, AWAY);
+    }
+
+    #[test]
+    fn v1_events_broadcast_in_accept_mode_and_are_quarantined_in_enforce_mode() {
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        assert_eq!(route(&v1_event(), &drainer, false), (DELIVER, Some(DrainCounter::V1BroadcastAccepted)));
+        let quarantined = RouteDecision::Quarantine { reason: QuarantineReason::Unversioned };
+        assert_eq!(
+            route(&v1_event(), &drainer, true),
+            (quarantined, Some(DrainCounter::V1UnversionedQuarantined))
+        );
+        // Version "1.0" and the number 2.0 are unversioned for routing.
+        let mut numeric = v2_event("e1", "broadcast", None);
+        numeric["protocolVersion"] = json!(2.0);
+        assert_eq!(route(&numeric, &drainer, false).1, Some(DrainCounter::V1BroadcastAccepted));
+        let mut one = v2_event("e1", "broadcast", None);
+        one["protocolVersion"] = json!("1.0");
+        assert_eq!(route(&one, &drainer, true).0, quarantined);
+        assert_eq!(QuarantineReason::Unversioned.as_str(), "v2_enforce_unversioned_quarantined");
+    }
+
+    #[test]
+    fn invalid_v2_events_pass_in_accept_mode_and_are_quarantined_in_enforce_mode() {
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        let invalid = v2_event("e1", "unicast", None);
+        let accepted =
+            route_event(&invalid, &drainer, false, |_| panic!("dedup is not asked for invalid events"));
+        assert_eq!(accepted.decision, DELIVER);
+        assert_eq!(accepted.counter, Some(DrainCounter::V2ValidationFailedAccepted));
+        assert_eq!(accepted.violation.as_ref().map(|v| v.path.as_str()), Some("$.intendedFor"));
+        assert_eq!(accepted.event_id, None);
+        let held = route_event(&invalid, &drainer, true, |_| false);
+        assert_eq!(held.decision, RouteDecision::Quarantine { reason: QuarantineReason::ValidationFailed });
+        assert_eq!(held.counter, Some(DrainCounter::V2ValidationFailedQuarantined));
+        assert!(held.violation.is_some());
+        assert_eq!(QuarantineReason::ValidationFailed.as_str(), "v2_enforce_validation_failed_quarantined");
+    }
+
+    #[test]
+    fn broadcast_goes_to_everyone_and_system_to_no_one() {
+        let drainer = Drainer::new(identity("mach_Q", "run1", Some("s1")), &[]);
+        assert_eq!(
+            route(&v2_event("e1", "broadcast", None), &drainer, true),
+            (DELIVER, Some(DrainCounter::V2Delivered))
+        );
+        let system = RouteDecision::RoutedAway { reason: RoutedAwayReason::SystemScope };
+        assert_eq!(
+            route(&v2_event("e2", "system", None), &drainer, false),
+            (system, Some(DrainCounter::V2RoutedAway))
+        );
+        let owner = Drainer::new(identity("mach_X", "run_OLD", None), &[]);
+        assert_eq!(route(&v2_event("e2", "system", None), &owner, false).0, system);
+    }
+
+    #[test]
+    fn already_drained_event_ids_are_skipped() {
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        let raw = v2_event("e1", "broadcast", None);
+        let routed = route_event(&raw, &drainer, false, |id| id == "e1");
+        assert_eq!(routed.decision, RouteDecision::DedupSkipped);
+        assert_eq!(routed.counter, Some(DrainCounter::V2DedupSkipped));
+        assert_eq!(routed.event_id.as_deref(), Some("e1"));
+        // Dedup runs before scope routing: even a system event is skipped.
+        let routed = route_event(&v2_event("e1", "system", None), &drainer, false, |_| true);
+        assert_eq!(routed.decision, RouteDecision::DedupSkipped);
+    }
+
+    #[test]
+    fn events_targeted_at_another_daemon_are_not_this_drainers() {
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        let mut raw = v1_event();
+        raw["targetCoordinatorDaemonId"] = json!("daemon_mach_Y");
+        let routed = route_event(&raw, &drainer, true, |_| false);
+        assert_eq!(routed.decision, RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherDaemon });
+        assert_eq!(routed.counter, None);
+        raw["targetCoordinatorDaemonId"] = json!("standalone_mach_X");
+        assert_eq!(route(&raw, &drainer, false).0, DELIVER);
+        raw["targetCoordinatorDaemonId"] = json!("  ");
+        assert_eq!(route(&raw, &drainer, false).0, DELIVER, "a blank target is no target");
+    }
+
+    #[test]
+    fn drainer_forms() {
+        let drainer = Drainer::new(identity("daemon_mach_X", "run1", None), &["inst_7"]);
+        assert_eq!(drainer.daemon_forms(), ["daemon_mach_X", "inst_7", "mach_X", "standalone_mach_X"]);
+        assert!(drainer.takes_target(Some("inst_7")));
+        assert!(drainer.takes_target(None));
+        assert!(!drainer.takes_target(Some("mach_Y")));
+        assert_eq!(Drainer::daemon_level(&[" ", ""]), None);
+    }
+
+    #[test]
+    fn batch_router_guards_duplicates_within_the_batch_and_counts() {
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        let mut router = DrainRouter::new(&drainer, false);
+        let raw = v2_event("e1", "broadcast", None);
+        assert_eq!(router.route(&raw, |_| false).decision, DELIVER);
+        assert_eq!(router.route(&raw, |_| false).decision, RouteDecision::DedupSkipped);
+        assert_eq!(
+            router.route(&v2_event("e0", "broadcast", None), |id| id == "e0").decision,
+            RouteDecision::DedupSkipped
+        );
+        let other = identity("mach_Y", "run1", None);
+        assert_eq!(router.route(&unicast("e2", &other), |_| false).decision, AWAY);
+        // A routed-away id is not remembered: its own drainer must still get it.
+        assert_eq!(router.route(&unicast("e2", &other), |_| false).decision, AWAY);
+        router.route(&v1_event(), |_| false);
+        router.route(&v1_event(), |_| false);
+        let counters = router.counters();
+        assert_eq!(counters.v2_delivered, 1);
+        assert_eq!(counters.v2_dedup_skipped, 2);
+        assert_eq!(counters.v2_routed_away, 2);
+        assert_eq!(counters.v1_broadcast_accepted, 2);
+        assert_eq!(counters.total(), 7);
+    }
+
+    #[test]
+    fn re_attributed_ids_count_as_delivered_in_the_batch() {
+        let drainer = Drainer::daemon_level(&["mach_X"]).unwrap();
+        let mut router = DrainRouter::new(&drainer, false);
+        let raw = unicast("e1", &identity("mach_X", "run_OLD", None));
+        assert_eq!(router.route(&raw, |_| false).counter, Some(DrainCounter::V2ReattributedToDrainer));
+        assert_eq!(router.route(&raw, |_| false).decision, RouteDecision::DedupSkipped);
+    }
+
+    #[test]
+    fn enforce_values() {
+        for on in ["1", "true", "TRUE", " On ", "yes", "Yes"] {
+            assert!(enforce_from_env_value(Some(on)), "{on}");
+        }
+        for off in ["0", "false", "off", "no", "", "  ", "enabled", "2"] {
+            assert!(!enforce_from_env_value(Some(off)), "{off}");
+        }
+        assert!(!enforce_from_env_value(None));
+    }
+
+    #[test]
+    fn counters_merge_and_serialize_under_the_original_names() {
+        let mut a = DrainCounters::default();
+        a.bump(DrainCounter::V2Delivered);
+        a.bump(DrainCounter::V1UnversionedQuarantined);
+        let mut b = DrainCounters::default();
+        b.bump(DrainCounter::V2Delivered);
+        b.bump(DrainCounter::V2ReattributedToDrainer);
+        let sum = a + b;
+        assert_eq!(sum.get(DrainCounter::V2Delivered), 2);
+        assert_eq!(sum.total(), 4);
+        a += b;
+        assert_eq!(a, sum);
+        let value = serde_json::to_value(sum).unwrap();
+        for counter in DrainCounter::ALL {
+            assert_eq!(value[counter.as_str()], json!(sum.get(counter)), "{}", counter.as_str());
+        }
+        assert_eq!(value.as_object().unwrap().len(), 8);
+    }
+}
