@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::{Connection, ErrorCode};
 
+mod inbox;
 mod ledger;
 mod migrations;
 mod missions;

@@ -34,6 +34,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0005_runtime_tables.sql"),
         after: None,
     },
+    Migration { name: "0006_inbox_v2", sql: include_str!("../migrations/0006_inbox_v2.sql"), after: None },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

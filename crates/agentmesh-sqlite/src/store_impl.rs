@@ -12,7 +12,9 @@ use agentmesh_store::{
     StoreError, StoreResult, ToolCall,
 };
 
-use crate::{Fail, SqliteStore, ledger, missions, runtime, tasks};
+use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome};
+
+use crate::{Fail, SqliteStore, inbox, ledger, missions, runtime, tasks};
 
 fn fresh_task_id(now: Timestamp) -> String {
     ledger::new_entry_id(now)
@@ -407,5 +409,49 @@ impl Store for SqliteStore {
 
     fn bump_scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
         self.write(|tx| runtime::bump_cursor(tx, mesh_id))
+    }
+
+    fn queue_pending_event(
+        &self,
+        mesh_id: &str,
+        event: &agentmesh_core::events::PendingEvent,
+        hint: &agentmesh_core::events::EmitHint,
+        self_machine_id: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<QueueOutcome> {
+        self.write(|tx| inbox::queue(tx, mesh_id, event, hint, self_machine_id, now))
+    }
+
+    fn drain_pending_events(
+        &self,
+        mesh_id: &str,
+        request: &DrainRequest,
+        now: Timestamp,
+    ) -> StoreResult<DrainOutcome> {
+        self.write(|tx| inbox::drain(tx, mesh_id, request, now))
+    }
+
+    fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
+        self.read(|c| inbox::peek(c, mesh_id, request))
+    }
+
+    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| inbox::ack(tx, mesh_id, ids, now))
+    }
+
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| inbox::delete(tx, mesh_id, ids))
+    }
+
+    fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
+        self.write(|tx| inbox::retract_dispatch_blocked(tx, mesh_id, task_id))
+    }
+
+    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| inbox::clear(tx, mesh_id))
+    }
+
+    fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.read(|c| inbox::count(c, mesh_id))
     }
 }

@@ -154,6 +154,66 @@ pub struct ToolCall {
     pub session_id: Option<String>,
 }
 
+/// A pending event as a drain or a peek hands it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxEvent {
+    /// The row id (what `ack` and `delete` take).
+    pub id: String,
+    /// The event, as stored (the original's JSON shape, v2 envelope included).
+    pub event: serde_json::Value,
+    /// Its content fingerprint, if it has one.
+    pub fingerprint: Option<String>,
+    /// When it was queued (epoch milliseconds).
+    pub queued_at_ms: i64,
+}
+
+/// Why a queued event was refused as a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DuplicateReason {
+    /// An event with the same fingerprint exists in the mesh (drained or not).
+    Fingerprint,
+    /// The refine job already has its terminal event.
+    RefineTerminal,
+}
+
+/// What queueing an event did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QueueOutcome {
+    /// Stored under this row id, as stamped.
+    Queued {
+        /// The row id.
+        id: String,
+        /// The event as stored.
+        event: agentmesh_core::events::PendingEvent,
+    },
+    /// Refused as a duplicate; nothing was stored.
+    Duplicate(DuplicateReason),
+}
+
+/// A drain (or peek) request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRequest {
+    /// Who drains: identity and daemon id forms.
+    pub drainer: agentmesh_core::events::Drainer,
+    /// Only these event names (applied in SQL); `Some(empty)` drains nothing.
+    pub only_events: Option<Vec<String>>,
+    /// v2 enforce mode: unversioned and invalid events are quarantined.
+    pub enforce: bool,
+    /// At most this many delivered events (100 when unset).
+    pub limit: Option<u32>,
+}
+
+/// What a drain did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DrainOutcome {
+    /// Events delivered to the drainer, oldest first; marked drained.
+    pub events: Vec<InboxEvent>,
+    /// The drain's counters.
+    pub counters: agentmesh_core::events::DrainCounters,
+    /// Row ids quarantined (held) by this drain, each with its `event_held` entry.
+    pub quarantined: Vec<String>,
+}
+
 /// The operations of a mesh runtime store. Every query is scoped by mesh id, and
 /// every state change commits together with the ledger entry that records it.
 pub trait Store: Send + Sync {
@@ -474,4 +534,51 @@ pub trait Store: Send + Sync {
 
     /// Advances the cursor by one, atomically; returns the value before.
     fn bump_scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    // ── Coordinator inbox ────────────────────────────────────────────────────
+
+    /// Queues an event for a coordinator: stamps its v2 envelope
+    /// ([`agentmesh_core::events::stamp_event`] with `hint`, a fresh event id and
+    /// `self_machine_id`), refuses a refine terminal that already exists and a
+    /// fingerprint already used in the mesh (even by a drained event), then stores it.
+    fn queue_pending_event(
+        &self,
+        mesh_id: &str,
+        event: &agentmesh_core::events::PendingEvent,
+        hint: &agentmesh_core::events::EmitHint,
+        self_machine_id: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<QueueOutcome>;
+
+    /// Drains the drainer's events in one transaction, oldest first, routing each
+    /// inside the transaction ([`agentmesh_core::events::route_event`]): only
+    /// delivered, deduplicated and quarantined events are marked drained (a
+    /// quarantined one with its `event_held` ledger entry); events routed away stay
+    /// queued for their own coordinator and never keep the drainer from reaching
+    /// its own.
+    fn drain_pending_events(
+        &self,
+        mesh_id: &str,
+        request: &DrainRequest,
+        now: Timestamp,
+    ) -> StoreResult<DrainOutcome>;
+
+    /// What a drain would deliver now, marking nothing and counting nothing.
+    fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>>;
+
+    /// Marks events drained by row id (an acknowledgement after delivery elsewhere);
+    /// returns how many changed.
+    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64>;
+
+    /// Deletes events by row id; returns how many.
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
+
+    /// Deletes the undelivered `mesh:dispatch_blocked` events of a task; returns how many.
+    fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64>;
+
+    /// Deletes every event of the mesh, drained ones included; returns how many.
+    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Undrained events of the mesh.
+    fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64>;
 }
