@@ -176,8 +176,9 @@ pub enum DuplicateReason {
     RefineTerminal,
 }
 
-/// What queueing an event did.
+/// What queueing an event did. (Not boxed, for the reason [`ClaimOutcome`] gives.)
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum QueueOutcome {
     /// Stored under this row id, as stamped.
     Queued {
