@@ -57,6 +57,10 @@ pub struct NewTask {
     pub max_retries: Option<i64>,
     /// The coordinator session that enqueues.
     pub source_coordinator_session_id: Option<String>,
+    /// The daemon of the coordinator that enqueues (completion events go there).
+    pub source_coordinator_daemon_id: Option<String>,
+    /// The run id of the coordinator that enqueues.
+    pub source_coordinator_run_id: Option<String>,
     /// Multipart input envelope.
     pub input: Option<Value>,
 }
@@ -132,6 +136,8 @@ pub fn prepare_task(
     task.difficulty = trimmed(&new.difficulty);
     task.max_retries = max_retries;
     task.source_coordinator_session_id = trimmed(&new.source_coordinator_session_id);
+    task.source_coordinator_daemon_id = trimmed(&new.source_coordinator_daemon_id);
+    task.source_coordinator_run_id = trimmed(&new.source_coordinator_run_id);
     task.input = new.input.clone();
     Ok(task)
 }

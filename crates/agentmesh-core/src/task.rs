@@ -310,6 +310,13 @@ pub struct Task {
     /// The coordinator session that enqueued the task.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_coordinator_session_id: Option<String>,
+    /// The daemon of the coordinator that enqueued the task; its completion event
+    /// is addressed there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_coordinator_daemon_id: Option<String>,
+    /// The run id of the coordinator that enqueued the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_coordinator_run_id: Option<String>,
     /// Paths a code-change task declares it will touch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owned_paths: Option<Vec<String>>,
@@ -386,6 +393,8 @@ impl Task {
             dispatch_nonce: None,
             attempt_id: None,
             source_coordinator_session_id: None,
+            source_coordinator_daemon_id: None,
+            source_coordinator_run_id: None,
             owned_paths: None,
             lease_expires_at: None,
             final_summary: None,

@@ -1036,7 +1036,48 @@ pub(crate) fn complete(
     if after.status == TaskStatus::Failed {
         block_dependents(conn, &after, now)?;
     }
+    notify_coordinator(conn, &after, now)?;
     Ok(Ok(after))
+}
+
+/// Queues the completion (`agent:generating_completed`) or failure
+/// (`agent:stopped`) of a task for the coordinator that enqueued it, with the
+/// worker's summary and the coordinator-facing text, in the transaction that
+/// records the outcome. A task enqueued without a coordinator daemon gets an
+/// unaddressed event, which any coordinator of the mesh drains.
+fn notify_coordinator(conn: &Connection, task: &Task, now: Timestamp) -> Res<()> {
+    use agentmesh_core::events::{EmitHint, MessageOptions, PendingEvent, build_coordinator_message, names};
+    let name = if task.status == TaskStatus::Completed {
+        names::AGENT_GENERATING_COMPLETED
+    } else {
+        names::AGENT_STOPPED
+    };
+    let node = task.assigned_node_id.clone().unwrap_or_default();
+    let node_label = if node.is_empty() { "Remote agent".to_owned() } else { format!("Node '{node}'") };
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("taskId".into(), json!(task.id));
+    for (key, value) in [
+        ("targetSessionId", &task.assigned_session_id),
+        ("providerType", &task.assigned_provider_type),
+        ("finalSummary", &task.final_summary),
+        ("reason", &task.failure_reason),
+        ("meshCoordinatorSessionId", &task.source_coordinator_session_id),
+    ] {
+        if let Some(v) = value {
+            metadata.insert(key.into(), json!(v));
+        }
+    }
+    metadata.insert("dispatchNonce".into(), json!(task.epoch()));
+    let mut event = PendingEvent::new(name, task.mesh_id.clone(), node_label.clone(), metadata, now);
+    event.node_id = task.assigned_node_id.clone();
+    event.coordinator_message =
+        Some(build_coordinator_message(name, &node_label, &event.metadata_event, &MessageOptions::default()))
+            .filter(|m| !m.is_empty());
+    event.target_coordinator_daemon_id = task.source_coordinator_daemon_id.clone();
+    event.target_coordinator_session_id = task.source_coordinator_session_id.clone();
+    let hint = EmitHint { coordinator_run_id: task.source_coordinator_run_id.clone(), ..EmitHint::default() };
+    crate::inbox::queue(conn, &task.mesh_id, &event, &hint, None, now)?;
+    Ok(())
 }
 
 /// Extends a lease; refusals are recorded like completion refusals.
@@ -1125,6 +1166,7 @@ pub(crate) fn requeue(
                 now,
             )?;
             block_dependents(conn, t, now)?;
+            notify_coordinator(conn, t, now)?;
         }
     }
     Ok(out)
@@ -1164,6 +1206,7 @@ pub(crate) fn reclaim(
     ledger::append(conn, &entry)?;
     if after.status == TaskStatus::Failed {
         block_dependents(conn, &after, now)?;
+        notify_coordinator(conn, &after, now)?;
     }
     Ok(after)
 }

@@ -325,3 +325,46 @@ fn the_fingerprint_sweep_walks_the_expiry_index() {
         .unwrap();
     assert!(plan.contains("idx_mesh_completion_fingerprints_expires"), "{plan}");
 }
+
+#[test]
+fn a_completion_reaches_the_coordinator_that_enqueued_the_task_once() {
+    use agentmesh_core::events::{CoordinatorIdentity, Drainer};
+    use agentmesh_store::{CompletionReport, DrainRequest, Outcome};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let mine = NewTask {
+        message: "write the parser".into(),
+        source_coordinator_daemon_id: Some("mach_A".into()),
+        source_coordinator_run_id: Some("run-1".into()),
+        ..NewTask::default()
+    };
+    let task = store.enqueue("m", &mine, NOW).unwrap();
+    let worker = Claimant { node_id: "mach_W".into(), session_id: "w1".into(), ..Claimant::default() };
+    let claimed = store.claim_next("m", &worker, &ClaimOptions::default(), NOW).unwrap().expect_claimed();
+    let report = CompletionReport {
+        session_id: "w1".into(),
+        task_id: Some(task.id.clone()),
+        epoch: Some(claimed.epoch()),
+        occurred_at: None,
+        outcome: Outcome::Completed { summary: Some("parser written, 12 tests".into()) },
+    };
+    store.complete_task("m", &report, NOW).unwrap();
+
+    let drain = |daemon: &str, run: &str| {
+        let drainer = Drainer::new(CoordinatorIdentity::new(daemon, run, None), &[]);
+        let request = DrainRequest { drainer, only_events: None, enforce: true, limit: None };
+        store.drain_pending_events("m", &request, NOW).unwrap()
+    };
+    assert!(drain("mach_B", "run-9").events.is_empty(), "another machine's coordinator gets nothing");
+    let out = drain("daemon_mach_A", "run-1");
+    assert_eq!(out.events.len(), 1, "{out:?}");
+    let event = &out.events[0].event;
+    assert_eq!(event["event"], "agent:generating_completed");
+    assert_eq!(event["metadataEvent"]["taskId"], task.id.as_str());
+    assert_eq!(event["metadataEvent"]["finalSummary"], "parser written, 12 tests");
+    assert_eq!(event["protocolVersion"], "2.0");
+    assert_eq!(event["scope"], "unicast");
+    let text = event["coordinatorMessage"].as_str().unwrap();
+    assert!(text.contains("parser written, 12 tests"), "{text}");
+    assert!(drain("mach_A", "run-1").events.is_empty(), "delivered once");
+}

@@ -139,6 +139,13 @@ pub struct TaskAddArgs {
     /// The coordinator session that enqueues the task
     #[arg(long, value_name = "SESSION")]
     pub coordinator_session: Option<String>,
+    /// The daemon of the coordinator that enqueues the task; its completion event
+    /// is addressed there (without it the event is a broadcast)
+    #[arg(long, value_name = "DAEMON_ID")]
+    pub coordinator_daemon: Option<String>,
+    /// The run id of the coordinator that enqueues the task
+    #[arg(long, value_name = "RUN_ID")]
+    pub coordinator_run: Option<String>,
 }
 
 /// Arguments of `task list`.

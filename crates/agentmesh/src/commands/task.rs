@@ -49,6 +49,8 @@ fn new_task(args: TaskAddArgs) -> NewTask {
         mission_id: args.mission,
         max_retries: args.max_retries,
         source_coordinator_session_id: args.coordinator_session,
+        source_coordinator_daemon_id: args.coordinator_daemon,
+        source_coordinator_run_id: args.coordinator_run,
         ..NewTask::default()
     }
 }
