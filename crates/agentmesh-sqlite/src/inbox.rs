@@ -232,6 +232,55 @@ pub(crate) fn drain(
         Ok(out.events.len() >= limit)
     })?;
     out.counters = router.counters();
+    out.events = reconcile_refine(conn, mesh_id, std::mem::take(&mut out.events), now)?;
+    Ok(out)
+}
+
+/// Applies the refine reconciliation to what a drain or peek hands out: a refine
+/// job accepted in the batch whose terminal event is missing gets it rebuilt from
+/// the ledger (found by job, however many newer entries there are), and accepted
+/// events whose terminal is present are left out.
+fn reconcile_refine(
+    conn: &Connection,
+    mesh_id: &str,
+    events: Vec<InboxEvent>,
+    now: Timestamp,
+) -> Res<Vec<InboxEvent>> {
+    use agentmesh_core::events::refine;
+    let values: Vec<serde_json::Value> = events.iter().map(|e| e.event.clone()).collect();
+    let missing = refine::jobs_missing_a_terminal(&values);
+    let mut backfilled = Vec::new();
+    for job in &missing {
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload
+               FROM mesh_event_ledger
+              WHERE mesh_id = ?1 AND kind IN ('task_completed', 'task_failed') AND json_valid(payload)
+                AND json_extract(payload, '$.source') = ?2
+                AND TRIM(json_extract(payload, '$.refineJob.jobId')) = ?3
+              ORDER BY timestamp DESC, rowid DESC LIMIT 1",
+        )?;
+        let entry = stmt
+            .query_row(params![mesh_id, refine::REFINE_SOURCE, job], ledger::entry_from_row)
+            .optional()?;
+        if let Some(entry) = entry.filter(|e| refine::is_refine_outcome(e, job)) {
+            backfilled.push(refine::terminal_from_ledger(mesh_id, &entry, now));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(events);
+    }
+    let mut out = refine::drop_superseded(events, |e| &e.event, &backfilled);
+    for event in backfilled {
+        let job = agentmesh_core::events::read_refine_job_id(&event).unwrap_or_default().to_owned();
+        let name = event.get("event").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
+        // Rebuilt events are not rows: their id names where they came from.
+        out.push(InboxEvent {
+            id: format!("ledger:{name}:{job}"),
+            event,
+            fingerprint: None,
+            queued_at_ms: now.millis(),
+        });
+    }
     Ok(out)
 }
 
@@ -290,7 +339,9 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
         }
         Ok(events.len() >= limit)
     })?;
-    Ok(events)
+    // A peek reads no clock: a rebuilt terminal is dated like the newest event seen.
+    let at = Timestamp::from_millis(events.iter().map(|e| e.queued_at_ms).max().unwrap_or(0));
+    reconcile_refine(conn, mesh_id, events, at)
 }
 
 pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String], now: Timestamp) -> Res<u64> {

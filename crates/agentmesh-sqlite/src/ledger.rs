@@ -26,7 +26,7 @@ pub(crate) fn new_entry_id(now: Timestamp) -> String {
     Uuid::new_v7(ts).to_string()
 }
 
-fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
+pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
     let payload: String = row.get(7)?;
     Ok(LedgerEntry {
         id: row.get(0)?,

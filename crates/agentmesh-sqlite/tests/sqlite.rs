@@ -368,3 +368,48 @@ fn a_completion_reaches_the_coordinator_that_enqueued_the_task_once() {
     assert!(text.contains("parser written, 12 tests"), "{text}");
     assert!(drain("mach_A", "run-1").events.is_empty(), "delivered once");
 }
+
+#[test]
+fn a_refine_terminal_buried_under_newer_ledger_entries_is_backfilled() {
+    use agentmesh_core::LedgerEntry;
+    use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEvent};
+    use agentmesh_store::DrainRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let entry = |i: i64, kind: &str, payload: serde_json::Value| LedgerEntry {
+        id: format!("e{i:04}"),
+        mesh_id: "m".into(),
+        timestamp: NOW.plus_millis(i).iso(),
+        kind: kind.into(),
+        node_id: Some("n1".into()),
+        session_id: None,
+        provider_type: None,
+        payload,
+    };
+    let outcome = serde_json::json!({
+        "source": "refine_mesh_node_async_job",
+        "refineJob": {"jobId": "job-7", "nodeId": "n1"},
+        "result": {"merged": true},
+    });
+    let mut entries = vec![entry(0, "task_completed", outcome)];
+    entries.extend((1..=260).map(|i| entry(i, "task_completed", serde_json::json!({"taskId": format!("t{i}")}))));
+    store.import_ledger(&entries).unwrap();
+
+    let accepted = PendingEvent::from_value(serde_json::json!({
+        "event": "refine:accepted", "meshId": "m", "nodeLabel": "n1",
+        "metadataEvent": {"jobId": "job-7"}, "queuedAt": NOW.millis(),
+    }))
+    .unwrap();
+    store.queue_pending_event("m", &accepted, &EmitHint::default(), None, NOW).unwrap();
+    let drainer = Drainer::new(CoordinatorIdentity::new("mach_A", "run-1", None), &[]);
+    let request = DrainRequest { drainer, only_events: None, enforce: false, limit: None };
+    let peeked = store.peek_pending_events("m", &request).unwrap();
+    let out = store.drain_pending_events("m", &request, NOW).unwrap();
+    for events in [&peeked, &out.events] {
+        let names: Vec<&str> = events.iter().map(|e| e.event["event"].as_str().unwrap()).collect();
+        assert_eq!(names, ["refine:completed"], "the accepted event is superseded by its backfilled outcome");
+        assert_eq!(events[0].event["metadataEvent"]["jobId"], "job-7");
+        assert_eq!(events[0].event["metadataEvent"]["result"]["merged"], true);
+    }
+    assert_eq!(store.pending_event_count("m").unwrap(), 0, "the accepted event was consumed");
+}

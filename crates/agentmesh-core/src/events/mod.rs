@@ -18,6 +18,8 @@
 //!   readers it is built from.
 //! - [`wire`]: the flat payload that carries an event between daemons.
 //! - [`message`]: the text shown to the coordinator.
+//! - [`refine`]: backfilling a refine job's missing terminal event from the ledger
+//!   and dropping superseded `refine:accepted` events.
 //!
 //! Nothing here reads a clock, mints an id or touches storage: times, fresh event
 //! ids, machine ids and "was this event id drained before" all come from the caller.
@@ -30,6 +32,7 @@ mod js;
 pub mod message;
 pub mod metadata;
 pub mod names;
+pub mod refine;
 pub mod routing;
 pub mod stamp;
 pub mod wire;
