@@ -9,9 +9,12 @@
 //! stepped over and stay queued, so a backlog for other coordinators costs a walk
 //! over index entries and never hides the drainer's own events.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use agentmesh_core::events::{
-    DrainRouter, EmitHint, PendingEvent, QuarantineReason, RouteDecision, pending_event_fingerprint,
-    read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
+    DrainCounter, DrainRouter, EmitHint, PendingEvent, QuarantineReason, RouteDecision,
+    pending_event_fingerprint, read_completion_summary, refine_job_id, refine_terminal_fingerprint,
+    stamp_event,
 };
 use agentmesh_core::{InvalidInput, LedgerEntry, Timestamp};
 use agentmesh_store::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, StoreError};
@@ -20,6 +23,30 @@ use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use serde_json::json;
 
 use crate::{Fail, Res, ledger};
+
+/// Accept-mode passes of events enforce mode would hold back are logged, once per
+/// kind per process, so a log is told about them without being flooded.
+static WARNED_V1_ACCEPTED: AtomicBool = AtomicBool::new(false);
+static WARNED_INVALID_ACCEPTED: AtomicBool = AtomicBool::new(false);
+
+fn warn_once(routed: &agentmesh_core::events::Routed, mesh_id: &str) {
+    let flag = match routed.counter {
+        Some(DrainCounter::V1BroadcastAccepted) => &WARNED_V1_ACCEPTED,
+        Some(DrainCounter::V2ValidationFailedAccepted) => &WARNED_INVALID_ACCEPTED,
+        _ => return,
+    };
+    if !flag.swap(true, Ordering::Relaxed) {
+        match &routed.violation {
+            Some(violation) => {
+                tracing::warn!(mesh_id, %violation, "accepted an event that fails the v2 contract; enforce mode would hold it")
+            }
+            None => tracing::warn!(
+                mesh_id,
+                "accepted an unversioned event as a broadcast; enforce mode would hold it"
+            ),
+        }
+    }
+}
 
 /// Delivered events per drain when the request sets no limit.
 const DEFAULT_DRAIN_LIMIT: u32 = 100;
@@ -209,6 +236,7 @@ pub(crate) fn drain(
     walk(conn, mesh_id, request, |c| {
         let raw = parse(&c.payload);
         let routed = router.route(&raw, |event_id| drained_before(conn, mesh_id, event_id));
+        warn_once(&routed, mesh_id);
         match routed.decision {
             RouteDecision::RoutedAway { .. } => return Ok(false),
             RouteDecision::Deliver => {
@@ -225,7 +253,7 @@ pub(crate) fn drain(
             }
             RouteDecision::Quarantine { reason } => {
                 mark.execute(params![now.millis(), drained_by, c.id])?;
-                ledger::append(conn, &held_entry(mesh_id, &raw, reason, c.queued_at, now))?;
+                ledger::append(conn, &held_entry(mesh_id, &c.id, &raw, reason, c.queued_at, now))?;
                 out.quarantined.push(c.id);
             }
         }
@@ -287,6 +315,7 @@ fn reconcile_refine(
 /// The `event_held` entry of a quarantined event: recoverable, with the whole event.
 fn held_entry(
     mesh_id: &str,
+    row_id: &str,
     raw: &serde_json::Value,
     reason: QuarantineReason,
     queued_at: i64,
@@ -313,6 +342,7 @@ fn held_entry(
             "finalSummary": metadata.and_then(read_completion_summary),
             "taskId": metadata.and_then(|m| m.get("taskId")).cloned(),
             "heldEvent": raw,
+            "pendingEventId": row_id,
         }),
     }
 }

@@ -22,6 +22,7 @@ use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::{Connection, ErrorCode};
 
 mod inbox;
+mod inbox_upkeep;
 mod ledger;
 mod migrations;
 mod missions;
@@ -340,5 +341,48 @@ impl From<agentmesh_core::InvalidTransition> for Fail {
 impl From<serde_json::Error> for Fail {
     fn from(err: serde_json::Error) -> Fail {
         Fail(StoreError::Corrupt { what: String::from("JSON value"), problem: err.to_string() })
+    }
+}
+
+impl SqliteStore {
+    /// Imports the original's `*.pending-events.jsonl` inboxes from `dir` (an
+    /// ADHDev ledger directory), as its one-time migration did.
+    ///
+    /// Each file is claimed by renaming it to `<file>.migrating` (a file that cannot
+    /// be renamed is held by another process and skipped), read, and imported in
+    /// one transaction; then it is deleted. Blank lines are ignored; a line that is
+    /// not an event (bad JSON, no string `meshId` or `event`) is skipped, counted
+    /// and logged. Each event is stored as it was written (no stamping), for the
+    /// coordinator daemon it names, undrained, with `queuedAt` kept (`now` when it
+    /// is not a number); an event whose fingerprint the mesh already holds is not
+    /// stored twice, so importing the same events again stores nothing. A file
+    /// that cannot be read, or whose import fails, changes nothing and is put back
+    /// under its name for the next run. A `<file>.migrating` left behind by an
+    /// interrupted run is imported too.
+    ///
+    /// One bad file never fails the call: it is counted as retained and logged.
+    /// Only a directory that exists but cannot be listed is an error
+    /// ([`StoreError::LegacyFile`]); a missing one imports nothing.
+    pub fn import_legacy_pending_events(
+        &self,
+        dir: &Path,
+        now: agentmesh_core::Timestamp,
+    ) -> StoreResult<agentmesh_store::legacy::LegacyEventsReport> {
+        inbox_upkeep::import_legacy_dir(self, dir, now)
+    }
+
+    /// Writes the events of `mesh_id` to `out` as JSONL, one event per line in its
+    /// stored JSON shape, oldest first; drained events too when `include_drained`.
+    /// Returns how many lines were written. The lines are what
+    /// [`SqliteStore::import_legacy_pending_events`] reads back (as undrained
+    /// events: the drained state is not part of an event). A row whose payload is
+    /// not a JSON object is left out and logged.
+    pub fn export_pending_events(
+        &self,
+        mesh_id: &str,
+        include_drained: bool,
+        out: &mut dyn std::io::Write,
+    ) -> StoreResult<u64> {
+        inbox_upkeep::export(self, mesh_id, include_drained, out)
     }
 }

@@ -454,4 +454,13 @@ impl Store for SqliteStore {
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
         self.read(|c| inbox::count(c, mesh_id))
     }
+
+    fn prune_pending_events(
+        &self,
+        drained_older_than: Timestamp,
+        undrained_older_than: Timestamp,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_store::PruneReport> {
+        crate::inbox_upkeep::prune(self, drained_older_than, undrained_older_than, now)
+    }
 }

@@ -392,7 +392,9 @@ fn a_refine_terminal_buried_under_newer_ledger_entries_is_backfilled() {
         "result": {"merged": true},
     });
     let mut entries = vec![entry(0, "task_completed", outcome)];
-    entries.extend((1..=260).map(|i| entry(i, "task_completed", serde_json::json!({"taskId": format!("t{i}")}))));
+    entries.extend(
+        (1..=260).map(|i| entry(i, "task_completed", serde_json::json!({"taskId": format!("t{i}")}))),
+    );
     store.import_ledger(&entries).unwrap();
 
     let accepted = PendingEvent::from_value(serde_json::json!({

@@ -215,6 +215,20 @@ pub struct DrainOutcome {
     pub quarantined: Vec<String>,
 }
 
+/// What a retention sweep of the coordinator inboxes did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// Drained events deleted. Until then they were the mesh's dedup history: their
+    /// fingerprints and event ids kept duplicates out.
+    pub drained_expired: u64,
+    /// Undrained events removed, each mirrored to a recoverable `event_held` ledger
+    /// entry in the transaction that removed it.
+    pub undrained_expired: u64,
+    /// Undrained events past the cutoff that were kept because their name never
+    /// expires ([`agentmesh_core::events::names::NEVER_EXPIRE_EVENTS`]).
+    pub terminal_exempt: u64,
+}
+
 /// The operations of a mesh runtime store. Every query is scoped by mesh id, and
 /// every state change commits together with the ledger entry that records it.
 pub trait Store: Send + Sync {
@@ -582,4 +596,21 @@ pub trait Store: Send + Sync {
 
     /// Undrained events of the mesh.
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// The inbox retention sweep, across every mesh.
+    ///
+    /// Drained events queued before `drained_older_than` are deleted. Undrained
+    /// events queued before `undrained_older_than` are removed, each with an
+    /// `event_held` ledger entry (reason `pending_retention_expired`, recoverable,
+    /// the whole event under `heldEvent`) committed in the same transaction as the
+    /// removal, so an expired event is moved to the ledger and never simply lost.
+    /// Events named in [`agentmesh_core::events::names::NEVER_EXPIRE_EVENTS`] stay
+    /// at any age and are counted as exempt. `now` stamps the ledger entries. (The
+    /// original swept with 7 days for drained and 30 days for undrained events.)
+    fn prune_pending_events(
+        &self,
+        drained_older_than: Timestamp,
+        undrained_older_than: Timestamp,
+        now: Timestamp,
+    ) -> StoreResult<PruneReport>;
 }

@@ -29,6 +29,11 @@
 //!   backwards, retries, the active view, confirmation and expiry.
 //! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
 //!   tool-call rate guard.
+//! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
+//!   the drain window, peek, ack, delete, retract, clear, mesh isolation, and a
+//!   routing property over interleaved queues and drains.
+//! - [`inbox_routing`]: re-attribution, sibling sessions, backlogs, system scope,
+//!   enforce-mode quarantine.
 //! - [`missions`]: missions and their derived progress, the scheduler cursor and
 //!   round-robin placement.
 //! - [`support`]: the clock, builders and assertion helpers the rules share.
@@ -38,6 +43,8 @@
 pub mod claims;
 pub mod deliveries;
 pub mod dispatches;
+pub mod inbox;
+pub mod inbox_routing;
 pub mod ledger;
 pub mod lifecycle;
 pub mod missions;
@@ -48,6 +55,8 @@ pub mod tasks;
 pub use claims::*;
 pub use deliveries::*;
 pub use dispatches::*;
+pub use inbox::*;
+pub use inbox_routing::*;
 pub use ledger::*;
 pub use lifecycle::*;
 pub use missions::*;
@@ -203,6 +212,23 @@ macro_rules! conformance_tests {
             clear_missions_empties_one_mesh,
             scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before,
             round_robin_rotates_the_winner_among_equally_loaded_nodes,
+            // Coordinator inbox.
+            inbox_queue_stamps_the_v2_envelope_by_event_name,
+            inbox_a_used_fingerprint_refuses_a_new_event_drained_or_not,
+            inbox_a_drained_event_id_is_skipped_when_queued_again,
+            inbox_unicast_is_reattributed_on_its_machine_and_never_crosses_machines,
+            inbox_sibling_session_unicast_waits_for_its_own_session,
+            inbox_only_events_reach_past_non_matching_events,
+            inbox_a_backlog_for_another_coordinator_never_starves_the_drainer,
+            inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry,
+            inbox_peek_shows_what_a_drain_would_deliver_and_changes_nothing,
+            inbox_delivered_events_are_never_delivered_again,
+            inbox_ack_delete_and_clear_count_what_they_change,
+            inbox_meshes_are_isolated,
+            inbox_retract_removes_only_undelivered_dispatch_blocked_events_of_the_task,
+            inbox_system_scope_events_go_to_no_coordinator,
+            inbox_drains_oldest_first_at_most_limit_events,
+            inbox_property_every_event_reaches_its_coordinators_at_most_once,
         );
     };
     (@rules $make_store:expr; $($rule:ident),* $(,)?) => {

@@ -1,12 +1,14 @@
 //! The suite's shared pieces: a fixed clock, builders for tasks, claimants, reports,
 //! ledger entries and the runtime records (direct dispatches, session deliveries,
-//! idle sessions, conflicts, tool calls, missions), and `#[track_caller]` assertions
+//! idle sessions, conflicts, tool calls, missions, inbox events), and `#[track_caller]` assertions
 //! whose messages say what was expected. Rules use these so that each rule reads as the behaviour it checks.
 //!
 //! Nothing here reads a clock: every instant is [`T0`] plus an offset.
 
 use std::fmt::Debug;
 
+use agentmesh_core::events::names::AGENT_GENERATING_COMPLETED;
+use agentmesh_core::events::{CoordinatorIdentity, DrainCounters, Drainer, EmitHint, PendingEvent};
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
     LedgerEntry, LedgerQuery, Mission, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
@@ -15,8 +17,8 @@ use agentmesh_core::{
 use serde_json::json;
 
 use crate::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Outcome, Store, StoreError, StoreResult,
-    ToolCall,
+    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, DrainOutcome, DrainRequest,
+    DuplicateReason, InboxEvent, Outcome, QueueOutcome, Store, StoreError, StoreResult, ToolCall,
 };
 
 /// The mesh most rules work in.
@@ -575,4 +577,198 @@ pub fn mission_ids(store: &dyn Store, mesh: &str, statuses: &[&str]) -> Vec<Stri
     let what = format!("missions({mesh}, {statuses:?})");
     let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
     ok(store.missions(mesh, &statuses), &what).into_iter().map(|m| m.id).collect()
+}
+
+// ── Coordinator inbox ────────────────────────────────────────────────────────
+
+/// A coordinator identity `{daemon, run, session?}`.
+pub fn coordinator(daemon: &str, run: &str, session: Option<&str>) -> CoordinatorIdentity {
+    CoordinatorIdentity::new(daemon, run, session.map(str::to_owned))
+}
+
+/// A drain request by `identity` (no other daemon ids), accept mode, no name
+/// filter, the default limit.
+pub fn drain_request(identity: &CoordinatorIdentity) -> DrainRequest {
+    DrainRequest {
+        drainer: Drainer::new(identity.clone(), &[]),
+        only_events: None,
+        enforce: false,
+        limit: None,
+    }
+}
+
+/// An event `name` in `mesh` about node `n1`, queued at `queued`, whose metadata
+/// carries `label` as its task id (so every label gives its own fingerprint) and
+/// `queued` as its timestamp.
+pub fn inbox_event(mesh: &str, name: &str, label: &str, queued: Timestamp) -> PendingEvent {
+    let metadata = json!({ "taskId": label, "timestamp": queued.millis() });
+    let metadata = metadata.as_object().cloned().unwrap_or_default();
+    let mut event = PendingEvent::new(name, mesh, "Node 'n1'", metadata, queued);
+    event.node_id = Some("n1".to_owned());
+    event
+}
+
+/// Addresses `event` through its coordinator target fields, as a completion
+/// producer does: `targetCoordinatorDaemonId` and `targetCoordinatorSessionId` from
+/// `to`, and the hint's run id from `to`, so that the stamp names exactly `to`.
+pub fn targeted_at(mut event: PendingEvent, to: &CoordinatorIdentity) -> (PendingEvent, EmitHint) {
+    event.target_coordinator_daemon_id = Some(to.daemon_id.clone());
+    event.target_coordinator_session_id = to.session_id.clone();
+    let hint = EmitHint { coordinator_run_id: Some(to.coordinator_run_id.clone()), ..EmitHint::default() };
+    (event, hint)
+}
+
+/// Leaves `event` without coordinator target fields and names its dispatcher in
+/// the hint, so that only the v2 envelope says who it is for (its own coordinator
+/// for a unicast name, everyone for a broadcast name).
+pub fn dispatched_by(event: PendingEvent, by: &CoordinatorIdentity) -> (PendingEvent, EmitHint) {
+    (event, EmitHint { dispatched_by: Some(by.clone()), ..EmitHint::default() })
+}
+
+/// Queues `event` with `hint` and no machine id of its own at `now`; it must be
+/// stored. Returns the row id and the event as stored.
+#[track_caller]
+pub fn queue_event(
+    store: &dyn Store,
+    mesh: &str,
+    (event, hint): (PendingEvent, EmitHint),
+    now: Timestamp,
+) -> (String, PendingEvent) {
+    let what = format!("queue_pending_event of {} in {mesh}", event.event);
+    match ok(store.queue_pending_event(mesh, &event, &hint, None, now), &what) {
+        QueueOutcome::Queued { id, event } => (id, event),
+        QueueOutcome::Duplicate(reason) => {
+            panic!("expected {what} to be stored, it was refused as a duplicate ({reason:?})")
+        }
+    }
+}
+
+/// Queues `event` with `hint` at `now`; it must be refused as a duplicate for
+/// `expected`.
+#[track_caller]
+pub fn assert_duplicate(
+    store: &dyn Store,
+    mesh: &str,
+    (event, hint): (PendingEvent, EmitHint),
+    now: Timestamp,
+    expected: DuplicateReason,
+    why: &str,
+) {
+    let what = format!("queue_pending_event of {} in {mesh}", event.event);
+    match ok(store.queue_pending_event(mesh, &event, &hint, None, now), &what) {
+        QueueOutcome::Duplicate(reason) => assert_eq!(
+            reason, expected,
+            "expected {what} to be refused as a duplicate for {expected:?} ({why}), it was refused for {reason:?}"
+        ),
+        QueueOutcome::Queued { id, .. } => {
+            panic!("expected {what} to be refused as a duplicate ({why}), it was stored as row {id}")
+        }
+    }
+}
+
+/// Drains as `request` at `now`; the drain itself must not error.
+#[track_caller]
+pub fn drain(store: &dyn Store, mesh: &str, request: &DrainRequest, now: Timestamp) -> DrainOutcome {
+    let what = format!("drain_pending_events({mesh}) by {}", request.drainer.identity().key());
+    ok(store.drain_pending_events(mesh, request, now), &what)
+}
+
+/// Peeks as `request`; must not error.
+#[track_caller]
+pub fn peek(store: &dyn Store, mesh: &str, request: &DrainRequest) -> Vec<InboxEvent> {
+    let what = format!("peek_pending_events({mesh}) by {}", request.drainer.identity().key());
+    ok(store.peek_pending_events(mesh, request), &what)
+}
+
+/// The mesh's undrained event count.
+#[track_caller]
+pub fn pending_count(store: &dyn Store, mesh: &str) -> u64 {
+    let what = format!("pending_event_count({mesh})");
+    ok(store.pending_event_count(mesh), &what)
+}
+
+/// Asserts the mesh's undrained event count.
+#[track_caller]
+pub fn assert_pending_count(store: &dyn Store, mesh: &str, expected: u64, after: &str) {
+    let count = pending_count(store, mesh);
+    assert_eq!(count, expected, "expected {expected} undrained events in {mesh} {after}, found {count}");
+}
+
+/// The labels (metadata task ids, see [`inbox_event`]) of inbox events, in order.
+pub fn labels(events: &[InboxEvent]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e.event["metadataEvent"]["taskId"].as_str().unwrap_or("<no taskId>").to_owned())
+        .collect()
+}
+
+/// The row ids of inbox events, in order.
+pub fn row_ids(events: &[InboxEvent]) -> Vec<String> {
+    events.iter().map(|e| e.id.clone()).collect()
+}
+
+/// The mesh's `event_held` ledger entries in append order.
+#[track_caller]
+pub fn held_entries(store: &dyn Store, mesh: &str) -> Vec<LedgerEntry> {
+    ledger_entries(store, mesh).into_iter().filter(|e| e.kind == "event_held").collect()
+}
+
+/// The coordinator most inbox rules drain as: run `run_1` on machine `mach_A`.
+pub fn me() -> CoordinatorIdentity {
+    coordinator("mach_A", "run_1", None)
+}
+
+/// A coordinator on another machine: run `run_B` on `mach_B`.
+pub fn elsewhere() -> CoordinatorIdentity {
+    coordinator("mach_B", "run_B", None)
+}
+
+/// An `agent:generating_completed` labelled `label`, queued at `secs`, addressed to
+/// `to` through its coordinator target fields.
+pub fn completion_for(
+    mesh: &str,
+    label: &str,
+    secs: i64,
+    to: &CoordinatorIdentity,
+) -> (PendingEvent, EmitHint) {
+    targeted_at(inbox_event(mesh, AGENT_GENERATING_COMPLETED, label, at(secs)), to)
+}
+
+/// Queues [`completion_for`] at `secs`; it must be stored. Returns its row id.
+#[track_caller]
+pub fn queue_completion(
+    store: &dyn Store,
+    mesh: &str,
+    label: &str,
+    secs: i64,
+    to: &CoordinatorIdentity,
+) -> String {
+    queue_event(store, mesh, completion_for(mesh, label, secs, to), at(secs)).0
+}
+
+/// A completion that queueing leaves unstamped (v1): no coordinator target and an
+/// empty hint (and [`queue_event`] passes no machine id).
+pub fn v1_completion(mesh: &str, label: &str, secs: i64) -> (PendingEvent, EmitHint) {
+    (inbox_event(mesh, AGENT_GENERATING_COMPLETED, label, at(secs)), EmitHint::default())
+}
+
+/// Drain counters with the given delivered, routed-away and dedup-skipped counts
+/// and every other counter zero.
+pub fn drain_counters(delivered: u64, routed_away: u64, dedup_skipped: u64) -> DrainCounters {
+    DrainCounters {
+        v2_delivered: delivered,
+        v2_routed_away: routed_away,
+        v2_dedup_skipped: dedup_skipped,
+        ..DrainCounters::default()
+    }
+}
+
+/// Asserts the labels of what a drain or peek handed out, in order.
+#[track_caller]
+pub fn assert_labels(events: &[InboxEvent], expected: &[&str], what: &str) {
+    let got = labels(events);
+    assert_eq!(
+        got, expected,
+        "expected {what} to hand out exactly {expected:?} in this order, it handed out {got:?}"
+    );
 }

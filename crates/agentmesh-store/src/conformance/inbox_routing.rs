@@ -1,0 +1,239 @@
+//! Routing rules of the coordinator inbox: a unicast goes to its coordinator, is
+//! re-attributed to a restarted run on the same machine and never crosses
+//! machines; sibling sessions keep their own events; another coordinator's backlog
+//! never starves a drain; system events go to nobody; enforce mode quarantines
+//! unversioned events with an `event_held` entry.
+//!
+//! Events are labelled and compared as in [`super::inbox`].
+
+use agentmesh_core::events::names::{AGENT_GENERATING_COMPLETED, AGENT_READY};
+use agentmesh_core::events::{DrainCounters, Drainer, EmitHint, PendingEvent, ProtocolVersion, Scope};
+use serde_json::{Value, json};
+
+use super::support::*;
+use crate::{DrainRequest, Store};
+
+const COMPLETED: &str = AGENT_GENERATING_COMPLETED;
+const READY: &str = AGENT_READY;
+const UNVERSIONED_HELD: &str = "v2_enforce_unversioned_quarantined";
+
+/// A unicast for run_OLD on mach_A is re-attributed to run_NEW on mach_A and never goes to a coordinator on mach_B, where it stays queued.
+pub fn inbox_unicast_is_reattributed_on_its_machine_and_never_crosses_machines(store: &dyn Store) {
+    let old = coordinator("mach_A", "run_OLD", None);
+    let new = coordinator("mach_A", "run_NEW", None);
+    queue_completion(store, MESH, "t1", 1, &old);
+    // Addressed by its envelope alone (no coordinator target field), so every machine's drain sees it.
+    let old_daemon_form = coordinator("daemon_mach_A", "run_OLD", None);
+    queue_event(
+        store,
+        MESH,
+        dispatched_by(inbox_event(MESH, COMPLETED, "t2", at(2)), &old_daemon_form),
+        at(2),
+    );
+
+    let other_machine = drain(store, MESH, &drain_request(&elsewhere()), at(3));
+    assert_labels(&other_machine.events, &[], "a drain by a coordinator on mach_B");
+    assert_eq!(
+        other_machine.counters,
+        drain_counters(0, 1, 0),
+        "expected only the untargeted unicast to reach mach_B's routing, as routed away"
+    );
+    assert_pending_count(store, MESH, 2, "after mach_B drained");
+    let mut enforcing = drain_request(&elsewhere());
+    enforcing.enforce = true;
+    assert_labels(&drain(store, MESH, &enforcing, at(4)).events, &[], "an enforce-mode drain on mach_B");
+    let daemon_b = DrainRequest {
+        drainer: Drainer::daemon_level(&["mach_B"]).expect("a daemon-level drainer"),
+        ..drain_request(&elsewhere())
+    };
+    assert_labels(&drain(store, MESH, &daemon_b, at(5)).events, &[], "a daemon-level drain on mach_B");
+    assert_pending_count(store, MESH, 2, "after every drain on mach_B");
+
+    let restarted = drain(store, MESH, &drain_request(&new), at(6));
+    assert_labels(&restarted.events, &["t1", "t2"], "the drain by run_NEW on mach_A");
+    assert_eq!(
+        restarted.counters.v2_reattributed_to_drainer, 2,
+        "expected both events counted as re-attributed, counters {:?}",
+        restarted.counters
+    );
+    assert_pending_count(store, MESH, 0, "after run_NEW drained");
+}
+
+/// A unicast for one coordinator session stays queued while a sibling session on the same machine drains, and its own session drains it later.
+pub fn inbox_sibling_session_unicast_waits_for_its_own_session(store: &dyn Store) {
+    // Sessions are told apart where neither side carries a real run id (the
+    // daemon-form fallback a coordinator uses until its run id is wired through):
+    // with a real run id on either side, a mismatch on one machine is a restart and
+    // is re-attributed (see the re-attribution rule).
+    let s1 = coordinator("mach_A", "mach_A", Some("coord-s1"));
+    let s2 = coordinator("standalone_mach_A", "mach_A", Some("coord-s2"));
+    queue_completion(store, MESH, "for-s1", 1, &s1);
+    queue_completion(store, MESH, "for-s2", 2, &s2);
+    queue_event(store, MESH, dispatched_by(inbox_event(MESH, COMPLETED, "for-s1-too", at(3)), &s1), at(3));
+
+    let sibling = drain(store, MESH, &drain_request(&s2), at(4));
+    assert_labels(&sibling.events, &["for-s2"], "the drain by session coord-s2");
+    assert_eq!(sibling.counters, drain_counters(1, 2, 0), "expected coord-s1's two events routed away");
+    assert_pending_count(store, MESH, 2, "after the sibling session drained");
+    assert_labels(&drain(store, MESH, &drain_request(&s2), at(5)).events, &[], "a second drain by coord-s2");
+    assert_pending_count(store, MESH, 2, "after the sibling session drained twice");
+
+    let own = drain(store, MESH, &drain_request(&s1), at(6));
+    assert_labels(&own.events, &["for-s1", "for-s1-too"], "the drain by session coord-s1");
+    assert_pending_count(store, MESH, 0, "after both sessions drained");
+}
+
+/// A backlog of 300 unicasts for a coordinator on another machine, queued first, neither starves the drainer's own 3 events nor is consumed by it.
+pub fn inbox_a_backlog_for_another_coordinator_never_starves_the_drainer(store: &dyn Store) {
+    let me = me();
+    let them = elsewhere();
+    for i in 0..300 {
+        let event = inbox_event(MESH, COMPLETED, &format!("theirs-{i:03}"), at(i));
+        // Half carry the coordinator target field, half are addressed by their envelope alone.
+        let addressed = if i % 2 == 0 { targeted_at(event, &them) } else { dispatched_by(event, &them) };
+        queue_event(store, MESH, addressed, at(i));
+    }
+    for (i, label) in ["mine-1", "mine-2", "mine-3"].into_iter().enumerate() {
+        queue_completion(store, MESH, label, 400 + i as i64, &me);
+    }
+    assert_pending_count(store, MESH, 303, "after the backlog and the drainer's events were queued");
+
+    let mine = drain(store, MESH, &drain_request(&me), at(500));
+    assert_labels(&mine.events, &["mine-1", "mine-2", "mine-3"], "the drain behind the backlog");
+    assert_eq!(mine.counters.v2_delivered, 3, "expected three deliveries, counters {:?}", mine.counters);
+    assert_pending_count(store, MESH, 300, "after the drainer took its own events");
+    assert_labels(&drain(store, MESH, &drain_request(&me), at(501)).events, &[], "a second drain");
+    assert_pending_count(store, MESH, 300, "after a second drain");
+
+    let theirs = drain(store, MESH, &drain_request(&them), at(502));
+    let expected: Vec<String> = (0..100).map(|i| format!("theirs-{i:03}")).collect();
+    assert_eq!(labels(&theirs.events), expected, "expected their own coordinator to get the 100 oldest");
+    assert_pending_count(store, MESH, 200, "after their coordinator drained once");
+}
+
+/// Enforce mode holds back an unstamped (v1) event: not delivered, marked drained, listed as quarantined, with an event_held ledger entry; accept mode delivers it as a broadcast.
+pub fn inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry(store: &dyn Store) {
+    let me = me();
+    let (accepted_id, accepted) = queue_event(store, MESH, v1_completion(MESH, "accepted", 1), at(1));
+    assert!(accepted.envelope.is_empty(), "expected no identity and no machine id to leave the event v1");
+    let other = drain(store, MESH, &drain_request(&elsewhere()), at(2));
+    assert_eq!(row_ids(&other.events), [accepted_id], "expected a v1 event delivered to any coordinator");
+    assert_eq!(
+        other.counters,
+        DrainCounters { v1_broadcast_accepted: 1, ..DrainCounters::default() },
+        "expected the v1 event counted as a broadcast accepted"
+    );
+    assert!(
+        other.quarantined.is_empty() && held_entries(store, MESH).is_empty(),
+        "expected nothing held in accept mode"
+    );
+
+    let mut bare = inbox_event(MESH, COMPLETED, "held-bare", at(3));
+    bare.metadata_event.insert("finalSummary".to_owned(), json!("summary of held-bare"));
+    let (bare_id, _) = queue_event(store, MESH, (bare, EmitHint::default()), at(3));
+    queue_completion(store, MESH, "v2-own", 4, &me);
+    let versioned = PendingEvent::from_value(json!({
+        "event": COMPLETED,
+        "meshId": MESH,
+        "nodeLabel": "Node 'n1'",
+        "metadataEvent": { "taskId": "held-v1" },
+        "queuedAt": at(5).millis(),
+        "protocolVersion": "1.0",
+        "eventId": "evt-v1-held",
+    }))
+    .unwrap_or_else(|err| panic!("expected the v1.0 event to parse, got {err}"));
+    let (versioned_id, stored) = queue_event(store, MESH, (versioned, EmitHint::default()), at(5));
+    assert_eq!(
+        stored.envelope.protocol_version,
+        Some(ProtocolVersion::V1),
+        "expected a 1.0 event left unstamped"
+    );
+
+    let as_stored = peek(store, MESH, &drain_request(&me));
+    assert_labels(&as_stored, &["held-bare", "v2-own", "held-v1"], "an accept-mode peek");
+    let enforce = DrainRequest { enforce: true, ..drain_request(&me) };
+    assert_labels(&peek(store, MESH, &enforce), &["v2-own"], "an enforce-mode peek");
+    assert!(held_entries(store, MESH).is_empty(), "expected a peek to hold nothing back");
+
+    let drained = drain(store, MESH, &enforce, at(6));
+    assert_labels(&drained.events, &["v2-own"], "the enforce-mode drain");
+    assert_eq!(
+        drained.quarantined,
+        [bare_id, versioned_id],
+        "expected both v1 events quarantined, in queue order"
+    );
+    assert_eq!(
+        drained.counters,
+        DrainCounters { v2_delivered: 1, v1_unversioned_quarantined: 2, ..DrainCounters::default() },
+        "expected one delivery and two unversioned quarantines"
+    );
+    assert_pending_count(store, MESH, 0, "after the quarantined events were marked drained");
+
+    let held = held_entries(store, MESH);
+    assert_eq!(held.len(), 2, "expected one event_held entry per quarantined event, got {held:?}");
+    for (entry, peeked) in held.iter().zip([&as_stored[0], &as_stored[2]]) {
+        let p = &entry.payload;
+        assert_eq!(
+            entry.timestamp,
+            at(6).iso(),
+            "expected the event_held entry stamped with the drain's now"
+        );
+        assert_eq!(p["reason"], json!(UNVERSIONED_HELD), "expected the unversioned reason: {p}");
+        assert_eq!(p["event"], json!(COMPLETED), "expected the event name: {p}");
+        assert_eq!(p["recoverable"], json!(true), "expected the held event marked recoverable: {p}");
+        assert_eq!(p["heldEvent"], peeked.event, "expected the whole stored event under heldEvent: {p}");
+    }
+    let (bare_held, versioned_held) = (&held[0].payload, &held[1].payload);
+    assert_eq!(bare_held["finalSummary"], json!("summary of held-bare"), "expected the summary: {bare_held}");
+    assert!(
+        bare_held.get("eventId").is_none_or(Value::is_null),
+        "expected no eventId for an event without one: {bare_held}"
+    );
+    assert_eq!(versioned_held["eventId"], json!("evt-v1-held"), "expected the eventId: {versioned_held}");
+    assert!(
+        versioned_held.get("finalSummary").is_none_or(Value::is_null),
+        "expected no finalSummary for an event without one: {versioned_held}"
+    );
+
+    let again = drain(store, MESH, &enforce, at(7));
+    assert!(again.events.is_empty() && again.quarantined.is_empty(), "expected a held event handled once");
+    assert_labels(
+        &drain(store, MESH, &drain_request(&me), at(8)).events,
+        &[],
+        "an accept drain after the hold",
+    );
+    assert_eq!(held_entries(store, MESH).len(), 2, "expected no further event_held entries");
+}
+
+/// A system-scope event is delivered to no coordinator, in accept or enforce mode, and never blocks the events behind it.
+pub fn inbox_system_scope_events_go_to_no_coordinator(store: &dyn Store) {
+    let me = me();
+    let hint =
+        EmitHint { scope: Some(Scope::System), dispatched_by: Some(me.clone()), ..EmitHint::default() };
+    let (_, system) = queue_event(store, MESH, (inbox_event(MESH, COMPLETED, "sys", at(1)), hint), at(1));
+    assert_eq!(system.envelope.scope, Some(Scope::System), "expected the hint's system scope stamped");
+    assert_eq!(system.envelope.intended_for, None, "expected a system event to carry no intendedFor");
+    queue_event(store, MESH, dispatched_by(inbox_event(MESH, READY, "after", at(2)), &me), at(2));
+
+    let owner = drain(store, MESH, &drain_request(&me), at(3));
+    assert_labels(&owner.events, &["after"], "the drain by the dispatching coordinator");
+    assert_eq!(owner.counters, drain_counters(1, 1, 0), "expected the system event counted as routed away");
+    let daemon_a = DrainRequest {
+        drainer: Drainer::daemon_level(&["mach_A"]).expect("a daemon-level drainer"),
+        ..drain_request(&me)
+    };
+    let enforce = DrainRequest { enforce: true, ..drain_request(&me) };
+    for (what, request) in [
+        ("a daemon-level drain", &daemon_a),
+        ("an enforce-mode drain", &enforce),
+        ("a drain on mach_B", &drain_request(&elsewhere())),
+    ] {
+        let outcome = drain(store, MESH, request, at(4));
+        assert!(
+            outcome.events.is_empty() && outcome.quarantined.is_empty(),
+            "expected {what} to take nothing, got {outcome:?}"
+        );
+        assert_labels(&peek(store, MESH, request), &[], &format!("a peek like {what}"));
+    }
+    assert_pending_count(store, MESH, 1, "after every drain (the system event stays)");
+}
