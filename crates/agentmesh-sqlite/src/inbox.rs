@@ -452,3 +452,82 @@ mod tests {
         }
     }
 }
+
+/// Puts the event of an `event_held` entry back in the inbox, with its
+/// `event_held_requeued` entry.
+pub(crate) fn requeue_held(
+    conn: &Connection,
+    mesh_id: &str,
+    held_entry_id: &str,
+    now: Timestamp,
+) -> Res<bool> {
+    let entry = conn
+        .prepare_cached(
+            "SELECT id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload
+               FROM mesh_event_ledger WHERE id = ?1 AND mesh_id = ?2 AND kind = 'event_held'",
+        )?
+        .query_row(params![held_entry_id, mesh_id], ledger::entry_from_row)
+        .optional()?
+        .ok_or_else(|| {
+            Fail(StoreError::NotFound {
+                kind: "held event",
+                mesh_id: mesh_id.to_owned(),
+                id: held_entry_id.to_owned(),
+            })
+        })?;
+    let row_id = entry.payload.get("pendingEventId").and_then(serde_json::Value::as_str);
+    let mut requeued = match row_id {
+        Some(row) => {
+            conn.prepare_cached(
+                "UPDATE mesh_pending_events SET drained = 0, drained_at = NULL, drained_by = NULL
+                  WHERE id = ?1 AND mesh_id = ?2 AND drained = 1",
+            )?
+            .execute(params![row, mesh_id])?
+                > 0
+        }
+        None => false,
+    };
+    let row_exists = match row_id {
+        Some(row) => conn
+            .prepare_cached("SELECT 1 FROM mesh_pending_events WHERE id = ?1 AND mesh_id = ?2")?
+            .query_row(params![row, mesh_id], |_| Ok(()))
+            .optional()?
+            .is_some(),
+        None => false,
+    };
+    if !row_exists {
+        // Retention removed the row: queue the held event again (its envelope, and
+        // so its event id, is kept).
+        let held = entry.payload.get("heldEvent").cloned().unwrap_or(serde_json::Value::Null);
+        let event = PendingEvent::from_value(held).map_err(|e| {
+            Fail(StoreError::Corrupt {
+                what: format!("held event of ledger entry {held_entry_id}"),
+                problem: e.to_string(),
+            })
+        })?;
+        requeued = matches!(
+            queue(conn, mesh_id, &event, &EmitHint::default(), None, now)?,
+            QueueOutcome::Queued { .. }
+        );
+    }
+    ledger::append(
+        conn,
+        &LedgerEntry {
+            id: ledger::new_entry_id(now),
+            mesh_id: mesh_id.to_owned(),
+            timestamp: now.iso(),
+            kind: "event_held_requeued".to_owned(),
+            node_id: entry.node_id.clone(),
+            session_id: None,
+            provider_type: None,
+            payload: json!({
+                "heldEntryId": held_entry_id,
+                "event": entry.payload.get("event"),
+                "requeued": requeued,
+                "taskId": entry.payload.get("taskId"),
+                "reason": entry.payload.get("reason"),
+            }),
+        },
+    )?;
+    Ok(requeued)
+}

@@ -463,4 +463,8 @@ impl Store for SqliteStore {
     ) -> StoreResult<agentmesh_store::PruneReport> {
         crate::inbox_upkeep::prune(self, drained_older_than, undrained_older_than, now)
     }
+
+    fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool> {
+        self.write(|tx| inbox::requeue_held(tx, mesh_id, held_entry_id, now))
+    }
 }

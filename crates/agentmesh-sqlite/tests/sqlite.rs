@@ -415,3 +415,40 @@ fn a_refine_terminal_buried_under_newer_ledger_entries_is_backfilled() {
     }
     assert_eq!(store.pending_event_count("m").unwrap(), 0, "the accepted event was consumed");
 }
+
+#[test]
+fn a_held_event_can_be_requeued_and_then_delivered() {
+    use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEvent};
+    use agentmesh_store::DrainRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let v1 = PendingEvent::from_value(serde_json::json!({
+        "event": "agent:generating_completed", "meshId": "m", "nodeLabel": "Node 'n1'",
+        "metadataEvent": {"taskId": "t1", "finalSummary": "done"}, "queuedAt": NOW.millis(),
+    }))
+    .unwrap();
+    store.queue_pending_event("m", &v1, &EmitHint::default(), None, NOW).unwrap();
+    let request = |enforce| DrainRequest {
+        drainer: Drainer::new(CoordinatorIdentity::new("mach_A", "run-1", None), &[]),
+        only_events: None,
+        enforce,
+        limit: None,
+    };
+    let held = store.drain_pending_events("m", &request(true), NOW).unwrap();
+    assert!(held.events.is_empty());
+    assert_eq!(held.quarantined.len(), 1);
+    let entry = store
+        .read_ledger("m", &LedgerQuery { kinds: vec!["event_held".into()], ..LedgerQuery::default() })
+        .unwrap()
+        .remove(0);
+    assert!(matches!(store.requeue_held_event("m", "nope", NOW), Err(StoreError::NotFound { .. })));
+    assert!(store.requeue_held_event("m", &entry.id, NOW).unwrap());
+    assert!(!store.requeue_held_event("m", &entry.id, NOW).unwrap(), "already queued again");
+    let out = store.drain_pending_events("m", &request(false), NOW).unwrap();
+    assert_eq!(out.events.len(), 1, "delivered once requeued (accept mode)");
+    assert_eq!(out.events[0].event["metadataEvent"]["taskId"], "t1");
+    let requeued = store
+        .read_ledger("m", &LedgerQuery { kinds: vec!["event_held_requeued".into()], ..LedgerQuery::default() })
+        .unwrap();
+    assert_eq!(requeued.len(), 2);
+}

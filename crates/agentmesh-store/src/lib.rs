@@ -613,4 +613,11 @@ pub trait Store: Send + Sync {
         undrained_older_than: Timestamp,
         now: Timestamp,
     ) -> StoreResult<PruneReport>;
+
+    /// Puts a held event back in the inbox: the event of the `event_held` ledger
+    /// entry `held_entry_id` becomes undrained again (re-inserted when retention
+    /// already removed its row), and an `event_held_requeued` entry records it.
+    /// Returns whether the event is queued again (`false` when it already was, or a
+    /// live event took its fingerprint). An unknown entry: [`StoreError::NotFound`].
+    fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool>;
 }
