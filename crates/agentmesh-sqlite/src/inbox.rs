@@ -423,36 +423,6 @@ pub(crate) fn count(conn: &Connection, mesh_id: &str) -> Res<u64> {
     Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A drain page is a range of the drain index in walk order, filtered from the
-    /// index itself: no sort, however many events other coordinators have queued.
-    #[test]
-    fn a_drain_page_walks_the_drain_index() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::migrations::migrate(&mut conn).unwrap();
-        for (forms, only) in [(0, None), (3, None), (3, Some(2))] {
-            let sql = walk_sql(forms, only);
-            let n = conn.prepare(&sql).unwrap().parameter_count();
-            let args: Vec<Value> = (0..n)
-                .map(|i| if i == 1 { Value::Integer(0) } else { Value::Text(format!("v{i}")) })
-                .collect();
-            let plan: Vec<String> = conn
-                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-                .unwrap()
-                .query_map(params_from_iter(args.iter()), |r| r.get(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            let plan = plan.join(" | ");
-            assert!(plan.contains("idx_mesh_pending_events_drain"), "{sql}\n{plan}");
-            assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
-        }
-    }
-}
-
 /// Puts the event of an `event_held` entry back in the inbox, with its
 /// `event_held_requeued` entry.
 pub(crate) fn requeue_held(
@@ -530,4 +500,34 @@ pub(crate) fn requeue_held(
         },
     )?;
     Ok(requeued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A drain page is a range of the drain index in walk order, filtered from the
+    /// index itself: no sort, however many events other coordinators have queued.
+    #[test]
+    fn a_drain_page_walks_the_drain_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        for (forms, only) in [(0, None), (3, None), (3, Some(2))] {
+            let sql = walk_sql(forms, only);
+            let n = conn.prepare(&sql).unwrap().parameter_count();
+            let args: Vec<Value> = (0..n)
+                .map(|i| if i == 1 { Value::Integer(0) } else { Value::Text(format!("v{i}")) })
+                .collect();
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap()
+                .query_map(params_from_iter(args.iter()), |r| r.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let plan = plan.join(" | ");
+            assert!(plan.contains("idx_mesh_pending_events_drain"), "{sql}\n{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
+        }
+    }
 }

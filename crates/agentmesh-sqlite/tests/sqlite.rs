@@ -448,7 +448,10 @@ fn a_held_event_can_be_requeued_and_then_delivered() {
     assert_eq!(out.events.len(), 1, "delivered once requeued (accept mode)");
     assert_eq!(out.events[0].event["metadataEvent"]["taskId"], "t1");
     let requeued = store
-        .read_ledger("m", &LedgerQuery { kinds: vec!["event_held_requeued".into()], ..LedgerQuery::default() })
+        .read_ledger(
+            "m",
+            &LedgerQuery { kinds: vec!["event_held_requeued".into()], ..LedgerQuery::default() },
+        )
         .unwrap();
     assert_eq!(requeued.len(), 2);
 }
