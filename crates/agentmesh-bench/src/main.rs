@@ -27,19 +27,17 @@ use harness::{Harness, Options};
 type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, RunGroup); 5] = [
+const GROUPS: [(&str, RunGroup); 6] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
+    ("pending-events", cases::pending_events::run),
     ("ledger", cases::ledger::run),
     ("fingerprints", cases::fingerprints::run),
 ];
 
-/// Seed harness groups this bench does not cover yet.
-const NOT_YET: [&str; 1] = ["pending-events"];
-
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, ledger, fingerprints";
+                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -54,9 +52,7 @@ fn main() -> ExitCode {
         }
     };
     for group in opts.only.iter().flatten() {
-        if NOT_YET.contains(&group.as_str()) {
-            eprintln!("note: group {group} is not benchmarked yet; skipped");
-        } else if !GROUPS.iter().any(|(name, _)| name == group) {
+        if !GROUPS.iter().any(|(name, _)| name == group) {
             eprintln!("note: unknown group {group}; ignored");
         }
     }

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
 
 /// A durable coordination runtime for meshes of AI coding agents.
 ///
@@ -35,6 +35,7 @@ Examples:
   agentmesh mission add auth --title 'Harden login' --goal 'no flaky auth tests'
   agentmesh task add 'fix the session timeout' --mission auth
   agentmesh mission show auth
+  agentmesh events drain --daemon mach_A --run run-1
   agentmesh ledger tail --limit 10";
 
 /// Options shared by every command.
@@ -68,6 +69,9 @@ pub enum Command {
     Claim(ClaimArgs),
     /// Report that a worker session's task ended
     Complete(CompleteArgs),
+    /// Queue, drain, peek, acknowledge and retract coordinator inbox events
+    #[command(subcommand)]
+    Events(EventsCommand),
     /// Read the append-only ledger
     #[command(subcommand)]
     Ledger(LedgerCommand),
@@ -240,6 +244,111 @@ pub struct CompleteArgs {
     /// Why the task failed (with --failed) [default: "worker reported failure"]
     #[arg(long, requires = "failed")]
     pub reason: Option<String>,
+}
+
+/// `agentmesh events ...`
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// Queue an event for a coordinator, from JSON or from flags
+    #[command(after_long_help = PUSH_EXAMPLES)]
+    Push(Box<EventsPushArgs>),
+    /// Hand a coordinator its events, oldest first, and mark them drained
+    Drain(EventsDrainArgs),
+    /// Show what a drain would hand out now, marking nothing
+    Peek(EventsDrainArgs),
+    /// Mark events drained by id (after they were delivered some other way)
+    Ack(EventsAckArgs),
+    /// Withdraw the undelivered mesh:dispatch_blocked events of a task
+    Retract(EventsRetractArgs),
+}
+
+/// Shown after `agentmesh events push --help`.
+const PUSH_EXAMPLES: &str = "\
+Examples:
+  agentmesh events push --event agent:generating_completed --task t1 --summary 'done' \\
+      --node laptop --to-daemon mach_A --to-run run-1
+  agentmesh events push --file event.json
+  some-producer | agentmesh events push --file -";
+
+/// Arguments of `events push`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["file", "event"])))]
+pub struct EventsPushArgs {
+    /// Read the event's JSON from this file (`-` for stdin), in the original's shape;
+    /// meshId defaults to --mesh and queuedAt to now
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Build the event from flags: its name, such as agent:generating_completed
+    #[arg(long, value_name = "NAME")]
+    pub event: Option<String>,
+    /// The task the event is about (metadataEvent.taskId)
+    #[arg(long, value_name = "ID", conflicts_with = "file")]
+    pub task: Option<String>,
+    /// The worker's summary (metadataEvent.finalSummary)
+    #[arg(long, value_name = "TEXT", conflicts_with = "file")]
+    pub summary: Option<String>,
+    /// The node the event is about
+    #[arg(long, value_name = "NODE", conflicts_with = "file")]
+    pub node: Option<String>,
+    /// The coordinator daemon the event is for (targetCoordinatorDaemonId)
+    #[arg(long, value_name = "DAEMON_ID", conflicts_with = "file")]
+    pub to_daemon: Option<String>,
+    /// The coordinator session the event is for (targetCoordinatorSessionId)
+    #[arg(long, value_name = "SESSION", conflicts_with = "file")]
+    pub to_session: Option<String>,
+    /// The run id of the coordinator the event is for [default: the daemon id]
+    #[arg(long, value_name = "RUN_ID")]
+    pub to_run: Option<String>,
+    /// Who the event is for: unicast, broadcast or system [default: by event name]
+    #[arg(long, value_name = "SCOPE")]
+    pub scope: Option<String>,
+    /// This machine's id: an event with no coordinator is stamped as dispatched by
+    /// it (without one such an event stays unversioned)
+    #[arg(long, value_name = "MACHINE_ID")]
+    pub machine_id: Option<String>,
+}
+
+/// Arguments of `events drain` and `events peek`.
+#[derive(Debug, Args)]
+pub struct EventsDrainArgs {
+    /// The draining coordinator's daemon (any of its id forms)
+    #[arg(long, value_name = "DAEMON_ID")]
+    pub daemon: String,
+    /// The draining coordinator's run id
+    #[arg(long, value_name = "RUN_ID")]
+    pub run: String,
+    /// The draining coordinator's session, for a CLI coordinator
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Another id this daemon answers to, such as its status instance id (repeatable)
+    #[arg(long = "also-known-as", value_name = "ID")]
+    pub also_known_as: Vec<String>,
+    /// Only events with this name (repeatable); the others stay queued
+    #[arg(long = "only", value_name = "EVENT", num_args = 1..)]
+    pub only: Vec<String>,
+    /// At most this many events [default: 100]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: Option<u32>,
+    /// Hold back unversioned and invalid v2 events instead of delivering them
+    /// [default: on when MESH_PROTOCOL_V2_ENFORCE is 1, true, on or yes]
+    #[arg(long)]
+    pub enforce: bool,
+}
+
+/// Arguments of `events ack`.
+#[derive(Debug, Args)]
+pub struct EventsAckArgs {
+    /// Event ids, as drain and peek print them
+    #[arg(value_name = "ID", required = true)]
+    pub ids: Vec<String>,
+}
+
+/// Arguments of `events retract`.
+#[derive(Debug, Args)]
+pub struct EventsRetractArgs {
+    /// The task whose blocked-dispatch alerts are withdrawn
+    #[arg(long, value_name = "ID")]
+    pub task: String,
 }
 
 /// `agentmesh ledger ...`

@@ -3,16 +3,19 @@
 //! Every command ends in exactly one [`Output::emit`] call, which is what keeps
 //! `--json` output a single document. Tasks and ledger entries print through the
 //! core types' own serde (camelCase, the original's field names). Missions, idle
-//! sessions, deliveries and dispatches have no serde in the core; their wire views
-//! are defined here, converted field by field, with the original's field names.
+//! sessions, deliveries, dispatches and inbox events have no serde in the core;
+//! their wire views are defined here, converted field by field, with the
+//! original's field names.
 //! The helpers below render the human form: aligned tables, relative ages and
 //! one-line excerpts. Write errors (a closed pipe) are returned, never panicked on.
 
 use std::io::{self, Write};
 
+use agentmesh_core::events::{DrainCounter, DrainCounters, PendingEvent, read_completion_summary};
 use agentmesh_core::{
     DirectDispatch, IdleSession, LedgerEntry, Mission, MissionProgress, SessionDelivery, Task, Timestamp,
 };
+use agentmesh_store::{DrainOutcome, InboxEvent};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -452,6 +455,135 @@ impl From<DirectDispatch> for DispatchView {
             updated_at: d.updated_at,
         }
     }
+}
+
+/// A coordinator inbox event on the wire: the original's inbox row (`id`, `event`,
+/// `queuedAt` in epoch milliseconds, `fingerprint`), with the whole event, v2
+/// envelope included, as `payload`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxEventView {
+    /// The row id (what `events ack` takes).
+    pub id: String,
+    /// The event name.
+    pub event: Value,
+    /// When it was queued (epoch milliseconds).
+    pub queued_at: i64,
+    /// Its content fingerprint, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The event as stored.
+    pub payload: Value,
+}
+
+impl InboxEventView {
+    /// The view of an event just queued under row id `id`.
+    pub fn queued(id: String, event: &PendingEvent) -> InboxEventView {
+        InboxEventView {
+            id,
+            event: Value::from(event.event.as_str()),
+            queued_at: event.queued_at.millis(),
+            fingerprint: None,
+            payload: event.to_value(),
+        }
+    }
+}
+
+impl From<InboxEvent> for InboxEventView {
+    fn from(e: InboxEvent) -> InboxEventView {
+        InboxEventView {
+            id: e.id,
+            event: e.event.get("event").cloned().unwrap_or(Value::Null),
+            queued_at: e.queued_at_ms,
+            fingerprint: e.fingerprint,
+            payload: e.event,
+        }
+    }
+}
+
+/// A drain on the wire: the delivered events, the drain's counters under the
+/// original's names, and the row ids it held back.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainView {
+    /// Events delivered, oldest first.
+    pub events: Vec<InboxEventView>,
+    /// The drain's counters.
+    pub counters: DrainCounters,
+    /// Row ids quarantined by this drain.
+    pub quarantined: Vec<String>,
+}
+
+impl From<DrainOutcome> for DrainView {
+    fn from(d: DrainOutcome) -> DrainView {
+        DrainView {
+            events: d.events.into_iter().map(InboxEventView::from).collect(),
+            counters: d.counters,
+            quarantined: d.quarantined,
+        }
+    }
+}
+
+/// Writes inbox events (or `no events`): per event a line with its time, name, task
+/// and id, then the text the coordinator reads, indented; an event without that
+/// text gets a one-line summary instead.
+pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::Result<()> {
+    if events.is_empty() {
+        return writeln!(w, "no events");
+    }
+    for event in events {
+        let metadata = event.payload.get("metadataEvent").and_then(Value::as_object);
+        let task = metadata.and_then(|m| m.get("taskId")).and_then(Value::as_str).unwrap_or("-");
+        writeln!(
+            w,
+            "{}  {}  task {task}  id {}",
+            Timestamp::from_millis(event.queued_at).iso(),
+            event.event.as_str().unwrap_or("?"),
+            event.id
+        )?;
+        let message = event.payload.get("coordinatorMessage").and_then(Value::as_str).map(str::trim);
+        match message.filter(|m| !m.is_empty()) {
+            Some(message) => {
+                for line in message.lines().map(str::trim_end) {
+                    if line.is_empty() { writeln!(w)? } else { writeln!(w, "    {line}")? }
+                }
+            }
+            None => writeln!(w, "    {}", one_line_summary(&event.payload))?,
+        }
+    }
+    Ok(())
+}
+
+/// One line about an event that carries no coordinator text: its node label and
+/// the worker's summary (or failure reason), as far as the event has them.
+fn one_line_summary(payload: &Value) -> String {
+    let metadata = payload.get("metadataEvent").and_then(Value::as_object);
+    let label = payload.get("nodeLabel").and_then(Value::as_str).map(str::trim).filter(|l| !l.is_empty());
+    let said = metadata
+        .and_then(|m| read_completion_summary(m).or_else(|| m.get("reason").and_then(Value::as_str)))
+        .map(|s| excerpt(s, 100))
+        .filter(|s| !s.is_empty());
+    match (label, said) {
+        (Some(label), Some(said)) => format!("{label}: {said}"),
+        (Some(label), None) => label.to_owned(),
+        (None, Some(said)) => said,
+        (None, None) => "(no text)".to_owned(),
+    }
+}
+
+/// Writes a drain: the delivered events, then one line with how many were
+/// delivered and held back and every counter that is not zero.
+pub fn write_drain(w: &mut dyn Write, drain: &DrainView) -> io::Result<()> {
+    write_inbox_events(w, &drain.events)?;
+    let counters: Vec<String> = DrainCounter::ALL
+        .into_iter()
+        .filter(|c| drain.counters.get(*c) > 0)
+        .map(|c| format!("{}={}", c.as_str(), drain.counters.get(c)))
+        .collect();
+    write!(w, "delivered {}, held back {}", drain.events.len(), drain.quarantined.len())?;
+    if !drain.quarantined.is_empty() {
+        write!(w, " (see ledger tail --kind event_held)")?;
+    }
+    if counters.is_empty() { writeln!(w) } else { writeln!(w, "; {}", counters.join(" ")) }
 }
 
 /// A mission's progress in words: `3/5 done (60%)`.

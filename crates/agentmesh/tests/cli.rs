@@ -9,8 +9,9 @@
 //! CLI; tests of their read views seed rows by opening the same data dir with
 //! the SQLite store directly, then run the binary against it.
 
+use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use agentmesh_core::{
     DeliveryStatus, DispatchStatus, IdleSession, NewDirectDispatch, NewSessionDelivery, Timestamp,
@@ -26,6 +27,8 @@ const SEEDED_AT: Timestamp = Timestamp::from_millis(1_735_689_600_000);
 const FAR_FUTURE: &str = "2999-01-01T00:00:00.000Z";
 /// An instant every test run is past.
 const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
+/// The environment switch of v2 enforce mode, scrubbed from every run.
+const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
 
 /// One isolated data dir and helpers to run the binary against it.
 struct Mesh {
@@ -78,20 +81,33 @@ impl Mesh {
     /// The binary with a scrubbed environment and no data dir chosen.
     fn bare_command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-        cmd.env_remove("AGENTMESH_HOME").env_remove("AGENTMESH_MESH");
+        cmd.env_remove("AGENTMESH_HOME").env_remove("AGENTMESH_MESH").env_remove(ENFORCE_ENV);
+        cmd
+    }
+
+    /// `agentmesh --data-dir <tmp> <args>`, not yet run.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.bare_command();
+        cmd.arg("--data-dir").arg(self.data_dir()).args(args);
         cmd
     }
 
     /// Runs `agentmesh --data-dir <tmp> <args>`.
     fn run(&self, args: &[&str]) -> Run {
-        let output = self
-            .bare_command()
-            .arg("--data-dir")
-            .arg(self.data_dir())
-            .args(args)
-            .output()
+        Run::from_output(self.command(args).output().expect("the binary runs"))
+    }
+
+    /// Runs `agentmesh --data-dir <tmp> <args>` with `input` on stdin.
+    fn run_with_stdin(&self, args: &[&str], input: &str) -> Run {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("the binary runs");
-        Run::from_output(output)
+        child.stdin.take().expect("a stdin pipe").write_all(input.as_bytes()).expect("stdin is written");
+        Run::from_output(child.wait_with_output().expect("the binary exits"))
     }
 
     /// Runs with `--json`, requires exit 0 and returns the document.
@@ -421,7 +437,7 @@ fn meshes_are_isolated_and_the_environment_is_honoured() {
 #[test]
 fn help_reads_for_every_command() {
     let mesh = Mesh::new();
-    let commands: [&[&str]; 17] = [
+    let commands: [&[&str]; 23] = [
         &[],
         &["task"],
         &["task", "add"],
@@ -433,6 +449,12 @@ fn help_reads_for_every_command() {
         &["complete"],
         &["ledger", "tail"],
         &["ledger", "slice"],
+        &["events"],
+        &["events", "push"],
+        &["events", "drain"],
+        &["events", "peek"],
+        &["events", "ack"],
+        &["events", "retract"],
         &["mission", "add"],
         &["mission", "list"],
         &["mission", "show"],
@@ -740,4 +762,366 @@ fn dispatches_lists_active_dispatches_of_this_mesh_only() {
     let empty = mesh.run(&["--mesh", "gamma", "dispatches"]);
     empty.assert_code(0);
     assert_eq!(empty.stdout.trim(), "no active dispatches");
+}
+
+/// The drainer flags of coordinator A: machine `mach_A`, run `run-1`.
+const COORDINATOR_A: [&str; 4] = ["--daemon", "mach_A", "--run", "run-1"];
+
+impl Mesh {
+    /// Runs `events <verb> <COORDINATOR_A> <more>` with `--json` and returns the
+    /// document.
+    #[track_caller]
+    fn events_as_a(&self, verb: &str, more: &[&str]) -> Value {
+        let mut args = vec!["events", verb];
+        args.extend_from_slice(&COORDINATOR_A);
+        args.extend_from_slice(more);
+        self.json(&args)
+    }
+
+    /// Pushes an event built from flags and returns the queued row id.
+    #[track_caller]
+    fn push(&self, flags: &[&str]) -> String {
+        let mut args = vec!["events", "push"];
+        args.extend_from_slice(flags);
+        let queued = self.json(&args);
+        queued["id"].as_str().unwrap_or_else(|| panic!("a queued row id in {queued}")).to_owned()
+    }
+
+    /// The row ids coordinator A would be handed now.
+    fn peek_ids_as_a(&self) -> Vec<String> {
+        strings(&self.events_as_a("peek", &[]), "id")
+    }
+}
+
+/// The delivered events of a drain document.
+#[track_caller]
+fn delivered(drain: &Value) -> &Vec<Value> {
+    drain["events"].as_array().unwrap_or_else(|| panic!("an events array in {drain}"))
+}
+
+#[test]
+fn a_completion_reaches_the_coordinator_that_enqueued_the_task_once() {
+    let mesh = Mesh::new();
+    mesh.json(&[
+        "task",
+        "add",
+        "write the parser",
+        "--id",
+        "t1",
+        "--coordinator-daemon",
+        "mach_A",
+        "--coordinator-run",
+        "run-1",
+    ]);
+    mesh.json(&["claim", "--node", "n1", "--session", "w1"]);
+    mesh.json(&["complete", "--session", "w1", "--summary", "parser written, 12 tests"]);
+
+    let elsewhere = mesh.json(&["events", "drain", "--daemon", "mach_B", "--run", "run-1"]);
+    assert!(delivered(&elsewhere).is_empty(), "another machine's coordinator gets nothing: {elsewhere}");
+
+    let human = mesh.run(&["events", "peek", "--daemon", "mach_A", "--run", "run-1"]);
+    human.assert_code(0);
+    for expected in ["agent:generating_completed", "task t1", "parser written, 12 tests", "Node 'n1'"] {
+        assert!(human.stdout.contains(expected), "{expected:?} missing:\n{}", human.stdout);
+    }
+
+    let drain = mesh.events_as_a("drain", &[]);
+    let events = delivered(&drain);
+    assert_eq!(events.len(), 1, "{drain}");
+    let event = &events[0];
+    assert_eq!(event["event"], "agent:generating_completed");
+    assert_eq!(event["payload"]["meshId"], "default");
+    assert_eq!(event["payload"]["metadataEvent"]["taskId"], "t1");
+    assert_eq!(event["payload"]["metadataEvent"]["finalSummary"], "parser written, 12 tests");
+    assert_eq!(event["payload"]["protocolVersion"], "2.0");
+    assert_eq!(event["payload"]["scope"], "unicast");
+    assert_eq!(event["payload"]["intendedFor"], json!({"daemonId": "mach_A", "coordinatorRunId": "run-1"}));
+    assert!(event["queuedAt"].is_i64() && event["fingerprint"].is_string(), "{event}");
+    let counters = drain["counters"].as_object().expect("a counters object");
+    assert_eq!(counters.len(), 8, "the original's eight drain counters: {drain}");
+    assert_eq!(counters["v2Delivered"], 1);
+    assert_eq!(drain["quarantined"], json!([]));
+
+    assert!(delivered(&mesh.events_as_a("drain", &[])).is_empty(), "delivered exactly once");
+}
+
+#[test]
+fn push_peek_drain_and_the_second_drain_is_empty() {
+    let mesh = Mesh::new();
+    let flags = [
+        "--event",
+        "agent:generating_completed",
+        "--task",
+        "t1",
+        "--summary",
+        "done, tests green",
+        "--node",
+        "laptop",
+        "--to-daemon",
+        "mach_A",
+        "--to-run",
+        "run-1",
+    ];
+    let mut args = vec!["events", "push"];
+    args.extend_from_slice(&flags);
+    let queued = mesh.json(&args);
+    let id = queued["id"].as_str().expect("a row id").to_owned();
+    assert_eq!(queued["event"], "agent:generating_completed");
+    let payload = &queued["payload"];
+    assert_eq!(payload["protocolVersion"], "2.0");
+    assert!(payload["eventId"].as_str().is_some_and(|e| !e.is_empty()), "{payload}");
+    assert_eq!(payload["scope"], "unicast");
+    assert_eq!(payload["nodeId"], "laptop");
+    assert_eq!(payload["targetCoordinatorDaemonId"], "mach_A");
+    assert!(payload["coordinatorMessage"].as_str().unwrap().contains("done, tests green"), "{payload}");
+
+    assert_eq!(mesh.peek_ids_as_a(), [id.as_str()]);
+    assert_eq!(mesh.peek_ids_as_a(), [id.as_str()], "a peek marks nothing");
+    let drain = mesh.events_as_a("drain", &[]);
+    assert_eq!(strings(&drain["events"], "id"), [id.as_str()]);
+    assert_eq!(drain["events"][0]["payload"]["eventId"], payload["eventId"]);
+
+    let again = mesh.events_as_a("drain", &[]);
+    assert!(delivered(&again).is_empty(), "{again}");
+    assert!(again["counters"].as_object().unwrap().values().all(|v| v == 0), "{again}");
+    assert!(mesh.peek_ids_as_a().is_empty());
+    let human = mesh.run(&["events", "drain", "--daemon", "mach_A", "--run", "run-1"]);
+    human.assert_code(0);
+    assert_eq!(human.stdout, "no events\ndelivered 0, held back 0\n");
+
+    let human = mesh.run(&["events", "push", "--event", "agent:ready", "--to-daemon", "mach_A"]);
+    human.assert_code(0);
+    assert!(human.stdout.starts_with("queued ") && human.stdout.contains("broadcast"), "{}", human.stdout);
+}
+
+#[test]
+fn a_duplicate_push_is_an_answer_not_an_error() {
+    let mesh = Mesh::new();
+    let flags = ["--event", "agent:stopped", "--task", "t1", "--to-daemon", "mach_A", "--to-run", "run-1"];
+    let first = mesh.push(&flags);
+    let mut args = vec!["events", "push"];
+    args.extend_from_slice(&flags);
+    assert_eq!(mesh.json(&args), json!({"duplicate": "fingerprint"}));
+    let human = mesh.run(&args);
+    human.assert_code(0);
+    assert_eq!(human.stdout, "duplicate: fingerprint\n");
+    assert_eq!(mesh.peek_ids_as_a(), [first.as_str()], "nothing more was stored");
+}
+
+#[test]
+fn only_drains_the_named_events_and_leaves_the_rest() {
+    let mesh = Mesh::new();
+    let ready = mesh.push(&["--event", "agent:ready", "--node", "n1", "--to-daemon", "mach_A"]);
+    let stopped = mesh.push(&["--event", "agent:stopped", "--task", "t2", "--to-daemon", "mach_A"]);
+    let blocked = mesh.push(&["--event", "mesh:dispatch_blocked", "--task", "t3", "--to-daemon", "mach_A"]);
+
+    let peeked = mesh.events_as_a("peek", &["--only", "agent:stopped"]);
+    assert_eq!(strings(&peeked, "id"), [stopped.as_str()]);
+    let drain = mesh.events_as_a("drain", &["--only", "agent:stopped"]);
+    assert_eq!(strings(&drain["events"], "id"), [stopped.as_str()]);
+    assert_eq!(mesh.peek_ids_as_a().len(), 2, "the other events stay queued");
+
+    let both = mesh.events_as_a("peek", &["--only", "agent:ready", "mesh:dispatch_blocked"]);
+    assert_eq!(strings(&both, "id").len(), 2);
+    let one = mesh.events_as_a("drain", &["--only", "mesh:dispatch_blocked", "--only", "agent:nothing"]);
+    assert_eq!(strings(&one["events"], "id"), [blocked.as_str()]);
+    assert_eq!(mesh.peek_ids_as_a(), [ready.as_str()]);
+    assert_eq!(
+        mesh.json_error(&["events", "peek", "--daemon", "mach_A", "--run", "r", "--only", " "], 2),
+        "invalid_input"
+    );
+}
+
+#[test]
+fn enforce_mode_quarantines_unversioned_events_by_flag_or_environment() {
+    let mesh = Mesh::new();
+    // Without a coordinator or a machine id the event cannot be stamped: it stays v1.
+    let human = mesh.run(&["events", "push", "--event", "agent:stopped", "--task", "t1"]);
+    human.assert_code(0);
+    assert!(human.stdout.contains("unversioned"), "{}", human.stdout);
+    let first = strings(&mesh.events_as_a("peek", &[]), "id");
+    assert_eq!(first.len(), 1, "accept mode delivers a v1 event as a broadcast");
+    assert!(mesh.events_as_a("peek", &["--enforce"]).as_array().unwrap().is_empty());
+
+    let drain = mesh.events_as_a("drain", &["--enforce"]);
+    assert!(delivered(&drain).is_empty(), "{drain}");
+    assert_eq!(drain["quarantined"], json!(first));
+    assert_eq!(drain["counters"]["v1UnversionedQuarantined"], 1);
+    let held = mesh.json(&["ledger", "tail", "--kind", "event_held"]);
+    assert_eq!(held.as_array().map(Vec::len), Some(1), "{held}");
+    assert_eq!(held[0]["payload"]["reason"], "v2_enforce_unversioned_quarantined");
+    assert_eq!(held[0]["payload"]["taskId"], "t1");
+    assert_eq!(held[0]["payload"]["recoverable"], true);
+
+    mesh.push(&["--event", "agent:stopped", "--task", "t2"]);
+    let output = mesh
+        .command(&["--json", "events", "drain", "--daemon", "mach_A", "--run", "run-1"])
+        .env(ENFORCE_ENV, "1")
+        .output()
+        .unwrap();
+    let drain = Run::from_output(output).assert_code(0).json();
+    assert!(delivered(&drain).is_empty(), "{drain}");
+    assert_eq!(drain["counters"]["v1UnversionedQuarantined"], 1);
+    assert_eq!(mesh.json(&["ledger", "tail", "--kind", "event_held"]).as_array().map(Vec::len), Some(2));
+
+    mesh.push(&["--event", "agent:stopped", "--task", "t3"]);
+    let output = mesh
+        .command(&["--json", "events", "drain", "--daemon", "mach_A", "--run", "run-1"])
+        .env(ENFORCE_ENV, "off")
+        .output()
+        .unwrap();
+    let drain = Run::from_output(output).assert_code(0).json();
+    assert_eq!(delivered(&drain).len(), 1, "any other value leaves enforce mode off: {drain}");
+    assert_eq!(drain["counters"]["v1BroadcastAccepted"], 1);
+
+    let human = mesh.run(&["events", "push", "--event", "agent:stopped", "--task", "t4"]);
+    human.assert_code(0);
+    let human = mesh.run(&["events", "drain", "--daemon", "mach_A", "--run", "run-1", "--enforce"]);
+    human.assert_code(0);
+    assert!(human.stdout.contains("held back 1") && human.stdout.contains("event_held"), "{}", human.stdout);
+    assert!(human.stdout.contains("v1UnversionedQuarantined=1"), "{}", human.stdout);
+}
+
+#[test]
+fn retract_withdraws_a_tasks_undelivered_dispatch_blocked_events() {
+    let mesh = Mesh::new();
+    mesh.push(&["--event", "mesh:dispatch_blocked", "--task", "t9", "--to-daemon", "mach_A"]);
+    let other = mesh.push(&["--event", "mesh:dispatch_blocked", "--task", "t8", "--to-daemon", "mach_A"]);
+    assert_eq!(mesh.json(&["events", "retract", "--task", "t9"]), json!({"retracted": 1}));
+    assert_eq!(mesh.peek_ids_as_a(), [other.as_str()]);
+    let human = mesh.run(&["events", "retract", "--task", "t9"]);
+    human.assert_code(0);
+    assert!(human.stdout.starts_with("retracted 0 "), "{}", human.stdout);
+    assert_eq!(mesh.json_error(&["events", "retract", "--task", " "], 2), "invalid_input");
+}
+
+#[test]
+fn ack_marks_events_drained_by_id() {
+    let mesh = Mesh::new();
+    let id = mesh.push(&["--event", "agent:stopped", "--task", "t1", "--to-daemon", "mach_A"]);
+    assert_eq!(mesh.json(&["events", "ack", &id, "no-such-id"]), json!({"acked": 1}));
+    assert!(mesh.peek_ids_as_a().is_empty());
+    let human = mesh.run(&["events", "ack", &id]);
+    human.assert_code(0);
+    assert_eq!(human.stdout, "acked 0 of 1 event(s)\n", "an acked event is not acked twice");
+    assert_eq!(mesh.json_error(&["events", "ack"], 2), "invalid_input", "ack needs an id");
+}
+
+#[test]
+fn push_reads_json_from_a_file_or_stdin_and_keeps_a_stamped_event_id() {
+    let mesh = Mesh::new();
+    let identity = json!({"daemonId": "mach_A", "coordinatorRunId": "run-1"});
+    let relayed = json!({
+        "event": "agent:generating_completed",
+        "nodeLabel": "Node 'n7'",
+        "nodeId": "n7",
+        "metadataEvent": {"taskId": "t7", "finalSummary": "remote work done"},
+        "queuedAt": SEEDED_AT.millis(),
+        "targetCoordinatorDaemonId": "mach_A",
+        "protocolVersion": "2.0",
+        "eventId": "evt-remote-1",
+        "scope": "unicast",
+        "dispatchedBy": identity,
+        "intendedFor": identity,
+        "relayedFrom": "mach_R",
+    });
+    let path = mesh.data_dir().join("event.json");
+    std::fs::write(&path, relayed.to_string()).unwrap();
+    let queued = mesh.json(&["events", "push", "--file", path.to_str().unwrap()]);
+    let payload = &queued["payload"];
+    assert_eq!(payload["eventId"], "evt-remote-1", "a stamped event keeps its event id");
+    assert_eq!(payload["meshId"], "default", "meshId defaults to --mesh");
+    assert_eq!(payload["relayedFrom"], "mach_R", "unknown keys are kept");
+    assert_eq!(queued["queuedAt"], SEEDED_AT.millis());
+
+    let again = mesh.run_with_stdin(&["--json", "events", "push", "--file", "-"], &relayed.to_string());
+    assert_eq!(again.assert_code(0).json(), json!({"duplicate": "fingerprint"}));
+
+    let minimal = json!({"event": "agent:ready", "metadataEvent": {}, "targetCoordinatorDaemonId": "mach_A"});
+    let from_stdin = mesh.run_with_stdin(&["--json", "events", "push", "--file", "-"], &minimal.to_string());
+    let from_stdin = from_stdin.assert_code(0).json();
+    assert_eq!(from_stdin["payload"]["scope"], "broadcast");
+    assert!(from_stdin["queuedAt"].as_i64().unwrap() > SEEDED_AT.millis(), "queuedAt defaults to now");
+
+    let drain = mesh.events_as_a("drain", &[]);
+    assert_eq!(delivered(&drain).len(), 2, "{drain}");
+    assert_eq!(drain["events"][0]["payload"]["eventId"], "evt-remote-1", "oldest first");
+}
+
+#[test]
+fn a_bad_push_exits_2_names_the_field_and_stores_nothing() {
+    let mesh = Mesh::new();
+    let refused = mesh.run_with_stdin(&["events", "push", "--file", "-"], "{\"event\": ");
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("invalid file") && refused.stderr.contains("JSON"), "{}", refused.stderr);
+    assert!(!mesh.data_dir().join("mesh-runtime.db").exists(), "a refused push opened the database");
+
+    let kept = mesh.push(&["--event", "agent:stopped", "--task", "t1", "--to-daemon", "mach_A"]);
+    let cases: [(&str, &str); 6] = [
+        ("{not json", "file"),
+        ("[1, 2]", "pendingEvent"),
+        (r#"{"event": "agent:ready", "metadataEvent": "done"}"#, "metadataEvent"),
+        (r#"{"event": "agent:ready", "metadataEvent": {}, "queuedAt": "now"}"#, "queuedAt"),
+        (r#"{"event": "agent:ready", "metadataEvent": {}, "meshId": "beta"}"#, "meshId"),
+        (r#"{"event": ["agent:ready"], "metadataEvent": {}}"#, "event"),
+    ];
+    for (input, field) in cases {
+        let run = mesh.run_with_stdin(&["events", "push", "--file", "-"], input);
+        run.assert_code(2);
+        assert!(run.stdout.is_empty(), "{input} printed {}", run.stdout);
+        assert!(run.stderr.contains(&format!("invalid {field}")), "{input}: {}", run.stderr);
+        let run = mesh.run_with_stdin(&["--json", "events", "push", "--file", "-"], input);
+        run.assert_code(2);
+        assert_eq!(run.json()["error"]["code"], "invalid_input", "{input}");
+    }
+    let missing = mesh.data_dir().join("missing.json");
+    let flag_cases: [(&[&str], &str); 3] = [
+        (&["events", "push", "--file", missing.to_str().unwrap()], "file"),
+        (&["events", "push", "--event", "agent:ready", "--scope", "multicast"], "scope"),
+        (&["events", "push", "--event", " "], "event"),
+    ];
+    for (args, field) in flag_cases {
+        let run = mesh.run(args);
+        run.assert_code(2);
+        assert!(run.stderr.contains(&format!("invalid {field}")), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(mesh.json_error(&["events", "push"], 2), "invalid_input", "--file or --event is required");
+    assert_eq!(
+        mesh.json_error(&["events", "push", "--file", "-", "--task", "t1"], 2),
+        "invalid_input",
+        "--file does not mix with event flags"
+    );
+    assert_eq!(mesh.peek_ids_as_a(), [kept.as_str()], "a refused push stored nothing");
+}
+
+#[test]
+fn the_drainer_identity_routes_by_session_and_other_known_ids() {
+    let mesh = Mesh::new();
+    // Without a real run id on either side, coordinators on one machine are told
+    // apart by session.
+    let mine = mesh.push(&[
+        "--event",
+        "agent:stopped",
+        "--task",
+        "t1",
+        "--to-daemon",
+        "mach_A",
+        "--to-session",
+        "c1",
+    ]);
+    let sibling = ["--daemon", "mach_A", "--run", "mach_A", "--session", "c2"];
+    let mut args = vec!["events", "peek"];
+    args.extend_from_slice(&sibling);
+    assert_eq!(mesh.json(&args), json!([]), "a sibling session is not handed another session's event");
+    let peeked =
+        mesh.json(&["events", "peek", "--daemon", "daemon_mach_A", "--run", "mach_A", "--session", "c1"]);
+    assert_eq!(strings(&peeked, "id"), [mine.as_str()], "any id form of the machine");
+
+    // An event targeted at another id this daemon answers to passes the daemon scope
+    // only when the drainer names that id.
+    let status = mesh.push(&["--event", "agent:ready", "--to-daemon", "inst-7"]);
+    assert!(!mesh.peek_ids_as_a().contains(&status));
+    let peeked = mesh.events_as_a("peek", &["--also-known-as", "inst-7"]);
+    assert!(strings(&peeked, "id").contains(&status), "{peeked}");
+    assert_eq!(mesh.json_error(&["events", "peek", "--daemon", "mach_A", "--run", " "], 2), "invalid_input");
 }

@@ -11,6 +11,7 @@ pub mod claim;
 pub mod enqueue;
 pub mod fingerprints;
 pub mod ledger;
+pub mod pending_events;
 
 /// A claimant on `node` with `session` and no tags or caps.
 fn claimant(node: String, session: String) -> Claimant {

@@ -20,6 +20,7 @@ mod claim;
 mod complete;
 mod deliveries;
 mod dispatches;
+mod events;
 mod ledger;
 mod mission;
 mod sessions;
@@ -87,6 +88,7 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Task(cmd) => task::run(ctx, cmd, out),
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),
+        Command::Events(cmd) => events::run(ctx, cmd, out),
         Command::Ledger(cmd) => ledger::run(ctx, cmd, out),
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
         Command::Sessions => sessions::run(ctx, out),

@@ -1,0 +1,299 @@
+//! `agentmesh events push|drain|peek|ack|retract`: the coordinator inbox.
+//!
+//! `push` queues one event, read as JSON in the original's shape (`--file`, `-`
+//! for stdin) or built from flags; the store stamps its v2 envelope and refuses a
+//! duplicate, which is an answer (exit 0), not an error. `drain` and `peek` take
+//! the draining coordinator's identity from flags; the routing, dedup and
+//! quarantine rules are the store's. Enforce mode is `--enforce`, else
+//! `MESH_PROTOCOL_V2_ENFORCE` as it reads when the command runs.
+//!
+//! Every input is checked before the store opens, so a refused push never
+//! creates a database and never stores anything.
+
+use std::io::Read as _;
+use std::path::Path;
+
+use agentmesh_core::events::{
+    CoordinatorIdentity, Drainer, EmitHint, MessageOptions, PendingEvent, ProtocolVersion, Scope,
+    build_coordinator_message, enforce_from_env_value,
+};
+use agentmesh_core::{InvalidInput, Timestamp};
+use agentmesh_store::{DrainRequest, DuplicateReason, QueueOutcome};
+use serde_json::{Map, Value};
+
+use super::{Context, required};
+use crate::cli::{EventsAckArgs, EventsCommand, EventsDrainArgs, EventsPushArgs, EventsRetractArgs};
+use crate::now;
+use crate::output::{self, DrainView, InboxEventView, Output};
+
+/// The environment variable that switches v2 enforce mode on for drains.
+const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
+
+/// Runs one `events` subcommand.
+pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::Result<()> {
+    match command {
+        EventsCommand::Push(args) => push(ctx, *args, out),
+        EventsCommand::Drain(args) => drain(ctx, args, out),
+        EventsCommand::Peek(args) => peek(ctx, args, out),
+        EventsCommand::Ack(args) => ack(ctx, args, out),
+        EventsCommand::Retract(args) => retract(ctx, args, out),
+    }
+}
+
+/// The wire name of a duplicate reason.
+fn duplicate_reason(reason: DuplicateReason) -> &'static str {
+    match reason {
+        DuplicateReason::Fingerprint => "fingerprint",
+        DuplicateReason::RefineTerminal => "refine_terminal",
+    }
+}
+
+/// A flag that may be left out but must not be blank when given, trimmed.
+fn optional(field: &str, value: Option<String>) -> Result<Option<String>, InvalidInput> {
+    value.map(|v| required(field, &v).map(str::to_owned)).transpose()
+}
+
+fn push(ctx: &Context, args: EventsPushArgs, out: &mut Output) -> anyhow::Result<()> {
+    let now = now();
+    let hint = EmitHint {
+        scope: args.scope.as_deref().map(|s| s.trim().parse::<Scope>()).transpose()?,
+        coordinator_run_id: optional("coordinatorRunId", args.to_run.clone())?,
+        ..EmitHint::default()
+    };
+    let machine_id = optional("machineId", args.machine_id.clone())?;
+    let event = match &args.file {
+        Some(path) => event_from_json(&read_source(path)?, ctx.mesh(), now)?,
+        None => event_from_flags(args, ctx.mesh(), now)?,
+    };
+    match ctx.store()?.queue_pending_event(ctx.mesh(), &event, &hint, machine_id.as_deref(), now)? {
+        QueueOutcome::Queued { id, event } => {
+            let view = InboxEventView::queued(id, &event);
+            out.emit(&view, |w| {
+                let envelope = &event.envelope;
+                write!(w, "queued {}: {}", view.id, event.event)?;
+                match (&envelope.event_id, envelope.protocol_version) {
+                    (Some(event_id), Some(ProtocolVersion::V2)) => {
+                        let scope = envelope.scope.map_or("no scope", Scope::as_str);
+                        writeln!(w, " (eventId {event_id}, {scope})")
+                    }
+                    _ => writeln!(w, " (unversioned: no coordinator and no machine id to stamp it with)"),
+                }
+            })
+        }
+        QueueOutcome::Duplicate(reason) => {
+            let reason = duplicate_reason(reason);
+            out.emit(&serde_json::json!({ "duplicate": reason }), |w| writeln!(w, "duplicate: {reason}"))
+        }
+    }
+}
+
+/// The text of the `--file` argument: the file, or stdin for `-`. A source that
+/// cannot be read is the caller's mistake, reported against `file`.
+fn read_source(path: &Path) -> Result<String, InvalidInput> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|err| InvalidInput::new("file", format!("cannot read stdin: {err}")))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path)
+        .map_err(|err| InvalidInput::new("file", format!("cannot read {}: {err}", path.display())))
+}
+
+/// Reads an event in the original's JSON shape. `meshId` defaults to `mesh` and
+/// `queuedAt` to `now` when absent; a `meshId` naming another mesh is refused. The
+/// remaining fields are checked by the core's model, whose error names the field.
+fn event_from_json(text: &str, mesh: &str, now: Timestamp) -> Result<PendingEvent, InvalidInput> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|err| InvalidInput::new("file", format!("is not valid JSON: {err}")))?;
+    let Value::Object(mut map) = value else {
+        return Err(InvalidInput::new("pendingEvent", "must be a JSON object"));
+    };
+    match map.get("meshId") {
+        None => {
+            map.insert("meshId".to_owned(), Value::from(mesh));
+        }
+        Some(Value::String(id)) if id != mesh => {
+            return Err(InvalidInput::new(
+                "meshId",
+                format!("the event belongs to mesh {id:?}, but the command works in mesh {mesh:?}"),
+            ));
+        }
+        Some(_) => {}
+    }
+    map.entry("queuedAt").or_insert_with(|| Value::from(now.millis()));
+    let event = PendingEvent::from_map(map)?;
+    if event.event.trim().is_empty() {
+        return Err(InvalidInput::new("event", "must not be blank"));
+    }
+    Ok(event)
+}
+
+/// Builds an event from `push` flags, with the coordinator-facing text the core
+/// writes for its name (none for names that carry no text).
+fn event_from_flags(args: EventsPushArgs, mesh: &str, now: Timestamp) -> Result<PendingEvent, InvalidInput> {
+    let name = required("event", args.event.as_deref().unwrap_or_default())?.to_owned();
+    let node = optional("nodeId", args.node)?;
+    let mut metadata = Map::new();
+    if let Some(task) = optional("taskId", args.task)? {
+        metadata.insert("taskId".to_owned(), Value::from(task));
+    }
+    if let Some(summary) = args.summary.filter(|s| !s.trim().is_empty()) {
+        metadata.insert("finalSummary".to_owned(), Value::from(summary));
+    }
+    let label = node.as_ref().map_or_else(|| "Remote agent".to_owned(), |n| format!("Node '{n}'"));
+    let text = build_coordinator_message(&name, &label, &metadata, &MessageOptions::default());
+    let mut event = PendingEvent::new(name, mesh, label, metadata, now);
+    event.node_id = node;
+    event.coordinator_message = Some(text).filter(|t| !t.is_empty());
+    event.target_coordinator_daemon_id = optional("targetCoordinatorDaemonId", args.to_daemon)?;
+    event.target_coordinator_session_id = optional("targetCoordinatorSessionId", args.to_session)?;
+    Ok(event)
+}
+
+/// The drain request the flags describe. Enforce mode is the flag, else the
+/// environment variable as it reads now.
+fn drain_request(args: EventsDrainArgs) -> Result<DrainRequest, InvalidInput> {
+    let identity = CoordinatorIdentity::new(
+        required("daemonId", &args.daemon)?,
+        required("coordinatorRunId", &args.run)?,
+        optional("sessionId", args.session)?,
+    );
+    let also_known_as =
+        args.also_known_as.iter().map(|id| required("alsoKnownAs", id)).collect::<Result<Vec<_>, _>>()?;
+    let only_events = if args.only.is_empty() {
+        None
+    } else {
+        Some(
+            args.only
+                .iter()
+                .map(|e| required("onlyEvents", e).map(str::to_owned))
+                .collect::<Result<_, _>>()?,
+        )
+    };
+    let enforce = args.enforce || enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
+    Ok(DrainRequest {
+        drainer: Drainer::new(identity, &also_known_as),
+        only_events,
+        enforce,
+        limit: args.limit,
+    })
+}
+
+fn drain(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
+    let request = drain_request(args)?;
+    let outcome = ctx.store()?.drain_pending_events(ctx.mesh(), &request, now())?;
+    let view = DrainView::from(outcome);
+    out.emit(&view, |w| output::write_drain(w, &view))
+}
+
+fn peek(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
+    let request = drain_request(args)?;
+    let events: Vec<InboxEventView> = ctx
+        .store()?
+        .peek_pending_events(ctx.mesh(), &request)?
+        .into_iter()
+        .map(InboxEventView::from)
+        .collect();
+    out.emit(&events, |w| output::write_inbox_events(w, &events))
+}
+
+fn ack(ctx: &Context, args: EventsAckArgs, out: &mut Output) -> anyhow::Result<()> {
+    let ids =
+        args.ids.iter().map(|id| required("id", id).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
+    let acked = ctx.store()?.ack_pending_events(ctx.mesh(), &ids, now())?;
+    out.emit(&serde_json::json!({ "acked": acked }), |w| {
+        writeln!(w, "acked {acked} of {} event(s)", ids.len())
+    })
+}
+
+fn retract(ctx: &Context, args: EventsRetractArgs, out: &mut Output) -> anyhow::Result<()> {
+    let task = required("taskId", &args.task)?;
+    let retracted = ctx.store()?.retract_dispatch_blocked(ctx.mesh(), task)?;
+    out.emit(&serde_json::json!({ "retracted": retracted }), |w| {
+        writeln!(w, "retracted {retracted} undelivered mesh:dispatch_blocked event(s) of task {task}")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_735_689_600_000);
+
+    #[test]
+    fn json_events_default_their_mesh_and_time() {
+        let event = event_from_json(r#"{"event": "agent:ready", "metadataEvent": {}}"#, "m", NOW).unwrap();
+        assert_eq!(event.mesh_id, "m");
+        assert_eq!(event.queued_at, NOW);
+        assert_eq!(event.node_label, "");
+        let text =
+            json!({"event": "agent:ready", "meshId": "m", "metadataEvent": {}, "queuedAt": 5}).to_string();
+        assert_eq!(event_from_json(&text, "m", NOW).unwrap().queued_at, Timestamp::from_millis(5));
+    }
+
+    #[test]
+    fn json_errors_name_the_field() {
+        let cases = [
+            ("{", "file"),
+            ("[]", "pendingEvent"),
+            (r#"{"event": "x", "meshId": "other", "metadataEvent": {}}"#, "meshId"),
+            (r#"{"event": "x", "meshId": 7, "metadataEvent": {}}"#, "meshId"),
+            (r#"{"event": "x", "metadataEvent": "done"}"#, "metadataEvent"),
+            (r#"{"event": "x", "metadataEvent": {}, "queuedAt": "now"}"#, "queuedAt"),
+            (r#"{"event": " ", "metadataEvent": {}}"#, "event"),
+            (r#"{"metadataEvent": {}}"#, "event"),
+        ];
+        for (text, field) in cases {
+            assert_eq!(event_from_json(text, "m", NOW).unwrap_err().field, field, "{text}");
+        }
+    }
+
+    #[test]
+    fn flags_build_the_event_and_its_text() {
+        let args = EventsPushArgs {
+            file: None,
+            event: Some(" agent:generating_completed ".into()),
+            task: Some("t1".into()),
+            summary: Some("parser written".into()),
+            node: Some("laptop".into()),
+            to_daemon: Some("mach_A".into()),
+            to_session: None,
+            to_run: None,
+            scope: None,
+            machine_id: None,
+        };
+        let event = event_from_flags(args, "m", NOW).unwrap();
+        assert_eq!(event.event, "agent:generating_completed");
+        assert_eq!(event.node_id.as_deref(), Some("laptop"));
+        assert_eq!(event.node_label, "Node 'laptop'");
+        assert_eq!(
+            Value::Object(event.metadata_event),
+            json!({"taskId": "t1", "finalSummary": "parser written"})
+        );
+        assert!(event.coordinator_message.unwrap().contains("parser written"));
+        assert_eq!(event.target_coordinator_daemon_id.as_deref(), Some("mach_A"));
+    }
+
+    #[test]
+    fn drain_flags_name_the_blank_field() {
+        let args = |daemon: &str, only: &[&str]| EventsDrainArgs {
+            daemon: daemon.into(),
+            run: "run-1".into(),
+            session: None,
+            also_known_as: Vec::new(),
+            only: only.iter().map(|s| (*s).to_owned()).collect(),
+            limit: None,
+            enforce: true,
+        };
+        assert_eq!(drain_request(args(" ", &[])).unwrap_err().field, "daemonId");
+        assert_eq!(drain_request(args("mach_A", &["x", " "])).unwrap_err().field, "onlyEvents");
+        let request = drain_request(args("mach_A", &[])).unwrap();
+        assert_eq!(request.only_events, None);
+        assert!(request.enforce);
+        assert!(request.drainer.daemon_forms().iter().any(|f| f == "daemon_mach_A"));
+    }
+}
