@@ -9,6 +9,7 @@
 //! stepped over and stay queued, so a backlog for other coordinators costs a walk
 //! over index entries and never hides the drainer's own events.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentmesh_core::events::{
@@ -129,7 +130,8 @@ fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
 /// One undrained row as a drain sees it.
 struct Candidate {
     id: String,
-    payload: String,
+    /// The stored event, parsed.
+    raw: serde_json::Value,
     fingerprint: Option<String>,
     queued_at: i64,
 }
@@ -152,7 +154,7 @@ fn walk_sql(forms: usize, only: Option<usize>) -> String {
     if let Some(n) = only {
         sql.push_str(&format!(" AND event IN ({})", list(4 + forms, n)));
     }
-    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT {PAGE}"));
+    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT +?{}", 4 + forms + only.unwrap_or(0)));
     sql
 }
 
@@ -162,7 +164,8 @@ fn walk(
     conn: &Connection,
     mesh_id: &str,
     request: &DrainRequest,
-    mut visit: impl FnMut(Candidate) -> Res<bool>,
+    first_page: i64,
+    mut visit: impl FnMut(Candidate, &HashSet<String>) -> Res<bool>,
 ) -> Res<()> {
     let forms = request.drainer.daemon_forms();
     let only = request.only_events.as_deref().unwrap_or(&[]);
@@ -171,40 +174,57 @@ fn walk(
         vec![Value::Text(mesh_id.to_owned()), Value::Integer(i64::MIN), Value::Text(String::new())];
     args.extend(forms.iter().map(|f| Value::Text(f.clone())));
     args.extend(only.iter().map(|e| Value::Text(e.clone())));
+    // The first page is as large as the drain needs when every event is its own;
+    // later pages (past events routed away) are full size.
+    let mut page_size = first_page.clamp(1, PAGE);
+    args.push(Value::Integer(page_size));
     loop {
         let page: Vec<Candidate> = {
             let mut stmt = conn.prepare_cached(&sql)?;
             stmt.query_map(params_from_iter(args.iter()), |r| {
+                let payload: String = r.get(1)?;
                 Ok(Candidate {
                     id: r.get(0)?,
-                    payload: r.get(1)?,
+                    raw: parse(&payload),
                     fingerprint: r.get(2)?,
                     queued_at: r.get(3)?,
                 })
             })?
             .collect::<Result<_, _>>()?
         };
-        let full = page.len() as i64 == PAGE;
+        let full = page.len() as i64 == page_size;
+        let drained = drained_event_ids(conn, mesh_id, &page)?;
         for candidate in page {
             args[1] = Value::Integer(candidate.queued_at);
             args[2] = Value::Text(candidate.id.clone());
-            if visit(candidate)? {
+            if visit(candidate, &drained)? {
                 return Ok(());
             }
         }
         if !full {
             return Ok(());
         }
+        page_size = PAGE;
+        *args.last_mut().expect("the limit is the last argument") = Value::Integer(page_size);
     }
 }
 
-fn drained_before(conn: &Connection, mesh_id: &str, event_id: &str) -> bool {
-    conn.prepare_cached(
-        "SELECT 1 FROM mesh_pending_events WHERE mesh_id = ?1 AND event_id = ?2 AND drained = 1 LIMIT 1",
-    )
-    .and_then(|mut s| s.query_row(params![mesh_id, event_id], |_| Ok(())).optional())
-    .map(|found| found.is_some())
-    .unwrap_or(false)
+/// Which event ids of a page's events were drained before: one indexed lookup per
+/// page instead of one per event.
+fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Res<HashSet<String>> {
+    let ids: Vec<&str> =
+        page.iter().filter_map(|c| c.raw.get("eventId").and_then(serde_json::Value::as_str)).collect();
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT event_id FROM mesh_pending_events
+          WHERE mesh_id = ?1 AND drained = 1 AND event_id IN (SELECT value FROM json_each(?2))",
+    )?;
+    let found = stmt
+        .query_map(params![mesh_id, serde_json::to_string(&ids)?], |r| r.get::<_, String>(0))?
+        .collect::<Result<HashSet<_>, _>>()?;
+    Ok(found)
 }
 
 fn parse(payload: &str) -> serde_json::Value {
@@ -233,9 +253,9 @@ pub(crate) fn drain(
     let mut mark = conn.prepare_cached(
         "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2 WHERE id = ?3",
     )?;
-    walk(conn, mesh_id, request, |c| {
-        let raw = parse(&c.payload);
-        let routed = router.route(&raw, |event_id| drained_before(conn, mesh_id, event_id));
+    walk(conn, mesh_id, request, limit as i64, |c, drained| {
+        let raw = c.raw;
+        let routed = router.route(&raw, |event_id| drained.contains(event_id));
         warn_once(&routed, mesh_id);
         match routed.decision {
             RouteDecision::RoutedAway { .. } => return Ok(false),
@@ -275,6 +295,11 @@ fn reconcile_refine(
     now: Timestamp,
 ) -> Res<Vec<InboxEvent>> {
     use agentmesh_core::events::refine;
+    let accepted =
+        |e: &InboxEvent| e.event.get("event").and_then(serde_json::Value::as_str) == Some("refine:accepted");
+    if !events.iter().any(accepted) {
+        return Ok(events);
+    }
     let values: Vec<serde_json::Value> = events.iter().map(|e| e.event.clone()).collect();
     let missing = refine::jobs_missing_a_terminal(&values);
     let mut backfilled = Vec::new();
@@ -355,11 +380,9 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
     }
     let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
     let mut router = DrainRouter::new(&request.drainer, request.enforce);
-    walk(conn, mesh_id, request, |c| {
-        let raw = parse(&c.payload);
-        if router.route(&raw, |event_id| drained_before(conn, mesh_id, event_id)).decision
-            == RouteDecision::Deliver
-        {
+    walk(conn, mesh_id, request, limit as i64, |c, drained| {
+        let raw = c.raw;
+        if router.route(&raw, |event_id| drained.contains(event_id)).decision == RouteDecision::Deliver {
             events.push(InboxEvent {
                 id: c.id,
                 event: raw,
