@@ -77,9 +77,20 @@ pub(crate) fn queue(
     if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(conn, &ev)? {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
     }
-    let fingerprint = pending_event_fingerprint(&ev);
-    let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
     let id = ledger::new_entry_id(now);
+    let inserted = insert_row(conn, &id, &ev)?;
+    if !inserted {
+        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
+    }
+    Ok(QueueOutcome::Queued { id, event: ev })
+}
+
+/// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
+/// target, fingerprint and v2 envelope in their columns. `false` when its
+/// fingerprint is already used in the mesh (nothing is written).
+pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
+    let fingerprint = pending_event_fingerprint(ev);
+    let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
     let envelope = &ev.envelope;
     let identity =
         |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
@@ -92,7 +103,7 @@ pub(crate) fn queue(
         )?
         .execute(params![
             id,
-            mesh_id,
+            ev.mesh_id,
             ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty()),
             ev.event,
             ev.to_value().to_string(),
@@ -104,10 +115,7 @@ pub(crate) fn queue(
             identity(&envelope.dispatched_by),
             identity(&envelope.intended_for),
         ])?;
-    if inserted == 0 {
-        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
-    }
-    Ok(QueueOutcome::Queued { id, event: ev })
+    Ok(inserted > 0)
 }
 
 /// Whether an undrained event of the same refine job and outcome is queued.

@@ -21,9 +21,7 @@ use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use agentmesh_core::events::names::NEVER_EXPIRE_EVENTS;
-use agentmesh_core::events::{
-    CoordinatorIdentity, PendingEvent, pending_event_fingerprint, read_completion_summary,
-};
+use agentmesh_core::events::read_completion_summary;
 use agentmesh_core::{LedgerEntry, Timestamp};
 use agentmesh_store::legacy::{
     LegacyEventsReport, MIGRATING_SUFFIX, claimed_pending_events_file_name, is_pending_events_file_name,
@@ -45,38 +43,6 @@ const PRUNE_CHUNK: i64 = 500;
 
 /// Skipped lines logged one by one per legacy file; the rest are only counted.
 const SKIPPED_LINES_LOGGED: usize = 20;
-
-/// Stores one event as it is, without stamping or the refine-terminal check,
-/// unless the mesh already holds its fingerprint. Writes the same columns as
-/// `inbox::queue`. Returns whether a row was inserted.
-pub(crate) fn insert_raw(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
-    let fingerprint = pending_event_fingerprint(ev);
-    let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
-    let envelope = &ev.envelope;
-    let identity = |i: &Option<CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
-    let inserted = conn
-        .prepare_cached(
-            "INSERT OR IGNORE INTO mesh_pending_events
-                 (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at, drained,
-                  protocol_version, event_id, scope, dispatched_by, intended_for)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12)",
-        )?
-        .execute(params![
-            id,
-            ev.mesh_id,
-            ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty()),
-            ev.event,
-            ev.to_value().to_string(),
-            fingerprint,
-            ev.queued_at.millis(),
-            envelope.protocol_version.map(|v| v.as_str()),
-            envelope.event_id,
-            envelope.scope.map(|s| s.as_str()),
-            identity(&envelope.dispatched_by),
-            identity(&envelope.intended_for),
-        ])?;
-    Ok(inserted > 0)
-}
 
 // ── Legacy JSONL import ─────────────────────────────────────────────────────
 
@@ -228,7 +194,7 @@ fn import_claimed(store: &SqliteStore, dir: &Path, original: &str, now: Timestam
     let imported = store.write(|tx| {
         let mut imported = 0;
         for event in &parsed.events {
-            if insert_raw(tx, &ledger::new_entry_id(now), event)? {
+            if crate::inbox::insert_row(tx, &ledger::new_entry_id(now), event)? {
                 imported += 1;
             }
         }

@@ -114,9 +114,42 @@ fn load_required(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Loaded>
     load(conn, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
 }
 
+/// The values of a task row, in column order: `?1` id through `?24` mission_id, as
+/// both the insert and the update statements bind them.
+fn row_values(task: &Task, deps_unmet: i64) -> [Value; 24] {
+    let p = Projection::of(task);
+    let text = |v: &Option<String>| v.clone().map_or(Value::Null, Value::Text);
+    let int = |v: Option<i64>| v.map_or(Value::Null, Value::Integer);
+    [
+        Value::Text(task.id.clone()),
+        Value::Text(task.mesh_id.clone()),
+        Value::Text(task.status.as_str().to_owned()),
+        text(&task.target_node_id),
+        text(&task.target_session_id),
+        text(&task.assigned_node_id),
+        text(&task.assigned_session_id),
+        Value::Text(task.created_at.clone()),
+        Value::Text(task.updated_at.clone()),
+        Value::Text(p.payload),
+        Value::Integer(p.priority_rank),
+        Value::Integer(deps_unmet),
+        Value::Integer(i64::from(p.blocked)),
+        Value::Integer(i64::from(p.parked)),
+        Value::Integer(hold_of(deps_unmet, p.blocked, p.parked)),
+        Value::Integer(i64::from(p.readonly)),
+        p.task_mode.map_or(Value::Null, |m| Value::Text(m.to_owned())),
+        p.required_tags.map_or(Value::Null, Value::Text),
+        int(p.not_before_ms),
+        text(&task.assigned_provider_type),
+        text(&task.dispatch_timestamp),
+        Value::Integer(task.epoch() as i64),
+        int(p.lease_expires_ms),
+        text(&task.mission_id),
+    ]
+}
+
 /// Inserts a row; the caller has written its dependency edges and counted them.
 fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
-    let p = Projection::of(task);
     let duplicate =
         || Fail(StoreError::DuplicateTaskId { mesh_id: task.mesh_id.clone(), task_id: task.id.clone() });
     let mut stmt = conn.prepare_cached(
@@ -128,43 +161,18 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
                  ?19, ?20, ?21, ?22, ?23, ?24)",
     )?;
-    stmt.execute(params![
-        task.id,
-        task.mesh_id,
-        task.status.as_str(),
-        task.target_node_id,
-        task.target_session_id,
-        task.assigned_node_id,
-        task.assigned_session_id,
-        task.created_at,
-        task.updated_at,
-        p.payload,
-        p.priority_rank,
-        deps_unmet,
-        p.blocked,
-        p.parked,
-        hold_of(deps_unmet, p.blocked, p.parked),
-        p.readonly,
-        p.task_mode,
-        p.required_tags,
-        p.not_before_ms,
-        task.assigned_provider_type,
-        task.dispatch_timestamp,
-        task.epoch() as i64,
-        p.lease_expires_ms,
-        task.mission_id,
-    ])
-    .map_err(|err| match err.sqlite_error_code() {
-        // The only unique key a new row can collide on is the task id.
-        Some(rusqlite::ErrorCode::ConstraintViolation) => duplicate(),
-        _ => Fail::from(err),
+    stmt.execute(params_from_iter(row_values(task, deps_unmet))).map_err(|err| {
+        match err.sqlite_error_code() {
+            // The only unique key a new row can collide on is the task id.
+            Some(rusqlite::ErrorCode::ConstraintViolation) => duplicate(),
+            _ => Fail::from(err),
+        }
     })?;
     Ok(())
 }
 
 /// Rewrites a row from its task, keeping the readiness count.
 fn update_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
-    let p = Projection::of(task);
     let mut stmt = conn.prepare_cached(
         "UPDATE mesh_queue SET
              status = ?3, target_node_id = ?4, target_session_id = ?5, assigned_node_id = ?6,
@@ -175,32 +183,7 @@ fn update_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
              mission_id = ?24
          WHERE id = ?1 AND mesh_id = ?2",
     )?;
-    let n = stmt.execute(params![
-        task.id,
-        task.mesh_id,
-        task.status.as_str(),
-        task.target_node_id,
-        task.target_session_id,
-        task.assigned_node_id,
-        task.assigned_session_id,
-        task.created_at,
-        task.updated_at,
-        p.payload,
-        p.priority_rank,
-        deps_unmet,
-        p.blocked,
-        p.parked,
-        hold_of(deps_unmet, p.blocked, p.parked),
-        p.readonly,
-        p.task_mode,
-        p.required_tags,
-        p.not_before_ms,
-        task.assigned_provider_type,
-        task.dispatch_timestamp,
-        task.epoch() as i64,
-        p.lease_expires_ms,
-        task.mission_id,
-    ])?;
+    let n = stmt.execute(params_from_iter(row_values(task, deps_unmet)))?;
     if n == 0 {
         return Err(not_found(&task.mesh_id, &task.id));
     }
