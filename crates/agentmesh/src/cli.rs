@@ -62,6 +62,8 @@ pub struct GlobalArgs {
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the daemon: the HTTP API on a local address, until SIGINT or SIGTERM
+    Serve(ServeArgs),
     /// Enqueue, inspect, cancel and requeue tasks (the coordinator's side)
     #[command(subcommand)]
     Task(TaskCommand),
@@ -84,6 +86,18 @@ pub enum Command {
     Deliveries(DeliveriesArgs),
     /// List the direct dispatches not yet finished
     Dispatches,
+}
+
+/// Arguments of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (the bound address is printed)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7433")]
+    pub listen: std::net::SocketAddr,
+    /// File holding the API token, created (mode 0600) when missing
+    /// [default: <data-dir>/daemon.token]
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// `agentmesh task ...`

@@ -23,6 +23,7 @@ mod dispatches;
 mod events;
 mod ledger;
 mod mission;
+mod serve;
 mod sessions;
 mod task;
 
@@ -85,6 +86,7 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
 /// Runs one parsed command.
 pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
+        Command::Serve(args) => serve::run(ctx, args),
         Command::Task(cmd) => task::run(ctx, cmd, out),
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),

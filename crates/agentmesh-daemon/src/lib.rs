@@ -1,0 +1,124 @@
+//! The agentmesh daemon: the HTTP API over a [`Store`].
+//!
+//! [`router`] builds the whole HTTP surface and [`serve`] runs it on a listener the
+//! caller has already bound, until a [`CancellationToken`] is cancelled. The binary
+//! (`agentmesh serve`) binds, installs the signal handlers and cancels the token;
+//! tests bind `127.0.0.1:0` and drive the same router.
+//!
+//! Modules: `api` holds the `/v1` routes, their request bodies and their response
+//! views; `auth` the bearer token (its file, and the middleware that checks it);
+//! `error` the one [`ApiError`] every failure becomes; `extract` the body, query
+//! and path extractors that turn malformed input into an [`ApiError`] naming the
+//! field. Handlers are adapters: they parse, make one store call through
+//! [`AppState::with_store`] and convert the result. Rules live in the core and
+//! the store.
+//!
+//! [`now`] is the daemon's only read of the wall clock.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agentmesh_core::Timestamp;
+use agentmesh_store::{Store, StoreResult};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tower_http::trace::TraceLayer;
+
+mod api;
+mod auth;
+mod error;
+mod extract;
+
+pub use auth::{ApiToken, TOKEN_FILE_NAME};
+pub use error::ApiError;
+
+/// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// What every handler shares: the store and the token requests must present.
+#[derive(Clone)]
+pub struct AppState {
+    /// The store. Synchronous: reach it only through [`AppState::with_store`].
+    store: Arc<dyn Store>,
+    /// The bearer token of the `/v1` routes.
+    token: ApiToken,
+}
+
+impl AppState {
+    /// State over `store`, accepting requests that present `token`.
+    pub fn new(store: Arc<dyn Store>, token: ApiToken) -> AppState {
+        AppState { store, token }
+    }
+
+    /// Runs one store operation on Tokio's blocking thread pool and returns its result.
+    ///
+    /// The store is synchronous: every call is a SQLite transaction that may wait for
+    /// the connection mutex or for another process's file lock (up to the 5 s busy
+    /// timeout). Run on a runtime worker thread, that wait would stall every other
+    /// request scheduled on the worker, so each call goes to `spawn_blocking`. A
+    /// panic inside the operation becomes an internal error, logged once.
+    pub(crate) async fn with_store<T, F>(&self, op: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Store) -> StoreResult<T> + Send + 'static,
+    {
+        let store = Arc::clone(&self.store);
+        match tokio::task::spawn_blocking(move || op(store.as_ref())).await {
+            Ok(result) => result.map_err(ApiError::from),
+            Err(join) => Err(ApiError::Internal(format!("store operation did not finish: {join}"))),
+        }
+    }
+}
+
+/// The current wall-clock time.
+///
+/// The core and the stores take time as an argument; in the daemon every handler
+/// takes it from here, so a later injected clock replaces exactly this function.
+#[allow(clippy::disallowed_methods)] // The daemon's one sanctioned read of the clock.
+pub fn now() -> Timestamp {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
+}
+
+/// The whole HTTP surface: `/healthz` (open) and the `/v1` API (bearer token).
+///
+/// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
+/// unknown path gets a JSON 404, an unsupported method a JSON 405.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .nest("/v1", api::routes(state.clone()))
+        .fallback(route_not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(TraceLayer::new_for_http())
+        .with_state(state)
+}
+
+/// Serves [`router`] on `listener` until `shutdown` is cancelled, then stops taking
+/// connections and returns once the requests in flight have been answered.
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
+/// `GET /healthz`: the process is up and serving. Needs no token and touches no store.
+async fn healthz() -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Any path no route matches.
+async fn route_not_found() -> ApiError {
+    ApiError::RouteNotFound
+}
+
+/// A known path with a method it does not take.
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
