@@ -9,19 +9,21 @@
 //! The request and response types live here until the shared wire-types crate
 //! exists.
 
-use agentmesh_core::events::{CoordinatorIdentity, DrainCounters, Drainer};
+use agentmesh_core::events::{CoordinatorIdentity, DrainCounters, Drainer, EmitHint, PendingEvent, Scope};
 use agentmesh_core::{
-    Claimant, InvalidInput, LedgerEntry, LedgerQuery, NewTask, NotBefore, Task, TaskStatus,
+    Claimant, IdleSession, InvalidInput, LedgerEntry, LedgerQuery, LedgerSlice, NewTask, NotBefore,
+    RequeueOptions, Requeued, SliceQuery, Task, TaskStatus, Timestamp,
 };
 use agentmesh_store::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest, InboxEvent, Outcome, StoreError,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest,
+    DuplicateReason, InboxEvent, Outcome, QueueOutcome, StoreError,
 };
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router, middleware};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
@@ -30,15 +32,28 @@ use crate::{AppState, auth, now};
 /// The failure reason of a failed completion that gives none.
 const DEFAULT_FAILURE_REASON: &str = "worker reported failure";
 
+/// How many of the newest ledger entries the mesh status shows.
+const STATUS_LEDGER_TAIL: u32 = 10;
+
 /// The `/v1` routes, behind the bearer-token check.
 pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/meshes/{mesh}/tasks", post(enqueue).get(list_tasks))
         .route("/meshes/{mesh}/tasks/{id}", get(show_task))
+        .route("/meshes/{mesh}/tasks/{id}/cancel", post(cancel_task))
+        .route("/meshes/{mesh}/tasks/{id}/requeue", post(requeue_task))
         .route("/meshes/{mesh}/claims", post(claim))
+        .route("/meshes/{mesh}/heartbeats", post(heartbeat))
         .route("/meshes/{mesh}/completions", post(complete))
         .route("/meshes/{mesh}/ledger", get(ledger))
+        .route("/meshes/{mesh}/ledger/slice", get(ledger_slice))
+        .route("/meshes/{mesh}/ledger/import", post(import_ledger))
+        .route("/meshes/{mesh}/events", post(push_event))
         .route("/meshes/{mesh}/events/drain", post(drain))
+        .route("/meshes/{mesh}/events/peek", post(peek))
+        .route("/meshes/{mesh}/events/ack", post(ack_events))
+        .route("/meshes/{mesh}/events/retract", post(retract_dispatch_blocked))
+        .route("/meshes/{mesh}/status", get(mesh_status))
         .route_layer(middleware::from_fn_with_state(state, auth::require_token))
 }
 
@@ -193,6 +208,76 @@ async fn show_task(
     Ok(Json(task))
 }
 
+/// `POST /v1/meshes/{mesh}/tasks/{id}/cancel`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelBody {
+    /// Why the task is withdrawn.
+    reason: Option<String>,
+}
+
+/// Cancels a pending or assigned task; answers with the task as it is now.
+async fn cancel_task(
+    State(state): State<AppState>,
+    ApiPath((mesh, id)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<CancelBody>,
+) -> Result<Json<Task>, ApiError> {
+    let reason = optional(body.reason);
+    let task = state.with_store(move |store| store.cancel_task(&mesh, &id, reason.as_deref(), now())).await?;
+    Ok(Json(task))
+}
+
+/// `POST /v1/meshes/{mesh}/tasks/{id}/requeue`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueBody {
+    /// Why the task goes back.
+    reason: Option<String>,
+    /// Requeue even an assigned or completed task, and ignore the retry budget.
+    #[serde(default)]
+    force: bool,
+    /// Overrides the task's retry budget.
+    max_retries: Option<u32>,
+    /// Keep the session pin (dropped by default).
+    #[serde(default)]
+    keep_session_pin: bool,
+}
+
+/// What a requeue answers: the task, and whether it is pending again or failed
+/// because its retry budget was spent.
+#[derive(Debug, Serialize)]
+pub struct RequeueView {
+    /// The task as it is now.
+    task: Task,
+    /// `pending` or `retries_exhausted`.
+    outcome: &'static str,
+}
+
+impl From<Requeued> for RequeueView {
+    fn from(requeued: Requeued) -> RequeueView {
+        match requeued {
+            Requeued::Pending(task) => RequeueView { task, outcome: "pending" },
+            Requeued::RetriesExhausted(task) => RequeueView { task, outcome: "retries_exhausted" },
+        }
+    }
+}
+
+/// Puts a task back in the queue, or fails it when its retry budget is spent.
+async fn requeue_task(
+    State(state): State<AppState>,
+    ApiPath((mesh, id)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<RequeueBody>,
+) -> Result<Json<RequeueView>, ApiError> {
+    let opts = RequeueOptions {
+        reason: optional(body.reason),
+        force: body.force,
+        max_retries: body.max_retries,
+        keep_session_pin: body.keep_session_pin,
+    };
+    let requeued = state.with_store(move |store| store.requeue_task(&mesh, &id, &opts, now())).await?;
+    Ok(Json(RequeueView::from(requeued)))
+}
+
 // ── Claims and completions ───────────────────────────────────────────────────
 
 /// `POST /v1/meshes/{mesh}/claims`: a worker session asks for its next task.
@@ -247,6 +332,35 @@ async fn claim(
         ClaimOutcome::Claimed(task) => ClaimView { task: Some(task), refusal: None },
         ClaimOutcome::Refused(reason) => ClaimView { task: None, refusal: Some(reason.as_str()) },
     }))
+}
+
+/// `POST /v1/meshes/{mesh}/heartbeats`: a worker extends the lease of its task.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeartbeatBody {
+    /// The task.
+    task_id: String,
+    /// The session holding it.
+    session_id: String,
+    /// The epoch the claim returned; an older one is refused.
+    epoch: u64,
+    /// The new lease length from now, in milliseconds.
+    lease_ms: std::num::NonZeroU32,
+}
+
+/// Extends the lease; answers with the task as it is now.
+async fn heartbeat(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiJson(body): ApiJson<HeartbeatBody>,
+) -> Result<Json<Task>, ApiError> {
+    let task_id = required("taskId", body.task_id)?;
+    let session_id = required("sessionId", body.session_id)?;
+    let lease_ms = i64::from(body.lease_ms.get());
+    let task = state
+        .with_store(move |store| store.heartbeat(&mesh, &task_id, &session_id, body.epoch, lease_ms, now()))
+        .await?;
+    Ok(Json(task))
 }
 
 /// `POST /v1/meshes/{mesh}/completions`: a worker reports that its task ended.
@@ -323,7 +437,160 @@ async fn ledger(
     Ok(Json(entries))
 }
 
+/// Query of `GET /v1/meshes/{mesh}/ledger/slice`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SliceParams {
+    /// Entries strictly after this one.
+    after_id: Option<String>,
+    /// Page size (100 when absent, at most 500).
+    limit: Option<u32>,
+    /// Only entries of this kind.
+    kind: Option<String>,
+    /// Only entries at or after this ISO-8601 instant.
+    since: Option<String>,
+}
+
+impl TryFrom<SliceParams> for SliceQuery {
+    type Error = InvalidInput;
+
+    fn try_from(params: SliceParams) -> Result<SliceQuery, InvalidInput> {
+        // Stored timestamps compare as text: normalise the instant to their form.
+        let since = match params.since {
+            Some(text) => Some(
+                Timestamp::parse_iso(text.trim())
+                    .ok_or_else(|| {
+                        InvalidInput::new("since", format!("{text:?} is not an ISO-8601 instant"))
+                    })?
+                    .iso(),
+            ),
+            None => None,
+        };
+        Ok(SliceQuery {
+            after_id: optional(params.after_id),
+            since,
+            kind: optional(params.kind),
+            limit: params.limit,
+        })
+    }
+}
+
+/// One page of the ledger slice protocol (`adhdev.mesh.ledger.slice.v1`).
+async fn ledger_slice(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiQuery(params): ApiQuery<SliceParams>,
+) -> Result<Json<LedgerSlice>, ApiError> {
+    let query = SliceQuery::try_from(params)?;
+    let slice = state.with_store(move |store| store.ledger_slice(&mesh, &query)).await?;
+    Ok(Json(slice))
+}
+
+/// `POST /v1/meshes/{mesh}/ledger/import`: entries from elsewhere, all of this mesh.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportBody {
+    /// The entries, in the original's shape.
+    entries: Vec<LedgerEntry>,
+}
+
+/// Imports the entries (all or none); answers how many were new.
+async fn import_ledger(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiJson(body): ApiJson<ImportBody>,
+) -> Result<Json<Value>, ApiError> {
+    if let Some((i, entry)) = body.entries.iter().enumerate().find(|(_, e)| e.mesh_id != mesh) {
+        return Err(InvalidInput::new(
+            format!("entries[{i}].meshId"),
+            format!("the entry belongs to mesh {:?}, not {mesh:?}", entry.mesh_id),
+        )
+        .into());
+    }
+    let imported = state.with_store(move |store| store.import_ledger(&body.entries)).await?;
+    Ok(Json(serde_json::json!({ "imported": imported })))
+}
+
 // ── Coordinator inbox ────────────────────────────────────────────────────────
+
+/// The emit hint of a pushed event: what the pusher knows better than the event.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EmitHintBody {
+    /// The real coordinator run id, folded into the derived identity.
+    coordinator_run_id: Option<String>,
+    /// Overrides the scope defaulted from the event name.
+    scope: Option<Scope>,
+}
+
+/// `POST /v1/meshes/{mesh}/events`: queue an event for a coordinator.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PushEventBody {
+    /// The event in the original's JSON shape; `meshId` defaults to the path's mesh.
+    event: Map<String, Value>,
+    /// The emit hint (empty when absent).
+    #[serde(default)]
+    hint: EmitHintBody,
+    /// This daemon's machine id, for the self-dispatched fallback stamp.
+    self_machine_id: Option<String>,
+}
+
+/// What a push answers: the stored event, or why it was a duplicate. (Not boxed:
+/// built once per request and serialized at once, as the store's `QueueOutcome`.)
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+#[allow(clippy::large_enum_variant)]
+pub enum PushView {
+    /// Stored.
+    Queued {
+        /// The row id.
+        id: String,
+        /// The event as stored (stamped).
+        event: PendingEvent,
+    },
+    /// Refused as a duplicate; nothing was stored.
+    Duplicate {
+        /// `fingerprint` or `refine_terminal`.
+        duplicate: &'static str,
+    },
+}
+
+/// Queues the event: 201 with its row id and stamped form, or 200 when it is a
+/// duplicate. An event of another mesh is refused.
+async fn push_event(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiJson(body): ApiJson<PushEventBody>,
+) -> Result<(StatusCode, Json<PushView>), ApiError> {
+    let mut raw = body.event;
+    raw.entry("meshId").or_insert_with(|| Value::from(mesh.as_str()));
+    let event = PendingEvent::from_map(raw).map_err(|mut err| {
+        err.field = format!("event.{}", err.field);
+        err
+    })?;
+    let hint = EmitHint {
+        coordinator_run_id: optional(body.hint.coordinator_run_id),
+        scope: body.hint.scope,
+        ..EmitHint::default()
+    };
+    let machine_id = optional(body.self_machine_id);
+    let outcome = state
+        .with_store(move |store| {
+            store.queue_pending_event(&mesh, &event, &hint, machine_id.as_deref(), now())
+        })
+        .await?;
+    Ok(match outcome {
+        QueueOutcome::Queued { id, event } => (StatusCode::CREATED, Json(PushView::Queued { id, event })),
+        QueueOutcome::Duplicate(reason) => {
+            let duplicate = match reason {
+                DuplicateReason::Fingerprint => "fingerprint",
+                DuplicateReason::RefineTerminal => "refine_terminal",
+            };
+            (StatusCode::OK, Json(PushView::Duplicate { duplicate }))
+        }
+    })
+}
 
 /// `POST /v1/meshes/{mesh}/events/drain`: a coordinator takes its events.
 #[derive(Debug, Deserialize)]
@@ -429,6 +696,199 @@ async fn drain(
     Ok(Json(DrainView::from(outcome)))
 }
 
+/// What a peek answers: the events a drain would deliver now.
+#[derive(Debug, Serialize)]
+pub struct PeekView {
+    /// The events, oldest first; none is marked drained.
+    events: Vec<InboxEventView>,
+}
+
+/// The events a drain would deliver now, marking nothing.
+async fn peek(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiJson(body): ApiJson<DrainBody>,
+) -> Result<Json<PeekView>, ApiError> {
+    let request = DrainRequest::try_from(body)?;
+    let events = state.with_store(move |store| store.peek_pending_events(&mesh, &request)).await?;
+    Ok(Json(PeekView { events: events.into_iter().map(InboxEventView::from).collect() }))
+}
+
+/// `POST /v1/meshes/{mesh}/events/ack`: events delivered elsewhere, by row id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckBody {
+    /// Row ids, as a drain or peek handed them out.
+    ids: Vec<String>,
+}
+
+/// Marks the events drained; answers how many changed.
+async fn ack_events(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiJson(body): ApiJson<AckBody>,
+) -> Result<Json<Value>, ApiError> {
+    let ids = body
+        .ids
+        .into_iter()
+        .enumerate()
+        .map(|(i, id)| required(&format!("ids[{i}]"), id))
+        .collect::<Result<Vec<String>, InvalidInput>>()?;
+    let acked = state.with_store(move |store| store.ack_pending_events(&mesh, &ids, now())).await?;
+    Ok(Json(serde_json::json!({ "acked": acked })))
+}
+
+/// `POST /v1/meshes/{mesh}/events/retract`: a task's dispatch is no longer blocked.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetractBody {
+    /// The task whose undelivered `mesh:dispatch_blocked` events go.
+    task_id: String,
+}
+
+/// Deletes the task's undelivered `mesh:dispatch_blocked` events; answers how many.
+async fn retract_dispatch_blocked(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiJson(body): ApiJson<RetractBody>,
+) -> Result<Json<Value>, ApiError> {
+    let task_id = required("taskId", body.task_id)?;
+    let retracted = state.with_store(move |store| store.retract_dispatch_blocked(&mesh, &task_id)).await?;
+    Ok(Json(serde_json::json!({ "retracted": retracted })))
+}
+
+// ── Mesh status ──────────────────────────────────────────────────────────────
+
+/// An assigned task, as the status shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveAssignmentView {
+    /// Task id.
+    id: String,
+    /// Assigned node.
+    node_id: Option<String>,
+    /// Assigned session.
+    session_id: Option<String>,
+    /// Assigned provider type.
+    provider_type: Option<String>,
+    /// The instruction text.
+    message: String,
+    /// When it was claimed (ISO).
+    dispatch_timestamp: Option<String>,
+    /// When its lease runs out (ISO).
+    lease_expires_at: Option<String>,
+    /// Its fencing epoch (the task's `dispatchNonce`).
+    epoch: u64,
+}
+
+impl From<ActiveAssignment> for ActiveAssignmentView {
+    fn from(a: ActiveAssignment) -> ActiveAssignmentView {
+        ActiveAssignmentView {
+            id: a.id,
+            node_id: a.node_id,
+            session_id: a.session_id,
+            provider_type: a.provider_type,
+            message: a.message,
+            dispatch_timestamp: a.dispatch_timestamp,
+            lease_expires_at: a.lease_expires_at,
+            epoch: a.epoch,
+        }
+    }
+}
+
+/// An idle worker session, as the status shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleSessionView {
+    /// The node the session runs on.
+    node_id: String,
+    /// The session.
+    session_id: String,
+    /// Its provider type.
+    provider_type: String,
+    /// When its idle report runs out (ISO).
+    expires_at: String,
+    /// Anything else the session reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    metadata: Option<Value>,
+}
+
+impl From<IdleSession> for IdleSessionView {
+    fn from(s: IdleSession) -> IdleSessionView {
+        IdleSessionView {
+            node_id: s.node_id,
+            session_id: s.session_id,
+            provider_type: s.provider_type,
+            expires_at: Timestamp::from_millis(s.expires_at_ms).iso(),
+            metadata: s.metadata,
+        }
+    }
+}
+
+/// `GET /v1/meshes/{mesh}/status`: an overview of the mesh.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    /// The mesh.
+    mesh_id: String,
+    /// Task count of every status, in lifecycle order (zero included).
+    tasks: Map<String, Value>,
+    /// Assigned tasks, oldest dispatch first.
+    active_assignments: Vec<ActiveAssignmentView>,
+    /// Undrained coordinator events.
+    pending_events: u64,
+    /// Idle sessions whose report has not expired.
+    idle_sessions: Vec<IdleSessionView>,
+    /// The newest ledger entries, oldest first.
+    recent_ledger: Vec<LedgerEntry>,
+}
+
+/// Query of `GET /v1/meshes/{mesh}/status`: none. Declared so that a parameter is
+/// refused rather than silently ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {}
+
+/// The mesh's overview. Its parts are read one after another on one blocking
+/// trip, each in its own transaction, so they may straddle a concurrent write.
+async fn mesh_status(
+    State(state): State<AppState>,
+    ApiPath(mesh): ApiPath<String>,
+    ApiQuery(StatusParams {}): ApiQuery<StatusParams>,
+) -> Result<Json<StatusView>, ApiError> {
+    let view = state
+        .with_store(move |store| {
+            let now = now();
+            let counts = store.stats_by_status(&mesh)?;
+            let tasks = TaskStatus::ALL
+                .into_iter()
+                .map(|status| {
+                    let count = counts.iter().find(|c| c.status == status).map_or(0, |c| c.count);
+                    (status.as_str().to_owned(), Value::from(count))
+                })
+                .collect();
+            let recent = LedgerQuery { tail: Some(STATUS_LEDGER_TAIL), ..LedgerQuery::default() };
+            Ok(StatusView {
+                tasks,
+                active_assignments: store
+                    .active_assignments(&mesh)?
+                    .into_iter()
+                    .map(ActiveAssignmentView::from)
+                    .collect(),
+                pending_events: store.pending_event_count(&mesh)?,
+                idle_sessions: store
+                    .idle_sessions(&mesh, now)?
+                    .into_iter()
+                    .map(IdleSessionView::from)
+                    .collect(),
+                recent_ledger: store.read_ledger_ordered(&mesh, &recent)?,
+                mesh_id: mesh,
+            })
+        })
+        .await?;
+    Ok(Json(view))
+}
+
 /// Refuses a blank value for `field`, returning it trimmed.
 fn required(field: &str, value: String) -> Result<String, InvalidInput> {
     let trimmed = value.trim();
@@ -439,4 +899,9 @@ fn required(field: &str, value: String) -> Result<String, InvalidInput> {
     } else {
         Ok(trimmed.to_owned())
     }
+}
+
+/// An optional text with surrounding whitespace removed; blank counts as absent.
+fn optional(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
 }
