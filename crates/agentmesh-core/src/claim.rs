@@ -1,4 +1,4 @@
-//! Who may claim which task: the claim tiers, the gates in their fixed order, and
+//! Who may claim which task: the gates in their fixed order, and
 //! the refusal reasons.
 //!
 //! A store finds candidates in claim order (tier, then priority, then age) and asks
@@ -131,22 +131,6 @@ pub struct NodeLoad {
     pub cap_reached: bool,
 }
 
-/// The claim tier of a task for a claimant: 0 pinned to this session, 1 pinned to
-/// this node (and no session), 2 unpinned. `None` when it is not a candidate here.
-pub fn claim_tier(
-    target_node_id: Option<&str>,
-    target_session_id: Option<&str>,
-    claimant: &Claimant,
-) -> Option<u8> {
-    match (target_session_id, target_node_id) {
-        (Some(s), _) => (s == claimant.session_id).then_some(0),
-        (None, Some(n)) => {
-            daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]).iter().any(|f| f == n).then_some(1)
-        }
-        (None, None) => Some(2),
-    }
-}
-
 /// Applies the gates, in order, to one candidate. `Ok` means the claimant may take it.
 pub fn check_gates(
     task: &CandidateFacts<'_>,
@@ -260,16 +244,6 @@ mod tests {
         assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Ok(()));
         t.target_node_id = Some("mach_B");
         assert_eq!(check_gates(&t, &c, NodeLoad::default(), NOW), Err(ClaimRefusal::TargetPinUnmatched));
-    }
-
-    #[test]
-    fn tiers() {
-        let c = claimant();
-        assert_eq!(claim_tier(None, Some("s1"), &c), Some(0));
-        assert_eq!(claim_tier(None, Some("s2"), &c), None);
-        assert_eq!(claim_tier(Some("mach_A"), None, &c), Some(1));
-        assert_eq!(claim_tier(Some("mach_B"), None, &c), None);
-        assert_eq!(claim_tier(None, None, &c), Some(2));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //!
 //! - [`task`]: the task model (the original's queue entry), statuses, modes, priorities.
 //! - [`enqueue`]: validating an enqueue request; dependency-cycle detection.
-//! - [`claim`]: claim tiers, gates and refusal reasons.
+//! - [`claim`]: claim gates and refusal reasons.
 //! - [`lifecycle`]: transitions (claim, complete, fail, cancel, requeue, reclaim) and
 //!   completion matching.
 //! - [`daemon_id`] and [`tags`]: identity forms and capability tags.

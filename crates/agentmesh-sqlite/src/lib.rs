@@ -142,7 +142,7 @@ impl SqliteStore {
         let text = std::fs::read_to_string(file)
             .map_err(|e| StoreError::LegacyFile { path: file.to_owned(), problem: e.to_string() })?;
         let entries = agentmesh_store::legacy::parse_legacy_queue(file, &text, mesh_id)?;
-        self.write(|tx| tasks::import_entries(tx, &entries, false))
+        self.write(|tx| tasks::import_entries(tx, &entries))
     }
 
     /// Whether this tool call is due for the rate guard's sweep of old rows.
@@ -228,7 +228,7 @@ impl SqliteStore {
                     if tasks::mesh_task_count(tx, mesh_id)? > 0 {
                         return Ok(None);
                     }
-                    tasks::import_entries(tx, &entries, false).map(Some)
+                    tasks::import_entries(tx, &entries).map(Some)
                 })
             });
         match result {

@@ -9,7 +9,7 @@
 //! whenever one of them changes status; `hold` folds it together with the block and
 //! the parking into one indexed number (0 = claimable as far as the task goes).
 
-use agentmesh_core::claim::{check_gates, claim_tier};
+use agentmesh_core::claim::check_gates;
 use agentmesh_core::ledger::kinds;
 use agentmesh_core::lifecycle::{self, match_completion};
 use agentmesh_core::{
@@ -376,7 +376,7 @@ pub(crate) fn enqueue(
 }
 
 /// Inserts tasks as they are, skipping ids that exist; returns how many were new.
-pub(crate) fn import_entries(conn: &Connection, entries: &[Task], _replace: bool) -> Res<u64> {
+pub(crate) fn import_entries(conn: &Connection, entries: &[Task]) -> Res<u64> {
     let mut imported = Vec::new();
     for task in entries {
         if id_taken(conn, &task.id)? {
@@ -797,12 +797,8 @@ pub(crate) fn claim(
     if !load.cap_reached {
         for tier in TIERS {
             scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
-                if claim_tier(c.target_node_id.as_deref(), c.target_session_id.as_deref(), claimant).is_none()
-                {
-                    // Defensive: the tier queries already select only this claimant's rows.
-                    best = Some(ClaimRefusal::furthest(best, ClaimRefusal::TargetPinUnmatched));
-                    return false;
-                }
+                // The tier queries select only this claimant's rows; gate 6 still
+                // checks every pin exactly.
                 match check_gates(&c.facts(0), claimant, load, now) {
                     Ok(()) => {
                         winner = Some(c.id.clone());
