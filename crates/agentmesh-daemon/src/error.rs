@@ -7,6 +7,7 @@
 //! and the client gets only its code and "internal error": database paths, SQL
 //! and row contents never leave the process.
 
+use agentmesh_api::MeshError;
 use agentmesh_core::InvalidInput;
 use agentmesh_store::StoreError;
 use axum::Json;
@@ -44,6 +45,15 @@ pub enum ApiError {
     Internal(String),
 }
 
+impl From<MeshError> for ApiError {
+    fn from(err: MeshError) -> ApiError {
+        match err {
+            MeshError::Store(err) => ApiError::Store(err),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
+
 impl From<InvalidInput> for ApiError {
     fn from(err: InvalidInput) -> ApiError {
         ApiError::Store(StoreError::InvalidInput(err))
@@ -54,19 +64,8 @@ impl ApiError {
     /// The HTTP status: the one place that decides it.
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::Store(err) => match err {
-                StoreError::InvalidInput(_) => StatusCode::BAD_REQUEST,
-                StoreError::TaskNotFound { .. } | StoreError::NotFound { .. } => StatusCode::NOT_FOUND,
-                StoreError::DuplicateTaskId { .. }
-                | StoreError::DependencyCycle { .. }
-                | StoreError::IdInOtherMesh { .. }
-                | StoreError::InvalidTransition(_)
-                | StoreError::StaleEpoch { .. }
-                | StoreError::NotAssignedToSession { .. }
-                | StoreError::NoAssignedTask { .. } => StatusCode::CONFLICT,
-                StoreError::Busy => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            },
+            ApiError::Store(err) => StatusCode::from_u16(agentmesh_api::store_error_status(err))
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,

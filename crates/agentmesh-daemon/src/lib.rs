@@ -9,21 +9,26 @@
 //! views; `auth` the bearer token (its file, and the middleware that checks it);
 //! `error` the one [`ApiError`] every failure becomes; `extract` the body, query
 //! and path extractors that turn malformed input into an [`ApiError`] naming the
-//! field. Handlers are adapters: they parse, make one store call through
-//! [`AppState::with_store`] and convert the result. Rules live in the core and
-//! the store.
+//! field. Handlers are adapters: they parse into the shared wire types of
+//! `agentmesh_api`, run one operation of the daemon's
+//! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
+//! answer its view. Rules live in the core and the store.
 //!
 //! [`now`] is the daemon's only read of the wall clock.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::time::Duration;
+
+use agentmesh_api::{LocalMesh, MeshResult};
 use agentmesh_core::Timestamp;
-use agentmesh_store::{Store, StoreResult};
+use agentmesh_store::Store;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tower_http::trace::TraceLayer;
 
@@ -38,35 +43,55 @@ pub use error::ApiError;
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// What every handler shares: the store and the token requests must present.
+/// How often a waiting watch looks again without being woken by one of the
+/// daemon's own writes: the fallback that notices writes other processes made to
+/// the same database file.
+pub const FALLBACK_WATCH_POLL: Duration = Duration::from_secs(1);
+
+/// What every handler shares: the mesh operations, the token requests must
+/// present, and the wake-up of waiting watches.
 #[derive(Clone)]
 pub struct AppState {
-    /// The store. Synchronous: reach it only through [`AppState::with_store`].
-    store: Arc<dyn Store>,
+    /// The operations over the store. Synchronous: reach them only through
+    /// [`AppState::with_mesh`].
+    mesh: LocalMesh,
     /// The bearer token of the `/v1` routes.
     token: ApiToken,
+    /// Notified after every write the daemon commits.
+    writes: Arc<Notify>,
+    /// See [`FALLBACK_WATCH_POLL`].
+    fallback_poll: Duration,
 }
 
 impl AppState {
     /// State over `store`, accepting requests that present `token`.
     pub fn new(store: Arc<dyn Store>, token: ApiToken) -> AppState {
-        AppState { store, token }
+        let mesh = LocalMesh::new(store, now);
+        let writes = Arc::new(Notify::new());
+        let notify = Arc::clone(&writes);
+        mesh.signal().listen(move || notify.notify_waiters());
+        AppState { mesh, token, writes, fallback_poll: FALLBACK_WATCH_POLL }
     }
 
-    /// Runs one store operation on Tokio's blocking thread pool and returns its result.
+    /// The mesh operations (for background loops that run beside the routes).
+    pub fn mesh(&self) -> &LocalMesh {
+        &self.mesh
+    }
+
+    /// Runs one mesh operation on Tokio's blocking thread pool and returns its result.
     ///
     /// The store is synchronous: every call is a SQLite transaction that may wait for
     /// the connection mutex or for another process's file lock (up to the 5 s busy
     /// timeout). Run on a runtime worker thread, that wait would stall every other
     /// request scheduled on the worker, so each call goes to `spawn_blocking`. A
     /// panic inside the operation becomes an internal error, logged once.
-    pub(crate) async fn with_store<T, F>(&self, op: F) -> Result<T, ApiError>
+    pub(crate) async fn with_mesh<T, F>(&self, op: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Store) -> StoreResult<T> + Send + 'static,
+        F: FnOnce(&LocalMesh) -> MeshResult<T> + Send + 'static,
     {
-        let store = Arc::clone(&self.store);
-        match tokio::task::spawn_blocking(move || op(store.as_ref())).await {
+        let mesh = self.mesh.clone();
+        match tokio::task::spawn_blocking(move || op(&mesh)).await {
             Ok(result) => result.map_err(ApiError::from),
             Err(join) => Err(ApiError::Internal(format!("store operation did not finish: {join}"))),
         }

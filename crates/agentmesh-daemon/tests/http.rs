@@ -401,8 +401,8 @@ async fn pushed_events_are_peeked_acked_and_retracted() {
     let (status, pushed) = daemon.post("/v1/meshes/m/events", push.clone()).await;
     assert_eq!(status, StatusCode::CREATED, "{pushed}");
     assert!(pushed["id"].as_str().is_some_and(|id| !id.is_empty()), "{pushed}");
-    assert_eq!(pushed["event"]["meshId"], "m", "the mesh defaults to the path's: {pushed}");
-    assert_eq!(pushed["event"]["metadataEvent"]["taskId"], "t1", "{pushed}");
+    assert_eq!(pushed["payload"]["meshId"], "m", "the mesh defaults to the path's: {pushed}");
+    assert_eq!(pushed["payload"]["metadataEvent"]["taskId"], "t1", "{pushed}");
     assert_eq!(
         daemon.post("/v1/meshes/m/events", push).await,
         (StatusCode::OK, json!({ "duplicate": "fingerprint" }))

@@ -26,6 +26,7 @@ mod inbox_upkeep;
 mod ledger;
 mod migrations;
 mod missions;
+mod overview;
 mod paths;
 mod runtime;
 mod store_impl;

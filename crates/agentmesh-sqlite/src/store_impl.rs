@@ -467,4 +467,11 @@ impl Store for SqliteStore {
     fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool> {
         self.write(|tx| inbox::requeue_held(tx, mesh_id, held_entry_id, now))
     }
+
+    fn pending_events_by_addressee(
+        &self,
+        mesh_id: &str,
+    ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
+        self.read(|c| crate::overview::pending_by_addressee(c, mesh_id))
+    }
 }

@@ -154,6 +154,19 @@ pub struct ToolCall {
     pub session_id: Option<String>,
 }
 
+/// Undrained events addressed to one coordinator, for overviews.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingAddressee {
+    /// The addressed daemon, when the events name one.
+    pub daemon_id: Option<String>,
+    /// The addressed coordinator run, when the events name one.
+    pub run_id: Option<String>,
+    /// The addressed coordinator session, when the events name one.
+    pub session_id: Option<String>,
+    /// How many events wait.
+    pub count: u64,
+}
+
 /// A pending event as a drain or a peek hands it out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InboxEvent {
@@ -620,4 +633,11 @@ pub trait Store: Send + Sync {
     /// Returns whether the event is queued again (`false` when it already was, or a
     /// live event took its fingerprint). An unknown entry: [`StoreError::NotFound`].
     fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool>;
+
+    // ── Overview ─────────────────────────────────────────────────────────────
+
+    /// Undrained events counted by the coordinator they are addressed to (the v2
+    /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and
+    /// unaddressed events), largest group first, at most 50 groups.
+    fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>>;
 }

@@ -1,0 +1,193 @@
+//! The agentmesh API: one set of operations, the same on every transport.
+//!
+//! [`MeshApi`] is everything a coordinator or a worker can ask of a mesh. It has
+//! two implementations:
+//! - [`LocalMesh`] runs each operation against a [`Store`](agentmesh_store::Store)
+//!   in this process (the CLI on its data dir, the daemon behind its HTTP routes,
+//!   `agentmesh mcp` without a server);
+//! - [`RemoteMesh`] sends it to a running daemon over HTTP.
+//!
+//! Both take the same request bodies ([`wire`]) and answer the same views
+//! ([`views`]), so a caller (the CLI, the worker runner, the MCP tools) is written
+//! once and cannot tell which one it holds, and the daemon's HTTP answers are, by
+//! construction, what the local path would have produced.
+//!
+//! Rules stay in the core and the store: a `LocalMesh` operation decodes its body,
+//! makes its store calls and builds the view; nothing else.
+
+use std::time::Duration;
+
+use agentmesh_core::{InvalidInput, LedgerEntry, LedgerSlice, Task};
+use agentmesh_store::StoreError;
+
+mod local;
+mod remote;
+mod signal;
+pub mod views;
+pub mod wire;
+
+pub use local::{Clock, LocalMesh};
+pub use remote::RemoteMesh;
+pub use signal::WriteSignal;
+use views::{
+    AckView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView, ImportView, InboxEventView,
+    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RequeueView, RetractView,
+    StatusView,
+};
+use wire::{
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
+    DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
+    MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
+};
+
+/// How long a watch waits when the caller names no timeout.
+pub const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest a single watch may wait.
+pub const MAX_WATCH_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The result of a mesh operation.
+pub type MeshResult<T> = Result<T, MeshError>;
+
+/// Why a mesh operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MeshError {
+    /// The store refused or failed (local operations; the daemon's own errors).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The daemon answered with an error.
+    #[error("{message}")]
+    Remote {
+        /// The HTTP status.
+        status: u16,
+        /// The stable error code of the body.
+        code: String,
+        /// The daemon's message.
+        message: String,
+    },
+    /// The daemon could not be reached, or its answer could not be read.
+    #[error("cannot reach the daemon at {url}: {reason}")]
+    Unreachable {
+        /// The daemon's address.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl From<InvalidInput> for MeshError {
+    fn from(err: InvalidInput) -> MeshError {
+        MeshError::Store(StoreError::InvalidInput(err))
+    }
+}
+
+impl MeshError {
+    /// The stable machine-readable code (`invalid_input`, `task_not_found`, ...).
+    pub fn code(&self) -> &str {
+        match self {
+            MeshError::Store(err) => err.code(),
+            MeshError::Remote { code, .. } => code,
+            MeshError::Unreachable { .. } => "unreachable",
+        }
+    }
+
+    /// Whether the caller's request was at fault (bad input, an unknown id, a
+    /// conflict with the task's state, a stale epoch), as opposed to the system.
+    pub fn is_caller_error(&self) -> bool {
+        match self {
+            MeshError::Store(err) => err.is_caller_error(),
+            MeshError::Remote { status, .. } => (400..500).contains(status),
+            MeshError::Unreachable { .. } => false,
+        }
+    }
+
+    /// The HTTP status this error is answered with.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            MeshError::Store(err) => store_error_status(err),
+            MeshError::Remote { status, .. } => *status,
+            MeshError::Unreachable { .. } => 502,
+        }
+    }
+}
+
+/// The HTTP status of a store error: the one place that decides it.
+pub fn store_error_status(err: &StoreError) -> u16 {
+    match err {
+        StoreError::InvalidInput(_) => 400,
+        StoreError::TaskNotFound { .. } | StoreError::NotFound { .. } => 404,
+        StoreError::DuplicateTaskId { .. }
+        | StoreError::DependencyCycle { .. }
+        | StoreError::IdInOtherMesh { .. }
+        | StoreError::InvalidTransition(_)
+        | StoreError::StaleEpoch { .. }
+        | StoreError::NotAssignedToSession { .. }
+        | StoreError::NoAssignedTask { .. } => 409,
+        StoreError::Busy => 503,
+        _ => 500,
+    }
+}
+
+/// Everything a coordinator or a worker can ask of a mesh. Every operation names
+/// its mesh; ids and bodies are as the HTTP API takes them.
+pub trait MeshApi: Send + Sync {
+    /// Enqueues one task.
+    fn enqueue(&self, mesh: &str, body: EnqueueBody) -> MeshResult<Task>;
+    /// Enqueues several tasks, all or none; `dependsOn` may name another item's `ref`.
+    fn enqueue_batch(&self, mesh: &str, body: BatchEnqueueBody) -> MeshResult<Vec<Task>>;
+    /// The tasks of the mesh (of some statuses), oldest first.
+    fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>>;
+    /// One task; `task_not_found` when the mesh has none with this id.
+    fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task>;
+    /// Cancels a pending or assigned task.
+    fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task>;
+    /// Puts a task back in the queue, or fails it when its retry budget is spent.
+    fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView>;
+    /// Claims the next task for a worker session; "nothing to claim" is an answer.
+    fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView>;
+    /// Extends the lease of a claimed task; a stale epoch is refused.
+    fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task>;
+    /// Reports a task completed or failed; a stale epoch is refused.
+    fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task>;
+    /// Queues an event for a coordinator.
+    fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView>;
+    /// Takes the coordinator's events, marking them drained, in one transaction.
+    fn drain(&self, mesh: &str, body: DrainBody) -> MeshResult<DrainView>;
+    /// The events a drain would deliver now, marking nothing.
+    fn peek(&self, mesh: &str, body: DrainBody) -> MeshResult<Vec<InboxEventView>>;
+    /// A drain that waits up to `timeout` for an event to arrive when none is
+    /// there; empty when the time runs out.
+    fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView>;
+    /// Marks events delivered elsewhere as drained, by row id.
+    fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView>;
+    /// Removes a task's undelivered `mesh:dispatch_blocked` events.
+    fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView>;
+    /// The newest ledger entries, oldest first.
+    fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>>;
+    /// One page of the ledger slice protocol.
+    fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice>;
+    /// Imports ledger entries of this mesh (all or none).
+    fn import_ledger(&self, mesh: &str, body: ImportBody) -> MeshResult<ImportView>;
+    /// Creates or updates a mission.
+    fn upsert_mission(&self, mesh: &str, body: MissionBody) -> MeshResult<MissionSaved>;
+    /// Missions (of some statuses), most recently updated first, with progress.
+    fn missions(&self, mesh: &str, params: MissionListParams) -> MeshResult<Vec<MissionView>>;
+    /// One mission with its progress and tasks.
+    fn mission(&self, mesh: &str, id: &str) -> MeshResult<MissionDetailView>;
+    /// Records that a worker session is idle.
+    fn report_idle(&self, mesh: &str, body: IdleBody) -> MeshResult<IdleSessionView>;
+    /// Idle sessions whose report has not expired, by node then session.
+    fn idle_sessions(&self, mesh: &str) -> MeshResult<Vec<IdleSessionView>>;
+    /// Queues a message for a worker session.
+    fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView>;
+    /// Deliveries still waiting, for the mesh or one session.
+    fn deliveries(&self, mesh: &str, params: DeliveryListParams) -> MeshResult<Vec<DeliveryView>>;
+    /// Records a direct dispatch.
+    fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView>;
+    /// Dispatches not yet completed, failed or stale.
+    fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>>;
+    /// Ranks nodes for a task, best first.
+    fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>>;
+    /// An overview of the mesh.
+    fn status(&self, mesh: &str) -> MeshResult<StatusView>;
+}

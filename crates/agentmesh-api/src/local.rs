@@ -1,0 +1,379 @@
+//! [`LocalMesh`]: the operations run against a store in this process.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentmesh_core::events::enforce_from_env_value;
+use agentmesh_core::{
+    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus, Timestamp,
+};
+use agentmesh_store::placement::{NodeInfo, suggest_nodes};
+use agentmesh_store::{ClaimOptions, DrainRequest, Store, StoreError};
+use serde_json::Value;
+
+use crate::views::{
+    AckView, ActiveAssignmentView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
+    ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
+    PendingForCoordinatorView, PushView, RequeueView, RetractView, StatusView,
+};
+use crate::wire::{
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DEFAULT_IDLE_TTL_SECS, DeliveryBody,
+    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
+    RetractBody, SliceParams, optional, required,
+};
+use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
+
+/// Where the current time comes from: the binary's clock, or a test's.
+pub type Clock = fn() -> Timestamp;
+
+/// The environment variable that switches v2 enforce mode on for drains, read at
+/// the time of each drain.
+pub const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
+
+/// How many of the newest ledger entries the status shows.
+const STATUS_LEDGER_TAIL: u32 = 10;
+
+/// How often a waiting watch looks again without being woken, to notice writes
+/// made by other processes on the same database (writes through this `LocalMesh`
+/// wake it at once).
+pub const DEFAULT_CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
+
+/// The mesh operations over a [`Store`] in this process.
+///
+/// Every successful write bumps the [`WriteSignal`], which is what wakes a
+/// [`MeshApi::watch`] waiting on the same `LocalMesh` (or a clone of it: clones
+/// share the store and the signal).
+#[derive(Clone)]
+pub struct LocalMesh {
+    store: Arc<dyn Store>,
+    clock: Clock,
+    signal: Arc<WriteSignal>,
+    cross_process_poll: Duration,
+}
+
+impl std::fmt::Debug for LocalMesh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMesh").field("signal", &self.signal).finish_non_exhaustive()
+    }
+}
+
+impl LocalMesh {
+    /// The operations over `store`, reading the time from `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: Clock) -> LocalMesh {
+        LocalMesh {
+            store,
+            clock,
+            signal: Arc::new(WriteSignal::new()),
+            cross_process_poll: DEFAULT_CROSS_PROCESS_POLL,
+        }
+    }
+
+    /// Sets how often a waiting watch looks again unprompted (see
+    /// [`DEFAULT_CROSS_PROCESS_POLL`]).
+    pub fn with_cross_process_poll(mut self, every: Duration) -> LocalMesh {
+        self.cross_process_poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The signal bumped after every write.
+    pub fn signal(&self) -> &Arc<WriteSignal> {
+        &self.signal
+    }
+
+    /// The current time, from the clock.
+    pub fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
+    /// Runs a write and bumps the signal when it succeeded.
+    fn write<T>(&self, op: impl FnOnce(&dyn Store, Timestamp) -> Result<T, StoreError>) -> MeshResult<T> {
+        let out = op(self.store.as_ref(), self.now())?;
+        self.signal.bump();
+        Ok(out)
+    }
+
+    /// The store's drain request for `body`, enforce mode folded in from the
+    /// environment as it reads now.
+    fn drain_request(body: DrainBody) -> MeshResult<DrainRequest> {
+        let mut request = DrainRequest::try_from(body)?;
+        request.enforce |= enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
+        Ok(request)
+    }
+
+    fn mission_view(&self, mesh: &str, mission: agentmesh_core::Mission) -> MeshResult<MissionView> {
+        let progress = self.store.mission_progress(mesh, &mission.id)?;
+        Ok(MissionView::new(mission, progress))
+    }
+}
+
+/// Parses a comma-separated status filter, without repeats.
+fn status_filter(text: Option<&str>) -> MeshResult<Vec<TaskStatus>> {
+    let mut statuses = Vec::new();
+    for part in text.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+        let status: TaskStatus = part.parse()?;
+        if !statuses.contains(&status) {
+            statuses.push(status);
+        }
+    }
+    Ok(statuses)
+}
+
+impl MeshApi for LocalMesh {
+    fn enqueue(&self, mesh: &str, body: EnqueueBody) -> MeshResult<Task> {
+        let new = body.into_new_task()?;
+        self.write(|store, now| store.enqueue(mesh, &new, now))
+    }
+
+    fn enqueue_batch(&self, mesh: &str, body: BatchEnqueueBody) -> MeshResult<Vec<Task>> {
+        let new = body.into_new_tasks()?;
+        self.write(|store, now| store.enqueue_batch(mesh, &new, now))
+    }
+
+    fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>> {
+        let statuses = status_filter(params.status.as_deref())?;
+        Ok(self.store.queue_entries(mesh, &statuses)?)
+    }
+
+    fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
+        let id = required("id", id.to_owned())?;
+        self.store
+            .find_task(mesh, &id)?
+            .ok_or_else(|| StoreError::TaskNotFound { mesh_id: mesh.to_owned(), task_id: id.clone() }.into())
+    }
+
+    fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task> {
+        let id = required("id", id.to_owned())?;
+        let reason = optional(body.reason);
+        self.write(|store, now| store.cancel_task(mesh, &id, reason.as_deref(), now))
+    }
+
+    fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {
+        let id = required("id", id.to_owned())?;
+        let opts = body.into();
+        self.write(|store, now| store.requeue_task(mesh, &id, &opts, now)).map(RequeueView::from)
+    }
+
+    fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
+        let (claimant, lease_ms) = body.into_claim()?;
+        let opts = ClaimOptions { lease_ms };
+        self.write(|store, now| store.claim_next(mesh, &claimant, &opts, now)).map(ClaimView::from)
+    }
+
+    fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
+        let task_id = required("taskId", body.task_id)?;
+        let session_id = required("sessionId", body.session_id)?;
+        let lease_ms = i64::from(body.lease_ms.get());
+        self.write(|store, now| store.heartbeat(mesh, &task_id, &session_id, body.epoch, lease_ms, now))
+    }
+
+    fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
+        let report = body.into_report(self.now())?;
+        self.write(|store, now| store.complete_task(mesh, &report, now))
+    }
+
+    fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView> {
+        let (event, hint, machine_id) = body.into_parts(mesh, self.now())?;
+        self.write(|store, now| store.queue_pending_event(mesh, &event, &hint, machine_id.as_deref(), now))
+            .map(PushView::from)
+    }
+
+    fn drain(&self, mesh: &str, body: DrainBody) -> MeshResult<DrainView> {
+        let request = Self::drain_request(body)?;
+        let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
+        Ok(DrainView::from(outcome))
+    }
+
+    fn peek(&self, mesh: &str, body: DrainBody) -> MeshResult<Vec<InboxEventView>> {
+        let request = Self::drain_request(body)?;
+        let events = self.store.peek_pending_events(mesh, &request)?;
+        Ok(events.into_iter().map(InboxEventView::from).collect())
+    }
+
+    fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
+        let request = Self::drain_request(body)?;
+        let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
+        loop {
+            // Read the generation before draining: a write landing after the drain
+            // moves it, and the wait below returns at once.
+            let seen = self.signal.generation();
+            let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !outcome.events.is_empty() || !outcome.quarantined.is_empty() || left.is_zero() {
+                return Ok(DrainView::from(outcome));
+            }
+            self.signal.wait_past(seen, left.min(self.cross_process_poll));
+        }
+    }
+
+    fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView> {
+        let ids = body.into_ids()?;
+        self.write(|store, now| store.ack_pending_events(mesh, &ids, now)).map(|acked| AckView { acked })
+    }
+
+    fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {
+        let task_id = required("taskId", body.task_id)?;
+        self.write(|store, _| store.retract_dispatch_blocked(mesh, &task_id))
+            .map(|retracted| RetractView { retracted })
+    }
+
+    fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
+        let query = LedgerQuery::try_from(params)?;
+        Ok(self.store.read_ledger_ordered(mesh, &query)?)
+    }
+
+    fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {
+        let query = SliceQuery::try_from(params)?;
+        Ok(self.store.ledger_slice(mesh, &query)?)
+    }
+
+    fn import_ledger(&self, mesh: &str, body: ImportBody) -> MeshResult<ImportView> {
+        if let Some((i, entry)) = body.entries.iter().enumerate().find(|(_, e)| e.mesh_id != mesh) {
+            return Err(agentmesh_core::InvalidInput::new(
+                format!("entries[{i}].meshId"),
+                format!("the entry belongs to mesh {:?}, not {mesh:?}", entry.mesh_id),
+            )
+            .into());
+        }
+        self.write(|store, _| store.import_ledger(&body.entries)).map(|imported| ImportView { imported })
+    }
+
+    fn upsert_mission(&self, mesh: &str, body: MissionBody) -> MeshResult<MissionSaved> {
+        let new = NewMission::try_from(body)?;
+        let existed = self.store.mission(mesh, &new.id)?.is_some();
+        let mission = self.write(|store, now| store.upsert_mission(mesh, &new, now))?;
+        Ok(MissionSaved { mission: self.mission_view(mesh, mission)?, created: !existed })
+    }
+
+    fn missions(&self, mesh: &str, params: MissionListParams) -> MeshResult<Vec<MissionView>> {
+        let mut statuses: Vec<String> = Vec::new();
+        for part in params.status.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+            agentmesh_core::mission::validate_status(part)?;
+            if !statuses.iter().any(|s| s == part) {
+                statuses.push(part.to_owned());
+            }
+        }
+        self.store.missions(mesh, &statuses)?.into_iter().map(|m| self.mission_view(mesh, m)).collect()
+    }
+
+    fn mission(&self, mesh: &str, id: &str) -> MeshResult<MissionDetailView> {
+        let id = required("id", id.to_owned())?;
+        let mission = self.store.mission(mesh, &id)?.ok_or_else(|| StoreError::NotFound {
+            kind: "mission",
+            mesh_id: mesh.to_owned(),
+            id: id.clone(),
+        })?;
+        let tasks: Vec<Task> = self
+            .store
+            .queue_entries(mesh, &[])?
+            .into_iter()
+            .filter(|task| task.mission_id.as_deref() == Some(id.as_str()))
+            .collect();
+        Ok(MissionDetailView { mission: self.mission_view(mesh, mission)?, tasks })
+    }
+
+    fn report_idle(&self, mesh: &str, body: IdleBody) -> MeshResult<IdleSessionView> {
+        let ttl_secs = body.ttl_secs.unwrap_or(DEFAULT_IDLE_TTL_SECS);
+        if ttl_secs == 0 {
+            return Err(agentmesh_core::InvalidInput::new("ttlSecs", "must be at least 1").into());
+        }
+        let session = IdleSession {
+            mesh_id: mesh.to_owned(),
+            node_id: required("nodeId", body.node_id)?,
+            session_id: required("sessionId", body.session_id)?,
+            provider_type: required("providerType", body.provider_type)?,
+            expires_at_ms: self.now().millis() + i64::from(ttl_secs) * 1000,
+            metadata: body.metadata.filter(|m| !m.is_null()),
+        };
+        session.validate()?;
+        self.write(|store, _| store.set_idle_session(&session))?;
+        Ok(IdleSessionView::from(session))
+    }
+
+    fn idle_sessions(&self, mesh: &str) -> MeshResult<Vec<IdleSessionView>> {
+        let mut sessions: Vec<IdleSessionView> =
+            self.store.idle_sessions(mesh, self.now())?.into_iter().map(IdleSessionView::from).collect();
+        sessions.sort_by(|a, b| (&a.node_id, &a.session_id).cmp(&(&b.node_id, &b.session_id)));
+        Ok(sessions)
+    }
+
+    fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {
+        let new = agentmesh_core::NewSessionDelivery::try_from(body)?;
+        self.write(|store, now| store.insert_session_delivery(mesh, &new, now)).map(DeliveryView::from)
+    }
+
+    fn deliveries(&self, mesh: &str, params: DeliveryListParams) -> MeshResult<Vec<DeliveryView>> {
+        let session = optional(params.session_id);
+        let deliveries = self.store.active_session_deliveries(mesh, session.as_deref(), self.now())?;
+        Ok(deliveries.into_iter().map(DeliveryView::from).collect())
+    }
+
+    fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView> {
+        let new = agentmesh_core::NewDirectDispatch::try_from(body)?;
+        self.write(|store, now| store.record_direct_dispatch(mesh, &new, now)).map(DispatchView::from)
+    }
+
+    fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>> {
+        Ok(self.store.active_direct_dispatches(mesh)?.into_iter().map(DispatchView::from).collect())
+    }
+
+    fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>> {
+        let task_id = required("taskId", body.task_id)?;
+        let strategy = match optional(body.strategy) {
+            Some(text) => text.parse()?,
+            None => agentmesh_core::Strategy::default(),
+        };
+        let mut nodes = Vec::with_capacity(body.nodes.len());
+        for (i, node) in body.nodes.into_iter().enumerate() {
+            nodes.push(NodeInfo {
+                node_id: required(&format!("nodes[{i}].nodeId"), node.node_id)?,
+                capability_tags: node.capability_tags,
+                scheduling_priority: node.scheduling_priority,
+            });
+        }
+        let task = self.show_task(mesh, &task_id)?;
+        let ranked = suggest_nodes(self.store.as_ref(), mesh, &task, &nodes, strategy)?;
+        self.signal.bump();
+        Ok(ranked.into_iter().map(NodeRankView::from).collect())
+    }
+
+    fn status(&self, mesh: &str) -> MeshResult<StatusView> {
+        let store = self.store.as_ref();
+        let counts = store.stats_by_status(mesh)?;
+        let tasks = TaskStatus::ALL
+            .into_iter()
+            .map(|status| {
+                let count = counts.iter().find(|c| c.status == status).map_or(0, |c| c.count);
+                (status.as_str().to_owned(), Value::from(count))
+            })
+            .collect();
+        let recent = LedgerQuery { tail: Some(STATUS_LEDGER_TAIL), ..LedgerQuery::default() };
+        Ok(StatusView {
+            mesh_id: mesh.to_owned(),
+            tasks,
+            active_assignments: store
+                .active_assignments(mesh)?
+                .into_iter()
+                .map(ActiveAssignmentView::from)
+                .collect(),
+            pending_events: store.pending_event_count(mesh)?,
+            pending_by_coordinator: store
+                .pending_events_by_addressee(mesh)?
+                .into_iter()
+                .map(|a| PendingForCoordinatorView {
+                    daemon_id: a.daemon_id,
+                    run_id: a.run_id,
+                    session_id: a.session_id,
+                    count: a.count,
+                })
+                .collect(),
+            idle_sessions: self.idle_sessions(mesh)?,
+            recent_ledger: store.read_ledger_ordered(mesh, &recent)?,
+        })
+    }
+}

@@ -1,0 +1,301 @@
+//! [`RemoteMesh`]: the operations sent to a running daemon over HTTP.
+
+use std::time::Duration;
+
+use agentmesh_core::{LedgerEntry, LedgerSlice, Task};
+use reqwest::Method;
+use reqwest::blocking::{Client, RequestBuilder};
+use reqwest::header::{AUTHORIZATION, HeaderValue};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::views::{
+    AckView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView, ImportView, InboxEventView,
+    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RequeueView, RetractView,
+    StatusView,
+};
+use crate::wire::{
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
+    DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
+    MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
+    WatchParams,
+};
+use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshError, MeshResult};
+
+/// How long an ordinary request may take, end to end.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// How much longer than its own timeout a watch request may take to answer.
+const WATCH_GRACE: Duration = Duration::from_secs(30);
+
+/// The mesh operations of a daemon at a base URL (`http://127.0.0.1:7433`).
+#[derive(Debug, Clone)]
+pub struct RemoteMesh {
+    base: reqwest::Url,
+    auth: HeaderValue,
+    client: Client,
+}
+
+/// The answer of `POST .../events/peek`.
+#[derive(serde::Deserialize)]
+struct PeekAnswer {
+    events: Vec<InboxEventView>,
+}
+
+/// The error body every daemon error has.
+#[derive(serde::Deserialize)]
+struct ErrorAnswer {
+    error: ErrorDetail,
+}
+
+#[derive(serde::Deserialize)]
+struct ErrorDetail {
+    code: String,
+    message: String,
+}
+
+impl RemoteMesh {
+    /// A client of the daemon at `base_url`, presenting `token`.
+    pub fn new(base_url: &str, token: &str) -> MeshResult<RemoteMesh> {
+        let invalid = |why: String| MeshError::from(agentmesh_core::InvalidInput::new("server", why));
+        let mut base = reqwest::Url::parse(base_url.trim())
+            .map_err(|err| invalid(format!("{base_url:?} is not a URL: {err}")))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(invalid(format!("{base_url:?} is not an http(s) URL")));
+        }
+        if !base.path().ends_with('/') {
+            let path = format!("{}/", base.path());
+            base.set_path(&path);
+        }
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(agentmesh_core::InvalidInput::new("token", "must not be blank").into());
+        }
+        let auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            agentmesh_core::InvalidInput::new("token", "contains characters a header cannot carry")
+        })?;
+        let client = Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|err| MeshError::Unreachable { url: base.to_string(), reason: err.to_string() })?;
+        Ok(RemoteMesh { base, auth, client })
+    }
+
+    /// The daemon's base URL.
+    pub fn base_url(&self) -> &str {
+        self.base.as_str()
+    }
+
+    /// `v1/meshes/{mesh}/{segments...}`, every segment percent-encoded.
+    fn url(&self, mesh: &str, segments: &[&str]) -> reqwest::Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(["v1", "meshes", mesh]).extend(segments);
+        }
+        url
+    }
+
+    fn request(&self, method: Method, mesh: &str, segments: &[&str]) -> RequestBuilder {
+        self.client.request(method, self.url(mesh, segments)).header(AUTHORIZATION, self.auth.clone())
+    }
+
+    fn get<T: DeserializeOwned>(
+        &self,
+        mesh: &str,
+        segments: &[&str],
+        query: &impl Serialize,
+    ) -> MeshResult<T> {
+        self.send(self.request(Method::GET, mesh, segments).query(query))
+    }
+
+    fn post<T: DeserializeOwned>(
+        &self,
+        mesh: &str,
+        segments: &[&str],
+        body: &impl Serialize,
+    ) -> MeshResult<T> {
+        self.send(self.request(Method::POST, mesh, segments).json(body))
+    }
+
+    /// Sends the request and reads the answer: the view on success, the daemon's
+    /// error (code and message) otherwise.
+    fn send<T: DeserializeOwned>(&self, request: RequestBuilder) -> MeshResult<T> {
+        let unreachable = |reason: String| MeshError::Unreachable { url: self.base.to_string(), reason };
+        let response = request.send().map_err(|err| unreachable(describe(&err)))?;
+        let status = response.status();
+        let bytes = response.bytes().map_err(|err| unreachable(describe(&err)))?;
+        if status.is_success() {
+            return serde_json::from_slice(&bytes)
+                .map_err(|err| unreachable(format!("unexpected answer ({status}): {err}")));
+        }
+        match serde_json::from_slice::<ErrorAnswer>(&bytes) {
+            Ok(ErrorAnswer { error }) => {
+                Err(MeshError::Remote { status: status.as_u16(), code: error.code, message: error.message })
+            }
+            Err(_) => Err(MeshError::Remote {
+                status: status.as_u16(),
+                code: "http_error".to_owned(),
+                message: format!("the daemon answered {status}"),
+            }),
+        }
+    }
+}
+
+/// An HTTP client error with its causes, on one line.
+fn describe(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// No query parameters.
+const NO_QUERY: &[(&str, &str)] = &[];
+
+impl MeshApi for RemoteMesh {
+    fn enqueue(&self, mesh: &str, body: EnqueueBody) -> MeshResult<Task> {
+        self.post(mesh, &["tasks"], &body)
+    }
+
+    fn enqueue_batch(&self, mesh: &str, body: BatchEnqueueBody) -> MeshResult<Vec<Task>> {
+        self.post(mesh, &["tasks", "batch"], &body)
+    }
+
+    fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>> {
+        self.get(mesh, &["tasks"], &params)
+    }
+
+    fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
+        self.get(mesh, &["tasks", id], &NO_QUERY)
+    }
+
+    fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task> {
+        self.post(mesh, &["tasks", id, "cancel"], &body)
+    }
+
+    fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {
+        self.post(mesh, &["tasks", id, "requeue"], &body)
+    }
+
+    fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
+        self.post(mesh, &["claims"], &body)
+    }
+
+    fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
+        self.post(mesh, &["heartbeats"], &body)
+    }
+
+    fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
+        self.post(mesh, &["completions"], &body)
+    }
+
+    fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView> {
+        self.post(mesh, &["events"], &body)
+    }
+
+    fn drain(&self, mesh: &str, body: DrainBody) -> MeshResult<DrainView> {
+        self.post(mesh, &["events", "drain"], &body)
+    }
+
+    fn peek(&self, mesh: &str, body: DrainBody) -> MeshResult<Vec<InboxEventView>> {
+        self.post::<PeekAnswer>(mesh, &["events", "peek"], &body).map(|a| a.events)
+    }
+
+    fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
+        let timeout = timeout.min(MAX_WATCH_TIMEOUT);
+        let params = WatchParams { timeout_secs: Some(timeout.as_secs().max(1)) };
+        let request = self
+            .request(Method::POST, mesh, &["events", "watch"])
+            .query(&params)
+            .json(&body)
+            .timeout(timeout + WATCH_GRACE);
+        self.send(request)
+    }
+
+    fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView> {
+        self.post(mesh, &["events", "ack"], &body)
+    }
+
+    fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {
+        self.post(mesh, &["events", "retract"], &body)
+    }
+
+    fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
+        self.get(mesh, &["ledger"], &params)
+    }
+
+    fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {
+        self.get(mesh, &["ledger", "slice"], &params)
+    }
+
+    fn import_ledger(&self, mesh: &str, body: ImportBody) -> MeshResult<ImportView> {
+        self.post(mesh, &["ledger", "import"], &body)
+    }
+
+    fn upsert_mission(&self, mesh: &str, body: MissionBody) -> MeshResult<MissionSaved> {
+        self.post(mesh, &["missions"], &body)
+    }
+
+    fn missions(&self, mesh: &str, params: MissionListParams) -> MeshResult<Vec<MissionView>> {
+        self.get(mesh, &["missions"], &params)
+    }
+
+    fn mission(&self, mesh: &str, id: &str) -> MeshResult<MissionDetailView> {
+        self.get(mesh, &["missions", id], &NO_QUERY)
+    }
+
+    fn report_idle(&self, mesh: &str, body: IdleBody) -> MeshResult<IdleSessionView> {
+        self.post(mesh, &["idle-sessions"], &body)
+    }
+
+    fn idle_sessions(&self, mesh: &str) -> MeshResult<Vec<IdleSessionView>> {
+        self.get(mesh, &["idle-sessions"], &NO_QUERY)
+    }
+
+    fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {
+        self.post(mesh, &["deliveries"], &body)
+    }
+
+    fn deliveries(&self, mesh: &str, params: DeliveryListParams) -> MeshResult<Vec<DeliveryView>> {
+        self.get(mesh, &["deliveries"], &params)
+    }
+
+    fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView> {
+        self.post(mesh, &["dispatches"], &body)
+    }
+
+    fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>> {
+        self.get(mesh, &["dispatches"], &NO_QUERY)
+    }
+
+    fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>> {
+        self.post(mesh, &["placement"], &body)
+    }
+
+    fn status(&self, mesh: &str) -> MeshResult<StatusView> {
+        self.get(mesh, &["status"], &NO_QUERY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_path_segments_and_bad_servers_name_the_flag() {
+        let remote = RemoteMesh::new("http://127.0.0.1:7433", "t").unwrap();
+        assert_eq!(
+            remote.url("my mesh", &["tasks", "a/b"]).as_str(),
+            "http://127.0.0.1:7433/v1/meshes/my%20mesh/tasks/a%2Fb"
+        );
+        let prefixed = RemoteMesh::new("http://host:1/prefix", "t").unwrap();
+        assert_eq!(prefixed.url("m", &["status"]).as_str(), "http://host:1/prefix/v1/meshes/m/status");
+        let err = RemoteMesh::new("not a url", "t").unwrap_err();
+        assert_eq!(err.code(), "invalid_input");
+        assert!(RemoteMesh::new("ftp://x", "t").is_err());
+        assert!(RemoteMesh::new("http://x", " ").is_err());
+    }
+}

@@ -1,0 +1,539 @@
+//! Response views: what every transport answers, in the original's camelCase
+//! field names.
+//!
+//! Tasks, ledger entries and ledger slices go out in the core's own serde shape
+//! (the original's). Everything else the core keeps without serde gets a view
+//! here, converted field by field, so the wire shape is decided in one place.
+//! Views deserialize too: the remote client reads the daemon's answers into the
+//! same types the local path builds, which is what keeps the CLI's `--json`
+//! output identical whichever way it ran.
+
+use agentmesh_core::events::{DrainCounters, PendingEvent};
+use agentmesh_core::{
+    DirectDispatch, IdleSession, LedgerEntry, Mission, MissionProgress, NodeCandidate, Requeued,
+    SessionDelivery, Task,
+};
+use agentmesh_store::{
+    ActiveAssignment, ClaimOutcome, DrainOutcome, DuplicateReason, InboxEvent, QueueOutcome,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// What a claim answers: the task, or `null` and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimView {
+    /// The claimed task, if any.
+    pub task: Option<Task>,
+    /// Why nothing was claimed (the refusal reason of the furthest gate reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
+}
+
+impl From<ClaimOutcome> for ClaimView {
+    fn from(outcome: ClaimOutcome) -> ClaimView {
+        match outcome {
+            ClaimOutcome::Claimed(task) => ClaimView { task: Some(task), refusal: None },
+            ClaimOutcome::Refused(reason) => {
+                ClaimView { task: None, refusal: Some(reason.as_str().to_owned()) }
+            }
+        }
+    }
+}
+
+/// What a requeue answers: the task, and whether it is pending again or failed
+/// because its retry budget was spent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequeueView {
+    /// The task as it is now.
+    pub task: Task,
+    /// `pending` or `retries_exhausted`.
+    pub outcome: String,
+}
+
+impl From<Requeued> for RequeueView {
+    fn from(requeued: Requeued) -> RequeueView {
+        match requeued {
+            Requeued::Pending(task) => RequeueView { task, outcome: "pending".to_owned() },
+            Requeued::RetriesExhausted(task) => RequeueView { task, outcome: "retries_exhausted".to_owned() },
+        }
+    }
+}
+
+/// What an ack answers: how many events it marked drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AckView {
+    /// Events marked drained.
+    pub acked: u64,
+}
+
+/// What a retract answers: how many undelivered events it removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetractView {
+    /// Events removed.
+    pub retracted: u64,
+}
+
+/// What a ledger import answers: how many entries were new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportView {
+    /// Entries stored.
+    pub imported: u64,
+}
+
+/// A coordinator inbox event: the original's inbox row (`id`, `event`, `queuedAt`
+/// in epoch milliseconds, `fingerprint`), with the whole event, v2 envelope
+/// included, as `payload`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InboxEventView {
+    /// The row id (what `ack` takes).
+    pub id: String,
+    /// The event name.
+    pub event: Value,
+    /// When it was queued (epoch milliseconds).
+    pub queued_at: i64,
+    /// Its content fingerprint, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// The event as stored.
+    pub payload: Value,
+}
+
+impl InboxEventView {
+    /// The view of an event just queued under row id `id`.
+    pub fn queued(id: String, event: &PendingEvent) -> InboxEventView {
+        InboxEventView {
+            id,
+            event: Value::from(event.event.as_str()),
+            queued_at: event.queued_at.millis(),
+            fingerprint: None,
+            payload: event.to_value(),
+        }
+    }
+
+    /// The event name, or `""` when the payload has none.
+    pub fn name(&self) -> &str {
+        self.event.as_str().unwrap_or_default()
+    }
+
+    /// The text written for the coordinator (`coordinatorMessage`), when it has one.
+    pub fn coordinator_message(&self) -> Option<&str> {
+        self.payload.get("coordinatorMessage").and_then(Value::as_str).filter(|t| !t.trim().is_empty())
+    }
+}
+
+impl From<InboxEvent> for InboxEventView {
+    fn from(e: InboxEvent) -> InboxEventView {
+        InboxEventView {
+            id: e.id,
+            event: e.event.get("event").cloned().unwrap_or(Value::Null),
+            queued_at: e.queued_at_ms,
+            fingerprint: e.fingerprint,
+            payload: e.event,
+        }
+    }
+}
+
+/// What a push answers: the stored event, or why it was a duplicate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum PushView {
+    /// Refused as a duplicate; nothing was stored.
+    Duplicate {
+        /// `fingerprint` or `refine_terminal`.
+        duplicate: String,
+    },
+    /// Stored.
+    Queued(Box<InboxEventView>),
+}
+
+impl From<QueueOutcome> for PushView {
+    fn from(outcome: QueueOutcome) -> PushView {
+        match outcome {
+            QueueOutcome::Queued { id, event } => {
+                PushView::Queued(Box::new(InboxEventView::queued(id, &event)))
+            }
+            QueueOutcome::Duplicate(reason) => PushView::Duplicate {
+                duplicate: match reason {
+                    DuplicateReason::Fingerprint => "fingerprint",
+                    DuplicateReason::RefineTerminal => "refine_terminal",
+                }
+                .to_owned(),
+            },
+        }
+    }
+}
+
+/// A drain (or a watch): the delivered events, the drain's counters under the
+/// original's names, and the row ids it held back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DrainView {
+    /// Events delivered, oldest first.
+    pub events: Vec<InboxEventView>,
+    /// The drain's counters.
+    pub counters: DrainCounters,
+    /// Row ids quarantined by this drain.
+    pub quarantined: Vec<String>,
+}
+
+impl From<DrainOutcome> for DrainView {
+    fn from(d: DrainOutcome) -> DrainView {
+        DrainView {
+            events: d.events.into_iter().map(InboxEventView::from).collect(),
+            counters: d.counters,
+            quarantined: d.quarantined,
+        }
+    }
+}
+
+/// A mission's progress, counted from its tasks when read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressView {
+    /// Tasks in the mission.
+    pub total: u64,
+    /// Pending tasks.
+    pub pending: u64,
+    /// Assigned tasks.
+    pub assigned: u64,
+    /// Completed tasks.
+    pub completed: u64,
+    /// Failed tasks.
+    pub failed: u64,
+    /// Cancelled tasks.
+    pub cancelled: u64,
+    /// Completed tasks as a whole percentage of all tasks.
+    pub percent_complete: u8,
+}
+
+impl From<MissionProgress> for ProgressView {
+    fn from(p: MissionProgress) -> ProgressView {
+        ProgressView {
+            total: p.total,
+            pending: p.pending,
+            assigned: p.assigned,
+            completed: p.completed,
+            failed: p.failed,
+            cancelled: p.cancelled,
+            percent_complete: p.percent_complete(),
+        }
+    }
+}
+
+/// A mission: the original's mission row plus its derived progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MissionView {
+    /// Mission id.
+    pub id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Short title.
+    pub title: String,
+    /// What done looks like (empty when unset).
+    pub goal: String,
+    /// Status word.
+    pub status: String,
+    /// Creation time (ISO).
+    pub created_at: String,
+    /// Last change (ISO).
+    pub updated_at: String,
+    /// Progress counted from the mission's tasks.
+    pub progress: ProgressView,
+}
+
+impl MissionView {
+    /// The view of `mission` with `progress`.
+    pub fn new(mission: Mission, progress: MissionProgress) -> MissionView {
+        MissionView {
+            id: mission.id,
+            mesh_id: mission.mesh_id,
+            title: mission.title,
+            goal: mission.goal,
+            status: mission.status,
+            created_at: mission.created_at,
+            updated_at: mission.updated_at,
+            progress: progress.into(),
+        }
+    }
+}
+
+/// What a mission upsert answers: the mission, and whether it was new.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MissionSaved {
+    /// The mission as it is now.
+    #[serde(flatten)]
+    pub mission: MissionView,
+    /// It did not exist before.
+    pub created: bool,
+}
+
+/// One mission with its tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MissionDetailView {
+    /// The mission and its progress.
+    #[serde(flatten)]
+    pub mission: MissionView,
+    /// The mission's tasks, oldest first.
+    pub tasks: Vec<Task>,
+}
+
+/// An idle worker session. `expiresAt` is epoch milliseconds, as the original's
+/// rows carry it; `metadata` is left out when the session reported none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleSessionView {
+    /// The mesh.
+    pub mesh_id: String,
+    /// The node the session runs on.
+    pub node_id: String,
+    /// The session.
+    pub session_id: String,
+    /// Its provider type.
+    pub provider_type: String,
+    /// When the idle report runs out (epoch milliseconds).
+    pub expires_at: i64,
+    /// Anything else the session reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+impl From<IdleSession> for IdleSessionView {
+    fn from(s: IdleSession) -> IdleSessionView {
+        IdleSessionView {
+            mesh_id: s.mesh_id,
+            node_id: s.node_id,
+            session_id: s.session_id,
+            provider_type: s.provider_type,
+            expires_at: s.expires_at_ms,
+            metadata: s.metadata,
+        }
+    }
+}
+
+/// A session delivery: every column of the original's row, unset ones as `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryView {
+    /// Delivery id.
+    pub id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Target node.
+    pub node_id: Option<String>,
+    /// Target session.
+    pub session_id: Option<String>,
+    /// Provider type of the target session.
+    pub provider_type: Option<String>,
+    /// The task it carries.
+    pub task_id: Option<String>,
+    /// What it is (`task`, `nudge`, `message`, ...).
+    pub kind: String,
+    /// Higher goes first.
+    pub priority: i64,
+    /// The text to hand over.
+    pub message: String,
+    /// Where it is.
+    pub status: String,
+    /// Not before this instant (ISO).
+    pub deliver_after: Option<String>,
+    /// Expires at this instant (ISO).
+    pub expires_at: Option<String>,
+    /// Delivery attempts so far.
+    pub attempt_count: u32,
+    /// The coordinator session that sent it.
+    pub source_coordinator_session_id: Option<String>,
+    /// The coordinator daemon that sent it.
+    pub source_coordinator_daemon_id: Option<String>,
+    /// The last delivery error.
+    pub last_error: Option<String>,
+    /// Creation time (ISO).
+    pub created_at: String,
+    /// Last change (ISO).
+    pub updated_at: String,
+}
+
+impl From<SessionDelivery> for DeliveryView {
+    fn from(d: SessionDelivery) -> DeliveryView {
+        DeliveryView {
+            id: d.id,
+            mesh_id: d.mesh_id,
+            node_id: d.node_id,
+            session_id: d.session_id,
+            provider_type: d.provider_type,
+            task_id: d.task_id,
+            kind: d.kind,
+            priority: d.priority,
+            message: d.message,
+            status: d.status.as_str().to_owned(),
+            deliver_after: d.deliver_after,
+            expires_at: d.expires_at,
+            attempt_count: d.attempt_count,
+            source_coordinator_session_id: d.source_coordinator_session_id,
+            source_coordinator_daemon_id: d.source_coordinator_daemon_id,
+            last_error: d.last_error,
+            created_at: d.created_at,
+            updated_at: d.updated_at,
+        }
+    }
+}
+
+/// A direct dispatch: every column of the original's row, unset ones as `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DispatchView {
+    /// The dispatched task's id.
+    pub task_id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Target node.
+    pub node_id: Option<String>,
+    /// Target session.
+    pub session_id: Option<String>,
+    /// Provider type of the target session.
+    pub provider_type: Option<String>,
+    /// The instruction text.
+    pub message: String,
+    /// Task mode by name.
+    pub task_mode: Option<String>,
+    /// How it was sent (`pty`, `p2p`, `api`, ...).
+    pub via: String,
+    /// Where it is.
+    pub status: String,
+    /// It went to a session that was idle at the time.
+    pub dispatched_to_idle_session: bool,
+    /// When it was sent (ISO).
+    pub dispatched_at: String,
+    /// Last change (ISO).
+    pub updated_at: String,
+}
+
+impl From<DirectDispatch> for DispatchView {
+    fn from(d: DirectDispatch) -> DispatchView {
+        DispatchView {
+            task_id: d.task_id,
+            mesh_id: d.mesh_id,
+            node_id: d.node_id,
+            session_id: d.session_id,
+            provider_type: d.provider_type,
+            message: d.message,
+            task_mode: d.task_mode,
+            via: d.via,
+            status: d.status.as_str().to_owned(),
+            dispatched_to_idle_session: d.dispatched_to_idle_session,
+            dispatched_at: d.dispatched_at,
+            updated_at: d.updated_at,
+        }
+    }
+}
+
+/// A node ranked for a task, best first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRankView {
+    /// The node.
+    pub node_id: String,
+    /// Its scheduling priority.
+    pub scheduling_priority: i64,
+    /// Tasks assigned to it now.
+    pub load: u64,
+}
+
+impl From<NodeCandidate> for NodeRankView {
+    fn from(c: NodeCandidate) -> NodeRankView {
+        NodeRankView { node_id: c.node_id, scheduling_priority: c.scheduling_priority, load: c.load }
+    }
+}
+
+/// An assigned task, as the status shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveAssignmentView {
+    /// Task id.
+    pub id: String,
+    /// Assigned node.
+    pub node_id: Option<String>,
+    /// Assigned session.
+    pub session_id: Option<String>,
+    /// Assigned provider type.
+    pub provider_type: Option<String>,
+    /// The instruction text.
+    pub message: String,
+    /// When it was claimed (ISO).
+    pub dispatch_timestamp: Option<String>,
+    /// When its lease runs out (ISO).
+    pub lease_expires_at: Option<String>,
+    /// Its fencing epoch (the task's `dispatchNonce`).
+    pub epoch: u64,
+}
+
+impl From<ActiveAssignment> for ActiveAssignmentView {
+    fn from(a: ActiveAssignment) -> ActiveAssignmentView {
+        ActiveAssignmentView {
+            id: a.id,
+            node_id: a.node_id,
+            session_id: a.session_id,
+            provider_type: a.provider_type,
+            message: a.message,
+            dispatch_timestamp: a.dispatch_timestamp,
+            lease_expires_at: a.lease_expires_at,
+            epoch: a.epoch,
+        }
+    }
+}
+
+/// Undrained events addressed to one coordinator (or to none in particular).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingForCoordinatorView {
+    /// The addressed daemon, when the events name one.
+    pub daemon_id: Option<String>,
+    /// The addressed coordinator run, when the events name one.
+    pub run_id: Option<String>,
+    /// The addressed coordinator session, when the events name one.
+    pub session_id: Option<String>,
+    /// How many events wait.
+    pub count: u64,
+}
+
+/// An overview of the mesh.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView {
+    /// The mesh.
+    pub mesh_id: String,
+    /// Task count of every status, in lifecycle order (zero included).
+    pub tasks: Map<String, Value>,
+    /// Assigned tasks, oldest dispatch first.
+    pub active_assignments: Vec<ActiveAssignmentView>,
+    /// Undrained coordinator events.
+    pub pending_events: u64,
+    /// Undrained events by the coordinator they are addressed to.
+    pub pending_by_coordinator: Vec<PendingForCoordinatorView>,
+    /// Idle sessions whose report has not expired.
+    pub idle_sessions: Vec<IdleSessionView>,
+    /// The newest ledger entries, oldest first.
+    pub recent_ledger: Vec<LedgerEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_views_read_back_as_they_were_written() {
+        let dup = PushView::Duplicate { duplicate: "fingerprint".into() };
+        let text = serde_json::to_string(&dup).unwrap();
+        assert_eq!(text, r#"{"duplicate":"fingerprint"}"#);
+        assert_eq!(serde_json::from_str::<PushView>(&text).unwrap(), dup);
+        let queued = PushView::Queued(Box::new(InboxEventView {
+            id: "row".into(),
+            event: Value::from("agent:stopped"),
+            queued_at: 5,
+            fingerprint: None,
+            payload: serde_json::json!({ "event": "agent:stopped" }),
+        }));
+        let text = serde_json::to_string(&queued).unwrap();
+        assert_eq!(serde_json::from_str::<PushView>(&text).unwrap(), queued);
+    }
+}

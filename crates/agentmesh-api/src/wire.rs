@@ -1,0 +1,877 @@
+//! Request bodies and query parameters: what a caller sends, in the original's
+//! camelCase field names.
+//!
+//! The same types are the HTTP bodies, the MCP tool arguments and what the CLI
+//! builds from its flags, so one request means the same thing on every transport.
+//! Bodies where a mistyped field would silently change the request deny unknown
+//! fields. Each converts into the core's request type with `TryFrom`, and that
+//! conversion is the only place a body is checked: strings go to the core as sent,
+//! so its validation error names the field.
+
+use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEvent, Scope};
+use agentmesh_core::{
+    Claimant, InvalidInput, LedgerEntry, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
+    NotBefore, RequeueOptions, SliceQuery, Timestamp,
+};
+use agentmesh_store::DrainRequest;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The failure reason of a failed completion that gives none.
+pub const DEFAULT_FAILURE_REASON: &str = "worker reported failure";
+
+/// The coordinator that enqueues a task; its completion event is addressed to it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CoordinatorBody {
+    /// The coordinator's daemon (`mach_...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daemon_id: Option<String>,
+    /// The coordinator's run id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The coordinator's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `notBefore`: an ISO-8601 instant, or milliseconds (an offset from now below one
+/// year, else epoch milliseconds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NotBeforeBody {
+    /// Milliseconds.
+    Millis(i64),
+    /// An instant.
+    Iso(String),
+}
+
+/// Enqueue one task (`POST /v1/meshes/{mesh}/tasks`), or one item of a batch.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnqueueBody {
+    /// The instruction for the worker.
+    pub message: String,
+    /// Task id (a fresh one when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Only in a batch: a name other items of the same batch use in `dependsOn`.
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// Kind of work.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_mode: Option<String>,
+    /// Read-only work may run beside other work on a busy node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readonly: Option<bool>,
+    /// Pull priority: low, normal or high.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
+    /// Tasks that must complete first (ids, or refs of the same batch).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends_on: Vec<String>,
+    /// Capability tags the claiming node must offer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_tags: Vec<String>,
+    /// Only this node may claim the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_node_id: Option<String>,
+    /// Only this session may claim the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_session_id: Option<String>,
+    /// The mission the task belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mission_id: Option<String>,
+    /// Earliest claim time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<NotBeforeBody>,
+    /// How often the task may be requeued before it fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<i64>,
+    /// Consensus group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consensus_group_id: Option<String>,
+    /// Model hint for the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Thinking-level hint for the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_level: Option<String>,
+    /// Difficulty hint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub difficulty: Option<String>,
+    /// Structured input for the worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<Value>,
+    /// The enqueuing coordinator, to whom the completion event goes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorBody>,
+}
+
+impl EnqueueBody {
+    /// The core's request. A `ref` is refused: it means something only in a batch.
+    pub fn into_new_task(self) -> Result<NewTask, InvalidInput> {
+        if self.reference.is_some() {
+            return Err(InvalidInput::new("ref", "is allowed only in a batch enqueue"));
+        }
+        Ok(self.into_new_task_unchecked())
+    }
+
+    fn into_new_task_unchecked(self) -> NewTask {
+        let coordinator = self.coordinator.unwrap_or_default();
+        NewTask {
+            id: self.id,
+            message: self.message,
+            task_mode: self.task_mode,
+            readonly: self.readonly,
+            target_node_id: self.target_node_id,
+            target_session_id: self.target_session_id,
+            required_tags: self.required_tags,
+            priority: self.priority,
+            not_before: self.not_before.map(|nb| match nb {
+                NotBeforeBody::Millis(ms) => NotBefore::Millis(ms),
+                NotBeforeBody::Iso(text) => NotBefore::Iso(text),
+            }),
+            depends_on: self.depends_on,
+            mission_id: self.mission_id,
+            consensus_group_id: self.consensus_group_id,
+            model: self.model,
+            thinking_level: self.thinking_level,
+            difficulty: self.difficulty,
+            max_retries: self.max_retries,
+            source_coordinator_session_id: coordinator.session_id,
+            source_coordinator_daemon_id: coordinator.daemon_id,
+            source_coordinator_run_id: coordinator.run_id,
+            input: self.input,
+        }
+    }
+}
+
+/// Enqueue several tasks at once, all or none (`POST /v1/meshes/{mesh}/tasks/batch`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BatchEnqueueBody {
+    /// The tasks, in order. An item's `dependsOn` may name another item's `ref`.
+    pub tasks: Vec<EnqueueBody>,
+    /// The coordinator of every task that names none itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorBody>,
+}
+
+impl BatchEnqueueBody {
+    /// The core's requests: every `ref` becomes a task id (the item's own `id`, else
+    /// a fresh one) and references to it in `dependsOn` are replaced by that id.
+    pub fn into_new_tasks(self) -> Result<Vec<NewTask>, InvalidInput> {
+        if self.tasks.is_empty() {
+            return Err(InvalidInput::new("tasks", "must name at least one task"));
+        }
+        let mut refs: Vec<(String, String)> = Vec::new();
+        let mut items = self.tasks;
+        for (i, item) in items.iter_mut().enumerate() {
+            if let Some(reference) = item.reference.take() {
+                let reference = reference.trim().to_owned();
+                if reference.is_empty() {
+                    return Err(InvalidInput::new(format!("tasks[{i}].ref"), "must not be blank"));
+                }
+                if refs.iter().any(|(r, _)| *r == reference) {
+                    return Err(InvalidInput::new(
+                        format!("tasks[{i}].ref"),
+                        format!("{reference:?} names two tasks of the batch"),
+                    ));
+                }
+                let id = item.id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                item.id = Some(id.clone());
+                refs.push((reference, id));
+            }
+        }
+        Ok(items
+            .into_iter()
+            .map(|mut item| {
+                for dep in &mut item.depends_on {
+                    if let Some((_, id)) = refs.iter().find(|(r, _)| r == dep.trim()) {
+                        *dep = id.clone();
+                    }
+                }
+                if item.coordinator.is_none() {
+                    item.coordinator = self.coordinator.clone();
+                }
+                item.into_new_task_unchecked()
+            })
+            .collect())
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/tasks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Only these statuses, comma-separated (every status when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/tasks/{id}/cancel`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelBody {
+    /// Why the task is withdrawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/tasks/{id}/requeue`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueBody {
+    /// Why the task goes back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Requeue even an assigned or completed task, and ignore the retry budget.
+    #[serde(default)]
+    pub force: bool,
+    /// Overrides the task's retry budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// Keep the session pin (dropped by default).
+    #[serde(default)]
+    pub keep_session_pin: bool,
+}
+
+impl From<RequeueBody> for RequeueOptions {
+    fn from(body: RequeueBody) -> RequeueOptions {
+        RequeueOptions {
+            reason: optional(body.reason),
+            force: body.force,
+            max_retries: body.max_retries,
+            keep_session_pin: body.keep_session_pin,
+        }
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/claims`: a worker session asks for its next task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimBody {
+    /// The node the session runs on.
+    pub node_id: String,
+    /// The session asking for work.
+    pub session_id: String,
+    /// Capability tags the node offers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capability_tags: Vec<String>,
+    /// The session's provider type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<String>,
+    /// At most this many tasks at once for this provider on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_max_parallel: Option<u32>,
+    /// The node is a worktree clone.
+    #[serde(default)]
+    pub node_is_worktree: bool,
+    /// Lease length in milliseconds (the store's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ms: Option<std::num::NonZeroU32>,
+}
+
+impl ClaimBody {
+    /// The claimant and the lease length.
+    pub fn into_claim(self) -> Result<(Claimant, Option<i64>), InvalidInput> {
+        let claimant = Claimant {
+            node_id: required("nodeId", self.node_id)?,
+            session_id: required("sessionId", self.session_id)?,
+            capability_tags: self.capability_tags,
+            provider_type: optional(self.provider_type),
+            provider_max_parallel: self.provider_max_parallel,
+            node_is_worktree: self.node_is_worktree,
+        };
+        Ok((claimant, self.lease_ms.map(|ms| i64::from(ms.get()))))
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/heartbeats`: a worker extends the lease of its task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeartbeatBody {
+    /// The task.
+    pub task_id: String,
+    /// The session holding it.
+    pub session_id: String,
+    /// The epoch the claim returned; an older one is refused.
+    pub epoch: u64,
+    /// The new lease length from now, in milliseconds.
+    pub lease_ms: std::num::NonZeroU32,
+}
+
+/// `POST /v1/meshes/{mesh}/completions`: a worker reports that its task ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompletionBody {
+    /// The reporting session.
+    pub session_id: String,
+    /// The task (the session's assigned task when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The epoch the claim returned; a report for an older epoch is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    /// The worker's account of what was done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// The task failed.
+    #[serde(default)]
+    pub failed: bool,
+    /// Why it failed (only with `failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl CompletionBody {
+    /// The store's report, stamped with `now` as the time the work ended.
+    pub fn into_report(self, now: Timestamp) -> Result<agentmesh_store::CompletionReport, InvalidInput> {
+        use agentmesh_store::Outcome;
+        let outcome = match (self.failed, self.reason) {
+            (true, reason) => Outcome::Failed {
+                reason: optional(reason).unwrap_or_else(|| DEFAULT_FAILURE_REASON.to_owned()),
+                summary: self.summary,
+            },
+            (false, None) => Outcome::Completed { summary: self.summary },
+            (false, Some(_)) => return Err(InvalidInput::new("reason", "is allowed only with failed: true")),
+        };
+        Ok(agentmesh_store::CompletionReport {
+            session_id: required("sessionId", self.session_id)?,
+            task_id: optional(self.task_id),
+            epoch: self.epoch,
+            occurred_at: Some(now.iso()),
+            outcome,
+        })
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/ledger`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LedgerParams {
+    /// How many of the newest entries (200 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<u32>,
+    /// Only entries at or after this ISO-8601 instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+    /// Only entries of these kinds, comma-separated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+impl TryFrom<LedgerParams> for agentmesh_core::LedgerQuery {
+    type Error = InvalidInput;
+
+    fn try_from(params: LedgerParams) -> Result<agentmesh_core::LedgerQuery, InvalidInput> {
+        Ok(agentmesh_core::LedgerQuery {
+            tail: params.tail,
+            since: params.since.as_deref().map(|s| instant("since", s)).transpose()?,
+            kinds: params
+                .kind
+                .iter()
+                .flat_map(|k| k.split(','))
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        })
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/ledger/slice`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SliceParams {
+    /// Entries strictly after this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_id: Option<String>,
+    /// Page size (100 when absent, at most 500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Only entries of this kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Only entries at or after this ISO-8601 instant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<String>,
+}
+
+impl TryFrom<SliceParams> for SliceQuery {
+    type Error = InvalidInput;
+
+    fn try_from(params: SliceParams) -> Result<SliceQuery, InvalidInput> {
+        Ok(SliceQuery {
+            after_id: optional(params.after_id),
+            since: params.since.as_deref().map(|s| instant("since", s)).transpose()?,
+            kind: optional(params.kind),
+            limit: params.limit,
+        })
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/ledger/import`: entries from elsewhere, all of this mesh.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportBody {
+    /// The entries, in the original's shape.
+    pub entries: Vec<LedgerEntry>,
+}
+
+/// The emit hint of a pushed event: what the pusher knows better than the event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EmitHintBody {
+    /// The real coordinator run id, folded into the derived identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator_run_id: Option<String>,
+    /// Overrides the scope defaulted from the event name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<Scope>,
+}
+
+impl From<EmitHintBody> for EmitHint {
+    fn from(body: EmitHintBody) -> EmitHint {
+        EmitHint {
+            coordinator_run_id: optional(body.coordinator_run_id),
+            scope: body.scope,
+            ..EmitHint::default()
+        }
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/events`: queue an event for a coordinator.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PushEventBody {
+    /// The event in the original's JSON shape; `meshId` defaults to the mesh pushed to.
+    pub event: Map<String, Value>,
+    /// The emit hint (empty when absent).
+    #[serde(default)]
+    pub hint: EmitHintBody,
+    /// This daemon's machine id, for the self-dispatched fallback stamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub self_machine_id: Option<String>,
+}
+
+impl PushEventBody {
+    /// The event (its `meshId` defaulted to `mesh`, an event of another mesh refused),
+    /// the hint and the machine id.
+    pub fn into_parts(
+        self,
+        mesh: &str,
+        now: Timestamp,
+    ) -> Result<(PendingEvent, EmitHint, Option<String>), InvalidInput> {
+        let mut raw = self.event;
+        match raw.get("meshId") {
+            None => {
+                raw.insert("meshId".to_owned(), Value::from(mesh));
+            }
+            Some(Value::String(id)) if id != mesh => {
+                return Err(InvalidInput::new(
+                    "event.meshId",
+                    format!("the event belongs to mesh {id:?}, not {mesh:?}"),
+                ));
+            }
+            Some(_) => {}
+        }
+        raw.entry("queuedAt").or_insert_with(|| Value::from(now.millis()));
+        let event = PendingEvent::from_map(raw).map_err(|mut err| {
+            err.field = format!("event.{}", err.field);
+            err
+        })?;
+        if event.event.trim().is_empty() {
+            return Err(InvalidInput::new("event.event", "must not be blank"));
+        }
+        Ok((event, self.hint.into(), optional(self.self_machine_id)))
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/events/drain` (and `peek`, `watch`): who takes events.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainBody {
+    /// The draining coordinator's daemon (any of its id forms).
+    pub daemon_id: String,
+    /// The draining coordinator's run id.
+    pub run_id: String,
+    /// The draining coordinator's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Other ids this daemon answers to.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also_known_as: Vec<String>,
+    /// Only events with these names; the others stay queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_events: Option<Vec<String>>,
+    /// At most this many events (100 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+    /// Hold back unversioned and invalid v2 events instead of delivering them.
+    #[serde(default)]
+    pub enforce: bool,
+}
+
+impl TryFrom<DrainBody> for DrainRequest {
+    type Error = InvalidInput;
+
+    fn try_from(body: DrainBody) -> Result<DrainRequest, InvalidInput> {
+        let identity = CoordinatorIdentity::new(
+            required("daemonId", body.daemon_id)?,
+            required("runId", body.run_id)?,
+            optional(body.session_id),
+        );
+        let also_known_as: Vec<&str> =
+            body.also_known_as.iter().map(|id| id.trim()).filter(|id| !id.is_empty()).collect();
+        let only_events = body
+            .only_events
+            .map(|names| {
+                names
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, name)| required(&format!("onlyEvents[{i}]"), name))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        if body.limit == Some(0) {
+            return Err(InvalidInput::new("limit", "must be at least 1"));
+        }
+        Ok(DrainRequest {
+            drainer: Drainer::new(identity, &also_known_as),
+            only_events,
+            enforce: body.enforce,
+            limit: body.limit,
+        })
+    }
+}
+
+/// Query of `POST /v1/meshes/{mesh}/events/watch`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WatchParams {
+    /// How long to wait for an event, in seconds (30 when absent, at most 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<u64>,
+}
+
+/// `POST /v1/meshes/{mesh}/events/ack`: events delivered elsewhere, by row id.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AckBody {
+    /// Row ids, as a drain or peek handed them out.
+    pub ids: Vec<String>,
+}
+
+impl AckBody {
+    /// The ids, trimmed; a blank one is refused by its index.
+    pub fn into_ids(self) -> Result<Vec<String>, InvalidInput> {
+        self.ids.into_iter().enumerate().map(|(i, id)| required(&format!("ids[{i}]"), id)).collect()
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/events/retract`: a task's dispatch is no longer blocked.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetractBody {
+    /// The task whose undelivered `mesh:dispatch_blocked` events go.
+    pub task_id: String,
+}
+
+/// `POST /v1/meshes/{mesh}/missions`: create or update a mission.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MissionBody {
+    /// Mission id.
+    pub id: String,
+    /// Short title.
+    pub title: String,
+    /// What done looks like (kept on update when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<String>,
+    /// Status word (`active` for a new mission when absent; kept on update).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+impl TryFrom<MissionBody> for NewMission {
+    type Error = InvalidInput;
+
+    fn try_from(body: MissionBody) -> Result<NewMission, InvalidInput> {
+        let new = NewMission {
+            id: body.id.trim().to_owned(),
+            title: body.title,
+            goal: body.goal,
+            status: body.status.map(|s| s.trim().to_owned()),
+        };
+        new.validate()?;
+        Ok(new)
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/missions`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MissionListParams {
+    /// Only these statuses, comma-separated (every status when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/idle-sessions`: a worker session reports that it is idle.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdleBody {
+    /// The node the session runs on.
+    pub node_id: String,
+    /// The session.
+    pub session_id: String,
+    /// Its provider type.
+    pub provider_type: String,
+    /// How long the report holds, in seconds (300 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_secs: Option<u32>,
+    /// Anything else worth knowing about the session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+}
+
+/// How long an idle report holds when the session gives no ttl.
+pub const DEFAULT_IDLE_TTL_SECS: u32 = 300;
+
+/// `POST /v1/meshes/{mesh}/deliveries`: a message for a worker session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeliveryBody {
+    /// Delivery id (a fresh one when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Target node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Target session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Provider type of the target session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<String>,
+    /// The task it concerns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// What it is (`message` when absent; `task`, `nudge`, `answer`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Higher goes first (0 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<i64>,
+    /// The text to hand over.
+    pub message: String,
+    /// Not before this instant (ISO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_after: Option<String>,
+    /// Expires at this instant (ISO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// The coordinator that sends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<CoordinatorBody>,
+}
+
+impl TryFrom<DeliveryBody> for NewSessionDelivery {
+    type Error = InvalidInput;
+
+    fn try_from(body: DeliveryBody) -> Result<NewSessionDelivery, InvalidInput> {
+        if body.message.trim().is_empty() {
+            return Err(InvalidInput::new("message", "must not be empty"));
+        }
+        let node_id = optional(body.node_id);
+        let session_id = optional(body.session_id);
+        if node_id.is_none() && session_id.is_none() {
+            return Err(InvalidInput::new("sessionId", "a delivery needs a target session or node"));
+        }
+        let coordinator = body.coordinator.unwrap_or_default();
+        let new = NewSessionDelivery {
+            id: optional(body.id).unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            node_id,
+            session_id,
+            provider_type: optional(body.provider_type),
+            task_id: optional(body.task_id),
+            kind: optional(body.kind).unwrap_or_else(|| "message".to_owned()),
+            priority: body.priority.unwrap_or(0),
+            message: body.message,
+            status: None,
+            deliver_after: body.deliver_after.as_deref().map(|s| instant("deliverAfter", s)).transpose()?,
+            expires_at: body.expires_at.as_deref().map(|s| instant("expiresAt", s)).transpose()?,
+            source_coordinator_session_id: optional(coordinator.session_id),
+            source_coordinator_daemon_id: optional(coordinator.daemon_id),
+        };
+        new.validate()?;
+        Ok(new)
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/deliveries`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeliveryListParams {
+    /// Only deliveries for this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/dispatches`: record a direct dispatch to a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DispatchBody {
+    /// The dispatched task's id.
+    pub task_id: String,
+    /// Target node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// Target session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Provider type of the target session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<String>,
+    /// The instruction text.
+    pub message: String,
+    /// Task mode by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_mode: Option<String>,
+    /// How it was sent (`api` when absent; `pty`, `p2p`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via: Option<String>,
+    /// It went to a session that was idle at the time.
+    #[serde(default)]
+    pub dispatched_to_idle_session: bool,
+}
+
+impl TryFrom<DispatchBody> for NewDirectDispatch {
+    type Error = InvalidInput;
+
+    fn try_from(body: DispatchBody) -> Result<NewDirectDispatch, InvalidInput> {
+        let new = NewDirectDispatch {
+            task_id: body.task_id.trim().to_owned(),
+            node_id: optional(body.node_id),
+            session_id: optional(body.session_id),
+            provider_type: optional(body.provider_type),
+            message: body.message,
+            task_mode: optional(body.task_mode),
+            via: optional(body.via).unwrap_or_else(|| "api".to_owned()),
+            dispatched_to_idle_session: body.dispatched_to_idle_session,
+        };
+        new.validate()?;
+        Ok(new)
+    }
+}
+
+/// A node a task could go to, as the placement request describes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeBody {
+    /// The node.
+    pub node_id: String,
+    /// Its capability tags.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capability_tags: Vec<String>,
+    /// Higher is preferred (0 when absent).
+    #[serde(default)]
+    pub scheduling_priority: i64,
+}
+
+/// `POST /v1/meshes/{mesh}/placement`: rank nodes for a task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PlacementBody {
+    /// The task to place.
+    pub task_id: String,
+    /// The nodes to choose from, in preference order.
+    pub nodes: Vec<NodeBody>,
+    /// `first_eligible` (default), `least_loaded`, `round_robin` or `priority_only`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strategy: Option<String>,
+}
+
+/// Refuses a blank value for `field`, returning it trimmed.
+pub fn required(field: &str, value: String) -> Result<String, InvalidInput> {
+    let trimmed = value.trim();
+    if trimmed.is_empty() {
+        Err(InvalidInput::new(field, "must not be blank"))
+    } else if trimmed.len() == value.len() {
+        Ok(value)
+    } else {
+        Ok(trimmed.to_owned())
+    }
+}
+
+/// An optional text with surrounding whitespace removed; blank counts as absent.
+pub fn optional(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+/// Parses an ISO-8601 instant given for `field` into the stored form
+/// (`2025-01-01T00:00:00.000Z`), so comparisons against stored instants hold
+/// whatever offset or precision the caller wrote.
+pub fn instant(field: &str, text: &str) -> Result<String, InvalidInput> {
+    Timestamp::parse_iso(text.trim())
+        .map(Timestamp::iso)
+        .ok_or_else(|| InvalidInput::new(field, format!("{text:?} is not an ISO-8601 instant")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_refs_become_ids_and_dependencies_follow_them() {
+        let body: BatchEnqueueBody = serde_json::from_value(serde_json::json!({
+            "tasks": [
+                { "message": "a", "ref": "first" },
+                { "message": "b", "ref": "second", "id": "b-id" },
+                { "message": "c", "dependsOn": ["first", "second", "elsewhere"] }
+            ],
+            "coordinator": { "daemonId": "mach_1", "runId": "run-1" }
+        }))
+        .unwrap();
+        let tasks = body.into_new_tasks().unwrap();
+        let first = tasks[0].id.clone().unwrap();
+        assert_eq!(tasks[1].id.as_deref(), Some("b-id"));
+        assert_eq!(tasks[2].depends_on, vec![first, "b-id".to_owned(), "elsewhere".to_owned()]);
+        assert!(tasks.iter().all(|t| t.source_coordinator_run_id.as_deref() == Some("run-1")));
+    }
+
+    #[test]
+    fn batch_mistakes_name_the_item() {
+        let dup = BatchEnqueueBody {
+            tasks: vec![
+                EnqueueBody { message: "a".into(), reference: Some("x".into()), ..Default::default() },
+                EnqueueBody { message: "b".into(), reference: Some("x".into()), ..Default::default() },
+            ],
+            coordinator: None,
+        };
+        assert_eq!(dup.into_new_tasks().unwrap_err().field, "tasks[1].ref");
+        let empty = BatchEnqueueBody::default();
+        assert_eq!(empty.into_new_tasks().unwrap_err().field, "tasks");
+        let single = EnqueueBody { message: "a".into(), reference: Some("x".into()), ..Default::default() };
+        assert_eq!(single.into_new_task().unwrap_err().field, "ref");
+    }
+
+    #[test]
+    fn completion_reason_needs_failed() {
+        let body = CompletionBody { session_id: "s".into(), reason: Some("x".into()), ..Default::default() };
+        assert_eq!(body.into_report(Timestamp::from_millis(0)).unwrap_err().field, "reason");
+        let blank = CompletionBody { session_id: " ".into(), ..Default::default() };
+        assert_eq!(blank.into_report(Timestamp::from_millis(0)).unwrap_err().field, "sessionId");
+    }
+
+    #[test]
+    fn a_pushed_event_of_another_mesh_is_refused() {
+        let mut event = Map::new();
+        event.insert("event".into(), Value::from("agent:stopped"));
+        event.insert("meshId".into(), Value::from("other"));
+        let body = PushEventBody { event, ..Default::default() };
+        assert_eq!(body.into_parts("m", Timestamp::from_millis(0)).unwrap_err().field, "event.meshId");
+    }
+}
