@@ -26,7 +26,7 @@ mod signal;
 pub mod views;
 pub mod wire;
 
-pub use local::{Clock, LocalMesh};
+pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, ENFORCE_ENV, LocalMesh};
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{

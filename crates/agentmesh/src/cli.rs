@@ -57,6 +57,15 @@ pub struct GlobalArgs {
     /// Print exactly one JSON document on stdout (errors included)
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
+    /// Talk to the daemon at this URL instead of opening the data dir
+    /// (e.g. http://127.0.0.1:7433)
+    #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_SERVER", help_heading = GLOBAL)]
+    pub server: Option<String>,
+    /// File holding the daemon's API token: read by clients, created (mode 0600) by
+    /// `serve` when missing [default: $AGENTMESH_TOKEN for clients, else
+    /// <data-dir>/daemon.token]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    pub token_file: Option<PathBuf>,
 }
 
 /// The top-level commands.
@@ -71,10 +80,12 @@ pub enum Command {
     Claim(ClaimArgs),
     /// Report that a worker session's task ended
     Complete(CompleteArgs),
-    /// Queue, drain, peek, acknowledge and retract coordinator inbox events
+    /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events
     #[command(subcommand)]
     Events(EventsCommand),
-    /// Read the append-only ledger
+    /// The mesh at a glance: tasks, assignments, idle sessions, inbox, recent ledger
+    Status,
+    /// Read, export and import the append-only ledger
     #[command(subcommand)]
     Ledger(LedgerCommand),
     /// Create, list and inspect missions: named plans that group tasks
@@ -94,10 +105,6 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port (the bound address is printed)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7433")]
     pub listen: std::net::SocketAddr,
-    /// File holding the API token, created (mode 0600) when missing
-    /// [default: <data-dir>/daemon.token]
-    #[arg(long, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
 }
 
 /// `agentmesh task ...`
@@ -270,6 +277,8 @@ pub enum EventsCommand {
     Drain(EventsDrainArgs),
     /// Show what a drain would hand out now, marking nothing
     Peek(EventsDrainArgs),
+    /// Wait for the coordinator's next events and drain them the moment they land
+    Watch(EventsWatchArgs),
     /// Mark events drained by id (after they were delivered some other way)
     Ack(EventsAckArgs),
     /// Withdraw the undelivered mesh:dispatch_blocked events of a task
@@ -365,6 +374,17 @@ pub struct EventsRetractArgs {
     pub task: String,
 }
 
+/// `agentmesh events watch`
+#[derive(Debug, Args)]
+pub struct EventsWatchArgs {
+    /// Who is waiting
+    #[command(flatten)]
+    pub drain: EventsDrainArgs,
+    /// Give up after this many seconds and print no events (at most 600)
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub timeout: u64,
+}
+
 /// `agentmesh ledger ...`
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {
@@ -372,6 +392,26 @@ pub enum LedgerCommand {
     Tail(LedgerTailArgs),
     /// Read one page of the ledger slice protocol
     Slice(LedgerSliceArgs),
+    /// Write every entry of the mesh as JSON lines, oldest first
+    Export(LedgerExportArgs),
+    /// Add entries from a JSON-lines file (all or none); entries already present are skipped
+    Import(LedgerImportArgs),
+}
+
+/// `agentmesh ledger export`
+#[derive(Debug, Args)]
+pub struct LedgerExportArgs {
+    /// Write to this file instead of stdout
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `agentmesh ledger import`
+#[derive(Debug, Args)]
+pub struct LedgerImportArgs {
+    /// The JSON-lines file (`-` for stdin), one entry per line, as `ledger export` writes
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
 }
 
 /// Arguments of `ledger tail`.

@@ -10,6 +10,7 @@
 use std::io::{self, Write};
 use std::process::ExitCode;
 
+use agentmesh_api::MeshError;
 use agentmesh_core::InvalidInput;
 use agentmesh_store::StoreError;
 use serde_json::json;
@@ -20,27 +21,30 @@ pub const EXIT_BAD_INPUT: u8 = 2;
 pub const EXIT_FAILURE: u8 = 1;
 
 /// What an error means for the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Classified {
     /// The process exit code.
     pub exit_code: u8,
     /// The stable code in the JSON error object.
-    pub code: &'static str,
+    pub code: String,
 }
 
 /// Decides the exit code and wire code of `err`, from the first error in its chain
 /// that this crate knows.
 pub fn classify(err: &anyhow::Error) -> Classified {
+    let exit = |caller: bool| if caller { EXIT_BAD_INPUT } else { EXIT_FAILURE };
     for cause in err.chain() {
+        if let Some(mesh) = cause.downcast_ref::<MeshError>() {
+            return Classified { exit_code: exit(mesh.is_caller_error()), code: mesh.code().to_owned() };
+        }
         if let Some(store) = cause.downcast_ref::<StoreError>() {
-            let exit_code = if store.is_caller_error() { EXIT_BAD_INPUT } else { EXIT_FAILURE };
-            return Classified { exit_code, code: store.code() };
+            return Classified { exit_code: exit(store.is_caller_error()), code: store.code().to_owned() };
         }
         if cause.downcast_ref::<InvalidInput>().is_some() {
-            return Classified { exit_code: EXIT_BAD_INPUT, code: "invalid_input" };
+            return Classified { exit_code: EXIT_BAD_INPUT, code: "invalid_input".to_owned() };
         }
     }
-    Classified { exit_code: EXIT_FAILURE, code: "internal_error" }
+    Classified { exit_code: EXIT_FAILURE, code: "internal_error".to_owned() }
 }
 
 /// True when `err` is only the reader of our stdout going away (`agentmesh task
@@ -60,7 +64,7 @@ pub fn report(err: &anyhow::Error, json: bool) -> ExitCode {
     let message = format!("{err:#}");
     eprintln!("agentmesh: {message}");
     if json {
-        print_json_error(classified.code, &message);
+        print_json_error(&classified.code, &message);
     }
     ExitCode::from(classified.exit_code)
 }
@@ -100,18 +104,18 @@ mod tests {
     fn caller_errors_exit_2_and_keep_their_code() {
         let err = anyhow::Error::new(StoreError::TaskNotFound { mesh_id: "m".into(), task_id: "t".into() })
             .context("failed to cancel task t");
-        assert_eq!(classify(&err), Classified { exit_code: 2, code: "task_not_found" });
+        assert_eq!(classify(&err), Classified { exit_code: 2, code: "task_not_found".to_owned() });
         let err = anyhow::Error::new(InvalidInput::new("status", "unknown"));
-        assert_eq!(classify(&err), Classified { exit_code: 2, code: "invalid_input" });
+        assert_eq!(classify(&err), Classified { exit_code: 2, code: "invalid_input".to_owned() });
     }
 
     #[test]
     fn system_errors_exit_1() {
         let err = anyhow::Error::new(StoreError::Busy);
-        assert_eq!(classify(&err), Classified { exit_code: 1, code: "busy" });
+        assert_eq!(classify(&err), Classified { exit_code: 1, code: "busy".to_owned() });
         let err: anyhow::Error =
             Err::<(), _>(io::Error::other("disk on fire")).context("writing").unwrap_err();
-        assert_eq!(classify(&err), Classified { exit_code: 1, code: "internal_error" });
+        assert_eq!(classify(&err), Classified { exit_code: 1, code: "internal_error".to_owned() });
         assert!(!is_broken_pipe(&err));
         let pipe = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe));
         assert!(is_broken_pipe(&pipe));

@@ -1,21 +1,21 @@
 //! Writing results: one JSON document with `--json`, readable lines otherwise.
 //!
 //! Every command ends in exactly one [`Output::emit`] call, which is what keeps
-//! `--json` output a single document. Tasks and ledger entries print through the
-//! core types' own serde (camelCase, the original's field names). Missions, idle
-//! sessions, deliveries, dispatches and inbox events have no serde in the core;
-//! their wire views are defined here, converted field by field, with the
-//! original's field names.
+//! `--json` output a single document: the same views (`agentmesh_api::views`) the
+//! daemon answers, so the output is identical whether the command ran on the data
+//! dir or against a daemon. Tasks and ledger entries print through the core types'
+//! own serde (camelCase, the original's field names).
 //! The helpers below render the human form: aligned tables, relative ages and
 //! one-line excerpts. Write errors (a closed pipe) are returned, never panicked on.
 
 use std::io::{self, Write};
 
-use agentmesh_core::events::{DrainCounter, DrainCounters, PendingEvent, read_completion_summary};
-use agentmesh_core::{
-    DirectDispatch, IdleSession, LedgerEntry, Mission, MissionProgress, SessionDelivery, Task, Timestamp,
+pub use agentmesh_api::views::{
+    DeliveryView, DispatchView, DrainView, IdleSessionView, InboxEventView, MissionDetailView, MissionView,
+    ProgressView,
 };
-use agentmesh_store::{DrainOutcome, InboxEvent};
+use agentmesh_core::events::{DrainCounter, read_completion_summary};
+use agentmesh_core::{LedgerEntry, Task, Timestamp};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -224,305 +224,6 @@ pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::R
     table.write(w)
 }
 
-/// A mission's progress on the wire, counted from its tasks when read.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ProgressView {
-    /// Tasks in the mission.
-    pub total: u64,
-    /// Pending tasks.
-    pub pending: u64,
-    /// Assigned tasks.
-    pub assigned: u64,
-    /// Completed tasks.
-    pub completed: u64,
-    /// Failed tasks.
-    pub failed: u64,
-    /// Cancelled tasks.
-    pub cancelled: u64,
-    /// Completed tasks as a whole percentage of all tasks.
-    pub percent_complete: u8,
-}
-
-impl From<MissionProgress> for ProgressView {
-    fn from(p: MissionProgress) -> ProgressView {
-        ProgressView {
-            total: p.total,
-            pending: p.pending,
-            assigned: p.assigned,
-            completed: p.completed,
-            failed: p.failed,
-            cancelled: p.cancelled,
-            percent_complete: p.percent_complete(),
-        }
-    }
-}
-
-/// A mission on the wire: the original's mission row plus its derived progress.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MissionView {
-    /// Mission id.
-    pub id: String,
-    /// The mesh.
-    pub mesh_id: String,
-    /// Short title.
-    pub title: String,
-    /// What done looks like (empty when unset).
-    pub goal: String,
-    /// Status word.
-    pub status: String,
-    /// Creation time (ISO).
-    pub created_at: String,
-    /// Last change (ISO).
-    pub updated_at: String,
-    /// Progress counted from the mission's tasks.
-    pub progress: ProgressView,
-}
-
-impl MissionView {
-    /// The view of `mission` with `progress`.
-    pub fn new(mission: Mission, progress: MissionProgress) -> MissionView {
-        MissionView {
-            id: mission.id,
-            mesh_id: mission.mesh_id,
-            title: mission.title,
-            goal: mission.goal,
-            status: mission.status,
-            created_at: mission.created_at,
-            updated_at: mission.updated_at,
-            progress: progress.into(),
-        }
-    }
-}
-
-/// `mission show` on the wire: the mission's fields, then its tasks.
-#[derive(Debug, Clone, Serialize)]
-pub struct MissionDetailView {
-    /// The mission and its progress.
-    #[serde(flatten)]
-    pub mission: MissionView,
-    /// The mission's tasks, oldest first.
-    pub tasks: Vec<Task>,
-}
-
-/// An idle worker session on the wire. `expiresAt` is epoch milliseconds, as the
-/// original's rows carry it; `metadata` is left out when the session reported none.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct IdleSessionView {
-    /// The mesh.
-    pub mesh_id: String,
-    /// The node the session runs on.
-    pub node_id: String,
-    /// The session.
-    pub session_id: String,
-    /// Its provider type.
-    pub provider_type: String,
-    /// When the idle report runs out (epoch milliseconds).
-    pub expires_at: i64,
-    /// Anything else the session reported.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Value>,
-}
-
-impl From<IdleSession> for IdleSessionView {
-    fn from(s: IdleSession) -> IdleSessionView {
-        IdleSessionView {
-            mesh_id: s.mesh_id,
-            node_id: s.node_id,
-            session_id: s.session_id,
-            provider_type: s.provider_type,
-            expires_at: s.expires_at_ms,
-            metadata: s.metadata,
-        }
-    }
-}
-
-/// A session delivery on the wire: every column of the original's row, unset ones
-/// as `null`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeliveryView {
-    /// Delivery id.
-    pub id: String,
-    /// The mesh.
-    pub mesh_id: String,
-    /// Target node.
-    pub node_id: Option<String>,
-    /// Target session.
-    pub session_id: Option<String>,
-    /// Provider type of the target session.
-    pub provider_type: Option<String>,
-    /// The task it carries.
-    pub task_id: Option<String>,
-    /// What it is (`task`, `nudge`, ...).
-    pub kind: String,
-    /// Higher goes first.
-    pub priority: i64,
-    /// The text to hand over.
-    pub message: String,
-    /// Where it is.
-    pub status: String,
-    /// Not before this instant (ISO).
-    pub deliver_after: Option<String>,
-    /// Expires at this instant (ISO).
-    pub expires_at: Option<String>,
-    /// Delivery attempts so far.
-    pub attempt_count: u32,
-    /// The coordinator session that sent it.
-    pub source_coordinator_session_id: Option<String>,
-    /// The coordinator daemon that sent it.
-    pub source_coordinator_daemon_id: Option<String>,
-    /// The last delivery error.
-    pub last_error: Option<String>,
-    /// Creation time (ISO).
-    pub created_at: String,
-    /// Last change (ISO).
-    pub updated_at: String,
-}
-
-impl From<SessionDelivery> for DeliveryView {
-    fn from(d: SessionDelivery) -> DeliveryView {
-        DeliveryView {
-            id: d.id,
-            mesh_id: d.mesh_id,
-            node_id: d.node_id,
-            session_id: d.session_id,
-            provider_type: d.provider_type,
-            task_id: d.task_id,
-            kind: d.kind,
-            priority: d.priority,
-            message: d.message,
-            status: d.status.as_str().to_owned(),
-            deliver_after: d.deliver_after,
-            expires_at: d.expires_at,
-            attempt_count: d.attempt_count,
-            source_coordinator_session_id: d.source_coordinator_session_id,
-            source_coordinator_daemon_id: d.source_coordinator_daemon_id,
-            last_error: d.last_error,
-            created_at: d.created_at,
-            updated_at: d.updated_at,
-        }
-    }
-}
-
-/// A direct dispatch on the wire: every column of the original's row, unset ones as
-/// `null`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DispatchView {
-    /// The dispatched task's id.
-    pub task_id: String,
-    /// The mesh.
-    pub mesh_id: String,
-    /// Target node.
-    pub node_id: Option<String>,
-    /// Target session.
-    pub session_id: Option<String>,
-    /// Provider type of the target session.
-    pub provider_type: Option<String>,
-    /// The instruction text.
-    pub message: String,
-    /// Task mode by name.
-    pub task_mode: Option<String>,
-    /// How it was sent (`pty`, `p2p`, ...).
-    pub via: String,
-    /// Where it is.
-    pub status: String,
-    /// It went to a session that was idle at the time.
-    pub dispatched_to_idle_session: bool,
-    /// When it was sent (ISO).
-    pub dispatched_at: String,
-    /// Last change (ISO).
-    pub updated_at: String,
-}
-
-impl From<DirectDispatch> for DispatchView {
-    fn from(d: DirectDispatch) -> DispatchView {
-        DispatchView {
-            task_id: d.task_id,
-            mesh_id: d.mesh_id,
-            node_id: d.node_id,
-            session_id: d.session_id,
-            provider_type: d.provider_type,
-            message: d.message,
-            task_mode: d.task_mode,
-            via: d.via,
-            status: d.status.as_str().to_owned(),
-            dispatched_to_idle_session: d.dispatched_to_idle_session,
-            dispatched_at: d.dispatched_at,
-            updated_at: d.updated_at,
-        }
-    }
-}
-
-/// A coordinator inbox event on the wire: the original's inbox row (`id`, `event`,
-/// `queuedAt` in epoch milliseconds, `fingerprint`), with the whole event, v2
-/// envelope included, as `payload`.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InboxEventView {
-    /// The row id (what `events ack` takes).
-    pub id: String,
-    /// The event name.
-    pub event: Value,
-    /// When it was queued (epoch milliseconds).
-    pub queued_at: i64,
-    /// Its content fingerprint, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fingerprint: Option<String>,
-    /// The event as stored.
-    pub payload: Value,
-}
-
-impl InboxEventView {
-    /// The view of an event just queued under row id `id`.
-    pub fn queued(id: String, event: &PendingEvent) -> InboxEventView {
-        InboxEventView {
-            id,
-            event: Value::from(event.event.as_str()),
-            queued_at: event.queued_at.millis(),
-            fingerprint: None,
-            payload: event.to_value(),
-        }
-    }
-}
-
-impl From<InboxEvent> for InboxEventView {
-    fn from(e: InboxEvent) -> InboxEventView {
-        InboxEventView {
-            id: e.id,
-            event: e.event.get("event").cloned().unwrap_or(Value::Null),
-            queued_at: e.queued_at_ms,
-            fingerprint: e.fingerprint,
-            payload: e.event,
-        }
-    }
-}
-
-/// A drain on the wire: the delivered events, the drain's counters under the
-/// original's names, and the row ids it held back.
-#[derive(Debug, Clone, Serialize)]
-pub struct DrainView {
-    /// Events delivered, oldest first.
-    pub events: Vec<InboxEventView>,
-    /// The drain's counters.
-    pub counters: DrainCounters,
-    /// Row ids quarantined by this drain.
-    pub quarantined: Vec<String>,
-}
-
-impl From<DrainOutcome> for DrainView {
-    fn from(d: DrainOutcome) -> DrainView {
-        DrainView {
-            events: d.events.into_iter().map(InboxEventView::from).collect(),
-            counters: d.counters,
-            quarantined: d.quarantined,
-        }
-    }
-}
-
 /// Writes inbox events (or `no events`): per event a line with its time, name, task
 /// and id, then the text the coordinator reads, indented; an event without that
 /// text gets a one-line summary instead.
@@ -703,6 +404,8 @@ pub fn write_dispatch_table(
 
 #[cfg(test)]
 mod tests {
+    use agentmesh_core::{IdleSession, Mission, MissionProgress};
+
     use super::*;
 
     #[test]

@@ -4,27 +4,36 @@
 //! `null` and the refusal reason goes to stderr; the exit code is 0 either way, so
 //! a worker loop can tell "no work" from "broken" by the exit code alone.
 
-use agentmesh_core::{Claimant, Task};
-use agentmesh_store::{ClaimOptions, ClaimOutcome};
+use std::num::NonZeroU32;
+
+use agentmesh_api::wire::ClaimBody;
+use agentmesh_core::{InvalidInput, Task};
 
 use super::{Context, required};
 use crate::cli::ClaimArgs;
-use crate::now;
 use crate::output::{self, Output};
 
 /// Runs `claim`.
 pub fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<()> {
-    let claimant = Claimant {
+    let body = ClaimBody {
         node_id: required("nodeId", &args.node)?.to_owned(),
         session_id: required("sessionId", &args.session)?.to_owned(),
         capability_tags: args.tags,
         provider_type: args.provider,
         provider_max_parallel: args.max_parallel,
         node_is_worktree: args.worktree,
+        lease_ms: args
+            .lease_secs
+            .map(|secs| {
+                secs.checked_mul(1000)
+                    .and_then(NonZeroU32::new)
+                    .ok_or_else(|| InvalidInput::new("leaseSecs", "must be between 1 and 4294967 seconds"))
+            })
+            .transpose()?,
     };
-    let opts = ClaimOptions { lease_ms: args.lease_secs.map(|secs| i64::from(secs) * 1000) };
-    match ctx.store()?.claim_next(ctx.mesh(), &claimant, &opts, now())? {
-        ClaimOutcome::Claimed(task) => out.emit(&task, |w| {
+    let view = ctx.api()?.claim(ctx.mesh(), body)?;
+    match view.task {
+        Some(task) => out.emit(&task, |w| {
             writeln!(
                 w,
                 "claimed {} (epoch {}): {}",
@@ -33,7 +42,8 @@ pub fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<(
                 output::excerpt(&task.message, 100)
             )
         }),
-        ClaimOutcome::Refused(reason) => {
+        None => {
+            let reason = view.refusal.unwrap_or_else(|| "no pending task".to_owned());
             if out.is_json() {
                 eprintln!("agentmesh: nothing to claim: {reason}");
             }

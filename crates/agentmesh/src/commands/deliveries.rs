@@ -4,6 +4,8 @@
 //!
 //! A read view for a person; deliveries are written by the daemon.
 
+use agentmesh_api::wire::DeliveryListParams;
+
 use super::{Context, required};
 use crate::cli::DeliveriesArgs;
 use crate::now;
@@ -11,13 +13,10 @@ use crate::output::{self, DeliveryView, Output};
 
 /// Runs `deliveries`.
 pub fn run(ctx: &Context, args: DeliveriesArgs, out: &mut Output) -> anyhow::Result<()> {
-    let session = args.session.as_deref().map(|s| required("sessionId", s)).transpose()?;
+    let session_id =
+        args.session.as_deref().map(|s| required("sessionId", s).map(str::to_owned)).transpose()?;
+    let deliveries: Vec<DeliveryView> =
+        ctx.api()?.deliveries(ctx.mesh(), DeliveryListParams { session_id })?;
     let now = now();
-    let deliveries: Vec<DeliveryView> = ctx
-        .store()?
-        .active_session_deliveries(ctx.mesh(), session, now)?
-        .into_iter()
-        .map(DeliveryView::from)
-        .collect();
     out.emit(&deliveries, |w| output::write_delivery_table(w, &deliveries, now))
 }

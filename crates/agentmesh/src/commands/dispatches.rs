@@ -9,8 +9,7 @@ use crate::output::{self, DispatchView, Output};
 
 /// Runs `dispatches`.
 pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
-    let dispatches: Vec<DispatchView> =
-        ctx.store()?.active_direct_dispatches(ctx.mesh())?.into_iter().map(DispatchView::from).collect();
+    let dispatches: Vec<DispatchView> = ctx.api()?.dispatches(ctx.mesh())?;
     let now = now();
     out.emit(&dispatches, |w| output::write_dispatch_table(w, &dispatches, now))
 }

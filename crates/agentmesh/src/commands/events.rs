@@ -13,21 +13,24 @@
 use std::io::Read as _;
 use std::path::Path;
 
+use std::time::Duration;
+
+use agentmesh_api::views::PushView;
+use agentmesh_api::wire::{AckBody, DrainBody, EmitHintBody, PushEventBody, RetractBody};
 use agentmesh_core::events::{
-    CoordinatorIdentity, Drainer, EmitHint, MessageOptions, PendingEvent, ProtocolVersion, Scope,
-    build_coordinator_message, enforce_from_env_value,
+    MessageOptions, PendingEvent, Scope, build_coordinator_message, enforce_from_env_value,
 };
 use agentmesh_core::{InvalidInput, Timestamp};
-use agentmesh_store::{DrainRequest, DuplicateReason, QueueOutcome};
 use serde_json::{Map, Value};
 
 use super::{Context, required};
-use crate::cli::{EventsAckArgs, EventsCommand, EventsDrainArgs, EventsPushArgs, EventsRetractArgs};
+use crate::cli::{
+    EventsAckArgs, EventsCommand, EventsDrainArgs, EventsPushArgs, EventsRetractArgs, EventsWatchArgs,
+};
 use crate::now;
-use crate::output::{self, DrainView, InboxEventView, Output};
+use crate::output::{self, InboxEventView, Output};
 
-/// The environment variable that switches v2 enforce mode on for drains.
-const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
+use agentmesh_api::ENFORCE_ENV;
 
 /// Runs one `events` subcommand.
 pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::Result<()> {
@@ -35,16 +38,9 @@ pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::R
         EventsCommand::Push(args) => push(ctx, *args, out),
         EventsCommand::Drain(args) => drain(ctx, args, out),
         EventsCommand::Peek(args) => peek(ctx, args, out),
+        EventsCommand::Watch(args) => watch(ctx, args, out),
         EventsCommand::Ack(args) => ack(ctx, args, out),
         EventsCommand::Retract(args) => retract(ctx, args, out),
-    }
-}
-
-/// The wire name of a duplicate reason.
-fn duplicate_reason(reason: DuplicateReason) -> &'static str {
-    match reason {
-        DuplicateReason::Fingerprint => "fingerprint",
-        DuplicateReason::RefineTerminal => "refine_terminal",
     }
 }
 
@@ -55,34 +51,34 @@ fn optional(field: &str, value: Option<String>) -> Result<Option<String>, Invali
 
 fn push(ctx: &Context, args: EventsPushArgs, out: &mut Output) -> anyhow::Result<()> {
     let now = now();
-    let hint = EmitHint {
+    let hint = EmitHintBody {
         scope: args.scope.as_deref().map(|s| s.trim().parse::<Scope>()).transpose()?,
         coordinator_run_id: optional("coordinatorRunId", args.to_run.clone())?,
-        ..EmitHint::default()
     };
-    let machine_id = optional("machineId", args.machine_id.clone())?;
+    let self_machine_id = optional("machineId", args.machine_id.clone())?;
     let event = match &args.file {
         Some(path) => event_from_json(&read_source(path)?, ctx.mesh(), now)?,
         None => event_from_flags(args, ctx.mesh(), now)?,
     };
-    match ctx.store()?.queue_pending_event(ctx.mesh(), &event, &hint, machine_id.as_deref(), now)? {
-        QueueOutcome::Queued { id, event } => {
-            let view = InboxEventView::queued(id, &event);
-            out.emit(&view, |w| {
-                let envelope = &event.envelope;
-                write!(w, "queued {}: {}", view.id, event.event)?;
-                match (&envelope.event_id, envelope.protocol_version) {
-                    (Some(event_id), Some(ProtocolVersion::V2)) => {
-                        let scope = envelope.scope.map_or("no scope", Scope::as_str);
-                        writeln!(w, " (eventId {event_id}, {scope})")
-                    }
-                    _ => writeln!(w, " (unversioned: no coordinator and no machine id to stamp it with)"),
+    let Value::Object(event) = event.to_value() else {
+        unreachable!("an event serializes to a JSON object");
+    };
+    let body = PushEventBody { event, hint, self_machine_id };
+    match ctx.api()?.push_event(ctx.mesh(), body)? {
+        PushView::Queued(view) => out.emit(&view, |w| {
+            write!(w, "queued {}: {}", view.id, view.name())?;
+            let field = |name: &str| view.payload.get(name).and_then(Value::as_str);
+            match (field("eventId"), field("protocolVersion")) {
+                (Some(event_id), Some("2.0")) => {
+                    writeln!(w, " (eventId {event_id}, {})", field("scope").unwrap_or("no scope"))
                 }
-            })
-        }
-        QueueOutcome::Duplicate(reason) => {
-            let reason = duplicate_reason(reason);
-            out.emit(&serde_json::json!({ "duplicate": reason }), |w| writeln!(w, "duplicate: {reason}"))
+                _ => writeln!(w, " (unversioned: no coordinator and no machine id to stamp it with)"),
+            }
+        }),
+        duplicate @ PushView::Duplicate { .. } => {
+            let PushView::Duplicate { duplicate: reason } = &duplicate else { unreachable!() };
+            let line = format!("duplicate: {reason}");
+            out.emit(&duplicate, |w| writeln!(w, "{line}"))
         }
     }
 }
@@ -152,16 +148,14 @@ fn event_from_flags(args: EventsPushArgs, mesh: &str, now: Timestamp) -> Result<
     Ok(event)
 }
 
-/// The drain request the flags describe. Enforce mode is the flag, else the
-/// environment variable as it reads now.
-fn drain_request(args: EventsDrainArgs) -> Result<DrainRequest, InvalidInput> {
-    let identity = CoordinatorIdentity::new(
-        required("daemonId", &args.daemon)?,
-        required("coordinatorRunId", &args.run)?,
-        optional("sessionId", args.session)?,
-    );
-    let also_known_as =
-        args.also_known_as.iter().map(|id| required("alsoKnownAs", id)).collect::<Result<Vec<_>, _>>()?;
+/// The drain body the flags describe. Enforce mode is the flag, else the
+/// environment variable as it reads now (a daemon also applies its own).
+fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
+    let also_known_as = args
+        .also_known_as
+        .iter()
+        .map(|id| required("alsoKnownAs", id).map(str::to_owned))
+        .collect::<Result<_, _>>()?;
     let only_events = if args.only.is_empty() {
         None
     } else {
@@ -173,46 +167,51 @@ fn drain_request(args: EventsDrainArgs) -> Result<DrainRequest, InvalidInput> {
         )
     };
     let enforce = args.enforce || enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
-    Ok(DrainRequest {
-        drainer: Drainer::new(identity, &also_known_as),
+    Ok(DrainBody {
+        daemon_id: required("daemonId", &args.daemon)?.to_owned(),
+        run_id: required("coordinatorRunId", &args.run)?.to_owned(),
+        session_id: optional("sessionId", args.session)?,
+        also_known_as,
         only_events,
-        enforce,
         limit: args.limit,
+        enforce,
     })
 }
 
 fn drain(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
-    let request = drain_request(args)?;
-    let outcome = ctx.store()?.drain_pending_events(ctx.mesh(), &request, now())?;
-    let view = DrainView::from(outcome);
+    let body = drain_body(args)?;
+    let view = ctx.api()?.drain(ctx.mesh(), body)?;
     out.emit(&view, |w| output::write_drain(w, &view))
 }
 
 fn peek(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
-    let request = drain_request(args)?;
-    let events: Vec<InboxEventView> = ctx
-        .store()?
-        .peek_pending_events(ctx.mesh(), &request)?
-        .into_iter()
-        .map(InboxEventView::from)
-        .collect();
+    let body = drain_body(args)?;
+    let events: Vec<InboxEventView> = ctx.api()?.peek(ctx.mesh(), body)?;
     out.emit(&events, |w| output::write_inbox_events(w, &events))
+}
+
+fn watch(ctx: &Context, args: EventsWatchArgs, out: &mut Output) -> anyhow::Result<()> {
+    let body = drain_body(args.drain)?;
+    if !out.is_json() {
+        eprintln!("waiting up to {}s for events...", args.timeout);
+    }
+    let view = ctx.api()?.watch(ctx.mesh(), body, Duration::from_secs(args.timeout))?;
+    out.emit(&view, |w| output::write_drain(w, &view))
 }
 
 fn ack(ctx: &Context, args: EventsAckArgs, out: &mut Output) -> anyhow::Result<()> {
     let ids =
         args.ids.iter().map(|id| required("id", id).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
-    let acked = ctx.store()?.ack_pending_events(ctx.mesh(), &ids, now())?;
-    out.emit(&serde_json::json!({ "acked": acked }), |w| {
-        writeln!(w, "acked {acked} of {} event(s)", ids.len())
-    })
+    let asked = ids.len();
+    let view = ctx.api()?.ack(ctx.mesh(), AckBody { ids })?;
+    out.emit(&view, |w| writeln!(w, "acked {} of {asked} event(s)", view.acked))
 }
 
 fn retract(ctx: &Context, args: EventsRetractArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = required("taskId", &args.task)?;
-    let retracted = ctx.store()?.retract_dispatch_blocked(ctx.mesh(), task)?;
-    out.emit(&serde_json::json!({ "retracted": retracted }), |w| {
-        writeln!(w, "retracted {retracted} undelivered mesh:dispatch_blocked event(s) of task {task}")
+    let task = required("taskId", &args.task)?.to_owned();
+    let view = ctx.api()?.retract(ctx.mesh(), RetractBody { task_id: task.clone() })?;
+    out.emit(&view, |w| {
+        writeln!(w, "retracted {} undelivered mesh:dispatch_blocked event(s) of task {task}", view.retracted)
     })
 }
 
@@ -289,11 +288,11 @@ mod tests {
             limit: None,
             enforce: true,
         };
-        assert_eq!(drain_request(args(" ", &[])).unwrap_err().field, "daemonId");
-        assert_eq!(drain_request(args("mach_A", &["x", " "])).unwrap_err().field, "onlyEvents");
-        let request = drain_request(args("mach_A", &[])).unwrap();
-        assert_eq!(request.only_events, None);
-        assert!(request.enforce);
-        assert!(request.drainer.daemon_forms().iter().any(|f| f == "daemon_mach_A"));
+        assert_eq!(drain_body(args(" ", &[])).unwrap_err().field, "daemonId");
+        assert_eq!(drain_body(args("mach_A", &["x", " "])).unwrap_err().field, "onlyEvents");
+        let body = drain_body(args("mach_A", &[])).unwrap();
+        assert_eq!(body.only_events, None);
+        assert!(body.enforce);
+        assert_eq!((body.daemon_id.as_str(), body.run_id.as_str()), ("mach_A", "run-1"));
     }
 }

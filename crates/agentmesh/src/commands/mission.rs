@@ -5,8 +5,8 @@
 //! from the queue by their `missionId`. Status words are checked by the core's
 //! rule, for filters too, so a typo is refused instead of matching nothing.
 
-use agentmesh_core::{InvalidInput, NewMission, Task};
-use agentmesh_store::StoreError;
+use agentmesh_api::wire::{MissionBody, MissionListParams};
+use agentmesh_core::InvalidInput;
 use anyhow::Context as _;
 
 use super::{Context, required};
@@ -31,26 +31,23 @@ fn status_filter(text: &str) -> Result<String, InvalidInput> {
 }
 
 fn add(ctx: &Context, args: MissionAddArgs, out: &mut Output) -> anyhow::Result<()> {
-    let new = NewMission {
+    let body = MissionBody {
         id: args.id.trim().to_owned(),
         title: args.title,
         goal: args.goal,
-        status: args.status.map(|s| s.trim().to_owned()),
+        status: args.status,
     };
-    // Checked before the store opens, so refused flags never create a database.
-    new.validate()?;
-    let store = ctx.store()?;
-    let existed = store.mission(ctx.mesh(), &new.id)?.is_some();
-    let mission = store
-        .upsert_mission(ctx.mesh(), &new, now())
-        .with_context(|| format!("cannot save mission {}", new.id))?;
-    let progress = store.mission_progress(ctx.mesh(), &mission.id)?;
-    let view = MissionView::new(mission, progress);
-    out.emit(&view, |w| {
+    let id = body.id.clone();
+    // Checked before the store opens, so a refused mission never creates a database.
+    agentmesh_core::NewMission::try_from(body.clone())?;
+    let saved =
+        ctx.api()?.upsert_mission(ctx.mesh(), body).with_context(|| format!("cannot save mission {id}"))?;
+    let view = &saved.mission;
+    out.emit(&saved, |w| {
         writeln!(
             w,
             "{} mission {} ({}): {}",
-            if existed { "updated" } else { "created" },
+            if saved.created { "created" } else { "updated" },
             view.id,
             view.status,
             output::progress_summary(&view.progress)
@@ -66,31 +63,15 @@ fn list(ctx: &Context, args: MissionListArgs, out: &mut Output) -> anyhow::Resul
             statuses.push(status);
         }
     }
-    let store = ctx.store()?;
-    let mut views = Vec::new();
-    for mission in store.missions(ctx.mesh(), &statuses)? {
-        let progress = store.mission_progress(ctx.mesh(), &mission.id)?;
-        views.push(MissionView::new(mission, progress));
-    }
+    let status = (!statuses.is_empty()).then(|| statuses.join(","));
+    let views: Vec<MissionView> = ctx.api()?.missions(ctx.mesh(), MissionListParams { status })?;
     let now = now();
     out.emit(&views, |w| output::write_mission_table(w, &views, now))
 }
 
 fn show(ctx: &Context, args: MissionShowArgs, out: &mut Output) -> anyhow::Result<()> {
     let id = required("id", &args.id)?;
-    let store = ctx.store()?;
-    let mission = store.mission(ctx.mesh(), id)?.ok_or_else(|| StoreError::NotFound {
-        kind: "mission",
-        mesh_id: ctx.mesh().to_owned(),
-        id: id.to_owned(),
-    })?;
-    let progress = store.mission_progress(ctx.mesh(), id)?;
-    let tasks: Vec<Task> = store
-        .queue_entries(ctx.mesh(), &[])?
-        .into_iter()
-        .filter(|task| task.mission_id.as_deref() == Some(id))
-        .collect();
-    let detail = MissionDetailView { mission: MissionView::new(mission, progress), tasks };
+    let detail: MissionDetailView = ctx.api()?.mission(ctx.mesh(), id)?;
     let now = now();
     out.emit(&detail, |w| output::write_mission_detail(w, &detail, now))
 }

@@ -6,9 +6,12 @@
 //! never creates a data dir or a database.
 
 use std::cell::OnceCell;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use agentmesh_api::{LocalMesh, MeshApi, RemoteMesh};
 use agentmesh_core::{InvalidInput, Timestamp};
+use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::Store;
 use anyhow::Context as _;
@@ -25,7 +28,11 @@ mod ledger;
 mod mission;
 mod serve;
 mod sessions;
+mod status;
 mod task;
+
+/// The environment variable a client reads its token from.
+pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
 
 /// What every command shares.
 pub struct Context {
@@ -33,8 +40,14 @@ pub struct Context {
     data_dir: PathBuf,
     /// The mesh every operation is scoped to.
     mesh: String,
+    /// The daemon to talk to, if any.
+    server: Option<String>,
+    /// `--token-file`, if given.
+    token_file: Option<PathBuf>,
     /// The store, opened by the first command that needs it.
-    store: OnceCell<Box<dyn Store>>,
+    store: OnceCell<Arc<dyn Store>>,
+    /// The mesh operations, set up by the first command that needs them.
+    api: OnceCell<Box<dyn MeshApi>>,
 }
 
 impl Context {
@@ -52,7 +65,61 @@ impl Context {
             Some(dir) => dir.clone(),
             None => default_data_dir()?,
         };
-        Ok(Context { data_dir, mesh: mesh.to_owned(), store: OnceCell::new() })
+        let server = match global.server.as_deref().map(str::trim) {
+            Some("") => return Err(InvalidInput::new("server", "must not be blank").into()),
+            other => other.map(str::to_owned),
+        };
+        Ok(Context {
+            data_dir,
+            mesh: mesh.to_owned(),
+            server,
+            token_file: global.token_file.clone(),
+            store: OnceCell::new(),
+            api: OnceCell::new(),
+        })
+    }
+
+    /// The token file `--token-file` names, else the data dir's.
+    pub fn token_file(&self) -> PathBuf {
+        self.token_file.clone().unwrap_or_else(|| self.data_dir.join(TOKEN_FILE_NAME))
+    }
+
+    /// The mesh operations: against the daemon of `--server`, else on the data dir.
+    pub fn api(&self) -> anyhow::Result<&dyn MeshApi> {
+        if let Some(api) = self.api.get() {
+            return Ok(api.as_ref());
+        }
+        let api: Box<dyn MeshApi> = match &self.server {
+            Some(url) => Box::new(RemoteMesh::new(url, &self.client_token()?)?),
+            None => Box::new(LocalMesh::new(Arc::clone(self.store()?), crate::now)),
+        };
+        Ok(self.api.get_or_init(|| api).as_ref())
+    }
+
+    /// The token a client presents: `--token-file`, else `$AGENTMESH_TOKEN`, else
+    /// the data dir's token file (a daemon on this machine and data dir).
+    fn client_token(&self) -> anyhow::Result<String> {
+        let from_file = |path: &Path| -> anyhow::Result<String> {
+            let text = std::fs::read_to_string(path).map_err(|err| {
+                InvalidInput::new("tokenFile", format!("cannot read {}: {err}", path.display()))
+            })?;
+            Ok(text.trim().to_owned())
+        };
+        if let Some(path) = &self.token_file {
+            return from_file(path);
+        }
+        if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.trim().is_empty()) {
+            return Ok(token.trim().to_owned());
+        }
+        let default = self.data_dir.join(TOKEN_FILE_NAME);
+        if default.exists() {
+            return from_file(&default);
+        }
+        Err(InvalidInput::new(
+            "token",
+            format!("no API token: pass --token-file or set {TOKEN_ENV} (the daemon writes its token to <data-dir>/{TOKEN_FILE_NAME})"),
+        )
+        .into())
     }
 
     /// The mesh id.
@@ -60,14 +127,15 @@ impl Context {
         &self.mesh
     }
 
-    /// The store, opening (and creating) the database on first use.
-    pub fn store(&self) -> anyhow::Result<&dyn Store> {
+    /// The store of the data dir, opening (and creating) the database on first use.
+    /// Commands that may run through a daemon use [`Context::api`] instead.
+    pub fn store(&self) -> anyhow::Result<&Arc<dyn Store>> {
         if let Some(store) = self.store.get() {
-            return Ok(store.as_ref());
+            return Ok(store);
         }
         let opened = SqliteStore::open_data_dir(&self.data_dir)
             .with_context(|| format!("failed to open the database in {}", self.data_dir.display()))?;
-        Ok(self.store.get_or_init(|| Box::new(opened)).as_ref())
+        Ok(self.store.get_or_init(|| Arc::new(opened)))
     }
 }
 
@@ -91,6 +159,7 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),
         Command::Events(cmd) => events::run(ctx, cmd, out),
+        Command::Status => status::run(ctx, out),
         Command::Ledger(cmd) => ledger::run(ctx, cmd, out),
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
         Command::Sessions => sessions::run(ctx, out),

@@ -9,8 +9,7 @@
 use std::io::IsTerminal;
 use std::sync::Arc;
 
-use agentmesh_daemon::{ApiToken, AppState, TOKEN_FILE_NAME};
-use agentmesh_sqlite::SqliteStore;
+use agentmesh_daemon::{ApiToken, AppState};
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
@@ -20,12 +19,11 @@ use crate::cli::ServeArgs;
 /// Runs `serve`.
 pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     init_logging();
-    let store = SqliteStore::open_data_dir(&ctx.data_dir)
-        .with_context(|| format!("failed to open the database in {}", ctx.data_dir.display()))?;
-    let token_path = args.token_file.unwrap_or_else(|| ctx.data_dir.join(TOKEN_FILE_NAME));
+    let store = Arc::clone(ctx.store()?);
+    let token_path = ctx.token_file();
     let token = ApiToken::load_or_create(&token_path)
         .with_context(|| format!("failed to read or create the token file {}", token_path.display()))?;
-    let state = AppState::new(Arc::new(store), token);
+    let state = AppState::new(store, token);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

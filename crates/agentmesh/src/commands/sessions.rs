@@ -10,9 +10,7 @@ use crate::output::{self, IdleSessionView, Output};
 
 /// Runs `sessions`.
 pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+    let sessions: Vec<IdleSessionView> = ctx.api()?.idle_sessions(ctx.mesh())?;
     let now = now();
-    let mut sessions: Vec<IdleSessionView> =
-        ctx.store()?.idle_sessions(ctx.mesh(), now)?.into_iter().map(IdleSessionView::from).collect();
-    sessions.sort_by(|a, b| (&a.node_id, &a.session_id).cmp(&(&b.node_id, &b.session_id)));
     out.emit(&sessions, |w| output::write_idle_session_table(w, &sessions, now))
 }

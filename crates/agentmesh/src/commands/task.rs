@@ -5,8 +5,7 @@
 //! core's validation error names the field; only the not-before form (number or
 //! instant) and the status filter are decided here.
 
-use agentmesh_core::{NewTask, NotBefore, RequeueOptions, Requeued, TaskStatus};
-use agentmesh_store::StoreError;
+use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, NotBeforeBody, RequeueBody};
 use anyhow::Context as _;
 
 use super::Context;
@@ -27,15 +26,20 @@ pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Res
 
 /// A not-before that reads as an integer is milliseconds; anything else is an
 /// instant for the core to parse.
-fn parse_not_before(text: String) -> NotBefore {
+fn parse_not_before(text: String) -> NotBeforeBody {
     match text.trim().parse::<i64>() {
-        Ok(ms) => NotBefore::Millis(ms),
-        Err(_) => NotBefore::Iso(text),
+        Ok(ms) => NotBeforeBody::Millis(ms),
+        Err(_) => NotBeforeBody::Iso(text),
     }
 }
 
-fn new_task(args: TaskAddArgs) -> NewTask {
-    NewTask {
+fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
+    let coordinator = CoordinatorBody {
+        daemon_id: args.coordinator_daemon,
+        run_id: args.coordinator_run,
+        session_id: args.coordinator_session,
+    };
+    EnqueueBody {
         id: args.id,
         message: args.message,
         task_mode: args.mode,
@@ -48,16 +52,14 @@ fn new_task(args: TaskAddArgs) -> NewTask {
         depends_on: args.depends_on,
         mission_id: args.mission,
         max_retries: args.max_retries,
-        source_coordinator_session_id: args.coordinator_session,
-        source_coordinator_daemon_id: args.coordinator_daemon,
-        source_coordinator_run_id: args.coordinator_run,
-        ..NewTask::default()
+        coordinator: (coordinator != CoordinatorBody::default()).then_some(coordinator),
+        ..EnqueueBody::default()
     }
 }
 
 fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()> {
-    let new = new_task(args);
-    let task = ctx.store()?.enqueue(ctx.mesh(), &new, now()).context("cannot enqueue the task")?;
+    let body = enqueue_body(args);
+    let task = ctx.api()?.enqueue(ctx.mesh(), body).context("cannot enqueue the task")?;
     out.emit(&task, |w| {
         write!(w, "enqueued {}", task.id)?;
         if !task.dependencies().is_empty() {
@@ -68,50 +70,42 @@ fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()>
 }
 
 fn list(ctx: &Context, args: TaskListArgs, out: &mut Output) -> anyhow::Result<()> {
-    let mut statuses: Vec<TaskStatus> = Vec::with_capacity(args.statuses.len());
-    for text in &args.statuses {
-        let status: TaskStatus = text.parse()?;
-        if !statuses.contains(&status) {
-            statuses.push(status);
-        }
-    }
-    let tasks = ctx.store()?.queue_entries(ctx.mesh(), &statuses)?;
+    let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
+    let tasks = ctx.api()?.list_tasks(ctx.mesh(), ListParams { status })?;
     let now = now();
     out.emit(&tasks, |w| output::write_task_table(w, &tasks, now))
 }
 
 fn show(ctx: &Context, args: TaskShowArgs, out: &mut Output) -> anyhow::Result<()> {
-    let id = args.id.trim();
-    let task = ctx
-        .store()?
-        .find_task(ctx.mesh(), id)?
-        .ok_or_else(|| StoreError::TaskNotFound { mesh_id: ctx.mesh().to_owned(), task_id: id.to_owned() })?;
+    let task = ctx.api()?.show_task(ctx.mesh(), args.id.trim())?;
     out.emit(&task, |w| output::write_task_fields(w, &task))
 }
 
 fn cancel(ctx: &Context, args: TaskCancelArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = ctx.store()?.cancel_task(ctx.mesh(), args.id.trim(), args.reason.as_deref(), now())?;
+    let task = ctx.api()?.cancel_task(ctx.mesh(), args.id.trim(), CancelBody { reason: args.reason })?;
     out.emit(&task, |w| writeln!(w, "cancelled {}", task.id))
 }
 
 fn requeue(ctx: &Context, args: TaskRequeueArgs, out: &mut Output) -> anyhow::Result<()> {
-    let opts = RequeueOptions {
+    let body = RequeueBody {
         reason: args.reason,
         force: args.force,
         max_retries: args.max_retries,
         keep_session_pin: args.keep_session_pin,
     };
-    let requeued = ctx.store()?.requeue_task(ctx.mesh(), args.id.trim(), &opts, now())?;
-    out.emit(requeued.task(), |w| match &requeued {
-        Requeued::Pending(task) => {
+    let requeued = ctx.api()?.requeue_task(ctx.mesh(), args.id.trim(), body)?;
+    let task = &requeued.task;
+    out.emit(task, |w| {
+        if requeued.outcome == "retries_exhausted" {
+            writeln!(
+                w,
+                "task {} is out of retries and failed: {}",
+                task.id,
+                task.failure_reason.as_deref().unwrap_or("max_retries_exceeded")
+            )
+        } else {
             writeln!(w, "requeued {} (requeue {})", task.id, task.requeue_count.unwrap_or(0))
         }
-        Requeued::RetriesExhausted(task) => writeln!(
-            w,
-            "task {} is out of retries and failed: {}",
-            task.id,
-            task.failure_reason.as_deref().unwrap_or("max_retries_exceeded")
-        ),
     })
 }
 
@@ -121,11 +115,11 @@ mod tests {
 
     #[test]
     fn not_before_numbers_are_millis_and_the_rest_is_iso() {
-        assert_eq!(parse_not_before(" 5000 ".into()), NotBefore::Millis(5000));
-        assert_eq!(parse_not_before("-1".into()), NotBefore::Millis(-1));
+        assert_eq!(parse_not_before(" 5000 ".into()), NotBeforeBody::Millis(5000));
+        assert_eq!(parse_not_before("-1".into()), NotBeforeBody::Millis(-1));
         assert_eq!(
             parse_not_before("2030-01-01T00:00:00Z".into()),
-            NotBefore::Iso("2030-01-01T00:00:00Z".into())
+            NotBeforeBody::Iso("2030-01-01T00:00:00Z".into())
         );
     }
 }
