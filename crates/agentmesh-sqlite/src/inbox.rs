@@ -13,9 +13,9 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentmesh_core::events::{
-    DrainCounter, DrainRouter, EmitHint, PendingEvent, QuarantineReason, RouteDecision,
-    pending_event_fingerprint, read_completion_summary, refine_job_id, refine_terminal_fingerprint,
-    stamp_event,
+    Address, CoordinatorIdentity, DrainCounter, DrainRouter, EmitHint, PendingEvent, ProjectedRoute,
+    QuarantineReason, RouteClass, RouteDecision, pending_event_fingerprint, project_route,
+    read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{InvalidInput, LedgerEntry, Timestamp};
 use agentmesh_store::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, StoreError};
@@ -86,36 +86,133 @@ pub(crate) fn queue(
 }
 
 /// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
-/// target, fingerprint and v2 envelope in their columns. `false` when its
-/// fingerprint is already used in the mesh (nothing is written).
+/// target, fingerprint, v2 envelope and projected routing inputs in their
+/// columns. `false` when its fingerprint is already used in the mesh (nothing is
+/// written).
 pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
     let fingerprint = pending_event_fingerprint(ev);
     let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
     let envelope = &ev.envelope;
     let identity =
         |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
+    let value = ev.to_value();
+    let projected = project_route(&value);
+    let columns = RouteColumns::of(projected.as_ref());
+    let event_id = match &projected {
+        Some(p) => Some(p.event_id.as_str()),
+        None => envelope.event_id.as_deref(),
+    };
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
                  (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at, drained,
-                  protocol_version, event_id, scope, dispatched_by, intended_for)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12)",
+                  protocol_version, event_id, scope, dispatched_by, intended_for,
+                  route_class, to_machine, to_key, to_fallback, to_session)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?
         .execute(params![
             id,
             ev.mesh_id,
             ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty()),
             ev.event,
-            ev.to_value().to_string(),
+            value.to_string(),
             fingerprint,
             ev.queued_at.millis(),
             envelope.protocol_version.map(|v| v.as_str()),
-            envelope.event_id,
+            event_id,
             envelope.scope.map(|s| s.as_str()),
             identity(&envelope.dispatched_by),
             identity(&envelope.intended_for),
+            columns.class,
+            columns.machine,
+            columns.key,
+            columns.fallback,
+            columns.session,
         ])?;
     Ok(inserted > 0)
+}
+
+/// `route_class` values (see migration 0007).
+const CLASS_PAYLOAD: i64 = 0;
+const CLASS_BROADCAST: i64 = 1;
+const CLASS_SYSTEM: i64 = 2;
+const CLASS_UNICAST: i64 = 3;
+const CLASS_UNADDRESSED: i64 = 4;
+
+/// A [`ProjectedRoute`] as the columns of `mesh_pending_events` hold it (the
+/// event id lives in `event_id`).
+#[derive(Debug, Default, PartialEq)]
+struct RouteColumns {
+    class: i64,
+    machine: Option<String>,
+    key: Option<String>,
+    fallback: bool,
+    session: Option<String>,
+}
+
+impl RouteColumns {
+    fn of(projected: Option<&ProjectedRoute>) -> RouteColumns {
+        let Some(projected) = projected else { return RouteColumns::default() };
+        let class = match &projected.class {
+            RouteClass::Broadcast => CLASS_BROADCAST,
+            RouteClass::System => CLASS_SYSTEM,
+            RouteClass::Unaddressed => CLASS_UNADDRESSED,
+            RouteClass::Unicast(to) => {
+                return RouteColumns {
+                    class: CLASS_UNICAST,
+                    // A daemon id that names no machine matches no drainer: '' is
+                    // no drainer's machine.
+                    machine: Some(to.machine.clone().unwrap_or_default()),
+                    key: Some(to.key.clone()),
+                    fallback: to.run_is_daemon_fallback,
+                    session: to.session.clone(),
+                };
+            }
+        };
+        RouteColumns { class, ..RouteColumns::default() }
+    }
+
+    /// The projection back, given the row's event id; `None` for rows routed
+    /// from their payload.
+    fn projected(self, event_id: Option<String>) -> Option<ProjectedRoute> {
+        let event_id = event_id?;
+        let class = match self.class {
+            CLASS_BROADCAST => RouteClass::Broadcast,
+            CLASS_SYSTEM => RouteClass::System,
+            CLASS_UNADDRESSED => RouteClass::Unaddressed,
+            CLASS_UNICAST => RouteClass::Unicast(Address {
+                machine: self.machine.filter(|m| !m.is_empty()),
+                key: self.key?,
+                run_is_daemon_fallback: self.fallback,
+                session: self.session,
+            }),
+            _ => return None,
+        };
+        Some(ProjectedRoute { event_id, class })
+    }
+}
+
+/// Migration 0007's data step: projects the routing inputs of every stored event.
+pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> {
+    let rows: Vec<(i64, String)> = tx
+        .prepare("SELECT rowid, payload FROM mesh_pending_events")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut update = tx.prepare(
+        "UPDATE mesh_pending_events
+            SET route_class = ?2, to_machine = ?3, to_key = ?4, to_fallback = ?5, to_session = ?6,
+                event_id = COALESCE(?7, event_id)
+          WHERE rowid = ?1",
+    )?;
+    for (rowid, payload) in rows {
+        let projected = project_route(&parse(&payload));
+        let event_id = projected.as_ref().map(|p| p.event_id.clone());
+        let c = RouteColumns::of(projected.as_ref());
+        if c.class != CLASS_PAYLOAD {
+            update.execute(params![rowid, c.class, c.machine, c.key, c.fallback, c.session, event_id])?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether an undrained event of the same refine job and outcome is queued.
@@ -137,32 +234,68 @@ fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
 
 /// One undrained row as a drain sees it.
 struct Candidate {
+    rowid: i64,
     id: String,
-    /// The stored event, parsed.
-    raw: serde_json::Value,
+    payload: String,
     fingerprint: Option<String>,
     queued_at: i64,
+    /// The routing inputs, for a valid v2 event; `None`: route from the payload.
+    projected: Option<ProjectedRoute>,
+}
+
+impl Candidate {
+    fn into_inbox_event(self, event: serde_json::Value) -> InboxEvent {
+        InboxEvent { id: self.id, event, fingerprint: self.fingerprint, queued_at_ms: self.queued_at }
+    }
+}
+
+/// How one drainer's walk is told which rows it may skip in the index.
+///
+/// A unicast row (class 3) is kept only when it is addressed to the drainer's
+/// machine, is not for a sibling session that routing tells apart by session
+/// (both run ids the daemon-form stand-in, both sessions named and different),
+/// and is not for another live coordinator (unless both run ids are stand-ins,
+/// where a session-less drainer takes every session's events). Every row it skips
+/// is one [`route_projected`] would route away; it is the routing, not this
+/// filter, that decides about the rows kept.
+struct WalkFilter {
+    machine: Option<String>,
+    fallback: bool,
+    session: Option<String>,
+    /// The keys of the other live coordinators on the drainer's machine, as a
+    /// JSON array.
+    live_others: String,
 }
 
 /// The SQL of one page of a drain's walk: after the (queued_at, id) cursor in ?2,
-/// ?3, for `forms` daemon id forms and, when given, `only` event names.
+/// ?3, skipping other coordinators' unicasts as [`WalkFilter`] (?4 to ?7) says,
+/// for `forms` daemon id forms and, when given, `only` event names.
 fn walk_sql(forms: usize, only: Option<usize>) -> String {
     let list =
         |start: usize, n: usize| (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ");
     let mut sql = String::from(
-        "SELECT id, payload, fingerprint, queued_at FROM mesh_pending_events
-          WHERE mesh_id = +?1 AND drained = 0 AND (queued_at, id) > (+?2, +?3)",
+        "SELECT rowid, id, payload, fingerprint, queued_at, event_id, route_class,
+                to_machine, to_key, to_fallback, to_session
+           FROM mesh_pending_events
+          WHERE mesh_id = +?1 AND drained = 0 AND (queued_at, id) > (+?2, +?3)
+            AND (route_class <> 3 OR (
+                 to_machine = +?4
+                 AND NOT (to_fallback = 1 AND +?5 = 1 AND to_session IS NOT NULL
+                          AND +?6 IS NOT NULL AND to_session <> +?6)
+                 AND NOT (NOT (to_fallback = 1 AND +?5 = 1)
+                          AND to_key IN (SELECT value FROM json_each(+?7)))))",
     );
+    let first = 8;
     if forms > 0 {
         sql.push_str(&format!(
             " AND (coordinator_daemon_id IS NULL OR coordinator_daemon_id IN ({}))",
-            list(4, forms)
+            list(first, forms)
         ));
     }
     if let Some(n) = only {
-        sql.push_str(&format!(" AND event IN ({})", list(4 + forms, n)));
+        sql.push_str(&format!(" AND event IN ({})", list(first + forms, n)));
     }
-    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT +?{}", 4 + forms + only.unwrap_or(0)));
+    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT +?{}", first + forms + only.unwrap_or(0)));
     sql
 }
 
@@ -172,14 +305,22 @@ fn walk(
     conn: &Connection,
     mesh_id: &str,
     request: &DrainRequest,
+    filter: &WalkFilter,
     first_page: i64,
     mut visit: impl FnMut(Candidate, &HashSet<String>) -> Res<bool>,
 ) -> Res<()> {
     let forms = request.drainer.daemon_forms();
     let only = request.only_events.as_deref().unwrap_or(&[]);
     let sql = walk_sql(forms.len(), request.only_events.as_ref().map(|_| only.len()));
-    let mut args: Vec<Value> =
-        vec![Value::Text(mesh_id.to_owned()), Value::Integer(i64::MIN), Value::Text(String::new())];
+    let mut args: Vec<Value> = vec![
+        Value::Text(mesh_id.to_owned()),
+        Value::Integer(i64::MIN),
+        Value::Text(String::new()),
+        filter.machine.clone().map_or(Value::Null, Value::Text),
+        Value::Integer(i64::from(filter.fallback)),
+        filter.session.clone().map_or(Value::Null, Value::Text),
+        Value::Text(filter.live_others.clone()),
+    ];
     args.extend(forms.iter().map(|f| Value::Text(f.clone())));
     args.extend(only.iter().map(|e| Value::Text(e.clone())));
     // The first page is as large as the drain needs when every event is its own;
@@ -190,44 +331,53 @@ fn walk(
         let page: Vec<Candidate> = {
             let mut stmt = conn.prepare_cached(&sql)?;
             stmt.query_map(params_from_iter(args.iter()), |r| {
-                let payload: String = r.get(1)?;
+                let columns = RouteColumns {
+                    class: r.get(6)?,
+                    machine: r.get(7)?,
+                    key: r.get(8)?,
+                    fallback: r.get(9)?,
+                    session: r.get(10)?,
+                };
                 Ok(Candidate {
-                    id: r.get(0)?,
-                    raw: parse(&payload),
-                    fingerprint: r.get(2)?,
-                    queued_at: r.get(3)?,
+                    rowid: r.get(0)?,
+                    id: r.get(1)?,
+                    payload: r.get(2)?,
+                    fingerprint: r.get(3)?,
+                    queued_at: r.get(4)?,
+                    projected: columns.projected(r.get(5)?),
                 })
             })?
             .collect::<Result<_, _>>()?
         };
         let full = page.len() as i64 == page_size;
         let drained = drained_event_ids(conn, mesh_id, &page)?;
+        let last = page.last().map(|c| (c.queued_at, c.id.clone()));
         for candidate in page {
-            args[1] = Value::Integer(candidate.queued_at);
-            args[2] = Value::Text(candidate.id.clone());
             if visit(candidate, &drained)? {
                 return Ok(());
             }
         }
-        if !full {
-            return Ok(());
-        }
+        let Some((queued_at, id)) = last.filter(|_| full) else { return Ok(()) };
+        args[1] = Value::Integer(queued_at);
+        args[2] = Value::Text(id);
         page_size = PAGE;
         *args.last_mut().expect("the limit is the last argument") = Value::Integer(page_size);
     }
 }
 
-/// Which event ids of a page's events were drained before: one indexed lookup per
-/// page instead of one per event.
+/// Which event ids of a page's valid v2 events were drained before: one indexed
+/// lookup per page instead of one per event. (Unversioned and invalid events are
+/// never deduplicated by event id.)
 fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Res<HashSet<String>> {
     let ids: Vec<&str> =
-        page.iter().filter_map(|c| c.raw.get("eventId").and_then(serde_json::Value::as_str)).collect();
+        page.iter().filter_map(|c| c.projected.as_ref().map(|p| p.event_id.as_str())).collect();
     if ids.is_empty() {
         return Ok(HashSet::new());
     }
     let mut stmt = conn.prepare_cached(
         "SELECT event_id FROM mesh_pending_events
-          WHERE mesh_id = ?1 AND drained = 1 AND event_id IN (SELECT value FROM json_each(?2))",
+          WHERE mesh_id = ?1 AND drained = 1 AND event_id IS NOT NULL
+            AND event_id IN (SELECT value FROM json_each(?2))",
     )?;
     let found = stmt
         .query_map(params![mesh_id, serde_json::to_string(&ids)?], |r| r.get::<_, String>(0))?
@@ -241,7 +391,117 @@ fn parse(payload: &str) -> serde_json::Value {
     serde_json::from_str(payload).unwrap_or_else(|_| json!({}))
 }
 
+/// How long a coordinator's presence keeps it live after its last drain or
+/// touch: [`agentmesh_store::COORDINATOR_PRESENCE_TTL_MS`].
+const PRESENCE_TTL_MS: i64 = agentmesh_store::COORDINATOR_PRESENCE_TTL_MS;
+/// A drain rewrites its own presence record only when it is older than this, so
+/// most drains dirty no presence page.
+const PRESENCE_REFRESH_MS: i64 = PRESENCE_TTL_MS / 8;
+
+/// The presence of the coordinators on `machine` in a mesh.
+struct Presence {
+    /// Keys of the live coordinators other than `me`.
+    live_others: Vec<String>,
+    /// When `me` was last seen, if it is recorded and not ended.
+    my_last_seen: Option<i64>,
+}
+
+fn presence(conn: &Connection, mesh_id: &str, machine: Option<&str>, me: &str, now_ms: i64) -> Res<Presence> {
+    let mut out = Presence { live_others: Vec::new(), my_last_seen: None };
+    let Some(machine) = machine else { return Ok(out) };
+    let mut stmt = conn.prepare_cached(
+        "SELECT coordinator_key, last_seen_ms FROM mesh_coordinator_presence
+          WHERE mesh_id = ?1 AND machine = ?2 AND ended_at_ms IS NULL AND last_seen_ms >= ?3",
+    )?;
+    let rows = stmt.query_map(params![mesh_id, machine, now_ms.saturating_sub(PRESENCE_TTL_MS)], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (key, last_seen) = row?;
+        if key == me {
+            out.my_last_seen = Some(last_seen);
+        } else {
+            out.live_others.push(key);
+        }
+    }
+    Ok(out)
+}
+
+/// Records that `identity` is live in the mesh as of `now` (a later record is
+/// kept), and not ended.
+pub(crate) fn touch_coordinator(
+    conn: &Connection,
+    mesh_id: &str,
+    identity: &CoordinatorIdentity,
+    now: Timestamp,
+) -> Res<()> {
+    let address = Address::of(identity);
+    conn.prepare_cached(
+        "INSERT INTO mesh_coordinator_presence
+             (mesh_id, coordinator_key, machine, daemon_id, run_id, session_id, last_seen_ms, ended_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
+         ON CONFLICT (mesh_id, coordinator_key) DO UPDATE
+            SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms), ended_at_ms = NULL,
+                daemon_id = excluded.daemon_id",
+    )?
+    .execute(params![
+        mesh_id,
+        address.key,
+        address.machine,
+        identity.daemon_id,
+        identity.coordinator_run_id,
+        address.session,
+        now.millis(),
+    ])?;
+    Ok(())
+}
+
+/// Records that `identity` ended (a graceful exit): from now on its unicasts go
+/// to the next coordinator on its machine. `false` when it had no record.
+pub(crate) fn end_coordinator(
+    conn: &Connection,
+    mesh_id: &str,
+    identity: &CoordinatorIdentity,
+    now: Timestamp,
+) -> Res<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE mesh_coordinator_presence SET ended_at_ms = ?3
+              WHERE mesh_id = ?1 AND coordinator_key = ?2",
+        )?
+        .execute(params![mesh_id, identity.key(), now.millis()])?
+        > 0)
+}
+
+/// The walk filter and the router of one drain or peek judged at `now_ms`.
+fn router_for<'a>(
+    conn: &Connection,
+    mesh_id: &str,
+    request: &'a DrainRequest,
+    now_ms: i64,
+) -> Res<(WalkFilter, DrainRouter<'a>, Presence)> {
+    let me = request.drainer.address();
+    let presence = presence(conn, mesh_id, me.machine.as_deref(), &me.key, now_ms)?;
+    let filter = WalkFilter {
+        machine: me.machine.clone(),
+        fallback: me.run_is_daemon_fallback,
+        session: me.session.clone(),
+        live_others: serde_json::to_string(&presence.live_others)?,
+    };
+    let live: HashSet<String> = presence.live_others.iter().cloned().collect();
+    let router = DrainRouter::with_live(&request.drainer, request.enforce, live);
+    Ok((filter, router, presence))
+}
+
 /// Drains in the caller's transaction.
+///
+/// Counters: `v2RoutedAway` counts the events this drain's routing examined and
+/// left queued (system events, and unicasts its walk could not rule out in the
+/// index). Unicasts the walk skips in the index (for another machine, for a
+/// sibling session told apart by session, for another live coordinator) count
+/// nowhere, as events targeted at another daemon already did: they never reach
+/// this drain's routing. For the same reason such a row is deduplicated by event
+/// id (and marked drained) only by its own coordinator's drain.
 pub(crate) fn drain(
     conn: &Connection,
     mesh_id: &str,
@@ -256,37 +516,51 @@ pub(crate) fn drain(
     if limit == 0 {
         return Ok(out);
     }
-    let drained_by = request.drainer.identity().to_json().to_string();
-    let mut router = DrainRouter::new(&request.drainer, request.enforce);
-    let mut mark = conn.prepare_cached(
-        "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2 WHERE id = ?3",
-    )?;
-    walk(conn, mesh_id, request, limit as i64, |c, drained| {
-        let raw = c.raw;
+    let (filter, mut router, presence) = router_for(conn, mesh_id, request, now.millis())?;
+    if presence.my_last_seen.is_none_or(|seen| seen < now.millis().saturating_sub(PRESENCE_REFRESH_MS)) {
+        touch_coordinator(conn, mesh_id, request.drainer.identity(), now)?;
+    }
+    let mut marked: Vec<i64> = Vec::new();
+    walk(conn, mesh_id, request, &filter, limit as i64, |c, drained| {
+        if let Some(projected) = &c.projected {
+            let routed = router.route_projected(projected, |event_id| drained.contains(event_id));
+            match routed.decision {
+                RouteDecision::RoutedAway { .. } => return Ok(false),
+                RouteDecision::Deliver => {
+                    marked.push(c.rowid);
+                    let event = parse(&c.payload);
+                    out.events.push(c.into_inbox_event(event));
+                }
+                RouteDecision::DedupSkipped | RouteDecision::Quarantine { .. } => marked.push(c.rowid),
+            }
+            return Ok(out.events.len() >= limit);
+        }
+        let raw = parse(&c.payload);
         let routed = router.route(&raw, |event_id| drained.contains(event_id));
         warn_once(&routed, mesh_id);
         match routed.decision {
             RouteDecision::RoutedAway { .. } => return Ok(false),
             RouteDecision::Deliver => {
-                mark.execute(params![now.millis(), drained_by, c.id])?;
-                out.events.push(InboxEvent {
-                    id: c.id,
-                    event: raw,
-                    fingerprint: c.fingerprint,
-                    queued_at_ms: c.queued_at,
-                });
+                marked.push(c.rowid);
+                out.events.push(c.into_inbox_event(raw));
             }
-            RouteDecision::DedupSkipped => {
-                mark.execute(params![now.millis(), drained_by, c.id])?;
-            }
+            RouteDecision::DedupSkipped => marked.push(c.rowid),
             RouteDecision::Quarantine { reason } => {
-                mark.execute(params![now.millis(), drained_by, c.id])?;
+                marked.push(c.rowid);
                 ledger::append(conn, &held_entry(mesh_id, &c.id, &raw, reason, c.queued_at, now))?;
                 out.quarantined.push(c.id);
             }
         }
         Ok(out.events.len() >= limit)
     })?;
+    if !marked.is_empty() {
+        let drained_by = request.drainer.identity().to_json().to_string();
+        conn.prepare_cached(
+            "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2
+              WHERE rowid IN (SELECT value FROM json_each(?3))",
+        )?
+        .execute(params![now.millis(), drained_by, serde_json::to_string(&marked)?])?;
+    }
     out.counters = router.counters();
     out.events = reconcile_refine(conn, mesh_id, std::mem::take(&mut out.events), now)?;
     Ok(out)
@@ -381,22 +655,34 @@ fn held_entry(
 }
 
 /// What a drain would deliver, marking and counting nothing.
+///
+/// A peek reads no clock and writes nothing: it judges liveness at the newest
+/// presence instant recorded for the mesh (the latest moment the store knows
+/// of), and it does not refresh the drainer's presence.
 pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> Res<Vec<InboxEvent>> {
     let mut events = Vec::new();
     if request.only_events.as_ref().is_some_and(Vec::is_empty) {
         return Ok(events);
     }
     let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
-    let mut router = DrainRouter::new(&request.drainer, request.enforce);
-    walk(conn, mesh_id, request, limit as i64, |c, drained| {
-        let raw = c.raw;
-        if router.route(&raw, |event_id| drained.contains(event_id)).decision == RouteDecision::Deliver {
-            events.push(InboxEvent {
-                id: c.id,
-                event: raw,
-                fingerprint: c.fingerprint,
-                queued_at_ms: c.queued_at,
-            });
+    let newest: Option<i64> = conn
+        .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
+        .query_row([mesh_id], |r| r.get(0))?;
+    let (filter, mut router, _) = router_for(conn, mesh_id, request, newest.unwrap_or(i64::MIN))?;
+    walk(conn, mesh_id, request, &filter, limit as i64, |c, drained| {
+        let decision = match &c.projected {
+            Some(projected) => router.route_projected(projected, |id| drained.contains(id)).decision,
+            None => {
+                let raw = parse(&c.payload);
+                if router.route(&raw, |id| drained.contains(id)).decision == RouteDecision::Deliver {
+                    events.push(c.into_inbox_event(raw));
+                }
+                return Ok(events.len() >= limit);
+            }
+        };
+        if decision == RouteDecision::Deliver {
+            let event = parse(&c.payload);
+            events.push(c.into_inbox_event(event));
         }
         Ok(events.len() >= limit)
     })?;

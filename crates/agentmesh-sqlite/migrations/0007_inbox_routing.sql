@@ -1,0 +1,42 @@
+-- The routing inputs of a valid v2 event, projected when it is queued, so a drain
+-- routes from columns and skips, in its index, unicasts that can only be another
+-- coordinator's. route_class: 0 = route from the payload (unversioned, or failing
+-- the v2 contract), 1 = broadcast, 2 = system, 3 = unicast, 4 = unicast without
+-- an addressee. The to_* columns describe a unicast's addressee: machine core of
+-- its daemon id, identity key, whether its run id is the daemon-form stand-in,
+-- and its session. Existing rows are back-filled by the migration's Rust step.
+ALTER TABLE mesh_pending_events ADD COLUMN route_class INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE mesh_pending_events ADD COLUMN to_machine TEXT;
+ALTER TABLE mesh_pending_events ADD COLUMN to_key TEXT;
+ALTER TABLE mesh_pending_events ADD COLUMN to_fallback INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE mesh_pending_events ADD COLUMN to_session TEXT;
+
+-- The drain walk's index now carries the routing columns, so rows for other
+-- coordinators are stepped over without reading the table.
+DROP INDEX IF EXISTS idx_mesh_pending_events_drain;
+CREATE INDEX idx_mesh_pending_events_drain
+    ON mesh_pending_events(mesh_id, queued_at, id, coordinator_daemon_id, event, route_class,
+                           to_machine, to_fallback, to_session, to_key)
+    WHERE drained = 0;
+
+-- Event-id dedup asks only about drained rows: an insert no longer touches this
+-- index; a drain adds its rows (event ids are time-ordered, so at the end).
+DROP INDEX IF EXISTS idx_mesh_pending_events_event_id;
+CREATE INDEX idx_mesh_pending_events_event_id
+    ON mesh_pending_events(mesh_id, event_id)
+    WHERE drained = 1 AND event_id IS NOT NULL;
+
+-- Coordinator presence: a drain or peek refreshes its drainer's record; a run
+-- that ended or was not seen for a while is no longer live, and its unicasts
+-- go to the next coordinator on its machine.
+CREATE TABLE mesh_coordinator_presence (
+    mesh_id TEXT NOT NULL,
+    coordinator_key TEXT NOT NULL,
+    machine TEXT,
+    daemon_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    session_id TEXT,
+    last_seen_ms INTEGER NOT NULL,
+    ended_at_ms INTEGER,
+    PRIMARY KEY (mesh_id, coordinator_key)
+) WITHOUT ROWID;
