@@ -12,10 +12,11 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use agentmesh_core::daemon_id::machine_core;
 use agentmesh_core::events::{
     Address, CoordinatorIdentity, DrainCounter, DrainRouter, EmitHint, PendingEvent, ProjectedRoute,
-    QuarantineReason, RouteClass, RouteDecision, pending_event_fingerprint, project_route,
-    read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
+    QuarantineReason, RouteClass, RouteDecision, drainer_takes_unicast, pending_event_fingerprint,
+    project_route, read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{InvalidInput, LedgerEntry, Timestamp};
 use agentmesh_store::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, StoreError};
@@ -102,18 +103,20 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
         Some(p) => Some(p.event_id.as_str()),
         None => envelope.event_id.as_deref(),
     };
+    let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let lane = columns.lane(target);
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
                  (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at, drained,
                   protocol_version, event_id, scope, dispatched_by, intended_for,
-                  route_class, to_machine, to_key, to_fallback, to_session)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                  route_class, to_machine, to_key, to_fallback, to_session, lane)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?
         .execute(params![
             id,
             ev.mesh_id,
-            ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty()),
+            target,
             ev.event,
             value.to_string(),
             fingerprint,
@@ -128,6 +131,7 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
             columns.key,
             columns.fallback,
             columns.session,
+            lane,
         ])?;
     Ok(inserted > 0)
 }
@@ -138,6 +142,13 @@ const CLASS_BROADCAST: i64 = 1;
 const CLASS_SYSTEM: i64 = 2;
 const CLASS_UNICAST: i64 = 3;
 const CLASS_UNADDRESSED: i64 = 4;
+
+/// The lane prefix of a unicast: the addressee's key follows, which starts with
+/// its machine core and `|`.
+const UNICAST_LANE: &str = "u:";
+/// The lane prefix of any other event targeted at a daemon: the target's machine
+/// core follows.
+const TARGET_LANE: &str = "@";
 
 /// A [`ProjectedRoute`] as the columns of `mesh_pending_events` hold it (the
 /// event id lives in `event_id`).
@@ -172,6 +183,16 @@ impl RouteColumns {
         RouteColumns { class, ..RouteColumns::default() }
     }
 
+    /// The row's lane (see migration 0007): who may take it. `target` is the
+    /// row's daemon target (trimmed, non-blank).
+    fn lane(&self, target: Option<&str>) -> String {
+        match (&self.key, target) {
+            (Some(key), _) if self.class == CLASS_UNICAST => format!("{UNICAST_LANE}{key}"),
+            (_, Some(target)) => format!("{TARGET_LANE}{}", machine_core(target).unwrap_or(target)),
+            _ => String::new(),
+        }
+    }
+
     /// The projection back, given the row's event id; `None` for rows routed
     /// from their payload.
     fn projected(self, event_id: Option<String>) -> Option<ProjectedRoute> {
@@ -194,22 +215,24 @@ impl RouteColumns {
 
 /// Migration 0007's data step: projects the routing inputs of every stored event.
 pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> {
-    let rows: Vec<(i64, String)> = tx
-        .prepare("SELECT rowid, payload FROM mesh_pending_events")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+    let rows: Vec<(i64, String, Option<String>)> = tx
+        .prepare("SELECT rowid, payload, coordinator_daemon_id FROM mesh_pending_events")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
     let mut update = tx.prepare(
         "UPDATE mesh_pending_events
             SET route_class = ?2, to_machine = ?3, to_key = ?4, to_fallback = ?5, to_session = ?6,
-                event_id = COALESCE(?7, event_id)
+                event_id = COALESCE(?7, event_id), lane = ?8
           WHERE rowid = ?1",
     )?;
-    for (rowid, payload) in rows {
+    for (rowid, payload, target) in rows {
         let projected = project_route(&parse(&payload));
         let event_id = projected.as_ref().map(|p| p.event_id.clone());
         let c = RouteColumns::of(projected.as_ref());
-        if c.class != CLASS_PAYLOAD {
-            update.execute(params![rowid, c.class, c.machine, c.key, c.fallback, c.session, event_id])?;
+        let lane = c.lane(target.as_deref().map(str::trim).filter(|t| !t.is_empty()));
+        if c.class != CLASS_PAYLOAD || !lane.is_empty() {
+            update
+                .execute(params![rowid, c.class, c.machine, c.key, c.fallback, c.session, event_id, lane])?;
         }
     }
     Ok(())
@@ -249,43 +272,21 @@ impl Candidate {
     }
 }
 
-/// How one drainer's walk is told which rows it may skip in the index.
-///
-/// A unicast row (class 3) is kept only when it is addressed to the drainer's
-/// machine, is not for a sibling session that routing tells apart by session
-/// (both run ids the daemon-form stand-in, both sessions named and different),
-/// and is not for another live coordinator (unless both run ids are stand-ins,
-/// where a session-less drainer takes every session's events). Every row it skips
-/// is one [`route_projected`] would route away; it is the routing, not this
-/// filter, that decides about the rows kept.
-struct WalkFilter {
-    machine: Option<String>,
-    fallback: bool,
-    session: Option<String>,
-    /// The keys of the other live coordinators on the drainer's machine, as a
-    /// JSON array.
-    live_others: String,
-}
+/// The columns a drain reads of a candidate row.
+const CANDIDATE_COLUMNS: &str = "rowid, id, payload, fingerprint, queued_at, event_id, route_class,
+                to_machine, to_key, to_fallback, to_session";
 
-/// The SQL of one page of a drain's walk: after the (queued_at, id) cursor in ?2,
-/// ?3, skipping other coordinators' unicasts as [`WalkFilter`] (?4 to ?7) says,
-/// for `forms` daemon id forms and, when given, `only` event names.
-fn walk_sql(forms: usize, only: Option<usize>) -> String {
+/// The SQL of one page of one lane of a drain's walk: the lane in ?2, after the
+/// (queued_at, id) cursor in ?3, ?4, for `forms` daemon id forms and, when given,
+/// `only` event names.
+fn lane_sql(forms: usize, only: Option<usize>) -> String {
     let list =
         |start: usize, n: usize| (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ");
-    let mut sql = String::from(
-        "SELECT rowid, id, payload, fingerprint, queued_at, event_id, route_class,
-                to_machine, to_key, to_fallback, to_session
-           FROM mesh_pending_events
-          WHERE mesh_id = +?1 AND drained = 0 AND (queued_at, id) > (+?2, +?3)
-            AND (route_class <> 3 OR (
-                 to_machine = +?4
-                 AND NOT (to_fallback = 1 AND +?5 = 1 AND to_session IS NOT NULL
-                          AND +?6 IS NOT NULL AND to_session <> +?6)
-                 AND NOT (NOT (to_fallback = 1 AND +?5 = 1)
-                          AND to_key IN (SELECT value FROM json_each(+?7)))))",
+    let mut sql = format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM mesh_pending_events
+          WHERE mesh_id = +?1 AND lane = +?2 AND drained = 0 AND (queued_at, id) > (+?3, +?4)"
     );
-    let first = 8;
+    let first = 5;
     if forms > 0 {
         sql.push_str(&format!(
             " AND (coordinator_daemon_id IS NULL OR coordinator_daemon_id IN ({}))",
@@ -299,70 +300,162 @@ fn walk_sql(forms: usize, only: Option<usize>) -> String {
     sql
 }
 
-/// Walks the drainer's candidate rows oldest first, page by page, until `visit`
+/// The next lane after ?2 and before ?3 that holds undrained events, with the
+/// addressee columns of one of its rows (all rows of a unicast lane share them).
+const NEXT_LANE: &str = "SELECT lane, to_machine, to_key, to_fallback, to_session FROM mesh_pending_events
+  WHERE mesh_id = +?1 AND drained = 0 AND lane > +?2 AND lane < +?3 ORDER BY lane ASC LIMIT 1";
+
+/// The lanes a drain by `request.drainer` must read: the untargeted lane, the
+/// lanes of its daemon targets, and the unicast lanes on its machine whose
+/// addressee it takes ([`drainer_takes_unicast`]: by address, or by
+/// re-attribution when the addressee is not live). Every row in any other lane is
+/// one routing would leave queued.
+fn drain_lanes(
+    conn: &Connection,
+    mesh_id: &str,
+    request: &DrainRequest,
+    router: &DrainRouter<'_>,
+) -> Res<Vec<String>> {
+    let mut lanes = vec![String::new()];
+    let forms = request.drainer.daemon_forms();
+    let mut next = conn.prepare_cached(NEXT_LANE)?;
+    if forms.is_empty() {
+        // A drainer with no daemon id form takes every target.
+        let mut after = TARGET_LANE.to_owned();
+        while let Some(lane) =
+            next.query_row(params![mesh_id, after, "A"], |r| r.get::<_, String>(0)).optional()?
+        {
+            after.clone_from(&lane);
+            lanes.push(lane);
+        }
+    } else {
+        for form in forms {
+            let lane = format!("{TARGET_LANE}{}", machine_core(form).unwrap_or(form));
+            if !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
+        }
+    }
+    let me = request.drainer.address();
+    let Some(machine) = &me.machine else { return Ok(lanes) };
+    let (mut after, end) = (format!("{UNICAST_LANE}{machine}|"), format!("{UNICAST_LANE}{machine}}}"));
+    loop {
+        let found = next
+            .query_row(params![mesh_id, after, end], |r| {
+                let lane: String = r.get(0)?;
+                let columns = RouteColumns {
+                    class: CLASS_UNICAST,
+                    machine: r.get(1)?,
+                    key: r.get(2)?,
+                    fallback: r.get(3)?,
+                    session: r.get(4)?,
+                };
+                Ok((lane, columns))
+            })
+            .optional()?;
+        let Some((lane, columns)) = found else { break };
+        let takes = match columns.projected(Some(String::new())).map(|p| p.class) {
+            Some(RouteClass::Unicast(to)) => drainer_takes_unicast(&to, &me, |key| router.is_live(key)),
+            _ => true,
+        };
+        if takes {
+            lanes.push(lane.clone());
+        }
+        after = lane;
+    }
+    Ok(lanes)
+}
+
+/// One lane's position in a drain's walk.
+struct LaneCursor {
+    lane: String,
+    /// The (queued_at, id) of the last row read.
+    after: (i64, String),
+    /// Rows read and not yet visited, oldest first.
+    buffered: std::collections::VecDeque<Candidate>,
+    /// Whether the lane has no more rows past `after`.
+    exhausted: bool,
+}
+
+/// Walks the drainer's lanes merged oldest first, page by page, until `visit`
 /// returns `true`.
 fn walk(
     conn: &Connection,
     mesh_id: &str,
     request: &DrainRequest,
-    filter: &WalkFilter,
+    lanes: Vec<String>,
     first_page: i64,
     mut visit: impl FnMut(Candidate, &HashSet<String>) -> Res<bool>,
 ) -> Res<()> {
     let forms = request.drainer.daemon_forms();
     let only = request.only_events.as_deref().unwrap_or(&[]);
-    let sql = walk_sql(forms.len(), request.only_events.as_ref().map(|_| only.len()));
+    let sql = lane_sql(forms.len(), request.only_events.as_ref().map(|_| only.len()));
     let mut args: Vec<Value> = vec![
         Value::Text(mesh_id.to_owned()),
+        Value::Null,
         Value::Integer(i64::MIN),
         Value::Text(String::new()),
-        filter.machine.clone().map_or(Value::Null, Value::Text),
-        Value::Integer(i64::from(filter.fallback)),
-        filter.session.clone().map_or(Value::Null, Value::Text),
-        Value::Text(filter.live_others.clone()),
     ];
     args.extend(forms.iter().map(|f| Value::Text(f.clone())));
     args.extend(only.iter().map(|e| Value::Text(e.clone())));
-    // The first page is as large as the drain needs when every event is its own;
-    // later pages (past events routed away) are full size.
-    let mut page_size = first_page.clamp(1, PAGE);
-    args.push(Value::Integer(page_size));
+    args.push(Value::Null);
+    let mut cursors: Vec<LaneCursor> = lanes
+        .into_iter()
+        .map(|lane| LaneCursor {
+            lane,
+            after: (i64::MIN, String::new()),
+            buffered: Default::default(),
+            exhausted: false,
+        })
+        .collect();
+    let mut drained = HashSet::new();
+    // The first page of a lane is as large as the drain needs when every event is
+    // its own; later pages (past events routed away) are full size.
+    let first_page = first_page.clamp(1, PAGE);
     loop {
-        let page: Vec<Candidate> = {
+        for cursor in cursors.iter_mut().filter(|c| c.buffered.is_empty() && !c.exhausted) {
+            let page_size = if cursor.after.0 == i64::MIN { first_page } else { PAGE };
+            args[1] = Value::Text(cursor.lane.clone());
+            args[2] = Value::Integer(cursor.after.0);
+            args[3] = Value::Text(cursor.after.1.clone());
+            *args.last_mut().expect("the limit is the last argument") = Value::Integer(page_size);
             let mut stmt = conn.prepare_cached(&sql)?;
-            stmt.query_map(params_from_iter(args.iter()), |r| {
-                let columns = RouteColumns {
-                    class: r.get(6)?,
-                    machine: r.get(7)?,
-                    key: r.get(8)?,
-                    fallback: r.get(9)?,
-                    session: r.get(10)?,
-                };
-                Ok(Candidate {
-                    rowid: r.get(0)?,
-                    id: r.get(1)?,
-                    payload: r.get(2)?,
-                    fingerprint: r.get(3)?,
-                    queued_at: r.get(4)?,
-                    projected: columns.projected(r.get(5)?),
-                })
-            })?
-            .collect::<Result<_, _>>()?
-        };
-        let full = page.len() as i64 == page_size;
-        let drained = drained_event_ids(conn, mesh_id, &page)?;
-        let last = page.last().map(|c| (c.queued_at, c.id.clone()));
-        for candidate in page {
-            if visit(candidate, &drained)? {
-                return Ok(());
+            let page: Vec<Candidate> =
+                stmt.query_map(params_from_iter(args.iter()), candidate)?.collect::<Result<_, _>>()?;
+            cursor.exhausted = (page.len() as i64) < page_size;
+            if let Some(last) = page.last() {
+                cursor.after = (last.queued_at, last.id.clone());
             }
+            drained.extend(drained_event_ids(conn, mesh_id, &page)?);
+            cursor.buffered.extend(page);
         }
-        let Some((queued_at, id)) = last.filter(|_| full) else { return Ok(()) };
-        args[1] = Value::Integer(queued_at);
-        args[2] = Value::Text(id);
-        page_size = PAGE;
-        *args.last_mut().expect("the limit is the last argument") = Value::Integer(page_size);
+        let oldest = (0..cursors.len())
+            .filter_map(|i| cursors[i].buffered.front().map(|f| (f.queued_at, f.id.as_str(), i)))
+            .min()
+            .map(|(_, _, i)| i);
+        let Some(candidate) = oldest.and_then(|i| cursors[i].buffered.pop_front()) else { return Ok(()) };
+        if visit(candidate, &drained)? {
+            return Ok(());
+        }
     }
+}
+
+fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
+    let columns = RouteColumns {
+        class: r.get(6)?,
+        machine: r.get(7)?,
+        key: r.get(8)?,
+        fallback: r.get(9)?,
+        session: r.get(10)?,
+    };
+    Ok(Candidate {
+        rowid: r.get(0)?,
+        id: r.get(1)?,
+        payload: r.get(2)?,
+        fingerprint: r.get(3)?,
+        queued_at: r.get(4)?,
+        projected: columns.projected(r.get(5)?),
+    })
 }
 
 /// Which event ids of a page's valid v2 events were drained before: one indexed
@@ -473,35 +566,32 @@ pub(crate) fn end_coordinator(
         > 0)
 }
 
-/// The walk filter and the router of one drain or peek judged at `now_ms`.
+/// The lanes and the router of one drain or peek judged at `now_ms`.
 fn router_for<'a>(
     conn: &Connection,
     mesh_id: &str,
     request: &'a DrainRequest,
     now_ms: i64,
-) -> Res<(WalkFilter, DrainRouter<'a>, Presence)> {
+) -> Res<(Vec<String>, DrainRouter<'a>, Presence)> {
     let me = request.drainer.address();
     let presence = presence(conn, mesh_id, me.machine.as_deref(), &me.key, now_ms)?;
-    let filter = WalkFilter {
-        machine: me.machine.clone(),
-        fallback: me.run_is_daemon_fallback,
-        session: me.session.clone(),
-        live_others: serde_json::to_string(&presence.live_others)?,
-    };
     let live: HashSet<String> = presence.live_others.iter().cloned().collect();
     let router = DrainRouter::with_live(&request.drainer, request.enforce, live);
-    Ok((filter, router, presence))
+    let lanes = drain_lanes(conn, mesh_id, request, &router)?;
+    Ok((lanes, router, presence))
 }
 
 /// Drains in the caller's transaction.
 ///
 /// Counters: `v2RoutedAway` counts the events this drain's routing examined and
-/// left queued (system events, and unicasts its walk could not rule out in the
-/// index). Unicasts the walk skips in the index (for another machine, for a
-/// sibling session told apart by session, for another live coordinator) count
-/// nowhere, as events targeted at another daemon already did: they never reach
-/// this drain's routing. For the same reason such a row is deduplicated by event
-/// id (and marked drained) only by its own coordinator's drain.
+/// left queued: system events, and unicasts in a lane it reads that routing
+/// still routes away (its addressee became live between the lane choice and the
+/// routing cannot happen inside one transaction, so in practice: none). Unicasts
+/// in lanes it does not read (for another machine, for a sibling session told
+/// apart by session, for another live coordinator) count nowhere, as events
+/// targeted at another daemon already did: they never reach this drain's
+/// routing. For the same reason such a row is deduplicated by event id (and
+/// marked drained) only by its own coordinator's drain.
 pub(crate) fn drain(
     conn: &Connection,
     mesh_id: &str,
@@ -516,12 +606,12 @@ pub(crate) fn drain(
     if limit == 0 {
         return Ok(out);
     }
-    let (filter, mut router, presence) = router_for(conn, mesh_id, request, now.millis())?;
+    let (lanes, mut router, presence) = router_for(conn, mesh_id, request, now.millis())?;
     if presence.my_last_seen.is_none_or(|seen| seen < now.millis().saturating_sub(PRESENCE_REFRESH_MS)) {
         touch_coordinator(conn, mesh_id, request.drainer.identity(), now)?;
     }
     let mut marked: Vec<i64> = Vec::new();
-    walk(conn, mesh_id, request, &filter, limit as i64, |c, drained| {
+    walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
         if let Some(projected) = &c.projected {
             let routed = router.route_projected(projected, |event_id| drained.contains(event_id));
             match routed.decision {
@@ -668,8 +758,8 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
     let newest: Option<i64> = conn
         .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
         .query_row([mesh_id], |r| r.get(0))?;
-    let (filter, mut router, _) = router_for(conn, mesh_id, request, newest.unwrap_or(i64::MIN))?;
-    walk(conn, mesh_id, request, &filter, limit as i64, |c, drained| {
+    let (lanes, mut router, _) = router_for(conn, mesh_id, request, newest.unwrap_or(i64::MIN))?;
+    walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
         let decision = match &c.projected {
             Some(projected) => router.route_projected(projected, |id| drained.contains(id)).decision,
             None => {
@@ -823,17 +913,18 @@ pub(crate) fn requeue_held(
 mod tests {
     use super::*;
 
-    /// A drain page is a range of the drain index in walk order, filtered from the
-    /// index itself: no sort, however many events other coordinators have queued.
+    /// A drain page is a range of one lane of the drain index in walk order,
+    /// filtered from the index itself: no sort, however many events other
+    /// coordinators have queued; and finding the next lane is one seek.
     #[test]
-    fn a_drain_page_walks_the_drain_index() {
+    fn a_drain_page_walks_one_lane_of_the_drain_index() {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
-        for (forms, only) in [(0, None), (3, None), (3, Some(2))] {
-            let sql = walk_sql(forms, only);
-            let n = conn.prepare(&sql).unwrap().parameter_count();
+        let plans = [(0, None), (3, None), (3, Some(2))].map(|(forms, only)| lane_sql(forms, only));
+        for sql in plans.iter().map(String::as_str).chain([NEXT_LANE]) {
+            let n = conn.prepare(sql).unwrap().parameter_count();
             let args: Vec<Value> = (0..n)
-                .map(|i| if i == 1 { Value::Integer(0) } else { Value::Text(format!("v{i}")) })
+                .map(|i| if i == 2 { Value::Integer(0) } else { Value::Text(format!("v{i}")) })
                 .collect();
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -843,8 +934,66 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap();
             let plan = plan.join(" | ");
-            assert!(plan.contains("idx_mesh_pending_events_drain"), "{sql}\n{plan}");
+            assert!(plan.contains("idx_mesh_pending_events_drain (mesh_id=? AND lane"), "{sql}\n{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
         }
+    }
+
+    /// Migration 0007's back-fill gives rows queued before it the routing columns
+    /// and lane an insert writes now.
+    #[test]
+    fn the_backfill_projects_what_an_insert_writes() {
+        use agentmesh_core::events::{CoordinatorIdentity, Scope};
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        let to = CoordinatorIdentity::new("daemon_mach_A", "run-1", Some("s1".to_owned()));
+        let events = [
+            (Some(Scope::Unicast), Some("mach_A")),
+            (Some(Scope::Broadcast), None),
+            (Some(Scope::System), Some("mach_B")),
+            (None, Some("standalone_mach_C")),
+        ];
+        for (i, (scope, target)) in events.into_iter().enumerate() {
+            let mut ev = PendingEvent::new(
+                "task_completed",
+                "m",
+                "",
+                serde_json::Map::from_iter([("taskId".to_owned(), json!(format!("t{i}")))]),
+                Timestamp::from_millis(i as i64),
+            );
+            ev.target_coordinator_daemon_id = target.map(str::to_owned);
+            let hint = EmitHint {
+                scope,
+                dispatched_by: scope.map(|_| to.clone()),
+                intended_for: Some(to.clone()),
+                ..EmitHint::default()
+            };
+            stamp_event(&mut ev, &hint, &format!("e{i}"), None);
+            assert!(insert_row(&conn, &format!("r{i}"), &ev).unwrap());
+        }
+        let columns = "SELECT route_class, to_machine, to_key, to_fallback, to_session, lane, event_id
+                         FROM mesh_pending_events ORDER BY id";
+        let read = |conn: &Connection| -> Vec<Vec<Value>> {
+            conn.prepare(columns)
+                .unwrap()
+                .query_map([], |r| (0..7).map(|i| r.get::<_, Value>(i)).collect())
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let inserted = read(&conn);
+        assert_eq!(inserted[0][0], Value::Integer(CLASS_UNICAST));
+        assert_eq!(inserted[0][5], Value::Text("u:mach_A|run-1|s1".to_owned()));
+        assert_eq!(inserted[2][5], Value::Text("@mach_B".to_owned()));
+        assert_eq!(inserted[3][5], Value::Text("@mach_C".to_owned()));
+        conn.execute_batch(
+            "UPDATE mesh_pending_events SET route_class = 0, to_machine = NULL, to_key = NULL,
+                    to_fallback = 0, to_session = NULL, lane = ''",
+        )
+        .unwrap();
+        let tx = conn.transaction().unwrap();
+        backfill_route_columns(&tx).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(read(&conn), inserted);
     }
 }

@@ -48,8 +48,8 @@ pub use metadata::{is_weak_completion_metadata, read_completion_summary, read_re
 pub use names::default_scope_for_event;
 pub use routing::{
     Address, DrainCounter, DrainCounters, DrainRouter, Drainer, ProjectedRoute, QuarantineReason, RouteClass,
-    RouteDecision, Routed, RoutedAwayReason, enforce_from_env_value, identity_delivers_to, project_route,
-    route_event, route_event_live, route_projected,
+    RouteDecision, Routed, RoutedAwayReason, drainer_takes_unicast, enforce_from_env_value,
+    identity_delivers_to, project_route, route_event, route_event_live, route_projected,
 };
 pub use stamp::{EmitHint, EmitStamp, StampOutcome, build_emit_stamp, stamp_event};
 pub use wire::{read_v2_envelope_from_wire, to_wire};

@@ -374,6 +374,14 @@ fn route_unicast(
     (RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator }, DrainCounter::V2RoutedAway)
 }
 
+/// Whether a drain by `drainer` takes a unicast addressed to `target` (by
+/// address or by re-attribution), before event-id dedup. Every event of one
+/// addressee gets the same answer, so a store can decide per addressee which
+/// events a drain needs to read at all.
+pub fn drainer_takes_unicast(target: &Address, drainer: &Address, is_live: impl Fn(&str) -> bool) -> bool {
+    route_unicast(target, drainer, is_live).0 == RouteDecision::Deliver
+}
+
 /// [`identity_delivers_to`] on addresses.
 fn address_delivers_to(target: &Address, drainer: &Address) -> bool {
     if !target.same_machine(drainer) {
