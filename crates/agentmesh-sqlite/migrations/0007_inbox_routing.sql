@@ -27,6 +27,10 @@ CREATE INDEX idx_mesh_pending_events_drain
     ON mesh_pending_events(mesh_id, lane, queued_at, id, coordinator_daemon_id, event)
     WHERE drained = 0;
 
+-- From here on drained_by holds the drainer's identity key (`core|run|session`)
+-- instead of its JSON identity: it is written into every drained row, and a
+-- shorter value grows the row less (fewer pages rewritten per drain).
+
 -- Event-id dedup asks only about drained rows: an insert no longer touches this
 -- index; a drain adds its rows (our event ids are time-ordered, so at the end).
 DROP INDEX IF EXISTS idx_mesh_pending_events_event_id;

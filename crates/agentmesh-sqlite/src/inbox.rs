@@ -644,7 +644,9 @@ pub(crate) fn drain(
         Ok(out.events.len() >= limit)
     })?;
     if !marked.is_empty() {
-        let drained_by = request.drainer.identity().to_json().to_string();
+        // The drainer's identity key, not its JSON: the column is written into
+        // every drained row, and a longer value grows every row it marks.
+        let drained_by = request.drainer.identity().key();
         conn.prepare_cached(
             "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2
               WHERE rowid IN (SELECT value FROM json_each(?3))",
