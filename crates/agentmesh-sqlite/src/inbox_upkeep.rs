@@ -348,7 +348,7 @@ pub(crate) fn prune(
     let chunk_sql = expire_chunk_sql();
     let exempt_sql = exempt_count_sql();
     for mesh_id in &meshes {
-        let mut cursor = (String::new(), i64::MIN, String::new());
+        let mut cursor: ExpireCursor = (String::new(), i64::MIN, String::new());
         loop {
             let (expired, last) = store
                 .write(|tx| expire_chunk(tx, &chunk_sql, mesh_id, undrained_older_than, &cursor, now))?;
@@ -377,6 +377,10 @@ pub(crate) fn prune(
     Ok(report)
 }
 
+/// Where the sweep of a mesh's expirable rows stands: the (lane, queued_at, id)
+/// of the last row read.
+type ExpireCursor = (String, i64, String);
+
 /// One expired undrained row.
 struct Expired {
     lane: String,
@@ -394,9 +398,9 @@ fn expire_chunk(
     sql: &str,
     mesh_id: &str,
     older_than: Timestamp,
-    cursor: &(String, i64, String),
+    cursor: &ExpireCursor,
     now: Timestamp,
-) -> Res<(u64, Option<(String, i64, String)>)> {
+) -> Res<(u64, Option<ExpireCursor>)> {
     let mut args = vec![
         SqlValue::Text(mesh_id.to_owned()),
         SqlValue::Integer(older_than.millis()),
