@@ -647,8 +647,10 @@ pub(crate) fn drain(
         // The drainer's identity key, not its JSON: the column is written into
         // every drained row, and a longer value grows every row it marks.
         let drained_by = request.drainer.identity().key();
+        // OR FAIL: a failure fails the whole drain (its transaction rolls back), so
+        // the statement needs no journal of its own to undo a partial update.
         conn.prepare_cached(
-            "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2
+            "UPDATE OR FAIL mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2
               WHERE rowid IN (SELECT value FROM json_each(?3))",
         )?
         .execute(params![now.millis(), drained_by, serde_json::to_string(&marked)?])?;
