@@ -576,7 +576,8 @@ pub trait Store: Send + Sync {
     /// delivered, deduplicated and quarantined events are marked drained (a
     /// quarantined one with its `event_held` ledger entry); events routed away stay
     /// queued for their own coordinator and never keep the drainer from reaching
-    /// its own.
+    /// its own. The drain refreshes its drainer's presence (see
+    /// [`Store::touch_coordinator`]) in the same transaction.
     fn drain_pending_events(
         &self,
         mesh_id: &str,
@@ -585,6 +586,10 @@ pub trait Store: Send + Sync {
     ) -> StoreResult<DrainOutcome>;
 
     /// What a drain would deliver now, marking nothing and counting nothing.
+    ///
+    /// A peek takes no clock and writes nothing: it refreshes no presence, and
+    /// judges which coordinators are live at the newest presence instant recorded
+    /// for the mesh.
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>>;
 
     /// Marks events drained by row id (an acknowledgement after delivery elsewhere);
