@@ -12,10 +12,11 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use agentmesh_core::daemon_id::machine_core;
 use agentmesh_core::events::{
-    DrainCounter, DrainRouter, EmitHint, PendingEvent, QuarantineReason, RouteDecision,
-    pending_event_fingerprint, read_completion_summary, refine_job_id, refine_terminal_fingerprint,
-    stamp_event,
+    Address, CoordinatorIdentity, DrainCounter, DrainRouter, EmitHint, PendingEvent, ProjectedRoute,
+    QuarantineReason, RouteClass, RouteDecision, drainer_takes_unicast, pending_event_fingerprint,
+    project_route, read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{InvalidInput, LedgerEntry, Timestamp};
 use agentmesh_store::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, StoreError};
@@ -86,36 +87,155 @@ pub(crate) fn queue(
 }
 
 /// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
-/// target, fingerprint and v2 envelope in their columns. `false` when its
-/// fingerprint is already used in the mesh (nothing is written).
+/// target, fingerprint, v2 envelope and projected routing inputs in their
+/// columns. `false` when its fingerprint is already used in the mesh (nothing is
+/// written).
 pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
     let fingerprint = pending_event_fingerprint(ev);
     let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
     let envelope = &ev.envelope;
     let identity =
         |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
+    let value = ev.to_value();
+    let projected = project_route(&value);
+    let columns = RouteColumns::of(projected.as_ref());
+    let event_id = match &projected {
+        Some(p) => Some(p.event_id.as_str()),
+        None => envelope.event_id.as_deref(),
+    };
+    let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let lane = columns.lane(target);
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
                  (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at, drained,
-                  protocol_version, event_id, scope, dispatched_by, intended_for)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12)",
+                  protocol_version, event_id, scope, dispatched_by, intended_for,
+                  route_class, to_machine, to_key, to_fallback, to_session, lane)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?
         .execute(params![
             id,
             ev.mesh_id,
-            ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty()),
+            target,
             ev.event,
-            ev.to_value().to_string(),
+            value.to_string(),
             fingerprint,
             ev.queued_at.millis(),
             envelope.protocol_version.map(|v| v.as_str()),
-            envelope.event_id,
+            event_id,
             envelope.scope.map(|s| s.as_str()),
             identity(&envelope.dispatched_by),
             identity(&envelope.intended_for),
+            columns.class,
+            columns.machine,
+            columns.key,
+            columns.fallback,
+            columns.session,
+            lane,
         ])?;
     Ok(inserted > 0)
+}
+
+/// `route_class` values (see migration 0007).
+const CLASS_PAYLOAD: i64 = 0;
+const CLASS_BROADCAST: i64 = 1;
+const CLASS_SYSTEM: i64 = 2;
+const CLASS_UNICAST: i64 = 3;
+const CLASS_UNADDRESSED: i64 = 4;
+
+/// The lane prefix of a unicast: the addressee's key follows, which starts with
+/// its machine core and `|`.
+const UNICAST_LANE: &str = "u:";
+/// The lane prefix of any other event targeted at a daemon: the target's machine
+/// core follows.
+const TARGET_LANE: &str = "@";
+
+/// A [`ProjectedRoute`] as the columns of `mesh_pending_events` hold it (the
+/// event id lives in `event_id`).
+#[derive(Debug, Default, PartialEq)]
+struct RouteColumns {
+    class: i64,
+    machine: Option<String>,
+    key: Option<String>,
+    fallback: bool,
+    session: Option<String>,
+}
+
+impl RouteColumns {
+    fn of(projected: Option<&ProjectedRoute>) -> RouteColumns {
+        let Some(projected) = projected else { return RouteColumns::default() };
+        let class = match &projected.class {
+            RouteClass::Broadcast => CLASS_BROADCAST,
+            RouteClass::System => CLASS_SYSTEM,
+            RouteClass::Unaddressed => CLASS_UNADDRESSED,
+            RouteClass::Unicast(to) => {
+                return RouteColumns {
+                    class: CLASS_UNICAST,
+                    // A daemon id that names no machine matches no drainer: '' is
+                    // no drainer's machine.
+                    machine: Some(to.machine.clone().unwrap_or_default()),
+                    key: Some(to.key.clone()),
+                    fallback: to.run_is_daemon_fallback,
+                    session: to.session.clone(),
+                };
+            }
+        };
+        RouteColumns { class, ..RouteColumns::default() }
+    }
+
+    /// The row's lane (see migration 0007): who may take it. `target` is the
+    /// row's daemon target (trimmed, non-blank).
+    fn lane(&self, target: Option<&str>) -> String {
+        match (&self.key, target) {
+            (Some(key), _) if self.class == CLASS_UNICAST => format!("{UNICAST_LANE}{key}"),
+            (_, Some(target)) => format!("{TARGET_LANE}{}", machine_core(target).unwrap_or(target)),
+            _ => String::new(),
+        }
+    }
+
+    /// The projection back, given the row's event id; `None` for rows routed
+    /// from their payload.
+    fn projected(self, event_id: Option<String>) -> Option<ProjectedRoute> {
+        let event_id = event_id?;
+        let class = match self.class {
+            CLASS_BROADCAST => RouteClass::Broadcast,
+            CLASS_SYSTEM => RouteClass::System,
+            CLASS_UNADDRESSED => RouteClass::Unaddressed,
+            CLASS_UNICAST => RouteClass::Unicast(Address {
+                machine: self.machine.filter(|m| !m.is_empty()),
+                key: self.key?,
+                run_is_daemon_fallback: self.fallback,
+                session: self.session,
+            }),
+            _ => return None,
+        };
+        Some(ProjectedRoute { event_id, class })
+    }
+}
+
+/// Migration 0007's data step: projects the routing inputs of every stored event.
+pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> {
+    let rows: Vec<(i64, String, Option<String>)> = tx
+        .prepare("SELECT rowid, payload, coordinator_daemon_id FROM mesh_pending_events")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut update = tx.prepare(
+        "UPDATE mesh_pending_events
+            SET route_class = ?2, to_machine = ?3, to_key = ?4, to_fallback = ?5, to_session = ?6,
+                event_id = COALESCE(?7, event_id), lane = ?8
+          WHERE rowid = ?1",
+    )?;
+    for (rowid, payload, target) in rows {
+        let projected = project_route(&parse(&payload));
+        let event_id = projected.as_ref().map(|p| p.event_id.clone());
+        let c = RouteColumns::of(projected.as_ref());
+        let lane = c.lane(target.as_deref().map(str::trim).filter(|t| !t.is_empty()));
+        if c.class != CLASS_PAYLOAD || !lane.is_empty() {
+            update
+                .execute(params![rowid, c.class, c.machine, c.key, c.fallback, c.session, event_id, lane])?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether an undrained event of the same refine job and outcome is queued.
@@ -137,97 +257,220 @@ fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
 
 /// One undrained row as a drain sees it.
 struct Candidate {
+    rowid: i64,
     id: String,
-    /// The stored event, parsed.
-    raw: serde_json::Value,
+    payload: String,
     fingerprint: Option<String>,
     queued_at: i64,
+    /// The routing inputs, for a valid v2 event; `None`: route from the payload.
+    projected: Option<ProjectedRoute>,
 }
 
-/// The SQL of one page of a drain's walk: after the (queued_at, id) cursor in ?2,
-/// ?3, for `forms` daemon id forms and, when given, `only` event names.
-fn walk_sql(forms: usize, only: Option<usize>) -> String {
+impl Candidate {
+    fn into_inbox_event(self, event: serde_json::Value) -> InboxEvent {
+        InboxEvent { id: self.id, event, fingerprint: self.fingerprint, queued_at_ms: self.queued_at }
+    }
+}
+
+/// The columns a drain reads of a candidate row.
+const CANDIDATE_COLUMNS: &str = "rowid, id, payload, fingerprint, queued_at, event_id, route_class,
+                to_machine, to_key, to_fallback, to_session";
+
+/// The SQL of one page of one lane of a drain's walk: the lane in ?2, after the
+/// (queued_at, id) cursor in ?3, ?4, for `forms` daemon id forms and, when given,
+/// `only` event names.
+fn lane_sql(forms: usize, only: Option<usize>) -> String {
     let list =
         |start: usize, n: usize| (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ");
-    let mut sql = String::from(
-        "SELECT id, payload, fingerprint, queued_at FROM mesh_pending_events
-          WHERE mesh_id = +?1 AND drained = 0 AND (queued_at, id) > (+?2, +?3)",
+    let mut sql = format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM mesh_pending_events
+          WHERE mesh_id = +?1 AND lane = +?2 AND drained = 0 AND (queued_at, id) > (+?3, +?4)"
     );
+    let first = 5;
     if forms > 0 {
         sql.push_str(&format!(
             " AND (coordinator_daemon_id IS NULL OR coordinator_daemon_id IN ({}))",
-            list(4, forms)
+            list(first, forms)
         ));
     }
     if let Some(n) = only {
-        sql.push_str(&format!(" AND event IN ({})", list(4 + forms, n)));
+        sql.push_str(&format!(" AND event IN ({})", list(first + forms, n)));
     }
-    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT +?{}", 4 + forms + only.unwrap_or(0)));
+    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT +?{}", first + forms + only.unwrap_or(0)));
     sql
 }
 
-/// Walks the drainer's candidate rows oldest first, page by page, until `visit`
+/// The next lane after ?2 and before ?3 that holds undrained events, with the
+/// addressee columns of one of its rows (all rows of a unicast lane share them).
+const NEXT_LANE: &str = "SELECT lane, to_machine, to_key, to_fallback, to_session FROM mesh_pending_events
+  WHERE mesh_id = +?1 AND drained = 0 AND lane > +?2 AND lane < +?3 ORDER BY lane ASC LIMIT 1";
+
+/// The lanes a drain by `request.drainer` must read: the untargeted lane, the
+/// lanes of its daemon targets, and the unicast lanes on its machine whose
+/// addressee it takes ([`drainer_takes_unicast`]: by address, or by
+/// re-attribution when the addressee is not live). Every row in any other lane is
+/// one routing would leave queued.
+fn drain_lanes(
+    conn: &Connection,
+    mesh_id: &str,
+    request: &DrainRequest,
+    router: &DrainRouter<'_>,
+) -> Res<Vec<String>> {
+    let mut lanes = vec![String::new()];
+    let forms = request.drainer.daemon_forms();
+    let mut next = conn.prepare_cached(NEXT_LANE)?;
+    if forms.is_empty() {
+        // A drainer with no daemon id form takes every target.
+        let mut after = TARGET_LANE.to_owned();
+        while let Some(lane) =
+            next.query_row(params![mesh_id, after, "A"], |r| r.get::<_, String>(0)).optional()?
+        {
+            after.clone_from(&lane);
+            lanes.push(lane);
+        }
+    } else {
+        for form in forms {
+            let lane = format!("{TARGET_LANE}{}", machine_core(form).unwrap_or(form));
+            if !lanes.contains(&lane) {
+                lanes.push(lane);
+            }
+        }
+    }
+    let me = request.drainer.address();
+    let Some(machine) = &me.machine else { return Ok(lanes) };
+    let (mut after, end) = (format!("{UNICAST_LANE}{machine}|"), format!("{UNICAST_LANE}{machine}}}"));
+    loop {
+        let found = next
+            .query_row(params![mesh_id, after, end], |r| {
+                let lane: String = r.get(0)?;
+                let columns = RouteColumns {
+                    class: CLASS_UNICAST,
+                    machine: r.get(1)?,
+                    key: r.get(2)?,
+                    fallback: r.get(3)?,
+                    session: r.get(4)?,
+                };
+                Ok((lane, columns))
+            })
+            .optional()?;
+        let Some((lane, columns)) = found else { break };
+        let takes = match columns.projected(Some(String::new())).map(|p| p.class) {
+            Some(RouteClass::Unicast(to)) => drainer_takes_unicast(&to, &me, |key| router.is_live(key)),
+            _ => true,
+        };
+        if takes {
+            lanes.push(lane.clone());
+        }
+        after = lane;
+    }
+    Ok(lanes)
+}
+
+/// One lane's position in a drain's walk.
+struct LaneCursor {
+    lane: String,
+    /// The (queued_at, id) of the last row read.
+    after: (i64, String),
+    /// Rows read and not yet visited, oldest first.
+    buffered: std::collections::VecDeque<Candidate>,
+    /// Whether the lane has no more rows past `after`.
+    exhausted: bool,
+}
+
+/// Walks the drainer's lanes merged oldest first, page by page, until `visit`
 /// returns `true`.
 fn walk(
     conn: &Connection,
     mesh_id: &str,
     request: &DrainRequest,
+    lanes: Vec<String>,
     first_page: i64,
     mut visit: impl FnMut(Candidate, &HashSet<String>) -> Res<bool>,
 ) -> Res<()> {
     let forms = request.drainer.daemon_forms();
     let only = request.only_events.as_deref().unwrap_or(&[]);
-    let sql = walk_sql(forms.len(), request.only_events.as_ref().map(|_| only.len()));
-    let mut args: Vec<Value> =
-        vec![Value::Text(mesh_id.to_owned()), Value::Integer(i64::MIN), Value::Text(String::new())];
+    let sql = lane_sql(forms.len(), request.only_events.as_ref().map(|_| only.len()));
+    let mut args: Vec<Value> = vec![
+        Value::Text(mesh_id.to_owned()),
+        Value::Null,
+        Value::Integer(i64::MIN),
+        Value::Text(String::new()),
+    ];
     args.extend(forms.iter().map(|f| Value::Text(f.clone())));
     args.extend(only.iter().map(|e| Value::Text(e.clone())));
-    // The first page is as large as the drain needs when every event is its own;
-    // later pages (past events routed away) are full size.
-    let mut page_size = first_page.clamp(1, PAGE);
-    args.push(Value::Integer(page_size));
+    args.push(Value::Null);
+    let mut cursors: Vec<LaneCursor> = lanes
+        .into_iter()
+        .map(|lane| LaneCursor {
+            lane,
+            after: (i64::MIN, String::new()),
+            buffered: Default::default(),
+            exhausted: false,
+        })
+        .collect();
+    let mut drained = HashSet::new();
+    // The first page of a lane is as large as the drain needs when every event is
+    // its own; later pages (past events routed away) are full size.
+    let first_page = first_page.clamp(1, PAGE);
     loop {
-        let page: Vec<Candidate> = {
+        for cursor in cursors.iter_mut().filter(|c| c.buffered.is_empty() && !c.exhausted) {
+            let page_size = if cursor.after.0 == i64::MIN { first_page } else { PAGE };
+            args[1] = Value::Text(cursor.lane.clone());
+            args[2] = Value::Integer(cursor.after.0);
+            args[3] = Value::Text(cursor.after.1.clone());
+            *args.last_mut().expect("the limit is the last argument") = Value::Integer(page_size);
             let mut stmt = conn.prepare_cached(&sql)?;
-            stmt.query_map(params_from_iter(args.iter()), |r| {
-                let payload: String = r.get(1)?;
-                Ok(Candidate {
-                    id: r.get(0)?,
-                    raw: parse(&payload),
-                    fingerprint: r.get(2)?,
-                    queued_at: r.get(3)?,
-                })
-            })?
-            .collect::<Result<_, _>>()?
-        };
-        let full = page.len() as i64 == page_size;
-        let drained = drained_event_ids(conn, mesh_id, &page)?;
-        for candidate in page {
-            args[1] = Value::Integer(candidate.queued_at);
-            args[2] = Value::Text(candidate.id.clone());
-            if visit(candidate, &drained)? {
-                return Ok(());
+            let page: Vec<Candidate> =
+                stmt.query_map(params_from_iter(args.iter()), candidate)?.collect::<Result<_, _>>()?;
+            cursor.exhausted = (page.len() as i64) < page_size;
+            if let Some(last) = page.last() {
+                cursor.after = (last.queued_at, last.id.clone());
             }
+            drained.extend(drained_event_ids(conn, mesh_id, &page)?);
+            cursor.buffered.extend(page);
         }
-        if !full {
+        let oldest = (0..cursors.len())
+            .filter_map(|i| cursors[i].buffered.front().map(|f| (f.queued_at, f.id.as_str(), i)))
+            .min()
+            .map(|(_, _, i)| i);
+        let Some(candidate) = oldest.and_then(|i| cursors[i].buffered.pop_front()) else { return Ok(()) };
+        if visit(candidate, &drained)? {
             return Ok(());
         }
-        page_size = PAGE;
-        *args.last_mut().expect("the limit is the last argument") = Value::Integer(page_size);
     }
 }
 
-/// Which event ids of a page's events were drained before: one indexed lookup per
-/// page instead of one per event.
+fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
+    let columns = RouteColumns {
+        class: r.get(6)?,
+        machine: r.get(7)?,
+        key: r.get(8)?,
+        fallback: r.get(9)?,
+        session: r.get(10)?,
+    };
+    Ok(Candidate {
+        rowid: r.get(0)?,
+        id: r.get(1)?,
+        payload: r.get(2)?,
+        fingerprint: r.get(3)?,
+        queued_at: r.get(4)?,
+        projected: columns.projected(r.get(5)?),
+    })
+}
+
+/// Which event ids of a page's valid v2 events were drained before: one indexed
+/// lookup per page instead of one per event. (Unversioned and invalid events are
+/// never deduplicated by event id.)
 fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Res<HashSet<String>> {
     let ids: Vec<&str> =
-        page.iter().filter_map(|c| c.raw.get("eventId").and_then(serde_json::Value::as_str)).collect();
+        page.iter().filter_map(|c| c.projected.as_ref().map(|p| p.event_id.as_str())).collect();
     if ids.is_empty() {
         return Ok(HashSet::new());
     }
     let mut stmt = conn.prepare_cached(
         "SELECT event_id FROM mesh_pending_events
-          WHERE mesh_id = ?1 AND drained = 1 AND event_id IN (SELECT value FROM json_each(?2))",
+          WHERE mesh_id = ?1 AND drained = 1 AND event_id IS NOT NULL
+            AND event_id IN (SELECT value FROM json_each(?2))",
     )?;
     let found = stmt
         .query_map(params![mesh_id, serde_json::to_string(&ids)?], |r| r.get::<_, String>(0))?
@@ -241,7 +484,114 @@ fn parse(payload: &str) -> serde_json::Value {
     serde_json::from_str(payload).unwrap_or_else(|_| json!({}))
 }
 
+/// How long a coordinator's presence keeps it live after its last drain or
+/// touch: [`agentmesh_store::COORDINATOR_PRESENCE_TTL_MS`].
+const PRESENCE_TTL_MS: i64 = agentmesh_store::COORDINATOR_PRESENCE_TTL_MS;
+/// A drain rewrites its own presence record only when it is older than this, so
+/// most drains dirty no presence page.
+const PRESENCE_REFRESH_MS: i64 = PRESENCE_TTL_MS / 8;
+
+/// The presence of the coordinators on `machine` in a mesh.
+struct Presence {
+    /// Keys of the live coordinators other than `me`.
+    live_others: Vec<String>,
+    /// When `me` was last seen, if it is recorded and not ended.
+    my_last_seen: Option<i64>,
+}
+
+fn presence(conn: &Connection, mesh_id: &str, machine: Option<&str>, me: &str, now_ms: i64) -> Res<Presence> {
+    let mut out = Presence { live_others: Vec::new(), my_last_seen: None };
+    let Some(machine) = machine else { return Ok(out) };
+    let mut stmt = conn.prepare_cached(
+        "SELECT coordinator_key, last_seen_ms FROM mesh_coordinator_presence
+          WHERE mesh_id = ?1 AND machine = ?2 AND ended_at_ms IS NULL AND last_seen_ms >= ?3",
+    )?;
+    let rows = stmt.query_map(params![mesh_id, machine, now_ms.saturating_sub(PRESENCE_TTL_MS)], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (key, last_seen) = row?;
+        if key == me {
+            out.my_last_seen = Some(last_seen);
+        } else {
+            out.live_others.push(key);
+        }
+    }
+    Ok(out)
+}
+
+/// Records that `identity` is live in the mesh as of `now` (a later record is
+/// kept), and not ended.
+pub(crate) fn touch_coordinator(
+    conn: &Connection,
+    mesh_id: &str,
+    identity: &CoordinatorIdentity,
+    now: Timestamp,
+) -> Res<()> {
+    let address = Address::of(identity);
+    conn.prepare_cached(
+        "INSERT INTO mesh_coordinator_presence
+             (mesh_id, coordinator_key, machine, daemon_id, run_id, session_id, last_seen_ms, ended_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
+         ON CONFLICT (mesh_id, coordinator_key) DO UPDATE
+            SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms), ended_at_ms = NULL,
+                daemon_id = excluded.daemon_id",
+    )?
+    .execute(params![
+        mesh_id,
+        address.key,
+        address.machine,
+        identity.daemon_id,
+        identity.coordinator_run_id,
+        address.session,
+        now.millis(),
+    ])?;
+    Ok(())
+}
+
+/// Records that `identity` ended (a graceful exit): from now on its unicasts go
+/// to the next coordinator on its machine. `false` when it had no record.
+pub(crate) fn end_coordinator(
+    conn: &Connection,
+    mesh_id: &str,
+    identity: &CoordinatorIdentity,
+    now: Timestamp,
+) -> Res<bool> {
+    Ok(conn
+        .prepare_cached(
+            "UPDATE mesh_coordinator_presence SET ended_at_ms = ?3
+              WHERE mesh_id = ?1 AND coordinator_key = ?2",
+        )?
+        .execute(params![mesh_id, identity.key(), now.millis()])?
+        > 0)
+}
+
+/// The lanes and the router of one drain or peek judged at `now_ms`.
+fn router_for<'a>(
+    conn: &Connection,
+    mesh_id: &str,
+    request: &'a DrainRequest,
+    now_ms: i64,
+) -> Res<(Vec<String>, DrainRouter<'a>, Presence)> {
+    let me = request.drainer.address();
+    let presence = presence(conn, mesh_id, me.machine.as_deref(), &me.key, now_ms)?;
+    let live: HashSet<String> = presence.live_others.iter().cloned().collect();
+    let router = DrainRouter::with_live(&request.drainer, request.enforce, live);
+    let lanes = drain_lanes(conn, mesh_id, request, &router)?;
+    Ok((lanes, router, presence))
+}
+
 /// Drains in the caller's transaction.
+///
+/// Counters: `v2RoutedAway` counts the events this drain's routing examined and
+/// left queued: system events, and unicasts in a lane it reads that routing
+/// still routes away (its addressee became live between the lane choice and the
+/// routing cannot happen inside one transaction, so in practice: none). Unicasts
+/// in lanes it does not read (for another machine, for a sibling session told
+/// apart by session, for another live coordinator) count nowhere, as events
+/// targeted at another daemon already did: they never reach this drain's
+/// routing. For the same reason such a row is deduplicated by event id (and
+/// marked drained) only by its own coordinator's drain.
 pub(crate) fn drain(
     conn: &Connection,
     mesh_id: &str,
@@ -256,37 +606,55 @@ pub(crate) fn drain(
     if limit == 0 {
         return Ok(out);
     }
-    let drained_by = request.drainer.identity().to_json().to_string();
-    let mut router = DrainRouter::new(&request.drainer, request.enforce);
-    let mut mark = conn.prepare_cached(
-        "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2 WHERE id = ?3",
-    )?;
-    walk(conn, mesh_id, request, limit as i64, |c, drained| {
-        let raw = c.raw;
+    let (lanes, mut router, presence) = router_for(conn, mesh_id, request, now.millis())?;
+    if presence.my_last_seen.is_none_or(|seen| seen < now.millis().saturating_sub(PRESENCE_REFRESH_MS)) {
+        touch_coordinator(conn, mesh_id, request.drainer.identity(), now)?;
+    }
+    let mut marked: Vec<i64> = Vec::new();
+    walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
+        if let Some(projected) = &c.projected {
+            let routed = router.route_projected(projected, |event_id| drained.contains(event_id));
+            match routed.decision {
+                RouteDecision::RoutedAway { .. } => return Ok(false),
+                RouteDecision::Deliver => {
+                    marked.push(c.rowid);
+                    let event = parse(&c.payload);
+                    out.events.push(c.into_inbox_event(event));
+                }
+                RouteDecision::DedupSkipped | RouteDecision::Quarantine { .. } => marked.push(c.rowid),
+            }
+            return Ok(out.events.len() >= limit);
+        }
+        let raw = parse(&c.payload);
         let routed = router.route(&raw, |event_id| drained.contains(event_id));
         warn_once(&routed, mesh_id);
         match routed.decision {
             RouteDecision::RoutedAway { .. } => return Ok(false),
             RouteDecision::Deliver => {
-                mark.execute(params![now.millis(), drained_by, c.id])?;
-                out.events.push(InboxEvent {
-                    id: c.id,
-                    event: raw,
-                    fingerprint: c.fingerprint,
-                    queued_at_ms: c.queued_at,
-                });
+                marked.push(c.rowid);
+                out.events.push(c.into_inbox_event(raw));
             }
-            RouteDecision::DedupSkipped => {
-                mark.execute(params![now.millis(), drained_by, c.id])?;
-            }
+            RouteDecision::DedupSkipped => marked.push(c.rowid),
             RouteDecision::Quarantine { reason } => {
-                mark.execute(params![now.millis(), drained_by, c.id])?;
+                marked.push(c.rowid);
                 ledger::append(conn, &held_entry(mesh_id, &c.id, &raw, reason, c.queued_at, now))?;
                 out.quarantined.push(c.id);
             }
         }
         Ok(out.events.len() >= limit)
     })?;
+    if !marked.is_empty() {
+        // The drainer's identity key, not its JSON: the column is written into
+        // every drained row, and a longer value grows every row it marks.
+        let drained_by = request.drainer.identity().key();
+        // OR FAIL: a failure fails the whole drain (its transaction rolls back), so
+        // the statement needs no journal of its own to undo a partial update.
+        conn.prepare_cached(
+            "UPDATE OR FAIL mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2
+              WHERE rowid IN (SELECT value FROM json_each(?3))",
+        )?
+        .execute(params![now.millis(), drained_by, serde_json::to_string(&marked)?])?;
+    }
     out.counters = router.counters();
     out.events = reconcile_refine(conn, mesh_id, std::mem::take(&mut out.events), now)?;
     Ok(out)
@@ -381,22 +749,34 @@ fn held_entry(
 }
 
 /// What a drain would deliver, marking and counting nothing.
+///
+/// A peek reads no clock and writes nothing: it judges liveness at the newest
+/// presence instant recorded for the mesh (the latest moment the store knows
+/// of), and it does not refresh the drainer's presence.
 pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> Res<Vec<InboxEvent>> {
     let mut events = Vec::new();
     if request.only_events.as_ref().is_some_and(Vec::is_empty) {
         return Ok(events);
     }
     let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
-    let mut router = DrainRouter::new(&request.drainer, request.enforce);
-    walk(conn, mesh_id, request, limit as i64, |c, drained| {
-        let raw = c.raw;
-        if router.route(&raw, |event_id| drained.contains(event_id)).decision == RouteDecision::Deliver {
-            events.push(InboxEvent {
-                id: c.id,
-                event: raw,
-                fingerprint: c.fingerprint,
-                queued_at_ms: c.queued_at,
-            });
+    let newest: Option<i64> = conn
+        .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
+        .query_row([mesh_id], |r| r.get(0))?;
+    let (lanes, mut router, _) = router_for(conn, mesh_id, request, newest.unwrap_or(i64::MIN))?;
+    walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
+        let decision = match &c.projected {
+            Some(projected) => router.route_projected(projected, |id| drained.contains(id)).decision,
+            None => {
+                let raw = parse(&c.payload);
+                if router.route(&raw, |id| drained.contains(id)).decision == RouteDecision::Deliver {
+                    events.push(c.into_inbox_event(raw));
+                }
+                return Ok(events.len() >= limit);
+            }
+        };
+        if decision == RouteDecision::Deliver {
+            let event = parse(&c.payload);
+            events.push(c.into_inbox_event(event));
         }
         Ok(events.len() >= limit)
     })?;
@@ -537,17 +917,18 @@ pub(crate) fn requeue_held(
 mod tests {
     use super::*;
 
-    /// A drain page is a range of the drain index in walk order, filtered from the
-    /// index itself: no sort, however many events other coordinators have queued.
+    /// A drain page is a range of one lane of the drain index in walk order,
+    /// filtered from the index itself: no sort, however many events other
+    /// coordinators have queued; and finding the next lane is one seek.
     #[test]
-    fn a_drain_page_walks_the_drain_index() {
+    fn a_drain_page_walks_one_lane_of_the_drain_index() {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
-        for (forms, only) in [(0, None), (3, None), (3, Some(2))] {
-            let sql = walk_sql(forms, only);
-            let n = conn.prepare(&sql).unwrap().parameter_count();
+        let plans = [(0, None), (3, None), (3, Some(2))].map(|(forms, only)| lane_sql(forms, only));
+        for sql in plans.iter().map(String::as_str).chain([NEXT_LANE]) {
+            let n = conn.prepare(sql).unwrap().parameter_count();
             let args: Vec<Value> = (0..n)
-                .map(|i| if i == 1 { Value::Integer(0) } else { Value::Text(format!("v{i}")) })
+                .map(|i| if i == 2 { Value::Integer(0) } else { Value::Text(format!("v{i}")) })
                 .collect();
             let plan: Vec<String> = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
@@ -557,8 +938,66 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap();
             let plan = plan.join(" | ");
-            assert!(plan.contains("idx_mesh_pending_events_drain"), "{sql}\n{plan}");
+            assert!(plan.contains("idx_mesh_pending_events_drain (mesh_id=? AND lane"), "{sql}\n{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
         }
+    }
+
+    /// Migration 0007's back-fill gives rows queued before it the routing columns
+    /// and lane an insert writes now.
+    #[test]
+    fn the_backfill_projects_what_an_insert_writes() {
+        use agentmesh_core::events::{CoordinatorIdentity, Scope};
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        let to = CoordinatorIdentity::new("daemon_mach_A", "run-1", Some("s1".to_owned()));
+        let events = [
+            (Some(Scope::Unicast), Some("mach_A")),
+            (Some(Scope::Broadcast), None),
+            (Some(Scope::System), Some("mach_B")),
+            (None, Some("standalone_mach_C")),
+        ];
+        for (i, (scope, target)) in events.into_iter().enumerate() {
+            let mut ev = PendingEvent::new(
+                "task_completed",
+                "m",
+                "",
+                serde_json::Map::from_iter([("taskId".to_owned(), json!(format!("t{i}")))]),
+                Timestamp::from_millis(i as i64),
+            );
+            ev.target_coordinator_daemon_id = target.map(str::to_owned);
+            let hint = EmitHint {
+                scope,
+                dispatched_by: scope.map(|_| to.clone()),
+                intended_for: Some(to.clone()),
+                ..EmitHint::default()
+            };
+            stamp_event(&mut ev, &hint, &format!("e{i}"), None);
+            assert!(insert_row(&conn, &format!("r{i}"), &ev).unwrap());
+        }
+        let columns = "SELECT route_class, to_machine, to_key, to_fallback, to_session, lane, event_id
+                         FROM mesh_pending_events ORDER BY id";
+        let read = |conn: &Connection| -> Vec<Vec<Value>> {
+            conn.prepare(columns)
+                .unwrap()
+                .query_map([], |r| (0..7).map(|i| r.get::<_, Value>(i)).collect())
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let inserted = read(&conn);
+        assert_eq!(inserted[0][0], Value::Integer(CLASS_UNICAST));
+        assert_eq!(inserted[0][5], Value::Text("u:mach_A|run-1|s1".to_owned()));
+        assert_eq!(inserted[2][5], Value::Text("@mach_B".to_owned()));
+        assert_eq!(inserted[3][5], Value::Text("@mach_C".to_owned()));
+        conn.execute_batch(
+            "UPDATE mesh_pending_events SET route_class = 0, to_machine = NULL, to_key = NULL,
+                    to_fallback = 0, to_session = NULL, lane = ''",
+        )
+        .unwrap();
+        let tx = conn.transaction().unwrap();
+        backfill_route_columns(&tx).unwrap();
+        tx.commit().unwrap();
+        assert_eq!(read(&conn), inserted);
     }
 }

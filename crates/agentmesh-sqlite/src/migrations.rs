@@ -7,7 +7,7 @@
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
-use crate::{Res, tasks};
+use crate::{Res, inbox, tasks};
 
 /// One migration step: SQL, then an optional data step in Rust.
 struct Migration {
@@ -35,6 +35,11 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
     },
     Migration { name: "0006_inbox_v2", sql: include_str!("../migrations/0006_inbox_v2.sql"), after: None },
+    Migration {
+        name: "0007_inbox_routing",
+        sql: include_str!("../migrations/0007_inbox_routing.sql"),
+        after: Some(inbox::backfill_route_columns),
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

@@ -455,6 +455,24 @@ impl Store for SqliteStore {
         self.read(|c| inbox::count(c, mesh_id))
     }
 
+    fn touch_coordinator(
+        &self,
+        mesh_id: &str,
+        identity: &agentmesh_core::events::CoordinatorIdentity,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        self.write(|tx| inbox::touch_coordinator(tx, mesh_id, identity, now))
+    }
+
+    fn end_coordinator(
+        &self,
+        mesh_id: &str,
+        identity: &agentmesh_core::events::CoordinatorIdentity,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        self.write(|tx| inbox::end_coordinator(tx, mesh_id, identity, now))
+    }
+
     fn prune_pending_events(
         &self,
         drained_older_than: Timestamp,

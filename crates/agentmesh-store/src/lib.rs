@@ -204,6 +204,12 @@ pub enum QueueOutcome {
     Duplicate(DuplicateReason),
 }
 
+/// How long a coordinator stays live after its latest drain or
+/// [`Store::touch_coordinator`]: two minutes. A drain refreshes the presence at
+/// most every fifteen seconds, so a coordinator that drains (or touches) at least
+/// once a minute and a half is never taken for gone.
+pub const COORDINATOR_PRESENCE_TTL_MS: i64 = 120_000;
+
 /// A drain (or peek) request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DrainRequest {
@@ -583,7 +589,8 @@ pub trait Store: Send + Sync {
     /// delivered, deduplicated and quarantined events are marked drained (a
     /// quarantined one with its `event_held` ledger entry); events routed away stay
     /// queued for their own coordinator and never keep the drainer from reaching
-    /// its own.
+    /// its own. The drain refreshes its drainer's presence (see
+    /// [`Store::touch_coordinator`]) in the same transaction.
     fn drain_pending_events(
         &self,
         mesh_id: &str,
@@ -592,6 +599,10 @@ pub trait Store: Send + Sync {
     ) -> StoreResult<DrainOutcome>;
 
     /// What a drain would deliver now, marking nothing and counting nothing.
+    ///
+    /// A peek takes no clock and writes nothing: it refreshes no presence, and
+    /// judges which coordinators are live at the newest presence instant recorded
+    /// for the mesh.
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>>;
 
     /// Marks events drained by row id (an acknowledgement after delivery elsewhere);
@@ -626,6 +637,32 @@ pub trait Store: Send + Sync {
         undrained_older_than: Timestamp,
         now: Timestamp,
     ) -> StoreResult<PruneReport>;
+
+    /// Records that the coordinator `identity` is live in the mesh as of `now`.
+    ///
+    /// Every drain refreshes its drainer's presence inside its transaction; a
+    /// coordinator that stays quiet for a while calls this to keep its unicasts
+    /// (a heartbeat). A coordinator is live from its latest refresh for
+    /// [`COORDINATOR_PRESENCE_TTL_MS`], unless it ended. A unicast for another
+    /// run on the drainer's machine is re-attributed to the drainer (the restart
+    /// rule) only while its addressee is not live; a live one keeps it queued. A
+    /// refresh after [`Store::end_coordinator`] makes the coordinator live again.
+    fn touch_coordinator(
+        &self,
+        mesh_id: &str,
+        identity: &agentmesh_core::events::CoordinatorIdentity,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    /// Records that the coordinator `identity` exited (gracefully): it is no
+    /// longer live, so the next coordinator on its machine inherits its unicasts.
+    /// Returns `false` when it had no presence record.
+    fn end_coordinator(
+        &self,
+        mesh_id: &str,
+        identity: &agentmesh_core::events::CoordinatorIdentity,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
 
     /// Puts a held event back in the inbox: the event of the `event_held` ledger
     /// entry `held_entry_id` becomes undrained again (re-inserted when retention

@@ -1,7 +1,8 @@
 //! Group `pending-events`: the coordinator inbox. Queueing events one call each,
 //! then draining them to the end, as the seed harness does; and, ours only,
 //! draining a coordinator's events from behind a backlog queued for another
-//! coordinator, which must stay queued.
+//! coordinator (on another machine, a sibling session, or another live run on
+//! the same machine), which must stay queued and should cost the drain little.
 //!
 //! The seed inserts rows with ids and fingerprints it chooses; `queue_pending_event`
 //! mints the row id and event id itself and derives the fingerprint from the
@@ -28,7 +29,7 @@ pub fn run(h: &mut Harness) {
     let n = h.opts().scale(10_000);
     h.run_case(&format!("pending-events-{n}"), |h, case| pending_events(h, case, n));
     let (backlog, mine) = (h.opts().scale(10_000), h.opts().scale(1_000));
-    for kind in [Backlog::OtherMachine, Backlog::SiblingSession] {
+    for kind in [Backlog::OtherMachine, Backlog::SiblingSession, Backlog::LiveRun] {
         let label = format!("{}-{backlog}", kind.label());
         h.run_case(&label, |h, case| drain_behind_backlog(h, case, kind, backlog, mine));
     }
@@ -216,15 +217,17 @@ enum Backlog {
     OtherMachine,
     /// Unicast events for a sibling coordinator session on the drainer's machine.
     ///
-    /// Routing re-attributes a unicast for another run on the same machine to the
-    /// drainer whenever either side has a real run id (a coordinator restart), so
-    /// a sibling whose events must stay queued has, like the drainer, only the
-    /// daemon-form stand-in as run id, and a different session: the two match by
-    /// machine and then by session, which differs. The backlog's run id is the
-    /// `daemon_mach_A` form and the drainer's the bare `mach_A`, so the run id
-    /// strings differ too. Both target the drainer's daemon, so every drain reads
-    /// and routes each backlog event.
+    /// Both have only the daemon-form stand-in as run id and name different
+    /// sessions: the two match by machine and then by session, which differs. The
+    /// backlog's run id is the `daemon_mach_A` form and the drainer's the bare
+    /// `mach_A`, so the run id strings differ too. Both target the drainer's
+    /// daemon; the backlog sits in its addressee's lane of the drain index, which
+    /// the drainer does not read.
     SiblingSession,
+    /// Unicast events for another live coordinator run on the drainer's machine
+    /// (both with real run ids). It announced itself before the backlog was
+    /// queued, so it is live and its events are not re-attributed to the drainer.
+    LiveRun,
 }
 
 impl Backlog {
@@ -233,6 +236,7 @@ impl Backlog {
         match self {
             Backlog::OtherMachine => "pending-events-backlog",
             Backlog::SiblingSession => "pending-events-sibling-backlog",
+            Backlog::LiveRun => "pending-events-live-run-backlog",
         }
     }
 
@@ -241,6 +245,7 @@ impl Backlog {
         match self {
             Backlog::OtherMachine => "pending-events-drain-backlog",
             Backlog::SiblingSession => "pending-events-drain-sibling-backlog",
+            Backlog::LiveRun => "pending-events-drain-live-run-backlog",
         }
     }
 
@@ -253,6 +258,10 @@ impl Backlog {
             Backlog::SiblingSession => (
                 Address { daemon: "mach_A", run: Some("daemon_mach_A"), session: Some("coord-2") },
                 Address { daemon: "mach_A", run: None, session: Some("coord-1") },
+            ),
+            Backlog::LiveRun => (
+                Address { daemon: "mach_A", run: Some("run-2"), session: None },
+                Address { daemon: "mach_A", run: Some("run-1"), session: None },
             ),
         }
     }
@@ -271,6 +280,9 @@ fn drain_behind_backlog(
 ) -> anyhow::Result<()> {
     let (store, label) = (case.store(), case.label());
     let (theirs, me) = kind.addresses();
+    // The backlog's coordinator announces itself (a drain would do the same), so
+    // it is live throughout the case.
+    store.touch_coordinator(MESH_ID, &theirs.identity(), at(0))?;
     let mut untimed = Timer::default();
     let (backlog_ids, rejected_backlog) = queue_all(store, 0..backlog, theirs, &mut untimed)?;
     let (my_ids, rejected_mine) = queue_all(store, backlog..backlog + mine, me, &mut untimed)?;
@@ -304,21 +316,23 @@ fn drain_behind_backlog(
 #[cfg(test)]
 mod tests {
     use agentmesh_core::Timestamp;
-    use agentmesh_core::events::{RouteDecision, pending_event_fingerprint, route_event, stamp_event};
+    use agentmesh_core::events::{RouteDecision, pending_event_fingerprint, route_event_live, stamp_event};
 
     use super::*;
 
-    /// Stamps item 0 for `to` as the store would and routes it for `drainer`.
+    /// Stamps item 0 for `to` as the store would and routes it for `drainer`, with
+    /// `to` live.
     fn route(to: Address, drainer: Address) -> RouteDecision {
         let (mut event, hint) = event(0, to);
         stamp_event(&mut event, &hint, "e1", None);
         let drainer = Drainer::new(drainer.identity(), &[]);
-        route_event(&event.to_value(), &drainer, true, |_| false).decision
+        let live = to.identity().key();
+        route_event_live(&event.to_value(), &drainer, true, |key| key == live, |_| false).decision
     }
 
     #[test]
     fn each_backlog_is_routed_away_and_the_drainers_own_events_delivered() {
-        for kind in [Backlog::OtherMachine, Backlog::SiblingSession] {
+        for kind in [Backlog::OtherMachine, Backlog::SiblingSession, Backlog::LiveRun] {
             let (theirs, me) = kind.addresses();
             assert!(matches!(route(theirs, me), RouteDecision::RoutedAway { .. }), "{kind:?}");
             assert_eq!(route(me, me), RouteDecision::Deliver, "{kind:?}");

@@ -47,8 +47,9 @@ pub use message::{MessageOptions, RecoveryContext, build_coordinator_message};
 pub use metadata::{is_weak_completion_metadata, read_completion_summary, read_refine_job_id, refine_job_id};
 pub use names::default_scope_for_event;
 pub use routing::{
-    DrainCounter, DrainCounters, DrainRouter, Drainer, QuarantineReason, RouteDecision, Routed,
-    RoutedAwayReason, enforce_from_env_value, identity_delivers_to, route_event,
+    Address, DrainCounter, DrainCounters, DrainRouter, Drainer, ProjectedRoute, QuarantineReason, RouteClass,
+    RouteDecision, Routed, RoutedAwayReason, drainer_takes_unicast, enforce_from_env_value,
+    identity_delivers_to, project_route, route_event, route_event_live, route_projected,
 };
 pub use stamp::{EmitHint, EmitStamp, StampOutcome, build_emit_stamp, stamp_event};
 pub use wire::{read_v2_envelope_from_wire, to_wire};

@@ -19,8 +19,20 @@
 //!    name one), and otherwise by [`CoordinatorIdentity::equals`].
 //! 7. A unicast event that does not match but is addressed to the drainer's own
 //!    machine with a real run id on either side was orphaned by a coordinator
-//!    restart (a new run id): it is re-attributed to the drainer. It never goes to
-//!    another machine.
+//!    restart (a new run id): it is re-attributed to the drainer, unless its
+//!    addressee is still live (see below). It never goes to another machine.
+//!
+//! Liveness is not in the original: there every coordinator start re-attributed
+//! every other run's unicasts on its machine, so two live coordinators on one
+//! machine took each other's events. Here the caller says which coordinators are
+//! live (by [`CoordinatorIdentity::key`]); a unicast for a live addressee is
+//! routed away and stays queued for it. [`route_event`] and [`DrainRouter::new`]
+//! treat nobody as live, which is the original's rule.
+//!
+//! Routing a valid v2 event needs only a few fields, so a store can project them
+//! once when the event is queued ([`project_route`]) and route stored rows from
+//! the projection ([`route_projected`]) without parsing them; [`route_event`]
+//! goes through the same projection, so both take the same decision.
 //!
 //! Nothing here marks, stores or logs; the store applies the decision inside its
 //! drain transaction, so only delivered, deduplicated and quarantined events are
@@ -36,7 +48,7 @@ use super::contract::{ContractViolation, validate_v2};
 use super::envelope::{ProtocolVersion, Scope};
 use super::identity::CoordinatorIdentity;
 use super::js::read_non_empty;
-use crate::daemon_id::{daemon_ids_equivalent, expand_daemon_id_forms};
+use crate::daemon_id::{daemon_ids_equivalent, expand_daemon_id_forms, machine_core};
 
 /// The coordinator draining its inbox: its identity and every daemon id form it
 /// answers to.
@@ -71,6 +83,11 @@ impl Drainer {
     /// The drainer's identity.
     pub fn identity(&self) -> &CoordinatorIdentity {
         &self.identity
+    }
+
+    /// The drainer's identity reduced to what unicast routing compares.
+    pub fn address(&self) -> Address {
+        Address::of(&self.identity)
     }
 
     /// Every daemon id form the drainer answers to; element 0 is the primary id.
@@ -176,6 +193,20 @@ pub fn route_event(
     enforce: bool,
     already_drained: impl FnOnce(&str) -> bool,
 ) -> Routed {
+    route_event_live(raw, drainer, enforce, |_| false, already_drained)
+}
+
+/// [`route_event`] with liveness: `is_live` answers whether the coordinator with a
+/// given [`CoordinatorIdentity::key`] is live. A unicast for another run on the
+/// drainer's machine is re-attributed to the drainer only when its addressee is
+/// not live; otherwise it is routed away and stays queued for it.
+pub fn route_event_live(
+    raw: &Value,
+    drainer: &Drainer,
+    enforce: bool,
+    is_live: impl Fn(&str) -> bool,
+    already_drained: impl FnOnce(&str) -> bool,
+) -> Routed {
     let target = read_non_empty(raw.get("targetCoordinatorDaemonId"));
     if !drainer.takes_target(target) {
         return Routed::new(RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherDaemon }, None);
@@ -208,42 +239,161 @@ pub fn route_event(
             return routed;
         }
     };
+    let projected = ProjectedRoute::of_valid(event.event_id, event.scope, event.intended_for.as_ref());
+    route_projected(&projected, drainer, is_live, already_drained)
+}
 
-    let (decision, counter) = if already_drained(&event.event_id) {
+/// Where a unicast is addressed, reduced to what routing compares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Address {
+    /// The machine core of the addressee's daemon id ([`machine_core`]); `None`
+    /// when the id names no machine, so it matches no drainer.
+    pub machine: Option<String>,
+    /// The addressee's [`CoordinatorIdentity::key`]: equal keys on a named machine
+    /// are coordinator-equal identities.
+    pub key: String,
+    /// Whether the run id is the daemon-form stand-in (no real run id known).
+    pub run_is_daemon_fallback: bool,
+    /// The session, when one is named (non-empty).
+    pub session: Option<String>,
+}
+
+impl Address {
+    /// The address of an identity.
+    pub fn of(identity: &CoordinatorIdentity) -> Address {
+        Address {
+            machine: machine_core(&identity.daemon_id).map(str::to_owned),
+            key: identity.key(),
+            run_is_daemon_fallback: identity.run_id_is_daemon_fallback(),
+            session: identity.session_id.clone().filter(|s| !s.is_empty()),
+        }
+    }
+
+    fn same_machine(&self, other: &Address) -> bool {
+        matches!((&self.machine, &other.machine), (Some(a), Some(b)) if a == b)
+    }
+}
+
+/// What a valid v2 event is, for routing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteClass {
+    /// For every drainer.
+    Broadcast,
+    /// For no drainer.
+    System,
+    /// For one coordinator.
+    Unicast(Address),
+    /// A unicast without an addressee (validation rules it out): nobody's.
+    Unaddressed,
+}
+
+/// The routing inputs of an event that passed the v2 contract check: all a drain
+/// needs past the daemon-target filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectedRoute {
+    /// The idempotency key.
+    pub event_id: String,
+    /// Scope and addressee.
+    pub class: RouteClass,
+}
+
+impl ProjectedRoute {
+    fn of_valid(
+        event_id: String,
+        scope: Scope,
+        intended_for: Option<&CoordinatorIdentity>,
+    ) -> ProjectedRoute {
+        let class = match (scope, intended_for) {
+            (Scope::Broadcast, _) => RouteClass::Broadcast,
+            (Scope::System, _) => RouteClass::System,
+            (Scope::Unicast, Some(target)) => RouteClass::Unicast(Address::of(target)),
+            (Scope::Unicast, None) => RouteClass::Unaddressed,
+        };
+        ProjectedRoute { event_id, class }
+    }
+}
+
+/// The routing inputs of a stored event: `None` for an unversioned event or one
+/// that fails the v2 contract check (those are routed from the whole event, by
+/// [`route_event`]). The result depends on the event alone, never on a drainer,
+/// so it can be computed once when the event is queued.
+pub fn project_route(raw: &Value) -> Option<ProjectedRoute> {
+    let is_v2 = raw.get("protocolVersion").and_then(ProtocolVersion::from_json) == Some(ProtocolVersion::V2);
+    if !is_v2 {
+        return None;
+    }
+    let event = validate_v2(raw).ok()?;
+    Some(ProjectedRoute::of_valid(event.event_id, event.scope, event.intended_for.as_ref()))
+}
+
+/// Routes a valid v2 event from its projection (rules 4 to 7 of the module docs;
+/// the daemon-target filter is the caller's). `is_live` answers whether the
+/// coordinator with a given [`CoordinatorIdentity::key`] is live; see
+/// [`route_event_live`].
+pub fn route_projected(
+    projected: &ProjectedRoute,
+    drainer: &Drainer,
+    is_live: impl Fn(&str) -> bool,
+    already_drained: impl FnOnce(&str) -> bool,
+) -> Routed {
+    let (decision, counter) = if already_drained(&projected.event_id) {
         (RouteDecision::DedupSkipped, DrainCounter::V2DedupSkipped)
     } else {
-        match (event.scope, &event.intended_for) {
-            (Scope::Broadcast, _) => (RouteDecision::Deliver, DrainCounter::V2Delivered),
-            (Scope::System, _) => (
+        match &projected.class {
+            RouteClass::Broadcast => (RouteDecision::Deliver, DrainCounter::V2Delivered),
+            RouteClass::System => (
                 RouteDecision::RoutedAway { reason: RoutedAwayReason::SystemScope },
                 DrainCounter::V2RoutedAway,
             ),
-            (Scope::Unicast, Some(target)) => route_unicast(target, drainer.identity()),
-            // Validation guarantees an addressee for unicast; without one the event
-            // is nobody's.
-            (Scope::Unicast, None) => (
+            RouteClass::Unicast(target) => route_unicast(target, &drainer.address(), is_live),
+            RouteClass::Unaddressed => (
                 RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator },
                 DrainCounter::V2RoutedAway,
             ),
         }
     };
-    Routed { decision, counter: Some(counter), violation: None, event_id: Some(event.event_id) }
+    Routed { decision, counter: Some(counter), violation: None, event_id: Some(projected.event_id.clone()) }
 }
 
 fn route_unicast(
-    target: &CoordinatorIdentity,
-    drainer: &CoordinatorIdentity,
+    target: &Address,
+    drainer: &Address,
+    is_live: impl Fn(&str) -> bool,
 ) -> (RouteDecision, DrainCounter) {
-    if identity_delivers_to(target, drainer) {
+    if address_delivers_to(target, drainer) {
         return (RouteDecision::Deliver, DrainCounter::V2Delivered);
     }
     // A mismatch between two daemon-form run ids that survived the check above is
     // a sibling session on the same machine: a genuine route-away, not an orphan.
-    let real_run_id = !target.run_id_is_daemon_fallback() || !drainer.run_id_is_daemon_fallback();
-    if real_run_id && daemon_ids_equivalent(&target.daemon_id, &drainer.daemon_id) {
+    // With a real run id on either side the addressee is another run on this
+    // machine: an orphan of a restart only when that run is no longer live.
+    let real_run_id = !target.run_is_daemon_fallback || !drainer.run_is_daemon_fallback;
+    if real_run_id && target.same_machine(drainer) && !is_live(&target.key) {
         return (RouteDecision::Deliver, DrainCounter::V2ReattributedToDrainer);
     }
     (RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator }, DrainCounter::V2RoutedAway)
+}
+
+/// Whether a drain by `drainer` takes a unicast addressed to `target` (by
+/// address or by re-attribution), before event-id dedup. Every event of one
+/// addressee gets the same answer, so a store can decide per addressee which
+/// events a drain needs to read at all.
+pub fn drainer_takes_unicast(target: &Address, drainer: &Address, is_live: impl Fn(&str) -> bool) -> bool {
+    route_unicast(target, drainer, is_live).0 == RouteDecision::Deliver
+}
+
+/// [`identity_delivers_to`] on addresses.
+fn address_delivers_to(target: &Address, drainer: &Address) -> bool {
+    if !target.same_machine(drainer) {
+        return false;
+    }
+    if target.run_is_daemon_fallback && drainer.run_is_daemon_fallback {
+        return match (&target.session, &drainer.session) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+    }
+    target.key == drainer.key
 }
 
 /// Whether a unicast addressed to `intended_for` is delivered to `drainer` by
@@ -280,23 +430,72 @@ fn nonempty(value: &Option<String>) -> Option<&str> {
 #[derive(Debug)]
 pub struct DrainRouter<'a> {
     drainer: &'a Drainer,
+    address: Address,
     enforce: bool,
+    /// Keys of the coordinators that are live, besides the drainer.
+    live: HashSet<String>,
     delivered: HashSet<String>,
     counters: DrainCounters,
 }
 
 impl<'a> DrainRouter<'a> {
     /// A router for one drain by `drainer`.
+    /// Nobody else counts as live, so every orphan on the drainer's machine is
+    /// re-attributed, as in the original.
     pub fn new(drainer: &'a Drainer, enforce: bool) -> DrainRouter<'a> {
-        DrainRouter { drainer, enforce, delivered: HashSet::new(), counters: DrainCounters::default() }
+        DrainRouter::with_live(drainer, enforce, HashSet::new())
+    }
+
+    /// A router that leaves the unicasts of the `live` coordinators (by
+    /// [`CoordinatorIdentity::key`]) to them.
+    pub fn with_live(drainer: &'a Drainer, enforce: bool, live: HashSet<String>) -> DrainRouter<'a> {
+        DrainRouter {
+            drainer,
+            address: drainer.address(),
+            enforce,
+            live,
+            delivered: HashSet::new(),
+            counters: DrainCounters::default(),
+        }
+    }
+
+    /// Whether the coordinator with this key is live (the drainer itself always is).
+    pub fn is_live(&self, key: &str) -> bool {
+        key == self.address.key || self.live.contains(key)
     }
 
     /// Routes the next event. `drained_before` answers whether an event id was
     /// drained before this drain started.
     pub fn route(&mut self, raw: &Value, drained_before: impl FnOnce(&str) -> bool) -> Routed {
-        let delivered = &self.delivered;
-        let routed =
-            route_event(raw, self.drainer, self.enforce, |id| delivered.contains(id) || drained_before(id));
+        let (delivered, live) = (&self.delivered, &self.live);
+        let routed = route_event_live(
+            raw,
+            self.drainer,
+            self.enforce,
+            |key| live.contains(key),
+            |id| delivered.contains(id) || drained_before(id),
+        );
+        self.record(routed)
+    }
+
+    /// Routes the next event from its projection (a valid v2 event whose daemon
+    /// target the caller has already checked).
+    pub fn route_projected(
+        &mut self,
+        projected: &ProjectedRoute,
+        drained_before: impl FnOnce(&str) -> bool,
+    ) -> Routed {
+        let (delivered, live) = (&self.delivered, &self.live);
+        let routed = route_projected(
+            projected,
+            self.drainer,
+            |key| live.contains(key),
+            |id| delivered.contains(id) || drained_before(id),
+        );
+        self.record(routed)
+    }
+
+    fn record(&mut self, routed: Routed) -> Routed {
         if let Some(id) = routed.event_id.as_ref().filter(|_| routed.decision == RouteDecision::Deliver) {
             self.delivered.insert(id.clone());
         }
@@ -553,6 +752,57 @@ mod tests {
             route(&unicast("e1", &old), &daemon, false).1,
             Some(DrainCounter::V2ReattributedToDrainer)
         );
+    }
+
+    #[test]
+    fn a_live_addressee_keeps_its_unicasts() {
+        let old = identity("mach_X", "run_OLD", Some("s1"));
+        let new = Drainer::new(identity("daemon_mach_X", "run_NEW", Some("s2")), &[]);
+        let raw = unicast("e1", &old);
+        let live = |key: &str| key == old.key();
+        let routed = route_event_live(&raw, &new, false, live, |_| false);
+        assert_eq!((routed.decision, routed.counter), (AWAY, Some(DrainCounter::V2RoutedAway)));
+        // Its own drain still gets it; once it is not live the other run inherits it.
+        let own = Drainer::new(old.clone(), &[]);
+        assert_eq!(route_event_live(&raw, &own, false, live, |_| false).decision, DELIVER);
+        let routed = route_event_live(&raw, &new, false, |_| false, |_| false);
+        assert_eq!(routed.counter, Some(DrainCounter::V2ReattributedToDrainer));
+        // A router told who is live agrees.
+        let mut router = DrainRouter::with_live(&new, false, HashSet::from([old.key()]));
+        assert_eq!(router.route(&raw, |_| false).decision, AWAY);
+        assert!(router.is_live(&old.key()) && router.is_live(&new.identity().key()));
+    }
+
+    #[test]
+    fn the_projection_routes_as_the_whole_event_does() {
+        let me = identity("mach_X", "run1", Some("s1"));
+        let drainers = [
+            Drainer::new(me.clone(), &[]),
+            Drainer::new(identity("mach_X", "run2", None), &[]),
+            Drainer::new(identity("mach_X", "mach_X", Some("s2")), &[]),
+            Drainer::daemon_level(&["mach_X"]).unwrap(),
+            Drainer::new(identity("mach_Y", "run1", Some("s1")), &[]),
+        ];
+        let events = [
+            unicast("e1", &me),
+            unicast("e2", &identity("daemon_mach_X", "mach_X", Some("s1"))),
+            unicast("e3", &identity("mach_X", "mach_X", None)),
+            unicast("e4", &identity("daemon_", "run1", None)),
+            v2_event("e5", "broadcast", None),
+            v2_event("e6", "system", None),
+        ];
+        for raw in &events {
+            let projected = project_route(raw).expect("a valid v2 event");
+            for drainer in &drainers {
+                for live in [false, true] {
+                    let whole = route_event_live(raw, drainer, true, |_| live, |_| false);
+                    let from_projection = route_projected(&projected, drainer, |_| live, |_| false);
+                    assert_eq!(whole, from_projection, "{raw} for {drainer:?}, live={live}");
+                }
+            }
+        }
+        assert_eq!(project_route(&v1_event()), None);
+        assert_eq!(project_route(&v2_event("e1", "unicast", None)), None, "invalid: no addressee");
     }
 
     #[test]

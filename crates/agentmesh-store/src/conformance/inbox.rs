@@ -493,8 +493,10 @@ pub fn inbox_drains_oldest_first_at_most_limit_events(store: &dyn Store) {
 /// In the `sessions` layout no coordinator has a real run id (the daemon-form
 /// fallback), so 0 and 1 are sibling sessions of one machine and each unicast
 /// may go to its addressee alone. In the `restarts` layout every coordinator has
-/// a real run id, so 0 and 1 are successive runs on one machine: a unicast for
-/// either may be re-attributed to the other, never to machine B.
+/// a real run id, so 0 and 1 are two runs on one machine: a unicast for either
+/// may be re-attributed to the other while its addressee is not live (never
+/// drained, ended, or not seen for [`crate::COORDINATOR_PRESENCE_TTL_MS`]), and
+/// never to machine B.
 fn property_coordinators(restarts: bool) -> [CoordinatorIdentity; 3] {
     if restarts {
         [
@@ -511,10 +513,35 @@ fn property_coordinators(restarts: bool) -> [CoordinatorIdentity; 3] {
     }
 }
 
-/// Whether the model lets a unicast addressed to coordinator `to` go to `drainer`.
+/// Whether the model lets a unicast addressed to coordinator `to` go to
+/// `drainer` at some time: to its addressee, or re-attributed on its machine.
 fn may_receive(restarts: bool, to: usize, drainer: usize) -> bool {
     let machine = |c: usize| if c < 2 { 'A' } else { 'B' };
     to == drainer || (restarts && machine(to) == machine(drainer))
+}
+
+/// The model of a coordinator's presence record: when it was last seen (a drain
+/// refreshes a record older than an eighth of the TTL) and whether it ended.
+#[derive(Debug, Clone, Copy, Default)]
+struct PresenceModel {
+    last_seen_ms: Option<i64>,
+    ended: bool,
+}
+
+impl PresenceModel {
+    fn live_at(self, now_ms: i64) -> bool {
+        !self.ended
+            && self.last_seen_ms.is_some_and(|seen| seen >= now_ms - crate::COORDINATOR_PRESENCE_TTL_MS)
+    }
+
+    fn drained_at(&mut self, now_ms: i64) {
+        let fresh = !self.ended
+            && self.last_seen_ms.is_some_and(|seen| seen >= now_ms - crate::COORDINATOR_PRESENCE_TTL_MS / 8);
+        if !fresh {
+            self.last_seen_ms = Some(self.last_seen_ms.map_or(now_ms, |seen| seen.max(now_ms)));
+            self.ended = false;
+        }
+    }
 }
 
 /// One step of the property.
@@ -528,6 +555,10 @@ enum Step {
     Drain { by: usize, limit: Option<u32> },
     /// Peek as coordinator `by`.
     Peek { by: usize, limit: Option<u32> },
+    /// Let 50 seconds pass (presence goes stale after a few).
+    Pause,
+    /// Coordinator `by` exits gracefully.
+    End { by: usize },
 }
 
 /// A random step: unicasts most often, then drains, broadcasts and peeks, with a
@@ -539,6 +570,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..3).prop_map(|by| Step::Broadcast { by }),
         2 => (0usize..3, limit.clone()).prop_map(|(by, limit)| Step::Drain { by, limit }),
         1 => (0usize..3, limit).prop_map(|(by, limit)| Step::Peek { by, limit }),
+        1 => Just(Step::Pause),
+        1 => (0usize..3).prop_map(|by| Step::End { by }),
     ]
 }
 
@@ -553,13 +586,21 @@ struct Modelled {
 
 /// What the model says a drain by `by` delivers now: the undelivered events it may
 /// receive, oldest first, at most `limit`. A broadcast is anyone's until the first
-/// drain delivers it, and then drained for everyone: one row, delivered once.
-fn expected_for(model: &[Modelled], restarts: bool, by: usize, limit: Option<u32>) -> Vec<usize> {
+/// drain delivers it, and then drained for everyone: one row, delivered once. A
+/// unicast for another coordinator goes to `by` only while its addressee is not
+/// live at `now_ms`.
+fn expected_for(
+    model: &[Modelled],
+    presence: &[PresenceModel; 3],
+    now_ms: i64,
+    restarts: bool,
+    by: usize,
+    limit: Option<u32>,
+) -> Vec<usize> {
     let limit = limit.map_or(100, |l| l as usize);
+    let receives = |to: usize| to == by || (may_receive(restarts, to, by) && !presence[to].live_at(now_ms));
     (0..model.len())
-        .filter(|&i| {
-            model[i].delivered_to.is_none() && model[i].to.is_none_or(|to| may_receive(restarts, to, by))
-        })
+        .filter(|&i| model[i].delivered_to.is_none() && model[i].to.is_none_or(receives))
         .take(limit)
         .collect()
 }
@@ -587,8 +628,10 @@ fn run_property_case(
         Ok(())
     };
 
+    let mut presence = [PresenceModel::default(); 3];
+    let mut paused = 0;
     for (n, step) in steps.iter().enumerate() {
-        let now = at(n as i64 + 1);
+        let now = at(n as i64 + 1 + paused);
         let label = format!("e{n:02}");
         match *step {
             Step::Unicast { to, targeted } => {
@@ -611,25 +654,40 @@ fn run_property_case(
                 model.push(Modelled { label, row, to: None, delivered_to: None });
             }
             Step::Drain { by, limit } => {
-                let expected = expected_for(&model, restarts, by, limit);
+                let expected = expected_for(&model, &presence, now.millis(), restarts, by, limit);
                 let outcome = drain(store, mesh, &request(by, limit), now);
                 check(&model, &outcome.events, &expected, &format!("step {n}: drain by coordinator {by}"))?;
                 for i in expected {
                     model[i].delivered_to = Some(by);
                 }
+                presence[by].drained_at(now.millis());
             }
             Step::Peek { by, limit } => {
-                let expected = expected_for(&model, restarts, by, limit);
+                // A peek reads no clock: it judges liveness at the newest presence
+                // instant recorded for the mesh.
+                let newest = presence.iter().filter_map(|p| p.last_seen_ms).max().unwrap_or(i64::MIN / 2);
+                let expected = expected_for(&model, &presence, newest, restarts, by, limit);
                 let got = peek(store, mesh, &request(by, limit));
                 check(&model, &got, &expected, &format!("step {n}: peek by coordinator {by}"))?;
+            }
+            Step::Pause => paused += 49,
+            Step::End { by } => {
+                let had = store
+                    .end_coordinator(mesh, &coordinators[by], now)
+                    .expect("end_coordinator must not error");
+                prop_assert_eq!(had, presence[by].last_seen_ms.is_some(), "end_coordinator of {}", by);
+                if had {
+                    presence[by].ended = true;
+                }
             }
         }
     }
 
-    let end = at(steps.len() as i64 + 1);
+    let end = at(steps.len() as i64 + 1 + paused);
     for by in 0..coordinators.len() {
-        let expected = expected_for(&model, restarts, by, None);
+        let expected = expected_for(&model, &presence, end.millis(), restarts, by, None);
         let outcome = drain(store, mesh, &request(by, None), end);
+        presence[by].drained_at(end.millis());
         check(&model, &outcome.events, &expected, &format!("final drain by coordinator {by}"))?;
         for i in expected {
             model[i].delivered_to = Some(by);
@@ -651,7 +709,7 @@ fn run_property_case(
     Ok(())
 }
 
-/// For any interleaving of unicasts (3 coordinators on 2 machines), broadcasts, drains and peeks, each drain and peek hands out exactly what the routing model says: every event at most once, a unicast only on its addressee's terms, and every unicast once all have drained.
+/// For any interleaving of unicasts (3 coordinators on 2 machines), broadcasts, drains, peeks, pauses and coordinator exits, each drain and peek hands out exactly what the routing model says: every event at most once, a unicast only on its addressee's terms (another run on its machine inherits it only while it is not live), and every unicast once all have drained.
 pub fn inbox_property_every_event_reaches_its_coordinators_at_most_once(store: &dyn Store) {
     let config = Config { cases: 32, failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));

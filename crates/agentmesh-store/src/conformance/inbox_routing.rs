@@ -1,6 +1,6 @@
 //! Routing rules of the coordinator inbox: a unicast goes to its coordinator, is
-//! re-attributed to a restarted run on the same machine and never crosses
-//! machines; sibling sessions keep their own events; another coordinator's backlog
+//! re-attributed to a restarted run on the same machine (only once the addressed
+//! run is no longer live) and never crosses machines; sibling sessions keep their own events; another coordinator's backlog
 //! never starves a drain; system events go to nobody; enforce mode quarantines
 //! unversioned events with an `event_held` entry.
 //!
@@ -33,10 +33,13 @@ pub fn inbox_unicast_is_reattributed_on_its_machine_and_never_crosses_machines(s
 
     let other_machine = drain(store, MESH, &drain_request(&elsewhere()), at(3));
     assert_labels(&other_machine.events, &[], "a drain by a coordinator on mach_B");
+    // v2RoutedAway counts what the drain's routing examined and left queued; a
+    // unicast for another machine is stepped over before routing (by its daemon
+    // target, or by its addressee's machine) and counts nowhere.
     assert_eq!(
         other_machine.counters,
-        drain_counters(0, 1, 0),
-        "expected only the untargeted unicast to reach mach_B's routing, as routed away"
+        drain_counters(0, 0, 0),
+        "expected neither unicast for mach_A to reach mach_B's routing"
     );
     assert_pending_count(store, MESH, 2, "after mach_B drained");
     let mut enforcing = drain_request(&elsewhere());
@@ -73,7 +76,8 @@ pub fn inbox_sibling_session_unicast_waits_for_its_own_session(store: &dyn Store
 
     let sibling = drain(store, MESH, &drain_request(&s2), at(4));
     assert_labels(&sibling.events, &["for-s2"], "the drain by session coord-s2");
-    assert_eq!(sibling.counters, drain_counters(1, 2, 0), "expected coord-s1's two events routed away");
+    // Stepped over before routing (told apart by session), so counted nowhere.
+    assert_eq!(sibling.counters, drain_counters(1, 0, 0), "expected coord-s1's two events not routed here");
     assert_pending_count(store, MESH, 2, "after the sibling session drained");
     assert_labels(&drain(store, MESH, &drain_request(&s2), at(5)).events, &[], "a second drain by coord-s2");
     assert_pending_count(store, MESH, 2, "after the sibling session drained twice");
@@ -236,4 +240,86 @@ pub fn inbox_system_scope_events_go_to_no_coordinator(store: &dyn Store) {
         assert_labels(&peek(store, MESH, request), &[], &format!("a peek like {what}"));
     }
     assert_pending_count(store, MESH, 1, "after every drain (the system event stays)");
+}
+
+/// Two live coordinator runs on one machine each drain only their own unicasts; neither inherits the other's while it is live.
+pub fn inbox_two_live_runs_on_one_machine_keep_their_own_unicasts(store: &dyn Store) {
+    let one = coordinator("mach_A", "run_1", None);
+    let two = coordinator("daemon_mach_A", "run_2", Some("coord-s2"));
+    // Both announce themselves before anything is queued.
+    touch(store, MESH, &one, at(1));
+    touch(store, MESH, &two, at(1));
+    queue_completion(store, MESH, "for-1", 2, &one);
+    queue_completion(store, MESH, "for-2", 3, &two);
+    queue_event(store, MESH, dispatched_by(inbox_event(MESH, COMPLETED, "for-1-too", at(4)), &one), at(4));
+
+    let by_two = drain(store, MESH, &drain_request(&two), at(5));
+    assert_labels(&by_two.events, &["for-2"], "the drain by run_2 while run_1 is live");
+    assert_eq!(by_two.counters.v2_reattributed_to_drainer, 0, "counters {:?}", by_two.counters);
+    assert_labels(&peek(store, MESH, &drain_request(&two)), &[], "a peek by run_2");
+    assert_labels(&peek(store, MESH, &drain_request(&one)), &["for-1", "for-1-too"], "a peek by run_1");
+    let by_one = drain(store, MESH, &drain_request(&one), at(6));
+    assert_labels(&by_one.events, &["for-1", "for-1-too"], "the drain by run_1");
+    assert_eq!(by_one.counters.v2_delivered, 2, "counters {:?}", by_one.counters);
+    assert_pending_count(store, MESH, 0, "after both runs drained");
+
+    // A drain is itself a sign of life: a run that only drains keeps its events.
+    queue_completion(store, MESH, "later-for-2", 7, &two);
+    assert_labels(&drain(store, MESH, &drain_request(&one), at(8)).events, &[], "run_1 after run_2 drained");
+    assert_labels(&drain(store, MESH, &drain_request(&two), at(9)).events, &["later-for-2"], "run_2");
+}
+
+/// A run that ended, or whose presence went stale, has its unicasts re-attributed to the next run on its machine; a drain or touch makes it live again.
+pub fn inbox_an_ended_or_stale_run_has_its_unicasts_reattributed(store: &dyn Store) {
+    let old = coordinator("mach_A", "run_OLD", None);
+    let new = coordinator("mach_A", "run_NEW", None);
+    assert_labels(&drain(store, MESH, &drain_request(&old), at(1)).events, &[], "run_OLD's first drain");
+    queue_completion(store, MESH, "a", 2, &old);
+    assert_labels(
+        &drain(store, MESH, &drain_request(&new), at(3)).events,
+        &[],
+        "run_NEW while run_OLD is live",
+    );
+
+    // A graceful exit hands the events over at once.
+    assert!(
+        ok(store.end_coordinator(MESH, &old, at(4)), "end_coordinator"),
+        "expected run_OLD to have a presence record"
+    );
+    let inherited = drain(store, MESH, &drain_request(&new), at(5));
+    assert_labels(&inherited.events, &["a"], "run_NEW after run_OLD ended");
+    assert_eq!(inherited.counters.v2_reattributed_to_drainer, 1, "counters {:?}", inherited.counters);
+    assert!(
+        !ok(store.end_coordinator(MESH, &coordinator("mach_A", "run_NEVER", None), at(5)), "end_coordinator"),
+        "expected no record for a run never seen"
+    );
+
+    // Touched again, run_OLD is live and keeps new events; silent for longer than
+    // the TTL, it is gone.
+    touch(store, MESH, &old, at(10));
+    queue_completion(store, MESH, "b", 11, &old);
+    assert_labels(
+        &drain(store, MESH, &drain_request(&new), at(12)).events,
+        &[],
+        "run_NEW while run_OLD is live again",
+    );
+    let ttl_secs = crate::COORDINATOR_PRESENCE_TTL_MS / 1_000;
+    assert_labels(
+        &drain(store, MESH, &drain_request(&new), at(10 + ttl_secs)).events,
+        &[],
+        "run_NEW exactly one TTL after run_OLD was last seen",
+    );
+    let stale = drain(store, MESH, &drain_request(&new), at(11 + ttl_secs));
+    assert_labels(&stale.events, &["b"], "run_NEW once run_OLD's presence is stale");
+    assert_eq!(stale.counters.v2_reattributed_to_drainer, 1, "counters {:?}", stale.counters);
+    assert_pending_count(store, MESH, 0, "after run_NEW inherited both");
+}
+
+fn touch(
+    store: &dyn Store,
+    mesh: &str,
+    identity: &agentmesh_core::events::CoordinatorIdentity,
+    now: agentmesh_core::Timestamp,
+) {
+    ok(store.touch_coordinator(mesh, identity, now), "touch_coordinator");
 }

@@ -218,6 +218,8 @@ macro_rules! conformance_tests {
             inbox_a_drained_event_id_is_skipped_when_queued_again,
             inbox_unicast_is_reattributed_on_its_machine_and_never_crosses_machines,
             inbox_sibling_session_unicast_waits_for_its_own_session,
+            inbox_two_live_runs_on_one_machine_keep_their_own_unicasts,
+            inbox_an_ended_or_stale_run_has_its_unicasts_reattributed,
             inbox_only_events_reach_past_non_matching_events,
             inbox_a_backlog_for_another_coordinator_never_starves_the_drainer,
             inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry,
