@@ -98,6 +98,18 @@ pub struct ServeArgs {
     /// [default: <data-dir>/daemon.token]
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// Log line format on stderr (filtered by RUST_LOG, default info)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How `serve` writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines
+    Text,
+    /// One JSON object per line
+    Json,
 }
 
 /// `agentmesh task ...`
