@@ -90,6 +90,22 @@ impl TestDaemon {
         }
     }
 
+    /// The value of the `/metrics` sample `series` (name and labels), 0 when absent.
+    async fn metric_value(&self, series: &str) -> u64 {
+        let prefix = format!("{series} ");
+        let text = self.metrics().await;
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |n| n.parse().expect("a count"))
+    }
+
+    /// Polls `/metrics` until the sample `series` is at least `at_least`, for at most 20 s.
+    async fn wait_for_count(&self, what: &str, series: &str, at_least: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.metric_value(series).await < at_least {
+            assert!(Instant::now() < deadline, "timed out waiting for {what} ({series} >= {at_least})");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Polls task `id` of mesh `m` until `cond` holds, for at most 20 s; returns it.
     async fn wait_for_task(&self, what: &str, id: &str, cond: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -752,14 +768,9 @@ async fn a_live_lease_is_left_alone_by_the_reaper() {
     let daemon = TestDaemon::start_with(|state| state.with_upkeep(fast_reaper())).await;
     enqueue_and_claim(&daemon, "t1").await;
     // Wait for a pass that started after the claim (passes are counted as they end).
-    let passes = |text: &str| -> u64 {
-        let prefix = "agentmesh_upkeep_passes_total{job=\"lease_reaper\",result=\"ok\"} ";
-        text.lines().find_map(|l| l.strip_prefix(prefix)).map_or(0, |n| n.parse().expect("a count"))
-    };
-    let after_claim = passes(&daemon.metrics().await);
-    let line =
-        format!("agentmesh_upkeep_passes_total{{job=\"lease_reaper\",result=\"ok\"}} {}", after_claim + 2);
-    daemon.wait_for_metric("two more reaper passes", &line).await;
+    let series = "agentmesh_upkeep_passes_total{job=\"lease_reaper\",result=\"ok\"}";
+    let after_claim = daemon.metric_value(series).await;
+    daemon.wait_for_count("two more reaper passes", series, after_claim + 2).await;
     let (_, task) = daemon.get("/v1/meshes/m/tasks/t1").await;
     assert_eq!(task["status"], "assigned", "{task}");
     assert!(ledger_of_kind(&daemon, "task_reclaimed").await.is_empty());
@@ -1105,15 +1116,10 @@ async fn the_checkpoint_hook_runs_and_a_failing_pass_is_not_fatal() {
         }))
     })
     .await;
-    daemon
-        .wait_for_metric(
-            "a failed pass",
-            "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"error\"} 2",
-        )
-        .await;
-    daemon
-        .wait_for_metric("an ok pass", "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"ok\"} 2")
-        .await;
+    let failed = "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"error\"}";
+    daemon.wait_for_count("failed passes", failed, 2).await;
+    let ok = "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"ok\"}";
+    daemon.wait_for_count("passes after a failure", ok, 2).await;
     assert_eq!(daemon.get("/healthz").await.0, StatusCode::OK);
     daemon.shutdown.cancel();
     let stopped = tokio::time::timeout(Duration::from_secs(10), daemon.server).await;
