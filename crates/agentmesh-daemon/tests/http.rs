@@ -786,8 +786,11 @@ fn coordinator() -> Value {
 #[tokio::test]
 async fn a_waiting_watch_returns_a_pushed_event_once() {
     // No fallback look within the test: only the push itself can wake the watch.
-    let daemon =
-        TestDaemon::start_with(|state| state.with_fallback_watch_poll(Duration::from_secs(600))).await;
+    // (Upkeep off, as in `start`: retention would sweep the old fixture event.)
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|_| {})).with_fallback_watch_poll(Duration::from_secs(600))
+    })
+    .await;
     let watch = {
         let request = daemon
             .client
