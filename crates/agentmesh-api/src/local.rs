@@ -31,6 +31,10 @@ pub type Clock = fn() -> Timestamp;
 /// the time of each drain.
 pub const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
 
+/// The lease of a claim that names none: ten minutes. A worker that stops
+/// heartbeating loses its task to the daemon's lease reaper once it runs out.
+const DEFAULT_LEASE_MS: i64 = 10 * 60 * 1000;
+
 /// How many of the newest ledger entries the status shows.
 const STATUS_LEDGER_TAIL: u32 = 10;
 
@@ -161,7 +165,9 @@ impl MeshApi for LocalMesh {
 
     fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
         let (claimant, lease_ms) = body.into_claim()?;
-        let opts = ClaimOptions { lease_ms };
+        // Every claim through the API carries a lease, so that a task whose worker
+        // vanished is reclaimed instead of staying assigned forever.
+        let opts = ClaimOptions { lease_ms: Some(lease_ms.unwrap_or(DEFAULT_LEASE_MS)) };
         self.write(|store, now| store.claim_next(mesh, &claimant, &opts, now)).map(ClaimView::from)
     }
 

@@ -268,7 +268,7 @@ pub struct ClaimBody {
     /// The node is a worktree clone.
     #[serde(default)]
     pub node_is_worktree: bool,
-    /// Lease length in milliseconds (the store's default when absent).
+    /// Lease length in milliseconds (ten minutes when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<std::num::NonZeroU32>,
 }

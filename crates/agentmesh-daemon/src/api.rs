@@ -17,6 +17,7 @@ use agentmesh_api::wire::{
 };
 use agentmesh_api::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT, MeshApi};
 use agentmesh_core::InvalidInput;
+use agentmesh_store::StoreError;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -160,7 +161,9 @@ async fn claim(
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    state.with_mesh(move |m| m.claim(&mesh, body)).await.map(ok)
+    let view = state.with_mesh(move |m| m.claim(&mesh, body)).await?;
+    state.metrics.claim(view.refusal.as_deref());
+    Ok(ok(view))
 }
 
 async fn heartbeat(
@@ -169,7 +172,9 @@ async fn heartbeat(
     ApiJson(body): ApiJson<HeartbeatBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    state.with_mesh(move |m| m.heartbeat(&mesh, body)).await.map(ok)
+    let beat = state.with_mesh(move |m| m.heartbeat(&mesh, body)).await;
+    count_fencing(&state, "heartbeat", &beat);
+    beat.map(ok)
 }
 
 async fn complete(
@@ -178,7 +183,25 @@ async fn complete(
     ApiJson(body): ApiJson<CompletionBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    state.with_mesh(move |m| m.complete(&mesh, body)).await.map(ok)
+    let done = state.with_mesh(move |m| m.complete(&mesh, body)).await;
+    count_fencing(&state, "completion", &done);
+    if let Ok(task) = &done {
+        state.metrics.completion(task.status);
+    }
+    done.map(ok)
+}
+
+/// Counts a completion or heartbeat the fencing check refused (each such refusal
+/// is also in the ledger, as `completion_refused` or `heartbeat_refused`).
+fn count_fencing<T>(state: &AppState, operation: &'static str, result: &Result<T, ApiError>) {
+    if let Err(ApiError::Store(
+        err @ (StoreError::StaleEpoch { .. }
+        | StoreError::NotAssignedToSession { .. }
+        | StoreError::InvalidTransition(_)),
+    )) = result
+    {
+        state.metrics.fencing_refusal(operation, err.code());
+    }
 }
 
 // ── Ledger ───────────────────────────────────────────────────────────────────
@@ -233,7 +256,10 @@ async fn drain(
     ApiJson(body): ApiJson<DrainBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    state.with_mesh(move |m| m.drain(&mesh, body)).await.map(ok)
+    let view = state.with_mesh(move |m| m.drain(&mesh, body)).await?;
+    state.metrics.drained(view.events.len(), &view.counters);
+    state.metrics.drain_request("drain");
+    Ok(ok(view))
 }
 
 /// What a peek answers: the events a drain would deliver now.
@@ -280,6 +306,7 @@ async fn watch(
     // Check the body once up front, so a malformed one is refused at once.
     agentmesh_store::DrainRequest::try_from(body.clone())?;
     let deadline = Instant::now() + timeout;
+    let mut waiting = None;
     loop {
         // Register for the wake-up before draining, so a write landing between the
         // drain and the wait is not missed.
@@ -288,10 +315,15 @@ async fn watch(
         notified.as_mut().enable();
         let (m, b) = (mesh.clone(), body.clone());
         let view: DrainView = state.with_mesh(move |api| api.drain(&m, b)).await?;
+        state.metrics.drained(view.events.len(), &view.counters);
         let left = deadline.saturating_duration_since(Instant::now());
         if !view.events.is_empty() || !view.quarantined.is_empty() || left.is_zero() {
+            state.metrics.drain_request("watch");
             return Ok(ok(view));
         }
+        // Counted as waiting from its first empty drain until it returns (or the
+        // client goes away and the handler is dropped).
+        waiting.get_or_insert_with(|| state.metrics.watch_waiting());
         let _ = tokio::time::timeout(left.min(state.fallback_poll), notified).await;
     }
 }

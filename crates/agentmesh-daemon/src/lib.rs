@@ -1,15 +1,18 @@
-//! The agentmesh daemon: the HTTP API over a [`Store`].
+//! The agentmesh daemon: the HTTP API over a [`Store`], and the background
+//! upkeep beside it.
 //!
 //! [`router`] builds the whole HTTP surface and [`serve`] runs it on a listener the
-//! caller has already bound, until a [`CancellationToken`] is cancelled. The binary
-//! (`agentmesh serve`) binds, installs the signal handlers and cancels the token;
-//! tests bind `127.0.0.1:0` and drive the same router.
+//! caller has already bound, together with the upkeep loops, until a
+//! [`CancellationToken`] is cancelled. The binary (`agentmesh serve`) binds,
+//! installs the signal handlers and cancels the token; tests bind `127.0.0.1:0`
+//! and drive the same router.
 //!
-//! Modules: `api` holds the `/v1` routes, their request bodies and their response
-//! views; `auth` the bearer token (its file, and the middleware that checks it);
-//! `error` the one [`ApiError`] every failure becomes; `extract` the body, query
-//! and path extractors that turn malformed input into an [`ApiError`] naming the
-//! field. Handlers are adapters: they parse into the shared wire types of
+//! Modules: `api` holds the `/v1` routes; `auth` the bearer token (its file, and
+//! the middleware that checks it); `error` the one [`ApiError`] every failure
+//! becomes; `extract` the body, query and path extractors that turn malformed
+//! input into an [`ApiError`] naming the field; `metrics` the counters and the
+//! `/metrics` exposition; `upkeep` the background loops (lease reaper, sweeps,
+//! retention, WAL checkpoint). Handlers are adapters: they parse into the shared wire types of
 //! `agentmesh_api`, run one operation of the daemon's
 //! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
@@ -24,9 +27,9 @@ use std::time::Duration;
 use agentmesh_api::{LocalMesh, MeshResult};
 use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
+use axum::{Router, middleware};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -36,9 +39,13 @@ mod api;
 mod auth;
 mod error;
 mod extract;
+mod metrics;
+mod upkeep;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use error::ApiError;
+pub use metrics::Metrics;
+pub use upkeep::{CheckpointHook, LEASE_EXPIRED_REASON, UpkeepConfig};
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -48,8 +55,9 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// the same database file.
 pub const FALLBACK_WATCH_POLL: Duration = Duration::from_secs(1);
 
-/// What every handler shares: the mesh operations, the token requests must
-/// present, and the wake-up of waiting watches.
+/// What every handler and background loop shares: the mesh operations, the token
+/// requests must present, the wake-up of waiting watches, the metrics and the
+/// upkeep settings.
 #[derive(Clone)]
 pub struct AppState {
     /// The operations over the store. Synchronous: reach them only through
@@ -61,6 +69,10 @@ pub struct AppState {
     writes: Arc<Notify>,
     /// See [`FALLBACK_WATCH_POLL`].
     fallback_poll: Duration,
+    /// The counters `/metrics` exposes.
+    metrics: Arc<Metrics>,
+    /// What the upkeep loops do, and how often.
+    upkeep: Arc<UpkeepConfig>,
 }
 
 impl AppState {
@@ -70,7 +82,32 @@ impl AppState {
         let writes = Arc::new(Notify::new());
         let notify = Arc::clone(&writes);
         mesh.signal().listen(move || notify.notify_waiters());
-        AppState { mesh, token, writes, fallback_poll: FALLBACK_WATCH_POLL }
+        AppState {
+            mesh,
+            token,
+            writes,
+            fallback_poll: FALLBACK_WATCH_POLL,
+            metrics: Arc::new(Metrics::new()),
+            upkeep: Arc::new(UpkeepConfig::default()),
+        }
+    }
+
+    /// Replaces the upkeep settings (intervals, ages, the WAL checkpoint hook).
+    pub fn with_upkeep(mut self, config: UpkeepConfig) -> AppState {
+        self.upkeep = Arc::new(config);
+        self
+    }
+
+    /// Replaces [`FALLBACK_WATCH_POLL`], how often a waiting watch looks again
+    /// without a wake-up (at least 1 ms).
+    pub fn with_fallback_watch_poll(mut self, every: Duration) -> AppState {
+        self.fallback_poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The counters `/metrics` exposes.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The mesh operations (for background loops that run beside the routes).
@@ -108,29 +145,47 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
-/// The whole HTTP surface: `/healthz` (open) and the `/v1` API (bearer token).
+/// The whole HTTP surface: `/healthz` (open), `/metrics` and the `/v1` API
+/// (both behind the bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
-/// unknown path gets a JSON 404, an unsupported method a JSON 405.
+/// unknown path gets a JSON 404, an unsupported method a JSON 405. Every request,
+/// refused ones included, is counted and timed for `/metrics`.
 pub fn router(state: AppState) -> Router {
+    let metrics = Router::new()
+        .route("/metrics", get(metrics::render))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))
+        .merge(metrics)
         .nest("/v1", api::routes(state.clone()))
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }
 
-/// Serves [`router`] on `listener` until `shutdown` is cancelled, then stops taking
-/// connections and returns once the requests in flight have been answered.
+/// Serves [`router`] on `listener`, with the upkeep loops beside it, until
+/// `shutdown` is cancelled; then stops taking connections and returns once the
+/// requests in flight have been answered and the upkeep passes in flight have
+/// finished.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    // A child token: the loops stop with the server, also when it fails.
+    let upkeep_shutdown = shutdown.child_token();
+    let upkeep = tokio::spawn(upkeep::run(state.clone(), Arc::clone(&state.upkeep), upkeep_shutdown.clone()));
+    let served =
+        axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    upkeep_shutdown.cancel();
+    if let Err(err) = upkeep.await {
+        tracing::error!(error = %err, "the upkeep loops stopped unexpectedly");
+    }
+    served
 }
 
 /// `GET /healthz`: the process is up and serving. Needs no token and touches no store.

@@ -3,8 +3,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES};
+use agentmesh_core::Timestamp;
+use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES, UpkeepConfig};
 use agentmesh_sqlite::SqliteStore;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
@@ -26,10 +28,20 @@ struct TestDaemon {
 impl TestDaemon {
     /// Opens a store in a temp dir, binds `127.0.0.1:0` and serves in a task. The
     /// listener is bound before the task starts, so requests can follow at once.
+    ///
+    /// The upkeep loops are off: the route tests use fixed, old timestamps that a
+    /// retention pass would sweep away under them. The upkeep tests turn on the
+    /// jobs they test with [`TestDaemon::start_with`].
     async fn start() -> TestDaemon {
+        TestDaemon::start_with(|state| state.with_upkeep(upkeep_with(|_| {}))).await
+    }
+
+    /// Opens a store and serves like [`TestDaemon::start`], with the state
+    /// adjusted by `configure` (upkeep, the watch's fallback poll) instead.
+    async fn start_with(configure: impl FnOnce(AppState) -> AppState) -> TestDaemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open_data_dir(dir.path()).expect("open the store");
-        let state = AppState::new(Arc::new(store), ApiToken::new(TOKEN).expect("token"));
+        let state = configure(AppState::new(Arc::new(store), ApiToken::new(TOKEN).expect("token")));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let shutdown = CancellationToken::new();
@@ -57,6 +69,54 @@ impl TestDaemon {
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
         self.send(Method::POST, path, Some(body)).await
+    }
+
+    /// The `/metrics` exposition.
+    async fn metrics(&self) -> String {
+        let response = self.client.get(self.url("/metrics")).bearer_auth(TOKEN).send().await.expect("sent");
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.expect("a text body")
+    }
+
+    /// Polls `/metrics` until `line` is one of its lines, for at most 20 s.
+    async fn wait_for_metric(&self, what: &str, line: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if self.metrics().await.lines().any(|l| l == line) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what} ({line})");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The value of the `/metrics` sample `series` (name and labels), 0 when absent.
+    async fn metric_value(&self, series: &str) -> u64 {
+        let prefix = format!("{series} ");
+        let text = self.metrics().await;
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).map_or(0, |n| n.parse().expect("a count"))
+    }
+
+    /// Polls `/metrics` until the sample `series` is at least `at_least`, for at most 20 s.
+    async fn wait_for_count(&self, what: &str, series: &str, at_least: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.metric_value(series).await < at_least {
+            assert!(Instant::now() < deadline, "timed out waiting for {what} ({series} >= {at_least})");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Polls task `id` of mesh `m` until `cond` holds, for at most 20 s; returns it.
+    async fn wait_for_task(&self, what: &str, id: &str, cond: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, task) = self.get(&format!("/v1/meshes/m/tasks/{id}")).await;
+            if cond(&task) {
+                return task;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}: {task}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Posts raw bytes as a JSON body.
@@ -270,7 +330,7 @@ async fn cancelling_the_token_stops_the_server() {
     let daemon = TestDaemon::start().await;
     assert_eq!(daemon.get("/healthz").await.0, StatusCode::OK);
     daemon.shutdown.cancel();
-    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), daemon.server).await;
+    let stopped = tokio::time::timeout(Duration::from_secs(10), daemon.server).await;
     stopped.expect("the server stops after cancellation").expect("the task ran").expect("serve returned Ok");
 }
 
@@ -576,4 +636,498 @@ async fn the_status_refuses_a_query_parameter() {
     let daemon = TestDaemon::start().await;
     let response = daemon.get("/v1/meshes/m/status?verbose=1").await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `verbose`");
+}
+
+// ── Fencing and leases ───────────────────────────────────────────────────────
+
+/// The ledger entries of mesh `m` of `kind`.
+async fn ledger_of_kind(daemon: &TestDaemon, kind: &str) -> Vec<Value> {
+    let (status, slice) = daemon.get(&format!("/v1/meshes/m/ledger/slice?kind={kind}&limit=100")).await;
+    assert_eq!(status, StatusCode::OK, "{slice}");
+    slice["entries"].as_array().expect("entries").clone()
+}
+
+#[tokio::test]
+async fn stale_completions_and_heartbeats_are_409_and_recorded() {
+    let daemon = TestDaemon::start().await;
+    let epoch = enqueue_and_claim(&daemon, "t1").await;
+    let (_, before) = daemon.get("/v1/meshes/m/tasks/t1").await;
+
+    let stale = json!({ "sessionId": "s1", "taskId": "t1", "epoch": epoch + 1, "summary": "done" });
+    let response = daemon.post("/v1/meshes/m/completions", stale).await;
+    assert_error(&response, StatusCode::CONFLICT, "stale_epoch", "t1");
+    let beat = json!({ "taskId": "t1", "sessionId": "s1", "epoch": epoch + 1, "leaseMs": 1000 });
+    let response = daemon.post("/v1/meshes/m/heartbeats", beat).await;
+    assert_error(&response, StatusCode::CONFLICT, "stale_epoch", "t1");
+
+    let refused = ledger_of_kind(&daemon, "completion_refused").await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["payload"]["reason"], "stale_epoch", "{refused:?}");
+    assert_eq!(refused[0]["sessionId"], "s1", "{refused:?}");
+    let refused = ledger_of_kind(&daemon, "heartbeat_refused").await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["payload"]["reason"], "stale_epoch", "{refused:?}");
+    assert_eq!(
+        daemon.get("/v1/meshes/m/tasks/t1").await,
+        (StatusCode::OK, before),
+        "a refusal changes no task"
+    );
+
+    let metrics = daemon.metrics().await;
+    for operation in ["completion", "heartbeat"] {
+        let line =
+            format!("agentmesh_fencing_refusals_total{{operation=\"{operation}\",code=\"stale_epoch\"}} 1");
+        assert!(metrics.lines().any(|l| l == line), "no {line} in\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_claim_without_a_lease_gets_the_default_ten_minutes() {
+    let daemon = TestDaemon::start().await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t1" })).await;
+    let (status, claimed) =
+        daemon.post("/v1/meshes/m/claims", json!({ "nodeId": "n1", "sessionId": "s1" })).await;
+    assert_eq!(status, StatusCode::OK, "{claimed}");
+    let at = |field: &str| {
+        claimed["task"][field]
+            .as_str()
+            .and_then(Timestamp::parse_iso)
+            .unwrap_or_else(|| panic!("{field}: {claimed}"))
+    };
+    let lease_ms = at("leaseExpiresAt").millis() - at("dispatchTimestamp").millis();
+    assert_eq!(lease_ms, 10 * 60 * 1000, "{claimed}");
+}
+
+/// Upkeep with every job off, then adjusted by `enable`.
+fn upkeep_with(enable: impl FnOnce(&mut UpkeepConfig)) -> UpkeepConfig {
+    let mut config = UpkeepConfig {
+        lease_reaper_every: Duration::ZERO,
+        fingerprints_every: Duration::ZERO,
+        idle_sessions_every: Duration::ZERO,
+        deliveries_every: Duration::ZERO,
+        tool_log_every: Duration::ZERO,
+        dispatches_every: Duration::ZERO,
+        inbox_retention_every: Duration::ZERO,
+        checkpoint_every: Duration::ZERO,
+        ..UpkeepConfig::default()
+    };
+    enable(&mut config);
+    config
+}
+
+/// Upkeep with a fast lease reaper and every other job off.
+fn fast_reaper() -> UpkeepConfig {
+    upkeep_with(|c| c.lease_reaper_every = Duration::from_millis(25))
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced_off() {
+    let daemon = TestDaemon::start_with(|state| state.with_upkeep(fast_reaper())).await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t1" })).await;
+    let claim = json!({ "nodeId": "n1", "sessionId": "s1", "leaseMs": 1 });
+    let (_, claimed) = daemon.post("/v1/meshes/m/claims", claim).await;
+    let epoch = claimed["task"]["dispatchNonce"].as_u64().expect("an epoch");
+
+    // The holder never heartbeats: the reaper puts the task back.
+    let task = daemon.wait_for_task("the reaper to reclaim t1", "t1", |t| t["status"] == "pending").await;
+    assert!(task["assignedSessionId"].is_null(), "{task}");
+    assert!(task["dispatchNonce"].as_u64().expect("an epoch") > epoch, "the reclaim bumps the epoch: {task}");
+    let reclaimed = ledger_of_kind(&daemon, "task_reclaimed").await;
+    assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
+    assert_eq!(reclaimed[0]["payload"]["reason"], "lease_expired", "{reclaimed:?}");
+    assert_eq!(reclaimed[0]["payload"]["outcome"], "requeued", "{reclaimed:?}");
+
+    let late = json!({ "sessionId": "s1", "taskId": "t1", "epoch": epoch, "summary": "done after all" });
+    let response = daemon.post("/v1/meshes/m/completions", late).await;
+    assert_error(&response, StatusCode::CONFLICT, "stale_epoch", "t1");
+    let beat = json!({ "taskId": "t1", "sessionId": "s1", "epoch": epoch, "leaseMs": 60000 });
+    assert_error(
+        &daemon.post("/v1/meshes/m/heartbeats", beat).await,
+        StatusCode::CONFLICT,
+        "stale_epoch",
+        "t1",
+    );
+    assert_eq!(
+        daemon.get("/v1/meshes/m/tasks/t1").await,
+        (StatusCode::OK, task),
+        "the late report changes nothing"
+    );
+
+    // Another session claims it again, under a fresh epoch.
+    let (_, again) = daemon.post("/v1/meshes/m/claims", json!({ "nodeId": "n2", "sessionId": "s2" })).await;
+    assert_eq!(again["task"]["id"], "t1", "{again}");
+    let metrics = daemon.metrics().await;
+    assert!(
+        metrics.lines().any(|l| l == "agentmesh_lease_reclaims_total{outcome=\"requeued\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_live_lease_is_left_alone_by_the_reaper() {
+    let daemon = TestDaemon::start_with(|state| state.with_upkeep(fast_reaper())).await;
+    enqueue_and_claim(&daemon, "t1").await;
+    // Wait for a pass that started after the claim (passes are counted as they end).
+    let series = "agentmesh_upkeep_passes_total{job=\"lease_reaper\",result=\"ok\"}";
+    let after_claim = daemon.metric_value(series).await;
+    daemon.wait_for_count("two more reaper passes", series, after_claim + 2).await;
+    let (_, task) = daemon.get("/v1/meshes/m/tasks/t1").await;
+    assert_eq!(task["status"], "assigned", "{task}");
+    assert!(ledger_of_kind(&daemon, "task_reclaimed").await.is_empty());
+}
+
+// ── Watch ────────────────────────────────────────────────────────────────────
+
+/// The coordinator `blocked_event` addresses, as a drain body.
+fn coordinator() -> Value {
+    json!({ "daemonId": "daemon_mach_abc", "runId": "run-1", "sessionId": "coord-1" })
+}
+
+#[tokio::test]
+async fn a_waiting_watch_returns_a_pushed_event_once() {
+    // No fallback look within the test: only the push itself can wake the watch.
+    // (Upkeep off, as in `start`: retention would sweep the old fixture event.)
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|_| {})).with_fallback_watch_poll(Duration::from_secs(600))
+    })
+    .await;
+    let watch = {
+        let request = daemon
+            .client
+            .post(daemon.url("/v1/meshes/m/events/watch?timeoutSecs=20"))
+            .bearer_auth(TOKEN)
+            .json(&coordinator());
+        tokio::spawn(async move { read(request.send().await.expect("watch sent")).await })
+    };
+    daemon.wait_for_metric("the watch to wait", "agentmesh_watches_waiting 1").await;
+
+    let push = json!({ "event": blocked_event("t1"), "hint": { "coordinatorRunId": "run-1" } });
+    let (status, pushed) = daemon.post("/v1/meshes/m/events", push).await;
+    assert_eq!(status, StatusCode::CREATED, "{pushed}");
+
+    let (status, woke) = tokio::time::timeout(Duration::from_secs(30), watch)
+        .await
+        .expect("the watch answers")
+        .expect("the watch task ran");
+    assert_eq!(status, StatusCode::OK, "{woke}");
+    let events = woke["events"].as_array().expect("events");
+    assert_eq!(events.len(), 1, "the watch returned with the event, before its timeout: {woke}");
+    assert_eq!(events[0]["id"], pushed["id"], "{woke}");
+    let (_, after) = daemon.post("/v1/meshes/m/events/drain", coordinator()).await;
+    assert_eq!(after["events"], json!([]), "the watched event was handed out once: {after}");
+    let metrics = daemon.metrics().await;
+    assert!(metrics.lines().any(|l| l == "agentmesh_watches_waiting 0"), "{metrics}");
+    assert!(metrics.lines().any(|l| l == "agentmesh_drains_total{kind=\"watch\"} 1"), "{metrics}");
+    assert!(metrics.lines().any(|l| l == "agentmesh_delivered_events_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_watch_with_nothing_returns_empty_and_a_long_timeout_is_refused() {
+    let daemon = TestDaemon::start().await;
+    let (status, view) = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=1", coordinator()).await;
+    assert_eq!((status, &view["events"]), (StatusCode::OK, &json!([])), "{view}");
+    let response = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=601", coordinator()).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "timeoutSecs");
+    let response = daemon.post("/v1/meshes/m/events/watch?timeout=5", coordinator()).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "timeout");
+    let response = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=1", json!({ "daemonId": "d" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "runId");
+}
+
+// ── Batch enqueue, missions, sessions, deliveries, dispatches, placement ────
+
+#[tokio::test]
+async fn a_batch_resolves_refs_and_a_bad_batch_stores_nothing() {
+    let daemon = TestDaemon::start().await;
+    let batch = json!({ "tasks": [
+        { "ref": "build", "message": "build it" },
+        { "message": "test it", "id": "test", "dependsOn": ["build"] }
+    ] });
+    let (status, tasks) = daemon.post("/v1/meshes/m/tasks/batch", batch).await;
+    assert_eq!(status, StatusCode::CREATED, "{tasks}");
+    let tasks = tasks.as_array().expect("tasks").clone();
+    assert_eq!(tasks.len(), 2);
+    let build_id = tasks[0]["id"].as_str().expect("an id");
+    assert_ne!(build_id, "build", "a ref is not an id");
+    assert_eq!(tasks[1]["dependsOn"], json!([build_id]), "{tasks:?}");
+    // The dependent waits for its dependency.
+    let (_, claimed) = daemon.post("/v1/meshes/m/claims", json!({ "nodeId": "n1", "sessionId": "s1" })).await;
+    assert_eq!(claimed["task"]["id"], build_id, "{claimed}");
+
+    let twice = json!({ "tasks": [{ "ref": "a", "message": "x" }, { "ref": "a", "message": "y" }] });
+    let response = daemon.post("/v1/meshes/m/tasks/batch", twice).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "tasks[1].ref");
+    let typo = json!({ "tasks": [{ "message": "x" }, { "mesage": "y" }] });
+    let response = daemon.post("/v1/meshes/m/tasks/batch", typo).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `mesage`");
+    let cycle = json!({ "tasks": [
+        { "id": "c1", "message": "x", "dependsOn": ["c2"] },
+        { "id": "c2", "message": "y", "dependsOn": ["c1"] }
+    ] });
+    let response = daemon.post("/v1/meshes/m/tasks/batch", cycle).await;
+    assert_eq!(response.0, StatusCode::CONFLICT, "{}", response.1);
+    let duplicate = json!({ "tasks": [{ "id": "fresh", "message": "x" }, { "id": "test", "message": "y" }] });
+    let response = daemon.post("/v1/meshes/m/tasks/batch", duplicate).await;
+    assert_error(&response, StatusCode::CONFLICT, "duplicate_task_id", "test");
+    let (_, listed) = daemon.get("/v1/meshes/m/tasks").await;
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(2),
+        "a refused batch stores none of its tasks: {listed}"
+    );
+}
+
+#[tokio::test]
+async fn missions_are_created_updated_listed_and_shown() {
+    let daemon = TestDaemon::start().await;
+    let (status, saved) =
+        daemon.post("/v1/meshes/m/missions", json!({ "id": "ms1", "title": "Ship it" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{saved}");
+    assert_eq!((&saved["id"], &saved["created"]), (&json!("ms1"), &json!(true)), "{saved}");
+    let update = json!({ "id": "ms1", "title": "Ship it", "goal": "v1 out" });
+    let (status, updated) = daemon.post("/v1/meshes/m/missions", update).await;
+    assert_eq!((status, &updated["created"]), (StatusCode::OK, &json!(false)), "{updated}");
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "part", "id": "t1", "missionId": "ms1" })).await;
+
+    let (status, list) = daemon.get("/v1/meshes/m/missions").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(list[0]["goal"], "v1 out", "{list}");
+    let (status, shown) = daemon.get("/v1/meshes/m/missions/ms1").await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert_eq!(shown["tasks"].as_array().map(|t| t.len()), Some(1), "{shown}");
+    assert_eq!(daemon.get("/v1/meshes/other/missions").await, (StatusCode::OK, json!([])));
+
+    let response = daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "missing field `title`");
+    let response =
+        daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2", "title": "t", "status": "Done!" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "status");
+    let response =
+        daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2", "title": "t", "owner": "me" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `owner`");
+    let response = daemon.get("/v1/meshes/m/missions?status=Done!").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "Done!");
+    let response = daemon.get("/v1/meshes/m/missions/nope").await;
+    assert_eq!(response.0, StatusCode::NOT_FOUND, "{}", response.1);
+    let (_, list) = daemon.get("/v1/meshes/m/missions").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "refused upserts store nothing: {list}");
+}
+
+#[tokio::test]
+async fn idle_sessions_are_reported_and_listed() {
+    let daemon = TestDaemon::start().await;
+    let idle = json!({ "nodeId": "n1", "sessionId": "s1", "providerType": "claude-cli", "ttlSecs": 60 });
+    let (status, view) = daemon.post("/v1/meshes/m/idle-sessions", idle).await;
+    assert_eq!(status, StatusCode::OK, "{view}");
+    assert_eq!((&view["sessionId"], &view["meshId"]), (&json!("s1"), &json!("m")), "{view}");
+    let (status, list) = daemon.get("/v1/meshes/m/idle-sessions").await;
+    assert_eq!((status, list.as_array().map(Vec::len)), (StatusCode::OK, Some(1)), "{list}");
+
+    let zero = json!({ "nodeId": "n2", "sessionId": "s2", "providerType": "codex-cli", "ttlSecs": 0 });
+    let response = daemon.post("/v1/meshes/m/idle-sessions", zero).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "ttlSecs");
+    let blank = json!({ "nodeId": "n2", "sessionId": "s2", "providerType": " " });
+    let response = daemon.post("/v1/meshes/m/idle-sessions", blank).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "providerType");
+    let response = daemon.get("/v1/meshes/m/idle-sessions?node=n1").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `node`");
+    let (_, list) = daemon.get("/v1/meshes/m/idle-sessions").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+#[tokio::test]
+async fn deliveries_are_queued_and_listed() {
+    let daemon = TestDaemon::start().await;
+    let delivery = json!({ "sessionId": "s1", "message": "rebase first", "priority": 2 });
+    let (status, view) = daemon.post("/v1/meshes/m/deliveries", delivery).await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_eq!((&view["sessionId"], &view["kind"]), (&json!("s1"), &json!("message")), "{view}");
+    let (status, list) = daemon.get("/v1/meshes/m/deliveries?sessionId=s1").await;
+    assert_eq!((status, list.as_array().map(Vec::len)), (StatusCode::OK, Some(1)), "{list}");
+    assert_eq!(daemon.get("/v1/meshes/m/deliveries?sessionId=s9").await, (StatusCode::OK, json!([])));
+
+    let response = daemon.post("/v1/meshes/m/deliveries", json!({ "message": "to nobody" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "sessionId");
+    let response = daemon.post("/v1/meshes/m/deliveries", json!({ "sessionId": "s1", "message": " " })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "message");
+    let late = json!({ "sessionId": "s1", "message": "x", "expiresAt": "whenever" });
+    let response = daemon.post("/v1/meshes/m/deliveries", late).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "expiresAt");
+    let response = daemon.post("/v1/meshes/m/deliveries", json!({ "sessionId": "s1", "text": "x" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `text`");
+    let (_, list) = daemon.get("/v1/meshes/m/deliveries").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+#[tokio::test]
+async fn dispatches_are_recorded_and_listed() {
+    let daemon = TestDaemon::start().await;
+    let dispatch = json!({ "taskId": "t1", "sessionId": "s1", "nodeId": "n1", "message": "do it" });
+    let (status, view) = daemon.post("/v1/meshes/m/dispatches", dispatch).await;
+    assert_eq!(status, StatusCode::CREATED, "{view}");
+    assert_eq!((&view["taskId"], &view["meshId"]), (&json!("t1"), &json!("m")), "{view}");
+    let (status, list) = daemon.get("/v1/meshes/m/dispatches").await;
+    assert_eq!((status, list.as_array().map(Vec::len)), (StatusCode::OK, Some(1)), "{list}");
+
+    let response = daemon.post("/v1/meshes/m/dispatches", json!({ "taskId": " ", "message": "x" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "taskId");
+    let response = daemon.post("/v1/meshes/m/dispatches", json!({ "taskId": "t2" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "missing field `message`");
+    let response =
+        daemon.post("/v1/meshes/m/dispatches", json!({ "taskId": "t2", "message": "x", "to": "s" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `to`");
+    let response = daemon.get("/v1/meshes/m/dispatches?all=1").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `all`");
+    let (_, list) = daemon.get("/v1/meshes/m/dispatches").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+#[tokio::test]
+async fn placement_ranks_nodes_and_refuses_bad_input() {
+    let daemon = TestDaemon::start().await;
+    daemon
+        .post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t1", "requiredTags": ["os=linux"] }))
+        .await;
+    let body = json!({ "taskId": "t1", "nodes": [
+        { "nodeId": "mac", "capabilityTags": ["os=macos"] },
+        { "nodeId": "box", "capabilityTags": ["os=linux"], "schedulingPriority": 5 }
+    ] });
+    let (status, ranked) = daemon.post("/v1/meshes/m/placement", body).await;
+    assert_eq!(status, StatusCode::OK, "{ranked}");
+    let ranked = ranked.as_array().expect("nodes");
+    assert_eq!(ranked.first().map(|n| &n["nodeId"]), Some(&json!("box")), "{ranked:?}");
+    assert!(
+        ranked.iter().all(|n| n["nodeId"] != "mac"),
+        "a node without the tags is not offered: {ranked:?}"
+    );
+
+    let blank = json!({ "taskId": "t1", "nodes": [{ "nodeId": "a" }, { "nodeId": "" }] });
+    let response = daemon.post("/v1/meshes/m/placement", blank).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "nodes[1].nodeId");
+    let strategy = json!({ "taskId": "t1", "nodes": [], "strategy": "random" });
+    let response = daemon.post("/v1/meshes/m/placement", strategy).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "random");
+    let unknown = json!({ "taskId": "nope", "nodes": [{ "nodeId": "a" }] });
+    let response = daemon.post("/v1/meshes/m/placement", unknown).await;
+    assert_error(&response, StatusCode::NOT_FOUND, "task_not_found", "nope");
+    let (_, task) = daemon.get("/v1/meshes/m/tasks/t1").await;
+    assert_eq!(task["status"], "pending", "placement assigns nothing");
+}
+
+// ── Mesh ids ────────────────────────────────────────────────────────────────
+
+#[tokio::test]
+async fn mesh_ids_are_checked_and_an_unknown_mesh_has_no_tasks() {
+    let daemon = TestDaemon::start().await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "x" })).await;
+    assert_error(&daemon.get("/v1/meshes/nope/tasks/x").await, StatusCode::NOT_FOUND, "task_not_found", "x");
+    let response = daemon.post("/v1/meshes/%20/tasks", json!({ "message": "x" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "mesh");
+    let long = "a".repeat(201);
+    let response = daemon.post(&format!("/v1/meshes/{long}/tasks"), json!({ "message": "x" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "mesh");
+    let response = daemon.get("/v1/meshes/a%0Ab/status").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "mesh");
+    let (_, ledger) = daemon.get("/v1/meshes/m/ledger").await;
+    assert_eq!(ledger.as_array().map(Vec::len), Some(1), "{ledger}");
+    assert_eq!(
+        daemon.get(&format!("/v1/meshes/{}/tasks", "a".repeat(200))).await,
+        (StatusCode::OK, json!([]))
+    );
+}
+
+// ── Metrics ─────────────────────────────────────────────────────────────────
+
+#[tokio::test]
+async fn metrics_need_the_token_and_count_what_happened() {
+    let daemon = TestDaemon::start().await;
+    let response = daemon.client.get(daemon.url("/metrics")).send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+
+    enqueue_and_claim(&daemon, "t1").await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t2", "requiredTags": ["gpu"] })).await;
+    daemon.post("/v1/meshes/m/claims", json!({ "nodeId": "n1", "sessionId": "s2" })).await;
+    daemon
+        .post("/v1/meshes/m/completions", json!({ "sessionId": "s1", "taskId": "t1", "summary": "ok" }))
+        .await;
+    daemon.post("/v1/meshes/m/events/drain", json!({ "daemonId": "d", "runId": "r" })).await;
+    daemon.get("/v1/meshes/m/tasks/nope").await;
+
+    let response = daemon.client.get(daemon.url("/metrics")).bearer_auth(TOKEN).send().await.unwrap();
+    assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/plain; version=0.0.4"));
+    let text = response.text().await.unwrap();
+    for line in [
+        "agentmesh_tasks{mesh=\"m\",status=\"pending\"} 1",
+        "agentmesh_tasks{mesh=\"m\",status=\"completed\"} 1",
+        "agentmesh_tasks{mesh=\"m\",status=\"assigned\"} 0",
+        "agentmesh_claims_total{outcome=\"claimed\"} 1",
+        "agentmesh_claims_total{outcome=\"required_tags_unsatisfied\"} 1",
+        "agentmesh_completions_total{status=\"completed\"} 1",
+        "agentmesh_drains_total{kind=\"drain\"} 1",
+        "agentmesh_drain_counter_total{counter=\"v2Delivered\"} 0",
+        "agentmesh_http_requests_total{route=\"/v1/meshes/{mesh}/tasks\",method=\"POST\",status=\"201\"} 2",
+        "agentmesh_http_requests_total{route=\"/v1/meshes/{mesh}/tasks/{id}\",method=\"GET\",status=\"404\"} 1",
+        "agentmesh_http_requests_total{route=\"/metrics\",method=\"GET\",status=\"401\"} 1",
+        "agentmesh_http_request_duration_seconds_count{route=\"/v1/meshes/{mesh}/claims\",method=\"POST\",status=\"200\"} 2",
+        "# TYPE agentmesh_http_request_duration_seconds histogram",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+    }
+    assert!(!text.contains("mesh=\"nope\""), "only meshes answered with success are tracked");
+}
+
+// ── Upkeep ──────────────────────────────────────────────────────────────────
+
+#[tokio::test]
+async fn inbox_retention_moves_an_old_undrained_event_to_the_ledger() {
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|c| c.inbox_retention_every = Duration::from_millis(25)))
+    })
+    .await;
+    // `blocked_event` was queued in 2023: far past the 30 days an undrained event is kept.
+    let (status, pushed) = daemon.post("/v1/meshes/m/events", json!({ "event": blocked_event("t1") })).await;
+    assert_eq!(status, StatusCode::CREATED, "{pushed}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let held = ledger_of_kind(&daemon, "event_held").await;
+        if !held.is_empty() {
+            break held;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for the retention pass");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert_eq!(held[0]["payload"]["reason"], "pending_retention_expired", "{held:?}");
+    let (_, status) = daemon.get("/v1/meshes/m/status").await;
+    assert_eq!(status["pendingEvents"], 0, "{status}");
+}
+
+#[tokio::test]
+async fn the_checkpoint_hook_runs_and_a_failing_pass_is_not_fatal() {
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let hook: agentmesh_daemon::CheckpointHook = Arc::new(move || {
+        // Fail every other pass: the loop carries on regardless.
+        let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n % 2 == 0 { Err("the disk is on fire".to_owned()) } else { Ok(true) }
+    });
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|c| {
+            c.checkpoint_every = Duration::from_millis(10);
+            c.checkpoint = Some(hook);
+        }))
+    })
+    .await;
+    let failed = "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"error\"}";
+    daemon.wait_for_count("failed passes", failed, 2).await;
+    let ok = "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"ok\"}";
+    daemon.wait_for_count("passes after a failure", ok, 2).await;
+    assert_eq!(daemon.get("/healthz").await.0, StatusCode::OK);
+    daemon.shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), daemon.server).await;
+    stopped.expect("the server and its loops stop").expect("the task ran").expect("serve returned Ok");
+    let after = calls.load(std::sync::atomic::Ordering::SeqCst);
+    tokio::task::yield_now().await;
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), after, "no pass runs after shutdown");
 }

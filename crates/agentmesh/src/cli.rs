@@ -105,6 +105,18 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port (the bound address is printed)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7433")]
     pub listen: std::net::SocketAddr,
+    /// Log line format on stderr (filtered by RUST_LOG, default info)
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// How `serve` writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines
+    Text,
+    /// One JSON object per line
+    Json,
 }
 
 /// `agentmesh task ...`

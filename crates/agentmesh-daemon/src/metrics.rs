@@ -1,0 +1,460 @@
+//! `/metrics`: the daemon's counters in the Prometheus text exposition format.
+//!
+//! [`Metrics`] is a small registry written for exactly the series the daemon
+//! exports; no metrics crate is pulled in for a dozen series. Counters are
+//! incremented where the thing happens: [`track`] (a middleware around every
+//! route) counts HTTP requests and times them, the claim, completion, heartbeat,
+//! drain and watch handlers count their outcomes, and the upkeep loops count
+//! their reclaims and passes. The queue depth is not counted but read from the
+//! store at scrape time, for every mesh this daemon has answered a request for.
+//!
+//! Every map sits behind a `std::sync::Mutex`: each critical section is a map
+//! update of a few nanoseconds, never held across an `.await`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use agentmesh_core::TaskStatus;
+use agentmesh_core::events::{DrainCounter, DrainCounters};
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// Upper bounds (seconds) of the request-latency histogram's buckets. The top
+/// ones are there for watches, which wait by design.
+const LATENCY_BUCKETS: [f64; 14] =
+    [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0];
+
+/// At most this many meshes are remembered for the queue-depth gauges and the
+/// per-mesh sweeps; later ones are served but not tracked.
+const MAX_TRACKED_MESHES: usize = 10_000;
+
+/// The route label of a request no route matched.
+const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// One HTTP series: a route, a method and a status.
+type HttpKey = (String, String, u16);
+
+/// Request count and latency histogram of one HTTP series.
+#[derive(Debug, Default, Clone)]
+struct HttpStats {
+    /// Requests per bucket (not cumulative; summed when rendered).
+    buckets: [u64; LATENCY_BUCKETS.len()],
+    count: u64,
+    sum_secs: f64,
+}
+
+/// The daemon's counters. Shared by every handler and loop through `AppState`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    http: Mutex<BTreeMap<HttpKey, HttpStats>>,
+    /// Claims by outcome: `claimed`, or the refusal reason.
+    claims: Mutex<BTreeMap<String, u64>>,
+    /// Completions and failures accepted, by the task's new status.
+    completions: Mutex<BTreeMap<&'static str, u64>>,
+    /// Completions and heartbeats refused by the fencing check, by operation and code.
+    fencing_refusals: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// Drain and watch requests answered, by kind.
+    drains: Mutex<BTreeMap<&'static str, u64>>,
+    /// Events handed to drainers.
+    delivered_events: AtomicU64,
+    /// The v2 drain counters summed over every drain the daemon ran.
+    drain_counters: Mutex<DrainCounters>,
+    /// Watches waiting right now.
+    watches_waiting: AtomicU64,
+    /// Tasks the lease reaper reclaimed, by outcome (`requeued`, `failed`).
+    lease_reclaims: Mutex<BTreeMap<&'static str, u64>>,
+    /// Upkeep passes, by job and result (`ok`, `error`).
+    upkeep_passes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
+    /// Meshes this daemon answered a request for (or reclaimed a lease in).
+    meshes: Mutex<BTreeSet<String>>,
+}
+
+/// Locks a registry map; a panic elsewhere never poisons the counters for good.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Metrics {
+    /// An empty registry.
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// Counts one HTTP request and its latency.
+    pub fn observe_request(&self, route: &str, method: &str, status: u16, seconds: f64) {
+        let mut http = lock(&self.http);
+        let stats = http.entry((route.to_owned(), method.to_owned(), status)).or_default();
+        if let Some(slot) = LATENCY_BUCKETS.iter().position(|bound| seconds <= *bound) {
+            stats.buckets[slot] += 1;
+        }
+        stats.count += 1;
+        stats.sum_secs += seconds;
+    }
+
+    /// Counts a claim: the task claimed, or why nothing was.
+    pub fn claim(&self, refusal: Option<&str>) {
+        *lock(&self.claims).entry(refusal.unwrap_or("claimed").to_owned()).or_default() += 1;
+    }
+
+    /// Counts an accepted completion or failure, by the task's new status.
+    pub fn completion(&self, status: TaskStatus) {
+        *lock(&self.completions).entry(status.as_str()).or_default() += 1;
+    }
+
+    /// Counts a completion or heartbeat the fencing check refused.
+    pub fn fencing_refusal(&self, operation: &'static str, code: &'static str) {
+        *lock(&self.fencing_refusals).entry((operation, code)).or_default() += 1;
+    }
+
+    /// Counts one store drain: its delivered events and its v2 counters.
+    pub fn drained(&self, delivered: usize, counters: &DrainCounters) {
+        self.delivered_events.fetch_add(delivered as u64, Ordering::Relaxed);
+        lock(&self.drain_counters).merge(counters);
+    }
+
+    /// Counts a drain or watch request answered.
+    pub fn drain_request(&self, kind: &'static str) {
+        *lock(&self.drains).entry(kind).or_default() += 1;
+    }
+
+    /// Marks a watch as waiting until the returned guard is dropped.
+    pub fn watch_waiting(&self) -> WaitingWatch<'_> {
+        self.watches_waiting.fetch_add(1, Ordering::Relaxed);
+        WaitingWatch(self)
+    }
+
+    /// Counts a lease reclaim, by whether the task was requeued or failed.
+    pub fn lease_reclaim(&self, outcome: &'static str) {
+        *lock(&self.lease_reclaims).entry(outcome).or_default() += 1;
+    }
+
+    /// Counts an upkeep pass.
+    pub fn upkeep_pass(&self, job: &'static str, ok: bool) {
+        *lock(&self.upkeep_passes).entry((job, if ok { "ok" } else { "error" })).or_default() += 1;
+    }
+
+    /// Remembers a mesh (for the queue-depth gauges and the per-mesh sweeps).
+    pub fn note_mesh(&self, mesh: &str) {
+        let mut meshes = lock(&self.meshes);
+        if meshes.len() < MAX_TRACKED_MESHES && !meshes.contains(mesh) {
+            meshes.insert(mesh.to_owned());
+        }
+    }
+
+    /// The meshes remembered so far, in order.
+    pub fn meshes(&self) -> Vec<String> {
+        lock(&self.meshes).iter().cloned().collect()
+    }
+
+    /// The whole exposition: the counters, then `depth` (task counts per mesh
+    /// and status, and undrained events per mesh, read from the store).
+    fn render(&self, depth: &[MeshDepth]) -> String {
+        let mut out = String::with_capacity(4096);
+
+        family(&mut out, "agentmesh_tasks", "gauge", "Tasks by mesh and status.");
+        for mesh in depth {
+            for (status, count) in &mesh.tasks {
+                sample(&mut out, "agentmesh_tasks", &[("mesh", &mesh.mesh), ("status", status)], *count);
+            }
+        }
+        family(&mut out, "agentmesh_pending_events", "gauge", "Undrained coordinator events by mesh.");
+        for mesh in depth {
+            sample(&mut out, "agentmesh_pending_events", &[("mesh", &mesh.mesh)], mesh.pending_events);
+        }
+
+        family(
+            &mut out,
+            "agentmesh_claims_total",
+            "counter",
+            "Claims, by outcome (claimed or the refusal reason).",
+        );
+        for (outcome, n) in lock(&self.claims).iter() {
+            sample(&mut out, "agentmesh_claims_total", &[("outcome", outcome)], *n);
+        }
+        family(&mut out, "agentmesh_completions_total", "counter", "Completions and failures accepted.");
+        for (status, n) in lock(&self.completions).iter() {
+            sample(&mut out, "agentmesh_completions_total", &[("status", status)], *n);
+        }
+        family(
+            &mut out,
+            "agentmesh_fencing_refusals_total",
+            "counter",
+            "Completions and heartbeats refused (stale epoch, wrong session, not assigned).",
+        );
+        for ((operation, code), n) in lock(&self.fencing_refusals).iter() {
+            sample(
+                &mut out,
+                "agentmesh_fencing_refusals_total",
+                &[("operation", operation), ("code", code)],
+                *n,
+            );
+        }
+
+        family(&mut out, "agentmesh_drains_total", "counter", "Drain and watch requests answered.");
+        for (kind, n) in lock(&self.drains).iter() {
+            sample(&mut out, "agentmesh_drains_total", &[("kind", kind)], *n);
+        }
+        family(&mut out, "agentmesh_delivered_events_total", "counter", "Events handed to drainers.");
+        sample(
+            &mut out,
+            "agentmesh_delivered_events_total",
+            &[],
+            self.delivered_events.load(Ordering::Relaxed),
+        );
+        family(
+            &mut out,
+            "agentmesh_drain_counter_total",
+            "counter",
+            "The v2 drain counters, summed over every drain.",
+        );
+        let counters = *lock(&self.drain_counters);
+        for counter in DrainCounter::ALL {
+            sample(
+                &mut out,
+                "agentmesh_drain_counter_total",
+                &[("counter", counter.as_str())],
+                counters.get(counter),
+            );
+        }
+        family(&mut out, "agentmesh_watches_waiting", "gauge", "Watches waiting for an event now.");
+        sample(&mut out, "agentmesh_watches_waiting", &[], self.watches_waiting.load(Ordering::Relaxed));
+
+        family(
+            &mut out,
+            "agentmesh_lease_reclaims_total",
+            "counter",
+            "Tasks reclaimed after their lease ran out.",
+        );
+        for (outcome, n) in lock(&self.lease_reclaims).iter() {
+            sample(&mut out, "agentmesh_lease_reclaims_total", &[("outcome", outcome)], *n);
+        }
+        family(
+            &mut out,
+            "agentmesh_upkeep_passes_total",
+            "counter",
+            "Background upkeep passes, by job and result.",
+        );
+        for ((job, result), n) in lock(&self.upkeep_passes).iter() {
+            sample(&mut out, "agentmesh_upkeep_passes_total", &[("job", job), ("result", result)], *n);
+        }
+
+        let http = lock(&self.http).clone();
+        family(
+            &mut out,
+            "agentmesh_http_requests_total",
+            "counter",
+            "HTTP requests, by route, method and status.",
+        );
+        for ((route, method, status), stats) in &http {
+            let status = status.to_string();
+            let labels =
+                [("route", route.as_str()), ("method", method.as_str()), ("status", status.as_str())];
+            sample(&mut out, "agentmesh_http_requests_total", &labels, stats.count);
+        }
+        family(
+            &mut out,
+            "agentmesh_http_request_duration_seconds",
+            "histogram",
+            "HTTP request latency, by route, method and status.",
+        );
+        for ((route, method, status), stats) in &http {
+            let status = status.to_string();
+            let labels =
+                [("route", route.as_str()), ("method", method.as_str()), ("status", status.as_str())];
+            let mut cumulative = 0;
+            for (bound, n) in LATENCY_BUCKETS.iter().zip(stats.buckets) {
+                cumulative += n;
+                let le = bound.to_string();
+                let with_le = [labels[0], labels[1], labels[2], ("le", le.as_str())];
+                sample(&mut out, "agentmesh_http_request_duration_seconds_bucket", &with_le, cumulative);
+            }
+            let with_inf = [labels[0], labels[1], labels[2], ("le", "+Inf")];
+            sample(&mut out, "agentmesh_http_request_duration_seconds_bucket", &with_inf, stats.count);
+            let _ = writeln!(
+                out,
+                "agentmesh_http_request_duration_seconds_sum{} {}",
+                label_set(&labels),
+                stats.sum_secs
+            );
+            sample(&mut out, "agentmesh_http_request_duration_seconds_count", &labels, stats.count);
+        }
+        out
+    }
+}
+
+/// A watch counted as waiting; dropping it (on return or cancellation) uncounts it.
+#[derive(Debug)]
+pub struct WaitingWatch<'a>(&'a Metrics);
+
+impl Drop for WaitingWatch<'_> {
+    fn drop(&mut self) {
+        self.0.watches_waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Queue depth of one mesh, read at scrape time.
+#[derive(Debug)]
+struct MeshDepth {
+    mesh: String,
+    tasks: Vec<(&'static str, u64)>,
+    pending_events: u64,
+}
+
+/// Writes a family's `# HELP` and `# TYPE` lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// Writes one sample line.
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    let _ = writeln!(out, "{name}{} {value}", label_set(labels));
+}
+
+/// `{a="x",b="y"}`, values escaped as the format requires; empty without labels.
+fn label_set(labels: &[(&str, &str)]) -> String {
+    if labels.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("{");
+    for (i, (name, value)) in labels.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(name);
+        out.push_str("=\"");
+        for c in value.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '"' => out.push_str("\\\""),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push('}');
+    out
+}
+
+/// Middleware around every route: counts and times each request under its
+/// route template (`/v1/meshes/{mesh}/claims`, never the concrete path, so the
+/// series stay few), and remembers the mesh of every request answered 2xx.
+pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().map_or(UNMATCHED_ROUTE, MatchedPath::as_str).to_owned();
+    let method = req.method().as_str().to_owned();
+    let mesh = mesh_of_path(req.uri().path());
+    let response = next.run(req).await;
+    let status = response.status();
+    if status.is_success()
+        && let Some(mesh) = mesh
+    {
+        state.metrics.note_mesh(&mesh);
+    }
+    state.metrics.observe_request(&route, &method, status.as_u16(), started.elapsed().as_secs_f64());
+    response
+}
+
+/// The mesh id of a `/v1/meshes/{mesh}/...` path, percent-decoded.
+fn mesh_of_path(path: &str) -> Option<String> {
+    let segment = path.strip_prefix("/v1/meshes/")?.split('/').next()?;
+    let decoded = percent_decode(segment)?;
+    (!decoded.trim().is_empty()).then_some(decoded)
+}
+
+/// Decodes `%XX` escapes; `None` for a malformed escape or invalid UTF-8.
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `GET /metrics`: the exposition. The queue depth of every remembered mesh is
+/// read on the blocking pool, one store call per mesh and figure.
+pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let meshes = state.metrics.meshes();
+    let depth = state
+        .with_mesh(move |api| {
+            let store = api.store();
+            let mut depth = Vec::with_capacity(meshes.len());
+            for mesh in meshes {
+                let counts = store.stats_by_status(&mesh)?;
+                let tasks = TaskStatus::ALL
+                    .into_iter()
+                    .map(|status| {
+                        (status.as_str(), counts.iter().find(|c| c.status == status).map_or(0, |c| c.count))
+                    })
+                    .collect();
+                let pending_events = store.pending_event_count(&mesh)?;
+                depth.push(MeshDepth { mesh, tasks, pending_events });
+            }
+            Ok(depth)
+        })
+        .await?;
+    let body = state.metrics.render(&depth);
+    let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+    Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_escaped() {
+        assert_eq!(label_set(&[("mesh", "a\"b\\c\nd")]), r#"{mesh="a\"b\\c\nd"}"#);
+        assert_eq!(label_set(&[]), "");
+    }
+
+    #[test]
+    fn the_histogram_is_cumulative_and_ends_in_inf() {
+        let metrics = Metrics::new();
+        metrics.observe_request("/r", "GET", 200, 0.002);
+        metrics.observe_request("/r", "GET", 200, 0.2);
+        metrics.observe_request("/r", "GET", 200, 500.0);
+        let text = metrics.render(&[]);
+        let bucket = |le: &str| {
+            let prefix = format!(
+                "agentmesh_http_request_duration_seconds_bucket{{route=\"/r\",method=\"GET\",status=\"200\",le=\"{le}\"}} "
+            );
+            let line =
+                text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {le} in {text}"));
+            line[prefix.len()..].parse::<u64>().unwrap()
+        };
+        assert_eq!(
+            (bucket("0.001"), bucket("0.005"), bucket("0.25"), bucket("120"), bucket("+Inf")),
+            (0, 1, 2, 2, 3)
+        );
+        assert!(
+            text.contains("agentmesh_http_requests_total{route=\"/r\",method=\"GET\",status=\"200\"} 3\n")
+        );
+    }
+
+    #[test]
+    fn meshes_are_read_from_paths() {
+        assert_eq!(mesh_of_path("/v1/meshes/m/tasks"), Some("m".to_owned()));
+        assert_eq!(mesh_of_path("/v1/meshes/a%20b/claims"), Some("a b".to_owned()));
+        assert_eq!(mesh_of_path("/v1/meshes/%ZZ/claims"), None);
+        assert_eq!(mesh_of_path("/healthz"), None);
+    }
+}

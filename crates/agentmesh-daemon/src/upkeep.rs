@@ -1,0 +1,384 @@
+//! Background upkeep: the loops that run beside the routes.
+//!
+//! [`serve`](crate::serve) starts [`run`] with a child of its shutdown token, so
+//! one cancellation stops the server and the loops together; a pass in flight
+//! finishes first (each is one short store call or a few). Every job runs on its
+//! own interval ([`UpkeepConfig`]), each pass on Tokio's blocking pool, and every
+//! pass is logged: what it did, the counts and how long it took (`debug` when it
+//! found nothing to do, `info` when it changed something, `warn` when it failed).
+//! A failure is never fatal: the job tries again at its next tick.
+//!
+//! The jobs:
+//! - `lease_reaper`: assigned tasks whose lease ran out go back to pending (or
+//!   fail after too many reclaims) through the store's reclaim rule, which writes
+//!   the `task_reclaimed` ledger entry and bumps the fencing epoch in the same
+//!   transaction. Waiting watches are woken afterwards, as after any write.
+//! - `fingerprints`, `idle_sessions`: expired completion fingerprints and idle
+//!   session reports are deleted.
+//! - `deliveries`: session deliveries past their expiry become `expired`.
+//! - `tool_log`: rate-guard rows older than the guard's retention are deleted.
+//! - `dispatches`: `dispatched` rows untouched for `stale_dispatch_after` become
+//!   `stale`; finished rows older than `finished_dispatch_kept_for` are deleted.
+//! - `inbox_retention`: drained events older than 7 days are deleted, undrained
+//!   ones older than 30 days move to the ledger (`event_held`, recoverable), as
+//!   the original swept.
+//! - `checkpoint`: the WAL is checkpointed and truncated through a hook the
+//!   binary installs (the store trait knows nothing of WAL files).
+//!
+//! `deliveries` and `dispatches` are per-mesh store calls; they cover the meshes
+//! this daemon has served since it started (the store offers no cross-mesh
+//! listing for those tables). The other jobs sweep every mesh.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentmesh_core::{RateGuard, TaskStatus, Timestamp};
+use agentmesh_store::StoreError;
+use tokio::task::JoinSet;
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+
+/// Checkpoints the database's WAL; `Ok(true)` when it did, `Ok(false)` when
+/// there was nothing worth doing.
+pub type CheckpointHook = Arc<dyn Fn() -> Result<bool, String> + Send + Sync>;
+
+/// The reclaim reason the lease reaper records.
+pub const LEASE_EXPIRED_REASON: &str = "lease_expired";
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(60 * 60);
+const DAY: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How often each upkeep job runs, and the ages it sweeps by. A zero interval
+/// turns its job off.
+#[derive(Clone)]
+pub struct UpkeepConfig {
+    /// The lease reaper (default 5 s).
+    pub lease_reaper_every: Duration,
+    /// Expired completion fingerprints (default 1 min).
+    pub fingerprints_every: Duration,
+    /// Expired idle-session reports (default 1 min).
+    pub idle_sessions_every: Duration,
+    /// Expired session deliveries (default 1 min).
+    pub deliveries_every: Duration,
+    /// The rate guard's tool-call log (default 5 min).
+    pub tool_log_every: Duration,
+    /// Stale and finished direct dispatches (default 5 min).
+    pub dispatches_every: Duration,
+    /// Inbox retention (default 1 h).
+    pub inbox_retention_every: Duration,
+    /// The WAL checkpoint (default 5 min; runs only with a [`Self::checkpoint`] hook).
+    pub checkpoint_every: Duration,
+    /// A `dispatched` direct dispatch untouched this long becomes `stale` (default 1 h).
+    pub stale_dispatch_after: Duration,
+    /// Completed, failed and stale dispatches are deleted after this long (default 1 day).
+    pub finished_dispatch_kept_for: Duration,
+    /// Drained inbox events are deleted after this long (default 7 days).
+    pub drained_events_kept_for: Duration,
+    /// Undrained inbox events move to the ledger after this long (default 30 days).
+    pub undrained_events_kept_for: Duration,
+    /// Checkpoints the WAL; `None` skips the checkpoint job.
+    pub checkpoint: Option<CheckpointHook>,
+}
+
+impl Default for UpkeepConfig {
+    fn default() -> UpkeepConfig {
+        UpkeepConfig {
+            lease_reaper_every: Duration::from_secs(5),
+            fingerprints_every: MINUTE,
+            idle_sessions_every: MINUTE,
+            deliveries_every: MINUTE,
+            tool_log_every: 5 * MINUTE,
+            dispatches_every: 5 * MINUTE,
+            inbox_retention_every: HOUR,
+            checkpoint_every: 5 * MINUTE,
+            stale_dispatch_after: HOUR,
+            finished_dispatch_kept_for: DAY,
+            drained_events_kept_for: 7 * DAY,
+            undrained_events_kept_for: 30 * DAY,
+            checkpoint: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for UpkeepConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpkeepConfig")
+            .field("lease_reaper_every", &self.lease_reaper_every)
+            .field("fingerprints_every", &self.fingerprints_every)
+            .field("idle_sessions_every", &self.idle_sessions_every)
+            .field("deliveries_every", &self.deliveries_every)
+            .field("tool_log_every", &self.tool_log_every)
+            .field("dispatches_every", &self.dispatches_every)
+            .field("inbox_retention_every", &self.inbox_retention_every)
+            .field("checkpoint_every", &self.checkpoint_every)
+            .field("stale_dispatch_after", &self.stale_dispatch_after)
+            .field("finished_dispatch_kept_for", &self.finished_dispatch_kept_for)
+            .field("drained_events_kept_for", &self.drained_events_kept_for)
+            .field("undrained_events_kept_for", &self.undrained_events_kept_for)
+            .field("checkpoint", &self.checkpoint.as_ref().map(|_| "<hook>"))
+            .finish()
+    }
+}
+
+/// One upkeep job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    LeaseReaper,
+    Fingerprints,
+    IdleSessions,
+    Deliveries,
+    ToolLog,
+    Dispatches,
+    InboxRetention,
+    Checkpoint,
+}
+
+impl Job {
+    const ALL: [Job; 8] = [
+        Job::LeaseReaper,
+        Job::Fingerprints,
+        Job::IdleSessions,
+        Job::Deliveries,
+        Job::ToolLog,
+        Job::Dispatches,
+        Job::InboxRetention,
+        Job::Checkpoint,
+    ];
+
+    const fn name(self) -> &'static str {
+        match self {
+            Job::LeaseReaper => "lease_reaper",
+            Job::Fingerprints => "fingerprints",
+            Job::IdleSessions => "idle_sessions",
+            Job::Deliveries => "deliveries",
+            Job::ToolLog => "tool_log",
+            Job::Dispatches => "dispatches",
+            Job::InboxRetention => "inbox_retention",
+            Job::Checkpoint => "checkpoint",
+        }
+    }
+
+    /// The job's interval; `None` when it is turned off.
+    fn interval(self, config: &UpkeepConfig) -> Option<Duration> {
+        let every = match self {
+            Job::LeaseReaper => config.lease_reaper_every,
+            Job::Fingerprints => config.fingerprints_every,
+            Job::IdleSessions => config.idle_sessions_every,
+            Job::Deliveries => config.deliveries_every,
+            Job::ToolLog => config.tool_log_every,
+            Job::Dispatches => config.dispatches_every,
+            Job::InboxRetention => config.inbox_retention_every,
+            Job::Checkpoint if config.checkpoint.is_none() => Duration::ZERO,
+            Job::Checkpoint => config.checkpoint_every,
+        };
+        (!every.is_zero()).then_some(every)
+    }
+
+    /// Runs one pass (blocking: store calls). Returns what it did as named counts.
+    fn pass(self, state: &AppState, config: &UpkeepConfig) -> Result<Vec<(&'static str, u64)>, String> {
+        let mesh = state.mesh();
+        let store = mesh.store();
+        let now = mesh.now();
+        let store_err = |err: StoreError| err.to_string();
+        match self {
+            Job::LeaseReaper => reap_leases(state, now),
+            Job::Fingerprints => {
+                Ok(vec![("deleted", store.sweep_completion_fingerprints(now).map_err(store_err)?)])
+            }
+            Job::IdleSessions => Ok(vec![("deleted", store.prune_idle_sessions(now).map_err(store_err)?)]),
+            Job::Deliveries => {
+                let mut expired = 0;
+                for mesh_id in state.metrics.meshes() {
+                    expired += store.expire_stale_session_deliveries(&mesh_id, now).map_err(store_err)?;
+                }
+                Ok(vec![("expired", expired)])
+            }
+            Job::ToolLog => {
+                let cutoff =
+                    before(now, Duration::from_millis(RateGuard::default().retention_ms().unsigned_abs()));
+                Ok(vec![("deleted", store.prune_tool_calls(cutoff).map_err(store_err)?)])
+            }
+            Job::Dispatches => {
+                let stale_cutoff = before(now, config.stale_dispatch_after);
+                let mut stale = 0;
+                for mesh_id in state.metrics.meshes() {
+                    stale +=
+                        store.mark_stale_direct_dispatches(&mesh_id, stale_cutoff, now).map_err(store_err)?;
+                }
+                let deleted = store
+                    .cleanup_terminal_direct_dispatches(before(now, config.finished_dispatch_kept_for))
+                    .map_err(store_err)?;
+                Ok(vec![("marked_stale", stale), ("deleted", deleted)])
+            }
+            Job::InboxRetention => {
+                let report = store
+                    .prune_pending_events(
+                        before(now, config.drained_events_kept_for),
+                        before(now, config.undrained_events_kept_for),
+                        now,
+                    )
+                    .map_err(store_err)?;
+                Ok(vec![
+                    ("drained_deleted", report.drained_expired),
+                    ("undrained_held", report.undrained_expired),
+                    ("exempt", report.terminal_exempt),
+                ])
+            }
+            Job::Checkpoint => match &config.checkpoint {
+                Some(hook) => Ok(vec![("checkpointed", u64::from(hook()?))]),
+                None => Ok(Vec::new()),
+            },
+        }
+    }
+}
+
+/// `now` less `age`, saturating.
+fn before(now: Timestamp, age: Duration) -> Timestamp {
+    let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+    Timestamp::from_millis(now.millis().saturating_sub(age_ms))
+}
+
+/// One pass of the lease reaper.
+///
+/// The listing and each reclaim are separate transactions, so each task is read
+/// again just before its reclaim and skipped when its lease moved on (a
+/// heartbeat) or it is no longer assigned (completed, cancelled). A heartbeat
+/// that lands between that read and the reclaim loses the task; the fencing
+/// epoch, bumped by the reclaim, then refuses the worker's later completion, so
+/// the task is never held twice.
+fn reap_leases(state: &AppState, now: Timestamp) -> Result<Vec<(&'static str, u64)>, String> {
+    let mesh = state.mesh();
+    let store = mesh.store();
+    let expired = store.expired_leases(now).map_err(|err| err.to_string())?;
+    let (mut requeued, mut failed, mut skipped, mut errors) = (0, 0, 0, 0);
+    for (mesh_id, task_id) in expired {
+        state.metrics.note_mesh(&mesh_id);
+        let still_expired = match store.find_task(&mesh_id, &task_id) {
+            Ok(Some(task)) => {
+                task.status == TaskStatus::Assigned
+                    && task
+                        .lease_expires_at
+                        .as_deref()
+                        .and_then(Timestamp::parse_iso)
+                        .is_some_and(|lease| lease.millis() < now.millis())
+            }
+            Ok(None) => false,
+            Err(err) => {
+                tracing::warn!(mesh = %mesh_id, task = %task_id, error = %err, "lease reaper could not read a task");
+                errors += 1;
+                continue;
+            }
+        };
+        if !still_expired {
+            skipped += 1;
+            continue;
+        }
+        match store.reclaim_task(&mesh_id, &task_id, LEASE_EXPIRED_REASON, now) {
+            Ok(task) if task.status == TaskStatus::Failed => {
+                failed += 1;
+                state.metrics.lease_reclaim("failed");
+                tracing::info!(mesh = %mesh_id, task = %task_id, "lease expired; reclaimed too often, task failed");
+            }
+            Ok(_) => {
+                requeued += 1;
+                state.metrics.lease_reclaim("requeued");
+                tracing::info!(mesh = %mesh_id, task = %task_id, "lease expired; task back to pending");
+            }
+            // The task moved on between the read and the reclaim.
+            Err(err) if err.is_caller_error() => skipped += 1,
+            Err(err) => {
+                tracing::warn!(mesh = %mesh_id, task = %task_id, error = %err, "lease reaper could not reclaim a task");
+                errors += 1;
+            }
+        }
+    }
+    if requeued + failed > 0 {
+        // Reclaims are writes: wake the watches (a failed task queued an event).
+        mesh.signal().bump();
+    }
+    if errors > 0 && requeued + failed == 0 {
+        return Err(format!("{errors} expired leases could not be reclaimed"));
+    }
+    Ok(vec![("requeued", requeued), ("failed", failed), ("skipped", skipped), ("errors", errors)])
+}
+
+/// Runs every enabled job on its interval until `shutdown` is cancelled; returns
+/// once each job has finished its pass in flight.
+pub(crate) async fn run(state: AppState, config: Arc<UpkeepConfig>, shutdown: CancellationToken) {
+    let mut jobs = JoinSet::new();
+    for job in Job::ALL {
+        if let Some(every) = job.interval(&config) {
+            jobs.spawn(job_loop(job, every, state.clone(), Arc::clone(&config), shutdown.clone()));
+        }
+    }
+    while let Some(done) = jobs.join_next().await {
+        if let Err(err) = done {
+            tracing::error!(error = %err, "an upkeep loop stopped unexpectedly");
+        }
+    }
+}
+
+/// One job's loop: a pass at start, then one per `every` (a pass that overran
+/// delays the next tick instead of bunching them).
+async fn job_loop(
+    job: Job,
+    every: Duration,
+    state: AppState,
+    config: Arc<UpkeepConfig>,
+    shutdown: CancellationToken,
+) {
+    let mut ticker = tokio::time::interval(every);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        let started = Instant::now();
+        let (s, c) = (state.clone(), Arc::clone(&config));
+        let outcome = match tokio::task::spawn_blocking(move || job.pass(&s, &c)).await {
+            Ok(outcome) => outcome,
+            Err(join) => Err(format!("the pass did not finish: {join}")),
+        };
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        state.metrics.upkeep_pass(job.name(), outcome.is_ok());
+        match outcome {
+            Ok(counts) => {
+                let did = counts.iter().map(|(name, n)| format!("{name}={n}")).collect::<Vec<_>>().join(" ");
+                if counts.iter().any(|(name, n)| *n > 0 && *name != "skipped") {
+                    tracing::info!(job = job.name(), did, elapsed_ms, "upkeep pass");
+                } else {
+                    tracing::debug!(job = job.name(), did, elapsed_ms, "upkeep pass");
+                }
+            }
+            Err(error) => tracing::warn!(job = job.name(), error, elapsed_ms, "upkeep pass failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_intervals_and_a_missing_hook_turn_jobs_off() {
+        let config = UpkeepConfig { fingerprints_every: Duration::ZERO, ..UpkeepConfig::default() };
+        assert_eq!(Job::Fingerprints.interval(&config), None);
+        assert_eq!(Job::Checkpoint.interval(&config), None);
+        assert_eq!(Job::LeaseReaper.interval(&config), Some(Duration::from_secs(5)));
+        let hook: CheckpointHook = Arc::new(|| Ok(false));
+        let config = UpkeepConfig { checkpoint: Some(hook), ..config };
+        assert_eq!(Job::Checkpoint.interval(&config), Some(5 * MINUTE));
+    }
+
+    #[test]
+    fn cutoffs_saturate() {
+        let now = Timestamp::from_millis(10_000);
+        assert_eq!(before(now, Duration::from_secs(4)).millis(), 6_000);
+        assert_eq!(before(Timestamp::from_millis(i64::MIN + 1), DAY).millis(), i64::MIN);
+    }
+}
