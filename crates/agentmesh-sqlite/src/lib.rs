@@ -28,8 +28,10 @@
 //!    nothing and its batch-mates are unaffected.
 //! 3. If other writers have announced themselves and the batch is still small
 //!    (under `MAX_BATCH_WRITES` writes and `MAX_BATCH_AGE` old), it leaves the
-//!    transaction open for them and waits for its batch to close. Otherwise it
-//!    commits and wakes the batch.
+//!    transaction open for them, releases the connection, and waits for its batch
+//!    to close (on `Closings`, which has a lock of its own, so a writer learning
+//!    that its batch committed never queues behind the next batch's writers).
+//!    Otherwise it commits and wakes the batch.
 //!
 //! **Invariant:** a write returns only once the batch it ran in is closed: committed
 //! (the caller gets its operation's own result) or failed (every caller in it gets
@@ -50,7 +52,7 @@ use std::collections::HashMap;
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use agentmesh_store::{StoreError, StoreResult};
@@ -89,9 +91,9 @@ pub struct SqliteStore {
     /// critical section is a short, synchronous SQLite call, never held across an
     /// await.
     db: Mutex<Db>,
-    /// Notified whenever a batch closes (committed or failed); the writers whose
-    /// operations ran in it wait here for its outcome.
-    batch_closed: Condvar,
+    /// Where the writers of a batch wait for it to close (shared with `db`, which
+    /// announces the closings).
+    closings: Arc<Closings>,
     /// Writers that are about to take the `db` lock. Incremented before locking and
     /// decremented once the lock is held, so a writer holding the lock that reads a
     /// non-zero count knows another writer will take the lock after it, and may
@@ -158,10 +160,11 @@ impl SqliteStore {
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
+        let closings = Arc::new(Closings::default());
         Ok(SqliteStore {
             path: path.to_owned(),
-            db: Mutex::new(Db::new(conn)),
-            batch_closed: Condvar::new(),
+            db: Mutex::new(Db::new(conn, Arc::clone(&closings))),
+            closings,
             writers_waiting: AtomicU32::new(0),
             group_commit: AtomicBool::new(true),
             max_batch_age: MAX_BATCH_AGE,
@@ -263,16 +266,13 @@ impl SqliteStore {
                         (Err(Fail(StoreError::Backend("the write operation panicked".into()))), Some(payload))
                     }
                 };
-                let (woken, ended) = db.end_op(opened, result.as_ref().map(|_| ()).map_err(|e| &e.0));
-                // Only a batch that failed as a whole has writers to wake here.
-                wake_if(&self.batch_closed, woken);
+                let ended = db.end_op(opened, result.as_ref().map(|_| ()).map_err(|e| &e.0));
                 (ended.and(result), panicked)
             }
             // There is no savepoint: the operation did not run and left nothing.
             Err(err) => (Err(err), None),
         };
 
-        let mut to_wake = 0;
         if db.batch.is_some() {
             let batch = db.batch.as_mut().expect("checked just above");
             batch.writes += 1;
@@ -287,24 +287,22 @@ impl SqliteStore {
             if keep_open {
                 // A writer has announced itself and will take the lock after this
                 // one: leave the transaction open for it, and return once the
-                // batch is closed by whoever commits it.
+                // batch is closed by whoever commits it. The wait is not on the
+                // connection's lock, so learning the outcome does not queue behind
+                // the next batch.
                 batch.waiting += 1;
-                let id = db.open_batch_id();
-                db = self
-                    .batch_closed
-                    .wait_while(db, |db| db.closed_through < id)
-                    .unwrap_or_else(|e| e.into_inner());
-                if let Some(err) = db.take_failure(id) {
+                let id = db.open_batch;
+                drop(db);
+                if let Some(err) = self.closings.wait_for(id) {
                     result = Err(Fail(err));
                 }
             } else {
-                let (woken, committed) = db.commit();
-                result = committed.and(result);
-                to_wake = woken;
+                result = db.commit().and(result);
+                drop(db);
             }
+        } else {
+            drop(db);
         }
-        drop(db);
-        wake_if(&self.batch_closed, to_wake);
         if let Some(payload) = panicked {
             panic::resume_unwind(payload);
         }
@@ -318,8 +316,7 @@ impl SqliteStore {
     /// is committed first, so `f` sees only committed data.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
         let mut db = self.lock();
-        let woken = db.settle_for_read();
-        wake_if(&self.batch_closed, woken);
+        db.settle_for_read();
         f(&db.conn).map_err(|e| e.0)
     }
 
@@ -407,13 +404,11 @@ struct Db {
     conn: Connection,
     /// The batch whose transaction is open on `conn`; `None` outside a transaction.
     batch: Option<Batch>,
-    /// Every batch numbered up to this one is closed. Batches are numbered in the
-    /// order they open and only one is open at a time, so the open one is always
-    /// `closed_through + 1`, and a writer waits until this reaches its batch.
-    closed_through: u64,
-    /// Why a failed batch failed, with how many of its waiting writers still have
-    /// to learn it, by batch number. Empty unless a COMMIT (or a whole batch) failed.
-    failures: HashMap<u64, (BatchFailure, u32)>,
+    /// The number of the open batch, or of the last one. Batches are numbered in
+    /// the order they open, and only one is open at a time.
+    open_batch: u64,
+    /// Where closed batches are announced.
+    closings: Arc<Closings>,
     stats: WriteStats,
 }
 
@@ -424,13 +419,13 @@ struct Batch {
     writes: u32,
     /// Operations that succeeded: their changes commit with the batch.
     succeeded: u32,
-    /// Writers waiting on `batch_closed` for it to close.
+    /// Writers waiting (in `Closings::wait_for`) for it to close.
     waiting: u32,
 }
 
 impl Db {
-    fn new(conn: Connection) -> Db {
-        Db { conn, batch: None, closed_through: 0, failures: HashMap::new(), stats: WriteStats::default() }
+    fn new(conn: Connection, closings: Arc<Closings>) -> Db {
+        Db { conn, batch: None, open_batch: 0, closings, stats: WriteStats::default() }
     }
 
     /// Runs one statement through the statement cache: `Transaction` would parse
@@ -440,10 +435,6 @@ impl Db {
         Ok(())
     }
 
-    fn open_batch_id(&self) -> u64 {
-        self.closed_through + 1
-    }
-
     /// Opens a batch: `BEGIN IMMEDIATE`.
     fn begin(&mut self) -> Res<()> {
         if !self.conn.is_autocommit() {
@@ -451,6 +442,7 @@ impl Db {
             self.conn.execute_batch("ROLLBACK")?;
         }
         self.exec("BEGIN IMMEDIATE")?;
+        self.open_batch += 1;
         self.batch = Some(Batch { opened_at: Instant::now(), writes: 0, succeeded: 0, waiting: 0 });
         Ok(())
     }
@@ -459,9 +451,9 @@ impl Db {
     /// a successful one wrote, and undoes a failed one alone (back to its savepoint,
     /// or the whole transaction when it opened the batch and so is alone in it).
     /// When that is impossible, or SQLite has rolled the whole transaction back
-    /// already (some errors do), the batch fails. Returns the writers to wake and,
-    /// if the batch failed although the operation succeeded, the error.
-    fn end_op(&mut self, opened: bool, outcome: Result<(), &StoreError>) -> (u32, Res<()>) {
+    /// already (some errors do), the batch fails. Returns the error when the batch
+    /// failed although the operation succeeded.
+    fn end_op(&mut self, opened: bool, outcome: Result<(), &StoreError>) -> Res<()> {
         if self.conn.is_autocommit() {
             let failure = match outcome {
                 Err(cause) => BatchFailure::of(cause),
@@ -470,80 +462,125 @@ impl Db {
                 }
             };
             let err = Fail(failure.error());
-            return (self.fail(failure), if outcome.is_ok() { Err(err) } else { Ok(()) });
+            self.fail(failure);
+            return if outcome.is_ok() { Err(err) } else { Ok(()) };
         }
         let ended = match (opened, outcome) {
             (true, Ok(())) => Ok(()),
-            (true, Err(cause)) => return (self.fail(BatchFailure::of(cause)), Ok(())),
+            (true, Err(cause)) => {
+                self.fail(BatchFailure::of(cause));
+                return Ok(());
+            }
             (false, Ok(())) => self.exec("RELEASE op"),
             (false, Err(_)) => self.exec("ROLLBACK TO op").and_then(|()| self.exec("RELEASE op")),
         };
-        match ended {
-            Ok(()) => (0, Ok(())),
-            Err(err) => (self.fail(BatchFailure::of(&err.0)), Err(err)),
-        }
+        ended.inspect_err(|err| self.fail(BatchFailure::of(&err.0)))
     }
 
     /// Commits the open batch and closes it; if the COMMIT fails, rolls it back and
-    /// closes it as failed. Returns the writers to wake and the COMMIT's result.
-    fn commit(&mut self) -> (u32, Res<()>) {
+    /// closes it as failed. Returns the COMMIT's result.
+    fn commit(&mut self) -> Res<()> {
         match self.exec("COMMIT") {
             Ok(()) => {
                 let batch = self.close(None);
                 self.stats.commits += 1;
                 self.stats.writes += u64::from(batch.succeeded);
-                (batch.waiting, Ok(()))
+                Ok(())
             }
-            Err(err) => (self.fail(BatchFailure::of(&err.0)), Err(err)),
+            Err(err) => {
+                self.fail(BatchFailure::of(&err.0));
+                Err(err)
+            }
         }
     }
 
-    /// Rolls the open batch back (unless SQLite already did) and closes it as
-    /// failed. Returns the writers to wake.
-    fn fail(&mut self, failure: BatchFailure) -> u32 {
+    /// Rolls the open batch back (unless SQLite already did) and closes it as failed.
+    fn fail(&mut self, failure: BatchFailure) {
         if !self.conn.is_autocommit() {
             if let Err(err) = self.conn.execute_batch("ROLLBACK") {
                 tracing::error!(%err, "rollback failed");
             }
         }
-        self.close(Some(failure)).waiting
+        self.close(Some(failure));
     }
 
-    /// Closes the open batch, keeping its failure for the writers waiting on it.
+    /// Closes the open batch and announces it (with its failure, if it failed) to
+    /// the writers waiting for it.
     fn close(&mut self, failure: Option<BatchFailure>) -> Batch {
         let batch = self.batch.take().expect("a batch is open");
-        self.closed_through += 1;
-        if let Some(failure) = failure.filter(|_| batch.waiting > 0) {
-            self.failures.insert(self.closed_through, (failure, batch.waiting));
-        }
+        self.closings.announce(self.open_batch, failure, batch.waiting);
         batch
-    }
-
-    /// The error a writer of batch `id` gets, if that batch failed.
-    fn take_failure(&mut self, id: u64) -> Option<StoreError> {
-        let (failure, untold) = self.failures.get_mut(&id)?;
-        let err = failure.error();
-        *untold -= 1;
-        if *untold == 0 {
-            self.failures.remove(&id);
-        }
-        Some(err)
     }
 
     /// Before a read: commits an open batch, so the read sees only committed data.
     /// Its writers are waiting for exactly that; a failed COMMIT is theirs to report.
-    /// Returns the writers to wake.
-    fn settle_for_read(&mut self) -> u32 {
+    fn settle_for_read(&mut self) {
         if self.batch.is_some() {
-            return self.commit().0;
-        }
-        if !self.conn.is_autocommit() {
+            let _ = self.commit();
+        } else if !self.conn.is_autocommit() {
             // A transaction no batch owns: a panic in this bookkeeping left it. Undo it.
             if let Err(err) = self.conn.execute_batch("ROLLBACK") {
                 tracing::error!(%err, "rollback failed");
             }
         }
-        0
+    }
+}
+
+/// Where closed batches are announced to the writers waiting for them. It has its
+/// own lock, so a writer learns its batch's outcome without queueing again for the
+/// connection (behind the writers of the next batch). Lock order: the connection's
+/// lock, then this one; a waiting writer holds only this one.
+#[derive(Default)]
+struct Closings {
+    state: Mutex<Closed>,
+    /// Notified when a batch that writers wait for closes.
+    closed: Condvar,
+}
+
+#[derive(Default)]
+struct Closed {
+    /// Every batch numbered up to this one is closed (batches close in the order
+    /// they open).
+    through: u64,
+    /// Why a failed batch failed, with how many of its waiting writers have yet to
+    /// learn it, by batch number. Empty unless a COMMIT (or a whole batch) failed.
+    failures: HashMap<u64, (BatchFailure, u32)>,
+}
+
+impl Closings {
+    fn lock(&self) -> MutexGuard<'_, Closed> {
+        // Nothing panics while holding it; and its state is valid after any step.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Batch `id` closed; `waiting` writers wait for it.
+    fn announce(&self, id: u64, failure: Option<BatchFailure>, waiting: u32) {
+        let mut closed = self.lock();
+        closed.through = id;
+        if waiting == 0 {
+            // Nobody to tell, and a notification costs a system call even then.
+            return;
+        }
+        if let Some(failure) = failure {
+            closed.failures.insert(id, (failure, waiting));
+        }
+        drop(closed);
+        self.closed.notify_all();
+    }
+
+    /// Waits until batch `id` is closed; returns the error of this writer if it
+    /// failed.
+    fn wait_for(&self, id: u64) -> Option<StoreError> {
+        let closed = self.lock();
+        let mut closed =
+            self.closed.wait_while(closed, |c| c.through < id).unwrap_or_else(|e| e.into_inner());
+        let (failure, untold) = closed.failures.get_mut(&id)?;
+        let err = failure.error();
+        *untold -= 1;
+        if *untold == 0 {
+            closed.failures.remove(&id);
+        }
+        Some(err)
     }
 }
 
@@ -582,14 +619,6 @@ impl BatchFailure {
 #[derive(Debug, thiserror::Error)]
 #[error("the transaction this write ran in was not committed: {0}")]
 struct BatchNotCommitted(String);
-
-/// Wakes the writers waiting for a batch to close, when there are any (a
-/// notification costs a system call even with nobody waiting).
-fn wake_if(batch_closed: &Condvar, writers: u32) {
-    if writers > 0 {
-        batch_closed.notify_all();
-    }
-}
 
 /// Sets the connection's pragmas. The settings are read back by tests, because
 /// SQLite silently ignores a misspelled pragma.
