@@ -47,6 +47,10 @@
 //! some announced writer is still to take it, so every batch is closed by one of
 //! them (or by a reader) and nobody waits forever. An uncontended writer finds no
 //! one announced and commits at once: it pays no wait and no savepoint.
+//!
+//! Other processes sharing the file see a batch as one transaction. It holds
+//! SQLite's write lock for at most about `MAX_BATCH_AGE` plus one operation, far
+//! within their busy timeout.
 
 use std::collections::HashMap;
 use std::panic::{self, AssertUnwindSafe};
