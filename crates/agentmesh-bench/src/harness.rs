@@ -6,6 +6,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use agentmesh_sqlite::{DB_FILE_NAME, SqliteStore};
@@ -46,12 +47,18 @@ impl Options {
 /// The store of one case and where it lives.
 pub struct CaseStore {
     label: String,
-    store: SqliteStore,
+    /// Shared, so that a case can hand the store to a daemon it runs.
+    store: Arc<SqliteStore>,
 }
 
 impl CaseStore {
     /// The store, through the backend-independent interface the cases use.
     pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    /// The SQLite store itself, for cases that serve it or tune it.
+    pub fn sqlite(&self) -> &Arc<SqliteStore> {
         &self.store
     }
 
@@ -138,7 +145,7 @@ impl Harness {
             journal_mode == "wal",
             format!("journal_mode={journal_mode}"),
         );
-        Ok(CaseStore { label: label.to_owned(), store })
+        Ok(CaseStore { label: label.to_owned(), store: Arc::new(store) })
     }
 
     /// Records one behaviour check; `detail` is shown when not empty.

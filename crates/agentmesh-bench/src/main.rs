@@ -27,17 +27,18 @@ use harness::{Harness, Options};
 type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, RunGroup); 6] = [
+const GROUPS: [(&str, RunGroup); 7] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
     ("pending-events", cases::pending_events::run),
     ("ledger", cases::ledger::run),
     ("fingerprints", cases::fingerprints::run),
+    ("http", cases::http::run),
 ];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints";
+                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {

@@ -25,12 +25,19 @@ impl Timer {
         out
     }
 
+    /// Latencies of calls that ran concurrently, and the wall-clock time they took
+    /// together. Its `seconds` is that wall-clock time, so a result line's
+    /// `ops_per_s` is the throughput of all callers together.
+    pub fn concurrent(latencies: Vec<Duration>, wall: Duration) -> Timer {
+        Timer { latencies, total: wall }
+    }
+
     /// Number of timed calls.
     pub fn calls(&self) -> usize {
         self.latencies.len()
     }
 
-    /// Sum of the timed calls, in seconds.
+    /// Sum of the timed calls (the wall-clock time of concurrent ones), in seconds.
     pub fn seconds(&self) -> f64 {
         self.total.as_secs_f64()
     }

@@ -1,0 +1,189 @@
+//! Group `http`: the daemon under load, ours only (the seed harness has no daemon).
+//!
+//! `http-claim-complete`: a real daemon (`agentmesh_daemon::serve` on `127.0.0.1:0`)
+//! serves the case's store; N tasks are enqueued before the clock starts; then
+//! `CLIENTS` concurrent HTTP clients, each one worker session with its own
+//! keep-alive connection, loop claim → complete with the bearer token until a claim
+//! finds the queue empty. One op is one claim+complete pair: `ops_per_s` is pairs
+//! per second over the wall-clock time of the whole run, and the percentiles are
+//! those of one pair as its client saw it (both requests, bodies decoded).
+//! `http-claim-complete-unbatched` is the same with the store's group commit off,
+//! every write committing on its own.
+//!
+//! Clients and daemon share one Tokio runtime (a worker thread per core) and the
+//! machine, as a daemon and its local workers would; store calls run on the
+//! blocking pool, as the daemon always runs them.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentmesh_core::TaskStatus;
+use agentmesh_daemon::{ApiToken, AppState};
+use agentmesh_store::Store;
+use anyhow::Context as _;
+use serde_json::{Value, json};
+use tokio::sync::Barrier;
+use tokio_util::sync::CancellationToken;
+
+use super::{count_of, enqueue_in_batches, show_stats};
+use crate::data::{MESH_ID, UuidGen, new_task};
+use crate::harness::{CaseStore, Harness};
+use crate::timing::Timer;
+
+/// Concurrent HTTP clients (worker sessions).
+const CLIENTS: usize = 8;
+/// The daemon's token, for this run only.
+const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
+/// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
+const PREFILL_BATCH: usize = 5_000;
+
+/// Runs group `http`: the same load with group commit on, then off.
+pub fn run(h: &mut Harness) {
+    let n = h.opts().scale(20_000);
+    for (case, group_commit) in [("http-claim-complete", true), ("http-claim-complete-unbatched", false)] {
+        h.run_case(&format!("{case}-{n}"), |h, store| claim_complete(h, store, case, n, group_commit));
+    }
+}
+
+/// What one client did: the tasks it completed and how long each pair took.
+#[derive(Default)]
+struct ClientRun {
+    completed: Vec<String>,
+    pairs: Vec<Duration>,
+}
+
+fn claim_complete(
+    h: &mut Harness,
+    case: &CaseStore,
+    name: &str,
+    n: usize,
+    group_commit: bool,
+) -> anyhow::Result<()> {
+    let (store, label) = (case.sqlite(), case.label());
+    store.set_group_commit(group_commit);
+    let ids = UuidGen::new(0xe000 + n as u32).take(n);
+    enqueue_in_batches(case.store(), n, PREFILL_BATCH, &mut Timer::default(), |i| {
+        new_task(&ids[i], i, None)
+    })?;
+    let before = store.write_stats();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the Tokio runtime")?;
+    let served: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
+    let (runs, wall) = runtime.block_on(load(served))?;
+    drop(runtime);
+
+    let stats = store.write_stats();
+    let (writes, commits) = (stats.writes - before.writes, stats.commits - before.commits);
+    let mut latencies = Vec::with_capacity(n);
+    let mut completed = Vec::with_capacity(n);
+    for run in runs {
+        latencies.extend(run.pairs);
+        completed.extend(run.completed);
+    }
+    let pairs = completed.len();
+    h.report(name, n, pairs, &Timer::concurrent(latencies, wall));
+    eprintln!(
+        "  {label}: {CLIENTS} clients, group commit {}; {writes} writes in {commits} commits ({:.2} writes per commit)",
+        if group_commit { "on" } else { "off" },
+        writes as f64 / commits.max(1) as f64,
+    );
+
+    h.check(
+        &format!("{label}: every task claimed and completed once"),
+        pairs == n,
+        format!("{pairs} of {n}"),
+    );
+    let distinct = completed.iter().collect::<HashSet<_>>().len();
+    h.check(
+        &format!("{label}: completed ids distinct"),
+        distinct == pairs,
+        format!("{distinct} distinct of {pairs}"),
+    );
+    let stats = case.store().stats_by_status(MESH_ID)?;
+    h.check(
+        &format!("{label}: queue drained, every task completed"),
+        count_of(&stats, TaskStatus::Completed) == n as u64 && count_of(&stats, TaskStatus::Pending) == 0,
+        show_stats(&stats),
+    );
+    if group_commit {
+        h.check(&format!("{label}: concurrent writes shared commits"), commits < writes, "");
+    } else {
+        h.check(&format!("{label}: every write committed on its own"), commits == writes, "");
+    }
+    Ok(())
+}
+
+/// Serves `store` on `127.0.0.1:0` and runs the clients against it until the queue
+/// is empty. Returns what each client did and the wall-clock time of the load.
+async fn load(store: Arc<dyn Store>) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
+    let state = AppState::new(store, ApiToken::new(TOKEN)?);
+    let listener =
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.context("failed to bind 127.0.0.1:0")?;
+    let base = format!("http://{}/v1/meshes/{MESH_ID}", listener.local_addr()?);
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
+
+    let start = Arc::new(Barrier::new(CLIENTS + 1));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|k| {
+            let (base, start) = (base.clone(), Arc::clone(&start));
+            tokio::spawn(async move { client(k, &base, &start).await })
+        })
+        .collect();
+    start.wait().await;
+    let began = Instant::now();
+    let mut runs = Vec::with_capacity(CLIENTS);
+    for client in clients {
+        runs.push(client.await.context("a client task failed")??);
+    }
+    let wall = began.elapsed();
+
+    shutdown.cancel();
+    server.await.context("the daemon task failed")?.context("the daemon failed")?;
+    Ok((runs, wall))
+}
+
+/// One worker session: claim → complete until a claim returns no task.
+async fn client(k: usize, base: &str, start: &Barrier) -> anyhow::Result<ClientRun> {
+    // Its own client, so its own keep-alive connection; never through a proxy.
+    let http = reqwest::Client::builder().no_proxy().build()?;
+    let session = format!("session-{k}");
+    let claim = json!({ "nodeId": format!("node-{k}"), "sessionId": session });
+    let (claims, completions) = (format!("{base}/claims"), format!("{base}/completions"));
+    let mut run = ClientRun::default();
+    start.wait().await;
+    loop {
+        let began = Instant::now();
+        let claimed = post(&http, &claims, &claim).await?;
+        let task = &claimed["task"];
+        if task.is_null() {
+            anyhow::ensure!(
+                claimed["refusal"].is_string(),
+                "a claim without a task gave no reason: {claimed}"
+            );
+            return Ok(run);
+        }
+        let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
+        let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
+        let report = json!({ "sessionId": session, "taskId": id, "epoch": epoch, "summary": "done" });
+        let done = post(&http, &completions, &report).await?;
+        anyhow::ensure!(done["status"] == "completed", "task {id} not completed: {done}");
+        run.pairs.push(began.elapsed());
+        run.completed.push(id);
+    }
+}
+
+/// Posts `body` with the token; the decoded JSON answer, or an error on any status
+/// but 200.
+async fn post(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
+    let response = http.post(url).bearer_auth(TOKEN).json(body).send().await?;
+    let status = response.status();
+    let answer: Value =
+        response.json().await.with_context(|| format!("{url} answered {status} without JSON"))?;
+    anyhow::ensure!(status == reqwest::StatusCode::OK, "{url} answered {status}: {answer}");
+    Ok(answer)
+}
