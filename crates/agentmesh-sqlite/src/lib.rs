@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::{Connection, ErrorCode};
 
+mod adhdev_import;
 mod inbox;
 mod inbox_upkeep;
 mod ledger;
@@ -32,6 +33,7 @@ mod runtime;
 mod store_impl;
 mod tasks;
 
+pub use adhdev_import::{OriginalDbReport, TableImport};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, resolve_db_path};
 
