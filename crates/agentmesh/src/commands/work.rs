@@ -59,6 +59,8 @@ const POLL: Duration = Duration::from_millis(50);
 /// How long to wait, after the command exited, for its output pipes to close
 /// (a background grandchild may hold them open forever).
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
+/// How often a report is tried while the daemon cannot be reached.
+const REPORT_ATTEMPTS: u32 = 5;
 /// Error codes of a heartbeat refusal meaning the task is no longer ours.
 const TAKEN_AWAY_CODES: &[&str] =
     &["stale_epoch", "not_assigned_to_session", "invalid_transition", "task_not_found"];
@@ -368,6 +370,23 @@ impl Worker<'_> {
         }
     }
 
+    /// Sends a report, retrying while the daemon is unreachable or busy (a few
+    /// times, [`IDLE_MAX`] apart): the work is done, and losing its report would
+    /// leave the task to be reclaimed and done again.
+    fn complete_with_retries(&self, body: CompletionBody) -> Result<Task, MeshError> {
+        let mut attempt = 1;
+        loop {
+            match self.api.complete(self.mesh, body.clone()) {
+                Err(err) if is_transient(&err) && attempt < REPORT_ATTEMPTS => {
+                    eprintln!("report failed ({err}); retrying in {}s", IDLE_MAX.as_secs());
+                    thread::sleep(IDLE_MAX);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Completes (`Ok`) or fails (`Err(reason)`) the task and records the outcome.
     fn report(
         &self,
@@ -391,7 +410,7 @@ impl Worker<'_> {
             failed,
             reason: reason.clone(),
         };
-        let status = match self.api.complete(self.mesh, body) {
+        let status = match self.complete_with_retries(body) {
             Ok(_) if failed => {
                 eprintln!(
                     "{}: failed after {seconds:.1}s: {}",
