@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::{Connection, ErrorCode};
 
+mod adhdev_import;
 mod inbox;
 mod inbox_upkeep;
 mod ledger;
@@ -73,6 +74,7 @@ mod runtime;
 mod store_impl;
 mod tasks;
 
+pub use adhdev_import::{OriginalDbReport, TableImport};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, resolve_db_path};
 

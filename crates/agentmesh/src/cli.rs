@@ -97,6 +97,62 @@ pub enum Command {
     Deliveries(DeliveriesArgs),
     /// List the direct dispatches not yet finished
     Dispatches,
+    /// Turn any command into a worker: claim a task, run the command with it,
+    /// report the outcome, repeat
+    #[command(after_long_help = WORK_EXAMPLES)]
+    Work(WorkArgs),
+    /// Import an original ADHDev ledger directory (database, queue and inbox files)
+    #[command(name = "import-adhdev")]
+    ImportAdhdev(ImportAdhdevArgs),
+}
+
+/// Shown after `agentmesh work --help`.
+const WORK_EXAMPLES: &str = "\
+The command gets the task's message on stdin and in $AGENTMESH_TASK_MESSAGE, with
+$AGENTMESH_TASK_ID, $AGENTMESH_TASK_EPOCH and $AGENTMESH_MESH; `{message}` and `{id}`
+in its arguments are replaced by the message and the task id. Exit status 0 completes
+the task with the tail of the command's output as the summary; any other status fails
+it. Ctrl-C stops taking work and waits for the running command (twice kills it).
+
+Examples:
+  agentmesh work --node laptop --session w1 -- claude -p '{message}'
+  agentmesh work --node laptop --session w2 --tag os=linux -- sh -c 'make test'
+  agentmesh work --node laptop --session w3 --once --json -- ./do-task.sh";
+
+/// Arguments of `work`.
+#[derive(Debug, Args)]
+pub struct WorkArgs {
+    /// The node (machine or worktree) the worker runs on
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    /// The worker session claiming tasks
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// A capability tag the node offers, such as os=linux (repeatable)
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// The session's provider type, such as claude-cli
+    #[arg(long, value_name = "TYPE")]
+    pub provider: Option<String>,
+    /// Lease length in seconds, renewed by heartbeats every third of it
+    #[arg(long, value_name = "SECS", default_value_t = 600,
+          value_parser = clap::value_parser!(u32).range(3..=4_294_967))]
+    pub lease: u32,
+    /// Do one task, or none when there is nothing to claim, then exit
+    #[arg(long)]
+    pub once: bool,
+    /// The command to run for each task, and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Arguments of `import-adhdev`.
+#[derive(Debug, Args)]
+pub struct ImportAdhdevArgs {
+    /// The ADHDev ledger directory (holding mesh-runtime.db or beads.db,
+    /// <mesh>.queue.json and *.pending-events.jsonl files)
+    #[arg(value_name = "LEDGER_DIR")]
+    pub ledger_dir: PathBuf,
 }
 
 /// Arguments of `serve`.

@@ -24,12 +24,14 @@ mod complete;
 mod deliveries;
 mod dispatches;
 mod events;
+mod import_adhdev;
 mod ledger;
 mod mission;
 mod serve;
 mod sessions;
 mod status;
 mod task;
+mod work;
 
 /// The environment variable a client reads its token from.
 pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
@@ -165,6 +167,8 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Sessions => sessions::run(ctx, out),
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
         Command::Dispatches => dispatches::run(ctx, out),
+        Command::Work(args) => work::run(ctx, args, out),
+        Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
     }
 }
 

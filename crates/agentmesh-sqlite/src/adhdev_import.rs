@@ -1,0 +1,228 @@
+//! Import of a database the original ADHDev daemon wrote (`mesh-runtime.db`, or
+//! the older `beads.db`) into this store, row by row, for every mesh it holds.
+//!
+//! The source file is never changed: it is copied (with its `-wal` and `-shm`
+//! companions) to a scratch file beside this store's database, the copy is opened
+//! and upgraded by the same migrations as any database (so projected columns and
+//! v2 envelope columns are filled in), read, and deleted.
+//!
+//! Tasks go through the same import path as legacy queue files (ids that exist are
+//! skipped, readiness is recounted). Every other table is copied with
+//! `INSERT OR IGNORE` over the columns both schemas share, so a row whose key (id,
+//! event fingerprint, ...) exists already is skipped and a second import of the
+//! same file adds nothing. Each table is one transaction. The tool-call log is not
+//! imported: it is the rate guard's short sliding window, not history.
+
+use std::path::{Path, PathBuf};
+
+use agentmesh_core::Task;
+use agentmesh_store::{StoreError, StoreResult};
+use rusqlite::types::Value as SqlValue;
+use rusqlite::{Connection, OpenFlags, params_from_iter};
+use serde::Serialize;
+
+use crate::{Res, SqliteStore, tasks};
+
+/// The tables copied besides the queue, in the order they are imported, with the
+/// words reports use for them.
+const COPIED_TABLES: &[(&str, &str)] = &[
+    ("mesh_event_ledger", "ledger entries"),
+    ("mesh_pending_events", "pending events"),
+    ("mesh_missions", "missions"),
+    ("mesh_direct_dispatches", "direct dispatches"),
+    ("mesh_session_delivery", "session deliveries"),
+    ("remote_idle_sessions", "idle sessions"),
+    ("mesh_completion_fingerprints", "completion fingerprints"),
+    ("mesh_completion_conflicts", "completion conflicts"),
+    ("mesh_scheduler_cursor", "scheduler cursors"),
+];
+
+/// What importing one original database did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginalDbReport {
+    /// Every mesh the source holds a task, ledger entry, event or mission of.
+    pub meshes: Vec<String>,
+    /// One line per kind of row, tasks first.
+    pub tables: Vec<TableImport>,
+}
+
+/// What became of the rows of one table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableImport {
+    /// The table.
+    pub table: String,
+    /// What its rows are, in words (`tasks`, `ledger entries`, ...).
+    pub what: String,
+    /// Rows added to this store.
+    pub imported: u64,
+    /// Rows already present (same key), left as they were.
+    pub skipped: u64,
+    /// Rows that could not be read (a task payload that is not a task).
+    pub bad: u64,
+}
+
+impl SqliteStore {
+    /// Imports every row of the original database at `source` into this store;
+    /// see the module documentation. Fails with [`StoreError::LegacyFile`] when the
+    /// file cannot be copied or is not a database this store can upgrade.
+    pub fn import_original_database(&self, source: &Path) -> StoreResult<OriginalDbReport> {
+        let scratch = Scratch::copy_of(source, &self.path)?;
+        let legacy = |problem: String| StoreError::LegacyFile { path: source.to_owned(), problem };
+        // Opening upgrades the copy; closing it again folds its WAL back in.
+        drop(SqliteStore::open(&scratch.path).map_err(|e| legacy(e.to_string()))?);
+        let src = Connection::open_with_flags(&scratch.path, OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|e| legacy(e.to_string()))?;
+        let read = |e: rusqlite::Error| legacy(e.to_string());
+
+        let mut report = OriginalDbReport { meshes: meshes(&src).map_err(read)?, tables: Vec::new() };
+        report.tables.push(self.import_tasks(&src, source)?);
+        for (table, what) in COPIED_TABLES {
+            if let Some(line) = self.copy_table(&src, table, what, source)? {
+                report.tables.push(line);
+            }
+        }
+        Ok(report)
+    }
+
+    fn import_tasks(&self, src: &Connection, source: &Path) -> StoreResult<TableImport> {
+        let rows = read_rows(src, "SELECT id, payload FROM mesh_queue ORDER BY created_at, id")
+            .map_err(|e| StoreError::LegacyFile { path: source.to_owned(), problem: e.to_string() })?;
+        let mut entries = Vec::new();
+        let mut bad = 0;
+        for row in rows {
+            match row.as_slice() {
+                [SqlValue::Text(id), SqlValue::Text(payload)] => match Task::from_json(payload) {
+                    Ok(task) => entries.push(task),
+                    Err(err) => {
+                        tracing::warn!(task_id = %id, %err, "task row of the original database not imported");
+                        bad += 1;
+                    }
+                },
+                _ => bad += 1,
+            }
+        }
+        let imported = self.write(|tx| tasks::import_entries(tx, &entries))?;
+        Ok(TableImport {
+            table: "mesh_queue".to_owned(),
+            what: "tasks".to_owned(),
+            imported,
+            skipped: entries.len() as u64 - imported,
+            bad,
+        })
+    }
+
+    /// Copies the rows of `table` that are not here yet; `None` when the source has
+    /// no such table.
+    fn copy_table(
+        &self,
+        src: &Connection,
+        table: &str,
+        what: &str,
+        source: &Path,
+    ) -> StoreResult<Option<TableImport>> {
+        let legacy =
+            |e: rusqlite::Error| StoreError::LegacyFile { path: source.to_owned(), problem: e.to_string() };
+        let theirs = columns(src, table).map_err(legacy)?;
+        if theirs.is_empty() {
+            return Ok(None);
+        }
+        let ours = self.read(|conn| Ok(columns(conn, table)?))?;
+        let shared: Vec<&String> = theirs.iter().filter(|c| ours.contains(c)).collect();
+        let list = shared.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
+        let rows = read_rows(src, &format!("SELECT {list} FROM \"{table}\"")).map_err(legacy)?;
+        let marks = (1..=shared.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+        let insert = format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})");
+        let imported = self.write(|tx| -> Res<u64> {
+            let mut stmt = tx.prepare(&insert)?;
+            let mut added = 0;
+            for row in &rows {
+                added += stmt.execute(params_from_iter(row.iter()))? as u64;
+            }
+            Ok(added)
+        })?;
+        Ok(Some(TableImport {
+            table: table.to_owned(),
+            what: what.to_owned(),
+            imported,
+            skipped: rows.len() as u64 - imported,
+            bad: 0,
+        }))
+    }
+}
+
+/// The columns of `table`, in order; empty when there is no such table.
+fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
+    stmt.query_map([table], |r| r.get(0))?.collect()
+}
+
+/// Every row `sql` selects, as plain values.
+fn read_rows(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<Vec<SqlValue>>> {
+    let mut stmt = conn.prepare(sql)?;
+    let width = stmt.column_count();
+    stmt.query_map([], |r| (0..width).map(|i| r.get::<_, SqlValue>(i)).collect())?.collect()
+}
+
+/// The meshes a database holds rows of, sorted.
+fn meshes(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare(
+        "SELECT mesh_id FROM mesh_queue UNION SELECT mesh_id FROM mesh_event_ledger
+         UNION SELECT mesh_id FROM mesh_pending_events UNION SELECT mesh_id FROM mesh_missions
+         ORDER BY 1",
+    )?;
+    stmt.query_map([], |r| r.get(0))?.collect()
+}
+
+/// A scratch copy of a database file (and its companions), deleted on drop.
+struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    /// Copies `source` next to `beside` under a fresh name.
+    fn copy_of(source: &Path, beside: &Path) -> StoreResult<Scratch> {
+        let dir = beside.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let scratch =
+            Scratch { path: dir.join(format!(".adhdev-import-{}.db", uuid::Uuid::new_v4().simple())) };
+        let copy = |from: &Path, to: &Path| {
+            std::fs::copy(from, to).map_err(|e| StoreError::LegacyFile {
+                path: from.to_owned(),
+                problem: format!("cannot be copied for import: {e}"),
+            })
+        };
+        copy(source, &scratch.path)?;
+        for suffix in ["-wal", "-shm"] {
+            let companion = with_suffix(source, suffix);
+            if companion.exists() {
+                copy(&companion, &with_suffix(&scratch.path, suffix))?;
+            }
+        }
+        // A read-only source gives a read-only copy; the upgrade must write to it.
+        for suffix in ["", "-wal", "-shm"] {
+            let file = with_suffix(&scratch.path, suffix);
+            if let Ok(meta) = std::fs::metadata(&file) {
+                let mut perms = meta.permissions();
+                #[allow(clippy::permissions_set_readonly_false)] // Our own scratch copy, owned by us.
+                perms.set_readonly(false);
+                let _ = std::fs::set_permissions(&file, perms);
+            }
+        }
+        Ok(scratch)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(with_suffix(&self.path, suffix));
+        }
+    }
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}

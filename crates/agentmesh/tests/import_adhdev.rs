@@ -1,0 +1,167 @@
+//! `agentmesh import-adhdev` on a copy of the original's ledger directory fixture
+//! (the one the SQLite backend's tests use), checked against the counts its
+//! `manifest.json` records, then imported again to check that nothing is
+//! imported twice.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// The fixture: an original ledger directory written by the original runtime.
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../agentmesh-sqlite/tests/fixtures/original-ledger-dir")
+}
+
+fn manifest() -> Value {
+    let text = std::fs::read_to_string(fixture().join("manifest.json")).expect("the fixture's manifest");
+    serde_json::from_str(&text).expect("the manifest is JSON")
+}
+
+/// A writable copy of the fixture's `legacy/` folder (the import removes the
+/// inbox files it imported).
+fn ledger_copy() -> TempDir {
+    let copy = tempfile::tempdir().expect("a temp dir");
+    for entry in std::fs::read_dir(fixture().join("legacy")).expect("the legacy folder") {
+        let entry = entry.expect("a directory entry");
+        let to = copy.path().join(entry.file_name());
+        std::fs::copy(entry.path(), &to).expect("copy a fixture file");
+        let mut perms = std::fs::metadata(&to).expect("metadata").permissions();
+        #[allow(clippy::permissions_set_readonly_false)] // A private temp copy.
+        perms.set_readonly(false);
+        std::fs::set_permissions(&to, perms).expect("make the copy writable");
+    }
+    copy
+}
+
+/// Runs the binary on `data_dir`; returns the exit code, stdout and stderr.
+fn run(data_dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .env_remove("AGENTMESH_HOME")
+        .env_remove("AGENTMESH_MESH")
+        .env_remove("AGENTMESH_SERVER")
+        .env("RUST_LOG", "error")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    (
+        output.status.code().expect("exited normally"),
+        String::from_utf8(output.stdout).expect("UTF-8"),
+        String::from_utf8(output.stderr).expect("UTF-8"),
+    )
+}
+
+#[track_caller]
+fn json(data_dir: &Path, args: &[&str]) -> Value {
+    let (code, stdout, stderr) = run(data_dir, args);
+    assert_eq!(code, 0, "{args:?} failed:\n{stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("one JSON document ({e}):\n{stdout}"))
+}
+
+/// The database line for `what` (`tasks`, `ledger entries`, ...) of an import.
+#[track_caller]
+fn table<'a>(summary: &'a Value, what: &str) -> &'a Value {
+    summary["databases"][0]["tables"]
+        .as_array()
+        .expect("a tables array")
+        .iter()
+        .find(|t| t["what"] == what)
+        .unwrap_or_else(|| panic!("no {what} line in {summary:#}"))
+}
+
+fn u(value: &Value) -> u64 {
+    value.as_u64().unwrap_or_else(|| panic!("{value} is not a count"))
+}
+
+#[test]
+fn an_original_ledger_dir_is_imported_once_with_the_manifests_counts() {
+    let manifest = manifest();
+    let ledger = ledger_copy();
+    let data = tempfile::tempdir().expect("a temp dir");
+    let dir = ledger.path().to_str().expect("UTF-8 path");
+
+    let first = json(data.path(), &["import-adhdev", dir, "--json"]);
+    let db_tasks =
+        u(&manifest["meshes"]["mesh-alpha"]["tasks"]) + u(&manifest["meshes"]["mesh-beta"]["tasks"]);
+    assert_eq!(
+        first["databases"].as_array().map(Vec::len),
+        Some(1),
+        "beads.db is the one database: {first:#}"
+    );
+    assert_eq!(first["databases"][0]["meshes"], serde_json::json!(["mesh-alpha", "mesh-beta"]));
+    assert_eq!(u(&table(&first, "tasks")["imported"]), db_tasks);
+    assert_eq!(u(&table(&first, "ledger entries")["imported"]), u(&manifest["ledger"]["total"]));
+    assert_eq!(u(&table(&first, "pending events")["imported"]), u(&manifest["pendingEvents"]["total"]));
+    assert_eq!(u(&table(&first, "missions")["imported"]), 2);
+    let queue = &first["queueFiles"][0];
+    assert_eq!(queue["meshId"], "mesh-gamma");
+    assert_eq!(u(&queue["imported"]), u(&manifest["meshes"]["mesh-gamma"]["legacyQueueTasks"]));
+    let events = &first["pendingEvents"];
+    assert_eq!(u(&events["eventsImported"]), u(&manifest["legacyJsonl"]["validEvents"]));
+    assert_eq!(u(&events["linesSkipped"]), u(&manifest["legacyJsonl"]["badLines"]), "bad lines are counted");
+
+    // What was imported reads back through the ordinary commands.
+    for (mesh, expected) in [("mesh-alpha", 9), ("mesh-beta", 1), ("mesh-gamma", 3)] {
+        let tasks = json(data.path(), &["task", "list", "--mesh", mesh, "--json"]);
+        assert_eq!(tasks.as_array().map(Vec::len), Some(expected), "tasks of {mesh}");
+    }
+    for (id, expected) in manifest["tasks"].as_object().expect("tasks") {
+        let mesh = expected["meshId"].as_str().expect("a mesh id");
+        let task = json(data.path(), &["task", "show", id, "--mesh", mesh, "--json"]);
+        assert_eq!(task["status"], expected["status"], "{id}");
+        assert_eq!(task["message"], expected["message"], "{id}");
+    }
+    let unknown = &manifest["taskWithUnknownFields"];
+    let task = json(
+        data.path(),
+        &["task", "show", unknown["id"].as_str().unwrap(), "--mesh", "mesh-alpha", "--json"],
+    );
+    assert_eq!(task["model"], unknown["model"], "fields the core does not model survive");
+    assert_eq!(task["autoLaunch"]["status"], unknown["autoLaunchStatus"], "nested ones too");
+    let alpha = json(data.path(), &["ledger", "tail", "--mesh", "mesh-alpha", "--limit", "1000", "--json"]);
+    assert_eq!(alpha.as_array().map(Vec::len), Some(36));
+    let missions = json(data.path(), &["mission", "list", "--mesh", "mesh-alpha", "--json"]);
+    let mut ids: Vec<&str> = missions.as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["mission-1", "mission-2"]);
+
+    // Again: everything is already there.
+    let second = json(data.path(), &["import-adhdev", dir, "--json"]);
+    for line in second["databases"][0]["tables"].as_array().expect("tables") {
+        assert_eq!(line["imported"], 0, "nothing twice: {line}");
+    }
+    assert_eq!(u(&table(&second, "tasks")["skipped"]), db_tasks);
+    assert_eq!(second["queueFiles"][0]["imported"], 0);
+    assert_eq!(u(&second["queueFiles"][0]["skipped"]), 3);
+    assert_eq!(second["pendingEvents"]["eventsImported"], 0);
+    let tasks = json(data.path(), &["task", "list", "--mesh", "mesh-alpha", "--json"]);
+    assert_eq!(tasks.as_array().map(Vec::len), Some(9), "no task doubled");
+
+    let (code, stdout, _) = run(data.path(), &["import-adhdev", dir]);
+    assert_eq!(code, 0);
+    for expected in ["tasks", "imported 0, already present 10", "mesh-gamma", "pending-events files"] {
+        assert!(stdout.contains(expected), "{expected:?} missing from:\n{stdout}");
+    }
+}
+
+#[test]
+fn import_is_local_only_and_refuses_server() {
+    let ledger = ledger_copy();
+    let data = tempfile::tempdir().expect("a temp dir");
+    let dir = ledger.path().to_str().expect("UTF-8 path");
+    let (code, stdout, stderr) =
+        run(data.path(), &["--server", "http://127.0.0.1:9", "import-adhdev", dir, "--json"]);
+    assert_eq!(code, 2, "{stderr}");
+    let error: Value = serde_json::from_str(&stdout).expect("a JSON error");
+    assert_eq!(error["error"]["code"], "invalid_input");
+    assert!(stderr.contains("server"), "{stderr}");
+    assert!(ledger.path().join("mesh-alpha.pending-events.jsonl").exists(), "nothing was touched");
+
+    let (code, _, stderr) = run(data.path(), &["import-adhdev", "/no/such/ledger-dir"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("ledgerDir"), "{stderr}");
+}

@@ -1,0 +1,457 @@
+//! End-to-end tests of `agentmesh work` and of the CLI against a real daemon:
+//! every test runs the real binaries as processes (`agentmesh serve`, workers,
+//! a coordinator's commands) on a temporary data dir.
+//!
+//! Nothing here asserts on timing. Waits have generous deadlines and end as soon
+//! as what they wait for has happened; signals are sent with the system's `kill`.
+
+use std::io::{BufRead, BufReader};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tempfile::TempDir;
+
+/// How long any wait may take before the test gives up.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The binary under test, with an environment that cannot leak a developer's mesh.
+fn agentmesh() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+    for var in [
+        "AGENTMESH_HOME",
+        "AGENTMESH_MESH",
+        "AGENTMESH_SERVER",
+        "AGENTMESH_TOKEN",
+        "MESH_PROTOCOL_V2_ENFORCE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("RUST_LOG", "warn");
+    cmd
+}
+
+/// One finished run.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn from(output: Output) -> Run {
+        Run {
+            code: output.status.code().expect("the binary exited normally"),
+            stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
+            stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
+        }
+    }
+
+    #[track_caller]
+    fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "command failed\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr);
+        self
+    }
+
+    #[track_caller]
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
+    }
+}
+
+/// Runs the binary on `data_dir` with `args` and waits for it.
+fn run(data_dir: &Path, args: &[&str]) -> Run {
+    let output = agentmesh()
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs");
+    Run::from(output)
+}
+
+/// Sends `signal` (`INT`, `TERM`) to a process.
+fn signal(child: &Child, signal: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{signal}"), child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {} failed", child.id());
+}
+
+/// Waits for a process to exit, killing it and failing the test at the deadline.
+#[track_caller]
+fn wait_exit(child: &mut Child, what: &str) -> ExitStatus {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("{what} did not exit within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A daemon (`agentmesh serve`) on a loopback port of its own, over a temp data dir.
+struct Daemon {
+    dir: TempDir,
+    child: Child,
+    url: String,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut child = agentmesh()
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve starts");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (tx, rx) = mpsc::channel();
+        // Keeps reading stderr for the daemon's whole life, so it never blocks on a
+        // full pipe; hands over the bound address when it is printed.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(url) = line.trim().strip_prefix("listening on ") {
+                    let _ = tx.send(url.to_owned());
+                }
+            }
+        });
+        let url = rx.recv_timeout(DEADLINE).expect("the daemon prints the address it listens on");
+        Daemon { dir, child, url }
+    }
+
+    fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn token_file(&self) -> PathBuf {
+        self.dir.path().join("daemon.token")
+    }
+
+    /// Runs a client command against the daemon.
+    fn remote(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--server", &self.url];
+        let token = self.token_file();
+        let token = token.to_str().expect("UTF-8 temp path");
+        all.extend(["--token-file", token]);
+        all.extend(args);
+        run(self.data_dir(), &all)
+    }
+
+    /// Spawns a worker against the daemon; its output goes to files in `logs`.
+    fn worker(&self, logs: &Path, session: &str, command: &[&str]) -> Child {
+        let out = std::fs::File::create(logs.join(format!("{session}.out"))).expect("log file");
+        let err = std::fs::File::create(logs.join(format!("{session}.err"))).expect("log file");
+        agentmesh()
+            .args(["--server", &self.url, "--token-file"])
+            .arg(self.token_file())
+            .args(["work", "--node", "n1", "--session", session, "--json", "--"])
+            .args(command)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("a worker starts")
+    }
+
+    /// Stops the daemon with SIGTERM and asserts a clean exit.
+    fn stop(mut self) {
+        signal(&self.child, "TERM");
+        let status = wait_exit(&mut self.child, "the daemon");
+        assert!(status.success(), "the daemon exits 0 on SIGTERM, got {status}");
+    }
+}
+
+#[test]
+fn two_workers_run_a_coordinators_tasks_and_each_completion_arrives_once() {
+    let daemon = Daemon::start();
+    let coordinator = ["--coordinator-daemon", "mach_X", "--coordinator-run", "run-1"];
+    for (id, message, deps) in [
+        ("t1", "alpha", &[][..]),
+        ("t2", "beta", &[][..]),
+        ("t3", "gamma", &["--depends-on", "t1", "--depends-on", "t2"][..]),
+    ] {
+        let mut args = vec!["task", "add", message, "--id", id, "--json"];
+        args.extend(coordinator);
+        args.extend(deps);
+        daemon.remote(&args).ok();
+    }
+
+    let logs = tempfile::tempdir().expect("a temp dir");
+    let script = r#"printf 'did %s\n' "$(printf '%s' "$AGENTMESH_TASK_MESSAGE" | tr a-z A-Z)""#;
+    let mut workers: Vec<(&str, Child)> = ["w1", "w2"]
+        .into_iter()
+        .map(|session| (session, daemon.worker(logs.path(), session, &["sh", "-c", script])))
+        .collect();
+
+    let expected = |message: &str| format!("did {}", message.to_uppercase());
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let until = Instant::now() + DEADLINE;
+    while seen.len() < 3 {
+        assert!(Instant::now() < until, "only these completions arrived in time: {seen:?}");
+        let drain = daemon
+            .remote(&["events", "watch", "--daemon", "mach_X", "--run", "run-1", "--timeout", "5", "--json"])
+            .ok()
+            .json();
+        for event in drain["events"].as_array().expect("an events array") {
+            assert_eq!(event["event"], "agent:generating_completed", "{event}");
+            let metadata = &event["payload"]["metadataEvent"];
+            let task = metadata["taskId"].as_str().expect("a task id").to_owned();
+            let summary = metadata["finalSummary"].as_str().expect("a summary").to_owned();
+            assert!(seen.iter().all(|(id, _)| *id != task), "{task} completed twice: {seen:?}");
+            seen.push((task, summary));
+        }
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            ("t1".to_owned(), expected("alpha")),
+            ("t2".to_owned(), expected("beta")),
+            ("t3".to_owned(), expected("gamma"))
+        ]
+    );
+    let last =
+        daemon.remote(&["events", "drain", "--daemon", "mach_X", "--run", "run-1", "--json"]).ok().json();
+    assert_eq!(last["events"], Value::Array(Vec::new()), "nothing is delivered twice: {last}");
+
+    let ledger = daemon.remote(&["ledger", "tail", "--limit", "100", "--json"]).ok().json();
+    let count = |kind: &str, task: &str| {
+        ledger
+            .as_array()
+            .expect("a ledger array")
+            .iter()
+            .filter(|e| e["kind"] == kind && e["payload"]["taskId"] == task)
+            .count()
+    };
+    for task in ["t1", "t2", "t3"] {
+        for kind in ["task_dispatched", "task_claimed", "task_completed"] {
+            assert_eq!(count(kind, task), 1, "one {kind} for {task} in {ledger:#}");
+        }
+    }
+    let t3 = daemon.remote(&["task", "show", "t3", "--json"]).ok().json();
+    assert_eq!(t3["status"], "completed");
+
+    for (session, worker) in &mut workers {
+        signal(worker, "INT");
+        let status = wait_exit(worker, session);
+        let err = std::fs::read_to_string(logs.path().join(format!("{session}.err"))).unwrap_or_default();
+        assert!(status.success(), "worker {session} exits 0 on SIGINT, got {status}\n{err}");
+        let out = std::fs::read_to_string(logs.path().join(format!("{session}.out"))).expect("worker stdout");
+        let summary: Value =
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("one JSON document ({e}): {out}"));
+        assert_eq!(summary["failed"], 0, "{summary}");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn reads_print_the_same_bytes_with_and_without_the_daemon() {
+    let daemon = Daemon::start();
+    let dir = daemon.data_dir();
+    run(dir, &["mission", "add", "m1", "--title", "Harden login", "--goal", "no flaky tests"]).ok();
+    run(dir, &["task", "add", "first", "--id", "t1", "--mission", "m1", "--tag", "os=linux"]).ok();
+    run(dir, &["task", "add", "second", "--id", "t2", "--depends-on", "t1", "--priority", "high"]).ok();
+    run(dir, &["claim", "--node", "n1", "--session", "w1", "--tag", "os=linux"]).ok();
+    run(dir, &["complete", "--session", "w1", "--summary", "done"]).ok();
+
+    for args in [
+        &["task", "show", "t1", "--json"][..],
+        &["task", "list", "--json"],
+        &["ledger", "tail", "--json"],
+        &["mission", "show", "m1", "--json"],
+        &["status", "--json"],
+    ] {
+        let local = run(dir, args).ok();
+        let remote = daemon.remote(args).ok();
+        assert_eq!(local.stdout, remote.stdout, "{args:?} differs with --server");
+    }
+    daemon.stop();
+}
+
+#[test]
+fn a_wrong_token_is_unauthorized_and_a_missing_daemon_is_named() {
+    let daemon = Daemon::start();
+    let wrong = daemon.data_dir().join("wrong.token");
+    std::fs::write(&wrong, "not-the-token\n").expect("write a token file");
+    let refused = run(
+        daemon.data_dir(),
+        &["--server", &daemon.url, "--token-file", wrong.to_str().unwrap(), "task", "list", "--json"],
+    );
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert_eq!(refused.json()["error"]["code"], "unauthorized", "{}", refused.stdout);
+    daemon.stop();
+
+    // A port that was free a moment ago: nothing listens there.
+    let addr = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port");
+    let nobody = format!("http://{addr}");
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let token = dir.path().join("token");
+    std::fs::write(&token, "t").expect("write a token file");
+    let down =
+        run(dir.path(), &["--server", &nobody, "--token-file", token.to_str().unwrap(), "task", "list"]);
+    assert_eq!(down.code, 1, "{}", down.stderr);
+    assert!(down.stderr.contains(&addr.to_string()), "the error names {addr}: {}", down.stderr);
+}
+
+#[test]
+fn work_once_fails_a_task_whose_command_fails_naming_the_exit_status() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    run(dir.path(), &["task", "add", "break things", "--id", "t1"]).ok();
+    let worked = run(
+        dir.path(),
+        &[
+            "work",
+            "--node",
+            "n1",
+            "--session",
+            "w1",
+            "--once",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo broken >&2; exit 3",
+        ],
+    )
+    .ok();
+    let summary = worked.json();
+    assert_eq!((summary["completed"].as_u64(), summary["failed"].as_u64()), (Some(0), Some(1)), "{summary}");
+    assert_eq!(summary["tasks"][0]["exitCode"], 3);
+
+    let task = run(dir.path(), &["task", "show", "t1", "--json"]).ok().json();
+    assert_eq!(task["status"], "failed");
+    let reason = task["failureReason"].as_str().expect("a failure reason");
+    assert!(reason.contains("exit status 3"), "{reason}");
+    assert_eq!(task["finalSummary"], "broken", "stderr is the summary when stdout is empty");
+}
+
+#[test]
+fn work_once_with_nothing_to_claim_says_so_and_exits_0() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let human = run(dir.path(), &["work", "--node", "n1", "--session", "w1", "--once", "--", "true"]).ok();
+    assert!(human.stdout.contains("nothing to claim"), "{}", human.stdout);
+    let json =
+        run(dir.path(), &["work", "--node", "n1", "--session", "w1", "--once", "--json", "--", "true"]).ok();
+    assert_eq!(json.json(), serde_json::json!({"completed": 0, "failed": 0, "tasks": []}));
+}
+
+#[test]
+fn work_substitutes_the_message_and_id_and_feeds_the_message_on_stdin() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    run(dir.path(), &["task", "add", "paint it {id} blue", "--id", "t1", "--mesh", "m"]).ok();
+    let script = r#"printf '%s|%s|%s|%s|%s|' "$0" "$1" "$AGENTMESH_TASK_ID" "$AGENTMESH_MESH" "$AGENTMESH_TASK_EPOCH"; cat"#;
+    run(
+        dir.path(),
+        &[
+            "work",
+            "--mesh",
+            "m",
+            "--node",
+            "n1",
+            "--session",
+            "w1",
+            "--once",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "{message}",
+            "id={id}",
+        ],
+    )
+    .ok();
+    let task = run(dir.path(), &["task", "show", "t1", "--mesh", "m", "--json"]).ok().json();
+    assert_eq!(task["status"], "completed");
+    assert_eq!(task["finalSummary"], "paint it {id} blue|id=t1|t1|m|1|paint it {id} blue");
+}
+
+/// Waits until `task` of the data dir has `status`.
+#[track_caller]
+fn wait_status(dir: &Path, task: &str, status: &str) {
+    let until = Instant::now() + DEADLINE;
+    loop {
+        let shown = run(dir, &["task", "show", task, "--json"]).ok().json();
+        if shown["status"] == status {
+            return;
+        }
+        assert!(Instant::now() < until, "{task} never became {status}: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A command that runs until the file named by its first argument exists.
+const WAIT_FOR_FILE: &str = r#"while [ ! -e "$0" ]; do sleep 0.05; done; echo finished"#;
+
+#[test]
+fn sigint_lets_the_running_command_finish_reports_it_and_takes_no_more_work() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let go = dir.path().join("go");
+    run(dir.path(), &["task", "add", "first", "--id", "t1"]).ok();
+    run(dir.path(), &["task", "add", "second", "--id", "t2"]).ok();
+    let mut worker = agentmesh()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["work", "--node", "n1", "--session", "w1", "--json", "--", "sh", "-c", WAIT_FOR_FILE])
+        .arg(&go)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a worker starts");
+    wait_status(dir.path(), "t1", "assigned");
+    signal(&worker, "INT");
+    std::fs::write(&go, "").expect("release the command");
+    let status = wait_exit(&mut worker, "the worker");
+    let output = worker.wait_with_output().expect("worker output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(status.success(), "exit 0 after finishing the running task, got {status}\n{stderr}");
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    assert_eq!(summary["completed"], 1, "{summary}");
+    let t1 = run(dir.path(), &["task", "show", "t1", "--json"]).ok().json();
+    assert_eq!((t1["status"].as_str(), t1["finalSummary"].as_str()), (Some("completed"), Some("finished")));
+    let t2 = run(dir.path(), &["task", "show", "t2", "--json"]).ok().json();
+    assert_eq!(t2["status"], "pending", "no new work after the signal");
+}
+
+#[test]
+fn a_task_taken_away_kills_the_command_and_reports_nothing() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let never = dir.path().join("never");
+    run(dir.path(), &["task", "add", "long job", "--id", "t1"]).ok();
+    let mut worker = agentmesh()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["work", "--node", "n1", "--session", "w1", "--lease", "3", "--once", "--json", "--"])
+        .args(["sh", "-c", WAIT_FOR_FILE])
+        .arg(&never)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a worker starts");
+    wait_status(dir.path(), "t1", "assigned");
+    run(dir.path(), &["task", "cancel", "t1", "--reason", "changed my mind"]).ok();
+    let status = wait_exit(&mut worker, "the worker");
+    let output = worker.wait_with_output().expect("worker output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(status.success(), "{status}\n{stderr}");
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    assert_eq!(summary["tasks"][0]["status"], "taken_away", "{summary}\n{stderr}");
+    assert_eq!((summary["completed"].as_u64(), summary["failed"].as_u64()), (Some(0), Some(0)));
+    let t1 = run(dir.path(), &["task", "show", "t1", "--json"]).ok().json();
+    assert_eq!(t1["status"], "cancelled");
+}
