@@ -124,7 +124,9 @@ impl Daemon {
         // full pipe; hands over the bound address when it is printed.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(url) = line.trim().strip_prefix("listening on ") {
+                // `listening on http://ADDR (token file: PATH)`
+                if let Some(rest) = line.trim().strip_prefix("listening on ") {
+                    let url = rest.split_whitespace().next().unwrap_or_default();
                     let _ = tx.send(url.to_owned());
                 }
             }
@@ -454,4 +456,90 @@ fn a_task_taken_away_kills_the_command_and_reports_nothing() {
     assert_eq!((summary["completed"].as_u64(), summary["failed"].as_u64()), (Some(0), Some(0)));
     let t1 = run(dir.path(), &["task", "show", "t1", "--json"]).ok().json();
     assert_eq!(t1["status"], "cancelled");
+}
+
+#[test]
+fn a_worker_killed_mid_task_loses_it_to_the_reaper_and_its_late_completion_is_stale() {
+    let daemon = Daemon::start();
+    daemon.remote(&["task", "add", "a long job", "--id", "t1", "--json"]).ok();
+    let logs = tempfile::tempdir().expect("a temp dir");
+    let pid_file = logs.path().join("command.pid");
+    // The first worker's command records its pid and sleeps: it outlives its worker,
+    // as an agent process would, and is cleaned up at the end.
+    let mut doomed = agentmesh()
+        .args(["--server", &daemon.url, "--token-file"])
+        .arg(daemon.token_file())
+        .args(["work", "--node", "n1", "--session", "wA", "--lease", "3", "--"])
+        .args(["sh", "-c", r#"echo $$ > "$0"; exec sleep 120"#])
+        .arg(&pid_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the first worker starts");
+    let until = Instant::now() + DEADLINE;
+    let claimed = loop {
+        let shown = daemon.remote(&["task", "show", "t1", "--json"]).ok().json();
+        if shown["status"] == "assigned" && pid_file.exists() {
+            break shown;
+        }
+        assert!(Instant::now() < until, "the first worker never started t1: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(claimed["assignedSessionId"], "wA", "{claimed}");
+    let stale_epoch = claimed["dispatchNonce"].as_u64().expect("a fencing epoch").to_string();
+
+    signal(&doomed, "KILL");
+    wait_exit(&mut doomed, "the killed worker");
+
+    // The second worker is waiting for work before the lease runs out; the daemon's
+    // reaper hands it the task once the dead worker's lease has expired.
+    let mut rescuer = daemon.worker(logs.path(), "wB", &["sh", "-c", "echo finished by wB"]);
+    let until = Instant::now() + DEADLINE;
+    let done = loop {
+        let shown = daemon.remote(&["task", "show", "t1", "--json"]).ok().json();
+        if shown["status"] == "completed" {
+            break shown;
+        }
+        assert!(Instant::now() < until, "t1 was never completed by the second worker: {shown}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(done["assignedSessionId"], "wB", "{done}");
+    signal(&rescuer, "INT");
+    assert!(wait_exit(&mut rescuer, "the second worker").success());
+
+    let late = daemon.remote(&[
+        "complete",
+        "--session",
+        "wA",
+        "--task",
+        "t1",
+        "--epoch",
+        &stale_epoch,
+        "--summary",
+        "too late",
+        "--json",
+    ]);
+    assert_eq!(late.code, 2, "the late completion is refused: {} {}", late.stdout, late.stderr);
+    assert_eq!(late.json()["error"]["code"], "stale_epoch", "{}", late.stdout);
+    let after = daemon.remote(&["task", "show", "t1", "--json"]).ok().json();
+    assert_eq!(after["status"], "completed", "{after}");
+    assert_ne!(after["finalSummary"].as_str(), Some("too late"), "{after}");
+
+    let kinds = |kind: &str| -> usize {
+        daemon
+            .remote(&["ledger", "tail", "--kind", kind, "--json"])
+            .ok()
+            .json()
+            .as_array()
+            .expect("entries")
+            .len()
+    };
+    assert_eq!(kinds("task_reclaimed"), 1, "the reaper took the task back once");
+    assert_eq!(kinds("completion_refused"), 1, "the stale completion is on the record");
+
+    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+    }
+    daemon.stop();
 }
