@@ -323,3 +323,35 @@ fn touch(
 ) {
     ok(store.touch_coordinator(mesh, identity, now), "touch_coordinator");
 }
+
+/// Undrained events are counted by the coordinator they are addressed to, largest group first; unaddressed events form one group of their own, and drained events and other meshes count nowhere.
+pub fn inbox_pending_events_are_counted_by_addressee(store: &dyn Store) {
+    let a = coordinator("mach_A", "run-a", None);
+    let b = coordinator("mach_B", "run-b", Some("coord-b"));
+    queue_completion(store, MESH, "a1", 1, &a);
+    queue_completion(store, MESH, "a2", 2, &a);
+    queue_completion(store, MESH, "b1", 3, &b);
+    queue_event(store, MESH, v1_completion(MESH, "v1", 4), at(4));
+    queue_completion(store, OTHER_MESH, "elsewhere", 5, &a);
+    let groups = store.pending_events_by_addressee(MESH).expect("the overview reads");
+    let seen: Vec<(Option<&str>, Option<&str>, Option<&str>, u64)> = groups
+        .iter()
+        .map(|g| (g.daemon_id.as_deref(), g.run_id.as_deref(), g.session_id.as_deref(), g.count))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (Some("mach_A"), Some("run-a"), None, 2),
+            (None, None, None, 1),
+            (Some("mach_B"), Some("run-b"), Some("coord-b"), 1),
+        ],
+        "expected the two events for run-a first, then one group each"
+    );
+
+    drain(store, MESH, &drain_request(&a), at(6));
+    let after = store.pending_events_by_addressee(MESH).expect("the overview reads");
+    assert!(
+        after.iter().all(|g| g.run_id.as_deref() != Some("run-a")),
+        "drained events are not counted: {after:?}"
+    );
+}
