@@ -14,6 +14,10 @@
 //! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
 //!
+//! `/mcp` serves the MCP tools of `agentmesh_mcp` over streamable HTTP, behind
+//! the same token, on the same `LocalMesh`: each MCP session is a coordinator run
+//! of its own on this daemon's machine id ([`AppState::with_daemon_id`]).
+//!
 //! [`now`] is the daemon's only read of the wall clock.
 
 use std::sync::Arc;
@@ -43,6 +47,9 @@ pub use error::ApiError;
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// The mesh MCP sessions work in unless [`AppState::with_mcp_mesh`] names another.
+pub const DEFAULT_MCP_MESH: &str = "default";
+
 /// How often a waiting watch looks again without being woken by one of the
 /// daemon's own writes: the fallback that notices writes other processes made to
 /// the same database file.
@@ -61,6 +68,10 @@ pub struct AppState {
     writes: Arc<Notify>,
     /// See [`FALLBACK_WATCH_POLL`].
     fallback_poll: Duration,
+    /// The machine id MCP sessions act under.
+    daemon_id: String,
+    /// The mesh MCP sessions work in.
+    mcp_mesh: String,
 }
 
 impl AppState {
@@ -70,7 +81,28 @@ impl AppState {
         let writes = Arc::new(Notify::new());
         let notify = Arc::clone(&writes);
         mesh.signal().listen(move || notify.notify_waiters());
-        AppState { mesh, token, writes, fallback_poll: FALLBACK_WATCH_POLL }
+        AppState {
+            mesh,
+            token,
+            writes,
+            fallback_poll: FALLBACK_WATCH_POLL,
+            daemon_id: agentmesh_mcp::identity::new_daemon_id(),
+            mcp_mesh: DEFAULT_MCP_MESH.to_owned(),
+        }
+    }
+
+    /// Sets the machine id MCP sessions act under: the data dir's
+    /// (`agentmesh_mcp::load_or_create_daemon_id`). Without it, the daemon makes up
+    /// one for the life of the process.
+    pub fn with_daemon_id(mut self, daemon_id: impl Into<String>) -> AppState {
+        self.daemon_id = daemon_id.into();
+        self
+    }
+
+    /// Sets the mesh MCP sessions work in ([`DEFAULT_MCP_MESH`] otherwise).
+    pub fn with_mcp_mesh(mut self, mesh: impl Into<String>) -> AppState {
+        self.mcp_mesh = mesh.into();
+        self
     }
 
     /// The mesh operations (for background loops that run beside the routes).
@@ -108,14 +140,33 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
-/// The whole HTTP surface: `/healthz` (open) and the `/v1` API (bearer token).
+/// The whole HTTP surface: `/healthz` (open), the `/v1` API and the MCP endpoint
+/// `/mcp` (both behind the bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
-/// unknown path gets a JSON 404, an unsupported method a JSON 405.
+/// unknown path gets a JSON 404, an unsupported method a JSON 405. MCP sessions
+/// built by this router end only when their clients leave; [`serve`] ends them at
+/// shutdown.
 pub fn router(state: AppState) -> Router {
+    app(state, CancellationToken::new())
+}
+
+/// [`router`], with MCP sessions ended when `shutdown` is cancelled (an open
+/// session stream would otherwise hold a graceful shutdown forever).
+fn app(state: AppState, shutdown: CancellationToken) -> Router {
+    let mcp = agentmesh_mcp::http_service(
+        Arc::new(state.mesh.clone()),
+        state.mcp_mesh.clone(),
+        state.daemon_id.clone(),
+        shutdown,
+    );
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))
         .nest("/v1", api::routes(state.clone()))
+        .merge(mcp)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -130,7 +181,8 @@ pub async fn serve(
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    let app = app(state, shutdown.child_token());
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
 /// `GET /healthz`: the process is up and serving. Needs no token and touches no store.
