@@ -97,6 +97,17 @@ pub enum Command {
     Deliveries(DeliveriesArgs),
     /// List the direct dispatches not yet finished
     Dispatches,
+    /// Serve the MCP tools over stdin/stdout, for an agent's MCP configuration
+    Mcp(McpArgs),
+}
+
+/// Arguments of `mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The agent session this server belongs to: events for a coordinator session
+    /// go only to it, and worker tools use it when called without a sessionId
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
 }
 
 /// Arguments of `serve`.

@@ -1,0 +1,93 @@
+//! MCP over streamable HTTP at `/mcp` on a real daemon, behind its token.
+
+mod mcp_support;
+
+use std::sync::Arc;
+
+use agentmesh_daemon::{ApiToken, AppState};
+use agentmesh_sqlite::SqliteStore;
+use mcp_support::{Client, exercise_every_tool, ok, polling_gets_the_advisory};
+use rmcp::ServiceExt;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+/// A daemon on a free loopback port; its `/mcp` URL.
+struct Daemon {
+    url: String,
+    token: String,
+    shutdown: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Daemon {
+    async fn start() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open_data_dir(dir.path()).unwrap());
+        let token = ApiToken::generate().unwrap();
+        let secret = token.secret().to_owned();
+        let state = AppState::new(store, token).with_daemon_id("mach_testdaemon");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let shutdown = CancellationToken::new();
+        tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
+        Daemon { url, token: secret, shutdown, _dir: dir }
+    }
+
+    async fn connect(&self, token: &str) -> Result<Client, String> {
+        let config =
+            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token.to_owned());
+        ().serve(StreamableHttpClientTransport::from_config(config)).await.map_err(|err| err.to_string())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_answers_over_http_behind_the_token() {
+    let daemon = Daemon::start().await;
+    let client = daemon.connect(&daemon.token).await.expect("the MCP session initializes");
+    exercise_every_tool(&client).await;
+    polling_gets_the_advisory(&client).await;
+    let status = ok(&client, "mesh_status", json!({})).await;
+    assert_eq!(status["you"]["daemonId"], "mach_testdaemon");
+    client.cancel().await.unwrap();
+    daemon.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_http_session_is_its_own_coordinator_run() {
+    let daemon = Daemon::start().await;
+    let first = daemon.connect(&daemon.token).await.unwrap();
+    let second = daemon.connect(&daemon.token).await.unwrap();
+    let run = |v: serde_json::Value| v["you"]["runId"].as_str().unwrap().to_owned();
+    assert_ne!(
+        run(ok(&first, "mesh_status", json!({})).await),
+        run(ok(&second, "mesh_status", json!({})).await)
+    );
+    first.cancel().await.unwrap();
+    second.cancel().await.unwrap();
+    daemon.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_or_missing_token_gets_401() {
+    let daemon = Daemon::start().await;
+    assert!(daemon.connect(&"x".repeat(64)).await.is_err());
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": { "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } }
+    });
+    let http = reqwest::Client::new();
+    let send = |token: Option<&str>| {
+        let mut request =
+            http.post(&daemon.url).header("Accept", "application/json, text/event-stream").json(&init);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send()
+    };
+    assert_eq!(send(None).await.unwrap().status(), 401);
+    assert_eq!(send(Some("wrong")).await.unwrap().status(), 401);
+    assert_eq!(send(Some(&daemon.token)).await.unwrap().status(), 200);
+    daemon.shutdown.cancel();
+}
