@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use agentmesh_daemon::{ApiToken, AppState};
 use agentmesh_sqlite::SqliteStore;
-use mcp_support::{Client, exercise_every_tool, ok, polling_gets_the_advisory};
+use std::time::Duration;
+
+use mcp_support::{
+    Client, exercise_every_tool, ok, polling_gets_the_advisory, spawn_stdio_with, wait_for_events,
+};
 use rmcp::ServiceExt;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -15,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 /// A daemon on a free loopback port; its `/mcp` URL.
 struct Daemon {
+    base: String,
     url: String,
     token: String,
     shutdown: CancellationToken,
@@ -29,10 +34,11 @@ impl Daemon {
         let secret = token.secret().to_owned();
         let state = AppState::new(store, token).with_daemon_id("mach_testdaemon");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let url = format!("{base}/mcp");
         let shutdown = CancellationToken::new();
         tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
-        Daemon { url, token: secret, shutdown, _dir: dir }
+        Daemon { base, url, token: secret, shutdown, _dir: dir }
     }
 
     async fn connect(&self, token: &str) -> Result<Client, String> {
@@ -89,5 +95,27 @@ async fn a_wrong_or_missing_token_gets_401() {
     assert_eq!(send(None).await.unwrap().status(), 401);
     assert_eq!(send(Some("wrong")).await.unwrap().status(), 401);
     assert_eq!(send(Some(&daemon.token)).await.unwrap().status(), 200);
+    daemon.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentmesh_mcp_with_server_works_through_the_daemon() {
+    let daemon = Daemon::start().await;
+    let local = tempfile::tempdir().unwrap();
+    let server = ["--server", daemon.base.as_str()];
+    let token = [("AGENTMESH_TOKEN", daemon.token.as_str())];
+    let coordinator = spawn_stdio_with(local.path(), &server, &[], &token).await;
+    let worker = spawn_stdio_with(local.path(), &server, &["--session", "w1"], &token).await;
+    let enqueued = ok(&coordinator, "enqueue_task", json!({ "message": "remote work" })).await;
+    let claimed = ok(&worker, "claim_task", json!({})).await;
+    assert_eq!(claimed["task"]["id"], enqueued["task"]["id"]);
+    ok(&worker, "complete_task", json!({ "summary": "done remotely" })).await;
+    let events = wait_for_events(&coordinator, 1, Duration::from_secs(20)).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["summary"], "done remotely");
+    // The rate guard records through the daemon's tool-calls route.
+    polling_gets_the_advisory(&coordinator).await;
+    coordinator.cancel().await.unwrap();
+    worker.cancel().await.unwrap();
     daemon.shutdown.cancel();
 }

@@ -41,12 +41,22 @@ pub const TOOLS: [&str; 21] = [
 
 /// Starts `agentmesh mcp` on `data_dir` (and `--session` when given) and connects.
 pub async fn spawn_stdio(data_dir: &Path, session: Option<&str>) -> Client {
+    let session: Vec<&str> = session.map(|s| vec!["--session", s]).unwrap_or_default();
+    spawn_stdio_with(data_dir, &[], &session, &[]).await
+}
+
+/// Starts `agentmesh [global...] mcp [args...]` on `data_dir` with `env` and connects.
+pub async fn spawn_stdio_with(
+    data_dir: &Path,
+    global: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Client {
     let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmesh")).configure(|cmd| {
         // As the README's `.mcp.json` runs it: the data dir from the environment.
-        cmd.arg("mcp").env("AGENTMESH_HOME", data_dir).env_remove("AGENTMESH_MESH").env("RUST_LOG", "warn");
-        if let Some(session) = session {
-            cmd.arg("--session").arg(session);
-        }
+        cmd.args(global).arg("mcp").args(args).env("AGENTMESH_HOME", data_dir);
+        cmd.env_remove("AGENTMESH_MESH").env_remove("AGENTMESH_TOKEN").env("RUST_LOG", "warn");
+        cmd.envs(env.iter().copied());
     });
     let transport = TokioChildProcess::new(cmd).expect("agentmesh mcp starts");
     ().serve(transport).await.expect("the MCP session initializes")
