@@ -31,13 +31,14 @@ pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
     AckView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView, ImportView, InboxEventView,
-    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RequeueView, RetractView,
-    StatusView,
+    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RequeueView,
+    RetractView, StatusView,
 };
 use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
     DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
     MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
+    ToolCallBody,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -190,4 +191,11 @@ pub trait MeshApi: Send + Sync {
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>>;
     /// An overview of the mesh.
     fn status(&self, mesh: &str) -> MeshResult<StatusView>;
+    /// Records that a coordinator is alive (a drain does this too), or that it ended.
+    /// A unicast for a live coordinator is never handed to another run on its
+    /// machine; one for a coordinator gone quiet for two minutes, or ended, is.
+    fn coordinator_presence(&self, mesh: &str, body: wire::PresenceBody) -> MeshResult<views::PresenceView>;
+    /// Records a call of an agent-facing tool and answers the rate guard's verdict
+    /// (the guard's default window and limit).
+    fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView>;
 }

@@ -14,13 +14,13 @@ use serde_json::Value;
 use crate::views::{
     AckView, ActiveAssignmentView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
     ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
-    PendingForCoordinatorView, PushView, RequeueView, RetractView, StatusView,
+    PendingForCoordinatorView, PushView, RateVerdictView, RequeueView, RetractView, StatusView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DEFAULT_IDLE_TTL_SECS, DeliveryBody,
     DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
     LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
-    RetractBody, SliceParams, optional, required,
+    RetractBody, SliceParams, ToolCallBody, optional, required,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
 
@@ -348,6 +348,22 @@ impl MeshApi for LocalMesh {
         Ok(ranked.into_iter().map(NodeRankView::from).collect())
     }
 
+    fn coordinator_presence(
+        &self,
+        mesh: &str,
+        body: crate::wire::PresenceBody,
+    ) -> MeshResult<crate::views::PresenceView> {
+        let ended = body.ended;
+        let identity = agentmesh_core::events::CoordinatorIdentity::try_from(body)?;
+        if ended {
+            self.write(|store, now| store.end_coordinator(mesh, &identity, now))?;
+            Ok(crate::views::PresenceView { live: false })
+        } else {
+            self.write(|store, now| store.touch_coordinator(mesh, &identity, now))?;
+            Ok(crate::views::PresenceView { live: true })
+        }
+    }
+
     fn status(&self, mesh: &str) -> MeshResult<StatusView> {
         let store = self.store.as_ref();
         let counts = store.stats_by_status(mesh)?;
@@ -381,5 +397,16 @@ impl MeshApi for LocalMesh {
             idle_sessions: self.idle_sessions(mesh)?,
             recent_ledger: store.read_ledger_ordered(mesh, &recent)?,
         })
+    }
+
+    fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView> {
+        let call = agentmesh_store::ToolCall {
+            mesh_id: mesh.to_owned(),
+            tool: required("tool", body.tool)?,
+            session_id: optional(body.session_id),
+        };
+        // Not a write anyone waits for: the signal stays where it is.
+        let verdict = self.store.record_tool_call(&call, agentmesh_core::RateGuard::default(), self.now())?;
+        Ok(verdict.into())
     }
 }

@@ -11,14 +11,14 @@ use serde::de::DeserializeOwned;
 
 use crate::views::{
     AckView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView, ImportView, InboxEventView,
-    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RequeueView, RetractView,
-    StatusView,
+    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RequeueView,
+    RetractView, StatusView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
     DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
     MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
-    WatchParams,
+    ToolCallBody, WatchParams,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshError, MeshResult};
 
@@ -275,8 +275,20 @@ impl MeshApi for RemoteMesh {
         self.post(mesh, &["placement"], &body)
     }
 
+    fn coordinator_presence(
+        &self,
+        mesh: &str,
+        body: crate::wire::PresenceBody,
+    ) -> MeshResult<crate::views::PresenceView> {
+        self.post(mesh, &["coordinators", "presence"], &body)
+    }
+
     fn status(&self, mesh: &str) -> MeshResult<StatusView> {
         self.get(mesh, &["status"], &NO_QUERY)
+    }
+
+    fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView> {
+        self.post(mesh, &["tool-calls"], &body)
     }
 }
 

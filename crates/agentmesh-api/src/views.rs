@@ -59,6 +59,13 @@ impl From<Requeued> for RequeueView {
     }
 }
 
+/// What a presence report answers: whether the coordinator now counts as live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresenceView {
+    /// Live (it touched), or not (it ended).
+    pub live: bool,
+}
+
 /// What an ack answers: how many events it marked drained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AckView {
@@ -535,5 +542,28 @@ mod tests {
         }));
         let text = serde_json::to_string(&queued).unwrap();
         assert_eq!(serde_json::from_str::<PushView>(&text).unwrap(), queued);
+    }
+}
+
+/// What recording a tool call answers: the rate guard's verdict.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RateVerdictView {
+    /// More calls of the tool than allowed within the guard's window.
+    pub rate_limit_exceeded: bool,
+    /// Calls of the tool within the window, this one included.
+    pub calls_in_window: u64,
+    /// The text to show the caller when the guard tripped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advisory: Option<String>,
+}
+
+impl From<agentmesh_core::RateVerdict> for RateVerdictView {
+    fn from(v: agentmesh_core::RateVerdict) -> RateVerdictView {
+        RateVerdictView {
+            rate_limit_exceeded: v.rate_limit_exceeded,
+            calls_in_window: v.calls_in_window,
+            advisory: v.advisory,
+        }
     }
 }

@@ -768,15 +768,15 @@ impl TryFrom<DispatchBody> for NewDirectDispatch {
 }
 
 /// A node a task could go to, as the placement request describes it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NodeBody {
-    /// The node.
+    /// The node's id (a daemon id such as `mach_...`, or any node name the mesh uses).
     pub node_id: String,
-    /// Its capability tags.
+    /// The capability tags the node offers (compared with the task's `requiredTags`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub capability_tags: Vec<String>,
-    /// Higher is preferred (0 when absent).
+    /// Scheduling priority of the node; higher is preferred (0 when absent).
     #[serde(default)]
     pub scheduling_priority: i64,
 }
@@ -792,6 +792,46 @@ pub struct PlacementBody {
     /// `first_eligible` (default), `least_loaded`, `round_robin` or `priority_only`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/tool-calls`: record one call of a tool, for the rate guard.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallBody {
+    /// The tool's name.
+    pub tool: String,
+    /// The calling session, if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/coordinators/presence`: a coordinator says it is alive
+/// (or that it has ended), so unicasts addressed to it stay its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PresenceBody {
+    /// The coordinator's daemon.
+    pub daemon_id: String,
+    /// The coordinator's run id.
+    pub run_id: String,
+    /// The coordinator's session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The coordinator is exiting: its unicasts go to the next run on its machine.
+    #[serde(default)]
+    pub ended: bool,
+}
+
+impl TryFrom<PresenceBody> for CoordinatorIdentity {
+    type Error = InvalidInput;
+
+    fn try_from(body: PresenceBody) -> Result<CoordinatorIdentity, InvalidInput> {
+        Ok(CoordinatorIdentity::new(
+            required("daemonId", body.daemon_id)?,
+            required("runId", body.run_id)?,
+            optional(body.session_id),
+        ))
+    }
 }
 
 /// Refuses a blank value for `field`, returning it trimmed.

@@ -153,15 +153,15 @@ pub fn check_gates(
     if task.task_mode == Some(TaskMode::Convergence) && claimant.node_is_worktree {
         return Err(ClaimRefusal::ConvergenceTargetIsWorktree);
     }
-    if let Some(pin) = task.target_session_id {
-        if !daemon_id::session_ids_equivalent(pin, &claimant.session_id) {
-            return Err(ClaimRefusal::TargetPinUnmatched);
-        }
+    if let Some(pin) = task.target_session_id
+        && !daemon_id::session_ids_equivalent(pin, &claimant.session_id)
+    {
+        return Err(ClaimRefusal::TargetPinUnmatched);
     }
-    if let Some(pin) = task.target_node_id {
-        if !daemon_id::node_pin_matches(pin, &claimant.node_id) {
-            return Err(ClaimRefusal::TargetPinUnmatched);
-        }
+    if let Some(pin) = task.target_node_id
+        && !daemon_id::node_pin_matches(pin, &claimant.node_id)
+    {
+        return Err(ClaimRefusal::TargetPinUnmatched);
     }
     if load.cap_reached {
         return Err(ClaimRefusal::ParallelCapReached);

@@ -196,10 +196,10 @@ impl NewSessionDelivery {
             return Err(InvalidInput::new("kind", "must not be blank"));
         }
         for (field, value) in [("deliverAfter", &self.deliver_after), ("expiresAt", &self.expires_at)] {
-            if let Some(v) = value {
-                if crate::Timestamp::parse_iso(v).is_none() {
-                    return Err(InvalidInput::new(field, format!("{v:?} is not an ISO-8601 instant")));
-                }
+            if let Some(v) = value
+                && crate::Timestamp::parse_iso(v).is_none()
+            {
+                return Err(InvalidInput::new(field, format!("{v:?} is not an ISO-8601 instant")));
             }
         }
         Ok(())

@@ -266,10 +266,10 @@ pub fn match_completion<'a>(
     task_id: Option<&str>,
     occurred_at: Option<&str>,
 ) -> Option<&'a Task> {
-    if let Some(id) = task_id {
-        if let Some(t) = assigned.iter().find(|t| t.id == id) {
-            return Some(t);
-        }
+    if let Some(id) = task_id
+        && let Some(t) = assigned.iter().find(|t| t.id == id)
+    {
+        return Some(t);
     }
     if assigned.len() <= 1 {
         return assigned.first();
@@ -277,10 +277,10 @@ pub fn match_completion<'a>(
     let key = |t: &Task| -> String { t.dispatch_timestamp.clone().unwrap_or_else(|| t.updated_at.clone()) };
     let mut by_dispatch: Vec<&Task> = assigned.iter().collect();
     by_dispatch.sort_by_key(|t| std::cmp::Reverse(key(t)));
-    if let Some(at) = occurred_at {
-        if let Some(t) = by_dispatch.iter().find(|t| key(t).as_str() <= at) {
-            return Some(t);
-        }
+    if let Some(at) = occurred_at
+        && let Some(t) = by_dispatch.iter().find(|t| key(t).as_str() <= at)
+    {
+        return Some(t);
     }
     by_dispatch.first().copied()
 }

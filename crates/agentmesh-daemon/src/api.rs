@@ -13,7 +13,7 @@ use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
     DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
     MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
-    WatchParams,
+    ToolCallBody, WatchParams,
 };
 use agentmesh_api::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT, MeshApi};
 use agentmesh_core::InvalidInput;
@@ -56,6 +56,8 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/dispatches", post(record_dispatch).get(dispatches))
         .route("/meshes/{mesh}/placement", post(placement))
         .route("/meshes/{mesh}/status", get(mesh_status))
+        .route("/meshes/{mesh}/coordinators/presence", post(coordinator_presence))
+        .route("/meshes/{mesh}/tool-calls", post(record_tool_call))
         .route_layer(middleware::from_fn_with_state(state, auth::require_token))
 }
 
@@ -448,4 +450,24 @@ async fn mesh_status(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.status(&mesh)).await.map(ok)
+}
+
+/// Records a call of an agent-facing tool; answers the rate guard's verdict.
+async fn record_tool_call(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<ToolCallBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.record_tool_call(&mesh, body)).await.map(ok)
+}
+
+/// A coordinator reports that it is alive, or that it ended.
+async fn coordinator_presence(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<agentmesh_api::wire::PresenceBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.coordinator_presence(&mesh, body)).await.map(ok)
 }

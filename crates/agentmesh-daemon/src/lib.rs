@@ -17,6 +17,10 @@
 //! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
 //!
+//! `/mcp` serves the MCP tools of `agentmesh_mcp` over streamable HTTP, behind
+//! the same token, on the same `LocalMesh`: each MCP session is a coordinator run
+//! of its own on this daemon's machine id ([`AppState::with_daemon_id`]).
+//!
 //! [`now`] is the daemon's only read of the wall clock.
 
 use std::sync::Arc;
@@ -50,6 +54,9 @@ pub use upkeep::{CheckpointHook, LEASE_EXPIRED_REASON, UpkeepConfig};
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// The mesh MCP sessions work in unless [`AppState::with_mcp_mesh`] names another.
+pub const DEFAULT_MCP_MESH: &str = "default";
+
 /// How often a waiting watch looks again without being woken by one of the
 /// daemon's own writes: the fallback that notices writes other processes made to
 /// the same database file.
@@ -73,6 +80,10 @@ pub struct AppState {
     metrics: Arc<Metrics>,
     /// What the upkeep loops do, and how often.
     upkeep: Arc<UpkeepConfig>,
+    /// The machine id MCP sessions act under.
+    daemon_id: String,
+    /// The mesh MCP sessions work in.
+    mcp_mesh: String,
 }
 
 impl AppState {
@@ -89,6 +100,8 @@ impl AppState {
             fallback_poll: FALLBACK_WATCH_POLL,
             metrics: Arc::new(Metrics::new()),
             upkeep: Arc::new(UpkeepConfig::default()),
+            daemon_id: agentmesh_mcp::identity::new_daemon_id(),
+            mcp_mesh: DEFAULT_MCP_MESH.to_owned(),
         }
     }
 
@@ -108,6 +121,20 @@ impl AppState {
     /// The counters `/metrics` exposes.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// Sets the machine id MCP sessions act under: the data dir's
+    /// (`agentmesh_mcp::load_or_create_daemon_id`). Without it, the daemon makes up
+    /// one for the life of the process.
+    pub fn with_daemon_id(mut self, daemon_id: impl Into<String>) -> AppState {
+        self.daemon_id = daemon_id.into();
+        self
+    }
+
+    /// Sets the mesh MCP sessions work in ([`DEFAULT_MCP_MESH`] otherwise).
+    pub fn with_mcp_mesh(mut self, mesh: impl Into<String>) -> AppState {
+        self.mcp_mesh = mesh.into();
+        self
     }
 
     /// The mesh operations (for background loops that run beside the routes).
@@ -145,20 +172,38 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
-/// The whole HTTP surface: `/healthz` (open), `/metrics` and the `/v1` API
-/// (both behind the bearer token).
+/// The whole HTTP surface: `/healthz` (open), `/metrics`, the `/v1` API and the
+/// MCP endpoint `/mcp` (all three behind the bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
 /// unknown path gets a JSON 404, an unsupported method a JSON 405. Every request,
-/// refused ones included, is counted and timed for `/metrics`.
+/// refused ones included, is counted and timed for `/metrics`. MCP sessions built
+/// by this router end only when their clients leave; [`serve`] ends them at
+/// shutdown.
 pub fn router(state: AppState) -> Router {
+    app(state, CancellationToken::new())
+}
+
+/// [`router`], with MCP sessions ended when `shutdown` is cancelled (an open
+/// session stream would otherwise hold a graceful shutdown forever).
+fn app(state: AppState, shutdown: CancellationToken) -> Router {
     let metrics = Router::new()
         .route("/metrics", get(metrics::render))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let mcp = agentmesh_mcp::http_service(
+        Arc::new(state.mesh.clone()),
+        state.mcp_mesh.clone(),
+        state.daemon_id.clone(),
+        shutdown,
+    );
+    let mcp = Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))
         .merge(metrics)
         .nest("/v1", api::routes(state.clone()))
+        .merge(mcp)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
@@ -179,8 +224,8 @@ pub async fn serve(
     // A child token: the loops stop with the server, also when it fails.
     let upkeep_shutdown = shutdown.child_token();
     let upkeep = tokio::spawn(upkeep::run(state.clone(), Arc::clone(&state.upkeep), upkeep_shutdown.clone()));
-    let served =
-        axum::serve(listener, router(state)).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    let app = app(state, shutdown.child_token());
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
     upkeep_shutdown.cancel();
     if let Err(err) = upkeep.await {
         tracing::error!(error = %err, "the upkeep loops stopped unexpectedly");

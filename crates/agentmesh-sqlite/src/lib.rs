@@ -217,8 +217,8 @@ impl SqliteStore {
 
     /// Whether this tool call is due for the rate guard's sweep of old rows.
     fn tool_call_sweep_due(&self) -> bool {
-        (self.tool_calls.fetch_add(1, Ordering::Relaxed) + 1) % agentmesh_core::rate_guard::SWEEP_EVERY_CALLS
-            == 0
+        (self.tool_calls.fetch_add(1, Ordering::Relaxed) + 1)
+            .is_multiple_of(agentmesh_core::rate_guard::SWEEP_EVERY_CALLS)
     }
 
     /// What became of the legacy queue file of `mesh_id`, once it was considered.

@@ -104,6 +104,8 @@ pub enum Command {
     /// Import an original ADHDev ledger directory (database, queue and inbox files)
     #[command(name = "import-adhdev")]
     ImportAdhdev(ImportAdhdevArgs),
+    /// Serve the MCP tools over stdin/stdout, for an agent's MCP configuration
+    Mcp(McpArgs),
 }
 
 /// Shown after `agentmesh work --help`.
@@ -153,6 +155,15 @@ pub struct ImportAdhdevArgs {
     /// <mesh>.queue.json and *.pending-events.jsonl files)
     #[arg(value_name = "LEDGER_DIR")]
     pub ledger_dir: PathBuf,
+}
+
+/// Arguments of `mcp`.
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The agent session this server belongs to: events for a coordinator session
+    /// go only to it, and worker tools use it when called without a sessionId
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
 }
 
 /// Arguments of `serve`.

@@ -71,7 +71,7 @@ const COORDINATOR_A: Address = Address { daemon: "mach_A", run: Some("run-1"), s
 /// `task_completed`, the rest `task_progress`, with the task, a session and an
 /// 80-byte summary in the metadata, queued at instant `i`.
 fn event(i: usize, to: Address) -> (PendingEvent, EmitHint) {
-    let name = if i % 3 == 0 { "task_completed" } else { "task_progress" };
+    let name = if i.is_multiple_of(3) { "task_completed" } else { "task_progress" };
     let mut metadata = Map::new();
     metadata.insert("taskId".to_owned(), Value::from(format!("task-{i}")));
     metadata.insert("sessionId".to_owned(), Value::from(format!("session-{}", i % 50)));

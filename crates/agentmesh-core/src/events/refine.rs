@@ -29,10 +29,11 @@ pub fn jobs_missing_a_terminal(events: &[Value]) -> Vec<String> {
         .collect();
     let mut missing: Vec<String> = Vec::new();
     for e in events.iter().filter(|e| e.get("event").and_then(Value::as_str) == Some(REFINE_ACCEPTED)) {
-        if let Some(job) = read_refine_job_id(e) {
-            if !terminal.contains(job) && !missing.iter().any(|m| m == job) {
-                missing.push(job.to_owned());
-            }
+        if let Some(job) = read_refine_job_id(e)
+            && !terminal.contains(job)
+            && !missing.iter().any(|m| m == job)
+        {
+            missing.push(job.to_owned());
         }
     }
     missing

@@ -26,6 +26,7 @@ mod dispatches;
 mod events;
 mod import_adhdev;
 mod ledger;
+mod mcp;
 mod mission;
 mod serve;
 mod sessions;
@@ -49,7 +50,7 @@ pub struct Context {
     /// The store, opened by the first command that needs it.
     store: OnceCell<Arc<dyn Store>>,
     /// The mesh operations, set up by the first command that needs them.
-    api: OnceCell<Box<dyn MeshApi>>,
+    api: OnceCell<Arc<dyn MeshApi>>,
 }
 
 impl Context {
@@ -88,14 +89,25 @@ impl Context {
 
     /// The mesh operations: against the daemon of `--server`, else on the data dir.
     pub fn api(&self) -> anyhow::Result<&dyn MeshApi> {
+        Ok(self.shared_api()?.as_ref())
+    }
+
+    /// [`Context::api`], as a handle that can outlive the borrow (for servers that
+    /// hand it to other threads).
+    pub fn shared_api(&self) -> anyhow::Result<&Arc<dyn MeshApi>> {
         if let Some(api) = self.api.get() {
-            return Ok(api.as_ref());
+            return Ok(api);
         }
-        let api: Box<dyn MeshApi> = match &self.server {
-            Some(url) => Box::new(RemoteMesh::new(url, &self.client_token()?)?),
-            None => Box::new(LocalMesh::new(Arc::clone(self.store()?), crate::now)),
+        let api: Arc<dyn MeshApi> = match &self.server {
+            Some(url) => Arc::new(RemoteMesh::new(url, &self.client_token()?)?),
+            None => Arc::new(LocalMesh::new(Arc::clone(self.store()?), crate::now)),
         };
-        Ok(self.api.get_or_init(|| api).as_ref())
+        Ok(self.api.get_or_init(|| api))
+    }
+
+    /// The data dir.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     /// The token a client presents: `--token-file`, else `$AGENTMESH_TOKEN`, else
@@ -169,6 +181,7 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Dispatches => dispatches::run(ctx, out),
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
+        Command::Mcp(args) => mcp::run(ctx, args),
     }
 }
 

@@ -38,7 +38,10 @@ pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let checkpoint: CheckpointHook =
         Arc::new(move || wal.checkpoint_if_wal_exceeds(UPKEEP_WAL_MAX_BYTES).map_err(|err| err.to_string()));
     let upkeep = UpkeepConfig { checkpoint: Some(checkpoint), ..UpkeepConfig::default() };
-    let state = AppState::new(store, token).with_upkeep(upkeep);
+    let daemon_id = agentmesh_mcp::load_or_create_daemon_id(&ctx.data_dir)
+        .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir.display()))?;
+    let state =
+        AppState::new(store, token).with_upkeep(upkeep).with_daemon_id(daemon_id).with_mcp_mesh(ctx.mesh());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

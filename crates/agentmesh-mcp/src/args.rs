@@ -1,0 +1,474 @@
+//! Tool arguments, as the agent sends them, and the tool error it gets back.
+//!
+//! Each tool takes its own argument struct: the field docs are what the agent
+//! reads in the tool's input schema, so they say what a field means and when to
+//! set it, in the agent's terms. The structs convert into the shared wire bodies
+//! of `agentmesh_api::wire`; identity fields (the coordinator of a task, the
+//! drainer of events) are filled from the server's identity and never asked for.
+//!
+//! Arguments are parsed with `serde_path_to_error`, so a wrong one is reported by
+//! its path (`tasks[1].dependsOn`), as a tool error the agent can correct, never
+//! as a protocol error that would look like a broken server.
+
+use agentmesh_api::MeshError;
+use agentmesh_api::wire::NodeBody;
+use agentmesh_store::StoreError;
+use rmcp::ErrorData;
+use rmcp::handler::server::tool::IntoCallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, JsonObject};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A failure the agent sees as a tool result with `isError: true`, whose one text
+/// block is this value as JSON.
+///
+/// It is never put in `structuredContent`: clients validate structured content
+/// against a tool's output schema even on errors.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolError {
+    /// Stable machine-readable code: `invalid_argument`, `task_not_found`, ...
+    pub code: String,
+    /// What went wrong, in words.
+    pub message: String,
+    /// The argument at fault, by its path, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+impl ToolError {
+    /// An argument the agent must correct.
+    pub fn invalid_argument(field: impl Into<String>, message: impl Into<String>) -> ToolError {
+        ToolError { code: "invalid_argument".into(), message: message.into(), field: Some(field.into()) }
+    }
+
+    /// A failure of the server itself (a panicked or lost operation).
+    pub fn internal(message: impl Into<String>) -> ToolError {
+        ToolError { code: "internal".into(), message: message.into(), field: None }
+    }
+
+    /// The tool result carrying this error.
+    pub fn to_result(&self) -> CallToolResult {
+        let text = serde_json::to_string(self).unwrap_or_else(|_| self.message.clone());
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    }
+}
+
+impl From<MeshError> for ToolError {
+    fn from(err: MeshError) -> ToolError {
+        let field = match &err {
+            MeshError::Store(StoreError::InvalidInput(input)) => Some(input.field.clone()),
+            _ => None,
+        };
+        ToolError { code: err.code().to_owned(), message: err.to_string(), field }
+    }
+}
+
+impl IntoCallToolResult for ToolError {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
+        Ok(self.to_result().into())
+    }
+}
+
+/// Deserializes tool arguments; a failure names the argument's path.
+pub fn parse<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ToolError> {
+    serde_path_to_error::deserialize(Value::Object(arguments)).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner().to_string();
+        if path == "." {
+            // At the root serde names the field itself: "missing field `message`".
+            let field = backticked(&inner).unwrap_or_default();
+            ToolError {
+                code: "invalid_argument".into(),
+                message: format!("invalid arguments: {inner}"),
+                field: Some(field).filter(|f| !f.is_empty()),
+            }
+        } else {
+            ToolError::invalid_argument(path.clone(), format!("invalid argument `{path}`: {inner}"))
+        }
+    })
+}
+
+/// The first name in backticks in a serde message.
+fn backticked(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+/// A tool that takes no arguments.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArgs {}
+
+/// One task to enqueue.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskSpec {
+    /// The instruction for the worker, written so a coding agent with no other
+    /// context can do the work: what to change, where, and what "done" means.
+    pub message: String,
+    /// Your own id for the task. Leave it out to get a fresh one.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Only in `enqueue_tasks`: a short name for this task within the batch (e.g.
+    /// `parser`), so another task of the batch can say `"dependsOn": ["parser"]`.
+    #[serde(default, rename = "ref")]
+    pub reference: Option<String>,
+    /// Pull priority: `low`, `normal` (default) or `high`. Higher is claimed first.
+    #[serde(default)]
+    pub priority: Option<String>,
+    /// Ids of tasks that must complete before this one may be claimed. In
+    /// `enqueue_tasks` you may also name the `ref` of another task of the same batch.
+    #[serde(default)]
+    pub depends_on: Vec<String>,
+    /// Capability tags the claiming node must offer (e.g. `gpu`, `macos`).
+    #[serde(default)]
+    pub required_tags: Vec<String>,
+    /// Only this node may claim the task.
+    #[serde(default)]
+    pub target_node_id: Option<String>,
+    /// Only this worker session may claim the task.
+    #[serde(default)]
+    pub target_session_id: Option<String>,
+    /// The mission the task belongs to (see `upsert_mission`); its progress counts it.
+    #[serde(default)]
+    pub mission_id: Option<String>,
+    /// Kind of work, e.g. `code`, `review`, `research`.
+    #[serde(default)]
+    pub task_mode: Option<String>,
+    /// True when the work only reads (review, research); such tasks may run beside
+    /// other work on a busy node.
+    #[serde(default)]
+    pub readonly: Option<bool>,
+    /// How often the task may be requeued before it fails (the mesh default when absent).
+    #[serde(default)]
+    pub max_retries: Option<i64>,
+    /// Structured input handed to the worker with the message.
+    #[serde(default)]
+    pub input: Option<Value>,
+}
+
+impl TaskSpec {
+    pub(crate) fn into_body(self) -> agentmesh_api::wire::EnqueueBody {
+        agentmesh_api::wire::EnqueueBody {
+            message: self.message,
+            id: self.id,
+            reference: self.reference,
+            priority: self.priority,
+            depends_on: self.depends_on,
+            required_tags: self.required_tags,
+            target_node_id: self.target_node_id,
+            target_session_id: self.target_session_id,
+            mission_id: self.mission_id,
+            task_mode: self.task_mode,
+            readonly: self.readonly,
+            max_retries: self.max_retries,
+            input: self.input,
+            ..Default::default()
+        }
+    }
+}
+
+/// Arguments of `enqueue_tasks`.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EnqueueTasksArgs {
+    /// The tasks, in order. All are enqueued or none.
+    pub tasks: Vec<TaskSpec>,
+}
+
+/// Arguments of `list_tasks`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListTasksArgs {
+    /// Only tasks in these statuses, comma-separated: `pending`, `assigned`,
+    /// `completed`, `failed`, `cancelled`. Every task when absent.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// A tool that names one task.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TaskIdArgs {
+    /// The task's id, as `enqueue_task` or `list_tasks` returned it.
+    pub task_id: String,
+}
+
+/// Arguments of `cancel_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CancelTaskArgs {
+    /// The task to withdraw (pending or assigned).
+    pub task_id: String,
+    /// Why, for the ledger.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// Arguments of `requeue_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueTaskArgs {
+    /// The task to put back in the queue.
+    pub task_id: String,
+    /// Why, for the ledger.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Requeue even an assigned or finished task and ignore its retry budget.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Arguments of `get_pending_mesh_events`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainArgs {
+    /// Budget on the characters of event text returned. The oldest events that
+    /// fit are returned (always at least one); the rest stay queued for the next
+    /// call. Leave it out to take everything (up to `limit`).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub max_chars: Option<u64>,
+    /// At most this many events (100 when absent).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub limit: Option<u32>,
+}
+
+/// Arguments of `wait_for_mesh_events`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaitArgs {
+    /// How long to wait for an event, in seconds (25 when absent, at most 50).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 50))]
+    pub seconds: Option<u64>,
+}
+
+/// Arguments of `ledger_tail`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LedgerArgs {
+    /// How many of the newest entries (20 when absent).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub tail: Option<u32>,
+    /// Only entries of these kinds, comma-separated (e.g. `task_completed,task_failed`).
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Only entries at or after this ISO-8601 instant.
+    #[serde(default)]
+    pub since: Option<String>,
+}
+
+/// Arguments of `upsert_mission`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MissionArgs {
+    /// The mission's id, chosen by you (e.g. `auth-rewrite`). An existing id updates it.
+    pub mission_id: String,
+    /// A short title.
+    pub title: String,
+    /// What done looks like (kept on update when absent).
+    #[serde(default)]
+    pub goal: Option<String>,
+    /// `active` (default for a new mission), `paused`, `completed` or `abandoned`;
+    /// kept on update when absent.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// Arguments of `list_missions`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListMissionsArgs {
+    /// Only missions in these statuses, comma-separated. Every mission when absent.
+    #[serde(default)]
+    pub status: Option<String>,
+}
+
+/// Arguments of `show_mission`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MissionIdArgs {
+    /// The mission's id.
+    pub mission_id: String,
+}
+
+/// Arguments of `suggest_node`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SuggestNodeArgs {
+    /// The task to place.
+    pub task_id: String,
+    /// The nodes to choose from, in your order of preference.
+    pub nodes: Vec<NodeBody>,
+    /// `first_eligible` (default), `least_loaded`, `round_robin` or `priority_only`.
+    #[serde(default)]
+    pub strategy: Option<String>,
+}
+
+/// How `send_to_session` hands a message over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SendMode {
+    /// Queue it; the session reads it with `read_deliveries`.
+    #[default]
+    Queue,
+    /// Dispatch task `taskId` to the session directly (recorded as a direct
+    /// dispatch) and queue the message for it as a delivery of kind `task`.
+    Dispatch,
+}
+
+/// Arguments of `send_to_session`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendArgs {
+    /// The worker session to reach.
+    pub session_id: String,
+    /// The text to hand over.
+    pub message: String,
+    /// The node the session runs on, when you know it.
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// The task the message concerns (required with `mode: "dispatch"`).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// `queue` (default) or `dispatch`.
+    #[serde(default)]
+    pub mode: SendMode,
+    /// Higher goes first among the session's deliveries (0 when absent).
+    #[serde(default)]
+    pub priority: Option<i64>,
+}
+
+/// Arguments of `claim_task`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClaimArgs {
+    /// Your worker session id. Needed unless the server was started with `--session`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The node you run on (this machine's daemon id when absent).
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// Capability tags you offer; tasks requiring other tags are not handed to you.
+    #[serde(default)]
+    pub capability_tags: Vec<String>,
+    /// Your provider type, e.g. `claude-code`.
+    #[serde(default)]
+    pub provider_type: Option<String>,
+    /// Lease length in milliseconds (the mesh default when absent). Send
+    /// `heartbeat_task` before it runs out, or the task goes back to the queue.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub lease_ms: Option<u32>,
+}
+
+/// Arguments of `heartbeat_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeartbeatArgs {
+    /// The task you hold.
+    pub task_id: String,
+    /// The `epoch` that `claim_task` returned with the task.
+    pub epoch: u64,
+    /// New lease length from now, in milliseconds (300000 = 5 minutes when absent).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub lease_ms: Option<u32>,
+    /// Your worker session id. Needed unless the server was started with `--session`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Arguments of `complete_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompleteArgs {
+    /// What you did and what the coordinator should know: files changed, tests
+    /// run, open questions. The coordinator reads this text.
+    pub summary: String,
+    /// The task (your assigned task when absent).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// The `epoch` that `claim_task` returned; a report for an older claim is refused.
+    #[serde(default)]
+    pub epoch: Option<u64>,
+    /// Your worker session id. Needed unless the server was started with `--session`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Arguments of `fail_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailArgs {
+    /// Why the task could not be done, so the coordinator can decide what next.
+    pub reason: String,
+    /// What you did before giving up, if anything.
+    #[serde(default)]
+    pub summary: Option<String>,
+    /// The task (your assigned task when absent).
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// The `epoch` that `claim_task` returned.
+    #[serde(default)]
+    pub epoch: Option<u64>,
+    /// Your worker session id. Needed unless the server was started with `--session`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// A worker tool that needs only the session.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionArgs {
+    /// Your worker session id. Needed unless the server was started with `--session`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Arguments of `report_idle`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IdleArgs {
+    /// Your worker session id. Needed unless the server was started with `--session`.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// The node you run on (this machine's daemon id when absent).
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// Your provider type (`claude-code` when absent).
+    #[serde(default)]
+    pub provider_type: Option<String>,
+    /// How long the report holds, in seconds (300 when absent).
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub ttl_secs: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> JsonObject {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn errors_name_the_argument() {
+        let err =
+            parse::<EnqueueTasksArgs>(obj(serde_json::json!({"tasks": [{"message": "a"}, {"message": 5}]})))
+                .unwrap_err();
+        assert_eq!(err.code, "invalid_argument");
+        assert_eq!(err.field.as_deref(), Some("tasks[1].message"));
+        let err = parse::<TaskIdArgs>(obj(serde_json::json!({}))).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("taskId"));
+        let err = parse::<WaitArgs>(obj(serde_json::json!({"secs": 3}))).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("secs"));
+    }
+}

@@ -1,0 +1,121 @@
+//! Who is calling: the machine's daemon id, the coordinator run and the session.
+//!
+//! The daemon id names the machine. It is created once per data dir
+//! (`<data-dir>/daemon-id`, `mach_<uuid>`) and read by every later process, so a
+//! coordinator that restarts is still the same machine. The run id is fresh for
+//! each `agentmesh mcp` process (and each HTTP MCP session): completion events are
+//! addressed to the run that enqueued the task, so two coordinators on one machine
+//! each receive only their own.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+
+use agentmesh_api::wire::{CoordinatorBody, DrainBody};
+
+/// The daemon-id file's name in the data dir.
+pub const DAEMON_ID_FILE_NAME: &str = "daemon-id";
+
+/// The identity a tool server acts under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The machine (`mach_...`).
+    pub daemon_id: String,
+    /// This coordinator run.
+    pub run_id: String,
+    /// The agent session, when the agent was started with one.
+    pub session_id: Option<String>,
+}
+
+impl Identity {
+    /// An identity on machine `daemon_id` with a fresh run id.
+    pub fn fresh_run(daemon_id: impl Into<String>, session_id: Option<String>) -> Identity {
+        Identity {
+            daemon_id: daemon_id.into(),
+            run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
+            session_id: session_id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()),
+        }
+    }
+
+    /// The coordinator stamp of a task this identity enqueues.
+    pub fn coordinator(&self) -> CoordinatorBody {
+        CoordinatorBody {
+            daemon_id: Some(self.daemon_id.clone()),
+            run_id: Some(self.run_id.clone()),
+            session_id: self.session_id.clone(),
+        }
+    }
+
+    /// The drain request of this coordinator.
+    pub fn drain_body(&self, limit: Option<u32>) -> DrainBody {
+        DrainBody {
+            daemon_id: self.daemon_id.clone(),
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            limit,
+            ..DrainBody::default()
+        }
+    }
+}
+
+/// A fresh daemon id: `mach_` and a random UUID without dashes.
+pub fn new_daemon_id() -> String {
+    format!("mach_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Reads the daemon id of the data dir `dir`, creating it (and the dir) on first
+/// use. Two processes starting at once agree: the file is created exclusively and
+/// the loser reads the winner's id.
+pub fn load_or_create_daemon_id(dir: &Path) -> io::Result<String> {
+    let path = dir.join(DAEMON_ID_FILE_NAME);
+    match read_id(&path) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        read => return read,
+    }
+    fs::create_dir_all(dir)?;
+    let id = new_daemon_id();
+    match OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(mut file) => {
+            file.write_all(format!("{id}\n").as_bytes())?;
+            file.sync_all()?;
+            Ok(id)
+        }
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => read_id(&path),
+        Err(err) => Err(err),
+    }
+}
+
+fn read_id(path: &Path) -> io::Result<String> {
+    let text = fs::read_to_string(path)?;
+    let id = text.trim();
+    if id.is_empty() || id.chars().any(char::is_whitespace) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} holds no daemon id", path.display()),
+        ));
+    }
+    Ok(id.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_daemon_id_is_created_once_per_data_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = load_or_create_daemon_id(&dir.path().join("data")).unwrap();
+        assert!(first.starts_with("mach_") && first.len() == 5 + 32, "{first}");
+        assert_eq!(load_or_create_daemon_id(&dir.path().join("data")).unwrap(), first);
+        assert_ne!(load_or_create_daemon_id(dir.path()).unwrap(), first);
+    }
+
+    #[test]
+    fn each_run_is_new_and_stamps_the_coordinator() {
+        let a = Identity::fresh_run("mach_x", Some(" s1 ".into()));
+        let b = Identity::fresh_run("mach_x", None);
+        assert_ne!(a.run_id, b.run_id);
+        assert_eq!(a.coordinator().session_id.as_deref(), Some("s1"));
+        assert_eq!(b.drain_body(Some(3)).limit, Some(3));
+    }
+}

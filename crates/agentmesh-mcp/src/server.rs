@@ -1,0 +1,618 @@
+//! [`MeshTools`]: the MCP tool server, one instance per MCP session.
+//!
+//! Every tool is an adapter: it parses its arguments (a mistake is a tool error
+//! naming the argument), runs one or two [`MeshApi`] operations and answers a text
+//! the agent reads plus the same data as structured content. `MeshApi` is
+//! synchronous (a SQLite transaction, or a blocking HTTP request to a daemon), so
+//! every operation runs on Tokio's blocking pool, never on a runtime worker.
+//!
+//! Every call is recorded for the rate guard before the tool runs; when the guard
+//! says a tool is called too often, its advisory is appended to the result and the
+//! agent is pointed at `wait_for_mesh_events`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentmesh_api::views::DrainView;
+use agentmesh_api::wire::{
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
+    DispatchBody, HeartbeatBody, IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams,
+    PlacementBody, PresenceBody, RequeueBody, ToolCallBody,
+};
+use agentmesh_api::{MeshApi, MeshResult};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{ToolCallContext, schema_for_input};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::args::{
+    self, CancelTaskArgs, ClaimArgs, CompleteArgs, DrainArgs, EnqueueTasksArgs, FailArgs, HeartbeatArgs,
+    IdleArgs, LedgerArgs, ListMissionsArgs, ListTasksArgs, MissionArgs, MissionIdArgs, NoArgs,
+    RequeueTaskArgs, SendArgs, SendMode, SessionArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError,
+    WaitArgs,
+};
+use crate::identity::Identity;
+use crate::render::{EventForAgent, events_text, fit_budget};
+
+/// The name of the wait tool, which the rate guard's advice points to.
+pub const WAIT_TOOL: &str = "wait_for_mesh_events";
+/// How long `wait_for_mesh_events` waits when the agent names no time, in seconds.
+pub const DEFAULT_WAIT_SECS: u64 = 25;
+/// The longest `wait_for_mesh_events` waits, in seconds: below the 60 s request
+/// timeout common MCP clients apply.
+pub const MAX_WAIT_SECS: u64 = 50;
+/// How many ledger entries `ledger_tail` shows when the agent names no number.
+const DEFAULT_LEDGER_TAIL: u32 = 20;
+/// The lease a heartbeat extends to when the agent names none.
+const DEFAULT_HEARTBEAT_LEASE_MS: u32 = 300_000;
+/// The provider type of an idle report that names none.
+const DEFAULT_PROVIDER: &str = "claude-code";
+
+/// The MCP tool server over one mesh, acting under one [`Identity`].
+#[derive(Clone)]
+pub struct MeshTools {
+    api: Arc<dyn MeshApi>,
+    mesh: Arc<str>,
+    identity: Arc<Identity>,
+    tool_router: ToolRouter<MeshTools>,
+    /// When this coordinator last said it is alive.
+    last_presence: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+/// How often a coordinator renews its presence while it calls tools or runs: well
+/// inside the store's two-minute liveness window.
+pub const PRESENCE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl std::fmt::Debug for MeshTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MeshTools")
+            .field("mesh", &self.mesh)
+            .field("identity", &self.identity)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The input schema of a tool whose arguments are `T`.
+fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    schema_for_input::<T>().expect("tool arguments are JSON objects")
+}
+
+/// A successful result: `text` for the agent to read, `data` as structured content.
+fn answer(text: impl Into<String>, data: Value) -> CallToolResult {
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text.into())]);
+    result.structured_content = Some(data);
+    result
+}
+
+/// A successful result whose text is `data` as indented JSON.
+fn answer_json(data: impl Serialize) -> Result<CallToolResult, ToolError> {
+    let value = serde_json::to_value(data).map_err(|err| ToolError::internal(err.to_string()))?;
+    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+    Ok(answer(text, value))
+}
+
+type ToolResult = Result<CallToolResult, ToolError>;
+
+impl MeshTools {
+    /// A server for `mesh` over `api`, acting as `identity`.
+    pub fn new(api: Arc<dyn MeshApi>, mesh: impl Into<Arc<str>>, identity: Identity) -> MeshTools {
+        MeshTools {
+            api,
+            mesh: mesh.into(),
+            identity: Arc::new(identity),
+            tool_router: Self::tool_router(),
+            last_presence: Arc::new(std::sync::Mutex::new(None)),
+        }
+    }
+
+    /// Tells the mesh this coordinator is alive (`ended: false`) or gone
+    /// (`ended: true`), so unicasts addressed to its run stay its own while it lives
+    /// and pass to the next run on this machine once it is gone. A failure is
+    /// logged, never fatal.
+    pub async fn report_presence(&self, ended: bool) {
+        let body = PresenceBody {
+            daemon_id: self.identity.daemon_id.clone(),
+            run_id: self.identity.run_id.clone(),
+            session_id: self.identity.session_id.clone(),
+            ended,
+        };
+        match self.run(move |api, mesh| api.coordinator_presence(mesh, body)).await {
+            Ok(_) => {
+                let mut last = self.last_presence.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                *last = (!ended).then(std::time::Instant::now);
+            }
+            Err(err) => {
+                tracing::warn!(ended, error = %err.message, "could not report the coordinator's presence")
+            }
+        }
+    }
+
+    /// Renews the presence when the last report is older than [`PRESENCE_EVERY`].
+    async fn renew_presence(&self) {
+        let due = self
+            .last_presence
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_none_or(|at| at.elapsed() >= PRESENCE_EVERY);
+        if due {
+            self.report_presence(false).await;
+        }
+    }
+
+    /// The identity the server acts under.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// Runs one mesh operation on the blocking pool.
+    async fn run<T, F>(&self, op: F) -> Result<T, ToolError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn MeshApi, &str) -> MeshResult<T> + Send + 'static,
+    {
+        let api = Arc::clone(&self.api);
+        let mesh = Arc::clone(&self.mesh);
+        match tokio::task::spawn_blocking(move || op(api.as_ref(), &mesh)).await {
+            Ok(result) => result.map_err(ToolError::from),
+            Err(err) => Err(ToolError::internal(format!("the mesh operation did not finish: {err}"))),
+        }
+    }
+
+    /// The worker session: the argument, else the server's `--session`.
+    fn session(&self, given: Option<String>) -> Result<String, ToolError> {
+        given
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .or_else(|| self.identity.session_id.clone())
+            .ok_or_else(|| {
+                ToolError::invalid_argument(
+                    "sessionId",
+                    "no worker session: pass sessionId (or start the server with --session)",
+                )
+            })
+    }
+
+    /// The node: the argument, else this machine's daemon id.
+    fn node(&self, given: Option<String>) -> String {
+        given
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| self.identity.daemon_id.clone())
+    }
+
+    /// Records a call of `tool`; the guard's advisory when it tripped. A failure to
+    /// record never fails the tool.
+    async fn record_call(&self, tool: &str) -> Option<String> {
+        let body = ToolCallBody { tool: tool.to_owned(), session_id: self.identity.session_id.clone() };
+        match self.run(move |api, mesh| api.record_tool_call(mesh, body)).await {
+            Ok(verdict) => verdict.advisory.filter(|_| verdict.rate_limit_exceeded),
+            Err(err) => {
+                tracing::warn!(tool, error = %err.message, "could not record the tool call");
+                None
+            }
+        }
+    }
+
+    /// The answer of a drain or a wait.
+    fn events_answer(events: Vec<EventForAgent>, left: Option<usize>, empty: &str) -> CallToolResult {
+        let mut text = if events.is_empty() { empty.to_owned() } else { events_text(&events) };
+        if let Some(left) = left.filter(|n| *n > 0) {
+            text.push_str(&format!(
+                "\n\n{left} more event(s) stay queued (over the maxChars budget); call get_pending_mesh_events again to read them."
+            ));
+        }
+        let mut data = json!({ "events": events });
+        if let Some(left) = left {
+            data["remaining"] = json!(left);
+        }
+        answer(text, data)
+    }
+}
+
+#[tool_router]
+impl MeshTools {
+    #[tool(
+        description = "Overview of the mesh: task counts by status, active assignments, idle worker sessions, \
+queued coordinator events and the newest ledger entries. Use it to orient yourself or when the user asks for \
+status; do not call it in a loop to wait for progress (use wait_for_mesh_events).",
+        input_schema = schema::<NoArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn mesh_status(&self, arguments: JsonObject) -> ToolResult {
+        let NoArgs {} = args::parse(arguments)?;
+        let identity = Arc::clone(&self.identity);
+        let status = self.run(|api, mesh| api.status(mesh)).await?;
+        let mut data = serde_json::to_value(&status).map_err(|e| ToolError::internal(e.to_string()))?;
+        data["you"] = json!({ "daemonId": identity.daemon_id, "runId": identity.run_id, "sessionId": identity.session_id });
+        answer_json(data)
+    }
+
+    #[tool(
+        description = "Enqueue one task for a worker agent. Returns the task with its id. When a worker \
+completes or fails it, the event comes to you (this coordinator run) through wait_for_mesh_events or \
+get_pending_mesh_events, with the worker's summary. For several related tasks use enqueue_tasks.",
+        input_schema = schema::<TaskSpec>()
+    )]
+    async fn enqueue_task(&self, arguments: JsonObject) -> ToolResult {
+        let spec: TaskSpec = args::parse(arguments)?;
+        let mut body = spec.into_body();
+        body.coordinator = Some(self.identity.coordinator());
+        let task = self.run(move |api, mesh| api.enqueue(mesh, body)).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Enqueue several tasks at once, all or none. Give a task a `ref` and another task of \
+the batch can depend on it with `\"dependsOn\": [\"<ref>\"]`; a dependent task is claimed only after its \
+dependencies complete. Returns the tasks with their ids, in order.",
+        input_schema = schema::<EnqueueTasksArgs>()
+    )]
+    async fn enqueue_tasks(&self, arguments: JsonObject) -> ToolResult {
+        let batch: EnqueueTasksArgs = args::parse(arguments)?;
+        let body = BatchEnqueueBody {
+            tasks: batch.tasks.into_iter().map(TaskSpec::into_body).collect(),
+            coordinator: Some(self.identity.coordinator()),
+        };
+        let tasks = self.run(move |api, mesh| api.enqueue_batch(mesh, body)).await?;
+        answer_json(json!({ "tasks": tasks }))
+    }
+
+    #[tool(
+        description = "List the tasks of the mesh, oldest first, optionally only some statuses. For one \
+task in full use show_task.",
+        input_schema = schema::<ListTasksArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn list_tasks(&self, arguments: JsonObject) -> ToolResult {
+        let ListTasksArgs { status } = args::parse(arguments)?;
+        let tasks = self.run(move |api, mesh| api.list_tasks(mesh, ListParams { status })).await?;
+        answer_json(json!({ "tasks": tasks }))
+    }
+
+    #[tool(
+        description = "Show one task: status, assignment, attempts, dependencies, the worker's final \
+summary or failure reason.",
+        input_schema = schema::<TaskIdArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn show_task(&self, arguments: JsonObject) -> ToolResult {
+        let TaskIdArgs { task_id } = args::parse(arguments)?;
+        let task = self.run(move |api, mesh| api.show_task(mesh, &task_id)).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Cancel a pending or assigned task: it will not be claimed (again). Use it when the \
+work is no longer wanted.",
+        input_schema = schema::<CancelTaskArgs>()
+    )]
+    async fn cancel_task(&self, arguments: JsonObject) -> ToolResult {
+        let CancelTaskArgs { task_id, reason } = args::parse(arguments)?;
+        let task = self.run(move |api, mesh| api.cancel_task(mesh, &task_id, CancelBody { reason })).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Put a task back in the queue so another worker can claim it (e.g. after a failure \
+you want retried). Answers `pending`, or `retries_exhausted` when its retry budget is spent (use force to \
+override).",
+        input_schema = schema::<RequeueTaskArgs>()
+    )]
+    async fn requeue_task(&self, arguments: JsonObject) -> ToolResult {
+        let RequeueTaskArgs { task_id, reason, force } = args::parse(arguments)?;
+        let body = RequeueBody { reason, force, ..RequeueBody::default() };
+        let requeued = self.run(move |api, mesh| api.requeue_task(mesh, &task_id, body)).await?;
+        answer_json(requeued)
+    }
+
+    #[tool(
+        description = "Take the events queued for you (this coordinator run): task completions with the \
+worker's summary, failures with the reason, and other mesh notices, oldest first, each as a sentence plus \
+its fields. Returned events are removed from the queue. Does not wait; to block until something happens \
+use wait_for_mesh_events. Set maxChars to cap how much text comes back: what does not fit stays queued.",
+        input_schema = schema::<DrainArgs>()
+    )]
+    async fn get_pending_mesh_events(&self, arguments: JsonObject) -> ToolResult {
+        let DrainArgs { max_chars, limit } = args::parse(arguments)?;
+        if max_chars == Some(0) {
+            return Err(ToolError::invalid_argument("maxChars", "must be at least 1"));
+        }
+        let body = self.identity.drain_body(limit);
+        let Some(budget) = max_chars else {
+            let drained: DrainView = self.run(move |api, mesh| api.drain(mesh, body)).await?;
+            let events = drained.events.iter().map(EventForAgent::from_view).collect();
+            return Ok(Self::events_answer(events, None, "No events are queued for you."));
+        };
+        // Peek, keep the oldest events that fit, and mark exactly those drained:
+        // the others are never touched and stay queued.
+        let peeked = self.run(move |api, mesh| api.peek(mesh, body)).await?;
+        let mut events: Vec<EventForAgent> = peeked.iter().map(EventForAgent::from_view).collect();
+        let taken = fit_budget(&events, Some(budget));
+        let left = events.len() - taken;
+        events.truncate(taken);
+        if !events.is_empty() {
+            let ids: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
+            self.run(move |api, mesh| api.ack(mesh, AckBody { ids })).await?;
+        }
+        Ok(Self::events_answer(events, Some(left), "No events are queued for you."))
+    }
+
+    #[tool(
+        description = "Wait until an event for you (this coordinator run) arrives, up to `seconds` \
+(default 25, at most 50), and take it: this is how to wait for workers instead of polling. Returns the \
+events (completions carry the worker's summary), or says that none came yet; then simply call it again.",
+        input_schema = schema::<WaitArgs>(),
+    )]
+    async fn wait_for_mesh_events(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> ToolResult {
+        let WaitArgs { seconds } = args::parse(arguments)?;
+        let seconds = seconds.unwrap_or(DEFAULT_WAIT_SECS);
+        if !(1..=MAX_WAIT_SECS).contains(&seconds) {
+            return Err(ToolError::invalid_argument(
+                "seconds",
+                format!("must be between 1 and {MAX_WAIT_SECS}"),
+            ));
+        }
+        let body = self.identity.drain_body(None);
+        let wait = self.run(move |api, mesh| api.watch(mesh, body, Duration::from_secs(seconds)));
+        let drained = tokio::select! {
+            drained = wait => drained?,
+            () = context.ct.cancelled() => return Err(ToolError::internal("the wait was cancelled")),
+        };
+        let events = drained.events.iter().map(EventForAgent::from_view).collect();
+        let empty = format!("No events yet (waited {seconds}s). Call {WAIT_TOOL} again to keep waiting.");
+        Ok(Self::events_answer(events, None, &empty))
+    }
+
+    #[tool(
+        description = "The newest entries of the mesh's ledger (the durable record of every task change), \
+oldest first. Use it to see what happened recently, e.g. which tasks were claimed, completed or requeued.",
+        input_schema = schema::<LedgerArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn ledger_tail(&self, arguments: JsonObject) -> ToolResult {
+        let LedgerArgs { tail, kind, since } = args::parse(arguments)?;
+        let params = LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind };
+        let entries = self.run(move |api, mesh| api.ledger_tail(mesh, params)).await?;
+        answer_json(json!({ "entries": entries }))
+    }
+
+    #[tool(
+        description = "Create or update a mission: a named goal that groups tasks (enqueue them with \
+missionId). Its progress is counted from its tasks.",
+        input_schema = schema::<MissionArgs>()
+    )]
+    async fn upsert_mission(&self, arguments: JsonObject) -> ToolResult {
+        let MissionArgs { mission_id, title, goal, status } = args::parse(arguments)?;
+        let body = MissionBody { id: mission_id, title, goal, status };
+        let saved = self.run(move |api, mesh| api.upsert_mission(mesh, body)).await?;
+        answer_json(saved)
+    }
+
+    #[tool(
+        description = "List the missions of the mesh, most recently updated first, each with its progress \
+(tasks by status, percent complete).",
+        input_schema = schema::<ListMissionsArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn list_missions(&self, arguments: JsonObject) -> ToolResult {
+        let ListMissionsArgs { status } = args::parse(arguments)?;
+        let missions = self.run(move |api, mesh| api.missions(mesh, MissionListParams { status })).await?;
+        answer_json(json!({ "missions": missions }))
+    }
+
+    #[tool(
+        description = "Show one mission with its progress and its tasks.",
+        input_schema = schema::<MissionIdArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn show_mission(&self, arguments: JsonObject) -> ToolResult {
+        let MissionIdArgs { mission_id } = args::parse(arguments)?;
+        let mission = self.run(move |api, mesh| api.mission(mesh, &mission_id)).await?;
+        answer_json(mission)
+    }
+
+    #[tool(
+        description = "Rank candidate nodes for a task, best first, by its required tags, pins and the \
+nodes' current load. Use it before pinning a task (targetNodeId) or dispatching it to a session.",
+        input_schema = schema::<SuggestNodeArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn suggest_node(&self, arguments: JsonObject) -> ToolResult {
+        let SuggestNodeArgs { task_id, nodes, strategy } = args::parse(arguments)?;
+        let body = PlacementBody { task_id, nodes, strategy };
+        let ranked = self.run(move |api, mesh| api.placement(mesh, body)).await?;
+        answer_json(json!({ "nodes": ranked }))
+    }
+
+    #[tool(
+        description = "Send a message to a worker session. `queue` (default) puts it in the session's \
+delivery queue, which the worker reads with read_deliveries. `dispatch` hands task `taskId` to the session \
+directly: it is recorded as a direct dispatch and the message is queued for the session as its task.",
+        input_schema = schema::<SendArgs>()
+    )]
+    async fn send_to_session(&self, arguments: JsonObject) -> ToolResult {
+        let SendArgs { session_id, message, node_id, task_id, mode, priority } = args::parse(arguments)?;
+        let coordinator = Some(self.identity.coordinator());
+        let dispatch = match mode {
+            SendMode::Queue => None,
+            SendMode::Dispatch => Some(DispatchBody {
+                task_id: task_id.clone().ok_or_else(|| {
+                    ToolError::invalid_argument("taskId", "is required with mode \"dispatch\"")
+                })?,
+                node_id: node_id.clone(),
+                session_id: Some(session_id.clone()),
+                message: message.clone(),
+                ..DispatchBody::default()
+            }),
+        };
+        let delivery = DeliveryBody {
+            node_id,
+            session_id: Some(session_id),
+            task_id,
+            kind: dispatch.as_ref().map(|_| "task".to_owned()),
+            priority,
+            message,
+            coordinator,
+            ..DeliveryBody::default()
+        };
+        let (delivery, dispatch) = self
+            .run(move |api, mesh| {
+                let dispatch = dispatch.map(|d| api.record_dispatch(mesh, d)).transpose()?;
+                Ok((api.send_delivery(mesh, delivery)?, dispatch))
+            })
+            .await?;
+        answer_json(json!({ "delivery": delivery, "dispatch": dispatch }))
+    }
+
+    #[tool(
+        description = "Worker: claim the next task you may do. Returns the task (its `message` is your \
+instruction) and its `epoch` (keep both the task id and the epoch) or, when there is nothing for you, `task: null` and why. While \
+working call heartbeat_task before the lease runs out; finish with complete_task or fail_task.",
+        input_schema = schema::<ClaimArgs>()
+    )]
+    async fn claim_task(&self, arguments: JsonObject) -> ToolResult {
+        let ClaimArgs { session_id, node_id, capability_tags, provider_type, lease_ms } =
+            args::parse(arguments)?;
+        let body = ClaimBody {
+            node_id: self.node(node_id),
+            session_id: self.session(session_id)?,
+            capability_tags,
+            provider_type,
+            lease_ms: lease_ms
+                .map(|ms| {
+                    std::num::NonZeroU32::new(ms)
+                        .ok_or_else(|| ToolError::invalid_argument("leaseMs", "must be at least 1"))
+                })
+                .transpose()?,
+            ..ClaimBody::default()
+        };
+        let claim = self.run(move |api, mesh| api.claim(mesh, body)).await?;
+        // The epoch is the task's `dispatchNonce`; named here as the other worker
+        // tools take it.
+        let epoch = claim.task.as_ref().map(agentmesh_core::Task::epoch);
+        answer_json(json!({ "task": claim.task, "epoch": epoch, "refusal": claim.refusal }))
+    }
+
+    #[tool(
+        description = "Worker: extend the lease of the task you hold, so it is not given to another \
+worker while you are still on it. Call it regularly during long work.",
+        input_schema = schema::<HeartbeatArgs>()
+    )]
+    async fn heartbeat_task(&self, arguments: JsonObject) -> ToolResult {
+        let HeartbeatArgs { task_id, epoch, lease_ms, session_id } = args::parse(arguments)?;
+        let lease_ms = std::num::NonZeroU32::new(lease_ms.unwrap_or(DEFAULT_HEARTBEAT_LEASE_MS))
+            .ok_or_else(|| ToolError::invalid_argument("leaseMs", "must be at least 1"))?;
+        let body = HeartbeatBody { task_id, session_id: self.session(session_id)?, epoch, lease_ms };
+        let task = self.run(move |api, mesh| api.heartbeat(mesh, body)).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Worker: report your task done, with a summary of what you did. The coordinator that \
+enqueued it receives the summary.",
+        input_schema = schema::<CompleteArgs>()
+    )]
+    async fn complete_task(&self, arguments: JsonObject) -> ToolResult {
+        let CompleteArgs { summary, task_id, epoch, session_id } = args::parse(arguments)?;
+        let body = CompletionBody {
+            session_id: self.session(session_id)?,
+            task_id,
+            epoch,
+            summary: Some(summary),
+            ..CompletionBody::default()
+        };
+        let task = self.run(move |api, mesh| api.complete(mesh, body)).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Worker: report that your task could not be done, with the reason. The coordinator \
+that enqueued it receives the reason and decides whether to requeue it.",
+        input_schema = schema::<FailArgs>()
+    )]
+    async fn fail_task(&self, arguments: JsonObject) -> ToolResult {
+        let FailArgs { reason, summary, task_id, epoch, session_id } = args::parse(arguments)?;
+        let body = CompletionBody {
+            session_id: self.session(session_id)?,
+            task_id,
+            epoch,
+            summary,
+            failed: true,
+            reason: Some(reason),
+        };
+        let task = self.run(move |api, mesh| api.complete(mesh, body)).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Worker: read the messages coordinators queued for your session (send_to_session), \
+highest priority first.",
+        input_schema = schema::<SessionArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn read_deliveries(&self, arguments: JsonObject) -> ToolResult {
+        let SessionArgs { session_id } = args::parse(arguments)?;
+        let params = DeliveryListParams { session_id: Some(self.session(session_id)?) };
+        let deliveries = self.run(move |api, mesh| api.deliveries(mesh, params)).await?;
+        answer_json(json!({ "deliveries": deliveries }))
+    }
+
+    #[tool(
+        description = "Worker: report that your session is idle and can take work, so coordinators see it \
+(mesh_status) and can dispatch to it. The report expires after ttlSecs.",
+        input_schema = schema::<IdleArgs>()
+    )]
+    async fn report_idle(&self, arguments: JsonObject) -> ToolResult {
+        let IdleArgs { session_id, node_id, provider_type, ttl_secs } = args::parse(arguments)?;
+        let body = IdleBody {
+            node_id: self.node(node_id),
+            session_id: self.session(session_id)?,
+            provider_type: provider_type.unwrap_or_else(|| DEFAULT_PROVIDER.to_owned()),
+            ttl_secs,
+            metadata: None,
+        };
+        let idle = self.run(move |api, mesh| api.report_idle(mesh, body)).await?;
+        answer_json(idle)
+    }
+}
+
+// The instructions are what the agent is told about the server at `initialize`.
+#[tool_handler(
+    router = self.tool_router,
+    name = "agentmesh",
+    instructions = "agentmesh coordinates coding agents through a durable task queue. As a coordinator: \
+enqueue_task or enqueue_tasks to hand out work, then wait_for_mesh_events to block until workers report \
+(completions carry the worker's summary); get_pending_mesh_events takes what is already queued without \
+waiting. Do not poll mesh_status or list_tasks in a loop. As a worker: claim_task, heartbeat_task while \
+working, then complete_task with a summary or fail_task with a reason."
+)]
+impl ServerHandler for MeshTools {
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let tool = request.name.to_string();
+        self.renew_presence().await;
+        let advisory = if self.tool_router.has_route(&tool) { self.record_call(&tool).await } else { None };
+        let mut response = self.tool_router.call(ToolCallContext::new(self, request, context)).await?;
+        // Waiting is what the advice asks for, so the wait tool never carries it.
+        if let (Some(advisory), CallToolResponse::Complete(result)) = (advisory, &mut response)
+            && tool != WAIT_TOOL
+            && result.is_error != Some(true)
+        {
+            result.content.push(ContentBlock::text(format!(
+                "{advisory} To wait for workers, call {WAIT_TOOL} (it blocks until an event arrives) instead of polling."
+            )));
+        }
+        Ok(response)
+    }
+}
