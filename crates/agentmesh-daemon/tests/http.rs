@@ -1110,7 +1110,7 @@ async fn the_checkpoint_hook_runs_and_a_failing_pass_is_not_fatal() {
     let hook: agentmesh_daemon::CheckpointHook = Arc::new(move || {
         // Fail every other pass: the loop carries on regardless.
         let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        if n % 2 == 0 { Err("the disk is on fire".to_owned()) } else { Ok(true) }
+        if n.is_multiple_of(2) { Err("the disk is on fire".to_owned()) } else { Ok(true) }
     });
     let daemon = TestDaemon::start_with(|state| {
         state.with_upkeep(upkeep_with(|c| {

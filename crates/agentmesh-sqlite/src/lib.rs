@@ -503,10 +503,10 @@ impl Db {
 
     /// Rolls the open batch back (unless SQLite already did) and closes it as failed.
     fn fail(&mut self, failure: BatchFailure) {
-        if !self.conn.is_autocommit() {
-            if let Err(err) = self.conn.execute_batch("ROLLBACK") {
-                tracing::error!(%err, "rollback failed");
-            }
+        if !self.conn.is_autocommit()
+            && let Err(err) = self.conn.execute_batch("ROLLBACK")
+        {
+            tracing::error!(%err, "rollback failed");
         }
         self.close(Some(failure));
     }
