@@ -44,7 +44,8 @@ use crate::AppState;
 /// there was nothing worth doing.
 pub type CheckpointHook = Arc<dyn Fn() -> Result<bool, String> + Send + Sync>;
 
-/// The reclaim reason the lease reaper records.
+/// The reclaim reason the lease reaper records (the store's
+/// `reclaim_if_lease_expired` writes it).
 pub const LEASE_EXPIRED_REASON: &str = "lease_expired";
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -243,12 +244,10 @@ fn before(now: Timestamp, age: Duration) -> Timestamp {
 
 /// One pass of the lease reaper.
 ///
-/// The listing and each reclaim are separate transactions, so each task is read
-/// again just before its reclaim and skipped when its lease moved on (a
-/// heartbeat) or it is no longer assigned (completed, cancelled). A heartbeat
-/// that lands between that read and the reclaim loses the task; the fencing
-/// epoch, bumped by the reclaim, then refuses the worker's later completion, so
-/// the task is never held twice.
+/// The listing is one read; each reclaim re-checks the lease inside its own
+/// transaction (`reclaim_if_lease_expired`), so a task whose lease a heartbeat
+/// extended after the listing, or that completed or was cancelled meanwhile, is
+/// left alone.
 fn reap_leases(state: &AppState, now: Timestamp) -> Result<Vec<(&'static str, u64)>, String> {
     let mesh = state.mesh();
     let store = mesh.store();
@@ -256,39 +255,19 @@ fn reap_leases(state: &AppState, now: Timestamp) -> Result<Vec<(&'static str, u6
     let (mut requeued, mut failed, mut skipped, mut errors) = (0, 0, 0, 0);
     for (mesh_id, task_id) in expired {
         state.metrics.note_mesh(&mesh_id);
-        let still_expired = match store.find_task(&mesh_id, &task_id) {
-            Ok(Some(task)) => {
-                task.status == TaskStatus::Assigned
-                    && task
-                        .lease_expires_at
-                        .as_deref()
-                        .and_then(Timestamp::parse_iso)
-                        .is_some_and(|lease| lease.millis() < now.millis())
-            }
-            Ok(None) => false,
-            Err(err) => {
-                tracing::warn!(mesh = %mesh_id, task = %task_id, error = %err, "lease reaper could not read a task");
-                errors += 1;
-                continue;
-            }
-        };
-        if !still_expired {
-            skipped += 1;
-            continue;
-        }
-        match store.reclaim_task(&mesh_id, &task_id, LEASE_EXPIRED_REASON, now) {
-            Ok(task) if task.status == TaskStatus::Failed => {
+        match store.reclaim_if_lease_expired(&mesh_id, &task_id, now) {
+            Ok(Some(task)) if task.status == TaskStatus::Failed => {
                 failed += 1;
                 state.metrics.lease_reclaim("failed");
                 tracing::info!(mesh = %mesh_id, task = %task_id, "lease expired; reclaimed too often, task failed");
             }
-            Ok(_) => {
+            Ok(Some(_)) => {
                 requeued += 1;
                 state.metrics.lease_reclaim("requeued");
                 tracing::info!(mesh = %mesh_id, task = %task_id, "lease expired; task back to pending");
             }
-            // The task moved on between the read and the reclaim.
-            Err(err) if err.is_caller_error() => skipped += 1,
+            // The lease moved on (a heartbeat) or the task did, since the listing.
+            Ok(None) => skipped += 1,
             Err(err) => {
                 tracing::warn!(mesh = %mesh_id, task = %task_id, error = %err, "lease reaper could not reclaim a task");
                 errors += 1;

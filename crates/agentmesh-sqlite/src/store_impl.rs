@@ -171,6 +171,16 @@ impl Store for SqliteStore {
         self.read(|c| tasks::expired_leases(c, now))
     }
 
+    fn reclaim_if_lease_expired(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        now: Timestamp,
+    ) -> StoreResult<Option<Task>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::reclaim_if_lease_expired(tx, mesh_id, task_id, now))
+    }
+
     fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
         if entry.kind.trim().is_empty() {
             return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(

@@ -1190,6 +1190,33 @@ pub(crate) fn reclaim(
     Ok(after)
 }
 
+/// The reason a reclaim of an expired lease records.
+pub(crate) const LEASE_EXPIRED: &str = "lease_expired";
+
+/// Reclaims the task when, in this transaction, it is assigned and its lease ran
+/// out before `now`; `None` otherwise.
+pub(crate) fn reclaim_if_lease_expired(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    now: Timestamp,
+) -> Res<Option<Task>> {
+    let Some(current) = load(conn, mesh_id, task_id)? else {
+        return Ok(None);
+    };
+    let lapsed = current.task.status == TaskStatus::Assigned
+        && current
+            .task
+            .lease_expires_at
+            .as_deref()
+            .and_then(Timestamp::parse_iso)
+            .is_some_and(|lease| lease.millis() < now.millis());
+    if !lapsed {
+        return Ok(None);
+    }
+    reclaim(conn, mesh_id, task_id, LEASE_EXPIRED, now).map(Some)
+}
+
 // ── Migration ───────────────────────────────────────────────────────────────
 
 /// Fills the projected columns and dependency edges of every existing row (used

@@ -364,6 +364,19 @@ pub trait Store: Send + Sync {
     /// `(mesh id, task id)`.
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>>;
 
+    /// Reclaims the task (as [`Store::reclaim_task`] does, with reason
+    /// `lease_expired`) only if, inside the same transaction, it is still assigned
+    /// and its lease ran out before `now`; `None` when it is not (a heartbeat
+    /// extended the lease, or it completed, was cancelled or is unknown). A lease
+    /// reaper uses this, so a heartbeat that lands after the reaper listed the
+    /// task keeps it.
+    fn reclaim_if_lease_expired(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        now: Timestamp,
+    ) -> StoreResult<Option<Task>>;
+
     // ── Ledger ───────────────────────────────────────────────────────────────
 
     /// Appends one entry; `false` when its id exists already (nothing changes).

@@ -464,3 +464,31 @@ pub fn every_state_change_records_its_ledger_entries(store: &dyn Store) {
     ok(store.requeue_task(MESH, "child", &RequeueOptions::default(), at(15)), "requeue past the budget");
     ledger.assert_new(store, "a requeue past the budget", &["task_failed:child"]);
 }
+
+/// A reclaim of an expired lease re-checks the lease in its own transaction: a task whose lease a heartbeat extended, a completed task and an unknown id are left alone; a lapsed one is reclaimed with a `task_reclaimed` entry and a higher epoch.
+pub fn reclaim_if_lease_expired_rechecks_the_lease(store: &dyn Store) {
+    enqueue(store, MESH, new_task("lapsed"), at(0));
+    enqueue(store, MESH, new_task("renewed"), at(0));
+    enqueue(store, MESH, new_task("done"), at(0));
+    let lapsed = claim_ok(store, MESH, &worker("node-1", "s1"), at(0), "lapsed");
+    let renewed = claim_ok(store, MESH, &worker("node-2", "s2"), at(0), "renewed");
+    let done = claim_ok(store, MESH, &worker("node-3", "s3"), at(0), "done");
+    complete(store, MESH, &done, at(1));
+    // Listed as expired at 120 s, then renewed by a heartbeat before the reclaim.
+    let listed = ok(store.expired_leases(at(120)), "expired_leases");
+    assert!(listed.iter().any(|(_, id)| id == "renewed"), "expected renewed listed: {listed:?}");
+    ok(store.heartbeat(MESH, "renewed", "s2", renewed.epoch(), LEASE_MS, at(119)), "heartbeat");
+
+    assert_eq!(ok(store.reclaim_if_lease_expired(MESH, "renewed", at(120)), "reclaim renewed"), None);
+    assert_eq!(ok(store.reclaim_if_lease_expired(MESH, "done", at(120)), "reclaim done"), None);
+    assert_eq!(ok(store.reclaim_if_lease_expired(MESH, "nope", at(120)), "reclaim unknown"), None);
+    let still = ok(store.find_task(MESH, "renewed"), "find").expect("renewed exists");
+    assert_eq!(still.status, TaskStatus::Assigned, "a renewed lease keeps its task");
+
+    let back = ok(store.reclaim_if_lease_expired(MESH, "lapsed", at(120)), "reclaim lapsed")
+        .expect("the lapsed task is reclaimed");
+    assert_eq!(back.status, TaskStatus::Pending);
+    assert!(back.epoch() > lapsed.epoch(), "the reclaim bumps the epoch");
+    let reclaimed = ledger_kinds(store, MESH).iter().filter(|k| k.as_str() == "task_reclaimed").count();
+    assert_eq!(reclaimed, 1, "exactly one task_reclaimed entry");
+}

@@ -140,6 +140,7 @@ macro_rules! conformance_tests {
             reclaim_returns_the_task_and_the_fourth_fails_it,
             heartbeat_extends_the_lease_for_the_current_holder,
             expired_leases_lists_only_lapsed_assignments,
+            reclaim_if_lease_expired_rechecks_the_lease,
             every_state_change_records_its_ledger_entries,
             // Ledger.
             ledger_append_is_idempotent_by_id,
