@@ -204,13 +204,26 @@ impl MeshApi for LocalMesh {
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
         let request = Self::drain_request(body)?;
         let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
+        // The first look is a drain, which also settles duplicates and quarantines.
+        // Later looks peek, and drain only once something is there: a watch whose
+        // caller has gone away while it waited takes nothing.
+        let mut look_by_draining = true;
         loop {
-            // Read the generation before draining: a write landing after the drain
+            // Read the generation before looking: a write landing after the look
             // moves it, and the wait below returns at once.
             let seen = self.signal.generation();
-            let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
+            if look_by_draining || !self.store.peek_pending_events(mesh, &request)?.is_empty() {
+                let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
+                if !outcome.events.is_empty() || !outcome.quarantined.is_empty() {
+                    return Ok(DrainView::from(outcome));
+                }
+                look_by_draining = false;
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            if !outcome.events.is_empty() || !outcome.quarantined.is_empty() || left.is_zero() {
+            if left.is_zero() {
+                // A last drain at the deadline, for what a peek does not show
+                // (liveness is judged at drain time).
+                let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
                 return Ok(DrainView::from(outcome));
             }
             self.signal.wait_past(seen, left.min(self.cross_process_poll));

@@ -70,9 +70,11 @@ impl RemoteMesh {
         if token.is_empty() {
             return Err(agentmesh_core::InvalidInput::new("token", "must not be blank").into());
         }
-        let auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
             agentmesh_core::InvalidInput::new("token", "contains characters a header cannot carry")
         })?;
+        // Kept out of `Debug` output and out of HTTP/2 header compression tables.
+        auth.set_sensitive(true);
         let client = Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .build()
@@ -305,6 +307,8 @@ mod tests {
         );
         let prefixed = RemoteMesh::new("http://host:1/prefix", "t").unwrap();
         assert_eq!(prefixed.url("m", &["status"]).as_str(), "http://host:1/prefix/v1/meshes/m/status");
+        let secret = RemoteMesh::new("http://127.0.0.1:7433", "s3cret-token").unwrap();
+        assert!(!format!("{secret:?}").contains("s3cret"), "the token never shows in Debug output");
         let err = RemoteMesh::new("not a url", "t").unwrap_err();
         assert_eq!(err.code(), "invalid_input");
         assert!(RemoteMesh::new("ftp://x", "t").is_err());

@@ -309,21 +309,42 @@ async fn watch(
     agentmesh_store::DrainRequest::try_from(body.clone())?;
     let deadline = Instant::now() + timeout;
     let mut waiting = None;
+    // The first look is a drain, which also settles duplicates and quarantines.
+    // Later looks peek, and drain only once something is there: a client that
+    // goes away while its watch waits leaves nothing drained behind it.
+    let mut look_by_draining = true;
     loop {
-        // Register for the wake-up before draining, so a write landing between the
-        // drain and the wait is not missed.
+        // Register for the wake-up before looking, so a write landing between the
+        // look and the wait is not missed.
         let notified = state.writes.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (m, b) = (mesh.clone(), body.clone());
-        let view: DrainView = state.with_mesh(move |api| api.drain(&m, b)).await?;
-        state.metrics.drained(view.events.len(), &view.counters);
+        if !look_by_draining {
+            let (m, b) = (mesh.clone(), body.clone());
+            look_by_draining = !state.with_mesh(move |api| api.peek(&m, b)).await?.is_empty();
+        }
+        if look_by_draining {
+            let (m, b) = (mesh.clone(), body.clone());
+            let view: DrainView = state.with_mesh(move |api| api.drain(&m, b)).await?;
+            state.metrics.drained(view.events.len(), &view.counters);
+            if !view.events.is_empty() || !view.quarantined.is_empty() {
+                state.metrics.drain_request("watch");
+                return Ok(ok(view));
+            }
+            look_by_draining = false;
+        }
         let left = deadline.saturating_duration_since(Instant::now());
-        if !view.events.is_empty() || !view.quarantined.is_empty() || left.is_zero() {
+        if left.is_zero() {
+            // A last drain at the deadline, while the client still waits, so an
+            // event a peek did not show (liveness is judged at drain time) is not
+            // left for the next watch.
+            let (m, b) = (mesh.clone(), body.clone());
+            let view: DrainView = state.with_mesh(move |api| api.drain(&m, b)).await?;
+            state.metrics.drained(view.events.len(), &view.counters);
             state.metrics.drain_request("watch");
             return Ok(ok(view));
         }
-        // Counted as waiting from its first empty drain until it returns (or the
+        // Counted as waiting from its first empty look until it returns (or the
         // client goes away and the handler is dropped).
         waiting.get_or_insert_with(|| state.metrics.watch_waiting());
         let _ = tokio::time::timeout(left.min(state.fallback_poll), notified).await;

@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DispatchBody, HeartbeatBody, IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams,
+    BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams, DispatchBody,
+    DrainBody, HeartbeatBody, IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams,
     PlacementBody, PresenceBody, RequeueBody, ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
@@ -62,6 +62,10 @@ pub struct MeshTools {
     /// When this coordinator last said it is alive.
     last_presence: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
 }
+
+/// The longest a wait blocks in one piece before it looks whether its caller
+/// has cancelled it.
+const WAIT_SLICE: Duration = Duration::from_secs(1);
 
 /// How often a coordinator renews its presence while it calls tools or runs: well
 /// inside the store's two-minute liveness window.
@@ -327,17 +331,20 @@ use wait_for_mesh_events. Set maxChars to cap how much text comes back: what doe
             let events = drained.events.iter().map(EventForAgent::from_view).collect();
             return Ok(Self::events_answer(events, None, "No events are queued for you."));
         };
-        // Peek, keep the oldest events that fit, and mark exactly those drained:
-        // the others are never touched and stay queued.
-        let peeked = self.run(move |api, mesh| api.peek(mesh, body)).await?;
-        let mut events: Vec<EventForAgent> = peeked.iter().map(EventForAgent::from_view).collect();
-        let taken = fit_budget(&events, Some(budget));
-        let left = events.len() - taken;
-        events.truncate(taken);
-        if !events.is_empty() {
-            let ids: Vec<String> = events.iter().map(|e| e.id.clone()).collect();
-            self.run(move |api, mesh| api.ack(mesh, AckBody { ids })).await?;
+        // Peek to learn how many of the oldest events fit, then drain exactly that
+        // many: the drain routes, dedups and marks in one transaction as any drain
+        // does, so nothing is handed out twice and what does not fit stays queued.
+        let peek_body = body.clone();
+        let peeked = self.run(move |api, mesh| api.peek(mesh, peek_body)).await?;
+        let all: Vec<EventForAgent> = peeked.iter().map(EventForAgent::from_view).collect();
+        let taken = fit_budget(&all, Some(budget));
+        let mut events = Vec::new();
+        if taken > 0 {
+            let body = DrainBody { limit: Some(u32::try_from(taken).unwrap_or(u32::MAX)), ..body };
+            let drained: DrainView = self.run(move |api, mesh| api.drain(mesh, body)).await?;
+            events = drained.events.iter().map(EventForAgent::from_view).collect();
         }
+        let left = all.len().saturating_sub(events.len());
         Ok(Self::events_answer(events, Some(left), "No events are queued for you."))
     }
 
@@ -360,11 +367,21 @@ events (completions carry the worker's summary), or says that none came yet; the
                 format!("must be between 1 and {MAX_WAIT_SECS}"),
             ));
         }
-        let body = self.identity.drain_body(None);
-        let wait = self.run(move |api, mesh| api.watch(mesh, body, Duration::from_secs(seconds)));
-        let drained = tokio::select! {
-            drained = wait => drained?,
-            () = context.ct.cancelled() => return Err(ToolError::internal("the wait was cancelled")),
+        // Wait in short slices and stop between them once the call is cancelled:
+        // a wait abandoned by its caller must not go on to take events nobody
+        // will read. (A slice drains only once an event is there.)
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+        let drained = loop {
+            if context.ct.is_cancelled() {
+                return Err(ToolError::internal("the wait was cancelled"));
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let slice = left.min(WAIT_SLICE);
+            let body = self.identity.drain_body(None);
+            let drained: DrainView = self.run(move |api, mesh| api.watch(mesh, body, slice)).await?;
+            if !drained.events.is_empty() || left <= WAIT_SLICE {
+                break drained;
+            }
         };
         let events = drained.events.iter().map(EventForAgent::from_view).collect();
         let empty = format!("No events yet (waited {seconds}s). Call {WAIT_TOOL} again to keep waiting.");

@@ -521,7 +521,8 @@ fn presence(conn: &Connection, mesh_id: &str, machine: Option<&str>, me: &str, n
 }
 
 /// Records that `identity` is live in the mesh as of `now` (a later record is
-/// kept), and not ended.
+/// kept). An end recorded at or after `now` stands: a touch that was on its way
+/// when the coordinator ended does not bring it back.
 pub(crate) fn touch_coordinator(
     conn: &Connection,
     mesh_id: &str,
@@ -534,7 +535,8 @@ pub(crate) fn touch_coordinator(
              (mesh_id, coordinator_key, machine, daemon_id, run_id, session_id, last_seen_ms, ended_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
          ON CONFLICT (mesh_id, coordinator_key) DO UPDATE
-            SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms), ended_at_ms = NULL,
+            SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms),
+                ended_at_ms = CASE WHEN ended_at_ms >= excluded.last_seen_ms THEN ended_at_ms END,
                 daemon_id = excluded.daemon_id",
     )?
     .execute(params![

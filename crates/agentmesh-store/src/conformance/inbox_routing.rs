@@ -352,3 +352,20 @@ pub fn inbox_pending_events_are_counted_by_addressee(store: &dyn Store) {
         "drained events are not counted: {after:?}"
     );
 }
+
+/// A presence refresh stamped before the coordinator's end (one still on its way when the coordinator exited) does not bring it back; a later one does.
+pub fn inbox_a_late_touch_does_not_revive_an_ended_coordinator(store: &dyn Store) {
+    let gone = coordinator("mach_A", "run-gone", None);
+    let next = coordinator("mach_A", "run-next", None);
+    ok(store.touch_coordinator(MESH, &gone, at(1)), "touch");
+    ok(store.end_coordinator(MESH, &gone, at(3)), "end");
+    ok(store.touch_coordinator(MESH, &gone, at(2)), "a touch stamped before the end");
+    queue_completion(store, MESH, "left-behind", 4, &gone);
+    let inherited = drain(store, MESH, &drain_request(&next), at(5));
+    assert_labels(&inherited.events, &["left-behind"], "the next run inherits the ended run's event");
+
+    ok(store.touch_coordinator(MESH, &gone, at(6)), "a touch after the end");
+    queue_completion(store, MESH, "kept", 7, &gone);
+    let sibling = drain(store, MESH, &drain_request(&next), at(8));
+    assert_labels(&sibling.events, &[], "a coordinator live again keeps its event");
+}

@@ -231,6 +231,7 @@ macro_rules! conformance_tests {
             inbox_retract_removes_only_undelivered_dispatch_blocked_events_of_the_task,
             inbox_system_scope_events_go_to_no_coordinator,
             inbox_pending_events_are_counted_by_addressee,
+            inbox_a_late_touch_does_not_revive_an_ended_coordinator,
             inbox_drains_oldest_first_at_most_limit_events,
             inbox_property_every_event_reaches_its_coordinators_at_most_once,
         );

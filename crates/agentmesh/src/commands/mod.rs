@@ -125,8 +125,9 @@ impl Context {
         if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.trim().is_empty()) {
             return Ok(token.trim().to_owned());
         }
+        // This machine's daemon token goes only to a daemon on this machine.
         let default = self.data_dir.join(TOKEN_FILE_NAME);
-        if default.exists() {
+        if default.exists() && self.server.as_deref().is_some_and(is_loopback_url) {
             return from_file(&default);
         }
         Err(InvalidInput::new(
@@ -151,6 +152,19 @@ impl Context {
             .with_context(|| format!("failed to open the database in {}", self.data_dir.display()))?;
         Ok(self.store.get_or_init(|| Arc::new(opened)))
     }
+}
+
+/// Whether `url` names a daemon on this machine (`localhost` or a loopback address).
+fn is_loopback_url(url: &str) -> bool {
+    let rest = url.trim().split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `~/.agentmesh`, from `$HOME` (or `%USERPROFILE%`).
@@ -203,6 +217,21 @@ pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_loopback_servers_get_the_data_dirs_token() {
+        for url in ["http://127.0.0.1:7433", "http://localhost:1/x", "http://[::1]:7433/", "127.0.0.2:80"] {
+            assert!(is_loopback_url(url), "{url}");
+        }
+        for url in [
+            "http://example.com:7433",
+            "http://10.0.0.5",
+            "http://127.0.0.1.evil.test",
+            "http://[2001:db8::1]:1",
+        ] {
+            assert!(!is_loopback_url(url), "{url}");
+        }
+    }
 
     #[test]
     fn instants_are_normalized_and_garbage_names_the_field() {
