@@ -70,12 +70,22 @@ impl ApiToken {
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent)?;
         }
-        match create_private(path) {
-            Ok(mut file) => {
-                file.write_all(format!("{}\n", token.0).as_bytes())?;
-                file.sync_all()?;
-                Ok(token)
-            }
+        // Written whole under a private name (mode 0600 from the start), then linked
+        // into place: the link fails when another process got there first, so
+        // nobody ever reads a half-written token.
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(TOKEN_FILE_NAME);
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|err| io::Error::other(format!("no random bytes: {err}")))?;
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let staged = path.with_file_name(format!(".{name}.{nonce}"));
+        let mut file = create_private(&staged)?;
+        let published = file
+            .write_all(format!("{}\n", token.0).as_bytes())
+            .and_then(|()| file.sync_all())
+            .and_then(|()| fs::hard_link(&staged, path));
+        let _ = fs::remove_file(&staged);
+        match published {
+            Ok(()) => Ok(token),
             // Another process created it first: use its token.
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => ApiToken::load(path),
             Err(err) => Err(err),

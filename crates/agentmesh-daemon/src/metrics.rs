@@ -20,7 +20,7 @@ use std::time::Instant;
 use agentmesh_core::TaskStatus;
 use agentmesh_core::events::{DrainCounter, DrainCounters};
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -351,7 +351,19 @@ fn label_set(labels: &[(&str, &str)]) -> String {
 pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req.extensions().get::<MatchedPath>().map_or(UNMATCHED_ROUTE, MatchedPath::as_str).to_owned();
-    let method = req.method().as_str().to_owned();
+    // Standard methods by name, anything else as one series: a client must not be
+    // able to add series by inventing methods.
+    let method = match *req.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::HEAD
+        | Method::OPTIONS
+        | Method::PATCH => req.method().as_str(),
+        _ => "other",
+    }
+    .to_owned();
     let mesh = mesh_of_path(req.uri().path());
     let response = next.run(req).await;
     let status = response.status();

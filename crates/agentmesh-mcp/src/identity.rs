@@ -74,12 +74,17 @@ pub fn load_or_create_daemon_id(dir: &Path) -> io::Result<String> {
     }
     fs::create_dir_all(dir)?;
     let id = new_daemon_id();
-    match OpenOptions::new().write(true).create_new(true).open(&path) {
-        Ok(mut file) => {
-            file.write_all(format!("{id}\n").as_bytes())?;
-            file.sync_all()?;
-            Ok(id)
-        }
+    // Written whole under a private name, then linked into place: the link fails
+    // when another process got there first, so nobody ever reads a half-written id.
+    let staged = dir.join(format!(".{DAEMON_ID_FILE_NAME}.{}", uuid::Uuid::new_v4().simple()));
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&staged)?;
+    let published = file
+        .write_all(format!("{id}\n").as_bytes())
+        .and_then(|()| file.sync_all())
+        .and_then(|()| fs::hard_link(&staged, &path));
+    let _ = fs::remove_file(&staged);
+    match published {
+        Ok(()) => Ok(id),
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => read_id(&path),
         Err(err) => Err(err),
     }
