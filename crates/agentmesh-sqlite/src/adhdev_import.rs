@@ -192,6 +192,20 @@ impl Scratch {
                 problem: format!("cannot be copied for import: {e}"),
             })
         };
+        // A consistent snapshot through SQLite itself, even while the original's
+        // daemon is writing; a plain file copy only when SQLite cannot open the
+        // source read-only (a read-only folder without its `-shm`, say).
+        match snapshot(source, &scratch.path) {
+            Ok(()) => return Ok(scratch),
+            Err(err) => tracing::warn!(
+                source = %source.display(),
+                %err,
+                "cannot snapshot the database through SQLite; copying its files instead"
+            ),
+        }
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(with_suffix(&scratch.path, suffix));
+        }
         copy(source, &scratch.path)?;
         for suffix in ["-wal", "-shm"] {
             let companion = with_suffix(source, suffix);
@@ -211,6 +225,18 @@ impl Scratch {
         }
         Ok(scratch)
     }
+}
+
+/// Writes a transactionally consistent copy of `source` to `dest` (`VACUUM INTO`
+/// on a read-only connection: the source is never written).
+fn snapshot(source: &Path, dest: &Path) -> rusqlite::Result<()> {
+    let conn = rusqlite::Connection::open_with_flags(
+        source,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.execute("VACUUM INTO ?1", [dest.to_string_lossy()])?;
+    Ok(())
 }
 
 impl Drop for Scratch {
