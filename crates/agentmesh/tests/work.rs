@@ -543,3 +543,33 @@ fn a_worker_killed_mid_task_loses_it_to_the_reaper_and_its_late_completion_is_st
     }
     daemon.stop();
 }
+
+#[test]
+fn a_command_that_leaves_a_process_holding_its_output_is_completed_and_the_process_ended() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    run(dir.path(), &["task", "add", "leave something behind", "--id", "t1"]).ok();
+    let pid_file = dir.path().join("background.pid");
+    // The background sleep inherits stdout and would keep the worker's reader open.
+    let script = r#"sleep 120 & echo $! > "$0"; echo done"#;
+    let pid_path = pid_file.to_str().expect("UTF-8 temp path");
+    let worked = run(
+        dir.path(),
+        &["work", "--node", "n1", "--session", "w1", "--once", "--json", "--", "sh", "-c", script, pid_path],
+    )
+    .ok();
+    assert_eq!(worked.json()["completed"], 1, "{}", worked.stdout);
+    let task = run(dir.path(), &["task", "show", "t1", "--json"]).ok().json();
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(task["finalSummary"], "done", "{task}");
+    let pid = std::fs::read_to_string(&pid_file).expect("the command wrote its background pid");
+    let pid = pid.trim();
+    // Ended: gone, or a zombie waiting for whoever adopted it to reap it.
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let running = state.as_deref().is_some_and(|stat| {
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    });
+    if running {
+        let _ = Command::new("kill").args(["-KILL", pid]).status();
+    }
+    assert!(!running, "the process left holding the output was ended with the task: {state:?}");
+}

@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use agentmesh_api::wire::{ClaimBody, CompletionBody, HeartbeatBody};
 use agentmesh_api::{MeshApi, MeshError};
-use agentmesh_core::{InvalidInput, Task};
+use agentmesh_core::{InvalidInput, Task, TaskStatus};
 use anyhow::Context as _;
 use serde::Serialize;
 
@@ -275,11 +275,23 @@ impl Worker<'_> {
             ended
         })?;
 
-        // Both readers finish when the pipes close; don't wait forever for that.
+        // Both readers finish when the pipes close; don't wait forever for that. A
+        // pipe still open after the wait is held by something the command left
+        // running in its process group: that group is ended, so the readers (and
+        // what held the pipes) do not outlive the task.
         let deadline = Instant::now() + DRAIN_WAIT;
-        for _ in 0..2 {
-            if done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_err() {
-                break;
+        let mut finished = 0;
+        while finished < 2 && done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_ok()
+        {
+            finished += 1;
+        }
+        if finished < 2 {
+            kill(&mut child);
+            let deadline = Instant::now() + DRAIN_WAIT;
+            while finished < 2
+                && done_rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).is_ok()
+            {
+                finished += 1;
             }
         }
         let tail = summary_of(&text_of(&stdout), &text_of(&stderr));
@@ -382,9 +394,29 @@ impl Worker<'_> {
                     thread::sleep(IDLE_MAX);
                     attempt += 1;
                 }
+                // A retry refused because an earlier attempt did land (its answer
+                // was lost on the way back) is a success: the task ended, by this
+                // session, under this epoch.
+                Err(err) if attempt > 1 && err.is_caller_error() => {
+                    return match self.already_reported(&body) {
+                        Some(task) => Ok(task),
+                        None => Err(err),
+                    };
+                }
                 other => return other,
             }
         }
+    }
+
+    /// The task, when it already ended the way `body` reports, by this session at
+    /// the epoch `body` presents.
+    fn already_reported(&self, body: &CompletionBody) -> Option<Task> {
+        let task = self.api.show_task(self.mesh, body.task_id.as_deref()?).ok()?;
+        let wanted = if body.failed { TaskStatus::Failed } else { TaskStatus::Completed };
+        let ours = task.status == wanted
+            && task.assigned_session_id.as_deref() == Some(body.session_id.as_str())
+            && Some(task.epoch()) == body.epoch;
+        ours.then_some(task)
     }
 
     /// Completes (`Ok`) or fails (`Err(reason)`) the task and records the outcome.
