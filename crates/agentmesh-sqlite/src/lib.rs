@@ -783,6 +783,25 @@ mod tests {
         }
     }
 
+    /// Spawns a writer that notes `a` and then holds its batch open until another
+    /// writer announces itself; returns once `a` is noted.
+    fn open_batch_with_a<'scope>(
+        s: &'scope thread::Scope<'scope, '_>,
+        store: &'scope SqliteStore,
+    ) -> thread::ScopedJoinHandle<'scope, StoreResult<()>> {
+        let (running, ran) = mpsc::channel();
+        let a = s.spawn(move || {
+            store.write(|c| {
+                note(c, "a")?;
+                running.send(()).unwrap();
+                until_a_writer_waits(store);
+                Ok(())
+            })
+        });
+        ran.recv().unwrap();
+        a
+    }
+
     /// The committed notes, read through a connection of their own.
     fn committed_notes(store: &SqliteStore) -> Vec<String> {
         let conn = Connection::open(store.path()).unwrap();
@@ -803,19 +822,10 @@ mod tests {
     #[test]
     fn a_failed_write_inside_a_shared_batch_leaves_nothing_and_its_batch_mates_commit() {
         let (_dir, store) = store();
-        let (a_running, a_ran) = mpsc::channel();
         let (b_running, b_ran) = mpsc::channel();
         let (b_saw, b_seen) = mpsc::channel();
         thread::scope(|s| {
-            let a = s.spawn(|| {
-                store.write(|c| {
-                    note(c, "a")?;
-                    a_running.send(()).unwrap();
-                    until_a_writer_waits(&store);
-                    Ok(())
-                })
-            });
-            a_ran.recv().unwrap();
+            let a = open_batch_with_a(s, &store);
             let b = s.spawn(|| {
                 store.write(|c| {
                     note(c, "b")?;
@@ -839,17 +849,8 @@ mod tests {
     #[test]
     fn a_read_commits_the_open_batch_before_it_reads() {
         let (_dir, store) = store();
-        let (a_running, a_ran) = mpsc::channel();
         thread::scope(|s| {
-            let a = s.spawn(|| {
-                store.write(|c| {
-                    note(c, "a")?;
-                    a_running.send(()).unwrap();
-                    until_a_writer_waits(&store);
-                    Ok(())
-                })
-            });
-            a_ran.recv().unwrap();
+            let a = open_batch_with_a(s, &store);
             // Stand in for a writer about to take the lock, so that a's writer leaves
             // its batch open and waits.
             store.writers_waiting.fetch_add(1, Ordering::SeqCst);
@@ -869,17 +870,8 @@ mod tests {
     #[test]
     fn a_panicking_write_is_undone_alone_and_leaves_no_batch_hanging() {
         let (_dir, store) = store();
-        let (a_running, a_ran) = mpsc::channel();
         thread::scope(|s| {
-            let a = s.spawn(|| {
-                store.write(|c| {
-                    note(c, "a")?;
-                    a_running.send(()).unwrap();
-                    until_a_writer_waits(&store);
-                    Ok(())
-                })
-            });
-            a_ran.recv().unwrap();
+            let a = open_batch_with_a(s, &store);
             let b = s.spawn(|| {
                 store.write(|c| -> Res<()> {
                     note(c, "b")?;
@@ -915,17 +907,8 @@ mod tests {
                 )?)
             })
             .unwrap();
-        let (a_running, a_ran) = mpsc::channel();
         let (a_result, b_result) = thread::scope(|s| {
-            let a = s.spawn(|| {
-                store.write(|c| {
-                    note(c, "a")?;
-                    a_running.send(()).unwrap();
-                    until_a_writer_waits(&store);
-                    Ok(())
-                })
-            });
-            a_ran.recv().unwrap();
+            let a = open_batch_with_a(s, &store);
             // A deferred foreign key is checked by COMMIT, so b's operation succeeds
             // and the COMMIT of the batch fails.
             let b =
@@ -945,17 +928,8 @@ mod tests {
     fn with_group_commit_off_a_waiting_writer_does_not_hold_the_batch_open() {
         let (_dir, store) = store();
         store.set_group_commit(false);
-        let (a_running, a_ran) = mpsc::channel();
         thread::scope(|s| {
-            let a = s.spawn(|| {
-                store.write(|c| {
-                    note(c, "a")?;
-                    a_running.send(()).unwrap();
-                    until_a_writer_waits(&store);
-                    Ok(())
-                })
-            });
-            a_ran.recv().unwrap();
+            let a = open_batch_with_a(s, &store);
             let b = s.spawn(|| store.write(|c| note(c, "b")));
             assert!(a.join().unwrap().is_ok());
             assert!(b.join().unwrap().is_ok());
