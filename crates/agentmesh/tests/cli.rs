@@ -282,13 +282,16 @@ fn nothing_to_claim_is_null_and_exit_0() {
 #[test]
 fn bad_input_exits_2_names_the_field_and_changes_nothing() {
     let mesh = Mesh::new();
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["task", "add", "   "], "message"),
         (&["task", "add", "x", "--priority", "urgent"], "priority"),
         (&["task", "add", "x", "--mode", "refactor"], "taskMode"),
         (&["task", "add", "x", "--max-retries", "-1"], "maxRetries"),
         (&["task", "add", "x", "--not-before", "soon"], "notBefore"),
         (&["task", "list", "--status", "done"], "status"),
+        (&["mission", "list", "--status", "Done!"], "status"),
+        (&["ledger", "tail", "--since", "yesterday"], "since"),
+        (&["ledger", "slice", "--since", "yesterday"], "since"),
     ];
     for (args, field) in cases {
         let run = mesh.run(args);

@@ -15,7 +15,7 @@ use agentmesh_api::wire::{ImportBody, LedgerParams, SliceParams};
 use agentmesh_core::{InvalidInput, LedgerEntry};
 use anyhow::Context as _;
 
-use super::{Context, normalize_instant};
+use super::Context;
 use crate::cli::{LedgerCommand, LedgerExportArgs, LedgerImportArgs, LedgerSliceArgs, LedgerTailArgs};
 use crate::output::{self, Output};
 
@@ -37,7 +37,7 @@ fn tail(ctx: &Context, args: LedgerTailArgs, out: &mut Output) -> anyhow::Result
         args.kinds.iter().map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()).collect();
     let params = LedgerParams {
         tail: Some(args.limit),
-        since: args.since.as_deref().map(|s| normalize_instant("since", s)).transpose()?,
+        since: args.since,
         kind: (!kinds.is_empty()).then(|| kinds.join(",")),
     };
     let entries = ctx.api()?.ledger_tail(ctx.mesh(), params)?;
@@ -47,7 +47,7 @@ fn tail(ctx: &Context, args: LedgerTailArgs, out: &mut Output) -> anyhow::Result
 fn slice(ctx: &Context, args: LedgerSliceArgs, out: &mut Output) -> anyhow::Result<()> {
     let params = SliceParams {
         after_id: args.after.map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()),
-        since: args.since.as_deref().map(|s| normalize_instant("since", s)).transpose()?,
+        since: args.since,
         kind: args.kind.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()),
         limit: args.limit,
     };

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentmesh_api::{LocalMesh, MeshApi, RemoteMesh};
-use agentmesh_core::{InvalidInput, Timestamp};
+use agentmesh_core::InvalidInput;
 use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::Store;
@@ -199,15 +199,6 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
     }
 }
 
-/// Parses an ISO-8601 instant given for `field` and returns it in the stored form
-/// (`2025-01-01T00:00:00.000Z`), so comparisons against stored instants hold
-/// whatever offset or precision the user typed.
-pub fn normalize_instant(field: &str, text: &str) -> Result<String, InvalidInput> {
-    Timestamp::parse_iso(text)
-        .map(Timestamp::iso)
-        .ok_or_else(|| InvalidInput::new(field, format!("{text:?} is not an ISO-8601 instant")))
-}
-
 /// Refuses a blank value for `field`, returning it trimmed.
 pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
     let trimmed = value.trim();
@@ -234,12 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn instants_are_normalized_and_garbage_names_the_field() {
-        assert_eq!(
-            normalize_instant("since", "2025-01-01T01:00:00+01:00").unwrap(),
-            "2025-01-01T00:00:00.000Z"
-        );
-        assert_eq!(normalize_instant("since", "yesterday").unwrap_err().field, "since");
+    fn blank_flags_name_the_field() {
         assert_eq!(required("sessionId", "  ").unwrap_err().field, "sessionId");
         assert_eq!(required("sessionId", " s1 ").unwrap(), "s1");
     }
