@@ -183,6 +183,9 @@ pub fn requeue(task: &Task, opts: &RequeueOptions, now: Timestamp) -> Result<Req
     Ok(Requeued::Pending(t))
 }
 
+/// The reclaim reason of a task whose lease ran out.
+pub const LEASE_EXPIRED_REASON: &str = "lease_expired";
+
 /// Recovers a stranded assignment: the assignment is cleared and the epoch bumped;
 /// after more than [`MAX_STRANDED_RECLAIMS`] reclaims the task fails instead of
 /// returning to the queue.

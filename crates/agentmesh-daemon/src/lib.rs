@@ -49,7 +49,7 @@ mod upkeep;
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use error::ApiError;
 pub use metrics::Metrics;
-pub use upkeep::{CheckpointHook, LEASE_EXPIRED_REASON, UpkeepConfig};
+pub use upkeep::{CheckpointHook, UpkeepConfig};
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;

@@ -44,10 +44,6 @@ use crate::AppState;
 /// there was nothing worth doing.
 pub type CheckpointHook = Arc<dyn Fn() -> Result<bool, String> + Send + Sync>;
 
-/// The reclaim reason the lease reaper records (the store's
-/// `reclaim_if_lease_expired` writes it).
-pub const LEASE_EXPIRED_REASON: &str = "lease_expired";
-
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(60 * 60);
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);

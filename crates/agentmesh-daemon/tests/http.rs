@@ -734,7 +734,11 @@ async fn an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced_off() {
     assert!(task["dispatchNonce"].as_u64().expect("an epoch") > epoch, "the reclaim bumps the epoch: {task}");
     let reclaimed = ledger_of_kind(&daemon, "task_reclaimed").await;
     assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
-    assert_eq!(reclaimed[0]["payload"]["reason"], "lease_expired", "{reclaimed:?}");
+    assert_eq!(
+        reclaimed[0]["payload"]["reason"],
+        agentmesh_core::lifecycle::LEASE_EXPIRED_REASON,
+        "{reclaimed:?}"
+    );
     assert_eq!(reclaimed[0]["payload"]["outcome"], "requeued", "{reclaimed:?}");
 
     let late = json!({ "sessionId": "s1", "taskId": "t1", "epoch": epoch, "summary": "done after all" });

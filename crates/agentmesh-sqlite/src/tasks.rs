@@ -1190,9 +1190,6 @@ pub(crate) fn reclaim(
     Ok(after)
 }
 
-/// The reason a reclaim of an expired lease records.
-pub(crate) const LEASE_EXPIRED: &str = "lease_expired";
-
 /// Reclaims the task when, in this transaction, it is assigned and its lease ran
 /// out before `now`; `None` otherwise.
 pub(crate) fn reclaim_if_lease_expired(
@@ -1214,7 +1211,7 @@ pub(crate) fn reclaim_if_lease_expired(
     if !lapsed {
         return Ok(None);
     }
-    reclaim(conn, mesh_id, task_id, LEASE_EXPIRED, now).map(Some)
+    reclaim(conn, mesh_id, task_id, lifecycle::LEASE_EXPIRED_REASON, now).map(Some)
 }
 
 // ── Migration ───────────────────────────────────────────────────────────────
