@@ -81,7 +81,9 @@ impl Mesh {
     /// The binary with a scrubbed environment and no data dir chosen.
     fn bare_command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-        cmd.env_remove("AGENTMESH_HOME").env_remove("AGENTMESH_MESH").env_remove(ENFORCE_ENV);
+        for var in ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN", ENFORCE_ENV] {
+            cmd.env_remove(var);
+        }
         cmd
     }
 

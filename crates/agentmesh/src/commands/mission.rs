@@ -48,7 +48,11 @@ fn add(ctx: &Context, args: MissionAddArgs, out: &mut Output) -> anyhow::Result<
 }
 
 fn list(ctx: &Context, args: MissionListArgs, out: &mut Output) -> anyhow::Result<()> {
-    // Checked (each with the rule a mission's own status follows) by the operation.
+    // Checked before the store opens (the operation checks again, for every
+    // transport), so a refused filter never creates a database.
+    for status in &args.statuses {
+        agentmesh_core::mission::validate_status(status.trim())?;
+    }
     let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
     let views: Vec<MissionView> = ctx.api()?.missions(ctx.mesh(), MissionListParams { status })?;
     let now = now();

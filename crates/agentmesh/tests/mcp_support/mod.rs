@@ -55,7 +55,8 @@ pub async fn spawn_stdio_with(
     let cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_agentmesh")).configure(|cmd| {
         // As the README's `.mcp.json` runs it: the data dir from the environment.
         cmd.args(global).arg("mcp").args(args).env("AGENTMESH_HOME", data_dir);
-        cmd.env_remove("AGENTMESH_MESH").env_remove("AGENTMESH_TOKEN").env("RUST_LOG", "warn");
+        cmd.env_remove("AGENTMESH_MESH").env_remove("AGENTMESH_TOKEN").env_remove("AGENTMESH_SERVER");
+        cmd.env("RUST_LOG", "warn");
         cmd.envs(env.iter().copied());
     });
     let transport = TokioChildProcess::new(cmd).expect("agentmesh mcp starts");
