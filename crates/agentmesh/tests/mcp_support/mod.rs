@@ -200,7 +200,10 @@ pub async fn exercise_every_tool(client: &Client) {
     assert_eq!(ok(client, "cancel_task", json!({ "taskId": "t-c" })).await["task"]["status"], "cancelled");
     assert!(!ok(client, "ledger_tail", json!({ "tail": 5 })).await["entries"].as_array().unwrap().is_empty());
 
-    // Bad arguments are tool errors naming the argument; the session goes on.
+    // Bad arguments are tool errors naming the argument; nothing changes, and the
+    // session goes on.
+    let tasks_before = ok(client, "list_tasks", json!({})).await;
+    let ledger_before = ok(client, "ledger_tail", json!({ "tail": 500 })).await;
     let err = tool_error(client, "enqueue_tasks", json!({ "tasks": [{ "message": 5 }] })).await;
     assert_eq!(err["field"], "tasks[0].message");
     assert_eq!(tool_error(client, "show_task", json!({})).await["field"], "taskId");
@@ -216,6 +219,12 @@ pub async fn exercise_every_tool(client: &Client) {
         tool_error(client, "send_to_session", json!({ "sessionId": "w1", "message": "x", "mode": "shout" }))
             .await["field"],
         "mode"
+    );
+    assert_eq!(ok(client, "list_tasks", json!({})).await, tasks_before, "a refused call changed a task");
+    assert_eq!(
+        ok(client, "ledger_tail", json!({ "tail": 500 })).await,
+        ledger_before,
+        "a refused call wrote to the ledger"
     );
     ok(client, "mesh_status", json!({})).await;
 }
