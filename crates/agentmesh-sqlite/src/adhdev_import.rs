@@ -21,7 +21,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, params_from_iter};
 use serde::Serialize;
 
-use crate::{Res, SqliteStore, tasks};
+use crate::{Res, SqliteStore, inbox, tasks};
 
 /// The tables copied besides the queue, in the order they are imported, with the
 /// words reports use for them.
@@ -115,6 +115,9 @@ impl SqliteStore {
 
     /// Copies the rows of `table` that are not here yet; `None` when the source has
     /// no such table.
+    ///
+    /// Event rows keep their state: one undrained in the source is queued here,
+    /// and a drained one keeps its event id in the dedup history.
     fn copy_table(
         &self,
         src: &Connection,
@@ -131,14 +134,32 @@ impl SqliteStore {
         let ours = self.read(|conn| Ok(columns(conn, table)?))?;
         let shared: Vec<&String> = theirs.iter().filter(|c| ours.contains(c)).collect();
         let list = shared.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
-        let rows = read_rows(src, &format!("SELECT {list} FROM \"{table}\"")).map_err(legacy)?;
+        let events = table == "mesh_pending_events";
+        // The source is upgraded by the same migrations: its queue says which
+        // events are undrained.
+        let queued = if events {
+            ", EXISTS (SELECT 1 FROM mesh_inbox_queue q WHERE q.mesh_id = t.mesh_id AND q.lane = t.lane
+                          AND q.queued_at = t.queued_at AND q.id = t.id)"
+        } else {
+            ""
+        };
+        let rows = read_rows(src, &format!("SELECT {list}{queued} FROM \"{table}\" AS t")).map_err(legacy)?;
         let marks = (1..=shared.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
         let insert = format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})");
         let imported = self.write(|tx| -> Res<u64> {
             let mut stmt = tx.prepare(&insert)?;
             let mut added = 0;
             for row in &rows {
-                added += stmt.execute(params_from_iter(row.iter()))? as u64;
+                let inserted = stmt.execute(params_from_iter(row[..shared.len()].iter()))? as u64;
+                if events && inserted > 0 {
+                    let rowid = tx.last_insert_rowid();
+                    if row.last() == Some(&SqlValue::Integer(1)) {
+                        inbox::enqueue_stored(tx, rowid)?;
+                    } else {
+                        inbox::record_drained_stored(tx, rowid)?;
+                    }
+                }
+                added += inserted;
             }
             Ok(added)
         })?;

@@ -1,13 +1,18 @@
-//! The coordinator inbox, `mesh_pending_events`: queueing with stamping and dedup,
-//! and drains that route every event inside their transaction.
+//! The coordinator inbox: `mesh_pending_events` holds every queued event (the
+//! fingerprint and event-id history), `mesh_inbox_queue` the undrained ones in
+//! drain-walk order, `mesh_inbox_drained` the event ids of the drained ones.
+//! Queueing stamps and deduplicates; a drain routes every event inside its
+//! transaction.
 //!
-//! A drain walks the mesh's undrained events oldest first through
-//! `idx_mesh_pending_events_drain` in pages, keyed by (queued_at, id). The
-//! daemon target and the `onlyEvents` filter are applied in SQL from the index; the
-//! v2 routing decision ([`route_event`]) is taken per event. Only delivered,
-//! deduplicated and quarantined rows are marked drained; routed-away rows are
-//! stepped over and stay queued, so a backlog for other coordinators costs a walk
-//! over index entries and never hides the drainer's own events.
+//! A drain walks the mesh's queue entries oldest first, lane by lane, in pages
+//! keyed by (queued_at, id). The daemon target and the `onlyEvents` filter are
+//! applied in SQL from the queue entries; the v2 routing decision
+//! ([`route_event`]) is taken per event. Only delivered, deduplicated and
+//! quarantined events are taken off the queue; routed-away ones are stepped over
+//! and stay queued, so a backlog for other coordinators costs a walk over queue
+//! entries and never hides the drainer's own events. A drain never rewrites an
+//! event row: it deletes queue entries and adds dedup records, small rows written
+//! side by side.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,10 +113,10 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
-                 (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at, drained,
+                 (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
                   protocol_version, event_id, scope, dispatched_by, intended_for,
                   route_class, to_machine, to_key, to_fallback, to_session, lane)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
         )?
         .execute(params![
             id,
@@ -133,7 +138,62 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
             columns.session,
             lane,
         ])?;
-    Ok(inserted > 0)
+    if inserted == 0 {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![ev.mesh_id, lane, ev.queued_at.millis(), id, target, ev.event, conn.last_insert_rowid()])?;
+    Ok(true)
+}
+
+/// Puts the stored event row `rowid` (back) on the queue; `false` when it was
+/// queued already or there is no such row.
+pub(crate) fn enqueue_stored(conn: &Connection, rowid: i64) -> Res<bool> {
+    let queued = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO mesh_inbox_queue
+                 (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
+             SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, rowid
+               FROM mesh_pending_events WHERE rowid = ?1",
+        )?
+        .execute([rowid])?;
+    if queued > 0 {
+        conn.prepare_cached(
+            "DELETE FROM mesh_inbox_drained
+              WHERE (mesh_id, event_id, id) = (SELECT mesh_id, event_id, id FROM mesh_pending_events WHERE rowid = ?1)",
+        )?
+        .execute([rowid])?;
+    }
+    Ok(queued > 0)
+}
+
+/// Takes the stored event row `rowid` off the queue, recording its event id as
+/// drained; `false` when it was not queued.
+pub(crate) fn take_stored(conn: &Connection, rowid: i64) -> Res<bool> {
+    let taken = conn
+        .prepare_cached(
+            "DELETE FROM mesh_inbox_queue
+              WHERE (mesh_id, lane, queued_at, id) =
+                    (SELECT mesh_id, lane, queued_at, id FROM mesh_pending_events WHERE rowid = ?1)",
+        )?
+        .execute([rowid])?;
+    if taken > 0 {
+        record_drained_stored(conn, rowid)?;
+    }
+    Ok(taken > 0)
+}
+
+/// Records the event id of the stored, drained event row `rowid` (if it has one).
+pub(crate) fn record_drained_stored(conn: &Connection, rowid: i64) -> Res<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id)
+         SELECT mesh_id, event_id, id FROM mesh_pending_events WHERE rowid = ?1 AND event_id IS NOT NULL",
+    )?
+    .execute([rowid])?;
+    Ok(())
 }
 
 /// `route_class` values (see migration 0007).
@@ -242,7 +302,8 @@ pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> 
 fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
     let Some(job) = refine_job_id(&ev.metadata_event) else { return Ok(false) };
     let mut stmt = conn.prepare_cached(
-        "SELECT payload FROM mesh_pending_events WHERE mesh_id = ?1 AND drained = 0 AND event = ?2",
+        "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+          WHERE q.mesh_id = ?1 AND q.event = ?2",
     )?;
     let rows = stmt.query_map(params![ev.mesh_id, ev.event], |r| r.get::<_, String>(0))?;
     for payload in rows {
@@ -257,11 +318,15 @@ fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
 
 /// One undrained row as a drain sees it.
 struct Candidate {
-    rowid: i64,
+    /// The lane whose queue entry it is.
+    lane: String,
     id: String,
     payload: String,
     fingerprint: Option<String>,
     queued_at: i64,
+    /// The stored event id (a valid v2 event's, or the envelope's of one that is
+    /// not valid): what a drain records as drained.
+    event_id: Option<String>,
     /// The routing inputs, for a valid v2 event; `None`: route from the payload.
     projected: Option<ProjectedRoute>,
 }
@@ -273,8 +338,8 @@ impl Candidate {
 }
 
 /// The columns a drain reads of a candidate row.
-const CANDIDATE_COLUMNS: &str = "rowid, id, payload, fingerprint, queued_at, event_id, route_class,
-                to_machine, to_key, to_fallback, to_session";
+const CANDIDATE_COLUMNS: &str = "q.lane, q.id, e.payload, e.fingerprint, q.queued_at, e.event_id,
+                e.route_class, e.to_machine, e.to_key, e.to_fallback, e.to_session";
 
 /// The SQL of one page of one lane of a drain's walk: the lane in ?2, after the
 /// (queued_at, id) cursor in ?3, ?4, for `forms` daemon id forms and, when given,
@@ -283,27 +348,31 @@ fn lane_sql(forms: usize, only: Option<usize>) -> String {
     let list =
         |start: usize, n: usize| (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ");
     let mut sql = format!(
-        "SELECT {CANDIDATE_COLUMNS} FROM mesh_pending_events
-          WHERE mesh_id = +?1 AND lane = +?2 AND drained = 0 AND (queued_at, id) > (+?3, +?4)"
+        "SELECT {CANDIDATE_COLUMNS} FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+          WHERE q.mesh_id = +?1 AND q.lane = +?2 AND (q.queued_at, q.id) > (+?3, +?4)"
     );
     let first = 5;
     if forms > 0 {
         sql.push_str(&format!(
-            " AND (coordinator_daemon_id IS NULL OR coordinator_daemon_id IN ({}))",
+            " AND (q.coordinator_daemon_id IS NULL OR q.coordinator_daemon_id IN ({}))",
             list(first, forms)
         ));
     }
     if let Some(n) = only {
-        sql.push_str(&format!(" AND event IN ({})", list(first + forms, n)));
+        sql.push_str(&format!(" AND q.event IN ({})", list(first + forms, n)));
     }
-    sql.push_str(&format!(" ORDER BY queued_at ASC, id ASC LIMIT +?{}", first + forms + only.unwrap_or(0)));
+    sql.push_str(&format!(
+        " ORDER BY q.queued_at ASC, q.id ASC LIMIT +?{}",
+        first + forms + only.unwrap_or(0)
+    ));
     sql
 }
 
 /// The next lane after ?2 and before ?3 that holds undrained events, with the
 /// addressee columns of one of its rows (all rows of a unicast lane share them).
-const NEXT_LANE: &str = "SELECT lane, to_machine, to_key, to_fallback, to_session FROM mesh_pending_events
-  WHERE mesh_id = +?1 AND drained = 0 AND lane > +?2 AND lane < +?3 ORDER BY lane ASC LIMIT 1";
+const NEXT_LANE: &str = "SELECT q.lane, e.to_machine, e.to_key, e.to_fallback, e.to_session
+  FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+  WHERE q.mesh_id = +?1 AND q.lane > +?2 AND q.lane < +?3 ORDER BY q.lane ASC LIMIT 1";
 
 /// The lanes a drain by `request.drainer` must read: the untargeted lane, the
 /// lanes of its daemon targets, and the unicast lanes on its machine whose
@@ -448,13 +517,15 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
         fallback: r.get(9)?,
         session: r.get(10)?,
     };
+    let event_id: Option<String> = r.get(5)?;
     Ok(Candidate {
-        rowid: r.get(0)?,
+        lane: r.get(0)?,
         id: r.get(1)?,
         payload: r.get(2)?,
         fingerprint: r.get(3)?,
         queued_at: r.get(4)?,
-        projected: columns.projected(r.get(5)?),
+        projected: columns.projected(event_id.clone()),
+        event_id,
     })
 }
 
@@ -468,9 +539,8 @@ fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Re
         return Ok(HashSet::new());
     }
     let mut stmt = conn.prepare_cached(
-        "SELECT event_id FROM mesh_pending_events
-          WHERE mesh_id = ?1 AND drained = 1 AND event_id IS NOT NULL
-            AND event_id IN (SELECT value FROM json_each(?2))",
+        "SELECT DISTINCT event_id FROM mesh_inbox_drained
+          WHERE mesh_id = ?1 AND event_id IN (SELECT value FROM json_each(?2))",
     )?;
     let found = stmt
         .query_map(params![mesh_id, serde_json::to_string(&ids)?], |r| r.get::<_, String>(0))?
@@ -612,18 +682,18 @@ pub(crate) fn drain(
     if presence.my_last_seen.is_none_or(|seen| seen < now.millis().saturating_sub(PRESENCE_REFRESH_MS)) {
         touch_coordinator(conn, mesh_id, request.drainer.identity(), now)?;
     }
-    let mut marked: Vec<i64> = Vec::new();
+    let mut taken: Vec<Taken> = Vec::new();
     walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
         if let Some(projected) = &c.projected {
             let routed = router.route_projected(projected, |event_id| drained.contains(event_id));
             match routed.decision {
                 RouteDecision::RoutedAway { .. } => return Ok(false),
                 RouteDecision::Deliver => {
-                    marked.push(c.rowid);
+                    taken.push(Taken::of(&c));
                     let event = parse(&c.payload);
                     out.events.push(c.into_inbox_event(event));
                 }
-                RouteDecision::DedupSkipped | RouteDecision::Quarantine { .. } => marked.push(c.rowid),
+                RouteDecision::DedupSkipped | RouteDecision::Quarantine { .. } => taken.push(Taken::of(&c)),
             }
             return Ok(out.events.len() >= limit);
         }
@@ -633,33 +703,53 @@ pub(crate) fn drain(
         match routed.decision {
             RouteDecision::RoutedAway { .. } => return Ok(false),
             RouteDecision::Deliver => {
-                marked.push(c.rowid);
+                taken.push(Taken::of(&c));
                 out.events.push(c.into_inbox_event(raw));
             }
-            RouteDecision::DedupSkipped => marked.push(c.rowid),
+            RouteDecision::DedupSkipped => taken.push(Taken::of(&c)),
             RouteDecision::Quarantine { reason } => {
-                marked.push(c.rowid);
+                taken.push(Taken::of(&c));
                 ledger::append(conn, &held_entry(mesh_id, &c.id, &raw, reason, c.queued_at, now))?;
                 out.quarantined.push(c.id);
             }
         }
         Ok(out.events.len() >= limit)
     })?;
-    if !marked.is_empty() {
-        // The drainer's identity key, not its JSON: the column is written into
-        // every drained row, and a longer value grows every row it marks.
-        let drained_by = request.drainer.identity().key();
-        // OR FAIL: a failure fails the whole drain (its transaction rolls back), so
-        // the statement needs no journal of its own to undo a partial update.
-        conn.prepare_cached(
-            "UPDATE OR FAIL mesh_pending_events SET drained = 1, drained_at = ?1, drained_by = ?2
-              WHERE rowid IN (SELECT value FROM json_each(?3))",
-        )?
-        .execute(params![now.millis(), drained_by, serde_json::to_string(&marked)?])?;
-    }
+    take(conn, mesh_id, &taken)?;
     out.counters = router.counters();
     out.events = reconcile_refine(conn, mesh_id, std::mem::take(&mut out.events), now)?;
     Ok(out)
+}
+
+/// The queue entry of an event a drain takes, and its event id.
+struct Taken {
+    lane: String,
+    queued_at: i64,
+    id: String,
+    event_id: Option<String>,
+}
+
+impl Taken {
+    fn of(c: &Candidate) -> Taken {
+        Taken { lane: c.lane.clone(), queued_at: c.queued_at, id: c.id.clone(), event_id: c.event_id.clone() }
+    }
+}
+
+/// Takes events off the queue, recording their event ids as drained.
+fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()> {
+    let mut dequeue = conn.prepare_cached(
+        "DELETE FROM mesh_inbox_queue WHERE mesh_id = ?1 AND lane = ?2 AND queued_at = ?3 AND id = ?4",
+    )?;
+    let mut record = conn.prepare_cached(
+        "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id) VALUES (?1, ?2, ?3)",
+    )?;
+    for t in taken {
+        dequeue.execute(params![mesh_id, t.lane, t.queued_at, t.id])?;
+        if let Some(event_id) = &t.event_id {
+            record.execute(params![mesh_id, event_id, t.id])?;
+        }
+    }
+    Ok(())
 }
 
 /// Applies the refine reconciliation to what a drain or peek hands out: a refine
@@ -787,13 +877,15 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
     reconcile_refine(conn, mesh_id, events, at)
 }
 
-pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String], now: Timestamp) -> Res<u64> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE mesh_pending_events SET drained = 1, drained_at = ?1 WHERE mesh_id = ?2 AND id = ?3 AND drained = 0",
-    )?;
+pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
+    let mut find =
+        conn.prepare_cached("SELECT rowid FROM mesh_pending_events WHERE mesh_id = ?1 AND id = ?2")?;
     let mut n = 0;
     for id in ids {
-        n += stmt.execute(params![now.millis(), mesh_id, id])? as u64;
+        let Some(rowid) = find.query_row(params![mesh_id, id], |r| r.get::<_, i64>(0)).optional()? else {
+            continue;
+        };
+        n += u64::from(take_stored(conn, rowid)?);
     }
     Ok(n)
 }
@@ -815,7 +907,8 @@ pub(crate) fn retract_dispatch_blocked(conn: &Connection, mesh_id: &str, task_id
     Ok(conn
         .prepare_cached(
             "DELETE FROM mesh_pending_events
-              WHERE mesh_id = ?1 AND drained = 0 AND event = 'mesh:dispatch_blocked'
+              WHERE rowid IN (SELECT event_rowid FROM mesh_inbox_queue
+                               WHERE mesh_id = ?1 AND event = 'mesh:dispatch_blocked')
                 AND json_valid(payload) AND TRIM(json_extract(payload, '$.metadataEvent.taskId')) = ?2",
         )?
         .execute(params![mesh_id, task_id])? as u64)
@@ -827,12 +920,14 @@ pub(crate) fn clear(conn: &Connection, mesh_id: &str) -> Res<u64> {
         "DELETE FROM mesh_completion_fingerprints WHERE mesh_id = ?1 AND fingerprint LIKE 'pending::%'",
         [mesh_id],
     )?;
+    // Queue entries and dedup records first, so the delete trigger finds none.
+    conn.execute("DELETE FROM mesh_inbox_queue WHERE mesh_id = ?1", [mesh_id])?;
+    conn.execute("DELETE FROM mesh_inbox_drained WHERE mesh_id = ?1", [mesh_id])?;
     Ok(conn.execute("DELETE FROM mesh_pending_events WHERE mesh_id = ?1", [mesh_id])? as u64)
 }
 
 pub(crate) fn count(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    let mut stmt =
-        conn.prepare_cached("SELECT COUNT(*) FROM mesh_pending_events WHERE mesh_id = ?1 AND drained = 0")?;
+    let mut stmt = conn.prepare_cached("SELECT COUNT(*) FROM mesh_inbox_queue WHERE mesh_id = ?1")?;
     Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
 }
 
@@ -859,23 +954,16 @@ pub(crate) fn requeue_held(
             })
         })?;
     let row_id = entry.payload.get("pendingEventId").and_then(serde_json::Value::as_str);
-    let mut requeued = match row_id {
-        Some(row) => {
-            conn.prepare_cached(
-                "UPDATE mesh_pending_events SET drained = 0, drained_at = NULL, drained_by = NULL
-                  WHERE id = ?1 AND mesh_id = ?2 AND drained = 1",
-            )?
-            .execute(params![row, mesh_id])?
-                > 0
-        }
-        None => false,
-    };
-    let row_exists = match row_id {
+    let stored: Option<i64> = match row_id {
         Some(row) => conn
-            .prepare_cached("SELECT 1 FROM mesh_pending_events WHERE id = ?1 AND mesh_id = ?2")?
-            .query_row(params![row, mesh_id], |_| Ok(()))
-            .optional()?
-            .is_some(),
+            .prepare_cached("SELECT rowid FROM mesh_pending_events WHERE id = ?1 AND mesh_id = ?2")?
+            .query_row(params![row, mesh_id], |r| r.get(0))
+            .optional()?,
+        None => None,
+    };
+    let row_exists = stored.is_some();
+    let mut requeued = match stored {
+        Some(rowid) => enqueue_stored(conn, rowid)?,
         None => false,
     };
     if !row_exists {
@@ -919,9 +1007,10 @@ pub(crate) fn requeue_held(
 mod tests {
     use super::*;
 
-    /// A drain page is a range of one lane of the drain index in walk order,
-    /// filtered from the index itself: no sort, however many events other
-    /// coordinators have queued; and finding the next lane is one seek.
+    /// A drain page is a range of one lane of the queue in walk order, filtered
+    /// from the queue entries themselves, each joined to its event row by rowid:
+    /// no sort, however many events other coordinators have queued; and finding
+    /// the next lane is one seek.
     #[test]
     fn a_drain_page_walks_one_lane_of_the_drain_index() {
         let mut conn = Connection::open_in_memory().unwrap();
@@ -940,7 +1029,8 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap();
             let plan = plan.join(" | ");
-            assert!(plan.contains("idx_mesh_pending_events_drain (mesh_id=? AND lane"), "{sql}\n{plan}");
+            assert!(plan.contains("SEARCH q USING PRIMARY KEY (mesh_id=? AND lane"), "{sql}\n{plan}");
+            assert!(plan.contains("SEARCH e USING INTEGER PRIMARY KEY"), "{sql}\n{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
         }
     }

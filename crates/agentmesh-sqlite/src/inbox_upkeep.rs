@@ -236,11 +236,12 @@ fn release(dir: &Path, original: &str) {
 
 // ── Export ──────────────────────────────────────────────────────────────────
 
-/// Undrained events of a mesh, oldest first. The drain index holds them lane by
-/// lane, so this reads them from it and sorts (an export is an occasional
-/// operator action).
-const EXPORT_UNDRAINED: &str = "SELECT payload FROM mesh_pending_events
-     WHERE mesh_id = +?1 AND drained = 0 ORDER BY queued_at ASC, id ASC";
+/// Undrained events of a mesh, oldest first. The queue holds them lane by lane,
+/// so this reads them from it and sorts (an export is an occasional operator
+/// action).
+const EXPORT_UNDRAINED: &str = "SELECT e.payload
+     FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+     WHERE q.mesh_id = +?1 ORDER BY q.queued_at ASC, q.id ASC";
 /// Every event of a mesh, oldest first. No index orders drained rows (no hot path
 /// reads them in order, and each index costs every write), so this one sorts; an
 /// export is an occasional operator action.
@@ -295,34 +296,35 @@ fn never_expire_values() -> impl Iterator<Item = SqlValue> {
     NEVER_EXPIRE_EVENTS.iter().map(|name| SqlValue::Text((*name).to_owned()))
 }
 
-/// One chunk of a mesh's expirable undrained rows in drain-index order (lane by
-/// lane, oldest first in each) after the (lane, queued_at, id) cursor in ?3, ?4,
-/// ?5; walks the drain index.
+/// One chunk of a mesh's expirable undrained rows in queue order (lane by lane,
+/// oldest first in each) after the (lane, queued_at, id) cursor in ?3, ?4, ?5;
+/// walks the queue.
 fn expire_chunk_sql() -> String {
     format!(
-        "SELECT id, event, payload, queued_at, lane FROM mesh_pending_events
-          WHERE mesh_id = +?1 AND drained = 0 AND queued_at < +?2
-            AND (lane, queued_at, id) > (+?3, +?4, +?5)
-            AND event NOT IN ({})
-          ORDER BY lane ASC, queued_at ASC, id ASC LIMIT {PRUNE_CHUNK}",
+        "SELECT q.id, q.event, e.payload, q.queued_at, q.lane
+           FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+          WHERE q.mesh_id = +?1 AND q.queued_at < +?2
+            AND (q.lane, q.queued_at, q.id) > (+?3, +?4, +?5)
+            AND q.event NOT IN ({})
+          ORDER BY q.lane ASC, q.queued_at ASC, q.id ASC LIMIT {PRUNE_CHUNK}",
         never_expire_list(6)
     )
 }
 
 fn exempt_count_sql() -> String {
     format!(
-        "SELECT COUNT(*) FROM mesh_pending_events
-          WHERE mesh_id = +?1 AND drained = 0 AND queued_at < +?2 AND event IN ({})",
+        "SELECT COUNT(*) FROM mesh_inbox_queue q
+          WHERE mesh_id = +?1 AND queued_at < +?2 AND event IN ({})",
         never_expire_list(3)
     )
 }
 
 /// The sweep; see [`agentmesh_store::Store::prune_pending_events`].
 ///
-/// Drained rows go in one statement. There is no index on their age (a drain
-/// never needs one, and every index costs every write), so this scans the table;
-/// the sweep runs hourly at most. Undrained rows are walked per mesh through the
-/// drain index, in transactions of at most [`PRUNE_CHUNK`] rows: if the sweep
+/// Drained rows (event rows without a queue entry) go in one statement. There is
+/// no index on their age (a drain never needs one, and every index costs every
+/// write), so this scans the table; the sweep runs hourly at most. Undrained rows
+/// are walked per mesh through the queue, in transactions of at most [`PRUNE_CHUNK`] rows: if the sweep
 /// stops halfway, every chunk that committed did so with its ledger entries.
 pub(crate) fn prune(
     store: &SqliteStore,
@@ -332,15 +334,20 @@ pub(crate) fn prune(
 ) -> StoreResult<PruneReport> {
     let drained_expired = store.write(|tx| {
         let deleted = tx
-            .prepare_cached("DELETE FROM mesh_pending_events WHERE drained = 1 AND queued_at < ?1")?
+            .prepare_cached(
+                "DELETE FROM mesh_pending_events AS e
+                  WHERE e.queued_at < ?1
+                    AND NOT EXISTS (SELECT 1 FROM mesh_inbox_queue q
+                                     WHERE q.mesh_id = e.mesh_id AND q.lane = e.lane
+                                       AND q.queued_at = e.queued_at AND q.id = e.id)",
+            )?
             .execute([drained_older_than.millis()])?;
         Ok(deleted as u64)
     })?;
     let mut report = PruneReport { drained_expired, ..PruneReport::default() };
     let meshes: Vec<String> = store.read(|conn| {
-        let mut stmt = conn.prepare_cached(
-            "SELECT DISTINCT mesh_id FROM mesh_pending_events WHERE drained = 0 AND queued_at < ?1",
-        )?;
+        let mut stmt =
+            conn.prepare_cached("SELECT DISTINCT mesh_id FROM mesh_inbox_queue WHERE queued_at < ?1")?;
         let meshes =
             stmt.query_map([undrained_older_than.millis()], |r| r.get(0))?.collect::<Result<_, _>>()?;
         Ok(meshes)
@@ -422,11 +429,17 @@ fn expire_chunk(
         })?
         .collect::<Result<_, _>>()?;
     let last = rows.last().map(|r| (r.lane.clone(), r.queued_at, r.id.clone()));
-    let mut delete = conn
-        .prepare_cached("DELETE FROM mesh_pending_events WHERE mesh_id = ?1 AND id = ?2 AND drained = 0")?;
+    // Only a row still queued (so undrained) goes; the delete trigger takes its
+    // queue entry with it.
+    let mut delete = conn.prepare_cached(
+        "DELETE FROM mesh_pending_events
+          WHERE mesh_id = ?1 AND id = ?2
+            AND EXISTS (SELECT 1 FROM mesh_inbox_queue
+                         WHERE mesh_id = ?1 AND lane = ?3 AND queued_at = ?4 AND id = ?2)",
+    )?;
     let mut expired = 0;
     for row in &rows {
-        if delete.execute(params![mesh_id, row.id])? == 1 {
+        if delete.execute(params![mesh_id, row.id, row.lane, row.queued_at])? == 1 {
             ledger::append(conn, &retention_held_entry(mesh_id, row, now))?;
             expired += 1;
         }
@@ -483,16 +496,16 @@ mod tests {
         rows.join(" | ")
     }
 
-    /// The per-mesh walks of the sweep are ranges of the drain index in index
-    /// order: no table scan, no sort. An undrained export reads the same index
-    /// (and sorts, since the index holds the events lane by lane).
+    /// The per-mesh walks of the sweep are ranges of the queue in its order: no
+    /// table scan, no sort. An undrained export reads the queue too (and sorts,
+    /// since the queue holds the events lane by lane).
     #[test]
-    fn undrained_walks_use_the_drain_index() {
+    fn undrained_walks_use_the_queue() {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
         for sql in [expire_chunk_sql(), exempt_count_sql(), EXPORT_UNDRAINED.to_owned()] {
             let plan = plan(&conn, &sql);
-            assert!(plan.contains("idx_mesh_pending_events_drain"), "{sql}\n{plan}");
+            assert!(plan.contains("SEARCH q USING PRIMARY KEY (mesh_id=?"), "{sql}\n{plan}");
             if sql != EXPORT_UNDRAINED {
                 assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
             }

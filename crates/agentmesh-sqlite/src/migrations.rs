@@ -40,6 +40,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0007_inbox_routing.sql"),
         after: Some(inbox::backfill_route_columns),
     },
+    Migration {
+        name: "0008_inbox_queue",
+        sql: include_str!("../migrations/0008_inbox_queue.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
@@ -47,10 +52,15 @@ pub const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// Brings the database up to [`LATEST_VERSION`], one transaction per step.
 pub(crate) fn migrate(conn: &mut Connection) -> Res<()> {
+    migrate_to(conn, LATEST_VERSION)
+}
+
+/// Brings the database up to version `target`, one transaction per step.
+fn migrate_to(conn: &mut Connection, target: i64) -> Res<()> {
     let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     for (index, step) in MIGRATIONS.iter().enumerate() {
         let version = index as i64 + 1;
-        if version <= current {
+        if version <= current || version > target {
             continue;
         }
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -115,6 +125,47 @@ mod tests {
         let v: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
         assert_eq!(v, LATEST_VERSION);
         migrate(&mut conn).unwrap();
+    }
+
+    /// Version 8 moves the undrained events onto the queue and the drained ones'
+    /// event ids into the dedup history; the rows themselves stay as they were.
+    #[test]
+    fn the_inbox_queue_takes_over_the_drained_flag() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_to(&mut conn, 7).unwrap();
+        conn.execute_batch(
+            "INSERT INTO mesh_pending_events (id, mesh_id, coordinator_daemon_id, event, payload, queued_at,
+                                              drained, event_id, lane)
+             VALUES ('r1', 'm', NULL, 'agent:ready', '{}', 10, 0, NULL, ''),
+                    ('r2', 'm', 'mach_A', 'agent:stopped', '{}', 20, 1, 'e2', '@mach_A'),
+                    ('r3', 'm', 'mach_A', 'agent:stopped', '{}', 30, 0, 'e3', 'u:mach_A|run-1|'),
+                    ('r4', 'm', NULL, 'agent:ready', '{}', 40, 1, NULL, '');",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let rows = |sql: &str| -> Vec<String> {
+            conn.prepare(sql).unwrap().query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+        };
+        assert_eq!(
+            rows("SELECT q.id || ' ' || q.lane || ' ' || IFNULL(q.coordinator_daemon_id, '-') || ' ' || q.event
+                    FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid AND e.id = q.id
+                   ORDER BY q.queued_at"),
+            ["r1  - agent:ready", "r3 u:mach_A|run-1| mach_A agent:stopped"]
+        );
+        assert_eq!(rows("SELECT event_id || ' ' || id FROM mesh_inbox_drained"), ["e2 r2"]);
+        assert_eq!(rows("SELECT id FROM mesh_pending_events ORDER BY id"), ["r1", "r2", "r3", "r4"]);
+        let tx = conn.transaction().unwrap();
+        assert!(!table_columns(&tx, "mesh_pending_events").unwrap().iter().any(|c| c.starts_with("drained")));
+        // Removing an event row takes its queue entry or dedup record along.
+        tx.execute("DELETE FROM mesh_pending_events WHERE id IN ('r2', 'r3')", []).unwrap();
+        let left: i64 = tx
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM mesh_inbox_queue) + (SELECT COUNT(*) FROM mesh_inbox_drained)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 1, "only r1's queue entry is left");
     }
 
     #[test]

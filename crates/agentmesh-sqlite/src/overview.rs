@@ -9,14 +9,14 @@ use crate::Res;
 /// identity when the event has one, else its v1 daemon and session targets.
 pub(crate) fn pending_by_addressee(conn: &Connection, mesh_id: &str) -> Res<Vec<PendingAddressee>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT COALESCE(json_extract(intended_for, '$.daemonId'), coordinator_daemon_id) AS daemon,
-                json_extract(intended_for, '$.coordinatorRunId') AS run,
-                COALESCE(json_extract(intended_for, '$.sessionId'),
-                         CASE WHEN json_valid(payload)
-                              THEN json_extract(payload, '$.targetCoordinatorSessionId') END) AS session,
+        "SELECT COALESCE(json_extract(e.intended_for, '$.daemonId'), e.coordinator_daemon_id) AS daemon,
+                json_extract(e.intended_for, '$.coordinatorRunId') AS run,
+                COALESCE(json_extract(e.intended_for, '$.sessionId'),
+                         CASE WHEN json_valid(e.payload)
+                              THEN json_extract(e.payload, '$.targetCoordinatorSessionId') END) AS session,
                 COUNT(*) AS n
-           FROM mesh_pending_events
-          WHERE mesh_id = ?1 AND drained = 0
+           FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+          WHERE q.mesh_id = ?1
           GROUP BY daemon, run, session
           ORDER BY n DESC, daemon, run, session
           LIMIT 50",

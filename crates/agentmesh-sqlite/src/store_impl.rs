@@ -445,8 +445,9 @@ impl Store for SqliteStore {
         self.read(|c| inbox::peek(c, mesh_id, request))
     }
 
-    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64> {
-        self.write(|tx| inbox::ack(tx, mesh_id, ids, now))
+    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
+        // No acknowledgement time is kept: retention goes by queue time.
+        self.write(|tx| inbox::ack(tx, mesh_id, ids))
     }
 
     fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {

@@ -149,8 +149,9 @@ fn the_fixture_inboxes_import_their_valid_events_and_are_removed() {
     let mut stmt = conn
         .prepare(
             "SELECT event || ' ' || IFNULL(coordinator_daemon_id, '-') || ' ' || queued_at || ' '
-                    || IFNULL(fingerprint, '-') || ' ' || drained
-               FROM mesh_pending_events ORDER BY queued_at",
+                    || IFNULL(fingerprint, '-') || ' '
+                    || NOT EXISTS (SELECT 1 FROM mesh_inbox_queue q WHERE q.id = e.id)
+               FROM mesh_pending_events e ORDER BY queued_at",
         )
         .unwrap();
     let rows: Vec<String> = stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap();
@@ -404,7 +405,14 @@ fn drained_events_past_the_cutoff_are_deleted_and_fresh_ones_kept() {
     let report =
         env.store.prune_pending_events(NOW.plus_millis(-7 * DAY), NOW.plus_millis(-30 * DAY), NOW).unwrap();
     assert_eq!(report, PruneReport { drained_expired: 2, undrained_expired: 0, terminal_exempt: 0 });
-    assert_eq!(env.count("SELECT COUNT(*) FROM mesh_pending_events WHERE drained = 1"), 1, "the fresh one");
+    assert_eq!(
+        env.count(
+            "SELECT COUNT(*) FROM mesh_pending_events e
+              WHERE NOT EXISTS (SELECT 1 FROM mesh_inbox_queue q WHERE q.id = e.id)"
+        ),
+        1,
+        "the fresh one"
+    );
     assert_eq!(env.store.pending_event_count("m").unwrap(), 1, "undrained rows wait for their own cutoff");
     assert!(env.held("m").is_empty(), "drained rows were delivered; nothing to mirror");
 }
