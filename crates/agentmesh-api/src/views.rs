@@ -14,7 +14,7 @@ use agentmesh_core::{
     SessionDelivery, Task,
 };
 use agentmesh_store::{
-    ActiveAssignment, ClaimOutcome, DrainOutcome, DuplicateReason, InboxEvent, QueueOutcome,
+    ActiveAssignment, ClaimOutcome, DrainOutcome, DuplicateReason, InboxEvent, QueueOutcome, RawJson,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -102,8 +102,8 @@ pub struct InboxEventView {
     /// Its content fingerprint, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
-    /// The event as stored.
-    pub payload: Value,
+    /// The event as stored, passed through unparsed.
+    pub payload: RawJson,
 }
 
 impl InboxEventView {
@@ -114,7 +114,7 @@ impl InboxEventView {
             event: Value::from(event.event.as_str()),
             queued_at: event.queued_at.millis(),
             fingerprint: None,
-            payload: event.to_value(),
+            payload: RawJson::from_value(&event.to_value()),
         }
     }
 
@@ -123,9 +123,10 @@ impl InboxEventView {
         self.event.as_str().unwrap_or_default()
     }
 
-    /// The text written for the coordinator (`coordinatorMessage`), when it has one.
-    pub fn coordinator_message(&self) -> Option<&str> {
-        self.payload.get("coordinatorMessage").and_then(Value::as_str).filter(|t| !t.trim().is_empty())
+    /// The text written for the coordinator (`coordinatorMessage`) in the parsed
+    /// `payload`, when it has one.
+    pub fn coordinator_message(payload: &Value) -> Option<&str> {
+        payload.get("coordinatorMessage").and_then(Value::as_str).filter(|t| !t.trim().is_empty())
     }
 }
 
@@ -133,7 +134,7 @@ impl From<InboxEvent> for InboxEventView {
     fn from(e: InboxEvent) -> InboxEventView {
         InboxEventView {
             id: e.id,
-            event: e.event.get("event").cloned().unwrap_or(Value::Null),
+            event: Value::from(e.name),
             queued_at: e.queued_at_ms,
             fingerprint: e.fingerprint,
             payload: e.event,
@@ -142,7 +143,7 @@ impl From<InboxEvent> for InboxEventView {
 }
 
 /// What a push answers: the stored event, or why it was a duplicate.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum PushView {
     /// Refused as a duplicate; nothing was stored.
@@ -152,6 +153,23 @@ pub enum PushView {
     },
     /// Stored.
     Queued(Box<InboxEventView>),
+}
+
+impl<'de> Deserialize<'de> for PushView {
+    /// Told apart by the `duplicate` field. (Not derived: an untagged enum buffers
+    /// its input, and the stored event inside cannot be read back from a buffer.)
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PushView, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Duplicate {
+            duplicate: String,
+        }
+        let raw = Box::<serde_json::value::RawValue>::deserialize(deserializer)?;
+        if let Ok(Duplicate { duplicate }) = serde_json::from_str(raw.get()) {
+            return Ok(PushView::Duplicate { duplicate });
+        }
+        serde_json::from_str(raw.get()).map(PushView::Queued).map_err(serde::de::Error::custom)
+    }
 }
 
 impl From<QueueOutcome> for PushView {
@@ -538,7 +556,7 @@ mod tests {
             event: Value::from("agent:stopped"),
             queued_at: 5,
             fingerprint: None,
-            payload: serde_json::json!({ "event": "agent:stopped" }),
+            payload: RawJson::from_value(&serde_json::json!({ "event": "agent:stopped" })),
         }));
         let text = serde_json::to_string(&queued).unwrap();
         assert_eq!(serde_json::from_str::<PushView>(&text).unwrap(), queued);

@@ -38,7 +38,8 @@ pub struct EventForAgent {
 impl EventForAgent {
     /// The agent's view of an inbox event.
     pub fn from_view(view: &InboxEventView) -> EventForAgent {
-        let metadata = view.payload.get("metadataEvent").and_then(Value::as_object);
+        let payload = view.payload.parse();
+        let metadata = payload.get("metadataEvent").and_then(Value::as_object);
         let text_of = |key: &str| {
             metadata
                 .and_then(|m| m.get(key))
@@ -48,13 +49,13 @@ impl EventForAgent {
                 .map(str::to_owned)
         };
         let task_id = text_of("taskId").or_else(|| {
-            view.payload.get("taskId").and_then(Value::as_str).map(str::to_owned).filter(|s| !s.is_empty())
+            payload.get("taskId").and_then(Value::as_str).map(str::to_owned).filter(|s| !s.is_empty())
         });
         let summary = metadata.and_then(read_completion_summary).map(str::to_owned);
         let reason = text_of("reason");
-        let text = match view.coordinator_message() {
+        let text = match InboxEventView::coordinator_message(&payload) {
             Some(message) => message.trim().to_owned(),
-            None => one_line(view, task_id.as_deref(), summary.as_deref().or(reason.as_deref())),
+            None => one_line(view, &payload, task_id.as_deref(), summary.as_deref().or(reason.as_deref())),
         };
         EventForAgent { id: view.id.clone(), event: view.name().to_owned(), task_id, summary, reason, text }
     }
@@ -68,11 +69,9 @@ impl EventForAgent {
 }
 
 /// `<event> from <node>: task <id>: <what the worker said>`.
-fn one_line(view: &InboxEventView, task_id: Option<&str>, said: Option<&str>) -> String {
+fn one_line(view: &InboxEventView, payload: &Value, task_id: Option<&str>, said: Option<&str>) -> String {
     let mut line = view.name().to_owned();
-    if let Some(label) =
-        view.payload.get("nodeLabel").and_then(Value::as_str).filter(|l| !l.trim().is_empty())
-    {
+    if let Some(label) = payload.get("nodeLabel").and_then(Value::as_str).filter(|l| !l.trim().is_empty()) {
         line.push_str(&format!(" from {}", label.trim()));
     }
     if let Some(task) = task_id {
@@ -125,7 +124,7 @@ mod tests {
             event: payload["event"].clone(),
             queued_at: 0,
             fingerprint: None,
-            payload,
+            payload: agentmesh_store::RawJson::from_value(&payload),
         }
     }
 

@@ -24,7 +24,9 @@ use agentmesh_core::events::{
     project_route, read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{InvalidInput, LedgerEntry, Timestamp};
-use agentmesh_store::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, StoreError};
+use agentmesh_store::{
+    DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, RawJson, StoreError,
+};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use serde_json::json;
@@ -321,6 +323,8 @@ struct Candidate {
     /// The lane whose queue entry it is.
     lane: String,
     id: String,
+    /// The event's name.
+    name: String,
     payload: String,
     fingerprint: Option<String>,
     queued_at: i64,
@@ -332,14 +336,21 @@ struct Candidate {
 }
 
 impl Candidate {
-    fn into_inbox_event(self, event: serde_json::Value) -> InboxEvent {
-        InboxEvent { id: self.id, event, fingerprint: self.fingerprint, queued_at_ms: self.queued_at }
+    /// The event as handed out: its stored text, unparsed.
+    fn into_inbox_event(self) -> InboxEvent {
+        InboxEvent {
+            id: self.id,
+            name: self.name,
+            event: RawJson::from_stored(self.payload),
+            fingerprint: self.fingerprint,
+            queued_at_ms: self.queued_at,
+        }
     }
 }
 
 /// The columns a drain reads of a candidate row.
 const CANDIDATE_COLUMNS: &str = "q.lane, q.id, e.payload, e.fingerprint, q.queued_at, e.event_id,
-                e.route_class, e.to_machine, e.to_key, e.to_fallback, e.to_session";
+                e.route_class, e.to_machine, e.to_key, e.to_fallback, e.to_session, q.event";
 
 /// The SQL of one page of one lane of a drain's walk: the lane in ?2, after the
 /// (queued_at, id) cursor in ?3, ?4, for `forms` daemon id forms and, when given,
@@ -521,6 +532,7 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
     Ok(Candidate {
         lane: r.get(0)?,
         id: r.get(1)?,
+        name: r.get(11)?,
         payload: r.get(2)?,
         fingerprint: r.get(3)?,
         queued_at: r.get(4)?,
@@ -690,8 +702,7 @@ pub(crate) fn drain(
                 RouteDecision::RoutedAway { .. } => return Ok(false),
                 RouteDecision::Deliver => {
                     taken.push(Taken::of(&c));
-                    let event = parse(&c.payload);
-                    out.events.push(c.into_inbox_event(event));
+                    out.events.push(c.into_inbox_event());
                 }
                 RouteDecision::DedupSkipped | RouteDecision::Quarantine { .. } => taken.push(Taken::of(&c)),
             }
@@ -704,7 +715,7 @@ pub(crate) fn drain(
             RouteDecision::RoutedAway { .. } => return Ok(false),
             RouteDecision::Deliver => {
                 taken.push(Taken::of(&c));
-                out.events.push(c.into_inbox_event(raw));
+                out.events.push(c.into_inbox_event());
             }
             RouteDecision::DedupSkipped => taken.push(Taken::of(&c)),
             RouteDecision::Quarantine { reason } => {
@@ -763,12 +774,19 @@ fn reconcile_refine(
     now: Timestamp,
 ) -> Res<Vec<InboxEvent>> {
     use agentmesh_core::events::refine;
-    let accepted =
-        |e: &InboxEvent| e.event.get("event").and_then(serde_json::Value::as_str) == Some("refine:accepted");
-    if !events.iter().any(accepted) {
+    if !events.iter().any(|e| e.name == agentmesh_core::events::names::REFINE_ACCEPTED) {
         return Ok(events);
     }
-    let values: Vec<serde_json::Value> = events.iter().map(|e| e.event.clone()).collect();
+    // A batch with a refine acceptance is read as trees (the only kind of batch
+    // whose payloads a drain itself looks into).
+    let parsed: Vec<(InboxEvent, serde_json::Value)> = events
+        .into_iter()
+        .map(|e| {
+            let value = e.event.parse();
+            (e, value)
+        })
+        .collect();
+    let values: Vec<serde_json::Value> = parsed.iter().map(|(_, v)| v.clone()).collect();
     let missing = refine::jobs_missing_a_terminal(&values);
     let mut backfilled = Vec::new();
     for job in &missing {
@@ -788,16 +806,18 @@ fn reconcile_refine(
         }
     }
     if missing.is_empty() {
-        return Ok(events);
+        return Ok(parsed.into_iter().map(|(e, _)| e).collect());
     }
-    let mut out = refine::drop_superseded(events, |e| &e.event, &backfilled);
+    let mut out: Vec<InboxEvent> =
+        refine::drop_superseded(parsed, |(_, v)| v, &backfilled).into_iter().map(|(e, _)| e).collect();
     for event in backfilled {
         let job = agentmesh_core::events::read_refine_job_id(&event).unwrap_or_default().to_owned();
         let name = event.get("event").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
         // Rebuilt events are not rows: their id names where they came from.
         out.push(InboxEvent {
             id: format!("ledger:{name}:{job}"),
-            event,
+            event: RawJson::from_value(&event),
+            name,
             fingerprint: None,
             queued_at_ms: now.millis(),
         });
@@ -861,14 +881,13 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
             None => {
                 let raw = parse(&c.payload);
                 if router.route(&raw, |id| drained.contains(id)).decision == RouteDecision::Deliver {
-                    events.push(c.into_inbox_event(raw));
+                    events.push(c.into_inbox_event());
                 }
                 return Ok(events.len() >= limit);
             }
         };
         if decision == RouteDecision::Deliver {
-            let event = parse(&c.payload);
-            events.push(c.into_inbox_event(event));
+            events.push(c.into_inbox_event());
         }
         Ok(events.len() >= limit)
     })?;

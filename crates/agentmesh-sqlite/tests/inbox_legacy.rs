@@ -173,7 +173,7 @@ fn the_fixture_inboxes_import_their_valid_events_and_are_removed() {
     let request = DrainRequest { drainer: drainer(MACHINE), only_events: None, enforce: false, limit: None };
     let out = env.store.drain_pending_events("mesh-alpha", &request, NOW).unwrap();
     assert_eq!(out.events.len(), 3, "{out:?}");
-    assert_eq!(out.events[1].event["metadataEvent"]["finalSummary"], "legacy done");
+    assert_eq!(out.events[1].event.parse()["metadataEvent"]["finalSummary"], "legacy done");
 
     assert_eq!(env.import(), LegacyEventsReport::default(), "a second import finds nothing");
 }

@@ -358,7 +358,8 @@ fn a_completion_reaches_the_coordinator_that_enqueued_the_task_once() {
     assert!(drain("mach_B", "run-9").events.is_empty(), "another machine's coordinator gets nothing");
     let out = drain("daemon_mach_A", "run-1");
     assert_eq!(out.events.len(), 1, "{out:?}");
-    let event = &out.events[0].event;
+    let event = out.events[0].event.parse();
+    assert_eq!(out.events[0].name, "agent:generating_completed");
     assert_eq!(event["event"], "agent:generating_completed");
     assert_eq!(event["metadataEvent"]["taskId"], task.id.as_str());
     assert_eq!(event["metadataEvent"]["finalSummary"], "parser written, 12 tests");
@@ -408,10 +409,10 @@ fn a_refine_terminal_buried_under_newer_ledger_entries_is_backfilled() {
     let peeked = store.peek_pending_events("m", &request).unwrap();
     let out = store.drain_pending_events("m", &request, NOW).unwrap();
     for events in [&peeked, &out.events] {
-        let names: Vec<&str> = events.iter().map(|e| e.event["event"].as_str().unwrap()).collect();
+        let names: Vec<&str> = events.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(names, ["refine:completed"], "the accepted event is superseded by its backfilled outcome");
-        assert_eq!(events[0].event["metadataEvent"]["jobId"], "job-7");
-        assert_eq!(events[0].event["metadataEvent"]["result"]["merged"], true);
+        assert_eq!(events[0].event.parse()["metadataEvent"]["jobId"], "job-7");
+        assert_eq!(events[0].event.parse()["metadataEvent"]["result"]["merged"], true);
     }
     assert_eq!(store.pending_event_count("m").unwrap(), 0, "the accepted event was consumed");
 }
@@ -446,7 +447,7 @@ fn a_held_event_can_be_requeued_and_then_delivered() {
     assert!(!store.requeue_held_event("m", &entry.id, NOW).unwrap(), "already queued again");
     let out = store.drain_pending_events("m", &request(false), NOW).unwrap();
     assert_eq!(out.events.len(), 1, "delivered once requeued (accept mode)");
-    assert_eq!(out.events[0].event["metadataEvent"]["taskId"], "t1");
+    assert_eq!(out.events[0].event.parse()["metadataEvent"]["taskId"], "t1");
     let requeued = store
         .read_ledger(
             "m",

@@ -20,11 +20,13 @@ use agentmesh_core::{
 mod error;
 pub mod legacy;
 pub mod placement;
+mod raw_json;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use error::StoreError;
+pub use raw_json::RawJson;
 
 /// Result of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -172,8 +174,11 @@ pub struct PendingAddressee {
 pub struct InboxEvent {
     /// The row id (what `ack` and `delete` take).
     pub id: String,
-    /// The event, as stored (the original's JSON shape, v2 envelope included).
-    pub event: serde_json::Value,
+    /// The event's name (`agent:generating_completed`, ...).
+    pub name: String,
+    /// The event, as stored (the original's JSON shape, v2 envelope included),
+    /// unparsed.
+    pub event: RawJson,
     /// Its content fingerprint, if it has one.
     pub fingerprint: Option<String>,
     /// When it was queued (epoch milliseconds).

@@ -232,7 +232,8 @@ pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::R
         return writeln!(w, "no events");
     }
     for event in events {
-        let metadata = event.payload.get("metadataEvent").and_then(Value::as_object);
+        let payload = event.payload.parse();
+        let metadata = payload.get("metadataEvent").and_then(Value::as_object);
         let task = metadata.and_then(|m| m.get("taskId")).and_then(Value::as_str).unwrap_or("-");
         writeln!(
             w,
@@ -241,14 +242,14 @@ pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::R
             event.event.as_str().unwrap_or("?"),
             event.id
         )?;
-        let message = event.payload.get("coordinatorMessage").and_then(Value::as_str).map(str::trim);
+        let message = payload.get("coordinatorMessage").and_then(Value::as_str).map(str::trim);
         match message.filter(|m| !m.is_empty()) {
             Some(message) => {
                 for line in message.lines().map(str::trim_end) {
                     if line.is_empty() { writeln!(w)? } else { writeln!(w, "    {line}")? }
                 }
             }
-            None => writeln!(w, "    {}", one_line_summary(&event.payload))?,
+            None => writeln!(w, "    {}", one_line_summary(&payload))?,
         }
     }
     Ok(())

@@ -95,11 +95,19 @@ pub fn inbox_queue_stamps_the_v2_envelope_by_event_name(store: &dyn Store) {
     let peeked = peek(store, MESH, &drain_request(&owner));
     assert_eq!(row_ids(&peeked), ids, "expected the owner to see the three events under their row ids");
     let stored_done = &peeked[0];
-    assert_eq!(stored_done.event["protocolVersion"], json!("2.0"), "expected the stored completion to be v2");
-    assert_eq!(stored_done.event["eventId"], json!(done_event_id), "expected the stored eventId as returned");
-    assert_eq!(stored_done.event["scope"], json!("unicast"), "expected the stored scope as returned");
     assert_eq!(
-        stored_done.event["intendedFor"],
+        stored_done.event.parse()["protocolVersion"],
+        json!("2.0"),
+        "expected the stored completion to be v2"
+    );
+    assert_eq!(
+        stored_done.event.parse()["eventId"],
+        json!(done_event_id),
+        "expected the stored eventId as returned"
+    );
+    assert_eq!(stored_done.event.parse()["scope"], json!("unicast"), "expected the stored scope as returned");
+    assert_eq!(
+        stored_done.event.parse()["intendedFor"],
         owner.to_json(),
         "expected the stored addressee as returned"
     );
@@ -110,12 +118,12 @@ pub fn inbox_queue_stamps_the_v2_envelope_by_event_name(store: &dyn Store) {
     );
     assert_eq!(stored_done.queued_at_ms, at(1).millis(), "expected the completion's queuedAt");
     assert_eq!(
-        peeked[1].event["scope"],
+        peeked[1].event.parse()["scope"],
         json!("broadcast"),
         "expected the stored agent:ready to be a broadcast"
     );
     assert_eq!(
-        peeked[2].event["eventId"],
+        peeked[2].event.parse()["eventId"],
         json!("evt-relayed-1"),
         "expected the relayed eventId stored as given"
     );

@@ -185,7 +185,11 @@ pub fn inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry(store: 
         assert_eq!(p["reason"], json!(UNVERSIONED_HELD), "expected the unversioned reason: {p}");
         assert_eq!(p["event"], json!(COMPLETED), "expected the event name: {p}");
         assert_eq!(p["recoverable"], json!(true), "expected the held event marked recoverable: {p}");
-        assert_eq!(p["heldEvent"], peeked.event, "expected the whole stored event under heldEvent: {p}");
+        assert_eq!(
+            p["heldEvent"],
+            peeked.event.parse(),
+            "expected the whole stored event under heldEvent: {p}"
+        );
     }
     let (bare_held, versioned_held) = (&held[0].payload, &held[1].payload);
     assert_eq!(bare_held["finalSummary"], json!("summary of held-bare"), "expected the summary: {bare_held}");

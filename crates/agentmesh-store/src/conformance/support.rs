@@ -670,14 +670,32 @@ pub fn assert_duplicate(
 #[track_caller]
 pub fn drain(store: &dyn Store, mesh: &str, request: &DrainRequest, now: Timestamp) -> DrainOutcome {
     let what = format!("drain_pending_events({mesh}) by {}", request.drainer.identity().key());
-    ok(store.drain_pending_events(mesh, request, now), &what)
+    let out = ok(store.drain_pending_events(mesh, request, now), &what);
+    names_match_payloads(&out.events, &what);
+    out
+}
+
+/// Every event handed out is named as its payload names it.
+#[track_caller]
+fn names_match_payloads(events: &[InboxEvent], what: &str) {
+    for e in events {
+        let payload = e.event.parse();
+        assert_eq!(
+            payload.get("event").and_then(serde_json::Value::as_str).unwrap_or_default(),
+            e.name,
+            "{what}: expected event {} to carry its payload's name",
+            e.id
+        );
+    }
 }
 
 /// Peeks as `request`; must not error.
 #[track_caller]
 pub fn peek(store: &dyn Store, mesh: &str, request: &DrainRequest) -> Vec<InboxEvent> {
     let what = format!("peek_pending_events({mesh}) by {}", request.drainer.identity().key());
-    ok(store.peek_pending_events(mesh, request), &what)
+    let events = ok(store.peek_pending_events(mesh, request), &what);
+    names_match_payloads(&events, &what);
+    events
 }
 
 /// The mesh's undrained event count.
@@ -698,7 +716,7 @@ pub fn assert_pending_count(store: &dyn Store, mesh: &str, expected: u64, after:
 pub fn labels(events: &[InboxEvent]) -> Vec<String> {
     events
         .iter()
-        .map(|e| e.event["metadataEvent"]["taskId"].as_str().unwrap_or("<no taskId>").to_owned())
+        .map(|e| e.event.parse()["metadataEvent"]["taskId"].as_str().unwrap_or("<no taskId>").to_owned())
         .collect()
 }
 

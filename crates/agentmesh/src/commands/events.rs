@@ -67,7 +67,8 @@ fn push(ctx: &Context, args: EventsPushArgs, out: &mut Output) -> anyhow::Result
     match ctx.api()?.push_event(ctx.mesh(), body)? {
         PushView::Queued(view) => out.emit(&view, |w| {
             write!(w, "queued {}: {}", view.id, view.name())?;
-            let field = |name: &str| view.payload.get(name).and_then(Value::as_str);
+            let payload = view.payload.parse();
+            let field = |name: &str| payload.get(name).and_then(Value::as_str);
             match (field("eventId"), field("protocolVersion")) {
                 (Some(event_id), Some("2.0")) => {
                     writeln!(w, " (eventId {event_id}, {})", field("scope").unwrap_or("no scope"))
