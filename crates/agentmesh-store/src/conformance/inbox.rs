@@ -10,7 +10,9 @@
 
 use std::cell::Cell;
 
-use agentmesh_core::events::names::{AGENT_GENERATING_COMPLETED, AGENT_READY, MESH_DISPATCH_BLOCKED};
+use agentmesh_core::events::names::{
+    AGENT_GENERATING_COMPLETED, AGENT_READY, AGENT_STOPPED, MESH_DISPATCH_BLOCKED,
+};
 use agentmesh_core::events::{
     CoordinatorIdentity, DrainCounters, EmitHint, PendingEvent, ProtocolVersion, Scope,
     pending_event_fingerprint,
@@ -248,6 +250,27 @@ pub fn inbox_only_events_reach_past_non_matching_events(store: &dyn Store) {
     let first = drain(store, MESH, &readies, at(203));
     let expected: Vec<String> = (0..100).map(|i| format!("ready-{i:03}")).collect();
     assert_eq!(labels(&first.events), expected, "expected the 100 oldest agent:ready events");
+}
+
+/// An only_events drain of the coordinator's own unicasts takes the matching ones from between the ones it leaves, and leaves those queued, in order, for the next drain.
+pub fn inbox_only_events_take_matches_from_between_the_events_they_leave(store: &dyn Store) {
+    let me = me();
+    for (i, name) in [COMPLETED, AGENT_STOPPED, COMPLETED, AGENT_STOPPED, COMPLETED].into_iter().enumerate() {
+        let secs = i as i64 + 1;
+        queue_event(
+            store,
+            MESH,
+            targeted_at(inbox_event(MESH, name, &format!("e{secs}"), at(secs)), &me),
+            at(secs),
+        );
+    }
+    let completions = DrainRequest { only_events: Some(vec![COMPLETED.to_owned()]), ..drain_request(&me) };
+    let first = drain(store, MESH, &completions, at(10));
+    assert_labels(&first.events, &["e1", "e3", "e5"], "a drain of completions from between failures");
+    assert_pending_count(store, MESH, 2, "after the completions were drained");
+    let rest = drain(store, MESH, &drain_request(&me), at(11));
+    assert_labels(&rest.events, &["e2", "e4"], "the next drain");
+    assert_labels(&drain(store, MESH, &drain_request(&me), at(12)).events, &[], "a third drain");
 }
 
 /// A peek returns what a drain would deliver now (routing, mode and limit applied) and marks nothing: the drain afterwards returns the same events.

@@ -222,6 +222,7 @@ macro_rules! conformance_tests {
             inbox_two_live_runs_on_one_machine_keep_their_own_unicasts,
             inbox_an_ended_or_stale_run_has_its_unicasts_reattributed,
             inbox_only_events_reach_past_non_matching_events,
+            inbox_only_events_take_matches_from_between_the_events_they_leave,
             inbox_a_backlog_for_another_coordinator_never_starves_the_drainer,
             inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry,
             inbox_peek_shows_what_a_drain_would_deliver_and_changes_nothing,
