@@ -541,14 +541,27 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
     })
 }
 
-/// Which event ids of a page's valid v2 events were drained before: one indexed
-/// lookup per page instead of one per event. (Unversioned and invalid events are
-/// never deduplicated by event id.)
+/// Which event ids of a page's valid v2 events were drained before. (Unversioned
+/// and invalid events are never deduplicated by event id.)
+///
+/// Our event ids are time-ordered, so a page of events queued one after another
+/// spans a narrow range of ids, and the dedup records inside that range are few
+/// (usually none: what a drain took before is older). One range read answers for
+/// the whole page; a range holding more records than [`DEDUP_RANGE_MAX`] (random
+/// ids relayed from elsewhere, a busy mesh) is asked id by id instead.
 fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Res<HashSet<String>> {
-    let ids: Vec<&str> =
+    let ids: HashSet<&str> =
         page.iter().filter_map(|c| c.projected.as_ref().map(|p| p.event_id.as_str())).collect();
-    if ids.is_empty() {
-        return Ok(HashSet::new());
+    let (Some(low), Some(high)) = (ids.iter().min(), ids.iter().max()) else { return Ok(HashSet::new()) };
+    let in_range: Vec<String> = conn
+        .prepare_cached(
+            "SELECT event_id FROM mesh_inbox_drained
+              WHERE mesh_id = ?1 AND event_id >= ?2 AND event_id <= ?3 LIMIT ?4",
+        )?
+        .query_map(params![mesh_id, low, high, DEDUP_RANGE_MAX + 1], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if in_range.len() <= DEDUP_RANGE_MAX as usize {
+        return Ok(in_range.into_iter().filter(|id| ids.contains(id.as_str())).collect());
     }
     let mut stmt = conn.prepare_cached(
         "SELECT DISTINCT event_id FROM mesh_inbox_drained
@@ -559,6 +572,10 @@ fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Re
         .collect::<Result<HashSet<_>, _>>()?;
     Ok(found)
 }
+
+/// Dedup records a page's id range may hold before [`drained_event_ids`] asks id
+/// by id.
+const DEDUP_RANGE_MAX: i64 = 512;
 
 fn parse(payload: &str) -> serde_json::Value {
     // An unparsable payload reads as `{}`, as in the original; routing then treats
@@ -1052,6 +1069,56 @@ mod tests {
             assert!(plan.contains("SEARCH e USING INTEGER PRIMARY KEY"), "{sql}\n{plan}");
             assert!(!plan.contains("TEMP B-TREE"), "{sql}\n{plan}");
         }
+    }
+
+    /// Event-id dedup holds whether a page's id range holds few dedup records
+    /// (read as one range) or many (asked id by id).
+    #[test]
+    fn event_id_dedup_holds_across_a_wide_id_range() {
+        use agentmesh_core::events::{CoordinatorIdentity, Drainer};
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        let me = CoordinatorIdentity::new("mach_A", "run-1", None);
+        let request = DrainRequest {
+            drainer: Drainer::new(me.clone(), &[]),
+            only_events: None,
+            enforce: false,
+            limit: Some(1000),
+        };
+        let queue = |conn: &Connection, task: &str, event_id: &str, at: i64| {
+            let mut ev = PendingEvent::new(
+                "agent:generating_completed",
+                "m",
+                "",
+                serde_json::Map::from_iter([("taskId".to_owned(), json!(task))]),
+                Timestamp::from_millis(at),
+            );
+            ev.target_coordinator_daemon_id = Some("mach_A".to_owned());
+            let hint = EmitHint { coordinator_run_id: Some("run-1".to_owned()), ..EmitHint::default() };
+            stamp_event(&mut ev, &hint, event_id, None);
+            assert!(insert_row(conn, &format!("row-{task}"), &ev).unwrap());
+        };
+        let n = DEDUP_RANGE_MAX as usize + 100;
+        for i in 0..n {
+            queue(&conn, &format!("t{i}"), &format!("e{i:05}"), i as i64);
+        }
+        let first = drain(&conn, "m", &request, Timestamp::from_millis(10_000)).unwrap();
+        assert_eq!(first.events.len(), n);
+        // Copies of drained events (new content, known ids) at both ends of the
+        // range, around a new one: the range holds every earlier record.
+        queue(&conn, "copy-low", "e00000", 20_000);
+        queue(&conn, "new", "e00300x", 20_001);
+        queue(&conn, "copy-high", &format!("e{:05}", n - 1), 20_002);
+        let wide = drain(&conn, "m", &request, Timestamp::from_millis(30_000)).unwrap();
+        let ids: Vec<&str> = wide.events.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["row-new"]);
+        assert_eq!((wide.counters.v2_delivered, wide.counters.v2_dedup_skipped), (1, 2));
+        // A narrow range: one copy of a drained event next to its original's id.
+        queue(&conn, "copy-narrow", "e00300x", 40_000);
+        let narrow = drain(&conn, "m", &request, Timestamp::from_millis(50_000)).unwrap();
+        assert!(narrow.events.is_empty());
+        assert_eq!((narrow.counters.v2_delivered, narrow.counters.v2_dedup_skipped), (0, 1));
+        assert_eq!(count(&conn, "m").unwrap(), 0);
     }
 
     /// Migration 0007's back-fill gives rows queued before it the routing columns
