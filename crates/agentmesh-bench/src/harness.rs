@@ -47,6 +47,8 @@ impl Options {
 /// The store of one case and where it lives.
 pub struct CaseStore {
     label: String,
+    /// The case's own dir, where the store's file lives.
+    dir: std::path::PathBuf,
     /// Shared, so that a case can hand the store to a daemon it runs.
     store: Arc<SqliteStore>,
 }
@@ -65,6 +67,11 @@ impl CaseStore {
     /// The case's label (`enqueue-1000`), used to name its checks.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// The case's own dir (the store's file is in it), for files of its own.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 }
 
@@ -145,7 +152,7 @@ impl Harness {
             journal_mode == "wal",
             format!("journal_mode={journal_mode}"),
         );
-        Ok(CaseStore { label: label.to_owned(), store: Arc::new(store) })
+        Ok(CaseStore { label: label.to_owned(), dir, store: Arc::new(store) })
     }
 
     /// Records one behaviour check; `detail` is shown when not empty.

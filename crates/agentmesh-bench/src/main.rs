@@ -27,7 +27,7 @@ use harness::{Harness, Options};
 type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, RunGroup); 7] = [
+const GROUPS: [(&str, RunGroup); 8] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
@@ -35,10 +35,11 @@ const GROUPS: [(&str, RunGroup); 7] = [
     ("ledger", cases::ledger::run),
     ("fingerprints", cases::fingerprints::run),
     ("http", cases::http::run),
+    ("floor", cases::floor::run),
 ];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http";
+                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {

@@ -205,6 +205,15 @@ impl SqliteStore {
         rusqlite::version()
     }
 
+    /// A connection to the database file at `path` with the store's pragmas and no
+    /// schema: for measuring what SQLite itself costs on a machine (the
+    /// benchmark's floor cases), never for storing mesh data.
+    pub fn open_bare_connection(path: &Path) -> StoreResult<Connection> {
+        let conn = Connection::open(path).map_err(classify)?;
+        configure(&conn).map_err(|Fail(err)| err)?;
+        Ok(conn)
+    }
+
     /// Imports a legacy `<mesh>.queue.json` into `mesh_id`, all or nothing, skipping
     /// tasks whose id exists already. Returns how many were imported. A malformed
     /// file is refused with [`StoreError::LegacyFile`] naming the problem.

@@ -10,6 +10,7 @@ use crate::timing::Timer;
 pub mod claim;
 pub mod enqueue;
 pub mod fingerprints;
+pub mod floor;
 pub mod http;
 pub mod ledger;
 pub mod pending_events;
