@@ -764,15 +764,40 @@ impl Taken {
 }
 
 /// Takes events off the queue, recording their event ids as drained.
+///
+/// A lane whose taken events are all its queue holds between the first and the
+/// last of them (the usual case: a coordinator taking its own events in a row)
+/// loses them in one range delete; otherwise each entry goes on its own.
 fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()> {
-    let mut dequeue = conn.prepare_cached(
-        "DELETE FROM mesh_inbox_queue WHERE mesh_id = ?1 AND lane = ?2 AND queued_at = ?3 AND id = ?4",
-    )?;
+    const RANGE: &str =
+        "mesh_id = ?1 AND lane = ?2 AND (queued_at, id) >= (?3, ?4) AND (queued_at, id) <= (?5, ?6)";
+    let mut lanes: Vec<&str> = taken.iter().map(|t| t.lane.as_str()).collect();
+    lanes.sort_unstable();
+    lanes.dedup();
+    for lane in lanes {
+        // The walk reads a lane in (queued_at, id) order, so its entries come in
+        // that order here.
+        let of_lane: Vec<&Taken> = taken.iter().filter(|t| t.lane == lane).collect();
+        let (first, last) = (of_lane[0], of_lane[of_lane.len() - 1]);
+        let bounds = params![mesh_id, lane, first.queued_at, first.id, last.queued_at, last.id];
+        let between: i64 = conn
+            .prepare_cached(&format!("SELECT COUNT(*) FROM mesh_inbox_queue WHERE {RANGE}"))?
+            .query_row(bounds, |r| r.get(0))?;
+        if between == of_lane.len() as i64 {
+            conn.prepare_cached(&format!("DELETE FROM mesh_inbox_queue WHERE {RANGE}"))?.execute(bounds)?;
+        } else {
+            let mut dequeue = conn.prepare_cached(
+                "DELETE FROM mesh_inbox_queue WHERE mesh_id = ?1 AND lane = ?2 AND queued_at = ?3 AND id = ?4",
+            )?;
+            for t in of_lane {
+                dequeue.execute(params![mesh_id, t.lane, t.queued_at, t.id])?;
+            }
+        }
+    }
     let mut record = conn.prepare_cached(
         "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id) VALUES (?1, ?2, ?3)",
     )?;
     for t in taken {
-        dequeue.execute(params![mesh_id, t.lane, t.queued_at, t.id])?;
         if let Some(event_id) = &t.event_id {
             record.execute(params![mesh_id, event_id, t.id])?;
         }
