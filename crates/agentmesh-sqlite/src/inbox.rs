@@ -794,16 +794,28 @@ fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()> {
             }
         }
     }
-    let mut record = conn.prepare_cached(
-        "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id) VALUES (?1, ?2, ?3)",
-    )?;
-    for t in taken {
-        if let Some(event_id) = &t.event_id {
-            record.execute(params![mesh_id, event_id, t.id])?;
+    // The dedup records go in statements of up to RECORDS_PER_INSERT rows each.
+    let records: Vec<(&str, &str)> =
+        taken.iter().filter_map(|t| t.event_id.as_deref().map(|e| (e, t.id.as_str()))).collect();
+    for chunk in records.chunks(RECORDS_PER_INSERT) {
+        let rows =
+            (0..chunk.len()).map(|i| format!("(?1, ?{}, ?{})", 2 * i + 2, 2 * i + 3)).collect::<Vec<_>>();
+        let mut insert = conn.prepare_cached(&format!(
+            "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id) VALUES {}",
+            rows.join(", ")
+        ))?;
+        insert.raw_bind_parameter(1, mesh_id)?;
+        for (i, (event_id, id)) in chunk.iter().enumerate() {
+            insert.raw_bind_parameter(2 * i + 2, event_id)?;
+            insert.raw_bind_parameter(2 * i + 3, id)?;
         }
+        insert.raw_execute()?;
     }
     Ok(())
 }
+
+/// Dedup records one statement of [`take`] inserts at most.
+const RECORDS_PER_INSERT: usize = 50;
 
 /// Applies the refine reconciliation to what a drain or peek hands out: a refine
 /// job accepted in the batch whose terminal event is missing gets it rebuilt from
