@@ -40,6 +40,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0007_inbox_routing.sql"),
         after: Some(inbox::backfill_route_columns),
     },
+    Migration {
+        name: "0009_assigned_index",
+        sql: include_str!("../migrations/0009_assigned_index.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
