@@ -45,6 +45,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0008_inbox_queue.sql"),
         after: None,
     },
+    Migration {
+        name: "0009_assigned_index",
+        sql: include_str!("../migrations/0009_assigned_index.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

@@ -30,6 +30,9 @@ const HOLD_UNREADABLE: i64 = 9;
 /// The SQL form of [`hold_of`], for updates that recompute it in place.
 const HOLD_SQL: &str = "CASE WHEN hold = 9 THEN 9 WHEN deps_unmet > 0 OR blocked = 1 THEN 1 \
                         WHEN parked = 1 THEN 2 ELSE 0 END";
+/// Whether a session holds an assigned task (the claim's first gate).
+const SESSION_ASSIGNED: &str = "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+                                 WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2 LIMIT 1";
 /// How many candidates a refusal diagnosis looks at per stream.
 const DIAGNOSIS_LIMIT: usize = 256;
 
@@ -506,7 +509,8 @@ pub(crate) fn has_active_assignment(
     node_id: &str,
 ) -> Res<bool> {
     let mut stmt = conn.prepare_cached(
-        "SELECT 1 FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+        "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+          WHERE mesh_id = ?1 AND status = 'assigned'
             AND (assigned_session_id = ?2 OR assigned_node_id = ?3) LIMIT 1",
     )?;
     Ok(stmt.query_row(params![mesh_id, session_id, node_id], |_| Ok(())).optional()?.is_some())
@@ -514,7 +518,8 @@ pub(crate) fn has_active_assignment(
 
 pub(crate) fn node_assignment_count(conn: &Connection, mesh_id: &str, node_id: &str) -> Res<u64> {
     let mut stmt = conn.prepare_cached(
-        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id = ?2",
+        "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+          WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id = ?2",
     )?;
     Ok(stmt.query_row(params![mesh_id, node_id], |r| r.get::<_, i64>(0))? as u64)
 }
@@ -563,7 +568,7 @@ pub(crate) fn active_assignments(conn: &Connection, mesh_id: &str) -> Res<Vec<Ac
 
 fn assigned_to_session(conn: &Connection, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT id, payload FROM mesh_queue
+        "SELECT id, payload FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
           WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2",
     )?;
     let rows = stmt
@@ -585,7 +590,7 @@ pub(crate) fn find_assigned_by_session(
 
 pub(crate) fn expired_leases(conn: &Connection, now: Timestamp) -> Res<Vec<(String, String)>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT mesh_id, id FROM mesh_queue
+        "SELECT mesh_id, id FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
           WHERE status = 'assigned' AND lease_expires_ms IS NOT NULL AND lease_expires_ms < ?1
           ORDER BY lease_expires_ms",
     )?;
@@ -730,8 +735,8 @@ fn node_load(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[Str
         && exists(
             conn,
             &format!(
-                "SELECT 1 FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
-                    AND assigned_node_id IN ({}) LIMIT 1",
+                "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+                  WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id IN ({}) LIMIT 1",
                 in_list(2, forms.len())
             ),
             &args,
@@ -741,7 +746,8 @@ fn node_load(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[Str
         (Some(provider), Some(max)) if !forms.is_empty() => {
             args.push(Value::Text(provider.to_owned()));
             let sql = format!(
-                "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned'
+                "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+                  WHERE mesh_id = ?1 AND status = 'assigned'
                     AND assigned_node_id IN ({}) AND assigned_provider_type = ?{}",
                 in_list(2, forms.len()),
                 forms.len() + 2
@@ -783,7 +789,7 @@ pub(crate) fn claim(
     }
     if exists(
         conn,
-        "SELECT 1 FROM mesh_queue WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2 LIMIT 1",
+        SESSION_ASSIGNED,
         &[Value::Text(mesh_id.to_owned()), Value::Text(claimant.session_id.clone())],
     )? {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
@@ -1281,6 +1287,39 @@ mod tests {
         }
         let p = plan(&conn, &stream_sql(Tier::Node, 0, false, 1), &[t("m"), t("n")]);
         assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
+    }
+
+    /// Every read of assigned rows goes through the one assigned-rows index and
+    /// never needs the table to decide which rows match.
+    #[test]
+    fn assigned_reads_use_the_assigned_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        conn.execute_batch("ANALYZE").unwrap();
+        let t = |s: &str| Value::Text(s.to_owned());
+        let node_busy = format!(
+            "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+              WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id IN ({}) LIMIT 1",
+            in_list(2, 2)
+        );
+        let cases = [
+            (SESSION_ASSIGNED.to_owned(), vec![t("m"), t("s")], "(mesh_id=? AND assigned_session_id=?)"),
+            (node_busy, vec![t("m"), t("n"), t("n2")], "(mesh_id=?)"),
+        ];
+        for (sql, args, search) in cases {
+            let p = plan(&conn, &sql, &args);
+            assert!(
+                p.contains(&format!("USING COVERING INDEX idx_mesh_queue_assigned {search}")),
+                "{sql}\n{p}"
+            );
+        }
+        let p = plan(
+            &conn,
+            "SELECT mesh_id, id FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+              WHERE status = 'assigned' AND lease_expires_ms IS NOT NULL AND lease_expires_ms < ?1",
+            &[Value::Integer(0)],
+        );
+        assert!(p.contains("USING COVERING INDEX idx_mesh_queue_assigned"), "{p}");
     }
 
     /// A claim's statements are planned once: changing the mesh, session or node
