@@ -172,22 +172,6 @@ pub(crate) fn enqueue_stored(conn: &Connection, rowid: i64) -> Res<bool> {
     Ok(queued > 0)
 }
 
-/// Takes the stored event row `rowid` off the queue, recording its event id as
-/// drained; `false` when it was not queued.
-pub(crate) fn take_stored(conn: &Connection, rowid: i64) -> Res<bool> {
-    let taken = conn
-        .prepare_cached(
-            "DELETE FROM mesh_inbox_queue
-              WHERE (mesh_id, lane, queued_at, id) =
-                    (SELECT mesh_id, lane, queued_at, id FROM mesh_pending_events WHERE rowid = ?1)",
-        )?
-        .execute([rowid])?;
-    if taken > 0 {
-        record_drained_stored(conn, rowid)?;
-    }
-    Ok(taken > 0)
-}
-
 /// Records the event id of the stored, drained event row `rowid` (if it has one).
 pub(crate) fn record_drained_stored(conn: &Connection, rowid: i64) -> Res<()> {
     conn.prepare_cached(
@@ -763,28 +747,35 @@ impl Taken {
     }
 }
 
-/// Takes events off the queue, recording their event ids as drained.
+/// The queue entries of one lane from (?3, ?4) to (?5, ?6), both included.
+macro_rules! queue_range {
+    () => {
+        "mesh_id = ?1 AND lane = ?2 AND (queued_at, id) >= (?3, ?4) AND (queued_at, id) <= (?5, ?6)"
+    };
+}
+
+/// Takes events off the queue, recording their event ids as drained (a drain's
+/// delivered, deduplicated and quarantined events; an ack's events).
 ///
 /// A lane whose taken events are all its queue holds between the first and the
 /// last of them (the usual case: a coordinator taking its own events in a row)
 /// loses them in one range delete; otherwise each entry goes on its own.
 fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()> {
-    const RANGE: &str =
-        "mesh_id = ?1 AND lane = ?2 AND (queued_at, id) >= (?3, ?4) AND (queued_at, id) <= (?5, ?6)";
     let mut lanes: Vec<&str> = taken.iter().map(|t| t.lane.as_str()).collect();
     lanes.sort_unstable();
     lanes.dedup();
     for lane in lanes {
-        // The walk reads a lane in (queued_at, id) order, so its entries come in
-        // that order here.
-        let of_lane: Vec<&Taken> = taken.iter().filter(|t| t.lane == lane).collect();
+        let mut of_lane: Vec<&Taken> = taken.iter().filter(|t| t.lane == lane).collect();
+        // A drain's walk hands them over in this order already; an ack need not.
+        of_lane.sort_unstable_by(|a, b| (a.queued_at, &a.id).cmp(&(b.queued_at, &b.id)));
         let (first, last) = (of_lane[0], of_lane[of_lane.len() - 1]);
         let bounds = params![mesh_id, lane, first.queued_at, first.id, last.queued_at, last.id];
         let between: i64 = conn
-            .prepare_cached(&format!("SELECT COUNT(*) FROM mesh_inbox_queue WHERE {RANGE}"))?
+            .prepare_cached(concat!("SELECT COUNT(*) FROM mesh_inbox_queue WHERE ", queue_range!()))?
             .query_row(bounds, |r| r.get(0))?;
         if between == of_lane.len() as i64 {
-            conn.prepare_cached(&format!("DELETE FROM mesh_inbox_queue WHERE {RANGE}"))?.execute(bounds)?;
+            conn.prepare_cached(concat!("DELETE FROM mesh_inbox_queue WHERE ", queue_range!()))?
+                .execute(bounds)?;
         } else {
             let mut dequeue = conn.prepare_cached(
                 "DELETE FROM mesh_inbox_queue WHERE mesh_id = ?1 AND lane = ?2 AND queued_at = ?3 AND id = ?4",
@@ -951,16 +942,27 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
 }
 
 pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
-    let mut find =
-        conn.prepare_cached("SELECT rowid FROM mesh_pending_events WHERE mesh_id = ?1 AND id = ?2")?;
-    let mut n = 0;
+    let mut ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut find = conn.prepare_cached(
+        "SELECT q.lane, q.queued_at, q.id, e.event_id
+           FROM mesh_pending_events e
+           JOIN mesh_inbox_queue q ON q.mesh_id = e.mesh_id AND q.lane = e.lane
+                                  AND q.queued_at = e.queued_at AND q.id = e.id
+          WHERE e.mesh_id = ?1 AND e.id = ?2",
+    )?;
+    let mut taken = Vec::new();
     for id in ids {
-        let Some(rowid) = find.query_row(params![mesh_id, id], |r| r.get::<_, i64>(0)).optional()? else {
-            continue;
-        };
-        n += u64::from(take_stored(conn, rowid)?);
+        let queued = find
+            .query_row(params![mesh_id, id], |r| {
+                Ok(Taken { lane: r.get(0)?, queued_at: r.get(1)?, id: r.get(2)?, event_id: r.get(3)? })
+            })
+            .optional()?;
+        taken.extend(queued);
     }
-    Ok(n)
+    take(conn, mesh_id, &taken)?;
+    Ok(taken.len() as u64)
 }
 
 pub(crate) fn delete(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {

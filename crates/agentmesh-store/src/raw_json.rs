@@ -31,7 +31,7 @@ impl RawJson {
     }
 
     /// `{}`.
-    pub fn empty_object() -> RawJson {
+    fn empty_object() -> RawJson {
         RawJson(RawValue::from_string("{}".to_owned()).expect("{} is JSON"))
     }
 
@@ -58,12 +58,6 @@ impl Eq for RawJson {}
 impl fmt::Debug for RawJson {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-impl From<&Value> for RawJson {
-    fn from(value: &Value) -> RawJson {
-        RawJson::from_value(value)
     }
 }
 
