@@ -824,14 +824,7 @@ fn reconcile_refine(
     }
     // A batch with a refine acceptance is read as trees (the only kind of batch
     // whose payloads a drain itself looks into).
-    let parsed: Vec<(InboxEvent, serde_json::Value)> = events
-        .into_iter()
-        .map(|e| {
-            let value = e.event.parse();
-            (e, value)
-        })
-        .collect();
-    let values: Vec<serde_json::Value> = parsed.iter().map(|(_, v)| v.clone()).collect();
+    let values: Vec<serde_json::Value> = events.iter().map(|e| e.event.parse()).collect();
     let missing = refine::jobs_missing_a_terminal(&values);
     let mut backfilled = Vec::new();
     for job in &missing {
@@ -851,10 +844,11 @@ fn reconcile_refine(
         }
     }
     if missing.is_empty() {
-        return Ok(parsed.into_iter().map(|(e, _)| e).collect());
+        return Ok(events);
     }
+    let paired: Vec<(InboxEvent, &serde_json::Value)> = events.into_iter().zip(&values).collect();
     let mut out: Vec<InboxEvent> =
-        refine::drop_superseded(parsed, |(_, v)| v, &backfilled).into_iter().map(|(e, _)| e).collect();
+        refine::drop_superseded(paired, |(_, v)| *v, &backfilled).into_iter().map(|(e, _)| e).collect();
     for event in backfilled {
         let job = agentmesh_core::events::read_refine_job_id(&event).unwrap_or_default().to_owned();
         let name = event.get("event").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
