@@ -23,7 +23,8 @@ fn fresh_task_id(now: Timestamp) -> String {
 impl Store for SqliteStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::enqueue(tx, mesh_id, new, &fresh_task_id(now), now))
+        let (mesh_id, new) = (mesh_id.to_owned(), new.clone());
+        self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, &fresh_task_id(now), now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
@@ -119,12 +120,14 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<ClaimOutcome> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::claim(tx, mesh_id, claimant, opts, now))
+        let (mesh_id, claimant, opts) = (mesh_id.to_owned(), claimant.clone(), opts.clone());
+        self.write_queued(move |tx| tasks::claim(tx, &mesh_id, &claimant, &opts, now))
     }
 
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::complete(tx, mesh_id, report, now))?
+        let (mesh_id, report) = (mesh_id.to_owned(), report.clone());
+        self.write_queued(move |tx| tasks::complete(tx, &mesh_id, &report, now))?
     }
 
     fn heartbeat(
@@ -137,7 +140,10 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::heartbeat(tx, mesh_id, task_id, session_id, epoch, lease_ms, now))?
+        let (mesh_id, task_id, session_id) = (mesh_id.to_owned(), task_id.to_owned(), session_id.to_owned());
+        self.write_queued(move |tx| {
+            tasks::heartbeat(tx, &mesh_id, &task_id, &session_id, epoch, lease_ms, now)
+        })?
     }
 
     fn cancel_task(
@@ -385,7 +391,8 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<RateVerdict> {
         let sweep = self.tool_call_sweep_due();
-        self.write(|tx| runtime::record_tool_call(tx, call, guard, sweep, now))
+        let call = call.clone();
+        self.write_queued(move |tx| runtime::record_tool_call(tx, &call, guard, sweep, now))
     }
 
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {
@@ -429,7 +436,11 @@ impl Store for SqliteStore {
         self_machine_id: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<QueueOutcome> {
-        self.write(|tx| inbox::queue(tx, mesh_id, event, hint, self_machine_id, now))
+        let (mesh_id, event, hint) = (mesh_id.to_owned(), event.clone(), hint.clone());
+        let self_machine_id = self_machine_id.map(str::to_owned);
+        self.write_queued(move |tx| {
+            inbox::queue(tx, &mesh_id, &event, &hint, self_machine_id.as_deref(), now)
+        })
     }
 
     fn drain_pending_events(
@@ -438,7 +449,8 @@ impl Store for SqliteStore {
         request: &DrainRequest,
         now: Timestamp,
     ) -> StoreResult<DrainOutcome> {
-        self.write(|tx| inbox::drain(tx, mesh_id, request, now))
+        let (mesh_id, request) = (mesh_id.to_owned(), request.clone());
+        self.write_queued(move |tx| inbox::drain(tx, &mesh_id, &request, now))
     }
 
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
@@ -472,7 +484,8 @@ impl Store for SqliteStore {
         identity: &agentmesh_core::events::CoordinatorIdentity,
         now: Timestamp,
     ) -> StoreResult<()> {
-        self.write(|tx| inbox::touch_coordinator(tx, mesh_id, identity, now))
+        let (mesh_id, identity) = (mesh_id.to_owned(), identity.clone());
+        self.write_queued(move |tx| inbox::touch_coordinator(tx, &mesh_id, &identity, now))
     }
 
     fn end_coordinator(
