@@ -6,9 +6,10 @@
 #   --quick       every N divided by 10 (smoke run), passed to both benchmarks
 #   --only=a,b    run only these groups: enqueue, claim-depth, claim-with-deps,
 #                 pending-events, ledger, fingerprints, http (ours only: the
-#                 daemon under 8 HTTP clients), floor (ours only: what a bare
-#                 SQLite commit costs on this machine); the seed side skips the
-#                 last two and their rows show with empty seed columns
+#                 daemon under 8 HTTP clients, and its store under 8 threads),
+#                 floor (ours only: what a bare SQLite commit costs on this
+#                 machine); the seed side skips the last two and their rows
+#                 show with empty seed columns
 #   --shared DIR  folder holding bench/seed-harness and reference/seeds
 #                 (default: ../shared relative to the repo root)
 #

@@ -10,6 +10,11 @@
 //! `http-claim-complete-unbatched` is the same with the store's group commit off,
 //! every write committing on its own.
 //!
+//! `store-claim-complete` is the same load without HTTP: `CLIENTS` OS threads call
+//! the store directly, one worker session each. It is the ceiling the daemon's
+//! store sets on the HTTP case, and it shows what group commit gives writers that
+//! arrive together.
+//!
 //! Clients and daemon share one Tokio runtime (a worker thread per core) and the
 //! machine, as a daemon and its local workers would; store calls run on the
 //! blocking pool, as the daemon always runs them.
@@ -18,16 +23,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_core::TaskStatus;
+use agentmesh_core::{Claimant, TaskStatus};
 use agentmesh_daemon::{ApiToken, AppState};
-use agentmesh_store::Store;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
 use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
 use super::{count_of, enqueue_in_batches, show_stats};
-use crate::data::{MESH_ID, UuidGen, new_task};
+use crate::data::{MESH_ID, UuidGen, at, new_task};
 use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
 
@@ -38,12 +43,96 @@ const TOKEN: &str = "bench000000000000000000000000000000000000000000000000000000
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
 const PREFILL_BATCH: usize = 5_000;
 
-/// Runs group `http`: the same load with group commit on, then off.
+/// Runs group `http`: the same load with group commit on, then off, then on the
+/// store without HTTP.
 pub fn run(h: &mut Harness) {
     let n = h.opts().scale(20_000);
     for (case, group_commit) in [("http-claim-complete", true), ("http-claim-complete-unbatched", false)] {
         h.run_case(&format!("{case}-{n}"), |h, store| claim_complete(h, store, case, n, group_commit));
     }
+    h.run_case(&format!("store-claim-complete-{n}"), |h, store| store_claim_complete(h, store, n));
+}
+
+/// `store-claim-complete`: `CLIENTS` threads claim and complete on the store
+/// directly until a claim finds the queue empty.
+fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
+    let (store, label) = (case.sqlite(), case.label());
+    let ids = UuidGen::new(0xe100 + n as u32).take(n);
+    enqueue_in_batches(case.store(), n, PREFILL_BATCH, &mut Timer::default(), |i| {
+        new_task(&ids[i], i, None)
+    })?;
+    let before = store.write_stats();
+    let now = at(n);
+    let began = Instant::now();
+    let runs = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                s.spawn(move || -> anyhow::Result<ClientRun> {
+                    let who = Claimant {
+                        node_id: format!("node-{k}"),
+                        session_id: format!("session-{k}"),
+                        ..Claimant::default()
+                    };
+                    let mut run = ClientRun::default();
+                    loop {
+                        let pair = Instant::now();
+                        let task = match store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)? {
+                            ClaimOutcome::Claimed(task) => task,
+                            ClaimOutcome::Refused(_) => return Ok(run),
+                        };
+                        let report = CompletionReport {
+                            session_id: who.session_id.clone(),
+                            task_id: Some(task.id.clone()),
+                            epoch: Some(task.epoch()),
+                            occurred_at: None,
+                            outcome: Outcome::Completed { summary: Some("done".to_owned()) },
+                        };
+                        let done = store.complete_task(MESH_ID, &report, now)?;
+                        anyhow::ensure!(
+                            done.status == TaskStatus::Completed,
+                            "task {} not completed",
+                            task.id
+                        );
+                        run.pairs.push(pair.elapsed());
+                        run.completed.push(task.id);
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a worker thread panicked"))
+            .collect::<anyhow::Result<Vec<_>>>()
+    })?;
+    let wall = began.elapsed();
+    let stats = store.write_stats();
+    let (writes, commits) = (stats.writes - before.writes, stats.commits - before.commits);
+    let mut latencies = Vec::with_capacity(n);
+    let mut completed = Vec::with_capacity(n);
+    for run in runs {
+        latencies.extend(run.pairs);
+        completed.extend(run.completed);
+    }
+    let pairs = completed.len();
+    h.report("store-claim-complete", n, pairs, &Timer::concurrent(latencies, wall));
+    eprintln!(
+        "  {label}: {CLIENTS} threads; {writes} writes in {commits} commits ({:.2} writes per commit)",
+        writes as f64 / commits.max(1) as f64,
+    );
+    let distinct = completed.iter().collect::<HashSet<_>>().len();
+    h.check(
+        &format!("{label}: every task claimed and completed once"),
+        pairs == n && distinct == n,
+        format!("{pairs} pairs, {distinct} distinct, of {n}"),
+    );
+    let stats = case.store().stats_by_status(MESH_ID)?;
+    h.check(
+        &format!("{label}: queue drained, every task completed"),
+        count_of(&stats, TaskStatus::Completed) == n as u64 && count_of(&stats, TaskStatus::Pending) == 0,
+        show_stats(&stats),
+    );
+    h.check(&format!("{label}: concurrent writes shared commits"), commits < writes, "");
+    Ok(())
 }
 
 /// What one client did: the tasks it completed and how long each pair took.
