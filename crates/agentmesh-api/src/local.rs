@@ -264,9 +264,10 @@ impl MeshApi for LocalMesh {
 
     fn upsert_mission(&self, mesh: &str, body: MissionBody) -> MeshResult<MissionSaved> {
         let new = NewMission::try_from(body)?;
-        let existed = self.store.mission(mesh, &new.id)?.is_some();
-        let mission = self.write(|store, now| store.upsert_mission(mesh, &new, now))?;
-        Ok(MissionSaved { mission: self.mission_view(mesh, mission)?, created: !existed })
+        // Whether it was created is decided inside the upsert's transaction, so of two
+        // concurrent upserts of a new id exactly one answers "created".
+        let saved = self.write(|store, now| store.upsert_mission(mesh, &new, now))?;
+        Ok(MissionSaved { mission: self.mission_view(mesh, saved.mission)?, created: saved.created })
     }
 
     fn missions(&self, mesh: &str, params: MissionListParams) -> MeshResult<Vec<MissionView>> {

@@ -881,6 +881,32 @@ async fn a_batch_resolves_refs_and_a_bad_batch_stores_nothing() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_concurrent_posts_of_a_new_mission_exactly_one_answers_201() {
+    let daemon = Arc::new(TestDaemon::start().await);
+    for round in 0..100 {
+        let id = format!("race-{round}");
+        let posts: Vec<_> = (0..8)
+            .map(|k| {
+                let (daemon, id) = (Arc::clone(&daemon), id.clone());
+                tokio::spawn(async move {
+                    daemon
+                        .post("/v1/meshes/m/missions", json!({ "id": id, "title": format!("post {k}") }))
+                        .await
+                })
+            })
+            .collect();
+        let mut created = 0;
+        for post in posts {
+            let (status, saved) = post.await.expect("a post task");
+            assert!(status == StatusCode::CREATED || status == StatusCode::OK, "{status}: {saved}");
+            assert_eq!(saved["created"], json!(status == StatusCode::CREATED), "{saved}");
+            created += usize::from(status == StatusCode::CREATED);
+        }
+        assert_eq!(created, 1, "round {round}: {created} posts answered 201 for {id}");
+    }
+}
+
 #[tokio::test]
 async fn missions_are_created_updated_listed_and_shown() {
     let daemon = TestDaemon::start().await;

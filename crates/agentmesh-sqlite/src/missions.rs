@@ -2,7 +2,7 @@
 //! tasks carrying the mission id, through `idx_mesh_queue_mission`.
 
 use agentmesh_core::{LedgerEntry, Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
-use agentmesh_store::StoreError;
+use agentmesh_store::{StoreError, UpsertedMission};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 use serde_json::json;
@@ -52,7 +52,12 @@ fn record(
 }
 
 /// Creates or updates a mission with its ledger entries.
-pub(crate) fn upsert(conn: &Connection, mesh_id: &str, m: &NewMission, now: Timestamp) -> Res<Mission> {
+pub(crate) fn upsert(
+    conn: &Connection,
+    mesh_id: &str,
+    m: &NewMission,
+    now: Timestamp,
+) -> Res<UpsertedMission> {
     m.validate()?;
     let id = m.id.trim();
     let existing = by_id(conn, id)?;
@@ -117,7 +122,7 @@ pub(crate) fn upsert(conn: &Connection, mesh_id: &str, m: &NewMission, now: Time
             }
         }
     }
-    Ok(mission)
+    Ok(UpsertedMission { mission, created: existing.is_none() })
 }
 
 pub(crate) fn get(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<Mission>> {

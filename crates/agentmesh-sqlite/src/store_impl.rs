@@ -12,7 +12,7 @@ use agentmesh_store::{
     StoreError, StoreResult, ToolCall,
 };
 
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome};
+use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
 
 use crate::{Fail, SqliteStore, inbox, ledger, missions, runtime, tasks};
 
@@ -399,7 +399,12 @@ impl Store for SqliteStore {
         self.write(|tx| runtime::prune_tool_calls(tx, cutoff))
     }
 
-    fn upsert_mission(&self, mesh_id: &str, mission: &NewMission, now: Timestamp) -> StoreResult<Mission> {
+    fn upsert_mission(
+        &self,
+        mesh_id: &str,
+        mission: &NewMission,
+        now: Timestamp,
+    ) -> StoreResult<UpsertedMission> {
         self.write(|tx| missions::upsert(tx, mesh_id, mission, now))
     }
 

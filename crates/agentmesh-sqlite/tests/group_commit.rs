@@ -197,3 +197,37 @@ fn with_group_commit_off_every_write_commits_on_its_own() {
     assert_eq!(store.write_stats().writes, writes);
     assert_eq!(store.write_stats().commits, writes);
 }
+
+#[test]
+fn of_concurrent_upserts_of_a_new_mission_exactly_one_created_it() {
+    const ROUNDS: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE_NAME);
+    // Two stores on one file, as two processes would have, plus threads on each.
+    let stores = [SqliteStore::open(&path).unwrap(), SqliteStore::open(&path).unwrap()];
+    for round in 0..ROUNDS {
+        let id = format!("mission-{round}");
+        let start = Barrier::new(THREADS);
+        let created: usize = thread::scope(|s| {
+            let upserts: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (store, start, id) = (&stores[t % 2], &start, &id);
+                    s.spawn(move || {
+                        let new = agentmesh_core::NewMission {
+                            id: id.clone(),
+                            title: format!("upsert {t}"),
+                            ..agentmesh_core::NewMission::default()
+                        };
+                        start.wait();
+                        store.upsert_mission(MESH, &new, NOW).unwrap().created
+                    })
+                })
+                .collect();
+            upserts.into_iter().map(|u| usize::from(u.join().unwrap())).sum()
+        });
+        assert_eq!(created, 1, "round {round}: {created} upserts said they created {id}");
+    }
+    let created_entries =
+        committed_count(&path, "SELECT count(*) FROM mesh_event_ledger WHERE kind = 'mission_created'");
+    assert_eq!(created_entries, ROUNDS as i64, "one mission_created entry per mission");
+}

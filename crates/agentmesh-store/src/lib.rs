@@ -70,6 +70,15 @@ impl ClaimOutcome {
     }
 }
 
+/// A mission as an upsert left it, and whether that upsert created it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpsertedMission {
+    /// The mission after the upsert.
+    pub mission: Mission,
+    /// The upsert created the mission (it did not exist before).
+    pub created: bool,
+}
+
 /// How a worker's task ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -564,8 +573,14 @@ pub trait Store: Send + Sync {
 
     /// Creates or updates a mission (ledger `mission_created` or
     /// `mission_status_changed` / `mission_goal_updated`); an update keeps the
-    /// creation time. An id used by another mesh is refused.
-    fn upsert_mission(&self, mesh_id: &str, mission: &NewMission, now: Timestamp) -> StoreResult<Mission>;
+    /// creation time. An id used by another mesh is refused. Of concurrent
+    /// upserts of a new id, exactly one is told it created the mission.
+    fn upsert_mission(
+        &self,
+        mesh_id: &str,
+        mission: &NewMission,
+        now: Timestamp,
+    ) -> StoreResult<UpsertedMission>;
 
     /// One mission.
     fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>>;

@@ -56,6 +56,16 @@ fn stored_mission(
     }
 }
 
+/// An upsert says whether it created the mission: the first upsert of an id did,
+/// a later one (an update) did not.
+pub fn upsert_mission_says_whether_it_created_the_mission(store: &dyn Store) {
+    let first = ok(store.upsert_mission(MESH, &new_mission("m1", "Ship"), at(1)), "first upsert of m1");
+    assert!(first.created, "expected the first upsert of m1 to create it");
+    let again = ok(store.upsert_mission(MESH, &new_mission("m1", "Ship it"), at(2)), "second upsert of m1");
+    assert!(!again.created, "expected a second upsert of m1 to update it, not create it");
+    assert_eq!(again.mission.title, "Ship it");
+}
+
 /// Creating a mission gives it status `active` and goal "" by default, stamps `now`, and records `mission_created`.
 pub fn upsert_mission_creates_an_active_mission_and_records_mission_created(store: &dyn Store) {
     let created = upsert_mission(store, MESH, new_mission("m1", "Ship the importer"), at(1));

@@ -204,6 +204,7 @@ macro_rules! conformance_tests {
             prune_tool_calls_deletes_calls_before_the_cutoff,
             // Missions and placement.
             upsert_mission_creates_an_active_mission_and_records_mission_created,
+            upsert_mission_says_whether_it_created_the_mission,
             upsert_mission_updates_and_keeps_the_creation_time,
             missions_are_listed_by_status_most_recently_updated_first,
             mission_id_used_in_another_mesh_is_refused,

@@ -568,7 +568,7 @@ pub fn new_mission(id: &str, title: &str) -> NewMission {
 #[track_caller]
 pub fn upsert_mission(store: &dyn Store, mesh: &str, new: NewMission, now: Timestamp) -> Mission {
     let what = format!("upsert_mission of {} in {mesh}", new.id);
-    ok(store.upsert_mission(mesh, &new, now), &what)
+    ok(store.upsert_mission(mesh, &new, now), &what).mission
 }
 
 /// Ids of the mesh's missions in `statuses` (all when empty), in the store's order.
