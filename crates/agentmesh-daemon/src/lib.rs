@@ -194,6 +194,7 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
         Arc::new(state.mesh.clone()),
         state.mcp_mesh.clone(),
         state.daemon_id.clone(),
+        agentmesh_mcp::PRESENCE_EVERY,
         shutdown,
     );
     let mcp = Router::new()

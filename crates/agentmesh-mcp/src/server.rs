@@ -61,6 +61,10 @@ pub struct MeshTools {
     tool_router: ToolRouter<MeshTools>,
     /// When this coordinator last said it is alive.
     last_presence: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+    /// Held by every handle of a session's server that keeps its presence (see
+    /// [`MeshTools::keeping_presence`]): dropping the last one ends the session's
+    /// presence.
+    session: Option<Arc<tokio_util::sync::DropGuard>>,
 }
 
 /// The longest a wait blocks in one piece before it looks whether its caller
@@ -110,7 +114,36 @@ impl MeshTools {
             identity: Arc::new(identity),
             tool_router: Self::tool_router(),
             last_presence: Arc::new(std::sync::Mutex::new(None)),
+            session: None,
         }
+    }
+
+    /// This server, keeping its coordinator's presence for as long as a handle to
+    /// it lives: it reports the presence now and every `every`, and reports the
+    /// end once the last handle is dropped (an HTTP session closed or timed out).
+    /// Without a Tokio runtime to run on, it is returned as it is.
+    pub fn keeping_presence(mut self, every: Duration) -> MeshTools {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self;
+        };
+        let ended = tokio_util::sync::CancellationToken::new();
+        // The keeper's own handle holds no guard, so it never keeps the session alive.
+        let keeper = self.clone();
+        self.session = Some(Arc::new(ended.clone().drop_guard()));
+        runtime.spawn(async move {
+            keeper.report_presence(false).await;
+            let mut ticks = tokio::time::interval(every);
+            ticks.tick().await;
+            loop {
+                tokio::select! {
+                    () = ended.cancelled() => break,
+                    _ = ticks.tick() => keeper.report_presence(false).await,
+                }
+            }
+            // Gone: the next coordinator run on this machine inherits what is queued.
+            keeper.report_presence(true).await;
+        });
+        self
     }
 
     /// Tells the mesh this coordinator is alive (`ended: false`) or gone

@@ -34,7 +34,9 @@ pub async fn serve_stdio(tools: MeshTools, shutdown: CancellationToken) -> Strin
 
 /// The `/mcp` service: streamable HTTP with sessions, each session a
 /// [`MeshTools`] on `mesh` with machine id `daemon_id` and a fresh run id, so two
-/// coordinators connected to one daemon each get only their own events.
+/// coordinators connected to one daemon each get only their own events. A
+/// session reports its presence when it starts and every `presence_every` while
+/// it lives, also when it calls no tools, and reports its end when it closes.
 ///
 /// rmcp's `Host` allowlist (loopback names only, against DNS rebinding) is
 /// turned off: the daemon may listen on any address, and every request must
@@ -43,6 +45,7 @@ pub fn http_service(
     api: Arc<dyn MeshApi>,
     mesh: String,
     daemon_id: String,
+    presence_every: std::time::Duration,
     shutdown: CancellationToken,
 ) -> McpHttpService {
     let config =
@@ -50,11 +53,12 @@ pub fn http_service(
     let mesh: Arc<str> = mesh.into();
     StreamableHttpService::new(
         move || {
-            Ok(MeshTools::new(
+            let tools = MeshTools::new(
                 Arc::clone(&api),
                 Arc::clone(&mesh),
                 Identity::fresh_run(daemon_id.clone(), None),
-            ))
+            );
+            Ok(tools.keeping_presence(presence_every))
         },
         Arc::new(LocalSessionManager::default()),
         config,

@@ -23,7 +23,7 @@ struct Daemon {
     url: String,
     token: String,
     shutdown: CancellationToken,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Daemon {
@@ -38,7 +38,31 @@ impl Daemon {
         let url = format!("{base}/mcp");
         let shutdown = CancellationToken::new();
         tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
-        Daemon { base, url, token: secret, shutdown, _dir: dir }
+        Daemon { base, url, token: secret, shutdown, dir }
+    }
+
+    /// The presence records of this daemon's coordinator runs: (run id, ended).
+    fn presences(&self) -> Vec<(String, bool)> {
+        let conn = rusqlite::Connection::open(self.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).unwrap();
+        let mut stmt = conn
+            .prepare(
+                "SELECT run_id, ended_at_ms IS NOT NULL FROM mesh_coordinator_presence
+                  WHERE daemon_id = 'mach_testdaemon' ORDER BY run_id",
+            )
+            .unwrap();
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
+    }
+
+    /// Waits up to 10 s for the presence records to satisfy `done`.
+    async fn presences_until(&self, done: impl Fn(&[(String, bool)]) -> bool) -> Vec<(String, bool)> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.presences();
+            if done(&now) || tokio::time::Instant::now() > deadline {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     async fn connect(&self, token: &str) -> Result<Client, String> {
@@ -72,6 +96,19 @@ async fn each_http_session_is_its_own_coordinator_run() {
     );
     first.cancel().await.unwrap();
     second.cancel().await.unwrap();
+    daemon.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_session_is_present_while_it_lives_even_without_tool_calls_and_ends_with_it() {
+    let daemon = Daemon::start().await;
+    let client = daemon.connect(&daemon.token).await.unwrap();
+    let live = daemon.presences_until(|p| !p.is_empty()).await;
+    assert_eq!(live.len(), 1, "the session reported its presence before any tool call: {live:?}");
+    assert!(!live[0].1, "and it is live: {live:?}");
+    client.cancel().await.unwrap();
+    let ended = daemon.presences_until(|p| p.iter().all(|(_, ended)| *ended)).await;
+    assert_eq!(ended, [(live[0].0.clone(), true)], "closing the session ended its presence");
     daemon.shutdown.cancel();
 }
 
