@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use agentmesh_core::Timestamp;
 use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES, UpkeepConfig};
 use agentmesh_sqlite::SqliteStore;
+use agentmesh_store::Store as _;
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -22,7 +23,7 @@ struct TestDaemon {
     client: Client,
     shutdown: CancellationToken,
     server: JoinHandle<std::io::Result<()>>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl TestDaemon {
@@ -39,14 +40,24 @@ impl TestDaemon {
     /// Opens a store and serves like [`TestDaemon::start`], with the state
     /// adjusted by `configure` (upkeep, the watch's fallback poll) instead.
     async fn start_with(configure: impl FnOnce(AppState) -> AppState) -> TestDaemon {
+        TestDaemon::start_on(|_| {}, configure).await
+    }
+
+    /// Like [`TestDaemon::start_with`], on a store `prepare` wrote to before the
+    /// daemon starts.
+    async fn start_on(
+        prepare: impl FnOnce(&SqliteStore),
+        configure: impl FnOnce(AppState) -> AppState,
+    ) -> TestDaemon {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = SqliteStore::open_data_dir(dir.path()).expect("open the store");
+        prepare(&store);
         let state = configure(AppState::new(Arc::new(store), ApiToken::new(TOKEN).expect("token")));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
-        TestDaemon { addr, client: Client::new(), shutdown, server, _dir: dir }
+        TestDaemon { addr, client: Client::new(), shutdown, server, dir }
     }
 
     fn url(&self, path: &str) -> String {
@@ -964,6 +975,38 @@ async fn idle_sessions_are_reported_and_listed() {
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `node`");
     let (_, list) = daemon.get("/v1/meshes/m/idle-sessions").await;
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+#[tokio::test]
+async fn the_delivery_sweep_expires_deliveries_of_meshes_the_daemon_never_served() {
+    let expired_at = Timestamp::from_millis(1_700_000_000_000);
+    let daemon = TestDaemon::start_on(
+        |store| {
+            let delivery = agentmesh_core::NewSessionDelivery {
+                id: "d1".to_owned(),
+                kind: "message".to_owned(),
+                session_id: Some("s1".to_owned()),
+                message: "rebase first".to_owned(),
+                expires_at: Some(expired_at.iso()),
+                ..agentmesh_core::NewSessionDelivery::default()
+            };
+            store.insert_session_delivery("untouched", &delivery, expired_at).expect("a delivery");
+        },
+        |state| state.with_upkeep(upkeep_with(|c| c.deliveries_every = Duration::from_millis(25))),
+    )
+    .await;
+    // Read beside the daemon, through a connection of its own: no route lists
+    // deliveries that are no longer active.
+    let db = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).expect("db");
+    let status_of_d1 = || -> String {
+        db.query_row("SELECT status FROM mesh_session_delivery WHERE id = 'd1'", [], |r| r.get(0))
+            .expect("d1")
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_of_d1() != "expired" && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status_of_d1(), "expired", "the sweep expired d1 in a mesh no request named");
 }
 
 #[tokio::test]

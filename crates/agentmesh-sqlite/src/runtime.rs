@@ -389,6 +389,16 @@ pub(crate) fn expire_deliveries(conn: &Connection, mesh_id: &str, now: Timestamp
         .execute(params![iso, mesh_id])? as u64)
 }
 
+pub(crate) fn meshes_with_deliveries_or_dispatches(conn: &Connection) -> Res<Vec<String>> {
+    // UNION keeps each mesh once; both tables have an index led by mesh_id.
+    let mut stmt = conn.prepare_cached(
+        "SELECT mesh_id FROM mesh_session_delivery UNION SELECT mesh_id FROM mesh_direct_dispatches
+          ORDER BY mesh_id",
+    )?;
+    let meshes = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+    Ok(meshes)
+}
+
 pub(crate) fn delete_deliveries(conn: &Connection, mesh_id: &str) -> Res<u64> {
     Ok(conn.execute("DELETE FROM mesh_session_delivery WHERE mesh_id = ?1", [mesh_id])? as u64)
 }

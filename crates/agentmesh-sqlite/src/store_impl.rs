@@ -327,6 +327,10 @@ impl Store for SqliteStore {
         self.write(|tx| runtime::expire_deliveries(tx, mesh_id, now))
     }
 
+    fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>> {
+        self.read(runtime::meshes_with_deliveries_or_dispatches)
+    }
+
     fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64> {
         self.write(|tx| runtime::delete_deliveries(tx, mesh_id))
     }

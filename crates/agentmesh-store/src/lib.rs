@@ -508,6 +508,10 @@ pub trait Store: Send + Sync {
     /// Moves waiting deliveries whose expiry passed to `expired`; returns how many.
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64>;
 
+    /// The meshes that have session deliveries or direct dispatches, each once,
+    /// sorted: what the per-mesh delivery and dispatch sweeps have to visit.
+    fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>>;
+
     /// Deletes every delivery of the mesh; returns how many.
     fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64>;
 

@@ -425,6 +425,22 @@ pub fn session_deliveries_are_deleted_by_mesh(store: &dyn Store) {
     assert_eq!(ok(store.delete_session_deliveries(MESH), "delete again"), 0, "expected nothing left in A");
 }
 
+/// The meshes with deliveries or dispatches are listed once each, sorted; a mesh
+/// with only tasks is not, nor one whose deliveries were all deleted.
+pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn Store) {
+    let listed = |store: &dyn Store| ok(store.meshes_with_deliveries_or_dispatches(), "meshes listing");
+    assert!(listed(store).is_empty(), "expected no mesh before anything is recorded");
+    insert_delivery(store, "z-deliveries", delivery("d1", "s1", 0), at(0));
+    insert_delivery(store, "z-deliveries", delivery("d2", "s2", 0), at(0));
+    record_dispatch(store, "a-dispatches", direct_dispatch("t1", Some("s1")), at(0));
+    insert_delivery(store, "m-both", delivery("d3", "s1", 0), at(0));
+    record_dispatch(store, "m-both", direct_dispatch("t2", Some("s1")), at(0));
+    enqueue(store, "tasks-only", new_task("only a task"), at(0));
+    insert_delivery(store, "emptied", delivery("d4", "s1", 0), at(0));
+    ok(store.delete_session_deliveries("emptied"), "delete_session_deliveries(emptied)");
+    assert_eq!(listed(store), ["a-dispatches", "m-both", "z-deliveries"]);
+}
+
 /// A blank id or kind, or an unparsable deliverAfter or expiresAt, is invalid input naming the field; nothing is stored.
 pub fn session_delivery_rejects_bad_input_naming_the_field(store: &dyn Store) {
     let kept = insert_delivery(store, MESH, delivery("kept", "s1", 0), at(0));

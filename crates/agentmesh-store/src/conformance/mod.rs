@@ -183,6 +183,7 @@ macro_rules! conformance_tests {
             task_has_confirmed_delivery_only_for_delivered_acked_or_completed,
             expire_stale_session_deliveries_expires_only_waiting_ones,
             session_deliveries_are_deleted_by_mesh,
+            meshes_with_deliveries_or_dispatches_are_listed_once,
             session_delivery_rejects_bad_input_naming_the_field,
             session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone,
             // Idle sessions, fingerprints, conflicts, rate guard.
