@@ -72,7 +72,7 @@ fn created<T: Serialize>(view: T) -> Response {
 }
 
 /// A mesh id from the path: not blank, at most 200 bytes, no control characters.
-fn mesh_id(mesh: String) -> Result<String, ApiError> {
+pub(crate) fn mesh_id(mesh: String) -> Result<String, ApiError> {
     if mesh.trim().is_empty() {
         return Err(InvalidInput::new("mesh", "must not be blank").into());
     }

@@ -18,8 +18,10 @@
 //! answer its view. Rules live in the core and the store.
 //!
 //! `/mcp` serves the MCP tools of `agentmesh_mcp` over streamable HTTP, behind
-//! the same token, on the same `LocalMesh`: each MCP session is a coordinator run
-//! of its own on this daemon's machine id ([`AppState::with_daemon_id`]).
+//! the same token, on the same `LocalMesh`, in the daemon's mesh
+//! ([`AppState::with_mcp_mesh`]); `/mcp/{mesh}` serves them in any other mesh.
+//! Each MCP session is a coordinator run of its own on this daemon's machine id
+//! ([`AppState::with_daemon_id`]).
 //!
 //! [`now`] is the daemon's only read of the wall clock.
 
@@ -43,6 +45,7 @@ mod api;
 mod auth;
 mod error;
 mod extract;
+mod mcp;
 mod metrics;
 mod upkeep;
 
@@ -54,7 +57,7 @@ pub use upkeep::{CheckpointHook, UpkeepConfig};
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// The mesh MCP sessions work in unless [`AppState::with_mcp_mesh`] names another.
+/// The mesh `/mcp` sessions work in unless [`AppState::with_mcp_mesh`] names another.
 pub const DEFAULT_MCP_MESH: &str = "default";
 
 /// How often a waiting watch looks again without being woken by one of the
@@ -131,7 +134,8 @@ impl AppState {
         self
     }
 
-    /// Sets the mesh MCP sessions work in ([`DEFAULT_MCP_MESH`] otherwise).
+    /// Sets the mesh `/mcp` sessions work in ([`DEFAULT_MCP_MESH`] otherwise);
+    /// `/mcp/{mesh}` serves any mesh.
     pub fn with_mcp_mesh(mut self, mesh: impl Into<String>) -> AppState {
         self.mcp_mesh = mesh.into();
         self
@@ -173,7 +177,7 @@ pub fn now() -> Timestamp {
 }
 
 /// The whole HTTP surface: `/healthz` (open), `/metrics`, the `/v1` API and the
-/// MCP endpoint `/mcp` (all three behind the bearer token).
+/// MCP endpoints `/mcp` and `/mcp/{mesh}` (all three behind the bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
 /// unknown path gets a JSON 404, an unsupported method a JSON 405. Every request,
@@ -190,15 +194,14 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
     let metrics = Router::new()
         .route("/metrics", get(metrics::render))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let mcp = agentmesh_mcp::http_service(
-        Arc::new(state.mesh.clone()),
-        state.mcp_mesh.clone(),
-        state.daemon_id.clone(),
-        agentmesh_mcp::PRESENCE_EVERY,
-        shutdown,
-    );
+    let services = mcp::McpServices::new(Arc::new(state.mesh.clone()), state.daemon_id.clone(), shutdown);
+    let own_mesh = services.for_mesh(&state.mcp_mesh);
     let mcp = Router::new()
-        .nest_service("/mcp", mcp)
+        .route_service("/mcp", own_mesh)
+        .route(
+            "/mcp/{mesh}",
+            axum::routing::any(move |mesh, request| mcp::for_mesh(services.clone(), mesh, request)),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))

@@ -66,8 +66,12 @@ impl Daemon {
     }
 
     async fn connect(&self, token: &str) -> Result<Client, String> {
+        self.connect_to(&self.url, token).await
+    }
+
+    async fn connect_to(&self, url: &str, token: &str) -> Result<Client, String> {
         let config =
-            StreamableHttpClientTransportConfig::with_uri(self.url.clone()).auth_header(token.to_owned());
+            StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token.to_owned());
         ().serve(StreamableHttpClientTransport::from_config(config)).await.map_err(|err| err.to_string())
     }
 }
@@ -109,6 +113,52 @@ async fn an_http_session_is_present_while_it_lives_even_without_tool_calls_and_e
     client.cancel().await.unwrap();
     let ended = daemon.presences_until(|p| p.iter().all(|(_, ended)| *ended)).await;
     assert_eq!(ended, [(live[0].0.clone(), true)], "closing the session ended its presence");
+    daemon.shutdown.cancel();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_slash_mesh_serves_that_mesh_and_a_bad_mesh_gets_400() {
+    let daemon = Daemon::start().await;
+    let other = daemon.connect_to(&format!("{}/other", daemon.url), &daemon.token).await.unwrap();
+    ok(&other, "enqueue_task", json!({ "message": "for the other mesh", "id": "t-other" })).await;
+    let own = daemon.connect(&daemon.token).await.unwrap();
+    ok(&own, "enqueue_task", json!({ "message": "for the daemon's mesh", "id": "t-own" })).await;
+
+    let http = reqwest::Client::new();
+    let ids = |mesh: &'static str| {
+        let (http, base, token) = (http.clone(), daemon.base.clone(), daemon.token.clone());
+        async move {
+            let tasks: serde_json::Value = http
+                .get(format!("{base}/v1/meshes/{mesh}/tasks"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            tasks.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids("other").await, ["t-other"], "/mcp/other works in mesh other");
+    assert_eq!(ids("default").await, ["t-own"], "/mcp works in the daemon's mesh");
+
+    let bad = http
+        .post(format!("{}/%01", daemon.url))
+        .bearer_auth(&daemon.token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), reqwest::StatusCode::BAD_REQUEST);
+    let body: serde_json::Value = bad.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("mesh"), "{body}");
+    let unauthorized = http.post(format!("{}/other", daemon.url)).body("{}").send().await.unwrap();
+    assert_eq!(unauthorized.status(), reqwest::StatusCode::UNAUTHORIZED, "/mcp/{{mesh}} is behind the token");
+    other.cancel().await.unwrap();
+    own.cancel().await.unwrap();
     daemon.shutdown.cancel();
 }
 
