@@ -62,25 +62,24 @@ const DEFAULT_DRAIN_LIMIT: u32 = 100;
 /// Candidate rows read per page of a drain's walk.
 const PAGE: i64 = 256;
 
-/// Queues one event for a coordinator.
+/// Queues one event for a coordinator (stamped on the way in).
 pub(crate) fn queue(
     conn: &Connection,
     mesh_id: &str,
-    event: &PendingEvent,
+    mut ev: PendingEvent,
     hint: &EmitHint,
     self_machine_id: Option<&str>,
     now: Timestamp,
 ) -> Res<QueueOutcome> {
-    if event.event.trim().is_empty() {
+    if ev.event.trim().is_empty() {
         return Err(Fail(StoreError::InvalidInput(InvalidInput::new("event", "must not be blank"))));
     }
-    if event.mesh_id != mesh_id {
+    if ev.mesh_id != mesh_id {
         return Err(Fail(StoreError::InvalidInput(InvalidInput::new(
             "meshId",
-            format!("the event belongs to mesh {:?}, not {mesh_id:?}", event.mesh_id),
+            format!("the event belongs to mesh {:?}, not {mesh_id:?}", ev.mesh_id),
         ))));
     }
-    let mut ev = event.clone();
     stamp_event(&mut ev, hint, &ledger::new_entry_id(now), self_machine_id);
     if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(conn, &ev)? {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
@@ -1046,7 +1045,7 @@ pub(crate) fn requeue_held(
             })
         })?;
         requeued = matches!(
-            queue(conn, mesh_id, &event, &EmitHint::default(), None, now)?,
+            queue(conn, mesh_id, event, &EmitHint::default(), None, now)?,
             QueueOutcome::Queued { .. }
         );
     }

@@ -1061,7 +1061,7 @@ fn notify_coordinator(conn: &Connection, task: &Task, now: Timestamp) -> Res<()>
     event.target_coordinator_daemon_id = task.source_coordinator_daemon_id.clone();
     event.target_coordinator_session_id = task.source_coordinator_session_id.clone();
     let hint = EmitHint { coordinator_run_id: task.source_coordinator_run_id.clone(), ..EmitHint::default() };
-    crate::inbox::queue(conn, &task.mesh_id, &event, &hint, None, now)?;
+    crate::inbox::queue(conn, &task.mesh_id, event, &hint, None, now)?;
     Ok(())
 }
 

@@ -539,6 +539,16 @@ mod tests {
         handle
     }
 
+    /// Queues one write noting each of `notes`, in that order (the connection must be
+    /// held meanwhile).
+    fn queue_notes<'scope>(
+        s: &'scope thread::Scope<'scope, '_>,
+        writes: &'scope Writes,
+        notes: [&'static str; 3],
+    ) -> Vec<thread::ScopedJoinHandle<'scope, Res<()>>> {
+        notes.into_iter().enumerate().map(|(i, n)| queue(s, writes, i, move |c| note(c, n))).collect()
+    }
+
     #[test]
     fn an_uncontended_writer_commits_every_write_on_its_own() {
         let (dir, writes) = writes();
@@ -554,11 +564,7 @@ mod tests {
         let (dir, writes) = writes();
         thread::scope(|s| {
             let held = writes.lock();
-            let handles: Vec<_> = ["a", "b", "c"]
-                .into_iter()
-                .enumerate()
-                .map(|(i, n)| queue(s, &writes, i, move |c| note(c, n)))
-                .collect();
+            let handles = queue_notes(s, &writes, ["a", "b", "c"]);
             assert!(committed_notes(&dir).is_empty(), "nothing runs while the connection is held");
             drop(held);
             for h in handles {
@@ -682,11 +688,7 @@ mod tests {
         writes.set_group_commit(false);
         thread::scope(|s| {
             let held = writes.lock();
-            let handles: Vec<_> = ["a", "b", "c"]
-                .into_iter()
-                .enumerate()
-                .map(|(i, n)| queue(s, &writes, i, move |c| note(c, n)))
-                .collect();
+            let handles = queue_notes(s, &writes, ["a", "b", "c"]);
             drop(held);
             for h in handles {
                 h.join().unwrap().unwrap();

@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::{Claimant, TaskStatus};
 use agentmesh_daemon::{ApiToken, AppState};
+use agentmesh_sqlite::WriteStats;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
 use serde_json::{Value, json};
@@ -56,7 +57,7 @@ pub fn run(h: &mut Harness) {
 /// `store-claim-complete`: `CLIENTS` threads claim and complete on the store
 /// directly until a claim finds the queue empty.
 fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
-    let (store, label) = (case.sqlite(), case.label());
+    let store = case.sqlite();
     let ids = UuidGen::new(0xe100 + n as u32).take(n);
     enqueue_in_batches(case.store(), n, PREFILL_BATCH, &mut Timer::default(), |i| {
         new_task(&ids[i], i, None)
@@ -105,34 +106,8 @@ fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
     let wall = began.elapsed();
-    let stats = store.write_stats();
-    let (writes, commits) = (stats.writes - before.writes, stats.commits - before.commits);
-    let mut latencies = Vec::with_capacity(n);
-    let mut completed = Vec::with_capacity(n);
-    for run in runs {
-        latencies.extend(run.pairs);
-        completed.extend(run.completed);
-    }
-    let pairs = completed.len();
-    h.report("store-claim-complete", n, pairs, &Timer::concurrent(latencies, wall));
-    eprintln!(
-        "  {label}: {CLIENTS} threads; {writes} writes in {commits} commits ({:.2} writes per commit)",
-        writes as f64 / commits.max(1) as f64,
-    );
-    let distinct = completed.iter().collect::<HashSet<_>>().len();
-    h.check(
-        &format!("{label}: every task claimed and completed once"),
-        pairs == n && distinct == n,
-        format!("{pairs} pairs, {distinct} distinct, of {n}"),
-    );
-    let stats = case.store().stats_by_status(MESH_ID)?;
-    h.check(
-        &format!("{label}: queue drained, every task completed"),
-        count_of(&stats, TaskStatus::Completed) == n as u64 && count_of(&stats, TaskStatus::Pending) == 0,
-        show_stats(&stats),
-    );
-    h.check(&format!("{label}: concurrent writes shared commits"), commits < writes, "");
-    Ok(())
+    let load = Load { name: "store-claim-complete", who: "threads", group_commit: true, runs, wall, before };
+    finish(h, case, n, load)
 }
 
 /// What one client did: the tasks it completed and how long each pair took.
@@ -145,11 +120,11 @@ struct ClientRun {
 fn claim_complete(
     h: &mut Harness,
     case: &CaseStore,
-    name: &str,
+    name: &'static str,
     n: usize,
     group_commit: bool,
 ) -> anyhow::Result<()> {
-    let (store, label) = (case.sqlite(), case.label());
+    let store = case.sqlite();
     store.set_group_commit(group_commit);
     let ids = UuidGen::new(0xe000 + n as u32).take(n);
     enqueue_in_batches(case.store(), n, PREFILL_BATCH, &mut Timer::default(), |i| {
@@ -165,32 +140,46 @@ fn claim_complete(
     let (runs, wall) = runtime.block_on(load(served))?;
     drop(runtime);
 
-    let stats = store.write_stats();
-    let (writes, commits) = (stats.writes - before.writes, stats.commits - before.commits);
+    finish(h, case, n, Load { name, who: "clients", group_commit, runs, wall, before })
+}
+
+/// A load run to the end: which case, what its workers did, and the store's write
+/// counts before it.
+struct Load {
+    name: &'static str,
+    /// What the workers are ("clients", "threads").
+    who: &'static str,
+    group_commit: bool,
+    runs: Vec<ClientRun>,
+    wall: Duration,
+    before: WriteStats,
+}
+
+/// Reports a load's pairs and checks that every task was claimed and completed
+/// once and that commits were shared (or not) as group commit says.
+fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Result<()> {
+    let label = case.label();
+    let stats = case.sqlite().write_stats();
+    let (writes, commits) = (stats.writes - load.before.writes, stats.commits - load.before.commits);
     let mut latencies = Vec::with_capacity(n);
     let mut completed = Vec::with_capacity(n);
-    for run in runs {
+    for run in load.runs {
         latencies.extend(run.pairs);
         completed.extend(run.completed);
     }
     let pairs = completed.len();
-    h.report(name, n, pairs, &Timer::concurrent(latencies, wall));
+    h.report(load.name, n, pairs, &Timer::concurrent(latencies, load.wall));
     eprintln!(
-        "  {label}: {CLIENTS} clients, group commit {}; {writes} writes in {commits} commits ({:.2} writes per commit)",
-        if group_commit { "on" } else { "off" },
+        "  {label}: {CLIENTS} {}, group commit {}; {writes} writes in {commits} commits ({:.2} writes per commit)",
+        load.who,
+        if load.group_commit { "on" } else { "off" },
         writes as f64 / commits.max(1) as f64,
-    );
-
-    h.check(
-        &format!("{label}: every task claimed and completed once"),
-        pairs == n,
-        format!("{pairs} of {n}"),
     );
     let distinct = completed.iter().collect::<HashSet<_>>().len();
     h.check(
-        &format!("{label}: completed ids distinct"),
-        distinct == pairs,
-        format!("{distinct} distinct of {pairs}"),
+        &format!("{label}: every task claimed and completed once"),
+        pairs == n && distinct == n,
+        format!("{pairs} pairs, {distinct} distinct, of {n}"),
     );
     let stats = case.store().stats_by_status(MESH_ID)?;
     h.check(
@@ -198,7 +187,7 @@ fn claim_complete(
         count_of(&stats, TaskStatus::Completed) == n as u64 && count_of(&stats, TaskStatus::Pending) == 0,
         show_stats(&stats),
     );
-    if group_commit {
+    if load.group_commit {
         h.check(&format!("{label}: concurrent writes shared commits"), commits < writes, "");
     } else {
         h.check(&format!("{label}: every write committed on its own"), commits == writes, "");
