@@ -6,10 +6,11 @@
 #   --quick       every N divided by 10 (smoke run), passed to both benchmarks
 #   --only=a,b    run only these groups: enqueue, claim-depth, claim-with-deps,
 #                 pending-events, ledger, fingerprints, http (ours only: the
-#                 daemon under 8 HTTP clients, and its store under 8 threads),
-#                 floor (ours only: what a bare SQLite commit costs on this
-#                 machine); the seed side skips the last two and their rows
-#                 show with empty seed columns
+#                 daemon under 8 HTTP clients, its store under 8 threads, and
+#                 the same HTTP load with no store behind it), floor (ours
+#                 only: what a bare SQLite commit and a bare drain cost on
+#                 this machine); the seed side skips the last two and their
+#                 rows show with empty seed columns
 #   --shared DIR  folder holding bench/seed-harness and reference/seeds
 #                 (default: ../shared relative to the repo root)
 #
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
         --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
                   shared=$2; shift ;;
         --shared=*) shared=${1#--shared=} ;;
-        -h | --help) sed -n '2,22s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,23s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift

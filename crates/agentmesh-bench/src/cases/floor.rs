@@ -11,6 +11,12 @@
 //!
 //! Set beside `pending-events-insert`, they say how much of an insert is the
 //! storage engine and how much is ours.
+//!
+//! - `sqlite-drain-floor`: the least a durable drain of 100 events costs: one
+//!   transaction reads the 100 oldest rows of a queue table (id and payload, into
+//!   owned strings), deletes them and commits, until the table is empty. Ops are
+//!   rows and latency is per drain, as in `pending-events-drain`; a real drain also
+//!   routes, deduplicates and records what it took.
 
 use std::time::Instant;
 
@@ -27,6 +33,7 @@ pub fn run(h: &mut Harness) {
     for (label, indexed) in [("sqlite-commit-floor", false), ("sqlite-commit-floor-4-btrees", true)] {
         h.run_case(&format!("{label}-{n}"), |h, case| floor(h, case, label, indexed, n));
     }
+    h.run_case(&format!("sqlite-drain-floor-{n}"), |h, case| drain_floor(h, case, n));
 }
 
 fn floor(h: &mut Harness, case: &CaseStore, label: &str, indexed: bool, n: usize) -> anyhow::Result<()> {
@@ -60,5 +67,49 @@ fn floor(h: &mut Harness, case: &CaseStore, label: &str, indexed: bool, n: usize
     h.report(label, n, n, &timer);
     let rows: i64 = conn.query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))?;
     h.check(&format!("{}: every row committed", case.label()), rows == n as i64, format!("rows={rows}"));
+    Ok(())
+}
+
+/// Events one drain takes, as `drain_pending_events` takes at most.
+const DRAIN_BATCH: i64 = 100;
+
+fn drain_floor(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
+    let mut conn = SqliteStore::open_bare_connection(&case.dir().join("drain-floor.db"))?;
+    conn.execute_batch("CREATE TABLE q (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, payload TEXT NOT NULL);")?;
+    let payload =
+        format!("{{\"event\":\"task_completed\",\"summary\":{:?},\"pad\":{:?}}}", message(0), message(1));
+    let tx = conn.transaction()?;
+    for i in 0..n {
+        tx.prepare_cached("INSERT INTO q (id, payload) VALUES (?1, ?2)")?
+            .execute(params![format!("evt-{i:08}"), payload])?;
+    }
+    tx.commit()?;
+    let mut timer = Timer::default();
+    let mut drained: Vec<String> = Vec::with_capacity(n);
+    loop {
+        let batch = timer.time(|| -> rusqlite::Result<Vec<(i64, String, String)>> {
+            conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+            let rows: Vec<(i64, String, String)> = conn
+                .prepare_cached("SELECT seq, id, payload FROM q ORDER BY seq LIMIT ?1")?
+                .query_map([DRAIN_BATCH], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect::<Result<_, _>>()?;
+            if let Some((last, _, _)) = rows.last() {
+                conn.prepare_cached("DELETE FROM q WHERE seq <= ?1")?.execute([last])?;
+            }
+            conn.prepare_cached("COMMIT")?.execute([])?;
+            Ok(rows)
+        })?;
+        if batch.is_empty() {
+            break;
+        }
+        drained.extend(batch.into_iter().map(|(_, id, _)| id));
+    }
+    h.report("sqlite-drain-floor", n, drained.len(), &timer);
+    let in_order = drained.iter().enumerate().all(|(i, id)| *id == format!("evt-{i:08}"));
+    h.check(
+        &format!("{}: every row drained once, in order", case.label()),
+        drained.len() == n && in_order,
+        format!("drained={}", drained.len()),
+    );
     Ok(())
 }

@@ -38,20 +38,21 @@ use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
 
 /// Concurrent HTTP clients (worker sessions).
-const CLIENTS: usize = 8;
+pub(super) const CLIENTS: usize = 8;
 /// The daemon's token, for this run only.
-const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
+pub(super) const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
 const PREFILL_BATCH: usize = 5_000;
 
 /// Runs group `http`: the same load with group commit on, then off, then on the
-/// store without HTTP.
+/// store without HTTP, then over HTTP without the store (`http-floor`).
 pub fn run(h: &mut Harness) {
     let n = h.opts().scale(20_000);
     for (case, group_commit) in [("http-claim-complete", true), ("http-claim-complete-unbatched", false)] {
         h.run_case(&format!("{case}-{n}"), |h, store| claim_complete(h, store, case, n, group_commit));
     }
     h.run_case(&format!("store-claim-complete-{n}"), |h, store| store_claim_complete(h, store, n));
+    super::http_floor::run(h, n);
 }
 
 /// `store-claim-complete`: `CLIENTS` threads claim and complete on the store
@@ -236,7 +237,7 @@ async fn client(k: usize, base: &str, start: &Barrier) -> anyhow::Result<ClientR
     start.wait().await;
     loop {
         let began = Instant::now();
-        let claimed = post(&http, &claims, &claim).await?;
+        let claimed = post_json(&http, &claims, &claim).await?;
         let task = &claimed["task"];
         if task.is_null() {
             anyhow::ensure!(
@@ -248,7 +249,7 @@ async fn client(k: usize, base: &str, start: &Barrier) -> anyhow::Result<ClientR
         let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
         let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
         let report = json!({ "sessionId": session, "taskId": id, "epoch": epoch, "summary": "done" });
-        let done = post(&http, &completions, &report).await?;
+        let done = post_json(&http, &completions, &report).await?;
         anyhow::ensure!(done["status"] == "completed", "task {id} not completed: {done}");
         run.pairs.push(began.elapsed());
         run.completed.push(id);
@@ -257,7 +258,7 @@ async fn client(k: usize, base: &str, start: &Barrier) -> anyhow::Result<ClientR
 
 /// Posts `body` with the token; the decoded JSON answer, or an error on any status
 /// but 200.
-async fn post(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
+pub(super) async fn post_json(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
     let response = http.post(url).bearer_auth(TOKEN).json(body).send().await?;
     let status = response.status();
     let answer: Value =
