@@ -1204,3 +1204,216 @@ async fn the_checkpoint_hook_runs_and_a_failing_pass_is_not_fatal() {
     tokio::task::yield_now().await;
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), after, "no pass runs after shutdown");
 }
+
+/// The routes that take a JSON body (all but the watch, which a valid body would
+/// keep waiting), each with a body it takes. `t1` exists when the fuzzing starts.
+fn body_routes() -> Vec<(&'static str, Value)> {
+    let coordinator = coordinator();
+    vec![
+        ("/tasks", json!({ "message": "fuzz", "priority": "high", "requiredTags": ["rust"] })),
+        (
+            "/tasks/batch",
+            json!({ "tasks": [{ "ref": "a", "message": "one" }, { "message": "two", "dependsOn": ["a"] }] }),
+        ),
+        ("/tasks/t1/cancel", json!({ "reason": "no longer needed" })),
+        ("/tasks/t1/requeue", json!({ "force": true })),
+        ("/claims", json!({ "nodeId": "n1", "sessionId": "s1", "leaseMs": 60_000 })),
+        ("/heartbeats", json!({ "sessionId": "s1", "taskId": "t1", "epoch": 1, "leaseMs": 60_000 })),
+        ("/completions", json!({ "sessionId": "s1", "taskId": "t1", "epoch": 1, "summary": "ok" })),
+        ("/ledger/import", json!({ "entries": [foreign_entry("e1", "m")] })),
+        ("/events", blocked_event("t1")),
+        ("/events/drain", coordinator.clone()),
+        ("/events/peek", coordinator.clone()),
+        ("/events/ack", json!({ "ids": ["evt-1"] })),
+        ("/events/retract", json!({ "taskId": "t1" })),
+        ("/missions", json!({ "id": "mission-1", "title": "Fuzz", "goal": "find bugs" })),
+        (
+            "/idle-sessions",
+            json!({ "nodeId": "n1", "sessionId": "s1", "providerType": "claude", "ttlSecs": 60 }),
+        ),
+        ("/deliveries", json!({ "sessionId": "s1", "message": "hello" })),
+        ("/dispatches", json!({ "taskId": "t1", "sessionId": "s1", "message": "x" })),
+        ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "n1", "capabilityTags": ["rust"] }] })),
+        ("/coordinators/presence", json!({ "daemonId": "daemon_mach_abc", "runId": "run-1" })),
+        ("/tool-calls", json!({ "tool": "mesh_enqueue", "sessionId": "s1" })),
+    ]
+}
+
+/// Field names the request bodies use.
+const BODY_KEYS: &[&str] = &[
+    "id",
+    "message",
+    "tasks",
+    "ref",
+    "dependsOn",
+    "priority",
+    "nodeId",
+    "sessionId",
+    "taskId",
+    "epoch",
+    "leaseMs",
+    "summary",
+    "error",
+    "event",
+    "meshId",
+    "metadataEvent",
+    "queuedAt",
+    "daemonId",
+    "runId",
+    "ids",
+    "limit",
+    "onlyEvents",
+    "entries",
+    "kind",
+    "timestamp",
+    "payload",
+    "title",
+    "goal",
+    "status",
+    "providerType",
+    "tool",
+    "reason",
+    "force",
+    "maxRetries",
+    "targetNodeId",
+    "requiredTags",
+    "nodes",
+    "ttlSecs",
+    "metadata",
+    "ended",
+    "strategy",
+    "notBefore",
+];
+
+fn body_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let scalar = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        (-1e12..1e12f64).prop_map(Value::from),
+        prop::sample::select(vec!["", " ", "t1", "n1", "s1", "m", "pending", "high", "2.0"])
+            .prop_map(Value::from),
+        "\\PC{0,12}".prop_map(Value::from),
+    ];
+    let key = prop_oneof![4 => prop::sample::select(BODY_KEYS).prop_map(str::to_owned), 1 => "\\PC{0,8}"];
+    scalar.prop_recursive(3, 32, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec((key.clone(), inner), 0..6)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// A body for one of `routes`: its own body with up to three keys set to anything
+/// (or removed), any JSON, or any bytes.
+fn fuzzed_request(
+    routes: Vec<(&'static str, Value)>,
+) -> impl proptest::strategy::Strategy<Value = (&'static str, Vec<u8>)> {
+    use proptest::prelude::*;
+    prop::sample::select(routes).prop_flat_map(move |(route, base)| {
+        let edit = (prop::sample::select(BODY_KEYS), prop::option::of(body_json()));
+        let edited = prop::collection::vec(edit, 0..4).prop_map(move |edits| {
+            let mut body = base.clone();
+            for (key, value) in edits {
+                let Some(map) = body.as_object_mut() else { break };
+                match value {
+                    Some(value) => map.insert(key.to_owned(), value),
+                    None => map.remove(key),
+                };
+            }
+            body.to_string().into_bytes()
+        });
+        let bytes = prop_oneof![
+            6 => edited,
+            2 => body_json().prop_map(|v| v.to_string().into_bytes()),
+            1 => prop::collection::vec(any::<u8>(), 0..64),
+        ];
+        bytes.prop_map(move |body| (route, body))
+    })
+}
+
+/// Every row of every table of the daemon's database, as text.
+fn database_snapshot(db: &rusqlite::Connection) -> Vec<(String, String)> {
+    let tables: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .expect("table names");
+    tables
+        .into_iter()
+        .map(|table| {
+            let columns: Vec<String> = db
+                .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .expect("column names");
+            let row = columns.iter().map(|c| format!("quote(\"{c}\")")).collect::<Vec<_>>().join(" || ',' || ");
+            let rows: String = db
+                .query_row(
+                    &format!("SELECT coalesce(group_concat(r, '|'), '') FROM (SELECT {row} AS r FROM \"{table}\" ORDER BY r)"),
+                    [],
+                    |r| r.get(0),
+                )
+                .expect("rows");
+            (table, rows)
+        })
+        .collect()
+}
+
+/// Fuzzes every body-taking route with generated JSON and raw bytes: the daemon
+/// never answers 5xx, every 4xx is a JSON error with a code and a message, and a
+/// body refused as malformed (400, 413, 415, 422) changes nothing in the database.
+#[test]
+fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let daemon = runtime.block_on(async {
+        let daemon = TestDaemon::start().await;
+        let (status, _) =
+            daemon.post("/v1/meshes/m/tasks", json!({ "id": "t1", "message": "fuzz target" })).await;
+        assert_eq!(status, StatusCode::CREATED);
+        daemon
+    });
+    let db = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).expect("db");
+    let case = (fuzzed_request(body_routes()), prop::sample::select(vec!["m", "m", "m", "bad mesh"]));
+    // 768 requests, or `PROPTEST_CASES` when set (for longer runs).
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(768);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let statuses = std::cell::RefCell::new(std::collections::BTreeMap::<u16, usize>::new());
+    runner
+        .run(&case, |((route, body), mesh)| {
+            let before = database_snapshot(&db);
+            let path = format!("/v1/meshes/{}{route}", mesh.replace(' ', "%20"));
+            let (status, answer) = runtime.block_on(daemon.post_raw(&path, body.clone()));
+            *statuses.borrow_mut().entry(status.as_u16()).or_default() += 1;
+            prop_assert!(!status.is_server_error(), "{path} answered {status}: {answer}");
+            if status.is_client_error() {
+                prop_assert!(
+                    answer["error"]["code"].is_string(),
+                    "{path} answered {status} without a code: {answer}"
+                );
+                let message = answer["error"]["message"].as_str().unwrap_or_default();
+                prop_assert!(!message.is_empty(), "{path} answered {status} without a message: {answer}");
+                let malformed = [400, 413, 415, 422].contains(&status.as_u16());
+                prop_assert!(
+                    !malformed || database_snapshot(&db) == before,
+                    "{path} refused {} with {status} and changed the database",
+                    String::from_utf8_lossy(&body)
+                );
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    // The generated bodies reach past the parsers: some are refused, some taken.
+    let statuses = statuses.into_inner();
+    let refused: usize = statuses.iter().filter(|(s, _)| (400..500).contains(*s)).map(|(_, n)| n).sum();
+    let taken: usize = statuses.iter().filter(|(s, _)| (200..300).contains(*s)).map(|(_, n)| n).sum();
+    let enough = cases as usize / 20;
+    assert!(refused > enough && taken > enough, "statuses: {statuses:?}");
+    runtime.block_on(async {
+        daemon.shutdown.cancel();
+        daemon.server.await.expect("the task ran").expect("serve returned Ok");
+    });
+}

@@ -64,3 +64,142 @@ async fn the_daemon_id_is_kept_in_the_data_dir_and_each_process_is_a_new_run() {
     assert_eq!(seen[0].0, seen[1].0);
     assert_ne!(seen[0].1, seen[1].1);
 }
+
+/// Each tool (but the wait, which valid arguments keep waiting) with arguments it
+/// takes.
+fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
+    vec![
+        ("cancel_task", json!({ "taskId": "t-f" })),
+        ("claim_task", json!({ "sessionId": "w1" })),
+        ("complete_task", json!({ "summary": "done", "sessionId": "w1" })),
+        ("enqueue_task", json!({ "message": "fuzz", "priority": "high" })),
+        (
+            "enqueue_tasks",
+            json!({ "tasks": [{ "ref": "a", "message": "one" }, { "message": "two", "dependsOn": ["a"] }] }),
+        ),
+        ("fail_task", json!({ "reason": "no disk", "sessionId": "w1" })),
+        ("get_pending_mesh_events", json!({ "maxChars": 100 })),
+        ("heartbeat_task", json!({ "taskId": "t-f", "epoch": 1, "sessionId": "w1" })),
+        ("ledger_tail", json!({ "tail": 5 })),
+        ("list_missions", json!({})),
+        ("list_tasks", json!({ "status": "pending" })),
+        ("mesh_status", json!({})),
+        ("read_deliveries", json!({ "sessionId": "w1" })),
+        ("report_idle", json!({ "sessionId": "w1" })),
+        ("requeue_task", json!({ "taskId": "t-f", "force": true })),
+        ("send_to_session", json!({ "sessionId": "w1", "message": "hello" })),
+        ("show_mission", json!({ "missionId": "m1" })),
+        ("show_task", json!({ "taskId": "t-f" })),
+        ("suggest_node", json!({ "taskId": "t-f", "nodes": [{ "nodeId": "n1" }] })),
+        ("upsert_mission", json!({ "missionId": "m1", "title": "Mission one" })),
+    ]
+}
+
+/// Argument names the tools use.
+const ARGUMENT_KEYS: &[&str] = &[
+    "taskId",
+    "sessionId",
+    "message",
+    "summary",
+    "reason",
+    "epoch",
+    "tasks",
+    "ref",
+    "dependsOn",
+    "priority",
+    "status",
+    "tail",
+    "maxChars",
+    "missionId",
+    "title",
+    "goal",
+    "nodes",
+    "nodeId",
+    "force",
+    "mode",
+    "id",
+    "seconds",
+    "providerType",
+    "requiredTags",
+];
+
+fn argument_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    let scalar = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        (-1e9..1e9f64).prop_map(serde_json::Value::from),
+        prop::sample::select(vec!["", " ", "t-f", "w1", "m1", "pending", "high", "shout"])
+            .prop_map(serde_json::Value::from),
+        "\\PC{0,12}".prop_map(serde_json::Value::from),
+    ];
+    scalar.prop_recursive(2, 16, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..3).prop_map(serde_json::Value::Array),
+            prop::collection::vec((prop::sample::select(ARGUMENT_KEYS).prop_map(str::to_owned), inner), 0..4)
+                .prop_map(|kv| serde_json::Value::Object(kv.into_iter().collect())),
+        ]
+    })
+}
+
+/// Fuzzes every tool over stdio with its own arguments edited (keys set to
+/// anything, removed, or added): each call is answered, as a result or as a tool
+/// error carrying a code and a message, never a protocol failure, and the server
+/// process lives on.
+#[test]
+fn fuzzed_tool_arguments_get_results_or_typed_tool_errors() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let client = runtime.block_on(async {
+        let client = spawn_stdio(dir.path(), None).await;
+        ok(&client, "enqueue_task", json!({ "message": "fuzz target", "id": "t-f" })).await;
+        client
+    });
+    let edit = (prop::sample::select(ARGUMENT_KEYS), prop::option::of(argument_value()));
+    let case = (prop::sample::select(tool_calls()), prop::collection::vec(edit, 0..4));
+    // 300 calls, or `PROPTEST_CASES` when set (for longer runs).
+    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300);
+    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    let outcomes = std::cell::Cell::new((0usize, 0usize));
+    runner
+        .run(&case, |((tool, mut arguments), edits)| {
+            let map = arguments.as_object_mut().expect("arguments are an object");
+            for (key, value) in edits {
+                match value {
+                    Some(value) => map.insert(key.to_owned(), value),
+                    None => map.remove(key),
+                };
+            }
+            let result = runtime.block_on(call(&client, tool, arguments.clone()));
+            let (taken, refused) = outcomes.get();
+            if result.is_error == Some(true) {
+                let error: serde_json::Value = serde_json::from_str(&text(&result)).map_err(|e| {
+                    TestCaseError::fail(format!("{tool} {arguments}: a tool error that is not JSON: {e}"))
+                })?;
+                prop_assert!(
+                    error["code"].is_string() && error["message"].is_string(),
+                    "{tool} {arguments}: {error}"
+                );
+                outcomes.set((taken, refused + 1));
+            } else {
+                prop_assert!(
+                    result.structured_content.is_some(),
+                    "{tool} {arguments}: no structured content"
+                );
+                outcomes.set((taken + 1, refused));
+            }
+            Ok(())
+        })
+        .unwrap_or_else(|failure| panic!("{failure}"));
+    let (taken, refused) = outcomes.get();
+    let enough = cases as usize / 20;
+    assert!(taken > enough && refused > enough, "{taken} calls taken, {refused} refused");
+    runtime.block_on(async {
+        ok(&client, "mesh_status", json!({})).await;
+        client.cancel().await.unwrap();
+    });
+}
