@@ -206,24 +206,35 @@ async fn load(store: Arc<dyn Store>) -> anyhow::Result<(Vec<ClientRun>, Duration
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
 
-    let start = Arc::new(Barrier::new(CLIENTS + 1));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|k| {
-            let (base, start) = (base.clone(), Arc::clone(&start));
-            tokio::spawn(async move { client(k, &base, &start).await })
-        })
-        .collect();
-    start.wait().await;
-    let began = Instant::now();
-    let mut runs = Vec::with_capacity(CLIENTS);
-    for client in clients {
-        runs.push(client.await.context("a client task failed")??);
-    }
-    let wall = began.elapsed();
+    let (runs, wall) = run_clients(|k, start| {
+        let base = base.clone();
+        async move { client(k, &base, &start).await }
+    })
+    .await?;
 
     shutdown.cancel();
     server.await.context("the daemon task failed")?.context("the daemon failed")?;
     Ok((runs, wall))
+}
+
+/// Spawns `CLIENTS` client tasks (`client(k, start)`), releases them together once
+/// all are ready, and waits for every one. Returns their results and the
+/// wall-clock time from the release to the end of the last.
+pub(super) async fn run_clients<T, Client, Run>(client: Client) -> anyhow::Result<(Vec<T>, Duration)>
+where
+    T: Send + 'static,
+    Client: Fn(usize, Arc<Barrier>) -> Run,
+    Run: Future<Output = anyhow::Result<T>> + Send + 'static,
+{
+    let start = Arc::new(Barrier::new(CLIENTS + 1));
+    let clients: Vec<_> = (0..CLIENTS).map(|k| tokio::spawn(client(k, Arc::clone(&start)))).collect();
+    start.wait().await;
+    let began = Instant::now();
+    let mut results = Vec::with_capacity(CLIENTS);
+    for client in clients {
+        results.push(client.await.context("a client task failed")??);
+    }
+    Ok((results, began.elapsed()))
 }
 
 /// One worker session: claim → complete until a claim returns no task.

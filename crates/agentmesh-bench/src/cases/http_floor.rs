@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{CLIENTS, TOKEN, post_json};
+use super::http::{TOKEN, post_json, run_clients};
 use crate::data::{MESH_ID, UuidGen, new_task};
 use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
@@ -110,23 +110,14 @@ async fn floor_load(
     });
 
     let left = Arc::new(AtomicUsize::new(n));
-    let start = Arc::new(Barrier::new(CLIENTS + 1));
-    let clients: Vec<_> = (0..CLIENTS)
-        .map(|k| {
-            let (base, start, left) = (base.clone(), Arc::clone(&start), Arc::clone(&left));
-            tokio::spawn(async move { client(k, &base, &start, &left).await })
-        })
-        .collect();
-    start.wait().await;
-    let began = Instant::now();
-    let mut pairs = Vec::with_capacity(n);
-    for client in clients {
-        pairs.extend(client.await.context("a client task failed")??);
-    }
-    let wall = began.elapsed();
+    let (runs, wall) = run_clients(|k, start| {
+        let (base, left) = (base.clone(), Arc::clone(&left));
+        async move { client(k, &base, &start, &left).await }
+    })
+    .await?;
     shutdown.cancel();
     server.await.context("the floor server task failed")?.context("the floor server failed")?;
-    Ok((pairs, wall))
+    Ok((runs.into_iter().flatten().collect(), wall))
 }
 
 /// One client: claim → completion pairs while any of the `left` pairs remain.
