@@ -40,7 +40,7 @@ use crate::timing::Timer;
 /// Concurrent HTTP clients (worker sessions).
 pub(super) const CLIENTS: usize = 8;
 /// The daemon's token, for this run only.
-pub(super) const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
+const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
 const PREFILL_BATCH: usize = 5_000;
 
@@ -199,22 +199,40 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
 /// Serves `store` on `127.0.0.1:0` and runs the clients against it until the queue
 /// is empty. Returns what each client did and the wall-clock time of the load.
 async fn load(store: Arc<dyn Store>) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
-    let state = AppState::new(store, ApiToken::new(TOKEN)?);
-    let listener =
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.context("failed to bind 127.0.0.1:0")?;
-    let base = format!("http://{}/v1/meshes/{MESH_ID}", listener.local_addr()?);
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
-
+    let daemon = Daemon::start(store).await?;
     let (runs, wall) = run_clients(|k, start| {
-        let base = base.clone();
+        let base = daemon.base.clone();
         async move { client(k, &base, &start).await }
     })
     .await?;
-
-    shutdown.cancel();
-    server.await.context("the daemon task failed")?.context("the daemon failed")?;
+    daemon.stop().await?;
     Ok((runs, wall))
+}
+
+/// A daemon serving a store on `127.0.0.1:0` in a task.
+pub(super) struct Daemon {
+    /// The URL of mesh `MESH_ID`: `http://127.0.0.1:PORT/v1/meshes/MESH_ID`.
+    pub(super) base: String,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Daemon {
+    pub(super) async fn start(store: Arc<dyn Store>) -> anyhow::Result<Daemon> {
+        let state = AppState::new(store, ApiToken::new(TOKEN)?);
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.context("failed to bind 127.0.0.1:0")?;
+        let base = format!("http://{}/v1/meshes/{MESH_ID}", listener.local_addr()?);
+        let shutdown = CancellationToken::new();
+        let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
+        Ok(Daemon { base, shutdown, server })
+    }
+
+    /// Shuts the daemon down and waits for it.
+    pub(super) async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.server.await.context("the daemon task failed")?.context("the daemon failed")
+    }
 }
 
 /// Spawns `CLIENTS` client tasks (`client(k, start)`), releases them together once

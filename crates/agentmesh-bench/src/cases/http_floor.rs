@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agentmesh_daemon::{ApiToken, AppState};
 use agentmesh_store::Store;
 use anyhow::Context as _;
 use axum::Json;
@@ -23,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{TOKEN, post_json, run_clients};
+use super::http::{Daemon, post_json, run_clients};
 use crate::data::{MESH_ID, UuidGen, new_task};
 use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
@@ -54,12 +53,8 @@ fn http_floor(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()>
 
 /// The daemon's answers to one claim and its completion, as JSON.
 async fn real_answers(store: Arc<dyn Store>) -> anyhow::Result<(Value, Value)> {
-    let state = AppState::new(store, ApiToken::new(TOKEN)?);
-    let listener =
-        tokio::net::TcpListener::bind("127.0.0.1:0").await.context("failed to bind 127.0.0.1:0")?;
-    let base = format!("http://{}/v1/meshes/{MESH_ID}", listener.local_addr()?);
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
+    let daemon = Daemon::start(store).await?;
+    let base = &daemon.base;
     let http = reqwest::Client::builder().no_proxy().build()?;
     let claimed =
         post_json(&http, &format!("{base}/claims"), &json!({ "nodeId": "node-0", "sessionId": "session-0" }))
@@ -73,8 +68,7 @@ async fn real_answers(store: Arc<dyn Store>) -> anyhow::Result<(Value, Value)> {
     });
     let completed = post_json(&http, &format!("{base}/completions"), &report).await?;
     anyhow::ensure!(completed["status"] == "completed", "the task was not completed: {completed}");
-    shutdown.cancel();
-    server.await.context("the daemon task failed")?.context("the daemon failed")?;
+    daemon.stop().await?;
     Ok((claimed, completed))
 }
 
