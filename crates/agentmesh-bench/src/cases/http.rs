@@ -38,7 +38,7 @@ use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
 
 /// Concurrent HTTP clients (worker sessions).
-pub(super) const CLIENTS: usize = 8;
+const CLIENTS: usize = 8;
 /// The daemon's token, for this run only.
 const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
