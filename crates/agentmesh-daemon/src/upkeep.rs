@@ -26,8 +26,7 @@
 //!   binary installs (the store trait knows nothing of WAL files).
 //!
 //! `deliveries` and `dispatches` are per-mesh store calls; they visit every mesh
-//! that has deliveries or dispatches in the store, and the meshes this daemon has
-//! served. The other jobs sweep every mesh.
+//! that has deliveries or dispatches in the store. The other jobs sweep every mesh.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -188,7 +187,7 @@ impl Job {
             Job::IdleSessions => Ok(vec![("deleted", store.prune_idle_sessions(now).map_err(store_err)?)]),
             Job::Deliveries => {
                 let mut expired = 0;
-                for mesh_id in sweep_meshes(state).map_err(store_err)? {
+                for mesh_id in store.meshes_with_deliveries_or_dispatches().map_err(store_err)? {
                     expired += store.expire_stale_session_deliveries(&mesh_id, now).map_err(store_err)?;
                 }
                 Ok(vec![("expired", expired)])
@@ -201,7 +200,7 @@ impl Job {
             Job::Dispatches => {
                 let stale_cutoff = before(now, config.stale_dispatch_after);
                 let mut stale = 0;
-                for mesh_id in sweep_meshes(state).map_err(store_err)? {
+                for mesh_id in store.meshes_with_deliveries_or_dispatches().map_err(store_err)? {
                     stale +=
                         store.mark_stale_direct_dispatches(&mesh_id, stale_cutoff, now).map_err(store_err)?;
                 }
@@ -232,15 +231,6 @@ impl Job {
     }
 }
 
-/// The meshes the delivery and dispatch sweeps visit: those with deliveries or
-/// dispatches in the store, and those this daemon has served, each once.
-fn sweep_meshes(state: &AppState) -> Result<Vec<String>, StoreError> {
-    let mut meshes = state.mesh().store().meshes_with_deliveries_or_dispatches()?;
-    meshes.extend(state.metrics.meshes());
-    meshes.sort_unstable();
-    meshes.dedup();
-    Ok(meshes)
-}
 
 /// `now` less `age`, saturating.
 fn before(now: Timestamp, age: Duration) -> Timestamp {
