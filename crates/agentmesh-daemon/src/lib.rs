@@ -200,7 +200,7 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
         .route_service("/mcp", own_mesh)
         .route(
             "/mcp/{mesh}",
-            axum::routing::any(move |mesh, request| mcp::for_mesh(services.clone(), mesh, request)),
+            axum::routing::any(move |mesh, request| mcp::serve_mesh(services.clone(), mesh, request)),
         )
         .layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()

@@ -51,22 +51,21 @@ impl McpServices {
             })
             .clone()
     }
-
-    /// Serves one request of `/mcp/{mesh}`; a mesh id that is blank, too long or
-    /// has control characters gets a 400 naming `mesh`.
-    pub(crate) async fn serve(self, mesh: String, request: Request) -> Response {
-        let mesh = match mesh_id(mesh) {
-            Ok(mesh) => mesh,
-            Err(err) => return err.into_response(),
-        };
-        match self.for_mesh(&mesh).oneshot(request).await {
-            Ok(response) => response.map(axum::body::Body::new),
-            Err(never) => match never {},
-        }
-    }
 }
 
-/// The handler of `/mcp/{mesh}`.
-pub(crate) async fn for_mesh(services: McpServices, Path(mesh): Path<String>, request: Request) -> Response {
-    services.serve(mesh, request).await
+/// The handler of `/mcp/{mesh}`: the request goes to the mesh's service; a mesh id
+/// that is blank, too long or has control characters gets a 400 naming `mesh`.
+pub(crate) async fn serve_mesh(
+    services: McpServices,
+    Path(mesh): Path<String>,
+    request: Request,
+) -> Response {
+    let mesh = match mesh_id(mesh) {
+        Ok(mesh) => mesh,
+        Err(err) => return err.into_response(),
+    };
+    match services.for_mesh(&mesh).oneshot(request).await {
+        Ok(response) => response.map(axum::body::Body::new),
+        Err(never) => match never {},
+    }
 }

@@ -231,7 +231,6 @@ impl Job {
     }
 }
 
-
 /// `now` less `age`, saturating.
 fn before(now: Timestamp, age: Duration) -> Timestamp {
     let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
