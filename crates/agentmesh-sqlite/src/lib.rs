@@ -184,11 +184,7 @@ impl SqliteStore {
     /// (see the `writes` module), and returns once that transaction is committed
     /// (with `f`'s result) or has failed (with the failure).
     fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
-        let result = self.writes.write(f).map_err(|e| e.0);
-        if result.is_ok() {
-            self.after_write();
-        }
-        result
+        self.after_write(self.writes.write(f))
     }
 
     /// Like [`SqliteStore::write`], for an operation that owns what it needs, so
@@ -198,11 +194,7 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> StoreResult<T> {
-        let result = self.writes.write_queued(f).map_err(|e| e.0);
-        if result.is_ok() {
-            self.after_write();
-        }
-        result
+        self.after_write(self.writes.write_queued(f))
     }
 
     /// Runs `f` on the connection outside any write transaction, so `f` sees only
@@ -257,13 +249,17 @@ impl SqliteStore {
         }
     }
 
-    /// Every few hundred writes, truncates a WAL that grew past 50 MB.
-    fn after_write(&self) {
-        if self.writes_since_wal_check.fetch_add(1, Ordering::Relaxed) + 1 < WAL_CHECK_INTERVAL {
-            return;
+    /// Passes a write's result on; every few hundred successful writes, truncates a
+    /// WAL that grew past 50 MB first.
+    fn after_write<T>(&self, result: Res<T>) -> StoreResult<T> {
+        let result = result.map_err(|e| e.0);
+        if result.is_ok()
+            && self.writes_since_wal_check.fetch_add(1, Ordering::Relaxed) + 1 >= WAL_CHECK_INTERVAL
+        {
+            self.writes_since_wal_check.store(0, Ordering::Relaxed);
+            let _ = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES);
         }
-        self.writes_since_wal_check.store(0, Ordering::Relaxed);
-        let _ = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES);
+        result
     }
 
     /// Checkpoints and truncates the WAL when it is larger than `max_bytes`; returns
