@@ -171,18 +171,9 @@ fn hint() -> impl Strategy<Value = EmitHint> {
     )
 }
 
-/// 2,048 cases per property, or `PROPTEST_CASES` when set (for longer runs).
-fn config() -> ProptestConfig {
-    let config = ProptestConfig::default();
-    if std::env::var_os("PROPTEST_CASES").is_some() {
-        config
-    } else {
-        ProptestConfig { cases: 2048, ..config }
-    }
-}
-
+// proptest's default configuration: 256 cases per property, `PROPTEST_CASES` for
+// longer runs.
 proptest! {
-    #![proptest_config(config())]
 
     /// Reading an event gives an event or an error naming a field; an event read
     /// and written back reads back the same.

@@ -1378,9 +1378,9 @@ fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
     });
     let db = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).expect("db");
     let case = (fuzzed_request(body_routes()), prop::sample::select(vec!["m", "m", "m", "bad mesh"]));
-    // 768 requests, or `PROPTEST_CASES` when set (for longer runs).
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(768);
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    // proptest's default number of cases (256), `PROPTEST_CASES` for longer runs.
+    let mut runner = TestRunner::new(Config { failure_persistence: None, ..Config::default() });
+    let cases = runner.config().cases;
     let statuses = std::cell::RefCell::new(std::collections::BTreeMap::<u16, usize>::new());
     runner
         .run(&case, |((route, body), mesh)| {

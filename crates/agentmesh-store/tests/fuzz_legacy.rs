@@ -84,18 +84,9 @@ fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-/// 1,024 cases per property, or `PROPTEST_CASES` when set (for longer runs).
-fn config() -> ProptestConfig {
-    let config = ProptestConfig::default();
-    if std::env::var_os("PROPTEST_CASES").is_some() {
-        config
-    } else {
-        ProptestConfig { cases: 1024, ..config }
-    }
-}
-
+// proptest's default configuration: 256 cases per property, `PROPTEST_CASES` for
+// longer runs.
 proptest! {
-    #![proptest_config(config())]
 
     /// Every non-blank line is either an event or a skipped line reported by its
     /// number; every line the original wrote is an event.

@@ -161,9 +161,9 @@ fn fuzzed_tool_arguments_get_results_or_typed_tool_errors() {
     });
     let edit = (prop::sample::select(ARGUMENT_KEYS), prop::option::of(argument_value()));
     let case = (prop::sample::select(tool_calls()), prop::collection::vec(edit, 0..4));
-    // 300 calls, or `PROPTEST_CASES` when set (for longer runs).
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(300);
-    let mut runner = TestRunner::new(Config { cases, failure_persistence: None, ..Config::default() });
+    // proptest's default number of cases (256), `PROPTEST_CASES` for longer runs.
+    let mut runner = TestRunner::new(Config { failure_persistence: None, ..Config::default() });
+    let cases = runner.config().cases;
     let outcomes = std::cell::Cell::new((0usize, 0usize));
     runner
         .run(&case, |((tool, mut arguments), edits)| {
