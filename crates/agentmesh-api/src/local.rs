@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::events::enforce_from_env_value;
 use agentmesh_core::{
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus, Timestamp,
+    Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
-use agentmesh_store::{ClaimOptions, DrainRequest, Store, StoreError};
+use agentmesh_store::{ClaimOptions, DrainRequest, Heartbeat, Store, StoreError};
 use serde_json::Value;
 
 use crate::views::{
@@ -110,10 +111,56 @@ impl LocalMesh {
         Ok(request)
     }
 
+    /// [`MeshApi::claim`], submitted to the store without holding the caller's
+    /// thread (see [`agentmesh_store::submit`]): for async callers.
+    pub async fn claim_submitted(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
+        let (claimant, opts) = claim_request(body)?;
+        let store = Arc::clone(&self.store);
+        let outcome = store.submit_claim(mesh.to_owned(), claimant, opts, self.now()).await?;
+        self.signal.bump();
+        Ok(ClaimView::from(outcome))
+    }
+
+    /// [`MeshApi::complete`], submitted to the store without holding the caller's
+    /// thread.
+    pub async fn complete_submitted(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
+        let now = self.now();
+        let report = body.into_report(now)?;
+        let task = Arc::clone(&self.store).submit_completion(mesh.to_owned(), report, now).await?;
+        self.signal.bump();
+        Ok(task)
+    }
+
+    /// [`MeshApi::heartbeat`], submitted to the store without holding the caller's
+    /// thread.
+    pub async fn heartbeat_submitted(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
+        let beat = heartbeat_request(body)?;
+        let task = Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat, self.now()).await?;
+        self.signal.bump();
+        Ok(task)
+    }
+
     fn mission_view(&self, mesh: &str, mission: agentmesh_core::Mission) -> MeshResult<MissionView> {
         let progress = self.store.mission_progress(mesh, &mission.id)?;
         Ok(MissionView::new(mission, progress))
     }
+}
+
+/// The claimant and options of a claim request.
+fn claim_request(body: ClaimBody) -> MeshResult<(Claimant, ClaimOptions)> {
+    let (claimant, lease_ms) = body.into_claim()?;
+    // Every claim through the API carries a lease, so that a task whose worker
+    // vanished is reclaimed instead of staying assigned forever.
+    Ok((claimant, ClaimOptions { lease_ms: Some(lease_ms.unwrap_or(DEFAULT_LEASE_MS)) }))
+}
+
+fn heartbeat_request(body: HeartbeatBody) -> MeshResult<Heartbeat> {
+    Ok(Heartbeat {
+        task_id: required("taskId", body.task_id)?,
+        session_id: required("sessionId", body.session_id)?,
+        epoch: body.epoch,
+        lease_ms: i64::from(body.lease_ms.get()),
+    })
 }
 
 /// Parses a comma-separated status filter, without repeats.
@@ -164,18 +211,15 @@ impl MeshApi for LocalMesh {
     }
 
     fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
-        let (claimant, lease_ms) = body.into_claim()?;
-        // Every claim through the API carries a lease, so that a task whose worker
-        // vanished is reclaimed instead of staying assigned forever.
-        let opts = ClaimOptions { lease_ms: Some(lease_ms.unwrap_or(DEFAULT_LEASE_MS)) };
+        let (claimant, opts) = claim_request(body)?;
         self.write(|store, now| store.claim_next(mesh, &claimant, &opts, now)).map(ClaimView::from)
     }
 
     fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
-        let task_id = required("taskId", body.task_id)?;
-        let session_id = required("sessionId", body.session_id)?;
-        let lease_ms = i64::from(body.lease_ms.get());
-        self.write(|store, now| store.heartbeat(mesh, &task_id, &session_id, body.epoch, lease_ms, now))
+        let beat = heartbeat_request(body)?;
+        self.write(|store, now| {
+            store.heartbeat(mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
+        })
     }
 
     fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {

@@ -163,7 +163,7 @@ async fn claim(
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let view = state.with_mesh(move |m| m.claim(&mesh, body)).await?;
+    let view = state.submitted(state.mesh().claim_submitted(&mesh, body)).await?;
     state.metrics.claim(view.refusal.as_deref());
     Ok(ok(view))
 }
@@ -174,7 +174,7 @@ async fn heartbeat(
     ApiJson(body): ApiJson<HeartbeatBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let beat = state.with_mesh(move |m| m.heartbeat(&mesh, body)).await;
+    let beat = state.submitted(state.mesh().heartbeat_submitted(&mesh, body)).await;
     count_fencing(&state, "heartbeat", &beat);
     beat.map(ok)
 }
@@ -185,7 +185,7 @@ async fn complete(
     ApiJson(body): ApiJson<CompletionBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let done = state.with_mesh(move |m| m.complete(&mesh, body)).await;
+    let done = state.submitted(state.mesh().complete_submitted(&mesh, body)).await;
     count_fencing(&state, "completion", &done);
     if let Ok(task) = &done {
         state.metrics.completion(task.status);

@@ -25,7 +25,11 @@
 //!
 //! [`now`] is the daemon's only read of the wall clock.
 
+use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::time::Duration;
@@ -35,6 +39,7 @@ use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
+use axum::serve::ListenerExt as _;
 use axum::{Router, middleware};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -164,6 +169,42 @@ impl AppState {
             Err(join) => Err(ApiError::Internal(format!("store operation did not finish: {join}"))),
         }
     }
+
+    /// Awaits a write submitted to the store (the hot paths: claim, heartbeat,
+    /// completion), which holds no thread while it waits. A panic inside the
+    /// operation becomes an internal error, as in [`AppState::with_mesh`].
+    pub(crate) async fn submitted<T>(
+        &self,
+        write: impl Future<Output = MeshResult<T>>,
+    ) -> Result<T, ApiError> {
+        match CatchUnwind(std::pin::pin!(write)).await {
+            Ok(result) => result.map_err(ApiError::from),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or(panic.downcast_ref::<String>().map(String::as_str));
+                tracing::error!(panic = what.unwrap_or("?"), "a store operation panicked");
+                Err(ApiError::Internal(String::from("store operation did not finish: it panicked")))
+            }
+        }
+    }
+}
+
+/// A future whose panic is caught and returned instead of unwinding.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::thread::Result<F::Output>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.0;
+        match panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut *inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
 }
 
 /// The current wall-clock time.
@@ -229,6 +270,13 @@ pub async fn serve(
     let upkeep_shutdown = shutdown.child_token();
     let upkeep = tokio::spawn(upkeep::run(state.clone(), Arc::clone(&state.upkeep), upkeep_shutdown.clone()));
     let app = app(state, shutdown.child_token());
+    // Answers go out at once: without TCP_NODELAY a response written in two parts
+    // can wait for the client's delayed ACK.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::warn!(%err, "could not set TCP_NODELAY on a connection");
+        }
+    });
     let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
     upkeep_shutdown.cancel();
     if let Err(err) = upkeep.await {

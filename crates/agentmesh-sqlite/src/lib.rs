@@ -16,13 +16,14 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use agentmesh_store::{StoreError, StoreResult};
+use agentmesh_store::{StoreError, StoreResult, Submitted};
 use rusqlite::{Connection, ErrorCode};
 
 mod adhdev_import;
+mod checkpointer;
 mod inbox;
 mod inbox_upkeep;
 mod ledger;
@@ -40,23 +41,20 @@ pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, resolve_db_path};
 use writes::Writes;
 
-/// Writes between two checks of the WAL file's size.
-const WAL_CHECK_INTERVAL: u32 = 500;
-/// A WAL file larger than this is checkpointed and truncated.
-const WAL_MAX_BYTES: u64 = 50 * 1024 * 1024;
 /// How long a writer waits for another process's lock before giving up.
 const BUSY_TIMEOUT_MS: u32 = 5_000;
 /// A mesh runtime store on one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,
     /// The one connection, and the writers waiting for it.
-    writes: Writes,
+    writes: Arc<Writes>,
+    /// Checkpoints the WAL beside the writers.
+    _checkpointer: checkpointer::Checkpointer,
     /// Where legacy `<mesh>.queue.json` files are looked for, when opened on a
     /// directory.
     legacy_dir: Option<PathBuf>,
     /// Meshes whose legacy queue file was already considered, with the outcome.
     legacy_checked: Mutex<HashMap<String, LegacyQueueState>>,
-    writes_since_wal_check: AtomicU32,
     /// Tool calls recorded, for the rate guard's periodic sweep.
     tool_calls: AtomicU64,
 }
@@ -106,12 +104,13 @@ impl SqliteStore {
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
+        let checkpointer = checkpointer::Checkpointer::start(path, &mut conn)?;
         Ok(SqliteStore {
+            _checkpointer: checkpointer,
             path: path.to_owned(),
-            writes: Writes::new(conn),
+            writes: Arc::new(Writes::new(conn, path)),
             legacy_dir,
             legacy_checked: Mutex::new(HashMap::new()),
-            writes_since_wal_check: AtomicU32::new(0),
             tool_calls: AtomicU64::new(0),
         })
     }
@@ -184,7 +183,7 @@ impl SqliteStore {
     /// (see the `writes` module), and returns once that transaction is committed
     /// (with `f`'s result) or has failed (with the failure).
     fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
-        self.after_write(self.writes.write(f))
+        self.writes.write(f).map_err(|e| e.0)
     }
 
     /// Like [`SqliteStore::write`], for an operation that owns what it needs, so
@@ -194,13 +193,42 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> StoreResult<T> {
-        self.after_write(self.writes.write_queued(f))
+        self.writes.write_queued(f).map_err(|e| e.0)
+    }
+
+    /// Like [`SqliteStore::write_queued`], for an async caller: the write is queued
+    /// at once and the future resolves once its transaction is closed, with what
+    /// `write_queued` would have returned. The store's combiner thread runs it, so
+    /// no thread of the caller waits. The first write to a mesh whose legacy queue
+    /// file was not considered yet runs on a thread of its own, which imports it.
+    fn submit_queued<T: Send + 'static>(
+        self: Arc<Self>,
+        mesh_id: &str,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+    ) -> Submitted<T> {
+        if !self.legacy_considered(mesh_id) {
+            let mesh_id = mesh_id.to_owned();
+            return agentmesh_store::submit::on_thread(move || {
+                self.ensure_legacy_queue(&mesh_id);
+                self.write_queued(f)
+            });
+        }
+        match self.writes.submit_queued(f) {
+            Ok(submitted) => Box::pin(async move { submitted.await.map_err(|e| e.0) }),
+            Err(Fail(err)) => Box::pin(std::future::ready(Err(err))),
+        }
     }
 
     /// Runs `f` on the connection outside any write transaction, so `f` sees only
     /// committed data.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
         self.writes.read(f).map_err(|e| e.0)
+    }
+
+    /// Whether nothing is left to do about the mesh's legacy queue file.
+    fn legacy_considered(&self, mesh_id: &str) -> bool {
+        self.legacy_dir.is_none()
+            || self.legacy_checked.lock().unwrap_or_else(|e| e.into_inner()).contains_key(mesh_id)
     }
 
     /// Imports the mesh's legacy queue file the first time the mesh is touched.
@@ -249,31 +277,11 @@ impl SqliteStore {
         }
     }
 
-    /// Passes a write's result on; every few hundred successful writes, truncates a
-    /// WAL that grew past 50 MB first.
-    fn after_write<T>(&self, result: Res<T>) -> StoreResult<T> {
-        let result = result.map_err(|e| e.0);
-        if result.is_ok()
-            && self.writes_since_wal_check.fetch_add(1, Ordering::Relaxed) + 1 >= WAL_CHECK_INTERVAL
-        {
-            self.writes_since_wal_check.store(0, Ordering::Relaxed);
-            let _ = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES);
-        }
-        result
-    }
-
     /// Checkpoints and truncates the WAL when it is larger than `max_bytes`; returns
-    /// whether it did.
+    /// whether it did. (The store also does this by itself every few hundred
+    /// writes, for a WAL past 200 MB.)
     pub fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> StoreResult<bool> {
-        let mut wal = self.path.clone().into_os_string();
-        wal.push("-wal");
-        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
-        if size <= max_bytes {
-            return Ok(false);
-        }
-        tracing::info!(wal_bytes = size, "WAL past its threshold; checkpointing");
-        self.read(|conn| Ok(conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?))?;
-        Ok(true)
+        self.writes.checkpoint_if_wal_exceeds(max_bytes).map_err(|e| e.0)
     }
 }
 
@@ -299,9 +307,10 @@ fn configure(conn: &Connection) -> Res<()> {
     // Performance, not durability: a page cache that holds the hot index pages
     // across transactions, memory-mapped reads, and a WAL that is checkpointed
     // every ~40 MB instead of every 4 MB, so a page rewritten by many small commits
-    // is copied back to the database once per checkpoint. (A background checkpoint
-    // thread was measured too: on two cores it slowed the writer more than it
-    // saved.)
+    // is copied back to the database once per checkpoint. (A store's own
+    // connection replaces the autocheckpoint with the `checkpointer` module's WAL
+    // hook, which checkpoints at the same size on a thread of its own; the pragma
+    // still holds for the other connections configured here.)
     //
     // The cache is kept small (8 MiB, 2,048 pages) on purpose. When a b-tree page
     // splits, SQLite parks a page under a scratch number past the end of the file,

@@ -1,6 +1,8 @@
 //! `impl Store for SqliteStore`: each operation is one transaction (writes) or one
 //! read on the connection, delegating to `tasks`, `ledger`, `runtime` and `missions`.
 
+use std::sync::Arc;
+
 use agentmesh_core::{
     Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession, LedgerEntry,
     LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission, NewSessionDelivery,
@@ -8,8 +10,8 @@ use agentmesh_core::{
     Timestamp,
 };
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, StatusCount, Store,
-    StoreError, StoreResult, ToolCall,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat, StatusCount,
+    Store, StoreError, StoreResult, Submitted, ToolCall,
 };
 
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
@@ -144,6 +146,41 @@ impl Store for SqliteStore {
         self.write_queued(move |tx| {
             tasks::heartbeat(tx, &mesh_id, &task_id, &session_id, epoch, lease_ms, now)
         })?
+    }
+
+    fn submit_claim(
+        self: Arc<Self>,
+        mesh_id: String,
+        claimant: Claimant,
+        opts: ClaimOptions,
+        now: Timestamp,
+    ) -> Submitted<ClaimOutcome> {
+        let mesh = mesh_id.clone();
+        self.submit_queued(&mesh, move |tx| tasks::claim(tx, &mesh_id, &claimant, &opts, now))
+    }
+
+    fn submit_completion(
+        self: Arc<Self>,
+        mesh_id: String,
+        report: CompletionReport,
+        now: Timestamp,
+    ) -> Submitted<Task> {
+        let mesh = mesh_id.clone();
+        let submitted = self.submit_queued(&mesh, move |tx| tasks::complete(tx, &mesh_id, &report, now));
+        Box::pin(async move { submitted.await? })
+    }
+
+    fn submit_heartbeat(
+        self: Arc<Self>,
+        mesh_id: String,
+        beat: Heartbeat,
+        now: Timestamp,
+    ) -> Submitted<Task> {
+        let mesh = mesh_id.clone();
+        let submitted = self.submit_queued(&mesh, move |tx| {
+            tasks::heartbeat(tx, &mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
+        });
+        Box::pin(async move { submitted.await? })
     }
 
     fn cancel_task(

@@ -16,6 +16,12 @@
 //!   *combiner* and runs queued slots, oldest first, a batch at a time, until its
 //!   own is done; otherwise it sleeps until its slot is done. The hot paths (claim,
 //!   completion, heartbeat, enqueue, event queue and drain) are queued writes.
+//! - A *submitted* write ([`Writes::submit_queued`]) is a queued write whose
+//!   writer is an async task, not a thread: its slot is queued the same way, and
+//!   the store's *combiner thread* (started on the first submission) takes the
+//!   connection on its behalf and runs queued slots until none is left. The task
+//!   awaits a [`Submitted`] future, woken when its slot is done; no thread is held
+//!   while it waits.
 //! - A *direct* write ([`Writes::write`]) borrows from its caller, so only its own
 //!   thread runs it. It waits for the connection, runs its operation first, and
 //!   then the slots queued meanwhile, in the same transaction.
@@ -25,8 +31,13 @@
 //! (`ROLLBACK TO op`, or the whole transaction when it ran first), so it leaves
 //! nothing and its batch-mates are unaffected. Whoever lets go of the connection
 //! (a combiner, a direct writer or a reader) then wakes the writer of the oldest
-//! slot still queued, which tries to take the connection in turn; so a writer
-//! never sleeps on a queue nobody is working on.
+//! slot still queued (the combiner thread, for a submitted one), which tries to
+//! take the connection in turn; so a writer never sleeps on a queue nobody is
+//! working on.
+//!
+//! Every [`WAL_CHECK_INTERVAL`] committed writes, whoever holds the connection
+//! checks the WAL file's size after the COMMIT and truncates a WAL past
+//! [`WAL_MAX_BYTES`].
 //!
 //! **Invariant:** a write returns only once the transaction it ran in is closed:
 //! committed (the caller gets its operation's own result) or failed (every caller
@@ -45,10 +56,14 @@
 
 use std::any::Any;
 use std::collections::VecDeque;
+use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
 
 use agentmesh_store::StoreError;
@@ -58,6 +73,13 @@ use crate::{Fail, Res, WriteStats};
 
 /// A transaction holds at most this many operations.
 const MAX_BATCH_WRITES: usize = 32;
+/// Committed writes between two checks of the WAL file's size.
+const WAL_CHECK_INTERVAL: u32 = 500;
+/// A WAL file larger than this is checkpointed and truncated: well past the
+/// ~41 MB (10,000 pages) at which the checkpointer keeps it, and past the 40,000
+/// pages at which a writer checkpoints by itself, so only a WAL that checkpoints
+/// cannot reset (readers of other processes holding it) gets here.
+pub(crate) const WAL_MAX_BYTES: u64 = 200 * 1024 * 1024;
 
 /// An operation as a batch runs it: `None` when it succeeded, why it failed
 /// otherwise. Its own result goes wherever its writer looks for it.
@@ -74,14 +96,20 @@ pub(crate) struct Writes {
     pending: Mutex<VecDeque<Arc<Slot>>>,
     /// Whether operations may share a transaction; when off, each commits alone.
     group_commit: AtomicBool,
+    /// The thread that runs submitted writes, once one was submitted.
+    combiner: Mutex<Option<Thread>>,
 }
 
 impl Writes {
-    pub(crate) fn new(conn: Connection) -> Writes {
+    /// The writes of `conn`, the connection to the database file at `path`.
+    pub(crate) fn new(conn: Connection, path: &Path) -> Writes {
+        let mut wal = path.to_owned().into_os_string();
+        wal.push("-wal");
         Writes {
-            db: Mutex::new(Db { conn, stats: WriteStats::default() }),
+            db: Mutex::new(Db { conn, stats: WriteStats::default(), wal: wal.into(), unchecked: 0 }),
             pending: Mutex::new(VecDeque::new()),
             group_commit: AtomicBool::new(true),
+            combiner: Mutex::new(None),
         }
     }
 
@@ -130,17 +158,7 @@ impl Writes {
         &self,
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<T> {
-        let result = Arc::new(Mutex::new(None));
-        let slot = {
-            let result = Arc::clone(&result);
-            let op = move |conn: &Connection| settle(f(conn), &mut lock(&result));
-            Arc::new(Slot {
-                op: Mutex::new(Some(Box::new(op))),
-                thread: thread::current(),
-                done: AtomicBool::new(false),
-                end: Mutex::new(None),
-            })
-        };
+        let (slot, result) = Slot::new(f, Waiter::Thread(thread::current()));
         self.pending_queue().push_back(Arc::clone(&slot));
         while !slot.done.load(Ordering::Acquire) {
             let db = match self.db.try_lock() {
@@ -164,6 +182,66 @@ impl Writes {
         let end = lock(&slot.end).take().expect("a done slot has its end");
         let result = lock(&result).take();
         answer(end, result)
+    }
+
+    /// A submitted write: like [`Writes::write_queued`], for an async caller. The
+    /// write is queued at once and run by the combiner thread (or by any other
+    /// writer holding the connection); the returned future resolves once its
+    /// transaction is closed, with what `write_queued` would have returned. A
+    /// panic of `f` goes on in whoever polls the future.
+    pub(crate) fn submit_queued<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+    ) -> Res<Submitted<T>> {
+        let combiner = self.combiner()?;
+        let (slot, result) = Slot::new(f, Waiter::Task(Mutex::new(None)));
+        self.pending_queue().push_back(Arc::clone(&slot));
+        combiner.unpark();
+        Ok(Submitted { slot, result })
+    }
+
+    /// The combiner thread, started if it is not running yet.
+    fn combiner(self: &Arc<Self>) -> Res<Thread> {
+        let mut combiner = lock(&self.combiner);
+        if let Some(thread) = &*combiner {
+            return Ok(thread.clone());
+        }
+        let writes = Arc::downgrade(self);
+        let spawned = thread::Builder::new()
+            .name("agentmesh-sqlite-writer".into())
+            .spawn(move || combine_submitted(&writes))
+            .map_err(|err| Fail(StoreError::Backend(Box::new(err))))?;
+        let thread = spawned.thread().clone();
+        *combiner = Some(thread.clone());
+        Ok(thread)
+    }
+
+    /// The combiner thread's turn: unless somebody else holds the connection (and
+    /// will wake it when letting go, if a submitted slot is then the oldest), runs
+    /// queued slots until none is left.
+    fn run_submitted(&self) {
+        let db = match self.db.try_lock() {
+            Ok(db) => db,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let mut db = Held { db: Some(db), writes: self };
+        db.undo_stray_transaction();
+        loop {
+            let batch = self.take_queued(MAX_BATCH_WRITES);
+            if batch.is_empty() {
+                break;
+            }
+            self.run_batch(&mut db, batch.into_iter().map(Job::Queued).collect());
+        }
+    }
+
+    /// Checkpoints and truncates the WAL when it is larger than `max_bytes`;
+    /// returns whether it did.
+    pub(crate) fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> Res<bool> {
+        let db = self.lock();
+        db.undo_stray_transaction();
+        db.checkpoint_if_wal_exceeds(max_bytes)
     }
 
     /// Takes the connection, waiting for it.
@@ -246,6 +324,26 @@ impl Writes {
         }
     }
 }
+impl Drop for Writes {
+    /// Lets the combiner thread see that the store is gone, and end.
+    fn drop(&mut self) {
+        if let Some(thread) = lock(&self.combiner).take() {
+            thread.unpark();
+        }
+    }
+}
+
+/// The combiner thread: sleeps until a write is submitted (or the connection is
+/// let go with a submitted write oldest in the queue), then runs queued writes;
+/// ends once the store is gone.
+fn combine_submitted(writes: &Weak<Writes>) {
+    loop {
+        thread::park();
+        let Some(writes) = writes.upgrade() else { return };
+        writes.run_submitted();
+    }
+}
+
 /// One operation of a batch.
 enum Job<'a> {
     /// A direct write's, run on its own thread; its end is read there.
@@ -292,7 +390,7 @@ impl Job<'_> {
                     }
                 }
                 slot.done.store(true, Ordering::Release);
-                slot.thread.unpark();
+                slot.wake_writer();
             }
         }
     }
@@ -315,6 +413,7 @@ impl Txn<'_> {
             Ok(()) => {
                 db.stats.commits += 1;
                 db.stats.writes += u64::from(self.succeeded);
+                db.count_committed(self.succeeded);
                 self.close();
             }
             Err(Fail(err)) => self.fail(db, &Failure::of(&err)),
@@ -348,10 +447,89 @@ struct Slot {
     /// The operation, until it runs.
     op: Mutex<Option<Box<QueuedOp>>>,
     /// The writer, to wake when the slot is done.
-    thread: Thread,
+    waiter: Waiter,
     /// Set once `end` is final.
     done: AtomicBool,
     end: Mutex<Option<End>>,
+}
+
+/// Who waits for a slot.
+enum Waiter {
+    /// A writer thread, parked until its slot is done or it may take the
+    /// connection.
+    Thread(Thread),
+    /// An async task, woken through the waker it last polled with; the combiner
+    /// thread takes the connection on its behalf.
+    Task(Mutex<Option<Waker>>),
+}
+
+/// Where a queued write's operation leaves its result for its writer.
+type ResultCell<T> = Arc<Mutex<Option<Res<T>>>>;
+
+impl Slot {
+    /// A slot for `f`, and the cell its result will be in.
+    fn new<T: Send + 'static>(
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+        waiter: Waiter,
+    ) -> (Arc<Slot>, ResultCell<T>) {
+        let result = Arc::new(Mutex::new(None));
+        let cell = Arc::clone(&result);
+        let op = move |conn: &Connection| settle(f(conn), &mut lock(&cell));
+        let slot = Slot {
+            op: Mutex::new(Some(Box::new(op))),
+            waiter,
+            done: AtomicBool::new(false),
+            end: Mutex::new(None),
+        };
+        (Arc::new(slot), result)
+    }
+
+    /// Wakes the writer of a done slot.
+    fn wake_writer(&self) {
+        match &self.waiter {
+            Waiter::Thread(thread) => thread.unpark(),
+            Waiter::Task(waker) => {
+                let waker = lock(waker).take();
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+            }
+        }
+    }
+
+    /// Whom to wake so that somebody takes the connection for this slot.
+    fn taker(&self, writes: &Writes) -> Option<Thread> {
+        match &self.waiter {
+            Waiter::Thread(thread) => Some(thread.clone()),
+            Waiter::Task(_) => lock(&writes.combiner).clone(),
+        }
+    }
+}
+
+/// A submitted write, until its transaction is closed.
+pub(crate) struct Submitted<T> {
+    slot: Arc<Slot>,
+    result: ResultCell<T>,
+}
+
+impl<T> Future for Submitted<T> {
+    type Output = Res<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Res<T>> {
+        if !self.slot.done.load(Ordering::Acquire) {
+            if let Waiter::Task(waker) = &self.slot.waiter {
+                *lock(waker) = Some(cx.waker().clone());
+            }
+            // Looked at again after the waker is in place: a slot that ended in
+            // between took no waker to wake.
+            if !self.slot.done.load(Ordering::Acquire) {
+                return Poll::Pending;
+            }
+        }
+        let end = lock(&self.slot.end).take().expect("a done slot has its end, taken once");
+        let result = lock(&self.result).take();
+        Poll::Ready(answer(end, result))
+    }
 }
 
 /// How a write ended.
@@ -413,7 +591,7 @@ impl Drop for Held<'_> {
         drop(self.db.take());
         // After letting go, so that a writer that queued while the connection was
         // held either is woken here or finds the connection free.
-        let next = self.writes.pending_queue().front().map(|slot| slot.thread.clone());
+        let next = self.writes.pending_queue().front().and_then(|slot| slot.taker(self.writes));
         if let Some(thread) = next {
             thread.unpark();
         }
@@ -424,9 +602,37 @@ impl Drop for Held<'_> {
 pub(crate) struct Db {
     pub(crate) conn: Connection,
     stats: WriteStats,
+    /// The WAL file.
+    wal: PathBuf,
+    /// Writes committed since the WAL's size was last checked.
+    unchecked: u32,
 }
 
 impl Db {
+    /// Counts `writes` committed; every [`WAL_CHECK_INTERVAL`] of them, truncates a
+    /// WAL past [`WAL_MAX_BYTES`]. Called between transactions.
+    fn count_committed(&mut self, writes: u32) {
+        self.unchecked += writes;
+        if self.unchecked >= WAL_CHECK_INTERVAL {
+            self.unchecked = 0;
+            if let Err(Fail(err)) = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES) {
+                tracing::warn!(%err, "WAL checkpoint failed");
+            }
+        }
+    }
+
+    /// Checkpoints and truncates the WAL when it is larger than `max_bytes`;
+    /// returns whether it did. Called between transactions.
+    fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> Res<bool> {
+        let size = std::fs::metadata(&self.wal).map(|m| m.len()).unwrap_or(0);
+        if size <= max_bytes {
+            return Ok(false);
+        }
+        tracing::info!(wal_bytes = size, "WAL past its threshold; checkpointing");
+        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(true)
+    }
+
     /// Runs one statement through the statement cache: `Transaction` would parse
     /// BEGIN and COMMIT again for every write.
     fn exec(&self, sql: &str) -> Res<()> {
@@ -509,7 +715,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("notes.db")).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE notes (note TEXT PRIMARY KEY)").unwrap();
-        (dir, Writes::new(conn))
+        let writes = Writes::new(conn, &dir.path().join("notes.db"));
+        (dir, writes)
     }
 
     fn note(c: &Connection, note: &str) -> Res<()> {
@@ -680,6 +887,108 @@ mod tests {
         });
         assert_eq!(committed_notes(&dir), ["a", "b", "d"]);
         assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 1 });
+    }
+
+    /// Polls `fut` on this thread until it is ready, parking between polls; the
+    /// waker unparks this thread.
+    fn block_on<F: Future + Unpin>(mut fut: F) -> F::Output {
+        struct Unpark(Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Waker::from(Arc::new(Unpark(thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(out) = Pin::new(&mut fut).poll(&mut cx) {
+                return out;
+            }
+            thread::park();
+        }
+    }
+
+    fn shared_writes() -> (tempfile::TempDir, Arc<Writes>) {
+        let (dir, writes) = writes();
+        (dir, Arc::new(writes))
+    }
+
+    #[test]
+    fn a_submitted_write_is_committed_when_its_future_resolves() {
+        let (dir, writes) = shared_writes();
+        let submitted = writes.submit_queued(|c| note(c, "a").map(|()| 7)).unwrap();
+        assert_eq!(block_on(submitted).unwrap(), 7);
+        assert_eq!(committed_notes(&dir), ["a"]);
+        let refused = writes.submit_queued(|c| note(c, "a")).unwrap();
+        assert!(block_on(refused).is_err(), "a failed operation's error is its future's answer");
+        assert_eq!(writes.stats(), WriteStats { writes: 1, commits: 1 });
+    }
+
+    #[test]
+    fn submitted_and_queued_writes_share_one_commit_and_nothing_runs_before_it() {
+        let (dir, writes) = shared_writes();
+        thread::scope(|s| {
+            let held = writes.lock();
+            let a = writes.submit_queued(|c| note(c, "a")).unwrap();
+            let b = queue(s, &writes, 1, |c| note(c, "b"));
+            let c = writes.submit_queued(|c| note(c, "c")).unwrap();
+            // The combiner thread was woken for a and c, but the connection is held.
+            thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!a.slot.done.load(Ordering::Acquire), "nothing runs while the connection is held");
+            assert!(committed_notes(&dir).is_empty());
+            drop(held);
+            block_on(a).unwrap();
+            block_on(c).unwrap();
+            b.join().unwrap().unwrap();
+        });
+        assert_eq!(committed_notes(&dir), ["a", "b", "c"]);
+        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 1 });
+    }
+
+    #[test]
+    fn a_submitted_write_oldest_in_the_queue_is_run_once_the_connection_is_let_go() {
+        let (dir, writes) = shared_writes();
+        // Start the combiner thread, then let it go back to sleep.
+        block_on(writes.submit_queued(|c| note(c, "warm")).unwrap()).unwrap();
+        let held = writes.lock();
+        let late = writes.submit_queued(|c| note(c, "late")).unwrap();
+        // The wake-up of the submission came while the connection was held, so the
+        // combiner gave up its turn; letting go must wake it again.
+        thread::sleep(std::time::Duration::from_millis(20));
+        drop(held);
+        block_on(late).unwrap();
+        assert_eq!(committed_notes(&dir), ["late", "warm"]);
+    }
+
+    #[test]
+    fn the_panic_of_a_submitted_write_reaches_whoever_awaits_it_and_is_undone() {
+        let (dir, writes) = shared_writes();
+        let panicking = writes
+            .submit_queued(|c| -> Res<()> {
+                note(c, "half")?;
+                panic!("the submitted operation panics");
+            })
+            .unwrap();
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| block_on(panicking)));
+        assert!(caught.is_err(), "the panic reaches the awaiting side");
+        block_on(writes.submit_queued(|c| note(c, "after")).unwrap()).unwrap();
+        assert_eq!(committed_notes(&dir), ["after"]);
+    }
+
+    #[test]
+    fn a_store_with_a_combiner_thread_is_freed_when_dropped() {
+        let (_dir, writes) = shared_writes();
+        block_on(writes.submit_queued(|c| note(c, "a")).unwrap()).unwrap();
+        assert!(lock(&writes.combiner).is_some(), "the first submission started the combiner thread");
+        let gone = Arc::downgrade(&writes);
+        drop(writes);
+        // The thread holds the writes only while it runs a pass, so the connection
+        // (and its file) is let go once the last handle is dropped.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while gone.upgrade().is_some() && std::time::Instant::now() < deadline {
+            thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(gone.upgrade().is_none(), "the combiner thread does not keep the store alive");
     }
 
     #[test]

@@ -231,3 +231,153 @@ fn of_concurrent_upserts_of_a_new_mission_exactly_one_created_it() {
         committed_count(&path, "SELECT count(*) FROM mesh_event_ledger WHERE kind = 'mission_created'");
     assert_eq!(created_entries, ROUNDS as i64, "one mission_created entry per mission");
 }
+
+/// Polls every future to the end on this thread, parking between rounds (each
+/// waker unparks this thread): a minimal executor, so the test depends on none.
+fn block_on_all<T>(mut futures: Vec<agentmesh_store::Submitted<T>>) -> Vec<agentmesh_store::StoreResult<T>> {
+    struct Unpark(thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut results: Vec<Option<_>> = futures.iter().map(|_| None).collect();
+    while results.iter().any(Option::is_none) {
+        for (fut, result) in futures.iter_mut().zip(results.iter_mut()) {
+            if result.is_none()
+                && let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx)
+            {
+                *result = Some(out);
+            }
+        }
+        if results.iter().any(Option::is_none) {
+            thread::park_timeout(std::time::Duration::from_millis(50));
+        }
+    }
+    results.into_iter().map(|r| r.expect("every future finished")).collect()
+}
+
+#[test]
+fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
+    const TASKS: usize = 120;
+    const WORKERS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE_NAME);
+    let store = std::sync::Arc::new(SqliteStore::open(&path).unwrap());
+    let new: Vec<NewTask> = (0..TASKS).map(|i| task(format!("task {i}"))).collect();
+    store.enqueue_batch(MESH, &new, NOW).unwrap();
+    let before = store.write_stats();
+    let worker = |k: usize| Claimant {
+        node_id: format!("node-{k}"),
+        session_id: format!("session-{k}"),
+        ..Claimant::default()
+    };
+    let mut completed = HashSet::new();
+    loop {
+        // Every worker claims at once, then every worker completes at once: the
+        // writes of a round are all in flight together, no thread held for any.
+        let claims = (0..WORKERS)
+            .map(|k| {
+                std::sync::Arc::clone(&store).submit_claim(
+                    MESH.into(),
+                    worker(k),
+                    ClaimOptions::default(),
+                    NOW,
+                )
+            })
+            .collect();
+        let claimed: Vec<_> = block_on_all(claims)
+            .into_iter()
+            .filter_map(|outcome| match outcome.unwrap() {
+                ClaimOutcome::Claimed(task) => Some(task),
+                ClaimOutcome::Refused(_) => None,
+            })
+            .collect();
+        if claimed.is_empty() {
+            break;
+        }
+        let reports = claimed
+            .iter()
+            .map(|t| {
+                let report = CompletionReport {
+                    session_id: t.assigned_session_id.clone().unwrap(),
+                    task_id: Some(t.id.clone()),
+                    epoch: Some(t.epoch()),
+                    occurred_at: None,
+                    outcome: Outcome::Completed { summary: Some("done".into()) },
+                };
+                std::sync::Arc::clone(&store).submit_completion(MESH.into(), report, NOW)
+            })
+            .collect();
+        for done in block_on_all(reports) {
+            let done = done.unwrap();
+            assert_eq!(done.status, TaskStatus::Completed);
+            assert!(completed.insert(done.id.clone()), "task {} completed twice", done.id);
+        }
+    }
+    assert_eq!(completed.len(), TASKS, "every task was claimed and completed once");
+    assert_eq!(
+        committed_count(&path, "SELECT COUNT(*) FROM mesh_queue WHERE status = 'completed'"),
+        TASKS as i64
+    );
+    let stats = store.write_stats();
+    let (writes, commits) = (stats.writes - before.writes, stats.commits - before.commits);
+    // One claim and one completion per task, and the refused claims of the last round.
+    assert_eq!(writes, (2 * TASKS + WORKERS) as u64);
+    assert!(commits < writes, "writes in flight together shared commits: {writes} writes, {commits} commits");
+
+    // A stale completion is refused through the submitted path as through the
+    // synchronous one, and the refusal is in the ledger.
+    let stale = CompletionReport {
+        session_id: "session-0".into(),
+        task_id: completed.iter().next().cloned(),
+        epoch: Some(99),
+        occurred_at: None,
+        outcome: Outcome::Completed { summary: None },
+    };
+    let refused =
+        block_on_all(vec![std::sync::Arc::clone(&store).submit_completion(MESH.into(), stale, NOW)]);
+    assert!(
+        matches!(refused[0], Err(agentmesh_store::StoreError::StaleEpoch { presented: 99, .. })),
+        "{:?}",
+        refused[0]
+    );
+    assert_eq!(
+        committed_count(&path, "SELECT COUNT(*) FROM mesh_event_ledger WHERE kind = 'completion_refused'"),
+        1
+    );
+}
+
+#[test]
+fn a_large_wal_is_copied_into_the_database_by_the_store_s_checkpointer_thread() {
+    // Big messages (overflow pages): a few hundred commits fill the WAL past the
+    // size at which the checkpointer thread starts (10,000 pages), and stay below
+    // the 40,000 pages at which a writer checkpoints it by itself.
+    const COMMITS: usize = 330;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(DB_FILE_NAME);
+    let store = SqliteStore::open(&path).unwrap();
+    let message = "x".repeat(128 * 1024);
+    let db_bytes = || std::fs::metadata(&path).map_or(0, |m| m.len());
+    let before = db_bytes();
+    for i in 0..COMMITS {
+        store.enqueue(MESH, &task(format!("{i} {message}")), NOW).unwrap();
+    }
+    let written = (COMMITS * message.len()) as u64;
+    // The pages reach the database file without any writer checkpointing: the
+    // checkpointer thread copies them (all but the last few hundred, which the
+    // next COMMIT finishes before the WAL starts over, and what was committed
+    // after that).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while db_bytes() < before + written / 2 && std::time::Instant::now() < deadline {
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        db_bytes() >= before + written / 2,
+        "the database file holds {} bytes after {written} bytes were committed",
+        db_bytes()
+    );
+    assert_eq!(committed_count(&path, "SELECT COUNT(*) FROM mesh_queue"), COMMITS as i64);
+}

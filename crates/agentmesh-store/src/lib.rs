@@ -7,8 +7,12 @@
 //! [`conformance_tests!`].
 //!
 //! The trait is synchronous. Every operation is a short transaction; async callers
-//! (the daemon) run them on a blocking thread. A synchronous trait keeps backends
-//! and the conformance suite free of an executor; ARCHITECTURE.md records this.
+//! (the daemon) run them on a blocking thread, except the hot-path writes, which
+//! they submit without holding a thread ([`submit`]). A synchronous trait keeps
+//! backends and the conformance suite free of an executor; ARCHITECTURE.md
+//! records this.
+
+use std::sync::Arc;
 
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
@@ -21,12 +25,14 @@ mod error;
 pub mod legacy;
 pub mod placement;
 mod raw_json;
+pub mod submit;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
 pub use error::StoreError;
 pub use raw_json::RawJson;
+pub use submit::Submitted;
 
 /// Result of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -94,6 +100,19 @@ pub enum Outcome {
         /// The worker's summary, if any.
         summary: Option<String>,
     },
+}
+
+/// A worker's heartbeat: [`Store::heartbeat`]'s arguments, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// The task whose lease is extended.
+    pub task_id: String,
+    /// The worker session that holds it.
+    pub session_id: String,
+    /// The epoch of the claim the worker holds.
+    pub epoch: u64,
+    /// The lease from now on, in milliseconds.
+    pub lease_ms: i64,
 }
 
 /// A worker's report that its task ended.
@@ -264,7 +283,7 @@ pub struct PruneReport {
 
 /// The operations of a mesh runtime store. Every query is scoped by mesh id, and
 /// every state change commits together with the ledger entry that records it.
-pub trait Store: Send + Sync {
+pub trait Store: Send + Sync + 'static {
     // ── Tasks ────────────────────────────────────────────────────────────────
 
     /// Validates and enqueues one task (ledger `task_dispatched`). Rejects a
@@ -349,6 +368,42 @@ pub trait Store: Send + Sync {
         lease_ms: i64,
         now: Timestamp,
     ) -> StoreResult<Task>;
+
+    /// [`Store::claim_next`], submitted without holding the caller's thread (see
+    /// [`submit`]). The default runs it on a thread of its own.
+    fn submit_claim(
+        self: Arc<Self>,
+        mesh_id: String,
+        claimant: Claimant,
+        opts: ClaimOptions,
+        now: Timestamp,
+    ) -> Submitted<ClaimOutcome> {
+        submit::on_thread(move || self.claim_next(&mesh_id, &claimant, &opts, now))
+    }
+
+    /// [`Store::complete_task`], submitted without holding the caller's thread
+    /// (see [`submit`]). The default runs it on a thread of its own.
+    fn submit_completion(
+        self: Arc<Self>,
+        mesh_id: String,
+        report: CompletionReport,
+        now: Timestamp,
+    ) -> Submitted<Task> {
+        submit::on_thread(move || self.complete_task(&mesh_id, &report, now))
+    }
+
+    /// [`Store::heartbeat`], submitted without holding the caller's thread (see
+    /// [`submit`]). The default runs it on a thread of its own.
+    fn submit_heartbeat(
+        self: Arc<Self>,
+        mesh_id: String,
+        beat: Heartbeat,
+        now: Timestamp,
+    ) -> Submitted<Task> {
+        submit::on_thread(move || {
+            self.heartbeat(&mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
+        })
+    }
 
     /// Cancels a pending or assigned task (ledger `task_cancelled`); pending
     /// dependents are blocked.

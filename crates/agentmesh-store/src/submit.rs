@@ -1,0 +1,180 @@
+//! Writes submitted without holding the caller's thread.
+//!
+//! The [`Store`](crate::Store) trait is synchronous, so an async caller (the
+//! daemon) would otherwise park one thread per write in flight. The hot-path
+//! writes (claim, completion, heartbeat) also have a `submit_*` form: it hands
+//! the write to the store and returns a [`Submitted`] future that resolves once
+//! the write's transaction is closed, exactly when the synchronous call would
+//! have returned, with the same result. A backend that runs writes on a thread
+//! of its own completes the future from there; the trait's default runs the
+//! synchronous call on a fresh thread.
+//!
+//! The future is independent of any executor: it only stores the waker it was
+//! polled with and is woken through it. Dropping it does not cancel the write.
+
+use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use crate::StoreResult;
+
+/// A write in flight: resolves to its result once its transaction is closed. A
+/// panic of the write's operation goes on in whoever polls it.
+pub type Submitted<T> = Pin<Box<dyn Future<Output = StoreResult<T>> + Send>>;
+
+/// A result on its way from the thread that produces it to the task that awaits
+/// it.
+fn handoff<T>() -> (Giver<T>, Taker<T>) {
+    let shared = Arc::new(Mutex::new(Handoff { outcome: None, waker: None }));
+    (Giver { shared: Arc::clone(&shared), given: false }, Taker { shared })
+}
+
+/// Runs `write` on a new thread and resolves to what it returned: how a store
+/// without a writer of its own submits a write.
+pub fn on_thread<T: Send + 'static>(write: impl FnOnce() -> StoreResult<T> + Send + 'static) -> Submitted<T> {
+    let (giver, taker) = handoff();
+    let spawned = std::thread::Builder::new().name("agentmesh-write".into()).spawn(move || {
+        giver.give(panic::catch_unwind(AssertUnwindSafe(write)));
+    });
+    match spawned {
+        Ok(_) => Box::pin(taker),
+        Err(err) => Box::pin(std::future::ready(Err(crate::StoreError::Backend(Box::new(err))))),
+    }
+}
+
+struct Handoff<T> {
+    /// The write's result, or the payload of its panic.
+    outcome: Option<std::thread::Result<StoreResult<T>>>,
+    waker: Option<Waker>,
+}
+
+fn lock<T>(shared: &Mutex<Handoff<T>>) -> MutexGuard<'_, Handoff<T>> {
+    // Nothing panics while holding this lock (wakers are woken after it is let go).
+    shared.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The producing side of a [`handoff`].
+struct Giver<T> {
+    shared: Arc<Mutex<Handoff<T>>>,
+    given: bool,
+}
+
+impl<T> Giver<T> {
+    /// Hands the result over and wakes the task awaiting it.
+    fn give(mut self, outcome: std::thread::Result<StoreResult<T>>) {
+        self.given = true;
+        let waker = {
+            let mut shared = lock(&self.shared);
+            shared.outcome = Some(outcome);
+            shared.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+impl<T> Drop for Giver<T> {
+    /// A giver dropped without giving (its thread died) still ends the wait.
+    fn drop(&mut self) {
+        if !self.given {
+            let waker = {
+                let mut shared = lock(&self.shared);
+                shared.outcome = Some(Err(Box::new("the write ended without a result")));
+                shared.waker.take()
+            };
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
+
+/// The awaiting side of a [`handoff`]: a future of the write's result.
+struct Taker<T> {
+    shared: Arc<Mutex<Handoff<T>>>,
+}
+
+impl<T> Future for Taker<T> {
+    type Output = StoreResult<T>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<StoreResult<T>> {
+        let mut shared = lock(&self.shared);
+        match shared.outcome.take() {
+            Some(Ok(result)) => Poll::Ready(result),
+            Some(Err(payload)) => {
+                drop(shared);
+                panic::resume_unwind(payload)
+            }
+            None => {
+                shared.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+
+    /// A waker that counts its wakes, and a thread-blocking executor over it.
+    struct Counter(AtomicUsize, std::thread::Thread);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            self.1.unpark();
+        }
+    }
+
+    fn block_on<T>(mut fut: Submitted<T>) -> (StoreResult<T>, usize) {
+        let counter = Arc::new(Counter(AtomicUsize::new(0), std::thread::current()));
+        let waker = Waker::from(Arc::clone(&counter));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                return (out, counter.0.load(Ordering::SeqCst));
+            }
+            std::thread::park();
+        }
+    }
+
+    #[test]
+    fn a_write_on_a_thread_resolves_to_its_result_and_wakes_its_task() {
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let fut = on_thread(move || {
+            gate_rx.recv().unwrap();
+            Ok(42)
+        });
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            gate_tx.send(()).unwrap();
+        });
+        let (out, wakes) = block_on(fut);
+        sender.join().unwrap();
+        assert_eq!(out.unwrap(), 42);
+        assert!(wakes >= 1, "the task was woken when the result arrived");
+    }
+
+    #[test]
+    fn a_panic_of_the_write_reaches_whoever_awaits_it() {
+        let fut = on_thread(|| -> StoreResult<()> { panic!("the write panics") });
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| block_on(fut)));
+        let payload = caught.expect_err("the panic goes on in the awaiting task");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the write panics"));
+    }
+
+    #[test]
+    fn a_giver_dropped_without_giving_ends_the_wait() {
+        let (giver, taker) = handoff::<()>();
+        drop(giver);
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| block_on(Box::pin(taker))));
+        assert!(caught.is_err(), "a write that vanished is not reported as done");
+    }
+}
