@@ -122,10 +122,20 @@ fn after_commit(
         if let Err(err) = checkpoint() {
             // Not the COMMIT's failure: it is durable already. The WAL is simply
             // checkpointed later.
-            tracing::warn!(%err, "WAL checkpoint after a commit failed");
+            log_failure(&err, "WAL checkpoint after a commit did not run");
         }
     }
     Ok(())
+}
+
+/// Logs a checkpoint that did not run. Busy is expected, not a warning: another
+/// connection (of another process on the same file) was checkpointing.
+fn log_failure(err: &rusqlite::Error, what: &str) {
+    if err.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) {
+        tracing::debug!(%err, "{what}");
+    } else {
+        tracing::warn!(%err, "{what}");
+    }
 }
 
 /// The thread: waits to be asked, then checkpoints until it has caught up.
@@ -144,7 +154,7 @@ fn run(conn: &Connection, shared: &Shared) {
             match conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
                 Ok((log, copied)) if log - copied >= CATCH_UP_PAGES => continue,
                 Ok(_) => {}
-                Err(err) => tracing::warn!(%err, "background WAL checkpoint failed"),
+                Err(err) => log_failure(&err, "background WAL checkpoint did not run"),
             }
             break;
         }
