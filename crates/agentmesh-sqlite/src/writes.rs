@@ -19,7 +19,8 @@
 //! - A *submitted* write ([`Writes::submit_queued`]) is a queued write whose
 //!   writer is an async task, not a thread: its slot is queued the same way, and
 //!   the store's *combiner thread* (started on the first submission) takes the
-//!   connection on its behalf and runs queued slots until none is left. The task
+//!   connection on its behalf and runs queued slots until none is left (and none
+//!   came for [`COMBINER_LINGER`]). The task
 //!   awaits a [`Submitted`] future, woken when its slot is done; no thread is held
 //!   while it waits.
 //! - A *direct* write ([`Writes::write`]) borrows from its caller, so only its own
@@ -65,6 +66,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
 
 use agentmesh_store::StoreError;
 use rusqlite::Connection;
@@ -73,6 +75,13 @@ use crate::{Fail, Res, WriteStats};
 
 /// A transaction holds at most this many operations.
 const MAX_BATCH_WRITES: usize = 32;
+/// How long the combiner thread keeps looking for submitted writes after its
+/// queue ran empty before it sleeps. Waking a sleeping thread costs tens of
+/// microseconds on a virtual machine, paid twice per request when the daemon's
+/// writes come one round trip apart; measured under the HTTP claim/complete load
+/// on two cores, lingering 1 ms served about 15% more pairs than sleeping at once.
+/// An idle store never lingers: only a pass that ran writes is followed by one.
+const COMBINER_LINGER: Duration = Duration::from_millis(1);
 /// Committed writes between two checks of the WAL file's size.
 const WAL_CHECK_INTERVAL: u32 = 500;
 /// A WAL file larger than this is checkpointed and truncated: well past the
@@ -341,6 +350,17 @@ fn combine_submitted(writes: &Weak<Writes>) {
         thread::park();
         let Some(writes) = writes.upgrade() else { return };
         writes.run_submitted();
+        // Under load the next submission usually comes within a request's round
+        // trip: look for it a little longer before sleeping, yielding the core to
+        // any thread that wants it meanwhile.
+        let mut until = Instant::now() + COMBINER_LINGER;
+        while Instant::now() < until {
+            if !writes.pending_queue().is_empty() {
+                writes.run_submitted();
+                until = Instant::now() + COMBINER_LINGER;
+            }
+            thread::yield_now();
+        }
     }
 }
 
