@@ -17,6 +17,8 @@
 //! starts the WAL over from its beginning. The WAL therefore stays near
 //! [`START_PAGES`] under any load.
 //!
+//! A checkpoint that copies nothing new (a reader of another process holds the
+//! rest of the WAL) or fails ends the thread's round; a later COMMIT asks again.
 //! Should the thread fall behind (or be gone), a COMMIT that finds the WAL at
 //! [`MAX_PAGES`] checkpoints at once, as an autocheckpoint would.
 //!
@@ -150,17 +152,32 @@ fn run(conn: &Connection, shared: &Shared) {
                 phase = shared.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
             }
         }
-        loop {
-            match conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
-                Ok((log, copied)) if log - copied >= CATCH_UP_PAGES => continue,
-                Ok(_) => {}
-                Err(err) => log_failure(&err, "background WAL checkpoint did not run"),
-            }
-            break;
-        }
+        let caught_up = catch_up(|| conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE));
         let mut phase = shared.phase();
         if *phase == Phase::Busy {
-            *phase = Phase::CaughtUp;
+            // Stuck (a reader of another process holds the WAL's end, or another
+            // connection was checkpointing): idle again, so that a later COMMIT with
+            // the WAL still past the start size asks anew.
+            *phase = if caught_up { Phase::CaughtUp } else { Phase::Idle };
+        }
+    }
+}
+
+/// Runs passive checkpoints (`checkpoint` returns the WAL's page count and how many
+/// of its pages are copied) while writers keep adding pages, until fewer than
+/// [`CATCH_UP_PAGES`] are left. `false` when a checkpoint failed or copied nothing
+/// new while pages were left.
+fn catch_up(mut checkpoint: impl FnMut() -> rusqlite::Result<(i32, i32)>) -> bool {
+    let mut copied_before = -1;
+    loop {
+        match checkpoint() {
+            Ok((log, copied)) if log - copied < CATCH_UP_PAGES => return true,
+            Ok((_, copied)) if copied > copied_before => copied_before = copied,
+            Ok(_) => return false,
+            Err(err) => {
+                log_failure(&err, "background WAL checkpoint did not run");
+                return false;
+            }
         }
     }
 }
@@ -213,6 +230,15 @@ mod tests {
         assert_eq!(commit(&s, MAX_PAGES), (true, Phase::Busy));
         let closed = shared(Phase::Closed);
         assert_eq!(commit(&closed, MAX_PAGES), (true, Phase::Closed), "also with the thread gone");
+    }
+
+    #[test]
+    fn the_thread_repeats_while_writers_add_pages_and_stops_when_nothing_moves() {
+        let mut rounds = [(12_000, 10_000), (12_500, 12_000), (12_600, 12_500)].into_iter();
+        assert!(catch_up(|| Ok(rounds.next().unwrap())), "caught up once fewer than 256 pages are left");
+        let mut stuck = [(12_000, 9_000), (12_100, 9_000)].into_iter();
+        assert!(!catch_up(|| Ok(stuck.next().unwrap())), "a reader holds the rest: give up, do not spin");
+        assert!(!catch_up(|| Err(rusqlite::Error::InvalidQuery)));
     }
 
     #[test]
