@@ -16,8 +16,9 @@
 //! arrive together.
 //!
 //! Clients and daemon share one Tokio runtime (a worker thread per core) and the
-//! machine, as a daemon and its local workers would; store calls run on the
-//! blocking pool, as the daemon always runs them.
+//! machine, as a daemon and its local workers would; the daemon submits claims and
+//! completions to the store's combiner thread without holding a thread while they
+//! wait, as it always does.
 
 use std::collections::HashSet;
 use std::sync::Arc;
