@@ -203,17 +203,16 @@ impl SqliteStore {
     /// file was not considered yet runs on a thread of its own, which imports it.
     fn submit_queued<T: Send + 'static>(
         self: Arc<Self>,
-        mesh_id: &str,
-        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+        mesh_id: String,
+        f: impl FnOnce(&Connection, &str) -> Res<T> + Send + 'static,
     ) -> Submitted<T> {
-        if !self.legacy_considered(mesh_id) {
-            let mesh_id = mesh_id.to_owned();
+        if !self.legacy_considered(&mesh_id) {
             return agentmesh_store::submit::on_thread(move || {
                 self.ensure_legacy_queue(&mesh_id);
-                self.write_queued(f)
+                self.write_queued(move |tx| f(tx, &mesh_id))
             });
         }
-        match self.writes.submit_queued(f) {
+        match self.writes.submit_queued(move |tx| f(tx, &mesh_id)) {
             Ok(submitted) => Box::pin(async move { submitted.await.map_err(|e| e.0) }),
             Err(Fail(err)) => Box::pin(std::future::ready(Err(err))),
         }

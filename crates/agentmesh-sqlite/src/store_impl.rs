@@ -155,8 +155,7 @@ impl Store for SqliteStore {
         opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<ClaimOutcome> {
-        let mesh = mesh_id.clone();
-        self.submit_queued(&mesh, move |tx| tasks::claim(tx, &mesh_id, &claimant, &opts, now))
+        self.submit_queued(mesh_id, move |tx, mesh| tasks::claim(tx, mesh, &claimant, &opts, now))
     }
 
     fn submit_completion(
@@ -165,9 +164,7 @@ impl Store for SqliteStore {
         report: CompletionReport,
         now: Timestamp,
     ) -> Submitted<Task> {
-        let mesh = mesh_id.clone();
-        let submitted = self.submit_queued(&mesh, move |tx| tasks::complete(tx, &mesh_id, &report, now));
-        Box::pin(async move { submitted.await? })
+        refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| tasks::complete(tx, mesh, &report, now)))
     }
 
     fn submit_heartbeat(
@@ -176,11 +173,9 @@ impl Store for SqliteStore {
         beat: Heartbeat,
         now: Timestamp,
     ) -> Submitted<Task> {
-        let mesh = mesh_id.clone();
-        let submitted = self.submit_queued(&mesh, move |tx| {
-            tasks::heartbeat(tx, &mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
-        });
-        Box::pin(async move { submitted.await? })
+        refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| {
+            tasks::heartbeat(tx, mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
+        }))
     }
 
     fn cancel_task(
@@ -560,4 +555,10 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
         self.read(|c| crate::overview::pending_by_addressee(c, mesh_id))
     }
+}
+
+/// A submitted write whose operation may end in a refusal that was recorded (and
+/// committed): the refusal becomes the write's error, as in the synchronous forms.
+fn refusal_as_error<T: Send + 'static>(submitted: Submitted<Result<T, StoreError>>) -> Submitted<T> {
+    Box::pin(async move { submitted.await? })
 }
