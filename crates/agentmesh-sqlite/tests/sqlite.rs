@@ -151,6 +151,42 @@ fn a_legacy_ledger_dir_opens_through_beads_db_and_imports_its_queue_file_once() 
 }
 
 #[test]
+fn a_submitted_claim_as_the_first_write_to_a_mesh_imports_its_legacy_queue_file_first() {
+    let dir = copy_fixture("legacy", &["beads.db", "mesh-gamma.queue.json"]);
+    let store = std::sync::Arc::new(SqliteStore::open_data_dir(dir.path()).unwrap());
+    let darwin = Claimant {
+        node_id: "n1".into(),
+        session_id: "s1".into(),
+        capability_tags: vec!["os=darwin".into()],
+        ..Claimant::default()
+    };
+    let submitted =
+        std::sync::Arc::clone(&store).submit_claim("mesh-gamma".into(), darwin, ClaimOptions::default(), NOW);
+    let claimed = block_on(submitted).unwrap().expect_claimed();
+    assert_eq!(store.legacy_queue_state("mesh-gamma"), Some(LegacyQueueState::Imported(3)));
+    assert!(claimed.message.starts_with("legacy queue task"), "claimed from the imported queue: {claimed:?}");
+    assert!(dir.path().join("mesh-gamma.queue.json.imported").exists());
+}
+
+/// Polls `fut` on this thread until it is ready, parking between polls.
+fn block_on<T>(mut fut: agentmesh_store::Submitted<T>) -> agentmesh_store::StoreResult<T> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
 fn a_malformed_legacy_queue_file_is_refused_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open_data_dir(dir.path()).unwrap();
