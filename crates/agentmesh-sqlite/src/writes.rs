@@ -728,6 +728,8 @@ mod tests {
 
     use std::thread;
 
+    use agentmesh_store::submit::wait;
+
     use super::*;
 
     /// Writes on a temp file with a `notes` table.
@@ -909,25 +911,6 @@ mod tests {
         assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 1 });
     }
 
-    /// Polls `fut` on this thread until it is ready, parking between polls; the
-    /// waker unparks this thread.
-    fn block_on<F: Future + Unpin>(mut fut: F) -> F::Output {
-        struct Unpark(Thread);
-        impl std::task::Wake for Unpark {
-            fn wake(self: Arc<Self>) {
-                self.0.unpark();
-            }
-        }
-        let waker = Waker::from(Arc::new(Unpark(thread::current())));
-        let mut cx = Context::from_waker(&waker);
-        loop {
-            if let Poll::Ready(out) = Pin::new(&mut fut).poll(&mut cx) {
-                return out;
-            }
-            thread::park();
-        }
-    }
-
     fn shared_writes() -> (tempfile::TempDir, Arc<Writes>) {
         let (dir, writes) = writes();
         (dir, Arc::new(writes))
@@ -937,10 +920,10 @@ mod tests {
     fn a_submitted_write_is_committed_when_its_future_resolves() {
         let (dir, writes) = shared_writes();
         let submitted = writes.submit_queued(|c| note(c, "a").map(|()| 7)).unwrap();
-        assert_eq!(block_on(submitted).unwrap(), 7);
+        assert_eq!(wait(submitted).unwrap(), 7);
         assert_eq!(committed_notes(&dir), ["a"]);
         let refused = writes.submit_queued(|c| note(c, "a")).unwrap();
-        assert!(block_on(refused).is_err(), "a failed operation's error is its future's answer");
+        assert!(wait(refused).is_err(), "a failed operation's error is its future's answer");
         assert_eq!(writes.stats(), WriteStats { writes: 1, commits: 1 });
     }
 
@@ -957,8 +940,8 @@ mod tests {
             assert!(!a.slot.done.load(Ordering::Acquire), "nothing runs while the connection is held");
             assert!(committed_notes(&dir).is_empty());
             drop(held);
-            block_on(a).unwrap();
-            block_on(c).unwrap();
+            wait(a).unwrap();
+            wait(c).unwrap();
             b.join().unwrap().unwrap();
         });
         assert_eq!(committed_notes(&dir), ["a", "b", "c"]);
@@ -969,14 +952,14 @@ mod tests {
     fn a_submitted_write_oldest_in_the_queue_is_run_once_the_connection_is_let_go() {
         let (dir, writes) = shared_writes();
         // Start the combiner thread, then let it go back to sleep.
-        block_on(writes.submit_queued(|c| note(c, "warm")).unwrap()).unwrap();
+        wait(writes.submit_queued(|c| note(c, "warm")).unwrap()).unwrap();
         let held = writes.lock();
         let late = writes.submit_queued(|c| note(c, "late")).unwrap();
         // The wake-up of the submission came while the connection was held, so the
         // combiner gave up its turn; letting go must wake it again.
         thread::sleep(std::time::Duration::from_millis(20));
         drop(held);
-        block_on(late).unwrap();
+        wait(late).unwrap();
         assert_eq!(committed_notes(&dir), ["late", "warm"]);
     }
 
@@ -989,16 +972,16 @@ mod tests {
                 panic!("the submitted operation panics");
             })
             .unwrap();
-        let caught = panic::catch_unwind(AssertUnwindSafe(|| block_on(panicking)));
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| wait(panicking)));
         assert!(caught.is_err(), "the panic reaches the awaiting side");
-        block_on(writes.submit_queued(|c| note(c, "after")).unwrap()).unwrap();
+        wait(writes.submit_queued(|c| note(c, "after")).unwrap()).unwrap();
         assert_eq!(committed_notes(&dir), ["after"]);
     }
 
     #[test]
     fn a_store_with_a_combiner_thread_is_freed_when_dropped() {
         let (_dir, writes) = shared_writes();
-        block_on(writes.submit_queued(|c| note(c, "a")).unwrap()).unwrap();
+        wait(writes.submit_queued(|c| note(c, "a")).unwrap()).unwrap();
         assert!(lock(&writes.combiner).is_some(), "the first submission started the combiner thread");
         let gone = Arc::downgrade(&writes);
         drop(writes);

@@ -232,31 +232,10 @@ fn of_concurrent_upserts_of_a_new_mission_exactly_one_created_it() {
     assert_eq!(created_entries, ROUNDS as i64, "one mission_created entry per mission");
 }
 
-/// Polls every future to the end on this thread, parking between rounds (each
-/// waker unparks this thread): a minimal executor, so the test depends on none.
-fn block_on_all<T>(mut futures: Vec<agentmesh_store::Submitted<T>>) -> Vec<agentmesh_store::StoreResult<T>> {
-    struct Unpark(thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    let mut results: Vec<Option<_>> = futures.iter().map(|_| None).collect();
-    while results.iter().any(Option::is_none) {
-        for (fut, result) in futures.iter_mut().zip(results.iter_mut()) {
-            if result.is_none()
-                && let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx)
-            {
-                *result = Some(out);
-            }
-        }
-        if results.iter().any(Option::is_none) {
-            thread::park_timeout(std::time::Duration::from_millis(50));
-        }
-    }
-    results.into_iter().map(|r| r.expect("every future finished")).collect()
+/// Waits for every submitted write in turn. They were all queued when submitted,
+/// so they run (and share commits) whatever order they are waited for in.
+fn wait_all<T>(submitted: Vec<agentmesh_store::Submitted<T>>) -> Vec<agentmesh_store::StoreResult<T>> {
+    submitted.into_iter().map(agentmesh_store::submit::wait).collect()
 }
 
 #[test]
@@ -288,7 +267,7 @@ fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
                 )
             })
             .collect();
-        let claimed: Vec<_> = block_on_all(claims)
+        let claimed: Vec<_> = wait_all(claims)
             .into_iter()
             .filter_map(|outcome| match outcome.unwrap() {
                 ClaimOutcome::Claimed(task) => Some(task),
@@ -311,7 +290,7 @@ fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
                 std::sync::Arc::clone(&store).submit_completion(MESH.into(), report, NOW)
             })
             .collect();
-        for done in block_on_all(reports) {
+        for done in wait_all(reports) {
             let done = done.unwrap();
             assert_eq!(done.status, TaskStatus::Completed);
             assert!(completed.insert(done.id.clone()), "task {} completed twice", done.id);
@@ -337,8 +316,7 @@ fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
         occurred_at: None,
         outcome: Outcome::Completed { summary: None },
     };
-    let refused =
-        block_on_all(vec![std::sync::Arc::clone(&store).submit_completion(MESH.into(), stale, NOW)]);
+    let refused = wait_all(vec![std::sync::Arc::clone(&store).submit_completion(MESH.into(), stale, NOW)]);
     assert!(
         matches!(refused[0], Err(agentmesh_store::StoreError::StaleEpoch { presented: 99, .. })),
         "{:?}",

@@ -162,28 +162,10 @@ fn a_submitted_claim_as_the_first_write_to_a_mesh_imports_its_legacy_queue_file_
     };
     let submitted =
         std::sync::Arc::clone(&store).submit_claim("mesh-gamma".into(), darwin, ClaimOptions::default(), NOW);
-    let claimed = block_on(submitted).unwrap().expect_claimed();
+    let claimed = agentmesh_store::submit::wait(submitted).unwrap().expect_claimed();
     assert_eq!(store.legacy_queue_state("mesh-gamma"), Some(LegacyQueueState::Imported(3)));
     assert!(claimed.message.starts_with("legacy queue task"), "claimed from the imported queue: {claimed:?}");
     assert!(dir.path().join("mesh-gamma.queue.json.imported").exists());
-}
-
-/// Polls `fut` on this thread until it is ready, parking between polls.
-fn block_on<T>(mut fut: agentmesh_store::Submitted<T>) -> agentmesh_store::StoreResult<T> {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
-    let mut cx = std::task::Context::from_waker(&waker);
-    loop {
-        if let std::task::Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park();
-    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use crate::StoreResult;
 
@@ -41,6 +41,26 @@ pub fn on_thread<T: Send + 'static>(write: impl FnOnce() -> StoreResult<T> + Sen
     match spawned {
         Ok(_) => Box::pin(taker),
         Err(err) => Box::pin(std::future::ready(Err(crate::StoreError::Backend(Box::new(err))))),
+    }
+}
+
+/// Waits for `fut` on this thread, parking it between polls (the waker unparks
+/// it): how a synchronous caller waits for a submitted write.
+pub fn wait<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let mut fut = std::pin::pin!(fut);
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
     }
 }
 
@@ -119,53 +139,42 @@ impl<T> Future for Taker<T> {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::task::Wake;
 
     use super::*;
 
-    /// A waker that counts its wakes, and a thread-blocking executor over it.
-    struct Counter(AtomicUsize, std::thread::Thread);
+    /// A waker that counts its wakes.
+    struct Counter(AtomicUsize);
 
     impl Wake for Counter {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::SeqCst);
-            self.1.unpark();
-        }
-    }
-
-    fn block_on<T>(mut fut: Submitted<T>) -> (StoreResult<T>, usize) {
-        let counter = Arc::new(Counter(AtomicUsize::new(0), std::thread::current()));
-        let waker = Waker::from(Arc::clone(&counter));
-        let mut cx = Context::from_waker(&waker);
-        loop {
-            if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
-                return (out, counter.0.load(Ordering::SeqCst));
-            }
-            std::thread::park();
         }
     }
 
     #[test]
     fn a_write_on_a_thread_resolves_to_its_result_and_wakes_its_task() {
         let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        let fut = on_thread(move || {
+        let mut fut = on_thread(move || {
             gate_rx.recv().unwrap();
             Ok(42)
         });
-        let sender = std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            gate_tx.send(()).unwrap();
-        });
-        let (out, wakes) = block_on(fut);
-        sender.join().unwrap();
-        assert_eq!(out.unwrap(), 42);
-        assert!(wakes >= 1, "the task was woken when the result arrived");
+        let counter = Arc::new(Counter(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&counter));
+        assert!(fut.as_mut().poll(&mut Context::from_waker(&waker)).is_pending(), "not before the write ran");
+        gate_tx.send(()).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while counter.0.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "the task that waited was woken once");
+        let ready = fut.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(matches!(ready, Poll::Ready(Ok(42))));
     }
 
     #[test]
     fn a_panic_of_the_write_reaches_whoever_awaits_it() {
         let fut = on_thread(|| -> StoreResult<()> { panic!("the write panics") });
-        let caught = panic::catch_unwind(AssertUnwindSafe(|| block_on(fut)));
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| wait(fut)));
         let payload = caught.expect_err("the panic goes on in the awaiting task");
         assert_eq!(payload.downcast_ref::<&str>(), Some(&"the write panics"));
     }
@@ -174,7 +183,7 @@ mod tests {
     fn a_giver_dropped_without_giving_ends_the_wait() {
         let (giver, taker) = handoff::<()>();
         drop(giver);
-        let caught = panic::catch_unwind(AssertUnwindSafe(|| block_on(Box::pin(taker))));
+        let caught = panic::catch_unwind(AssertUnwindSafe(|| wait(taker)));
         assert!(caught.is_err(), "a write that vanished is not reported as done");
     }
 }
