@@ -36,11 +36,11 @@ use rusqlite::wal::CheckpointMode;
 use crate::Res;
 
 /// The WAL page count at which the thread starts checkpointing.
-pub(crate) const START_PAGES: i32 = 10_000;
+const START_PAGES: i32 = 10_000;
 /// Pages still to copy under which the thread leaves the rest to the writer.
 const CATCH_UP_PAGES: i32 = 256;
 /// The WAL page count at which a COMMIT checkpoints on its own.
-pub(crate) const MAX_PAGES: i32 = 4 * START_PAGES;
+const MAX_PAGES: i32 = 4 * START_PAGES;
 
 /// What the thread is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

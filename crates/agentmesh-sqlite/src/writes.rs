@@ -83,12 +83,12 @@ const MAX_BATCH_WRITES: usize = 32;
 /// An idle store never lingers: only a pass that ran writes is followed by one.
 const COMBINER_LINGER: Duration = Duration::from_millis(1);
 /// Committed writes between two checks of the WAL file's size.
-const WAL_CHECK_INTERVAL: u32 = 500;
+const WAL_CHECK_INTERVAL: u64 = 500;
 /// A WAL file larger than this is checkpointed and truncated: well past the
 /// ~41 MB (10,000 pages) at which the checkpointer keeps it, and past the 40,000
 /// pages at which a writer checkpoints by itself, so only a WAL that checkpoints
 /// cannot reset (readers of other processes holding it) gets here.
-pub(crate) const WAL_MAX_BYTES: u64 = 200 * 1024 * 1024;
+const WAL_MAX_BYTES: u64 = 200 * 1024 * 1024;
 
 /// An operation as a batch runs it: `None` when it succeeded, why it failed
 /// otherwise. Its own result goes wherever its writer looks for it.
@@ -115,7 +115,7 @@ impl Writes {
         let mut wal = path.to_owned().into_os_string();
         wal.push("-wal");
         Writes {
-            db: Mutex::new(Db { conn, stats: WriteStats::default(), wal: wal.into(), unchecked: 0 }),
+            db: Mutex::new(Db { conn, stats: WriteStats::default(), wal: wal.into() }),
             pending: Mutex::new(VecDeque::new()),
             group_commit: AtomicBool::new(true),
             combiner: Mutex::new(None),
@@ -431,8 +431,6 @@ impl Txn<'_> {
     fn commit(&mut self, db: &mut Db) {
         match db.exec("COMMIT") {
             Ok(()) => {
-                db.stats.commits += 1;
-                db.stats.writes += u64::from(self.succeeded);
                 db.count_committed(self.succeeded);
                 self.close();
             }
@@ -624,20 +622,20 @@ pub(crate) struct Db {
     stats: WriteStats,
     /// The WAL file.
     wal: PathBuf,
-    /// Writes committed since the WAL's size was last checked.
-    unchecked: u32,
 }
 
 impl Db {
-    /// Counts `writes` committed; every [`WAL_CHECK_INTERVAL`] of them, truncates a
-    /// WAL past [`WAL_MAX_BYTES`]. Called between transactions.
+    /// Counts a COMMIT of `writes` writes; each time the committed writes pass a
+    /// multiple of [`WAL_CHECK_INTERVAL`], truncates a WAL past [`WAL_MAX_BYTES`].
+    /// Called between transactions.
     fn count_committed(&mut self, writes: u32) {
-        self.unchecked += writes;
-        if self.unchecked >= WAL_CHECK_INTERVAL {
-            self.unchecked = 0;
-            if let Err(Fail(err)) = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES) {
-                tracing::warn!(%err, "WAL checkpoint failed");
-            }
+        let before = self.stats.writes;
+        self.stats.commits += 1;
+        self.stats.writes += u64::from(writes);
+        if self.stats.writes / WAL_CHECK_INTERVAL > before / WAL_CHECK_INTERVAL
+            && let Err(Fail(err)) = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES)
+        {
+            tracing::warn!(%err, "WAL checkpoint failed");
         }
     }
 
