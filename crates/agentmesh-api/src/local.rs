@@ -103,6 +103,14 @@ impl LocalMesh {
         Ok(out)
     }
 
+    /// Awaits a submitted write and bumps the signal when it succeeded: the async
+    /// [`LocalMesh::write`].
+    async fn write_submitted<T>(&self, write: agentmesh_store::Submitted<T>) -> MeshResult<T> {
+        let out = write.await?;
+        self.signal.bump();
+        Ok(out)
+    }
+
     /// The store's drain request for `body`, enforce mode folded in from the
     /// environment as it reads now.
     fn drain_request(body: DrainBody) -> MeshResult<DrainRequest> {
@@ -115,10 +123,8 @@ impl LocalMesh {
     /// thread (see [`agentmesh_store::submit`]): for async callers.
     pub async fn claim_submitted(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
         let (claimant, opts) = claim_request(body)?;
-        let store = Arc::clone(&self.store);
-        let outcome = store.submit_claim(mesh.to_owned(), claimant, opts, self.now()).await?;
-        self.signal.bump();
-        Ok(ClaimView::from(outcome))
+        let claim = Arc::clone(&self.store).submit_claim(mesh.to_owned(), claimant, opts, self.now());
+        self.write_submitted(claim).await.map(ClaimView::from)
     }
 
     /// [`MeshApi::complete`], submitted to the store without holding the caller's
@@ -126,18 +132,15 @@ impl LocalMesh {
     pub async fn complete_submitted(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
         let now = self.now();
         let report = body.into_report(now)?;
-        let task = Arc::clone(&self.store).submit_completion(mesh.to_owned(), report, now).await?;
-        self.signal.bump();
-        Ok(task)
+        self.write_submitted(Arc::clone(&self.store).submit_completion(mesh.to_owned(), report, now)).await
     }
 
     /// [`MeshApi::heartbeat`], submitted to the store without holding the caller's
     /// thread.
     pub async fn heartbeat_submitted(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
         let beat = heartbeat_request(body)?;
-        let task = Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat, self.now()).await?;
-        self.signal.bump();
-        Ok(task)
+        self.write_submitted(Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat, self.now()))
+            .await
     }
 
     fn mission_view(&self, mesh: &str, mission: agentmesh_core::Mission) -> MeshResult<MissionView> {
