@@ -21,6 +21,7 @@
 //! wait, as it always does.
 
 use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,10 +30,11 @@ use agentmesh_daemon::{ApiToken, AppState};
 use agentmesh_sqlite::WriteStats;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
+use super::http_client::HttpConn;
 use super::{count_of, enqueue_in_batches, show_stats};
 use crate::data::{MESH_ID, UuidGen, at, new_task};
 use crate::harness::{CaseStore, Harness};
@@ -41,7 +43,7 @@ use crate::timing::Timer;
 /// Concurrent HTTP clients (worker sessions).
 const CLIENTS: usize = 8;
 /// The daemon's token, for this run only.
-const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
+pub(super) const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
 const PREFILL_BATCH: usize = 5_000;
 
@@ -201,19 +203,22 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
 /// is empty. Returns what each client did and the wall-clock time of the load.
 async fn load(store: Arc<dyn Store>) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
     let daemon = Daemon::start(store).await?;
-    let (runs, wall) = run_clients(|k, start| {
-        let base = daemon.base.clone();
-        async move { client(k, &base, &start).await }
-    })
+    let addr = daemon.addr;
+    let (runs, wall) = run_clients(|k, start| async move { client(k, addr, &start).await })
     .await?;
     daemon.stop().await?;
     Ok((runs, wall))
 }
 
+/// The path of a route of mesh `MESH_ID`: `/v1/meshes/MESH_ID/{route}`.
+pub(super) fn mesh_route(route: &str) -> String {
+    format!("/v1/meshes/{MESH_ID}/{route}")
+}
+
 /// A daemon serving a store on `127.0.0.1:0` in a task.
 pub(super) struct Daemon {
-    /// The URL of mesh `MESH_ID`: `http://127.0.0.1:PORT/v1/meshes/MESH_ID`.
-    pub(super) base: String,
+    /// Where it listens.
+    pub(super) addr: SocketAddr,
     shutdown: CancellationToken,
     server: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -223,10 +228,10 @@ impl Daemon {
         let state = AppState::new(store, ApiToken::new(TOKEN)?);
         let listener =
             tokio::net::TcpListener::bind("127.0.0.1:0").await.context("failed to bind 127.0.0.1:0")?;
-        let base = format!("http://{}/v1/meshes/{MESH_ID}", listener.local_addr()?);
+        let addr = listener.local_addr()?;
         let shutdown = CancellationToken::new();
         let server = tokio::spawn(agentmesh_daemon::serve(listener, state, shutdown.clone()));
-        Ok(Daemon { base, shutdown, server })
+        Ok(Daemon { addr, shutdown, server })
     }
 
     /// Shuts the daemon down and waits for it.
@@ -257,17 +262,16 @@ where
 }
 
 /// One worker session: claim → complete until a claim returns no task.
-async fn client(k: usize, base: &str, start: &Barrier) -> anyhow::Result<ClientRun> {
-    // Its own client, so its own keep-alive connection; never through a proxy.
-    let http = reqwest::Client::builder().no_proxy().build()?;
+async fn client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::Result<ClientRun> {
+    let mut http = HttpConn::connect(addr, TOKEN).await?;
     let session = format!("session-{k}");
     let claim = json!({ "nodeId": format!("node-{k}"), "sessionId": session });
-    let (claims, completions) = (format!("{base}/claims"), format!("{base}/completions"));
+    let (claims, completions) = (mesh_route("claims"), mesh_route("completions"));
     let mut run = ClientRun::default();
     start.wait().await;
     loop {
         let began = Instant::now();
-        let claimed = post_json(&http, &claims, &claim).await?;
+        let claimed = http.post_json(&claims, &claim).await?;
         let task = &claimed["task"];
         if task.is_null() {
             anyhow::ensure!(
@@ -279,20 +283,9 @@ async fn client(k: usize, base: &str, start: &Barrier) -> anyhow::Result<ClientR
         let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
         let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
         let report = json!({ "sessionId": session, "taskId": id, "epoch": epoch, "summary": "done" });
-        let done = post_json(&http, &completions, &report).await?;
+        let done = http.post_json(&completions, &report).await?;
         anyhow::ensure!(done["status"] == "completed", "task {id} not completed: {done}");
         run.pairs.push(began.elapsed());
         run.completed.push(id);
     }
-}
-
-/// Posts `body` with the token; the decoded JSON answer, or an error on any status
-/// but 200.
-pub(super) async fn post_json(http: &reqwest::Client, url: &str, body: &Value) -> anyhow::Result<Value> {
-    let response = http.post(url).bearer_auth(TOKEN).json(body).send().await?;
-    let status = response.status();
-    let answer: Value =
-        response.json().await.with_context(|| format!("{url} answered {status} without JSON"))?;
-    anyhow::ensure!(status == reqwest::StatusCode::OK, "{url} answered {status}: {answer}");
-    Ok(answer)
 }

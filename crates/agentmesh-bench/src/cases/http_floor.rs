@@ -10,6 +10,7 @@
 //! `store-claim-complete`, it says how much of a pair is HTTP and how much is the
 //! store.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -22,7 +23,8 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{Daemon, post_json, run_clients};
+use super::http::{Daemon, TOKEN, mesh_route, run_clients};
+use super::http_client::HttpConn;
 use crate::data::{MESH_ID, UuidGen, new_task};
 use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
@@ -54,11 +56,9 @@ fn http_floor(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()>
 /// The daemon's answers to one claim and its completion, as JSON.
 async fn real_answers(store: Arc<dyn Store>) -> anyhow::Result<(Value, Value)> {
     let daemon = Daemon::start(store).await?;
-    let base = &daemon.base;
-    let http = reqwest::Client::builder().no_proxy().build()?;
+    let mut http = HttpConn::connect(daemon.addr, TOKEN).await?;
     let claimed =
-        post_json(&http, &format!("{base}/claims"), &json!({ "nodeId": "node-0", "sessionId": "session-0" }))
-            .await?;
+        http.post_json(&mesh_route("claims"), &json!({ "nodeId": "node-0", "sessionId": "session-0" })).await?;
     let task = &claimed["task"];
     let report = json!({
         "sessionId": "session-0",
@@ -66,7 +66,7 @@ async fn real_answers(store: Arc<dyn Store>) -> anyhow::Result<(Value, Value)> {
         "epoch": task["dispatchNonce"],
         "summary": "done",
     });
-    let completed = post_json(&http, &format!("{base}/completions"), &report).await?;
+    let completed = http.post_json(&mesh_route("completions"), &report).await?;
     anyhow::ensure!(completed["status"] == "completed", "the task was not completed: {completed}");
     daemon.stop().await?;
     Ok((claimed, completed))
@@ -81,14 +81,14 @@ async fn floor_load(
     let (claimed, completed) = (Arc::new(claimed), Arc::new(completed));
     let app = axum::Router::new()
         .route(
-            "/claims",
+            &mesh_route("claims"),
             post(move |Json(_body): Json<Value>| {
                 let answer = Arc::clone(&claimed);
                 async move { Json(answer) }
             }),
         )
         .route(
-            "/completions",
+            &mesh_route("completions"),
             post(move |Json(_body): Json<Value>| {
                 let answer = Arc::clone(&completed);
                 async move { Json(answer) }
@@ -96,7 +96,7 @@ async fn floor_load(
         );
     let listener =
         tokio::net::TcpListener::bind("127.0.0.1:0").await.context("failed to bind 127.0.0.1:0")?;
-    let base = format!("http://{}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     let server = tokio::spawn(async move {
@@ -105,8 +105,8 @@ async fn floor_load(
 
     let left = Arc::new(AtomicUsize::new(n));
     let (runs, wall) = run_clients(|k, start| {
-        let (base, left) = (base.clone(), Arc::clone(&left));
-        async move { client(k, &base, &start, &left).await }
+        let left = Arc::clone(&left);
+        async move { client(k, addr, &start, &left).await }
     })
     .await?;
     shutdown.cancel();
@@ -115,19 +115,24 @@ async fn floor_load(
 }
 
 /// One client: claim → completion pairs while any of the `left` pairs remain.
-async fn client(k: usize, base: &str, start: &Barrier, left: &AtomicUsize) -> anyhow::Result<Vec<Duration>> {
-    let http = reqwest::Client::builder().no_proxy().build()?;
+async fn client(
+    k: usize,
+    addr: SocketAddr,
+    start: &Barrier,
+    left: &AtomicUsize,
+) -> anyhow::Result<Vec<Duration>> {
+    let mut http = HttpConn::connect(addr, TOKEN).await?;
     let session = format!("session-{k}");
     let claim = json!({ "nodeId": format!("node-{k}"), "sessionId": session });
-    let (claims, completions) = (format!("{base}/claims"), format!("{base}/completions"));
+    let (claims, completions) = (mesh_route("claims"), mesh_route("completions"));
     let mut pairs = Vec::new();
     start.wait().await;
     while left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(1)).is_ok() {
         let began = Instant::now();
-        let claimed = post_json(&http, &claims, &claim).await?;
+        let claimed = http.post_json(&claims, &claim).await?;
         let id = claimed["task"]["id"].as_str().context("the kept claim answer has no task id")?;
         let report = json!({ "sessionId": session, "taskId": id, "epoch": claimed["task"]["dispatchNonce"], "summary": "done" });
-        let done = post_json(&http, &completions, &report).await?;
+        let done = http.post_json(&completions, &report).await?;
         anyhow::ensure!(done["status"] == "completed", "the kept completion answer changed: {done}");
         pairs.push(began.elapsed());
     }

@@ -12,6 +12,7 @@ pub mod enqueue;
 pub mod fingerprints;
 pub mod floor;
 pub mod http;
+mod http_client;
 pub mod http_floor;
 pub mod ledger;
 pub mod pending_events;
