@@ -30,15 +30,15 @@ pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, ENFORCE_ENV, LocalMesh};
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
-    AckView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView, ImportView, InboxEventView,
-    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RequeueView,
-    RetractView, StatusView,
+    AckView, ClaimView, CompleteAndClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
+    ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView,
+    RateVerdictView, RequeueView, RetractView, StatusView,
 };
 use wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
-    MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
-    ToolCallBody,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, DeliveryBody,
+    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
+    RetractBody, SliceParams, ToolCallBody,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -150,6 +150,9 @@ pub trait MeshApi: Send + Sync {
     fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task>;
     /// Reports a task completed or failed; a stale epoch is refused.
     fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task>;
+    /// Reports a task completed or failed, then claims the next task, in one
+    /// transaction; a refused report claims nothing.
+    fn complete_and_claim(&self, mesh: &str, body: CompleteAndClaimBody) -> MeshResult<CompleteAndClaimView>;
     /// Queues an event for a coordinator.
     fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView>;
     /// Takes the coordinator's events, marking them drained, in one transaction.

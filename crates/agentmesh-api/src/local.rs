@@ -5,23 +5,23 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::events::enforce_from_env_value;
 use agentmesh_core::{
-    Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
-    Timestamp,
+    Claimant, IdleSession, InvalidInput, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task,
+    TaskStatus, Timestamp,
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
-use agentmesh_store::{ClaimOptions, DrainRequest, Heartbeat, Store, StoreError};
+use agentmesh_store::{ClaimOptions, CompletionReport, DrainRequest, Heartbeat, Store, StoreError};
 use serde_json::Value;
 
 use crate::views::{
-    AckView, ActiveAssignmentView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
-    ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
+    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, DeliveryView, DispatchView, DrainView,
+    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
     PendingForCoordinatorView, PushView, RateVerdictView, RequeueView, RetractView, StatusView,
 };
 use crate::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DEFAULT_IDLE_TTL_SECS, DeliveryBody,
-    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
-    RetractBody, SliceParams, ToolCallBody, optional, required,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
+    DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DispatchBody, DrainBody, EnqueueBody,
+    HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams,
+    PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams, ToolCallBody, optional, required,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
 
@@ -135,6 +135,20 @@ impl LocalMesh {
         self.write_submitted(Arc::clone(&self.store).submit_completion(mesh.to_owned(), report, now)).await
     }
 
+    /// [`MeshApi::complete_and_claim`], submitted to the store without holding the
+    /// caller's thread.
+    pub async fn complete_and_claim_submitted(
+        &self,
+        mesh: &str,
+        body: CompleteAndClaimBody,
+    ) -> MeshResult<CompleteAndClaimView> {
+        let now = self.now();
+        let (report, claimant, opts) = complete_and_claim_request(body, now)?;
+        let write =
+            Arc::clone(&self.store).submit_complete_and_claim(mesh.to_owned(), report, (claimant, opts), now);
+        self.write_submitted(write).await.map(CompleteAndClaimView::from)
+    }
+
     /// [`MeshApi::heartbeat`], submitted to the store without holding the caller's
     /// thread.
     pub async fn heartbeat_submitted(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
@@ -149,12 +163,31 @@ impl LocalMesh {
     }
 }
 
+/// The report, claimant and claim options of a complete-and-claim request, both
+/// halves checked before anything is written.
+fn complete_and_claim_request(
+    body: CompleteAndClaimBody,
+    now: Timestamp,
+) -> MeshResult<(CompletionReport, Claimant, ClaimOptions)> {
+    let within = |part: &'static str| {
+        move |err: InvalidInput| InvalidInput::new(format!("{part}.{}", err.field), err.problem)
+    };
+    let report = body.completion.into_report(now).map_err(within("completion"))?;
+    let (claimant, lease_ms) = body.claim.into_claim().map_err(within("claim"))?;
+    Ok((report, claimant, claim_options(lease_ms)))
+}
+
 /// The claimant and options of a claim request.
 fn claim_request(body: ClaimBody) -> MeshResult<(Claimant, ClaimOptions)> {
     let (claimant, lease_ms) = body.into_claim()?;
-    // Every claim through the API carries a lease, so that a task whose worker
-    // vanished is reclaimed instead of staying assigned forever.
-    Ok((claimant, ClaimOptions { lease_ms: Some(lease_ms.unwrap_or(DEFAULT_LEASE_MS)) }))
+    Ok((claimant, claim_options(lease_ms)))
+}
+
+/// The options of a claim asking for a lease of `lease_ms` (the default when
+/// absent). Every claim through the API carries a lease, so that a task whose
+/// worker vanished is reclaimed instead of staying assigned forever.
+fn claim_options(lease_ms: Option<i64>) -> ClaimOptions {
+    ClaimOptions { lease_ms: Some(lease_ms.unwrap_or(DEFAULT_LEASE_MS)) }
 }
 
 fn heartbeat_request(body: HeartbeatBody) -> MeshResult<Heartbeat> {
@@ -228,6 +261,12 @@ impl MeshApi for LocalMesh {
     fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
         let report = body.into_report(self.now())?;
         self.write(|store, now| store.complete_task(mesh, &report, now))
+    }
+
+    fn complete_and_claim(&self, mesh: &str, body: CompleteAndClaimBody) -> MeshResult<CompleteAndClaimView> {
+        let (report, claimant, opts) = complete_and_claim_request(body, self.now())?;
+        self.write(|store, now| store.complete_and_claim(mesh, &report, &claimant, &opts, now))
+            .map(CompleteAndClaimView::from)
     }
 
     fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView> {

@@ -10,15 +10,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::views::{
-    AckView, ClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView, ImportView, InboxEventView,
-    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RequeueView,
-    RetractView, StatusView,
+    AckView, ClaimView, CompleteAndClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
+    ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView,
+    RateVerdictView, RequeueView, RetractView, StatusView,
 };
 use crate::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
-    MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
-    ToolCallBody, WatchParams,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, DeliveryBody,
+    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
+    RetractBody, SliceParams, ToolCallBody, WatchParams,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshError, MeshResult};
 
@@ -192,6 +192,10 @@ impl MeshApi for RemoteMesh {
 
     fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
         self.post(mesh, &["completions"], &body)
+    }
+
+    fn complete_and_claim(&self, mesh: &str, body: CompleteAndClaimBody) -> MeshResult<CompleteAndClaimView> {
+        self.post(mesh, &["complete-and-claim"], &body)
     }
 
     fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView> {

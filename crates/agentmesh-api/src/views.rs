@@ -40,6 +40,22 @@ impl From<ClaimOutcome> for ClaimView {
     }
 }
 
+/// What a complete-and-claim answers: the task as completed (or failed), and the
+/// claim that followed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompleteAndClaimView {
+    /// The reported task, as it is now.
+    pub completed: Task,
+    /// The next task, or why there is none.
+    pub next: ClaimView,
+}
+
+impl From<(Task, ClaimOutcome)> for CompleteAndClaimView {
+    fn from((completed, next): (Task, ClaimOutcome)) -> CompleteAndClaimView {
+        CompleteAndClaimView { completed, next: ClaimView::from(next) }
+    }
+}
+
 /// What a requeue answers: the task, and whether it is pending again or failed
 /// because its retry budget was spent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -325,6 +325,17 @@ pub struct CompletionBody {
     pub reason: Option<String>,
 }
 
+/// `POST /v1/meshes/{mesh}/complete-and-claim`: a worker reports that its task
+/// ended and asks for its next one, in one request and one transaction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CompleteAndClaimBody {
+    /// The report, as `POST …/completions` takes it.
+    pub completion: CompletionBody,
+    /// The claim that follows it, as `POST …/claims` takes it.
+    pub claim: ClaimBody,
+}
+
 impl CompletionBody {
     /// The store's report, stamped with `now` as the time the work ended.
     pub fn into_report(self, now: Timestamp) -> Result<agentmesh_store::CompletionReport, InvalidInput> {

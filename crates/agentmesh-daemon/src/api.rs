@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use agentmesh_api::views::{DrainView, InboxEventView};
 use agentmesh_api::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams,
-    MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams,
-    ToolCallBody, WatchParams,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, DeliveryBody,
+    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
+    RetractBody, SliceParams, ToolCallBody, WatchParams,
 };
 use agentmesh_api::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT, MeshApi};
 use agentmesh_core::InvalidInput;
@@ -40,6 +40,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/claims", post(claim))
         .route("/meshes/{mesh}/heartbeats", post(heartbeat))
         .route("/meshes/{mesh}/completions", post(complete))
+        .route("/meshes/{mesh}/complete-and-claim", post(complete_and_claim))
         .route("/meshes/{mesh}/ledger", get(ledger))
         .route("/meshes/{mesh}/ledger/slice", get(ledger_slice))
         .route("/meshes/{mesh}/ledger/import", post(import_ledger))
@@ -189,6 +190,23 @@ async fn complete(
     count_fencing(&state, "completion", &done);
     if let Ok(task) = &done {
         state.metrics.completion(task.status);
+    }
+    done.map(ok)
+}
+
+/// A completion and the claim that follows it, in one request and one
+/// transaction: the worker loop's two steps at the cost of one.
+async fn complete_and_claim(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<CompleteAndClaimBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let done = state.submitted(state.mesh().complete_and_claim_submitted(&mesh, body)).await;
+    count_fencing(&state, "completion", &done);
+    if let Ok(view) = &done {
+        state.metrics.completion(view.completed.status);
+        state.metrics.claim(view.next.refusal.as_deref());
     }
     done.map(ok)
 }

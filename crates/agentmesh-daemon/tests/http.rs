@@ -693,6 +693,93 @@ async fn stale_completions_and_heartbeats_are_409_and_recorded() {
 }
 
 #[tokio::test]
+async fn complete_and_claim_reports_a_task_and_hands_out_the_next_in_one_request() {
+    let daemon = TestDaemon::start().await;
+    let epoch = enqueue_and_claim(&daemon, "t1").await;
+    let (status, next) = daemon
+        .post("/v1/meshes/m/tasks", json!({ "message": "after t1", "id": "t2", "dependsOn": ["t1"] }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{next}");
+    let claim = json!({ "nodeId": "n1", "sessionId": "s1", "leaseMs": 60000 });
+
+    let body = json!({
+        "completion": { "sessionId": "s1", "taskId": "t1", "epoch": epoch, "summary": "built it" },
+        "claim": claim,
+    });
+    let (status, answer) = daemon.post("/v1/meshes/m/complete-and-claim", body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["completed"]["id"], "t1", "{answer}");
+    assert_eq!(answer["completed"]["status"], "completed", "{answer}");
+    assert_eq!(answer["completed"]["finalSummary"], "built it", "{answer}");
+    // t2 waited on t1: the claim sees the completion of the same transaction.
+    assert_eq!(answer["next"]["task"]["id"], "t2", "{answer}");
+    assert_eq!(answer["next"]["task"]["assignedSessionId"], "s1", "{answer}");
+    assert!(answer["next"]["task"]["leaseExpiresAt"].is_string(), "the claim has a lease: {answer}");
+    assert_eq!(ledger_of_kind(&daemon, "task_completed").await.len(), 1);
+    assert_eq!(ledger_of_kind(&daemon, "task_claimed").await.len(), 2);
+
+    // The last task: completed, and nothing left to claim.
+    let epoch = answer["next"]["task"]["dispatchNonce"].clone();
+    let body = json!({
+        "completion": { "sessionId": "s1", "taskId": "t2", "epoch": epoch },
+        "claim": { "nodeId": "n1", "sessionId": "s1" },
+    });
+    let (status, answer) = daemon.post("/v1/meshes/m/complete-and-claim", body).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer["completed"]["status"], "completed", "{answer}");
+    assert_eq!(answer["next"], json!({ "task": null, "refusal": "no_pending_candidates" }), "{answer}");
+
+    let metrics = daemon.metrics().await;
+    for line in [
+        "agentmesh_completions_total{status=\"completed\"} 2",
+        "agentmesh_claims_total{outcome=\"claimed\"} 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "no {line} in\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_or_malformed_complete_and_claim_claims_nothing() {
+    let daemon = TestDaemon::start().await;
+    let epoch = enqueue_and_claim(&daemon, "t1").await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "next", "id": "t2" })).await;
+    let (_, t1_before) = daemon.get("/v1/meshes/m/tasks/t1").await;
+    let (_, t2_before) = daemon.get("/v1/meshes/m/tasks/t2").await;
+    let claim = json!({ "nodeId": "n1", "sessionId": "s1" });
+
+    let stale = json!({
+        "completion": { "sessionId": "s1", "taskId": "t1", "epoch": epoch + 1 },
+        "claim": claim,
+    });
+    let response = daemon.post("/v1/meshes/m/complete-and-claim", stale).await;
+    assert_error(&response, StatusCode::CONFLICT, "stale_epoch", "t1");
+    assert_eq!(ledger_of_kind(&daemon, "completion_refused").await.len(), 1, "the refusal is recorded");
+
+    for (body, field) in [
+        (
+            json!({ "completion": { "sessionId": "s1", "taskId": "t1", "epoch": epoch }, "claim": { "nodeId": " ", "sessionId": "s1" } }),
+            "claim.nodeId",
+        ),
+        (
+            json!({ "completion": { "sessionId": "", "taskId": "t1" }, "claim": claim }),
+            "completion.sessionId",
+        ),
+        (json!({ "completion": { "sessionId": "s1", "taskId": "t1", "epoch": epoch } }), "claim"),
+        (
+            json!({ "completion": { "sessionId": "s1", "taskId": "t1", "epoch": epoch, "extra": 1 }, "claim": claim }),
+            "extra",
+        ),
+    ] {
+        let response = daemon.post("/v1/meshes/m/complete-and-claim", body.clone()).await;
+        assert_eq!(response.0, StatusCode::BAD_REQUEST, "{body} gave {response:?}");
+        let message = response.1["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(field), "{field} not named in {response:?}");
+    }
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await, (StatusCode::OK, t1_before), "t1 unchanged");
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t2").await, (StatusCode::OK, t2_before), "t2 unclaimed");
+}
+
+#[tokio::test]
 async fn a_claim_without_a_lease_gets_the_default_ten_minutes() {
     let daemon = TestDaemon::start().await;
     daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t1" })).await;
@@ -1220,6 +1307,13 @@ fn body_routes() -> Vec<(&'static str, Value)> {
         ("/claims", json!({ "nodeId": "n1", "sessionId": "s1", "leaseMs": 60_000 })),
         ("/heartbeats", json!({ "sessionId": "s1", "taskId": "t1", "epoch": 1, "leaseMs": 60_000 })),
         ("/completions", json!({ "sessionId": "s1", "taskId": "t1", "epoch": 1, "summary": "ok" })),
+        (
+            "/complete-and-claim",
+            json!({
+                "completion": { "sessionId": "s1", "taskId": "t1", "epoch": 1, "summary": "ok" },
+                "claim": { "nodeId": "n1", "sessionId": "s1" },
+            }),
+        ),
         ("/ledger/import", json!({ "entries": [foreign_entry("e1", "m")] })),
         ("/events", blocked_event("t1")),
         ("/events/drain", coordinator.clone()),

@@ -16,7 +16,7 @@ use agentmesh_store::{
 
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
 
-use crate::{Fail, SqliteStore, inbox, ledger, missions, runtime, tasks};
+use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, runtime, tasks};
 
 fn fresh_task_id(now: Timestamp) -> String {
     ledger::new_entry_id(now)
@@ -132,6 +132,19 @@ impl Store for SqliteStore {
         self.write_queued(move |tx| tasks::complete(tx, &mesh_id, &report, now))?
     }
 
+    fn complete_and_claim(
+        &self,
+        mesh_id: &str,
+        report: &CompletionReport,
+        claimant: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<(Task, ClaimOutcome)> {
+        self.ensure_legacy_queue(mesh_id);
+        let (mesh_id, report, claim) = (mesh_id.to_owned(), report.clone(), (claimant.clone(), opts.clone()));
+        self.write_queued(move |tx| complete_then_claim(tx, &mesh_id, &report, &claim, now))?
+    }
+
     fn heartbeat(
         &self,
         mesh_id: &str,
@@ -165,6 +178,18 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> Submitted<Task> {
         refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| tasks::complete(tx, mesh, &report, now)))
+    }
+
+    fn submit_complete_and_claim(
+        self: Arc<Self>,
+        mesh_id: String,
+        report: CompletionReport,
+        claim: (Claimant, ClaimOptions),
+        now: Timestamp,
+    ) -> Submitted<(Task, ClaimOutcome)> {
+        refusal_as_error(
+            self.submit_queued(mesh_id, move |tx, mesh| complete_then_claim(tx, mesh, &report, &claim, now)),
+        )
     }
 
     fn submit_heartbeat(
@@ -555,6 +580,23 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
         self.read(|c| crate::overview::pending_by_addressee(c, mesh_id))
     }
+}
+
+/// A completion and, unless it was refused, the claim that follows it, in the
+/// caller's transaction. The outer `Res` fails the transaction; the inner `Err`
+/// is the completion's recorded refusal, which must still be committed.
+fn complete_then_claim(
+    tx: &rusqlite::Connection,
+    mesh_id: &str,
+    report: &CompletionReport,
+    (claimant, opts): &(Claimant, ClaimOptions),
+    now: Timestamp,
+) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
+    let completed = match tasks::complete(tx, mesh_id, report, now)? {
+        Ok(task) => task,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    Ok(Ok((completed, tasks::claim(tx, mesh_id, claimant, opts, now)?)))
 }
 
 /// A submitted write whose operation may end in a refusal that was recorded (and

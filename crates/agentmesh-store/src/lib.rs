@@ -358,6 +358,24 @@ pub trait Store: Send + Sync + 'static {
     /// refusal is recorded in the ledger.
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task>;
 
+    /// Records a worker's completion or failure as [`Store::complete_task`] does,
+    /// then claims the next task for `claimant` as [`Store::claim_next`] does: the
+    /// worker loop's two steps in one call. A refused report claims nothing. A
+    /// backend should run both in one transaction, so the claim sees the completion
+    /// (a dependent it unblocked is claimable at once) and a crash never keeps one
+    /// without the other; the default runs them one after the other.
+    fn complete_and_claim(
+        &self,
+        mesh_id: &str,
+        report: &CompletionReport,
+        claimant: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<(Task, ClaimOutcome)> {
+        let completed = self.complete_task(mesh_id, report, now)?;
+        Ok((completed, self.claim_next(mesh_id, claimant, opts, now)?))
+    }
+
     /// Extends the lease of an assigned task held by `session_id` at `epoch`.
     fn heartbeat(
         &self,
@@ -403,6 +421,18 @@ pub trait Store: Send + Sync + 'static {
         submit::on_thread(move || {
             self.heartbeat(&mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
         })
+    }
+
+    /// [`Store::complete_and_claim`], submitted without holding the caller's thread
+    /// (see [`submit`]). The default runs it on a thread of its own.
+    fn submit_complete_and_claim(
+        self: Arc<Self>,
+        mesh_id: String,
+        report: CompletionReport,
+        claim: (Claimant, ClaimOptions),
+        now: Timestamp,
+    ) -> Submitted<(Task, ClaimOutcome)> {
+        submit::on_thread(move || self.complete_and_claim(&mesh_id, &report, &claim.0, &claim.1, now))
     }
 
     /// Cancels a pending or assigned task (ledger `task_cancelled`); pending

@@ -204,8 +204,7 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
 async fn load(store: Arc<dyn Store>) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
     let daemon = Daemon::start(store).await?;
     let addr = daemon.addr;
-    let (runs, wall) = run_clients(|k, start| async move { client(k, addr, &start).await })
-    .await?;
+    let (runs, wall) = run_clients(|k, start| async move { client(k, addr, &start).await }).await?;
     daemon.stop().await?;
     Ok((runs, wall))
 }

@@ -37,7 +37,8 @@ pub(super) struct HttpConn {
 impl HttpConn {
     /// Connects to `addr` (with `TCP_NODELAY`, as a worker's client would).
     pub(super) async fn connect(addr: SocketAddr, token: &str) -> anyhow::Result<HttpConn> {
-        let stream = TcpStream::connect(addr).await.with_context(|| format!("failed to connect to {addr}"))?;
+        let stream =
+            TcpStream::connect(addr).await.with_context(|| format!("failed to connect to {addr}"))?;
         stream.set_nodelay(true)?;
         Ok(HttpConn {
             stream,
@@ -124,7 +125,8 @@ mod tests {
 
     #[test]
     fn a_head_is_read_once_complete() {
-        let answer = b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}";
+        let answer =
+            b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}";
         let head = answer.len() - 7;
         assert_eq!(parse_head(answer).unwrap(), Some((head, 201, 7)));
         assert_eq!(parse_head(&answer[..head - 2]).unwrap(), None);

@@ -57,8 +57,9 @@ fn http_floor(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()>
 async fn real_answers(store: Arc<dyn Store>) -> anyhow::Result<(Value, Value)> {
     let daemon = Daemon::start(store).await?;
     let mut http = HttpConn::connect(daemon.addr, TOKEN).await?;
-    let claimed =
-        http.post_json(&mesh_route("claims"), &json!({ "nodeId": "node-0", "sessionId": "session-0" })).await?;
+    let claimed = http
+        .post_json(&mesh_route("claims"), &json!({ "nodeId": "node-0", "sessionId": "session-0" }))
+        .await?;
     let task = &claimed["task"];
     let report = json!({
         "sessionId": "session-0",

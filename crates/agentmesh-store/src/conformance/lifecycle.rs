@@ -2,7 +2,7 @@
 //! and epoch, completion matching, cancel, requeue and its retry budget, reclaim,
 //! heartbeats and leases, and the ledger entries every state change writes.
 
-use agentmesh_core::{RequeueOptions, Requeued, TaskStatus, Timestamp};
+use agentmesh_core::{ClaimRefusal, RequeueOptions, Requeued, TaskStatus, Timestamp};
 
 use super::support::*;
 use crate::{ClaimOptions, CompletionReport, Store, StoreError};
@@ -173,6 +173,52 @@ pub fn stale_epoch_completion_is_refused_and_recorded(store: &dyn Store) {
     );
     ledger.assert_new(store, "a stale completion", &["completion_refused:t1"]);
     assert_eq!(find(store, MESH, "t1"), current, "expected the stale completion to leave the task unchanged");
+}
+
+/// Complete-and-claim records the completion, then claims the next task for the claimant, which sees the completion: a dependent it unblocked is claimed at once.
+pub fn complete_and_claim_completes_then_claims_the_next(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    enqueue(store, MESH, dependent_task("t2", &["t1"]), at(2));
+    let s1 = worker("node-1", "s1");
+    let task = claim_ok(store, MESH, &s1, at(3), "t1");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let (completed, next) = ok(
+        store.complete_and_claim(MESH, &report(&task, done("shipped")), &s1, &lease(), at(4)),
+        "complete_and_claim",
+    );
+    assert_eq!(completed.status, TaskStatus::Completed, "expected t1 completed");
+    assert_eq!(completed.final_summary.as_deref(), Some("shipped"), "expected the worker's summary kept");
+    assert_eq!(find(store, MESH, "t1"), completed, "expected the stored t1 to equal the returned one");
+    let next = assert_claimed(next, "t2");
+    assert_eq!(next.assigned_session_id.as_deref(), Some("s1"), "expected t2 assigned to the same session");
+    assert_eq!(find(store, MESH, "t2"), next, "expected the stored t2 to equal the returned one");
+    ledger.assert_new(store, "a complete-and-claim", &["task_completed:t1", "task_claimed:t2"]);
+
+    let (last, none) = ok(
+        store.complete_and_claim(MESH, &report(&next, done("also shipped")), &s1, &lease(), at(5)),
+        "complete_and_claim on an empty queue",
+    );
+    assert_eq!(last.status, TaskStatus::Completed, "expected t2 completed");
+    assert_refused(none, ClaimRefusal::NoPendingCandidates);
+}
+
+/// Complete-and-claim with a stale report is refused like the completion alone, the refusal is recorded, and nothing is claimed.
+pub fn complete_and_claim_with_a_refused_report_claims_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    enqueue(store, MESH, new_task("t2"), at(2));
+    let s1 = worker("node-1", "s1");
+    let task = claim_ok(store, MESH, &s1, at(3), "t1");
+    let mut stale = report(&task, done("late"));
+    stale.epoch = Some(task.epoch() + 1);
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let err = expect_err(
+        store.complete_and_claim(MESH, &stale, &s1, &lease(), at(4)),
+        "a stale complete-and-claim",
+    );
+    assert!(matches!(err, StoreError::StaleEpoch { .. }), "expected StaleEpoch, got {err:?}");
+    ledger.assert_new(store, "a refused complete-and-claim", &["completion_refused:t1"]);
+    assert_eq!(find(store, MESH, "t1"), task, "expected t1 left as it was");
+    assert_status(store, MESH, "t2", TaskStatus::Pending);
 }
 
 /// A completion from a session that does not hold the task is refused with `NotAssignedToSession` and recorded.
