@@ -10,6 +10,13 @@
 //! `http-claim-complete-unbatched` is the same with the store's group commit off,
 //! every write committing on its own.
 //!
+//! `http-complete-and-claim` is the same work done the way a worker that chains
+//! its tasks does it: after one first claim, each client sends one
+//! `POST …/complete-and-claim` per task, which completes it and claims the next in
+//! one transaction. One op is one task
+//! claimed and completed, as above; its latency is that of the request that
+//! completed it (the first task's also counts the first claim).
+//!
 //! `store-claim-complete` is the same load without HTTP: `CLIENTS` OS threads call
 //! the store directly, one worker session each. It is the ceiling the daemon's
 //! store sets on the HTTP case, and it shows what group commit gives writers that
@@ -52,8 +59,12 @@ const PREFILL_BATCH: usize = 5_000;
 pub fn run(h: &mut Harness) {
     let n = h.opts().scale(20_000);
     for (case, group_commit) in [("http-claim-complete", true), ("http-claim-complete-unbatched", false)] {
-        h.run_case(&format!("{case}-{n}"), |h, store| claim_complete(h, store, case, n, group_commit));
+        h.run_case(&format!("{case}-{n}"), |h, store| {
+            claim_complete(h, store, case, n, group_commit, Loop::Pairs)
+        });
     }
+    let case = "http-complete-and-claim";
+    h.run_case(&format!("{case}-{n}"), |h, store| claim_complete(h, store, case, n, true, Loop::Chained));
     h.run_case(&format!("store-claim-complete-{n}"), |h, store| store_claim_complete(h, store, n));
     super::http_floor::run(h, n);
 }
@@ -121,12 +132,23 @@ struct ClientRun {
     pairs: Vec<Duration>,
 }
 
+/// How a client goes through its tasks.
+#[derive(Clone, Copy)]
+enum Loop {
+    /// A claim, then a completion: two requests per task.
+    Pairs,
+    /// One claim, then `complete-and-claim` per task: each request completes one
+    /// task and claims the next.
+    Chained,
+}
+
 fn claim_complete(
     h: &mut Harness,
     case: &CaseStore,
     name: &'static str,
     n: usize,
     group_commit: bool,
+    shape: Loop,
 ) -> anyhow::Result<()> {
     let store = case.sqlite();
     store.set_group_commit(group_commit);
@@ -141,7 +163,7 @@ fn claim_complete(
         .build()
         .context("failed to start the Tokio runtime")?;
     let served: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
-    let (runs, wall) = runtime.block_on(load(served))?;
+    let (runs, wall) = runtime.block_on(load(served, shape))?;
     drop(runtime);
 
     finish(h, case, n, Load { name, who: "clients", group_commit, runs, wall, before })
@@ -201,10 +223,16 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
 
 /// Serves `store` on `127.0.0.1:0` and runs the clients against it until the queue
 /// is empty. Returns what each client did and the wall-clock time of the load.
-async fn load(store: Arc<dyn Store>) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
+async fn load(store: Arc<dyn Store>, shape: Loop) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
     let daemon = Daemon::start(store).await?;
     let addr = daemon.addr;
-    let (runs, wall) = run_clients(|k, start| async move { client(k, addr, &start).await }).await?;
+    let (runs, wall) = run_clients(|k, start| async move {
+        match shape {
+            Loop::Pairs => client(k, addr, &start).await,
+            Loop::Chained => chained_client(k, addr, &start).await,
+        }
+    })
+    .await?;
     daemon.stop().await?;
     Ok((runs, wall))
 }
@@ -286,5 +314,41 @@ async fn client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::Result<C
         anyhow::ensure!(done["status"] == "completed", "task {id} not completed: {done}");
         run.pairs.push(began.elapsed());
         run.completed.push(id);
+    }
+}
+
+/// One worker session that chains its tasks: a first claim, then one
+/// `complete-and-claim` per task until the claim half finds the queue empty. A
+/// task's time is that of the request that completed it (the first task's also
+/// counts the first claim).
+async fn chained_client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::Result<ClientRun> {
+    let mut http = HttpConn::connect(addr, TOKEN).await?;
+    let session = format!("session-{k}");
+    let claim = json!({ "nodeId": format!("node-{k}"), "sessionId": session });
+    let path = mesh_route("complete-and-claim");
+    let mut run = ClientRun::default();
+    start.wait().await;
+    let began = Instant::now();
+    let mut next = http.post_json(&mesh_route("claims"), &claim).await?;
+    let mut first_claim = began.elapsed();
+    loop {
+        let task = &next["task"];
+        if task.is_null() {
+            anyhow::ensure!(next["refusal"].is_string(), "a claim without a task gave no reason: {next}");
+            return Ok(run);
+        }
+        let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
+        let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
+        let body = json!({
+            "completion": { "sessionId": session, "taskId": id, "epoch": epoch, "summary": "done" },
+            "claim": claim,
+        });
+        let began = Instant::now();
+        let mut answer = http.post_json(&path, &body).await?;
+        let took = began.elapsed();
+        anyhow::ensure!(answer["completed"]["status"] == "completed", "task {id} not completed: {answer}");
+        run.pairs.push(std::mem::take(&mut first_claim) + took);
+        run.completed.push(id);
+        next = answer["next"].take();
     }
 }
