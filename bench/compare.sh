@@ -6,8 +6,10 @@
 #   --quick       every N divided by 10 (smoke run), passed to both benchmarks
 #   --only=a,b    run only these groups: enqueue, claim-depth, claim-with-deps,
 #                 pending-events, ledger, fingerprints, http (ours only: the
-#                 daemon under 8 HTTP clients, its store under 8 threads, and
-#                 the same HTTP load with no store behind it), floor (ours
+#                 daemon under 8 HTTP clients, with two requests per task and
+#                 with one complete-and-claim per task, its store under 8
+#                 threads, and the same HTTP load with no store behind it),
+#                 floor (ours
 #                 only: what a bare SQLite commit and a bare drain cost on
 #                 this machine); the seed side skips the last two and their
 #                 rows show with empty seed columns
