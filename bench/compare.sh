@@ -9,10 +9,9 @@
 #                 daemon under 8 HTTP clients, with two requests per task and
 #                 with one complete-and-claim per task, its store under 8
 #                 threads, and the same HTTP load with no store behind it),
-#                 floor (ours
-#                 only: what a bare SQLite commit and a bare drain cost on
-#                 this machine); the seed side skips the last two and their
-#                 rows show with empty seed columns
+#                 floor (ours only: what a bare SQLite commit and a bare
+#                 drain cost on this machine); the seed side skips the last
+#                 two and their rows show with empty seed columns
 #   --shared DIR  folder holding bench/seed-harness and reference/seeds
 #                 (default: ../shared relative to the repo root)
 #
