@@ -260,6 +260,45 @@ fn two_workers_run_a_coordinators_tasks_and_each_completion_arrives_once() {
     daemon.stop();
 }
 
+/// A worker that keeps going reports each task and claims the next in one
+/// `complete-and-claim` request: no report goes to `/completions` on its own.
+#[test]
+fn a_worker_chains_each_report_with_its_next_claim() {
+    let daemon = Daemon::start();
+    for id in ["t1", "t2", "t3"] {
+        daemon.remote(&["task", "add", "chained work", "--id", id, "--json"]).ok();
+    }
+    let logs = tempfile::tempdir().expect("a temp dir");
+    let mut worker = daemon.worker(logs.path(), "w1", &["sh", "-c", "echo done"]);
+    for id in ["t1", "t2", "t3"] {
+        wait_status(daemon.data_dir(), id, "completed");
+    }
+    signal(&worker, "INT");
+    let status = wait_exit(&mut worker, "the worker");
+    assert!(status.success(), "the worker exits 0 on SIGINT, got {status}");
+    let out = std::fs::read_to_string(logs.path().join("w1.out")).expect("worker stdout");
+    let summary: Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("one JSON document ({e}): {out}"));
+    assert_eq!((&summary["completed"], &summary["failed"]), (&Value::from(3), &Value::from(0)), "{summary}");
+
+    let token = std::fs::read_to_string(daemon.token_file()).expect("the token file");
+    let metrics = reqwest::blocking::Client::new()
+        .get(format!("{}/metrics", daemon.url))
+        .bearer_auth(token.trim())
+        .send()
+        .and_then(|r| r.text())
+        .expect("the daemon's metrics");
+    let requests = |route: &str| {
+        let series = format!(
+            "agentmesh_http_requests_total{{route=\"/v1/meshes/{{mesh}}/{route}\",method=\"POST\",status=\"200\"}} "
+        );
+        metrics.lines().find_map(|line| line.strip_prefix(&series)).map(|n| n.trim().to_owned())
+    };
+    assert_eq!(requests("complete-and-claim").as_deref(), Some("3"), "three chained reports in\n{metrics}");
+    assert_eq!(requests("completions"), None, "no report on its own in\n{metrics}");
+    daemon.stop();
+}
+
 #[test]
 fn reads_print_the_same_bytes_with_and_without_the_daemon() {
     let daemon = Daemon::start();

@@ -9,6 +9,14 @@
 //! fail it with a reason naming the exit status; repeat. With nothing to claim it
 //! waits, backing off up to two seconds, and asks again.
 //!
+//! Chaining: unless the loop is stopping or runs `--once`, the report and the next
+//! claim go as one `complete-and-claim` (one request, one transaction). A task
+//! claimed that way is run even when a stop signal arrives while the request is on
+//! its way: it was taken before the loop saw the stop, and is finished like a
+//! running one. When a retried report finds that an earlier attempt did land, the
+//! answer that carried the next claim was lost, so the loop takes over whatever
+//! task its session holds.
+//!
 //! Every call goes through [`MeshApi`], so the same loop runs on the data dir or
 //! against a daemon (`--server`).
 //!
@@ -36,7 +44,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agentmesh_api::wire::{ClaimBody, CompletionBody, HeartbeatBody};
+use agentmesh_api::views::ClaimView;
+use agentmesh_api::wire::{ClaimBody, CompleteAndClaimBody, CompletionBody, HeartbeatBody, ListParams};
 use agentmesh_api::{MeshApi, MeshError};
 use agentmesh_core::{InvalidInput, Task, TaskStatus};
 use anyhow::Context as _;
@@ -146,9 +155,16 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
     let mut summary = WorkSummary::default();
     let mut idle = IDLE_MIN;
     let mut nothing_to_claim = None;
+    // The claim that came back with the last report, when it was chained.
+    let mut chained: Option<ClaimView> = None;
+    let chain = (!args.once).then_some(&claim);
     eprintln!("worker {}@{} in mesh {}: waiting for tasks", worker.session, worker.node, worker.mesh);
-    while !worker.stop_requested() {
-        let view = match worker.api.claim(worker.mesh, claim.clone()) {
+    while chained.as_ref().is_some_and(|view| view.task.is_some()) || !worker.stop_requested() {
+        let next = match chained.take() {
+            Some(view) => Ok(view),
+            None => worker.api.claim(worker.mesh, claim.clone()),
+        };
+        let view = match next {
             Ok(view) => view,
             Err(err) if args.once || !is_transient(&err) => return Err(err).context("claim failed"),
             Err(err) => {
@@ -173,7 +189,8 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
             continue;
         };
         idle = IDLE_MIN;
-        let record = worker.run_task(&task)?;
+        let (record, next) = worker.run_task(&task, chain)?;
+        chained = next;
         match record.status {
             "completed" => summary.completed += 1,
             "failed" => summary.failed += 1,
@@ -225,8 +242,13 @@ impl Worker<'_> {
         !self.stop_requested()
     }
 
-    /// Runs the command for `task` and reports how it ended.
-    fn run_task(&self, task: &Task) -> anyhow::Result<TaskRecord> {
+    /// Runs the command for `task` and reports how it ended; with `chain`, the
+    /// report also claims the next task (see the module doc), which is returned.
+    fn run_task(
+        &self,
+        task: &Task,
+        chain: Option<&ClaimBody>,
+    ) -> anyhow::Result<(TaskRecord, Option<ClaimView>)> {
         let epoch = task.epoch();
         eprintln!("claimed {} (epoch {epoch}): {}", task.id, output::excerpt(&task.message, 80));
         let started = Instant::now();
@@ -249,7 +271,7 @@ impl Worker<'_> {
             Err(err) => {
                 let reason = format!("the command {:?} could not be started: {err}", argv[0]);
                 eprintln!("{}: {reason}", task.id);
-                return Ok(self.report(task, epoch, started, None, Err(reason), None));
+                return Ok(self.report(task, epoch, started, None, Err(reason), None, chain));
             }
         };
         eprintln!("running {} for {}", argv[0], task.id);
@@ -300,7 +322,7 @@ impl Worker<'_> {
         Ok(match ended {
             Ended::TakenAway => {
                 eprintln!("{}: taken away after {seconds:.1}s; command killed, nothing reported", task.id);
-                TaskRecord {
+                let record = TaskRecord {
                     id: task.id.clone(),
                     status: "taken_away",
                     exit_code: None,
@@ -309,18 +331,19 @@ impl Worker<'_> {
                     reason: Some(
                         "the task was taken away (its lease ran out or it was cancelled)".to_owned(),
                     ),
-                }
+                };
+                (record, None)
             }
             Ended::Interrupted => {
                 let reason = "interrupted: the worker was stopped and the command killed".to_owned();
-                self.report(task, epoch, started, None, Err(reason), summary)
+                self.report(task, epoch, started, None, Err(reason), summary, None)
             }
             Ended::Exited(status) if status.success() => {
-                self.report(task, epoch, started, status.code(), Ok(()), summary)
+                self.report(task, epoch, started, status.code(), Ok(()), summary, chain)
             }
             Ended::Exited(status) => {
                 let reason = format!("the command failed: {}", describe(status));
-                self.report(task, epoch, started, status.code(), Err(reason), summary)
+                self.report(task, epoch, started, status.code(), Err(reason), summary, chain)
             }
         })
     }
@@ -382,13 +405,28 @@ impl Worker<'_> {
         }
     }
 
-    /// Sends a report, retrying while the daemon is unreachable or busy (a few
-    /// times, [`IDLE_MAX`] apart): the work is done, and losing its report would
-    /// leave the task to be reclaimed and done again.
-    fn complete_with_retries(&self, body: CompletionBody) -> Result<Task, MeshError> {
+    /// Sends a report, with the next claim when `chain` is given, retrying while
+    /// the daemon is unreachable or busy (a few times, [`IDLE_MAX`] apart): the
+    /// work is done, and losing its report would leave the task to be reclaimed and
+    /// done again. Returns the reported task and, with `chain`, the next claim.
+    fn complete_with_retries(
+        &self,
+        body: CompletionBody,
+        chain: Option<&ClaimBody>,
+    ) -> Result<(Task, Option<ClaimView>), MeshError> {
         let mut attempt = 1;
         loop {
-            match self.api.complete(self.mesh, body.clone()) {
+            let sent = match chain {
+                Some(claim) => self
+                    .api
+                    .complete_and_claim(
+                        self.mesh,
+                        CompleteAndClaimBody { completion: body.clone(), claim: claim.clone() },
+                    )
+                    .map(|view| (view.completed, Some(view.next))),
+                None => self.api.complete(self.mesh, body.clone()).map(|task| (task, None)),
+            };
+            match sent {
                 Err(err) if is_transient(&err) && attempt < REPORT_ATTEMPTS => {
                     eprintln!("report failed ({err}); retrying in {}s", IDLE_MAX.as_secs());
                     thread::sleep(IDLE_MAX);
@@ -399,7 +437,7 @@ impl Worker<'_> {
                 // session, under this epoch.
                 Err(err) if attempt > 1 && err.is_caller_error() => {
                     return match self.already_reported(&body) {
-                        Some(task) => Ok(task),
+                        Some(task) => Ok((task, chain.map(|_| self.held_task()))),
                         None => Err(err),
                     };
                 }
@@ -419,7 +457,23 @@ impl Worker<'_> {
         ours.then_some(task)
     }
 
-    /// Completes (`Ok`) or fails (`Err(reason)`) the task and records the outcome.
+    /// The task this session holds, as a claim answer (none when it holds none or
+    /// the look fails: the next claim then says why).
+    fn held_task(&self) -> ClaimView {
+        let assigned = self.api.list_tasks(self.mesh, ListParams { status: Some("assigned".to_owned()) });
+        let task = assigned
+            .unwrap_or_default()
+            .into_iter()
+            .find(|task| task.assigned_session_id.as_deref() == Some(self.session.as_str()));
+        if let Some(task) = &task {
+            eprintln!("{}: taking over the task a lost answer had claimed", task.id);
+        }
+        ClaimView { task, refusal: None }
+    }
+
+    /// Completes (`Ok`) or fails (`Err(reason)`) the task and records the outcome;
+    /// with `chain` (and no stop signal yet), claims the next task in the same
+    /// request and returns that claim.
     fn report(
         &self,
         task: &Task,
@@ -428,8 +482,10 @@ impl Worker<'_> {
         exit_code: Option<i32>,
         outcome: Result<(), String>,
         summary: Option<String>,
-    ) -> TaskRecord {
+        chain: Option<&ClaimBody>,
+    ) -> (TaskRecord, Option<ClaimView>) {
         let seconds = started.elapsed().as_secs_f64();
+        let chain = chain.filter(|_| !self.stop_requested());
         let (failed, reason) = match &outcome {
             Ok(()) => (false, None),
             Err(reason) => (true, Some(reason.clone())),
@@ -442,8 +498,12 @@ impl Worker<'_> {
             failed,
             reason: reason.clone(),
         };
-        let status = match self.complete_with_retries(body) {
-            Ok(_) if failed => {
+        let (reported, next) = match self.complete_with_retries(body, chain) {
+            Ok((_, next)) => (Ok(()), next),
+            Err(err) => (Err(err), None),
+        };
+        let status = match reported {
+            Ok(()) if failed => {
                 eprintln!(
                     "{}: failed after {seconds:.1}s: {}",
                     task.id,
@@ -451,7 +511,7 @@ impl Worker<'_> {
                 );
                 "failed"
             }
-            Ok(_) => {
+            Ok(()) => {
                 eprintln!("{}: done in {seconds:.1}s; completed", task.id);
                 "completed"
             }
@@ -460,7 +520,10 @@ impl Worker<'_> {
                 "unreported"
             }
         };
-        TaskRecord { id: task.id.clone(), status, exit_code, seconds: round(seconds), summary, reason }
+        (
+            TaskRecord { id: task.id.clone(), status, exit_code, seconds: round(seconds), summary, reason },
+            next,
+        )
     }
 }
 
