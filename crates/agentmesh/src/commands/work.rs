@@ -271,7 +271,7 @@ impl Worker<'_> {
             Err(err) => {
                 let reason = format!("the command {:?} could not be started: {err}", argv[0]);
                 eprintln!("{}: {reason}", task.id);
-                return Ok(self.report(task, epoch, started, None, Err(reason), None, chain));
+                return Ok(self.report(task, started, None, Err(reason), None, chain));
             }
         };
         eprintln!("running {} for {}", argv[0], task.id);
@@ -336,14 +336,14 @@ impl Worker<'_> {
             }
             Ended::Interrupted => {
                 let reason = "interrupted: the worker was stopped and the command killed".to_owned();
-                self.report(task, epoch, started, None, Err(reason), summary, None)
+                self.report(task, started, None, Err(reason), summary, None)
             }
             Ended::Exited(status) if status.success() => {
-                self.report(task, epoch, started, status.code(), Ok(()), summary, chain)
+                self.report(task, started, status.code(), Ok(()), summary, chain)
             }
             Ended::Exited(status) => {
                 let reason = format!("the command failed: {}", describe(status));
-                self.report(task, epoch, started, status.code(), Err(reason), summary, chain)
+                self.report(task, started, status.code(), Err(reason), summary, chain)
             }
         })
     }
@@ -477,7 +477,6 @@ impl Worker<'_> {
     fn report(
         &self,
         task: &Task,
-        epoch: u64,
         started: Instant,
         exit_code: Option<i32>,
         outcome: Result<(), String>,
@@ -493,7 +492,7 @@ impl Worker<'_> {
         let body = CompletionBody {
             session_id: self.session.clone(),
             task_id: Some(task.id.clone()),
-            epoch: Some(epoch),
+            epoch: Some(task.epoch()),
             summary: summary.clone(),
             failed,
             reason: reason.clone(),
