@@ -344,6 +344,18 @@ pub struct CompleteArgs {
     /// Why the task failed (with --failed) [default: "worker reported failure"]
     #[arg(long, requires = "failed")]
     pub reason: Option<String>,
+    /// Then claim the session's next task on NODE, in the same transaction
+    #[arg(long, value_name = "NODE")]
+    pub claim_next: Option<String>,
+    /// A capability tag the node offers, for the next claim (repeatable)
+    #[arg(long = "tag", value_name = "TAG", requires = "claim_next")]
+    pub tags: Vec<String>,
+    /// The session's provider type, for the next claim
+    #[arg(long, value_name = "TYPE", requires = "claim_next")]
+    pub provider: Option<String>,
+    /// Lease length in seconds of the next claim
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..), requires = "claim_next")]
+    pub lease_secs: Option<u32>,
 }
 
 /// `agentmesh events ...`

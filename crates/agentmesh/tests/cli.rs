@@ -351,6 +351,33 @@ fn a_dependency_is_claimed_before_its_dependent() {
 }
 
 #[test]
+fn complete_with_claim_next_reports_and_claims_in_one_call() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "write the parser", "--id", "a"]);
+    mesh.json(&["task", "add", "test the parser", "--id", "b", "--depends-on", "a"]);
+    let first = mesh.json(&["claim", "--node", "n1", "--session", "s1"]);
+    assert_eq!(first["id"], "a");
+
+    // b waits on a: the claim half sees the completion of the same transaction.
+    let chained = mesh.json(&["complete", "--session", "s1", "--summary", "written", "--claim-next", "n1"]);
+    assert_eq!(chained["completed"]["id"], "a", "{chained}");
+    assert_eq!(chained["completed"]["status"], "completed", "{chained}");
+    assert_eq!(chained["next"]["task"]["id"], "b", "{chained}");
+    assert_eq!(chained["next"]["task"]["assignedSessionId"], "s1", "{chained}");
+
+    let last = mesh.run(&["complete", "--session", "s1", "--claim-next", "n1"]);
+    last.assert_code(0);
+    assert_eq!(last.stdout, "completed b\nnothing to claim: no_pending_candidates\n");
+
+    // The next-claim flags need --claim-next; a blank node is named.
+    assert_eq!(mesh.json_error(&["complete", "--session", "s1", "--tag", "os=linux"], 2), "invalid_input");
+    assert_eq!(mesh.json_error(&["complete", "--session", "s1", "--claim-next", " "], 2), "invalid_input");
+    let kinds = mesh.ledger_kinds();
+    assert_eq!(kinds.iter().filter(|k| *k == "task_completed").count(), 2, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "task_claimed").count(), 2, "{kinds:?}");
+}
+
+#[test]
 fn list_json_is_an_array_and_filters_by_status() {
     let mesh = Mesh::new();
     assert_eq!(mesh.json(&["task", "list"]), serde_json::json!([]));

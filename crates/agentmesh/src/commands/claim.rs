@@ -6,6 +6,7 @@
 
 use std::num::NonZeroU32;
 
+use agentmesh_api::views::ClaimView;
 use agentmesh_api::wire::ClaimBody;
 use agentmesh_core::{InvalidInput, Task};
 
@@ -22,16 +23,24 @@ pub fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<(
         provider_type: args.provider,
         provider_max_parallel: args.max_parallel,
         node_is_worktree: args.worktree,
-        lease_ms: args
-            .lease_secs
-            .map(|secs| {
-                secs.checked_mul(1000)
-                    .and_then(NonZeroU32::new)
-                    .ok_or_else(|| InvalidInput::new("leaseSecs", "must be between 1 and 4294967 seconds"))
-            })
-            .transpose()?,
+        lease_ms: lease_ms(args.lease_secs)?,
     };
     let view = ctx.api()?.claim(ctx.mesh(), body)?;
+    print_claim(view, out)
+}
+
+/// A claim's lease in milliseconds, from `--lease-secs`.
+pub(super) fn lease_ms(secs: Option<u32>) -> Result<Option<NonZeroU32>, InvalidInput> {
+    secs.map(|secs| {
+        secs.checked_mul(1000)
+            .and_then(NonZeroU32::new)
+            .ok_or_else(|| InvalidInput::new("leaseSecs", "must be between 1 and 4294967 seconds"))
+    })
+    .transpose()
+}
+
+/// Prints a claim's answer: the task, or `null` (JSON) and why there is none.
+pub(super) fn print_claim(view: ClaimView, out: &mut Output) -> anyhow::Result<()> {
     match view.task {
         Some(task) => out.emit(&task, |w| {
             writeln!(
