@@ -5,11 +5,12 @@
 //! Nothing here asserts on timing. Waits have generous deadlines and end as soon
 //! as what they wait for has happened; signals are sent with the system's `kill`.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -296,6 +297,106 @@ fn a_worker_chains_each_report_with_its_next_claim() {
     };
     assert_eq!(requests("complete-and-claim").as_deref(), Some("3"), "three chained reports in\n{metrics}");
     assert_eq!(requests("completions"), None, "no report on its own in\n{metrics}");
+    daemon.stop();
+}
+
+/// A TCP proxy in front of `daemon_url` that loses one answer: the first
+/// `complete-and-claim` request is passed on, the daemon commits it, and the proxy
+/// closes the worker's connection instead of passing the answer back. Returns the
+/// proxy's URL and whether it has lost the answer yet.
+fn proxy_losing_one_chained_answer(daemon_url: &str) -> (String, Arc<AtomicBool>) {
+    let upstream = daemon_url.trim_start_matches("http://").to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+    let url = format!("http://{}", listener.local_addr().expect("proxy address"));
+    let lost = Arc::new(AtomicBool::new(false));
+    let lost_once = Arc::clone(&lost);
+    std::thread::spawn(move || {
+        for client in listener.incoming().map_while(Result::ok) {
+            let Ok(server) = TcpStream::connect(&upstream) else { return };
+            // Set once this connection has carried the request whose answer is lost.
+            let armed = Arc::new(AtomicBool::new(false));
+            let (mut from_client, mut to_server) =
+                (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+            let (armed_up, lost_up) = (Arc::clone(&armed), Arc::clone(&lost_once));
+            std::thread::spawn(move || {
+                let mut buf = [0_u8; 64 * 1024];
+                while let Ok(n @ 1..) = from_client.read(&mut buf) {
+                    let chunk = &buf[..n];
+                    if !lost_up.load(Ordering::SeqCst)
+                        && chunk.windows(19).any(|w| w == b"/complete-and-claim")
+                    {
+                        armed_up.store(true, Ordering::SeqCst);
+                    }
+                    if to_server.write_all(chunk).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_server.shutdown(Shutdown::Write);
+            });
+            let (mut from_server, mut to_client, lost_down) = (server, client, Arc::clone(&lost_once));
+            std::thread::spawn(move || {
+                let mut buf = [0_u8; 64 * 1024];
+                while let Ok(n @ 1..) = from_server.read(&mut buf) {
+                    if armed.load(Ordering::SeqCst) && !lost_down.swap(true, Ordering::SeqCst) {
+                        let _ = to_client.shutdown(Shutdown::Both);
+                        let _ = from_server.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    if to_client.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_client.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (url, lost)
+}
+
+/// When the answer to a chained report is lost, the retried report finds the task
+/// already completed, and the worker takes over the task the lost answer claimed
+/// for its session instead of leaving it stranded until its lease runs out.
+#[test]
+fn a_worker_takes_over_the_task_a_lost_chained_answer_claimed() {
+    let daemon = Daemon::start();
+    for id in ["t1", "t2", "t3"] {
+        daemon.remote(&["task", "add", "chained work", "--id", id, "--json"]).ok();
+    }
+    let (proxy, lost) = proxy_losing_one_chained_answer(&daemon.url);
+    let logs = tempfile::tempdir().expect("a temp dir");
+    let err_log = logs.path().join("w1.err");
+    let mut worker = agentmesh()
+        .args(["--server", &proxy, "--token-file"])
+        .arg(daemon.token_file())
+        .args(["work", "--node", "n1", "--session", "w1", "--json", "--", "sh", "-c", "echo done"])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(logs.path().join("w1.out")).expect("log file"))
+        .stderr(std::fs::File::create(&err_log).expect("log file"))
+        .spawn()
+        .expect("a worker starts");
+    for id in ["t1", "t2", "t3"] {
+        wait_status(daemon.data_dir(), id, "completed");
+    }
+    signal(&worker, "INT");
+    let status = wait_exit(&mut worker, "the worker");
+    let err = std::fs::read_to_string(&err_log).unwrap_or_default();
+    assert!(status.success(), "the worker exits 0 on SIGINT, got {status}\n{err}");
+    assert!(lost.load(Ordering::SeqCst), "the proxy lost a chained answer\n{err}");
+    assert!(err.contains("taking over the task a lost answer had claimed"), "{err}");
+    let out = std::fs::read_to_string(logs.path().join("w1.out")).expect("worker stdout");
+    let summary: Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("one JSON document ({e}): {out}"));
+    assert_eq!((&summary["completed"], &summary["failed"]), (&Value::from(3), &Value::from(0)), "{summary}");
+    let ledger = daemon.remote(&["ledger", "tail", "--limit", "100", "--json"]).ok().json();
+    for task in ["t1", "t2", "t3"] {
+        let completed = ledger
+            .as_array()
+            .expect("a ledger array")
+            .iter()
+            .filter(|e| e["kind"] == "task_completed" && e["payload"]["taskId"] == task)
+            .count();
+        assert_eq!(completed, 1, "{task} completed once in {ledger:#}");
+    }
     daemon.stop();
 }
 
