@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::events::enforce_from_env_value;
 use agentmesh_core::{
-    Claimant, IdleSession, InvalidInput, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task,
-    TaskStatus, Timestamp,
+    Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
 use agentmesh_store::{ClaimOptions, CompletionReport, DrainRequest, Heartbeat, Store, StoreError};
@@ -169,11 +169,8 @@ fn complete_and_claim_request(
     body: CompleteAndClaimBody,
     now: Timestamp,
 ) -> MeshResult<(CompletionReport, Claimant, ClaimOptions)> {
-    let within = |part: &'static str| {
-        move |err: InvalidInput| InvalidInput::new(format!("{part}.{}", err.field), err.problem)
-    };
-    let report = body.completion.into_report(now).map_err(within("completion"))?;
-    let (claimant, lease_ms) = body.claim.into_claim().map_err(within("claim"))?;
+    let report = body.completion.into_report(now).map_err(|e| e.within("completion"))?;
+    let (claimant, lease_ms) = body.claim.into_claim().map_err(|e| e.within("claim"))?;
     Ok((report, claimant, claim_options(lease_ms)))
 }
 

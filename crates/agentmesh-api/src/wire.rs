@@ -489,10 +489,7 @@ impl PushEventBody {
             Some(_) => {}
         }
         raw.entry("queuedAt").or_insert_with(|| Value::from(now.millis()));
-        let event = PendingEvent::from_map(raw).map_err(|mut err| {
-            err.field = format!("event.{}", err.field);
-            err
-        })?;
+        let event = PendingEvent::from_map(raw).map_err(|err| err.within("event"))?;
         if event.event.trim().is_empty() {
             return Err(InvalidInput::new("event.event", "must not be blank"));
         }

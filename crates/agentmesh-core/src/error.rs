@@ -21,6 +21,12 @@ impl InvalidInput {
     pub fn new(field: impl Into<String>, problem: impl Into<String>) -> InvalidInput {
         InvalidInput { field: field.into(), problem: problem.into() }
     }
+
+    /// The same error for a field nested under `path`: `within("tasks[2]")` turns
+    /// `message` into `tasks[2].message`.
+    pub fn within(self, path: impl fmt::Display) -> InvalidInput {
+        InvalidInput { field: format!("{path}.{}", self.field), problem: self.problem }
+    }
 }
 
 /// The operations a task can undergo, for transition errors.

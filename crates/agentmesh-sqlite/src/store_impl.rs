@@ -36,9 +36,8 @@ impl Store for SqliteStore {
                 .enumerate()
                 .map(|(i, n)| {
                     tasks::enqueue(tx, mesh_id, n, &fresh_task_id(now), now).map_err(|Fail(err)| match err {
-                        StoreError::InvalidInput(mut e) => {
-                            e.field = format!("tasks[{i}].{}", e.field);
-                            Fail(StoreError::InvalidInput(e))
+                        StoreError::InvalidInput(e) => {
+                            Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
                         }
                         other => Fail(other),
                     })
@@ -280,10 +279,7 @@ impl Store for SqliteStore {
 
     fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
         for (i, entry) in entries.iter().enumerate() {
-            entry.validate().map_err(|mut e| {
-                e.field = format!("entries[{i}].{}", e.field);
-                StoreError::InvalidInput(e)
-            })?;
+            entry.validate().map_err(|e| StoreError::InvalidInput(e.within(format_args!("entries[{i}]"))))?;
         }
         self.write(|tx| {
             let mut imported = 0;
