@@ -145,7 +145,7 @@ impl LocalMesh {
         let now = self.now();
         let (report, claimant, opts) = complete_and_claim_request(body, now)?;
         let write =
-            Arc::clone(&self.store).submit_complete_and_claim(mesh.to_owned(), report, (claimant, opts), now);
+            Arc::clone(&self.store).submit_complete_and_claim(mesh.to_owned(), report, claimant, opts, now);
         self.write_submitted(write).await.map(CompleteAndClaimView::from)
     }
 

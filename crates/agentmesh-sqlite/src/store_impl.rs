@@ -140,8 +140,9 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)> {
         self.ensure_legacy_queue(mesh_id);
-        let (mesh_id, report, claim) = (mesh_id.to_owned(), report.clone(), (claimant.clone(), opts.clone()));
-        self.write_queued(move |tx| complete_then_claim(tx, &mesh_id, &report, &claim, now))?
+        let (mesh_id, report, claimant, opts) =
+            (mesh_id.to_owned(), report.clone(), claimant.clone(), opts.clone());
+        self.write_queued(move |tx| complete_then_claim(tx, &mesh_id, &report, &claimant, &opts, now))?
     }
 
     fn heartbeat(
@@ -183,12 +184,13 @@ impl Store for SqliteStore {
         self: Arc<Self>,
         mesh_id: String,
         report: CompletionReport,
-        claim: (Claimant, ClaimOptions),
+        claimant: Claimant,
+        opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<(Task, ClaimOutcome)> {
-        refusal_as_error(
-            self.submit_queued(mesh_id, move |tx, mesh| complete_then_claim(tx, mesh, &report, &claim, now)),
-        )
+        refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| {
+            complete_then_claim(tx, mesh, &report, &claimant, &opts, now)
+        }))
     }
 
     fn submit_heartbeat(
@@ -585,7 +587,8 @@ fn complete_then_claim(
     tx: &rusqlite::Connection,
     mesh_id: &str,
     report: &CompletionReport,
-    (claimant, opts): &(Claimant, ClaimOptions),
+    claimant: &Claimant,
+    opts: &ClaimOptions,
     now: Timestamp,
 ) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
     let completed = match tasks::complete(tx, mesh_id, report, now)? {

@@ -429,10 +429,11 @@ pub trait Store: Send + Sync + 'static {
         self: Arc<Self>,
         mesh_id: String,
         report: CompletionReport,
-        claim: (Claimant, ClaimOptions),
+        claimant: Claimant,
+        opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<(Task, ClaimOutcome)> {
-        submit::on_thread(move || self.complete_and_claim(&mesh_id, &report, &claim.0, &claim.1, now))
+        submit::on_thread(move || self.complete_and_claim(&mesh_id, &report, &claimant, &opts, now))
     }
 
     /// Cancels a pending or assigned task (ledger `task_cancelled`); pending
