@@ -43,9 +43,7 @@ pub fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow::Resul
     };
     let view = ctx.api()?.complete_and_claim(ctx.mesh(), CompleteAndClaimBody { completion, claim })?;
     if out.is_json() {
-        if let Some(reason) = view.next.refusal.as_deref().filter(|_| view.next.task.is_none()) {
-            eprintln!("agentmesh: nothing to claim: {reason}");
-        }
+        // The document carries the refusal, unlike `claim`'s bare `null`.
         return out.emit(&view, |_| Ok(()));
     }
     out.emit(&view.completed, |w| writeln!(w, "{}", report_line(&view.completed)))?;
