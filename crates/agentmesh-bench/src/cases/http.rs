@@ -37,7 +37,7 @@ use agentmesh_daemon::{ApiToken, AppState};
 use agentmesh_sqlite::WriteStats;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
@@ -298,17 +298,9 @@ async fn client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::Result<C
     start.wait().await;
     loop {
         let began = Instant::now();
-        let claimed = http.post_json(&claims, &claim).await?;
-        let task = &claimed["task"];
-        if task.is_null() {
-            anyhow::ensure!(
-                claimed["refusal"].is_string(),
-                "a claim without a task gave no reason: {claimed}"
-            );
+        let Some((id, epoch)) = claimed_task(&http.post_json(&claims, &claim).await?)? else {
             return Ok(run);
-        }
-        let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
-        let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
+        };
         let report = json!({ "sessionId": session, "taskId": id, "epoch": epoch, "summary": "done" });
         let done = http.post_json(&completions, &report).await?;
         anyhow::ensure!(done["status"] == "completed", "task {id} not completed: {done}");
@@ -331,14 +323,7 @@ async fn chained_client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::
     let began = Instant::now();
     let mut next = http.post_json(&mesh_route("claims"), &claim).await?;
     let mut first_claim = began.elapsed();
-    loop {
-        let task = &next["task"];
-        if task.is_null() {
-            anyhow::ensure!(next["refusal"].is_string(), "a claim without a task gave no reason: {next}");
-            return Ok(run);
-        }
-        let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
-        let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
+    while let Some((id, epoch)) = claimed_task(&next)? {
         let body = json!({
             "completion": { "sessionId": session, "taskId": id, "epoch": epoch, "summary": "done" },
             "claim": claim,
@@ -351,4 +336,18 @@ async fn chained_client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::
         run.completed.push(id);
         next = answer["next"].take();
     }
+    Ok(run)
+}
+
+/// The id and epoch of the task a claim answer hands out, or `None` when it names
+/// why there is none.
+fn claimed_task(answer: &Value) -> anyhow::Result<Option<(String, u64)>> {
+    let task = &answer["task"];
+    if task.is_null() {
+        anyhow::ensure!(answer["refusal"].is_string(), "a claim without a task gave no reason: {answer}");
+        return Ok(None);
+    }
+    let id = task["id"].as_str().context("a claimed task without an id")?.to_owned();
+    let epoch = task["dispatchNonce"].as_u64().context("a claimed task without an epoch")?;
+    Ok(Some((id, epoch)))
 }
