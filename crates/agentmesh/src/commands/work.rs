@@ -497,26 +497,22 @@ impl Worker<'_> {
             failed,
             reason: reason.clone(),
         };
-        let (reported, next) = match self.complete_with_retries(body, chain) {
-            Ok((_, next)) => (Ok(()), next),
-            Err(err) => (Err(err), None),
-        };
-        let status = match reported {
-            Ok(()) if failed => {
+        let (status, next) = match self.complete_with_retries(body, chain) {
+            Ok((_, next)) if failed => {
                 eprintln!(
                     "{}: failed after {seconds:.1}s: {}",
                     task.id,
                     reason.as_deref().unwrap_or_default()
                 );
-                "failed"
+                ("failed", next)
             }
-            Ok(()) => {
+            Ok((_, next)) => {
                 eprintln!("{}: done in {seconds:.1}s; completed", task.id);
-                "completed"
+                ("completed", next)
             }
             Err(err) => {
                 eprintln!("{}: the report was not accepted: {err}", task.id);
-                "unreported"
+                ("unreported", None)
             }
         };
         (
