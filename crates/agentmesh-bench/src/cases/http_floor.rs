@@ -5,8 +5,8 @@
 //! answers are kept. Then a bare axum server on `127.0.0.1:0` answers the same two
 //! routes by decoding the JSON body and encoding the kept answer, and `CLIENTS`
 //! clients (the `http-claim-complete` clients: `http_client::HttpConn`, one
-//! keep-alive connection each, the same runtime) post claim → completion pairs until N pairs are done.
-//! One op is one pair; set beside `http-claim-complete` and
+//! keep-alive connection each, the same runtime) post claim → completion pairs
+//! until N pairs are done. One op is one pair; set beside `http-claim-complete` and
 //! `store-claim-complete`, it says how much of a pair is HTTP and how much is the
 //! store.
 
