@@ -42,6 +42,7 @@ fn pragmas_are_set_and_read_back() {
     assert_eq!(store.pragma("synchronous").unwrap(), "1", "NORMAL");
     assert_eq!(store.pragma("foreign_keys").unwrap(), "1");
     assert_eq!(store.pragma("busy_timeout").unwrap(), "5000");
+    assert_eq!(store.pragma("cache_size").unwrap(), "-2048", "2 MiB");
     assert_eq!(store.pragma("user_version").unwrap(), SCHEMA_VERSION.to_string());
 }
 
