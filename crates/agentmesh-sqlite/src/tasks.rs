@@ -20,7 +20,7 @@ use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, Outcome, StatusCount, StoreError,
 };
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use rusqlite::{Connection, OptionalExtension, Statement, ToSql, params, params_from_iter};
 use serde_json::json;
 
 use crate::{Fail, Res, ledger};
@@ -100,15 +100,36 @@ fn not_found(mesh_id: &str, task_id: &str) -> Fail {
 struct Loaded {
     task: Task,
     deps_unmet: i64,
+    /// Where the row is, so that writing it back seeks the table alone.
+    rowid: i64,
 }
 
 fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT payload, deps_unmet FROM mesh_queue WHERE id = ?1 AND mesh_id = ?2")?;
-    let row: Option<(String, i64)> =
-        stmt.query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+    let mut stmt = conn
+        .prepare_cached("SELECT payload, deps_unmet, rowid FROM mesh_queue WHERE id = ?1 AND mesh_id = ?2")?;
+    let row =
+        stmt.query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
+    loaded(task_id, row)
+}
+
+/// [`load`] by rowid; the id and mesh still have to match.
+const LOAD_AT: &str =
+    "SELECT payload, deps_unmet, rowid FROM mesh_queue WHERE rowid = ?3 AND id = ?1 AND mesh_id = ?2";
+
+/// [`load`] for a row whose rowid a claim scan just read: the table alone is sought.
+fn load_at(conn: &Connection, mesh_id: &str, task_id: &str, rowid: i64) -> Res<Option<Loaded>> {
+    let mut stmt = conn.prepare_cached(LOAD_AT)?;
+    let row = stmt
+        .query_row(params![task_id, mesh_id, rowid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    loaded(task_id, row)
+}
+
+fn loaded(task_id: &str, row: Option<(String, i64, i64)>) -> Res<Option<Loaded>> {
     match row {
-        Some((payload, deps_unmet)) => Ok(Some(Loaded { task: decode(task_id, &payload)?, deps_unmet })),
+        Some((payload, deps_unmet, rowid)) => {
+            Ok(Some(Loaded { task: decode(task_id, &payload)?, deps_unmet, rowid }))
+        }
         None => Ok(None),
     }
 }
@@ -117,38 +138,42 @@ fn load_required(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Loaded>
     load(conn, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
 }
 
-/// The values of a task row, in column order: `?1` id through `?24` mission_id, as
-/// both the insert and the update statements bind them.
-fn row_values(task: &Task, deps_unmet: i64) -> [Value; 24] {
+/// Binds the values of a task row, in column order: `?1` id through `?24`
+/// mission_id, as both the insert and the update statements take them. Text is
+/// bound from the task's own strings, without copies of its own.
+fn bind_row(stmt: &mut Statement<'_>, task: &Task, deps_unmet: i64) -> rusqlite::Result<()> {
     let p = Projection::of(task);
-    let text = |v: &Option<String>| v.clone().map_or(Value::Null, Value::Text);
-    let int = |v: Option<i64>| v.map_or(Value::Null, Value::Integer);
-    [
-        Value::Text(task.id.clone()),
-        Value::Text(task.mesh_id.clone()),
-        Value::Text(task.status.as_str().to_owned()),
-        text(&task.target_node_id),
-        text(&task.target_session_id),
-        text(&task.assigned_node_id),
-        text(&task.assigned_session_id),
-        Value::Text(task.created_at.clone()),
-        Value::Text(task.updated_at.clone()),
-        Value::Text(p.payload),
-        Value::Integer(p.priority_rank),
-        Value::Integer(deps_unmet),
-        Value::Integer(i64::from(p.blocked)),
-        Value::Integer(i64::from(p.parked)),
-        Value::Integer(hold_of(deps_unmet, p.blocked, p.parked)),
-        Value::Integer(i64::from(p.readonly)),
-        p.task_mode.map_or(Value::Null, |m| Value::Text(m.to_owned())),
-        p.required_tags.map_or(Value::Null, Value::Text),
-        int(p.not_before_ms),
-        text(&task.assigned_provider_type),
-        text(&task.dispatch_timestamp),
-        Value::Integer(task.epoch() as i64),
-        int(p.lease_expires_ms),
-        text(&task.mission_id),
-    ]
+    let hold = hold_of(deps_unmet, p.blocked, p.parked);
+    let values: [&dyn ToSql; 24] = [
+        &task.id,
+        &task.mesh_id,
+        &task.status.as_str(),
+        &task.target_node_id,
+        &task.target_session_id,
+        &task.assigned_node_id,
+        &task.assigned_session_id,
+        &task.created_at,
+        &task.updated_at,
+        &p.payload,
+        &p.priority_rank,
+        &deps_unmet,
+        &p.blocked,
+        &p.parked,
+        &hold,
+        &p.readonly,
+        &p.task_mode,
+        &p.required_tags,
+        &p.not_before_ms,
+        &task.assigned_provider_type,
+        &task.dispatch_timestamp,
+        &(task.epoch() as i64),
+        &p.lease_expires_ms,
+        &task.mission_id,
+    ];
+    for (i, value) in values.into_iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, value)?;
+    }
+    Ok(())
 }
 
 /// Inserts a row; the caller has written its dependency edges and counted them.
@@ -164,7 +189,8 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18,
                  ?19, ?20, ?21, ?22, ?23, ?24)",
     )?;
-    stmt.execute(params_from_iter(row_values(task, deps_unmet))).map_err(|err| {
+    bind_row(&mut stmt, task, deps_unmet)?;
+    stmt.raw_execute().map_err(|err| {
         match err.sqlite_error_code() {
             // The only unique key a new row can collide on is the task id.
             Some(rusqlite::ErrorCode::ConstraintViolation) => duplicate(),
@@ -174,19 +200,24 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
     Ok(())
 }
 
-/// Rewrites a row from its task, keeping the readiness count.
-fn update_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE mesh_queue SET
-             status = ?3, target_node_id = ?4, target_session_id = ?5, assigned_node_id = ?6,
-             assigned_session_id = ?7, created_at = ?8, updated_at = ?9, payload = ?10,
-             priority_rank = ?11, deps_unmet = ?12, blocked = ?13, parked = ?14, hold = ?15,
-             readonly = ?16, task_mode = ?17, required_tags = ?18, not_before_ms = ?19,
-             assigned_provider_type = ?20, dispatch_ts = ?21, epoch = ?22, lease_expires_ms = ?23,
-             mission_id = ?24
-         WHERE id = ?1 AND mesh_id = ?2",
-    )?;
-    let n = stmt.execute(params_from_iter(row_values(task, deps_unmet)))?;
+/// Rewrites a row by its rowid (`?25`); the id and mesh still have to match.
+const UPDATE_AT: &str = "UPDATE mesh_queue SET
+         status = ?3, target_node_id = ?4, target_session_id = ?5, assigned_node_id = ?6,
+         assigned_session_id = ?7, created_at = ?8, updated_at = ?9, payload = ?10,
+         priority_rank = ?11, deps_unmet = ?12, blocked = ?13, parked = ?14, hold = ?15,
+         readonly = ?16, task_mode = ?17, required_tags = ?18, not_before_ms = ?19,
+         assigned_provider_type = ?20, dispatch_ts = ?21, epoch = ?22, lease_expires_ms = ?23,
+         mission_id = ?24
+     WHERE rowid = ?25 AND id = ?1 AND mesh_id = ?2";
+
+/// Rewrites a loaded row from its task, with its readiness count. The row is
+/// found by its rowid, so the update seeks the table without going through the
+/// id index first.
+fn update_row(conn: &Connection, task: &Task, deps_unmet: i64, rowid: i64) -> Res<()> {
+    let mut stmt = conn.prepare_cached(UPDATE_AT)?;
+    bind_row(&mut stmt, task, deps_unmet)?;
+    stmt.raw_bind_parameter(25, rowid)?;
+    let n = stmt.raw_execute()?;
     if n == 0 {
         return Err(not_found(&task.mesh_id, &task.id));
     }
@@ -253,7 +284,7 @@ fn refresh_dependents(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<()
 
 /// Writes a task after a lifecycle change, keeping dependents current.
 fn save(conn: &Connection, before: &Loaded, after: &Task) -> Res<()> {
-    update_row(conn, after, before.deps_unmet)?;
+    update_row(conn, after, before.deps_unmet, before.rowid)?;
     let was_completed = before.task.status == TaskStatus::Completed;
     if was_completed != (after.status == TaskStatus::Completed) {
         refresh_dependents(conn, &after.mesh_id, &after.id)?;
@@ -462,7 +493,7 @@ pub(crate) fn update_entry(conn: &Connection, entry: &Task, now: Timestamp) -> R
     let mut task = entry.clone();
     task.updated_at = now.iso();
     let unmet = write_edges(conn, &task)?;
-    save(conn, &Loaded { task: before.task, deps_unmet: unmet }, &task)?;
+    save(conn, &Loaded { deps_unmet: unmet, ..before }, &task)?;
     Ok(task)
 }
 
@@ -604,6 +635,7 @@ pub(crate) fn expired_leases(conn: &Connection, now: Timestamp) -> Res<Vec<(Stri
 /// The candidate columns a claim reads, without the payload.
 struct Candidate {
     id: String,
+    rowid: i64,
     required_tags: Vec<String>,
     not_before_ms: Option<i64>,
     task_mode: Option<TaskMode>,
@@ -646,7 +678,7 @@ const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
 /// keeps them usable as index keys but out of that comparison.
 fn stream_sql(tier: Tier, hold: i64, readonly_only: bool, forms: usize) -> String {
     let mut sql = format!(
-        "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id
+        "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id, rowid
            FROM mesh_queue WHERE mesh_id = +?1 AND status = 'pending' AND hold = {hold} AND "
     );
     match tier {
@@ -706,6 +738,7 @@ fn scan(
             readonly: row.get(4)?,
             target_node_id: row.get(5)?,
             target_session_id: row.get(6)?,
+            rowid: row.get(7)?,
             id,
         };
         seen += 1;
@@ -799,7 +832,7 @@ pub(crate) fn claim(
     let scope = ClaimScope { mesh_id, claimant, forms: &forms };
 
     let mut best: Option<ClaimRefusal> = None;
-    let mut winner: Option<String> = None;
+    let mut winner: Option<(String, i64)> = None;
     if !load.cap_reached {
         for tier in TIERS {
             scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
@@ -807,7 +840,7 @@ pub(crate) fn claim(
                 // checks every pin exactly.
                 match check_gates(&c.facts(0), claimant, load, now) {
                     Ok(()) => {
-                        winner = Some(c.id.clone());
+                        winner = Some((c.id.clone(), c.rowid));
                         true
                     }
                     Err(reason) => {
@@ -821,8 +854,8 @@ pub(crate) fn claim(
             }
         }
     }
-    if let Some(id) = winner {
-        let before = load_required(conn, mesh_id, &id)?;
+    if let Some((id, rowid)) = winner {
+        let before = load_at(conn, mesh_id, &id, rowid)?.ok_or_else(|| not_found(mesh_id, &id))?;
         let after = lifecycle::claim(&before.task, claimant, opts.lease_ms, now)?;
         save(conn, &before, &after)?;
         record(
@@ -1235,7 +1268,7 @@ pub(crate) fn backfill_projection(conn: &rusqlite::Transaction<'_>) -> Res<()> {
         match Task::from_json(&payload) {
             Ok(task) => {
                 write_edges(conn, &task)?;
-                update_row(conn, &task, 0)?;
+                update_row(conn, &task, 0, rowid)?;
                 readable.push(task);
             }
             Err(err) => {
@@ -1287,6 +1320,26 @@ mod tests {
         }
         let p = plan(&conn, &stream_sql(Tier::Node, 0, false, 1), &[t("m"), t("n")]);
         assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
+    }
+
+    /// A row that was just loaded or scanned is read and rewritten through its
+    /// rowid, never through the id index.
+    #[test]
+    fn loaded_rows_are_sought_by_rowid() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        let mut args: Vec<Value> = (1..=24).map(|_| Value::Null).collect();
+        args[0] = Value::Text("t".into());
+        args[1] = Value::Text("m".into());
+        args.push(Value::Integer(7));
+        for (sql, args) in [
+            (LOAD_AT, &[Value::Text("t".into()), Value::Text("m".into()), Value::Integer(7)][..]),
+            (UPDATE_AT, &args[..]),
+        ] {
+            let p = plan(&conn, sql, args);
+            assert!(p.contains("USING INTEGER PRIMARY KEY (rowid=?)"), "{sql}\n{p}");
+            assert!(!p.contains("sqlite_autoindex"), "{sql}\n{p}");
+        }
     }
 
     /// Every read of assigned rows goes through the one assigned-rows index and
