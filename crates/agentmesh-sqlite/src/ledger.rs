@@ -6,7 +6,7 @@
 //! through `idx_mesh_event_ledger_slice`, seeking straight to the cursor, so a page
 //! costs the same at the start and at the end of a million-entry ledger.
 
-use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource};
+use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -18,6 +18,27 @@ use crate::Res;
 const DEFAULT_TAIL: u32 = 200;
 
 const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
+
+/// The kinds the kind index leaves out (migration 0010): one entry per task
+/// enqueued, claimed or completed. They are most of a ledger, so a filter on them
+/// walks the time order and finds its entries close together, and leaving them
+/// out spares every enqueue, claim and completion one index insert.
+const UNINDEXED_KINDS: [&str; 3] = [kinds::TASK_DISPATCHED, kinds::TASK_CLAIMED, kinds::TASK_COMPLETED];
+
+/// The kind index's condition, word for word: SQLite uses a partial index only for
+/// a query whose `WHERE` states its condition, so a filter on indexed kinds adds it.
+const INDEXED_KIND: &str =
+    "kind <> 'task_dispatched' AND kind <> 'task_claimed' AND kind <> 'task_completed'";
+
+/// Adds the kind index's condition to a kind filter when every kind it asks for
+/// is in the index.
+fn push_kind_index_term<'a>(sql: &mut String, kinds: impl IntoIterator<Item = &'a str>) {
+    let mut kinds = kinds.into_iter().peekable();
+    if kinds.peek().is_some() && kinds.all(|k| !UNINDEXED_KINDS.contains(&k)) {
+        sql.push_str(" AND ");
+        sql.push_str(INDEXED_KIND);
+    }
+}
 
 /// The last id's (milliseconds, counter), so ids minted in one process increase.
 static LAST_ID: std::sync::Mutex<(u64, u32)> = std::sync::Mutex::new((0, 0));
@@ -106,6 +127,7 @@ fn filters(mesh_id: &str, query: &LedgerQuery) -> (String, Vec<Value>) {
         sql.push_str(" AND kind IN (");
         sql.push_str(&vec!["?"; kinds.len()].join(", "));
         sql.push(')');
+        push_kind_index_term(&mut sql, kinds.iter().map(|k| k.as_str()));
         args.extend(kinds.into_iter().map(|k| text(k)));
     }
     (sql, args)
@@ -119,13 +141,15 @@ pub(crate) fn read_newest_first(
 ) -> Res<Vec<LedgerEntry>> {
     let (filter, mut args) = filters(mesh_id, query);
     args.push(Value::Integer(i64::from(query.tail.unwrap_or(DEFAULT_TAIL))));
-    let sql = format!(
-        "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter}
-         ORDER BY timestamp DESC, rowid DESC LIMIT ?"
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut stmt = conn.prepare_cached(&newest_first_sql(&filter))?;
     let rows = stmt.query_map(params_from_iter(args.iter()), entry_from_row)?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+fn newest_first_sql(filter: &str) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp DESC, rowid DESC LIMIT ?"
+    )
 }
 
 /// Append order; with a tail, the newest `tail` entries in append order.
@@ -204,6 +228,7 @@ pub(crate) fn slice(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res
     }
     if let Some(kind) = query.kind.as_deref().filter(|k| !k.trim().is_empty()) {
         sql.push_str(" AND kind = ?");
+        push_kind_index_term(&mut sql, [kind]);
         args.push(text(kind));
     }
     if let Some(since) = &query.since {
@@ -246,6 +271,56 @@ fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The condition a filter adds is the kind index's own, and leaves out exactly
+    /// the unindexed kinds.
+    #[test]
+    fn the_kind_filter_states_the_kind_index_condition() {
+        let stated: Vec<String> = UNINDEXED_KINDS.iter().map(|k| format!("kind <> '{k}'")).collect();
+        assert_eq!(INDEXED_KIND, stated.join(" AND "));
+        let migration = include_str!("../migrations/0010_ledger_kind_index.sql");
+        assert!(migration.contains(&format!("WHERE {INDEXED_KIND};")), "{migration}");
+        let term = |kinds: &[&str]| {
+            let mut sql = String::new();
+            push_kind_index_term(&mut sql, kinds.iter().copied());
+            sql
+        };
+        assert_eq!(term(&["task_failed", "note"]), format!(" AND {INDEXED_KIND}"));
+        assert_eq!(term(&["task_failed", "task_completed"]), "");
+        assert_eq!(term(&["task_claimed"]), "");
+        assert_eq!(term(&[]), "");
+    }
+
+    /// A filter on an indexed kind seeks the kind index; a filter that asks for an
+    /// unindexed kind walks the mesh's entries in time order through the slice
+    /// index. Neither scans the table.
+    #[test]
+    fn kind_filters_read_through_an_index() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        let plan = |kinds: &[&str]| {
+            let query = LedgerQuery {
+                kinds: kinds.iter().map(|k| (*k).to_owned()).collect(),
+                ..LedgerQuery::default()
+            };
+            let (filter, mut args) = filters("m", &query);
+            args.push(Value::Integer(10));
+            let mut stmt =
+                conn.prepare(&format!("EXPLAIN QUERY PLAN {}", newest_first_sql(&filter))).unwrap();
+            let rows: Vec<String> = stmt
+                .query_map(params_from_iter(args.iter()), |r| r.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            rows.join(" | ")
+        };
+        let p = plan(&["task_failed"]);
+        assert!(p.contains("idx_mesh_event_ledger_mesh_kind"), "{p}");
+        for kinds in [&["task_completed"][..], &["task_claimed", "task_failed"]] {
+            let p = plan(kinds);
+            assert!(p.contains("idx_mesh_event_ledger_slice"), "{kinds:?}: {p}");
+        }
+    }
 
     #[test]
     fn ids_minted_in_one_millisecond_sort_in_minting_order() {

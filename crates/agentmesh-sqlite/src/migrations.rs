@@ -50,6 +50,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0009_assigned_index.sql"),
         after: None,
     },
+    Migration {
+        name: "0010_ledger_kind_index",
+        sql: include_str!("../migrations/0010_ledger_kind_index.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

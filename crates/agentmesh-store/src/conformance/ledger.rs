@@ -119,6 +119,42 @@ pub fn read_ledger_is_newest_first_with_filters(store: &dyn Store) {
     );
 }
 
+/// Kind filters give the same entries whatever the kinds: the ones written for
+/// every task (enqueued, claimed, completed), rarer ones, and both together, in
+/// every read form.
+pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn Store) {
+    append_all(
+        store,
+        &[
+            ledger_entry(MESH, "d1", "task_dispatched", at(1)),
+            ledger_entry(MESH, "c1", "task_claimed", at(2)),
+            ledger_entry(MESH, "f1", "task_failed", at(3)),
+            ledger_entry(MESH, "k1", "task_completed", at(4)),
+            ledger_entry(MESH, "c2", "task_claimed", at(5)),
+            ledger_entry(MESH, "k2", "task_completed", at(6)),
+            ledger_entry(MESH, "r1", "completion_refused", at(7)),
+        ],
+    );
+    let kinds = |k: &[&str]| LedgerQuery {
+        kinds: k.iter().map(|s| (*s).to_owned()).collect(),
+        ..LedgerQuery::default()
+    };
+    let newest = |k: &[&str]| entry_ids(&ok(store.read_ledger(MESH, &kinds(k)), "read_ledger"));
+    let ordered =
+        |k: &[&str]| entry_ids(&ok(store.read_ledger_ordered(MESH, &kinds(k)), "read_ledger_ordered"));
+    let sliced = |k: &str| {
+        let page = slice(store, MESH, SliceQuery { kind: Some(k.to_owned()), ..SliceQuery::default() });
+        entry_ids(&page.entries)
+    };
+    assert_eq!(newest(&["task_completed"]), ["k2", "k1"], "expected the completions, newest first");
+    assert_eq!(newest(&["task_failed"]), ["f1"], "expected the failure");
+    assert_eq!(newest(&["task_claimed", "completion_refused"]), ["r1", "c2", "c1"], "expected both kinds");
+    assert_eq!(newest(&["task_failed", "completion_refused"]), ["r1", "f1"], "expected both rare kinds");
+    assert_eq!(ordered(&["task_dispatched", "task_failed"]), ["d1", "f1"], "expected append order");
+    assert_eq!(sliced("task_claimed"), ["c1", "c2"], "expected the claims in slice order");
+    assert_eq!(sliced("completion_refused"), ["r1"], "expected the refusal in slice order");
+}
+
 /// `read_ledger` without a tail returns the newest 200 entries.
 pub fn read_ledger_defaults_to_200_entries(store: &dyn Store) {
     let entries: Vec<LedgerEntry> =

@@ -148,6 +148,7 @@ macro_rules! conformance_tests {
             ledger_append_is_idempotent_by_id,
             ledger_append_rejects_a_blank_kind,
             read_ledger_is_newest_first_with_filters,
+            kind_filters_cover_task_kinds_and_rare_kinds_alike,
             read_ledger_defaults_to_200_entries,
             read_ledger_ordered_keeps_append_order,
             read_ledger_ordered_tail_is_newest_in_append_order,
