@@ -107,25 +107,8 @@ struct Loaded {
 fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
     let mut stmt = conn
         .prepare_cached("SELECT payload, deps_unmet, rowid FROM mesh_queue WHERE id = ?1 AND mesh_id = ?2")?;
-    let row =
+    let row: Option<(String, i64, i64)> =
         stmt.query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
-    loaded(task_id, row)
-}
-
-/// [`load`] by rowid; the id and mesh still have to match.
-const LOAD_AT: &str =
-    "SELECT payload, deps_unmet, rowid FROM mesh_queue WHERE rowid = ?3 AND id = ?1 AND mesh_id = ?2";
-
-/// [`load`] for a row whose rowid a claim scan just read: the table alone is sought.
-fn load_at(conn: &Connection, mesh_id: &str, task_id: &str, rowid: i64) -> Res<Option<Loaded>> {
-    let mut stmt = conn.prepare_cached(LOAD_AT)?;
-    let row = stmt
-        .query_row(params![task_id, mesh_id, rowid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()?;
-    loaded(task_id, row)
-}
-
-fn loaded(task_id: &str, row: Option<(String, i64, i64)>) -> Res<Option<Loaded>> {
     match row {
         Some((payload, deps_unmet, rowid)) => {
             Ok(Some(Loaded { task: decode(task_id, &payload)?, deps_unmet, rowid }))
@@ -678,7 +661,8 @@ const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
 /// keeps them usable as index keys but out of that comparison.
 fn stream_sql(tier: Tier, hold: i64, readonly_only: bool, forms: usize) -> String {
     let mut sql = format!(
-        "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id, rowid
+        "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id, rowid,
+                payload, deps_unmet
            FROM mesh_queue WHERE mesh_id = +?1 AND status = 'pending' AND hold = {hold} AND "
     );
     match tier {
@@ -705,15 +689,26 @@ struct ClaimScope<'a> {
     forms: &'a [String],
 }
 
-/// Walks one stream in claim order, calling `visit` until it returns `true` or
-/// `limit` rows were seen.
+/// What a stream's visitor says of a candidate.
+enum Visit {
+    /// Go on to the next candidate.
+    Next,
+    /// Stop the walk.
+    Stop,
+    /// Stop the walk and load this candidate.
+    Take,
+}
+
+/// Walks one stream in claim order, calling `visit` until it stops the walk or
+/// `limit` rows were seen. Returns the candidate `visit` took, loaded from the row
+/// the walk already read (its payload is the only one decoded).
 fn scan(
     conn: &Connection,
     scope: &ClaimScope<'_>,
     (tier, hold, readonly_only): (Tier, i64, bool),
     limit: usize,
-    mut visit: impl FnMut(&Candidate) -> bool,
-) -> Res<()> {
+    mut visit: impl FnMut(&Candidate) -> Visit,
+) -> Res<Option<Loaded>> {
     let sql = stream_sql(tier, hold, readonly_only, scope.forms.len());
     let mut stmt = conn.prepare_cached(&sql)?;
     let mut args: Vec<Value> = vec![Value::Text(scope.mesh_id.to_owned())];
@@ -742,11 +737,18 @@ fn scan(
             id,
         };
         seen += 1;
-        if visit(&candidate) || seen >= limit {
-            break;
+        match visit(&candidate) {
+            Visit::Take => {
+                let payload: String = row.get(8)?;
+                let task = decode(&candidate.id, &payload)?;
+                return Ok(Some(Loaded { task, deps_unmet: row.get(9)?, rowid: candidate.rowid }));
+            }
+            Visit::Stop => break,
+            Visit::Next if seen >= limit => break,
+            Visit::Next => {}
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 fn exists(conn: &Connection, sql: &str, args: &[Value]) -> Res<bool> {
@@ -832,20 +834,17 @@ pub(crate) fn claim(
     let scope = ClaimScope { mesh_id, claimant, forms: &forms };
 
     let mut best: Option<ClaimRefusal> = None;
-    let mut winner: Option<(String, i64)> = None;
+    let mut winner: Option<Loaded> = None;
     if !load.cap_reached {
         for tier in TIERS {
-            scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
+            winner = scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
                 // The tier queries select only this claimant's rows; gate 6 still
                 // checks every pin exactly.
                 match check_gates(&c.facts(0), claimant, load, now) {
-                    Ok(()) => {
-                        winner = Some((c.id.clone(), c.rowid));
-                        true
-                    }
+                    Ok(()) => Visit::Take,
                     Err(reason) => {
                         best = Some(ClaimRefusal::furthest(best, reason));
-                        false
+                        Visit::Next
                     }
                 }
             })?;
@@ -854,8 +853,7 @@ pub(crate) fn claim(
             }
         }
     }
-    if let Some((id, rowid)) = winner {
-        let before = load_at(conn, mesh_id, &id, rowid)?.ok_or_else(|| not_found(mesh_id, &id))?;
+    if let Some(before) = winner {
         let after = lifecycle::claim(&before.task, claimant, opts.lease_ms, now)?;
         save(conn, &before, &after)?;
         record(
@@ -907,7 +905,7 @@ fn diagnose(
                 if let Err(reason) = check_gates(&c.facts(hold), scope.claimant, load, now) {
                     best = Some(ClaimRefusal::furthest(best, reason));
                 }
-                depth(&best) >= max_depth
+                if depth(&best) >= max_depth { Visit::Stop } else { Visit::Next }
             })?;
             if depth(&best) >= max_depth {
                 break;
@@ -1322,24 +1320,19 @@ mod tests {
         assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
     }
 
-    /// A row that was just loaded or scanned is read and rewritten through its
-    /// rowid, never through the id index.
+    /// A row that was just loaded or scanned is rewritten through its rowid, never
+    /// through the id index.
     #[test]
-    fn loaded_rows_are_sought_by_rowid() {
+    fn loaded_rows_are_rewritten_by_rowid() {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
         let mut args: Vec<Value> = (1..=24).map(|_| Value::Null).collect();
         args[0] = Value::Text("t".into());
         args[1] = Value::Text("m".into());
         args.push(Value::Integer(7));
-        for (sql, args) in [
-            (LOAD_AT, &[Value::Text("t".into()), Value::Text("m".into()), Value::Integer(7)][..]),
-            (UPDATE_AT, &args[..]),
-        ] {
-            let p = plan(&conn, sql, args);
-            assert!(p.contains("USING INTEGER PRIMARY KEY (rowid=?)"), "{sql}\n{p}");
-            assert!(!p.contains("sqlite_autoindex"), "{sql}\n{p}");
-        }
+        let p = plan(&conn, UPDATE_AT, &args);
+        assert!(p.contains("USING INTEGER PRIMARY KEY (rowid=?)"), "{p}");
+        assert!(!p.contains("sqlite_autoindex"), "{p}");
     }
 
     /// Every read of assigned rows goes through the one assigned-rows index and
