@@ -16,6 +16,10 @@
 
 use std::process::ExitCode;
 
+/// The allocator the `agentmesh` binary uses, so the cases measure what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cases;
 mod data;
 mod harness;

@@ -16,6 +16,13 @@ mod commands;
 mod failure;
 mod output;
 
+/// mimalloc instead of the system allocator. The store's writer thread, which every
+/// write waits for, allocates for each statement it binds and each JSON document it
+/// writes; measured with callgrind on a complete-and-claim loop, mimalloc takes 7%
+/// fewer instructions per task than glibc's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The current wall-clock time.
 ///
 /// The core and the stores take time as an argument so tests control it; the
