@@ -182,7 +182,7 @@ impl SqliteStore {
     /// Runs `f` in an immediate transaction, possibly shared with queued writes
     /// (see the `writes` module), and returns once that transaction is committed
     /// (with `f`'s result) or has failed (with the failure).
-    fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
+    fn write<T>(&self, f: impl FnMut(&Connection) -> Res<T>) -> StoreResult<T> {
         self.writes.write(f).map_err(|e| e.0)
     }
 
@@ -191,7 +191,7 @@ impl SqliteStore {
     /// the hot paths, where writers arrive together.
     fn write_queued<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+        f: impl FnMut(&Connection) -> Res<T> + Send + 'static,
     ) -> StoreResult<T> {
         self.writes.write_queued(f).map_err(|e| e.0)
     }
@@ -204,7 +204,7 @@ impl SqliteStore {
     fn submit_queued<T: Send + 'static>(
         self: Arc<Self>,
         mesh_id: String,
-        f: impl FnOnce(&Connection, &str) -> Res<T> + Send + 'static,
+        mut f: impl FnMut(&Connection, &str) -> Res<T> + Send + 'static,
     ) -> Submitted<T> {
         if !self.legacy_considered(&mesh_id) {
             return agentmesh_store::submit::on_thread(move || {

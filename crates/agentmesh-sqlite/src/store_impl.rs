@@ -502,7 +502,9 @@ impl Store for SqliteStore {
     ) -> StoreResult<QueueOutcome> {
         let (mesh_id, event, hint) = (mesh_id.to_owned(), event.clone(), hint.clone());
         let self_machine_id = self_machine_id.map(str::to_owned);
-        self.write_queued(move |tx| inbox::queue(tx, &mesh_id, event, &hint, self_machine_id.as_deref(), now))
+        self.write_queued(move |tx| {
+            inbox::queue(tx, &mesh_id, event.clone(), &hint, self_machine_id.as_deref(), now)
+        })
     }
 
     fn drain_pending_events(
