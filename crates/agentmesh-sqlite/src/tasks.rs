@@ -30,9 +30,6 @@ const HOLD_UNREADABLE: i64 = 9;
 /// The SQL form of [`hold_of`], for updates that recompute it in place.
 const HOLD_SQL: &str = "CASE WHEN hold = 9 THEN 9 WHEN deps_unmet > 0 OR blocked = 1 THEN 1 \
                         WHEN parked = 1 THEN 2 ELSE 0 END";
-/// Whether a session holds an assigned task (the claim's first gate).
-const SESSION_ASSIGNED: &str = "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-                                 WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2 LIMIT 1";
 /// How many candidates a refusal diagnosis looks at per stream.
 const DIAGNOSIS_LIMIT: usize = 256;
 
@@ -751,49 +748,80 @@ fn scan(
     Ok(None)
 }
 
-fn exists(conn: &Connection, sql: &str, args: &[Value]) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    Ok(stmt.query_row(params_from_iter(args.iter()), |_| Ok(())).optional()?.is_some())
-}
-
 /// `+?start, +?start+1, ...`: parameters for an `IN` list (see [`stream_sql`] for the `+`).
 fn in_list(start: usize, n: usize) -> String {
     (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ")
 }
 
-/// The load of the claimant's node: busy with any assignment, and whether the
-/// provider's parallel cap is reached. All id forms of the node count as one node.
-fn node_load(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<NodeLoad> {
+/// What a claim learns before it walks any candidates, in one statement.
+struct Survey {
+    /// The session holds an assigned task (the claim's first gate).
+    session_assigned: bool,
+    /// Some assigned task runs on the claimant's node (any id form).
+    node_busy: bool,
+    /// The session-pinned and node-pinned streams hold a candidate at hold 0:
+    /// a stream without one is not walked.
+    session_pinned: bool,
+    node_pinned: bool,
+}
+
+/// The SQL of [`survey`] for a node with `forms` id forms: `?1` mesh, `?2`
+/// session, `?3...` the node's forms (bound as `+?`, see [`stream_sql`]).
+fn survey_sql(forms: usize) -> String {
+    let node = if forms == 0 { String::from("NULL") } else { in_list(3, forms) };
+    format!(
+        "SELECT
+           EXISTS (SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+                    WHERE mesh_id = +?1 AND status = 'assigned' AND assigned_session_id = +?2),
+           EXISTS (SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+                    WHERE mesh_id = +?1 AND status = 'assigned' AND assigned_node_id IN ({node})),
+           EXISTS (SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_claim_session
+                    WHERE mesh_id = +?1 AND status = 'pending' AND hold = 0 AND target_session_id = +?2),
+           EXISTS (SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_claim_node
+                    WHERE mesh_id = +?1 AND status = 'pending' AND hold = 0
+                      AND target_session_id IS NULL AND target_node_id IN ({node}))"
+    )
+}
+
+fn survey(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<Survey> {
+    let mut stmt = conn.prepare_cached(&survey_sql(forms.len()))?;
+    stmt.raw_bind_parameter(1, mesh_id)?;
+    stmt.raw_bind_parameter(2, &claimant.session_id)?;
+    for (i, form) in forms.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 3, form)?;
+    }
+    let mut rows = stmt.raw_query();
+    let row =
+        rows.next()?.ok_or_else(|| Fail(StoreError::Backend("the claim survey returned no row".into())))?;
+    Ok(Survey {
+        session_assigned: row.get(0)?,
+        node_busy: row.get(1)?,
+        session_pinned: row.get(2)?,
+        node_pinned: row.get(3)?,
+    })
+}
+
+/// Whether the provider's parallel cap is reached on the claimant's node. All id
+/// forms of the node count as one node.
+fn cap_reached(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<bool> {
+    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty());
+    let (Some(provider), Some(max)) = (provider, claimant.provider_max_parallel) else { return Ok(false) };
+    if forms.is_empty() {
+        return Ok(false);
+    }
     let mut args: Vec<Value> = vec![Value::Text(mesh_id.to_owned())];
     args.extend(forms.iter().map(|f| Value::Text(f.clone())));
-    let node_busy = !forms.is_empty()
-        && exists(
-            conn,
-            &format!(
-                "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-                  WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id IN ({}) LIMIT 1",
-                in_list(2, forms.len())
-            ),
-            &args,
-        )?;
-    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty());
-    let cap_reached = match (provider, claimant.provider_max_parallel) {
-        (Some(provider), Some(max)) if !forms.is_empty() => {
-            args.push(Value::Text(provider.to_owned()));
-            let sql = format!(
-                "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-                  WHERE mesh_id = ?1 AND status = 'assigned'
-                    AND assigned_node_id IN ({}) AND assigned_provider_type = ?{}",
-                in_list(2, forms.len()),
-                forms.len() + 2
-            );
-            let mut stmt = conn.prepare_cached(&sql)?;
-            let active: i64 = stmt.query_row(params_from_iter(args.iter()), |r| r.get(0))?;
-            active >= i64::from(max)
-        }
-        _ => false,
-    };
-    Ok(NodeLoad { node_busy, cap_reached })
+    args.push(Value::Text(provider.to_owned()));
+    let sql = format!(
+        "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
+          WHERE mesh_id = ?1 AND status = 'assigned'
+            AND assigned_node_id IN ({}) AND assigned_provider_type = ?{}",
+        in_list(2, forms.len()),
+        forms.len() + 2
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let active: i64 = stmt.query_row(params_from_iter(args.iter()), |r| r.get(0))?;
+    Ok(active >= i64::from(max))
 }
 
 /// Claims the next task for `claimant` in one transaction.
@@ -822,21 +850,27 @@ pub(crate) fn claim(
             "must not be blank",
         ))));
     }
-    if exists(
-        conn,
-        SESSION_ASSIGNED,
-        &[Value::Text(mesh_id.to_owned()), Value::Text(claimant.session_id.clone())],
-    )? {
+    let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
+    let survey = survey(conn, mesh_id, claimant, &forms)?;
+    if survey.session_assigned {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
     }
-    let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
-    let load = node_load(conn, mesh_id, claimant, &forms)?;
+    let load =
+        NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(conn, mesh_id, claimant, &forms)? };
     let scope = ClaimScope { mesh_id, claimant, forms: &forms };
 
     let mut best: Option<ClaimRefusal> = None;
     let mut winner: Option<Loaded> = None;
     if !load.cap_reached {
         for tier in TIERS {
+            let empty = match tier {
+                Tier::Session => !survey.session_pinned,
+                Tier::Node => !survey.node_pinned,
+                Tier::Open => false,
+            };
+            if empty {
+                continue;
+            }
             winner = scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
                 // The tier queries select only this claimant's rows; gate 6 still
                 // checks every pin exactly.
@@ -1343,22 +1377,12 @@ mod tests {
         crate::migrations::migrate(&mut conn).unwrap();
         conn.execute_batch("ANALYZE").unwrap();
         let t = |s: &str| Value::Text(s.to_owned());
-        let node_busy = format!(
-            "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-              WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id IN ({}) LIMIT 1",
-            in_list(2, 2)
-        );
-        let cases = [
-            (SESSION_ASSIGNED.to_owned(), vec![t("m"), t("s")], "(mesh_id=? AND assigned_session_id=?)"),
-            (node_busy, vec![t("m"), t("n"), t("n2")], "(mesh_id=?)"),
-        ];
-        for (sql, args, search) in cases {
-            let p = plan(&conn, &sql, &args);
-            assert!(
-                p.contains(&format!("USING COVERING INDEX idx_mesh_queue_assigned {search}")),
-                "{sql}\n{p}"
-            );
+        let p = plan(&conn, &survey_sql(2), &[t("m"), t("s"), t("n"), t("n2")]);
+        for search in ["(mesh_id=? AND assigned_session_id=?)", "(mesh_id=?)"] {
+            assert!(p.contains(&format!("USING COVERING INDEX idx_mesh_queue_assigned {search}")), "{p}");
         }
+        assert!(p.contains("idx_mesh_queue_claim_session"), "{p}");
+        assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
         let p = plan(
             &conn,
             "SELECT mesh_id, id FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
@@ -1378,6 +1402,7 @@ mod tests {
             stream_sql(Tier::Open, 0, false, 0),
             stream_sql(Tier::Session, 0, false, 0),
             stream_sql(Tier::Node, 1, true, 1),
+            survey_sql(2),
         ] {
             for i in 0..20 {
                 let mut stmt = conn.prepare_cached(&sql).unwrap();
