@@ -486,14 +486,7 @@ mod tests {
     fn plan(conn: &Connection, sql: &str) -> String {
         let n = conn.prepare(sql).unwrap().parameter_count();
         let args: Vec<SqlValue> = (0..n).map(|_| SqlValue::Integer(0)).collect();
-        let rows: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(params_from_iter(args.iter()), |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        rows.join(" | ")
+        crate::query_plan(conn, sql, &args)
     }
 
     /// The per-mesh walks of the sweep are ranges of the queue in its order: no

@@ -305,14 +305,7 @@ mod tests {
             };
             let (filter, mut args) = filters("m", &query);
             args.push(Value::Integer(10));
-            let mut stmt =
-                conn.prepare(&format!("EXPLAIN QUERY PLAN {}", newest_first_sql(&filter))).unwrap();
-            let rows: Vec<String> = stmt
-                .query_map(params_from_iter(args.iter()), |r| r.get(3))
-                .unwrap()
-                .collect::<Result<_, _>>()
-                .unwrap();
-            rows.join(" | ")
+            crate::query_plan(&conn, &newest_first_sql(&filter), &args)
         };
         let p = plan(&["task_failed"]);
         assert!(p.contains("idx_mesh_event_ledger_mesh_kind"), "{p}");

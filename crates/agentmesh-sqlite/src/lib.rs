@@ -422,3 +422,15 @@ impl SqliteStore {
         inbox_upkeep::export(self, mesh_id, include_drained, out)
     }
 }
+
+/// SQLite's query plan of `sql` with `args` bound, its steps joined by ` | `: what
+/// the tests of the read paths assert on.
+#[cfg(test)]
+pub(crate) fn query_plan(conn: &Connection, sql: &str, args: &[rusqlite::types::Value]) -> String {
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("the statement prepares");
+    let rows: Vec<String> = stmt
+        .query_map(rusqlite::params_from_iter(args.iter()), |r| r.get(3))
+        .and_then(Iterator::collect)
+        .expect("the plan reads");
+    rows.join(" | ")
+}

@@ -1322,15 +1322,7 @@ pub(crate) fn backfill_projection(conn: &rusqlite::Transaction<'_>) -> Res<()> {
 mod tests {
     use super::*;
 
-    fn plan(conn: &Connection, sql: &str, args: &[Value]) -> String {
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let rows: Vec<String> = stmt
-            .query_map(params_from_iter(args.iter()), |r| r.get(3))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        rows.join(" | ")
-    }
+    use crate::query_plan as plan;
 
     /// Every claim stream is an index range in claim order: no sort, no table scan,
     /// whatever the queue depth.
