@@ -181,7 +181,8 @@ impl SqliteStore {
 
     /// Runs `f` in an immediate transaction, possibly shared with queued writes
     /// (see the `writes` module), and returns once that transaction is committed
-    /// (with `f`'s result) or has failed (with the failure).
+    /// (with `f`'s result) or has failed (with the failure). `f` runs again when
+    /// its batch has to run again, from the same state.
     fn write<T>(&self, f: impl FnMut(&Connection) -> Res<T>) -> StoreResult<T> {
         self.writes.write(f).map_err(|e| e.0)
     }

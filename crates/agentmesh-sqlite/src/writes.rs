@@ -30,15 +30,16 @@
 //! A batch's operations first run back to back with no savepoint between them,
 //! and commit together: the usual case. When one of them fails (or panics), the
 //! whole transaction is rolled back and the batch runs again from the same state,
-//! the first operation directly and each further one inside `SAVEPOINT op`, so
-//! operations run more than once (they are `FnMut`, and nothing they do outside
-//! the transaction may depend on how often). A failed operation is then undone
-//! alone (`ROLLBACK TO op`, or the whole transaction when it ran first), so it
-//! leaves nothing and its batch-mates are unaffected. Whoever lets go of the connection
-//! (a combiner, a direct writer or a reader) then wakes the writer of the oldest
-//! slot still queued (the combiner thread, for a submitted one), which tries to
-//! take the connection in turn; so a writer never sleeps on a queue nobody is
-//! working on.
+//! the first operation directly and each further one inside `SAVEPOINT op`. So an
+//! operation may run more than once (operations are `FnMut`, and nothing they do
+//! outside the transaction may depend on how often they ran). A failed operation
+//! is then undone alone (`ROLLBACK TO op`, or the whole transaction when it ran
+//! first), so it leaves nothing and its batch-mates are unaffected.
+//!
+//! Whoever lets go of the connection (a combiner, a direct writer or a reader)
+//! then wakes the writer of the oldest slot still queued (the combiner thread,
+//! for a submitted one), which tries to take the connection in turn; so a writer
+//! never sleeps on a queue nobody is working on.
 //!
 //! Every [`WAL_CHECK_INTERVAL`] committed writes, whoever holds the connection
 //! checks the WAL file's size after the COMMIT and truncates a WAL past
@@ -98,8 +99,8 @@ const WAL_MAX_BYTES: u64 = 200 * 1024 * 1024;
 /// otherwise. Its own result goes wherever its writer looks for it.
 type Op<'a> = dyn FnMut(&Connection) -> Option<Failure> + 'a;
 
-/// A queued write's operation: it runs once, on whichever thread holds the
-/// connection.
+/// A queued write's operation: it runs on whichever thread holds the connection,
+/// again if its batch has to run again.
 type QueuedOp = dyn FnMut(&Connection) -> Option<Failure> + Send;
 
 /// The store's connection and the writers waiting for it.
@@ -343,6 +344,7 @@ impl Writes {
         }
     }
 }
+
 /// Runs `jobs` back to back in one transaction, with no savepoint between them,
 /// and commits: the usual case, where every operation succeeds. A savepoint is
 /// not free: SQLite copies every page an operation then changes into a journal
