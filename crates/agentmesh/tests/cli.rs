@@ -1157,3 +1157,37 @@ fn the_drainer_identity_routes_by_session_and_other_known_ids() {
     assert!(strings(&peeked, "id").contains(&status), "{peeked}");
     assert_eq!(mesh.json_error(&["events", "peek", "--daemon", "mach_A", "--run", " "], 2), "invalid_input");
 }
+
+#[test]
+fn the_database_is_the_only_copy_and_no_jsonl_mirror_is_written() {
+    let mesh = Mesh::new();
+    mesh.json(&["mission", "add", "m1", "--title", "Parser"]);
+    mesh.json(&[
+        "task",
+        "add",
+        "write the parser",
+        "--id",
+        "t1",
+        "--mission",
+        "m1",
+        "--coordinator-daemon",
+        "mach_A",
+        "--coordinator-run",
+        "run-1",
+    ]);
+    mesh.json(&["claim", "--node", "n1", "--session", "w1"]);
+    mesh.json(&["complete", "--session", "w1", "--summary", "parser written"]);
+    mesh.json(&["events", "push", "--event", "agent:ready", "--node", "n1"]);
+    mesh.json(&["events", "drain", "--daemon", "mach_A", "--run", "run-1"]);
+    mesh.json(&["ledger", "tail"]);
+
+    let mut files: Vec<String> = std::fs::read_dir(mesh.data_dir())
+        .expect("the data dir is readable")
+        .map(|entry| entry.expect("a dir entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert!(
+        files.iter().all(|name| name.starts_with(agentmesh_sqlite::DB_FILE_NAME)),
+        "only the database and its WAL files are written, no ledger or inbox mirror: {files:?}"
+    );
+}

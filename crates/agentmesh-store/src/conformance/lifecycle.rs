@@ -236,6 +236,62 @@ pub fn completion_from_another_session_is_refused(store: &dyn Store) {
     assert_eq!(find(store, MESH, "t1"), task, "expected the refused completion to leave the task unchanged");
 }
 
+/// A completion naming a task the session no longer holds (reclaimed and taken by another session, or cancelled) is refused and recorded, and the session's live task stays assigned: it never falls through to the task the session holds now.
+pub fn completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays(store: &dyn Store) {
+    for id in ["t1", "t2", "t3", "t4"] {
+        enqueue(store, MESH, new_task(id), at(1));
+    }
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    ok(store.reclaim_task(MESH, "t1", "lease expired", at(3)), "reclaim of t1");
+    let taken = claim_ok(store, MESH, &worker("node-2", "s2"), at(4), "t1");
+    let live = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "t2");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let late = CompletionReport {
+        session_id: "s1".into(),
+        task_id: Some("t1".into()),
+        epoch: None,
+        occurred_at: None,
+        outcome: done("finished t1"),
+    };
+    let err = expect_err(store.complete_task(MESH, &late, at(6)), "completion of a task taken over by s2");
+    assert!(
+        matches!(&err, StoreError::NotAssignedToSession { task_id, session_id } if task_id == "t1" && session_id == "s1"),
+        "expected NotAssignedToSession for t1 and s1, got {err:?}"
+    );
+    ledger.assert_new(store, "a completion of a task taken over", &["completion_refused:t1"]);
+    assert_eq!(find(store, MESH, "t1"), taken, "expected t1 still held by s2, unchanged");
+    assert_eq!(find(store, MESH, "t2"), live, "expected s1's live task t2 still assigned, unchanged");
+
+    claim_ok(store, MESH, &worker("node-3", "s3"), at(7), "t3");
+    ok(store.cancel_task(MESH, "t3", Some("not needed"), at(8)), "cancel of t3");
+    let live = claim_ok(store, MESH, &worker("node-3", "s3"), at(9), "t4");
+    let late = CompletionReport { session_id: "s3".into(), task_id: Some("t3".into()), ..late };
+    let err = expect_err(store.complete_task(MESH, &late, at(10)), "completion of a cancelled task");
+    assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
+    assert_status(store, MESH, "t3", TaskStatus::Cancelled);
+    assert_eq!(find(store, MESH, "t4"), live, "expected s3's live task t4 still assigned, unchanged");
+}
+
+/// A completed or failed task cannot be cancelled: the cancel is refused with `InvalidTransition` and changes nothing.
+pub fn cancel_of_a_finished_task_is_refused_and_changes_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("done"), at(1));
+    enqueue(store, MESH, new_task("broken"), at(2));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(3), "done");
+    complete(store, MESH, &task, at(4));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "broken");
+    fail(store, MESH, &task, "tests still red", at(6));
+    let before = Snapshot::take(store, MESH);
+    for id in ["done", "broken"] {
+        let err =
+            expect_err(store.cancel_task(MESH, id, Some("too late"), at(7)), "cancel of a finished task");
+        assert!(
+            matches!(err, StoreError::InvalidTransition(_)),
+            "expected InvalidTransition for {id}, got {err:?}"
+        );
+    }
+    before.assert_unchanged(store, MESH, "refused cancels of finished tasks");
+}
+
 /// A failure report marks the task failed with its reason and records `task_failed`.
 pub fn fail_marks_the_task_failed_with_its_reason(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));
