@@ -29,6 +29,7 @@
 //!   backwards, retries, the active view, confirmation and expiry.
 //! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
 //!   tool-call rate guard.
+//! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, delete, retract, clear, mesh isolation, and a
 //!   routing property over interleaved queues and drains.
@@ -43,6 +44,7 @@
 pub mod claims;
 pub mod deliveries;
 pub mod dispatches;
+pub mod guardrail;
 pub mod inbox;
 pub mod inbox_routing;
 pub mod ledger;
@@ -55,6 +57,7 @@ pub mod tasks;
 pub use claims::*;
 pub use deliveries::*;
 pub use dispatches::*;
+pub use guardrail::*;
 pub use inbox::*;
 pub use inbox_routing::*;
 pub use ledger::*;
@@ -103,6 +106,7 @@ macro_rules! conformance_tests {
             active_assignments_list_oldest_dispatch_first,
             unknown_task_fields_survive_a_round_trip,
             meshes_are_isolated_for_tasks_and_claims,
+            readonly_guardrail_refuses_forbidden_operations_and_changes_nothing,
             // Claims.
             claims_are_fifo_among_equal_priority,
             claims_take_higher_priority_first_within_a_tier,
