@@ -33,6 +33,8 @@
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, delete, retract, clear, mesh isolation, and a
 //!   routing property over interleaved queues and drains.
+//! - [`inbox_reconcile`]: superseded refine acceptances and alerts about finished
+//!   tasks, left out of what a drain hands out.
 //! - [`inbox_routing`]: re-attribution, sibling sessions, backlogs, system scope,
 //!   enforce-mode quarantine.
 //! - [`missions`]: missions and their derived progress, the scheduler cursor and
@@ -46,6 +48,7 @@ pub mod deliveries;
 pub mod dispatches;
 pub mod guardrail;
 pub mod inbox;
+pub mod inbox_reconcile;
 pub mod inbox_routing;
 pub mod ledger;
 pub mod lifecycle;
@@ -59,6 +62,7 @@ pub use deliveries::*;
 pub use dispatches::*;
 pub use guardrail::*;
 pub use inbox::*;
+pub use inbox_reconcile::*;
 pub use inbox_routing::*;
 pub use ledger::*;
 pub use lifecycle::*;
@@ -244,6 +248,10 @@ macro_rules! conformance_tests {
             inbox_a_late_touch_does_not_revive_an_ended_coordinator,
             inbox_drains_oldest_first_at_most_limit_events,
             inbox_property_every_event_reaches_its_coordinators_at_most_once,
+            inbox_a_superseded_refine_accepted_is_not_delivered,
+            inbox_alerts_about_finished_tasks_are_dropped,
+            inbox_a_broadcast_terminal_event_reaches_only_its_dispatcher,
+            inbox_also_known_as_widens_a_drain_to_that_ids_unicasts,
         );
     };
     (@rules $make_store:expr; $($rule:ident),* $(,)?) => {
