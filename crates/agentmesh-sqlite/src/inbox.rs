@@ -695,7 +695,8 @@ fn router_for<'a>(
 /// Drains in the caller's transaction.
 ///
 /// Counters: `v2RoutedAway` counts the events this drain's routing examined and
-/// left queued: system events, and unicasts in a lane it reads that routing
+/// left queued: system events, broadcast terminal events of other
+/// coordinators, and unicasts in a lane it reads that routing
 /// still routes away (its addressee became live between the lane choice and the
 /// routing cannot happen inside one transaction, so in practice: none). Unicasts
 /// in lanes it does not read (for another machine, for a sibling session told
