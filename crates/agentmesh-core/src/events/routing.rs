@@ -785,8 +785,14 @@ mod tests {
         })
     }
 
+    /// A valid v2 event (given an addressee for a unicast). A broadcast is a
+    /// progress event (`agent:ready`): a broadcast terminal event goes only to its
+    /// dispatcher (see `a_broadcast_terminal_event_goes_only_to_its_dispatcher`).
     fn v2_event(event_id: &str, scope: &str, intended_for: Option<&CoordinatorIdentity>) -> Value {
         let mut value = v1_event();
+        if scope == "broadcast" {
+            value["event"] = json!("agent:ready");
+        }
         value["protocolVersion"] = json!("2.0");
         value["eventId"] = json!(event_id);
         value["scope"] = json!(scope);
@@ -971,6 +977,52 @@ mod tests {
         );
         let owner = Drainer::new(identity("mach_X", "run_OLD", None), &[]);
         assert_eq!(route(&v2_event("e2", "system", None), &owner, false).0, system);
+    }
+
+    #[test]
+    fn a_broadcast_terminal_event_goes_only_to_its_dispatcher() {
+        let mut raw = v2_event("e1", "broadcast", None);
+        raw["event"] = json!("refine:completed");
+        assert_eq!(project_route(&raw), None, "routed from the whole event");
+        let dispatcher = Drainer::new(identity("daemon_mach_X", "run_OLD", None), &[]);
+        assert_eq!(route(&raw, &dispatcher, false), (DELIVER, Some(DrainCounter::V2Delivered)));
+        for other in [
+            Drainer::new(identity("mach_X", "run_NEW", None), &[]),
+            Drainer::new(identity("mach_Y", "run_OLD", None), &[]),
+            Drainer::daemon_level(&["mach_Y"]).unwrap(),
+        ] {
+            assert_eq!(route(&raw, &other, false), (AWAY, Some(DrainCounter::V2RoutedAway)), "{other:?}");
+        }
+        // A self-fallback stamp belongs to its machine, whoever drains there.
+        raw["dispatchedBy"] = identity_json(&identity("mach_X", "mach_X", None));
+        raw["dispatchedBySelfFallback"] = json!(true);
+        let same_machine = Drainer::new(identity("standalone_mach_X", "run_NEW", Some("s2")), &[]);
+        assert_eq!(route(&raw, &same_machine, false).0, DELIVER);
+        let elsewhere = Drainer::new(identity("mach_Y", "run_NEW", None), &[]);
+        assert_eq!(route(&raw, &elsewhere, false).0, AWAY);
+        // Also through an id the drainer answers to.
+        let aliased = Drainer::new(identity("mach_Y", "run_NEW", None), &["standalone_mach_X"]);
+        assert_eq!(route(&raw, &aliased, false).0, DELIVER);
+        assert_eq!(
+            route_event(&raw, &dispatcher, false, |id| id == "e1").decision,
+            RouteDecision::DedupSkipped
+        );
+    }
+
+    #[test]
+    fn a_drainer_takes_the_unicasts_of_the_ids_it_also_answers_to() {
+        let drainer = Drainer::new(identity("mach_A", "run1", None), &["standalone_X", "daemon_mach_A", "X"]);
+        assert_eq!(drainer.aliases(), [identity("standalone_X", "standalone_X", None)]);
+        assert_eq!(drainer.machines(), ["mach_A", "X"]);
+        assert_eq!(
+            route(&unicast("e1", &identity("standalone_X", "standalone_X", None)), &drainer, false).0,
+            DELIVER
+        );
+        assert_eq!(route(&unicast("e2", &identity("X", "X", None)), &drainer, false).0, DELIVER);
+        let live_elsewhere = identity("X", "run_X", None);
+        let routed = route_event_live(&unicast("e3", &live_elsewhere), &drainer, false, |_| true, |_| false);
+        assert_eq!(routed.decision, AWAY, "a live run on that machine keeps its unicasts");
+        assert_eq!(route(&unicast("e4", &identity("mach_Y", "mach_Y", None)), &drainer, false).0, AWAY);
     }
 
     #[test]
