@@ -5,7 +5,7 @@ use std::collections::{HashSet, VecDeque};
 
 use serde_json::Value;
 
-use crate::{InvalidInput, Task, TaskMode, TaskPriority, TaskStatus, Timestamp, tags};
+use crate::{InvalidInput, Task, TaskMode, TaskPriority, TaskStatus, Timestamp, guardrail, tags};
 
 /// One year in milliseconds: a numeric `notBefore` below this is an offset from now.
 const NOT_BEFORE_OFFSET_LIMIT_MS: i64 = 365 * 24 * 60 * 60 * 1000;
@@ -69,7 +69,9 @@ fn trimmed(value: &Option<String>) -> Option<String> {
     value.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
-/// Validates `new` and builds the pending task for mesh `mesh_id`.
+/// Validates `new` and builds the pending task for mesh `mesh_id`. A read-only
+/// task whose message asks for a forbidden operation is refused
+/// ([`guardrail::check_readonly_message`]).
 ///
 /// `fresh_id` is used when the request carries no id. Checks that need the rest of
 /// the queue (duplicate id, dependency cycles) are the store's.
@@ -139,6 +141,9 @@ pub fn prepare_task(
     task.source_coordinator_daemon_id = trimmed(&new.source_coordinator_daemon_id);
     task.source_coordinator_run_id = trimmed(&new.source_coordinator_run_id);
     task.input = new.input.clone();
+    if task.is_readonly() {
+        guardrail::check_readonly_message(&task.message)?;
+    }
     Ok(task)
 }
 

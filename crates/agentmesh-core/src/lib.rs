@@ -6,6 +6,7 @@
 //!
 //! - [`task`]: the task model (the original's queue entry), statuses, modes, priorities.
 //! - [`enqueue`]: validating an enqueue request; dependency-cycle detection.
+//! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`claim`]: claim gates and refusal reasons.
 //! - [`lifecycle`]: transitions (claim, complete, fail, cancel, requeue, reclaim) and
 //!   completion matching.
@@ -25,6 +26,7 @@ pub mod dispatch;
 pub mod enqueue;
 mod error;
 pub mod events;
+pub mod guardrail;
 pub mod ledger;
 pub mod lifecycle;
 pub mod mission;

@@ -137,7 +137,8 @@ impl Requeued {
 
 /// Puts a task back in the queue, spending one retry. An assigned or completed task
 /// needs `force`. Over budget (requeues so far ≥ max retries, default 1) the task
-/// fails with `max_retries_exceeded`.
+/// fails with `max_retries_exceeded: requeued N time(s), limit is M` in its
+/// `cancelReason` (and `failureReason`).
 pub fn requeue(task: &Task, opts: &RequeueOptions, now: Timestamp) -> Result<Requeued, InvalidTransition> {
     let allowed = match task.status {
         TaskStatus::Pending | TaskStatus::Failed | TaskStatus::Cancelled => true,
@@ -157,10 +158,11 @@ pub fn requeue(task: &Task, opts: &RequeueOptions, now: Timestamp) -> Result<Req
     }
     if count >= max && !opts.force {
         t.status = TaskStatus::Failed;
-        t.failure_reason = Some(format!(
-            "max_retries_exceeded: requeued {count} of {max} allowed times{}",
-            opts.reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default()
-        ));
+        // The original writes the refusal to `cancelReason`, where its readers
+        // look for it; `failureReason` carries it too.
+        let refusal = format!("max_retries_exceeded: requeued {count} time(s), limit is {max}");
+        t.cancel_reason = Some(refusal.clone());
+        t.failure_reason = Some(refusal);
         clear_assignment(&mut t);
         t.finished_at = Some(iso);
         return Ok(Requeued::RetriesExhausted(t));

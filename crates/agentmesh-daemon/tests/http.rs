@@ -1511,3 +1511,35 @@ fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
         daemon.server.await.expect("the task ran").expect("serve returned Ok");
     });
 }
+
+#[tokio::test]
+async fn a_readonly_task_asking_for_a_forbidden_operation_is_refused_with_the_originals_reason() {
+    let daemon = TestDaemon::start().await;
+    let reason = "live_debug_readonly_guardrail_violation: forbidden operations";
+    let body =
+        json!({ "message": "read the logs, then git commit -am wip", "taskMode": "live_debug_readonly" });
+    let response = daemon.post("/v1/meshes/m/tasks", body).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", &format!("{reason} (git_mutation)"));
+    let batch = json!({ "tasks": [
+        { "message": "summarize the logs", "readonly": true },
+        { "message": "rm -rf build && npm publish", "readonly": true }
+    ] });
+    let response = daemon.post("/v1/meshes/m/tasks/batch", batch).await;
+    let expected = format!("{reason} (deploy_or_version_bump, destructive_shell)");
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", &expected);
+    assert_eq!(daemon.get("/v1/meshes/m/tasks").await, (StatusCode::OK, json!([])));
+    assert_eq!(daemon.get("/v1/meshes/m/ledger").await, (StatusCode::OK, json!([])));
+    let body = json!({ "message": "rm -rf build && npm publish", "taskMode": "code_change" });
+    assert_eq!(daemon.post("/v1/meshes/m/tasks", body).await.0, StatusCode::CREATED);
+}
+
+#[tokio::test]
+async fn a_task_id_held_by_another_mesh_is_409_naming_that_mesh() {
+    let daemon = TestDaemon::start().await;
+    let (status, _) = daemon.post("/v1/meshes/A/tasks", json!({ "message": "first", "id": "t1" })).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let response = daemon.post("/v1/meshes/B/tasks", json!({ "message": "second", "id": "t1" })).await;
+    let expected = "task t1 already exists (task ids are unique per database; it is in mesh A)";
+    assert_error(&response, StatusCode::CONFLICT, "duplicate_task_id", expected);
+    assert_eq!(daemon.get("/v1/meshes/B/tasks/t1").await.0, StatusCode::NOT_FOUND);
+}

@@ -1,10 +1,11 @@
 //! Import of a database the original ADHDev daemon wrote (`mesh-runtime.db`, or
 //! the older `beads.db`) into this store, row by row, for every mesh it holds.
 //!
-//! The source file is never changed: it is copied (with its `-wal` and `-shm`
-//! companions) to a scratch file beside this store's database, the copy is opened
-//! and upgraded by the same migrations as any database (so projected columns and
-//! v2 envelope columns are filled in), read, and deleted.
+//! The source file is never changed, and nothing is written beside it: it is
+//! copied as plain files (with its `-wal`) to a scratch file beside this store's
+//! database, the copy is opened and upgraded by the same migrations as any
+//! database (so projected columns and v2 envelope columns are filled in), read,
+//! and deleted.
 //!
 //! Tasks go through the same import path as legacy queue files (ids that exist are
 //! skipped, readiness is recounted). Every other table is copied with
@@ -201,63 +202,68 @@ struct Scratch {
     path: PathBuf,
 }
 
+/// Copies of the source taken before the import gives up on getting one that no
+/// writer changed meanwhile.
+const COPY_ATTEMPTS: usize = 5;
+
 impl Scratch {
-    /// Copies `source` next to `beside` under a fresh name.
+    /// Copies `source` and its `-wal` next to `beside` under a fresh name.
+    ///
+    /// The source is only ever read as plain files: SQLite opening a WAL-mode
+    /// database, even read-only, creates `-wal` and `-shm` files beside it, and
+    /// `immutable` would read it without its WAL. The `-shm` is not copied (it is
+    /// rebuilt from the WAL). A copy is kept only when the files' sizes and
+    /// modification times are the same after it as before, so a copy torn by a
+    /// writer (the original's daemon still running) is taken again.
     fn copy_of(source: &Path, beside: &Path) -> StoreResult<Scratch> {
         let dir = beside.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let scratch =
             Scratch { path: dir.join(format!(".adhdev-import-{}.db", uuid::Uuid::new_v4().simple())) };
-        let copy = |from: &Path, to: &Path| {
-            std::fs::copy(from, to).map_err(|e| StoreError::LegacyFile {
-                path: from.to_owned(),
-                problem: format!("cannot be copied for import: {e}"),
-            })
+        let failed = |from: &Path, e: std::io::Error| StoreError::LegacyFile {
+            path: from.to_owned(),
+            problem: format!("cannot be copied for import: {e}"),
         };
-        // A consistent snapshot through SQLite itself, even while the original's
-        // daemon is writing; a plain file copy only when SQLite cannot open the
-        // source read-only (a read-only folder without its `-shm`, say).
-        match snapshot(source, &scratch.path) {
-            Ok(()) => return Ok(scratch),
-            Err(err) => tracing::warn!(
-                source = %source.display(),
-                %err,
-                "cannot snapshot the database through SQLite; copying its files instead"
+        for _ in 0..COPY_ATTEMPTS {
+            let before = stamps(source);
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(with_suffix(&scratch.path, suffix));
+            }
+            for suffix in ["", "-wal"] {
+                let from = with_suffix(source, suffix);
+                if suffix.is_empty() || from.exists() {
+                    let to = with_suffix(&scratch.path, suffix);
+                    std::fs::copy(&from, &to).map_err(|e| failed(&from, e))?;
+                    // A read-only source gives a read-only copy; the upgrade must
+                    // write to it.
+                    let mut perms = std::fs::metadata(&to).map_err(|e| failed(&from, e))?.permissions();
+                    #[allow(clippy::permissions_set_readonly_false)] // Our own scratch copy, owned by us.
+                    perms.set_readonly(false);
+                    std::fs::set_permissions(&to, perms).map_err(|e| failed(&from, e))?;
+                }
+            }
+            if stamps(source) == before {
+                return Ok(scratch);
+            }
+            tracing::warn!(source = %source.display(), "the database changed while it was copied; copying it again");
+        }
+        Err(StoreError::LegacyFile {
+            path: source.to_owned(),
+            problem: format!(
+                "kept changing while it was copied ({COPY_ATTEMPTS} tries); stop the daemon that writes it"
             ),
-        }
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(with_suffix(&scratch.path, suffix));
-        }
-        copy(source, &scratch.path)?;
-        for suffix in ["-wal", "-shm"] {
-            let companion = with_suffix(source, suffix);
-            if companion.exists() {
-                copy(&companion, &with_suffix(&scratch.path, suffix))?;
-            }
-        }
-        // A read-only source gives a read-only copy; the upgrade must write to it.
-        for suffix in ["", "-wal", "-shm"] {
-            let file = with_suffix(&scratch.path, suffix);
-            if let Ok(meta) = std::fs::metadata(&file) {
-                let mut perms = meta.permissions();
-                #[allow(clippy::permissions_set_readonly_false)] // Our own scratch copy, owned by us.
-                perms.set_readonly(false);
-                let _ = std::fs::set_permissions(&file, perms);
-            }
-        }
-        Ok(scratch)
+        })
     }
 }
 
-/// Writes a transactionally consistent copy of `source` to `dest` (`VACUUM INTO`
-/// on a read-only connection: the source is never written).
-fn snapshot(source: &Path, dest: &Path) -> rusqlite::Result<()> {
-    let conn = rusqlite::Connection::open_with_flags(
-        source,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(std::time::Duration::from_secs(5))?;
-    conn.execute("VACUUM INTO ?1", [dest.to_string_lossy()])?;
-    Ok(())
+/// The size and modification time of a database file and of its `-wal`, to tell
+/// whether a writer changed them.
+fn stamps(source: &Path) -> Vec<Option<(u64, Option<std::time::SystemTime>)>> {
+    ["", "-wal"]
+        .iter()
+        .map(|suffix| {
+            std::fs::metadata(with_suffix(source, suffix)).ok().map(|m| (m.len(), m.modified().ok()))
+        })
+        .collect()
 }
 
 impl Drop for Scratch {

@@ -18,10 +18,11 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentmesh_core::daemon_id::machine_core;
+use agentmesh_core::events::names::is_terminal_task_event;
 use agentmesh_core::events::{
     Address, CoordinatorIdentity, DrainCounter, DrainRouter, EmitHint, PendingEvent, ProjectedRoute,
-    QuarantineReason, RouteClass, RouteDecision, drainer_takes_unicast, pending_event_fingerprint,
-    project_route, read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
+    QuarantineReason, RouteClass, RouteDecision, pending_event_fingerprint, project_route,
+    read_completion_summary, refine_job_id, refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{InvalidInput, LedgerEntry, Timestamp};
 use agentmesh_store::{
@@ -316,6 +317,10 @@ struct Candidate {
     event_id: Option<String>,
     /// The routing inputs, for a valid v2 event; `None`: route from the payload.
     projected: Option<ProjectedRoute>,
+    /// Whether its event id is looked up in the dedup history although it is
+    /// routed from its payload: a terminal task event (a broadcast one goes only
+    /// to its dispatcher, which its payload names).
+    payload_dedup: bool,
 }
 
 impl Candidate {
@@ -369,10 +374,11 @@ const NEXT_LANE: &str = "SELECT q.lane, e.to_machine, e.to_key, e.to_fallback, e
   WHERE q.mesh_id = +?1 AND q.lane > +?2 AND q.lane < +?3 ORDER BY q.lane ASC LIMIT 1";
 
 /// The lanes a drain by `request.drainer` must read: the untargeted lane, the
-/// lanes of its daemon targets, and the unicast lanes on its machine whose
-/// addressee it takes ([`drainer_takes_unicast`]: by address, or by
-/// re-attribution when the addressee is not live). Every row in any other lane is
-/// one routing would leave queued.
+/// lanes of its daemon targets, and the unicast lanes on its machine (and on the
+/// machines of the other ids it answers to) whose addressee it takes
+/// ([`DrainRouter::takes_unicast`]: by address, or by re-attribution when the
+/// addressee is not live). Every row in any other lane is one routing would leave
+/// queued.
 fn drain_lanes(
     conn: &Connection,
     mesh_id: &str,
@@ -399,32 +405,32 @@ fn drain_lanes(
             }
         }
     }
-    let me = request.drainer.address();
-    let Some(machine) = &me.machine else { return Ok(lanes) };
-    let (mut after, end) = (format!("{UNICAST_LANE}{machine}|"), format!("{UNICAST_LANE}{machine}}}"));
-    loop {
-        let found = next
-            .query_row(params![mesh_id, after, end], |r| {
-                let lane: String = r.get(0)?;
-                let columns = RouteColumns {
-                    class: CLASS_UNICAST,
-                    machine: r.get(1)?,
-                    key: r.get(2)?,
-                    fallback: r.get(3)?,
-                    session: r.get(4)?,
-                };
-                Ok((lane, columns))
-            })
-            .optional()?;
-        let Some((lane, columns)) = found else { break };
-        let takes = match columns.projected(Some(String::new())).map(|p| p.class) {
-            Some(RouteClass::Unicast(to)) => drainer_takes_unicast(&to, &me, |key| router.is_live(key)),
-            _ => true,
-        };
-        if takes {
-            lanes.push(lane.clone());
+    for machine in request.drainer.machines() {
+        let (mut after, end) = (format!("{UNICAST_LANE}{machine}|"), format!("{UNICAST_LANE}{machine}}}"));
+        loop {
+            let found = next
+                .query_row(params![mesh_id, after, end], |r| {
+                    let lane: String = r.get(0)?;
+                    let columns = RouteColumns {
+                        class: CLASS_UNICAST,
+                        machine: r.get(1)?,
+                        key: r.get(2)?,
+                        fallback: r.get(3)?,
+                        session: r.get(4)?,
+                    };
+                    Ok((lane, columns))
+                })
+                .optional()?;
+            let Some((lane, columns)) = found else { break };
+            let takes = match columns.projected(Some(String::new())).map(|p| p.class) {
+                Some(RouteClass::Unicast(to)) => router.takes_unicast(&to),
+                _ => true,
+            };
+            if takes && !lanes.contains(&lane) {
+                lanes.push(lane.clone());
+            }
+            after = lane;
         }
-        after = lane;
     }
     Ok(lanes)
 }
@@ -512,14 +518,24 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
         session: r.get(10)?,
     };
     let event_id: Option<String> = r.get(5)?;
+    let name: String = r.get(11)?;
+    let mut projected = columns.projected(event_id.clone());
+    // A broadcast terminal task event goes only to the coordinator that
+    // dispatched it, which its payload names; rows stored before that rule
+    // carry a plain broadcast projection.
+    if projected.as_ref().is_some_and(|p| p.class == RouteClass::Broadcast) && is_terminal_task_event(&name) {
+        projected = None;
+    }
+    let payload_dedup = projected.is_none() && event_id.is_some() && is_terminal_task_event(&name);
     Ok(Candidate {
         lane: r.get(0)?,
         id: r.get(1)?,
-        name: r.get(11)?,
+        name,
         payload: r.get(2)?,
         fingerprint: r.get(3)?,
         queued_at: r.get(4)?,
-        projected: columns.projected(event_id.clone()),
+        projected,
+        payload_dedup,
         event_id,
     })
 }
@@ -533,8 +549,13 @@ fn candidate(r: &rusqlite::Row<'_>) -> rusqlite::Result<Candidate> {
 /// the whole page; a range holding more records than [`DEDUP_RANGE_MAX`] (random
 /// ids relayed from elsewhere, a busy mesh) is asked id by id instead.
 fn drained_event_ids(conn: &Connection, mesh_id: &str, page: &[Candidate]) -> Res<HashSet<String>> {
-    let ids: HashSet<&str> =
-        page.iter().filter_map(|c| c.projected.as_ref().map(|p| p.event_id.as_str())).collect();
+    let ids: HashSet<&str> = page
+        .iter()
+        .filter_map(|c| match &c.projected {
+            Some(p) => Some(p.event_id.as_str()),
+            None => c.event_id.as_deref().filter(|_| c.payload_dedup),
+        })
+        .collect();
     let (Some(low), Some(high)) = (ids.iter().min(), ids.iter().max()) else { return Ok(HashSet::new()) };
     let in_range: Vec<String> = conn
         .prepare_cached(
@@ -658,17 +679,24 @@ fn router_for<'a>(
     now_ms: i64,
 ) -> Res<(Vec<String>, DrainRouter<'a>, Presence)> {
     let me = request.drainer.address();
-    let presence = presence(conn, mesh_id, me.machine.as_deref(), &me.key, now_ms)?;
-    let live: HashSet<String> = presence.live_others.iter().cloned().collect();
+    let mine = presence(conn, mesh_id, me.machine.as_deref(), &me.key, now_ms)?;
+    let mut live: HashSet<String> = mine.live_others.iter().cloned().collect();
+    // The coordinators live on the machines of the other ids the drainer answers
+    // to keep their unicasts too.
+    for alias in request.drainer.aliases() {
+        let machine = machine_core(&alias.daemon_id);
+        live.extend(presence(conn, mesh_id, machine, &me.key, now_ms)?.live_others);
+    }
     let router = DrainRouter::with_live(&request.drainer, request.enforce, live);
     let lanes = drain_lanes(conn, mesh_id, request, &router)?;
-    Ok((lanes, router, presence))
+    Ok((lanes, router, mine))
 }
 
 /// Drains in the caller's transaction.
 ///
 /// Counters: `v2RoutedAway` counts the events this drain's routing examined and
-/// left queued: system events, and unicasts in a lane it reads that routing
+/// left queued: system events, broadcast terminal events of other
+/// coordinators, and unicasts in a lane it reads that routing
 /// still routes away (its addressee became live between the lane choice and the
 /// routing cannot happen inside one transaction, so in practice: none). Unicasts
 /// in lanes it does not read (for another machine, for a sibling session told
@@ -729,6 +757,7 @@ pub(crate) fn drain(
     take(conn, mesh_id, &taken)?;
     out.counters = router.counters();
     out.events = reconcile_refine(conn, mesh_id, std::mem::take(&mut out.events), now)?;
+    out.events = drop_stale_alerts(conn, mesh_id, std::mem::take(&mut out.events))?;
     Ok(out)
 }
 
@@ -842,9 +871,6 @@ fn reconcile_refine(
             backfilled.push(refine::terminal_from_ledger(mesh_id, &entry, now));
         }
     }
-    if missing.is_empty() {
-        return Ok(events);
-    }
     let paired: Vec<(InboxEvent, &serde_json::Value)> = events.into_iter().zip(&values).collect();
     let mut out: Vec<InboxEvent> =
         refine::drop_superseded(paired, |(_, v)| *v, &backfilled).into_iter().map(|(e, _)| e).collect();
@@ -859,6 +885,36 @@ fn reconcile_refine(
             fingerprint: None,
             queued_at_ms: now.millis(),
         });
+    }
+    Ok(out)
+}
+
+/// Leaves out of what a drain or peek hands out the alerts about tasks that are
+/// already finished ([`agentmesh_core::events::stale`]). A drain has taken them
+/// off the queue with the rest: they are dropped, not left for later.
+fn drop_stale_alerts(conn: &Connection, mesh_id: &str, events: Vec<InboxEvent>) -> Res<Vec<InboxEvent>> {
+    use agentmesh_core::TaskStatus;
+    use agentmesh_core::events::names::is_stale_task_droppable_event;
+    use agentmesh_core::events::stale::{alert_is_stale, droppable_alert_task_id};
+    if !events.iter().any(|e| is_stale_task_droppable_event(&e.name)) {
+        return Ok(events);
+    }
+    let mut stmt = conn.prepare_cached("SELECT status FROM mesh_queue WHERE mesh_id = ?1 AND id = ?2")?;
+    let mut out = Vec::with_capacity(events.len());
+    for event in events {
+        if is_stale_task_droppable_event(&event.name) {
+            let value = event.event.parse();
+            if let Some(task_id) = droppable_alert_task_id(&event.name, &value) {
+                let status: Option<String> =
+                    stmt.query_row(params![mesh_id, task_id], |r| r.get(0)).optional()?;
+                let status = status.and_then(|s| s.parse::<TaskStatus>().ok());
+                if alert_is_stale(status) {
+                    tracing::debug!(mesh_id, task_id, event = %event.name, "dropped an alert about a finished task");
+                    continue;
+                }
+            }
+        }
+        out.push(event);
     }
     Ok(out)
 }
@@ -931,7 +987,8 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
     })?;
     // A peek reads no clock: a rebuilt terminal is dated like the newest event seen.
     let at = Timestamp::from_millis(events.iter().map(|e| e.queued_at_ms).max().unwrap_or(0));
-    reconcile_refine(conn, mesh_id, events, at)
+    let events = reconcile_refine(conn, mesh_id, events, at)?;
+    drop_stale_alerts(conn, mesh_id, events)
 }
 
 pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {

@@ -158,8 +158,6 @@ fn bind_row(stmt: &mut Statement<'_>, task: &Task, deps_unmet: i64) -> rusqlite:
 
 /// Inserts a row; the caller has written its dependency edges and counted them.
 fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
-    let duplicate =
-        || Fail(StoreError::DuplicateTaskId { mesh_id: task.mesh_id.clone(), task_id: task.id.clone() });
     let mut stmt = conn.prepare_cached(
         "INSERT INTO mesh_queue (
              id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
@@ -173,7 +171,7 @@ fn insert_row(conn: &Connection, task: &Task, deps_unmet: i64) -> Res<()> {
     stmt.raw_execute().map_err(|err| {
         match err.sqlite_error_code() {
             // The only unique key a new row can collide on is the task id.
-            Some(rusqlite::ErrorCode::ConstraintViolation) => duplicate(),
+            Some(rusqlite::ErrorCode::ConstraintViolation) => duplicate_id(conn, task),
             _ => Fail::from(err),
         }
     })?;
@@ -344,6 +342,24 @@ fn id_taken(conn: &Connection, task_id: &str) -> Res<bool> {
     Ok(stmt.query_row([task_id], |_| Ok(())).optional()?.is_some())
 }
 
+/// The mesh that holds the task `task_id`, whichever it is: task ids are unique
+/// per database, across meshes.
+fn mesh_holding(conn: &Connection, task_id: &str) -> Res<Option<String>> {
+    let mut stmt = conn.prepare_cached("SELECT mesh_id FROM mesh_queue WHERE id = ?1")?;
+    Ok(stmt.query_row([task_id], |r| r.get(0)).optional()?)
+}
+
+/// The refusal of `task`, whose id is taken, naming the mesh that holds it.
+fn duplicate_id(conn: &Connection, task: &Task) -> Fail {
+    match mesh_holding(conn, &task.id) {
+        Ok(existing) => Fail(StoreError::DuplicateTaskId {
+            task_id: task.id.clone(),
+            existing_mesh_id: existing.unwrap_or_else(|| task.mesh_id.clone()),
+        }),
+        Err(err) => err,
+    }
+}
+
 /// Enqueues one validated task with its ledger entry.
 pub(crate) fn enqueue(
     conn: &Connection,
@@ -425,10 +441,7 @@ pub(crate) fn replace_queue(conn: &Connection, mesh_id: &str, entries: &[Task]) 
             ))));
         }
         if id_taken(conn, &task.id)? {
-            return Err(Fail(StoreError::DuplicateTaskId {
-                mesh_id: mesh_id.to_owned(),
-                task_id: task.id.clone(),
-            }));
+            return Err(duplicate_id(conn, task));
         }
         write_edges(conn, task)?;
         insert_row(conn, task, 0)?;
@@ -454,10 +467,7 @@ pub(crate) fn insert_entry(conn: &Connection, task: &Task) -> Res<()> {
         ))));
     }
     if id_taken(conn, &task.id)? {
-        return Err(Fail(StoreError::DuplicateTaskId {
-            mesh_id: task.mesh_id.clone(),
-            task_id: task.id.clone(),
-        }));
+        return Err(duplicate_id(conn, task));
     }
     let unmet = write_edges(conn, task)?;
     insert_row(conn, task, unmet)?;
@@ -577,13 +587,21 @@ pub(crate) fn active_assignments(conn: &Connection, mesh_id: &str) -> Res<Vec<Ac
         .collect())
 }
 
+/// The tasks assigned to `session_id` in a mesh. Session ids match after
+/// trimming, as the original compared them: a row written with its session padded
+/// still belongs to that session.
 fn assigned_to_session(conn: &Connection, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
+    let session = session_id.trim();
+    if session.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut stmt = conn.prepare_cached(
         "SELECT id, payload FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-          WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_session_id = ?2",
+          WHERE mesh_id = ?1 AND status = 'assigned'
+            AND TRIM(assigned_session_id, ' ' || char(9, 10, 11, 12, 13)) = ?2",
     )?;
     let rows = stmt
-        .query_map(params![mesh_id, session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map(params![mesh_id, session], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<Vec<_>, _>>()?;
     decode_rows(rows)
 }

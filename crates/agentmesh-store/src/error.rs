@@ -12,13 +12,16 @@ pub enum StoreError {
     /// The request failed validation; nothing changed.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
-    /// A task with this id exists already.
-    #[error("task {task_id} already exists in mesh {mesh_id}")]
+    /// A task with this id exists already. Task ids are unique per database,
+    /// across meshes, so the task that holds the id may be in another mesh.
+    #[error(
+        "task {task_id} already exists (task ids are unique per database; it is in mesh {existing_mesh_id})"
+    )]
     DuplicateTaskId {
-        /// The mesh.
-        mesh_id: String,
         /// The id.
         task_id: String,
+        /// The mesh of the task that holds the id.
+        existing_mesh_id: String,
     },
     /// Enqueueing would close a dependency cycle.
     #[error("dependency cycle detected: {}", .path.join(" -> "))]

@@ -1191,3 +1191,81 @@ fn the_database_is_the_only_copy_and_no_jsonl_mirror_is_written() {
         "only the database and its WAL files are written, no ledger or inbox mirror: {files:?}"
     );
 }
+
+/// Runs with `--json`, requires exit code 2 and returns the error message.
+#[track_caller]
+fn refusal_message(mesh: &Mesh, args: &[&str]) -> String {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let run = mesh.run(&all);
+    run.assert_code(2);
+    run.json()["error"]["message"].as_str().expect("error.message is a string").to_owned()
+}
+
+#[test]
+fn a_readonly_task_asking_for_a_forbidden_operation_is_refused_with_the_originals_reason() {
+    let mesh = Mesh::new();
+    let reason = "live_debug_readonly_guardrail_violation: forbidden operations";
+    let message = refusal_message(
+        &mesh,
+        &["task", "add", "read the logs, then git commit -am wip", "--mode", "live_debug_readonly"],
+    );
+    assert!(message.contains(&format!("{reason} (git_mutation)")), "{message}");
+    let message = refusal_message(
+        &mesh,
+        &["task", "add", "rm -rf build && npm publish", "--mode", "live_debug_readonly"],
+    );
+    assert!(message.contains(&format!("{reason} (deploy_or_version_bump, destructive_shell)")), "{message}");
+    let message = refusal_message(&mesh, &["task", "add", "then kubectl delete pod api-0", "--readonly"]);
+    assert!(message.contains(&format!("{reason} (container_mutation)")), "{message}");
+    let run = mesh.run(&["task", "add", "rm -rf build && npm publish", "--mode", "live_debug_readonly"]);
+    run.assert_code(2);
+    assert!(run.stderr.contains(reason), "the reason reaches stderr: {}", run.stderr);
+    assert_eq!(mesh.json(&["task", "list"]), json!([]), "nothing was enqueued");
+    assert_eq!(mesh.json(&["ledger", "tail"]), json!([]), "nothing was recorded");
+
+    let writer = mesh.json(&["task", "add", "rm -rf build && npm publish", "--mode", "code_change"]);
+    assert_eq!(writer["status"], "pending", "a task that may change things is accepted");
+    let reader = mesh.json(&[
+        "task",
+        "add",
+        "read the deploy logs and report why the release failed",
+        "--mode",
+        "live_debug_readonly",
+    ]);
+    assert_eq!(reader["taskMode"], "live_debug_readonly", "prose about deploys passes");
+}
+
+#[test]
+fn also_known_as_widens_a_drain_to_that_ids_unicasts() {
+    let mesh = Mesh::new();
+    let for_alias = mesh.push(&["--event", "agent:stopped", "--task", "t1", "--to-daemon", "standalone_X"]);
+    let as_alias = ["events", "peek", "--daemon", "standalone_X", "--run", "run-9"];
+    assert_eq!(
+        strings(&mesh.json(&as_alias), "id"),
+        [for_alias.as_str()],
+        "draining as standalone_X takes it"
+    );
+    assert!(mesh.peek_ids_as_a().is_empty(), "mach_A alone does not");
+    let drained = mesh.events_as_a("drain", &["--also-known-as", "standalone_X"]);
+    assert_eq!(strings(&drained["events"], "id"), [for_alias.as_str()], "{drained}");
+    let again = mesh.events_as_a("drain", &["--also-known-as", "standalone_X"]);
+    assert_eq!(again["events"], json!([]), "delivered once");
+}
+
+#[test]
+fn a_task_id_held_by_another_mesh_is_refused_saying_where_it_is() {
+    let mesh = Mesh::new();
+    mesh.json(&["--mesh", "A", "task", "add", "first", "--id", "t1"]);
+    let run = mesh.run(&["--json", "--mesh", "B", "task", "add", "second", "--id", "t1"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    let message = run.json()["error"]["message"].as_str().expect("a message").to_owned();
+    assert!(
+        message.contains("task t1 already exists (task ids are unique per database; it is in mesh A)"),
+        "{message}"
+    );
+    assert!(!message.contains("mesh B"), "the task is not in mesh B: {message}");
+    let shown = mesh.run(&["--mesh", "B", "task", "show", "t1"]);
+    assert_ne!(shown.code, 0, "t1 is not in mesh B");
+    assert_eq!(mesh.json(&["--mesh", "A", "task", "show", "t1"])["message"], "first");
+}

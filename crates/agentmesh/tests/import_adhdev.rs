@@ -165,3 +165,61 @@ fn import_is_local_only_and_refuses_server() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("ledgerDir"), "{stderr}");
 }
+
+/// Every file of a directory by name, with its bytes.
+fn files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("the directory is listed")
+        .map(|entry| {
+            let entry = entry.expect("a directory entry");
+            let name = entry.file_name().into_string().expect("a UTF-8 name");
+            (name, std::fs::read(entry.path()).expect("the file is read"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_source_directory_is_left_as_it_was_but_for_the_consumed_inbox_files() {
+    let ledger = ledger_copy();
+    // A WAL-mode beads.db whose last write is still only in its -wal, as a daemon
+    // that has not checkpointed leaves it (the copy is taken while it is open).
+    let writer_dir = tempfile::tempdir().expect("a temp dir");
+    let live = writer_dir.path().join("beads.db");
+    std::fs::copy(ledger.path().join("beads.db"), &live).expect("a copy to write to");
+    let conn = rusqlite::Connection::open(&live).expect("the copy opens");
+    conn.pragma_update(None, "wal_autocheckpoint", 0).expect("no checkpoints");
+    conn.execute(
+        "INSERT INTO mesh_missions (id, mesh_id, title, goal, status, created_at, updated_at)
+         VALUES ('mission-3', 'mesh-alpha', 'From the WAL', '', 'active',
+                 '2026-11-29T18:30:31.272Z', '2026-11-29T18:30:31.272Z')",
+        [],
+    )
+    .expect("a mission is written");
+    std::fs::copy(&live, ledger.path().join("beads.db")).expect("the database is copied");
+    std::fs::copy(writer_dir.path().join("beads.db-wal"), ledger.path().join("beads.db-wal"))
+        .expect("its WAL is copied");
+    drop(conn);
+
+    let before = files(ledger.path());
+    assert!(before.contains_key("beads.db-wal"), "{:?}", before.keys());
+    assert!(!before.contains_key("beads.db-shm"), "{:?}", before.keys());
+    let data = tempfile::tempdir().expect("a temp dir");
+    let dir = ledger.path().to_str().expect("UTF-8 path");
+    let summary = json(data.path(), &["import-adhdev", dir, "--json"]);
+    assert_eq!(
+        u(&table(&summary, "missions")["imported"]),
+        3,
+        "the mission only in the WAL too: {summary:#}"
+    );
+
+    let after = files(ledger.path());
+    let kept: Vec<&String> = before.keys().filter(|name| !name.ends_with(".pending-events.jsonl")).collect();
+    assert_eq!(after.keys().collect::<Vec<_>>(), kept, "only the consumed inbox files are gone");
+    for (name, bytes) in &after {
+        assert!(before[name] == *bytes, "{name} was changed by the import");
+    }
+    let missions = json(data.path(), &["mission", "list", "--mesh", "mesh-alpha", "--json"]);
+    let mut ids: Vec<&str> = missions.as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["mission-1", "mission-2", "mission-3"]);
+}

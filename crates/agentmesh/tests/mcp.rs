@@ -203,3 +203,32 @@ fn fuzzed_tool_arguments_get_results_or_typed_tool_errors() {
         client.cancel().await.unwrap();
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_readonly_task_asking_for_a_forbidden_operation_is_a_tool_error_with_the_originals_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = spawn_stdio(dir.path(), None).await;
+    let reason = "live_debug_readonly_guardrail_violation: forbidden operations";
+    let refused = mcp_support::tool_error(
+        &client,
+        "enqueue_task",
+        json!({ "message": "read the logs, then git commit -am wip", "taskMode": "live_debug_readonly" }),
+    )
+    .await;
+    let message = refused.to_string();
+    assert!(message.contains(&format!("{reason} (git_mutation)")), "{message}");
+    let refused = mcp_support::tool_error(
+        &client,
+        "enqueue_tasks",
+        json!({ "tasks": [
+            { "message": "summarize the logs" },
+            { "message": "rm -rf build && npm publish", "readonly": true }
+        ] }),
+    )
+    .await;
+    let message = refused.to_string();
+    assert!(message.contains(&format!("{reason} (deploy_or_version_bump, destructive_shell)")), "{message}");
+    assert!(message.contains("tasks[1].message"), "the field is named: {message}");
+    assert_eq!(ok(&client, "list_tasks", json!({})).await["tasks"], json!([]), "nothing was enqueued");
+    client.cancel().await.unwrap();
+}

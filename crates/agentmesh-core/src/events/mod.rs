@@ -20,6 +20,7 @@
 //! - [`message`]: the text shown to the coordinator.
 //! - [`refine`]: backfilling a refine job's missing terminal event from the ledger
 //!   and dropping superseded `refine:accepted` events.
+//! - [`stale`]: dropping alerts about tasks that are already finished.
 //!
 //! Nothing here reads a clock, mints an id or touches storage: times, fresh event
 //! ids, machine ids and "was this event id drained before" all come from the caller.
@@ -34,6 +35,7 @@ pub mod metadata;
 pub mod names;
 pub mod refine;
 pub mod routing;
+pub mod stale;
 pub mod stamp;
 pub mod wire;
 

@@ -97,7 +97,8 @@ pub const NEVER_EXPIRE_EVENTS: &[&str] = FORCE_INJECT_EVENTS;
 /// Level-backed approval nudges, exempt from the idle hold.
 pub const APPROVAL_EVENTS: &[&str] = &[AGENT_WAITING_APPROVAL, AGENT_WAITING_CHOICE];
 
-/// Events dropped once the task they are about is already terminal.
+/// Events dropped at drain once the task they are about is already terminal
+/// (see [`super::stale`]).
 pub const STALE_TASK_DROPPABLE_EVENTS: &[&str] = &[MESH_DISPATCH_BLOCKED, MONITOR_NO_PROGRESS];
 
 /// Completions whose fingerprint is keyed by task id rather than by timestamp.

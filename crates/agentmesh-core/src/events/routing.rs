@@ -13,7 +13,13 @@
 //! 3. A v2 event that fails the contract check passes through in accept mode and
 //!    is quarantined in enforce mode.
 //! 4. A valid v2 event whose event id was drained before is skipped.
-//! 5. Broadcast goes to every drainer; system to none.
+//! 5. Broadcast goes to every drainer; system to none. A broadcast terminal
+//!    task event ([`is_terminal_task_event`]: a completion, a stop, a refine
+//!    outcome) belongs to the coordinator that dispatched the task: it goes only
+//!    to a drainer its `dispatchedBy` delivers to (as a unicast addressee would,
+//!    without re-attribution), or, when it is a self-fallback stamp
+//!    (`dispatchedBySelfFallback`), to any drainer on the dispatching machine. It
+//!    never reaches another machine's coordinator.
 //! 6. Unicast goes to its addressee, where an addressee and a drainer that both
 //!    carry only a daemon-form run id match by machine (and by session when both
 //!    name one), and otherwise by [`CoordinatorIdentity::equals`].
@@ -21,6 +27,11 @@
 //!    machine with a real run id on either side was orphaned by a coordinator
 //!    restart (a new run id): it is re-attributed to the drainer, unless its
 //!    addressee is still live (see below). It never goes to another machine.
+//!
+//! A drainer may answer to other daemon ids besides its own (`also_known_as`,
+//! such as a status instance id): an event targeted at one of them passes the v1
+//! scope, and an event addressed to one of them on another machine core is taken
+//! as a daemon-level drain by that id would take it.
 //!
 //! Liveness is not in the original: there every coordinator start re-attributed
 //! every other run's unicasts on its machine, so two live coordinators on one
@@ -48,6 +59,7 @@ use super::contract::{ContractViolation, validate_v2};
 use super::envelope::{ProtocolVersion, Scope};
 use super::identity::CoordinatorIdentity;
 use super::js::read_non_empty;
+use super::names::is_terminal_task_event;
 use crate::daemon_id::{daemon_ids_equivalent, expand_daemon_id_forms, machine_core};
 
 /// The coordinator draining its inbox: its identity and every daemon id form it
@@ -56,17 +68,45 @@ use crate::daemon_id::{daemon_ids_equivalent, expand_daemon_id_forms, machine_co
 pub struct Drainer {
     identity: CoordinatorIdentity,
     daemon_forms: Vec<String>,
+    /// Daemon-level identities for the other ids the drainer answers to whose
+    /// machine core is not its own (with its session), one per machine core.
+    aliases: Vec<CoordinatorIdentity>,
+    /// The addresses of `aliases`, in the same order.
+    alias_addresses: Vec<Address>,
 }
 
 impl Drainer {
     /// A drainer with a known identity. Its daemon id forms are the expansion of
     /// the identity's daemon id followed by `also_known_as` (other ids this daemon
-    /// answers to, such as a status instance id).
+    /// answers to, such as a status instance id). An event addressed to one of
+    /// those ids on another machine core is taken as a daemon-level drain by that
+    /// id (with this drainer's session) would take it.
     pub fn new(identity: CoordinatorIdentity, also_known_as: &[&str]) -> Drainer {
         let ids: Vec<&str> =
             std::iter::once(identity.daemon_id.as_str()).chain(also_known_as.iter().copied()).collect();
         let daemon_forms = expand_daemon_id_forms(ids.iter().copied());
-        Drainer { identity, daemon_forms }
+        Drainer::with_aliases(identity, daemon_forms, also_known_as)
+    }
+
+    fn with_aliases(identity: CoordinatorIdentity, daemon_forms: Vec<String>, other_ids: &[&str]) -> Drainer {
+        let own = machine_core(&identity.daemon_id).map(str::to_owned);
+        let mut aliases: Vec<CoordinatorIdentity> = Vec::new();
+        for id in other_ids.iter().map(|id| id.trim()).filter(|id| !id.is_empty()) {
+            let core = machine_core(id);
+            if core.is_none() || core.map(str::to_owned) == own {
+                continue;
+            }
+            if aliases.iter().any(|a| machine_core(&a.daemon_id) == core) {
+                continue;
+            }
+            if let Some(alias) =
+                CoordinatorIdentity::from_emit_fields(Some(id), None, identity.session_id.as_deref())
+            {
+                aliases.push(alias);
+            }
+        }
+        let alias_addresses = aliases.iter().map(Address::of).collect();
+        Drainer { identity, daemon_forms, aliases, alias_addresses }
     }
 
     /// A daemon-level drainer, as the reconcile loop drains: the first of
@@ -77,7 +117,7 @@ impl Drainer {
         let daemon_forms = expand_daemon_id_forms(daemon_ids.iter().copied());
         let identity =
             CoordinatorIdentity::from_emit_fields(daemon_forms.first().map(String::as_str), None, None)?;
-        Some(Drainer { identity, daemon_forms })
+        Some(Drainer::with_aliases(identity, daemon_forms, daemon_ids))
     }
 
     /// The drainer's identity.
@@ -88,6 +128,48 @@ impl Drainer {
     /// The drainer's identity reduced to what unicast routing compares.
     pub fn address(&self) -> Address {
         Address::of(&self.identity)
+    }
+
+    /// The daemon-level identities of the other machine cores the drainer answers
+    /// to (see [`Drainer::new`]).
+    pub fn aliases(&self) -> &[CoordinatorIdentity] {
+        &self.aliases
+    }
+
+    /// The machine cores whose unicasts the drainer may take: its own first (when
+    /// its daemon id names one), then its aliases'.
+    pub fn machines(&self) -> Vec<String> {
+        std::iter::once(&self.identity)
+            .chain(&self.aliases)
+            .filter_map(|i| machine_core(&i.daemon_id).map(str::to_owned))
+            .collect()
+    }
+
+    /// Whether a unicast addressed to `target` is this drainer's, by its own
+    /// address or an alias's (before event-id dedup): the decision and counter.
+    fn route_unicast(
+        &self,
+        target: &Address,
+        is_live: &impl Fn(&str) -> bool,
+    ) -> (RouteDecision, DrainCounter) {
+        let mut routed = route_unicast(target, &self.address(), is_live);
+        for alias in &self.alias_addresses {
+            if routed.0 == RouteDecision::Deliver {
+                break;
+            }
+            routed = route_unicast(target, alias, is_live);
+        }
+        routed
+    }
+
+    /// Whether a terminal task event broadcast by `dispatched_by` is this
+    /// drainer's: its dispatcher delivers to the drainer (or to an alias), or it
+    /// is a self-fallback stamp of the drainer's machine (or an alias's).
+    fn owns_broadcast(&self, dispatched_by: &CoordinatorIdentity, self_fallback: bool) -> bool {
+        std::iter::once(&self.identity).chain(&self.aliases).any(|me| {
+            (self_fallback && daemon_ids_equivalent(&dispatched_by.daemon_id, &me.daemon_id))
+                || identity_delivers_to(dispatched_by, me)
+        })
     }
 
     /// Every daemon id form the drainer answers to; element 0 is the primary id.
@@ -239,6 +321,20 @@ pub fn route_event_live(
             return routed;
         }
     };
+    if event.scope == Scope::Broadcast && is_terminal_task_event(&event.event) {
+        let self_fallback = raw.get("dispatchedBySelfFallback").and_then(Value::as_bool) == Some(true);
+        let (decision, counter) = if already_drained(&event.event_id) {
+            (RouteDecision::DedupSkipped, DrainCounter::V2DedupSkipped)
+        } else if drainer.owns_broadcast(&event.dispatched_by, self_fallback) {
+            (RouteDecision::Deliver, DrainCounter::V2Delivered)
+        } else {
+            (
+                RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator },
+                DrainCounter::V2RoutedAway,
+            )
+        };
+        return Routed { decision, counter: Some(counter), violation: None, event_id: Some(event.event_id) };
+    }
     let projected = ProjectedRoute::of_valid(event.event_id, event.scope, event.intended_for.as_ref());
     route_projected(&projected, drainer, is_live, already_drained)
 }
@@ -313,16 +409,20 @@ impl ProjectedRoute {
     }
 }
 
-/// The routing inputs of a stored event: `None` for an unversioned event or one
-/// that fails the v2 contract check (those are routed from the whole event, by
-/// [`route_event`]). The result depends on the event alone, never on a drainer,
-/// so it can be computed once when the event is queued.
+/// The routing inputs of a stored event: `None` for an unversioned event, one
+/// that fails the v2 contract check, and a broadcast terminal task event (those
+/// are routed from the whole event, by [`route_event`]). The result depends on the
+/// event alone, never on a drainer, so it can be computed once when the event is
+/// queued.
 pub fn project_route(raw: &Value) -> Option<ProjectedRoute> {
     let is_v2 = raw.get("protocolVersion").and_then(ProtocolVersion::from_json) == Some(ProtocolVersion::V2);
     if !is_v2 {
         return None;
     }
     let event = validate_v2(raw).ok()?;
+    if event.scope == Scope::Broadcast && is_terminal_task_event(&event.event) {
+        return None;
+    }
     Some(ProjectedRoute::of_valid(event.event_id, event.scope, event.intended_for.as_ref()))
 }
 
@@ -345,7 +445,7 @@ pub fn route_projected(
                 RouteDecision::RoutedAway { reason: RoutedAwayReason::SystemScope },
                 DrainCounter::V2RoutedAway,
             ),
-            RouteClass::Unicast(target) => route_unicast(target, &drainer.address(), is_live),
+            RouteClass::Unicast(target) => drainer.route_unicast(target, &is_live),
             RouteClass::Unaddressed => (
                 RouteDecision::RoutedAway { reason: RoutedAwayReason::OtherCoordinator },
                 DrainCounter::V2RoutedAway,
@@ -358,7 +458,7 @@ pub fn route_projected(
 fn route_unicast(
     target: &Address,
     drainer: &Address,
-    is_live: impl Fn(&str) -> bool,
+    is_live: &impl Fn(&str) -> bool,
 ) -> (RouteDecision, DrainCounter) {
     if address_delivers_to(target, drainer) {
         return (RouteDecision::Deliver, DrainCounter::V2Delivered);
@@ -379,7 +479,7 @@ fn route_unicast(
 /// addressee gets the same answer, so a store can decide per addressee which
 /// events a drain needs to read at all.
 pub fn drainer_takes_unicast(target: &Address, drainer: &Address, is_live: impl Fn(&str) -> bool) -> bool {
-    route_unicast(target, drainer, is_live).0 == RouteDecision::Deliver
+    route_unicast(target, drainer, &is_live).0 == RouteDecision::Deliver
 }
 
 /// [`identity_delivers_to`] on addresses.
@@ -462,6 +562,13 @@ impl<'a> DrainRouter<'a> {
     /// Whether the coordinator with this key is live (the drainer itself always is).
     pub fn is_live(&self, key: &str) -> bool {
         key == self.address.key || self.live.contains(key)
+    }
+
+    /// Whether this drain takes a unicast addressed to `target` (by its own
+    /// address or an alias's, or by re-attribution), before event-id dedup. Every
+    /// event of one addressee gets the same answer.
+    pub fn takes_unicast(&self, target: &Address) -> bool {
+        self.drainer.route_unicast(target, &|key: &str| self.is_live(key)).0 == RouteDecision::Deliver
     }
 
     /// Routes the next event. `drained_before` answers whether an event id was
@@ -678,8 +785,14 @@ mod tests {
         })
     }
 
+    /// A valid v2 event (given an addressee for a unicast). A broadcast is a
+    /// progress event (`agent:ready`): a broadcast terminal event goes only to its
+    /// dispatcher (see `a_broadcast_terminal_event_goes_only_to_its_dispatcher`).
     fn v2_event(event_id: &str, scope: &str, intended_for: Option<&CoordinatorIdentity>) -> Value {
         let mut value = v1_event();
+        if scope == "broadcast" {
+            value["event"] = json!("agent:ready");
+        }
         value["protocolVersion"] = json!("2.0");
         value["eventId"] = json!(event_id);
         value["scope"] = json!(scope);
@@ -864,6 +977,52 @@ mod tests {
         );
         let owner = Drainer::new(identity("mach_X", "run_OLD", None), &[]);
         assert_eq!(route(&v2_event("e2", "system", None), &owner, false).0, system);
+    }
+
+    #[test]
+    fn a_broadcast_terminal_event_goes_only_to_its_dispatcher() {
+        let mut raw = v2_event("e1", "broadcast", None);
+        raw["event"] = json!("refine:completed");
+        assert_eq!(project_route(&raw), None, "routed from the whole event");
+        let dispatcher = Drainer::new(identity("daemon_mach_X", "run_OLD", None), &[]);
+        assert_eq!(route(&raw, &dispatcher, false), (DELIVER, Some(DrainCounter::V2Delivered)));
+        for other in [
+            Drainer::new(identity("mach_X", "run_NEW", None), &[]),
+            Drainer::new(identity("mach_Y", "run_OLD", None), &[]),
+            Drainer::daemon_level(&["mach_Y"]).unwrap(),
+        ] {
+            assert_eq!(route(&raw, &other, false), (AWAY, Some(DrainCounter::V2RoutedAway)), "{other:?}");
+        }
+        // A self-fallback stamp belongs to its machine, whoever drains there.
+        raw["dispatchedBy"] = identity_json(&identity("mach_X", "mach_X", None));
+        raw["dispatchedBySelfFallback"] = json!(true);
+        let same_machine = Drainer::new(identity("standalone_mach_X", "run_NEW", Some("s2")), &[]);
+        assert_eq!(route(&raw, &same_machine, false).0, DELIVER);
+        let elsewhere = Drainer::new(identity("mach_Y", "run_NEW", None), &[]);
+        assert_eq!(route(&raw, &elsewhere, false).0, AWAY);
+        // Also through an id the drainer answers to.
+        let aliased = Drainer::new(identity("mach_Y", "run_NEW", None), &["standalone_mach_X"]);
+        assert_eq!(route(&raw, &aliased, false).0, DELIVER);
+        assert_eq!(
+            route_event(&raw, &dispatcher, false, |id| id == "e1").decision,
+            RouteDecision::DedupSkipped
+        );
+    }
+
+    #[test]
+    fn a_drainer_takes_the_unicasts_of_the_ids_it_also_answers_to() {
+        let drainer = Drainer::new(identity("mach_A", "run1", None), &["standalone_X", "daemon_mach_A", "X"]);
+        assert_eq!(drainer.aliases(), [identity("standalone_X", "standalone_X", None)]);
+        assert_eq!(drainer.machines(), ["mach_A", "X"]);
+        assert_eq!(
+            route(&unicast("e1", &identity("standalone_X", "standalone_X", None)), &drainer, false).0,
+            DELIVER
+        );
+        assert_eq!(route(&unicast("e2", &identity("X", "X", None)), &drainer, false).0, DELIVER);
+        let live_elsewhere = identity("X", "run_X", None);
+        let routed = route_event_live(&unicast("e3", &live_elsewhere), &drainer, false, |_| true, |_| false);
+        assert_eq!(routed.decision, AWAY, "a live run on that machine keeps its unicasts");
+        assert_eq!(route(&unicast("e4", &identity("mach_Y", "mach_Y", None)), &drainer, false).0, AWAY);
     }
 
     #[test]

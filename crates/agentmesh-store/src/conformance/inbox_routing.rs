@@ -6,7 +6,7 @@
 //!
 //! Events are labelled and compared as in [`super::inbox`].
 
-use agentmesh_core::events::names::{AGENT_GENERATING_COMPLETED, AGENT_READY};
+use agentmesh_core::events::names::{AGENT_GENERATING_COMPLETED, AGENT_READY, AGENT_STOPPED};
 use agentmesh_core::events::{DrainCounters, Drainer, EmitHint, PendingEvent, ProtocolVersion, Scope};
 use serde_json::{Value, json};
 
@@ -372,4 +372,70 @@ pub fn inbox_a_late_touch_does_not_revive_an_ended_coordinator(store: &dyn Store
     queue_completion(store, MESH, "kept", 7, &gone);
     let sibling = drain(store, MESH, &drain_request(&next), at(8));
     assert_labels(&sibling.events, &[], "a coordinator live again keeps its event");
+}
+
+/// A broadcast terminal task event goes only to the coordinator that dispatched it and never to a coordinator on another machine, where it stays queued; a self-fallback one (dispatched by its machine, with no coordinator known) goes to any coordinator on that machine and to none elsewhere; a broadcast progress event still goes to whoever drains first.
+pub fn inbox_a_broadcast_terminal_event_reaches_only_its_dispatcher(store: &dyn Store) {
+    let me = me();
+    let broadcast_by_me =
+        EmitHint { scope: Some(Scope::Broadcast), dispatched_by: Some(me.clone()), ..EmitHint::default() };
+    let (_, owned) =
+        queue_event(store, MESH, (inbox_event(MESH, COMPLETED, "owned", at(1)), broadcast_by_me), at(1));
+    assert_eq!(owned.envelope.scope, Some(Scope::Broadcast), "expected the completion stamped broadcast");
+
+    let mut stopped = inbox_event(MESH, AGENT_STOPPED, "self", at(2));
+    stopped.target_coordinator_session_id = Some("coord-s1".to_owned());
+    let stamped = match ok(
+        store.queue_pending_event(MESH, &stopped, &EmitHint::default(), Some("mach_A"), at(2)),
+        "queue of a stop with no coordinator on mach_A",
+    ) {
+        crate::QueueOutcome::Queued { event, .. } => event,
+        other => panic!("expected the stop stored, got {other:?}"),
+    };
+    assert!(stamped.dispatched_by_self_fallback, "expected a self-fallback stamp");
+    assert_eq!(stamped.envelope.scope, Some(Scope::Broadcast), "expected the self-fallback stop broadcast");
+
+    queue_event(store, MESH, dispatched_by(inbox_event(MESH, READY, "ready", at(3)), &me), at(3));
+
+    let other_machine = drain(store, MESH, &drain_request(&elsewhere()), at(4));
+    assert_labels(&other_machine.events, &["ready"], "a drain by a coordinator on mach_B");
+    assert_eq!(
+        other_machine.counters,
+        drain_counters(1, 2, 0),
+        "expected both terminal events routed away from mach_B"
+    );
+    assert_pending_count(store, MESH, 2, "after mach_B drained");
+
+    let sibling_run = coordinator("mach_A", "run_2", None);
+    let sibling = drain(store, MESH, &drain_request(&sibling_run), at(5));
+    assert_labels(&sibling.events, &["self"], "a drain by another run on mach_A");
+    assert_pending_count(store, MESH, 1, "after another run on mach_A drained");
+
+    let own = drain(store, MESH, &drain_request(&me), at(6));
+    assert_labels(&own.events, &["owned"], "the drain by the dispatching coordinator");
+    assert_pending_count(store, MESH, 0, "after every coordinator drained");
+}
+
+/// A drainer that also answers to another daemon id (`--also-known-as`) takes the unicasts addressed to that id, by target field or by envelope, as a daemon-level drain by that id would; a coordinator live on that id's machine keeps its own, and other machines' unicasts stay queued.
+pub fn inbox_also_known_as_widens_a_drain_to_that_ids_unicasts(store: &dyn Store) {
+    let aka = "standalone_mach_X";
+    queue_completion(store, MESH, "for-aka", 1, &coordinator(aka, aka, None));
+    let machine_x = coordinator("mach_X", "mach_X", None);
+    queue_event(store, MESH, dispatched_by(inbox_event(MESH, COMPLETED, "for-x", at(2)), &machine_x), at(2));
+    let live_x = coordinator("mach_X", "run_X", None);
+    ok(store.touch_coordinator(MESH, &live_x, at(3)), "presence of run_X on mach_X");
+    queue_completion(store, MESH, "for-live-x", 4, &live_x);
+    queue_completion(store, MESH, "for-y", 5, &coordinator("mach_Y", "run_Y", None));
+
+    let plain = drain(store, MESH, &drain_request(&me()), at(6));
+    assert_labels(&plain.events, &[], "a drain by mach_A alone");
+    let widened = DrainRequest { drainer: Drainer::new(me(), &[aka]), ..drain_request(&me()) };
+    assert_labels(
+        &peek(store, MESH, &widened),
+        &["for-aka", "for-x"],
+        "a peek by mach_A also known as standalone_mach_X",
+    );
+    let out = drain(store, MESH, &widened, at(7));
+    assert_labels(&out.events, &["for-aka", "for-x"], "a drain by mach_A also known as standalone_mach_X");
+    assert_pending_count(store, MESH, 2, "after the widened drain (run_X's and mach_Y's stay)");
 }

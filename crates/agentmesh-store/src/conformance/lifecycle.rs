@@ -2,7 +2,7 @@
 //! and epoch, completion matching, cancel, requeue and its retry budget, reclaim,
 //! heartbeats and leases, and the ledger entries every state change writes.
 
-use agentmesh_core::{ClaimRefusal, RequeueOptions, Requeued, TaskStatus, Timestamp};
+use agentmesh_core::{ClaimRefusal, NewTask, RequeueOptions, Requeued, TaskStatus, Timestamp};
 
 use super::support::*;
 use crate::{ClaimOptions, CompletionReport, Store, StoreError};
@@ -593,4 +593,72 @@ pub fn reclaim_if_lease_expired_rechecks_the_lease(store: &dyn Store) {
     assert!(back.epoch() > lapsed.epoch(), "the reclaim bumps the epoch");
     let reclaimed = ledger_kinds(store, MESH).iter().filter(|k| k.as_str() == "task_reclaimed").count();
     assert_eq!(reclaimed, 1, "exactly one task_reclaimed entry");
+}
+
+/// Session ids match after trimming, as the original compared them: a task whose stored assigned session is padded (`" sess-pad "`) is completed by a report from `sess-pad` that names no task, and failed by one from `" sess-pad"` that does.
+pub fn completion_matches_a_padded_session_after_trimming(store: &dyn Store) {
+    ok(store.insert_queue_entry(&assigned_row("t1", " sess-pad ", at(1))), "insert of an assigned row");
+    let report = CompletionReport {
+        session_id: "sess-pad".into(),
+        task_id: None,
+        epoch: Some(1),
+        occurred_at: None,
+        outcome: done("padded but mine"),
+    };
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let task = ok(store.complete_task(MESH, &report, at(2)), "completion by sess-pad of its padded row");
+    ledger.assert_new(store, "the completion", &["task_completed:t1"]);
+    assert_eq!(task.status, TaskStatus::Completed, "expected the padded row's task completed");
+
+    ok(store.insert_queue_entry(&assigned_row("t2", "sess-pad\t", at(3))), "insert of a second row");
+    let report = CompletionReport {
+        session_id: " sess-pad".into(),
+        task_id: Some("t2".into()),
+        epoch: Some(1),
+        occurred_at: None,
+        outcome: failed("no luck"),
+    };
+    let task = ok(store.complete_task(MESH, &report, at(4)), "failure report by \" sess-pad\" naming t2");
+    assert_eq!(task.status, TaskStatus::Failed, "expected t2 failed by the same session, padded otherwise");
+
+    ok(store.insert_queue_entry(&assigned_row("t3", " sess-pad ", at(5))), "insert of a third row");
+    let other = CompletionReport {
+        session_id: "sess-pa".into(),
+        task_id: None,
+        epoch: None,
+        occurred_at: None,
+        outcome: done("not mine"),
+    };
+    let err = expect_err(store.complete_task(MESH, &other, at(6)), "completion by another session");
+    assert!(matches!(err, StoreError::NoAssignedTask { .. }), "expected NoAssignedTask, got {err:?}");
+    assert_status(store, MESH, "t3", TaskStatus::Assigned);
+}
+
+/// A requeue past the retry budget fails the task with the original's `max_retries_exceeded: requeued N time(s), limit is M` in `cancelReason`, the field the original writes and reads.
+pub fn retry_budget_refusal_is_written_to_cancel_reason(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    fail(store, MESH, &task, "first try failed", at(3));
+    ok(store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(4)), "first requeue");
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "t1");
+    fail(store, MESH, &task, "second try failed", at(6));
+    let spent = match ok(store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(7)), "second requeue")
+    {
+        Requeued::RetriesExhausted(t) => t,
+        other => panic!("expected the second requeue to exhaust the default budget of 1, got {other:?}"),
+    };
+    let expected = "max_retries_exceeded: requeued 1 time(s), limit is 1";
+    assert_eq!(spent.cancel_reason.as_deref(), Some(expected), "expected the refusal in cancelReason");
+    assert_eq!(find(store, MESH, "t1").cancel_reason.as_deref(), Some(expected), "expected it stored");
+
+    enqueue(store, MESH, NewTask { max_retries: Some(0), ..new_task("t2") }, at(8));
+    let spent = match ok(store.requeue_task(MESH, "t2", &RequeueOptions::default(), at(9)), "requeue of t2") {
+        Requeued::RetriesExhausted(t) => t,
+        other => panic!("expected a budget of 0 to be spent by the first requeue, got {other:?}"),
+    };
+    assert_eq!(
+        spent.cancel_reason.as_deref(),
+        Some("max_retries_exceeded: requeued 0 time(s), limit is 0"),
+        "expected the count and the limit as they were"
+    );
 }

@@ -29,9 +29,12 @@
 //!   backwards, retries, the active view, confirmation and expiry.
 //! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
 //!   tool-call rate guard.
+//! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, delete, retract, clear, mesh isolation, and a
 //!   routing property over interleaved queues and drains.
+//! - [`inbox_reconcile`]: superseded refine acceptances and alerts about finished
+//!   tasks, left out of what a drain hands out.
 //! - [`inbox_routing`]: re-attribution, sibling sessions, backlogs, system scope,
 //!   enforce-mode quarantine.
 //! - [`missions`]: missions and their derived progress, the scheduler cursor and
@@ -43,7 +46,9 @@
 pub mod claims;
 pub mod deliveries;
 pub mod dispatches;
+pub mod guardrail;
 pub mod inbox;
+pub mod inbox_reconcile;
 pub mod inbox_routing;
 pub mod ledger;
 pub mod lifecycle;
@@ -55,7 +60,9 @@ pub mod tasks;
 pub use claims::*;
 pub use deliveries::*;
 pub use dispatches::*;
+pub use guardrail::*;
 pub use inbox::*;
+pub use inbox_reconcile::*;
 pub use inbox_routing::*;
 pub use ledger::*;
 pub use lifecycle::*;
@@ -83,6 +90,7 @@ macro_rules! conformance_tests {
             enqueue_rejects_a_blank_message_and_changes_nothing,
             enqueue_rejects_an_unknown_mode_or_priority_and_changes_nothing,
             enqueue_rejects_a_duplicate_id_and_changes_nothing,
+            enqueue_of_an_id_held_by_another_mesh_names_that_mesh,
             enqueue_rejects_a_dependency_cycle_and_changes_nothing,
             enqueue_batch_is_all_or_nothing,
             enqueue_batch_members_may_depend_on_earlier_members,
@@ -103,6 +111,7 @@ macro_rules! conformance_tests {
             active_assignments_list_oldest_dispatch_first,
             unknown_task_fields_survive_a_round_trip,
             meshes_are_isolated_for_tasks_and_claims,
+            readonly_guardrail_refuses_forbidden_operations_and_changes_nothing,
             // Claims.
             claims_are_fifo_among_equal_priority,
             claims_take_higher_priority_first_within_a_tier,
@@ -133,6 +142,7 @@ macro_rules! conformance_tests {
             completion_matching_prefers_the_exact_task_id,
             complete_without_task_id_finds_the_sessions_task,
             completion_without_an_assigned_task_is_refused,
+            completion_matches_a_padded_session_after_trimming,
             stale_epoch_completion_is_refused_and_recorded,
             completion_from_another_session_is_refused,
             completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays,
@@ -141,6 +151,7 @@ macro_rules! conformance_tests {
             cancel_of_a_finished_task_is_refused_and_changes_nothing,
             requeue_spends_the_default_retry_budget,
             requeue_of_an_assigned_task_needs_force,
+            retry_budget_refusal_is_written_to_cancel_reason,
             reclaim_returns_the_task_and_the_fourth_fails_it,
             heartbeat_extends_the_lease_for_the_current_holder,
             expired_leases_lists_only_lapsed_assignments,
@@ -242,6 +253,10 @@ macro_rules! conformance_tests {
             inbox_a_late_touch_does_not_revive_an_ended_coordinator,
             inbox_drains_oldest_first_at_most_limit_events,
             inbox_property_every_event_reaches_its_coordinators_at_most_once,
+            inbox_a_superseded_refine_accepted_is_not_delivered,
+            inbox_alerts_about_finished_tasks_are_dropped,
+            inbox_a_broadcast_terminal_event_reaches_only_its_dispatcher,
+            inbox_also_known_as_widens_a_drain_to_that_ids_unicasts,
         );
     };
     (@rules $make_store:expr; $($rule:ident),* $(,)?) => {

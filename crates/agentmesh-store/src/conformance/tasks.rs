@@ -587,3 +587,37 @@ pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
         "expected nothing of B counted in A's stats: {stats_a:?}"
     );
 }
+
+/// Task ids are unique per database, across meshes: enqueueing (alone or in a batch) an id another mesh holds is refused with `DuplicateTaskId` naming the mesh that holds it, and its message says so instead of placing the task in the requesting mesh; neither mesh changes.
+pub fn enqueue_of_an_id_held_by_another_mesh_names_that_mesh(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(0));
+    let (before_a, before_b) = (Snapshot::take(store, MESH), Snapshot::take(store, OTHER_MESH));
+    let err = expect_err(store.enqueue(OTHER_MESH, &new_task("t1"), at(1)), "enqueue into mesh-b of t1");
+    match &err {
+        StoreError::DuplicateTaskId { task_id, existing_mesh_id } => {
+            assert_eq!(task_id, "t1", "expected the refusal to name the id");
+            assert_eq!(existing_mesh_id, MESH, "expected the refusal to name the mesh that holds t1");
+        }
+        other => panic!("expected DuplicateTaskId, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert_eq!(
+        text, "task t1 already exists (task ids are unique per database; it is in mesh mesh-a)",
+        "expected the message to say where the task is"
+    );
+    let batch = [new_task("fresh"), new_task("t1")];
+    let err = expect_err(store.enqueue_batch(OTHER_MESH, &batch, at(2)), "a batch into mesh-b repeating t1");
+    assert!(
+        matches!(&err, StoreError::DuplicateTaskId { existing_mesh_id, .. } if existing_mesh_id == MESH),
+        "expected the batch refused naming mesh-a, got {err:?}"
+    );
+    before_a.assert_unchanged(store, MESH, "a refused enqueue into another mesh");
+    before_b.assert_unchanged(store, OTHER_MESH, "a refused enqueue of an id mesh-a holds");
+    assert_eq!(ok(store.find_task(OTHER_MESH, "t1"), "find_task in mesh-b"), None, "t1 is not in mesh-b");
+
+    let err = expect_err(store.enqueue(MESH, &new_task("t1"), at(3)), "enqueue into mesh-a of t1 again");
+    assert!(
+        matches!(&err, StoreError::DuplicateTaskId { existing_mesh_id, .. } if existing_mesh_id == MESH),
+        "expected a duplicate in the same mesh to name that mesh, got {err:?}"
+    );
+}
