@@ -194,6 +194,8 @@ pub trait MeshApi: Send + Sync {
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>>;
     /// An overview of the mesh.
     fn status(&self, mesh: &str) -> MeshResult<StatusView>;
+    /// Every mesh the store holds anything of, by id, with its counts.
+    fn meshes(&self) -> MeshResult<Vec<views::MeshSummaryView>>;
     /// Records that a coordinator is alive (a drain does this too), or that it ended.
     /// A unicast for a live coordinator is never handed to another run on its
     /// machine; one for a coordinator gone quiet for two minutes, or ended, is.

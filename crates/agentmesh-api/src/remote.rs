@@ -293,6 +293,14 @@ impl MeshApi for RemoteMesh {
         self.get(mesh, &["status"], &NO_QUERY)
     }
 
+    fn meshes(&self) -> MeshResult<Vec<crate::views::MeshSummaryView>> {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(["v1", "meshes"]);
+        }
+        self.send(self.client.get(url).header(AUTHORIZATION, self.auth.clone()))
+    }
+
     fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView> {
         self.post(mesh, &["tool-calls"], &body)
     }

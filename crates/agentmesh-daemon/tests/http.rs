@@ -1197,6 +1197,138 @@ async fn mesh_ids_are_checked_and_an_unknown_mesh_has_no_tasks() {
     );
 }
 
+/// Every id a body or a path carries, on every route that takes one: the bad
+/// value replaces the `BAD` placeholder, and the error names the field.
+fn bad_id_cases() -> Vec<(&'static str, Value, &'static str)> {
+    vec![
+        ("/tasks", json!({ "message": "x", "id": "BAD" }), "id"),
+        ("/tasks", json!({ "message": "x", "dependsOn": ["t1", "BAD"] }), "dependsOn[1]"),
+        ("/tasks", json!({ "message": "x", "targetNodeId": "BAD" }), "targetNodeId"),
+        ("/tasks", json!({ "message": "x", "targetSessionId": "BAD" }), "targetSessionId"),
+        ("/tasks", json!({ "message": "x", "missionId": "BAD" }), "missionId"),
+        ("/tasks", json!({ "message": "x", "coordinator": { "daemonId": "BAD" } }), "coordinator.daemonId"),
+        (
+            "/tasks/batch",
+            json!({ "tasks": [{ "message": "a" }, { "message": "b", "id": "BAD" }] }),
+            "tasks[1].id",
+        ),
+        ("/tasks/batch", json!({ "tasks": [{ "message": "a", "ref": "BAD" }] }), "tasks[0].ref"),
+        ("/claims", json!({ "nodeId": "BAD", "sessionId": "s1" }), "nodeId"),
+        ("/claims", json!({ "nodeId": "n1", "sessionId": "BAD" }), "sessionId"),
+        ("/heartbeats", json!({ "sessionId": "s1", "taskId": "BAD", "epoch": 1, "leaseMs": 1000 }), "taskId"),
+        ("/completions", json!({ "sessionId": "BAD" }), "sessionId"),
+        ("/completions", json!({ "sessionId": "s1", "taskId": "BAD" }), "taskId"),
+        (
+            "/complete-and-claim",
+            json!({ "completion": { "sessionId": "s1" }, "claim": { "nodeId": "BAD", "sessionId": "s1" } }),
+            "claim.nodeId",
+        ),
+        (
+            "/events",
+            json!({ "event": { "event": "agent:ready", "metadataEvent": {}, "eventId": "BAD" } }),
+            "event.eventId",
+        ),
+        ("/events/drain", json!({ "daemonId": "BAD", "runId": "run-1" }), "daemonId"),
+        ("/events/peek", json!({ "daemonId": "mach_A", "runId": "BAD" }), "runId"),
+        ("/events/ack", json!({ "ids": ["e1", "BAD"] }), "ids[1]"),
+        ("/events/retract", json!({ "taskId": "BAD" }), "taskId"),
+        ("/missions", json!({ "id": "BAD", "title": "T" }), "id"),
+        ("/idle-sessions", json!({ "nodeId": "n1", "sessionId": "BAD", "providerType": "p" }), "sessionId"),
+        ("/deliveries", json!({ "sessionId": "BAD", "message": "m" }), "sessionId"),
+        ("/deliveries", json!({ "id": "BAD", "sessionId": "s1", "message": "m" }), "id"),
+        ("/dispatches", json!({ "taskId": "BAD", "message": "m" }), "taskId"),
+        ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "BAD" }] }), "nodes[0].nodeId"),
+        ("/coordinators/presence", json!({ "daemonId": "mach_A", "runId": "BAD" }), "runId"),
+        ("/tool-calls", json!({ "tool": "x", "sessionId": "BAD" }), "sessionId"),
+    ]
+}
+
+/// `value` with every string `"BAD"` in it replaced by `bad`.
+fn with_placeholder_as(value: Value, bad: &str) -> Value {
+    match value {
+        Value::String(s) if s == "BAD" => Value::from(bad),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| with_placeholder_as(v, bad)).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, with_placeholder_as(v, bad))).collect())
+        }
+        other => other,
+    }
+}
+
+#[tokio::test]
+async fn every_id_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
+    let odd = "legacy\nforged";
+    let daemon = TestDaemon::start_on(
+        |store| {
+            let task = agentmesh_core::Task::new(odd, "m", "from the original", "2025-01-01T00:00:00.000Z");
+            store.insert_queue_entry(&task).expect("a row as the original wrote it");
+        },
+        |state| state.with_upkeep(upkeep_with(|_| {})),
+    )
+    .await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t1" })).await;
+    let db = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).expect("db");
+    let before = database_snapshot(&db);
+
+    // The issue's own request: NUL and newline in a task id.
+    let response = daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "x\u{0}y\nz" })).await;
+    assert_error(
+        &response,
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+        "invalid id: must not contain control characters",
+    );
+    for bad in ["x\u{0}y\nz", "\u{1b}[2J", &"a".repeat(201)] {
+        for (route, body, field) in bad_id_cases() {
+            let body = with_placeholder_as(body, bad);
+            let response = daemon.post(&format!("/v1/meshes/m{route}"), body).await;
+            assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", &format!("invalid {field}: "));
+        }
+    }
+    let paths = [
+        (Method::GET, "/v1/meshes/m/tasks/x%00y", "invalid id: "),
+        (Method::POST, "/v1/meshes/m/tasks/x%0Ay/cancel", "invalid id: "),
+        (Method::POST, "/v1/meshes/m/tasks/x%0Ay/requeue", "invalid id: "),
+        (Method::GET, "/v1/meshes/m/missions/m%0A1", "invalid id: "),
+        (Method::GET, "/v1/meshes/m/deliveries?sessionId=s%0A1", "invalid sessionId: "),
+        (Method::GET, "/v1/meshes/a%00b/tasks", "invalid mesh: "),
+    ];
+    for (method, path, needle) in paths {
+        let body = (method == Method::POST).then(|| json!({}));
+        let response = daemon.send(method, path, body).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", needle);
+    }
+    assert!(database_snapshot(&db) == before, "a refused id changed the database");
+
+    // The row the original wrote is listed as it is.
+    let (status, tasks) = daemon.get("/v1/meshes/m/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = tasks.as_array().unwrap().iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, [odd, "t1"]);
+}
+
+#[tokio::test]
+async fn the_meshes_route_lists_every_mesh_with_its_counts() {
+    let daemon = TestDaemon::start().await;
+    assert_eq!(daemon.get("/v1/meshes").await, (StatusCode::OK, json!([])));
+    daemon.post("/v1/meshes/b/tasks", json!({ "message": "x", "id": "t1" })).await;
+    daemon.post("/v1/meshes/a/missions", json!({ "id": "m1", "title": "T" })).await;
+    let (status, meshes) = daemon.get("/v1/meshes").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        meshes,
+        json!([
+            { "meshId": "a", "tasks": { "pending": 0, "assigned": 0, "completed": 0, "failed": 0, "cancelled": 0 },
+              "pendingEvents": 0, "ledgerEntries": meshes[0]["ledgerEntries"], "missions": 1 },
+            { "meshId": "b", "tasks": { "pending": 1, "assigned": 0, "completed": 0, "failed": 0, "cancelled": 0 },
+              "pendingEvents": 0, "ledgerEntries": 1, "missions": 0 },
+        ])
+    );
+    assert_error(&daemon.get("/v1/meshes?x=1").await, StatusCode::BAD_REQUEST, "invalid_input", "x");
+    let anonymous = daemon.client.get(daemon.url("/v1/meshes")).send().await.expect("sent");
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED, "the listing is behind the token");
+}
+
 // ── Metrics ─────────────────────────────────────────────────────────────────
 
 #[tokio::test]

@@ -8,7 +8,10 @@
 //!
 //! Arguments are parsed with `serde_path_to_error`, so a wrong one is reported by
 //! its path (`tasks[1].dependsOn`), as a tool error the agent can correct, never
-//! as a protocol error that would look like a broken server.
+//! as a protocol error that would look like a broken server. Ids follow the core's
+//! one id rule, checked where the wire bodies are converted (or, for an id that
+//! becomes a path segment, under the argument's own name), so an id the CLI or the
+//! HTTP API refuses is refused here too, naming the argument.
 
 use agentmesh_api::MeshError;
 use agentmesh_api::wire::NodeBody;
@@ -63,6 +66,18 @@ impl From<MeshError> for ToolError {
         };
         ToolError { code: err.code().to_owned(), message: err.to_string(), field }
     }
+}
+
+impl From<agentmesh_core::InvalidInput> for ToolError {
+    fn from(err: agentmesh_core::InvalidInput) -> ToolError {
+        ToolError { code: "invalid_input".into(), message: err.to_string(), field: Some(err.field) }
+    }
+}
+
+/// An id argument, checked by the core's id rule under the argument's own name
+/// (`taskId`, `missionId`) before it travels on as a path id.
+pub fn id_argument(field: &str, value: String) -> Result<String, ToolError> {
+    Ok(agentmesh_core::ids::validate_owned_id(field, value)?)
 }
 
 impl IntoCallToolResult for ToolError {

@@ -318,6 +318,7 @@ summary or failure reason.",
     )]
     async fn show_task(&self, arguments: JsonObject) -> ToolResult {
         let TaskIdArgs { task_id } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.show_task(mesh, &task_id)).await?;
         answer_json(json!({ "task": task }))
     }
@@ -329,6 +330,7 @@ work is no longer wanted.",
     )]
     async fn cancel_task(&self, arguments: JsonObject) -> ToolResult {
         let CancelTaskArgs { task_id, reason } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.cancel_task(mesh, &task_id, CancelBody { reason })).await?;
         answer_json(json!({ "task": task }))
     }
@@ -341,6 +343,7 @@ override).",
     )]
     async fn requeue_task(&self, arguments: JsonObject) -> ToolResult {
         let RequeueTaskArgs { task_id, reason, force } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
         let body = RequeueBody { reason, force, ..RequeueBody::default() };
         let requeued = self.run(move |api, mesh| api.requeue_task(mesh, &task_id, body)).await?;
         answer_json(requeued)
@@ -441,6 +444,7 @@ missionId). Its progress is counted from its tasks.",
     )]
     async fn upsert_mission(&self, arguments: JsonObject) -> ToolResult {
         let MissionArgs { mission_id, title, goal, status } = args::parse(arguments)?;
+        let mission_id = args::id_argument("missionId", mission_id)?;
         let body = MissionBody { id: mission_id, title, goal, status };
         let saved = self.run(move |api, mesh| api.upsert_mission(mesh, body)).await?;
         answer_json(saved)
@@ -465,6 +469,7 @@ missionId). Its progress is counted from its tasks.",
     )]
     async fn show_mission(&self, arguments: JsonObject) -> ToolResult {
         let MissionIdArgs { mission_id } = args::parse(arguments)?;
+        let mission_id = args::id_argument("missionId", mission_id)?;
         let mission = self.run(move |api, mesh| api.mission(mesh, &mission_id)).await?;
         answer_json(mission)
     }

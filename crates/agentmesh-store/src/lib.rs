@@ -142,6 +142,21 @@ pub struct StatusCount {
     pub count: u64,
 }
 
+/// What the store holds for one mesh, counted: what `agentmesh meshes` lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshSummary {
+    /// The mesh.
+    pub mesh_id: String,
+    /// Task counts by status (statuses with no task are left out).
+    pub tasks: Vec<StatusCount>,
+    /// Undrained coordinator events.
+    pub pending_events: u64,
+    /// Ledger entries.
+    pub ledger_entries: u64,
+    /// Missions.
+    pub missions: u64,
+}
+
 /// An assigned task, as status views show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ActiveAssignment {
@@ -800,4 +815,10 @@ pub trait Store: Send + Sync + 'static {
     /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and
     /// unaddressed events), largest group first, at most 50 groups.
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>>;
+
+    /// Every mesh the store holds a row of (a task, ledger entry, inbox event,
+    /// mission, session delivery, direct dispatch or idle session), by mesh id, with
+    /// its counts. Rows are read as they are stored: a mesh id no caller could pass
+    /// today is listed too.
+    fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
 }

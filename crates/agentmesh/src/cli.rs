@@ -97,6 +97,9 @@ pub enum Command {
     Deliveries(DeliveriesArgs),
     /// List the direct dispatches not yet finished
     Dispatches,
+    /// List the meshes the data dir holds, with their tasks by status, undrained
+    /// events, ledger entries and missions
+    Meshes,
     /// Turn any command into a worker: claim a task, run the command with it,
     /// report the outcome, repeat
     #[command(after_long_help = WORK_EXAMPLES)]

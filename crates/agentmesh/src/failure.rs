@@ -3,7 +3,8 @@
 //!
 //! [`classify`] is the one place that decides exit codes: 2 when the caller's
 //! input was at fault (a clap error, an [`InvalidInput`] raised here or in the
-//! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else.
+//! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else
+//! (a read-only command on a data dir with no database among them: `no_database`).
 //! Commands never pick an exit code themselves; they return an `anyhow::Error` and
 //! the classification looks through its whole chain.
 
@@ -14,6 +15,8 @@ use agentmesh_api::MeshError;
 use agentmesh_core::InvalidInput;
 use agentmesh_store::StoreError;
 use serde_json::json;
+
+use crate::commands::NoDatabase;
 
 /// Exit code for bad input.
 pub const EXIT_BAD_INPUT: u8 = 2;
@@ -42,6 +45,9 @@ pub fn classify(err: &anyhow::Error) -> Classified {
         }
         if cause.downcast_ref::<InvalidInput>().is_some() {
             return Classified { exit_code: EXIT_BAD_INPUT, code: "invalid_input".to_owned() };
+        }
+        if cause.downcast_ref::<NoDatabase>().is_some() {
+            return Classified { exit_code: EXIT_FAILURE, code: "no_database".to_owned() };
         }
     }
     Classified { exit_code: EXIT_FAILURE, code: "internal_error".to_owned() }

@@ -65,6 +65,73 @@ async fn the_daemon_id_is_kept_in_the_data_dir_and_each_process_is_a_new_run() {
     assert_ne!(seen[0].1, seen[1].1);
 }
 
+/// `value` with every string `"BAD"` in it replaced by `bad`.
+fn with_placeholder_as(value: serde_json::Value, bad: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s == "BAD" => Value::from(bad),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| with_placeholder_as(v, bad)).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, with_placeholder_as(v, bad))).collect())
+        }
+        other => other,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = spawn_stdio(dir.path(), None).await;
+    ok(&client, "enqueue_task", json!({ "message": "kept", "id": "t-f" })).await;
+    let ledger = ok(&client, "ledger_tail", json!({ "tail": 100 })).await;
+    let cases = [
+        ("enqueue_task", json!({ "message": "x", "id": "BAD" }), "id"),
+        ("enqueue_task", json!({ "message": "x", "dependsOn": ["BAD"] }), "dependsOn[0]"),
+        ("enqueue_task", json!({ "message": "x", "targetNodeId": "BAD" }), "targetNodeId"),
+        ("enqueue_task", json!({ "message": "x", "missionId": "BAD" }), "missionId"),
+        ("enqueue_tasks", json!({ "tasks": [{ "message": "a", "ref": "BAD" }] }), "tasks[0].ref"),
+        (
+            "enqueue_tasks",
+            json!({ "tasks": [{ "message": "a" }, { "message": "b", "id": "BAD" }] }),
+            "tasks[1].id",
+        ),
+        ("show_task", json!({ "taskId": "BAD" }), "taskId"),
+        ("cancel_task", json!({ "taskId": "BAD" }), "taskId"),
+        ("requeue_task", json!({ "taskId": "BAD", "force": true }), "taskId"),
+        ("claim_task", json!({ "sessionId": "w1", "nodeId": "BAD" }), "nodeId"),
+        ("claim_task", json!({ "sessionId": "BAD" }), "sessionId"),
+        ("heartbeat_task", json!({ "taskId": "BAD", "epoch": 1, "sessionId": "w1" }), "taskId"),
+        ("complete_task", json!({ "summary": "done", "sessionId": "BAD" }), "sessionId"),
+        ("fail_task", json!({ "reason": "no", "taskId": "BAD", "sessionId": "w1" }), "taskId"),
+        ("upsert_mission", json!({ "missionId": "BAD", "title": "T" }), "missionId"),
+        ("show_mission", json!({ "missionId": "BAD" }), "missionId"),
+        ("suggest_node", json!({ "taskId": "t-f", "nodes": [{ "nodeId": "BAD" }] }), "nodes[0].nodeId"),
+        ("send_to_session", json!({ "sessionId": "BAD", "message": "hello" }), "sessionId"),
+        ("read_deliveries", json!({ "sessionId": "BAD" }), "sessionId"),
+        ("report_idle", json!({ "sessionId": "BAD" }), "sessionId"),
+    ];
+    for bad in ["x\u{0}y\nz", &"a".repeat(201)] {
+        for (tool, arguments, field) in &cases {
+            let arguments = with_placeholder_as(arguments.clone(), bad);
+            let result = call(&client, tool, arguments.clone()).await;
+            assert_eq!(result.is_error, Some(true), "{tool} {arguments}: {}", text(&result));
+            let error: serde_json::Value = serde_json::from_str(&text(&result)).unwrap();
+            assert_eq!(error["code"], "invalid_input", "{tool} {arguments}: {error}");
+            assert_eq!(error["field"], *field, "{tool} {arguments}: {error}");
+            assert!(error["message"].as_str().unwrap().starts_with(&format!("invalid {field}: ")), "{error}");
+        }
+    }
+    let tasks = ok(&client, "list_tasks", json!({})).await;
+    let ids: Vec<&str> = tasks["tasks"].as_array().unwrap().iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, ["t-f"], "a refused id enqueued something");
+    assert_eq!(
+        ok(&client, "ledger_tail", json!({ "tail": 100 })).await,
+        ledger,
+        "a refused id wrote to the ledger"
+    );
+    client.cancel().await.unwrap();
+}
+
 /// Each tool (but the wait, which valid arguments keep waiting) with arguments it
 /// takes.
 fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {

@@ -416,6 +416,8 @@ fn reads_print_the_same_bytes_with_and_without_the_daemon() {
         &["ledger", "tail", "--json"],
         &["mission", "show", "m1", "--json"],
         &["status", "--json"],
+        &["meshes", "--json"],
+        &["meshes"],
     ] {
         let local = run(dir, args).ok();
         let remote = daemon.remote(args).ok();

@@ -100,6 +100,8 @@ macro_rules! conformance_tests {
             replace_queue_replaces_one_mesh_only,
             delete_queue_empties_one_mesh_and_counts,
             insert_queue_entry_stores_the_task_as_given,
+            ids_follow_the_id_rule_on_enqueue_and_odd_stored_rows_stay_readable,
+            mesh_summaries_list_every_mesh_with_its_counts,
             update_queue_entry_stamps_updated_at,
             update_queue_entry_of_an_unknown_task_is_not_found,
             raw_queue_writes_keep_dependency_readiness,

@@ -10,15 +10,15 @@ use agentmesh_api::views::ClaimView;
 use agentmesh_api::wire::ClaimBody;
 use agentmesh_core::{InvalidInput, Task};
 
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::ClaimArgs;
 use crate::output::{self, Output};
 
 /// Runs `claim`.
 pub fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = ClaimBody {
-        node_id: required("nodeId", &args.node)?.to_owned(),
-        session_id: required("sessionId", &args.session)?.to_owned(),
+        node_id: id("nodeId", &args.node)?.to_owned(),
+        session_id: id("sessionId", &args.session)?.to_owned(),
         capability_tags: args.tags,
         provider_type: args.provider,
         provider_max_parallel: args.max_parallel,

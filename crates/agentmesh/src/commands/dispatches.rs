@@ -5,11 +5,19 @@
 
 use super::Context;
 use crate::now;
-use crate::output::{self, DispatchView, Output};
+use crate::output::{self, DispatchView, Noun, Output};
 
 /// Runs `dispatches`.
 pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
-    let dispatches: Vec<DispatchView> = ctx.api()?.dispatches(ctx.mesh())?;
+    let dispatches: Vec<DispatchView> = ctx.read_api()?.dispatches(ctx.mesh())?;
     let now = now();
-    out.emit(&dispatches, |w| output::write_dispatch_table(w, &dispatches, now))
+    out.emit(&dispatches, |w| {
+        output::write_listing(
+            w,
+            ctx.mesh(),
+            Noun("active dispatch", "active dispatches"),
+            dispatches.len(),
+            |w| output::write_dispatch_table(w, &dispatches, now),
+        )
+    })
 }

@@ -21,9 +21,10 @@ use crate::cli::McpArgs;
 /// Runs `mcp`.
 pub fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
     init_logging();
+    let session = agentmesh_core::ids::validate_optional_id("session", args.session.as_deref())?;
     let daemon_id = load_or_create_daemon_id(ctx.data_dir())
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
-    let identity = Identity::fresh_run(daemon_id, args.session);
+    let identity = Identity::fresh_run(daemon_id, session);
     tracing::info!(daemon_id = %identity.daemon_id, run_id = %identity.run_id, mesh = ctx.mesh(), "serving MCP on stdio");
     let tools = MeshTools::new(Arc::clone(ctx.shared_api()?), ctx.mesh(), identity);
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -3,7 +3,10 @@
 //!
 //! [`Context`] carries what every command shares: the resolved data dir and mesh,
 //! and the store, opened on first use so that a command refused for bad flags
-//! never creates a data dir or a database.
+//! never creates a data dir or a database. A command that only reads asks for
+//! [`Context::read_api`], which refuses a data dir that holds no database
+//! ([`NoDatabase`]) instead of creating one: a mistyped `--data-dir` must not
+//! read as an empty system.
 
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
@@ -12,7 +15,7 @@ use std::sync::Arc;
 use agentmesh_api::{LocalMesh, MeshApi, RemoteMesh};
 use agentmesh_core::InvalidInput;
 use agentmesh_daemon::TOKEN_FILE_NAME;
-use agentmesh_sqlite::SqliteStore;
+use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, SqliteStore};
 use agentmesh_store::Store;
 use anyhow::Context as _;
 
@@ -27,6 +30,7 @@ mod events;
 mod import_adhdev;
 mod ledger;
 mod mcp;
+mod meshes;
 mod mission;
 mod serve;
 mod sessions;
@@ -36,6 +40,33 @@ mod work;
 
 /// The environment variable a client reads its token from.
 pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
+
+/// A command that only reads was pointed at a data dir with no database in it.
+#[derive(Debug)]
+pub struct NoDatabase {
+    /// The data dir, as given.
+    pub data_dir: PathBuf,
+}
+
+impl std::fmt::Display for NoDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no database in {dir}: it holds neither {DB_FILE_NAME} nor {LEGACY_DB_FILE_NAME}; check --data-dir \
+             (or $AGENTMESH_HOME), or create one there with a command that writes, such as \
+             `agentmesh --data-dir {dir} task add ...` or `agentmesh --data-dir {dir} serve`",
+            dir = self.data_dir.display()
+        )
+    }
+}
+
+impl std::error::Error for NoDatabase {}
+
+/// Whether `dir` holds a database: this one's file, or the original's older name
+/// for it (which opening renames).
+fn database_exists(dir: &Path) -> bool {
+    [DB_FILE_NAME, LEGACY_DB_FILE_NAME].into_iter().any(|name| dir.join(name).is_file())
+}
 
 /// What every command shares.
 pub struct Context {
@@ -55,12 +86,9 @@ pub struct Context {
 
 impl Context {
     /// Resolves the global options: `--data-dir`, else `$AGENTMESH_HOME` (both via
-    /// clap), else `~/.agentmesh`; the mesh must not be blank.
+    /// clap), else `~/.agentmesh`; the mesh follows the id rule.
     pub fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
-        let mesh = global.mesh.trim();
-        if mesh.is_empty() {
-            return Err(InvalidInput::new("mesh", "must not be blank").into());
-        }
+        let mesh = id("mesh", &global.mesh)?;
         let data_dir = match &global.data_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 return Err(InvalidInput::new("dataDir", "must not be blank").into());
@@ -90,6 +118,16 @@ impl Context {
     /// The mesh operations: against the daemon of `--server`, else on the data dir.
     pub fn api(&self) -> anyhow::Result<&dyn MeshApi> {
         Ok(self.shared_api()?.as_ref())
+    }
+
+    /// The mesh operations for a command that only reads: [`Context::api`], except
+    /// that on a data dir holding no database it fails with [`NoDatabase`] and
+    /// creates nothing (no directory, no file). Through a daemon it is `api`.
+    pub fn read_api(&self) -> anyhow::Result<&dyn MeshApi> {
+        if self.server.is_none() && self.api.get().is_none() && !database_exists(&self.data_dir) {
+            return Err(NoDatabase { data_dir: self.data_dir.clone() }.into());
+        }
+        self.api()
     }
 
     /// [`Context::api`], as a handle that can outlive the borrow (for servers that
@@ -193,6 +231,7 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Sessions => sessions::run(ctx, out),
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
         Command::Dispatches => dispatches::run(ctx, out),
+        Command::Meshes => meshes::run(ctx, out),
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
         Command::Mcp(args) => mcp::run(ctx, args),
@@ -203,6 +242,13 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
 pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
     let trimmed = value.trim();
     if trimmed.is_empty() { Err(InvalidInput::new(field, "must not be blank")) } else { Ok(trimmed) }
+}
+
+/// An id given for `field`, checked by the core's id rule (as every transport
+/// checks it) and returned trimmed. Flags are checked before the store opens, so a
+/// refused id never creates a data dir or a database.
+pub fn id<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
+    agentmesh_core::validate_id(field, value)
 }
 
 #[cfg(test)]
@@ -225,8 +271,21 @@ mod tests {
     }
 
     #[test]
+    fn a_database_is_either_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!database_exists(dir.path()));
+        assert!(!database_exists(&dir.path().join("typo")));
+        std::fs::write(dir.path().join(LEGACY_DB_FILE_NAME), "").unwrap();
+        assert!(database_exists(dir.path()));
+        let message = NoDatabase { data_dir: dir.path().join("typo") }.to_string();
+        assert!(message.starts_with("no database in ") && message.contains("typo"), "{message}");
+    }
+
+    #[test]
     fn blank_flags_name_the_field() {
         assert_eq!(required("sessionId", "  ").unwrap_err().field, "sessionId");
         assert_eq!(required("sessionId", " s1 ").unwrap(), "s1");
+        assert_eq!(id("sessionId", "s\n1").unwrap_err().field, "sessionId");
+        assert_eq!(id("mesh", " m ").unwrap(), "m");
     }
 }

@@ -6,11 +6,15 @@
 
 use super::Context;
 use crate::now;
-use crate::output::{self, IdleSessionView, Output};
+use crate::output::{self, IdleSessionView, Noun, Output};
 
 /// Runs `sessions`.
 pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
-    let sessions: Vec<IdleSessionView> = ctx.api()?.idle_sessions(ctx.mesh())?;
+    let sessions: Vec<IdleSessionView> = ctx.read_api()?.idle_sessions(ctx.mesh())?;
     let now = now();
-    out.emit(&sessions, |w| output::write_idle_session_table(w, &sessions, now))
+    out.emit(&sessions, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("idle session", "idle sessions"), sessions.len(), |w| {
+            output::write_idle_session_table(w, &sessions, now)
+        })
+    })
 }

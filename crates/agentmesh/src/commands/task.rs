@@ -6,12 +6,14 @@
 //! instant) and the status filter are decided here.
 
 use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, NotBeforeBody, RequeueBody};
+use agentmesh_core::TaskStatus;
+use agentmesh_core::enqueue::prepare_task;
 use anyhow::Context as _;
 
-use super::Context;
+use super::{Context, id};
 use crate::cli::{TaskAddArgs, TaskCancelArgs, TaskCommand, TaskListArgs, TaskRequeueArgs, TaskShowArgs};
 use crate::now;
-use crate::output::{self, Output};
+use crate::output::{self, Noun, Output};
 
 /// Runs one `task` subcommand.
 pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Result<()> {
@@ -59,6 +61,9 @@ fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
 
 fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = enqueue_body(args);
+    // Checked before the store opens (the operation checks again, for every
+    // transport), so a refused task never creates a database.
+    prepare_task(ctx.mesh(), &body.clone().into_new_task()?, "-", now())?;
     let task = ctx.api()?.enqueue(ctx.mesh(), body).context("cannot enqueue the task")?;
     out.emit(&task, |w| {
         write!(w, "enqueued {}", task.id)?;
@@ -70,30 +75,42 @@ fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()>
 }
 
 fn list(ctx: &Context, args: TaskListArgs, out: &mut Output) -> anyhow::Result<()> {
+    // Checked before the store opens (the operation checks again, for every
+    // transport), so a refused filter is bad input even on a data dir with no database.
+    for status in &args.statuses {
+        status.parse::<TaskStatus>()?;
+    }
     let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
-    let tasks = ctx.api()?.list_tasks(ctx.mesh(), ListParams { status })?;
+    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams { status })?;
     let now = now();
-    out.emit(&tasks, |w| output::write_task_table(w, &tasks, now))
+    out.emit(&tasks, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("task", "tasks"), tasks.len(), |w| {
+            output::write_task_table(w, &tasks, now)
+        })
+    })
 }
 
 fn show(ctx: &Context, args: TaskShowArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = ctx.api()?.show_task(ctx.mesh(), args.id.trim())?;
+    let id = id("id", &args.id)?;
+    let task = ctx.read_api()?.show_task(ctx.mesh(), id)?;
     out.emit(&task, |w| output::write_task_fields(w, &task))
 }
 
 fn cancel(ctx: &Context, args: TaskCancelArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = ctx.api()?.cancel_task(ctx.mesh(), args.id.trim(), CancelBody { reason: args.reason })?;
+    let id = id("id", &args.id)?;
+    let task = ctx.api()?.cancel_task(ctx.mesh(), id, CancelBody { reason: args.reason })?;
     out.emit(&task, |w| writeln!(w, "cancelled {}", task.id))
 }
 
 fn requeue(ctx: &Context, args: TaskRequeueArgs, out: &mut Output) -> anyhow::Result<()> {
+    let id = id("id", &args.id)?;
     let body = RequeueBody {
         reason: args.reason,
         force: args.force,
         max_retries: args.max_retries,
         keep_session_pin: args.keep_session_pin,
     };
-    let requeued = ctx.api()?.requeue_task(ctx.mesh(), args.id.trim(), body)?;
+    let requeued = ctx.api()?.requeue_task(ctx.mesh(), id, body)?;
     let task = &requeued.task;
     out.emit(task, |w| {
         if requeued.outcome == "retries_exhausted" {

@@ -51,7 +51,7 @@ use agentmesh_core::{InvalidInput, Task, TaskStatus};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::WorkArgs;
 use crate::output::{self, Output};
 
@@ -116,8 +116,8 @@ struct Worker<'a> {
 
 /// Runs `work`.
 pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()> {
-    let node = required("nodeId", &args.node)?.to_owned();
-    let session = required("sessionId", &args.session)?.to_owned();
+    let node = id("nodeId", &args.node)?.to_owned();
+    let session = id("sessionId", &args.session)?.to_owned();
     if args.command.first().is_none_or(|program| program.trim().is_empty()) {
         return Err(InvalidInput::new("command", "must name a program to run").into());
     }
