@@ -1226,8 +1226,11 @@ fn a_readonly_task_asking_for_a_forbidden_operation_is_refused_with_the_original
     let run = mesh.run(&["task", "add", "rm -rf build && npm publish", "--mode", "live_debug_readonly"]);
     run.assert_code(2);
     assert!(run.stderr.contains(reason), "the reason reaches stderr: {}", run.stderr);
-    assert_eq!(mesh.json(&["task", "list"]), json!([]), "nothing was enqueued");
-    assert_eq!(mesh.json(&["ledger", "tail"]), json!([]), "nothing was recorded");
+    assert_eq!(
+        mesh.json_error(&["task", "list"], 1),
+        "no_database",
+        "a refused enqueue writes nothing, not even a database"
+    );
 
     let writer = mesh.json(&["task", "add", "rm -rf build && npm publish", "--mode", "code_change"]);
     assert_eq!(writer["status"], "pending", "a task that may change things is accepted");
