@@ -121,11 +121,12 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
     if args.command.first().is_none_or(|program| program.trim().is_empty()) {
         return Err(InvalidInput::new("command", "must name a program to run").into());
     }
-    let lease_ms = args
-        .lease
-        .checked_mul(1000)
-        .and_then(NonZeroU32::new)
-        .ok_or_else(|| InvalidInput::new("lease", "must be between 3 and 4294967 seconds"))?;
+    let lease_ms = crate::duration::lease_millis(args.lease).ok_or_else(|| {
+        InvalidInput::new(
+            "lease",
+            format!("must be between 3s and {}", crate::duration::format(crate::duration::MAX_LEASE)),
+        )
+    })?;
     let signals = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&signals);
     ctrlc::set_handler(move || {
