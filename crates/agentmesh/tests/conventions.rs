@@ -1,8 +1,8 @@
 //! End-to-end tests of the conventions a command-line user expects of the
 //! `agentmesh` binary: shell completions and manual pages generated from the
 //! command line's definitions, `--version` naming the commit, an example in
-//! every command's help, durations with units, and errors that say what to do
-//! next.
+//! every command's help, durations with units, errors that say what to do next,
+//! and a worker that ends its command's process group by itself.
 //!
 //! Every test runs the real binary; the error tests run it against a real
 //! daemon (`agentmesh serve`) on a loopback port of its own.
@@ -460,4 +460,68 @@ fn a_data_dir_that_is_a_file_is_refused_by_name() {
     let home = Run::of(agentmesh().env("AGENTMESH_HOME", &file).args(["task", "list"])).code(2);
     home.says(&["is a file, not a directory", "AGENTMESH_HOME"]);
     assert_eq!(std::fs::read_to_string(&file).expect("the file"), "x", "the file is left as it was");
+}
+
+// Killing a command's process group.
+
+#[test]
+fn a_taken_away_command_and_its_children_are_killed_without_a_kill_program() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    run(dir.path(), &["task", "add", "long job", "--id", "t1"]).code(0);
+    // A PATH with a shell and sleep but no `kill`: the worker must signal by itself.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).expect("a bin dir");
+    for tool in ["sh", "sleep"] {
+        let found =
+            Command::new("/bin/sh").args(["-c", &format!("command -v {tool}")]).output().expect("sh runs");
+        let path = String::from_utf8(found.stdout).expect("UTF-8").trim().to_owned();
+        std::os::unix::fs::symlink(&path, bin.join(tool)).expect("link the tool");
+    }
+    let pid_file = dir.path().join("child.pid");
+    // The shell starts a sleep that holds the output pipes, records its pid and waits.
+    let script = r#"sleep 300 & echo $! > "$0"; wait"#;
+    let mut worker = agentmesh()
+        .env("PATH", &bin)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["work", "--node", "n1", "--session", "w1", "--lease", "3s", "--once", "--json", "--"])
+        .args(["sh", "-c", script])
+        .arg(&pid_file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("a worker starts");
+    let until = Instant::now() + DEADLINE;
+    while !pid_file.exists() || std::fs::read_to_string(&pid_file).map_or(true, |s| !s.ends_with('\n')) {
+        assert!(Instant::now() < until, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = std::fs::read_to_string(&pid_file).expect("the pid").trim().to_owned();
+    run(dir.path(), &["task", "cancel", "t1", "--reason", "changed my mind"]).code(0);
+
+    let until = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(status) = worker.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = worker.kill();
+            panic!("the worker did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let output = worker.wait_with_output().expect("worker output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(status.success(), "{status}\n{stderr}");
+    let summary: Value = serde_json::from_slice(&output.stdout).expect("one JSON document");
+    assert_eq!(summary["tasks"][0]["status"], "taken_away", "{summary}\n{stderr}");
+    // The sleep is gone, or a zombie waiting for whoever adopted it to reap it.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+    let alive = stat.as_deref().is_some_and(|stat| {
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    });
+    if alive {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    assert!(!alive, "the command's child outlived the task: {stat:?}\n{stderr}");
 }

@@ -605,16 +605,12 @@ fn describe(status: ExitStatus) -> String {
 fn kill(child: &mut Child) {
     #[cfg(unix)]
     {
-        // The command leads its own process group; `kill -KILL -PGID` reaches its
-        // children too, which would otherwise keep the output pipes open.
-        let group = format!("-{}", child.id());
-        let killed = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if killed.is_ok_and(|s| s.success()) {
+        // The command leads its own process group (its id is the group's id), so
+        // SIGKILL to the group reaches its children too, which would otherwise keep
+        // the output pipes open. The signal is sent by the kill(2) system call
+        // itself; no process is started for it.
+        let group = rustix::process::Pid::from_child(child);
+        if rustix::process::kill_process_group(group, rustix::process::Signal::KILL).is_ok() {
             return;
         }
     }
