@@ -29,7 +29,7 @@ pub enum Unit {
 }
 
 impl Unit {
-    /// Every unit, largest first, as [`format`] writes them.
+    /// Every unit, largest first, as [`format()`] writes them.
     const LARGEST_FIRST: [Unit; 5] = [Unit::Days, Unit::Hours, Unit::Mins, Unit::Secs, Unit::Millis];
 
     /// The unit a suffix names, if any.
@@ -92,7 +92,7 @@ pub enum DurationError {
     /// The duration is outside what the flag takes.
     #[error("{given} is outside the allowed range, {min} to {max}")]
     OutOfRange {
-        /// The duration given, as [`format`] writes it.
+        /// The duration given, as [`format()`] writes it.
         given: String,
         /// The shortest allowed.
         min: String,
