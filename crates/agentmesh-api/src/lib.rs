@@ -66,6 +66,15 @@ pub enum MeshError {
         /// The daemon's message.
         message: String,
     },
+    /// No connection to the daemon could be made: nothing listens at its address,
+    /// or the address does not resolve.
+    #[error("cannot connect to the daemon at {url}: {reason}")]
+    CannotConnect {
+        /// The daemon's address.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The daemon could not be reached, or its answer could not be read.
     #[error("cannot reach the daemon at {url}: {reason}")]
     Unreachable {
@@ -88,7 +97,7 @@ impl MeshError {
         match self {
             MeshError::Store(err) => err.code(),
             MeshError::Remote { code, .. } => code,
-            MeshError::Unreachable { .. } => "unreachable",
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => "unreachable",
         }
     }
 
@@ -98,7 +107,7 @@ impl MeshError {
         match self {
             MeshError::Store(err) => err.is_caller_error(),
             MeshError::Remote { status, .. } => (400..500).contains(status),
-            MeshError::Unreachable { .. } => false,
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => false,
         }
     }
 
@@ -107,7 +116,7 @@ impl MeshError {
         match self {
             MeshError::Store(err) => store_error_status(err),
             MeshError::Remote { status, .. } => *status,
-            MeshError::Unreachable { .. } => 502,
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => 502,
         }
     }
 }

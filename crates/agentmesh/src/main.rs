@@ -13,6 +13,7 @@ use clap::Parser;
 
 mod cli;
 mod commands;
+mod duration;
 mod failure;
 mod output;
 

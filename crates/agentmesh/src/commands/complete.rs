@@ -38,7 +38,7 @@ pub fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow::Resul
         session_id: session,
         capability_tags: args.tags,
         provider_type: args.provider,
-        lease_ms: lease_ms(args.lease_secs)?,
+        lease_ms: lease_ms(args.lease)?,
         ..ClaimBody::default()
     };
     let view = ctx.api()?.complete_and_claim(ctx.mesh(), CompleteAndClaimBody { completion, claim })?;

@@ -13,8 +13,6 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use std::time::Duration;
-
 use agentmesh_api::views::PushView;
 use agentmesh_api::wire::{AckBody, DrainBody, EmitHintBody, PushEventBody, RetractBody};
 use agentmesh_core::events::{
@@ -198,9 +196,9 @@ fn peek(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Resul
 fn watch(ctx: &Context, args: EventsWatchArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = drain_body(args.drain)?;
     if !out.is_json() {
-        eprintln!("waiting up to {}s for events...", args.timeout);
+        eprintln!("waiting up to {} for events...", crate::duration::format(args.timeout));
     }
-    let view = ctx.api()?.watch(ctx.mesh(), body, Duration::from_secs(args.timeout))?;
+    let view = ctx.api()?.watch(ctx.mesh(), body, args.timeout)?;
     out.emit(&view, |w| output::write_drain(w, ctx.mesh(), &view))
 }
 

@@ -7,12 +7,18 @@
 //! [`Context::read_api`], which refuses a data dir that holds no database
 //! ([`NoDatabase`]) instead of creating one: a mistyped `--data-dir` must not
 //! read as an empty system.
+//!
+//! A failure that the user can fix from the command line leaves [`run`] with a
+//! line that says how ([`Context::advise`]): no daemon at `--server` (start one),
+//! a token the daemon refused (which token source was used), a URL that is not
+//! the daemon's API.
 
 use std::cell::OnceCell;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentmesh_api::{LocalMesh, MeshApi, RemoteMesh};
+use agentmesh_api::{LocalMesh, MeshApi, MeshError, RemoteMesh};
 use agentmesh_core::InvalidInput;
 use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, SqliteStore};
@@ -24,11 +30,13 @@ use crate::output::Output;
 
 mod claim;
 mod complete;
+mod completions;
 mod deliveries;
 mod dispatches;
 mod events;
 mod import_adhdev;
 mod ledger;
+mod man;
 mod mcp;
 mod meshes;
 mod mission;
@@ -40,6 +48,10 @@ mod work;
 
 /// The environment variable a client reads its token from.
 pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
+/// The environment variable `--server` is read from.
+const SERVER_ENV: &str = "AGENTMESH_SERVER";
+/// The message of the daemon's answer to a path it has no route for.
+const ROUTE_NOT_FOUND: &str = "no such route";
 
 /// A command that only reads was pointed at a data dir with no database in it.
 #[derive(Debug)]
@@ -78,6 +90,8 @@ pub struct Context {
     server: Option<String>,
     /// `--token-file`, if given.
     token_file: Option<PathBuf>,
+    /// Where the token presented to the daemon came from, once it was read.
+    token_source: OnceCell<TokenSource>,
     /// The store, opened by the first command that needs it.
     store: OnceCell<Arc<dyn Store>>,
     /// The mesh operations, set up by the first command that needs them.
@@ -86,7 +100,8 @@ pub struct Context {
 
 impl Context {
     /// Resolves the global options: `--data-dir`, else `$AGENTMESH_HOME` (both via
-    /// clap), else `~/.agentmesh`; the mesh follows the id rule.
+    /// clap), else `~/.agentmesh`, which must not be a file; the mesh follows the id
+    /// rule, and `--server` must be a daemon's root URL.
     pub fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
         let mesh = id("mesh", &global.mesh)?;
         let data_dir = match &global.data_dir {
@@ -96,15 +111,31 @@ impl Context {
             Some(dir) => dir.clone(),
             None => default_data_dir()?,
         };
+        if std::fs::metadata(&data_dir).is_ok_and(|meta| !meta.is_dir()) {
+            return Err(InvalidInput::new(
+                "dataDir",
+                format!(
+                    "{} is a file, not a directory: point --data-dir (or $AGENTMESH_HOME) at a directory, \
+                     or leave both unset for ~/.agentmesh",
+                    data_dir.display()
+                ),
+            )
+            .into());
+        }
         let server = match global.server.as_deref().map(str::trim) {
             Some("") => return Err(InvalidInput::new("server", "must not be blank").into()),
-            other => other.map(str::to_owned),
+            Some(url) => {
+                RemoteMesh::check_base_url(url)?;
+                Some(url.to_owned())
+            }
+            None => None,
         };
         Ok(Context {
             data_dir,
             mesh: mesh.to_owned(),
             server,
             token_file: global.token_file.clone(),
+            token_source: OnceCell::new(),
             store: OnceCell::new(),
             api: OnceCell::new(),
         })
@@ -150,29 +181,70 @@ impl Context {
 
     /// The token a client presents: `--token-file`, else `$AGENTMESH_TOKEN`, else
     /// the data dir's token file (a daemon on this machine and data dir).
+    /// The source is remembered for [`Context::advise`].
     fn client_token(&self) -> anyhow::Result<String> {
-        let from_file = |path: &Path| -> anyhow::Result<String> {
+        let from_file = |path: &Path, source: TokenSource| -> anyhow::Result<String> {
             let text = std::fs::read_to_string(path).map_err(|err| {
                 InvalidInput::new("tokenFile", format!("cannot read {}: {err}", path.display()))
             })?;
+            let _ = self.token_source.set(source);
             Ok(text.trim().to_owned())
         };
         if let Some(path) = &self.token_file {
-            return from_file(path);
+            return from_file(path, TokenSource::Flag(path.clone()));
         }
         if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.trim().is_empty()) {
+            let _ = self.token_source.set(TokenSource::Env);
             return Ok(token.trim().to_owned());
         }
         // This machine's daemon token goes only to a daemon on this machine.
         let default = self.data_dir.join(TOKEN_FILE_NAME);
         if default.exists() && self.server.as_deref().is_some_and(is_loopback_url) {
-            return from_file(&default);
+            return from_file(&default, TokenSource::DataDir(default.clone()));
         }
         Err(InvalidInput::new(
             "token",
             format!("no API token: pass --token-file or set {TOKEN_ENV} (the daemon writes its token to <data-dir>/{TOKEN_FILE_NAME})"),
         )
         .into())
+    }
+
+    /// Adds to `err` what the user can do about it, when the cause is one they can
+    /// fix from the command line; other errors pass through unchanged. The advice
+    /// goes in front of the error, so the message reads advice first, cause after.
+    fn advise(&self, err: anyhow::Error) -> anyhow::Error {
+        let Some(server) = &self.server else { return err };
+        let Some(mesh_error) = err.chain().find_map(|cause| cause.downcast_ref::<MeshError>()) else {
+            return err;
+        };
+        let advice = match mesh_error {
+            MeshError::CannotConnect { .. } => format!(
+                "no agentmesh daemon answers at {server}: start one with `agentmesh serve` (it listens on \
+                 http://127.0.0.1:7433 unless given --listen), or point --server or ${SERVER_ENV} at the \
+                 daemon's address"
+            ),
+            MeshError::Remote { status: 401, .. } => {
+                let token = self
+                    .token_source
+                    .get()
+                    .map_or_else(|| "the token".to_owned(), |source| format!("the token from {source}"));
+                format!(
+                    "the daemon at {server} refused {token}: pass that daemon's own token (in \
+                     <its data dir>/{TOKEN_FILE_NAME}, or the --token-file it was started with) with \
+                     --token-file or ${TOKEN_ENV}"
+                )
+            }
+            MeshError::Remote { status: 404, code, message }
+                if code == "http_error" || message == ROUTE_NOT_FOUND =>
+            {
+                format!(
+                    "{server} does not serve the agentmesh API: give --server the daemon's root URL, \
+                     such as http://127.0.0.1:7433, without a path of the daemon's own"
+                )
+            }
+            _ => return err,
+        };
+        err.context(advice)
     }
 
     /// The mesh id.
@@ -189,6 +261,27 @@ impl Context {
         let opened = SqliteStore::open_data_dir(&self.data_dir)
             .with_context(|| format!("failed to open the database in {}", self.data_dir.display()))?;
         Ok(self.store.get_or_init(|| Arc::new(opened)))
+    }
+}
+
+/// Where the token a client presents came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TokenSource {
+    /// `--token-file PATH`.
+    Flag(PathBuf),
+    /// `$AGENTMESH_TOKEN`.
+    Env,
+    /// The data dir's token file, read for a daemon on this machine.
+    DataDir(PathBuf),
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenSource::Flag(path) => write!(f, "--token-file {}", path.display()),
+            TokenSource::Env => write!(f, "${TOKEN_ENV}"),
+            TokenSource::DataDir(path) => write!(f, "the data dir's token file {}", path.display()),
+        }
     }
 }
 
@@ -217,8 +310,13 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".agentmesh"))
 }
 
-/// Runs one parsed command.
+/// Runs one parsed command; a failure comes back with advice when the user can
+/// fix its cause ([`Context::advise`]).
 pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
+    dispatch(ctx, command, out).map_err(|err| ctx.advise(err))
+}
+
+fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => serve::run(ctx, args),
         Command::Task(cmd) => task::run(ctx, cmd, out),
@@ -235,6 +333,8 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
         Command::Mcp(args) => mcp::run(ctx, args),
+        Command::Completions(args) => completions::run(args, out),
+        Command::Man(args) => man::run(args, out),
     }
 }
 

@@ -2,10 +2,11 @@
 //! queue.
 //!
 //! Mode and priority travel to the core as the strings the user typed, so the
-//! core's validation error names the field; only the not-before form (number or
-//! instant) and the status filter are decided here.
+//! core's validation error names the field; the not-before form (number, duration or
+//! instant) is decided by its flag's parser (`duration::not_before`), and only the
+//! status filter here.
 
-use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, NotBeforeBody, RequeueBody};
+use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, RequeueBody};
 use agentmesh_core::TaskStatus;
 use agentmesh_core::enqueue::prepare_task;
 use anyhow::Context as _;
@@ -26,15 +27,6 @@ pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Res
     }
 }
 
-/// A not-before that reads as an integer is milliseconds; anything else is an
-/// instant for the core to parse.
-fn parse_not_before(text: String) -> NotBeforeBody {
-    match text.trim().parse::<i64>() {
-        Ok(ms) => NotBeforeBody::Millis(ms),
-        Err(_) => NotBeforeBody::Iso(text),
-    }
-}
-
 fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
     let coordinator = CoordinatorBody {
         daemon_id: args.coordinator_daemon,
@@ -50,7 +42,7 @@ fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
         target_session_id: args.target_session,
         required_tags: args.tags,
         priority: args.priority,
-        not_before: args.not_before.map(parse_not_before),
+        not_before: args.not_before,
         depends_on: args.depends_on,
         mission_id: args.mission,
         max_retries: args.max_retries,
@@ -124,19 +116,4 @@ fn requeue(ctx: &Context, args: TaskRequeueArgs, out: &mut Output) -> anyhow::Re
             writeln!(w, "requeued {} (requeue {})", task.id, task.requeue_count.unwrap_or(0))
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn not_before_numbers_are_millis_and_the_rest_is_iso() {
-        assert_eq!(parse_not_before(" 5000 ".into()), NotBeforeBody::Millis(5000));
-        assert_eq!(parse_not_before("-1".into()), NotBeforeBody::Millis(-1));
-        assert_eq!(
-            parse_not_before("2030-01-01T00:00:00Z".into()),
-            NotBeforeBody::Iso("2030-01-01T00:00:00Z".into())
-        );
-    }
 }
