@@ -72,7 +72,12 @@ pub fn load_or_create_daemon_id(dir: &Path) -> io::Result<String> {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         read => return read,
     }
-    fs::create_dir_all(dir)?;
+    // A data dir created here is private to its owner, as the store creates it.
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)?;
     let id = new_daemon_id();
     // Written whole under a private name, then linked into place: the link fails
     // when another process got there first, so nobody ever reads a half-written id.

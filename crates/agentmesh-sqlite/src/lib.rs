@@ -82,13 +82,17 @@ impl SqliteStore {
         Self::open_inner(path.as_ref(), None)
     }
 
-    /// Opens the store of a data directory (created when missing): its
-    /// `mesh-runtime.db`, or a legacy `beads.db` renamed to it. Legacy
-    /// `<mesh>.queue.json` files in the directory are imported once per mesh, on the
-    /// first operation on a mesh that has no tasks.
+    /// Opens the store of a data directory: its `mesh-runtime.db`, or a legacy
+    /// `beads.db` renamed to it. Legacy `<mesh>.queue.json` files in the directory
+    /// are imported once per mesh, on the first operation on a mesh that has no
+    /// tasks.
+    ///
+    /// A missing directory is created readable by its owner only (0700), and a
+    /// new database file likewise (0600, and so its `-wal` and `-shm`); an existing
+    /// directory open to other users is used as it is, with a warning.
     pub fn open_data_dir(dir: impl AsRef<Path>) -> StoreResult<SqliteStore> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(backend)?;
+        paths::create_private_dir(dir).map_err(backend)?;
         let path = resolve_db_path(dir, |from, to| std::fs::rename(from, to));
         Self::open_inner(&path, Some(dir.to_owned()))
     }
@@ -97,10 +101,17 @@ impl SqliteStore {
         Self::open_res(path, legacy_dir).map_err(|e| e.0)
     }
 
+    /// Opens the file at `path`. Several processes may do this at once on a file
+    /// that does not exist yet: each step is safe to race (the file is created
+    /// with `O_EXCL`, the switch to WAL is retried while another process makes
+    /// it, and each migration step reads the version under the write lock).
     fn open_res(path: &Path, legacy_dir: Option<PathBuf>) -> Res<SqliteStore> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(backend)?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
+            paths::create_private_dir(parent).map_err(backend)?;
         }
+        // A newer agentmesh's database is refused before any write can touch it.
+        migrations::refuse_newer_file(path)?;
+        paths::create_private_file(path).map_err(backend)?;
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
@@ -249,10 +260,13 @@ impl SqliteStore {
 
     fn import_legacy_queue_once(&self, dir: &Path, mesh_id: &str) -> LegacyQueueState {
         let file = agentmesh_store::legacy::legacy_queue_path(dir, mesh_id);
-        if !file.exists() {
-            return LegacyQueueState::NotNeeded;
-        }
-        let result = std::fs::read_to_string(&file)
+        let text = match std::fs::read_to_string(&file) {
+            // No file, or another process sharing the data dir imported and
+            // renamed it a moment ago (its import is then in the database).
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return LegacyQueueState::NotNeeded,
+            read => read,
+        };
+        let result = text
             .map_err(|e| StoreError::LegacyFile { path: file.clone(), problem: e.to_string() })
             .and_then(|text| agentmesh_store::legacy::parse_legacy_queue(&file, &text, mesh_id))
             .and_then(|entries| {
@@ -297,11 +311,9 @@ pub struct WriteStats {
 /// Sets the connection's pragmas. The settings are read back by tests, because
 /// SQLite silently ignores a misspelled pragma.
 fn configure(conn: &Connection) -> Res<()> {
-    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Fail(StoreError::Backend(format!("journal_mode is {mode}, not wal").into())));
-    }
+    let busy_timeout = std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS));
+    conn.busy_timeout(busy_timeout)?;
+    switch_to_wal(conn, busy_timeout)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Performance, not durability: a page cache that holds the hot index pages
@@ -327,6 +339,36 @@ fn configure(conn: &Connection) -> Res<()> {
     conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(128);
+    Ok(())
+}
+
+/// Puts the database in WAL mode (a no-op once it is).
+///
+/// On a file that is not in WAL mode yet (a new one), the switch writes the
+/// header under a lock it takes after reading: when another process reads or
+/// switches at the same moment, SQLite answers busy at once rather than waiting
+/// (waiting there could deadlock two switchers). So a busy switch is tried again,
+/// for as long as the busy timeout, by when the other process has made it.
+fn switch_to_wal(conn: &Connection, busy_timeout: std::time::Duration) -> Res<()> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let mut pause = std::time::Duration::from_millis(1);
+    let mode: String = loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)) {
+            Err(err)
+                if matches!(
+                    err.sqlite_error_code(),
+                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            answer => break answer?,
+        }
+    };
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Fail(StoreError::Backend(format!("journal_mode is {mode}, not wal").into())));
+    }
     Ok(())
 }
 

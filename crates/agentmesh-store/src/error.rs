@@ -100,6 +100,23 @@ pub enum StoreError {
         /// Why.
         problem: String,
     },
+    /// The database was written by a newer agentmesh: its schema version is past
+    /// the last one this build knows. It was not opened for writing and is left
+    /// exactly as it was.
+    #[error(
+        "the database {} has schema version {found}, newer than version {supported}, the last this \
+         agentmesh knows: it was written by a newer agentmesh; upgrade agentmesh to open it (the file \
+         was left unchanged)",
+        .path.display()
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its schema version (`PRAGMA user_version`).
+        found: i64,
+        /// The last schema version this build knows.
+        supported: i64,
+    },
     /// The database stayed locked by another writer past the busy timeout.
     #[error("database is busy")]
     Busy,
@@ -124,6 +141,7 @@ impl StoreError {
             StoreError::NoAssignedTask { .. } => "no_assigned_task",
             StoreError::LegacyFile { .. } => "legacy_file_invalid",
             StoreError::Corrupt { .. } => "corrupt_row",
+            StoreError::SchemaTooNew { .. } => "schema_too_new",
             StoreError::Busy => "busy",
             StoreError::Backend(_) => "database_error",
         }
@@ -131,6 +149,12 @@ impl StoreError {
 
     /// Whether the caller's request was at fault (as opposed to the system).
     pub fn is_caller_error(&self) -> bool {
-        !matches!(self, StoreError::Corrupt { .. } | StoreError::Busy | StoreError::Backend(_))
+        !matches!(
+            self,
+            StoreError::Corrupt { .. }
+                | StoreError::SchemaTooNew { .. }
+                | StoreError::Busy
+                | StoreError::Backend(_)
+        )
     }
 }

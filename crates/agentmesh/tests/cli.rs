@@ -71,7 +71,13 @@ impl Run {
 
 impl Mesh {
     fn new() -> Mesh {
-        Mesh { dir: tempfile::tempdir().expect("a temp dir") }
+        // Private, as agentmesh makes a data dir it creates: one that other users
+        // can read gets a warning on stderr.
+        let mut builder = tempfile::Builder::new();
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        let dir = builder.tempdir().expect("a temp dir");
+        Mesh { dir }
     }
 
     fn data_dir(&self) -> &Path {

@@ -22,11 +22,14 @@ use crate::cli::McpArgs;
 pub fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
     init_logging();
     let session = agentmesh_core::ids::validate_optional_id("session", args.session.as_deref())?;
+    // The store first: it creates a new data dir privately, and a database it
+    // refuses leaves the data dir as it was.
+    let api = Arc::clone(ctx.shared_api()?);
     let daemon_id = load_or_create_daemon_id(ctx.data_dir())
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
     let identity = Identity::fresh_run(daemon_id, session);
     tracing::info!(daemon_id = %identity.daemon_id, run_id = %identity.run_id, mesh = ctx.mesh(), "serving MCP on stdio");
-    let tools = MeshTools::new(Arc::clone(ctx.shared_api()?), ctx.mesh(), identity);
+    let tools = MeshTools::new(api, ctx.mesh(), identity);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

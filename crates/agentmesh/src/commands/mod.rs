@@ -258,6 +258,7 @@ impl Context {
         if let Some(store) = self.store.get() {
             return Ok(store);
         }
+        log_warnings();
         let opened = SqliteStore::open_data_dir(&self.data_dir)
             .with_context(|| format!("failed to open the database in {}", self.data_dir.display()))?;
         Ok(self.store.get_or_init(|| Arc::new(opened)))
@@ -283,6 +284,22 @@ impl fmt::Display for TokenSource {
             TokenSource::DataDir(path) => write!(f, "the data dir's token file {}", path.display()),
         }
     }
+}
+
+/// Sends the store's warnings (a data dir open to other users, a legacy file left
+/// unimported) to stderr, filtered by `RUST_LOG` (default `warn`). `serve` and
+/// `mcp` install their own logging before this runs, and theirs stays.
+fn log_warnings() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Fails only when a subscriber is installed already.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .with_target(false)
+        .try_init();
 }
 
 /// Whether `url` names a daemon on this machine (`localhost` or a loopback address).
