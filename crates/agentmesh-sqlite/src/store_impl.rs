@@ -580,6 +580,10 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
         self.read(|c| crate::overview::pending_by_addressee(c, mesh_id))
     }
+
+    fn probe_write(&self) -> StoreResult<()> {
+        SqliteStore::probe_write(self)
+    }
 }
 
 /// A completion and, unless it was refused, the claim that follows it, in the

@@ -100,6 +100,10 @@ pub enum StoreError {
     /// The database stayed locked by another writer past the busy timeout.
     #[error("database is busy")]
     Busy,
+    /// The write needed disk space the database's filesystem does not have; it
+    /// was not kept, and writes succeed again once space is freed.
+    #[error("storage full: {0}")]
+    StorageFull(FullStorage),
     /// Any other backend failure.
     #[error("database error")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -122,12 +126,42 @@ impl StoreError {
             StoreError::LegacyFile { .. } => "legacy_file_invalid",
             StoreError::Corrupt { .. } => "corrupt_row",
             StoreError::Busy => "busy",
+            StoreError::StorageFull(_) => "storage_full",
             StoreError::Backend(_) => "database_error",
         }
     }
 
     /// Whether the caller's request was at fault (as opposed to the system).
     pub fn is_caller_error(&self) -> bool {
-        !matches!(self, StoreError::Corrupt { .. } | StoreError::Busy | StoreError::Backend(_))
+        !matches!(
+            self,
+            StoreError::Corrupt { .. }
+                | StoreError::Busy
+                | StoreError::StorageFull(_)
+                | StoreError::Backend(_)
+        )
+    }
+}
+
+/// What ran out when a write found its storage full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FullStorage {
+    /// The filesystem has no space left (`ENOSPC`, or SQLite's `SQLITE_FULL`).
+    #[error("no space left on the filesystem that holds the database")]
+    NoSpace,
+    /// The disk quota of the database's owner is used up (`EDQUOT`).
+    #[error("the disk quota of the database's owner is used up")]
+    Quota,
+}
+
+impl FullStorage {
+    /// The kind of storage exhaustion an I/O error reports, if it reports one.
+    pub fn of_io(err: &std::io::Error) -> Option<FullStorage> {
+        match err.kind() {
+            std::io::ErrorKind::StorageFull => Some(FullStorage::NoSpace),
+            std::io::ErrorKind::QuotaExceeded => Some(FullStorage::Quota),
+            _ => None,
+        }
     }
 }

@@ -30,7 +30,7 @@ pub mod submit;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use error::StoreError;
+pub use error::{FullStorage, StoreError};
 pub use raw_json::RawJson;
 pub use submit::Submitted;
 
@@ -800,4 +800,11 @@ pub trait Store: Send + Sync + 'static {
     /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and
     /// unaddressed events), largest group first, at most 50 groups.
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>>;
+
+    // ── Health ───────────────────────────────────────────────────────────────
+
+    /// Commits a write that changes no data, through the same path as every
+    /// other write: whether the store can write right now. Fails as a real write
+    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...).
+    fn probe_write(&self) -> StoreResult<()>;
 }
