@@ -44,6 +44,9 @@ use writes::Writes;
 
 /// How long a writer waits for another process's lock before giving up.
 const BUSY_TIMEOUT_MS: u32 = 5_000;
+/// The free space under which [`SqliteStore::probe_write`] reports the storage
+/// nearly full, though its own write went through.
+pub const PROBE_HEADROOM_BYTES: u64 = 1024 * 1024;
 /// A mesh runtime store on one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,
@@ -296,13 +299,22 @@ impl SqliteStore {
     /// with the value it holds: one page appended to the WAL and committed, like
     /// any write, and no data changed. It fails as the writes would right now: on
     /// a full disk, or when another process holds the write lock past the busy
-    /// timeout.
+    /// timeout. A one-page write may still fit where a task's does not (a failed
+    /// write leaves its partly written frames at the WAL's end for the next one),
+    /// so it also fails, with [`FullStorage::NearlyFull`], when less than
+    /// [`PROBE_HEADROOM_BYTES`] is left on the filesystem.
     pub fn probe_write(&self) -> StoreResult<()> {
         self.write(|tx| {
             let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
             tx.execute_batch(&format!("PRAGMA user_version = {version}"))?;
             Ok(())
-        })
+        })?;
+        match space::available_bytes(&self.path) {
+            Some(available_bytes) if available_bytes < PROBE_HEADROOM_BYTES => {
+                Err(StoreError::StorageFull(FullStorage::NearlyFull { available_bytes }))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -539,5 +551,18 @@ mod tests {
         assert!(store.find_task("m", "kept").unwrap().is_some());
         cap(&store, 1_000_000);
         store.enqueue("m", &task("big", 200_000), NOW).expect("writes go on once there is room");
+    }
+
+    #[test]
+    fn a_probe_write_commits_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("probe.db")).unwrap();
+        let version = store.pragma("user_version").unwrap();
+        let before = store.write_stats();
+        store.probe_write().unwrap();
+        assert_eq!(store.write_stats().commits, before.commits + 1, "it is a committed write");
+        assert_eq!(store.pragma("user_version").unwrap(), version);
+        cap(&store, 0);
+        store.probe_write().expect("a full database still takes a write that adds no page");
     }
 }

@@ -153,6 +153,14 @@ pub enum FullStorage {
     /// The disk quota of the database's owner is used up (`EDQUOT`).
     #[error("the disk quota of the database's owner is used up")]
     Quota,
+    /// A write went through, but the filesystem has almost nothing left: what
+    /// [`crate::Store::probe_write`] reports, so that a daemon is not called ready
+    /// while only the smallest writes fit.
+    #[error("only {available_bytes} bytes are left on the filesystem that holds the database")]
+    NearlyFull {
+        /// The bytes still available.
+        available_bytes: u64,
+    },
 }
 
 impl FullStorage {

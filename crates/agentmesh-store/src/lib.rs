@@ -805,6 +805,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Commits a write that changes no data, through the same path as every
     /// other write: whether the store can write right now. Fails as a real write
-    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...).
+    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
+    /// [`FullStorage::NearlyFull`] when the write went through but the storage
+    /// has too little left for more than the smallest writes.
     fn probe_write(&self) -> StoreResult<()>;
 }

@@ -217,6 +217,14 @@ fn a_full_disk_refuses_writes_as_storage_full_and_a_few_freed_mb_let_a_restarted
         (StatusCode::SERVICE_UNAVAILABLE, &json!("storage_full")),
         "{body}"
     );
+    // Once that failure is no longer fresh, a probe write answers, the same.
+    std::thread::sleep(agentmesh_daemon::READY_FRESH);
+    let (status, body) = daemon.probe(&http, "/readyz");
+    assert_eq!(
+        (status, &body["reason"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("storage_full")),
+        "{body}"
+    );
     let local = ["--data-dir", data, "--json", "task", "add", &big, "--id", "cli-refused"];
     let (code, doc, stderr) = run(&local);
     assert_eq!((code, &doc["error"]["code"]), (1, &json!("storage_full")), "{doc} {stderr}");
