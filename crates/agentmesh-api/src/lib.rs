@@ -134,6 +134,7 @@ pub fn store_error_status(err: &StoreError) -> u16 {
         | StoreError::NotAssignedToSession { .. }
         | StoreError::NoAssignedTask { .. } => 409,
         StoreError::Busy => 503,
+        StoreError::StorageFull(_) => 507,
         _ => 500,
     }
 }

@@ -168,6 +168,38 @@ async fn healthz_needs_no_token() {
 }
 
 #[tokio::test]
+async fn readyz_needs_no_token_and_is_503_lock_wait_while_another_process_holds_the_write_lock() {
+    let wait = Duration::from_millis(300);
+    let daemon =
+        TestDaemon::start_with(|state| state.with_upkeep(upkeep_with(|_| {})).with_ready_lock_wait(wait))
+            .await;
+    // Another connection to the file, as another process's would be, takes the
+    // write lock and keeps it.
+    let holder = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let readyz = || async { read(daemon.client.get(daemon.url("/readyz")).send().await.unwrap()).await };
+    let (status, body) = readyz().await;
+    assert_eq!(
+        (status, &body["status"], &body["reason"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("not_ready"), &json!("lock_wait")),
+        "{body}"
+    );
+    assert!(body["message"].as_str().is_some_and(|m| m.contains("300 ms")), "{body}");
+    assert_eq!(daemon.client.get(daemon.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+    holder.execute_batch("COMMIT").unwrap();
+    // The probe still waiting gets the lock now; its success makes the daemon ready.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = readyz().await;
+        if answer == (StatusCode::OK, json!({ "status": "ready" })) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still not ready after the lock was let go: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
 async fn v1_refuses_a_missing_or_wrong_token_and_says_nothing_else() {
     let daemon = TestDaemon::start().await;
     let expected =

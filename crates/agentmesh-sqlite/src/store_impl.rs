@@ -584,6 +584,10 @@ impl Store for SqliteStore {
     fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
         self.read(crate::overview::mesh_summaries)
     }
+
+    fn probe_write(&self) -> StoreResult<()> {
+        SqliteStore::probe_write(self)
+    }
 }
 
 /// A completion and, unless it was refused, the claim that follows it, in the

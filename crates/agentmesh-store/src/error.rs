@@ -120,6 +120,10 @@ pub enum StoreError {
     /// The database stayed locked by another writer past the busy timeout.
     #[error("database is busy")]
     Busy,
+    /// The write needed disk space the database's filesystem does not have; it
+    /// was not kept, and writes succeed again once space is freed.
+    #[error("storage full: {0}")]
+    StorageFull(FullStorage),
     /// Any other backend failure.
     #[error("database error")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -143,6 +147,7 @@ impl StoreError {
             StoreError::Corrupt { .. } => "corrupt_row",
             StoreError::SchemaTooNew { .. } => "schema_too_new",
             StoreError::Busy => "busy",
+            StoreError::StorageFull(_) => "storage_full",
             StoreError::Backend(_) => "database_error",
         }
     }
@@ -154,7 +159,39 @@ impl StoreError {
             StoreError::Corrupt { .. }
                 | StoreError::SchemaTooNew { .. }
                 | StoreError::Busy
+                | StoreError::StorageFull(_)
                 | StoreError::Backend(_)
         )
+    }
+}
+
+/// What ran out when a write found its storage full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FullStorage {
+    /// The filesystem has no space left (`ENOSPC`, or SQLite's `SQLITE_FULL`).
+    #[error("no space left on the filesystem that holds the database")]
+    NoSpace,
+    /// The disk quota of the database's owner is used up (`EDQUOT`).
+    #[error("the disk quota of the database's owner is used up")]
+    Quota,
+    /// A write went through, but the filesystem has almost nothing left: what
+    /// [`crate::Store::probe_write`] reports, so that a daemon is not called ready
+    /// while only the smallest writes fit.
+    #[error("only {available_bytes} bytes are left on the filesystem that holds the database")]
+    NearlyFull {
+        /// The bytes still available.
+        available_bytes: u64,
+    },
+}
+
+impl FullStorage {
+    /// The kind of storage exhaustion an I/O error reports, if it reports one.
+    pub fn of_io(err: &std::io::Error) -> Option<FullStorage> {
+        match err.kind() {
+            std::io::ErrorKind::StorageFull => Some(FullStorage::NoSpace),
+            std::io::ErrorKind::QuotaExceeded => Some(FullStorage::Quota),
+            _ => None,
+        }
     }
 }

@@ -30,7 +30,7 @@ pub mod submit;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use error::StoreError;
+pub use error::{FullStorage, StoreError};
 pub use raw_json::RawJson;
 pub use submit::Submitted;
 
@@ -821,4 +821,13 @@ pub trait Store: Send + Sync + 'static {
     /// its counts. Rows are read as they are stored: a mesh id no caller could pass
     /// today is listed too.
     fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
+
+    // ── Health ───────────────────────────────────────────────────────────────
+
+    /// Commits a write that changes no data, through the same path as every
+    /// other write: whether the store can write right now. Fails as a real write
+    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
+    /// [`FullStorage::NearlyFull`] when the write went through but the storage
+    /// has too little left for more than the smallest writes.
+    fn probe_write(&self) -> StoreResult<()>;
 }

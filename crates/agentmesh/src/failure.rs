@@ -5,6 +5,8 @@
 //! input was at fault (a clap error, an [`InvalidInput`] raised here or in the
 //! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else
 //! (a read-only command on a data dir with no database among them: `no_database`).
+//! A full disk or quota is `storage_full` also where the command's own file
+//! handling (not the store) met it.
 //! Commands never pick an exit code themselves; they return an `anyhow::Error` and
 //! the classification looks through its whole chain.
 
@@ -48,6 +50,9 @@ pub fn classify(err: &anyhow::Error) -> Classified {
         }
         if cause.downcast_ref::<NoDatabase>().is_some() {
             return Classified { exit_code: EXIT_FAILURE, code: "no_database".to_owned() };
+        }
+        if cause.downcast_ref::<io::Error>().and_then(agentmesh_store::FullStorage::of_io).is_some() {
+            return Classified { exit_code: EXIT_FAILURE, code: "storage_full".to_owned() };
         }
     }
     Classified { exit_code: EXIT_FAILURE, code: "internal_error".to_owned() }
@@ -123,6 +128,10 @@ mod tests {
             Err::<(), _>(io::Error::other("disk on fire")).context("writing").unwrap_err();
         assert_eq!(classify(&err), Classified { exit_code: 1, code: "internal_error".to_owned() });
         assert!(!is_broken_pipe(&err));
+        let full: anyhow::Error = Err::<(), _>(io::Error::from(io::ErrorKind::StorageFull))
+            .context("writing the token")
+            .unwrap_err();
+        assert_eq!(classify(&full), Classified { exit_code: 1, code: "storage_full".to_owned() });
         let pipe = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe));
         assert!(is_broken_pipe(&pipe));
     }
