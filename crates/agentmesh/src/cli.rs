@@ -66,11 +66,23 @@ pub struct GlobalArgs {
     /// <data-dir>/daemon.token]
     #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     pub token_file: Option<PathBuf>,
+    /// `--data-dir` was given on the command line (not only as `$AGENTMESH_HOME`);
+    /// set by `main` from clap's matches.
+    #[arg(skip)]
+    pub data_dir_on_command_line: bool,
+    /// `--server` was given on the command line (not only as `$AGENTMESH_SERVER`);
+    /// set by `main` from clap's matches.
+    #[arg(skip)]
+    pub server_on_command_line: bool,
 }
 
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// See the whole job run once: an embedded daemon, a coordinator enqueueing
+    /// dependent tasks, two workers doing them, a summary
+    #[command(after_long_help = DEMO_HELP)]
+    Demo,
     /// Run the daemon: the HTTP API on a local address, until SIGINT or SIGTERM
     Serve(ServeArgs),
     /// Enqueue, inspect, cancel and requeue tasks (the coordinator's side)
@@ -107,6 +119,22 @@ pub enum Command {
     /// Serve the MCP tools over stdin/stdout, for an agent's MCP configuration
     Mcp(McpArgs),
 }
+
+/// Shown after `agentmesh demo --help`.
+const DEMO_HELP: &str = "\
+The demo starts a daemon on a free loopback port over a fresh temporary data dir
+(removed at exit; with --data-dir the data stays there). As a coordinator it enqueues
+a mission of five tasks, some depending on others, and starts two workers (`agentmesh
+work` processes, each running a short shell command per task). It waits until the
+coordinator has received every completion, each exactly once, then stops the workers
+and the daemon and prints a summary: exit status 0 when all of that happened, 1 and
+the reason when something did not. Progress goes to stderr; --json prints the summary
+as one document. The demo runs a daemon of its own, so --server is refused.
+
+Examples:
+  agentmesh demo
+  agentmesh demo --json
+  agentmesh demo --data-dir /tmp/mesh-demo && agentmesh --data-dir /tmp/mesh-demo ledger tail";
 
 /// Shown after `agentmesh work --help`.
 const WORK_EXAMPLES: &str = "\

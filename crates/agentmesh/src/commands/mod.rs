@@ -22,6 +22,7 @@ use crate::output::Output;
 mod claim;
 mod complete;
 mod deliveries;
+mod demo;
 mod dispatches;
 mod events;
 mod import_adhdev;
@@ -41,6 +42,10 @@ pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
 pub struct Context {
     /// Directory of the database.
     data_dir: PathBuf,
+    /// The data dir was named by `--data-dir` on the command line.
+    data_dir_on_command_line: bool,
+    /// `--server` was given on the command line.
+    server_on_command_line: bool,
     /// The mesh every operation is scoped to.
     mesh: String,
     /// The daemon to talk to, if any.
@@ -74,6 +79,8 @@ impl Context {
         };
         Ok(Context {
             data_dir,
+            data_dir_on_command_line: global.data_dir_on_command_line,
+            server_on_command_line: global.server_on_command_line,
             mesh: mesh.to_owned(),
             server,
             token_file: global.token_file.clone(),
@@ -108,6 +115,18 @@ impl Context {
     /// The data dir.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// Whether `--data-dir` was given on the command line (not only through
+    /// `$AGENTMESH_HOME` or the default).
+    pub fn data_dir_on_command_line(&self) -> bool {
+        self.data_dir_on_command_line
+    }
+
+    /// Whether `--server` was given on the command line (not only through
+    /// `$AGENTMESH_SERVER`).
+    pub fn server_on_command_line(&self) -> bool {
+        self.server_on_command_line
     }
 
     /// The token a client presents: `--token-file`, else `$AGENTMESH_TOKEN`, else
@@ -182,6 +201,7 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
 /// Runs one parsed command.
 pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
+        Command::Demo => demo::run(ctx, out),
         Command::Serve(args) => serve::run(ctx, args),
         Command::Task(cmd) => task::run(ctx, cmd, out),
         Command::Claim(args) => claim::run(ctx, args, out),
