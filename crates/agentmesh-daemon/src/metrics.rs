@@ -417,24 +417,39 @@ fn render_process(out: &mut String, process: &ProcessStats) {
             out,
             "process_cpu_seconds_total",
             "counter",
-            "Total user and system CPU time spent in seconds.",
+            "CPU time the process has used, user and system together, in seconds.",
         );
         sample_f64(out, "process_cpu_seconds_total", &[], seconds);
     }
     if let Some(bytes) = process.resident_memory_bytes {
-        family(out, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+        family(
+            out,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Memory the process holds in RAM (its resident set), in bytes.",
+        );
         sample(out, "process_resident_memory_bytes", &[], bytes);
     }
     if let Some(bytes) = process.virtual_memory_bytes {
-        family(out, "process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.");
+        family(
+            out,
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Size of the process's virtual address space, in bytes.",
+        );
         sample(out, "process_virtual_memory_bytes", &[], bytes);
     }
     if let Some(count) = process.open_fds {
-        family(out, "process_open_fds", "gauge", "Number of open file descriptors.");
+        family(out, "process_open_fds", "gauge", "File descriptors the process has open.");
         sample(out, "process_open_fds", &[], count);
     }
     if let Some(limit) = process.max_fds {
-        family(out, "process_max_fds", "gauge", "Maximum number of open file descriptors.");
+        family(
+            out,
+            "process_max_fds",
+            "gauge",
+            "The most file descriptors the process may open (its soft limit).",
+        );
         sample(out, "process_max_fds", &[], limit);
     }
     if let Some(seconds) = process.start_time_seconds {
@@ -442,7 +457,7 @@ fn render_process(out: &mut String, process: &ProcessStats) {
             out,
             "process_start_time_seconds",
             "gauge",
-            "Start time of the process since unix epoch in seconds.",
+            "When the process started, in seconds since the Unix epoch.",
         );
         sample_f64(out, "process_start_time_seconds", &[], seconds);
     }
