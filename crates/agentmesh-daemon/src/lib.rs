@@ -11,9 +11,10 @@
 //! the middleware that checks it); `error` the one [`ApiError`] every failure
 //! becomes; `extract` the body, query and path extractors that turn malformed
 //! input into an [`ApiError`] naming the field; `metrics` the counters and the
-//! `/metrics` exposition; `upkeep` the background loops (lease reaper, sweeps,
-//! retention, WAL checkpoint); `ready` what `/readyz` answers (whether the store
-//! can write). Handlers are adapters: they parse into the shared wire types of
+//! `/metrics` exposition, with `process` reading the process figures from
+//! `/proc`; `upkeep` the background loops (lease reaper, sweeps, retention, WAL
+//! checkpoint); `ready` what `/readyz` answers (whether the store can write).
+//! Handlers are adapters: they parse into the shared wire types of
 //! `agentmesh_api`, run one operation of the daemon's
 //! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
@@ -53,12 +54,13 @@ mod error;
 mod extract;
 mod mcp;
 mod metrics;
+mod process;
 mod ready;
 mod upkeep;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use error::ApiError;
-pub use metrics::Metrics;
+pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics};
 pub use ready::{DEFAULT_LOCK_WAIT as DEFAULT_READY_LOCK_WAIT, FRESH as READY_FRESH};
 pub use upkeep::{CheckpointHook, UpkeepConfig};
 
@@ -258,6 +260,8 @@ pub fn router(state: AppState) -> Router {
 /// [`router`], with MCP sessions ended when `shutdown` is cancelled (an open
 /// session stream would otherwise hold a graceful shutdown forever).
 fn app(state: AppState, shutdown: CancellationToken) -> Router {
+    // The daemon's own mesh is on `/metrics` from the start, before any request.
+    state.metrics.note_mesh(&state.mcp_mesh);
     let metrics = Router::new()
         .route("/metrics", get(metrics::render))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));

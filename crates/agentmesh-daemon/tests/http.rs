@@ -1,14 +1,17 @@
 //! The HTTP API end to end: a real listener on `127.0.0.1:0`, a temp-dir SQLite
 //! store and an HTTP client, one daemon per test.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_core::Timestamp;
+use agentmesh_core::{NewTask, Timestamp};
 use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES, UpkeepConfig};
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::Store as _;
+use openmetrics_parser::prometheus::parse_prometheus;
+use openmetrics_parser::{MetricFamily, PrometheusType, PrometheusValue};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -1389,7 +1392,7 @@ async fn metrics_need_the_token_and_count_what_happened() {
         "agentmesh_claims_total{outcome=\"required_tags_unsatisfied\"} 1",
         "agentmesh_completions_total{status=\"completed\"} 1",
         "agentmesh_drains_total{kind=\"drain\"} 1",
-        "agentmesh_drain_counter_total{counter=\"v2Delivered\"} 0",
+        "agentmesh_drain_decisions_total{decision=\"v2Delivered\"} 0",
         "agentmesh_http_requests_total{route=\"/v1/meshes/{mesh}/tasks\",method=\"POST\",status=\"201\"} 2",
         "agentmesh_http_requests_total{route=\"/v1/meshes/{mesh}/tasks/{id}\",method=\"GET\",status=\"404\"} 1",
         "agentmesh_http_requests_total{route=\"/metrics\",method=\"GET\",status=\"401\"} 1",
@@ -1399,6 +1402,191 @@ async fn metrics_need_the_token_and_count_what_happened() {
         assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
     }
     assert!(!text.contains("mesh=\"nope\""), "only meshes answered with success are tracked");
+}
+
+/// The families of a scrape, parsed by an exposition-format parser (which refuses
+/// malformed lines, duplicate series and families split in two).
+fn parse_exposition(text: &str) -> HashMap<String, MetricFamily<PrometheusType, PrometheusValue>> {
+    match parse_prometheus(text) {
+        Ok(exposition) => exposition.families,
+        Err(err) => panic!("/metrics is not a valid exposition ({err:?}):\n{text}"),
+    }
+}
+
+/// Checks a family against the rules `promtool check metrics` applies to names,
+/// types, help and labels; returns what it finds wrong, empty when nothing.
+fn promtool_lint(family: &MetricFamily<PrometheusType, PrometheusValue>) -> Vec<String> {
+    const TYPE_WORDS: [&str; 5] = ["counter", "gauge", "histogram", "summary", "untyped"];
+    const UNIT_ABBREVIATIONS: [&str; 14] =
+        ["s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"];
+    let name = family.family_name.as_str();
+    let mut problems = Vec::new();
+    if family.help.trim().is_empty() {
+        problems.push("no help text".to_owned());
+    }
+    let is_counter = family.family_type == PrometheusType::Counter;
+    if is_counter != name.ends_with("_total") {
+        problems.push("only a counter's name ends in _total, and every counter's does".to_owned());
+    }
+    let is_histogram = family.family_type == PrometheusType::Histogram;
+    let is_summary = family.family_type == PrometheusType::Summary;
+    if !is_histogram && !is_summary && ["_bucket", "_count", "_sum"].iter().any(|s| name.ends_with(s)) {
+        problems.push("a reserved suffix (_bucket, _count, _sum)".to_owned());
+    }
+    for word in name.split('_') {
+        if TYPE_WORDS.contains(&word) {
+            problems.push(format!("the type word {word:?} in the name"));
+        }
+        if UNIT_ABBREVIATIONS.contains(&word) {
+            problems.push(format!("the abbreviated unit {word:?} in the name"));
+        }
+    }
+    if name.contains(':') || name.chars().any(|c| c.is_ascii_uppercase()) {
+        problems.push("not snake_case".to_owned());
+    }
+    for label in family.get_label_names() {
+        if label.chars().any(|c| c.is_ascii_uppercase()) {
+            problems.push(format!("label {label:?} is not snake_case"));
+        }
+        if (label == "le" && !is_histogram) || (label == "quantile" && !is_summary) {
+            problems.push(format!("the reserved label {label:?}"));
+        }
+    }
+    if family.family_type == PrometheusType::Unknown {
+        problems.push("no type".to_owned());
+    }
+    problems
+}
+
+/// The value of the sample of `family` whose labels are exactly `labels`.
+#[track_caller]
+fn sample_value(
+    families: &HashMap<String, MetricFamily<PrometheusType, PrometheusValue>>,
+    family: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    let found = families.get(family).unwrap_or_else(|| panic!("no family {family}"));
+    let names = found.get_label_names();
+    assert_eq!(names.len(), labels.len(), "{family} has the labels {names:?}");
+    let values: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let (_, value) =
+                labels.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} not given"));
+            (*value).to_owned()
+        })
+        .collect();
+    let sample = found
+        .get_sample_by_label_values(&values)
+        .unwrap_or_else(|| panic!("no {family} sample with {labels:?}"));
+    match &sample.value {
+        PrometheusValue::Counter(counter) => counter.value.as_f64(),
+        PrometheusValue::Gauge(gauge) => gauge.as_f64(),
+        other => panic!("{family} is not a counter or a gauge: {other:?}"),
+    }
+}
+
+/// `/metrics` parses as an exposition, passes the naming rules of `promtool check
+/// metrics`, carries the process, build and oldest-pending-task figures, and
+/// exports every label value known in advance at zero before anything happened.
+#[tokio::test]
+async fn metrics_are_a_valid_exposition_with_process_build_and_queue_age_figures() {
+    const HOUR_MS: i64 = 3_600_000;
+    let enqueued = agentmesh_daemon::now().plus_millis(-HOUR_MS);
+    let daemon = TestDaemon::start_on(
+        |store| {
+            let task = NewTask {
+                id: Some("old".to_owned()),
+                message: "an hour old".to_owned(),
+                ..NewTask::default()
+            };
+            store.enqueue("m", &task, enqueued).expect("an old task");
+        },
+        |state| state.with_upkeep(upkeep_with(|c| c.fingerprints_every = Duration::from_secs(3600))),
+    )
+    .await;
+
+    // Before any request: the daemon's own mesh and every known label value.
+    let families = parse_exposition(&daemon.metrics().await);
+    for family in families.values() {
+        let problems = promtool_lint(family);
+        assert!(problems.is_empty(), "{}: {problems:?}", family.family_name);
+    }
+    let zero = |family: &str, labels: &[(&str, &str)]| {
+        assert_eq!(sample_value(&families, family, labels), 0.0, "{family} {labels:?}");
+    };
+    let outcomes =
+        ["claimed", "session_already_assigned", "no_pending_candidates", "dependencies_unsatisfied"];
+    for outcome in outcomes.into_iter().chain(["node_busy_with_active_assignment"]) {
+        zero("agentmesh_claims_total", &[("outcome", outcome)]);
+    }
+    for status in ["completed", "failed"] {
+        zero("agentmesh_completions_total", &[("status", status)]);
+    }
+    for operation in ["completion", "heartbeat"] {
+        for code in ["stale_epoch", "not_assigned_to_session", "invalid_transition"] {
+            zero("agentmesh_fencing_refusals_total", &[("operation", operation), ("code", code)]);
+        }
+    }
+    for kind in ["drain", "watch"] {
+        zero("agentmesh_drains_total", &[("kind", kind)]);
+    }
+    zero("agentmesh_drain_decisions_total", &[("decision", "v2Delivered")]);
+    for outcome in ["requeued", "failed"] {
+        zero("agentmesh_lease_reclaims_total", &[("outcome", outcome)]);
+    }
+    zero("agentmesh_upkeep_passes_total", &[("job", "fingerprints"), ("result", "error")]);
+    for status in ["pending", "assigned", "completed", "failed", "cancelled"] {
+        zero("agentmesh_tasks", &[("mesh", "default"), ("status", status)]);
+    }
+    zero("agentmesh_pending_events", &[("mesh", "default")]);
+    zero("agentmesh_oldest_pending_task_age_seconds", &[("mesh", "default")]);
+    assert!(!families.contains_key("agentmesh_drain_counter_total"));
+
+    let commit = agentmesh_daemon::BUILD_COMMIT;
+    assert!(
+        commit == "unknown" || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{commit}"
+    );
+    let build = [("version", env!("CARGO_PKG_VERSION")), ("commit", commit)];
+    assert_eq!(sample_value(&families, "agentmesh_build_info", &build), 1.0);
+
+    let kinds = |name: &str| families.get(name).map(|f| f.family_type.clone());
+    if cfg!(target_os = "linux") {
+        for (name, kind) in [
+            ("process_cpu_seconds_total", PrometheusType::Counter),
+            ("process_resident_memory_bytes", PrometheusType::Gauge),
+            ("process_virtual_memory_bytes", PrometheusType::Gauge),
+            ("process_open_fds", PrometheusType::Gauge),
+            ("process_max_fds", PrometheusType::Gauge),
+            ("process_start_time_seconds", PrometheusType::Gauge),
+        ] {
+            assert_eq!(kinds(name), Some(kind), "{name}");
+        }
+        assert!(sample_value(&families, "process_resident_memory_bytes", &[]) > 0.0);
+        let open = sample_value(&families, "process_open_fds", &[]);
+        assert!(open >= 3.0 && open <= sample_value(&families, "process_max_fds", &[]), "{open}");
+        let now_secs = agentmesh_daemon::now().millis() as f64 / 1000.0;
+        let started = sample_value(&families, "process_start_time_seconds", &[]);
+        assert!(
+            started <= now_secs + 1.0 && started > now_secs - 86_400.0,
+            "started {started}, now {now_secs}"
+        );
+    }
+
+    // Once mesh `m` was served, its hour-old pending task shows in its age.
+    let (status, _) = daemon.get("/v1/meshes/m/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+    let families = parse_exposition(&daemon.metrics().await);
+    let age = sample_value(&families, "agentmesh_oldest_pending_task_age_seconds", &[("mesh", "m")]);
+    assert!((3600.0..3600.0 + 600.0).contains(&age), "an hour-old task is {age} s old");
+    assert_eq!(sample_value(&families, "agentmesh_tasks", &[("mesh", "m"), ("status", "pending")]), 1.0);
+    let requests = [("route", "/v1/meshes/{mesh}/tasks"), ("method", "GET"), ("status", "200")];
+    assert_eq!(sample_value(&families, "agentmesh_http_requests_total", &requests), 1.0);
+    for family in families.values() {
+        let problems = promtool_lint(family);
+        assert!(problems.is_empty(), "{}: {problems:?}", family.family_name);
+    }
 }
 
 // ── Upkeep ──────────────────────────────────────────────────────────────────

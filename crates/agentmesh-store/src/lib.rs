@@ -343,6 +343,11 @@ pub trait Store: Send + Sync + 'static {
     /// Task counts by status (statuses with no task are left out).
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>>;
 
+    /// When the oldest pending task of the mesh was enqueued (tasks waiting for
+    /// their dependencies or their `notBefore` included); `None` when none is
+    /// pending. A backend answers from an index, without walking the queue.
+    fn oldest_pending_created_at(&self, mesh_id: &str) -> StoreResult<Option<Timestamp>>;
+
     /// Every assigned task, oldest dispatch first.
     fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>>;
 

@@ -74,11 +74,23 @@ pub struct GlobalArgs {
     /// <data-dir>/daemon.token]
     #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     pub token_file: Option<PathBuf>,
+    /// `--data-dir` was given on the command line (not only as `$AGENTMESH_HOME`);
+    /// set by `main` from clap's matches.
+    #[arg(skip)]
+    pub data_dir_on_command_line: bool,
+    /// `--server` was given on the command line (not only as `$AGENTMESH_SERVER`);
+    /// set by `main` from clap's matches.
+    #[arg(skip)]
+    pub server_on_command_line: bool,
 }
 
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// See the whole job run once: an embedded daemon, a coordinator enqueueing
+    /// dependent tasks, two workers doing them, a summary
+    #[command(after_help = DEMO_EXAMPLES, after_long_help = DEMO_HELP)]
+    Demo,
     /// Run the daemon: the HTTP API on a local address, until SIGINT or SIGTERM
     #[command(after_help = SERVE_EXAMPLES)]
     Serve(ServeArgs),
@@ -241,6 +253,29 @@ Examples:
   agentmesh man | man -l -
   agentmesh man task add | man -l -
   agentmesh man --out ~/.local/share/man/man1";
+
+/// Shown after `agentmesh demo -h`.
+const DEMO_EXAMPLES: &str = "\
+Examples:
+  agentmesh demo
+  agentmesh demo --json
+  agentmesh demo --data-dir /tmp/mesh-demo && agentmesh --data-dir /tmp/mesh-demo ledger tail";
+
+/// Shown after `agentmesh demo --help`.
+const DEMO_HELP: &str = "\
+The demo starts a daemon on a free loopback port over a fresh temporary data dir
+(removed at exit; with --data-dir the data stays there). As a coordinator it enqueues
+a mission of five tasks, some depending on others, and starts two workers (`agentmesh
+work` processes, each running a short shell command per task). It waits until the
+coordinator has received every completion, each exactly once, then stops the workers
+and the daemon and prints a summary: exit status 0 when all of that happened, 1 and
+the reason when something did not. Progress goes to stderr; --json prints the summary
+as one document. The demo runs a daemon of its own, so --server is refused.
+
+Examples:
+  agentmesh demo
+  agentmesh demo --json
+  agentmesh demo --data-dir /tmp/mesh-demo && agentmesh --data-dir /tmp/mesh-demo ledger tail";
 
 /// Shown after `agentmesh work -h`.
 const WORK_EXAMPLES: &str = "\

@@ -109,6 +109,7 @@ macro_rules! conformance_tests {
             has_active_assignment_matches_session_or_exact_node,
             node_active_assignment_count_counts_the_exact_node,
             pending_count_counts_pending_tasks,
+            oldest_pending_created_at_is_the_oldest_pending_enqueue,
             stats_by_status_counts_each_present_status,
             active_assignments_list_oldest_dispatch_first,
             unknown_task_fields_survive_a_round_trip,

@@ -515,6 +515,25 @@ pub fn pending_count_counts_pending_tasks(store: &dyn Store) {
     assert_eq!(pending(), 1, "expected a cancelled task no longer pending");
 }
 
+/// `oldest_pending_created_at` is the enqueue time of the mesh's oldest pending
+/// task, blocked ones included, and moves on as tasks leave `pending`.
+pub fn oldest_pending_created_at_is_the_oldest_pending_enqueue(store: &dyn Store) {
+    let oldest = |mesh| ok(store.oldest_pending_created_at(mesh), "oldest_pending_created_at");
+    assert_eq!(oldest(MESH), None, "expected no answer for an empty mesh");
+    enqueue(store, OTHER_MESH, new_task("elsewhere"), at(0));
+    enqueue(store, MESH, new_task("first"), at(10));
+    enqueue(store, MESH, dependent_task("waits", &["first"]), at(20));
+    enqueue(store, MESH, new_task("last"), at(30));
+    assert_eq!(oldest(MESH), Some(at(10)), "expected the first enqueue, not the other mesh's older task");
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(40), "first");
+    assert_eq!(oldest(MESH), Some(at(20)), "expected the task waiting for its dependency next");
+    ok(store.cancel_task(MESH, "waits", None, at(41)), "cancel");
+    assert_eq!(oldest(MESH), Some(at(30)), "expected a cancelled task no longer to count");
+    ok(store.cancel_task(MESH, "last", None, at(42)), "cancel");
+    assert_eq!(oldest(MESH), None, "expected no answer once nothing is pending");
+    assert_eq!(oldest(OTHER_MESH), Some(at(0)), "expected the other mesh's task untouched");
+}
+
 /// `stats_by_status` counts tasks per status and leaves out statuses with no task.
 pub fn stats_by_status_counts_each_present_status(store: &dyn Store) {
     let stats = |store: &dyn Store| {

@@ -32,6 +32,7 @@ mod claim;
 mod complete;
 mod completions;
 mod deliveries;
+mod demo;
 mod dispatches;
 mod events;
 mod import_adhdev;
@@ -84,6 +85,10 @@ fn database_exists(dir: &Path) -> bool {
 pub struct Context {
     /// Directory of the database.
     data_dir: PathBuf,
+    /// The data dir was named by `--data-dir` on the command line.
+    data_dir_on_command_line: bool,
+    /// `--server` was given on the command line.
+    server_on_command_line: bool,
     /// The mesh every operation is scoped to.
     mesh: String,
     /// The daemon to talk to, if any.
@@ -132,6 +137,8 @@ impl Context {
         };
         Ok(Context {
             data_dir,
+            data_dir_on_command_line: global.data_dir_on_command_line,
+            server_on_command_line: global.server_on_command_line,
             mesh: mesh.to_owned(),
             server,
             token_file: global.token_file.clone(),
@@ -177,6 +184,18 @@ impl Context {
     /// The data dir.
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// Whether `--data-dir` was given on the command line (not only through
+    /// `$AGENTMESH_HOME` or the default).
+    pub fn data_dir_on_command_line(&self) -> bool {
+        self.data_dir_on_command_line
+    }
+
+    /// Whether `--server` was given on the command line (not only through
+    /// `$AGENTMESH_SERVER`).
+    pub fn server_on_command_line(&self) -> bool {
+        self.server_on_command_line
     }
 
     /// The token a client presents: `--token-file`, else `$AGENTMESH_TOKEN`, else
@@ -335,6 +354,7 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
 
 fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
+        Command::Demo => demo::run(ctx, out),
         Command::Serve(args) => serve::run(ctx, args),
         Command::Task(cmd) => task::run(ctx, cmd, out),
         Command::Claim(args) => claim::run(ctx, args, out),
