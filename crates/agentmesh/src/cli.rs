@@ -259,7 +259,8 @@ const DEMO_EXAMPLES: &str = "\
 Examples:
   agentmesh demo
   agentmesh demo --json
-  agentmesh demo --data-dir /tmp/mesh-demo && agentmesh --data-dir /tmp/mesh-demo ledger tail";
+  agentmesh demo --data-dir /tmp/mesh-demo
+  agentmesh --data-dir /tmp/mesh-demo ledger tail";
 
 /// Shown after `agentmesh demo --help`.
 const DEMO_HELP: &str = "\
@@ -275,7 +276,8 @@ as one document. The demo runs a daemon of its own, so --server is refused.
 Examples:
   agentmesh demo
   agentmesh demo --json
-  agentmesh demo --data-dir /tmp/mesh-demo && agentmesh --data-dir /tmp/mesh-demo ledger tail";
+  agentmesh demo --data-dir /tmp/mesh-demo
+  agentmesh --data-dir /tmp/mesh-demo ledger tail";
 
 /// Shown after `agentmesh work -h`.
 const WORK_EXAMPLES: &str = "\

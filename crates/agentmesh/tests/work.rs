@@ -809,7 +809,7 @@ fn the_demo_fails_with_a_clear_message_when_it_cannot_run() {
     std::fs::write(&file, "a file where a data dir should be").expect("a file");
     let refused = run(&file, &["demo"]);
     assert_ne!(refused.code, 0, "{}\n{}", refused.stdout, refused.stderr);
-    assert!(refused.stderr.contains("failed to open the database in"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("is a file, not a directory"), "{}", refused.stderr);
 
     let server = run(dir.path(), &["demo", "--server", "http://127.0.0.1:9", "--json"]);
     assert_eq!(server.code, 2, "{}\n{}", server.stdout, server.stderr);
