@@ -115,9 +115,11 @@ pub struct TaskSpec {
     /// Only in `enqueue_tasks`: a short name for this task within the batch (e.g.
     /// `parser`), so another task of the batch can say `"dependsOn": ["parser"]`.
     #[serde(default, rename = "ref")]
+    #[schemars(example = &"parser")]
     pub reference: Option<String>,
     /// Pull priority: `low`, `normal` (default) or `high`. Higher is claimed first.
     #[serde(default)]
+    #[schemars(schema_with = "crate::schema::priority")]
     pub priority: Option<String>,
     /// Ids of tasks that must complete before this one may be claimed. In
     /// `enqueue_tasks` you may also name the `ref` of another task of the same batch.
@@ -125,6 +127,7 @@ pub struct TaskSpec {
     pub depends_on: Vec<String>,
     /// Capability tags the claiming node must offer (e.g. `gpu`, `macos`).
     #[serde(default)]
+    #[schemars(example = &["gpu", "macos"])]
     pub required_tags: Vec<String>,
     /// Only this node may claim the task.
     #[serde(default)]
@@ -135,8 +138,14 @@ pub struct TaskSpec {
     /// The mission the task belongs to (see `upsert_mission`); its progress counts it.
     #[serde(default)]
     pub mission_id: Option<String>,
-    /// Kind of work, e.g. `code`, `review`, `research`.
+    /// Kind of work, when it matters for where the task may run: `code_change`
+    /// (edits code; a node runs one such task at a time), `validation` (runs
+    /// checks), `live_debug_readonly` (reads and diagnoses only, so it counts as
+    /// read-only), `launch_app` (starts an application) or `convergence` (lands
+    /// work onto the base checkout; never claimed by a worktree node). Leave it out
+    /// for anything else.
     #[serde(default)]
+    #[schemars(schema_with = "crate::schema::task_mode")]
     pub task_mode: Option<String>,
     /// True when the work only reads (review, research); such tasks may run beside
     /// other work on a busy node.
@@ -186,6 +195,14 @@ pub struct ListTasksArgs {
     /// Only tasks in these statuses, comma-separated: `pending`, `assigned`,
     /// `completed`, `failed`, `cancelled`. Every task when absent.
     #[serde(default)]
+    #[schemars(
+        example = &"pending",
+        example = &"assigned",
+        example = &"completed",
+        example = &"failed",
+        example = &"cancelled",
+        example = &"pending,assigned"
+    )]
     pub status: Option<String>,
 }
 
@@ -258,9 +275,11 @@ pub struct LedgerArgs {
     pub tail: Option<u32>,
     /// Only entries of these kinds, comma-separated (e.g. `task_completed,task_failed`).
     #[serde(default)]
+    #[schemars(example = &"task_completed,task_failed", example = &"task_claimed")]
     pub kind: Option<String>,
     /// Only entries at or after this ISO-8601 instant.
     #[serde(default)]
+    #[schemars(example = &"2025-01-31T09:30:00.000Z")]
     pub since: Option<String>,
 }
 
@@ -269,6 +288,7 @@ pub struct LedgerArgs {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MissionArgs {
     /// The mission's id, chosen by you (e.g. `auth-rewrite`). An existing id updates it.
+    #[schemars(example = &"auth-rewrite")]
     pub mission_id: String,
     /// A short title.
     pub title: String,
@@ -278,6 +298,7 @@ pub struct MissionArgs {
     /// `active` (default for a new mission), `paused`, `completed` or `abandoned`;
     /// kept on update when absent.
     #[serde(default)]
+    #[schemars(example = &"active", example = &"paused", example = &"completed", example = &"abandoned")]
     pub status: Option<String>,
 }
 
@@ -285,8 +306,10 @@ pub struct MissionArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListMissionsArgs {
-    /// Only missions in these statuses, comma-separated. Every mission when absent.
+    /// Only missions in these statuses, comma-separated (e.g. `active,paused`).
+    /// Every mission when absent.
     #[serde(default)]
+    #[schemars(example = &"active", example = &"active,paused")]
     pub status: Option<String>,
 }
 
@@ -308,6 +331,7 @@ pub struct SuggestNodeArgs {
     pub nodes: Vec<NodeBody>,
     /// `first_eligible` (default), `least_loaded`, `round_robin` or `priority_only`.
     #[serde(default)]
+    #[schemars(schema_with = "crate::schema::strategy")]
     pub strategy: Option<String>,
 }
 
@@ -360,6 +384,7 @@ pub struct ClaimArgs {
     pub capability_tags: Vec<String>,
     /// Your provider type, e.g. `claude-code`.
     #[serde(default)]
+    #[schemars(example = &"claude-code")]
     pub provider_type: Option<String>,
     /// Lease length in milliseconds (the mesh default when absent). Send
     /// `heartbeat_task` before it runs out, or the task goes back to the queue.
@@ -444,6 +469,7 @@ pub struct IdleArgs {
     pub node_id: Option<String>,
     /// Your provider type (`claude-code` when absent).
     #[serde(default)]
+    #[schemars(example = &"claude-code")]
     pub provider_type: Option<String>,
     /// How long the report holds, in seconds (300 when absent).
     #[serde(default)]

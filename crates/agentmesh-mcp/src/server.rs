@@ -21,7 +21,7 @@ use agentmesh_api::wire::{
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::{ToolCallContext, schema_for_input};
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -86,7 +86,7 @@ impl std::fmt::Debug for MeshTools {
 
 /// The input schema of a tool whose arguments are `T`.
 fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    schema_for_input::<T>().expect("tool arguments are JSON objects")
+    crate::schema::input_schema::<T>()
 }
 
 /// A successful result: `text` for the agent to read, `data` as structured content.
