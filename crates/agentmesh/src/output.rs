@@ -18,7 +18,7 @@ pub use agentmesh_api::views::{
     DeliveryView, DispatchView, DrainView, IdleSessionView, InboxEventView, MissionDetailView, MissionView,
     ProgressView,
 };
-use agentmesh_core::events::{DrainCounter, read_completion_summary};
+use agentmesh_core::events::{DrainCounter, coordinator_text, read_completion_summary};
 
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
 use serde::Serialize;
@@ -233,8 +233,9 @@ pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::R
 }
 
 /// Writes inbox events (or `no events`): per event a line with its time, name, task
-/// and id, then the text the coordinator reads, indented; an event without that
-/// text gets a one-line summary instead.
+/// and id, then the text the coordinator reads (rendered by the core from the
+/// event, as the MCP tools show it), indented; an event without that text gets a
+/// one-line summary instead.
 pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::Result<()> {
     if events.is_empty() {
         return writeln!(w, "no events");
@@ -250,8 +251,8 @@ pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::R
             event.event.as_str().unwrap_or("?"),
             event.id
         )?;
-        let message = payload.get("coordinatorMessage").and_then(Value::as_str).map(str::trim);
-        match message.filter(|m| !m.is_empty()) {
+        let message = payload.as_object().map(coordinator_text).unwrap_or_default();
+        match Some(message.trim()).filter(|m| !m.is_empty()) {
             Some(message) => {
                 for line in message.lines().map(str::trim_end) {
                     if line.is_empty() { writeln!(w)? } else { writeln!(w, "    {line}")? }
