@@ -373,7 +373,9 @@ pub struct SendArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClaimArgs {
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
     /// The node you run on (this machine's daemon id when absent).
@@ -405,7 +407,9 @@ pub struct HeartbeatArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub lease_ms: Option<u32>,
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -423,7 +427,9 @@ pub struct CompleteArgs {
     /// The `epoch` that `claim_task` returned; a report for an older claim is refused.
     #[serde(default)]
     pub epoch: Option<u64>,
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -443,7 +449,9 @@ pub struct FailArgs {
     /// The `epoch` that `claim_task` returned.
     #[serde(default)]
     pub epoch: Option<u64>,
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -452,7 +460,9 @@ pub struct FailArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionArgs {
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -461,7 +471,9 @@ pub struct SessionArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IdleArgs {
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
     /// The node you run on (this machine's daemon id when absent).
