@@ -358,8 +358,9 @@ pub struct ImportAdhdevArgs {
 /// Arguments of `mcp`.
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The agent session this server belongs to: events for a coordinator session
-    /// go only to it, and worker tools use it when called without a sessionId
+    /// Pin the agent session this server belongs to: events for a coordinator
+    /// session go only to it, and worker tools act as it when called without a
+    /// sessionId (without it, each process is a worker session of its own)
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
 }

@@ -44,7 +44,6 @@ fn main() -> ExitCode {
     let mut out = output::Output::stdout(json);
     let result =
         commands::Context::resolve(&cli.global).and_then(|ctx| commands::run(&ctx, cli.command, &mut out));
-    drop(out);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => failure::report(&err, json),

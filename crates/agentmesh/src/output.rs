@@ -7,6 +7,10 @@
 //! own serde (camelCase, the original's field names).
 //! The helpers below render the human form: aligned tables, relative ages and
 //! one-line excerpts. Write errors (a closed pipe) are returned, never panicked on.
+//!
+//! stdout is locked only while a result is written, never for the whole command:
+//! `agentmesh mcp` hands stdout to the MCP transport, whose writer takes the same
+//! lock from another thread for every message.
 
 use std::io::{self, Write};
 
@@ -14,7 +18,8 @@ pub use agentmesh_api::views::{
     DeliveryView, DispatchView, DrainView, IdleSessionView, InboxEventView, MissionDetailView, MissionView,
     ProgressView,
 };
-use agentmesh_core::events::{DrainCounter, read_completion_summary};
+use agentmesh_core::events::{DrainCounter, coordinator_text, read_completion_summary};
+
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -22,13 +27,13 @@ use serde_json::{Map, Value};
 /// Where a command's result goes.
 pub struct Output {
     json: bool,
-    out: Box<dyn Write>,
+    out: io::Stdout,
 }
 
 impl Output {
     /// Output to stdout, as JSON when `json`.
     pub fn stdout(json: bool) -> Output {
-        Output { json, out: Box::new(io::stdout().lock()) }
+        Output { json, out: io::stdout() }
     }
 
     /// Whether results are printed as JSON.
@@ -43,13 +48,16 @@ impl Output {
         value: &T,
         human: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> anyhow::Result<()> {
+        // Locked for this one result only (see the module docs), and buffered, so
+        // the document reaches stdout in one piece.
+        let mut out = io::BufWriter::new(self.out.lock());
         if self.json {
-            serde_json::to_writer_pretty(&mut self.out, value)?;
-            writeln!(self.out)?;
+            serde_json::to_writer_pretty(&mut out, value)?;
+            writeln!(out)?;
         } else {
-            human(&mut self.out)?;
+            human(&mut out)?;
         }
-        self.out.flush()?;
+        out.flush()?;
         Ok(())
     }
 }
@@ -260,8 +268,9 @@ pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::R
 }
 
 /// Writes inbox events (or `no events`): per event a line with its time, name, task
-/// and id, then the text the coordinator reads, indented; an event without that
-/// text gets a one-line summary instead.
+/// and id, then the text the coordinator reads (rendered by the core from the
+/// event, as the MCP tools show it), indented; an event without that text gets a
+/// one-line summary instead.
 pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::Result<()> {
     if events.is_empty() {
         return writeln!(w, "no events");
@@ -277,8 +286,8 @@ pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::R
             event.event.as_str().unwrap_or("?"),
             event.id
         )?;
-        let message = payload.get("coordinatorMessage").and_then(Value::as_str).map(str::trim);
-        match message.filter(|m| !m.is_empty()) {
+        let message = payload.as_object().map(coordinator_text).unwrap_or_default();
+        match Some(message.trim()).filter(|m| !m.is_empty()) {
             Some(message) => {
                 for line in message.lines().map(str::trim_end) {
                     if line.is_empty() { writeln!(w)? } else { writeln!(w, "    {line}")? }

@@ -4,9 +4,11 @@
 //! The tools run on the data dir, or against the daemon of `--server`, in the
 //! mesh of `--mesh`. The process acts as one coordinator run: the machine's
 //! daemon id from `<data-dir>/daemon-id` (created on first use), a fresh run id,
-//! and `--session` when given. stdout is the protocol; logs go to stderr
-//! (`RUST_LOG`, default `warn`). The session ends when the client closes stdin, or
-//! on SIGINT or SIGTERM.
+//! and `--session` when given; its worker tools act as `--session`, else as a
+//! worker session made for this process. stdout is the protocol, and stdin and
+//! stdout may be pipes, sockets, files or a terminal; logs go to stderr
+//! (`RUST_LOG`, default `warn`). The session ends when the client closes stdin (or
+//! stdin reaches its end), or on SIGINT or SIGTERM.
 
 use std::io::IsTerminal;
 use std::sync::Arc;

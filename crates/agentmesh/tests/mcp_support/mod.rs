@@ -214,7 +214,7 @@ pub async fn exercise_every_tool(client: &Client) {
     );
     assert_eq!(tool_error(client, "list_tasks", json!({ "colour": "red" })).await["field"], "colour");
     assert_eq!(tool_error(client, "enqueue_task", json!({ "message": " " })).await["field"], "message");
-    assert_eq!(tool_error(client, "claim_task", json!({})).await["field"], "sessionId");
+    assert_eq!(tool_error(client, "claim_task", json!({ "sessionId": 5 })).await["field"], "sessionId");
     assert_eq!(
         tool_error(client, "send_to_session", json!({ "sessionId": "w1", "message": "x", "mode": "shout" }))
             .await["field"],
