@@ -62,7 +62,8 @@ pub fn report(err: &anyhow::Error, json: bool) -> ExitCode {
     }
     let classified = classify(err);
     let message = format!("{err:#}");
-    eprintln!("agentmesh: {message}");
+    // A closed or full stderr must not turn the failure into a panic.
+    let _ = writeln!(io::stderr(), "agentmesh: {message}");
     if json {
         print_json_error(&classified.code, &message);
     }
