@@ -552,6 +552,24 @@ fn a_second_daemon_on_one_data_dir_refuses_to_start_naming_the_first_and_a_kille
     assert!(stderr.contains("--allow-second-daemon"), "the way around is named: {stderr}");
     assert!(String::from_utf8_lossy(&second.stdout).is_empty(), "the refused daemon announced itself");
 
+    // With JSON logs the refusal is a JSON line like every other.
+    let second = agentmesh()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("a second serve runs");
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    let refusal = stderr
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap_or_else(|_| panic!("not JSON: {line:?}")))
+        .find(|object| object["level"] == "ERROR")
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    let message = refusal["message"].as_str().expect("a message");
+    assert!(message.contains(&format!("pid {}", first.pid())) && message.contains(&first.url()), "{message}");
+
     // CLI processes keep sharing the data dir with the daemon.
     let add =
         agentmesh().arg("--data-dir").arg(dir.path()).args(["task", "add", "local", "--id", "t1"]).output();

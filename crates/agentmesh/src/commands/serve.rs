@@ -35,16 +35,31 @@ use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use crate::cli::{LogFormat, ServeArgs};
+use crate::failure::AlreadyLogged;
 
 /// The upkeep's periodic checkpoint truncates a WAL past this size. (The store
 /// itself truncates past 50 MB while writing; this catches a WAL left large by a
 /// burst once the daemon is quiet.)
 const UPKEEP_WAL_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Runs `serve`.
+/// Runs `serve`. With JSON logs, a failure is logged as a JSON line and marked
+/// [`AlreadyLogged`], so stderr carries no plain-text line.
 pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let format = args.log_format;
     init_logging(format);
+    let served = serve(ctx, args);
+    match served {
+        Err(err) if format == LogFormat::Json => {
+            tracing::error!(error = format!("{err:#}"), "agentmesh: {err:#}");
+            Err(err.context(AlreadyLogged))
+        }
+        other => other,
+    }
+}
+
+/// Opens, locks, binds and serves until a signal (see the module docs).
+fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
+    let format = args.log_format;
     let max_connections = connection_cap(args.max_connections);
     let store = SqliteStore::open_data_dir(&ctx.data_dir)
         .with_context(|| format!("failed to open the database in {}", ctx.data_dir.display()))?;
