@@ -145,6 +145,16 @@ impl Daemon {
         status
     }
 
+    /// Waits until a stderr line contains `needle`; fails the test after [`DEADLINE`].
+    #[track_caller]
+    fn wait_for_stderr(&self, needle: &str) {
+        let until = Instant::now() + DEADLINE;
+        while !self.stderr_lines().iter().any(|line| line.contains(needle)) {
+            assert!(Instant::now() < until, "no {needle:?} on stderr: {:?}", self.stderr_lines());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The stderr lines read so far.
     fn stderr_lines(&self) -> Vec<String> {
         self.stderr.lock().unwrap().clone()
@@ -479,7 +489,7 @@ fn silent_half_sent_and_idle_connections_are_closed_at_their_timeouts() {
     assert_eq!(read_one_answer(&mut kept).status, 200);
     let answered = Instant::now();
     let idle = wait_closed(kept) - answered;
-    assert!(idle >= Duration::from_millis(1_900), "closed {idle:?} after the last answer");
+    assert!(idle >= Duration::from_millis(1_200), "closed {idle:?} after the last answer");
 
     // A request that takes long by design (a watch) outlives both timeouts.
     let watch = serde_json::json!({ "daemonId": "d1", "runId": "r1" });
@@ -529,8 +539,7 @@ fn connections_beyond_the_cap_are_refused_at_once_and_served_once_there_is_room(
         assert!(Instant::now() < until, "still refused after the held connections closed");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let warned = daemon.stderr_lines().iter().any(|line| line.contains("at the connection limit"));
-    assert!(warned, "the cap is logged: {:?}", daemon.stderr_lines());
+    daemon.wait_for_stderr("at the connection limit");
 }
 
 #[test]
