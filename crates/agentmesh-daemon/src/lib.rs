@@ -16,8 +16,8 @@
 //! (timeouts, the connection cap, the open-file limit); `access` the access log;
 //! `lock` the data dir's lock that keeps a second daemon off it. Handlers are
 //! adapters: they parse into the shared wire types of `agentmesh_api`, run one
-//! operation of the daemon's [`LocalMesh`](agentmesh_api::LocalMesh) through
-//! `AppState::with_mesh` and answer its view. Rules live in the core and the store.
+//! operation of the daemon's [`LocalMesh`] through `AppState::with_mesh` and
+//! answer its view. Rules live in the core and the store.
 //!
 //! `/mcp` serves the MCP tools of `agentmesh_mcp` over streamable HTTP, behind
 //! the same token, on the same `LocalMesh`, in the daemon's mesh
