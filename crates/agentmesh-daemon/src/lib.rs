@@ -13,10 +13,12 @@
 //! input into an [`ApiError`] naming the field; `metrics` the counters and the
 //! `/metrics` exposition, with `process` reading the process figures from
 //! `/proc`; `upkeep` the background loops (lease reaper, sweeps, retention, WAL
-//! checkpoint); `ready` what `/readyz` answers (whether the store can write).
-//! Handlers are adapters: they parse into the shared wire types of
-//! `agentmesh_api`, run one operation of the daemon's
-//! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
+//! checkpoint) and their supervisor; `ready` what `/readyz` answers (whether the
+//! store can write); `server` the accept loop (timeouts, the connection cap, the
+//! open-file limit); `access` the access log; `lock` the data dir's lock that keeps
+//! a second daemon off it. Handlers are adapters: they parse into the shared wire
+//! types of `agentmesh_api`, run one operation of the daemon's [`LocalMesh`] through
+//! `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
 //!
 //! `/mcp` serves the MCP tools of `agentmesh_mcp` over streamable HTTP, behind
@@ -41,27 +43,33 @@ use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::get;
-use axum::serve::ListenerExt as _;
 use axum::{Router, middleware};
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tower_http::trace::TraceLayer;
 
+mod access;
 mod api;
 mod auth;
 mod error;
 mod extract;
+mod lock;
 mod mcp;
 mod metrics;
 mod process;
 mod ready;
+mod server;
 mod upkeep;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use error::ApiError;
+pub use lock::{DataDirLock, LOCK_FILE_NAME, LockError, LockHolder};
 pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics};
 pub use ready::{DEFAULT_LOCK_WAIT as DEFAULT_READY_LOCK_WAIT, FRESH as READY_FRESH};
+pub use server::{
+    DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, OpenFileLimit, PlainTcp,
+    RESERVED_FILE_DESCRIPTORS, ServeOptions, Transport, connections_allowed_by, raise_open_file_limit,
+};
 pub use upkeep::{CheckpointHook, UpkeepConfig};
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
@@ -284,36 +292,45 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), metrics::track))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(TraceLayer::new_for_http())
+        .layer(middleware::from_fn(access::log_request))
         .with_state(state)
 }
 
-/// Serves [`router`] on `listener`, with the upkeep loops beside it, until
-/// `shutdown` is cancelled; then stops taking connections and returns once the
-/// requests in flight have been answered and the upkeep passes in flight have
-/// finished.
+/// Serves [`router`] on `listener` over plain TCP with the default
+/// [`ServeOptions`]; see [`serve_with`].
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    // A child token: the loops stop with the server, also when it fails.
+    serve_with(listener, PlainTcp, state, shutdown, ServeOptions::default()).await
+}
+
+/// Serves [`router`] on `listener` through `transport`, with the upkeep loops
+/// beside it, until `shutdown` is cancelled; then stops taking connections and
+/// returns once the requests in flight have been answered and the upkeep passes
+/// in flight have finished.
+///
+/// `options` bound what a connection may hold: how long it may take to send a
+/// request head, how long it may stay idle between requests, and how many may be
+/// open at once (see the `server` module).
+pub async fn serve_with<T: Transport>(
+    listener: TcpListener,
+    transport: T,
+    state: AppState,
+    shutdown: CancellationToken,
+    options: ServeOptions,
+) -> std::io::Result<()> {
+    // A child token: the loops stop with the server.
     let upkeep_shutdown = shutdown.child_token();
     let upkeep = tokio::spawn(upkeep::run(state.clone(), Arc::clone(&state.upkeep), upkeep_shutdown.clone()));
     let app = app(state, shutdown.child_token());
-    // Answers go out at once: without TCP_NODELAY a response written in two parts
-    // can wait for the client's delayed ACK.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::warn!(%err, "could not set TCP_NODELAY on a connection");
-        }
-    });
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    server::serve_connections(listener, transport, app, options, shutdown).await;
     upkeep_shutdown.cancel();
     if let Err(err) = upkeep.await {
         tracing::error!(error = %err, "the upkeep loops stopped unexpectedly");
     }
-    served
+    Ok(())
 }
 
 /// `GET /healthz`: the process is up and serving. Needs no token and touches no store.

@@ -4,8 +4,8 @@
 //! exports; no metrics crate is pulled in for a dozen series. Counters are
 //! incremented where the thing happens: [`track`] (a middleware around every
 //! route) counts HTTP requests and times them, the claim, completion, heartbeat,
-//! drain and watch handlers count their outcomes, and the upkeep loops count
-//! their reclaims and passes. The queue depth and the age of the oldest pending
+//! drain and watch handlers count their outcomes, the upkeep loops count their
+//! reclaims and passes, and their supervisor its restarts. The queue depth and the age of the oldest pending
 //! task are not counted but read from the store at scrape time, for every mesh
 //! this daemon has answered a request for (and its own MCP mesh from the start);
 //! the `process_*` figures are read from `/proc` then too (`process.rs`).
@@ -112,6 +112,8 @@ pub struct Metrics {
     upkeep_passes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     /// Meshes this daemon answered a request for (or reclaimed a lease in).
     meshes: Mutex<BTreeSet<String>>,
+    /// Background loops restarted after a panic, by loop.
+    background_restarts: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Locks a registry map; a panic elsewhere never poisons the counters for good.
@@ -148,6 +150,7 @@ impl Metrics {
             watches_waiting: AtomicU64::default(),
             lease_reclaims: zeros(RECLAIM_OUTCOMES),
             upkeep_passes: Mutex::default(),
+            background_restarts: Mutex::default(),
             meshes: Mutex::default(),
         }
     }
@@ -219,6 +222,11 @@ impl Metrics {
     /// Counts an upkeep pass.
     pub fn upkeep_pass(&self, job: &'static str, ok: bool) {
         *lock(&self.upkeep_passes).entry((job, if ok { "ok" } else { "error" })).or_default() += 1;
+    }
+
+    /// Counts a background loop's restart after a panic.
+    pub fn background_restart(&self, name: &'static str) {
+        *lock(&self.background_restarts).entry(name).or_default() += 1;
     }
 
     /// Remembers a mesh (for the queue-depth gauges and the per-mesh sweeps).
@@ -349,6 +357,17 @@ impl Metrics {
         );
         for ((job, result), n) in lock(&self.upkeep_passes).iter() {
             sample(&mut out, "agentmesh_upkeep_passes_total", &[("job", job), ("result", result)], *n);
+        }
+        family(
+            &mut out,
+            "agentmesh_background_restarts_total",
+            "counter",
+            "Background loops restarted after a panic, by loop.",
+        );
+        let restarts = lock(&self.background_restarts).clone();
+        for name in crate::upkeep::loop_names() {
+            let n = restarts.get(name).copied().unwrap_or(0);
+            sample(&mut out, "agentmesh_background_restarts_total", &[("loop", name)], n);
         }
 
         let http = lock(&self.http).clone();
@@ -538,7 +557,7 @@ pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> R
 }
 
 /// The mesh id of a `/v1/meshes/{mesh}/...` path, percent-decoded.
-fn mesh_of_path(path: &str) -> Option<String> {
+pub(crate) fn mesh_of_path(path: &str) -> Option<String> {
     let segment = path.strip_prefix("/v1/meshes/")?.split('/').next()?;
     let decoded = percent_decode(segment)?;
     (!decoded.trim().is_empty()).then_some(decoded)

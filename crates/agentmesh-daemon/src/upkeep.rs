@@ -6,7 +6,11 @@
 //! own interval ([`UpkeepConfig`]), each pass on Tokio's blocking pool, and every
 //! pass is logged: what it did, the counts and how long it took (`debug` when it
 //! found nothing to do, `info` when it changed something, `warn` when it failed).
-//! A failure is never fatal: the job tries again at its next tick.
+//! A failure is never fatal: the job tries again at its next tick. A panic (in
+//! a pass or in the loop itself) is not fatal either: each loop runs under a
+//! supervisor that logs the panic, counts it (`agentmesh_background_restarts_total`
+//! in `/metrics`) and restarts the loop after a back-off (250 ms, doubling up
+//! to 30 s while the panics keep coming).
 //!
 //! The jobs:
 //! - `lease_reaper`: assigned tasks whose lease ran out go back to pending (or
@@ -280,20 +284,78 @@ fn reap_leases(state: &AppState, now: Timestamp) -> Result<Vec<(&'static str, u6
 }
 
 /// Runs every enabled job on its interval until `shutdown` is cancelled; returns
-/// once each job has finished its pass in flight.
+/// once each job has finished its pass in flight. Each job's loop runs under
+/// [`supervise`], which restarts it after a panic.
 pub(crate) async fn run(state: AppState, config: Arc<UpkeepConfig>, shutdown: CancellationToken) {
     let mut jobs = JoinSet::new();
     for job in Job::ALL {
         if let Some(every) = job.interval(&config) {
             state.metrics.upkeep_job(job.name());
-            jobs.spawn(job_loop(job, every, state.clone(), Arc::clone(&config), shutdown.clone()));
+            jobs.spawn(supervise(job, every, state.clone(), Arc::clone(&config), shutdown.clone()));
         }
     }
     while let Some(done) = jobs.join_next().await {
         if let Err(err) = done {
-            tracing::error!(error = %err, "an upkeep loop stopped unexpectedly");
+            tracing::error!(error = %err, "an upkeep supervisor stopped unexpectedly");
         }
     }
+}
+
+/// The names of every background loop, as `/metrics` labels them.
+pub(crate) fn loop_names() -> impl Iterator<Item = &'static str> {
+    Job::ALL.into_iter().map(Job::name)
+}
+
+/// The wait before a panicked loop's first restart; it doubles with each panic
+/// that follows a short run, up to [`RESTART_DELAY_MAX`].
+const RESTART_DELAY_MIN: Duration = Duration::from_millis(250);
+/// The longest wait before a restart. A loop that ran this long before it
+/// panicked is restarted after [`RESTART_DELAY_MIN`] again.
+const RESTART_DELAY_MAX: Duration = Duration::from_secs(30);
+
+/// Runs `job`'s loop in a task of its own until `shutdown` is cancelled. A
+/// panic anywhere in the loop (in a pass, or in its own code) ends that task;
+/// the supervisor logs it, counts it in `/metrics`
+/// (`agentmesh_background_restarts_total`) and starts the loop again after a
+/// back-off, so one bad pass never stops the lease reaper or a sweep for good.
+async fn supervise(
+    job: Job,
+    every: Duration,
+    state: AppState,
+    config: Arc<UpkeepConfig>,
+    shutdown: CancellationToken,
+) {
+    let mut delay = RESTART_DELAY_MIN;
+    loop {
+        let started = Instant::now();
+        let run = tokio::spawn(job_loop(job, every, state.clone(), Arc::clone(&config), shutdown.clone()));
+        let panic = match run.await {
+            Ok(()) => return,
+            Err(err) if err.is_panic() => panic_text(err.into_panic().as_ref()),
+            Err(err) => err.to_string(),
+        };
+        if started.elapsed() >= RESTART_DELAY_MAX {
+            delay = RESTART_DELAY_MIN;
+        }
+        state.metrics.background_restart(job.name());
+        let restart_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        tracing::error!(job = job.name(), panic, restart_in_ms, "an upkeep loop panicked; restarting it");
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(RESTART_DELAY_MAX);
+    }
+}
+
+/// The message of a panic payload (a `&str` or a `String`; `?` otherwise).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| String::from("?"))
 }
 
 /// One job's loop: a pass at start, then one per `every` (a pass that overran
@@ -317,6 +379,8 @@ async fn job_loop(
         let (s, c) = (state.clone(), Arc::clone(&config));
         let outcome = match tokio::task::spawn_blocking(move || job.pass(&s, &c)).await {
             Ok(outcome) => outcome,
+            // A panic in the pass is the loop's: the supervisor restarts it.
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
             Err(join) => Err(format!("the pass did not finish: {join}")),
         };
         let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);

@@ -1644,6 +1644,47 @@ async fn the_checkpoint_hook_runs_and_a_failing_pass_is_not_fatal() {
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), after, "no pass runs after shutdown");
 }
 
+#[tokio::test]
+async fn a_panicking_loop_is_restarted_and_counted_and_every_loop_is_exported_from_the_start() {
+    let calls = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = Arc::clone(&calls);
+    let hook: agentmesh_daemon::CheckpointHook = Arc::new(move || {
+        // The first two passes panic; the supervisor restarts the loop each time.
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 2 {
+            panic!("a checkpoint pass panicked on purpose");
+        }
+        Ok(true)
+    });
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|c| {
+            c.checkpoint_every = Duration::from_millis(10);
+            c.checkpoint = Some(hook);
+        }))
+    })
+    .await;
+    let text = daemon.metrics().await;
+    for name in [
+        "lease_reaper",
+        "fingerprints",
+        "idle_sessions",
+        "deliveries",
+        "tool_log",
+        "dispatches",
+        "inbox_retention",
+    ] {
+        let line = format!("agentmesh_background_restarts_total{{loop=\"{name}\"}} 0");
+        assert!(text.lines().any(|l| l == line), "no {line} in {text}");
+    }
+    let restarts = "agentmesh_background_restarts_total{loop=\"checkpoint\"}";
+    daemon.wait_for_count("restarts", restarts, 2).await;
+    let ok = "agentmesh_upkeep_passes_total{job=\"checkpoint\",result=\"ok\"}";
+    daemon.wait_for_count("passes after the restarts", ok, 2).await;
+    assert_eq!(daemon.metric_value(restarts).await, 2);
+    daemon.shutdown.cancel();
+    let stopped = tokio::time::timeout(Duration::from_secs(10), daemon.server).await;
+    stopped.expect("the server and its loops stop").expect("the task ran").expect("serve returned Ok");
+}
+
 /// The routes that take a JSON body (all but the watch, which a valid body would
 /// keep waiting), each with a body it takes. `t1` exists when the fuzzing starts.
 fn body_routes() -> Vec<(&'static str, Value)> {

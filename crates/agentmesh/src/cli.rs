@@ -374,6 +374,46 @@ pub struct ServeArgs {
     /// Log line format on stderr (filtered by RUST_LOG, default info)
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Close a connection that has not sent a complete request head this long
+    /// after it opened or began the request, or that pauses this long inside a
+    /// request body (e.g. 10s, 500ms, 1m)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub header_timeout: std::time::Duration,
+    /// Close a keep-alive connection that sends nothing this long after its last
+    /// answer
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: std::time::Duration,
+    /// Serve at most N connections at once; more are answered 503 and closed at
+    /// once [default: 4096, fewer if the open-file limit leaves less room]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Start even while another daemon serves the data dir (both then run the
+    /// lease reaper and the sweeps); without it, a second daemon refuses to start
+    /// and names the first
+    #[arg(long)]
+    pub allow_second_daemon: bool,
+}
+
+/// Parses a duration written as a whole number with a unit, `500ms`, `10s`, `2m`
+/// or `1h` (a bare number is seconds); zero is refused.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let n: u64 =
+        number.parse().map_err(|_| format!("expected a number with a unit such as 10s, got {text:?}"))?;
+    let millis = match unit {
+        "ms" => Some(n),
+        "" | "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ms, s, m or h")),
+    };
+    match millis {
+        Some(0) => Err(String::from("must be more than zero")),
+        Some(millis) => Ok(std::time::Duration::from_millis(millis)),
+        None => Err(format!("{text:?} is too long")),
+    }
 }
 
 /// How `serve` writes its log lines.
@@ -1005,5 +1045,20 @@ mod tests {
         assert!(before.global.json && after.global.json);
         assert_eq!(before.global.mesh, "m");
         assert_eq!(after.global.mesh, "m");
+    }
+
+    #[test]
+    fn durations_take_a_unit_and_refuse_zero() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        for bad in ["0s", "", "s", "10 parsecs", "-1s", "1.5s", "99999999999999999999h"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+        let err = Cli::try_parse_from(["agentmesh", "serve", "--header-timeout", "0s"]).unwrap_err();
+        assert!(err.to_string().contains("--header-timeout"), "{err}");
     }
 }

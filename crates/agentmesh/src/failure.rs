@@ -66,14 +66,33 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
         .any(|io_err| io_err.kind() == io::ErrorKind::BrokenPipe)
 }
 
-/// Reports `err` (stderr always, stdout too with `json`) and returns the exit code.
+/// The context that marks an error the command has already written to stderr in
+/// its own log format (`serve --log-format json` logs its failure as a JSON
+/// line): [`report`] then adds no plain-text line of its own.
+#[derive(Debug, Clone, Copy)]
+pub struct AlreadyLogged;
+
+impl std::fmt::Display for AlreadyLogged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("already logged")
+    }
+}
+
+/// Reports `err` (stderr always, unless it was [`AlreadyLogged`]; stdout too with
+/// `json`) and returns the exit code.
 pub fn report(err: &anyhow::Error, json: bool) -> ExitCode {
     if is_broken_pipe(err) {
         return ExitCode::SUCCESS;
     }
     let classified = classify(err);
-    let message = format!("{err:#}");
-    eprintln!("agentmesh: {message}");
+    let logged = err.downcast_ref::<AlreadyLogged>().is_some();
+    // `{err:#}`, without the marker when there is one.
+    let message =
+        err.chain().skip(usize::from(logged)).map(ToString::to_string).collect::<Vec<_>>().join(": ");
+    if !logged {
+        // A closed or full stderr must not turn the failure into a panic.
+        let _ = writeln!(io::stderr(), "agentmesh: {message}");
+    }
     if json {
         print_json_error(&classified.code, &message);
     }

@@ -1,35 +1,78 @@
 //! `agentmesh serve`: runs the daemon in the foreground.
 //!
-//! Opens the store in the data dir, reads (or creates) the API token (in
-//! `--token-file`, else `<data-dir>/daemon.token`), binds the listen address and
-//! serves, with the background upkeep, until SIGINT or SIGTERM; then lets the
-//! requests in flight finish. One line goes to stderr on start,
-//! `listening on http://ADDR (token file: PATH)`, with the address actually
-//! bound, so `--listen 127.0.0.1:0` tells the caller its port. Logs go to stderr
-//! too, as text or JSON lines (`--log-format`), filtered by `RUST_LOG` (default
-//! `info`).
+//! Opens the store in the data dir, takes the data dir's lock (a second daemon
+//! on the same data dir refuses to start and names the first, unless
+//! `--allow-second-daemon`), reads (or creates) the API token (in `--token-file`,
+//! else `<data-dir>/daemon.token`), raises the open-file limit, binds the listen
+//! address and serves, with the background upkeep, until SIGINT or SIGTERM; then
+//! lets the requests in flight finish.
+//!
+//! Once bound it prints `listening on http://ADDR (token file: PATH)` on stdout,
+//! with the address actually bound, so `--listen 127.0.0.1:0` tells the caller its
+//! port. Logs go to stderr as text or JSON lines (`--log-format`), filtered by
+//! `RUST_LOG` (default `info`): with text, the `listening on` line is repeated
+//! there as it is (unless stdout and stderr are one terminal) and `shutting down`
+//! is a plain line too; with JSON, every stderr line is one JSON object, those
+//! two included, with the message at the top level (`message`), and a panic is
+//! logged as one too.
+//!
+//! Nothing the daemon writes to stdout or stderr may stop it: a closed pipe, a
+//! log collector gone away or a full disk make the writes fail, and every such
+//! failure is ignored (the log writer swallows it and reports nothing).
 
-use std::io::IsTerminal;
+use std::io::{self, IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
-use agentmesh_daemon::{ApiToken, AppState, CheckpointHook, UpkeepConfig};
+use agentmesh_daemon::{
+    ApiToken, AppState, CheckpointHook, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp,
+    ServeOptions, UpkeepConfig,
+};
 use agentmesh_sqlite::SqliteStore;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
 use crate::cli::{LogFormat, ServeArgs};
+use crate::failure::AlreadyLogged;
 
 /// The upkeep's periodic checkpoint truncates a WAL past this size. (The store
 /// itself truncates past 50 MB while writing; this catches a WAL left large by a
 /// burst once the daemon is quiet.)
 const UPKEEP_WAL_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Runs `serve`.
+/// Runs `serve`. With JSON logs, a failure is logged as a JSON line and marked
+/// [`AlreadyLogged`], so stderr carries no plain-text line.
 pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    let format = args.log_format;
+    init_logging(format);
+    let served = serve(ctx, args);
+    match served {
+        Err(err) if format == LogFormat::Json => {
+            tracing::error!(error = format!("{err:#}"), "agentmesh: {err:#}");
+            Err(err.context(AlreadyLogged))
+        }
+        other => other,
+    }
+}
+
+/// Opens, locks, binds and serves until a signal (see the module docs).
+fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
+    let format = args.log_format;
+    let max_connections = connection_cap(args.max_connections);
     let store = SqliteStore::open_data_dir(&ctx.data_dir)
         .with_context(|| format!("failed to open the database in {}", ctx.data_dir.display()))?;
+    let mut lock = if args.allow_second_daemon {
+        None
+    } else {
+        Some(DataDirLock::acquire(&ctx.data_dir).map_err(|err| match err {
+            LockError::Held { .. } => anyhow::anyhow!(
+                "{err}; stop it first, or pass --allow-second-daemon to run a second daemon anyway"
+            ),
+            other => anyhow::Error::new(other),
+        })?)
+    };
     let store = Arc::new(store);
     let token_path = ctx.token_file();
     let token = ApiToken::load_or_create(&token_path)
@@ -42,32 +85,145 @@ pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir.display()))?;
     let state =
         AppState::new(store, token).with_upkeep(upkeep).with_daemon_id(daemon_id).with_mcp_mesh(ctx.mesh());
+    let options = ServeOptions {
+        header_timeout: args.header_timeout,
+        idle_timeout: args.idle_timeout,
+        max_connections,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("failed to start the async runtime")?;
+    // This future runs on the main thread, which holds the stdout lock for the
+    // whole command: the `listening on` line must be written from here.
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .with_context(|| format!("failed to listen on {}", args.listen))?;
         let addr = listener.local_addr().context("failed to read the bound address")?;
+        if let Some(lock) = &mut lock
+            && let Err(err) = lock.record_address(&format!("http://{addr}"))
+        {
+            tracing::warn!(error = %err, lock_file = %lock.path().display(), "could not record the address in the lock file");
+        }
         let shutdown = CancellationToken::new();
-        tokio::spawn(cancel_on_signal(shutdown.clone())?);
-        eprintln!("listening on http://{addr} (token file: {})", token_path.display());
-        agentmesh_daemon::serve(listener, state, shutdown).await.context("the server failed")
+        tokio::spawn(cancel_on_signal(shutdown.clone(), format)?);
+        announce_listening(format, addr, &token_path);
+        let served = agentmesh_daemon::serve_with(listener, PlainTcp, state, shutdown, options).await;
+        // Held to the end: the next daemon may start once this one has stopped.
+        drop(lock);
+        served.context("the server failed")
     })
 }
 
-/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`).
+/// The connection cap: `requested` (or [`DEFAULT_MAX_CONNECTIONS`]), lowered to
+/// what the open-file limit leaves room for once it is raised as far as allowed.
+/// Logs the limit and the cap.
+fn connection_cap(requested: Option<u32>) -> usize {
+    let wanted = requested.map_or(DEFAULT_MAX_CONNECTIONS, |n| usize::try_from(n).unwrap_or(usize::MAX));
+    let limit = match agentmesh_daemon::raise_open_file_limit() {
+        Ok(limit) => limit.now,
+        Err(err) => {
+            tracing::warn!(error = %err, "could not raise the open-file limit");
+            None
+        }
+    };
+    let room = agentmesh_daemon::connections_allowed_by(limit);
+    let cap = room.map_or(wanted, |room| wanted.min(room));
+    if requested.is_some() && cap < wanted {
+        tracing::warn!(
+            requested = wanted,
+            max_connections = cap,
+            open_file_limit = limit,
+            "--max-connections lowered to what the open-file limit leaves room for"
+        );
+    } else {
+        tracing::debug!(max_connections = cap, open_file_limit = limit, "connection cap");
+    }
+    cap
+}
+
+/// Logs to stderr in `format`, filtered by `RUST_LOG` (default `info`), through
+/// a writer that ignores failed writes. In JSON mode each event is one object
+/// with its fields (the message among them) at the top level, and a panic is
+/// logged as an event instead of the standard plain-text report.
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(|| LossyStderr)
+        .log_internal_errors(false);
     // Each fails only when a subscriber is installed already, which then stays.
     let _ = match format {
-        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+        LogFormat::Text => builder.with_ansi(io::stderr().is_terminal()).try_init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_ansi(false)
+            .try_init(),
     };
+    if format == LogFormat::Json {
+        std::panic::set_hook(Box::new(|info| {
+            let location = info.location().map(ToString::to_string);
+            let payload = info.payload();
+            let panic = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("?");
+            let thread = std::thread::current();
+            tracing::error!(panic, location, thread = thread.name(), "a thread panicked");
+        }));
+    }
+}
+
+/// Stderr for the log: a write that fails (a closed pipe, a full disk) is
+/// dropped and reported as done, so logging never fails and never panics.
+struct LossyStderr;
+
+impl Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let _ = io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// Writes `line` to stderr as it is (text mode), ignoring a failure.
+fn plain_stderr(line: &str) {
+    let _ = writeln!(LossyStderr, "{line}");
+}
+
+/// Announces the bound address: the `listening on` line on stdout for scripts,
+/// and on stderr as a log line (JSON mode) or as it is (text mode, unless stdout
+/// and stderr are both terminals and it would show twice). Must run on the main
+/// thread (see [`run`]).
+fn announce_listening(format: LogFormat, addr: SocketAddr, token_path: &Path) {
+    let url = format!("http://{addr}");
+    let token_file = token_path.display().to_string();
+    let line = format!("listening on {url} (token file: {token_file})");
+    let mut stdout = io::stdout();
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    match format {
+        LogFormat::Json => tracing::info!(address = url, token_file, "{line}"),
+        LogFormat::Text if io::stdout().is_terminal() && io::stderr().is_terminal() => {}
+        LogFormat::Text => plain_stderr(&line),
+    }
+}
+
+/// Logs that the daemon is stopping: a JSON log line, or a plain one in text mode.
+fn announce_shutdown(format: LogFormat) {
+    match format {
+        LogFormat::Json => tracing::info!("shutting down"),
+        LogFormat::Text => plain_stderr("shutting down"),
+    }
 }
 
 /// Cancels `shutdown` on the first SIGINT (Ctrl-C) or SIGTERM.
@@ -75,7 +231,10 @@ fn init_logging(format: LogFormat) {
 /// The handlers are installed before this returns, so a signal that arrives once
 /// the address is printed is never missed; the returned future waits for it.
 #[cfg(unix)]
-fn cancel_on_signal(shutdown: CancellationToken) -> anyhow::Result<impl Future<Output = ()>> {
+fn cancel_on_signal(
+    shutdown: CancellationToken,
+    format: LogFormat,
+) -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt()).context("failed to listen for SIGINT")?;
     let mut terminate = signal(SignalKind::terminate()).context("failed to listen for SIGTERM")?;
@@ -84,18 +243,22 @@ fn cancel_on_signal(shutdown: CancellationToken) -> anyhow::Result<impl Future<O
             _ = interrupt.recv() => {}
             _ = terminate.recv() => {}
         }
-        eprintln!("shutting down");
+        // Cancelled first: nothing written after may delay the shutdown.
         shutdown.cancel();
+        announce_shutdown(format);
     })
 }
 
 /// Cancels `shutdown` on the first Ctrl-C.
 #[cfg(not(unix))]
-fn cancel_on_signal(shutdown: CancellationToken) -> anyhow::Result<impl Future<Output = ()>> {
+fn cancel_on_signal(
+    shutdown: CancellationToken,
+    format: LogFormat,
+) -> anyhow::Result<impl Future<Output = ()>> {
     Ok(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("shutting down");
             shutdown.cancel();
+            announce_shutdown(format);
         }
     })
 }
