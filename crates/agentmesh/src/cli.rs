@@ -80,9 +80,14 @@ pub enum Command {
     Claim(ClaimArgs),
     /// Report that a worker session's task ended
     Complete(CompleteArgs),
-    /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events
+    /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events;
+    /// list and requeue held ones
     #[command(subcommand)]
     Events(EventsCommand),
+    /// Read the completion fingerprints and conflicts that explain a deduplicated
+    /// or conflicting completion
+    #[command(subcommand)]
+    Completions(CompletionsCommand),
     /// The mesh at a glance: tasks, assignments, idle sessions, inbox, recent ledger
     Status,
     /// Read, export and import the append-only ledger
@@ -91,12 +96,17 @@ pub enum Command {
     /// Create, list and inspect missions: named plans that group tasks
     #[command(subcommand)]
     Mission(MissionCommand),
-    /// List the worker sessions that reported themselves idle
-    Sessions,
-    /// List the messages still waiting to be delivered to worker sessions
+    /// List the worker sessions that reported themselves idle, or remove one's report
+    Sessions(SessionsArgs),
+    /// List the messages still waiting to be delivered to worker sessions, or show
+    /// and move one
     Deliveries(DeliveriesArgs),
-    /// List the direct dispatches not yet finished
-    Dispatches,
+    /// List the direct dispatches not yet finished, or show, move, mark stale and
+    /// remove them
+    Dispatches(DispatchesArgs),
+    /// The rate guard's recent tool calls, per caller role
+    #[command(name = "tool-calls")]
+    ToolCalls(ToolCallsArgs),
     /// Turn any command into a worker: claim a task, run the command with it,
     /// report the outcome, repeat
     #[command(after_long_help = WORK_EXAMPLES)]
@@ -374,6 +384,108 @@ pub enum EventsCommand {
     Ack(EventsAckArgs),
     /// Withdraw the undelivered mesh:dispatch_blocked events of a task
     Retract(EventsRetractArgs),
+    /// List the held events (quarantined by an enforce-mode drain, or never
+    /// drained and moved to the ledger by retention) not yet put back
+    Held(HeldFilterArgs),
+    /// Put held events back in the inbox, by id or by the filters of `events held`
+    #[command(name = "requeue-held")]
+    RequeueHeld(RequeueHeldArgs),
+}
+
+/// The filters of `events held` and `events requeue-held`; every one given must match.
+#[derive(Debug, Args)]
+pub struct HeldFilterArgs {
+    /// Held for this reason: pending_retention_expired,
+    /// v2_enforce_unversioned_quarantined, v2_enforce_validation_failed_quarantined
+    /// or pending_trim_dropped
+    #[arg(long, value_name = "REASON")]
+    pub reason: Option<String>,
+    /// About this node (any of its id forms)
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// About this task
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Of this event name, such as agent:generating_completed
+    #[arg(long, value_name = "NAME")]
+    pub event: Option<String>,
+    /// Held at least this long ago: seconds, or a number with s, m, h or d (10m)
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub older_than: Option<u64>,
+}
+
+/// Arguments of `events requeue-held`.
+#[derive(Debug, Args)]
+pub struct RequeueHeldArgs {
+    /// Held entry ids, as `events held` prints them (instead of filters)
+    #[arg(value_name = "ID")]
+    pub ids: Vec<String>,
+    /// Which held events, when no id is given
+    #[command(flatten)]
+    pub filter: HeldFilterArgs,
+    /// Requeue every held event of the mesh
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// An age or a span: whole seconds, or a number followed by s, m, h or d.
+pub fn parse_age(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?} is not an age (use seconds, or a number with s, m, h or d)")),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(|| format!("{text:?} is not an age (use seconds, or a number with s, m, h or d)"))
+}
+
+/// `agentmesh completions ...`
+#[derive(Debug, Subcommand)]
+pub enum CompletionsCommand {
+    /// Completion fingerprints still in force, the most recently recorded first: a
+    /// second completion with one of these keys was (or will be) dropped as a duplicate
+    Fingerprints(FingerprintsArgs),
+    /// Recent completion conflicts, newest first: two tasks that claimed one
+    /// completion fingerprint
+    Conflicts(ConflictsArgs),
+}
+
+/// Arguments of `completions fingerprints`.
+#[derive(Debug, Args)]
+pub struct FingerprintsArgs {
+    /// Only fingerprints of this task's completions
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Only fingerprints naming this session
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// At most this many, 1 to 1000 [default: 100]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+}
+
+/// Arguments of `completions conflicts`.
+#[derive(Debug, Args)]
+pub struct ConflictsArgs {
+    /// Only conflicts this task took part in (on either side)
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Only conflicts this session took part in (on either side)
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// How far back: seconds, or a number with s, m, h or d [default: 1h]
+    #[arg(long, value_name = "SPAN", value_parser = parse_age)]
+    pub within: Option<u64>,
 }
 
 /// Shown after `agentmesh events push --help`.
@@ -581,10 +693,148 @@ pub struct MissionShowArgs {
 
 /// Arguments of `deliveries`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct DeliveriesArgs {
+    /// Without one, the waiting deliveries are listed
+    #[command(subcommand)]
+    pub command: Option<DeliveriesCommand>,
     /// Only deliveries addressed to this worker session
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
+}
+
+/// `agentmesh deliveries ...`
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCommand {
+    /// Show one delivery with every field, whatever its status
+    Show(DeliveryShowArgs),
+    /// Move a delivery to a status: delivered, acked (read by the session),
+    /// completed, failed, ...; never backwards, never out of failed, expired or
+    /// cancelled
+    Mark(DeliveryMarkArgs),
+}
+
+/// Arguments of `deliveries show`.
+#[derive(Debug, Args)]
+pub struct DeliveryShowArgs {
+    /// The delivery id
+    pub id: String,
+}
+
+/// Arguments of `deliveries mark`.
+#[derive(Debug, Args)]
+pub struct DeliveryMarkArgs {
+    /// The delivery id
+    pub id: String,
+    /// delivering, queued, delivered, acked, completed, failed, expired or cancelled
+    pub status: String,
+    /// The delivery error to record (cleared when absent)
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+    /// Count one more delivery attempt (a retry, which may move the status back)
+    #[arg(long)]
+    pub attempt: bool,
+}
+
+/// Arguments of `dispatches`.
+#[derive(Debug, Args)]
+pub struct DispatchesArgs {
+    /// Without one, the dispatches not yet finished are listed
+    #[command(subcommand)]
+    pub command: Option<DispatchesCommand>,
+}
+
+/// `agentmesh dispatches ...`
+#[derive(Debug, Subcommand)]
+pub enum DispatchesCommand {
+    /// Show the dispatch of one task with every field, whatever its status
+    Show(DispatchShowArgs),
+    /// Move the dispatch of a task, or every open one of a session, to a status:
+    /// dispatched, acked, completed, failed or stale (completed and failed never change)
+    Mark(DispatchMarkArgs),
+    /// Mark `dispatched` rows nobody acknowledged in time stale
+    #[command(name = "mark-stale")]
+    MarkStale(DispatchStaleArgs),
+    /// Forget the dispatches of these tasks
+    Remove(DispatchRemoveArgs),
+}
+
+/// Arguments of `dispatches show`.
+#[derive(Debug, Args)]
+pub struct DispatchShowArgs {
+    /// The dispatched task's id
+    pub task: String,
+}
+
+/// Arguments of `dispatches mark`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["task", "session"])))]
+pub struct DispatchMarkArgs {
+    /// dispatched, acked, completed, failed or stale
+    pub status: String,
+    /// The dispatch of this task
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Every open dispatch of this session
+    #[arg(long, value_name = "SESSION", conflicts_with = "task")]
+    pub session: Option<String>,
+}
+
+/// Arguments of `dispatches mark-stale`.
+#[derive(Debug, Args)]
+pub struct DispatchStaleArgs {
+    /// Sent at least this long ago: seconds, or a number with s, m, h or d (1h)
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub older_than: u64,
+}
+
+/// Arguments of `dispatches remove`.
+#[derive(Debug, Args)]
+pub struct DispatchRemoveArgs {
+    /// The tasks whose dispatches go
+    #[arg(value_name = "TASK", required = true)]
+    pub tasks: Vec<String>,
+}
+
+/// Arguments of `sessions`.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Without one, the idle sessions are listed
+    #[command(subcommand)]
+    pub command: Option<SessionsCommand>,
+}
+
+/// `agentmesh sessions ...`
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Forget a session's idle report (what a session shutting down does)
+    Remove(SessionRemoveArgs),
+}
+
+/// Arguments of `sessions remove`.
+#[derive(Debug, Args)]
+pub struct SessionRemoveArgs {
+    /// The node the session runs on
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    /// The session
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+}
+
+/// Arguments of `tool-calls`.
+#[derive(Debug, Args)]
+pub struct ToolCallsArgs {
+    /// Only calls of this caller role: coordinator, worker or unknown
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// How far back: seconds, or a number with s, m, h or d [default: the log's
+    /// 100 s]
+    #[arg(long, value_name = "SPAN", value_parser = parse_age)]
+    pub within: Option<u64>,
+    /// List at most this many calls, 1 to 1000 [default: 100]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
 }
 
 #[cfg(test)]
@@ -596,6 +846,17 @@ mod tests {
     #[test]
     fn the_command_tree_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn ages_take_seconds_or_a_unit() {
+        assert_eq!(parse_age("90"), Ok(90));
+        assert_eq!(parse_age("10m"), Ok(600));
+        assert_eq!(parse_age("2h"), Ok(7_200));
+        assert_eq!(parse_age("1d"), Ok(86_400));
+        assert!(parse_age("10 minutes").is_err());
+        assert!(parse_age("m").is_err());
+        assert!(parse_age("-5").is_err());
     }
 
     #[test]
