@@ -442,6 +442,7 @@ pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn Store) {
 }
 
 /// A blank id or kind, or an unparsable deliverAfter or expiresAt, is invalid input naming the field; nothing is stored.
+/// (An empty message is not: see [`session_delivery_without_a_message_is_stored_with_an_empty_message`].)
 pub fn session_delivery_rejects_bad_input_naming_the_field(store: &dyn Store) {
     let kept = insert_delivery(store, MESH, delivery("kept", "s1", 0), at(0));
     let cases = [
