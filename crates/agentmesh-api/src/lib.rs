@@ -70,6 +70,15 @@ pub enum MeshError {
         /// The daemon's message.
         message: String,
     },
+    /// No connection to the daemon could be made: nothing listens at its address,
+    /// or the address does not resolve.
+    #[error("cannot connect to the daemon at {url}: {reason}")]
+    CannotConnect {
+        /// The daemon's address.
+        url: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The daemon could not be reached, or its answer could not be read.
     #[error("cannot reach the daemon at {url}: {reason}")]
     Unreachable {
@@ -92,7 +101,7 @@ impl MeshError {
         match self {
             MeshError::Store(err) => err.code(),
             MeshError::Remote { code, .. } => code,
-            MeshError::Unreachable { .. } => "unreachable",
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => "unreachable",
         }
     }
 
@@ -102,7 +111,7 @@ impl MeshError {
         match self {
             MeshError::Store(err) => err.is_caller_error(),
             MeshError::Remote { status, .. } => (400..500).contains(status),
-            MeshError::Unreachable { .. } => false,
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => false,
         }
     }
 
@@ -111,7 +120,7 @@ impl MeshError {
         match self {
             MeshError::Store(err) => store_error_status(err),
             MeshError::Remote { status, .. } => *status,
-            MeshError::Unreachable { .. } => 502,
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => 502,
         }
     }
 }
@@ -129,6 +138,7 @@ pub fn store_error_status(err: &StoreError) -> u16 {
         | StoreError::NotAssignedToSession { .. }
         | StoreError::NoAssignedTask { .. } => 409,
         StoreError::Busy => 503,
+        StoreError::StorageFull(_) => 507,
         _ => 500,
     }
 }
@@ -234,6 +244,8 @@ pub trait MeshApi: Send + Sync {
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>>;
     /// An overview of the mesh.
     fn status(&self, mesh: &str) -> MeshResult<StatusView>;
+    /// Every mesh the store holds anything of, by id, with its counts.
+    fn meshes(&self) -> MeshResult<Vec<views::MeshSummaryView>>;
     /// Records that a coordinator is alive (a drain does this too), or that it ended.
     /// A unicast for a live coordinator is never handed to another run on its
     /// machine; one for a coordinator gone quiet for two minutes, or ended, is.

@@ -15,10 +15,10 @@ use serde_json::Value;
 use crate::views::{
     AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView,
     DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
-    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
-    MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView, RemovedView,
-    RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView, StatusView,
-    ToolCallLogView, ToolCallView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
+    MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
+    StatusView, ToolCallLogView, ToolCallView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
@@ -26,7 +26,8 @@ use crate::wire::{
     DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
     IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
     PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams,
-    StaleDispatchesBody, ToolCallBody, ToolCallParams, optional, page_limit, required, seconds_before,
+    StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit,
+    required, seconds_before,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
 
@@ -132,6 +133,7 @@ impl LocalMesh {
     /// [`MeshApi::claim`], submitted to the store without holding the caller's
     /// thread (see [`agentmesh_store::submit`]): for async callers.
     pub async fn claim_submitted(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
+        let mesh = mesh_id(mesh)?;
         let (claimant, opts) = claim_request(body)?;
         let claim = Arc::clone(&self.store).submit_claim(mesh.to_owned(), claimant, opts, self.now());
         self.write_submitted(claim).await.map(ClaimView::from)
@@ -140,6 +142,7 @@ impl LocalMesh {
     /// [`MeshApi::complete`], submitted to the store without holding the caller's
     /// thread.
     pub async fn complete_submitted(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
         let now = self.now();
         let report = body.into_report(now)?;
         self.write_submitted(Arc::clone(&self.store).submit_completion(mesh.to_owned(), report, now)).await
@@ -152,6 +155,7 @@ impl LocalMesh {
         mesh: &str,
         body: CompleteAndClaimBody,
     ) -> MeshResult<CompleteAndClaimView> {
+        let mesh = mesh_id(mesh)?;
         let now = self.now();
         let (report, claimant, opts) = complete_and_claim_request(body, now)?;
         let write =
@@ -162,6 +166,7 @@ impl LocalMesh {
     /// [`MeshApi::heartbeat`], submitted to the store without holding the caller's
     /// thread.
     pub async fn heartbeat_submitted(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
         let beat = heartbeat_request(body)?;
         self.write_submitted(Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat, self.now()))
             .await
@@ -209,11 +214,16 @@ fn claim_options(lease_ms: Option<i64>) -> ClaimOptions {
 
 fn heartbeat_request(body: HeartbeatBody) -> MeshResult<Heartbeat> {
     Ok(Heartbeat {
-        task_id: required("taskId", body.task_id)?,
-        session_id: required("sessionId", body.session_id)?,
+        task_id: id_rule("taskId", body.task_id)?,
+        session_id: id_rule("sessionId", body.session_id)?,
         epoch: body.epoch,
         lease_ms: i64::from(body.lease_ms.get()),
     })
+}
+
+/// The mesh id of an operation, checked by the core's id rule and trimmed.
+fn mesh_id(mesh: &str) -> Result<&str, agentmesh_core::InvalidInput> {
+    agentmesh_core::validate_id("mesh", mesh)
 }
 
 /// Parses a comma-separated status filter, without repeats.
@@ -230,45 +240,53 @@ fn status_filter(text: Option<&str>) -> MeshResult<Vec<TaskStatus>> {
 
 impl MeshApi for LocalMesh {
     fn enqueue(&self, mesh: &str, body: EnqueueBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
         let new = body.into_new_task()?;
         self.write(|store, now| store.enqueue(mesh, &new, now))
     }
 
     fn enqueue_batch(&self, mesh: &str, body: BatchEnqueueBody) -> MeshResult<Vec<Task>> {
+        let mesh = mesh_id(mesh)?;
         let new = body.into_new_tasks()?;
         self.write(|store, now| store.enqueue_batch(mesh, &new, now))
     }
 
     fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>> {
+        let mesh = mesh_id(mesh)?;
         let statuses = status_filter(params.status.as_deref())?;
         Ok(self.store.queue_entries(mesh, &statuses)?)
     }
 
     fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
-        let id = required("id", id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
         self.store
             .find_task(mesh, &id)?
             .ok_or_else(|| StoreError::TaskNotFound { mesh_id: mesh.to_owned(), task_id: id.clone() }.into())
     }
 
     fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task> {
-        let id = required("id", id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
         let reason = optional(body.reason);
         self.write(|store, now| store.cancel_task(mesh, &id, reason.as_deref(), now))
     }
 
     fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {
-        let id = required("id", id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
         let opts = body.into();
         self.write(|store, now| store.requeue_task(mesh, &id, &opts, now)).map(RequeueView::from)
     }
 
     fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
+        let mesh = mesh_id(mesh)?;
         let (claimant, opts) = claim_request(body)?;
         self.write(|store, now| store.claim_next(mesh, &claimant, &opts, now)).map(ClaimView::from)
     }
 
     fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
         let beat = heartbeat_request(body)?;
         self.write(|store, now| {
             store.heartbeat(mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
@@ -276,35 +294,41 @@ impl MeshApi for LocalMesh {
     }
 
     fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
         let report = body.into_report(self.now())?;
         self.write(|store, now| store.complete_task(mesh, &report, now))
     }
 
     fn complete_and_claim(&self, mesh: &str, body: CompleteAndClaimBody) -> MeshResult<CompleteAndClaimView> {
+        let mesh = mesh_id(mesh)?;
         let (report, claimant, opts) = complete_and_claim_request(body, self.now())?;
         self.write(|store, now| store.complete_and_claim(mesh, &report, &claimant, &opts, now))
             .map(CompleteAndClaimView::from)
     }
 
     fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView> {
+        let mesh = mesh_id(mesh)?;
         let (event, hint, machine_id) = body.into_parts(mesh, self.now())?;
         self.write(|store, now| store.queue_pending_event(mesh, &event, &hint, machine_id.as_deref(), now))
             .map(PushView::from)
     }
 
     fn drain(&self, mesh: &str, body: DrainBody) -> MeshResult<DrainView> {
+        let mesh = mesh_id(mesh)?;
         let request = Self::drain_request(body)?;
         let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
         Ok(DrainView::from(outcome))
     }
 
     fn peek(&self, mesh: &str, body: DrainBody) -> MeshResult<Vec<InboxEventView>> {
+        let mesh = mesh_id(mesh)?;
         let request = Self::drain_request(body)?;
         let events = self.store.peek_pending_events(mesh, &request)?;
         Ok(events.into_iter().map(InboxEventView::from).collect())
     }
 
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
+        let mesh = mesh_id(mesh)?;
         let request = Self::drain_request(body)?;
         let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
         // The first look is a drain, which also settles duplicates and quarantines.
@@ -334,23 +358,27 @@ impl MeshApi for LocalMesh {
     }
 
     fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView> {
+        let mesh = mesh_id(mesh)?;
         let ids = body.into_ids()?;
         self.write(|store, now| store.ack_pending_events(mesh, &ids, now)).map(|acked| AckView { acked })
     }
 
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {
-        let task_id = required("taskId", body.task_id)?;
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", body.task_id)?;
         self.write(|store, _| store.retract_dispatch_blocked(mesh, &task_id))
             .map(|retracted| RetractView { retracted })
     }
 
     fn held_events(&self, mesh: &str, params: HeldParams) -> MeshResult<Vec<HeldEventView>> {
+        let mesh = mesh_id(mesh)?;
         let filter = params.into_filter(self.now())?;
         let held = self.still_held(mesh)?;
         Ok(held.into_iter().filter(|e| filter.matches(e)).map(HeldEventView::from).collect())
     }
 
     fn requeue_held(&self, mesh: &str, body: RequeueHeldBody) -> MeshResult<RequeueHeldView> {
+        let mesh = mesh_id(mesh)?;
         let selection = body.into_selection(self.now())?;
         let held = self.still_held(mesh)?;
         let chosen: Vec<LedgerEntry> = match selection {
@@ -389,8 +417,10 @@ impl MeshApi for LocalMesh {
         mesh: &str,
         params: FingerprintParams,
     ) -> MeshResult<Vec<FingerprintView>> {
+        let mesh = mesh_id(mesh)?;
         let limit = page_limit("limit", params.limit, 100, 1000)?;
-        let (task, session) = (optional(params.task_id), optional(params.session_id));
+        let task = optional_id("taskId", params.task_id)?;
+        let session = optional_id("sessionId", params.session_id)?;
         let scan = if task.is_some() || session.is_some() { DIAGNOSTIC_SCAN } else { limit };
         let mut found: Vec<FingerprintView> = self
             .store
@@ -405,12 +435,14 @@ impl MeshApi for LocalMesh {
     }
 
     fn completion_conflicts(&self, mesh: &str, params: ConflictParams) -> MeshResult<Vec<ConflictView>> {
+        let mesh = mesh_id(mesh)?;
         let now = self.now();
         let window_ms = match params.within_secs {
             Some(secs) => now.millis() - seconds_before("withinSecs", now, secs)?.millis(),
             None => agentmesh_core::sessions::CONFLICT_WINDOW_MS,
         };
-        let (task, session) = (optional(params.task_id), optional(params.session_id));
+        let task = optional_id("taskId", params.task_id)?;
+        let session = optional_id("sessionId", params.session_id)?;
         let either = |want: &Option<String>, a: &Option<String>, b: &Option<String>| {
             want.is_none() || *a == *want || *b == *want
         };
@@ -425,16 +457,19 @@ impl MeshApi for LocalMesh {
     }
 
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
+        let mesh = mesh_id(mesh)?;
         let query = LedgerQuery::try_from(params)?;
         Ok(self.store.read_ledger_ordered(mesh, &query)?)
     }
 
     fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {
+        let mesh = mesh_id(mesh)?;
         let query = SliceQuery::try_from(params)?;
         Ok(self.store.ledger_slice(mesh, &query)?)
     }
 
     fn import_ledger(&self, mesh: &str, body: ImportBody) -> MeshResult<ImportView> {
+        let mesh = mesh_id(mesh)?;
         if let Some((i, entry)) = body.entries.iter().enumerate().find(|(_, e)| e.mesh_id != mesh) {
             return Err(agentmesh_core::InvalidInput::new(
                 format!("entries[{i}].meshId"),
@@ -446,6 +481,7 @@ impl MeshApi for LocalMesh {
     }
 
     fn upsert_mission(&self, mesh: &str, body: MissionBody) -> MeshResult<MissionSaved> {
+        let mesh = mesh_id(mesh)?;
         let new = NewMission::try_from(body)?;
         // Whether it was created is decided inside the upsert's transaction, so of two
         // concurrent upserts of a new id exactly one answers "created".
@@ -454,6 +490,7 @@ impl MeshApi for LocalMesh {
     }
 
     fn missions(&self, mesh: &str, params: MissionListParams) -> MeshResult<Vec<MissionView>> {
+        let mesh = mesh_id(mesh)?;
         let mut statuses: Vec<String> = Vec::new();
         for part in params.status.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
             agentmesh_core::mission::validate_status(part)?;
@@ -465,7 +502,8 @@ impl MeshApi for LocalMesh {
     }
 
     fn mission(&self, mesh: &str, id: &str) -> MeshResult<MissionDetailView> {
-        let id = required("id", id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
         let mission = self.store.mission(mesh, &id)?.ok_or_else(|| StoreError::NotFound {
             kind: "mission",
             mesh_id: mesh.to_owned(),
@@ -481,14 +519,15 @@ impl MeshApi for LocalMesh {
     }
 
     fn report_idle(&self, mesh: &str, body: IdleBody) -> MeshResult<IdleSessionView> {
+        let mesh = mesh_id(mesh)?;
         let ttl_secs = body.ttl_secs.unwrap_or(DEFAULT_IDLE_TTL_SECS);
         if ttl_secs == 0 {
             return Err(agentmesh_core::InvalidInput::new("ttlSecs", "must be at least 1").into());
         }
         let session = IdleSession {
             mesh_id: mesh.to_owned(),
-            node_id: required("nodeId", body.node_id)?,
-            session_id: required("sessionId", body.session_id)?,
+            node_id: id_rule("nodeId", body.node_id)?,
+            session_id: id_rule("sessionId", body.session_id)?,
             provider_type: required("providerType", body.provider_type)?,
             expires_at_ms: self.now().millis() + i64::from(ttl_secs) * 1000,
             metadata: body.metadata.filter(|m| !m.is_null()),
@@ -499,6 +538,7 @@ impl MeshApi for LocalMesh {
     }
 
     fn idle_sessions(&self, mesh: &str) -> MeshResult<Vec<IdleSessionView>> {
+        let mesh = mesh_id(mesh)?;
         let mut sessions: Vec<IdleSessionView> =
             self.store.idle_sessions(mesh, self.now())?.into_iter().map(IdleSessionView::from).collect();
         sessions.sort_by(|a, b| (&a.node_id, &a.session_id).cmp(&(&b.node_id, &b.session_id)));
@@ -511,25 +551,29 @@ impl MeshApi for LocalMesh {
         node_id: &str,
         session_id: &str,
     ) -> MeshResult<IdleRemovedView> {
-        let node_id = required("nodeId", node_id.to_owned())?;
-        let session_id = required("sessionId", session_id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let node_id = id_rule("nodeId", node_id.to_owned())?;
+        let session_id = id_rule("sessionId", session_id.to_owned())?;
         let removed = self.write(|store, _| store.delete_idle_session(mesh, &node_id, &session_id))?;
         Ok(IdleRemovedView { removed })
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {
+        let mesh = mesh_id(mesh)?;
         let new = agentmesh_core::NewSessionDelivery::try_from(body)?;
         self.write(|store, now| store.insert_session_delivery(mesh, &new, now)).map(DeliveryView::from)
     }
 
     fn deliveries(&self, mesh: &str, params: DeliveryListParams) -> MeshResult<Vec<DeliveryView>> {
-        let session = optional(params.session_id);
+        let mesh = mesh_id(mesh)?;
+        let session = optional_id("sessionId", params.session_id)?;
         let deliveries = self.store.active_session_deliveries(mesh, session.as_deref(), self.now())?;
         Ok(deliveries.into_iter().map(DeliveryView::from).collect())
     }
 
     fn delivery(&self, mesh: &str, id: &str) -> MeshResult<DeliveryView> {
-        let id = required("id", id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
         let found = self.store.session_delivery(mesh, &id)?;
         let delivery = found.ok_or_else(|| StoreError::NotFound {
             kind: "delivery",
@@ -545,7 +589,8 @@ impl MeshApi for LocalMesh {
         id: &str,
         body: DeliveryStatusBody,
     ) -> MeshResult<DeliveryChangeView> {
-        let id = required("id", id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
         let (status, update) = body.into_update()?;
         let changed =
             self.write(|store, now| store.set_session_delivery_status(mesh, &id, status, &update, now))?;
@@ -553,16 +598,19 @@ impl MeshApi for LocalMesh {
     }
 
     fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView> {
+        let mesh = mesh_id(mesh)?;
         let new = agentmesh_core::NewDirectDispatch::try_from(body)?;
         self.write(|store, now| store.record_direct_dispatch(mesh, &new, now)).map(DispatchView::from)
     }
 
     fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>> {
+        let mesh = mesh_id(mesh)?;
         Ok(self.store.active_direct_dispatches(mesh)?.into_iter().map(DispatchView::from).collect())
     }
 
     fn dispatch(&self, mesh: &str, task_id: &str) -> MeshResult<DispatchView> {
-        let task_id = required("taskId", task_id.to_owned())?;
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
         let found = self.store.direct_dispatch(mesh, &task_id)?;
         let dispatch = found.ok_or_else(|| StoreError::NotFound {
             kind: "direct dispatch",
@@ -573,6 +621,7 @@ impl MeshApi for LocalMesh {
     }
 
     fn update_dispatches(&self, mesh: &str, body: DispatchStatusBody) -> MeshResult<DispatchChangeView> {
+        let mesh = mesh_id(mesh)?;
         let (status, session, task) = body.into_parts()?;
         let changed = self.write(|store, now| {
             store.set_direct_dispatch_status(mesh, session.as_deref(), task.as_deref(), status, now)
@@ -585,6 +634,7 @@ impl MeshApi for LocalMesh {
         mesh: &str,
         body: StaleDispatchesBody,
     ) -> MeshResult<StaleDispatchesView> {
+        let mesh = mesh_id(mesh)?;
         let now = self.now();
         let cutoff = seconds_before("olderThanSecs", now, body.older_than_secs)?;
         let marked_stale = self.write(|store, now| store.mark_stale_direct_dispatches(mesh, cutoff, now))?;
@@ -592,13 +642,15 @@ impl MeshApi for LocalMesh {
     }
 
     fn remove_dispatches(&self, mesh: &str, body: RemoveDispatchesBody) -> MeshResult<RemovedView> {
+        let mesh = mesh_id(mesh)?;
         let ids = body.into_ids()?;
         let removed = self.write(|store, _| store.delete_direct_dispatches_by_task(mesh, &ids))?;
         Ok(RemovedView { removed })
     }
 
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>> {
-        let task_id = required("taskId", body.task_id)?;
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", body.task_id)?;
         let strategy = match optional(body.strategy) {
             Some(text) => text.parse()?,
             None => agentmesh_core::Strategy::default(),
@@ -606,7 +658,7 @@ impl MeshApi for LocalMesh {
         let mut nodes = Vec::with_capacity(body.nodes.len());
         for (i, node) in body.nodes.into_iter().enumerate() {
             nodes.push(NodeInfo {
-                node_id: required(&format!("nodes[{i}].nodeId"), node.node_id)?,
+                node_id: id_rule(&format!("nodes[{i}].nodeId"), node.node_id)?,
                 capability_tags: node.capability_tags,
                 scheduling_priority: node.scheduling_priority,
             });
@@ -622,6 +674,7 @@ impl MeshApi for LocalMesh {
         mesh: &str,
         body: crate::wire::PresenceBody,
     ) -> MeshResult<crate::views::PresenceView> {
+        let mesh = mesh_id(mesh)?;
         let ended = body.ended;
         let identity = agentmesh_core::events::CoordinatorIdentity::try_from(body)?;
         if ended {
@@ -634,15 +687,9 @@ impl MeshApi for LocalMesh {
     }
 
     fn status(&self, mesh: &str) -> MeshResult<StatusView> {
+        let mesh = mesh_id(mesh)?;
         let store = self.store.as_ref();
-        let counts = store.stats_by_status(mesh)?;
-        let tasks = TaskStatus::ALL
-            .into_iter()
-            .map(|status| {
-                let count = counts.iter().find(|c| c.status == status).map_or(0, |c| c.count);
-                (status.as_str().to_owned(), Value::from(count))
-            })
-            .collect();
+        let tasks = crate::views::task_counts(&store.stats_by_status(mesh)?);
         let recent = LedgerQuery { tail: Some(STATUS_LEDGER_TAIL), ..LedgerQuery::default() };
         Ok(StatusView {
             mesh_id: mesh.to_owned(),
@@ -668,11 +715,16 @@ impl MeshApi for LocalMesh {
         })
     }
 
+    fn meshes(&self) -> MeshResult<Vec<MeshSummaryView>> {
+        Ok(self.store.mesh_summaries()?.into_iter().map(MeshSummaryView::from).collect())
+    }
+
     fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView> {
+        let mesh = mesh_id(mesh)?;
         let call = agentmesh_store::ToolCall {
             mesh_id: mesh.to_owned(),
             tool: required("tool", body.tool)?,
-            session_id: optional(body.session_id),
+            session_id: optional_id("sessionId", body.session_id)?,
             caller_role: body
                 .caller_role
                 .as_deref()
@@ -685,6 +737,7 @@ impl MeshApi for LocalMesh {
     }
 
     fn tool_calls(&self, mesh: &str, params: ToolCallParams) -> MeshResult<ToolCallLogView> {
+        let mesh = mesh_id(mesh)?;
         let now = self.now();
         let limit = page_limit("limit", params.limit, 100, 1000)?;
         let role = optional(params.role)

@@ -30,6 +30,10 @@ use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshError, MeshResult};
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// How much longer than its own timeout a watch request may take to answer.
 const WATCH_GRACE: Duration = Duration::from_secs(30);
+/// The first path segments of the daemon's own routes. A base URL holding one of
+/// them names a route of the daemon rather than the daemon (`.../v1` would send
+/// every request to `.../v1/v1/...`), so it is refused, naming the root URL.
+const DAEMON_ROUTES: [&str; 4] = ["v1", "mcp", "metrics", "healthz"];
 
 /// The mesh operations of a daemon at a base URL (`http://127.0.0.1:7433`).
 #[derive(Debug, Clone)]
@@ -58,18 +62,15 @@ struct ErrorDetail {
 }
 
 impl RemoteMesh {
+    /// Checks a daemon's base URL as [`RemoteMesh::new`] does, without a token:
+    /// an http(s) URL of the daemon's root, or of a prefix a proxy serves it under.
+    pub fn check_base_url(base_url: &str) -> MeshResult<()> {
+        parse_base_url(base_url).map(|_| ())
+    }
+
     /// A client of the daemon at `base_url`, presenting `token`.
     pub fn new(base_url: &str, token: &str) -> MeshResult<RemoteMesh> {
-        let invalid = |why: String| MeshError::from(agentmesh_core::InvalidInput::new("server", why));
-        let mut base = reqwest::Url::parse(base_url.trim())
-            .map_err(|err| invalid(format!("{base_url:?} is not a URL: {err}")))?;
-        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
-            return Err(invalid(format!("{base_url:?} is not an http(s) URL")));
-        }
-        if !base.path().ends_with('/') {
-            let path = format!("{}/", base.path());
-            base.set_path(&path);
-        }
+        let base = parse_base_url(base_url)?;
         let token = token.trim();
         if token.is_empty() {
             return Err(agentmesh_core::InvalidInput::new("token", "must not be blank").into());
@@ -130,7 +131,13 @@ impl RemoteMesh {
     /// error (code and message) otherwise.
     fn send<T: DeserializeOwned>(&self, request: RequestBuilder) -> MeshResult<T> {
         let unreachable = |reason: String| MeshError::Unreachable { url: self.base.to_string(), reason };
-        let response = request.send().map_err(|err| unreachable(describe(&err)))?;
+        let response = request.send().map_err(|err| {
+            if err.is_connect() {
+                MeshError::CannotConnect { url: self.base.to_string(), reason: describe(&err) }
+            } else {
+                unreachable(describe(&err))
+            }
+        })?;
         let status = response.status();
         let bytes = response.bytes().map_err(|err| unreachable(describe(&err)))?;
         if status.is_success() {
@@ -148,6 +155,37 @@ impl RemoteMesh {
             }),
         }
     }
+}
+
+/// Parses a daemon's base URL, with a trailing slash so that routes join under it.
+/// The error names the `server` field, and for a URL holding a route of the
+/// daemon (`http://host:7433/v1`) it names the root URL to use instead.
+fn parse_base_url(base_url: &str) -> MeshResult<reqwest::Url> {
+    let invalid = |why: String| MeshError::from(agentmesh_core::InvalidInput::new("server", why));
+    let mut base = reqwest::Url::parse(base_url.trim())
+        .map_err(|err| invalid(format!("{base_url:?} is not a URL: {err}")))?;
+    if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+        return Err(invalid(format!("{base_url:?} is not an http(s) URL")));
+    }
+    let segments: Vec<String> = base
+        .path_segments()
+        .map(|segments| segments.filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default();
+    if let Some(at) = segments.iter().position(|s| DAEMON_ROUTES.contains(&s.as_str())) {
+        let mut root = base.clone();
+        root.set_path(&segments[..at].join("/"));
+        root.set_query(None);
+        root.set_fragment(None);
+        return Err(invalid(format!(
+            "{base_url:?} ends in /{}, a route of the daemon: use the daemon's root URL, {root}",
+            segments[at..].join("/")
+        )));
+    }
+    if !base.path().ends_with('/') {
+        let path = format!("{}/", base.path());
+        base.set_path(&path);
+    }
+    Ok(base)
 }
 
 /// An HTTP client error with its causes, on one line.
@@ -363,6 +401,14 @@ impl MeshApi for RemoteMesh {
         self.get(mesh, &["status"], &NO_QUERY)
     }
 
+    fn meshes(&self) -> MeshResult<Vec<crate::views::MeshSummaryView>> {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(["v1", "meshes"]);
+        }
+        self.send(self.client.get(url).header(AUTHORIZATION, self.auth.clone()))
+    }
+
     fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView> {
         self.post(mesh, &["tool-calls"], &body)
     }
@@ -374,6 +420,8 @@ impl MeshApi for RemoteMesh {
 
 #[cfg(test)]
 mod tests {
+    use agentmesh_store::StoreError;
+
     use super::*;
 
     #[test]
@@ -391,5 +439,27 @@ mod tests {
         assert_eq!(err.code(), "invalid_input");
         assert!(RemoteMesh::new("ftp://x", "t").is_err());
         assert!(RemoteMesh::new("http://x", " ").is_err());
+    }
+
+    #[test]
+    fn a_url_holding_a_daemon_route_names_the_root_url() {
+        for (url, root) in [
+            ("http://host:7433/v1", "http://host:7433/"),
+            ("http://host:7433/v1/", "http://host:7433/"),
+            ("http://host:7433/v1/meshes/default/tasks", "http://host:7433/"),
+            ("http://host:7433/mcp", "http://host:7433/"),
+            ("https://proxy.test/agentmesh/v1?x=1", "https://proxy.test/agentmesh"),
+        ] {
+            let err = RemoteMesh::check_base_url(url).unwrap_err();
+            let MeshError::Store(StoreError::InvalidInput(invalid)) = &err else { panic!("{url}: {err:?}") };
+            assert_eq!(invalid.field, "server");
+            assert!(
+                invalid.problem.contains(&format!("use the daemon's root URL, {root}")),
+                "{url}: {invalid}"
+            );
+        }
+        for url in ["http://host:7433", "http://host:7433/", "http://host:1/prefix", "http://host:1/v1x/"] {
+            RemoteMesh::check_base_url(url).unwrap();
+        }
     }
 }

@@ -11,11 +11,11 @@
 use agentmesh_core::events::{DrainCounters, PendingEvent};
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DirectDispatch, IdleSession, LedgerEntry, Mission,
-    MissionProgress, NodeCandidate, Requeued, SessionDelivery, Task, fingerprint_parts,
+    MissionProgress, NodeCandidate, Requeued, SessionDelivery, Task, TaskStatus, fingerprint_parts,
 };
 use agentmesh_store::{
-    ActiveAssignment, ClaimOutcome, DrainOutcome, DuplicateReason, InboxEvent, QueueOutcome, RawJson,
-    RecordedToolCall,
+    ActiveAssignment, ClaimOutcome, DrainOutcome, DuplicateReason, InboxEvent, MeshSummary, QueueOutcome,
+    RawJson, RecordedToolCall, StatusCount,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -536,6 +536,47 @@ pub struct PendingForCoordinatorView {
     pub session_id: Option<String>,
     /// How many events wait.
     pub count: u64,
+}
+
+/// The count of every task status, in lifecycle order, zero included: the `tasks`
+/// object of the status and of the mesh listing.
+pub fn task_counts(counts: &[StatusCount]) -> Map<String, Value> {
+    TaskStatus::ALL
+        .into_iter()
+        .map(|status| {
+            let count = counts.iter().find(|c| c.status == status).map_or(0, |c| c.count);
+            (status.as_str().to_owned(), Value::from(count))
+        })
+        .collect()
+}
+
+/// One mesh of a data dir, with its counts, as `GET /v1/meshes` and `agentmesh
+/// meshes` list it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MeshSummaryView {
+    /// The mesh.
+    pub mesh_id: String,
+    /// Task count of every status, in lifecycle order (zero included).
+    pub tasks: Map<String, Value>,
+    /// Undrained coordinator events.
+    pub pending_events: u64,
+    /// Ledger entries.
+    pub ledger_entries: u64,
+    /// Missions.
+    pub missions: u64,
+}
+
+impl From<MeshSummary> for MeshSummaryView {
+    fn from(summary: MeshSummary) -> MeshSummaryView {
+        MeshSummaryView {
+            tasks: task_counts(&summary.tasks),
+            mesh_id: summary.mesh_id,
+            pending_events: summary.pending_events,
+            ledger_entries: summary.ledger_entries,
+            missions: summary.missions,
+        }
+    }
 }
 
 /// An overview of the mesh.

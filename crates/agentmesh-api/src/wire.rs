@@ -6,7 +6,9 @@
 //! Bodies where a mistyped field would silently change the request deny unknown
 //! fields. Each converts into the core's request type with `TryFrom`, and that
 //! conversion is the only place a body is checked: strings go to the core as sent,
-//! so its validation error names the field.
+//! so its validation error names the field. Every id a body carries (task, node,
+//! session, mission, delivery, event, coordinator daemon and run) is checked by the
+//! core's one id rule ([`agentmesh_core::ids`]), here or in the core's request type.
 
 use agentmesh_core::events::held::HeldFilter;
 use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEvent, Scope};
@@ -170,10 +172,7 @@ impl BatchEnqueueBody {
         let mut items = self.tasks;
         for (i, item) in items.iter_mut().enumerate() {
             if let Some(reference) = item.reference.take() {
-                let reference = reference.trim().to_owned();
-                if reference.is_empty() {
-                    return Err(InvalidInput::new(format!("tasks[{i}].ref"), "must not be blank"));
-                }
+                let reference = id(&format!("tasks[{i}].ref"), reference)?;
                 if refs.iter().any(|(r, _)| *r == reference) {
                     return Err(InvalidInput::new(
                         format!("tasks[{i}].ref"),
@@ -278,8 +277,8 @@ impl ClaimBody {
     /// The claimant and the lease length.
     pub fn into_claim(self) -> Result<(Claimant, Option<i64>), InvalidInput> {
         let claimant = Claimant {
-            node_id: required("nodeId", self.node_id)?,
-            session_id: required("sessionId", self.session_id)?,
+            node_id: id("nodeId", self.node_id)?,
+            session_id: id("sessionId", self.session_id)?,
             capability_tags: self.capability_tags,
             provider_type: optional(self.provider_type),
             provider_max_parallel: self.provider_max_parallel,
@@ -350,8 +349,8 @@ impl CompletionBody {
             (false, Some(_)) => return Err(InvalidInput::new("reason", "is allowed only with failed: true")),
         };
         Ok(agentmesh_store::CompletionReport {
-            session_id: required("sessionId", self.session_id)?,
-            task_id: optional(self.task_id),
+            session_id: id("sessionId", self.session_id)?,
+            task_id: optional_id("taskId", self.task_id)?,
             epoch: self.epoch,
             occurred_at: Some(now.iso()),
             outcome,
@@ -494,7 +493,17 @@ impl PushEventBody {
         if event.event.trim().is_empty() {
             return Err(InvalidInput::new("event.event", "must not be blank"));
         }
-        Ok((event, self.hint.into(), optional(self.self_machine_id)))
+        for (field, value) in [
+            ("event.eventId", &event.envelope.event_id),
+            ("event.nodeId", &event.node_id),
+            ("event.targetCoordinatorDaemonId", &event.target_coordinator_daemon_id),
+            ("event.targetCoordinatorSessionId", &event.target_coordinator_session_id),
+        ] {
+            agentmesh_core::ids::validate_optional_id(field, value.as_deref())?;
+        }
+        optional_id("hint.coordinatorRunId", self.hint.coordinator_run_id.clone())?;
+        let machine_id = optional_id("selfMachineId", self.self_machine_id)?;
+        Ok((event, self.hint.into(), machine_id))
     }
 }
 
@@ -528,12 +537,16 @@ impl TryFrom<DrainBody> for DrainRequest {
 
     fn try_from(body: DrainBody) -> Result<DrainRequest, InvalidInput> {
         let identity = CoordinatorIdentity::new(
-            required("daemonId", body.daemon_id)?,
-            required("runId", body.run_id)?,
-            optional(body.session_id),
+            id("daemonId", body.daemon_id)?,
+            id("runId", body.run_id)?,
+            optional_id("sessionId", body.session_id)?,
         );
-        let also_known_as: Vec<&str> =
-            body.also_known_as.iter().map(|id| id.trim()).filter(|id| !id.is_empty()).collect();
+        let mut also_known_as: Vec<&str> = Vec::with_capacity(body.also_known_as.len());
+        for (i, other) in body.also_known_as.iter().enumerate() {
+            if !other.trim().is_empty() {
+                also_known_as.push(agentmesh_core::validate_id(&format!("alsoKnownAs[{i}]"), other)?);
+            }
+        }
         let only_events = body
             .only_events
             .map(|names| {
@@ -574,9 +587,9 @@ pub struct AckBody {
 }
 
 impl AckBody {
-    /// The ids, trimmed; a blank one is refused by its index.
+    /// The ids, trimmed; one that breaks the id rule is refused by its index.
     pub fn into_ids(self) -> Result<Vec<String>, InvalidInput> {
-        self.ids.into_iter().enumerate().map(|(i, id)| required(&format!("ids[{i}]"), id)).collect()
+        self.ids.into_iter().enumerate().map(|(i, value)| id(&format!("ids[{i}]"), value)).collect()
     }
 }
 
@@ -837,9 +850,9 @@ impl TryFrom<PresenceBody> for CoordinatorIdentity {
 
     fn try_from(body: PresenceBody) -> Result<CoordinatorIdentity, InvalidInput> {
         Ok(CoordinatorIdentity::new(
-            required("daemonId", body.daemon_id)?,
-            required("runId", body.run_id)?,
-            optional(body.session_id),
+            id("daemonId", body.daemon_id)?,
+            id("runId", body.run_id)?,
+            optional_id("sessionId", body.session_id)?,
         ))
     }
 }
@@ -874,8 +887,8 @@ impl HeldParams {
             self.older_than_secs.map(|secs| seconds_before("olderThanSecs", now, secs)).transpose()?;
         let filter = HeldFilter {
             reason: optional(self.reason),
-            node_id: optional(self.node_id),
-            task_id: optional(self.task_id),
+            node_id: optional_id("nodeId", self.node_id)?,
+            task_id: optional_id("taskId", self.task_id)?,
             event: optional(self.event),
             held_before,
         };
@@ -941,7 +954,7 @@ impl RequeueHeldBody {
                 return Err(InvalidInput::new("ids", "name held events by ids or by filters, not both"));
             }
             let ids: Result<Vec<String>, InvalidInput> =
-                ids.into_iter().enumerate().map(|(i, id)| required(&format!("ids[{i}]"), id)).collect();
+                ids.into_iter().enumerate().map(|(i, value)| id(&format!("ids[{i}]"), value)).collect();
             return ids.map(HeldSelection::Ids);
         }
         if filter.is_empty() && !all {
@@ -1038,7 +1051,8 @@ impl DispatchStatusBody {
         self,
     ) -> Result<(agentmesh_core::DispatchStatus, Option<String>, Option<String>), InvalidInput> {
         let status = self.status.parse()?;
-        let (task_id, session_id) = (optional(self.task_id), optional(self.session_id));
+        let task_id = optional_id("taskId", self.task_id)?;
+        let session_id = optional_id("sessionId", self.session_id)?;
         if task_id.is_none() && session_id.is_none() {
             return Err(InvalidInput::new(
                 "taskId",
@@ -1067,12 +1081,13 @@ pub struct RemoveDispatchesBody {
 }
 
 impl RemoveDispatchesBody {
-    /// The task ids, trimmed; a blank one is refused by its index, and so is none.
+    /// The task ids, trimmed; one that breaks the id rule is refused by its index,
+    /// and so is none.
     pub fn into_ids(self) -> Result<Vec<String>, InvalidInput> {
         if self.task_ids.is_empty() {
             return Err(InvalidInput::new("taskIds", "must name at least one task"));
         }
-        self.task_ids.into_iter().enumerate().map(|(i, id)| required(&format!("taskIds[{i}]"), id)).collect()
+        self.task_ids.into_iter().enumerate().map(|(i, value)| id(&format!("taskIds[{i}]"), value)).collect()
     }
 }
 
@@ -1125,6 +1140,17 @@ pub fn required(field: &str, value: String) -> Result<String, InvalidInput> {
 /// An optional text with surrounding whitespace removed; blank counts as absent.
 pub fn optional(value: Option<String>) -> Option<String> {
     value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+/// An id given for `field`, checked by the core's id rule and returned trimmed.
+pub fn id(field: &str, value: String) -> Result<String, InvalidInput> {
+    agentmesh_core::ids::validate_owned_id(field, value)
+}
+
+/// An optional id: absent or blank counts as absent; any other value must follow
+/// the id rule, and is returned trimmed.
+pub fn optional_id(field: &str, value: Option<String>) -> Result<Option<String>, InvalidInput> {
+    agentmesh_core::ids::validate_optional_id(field, value.as_deref())
 }
 
 /// Parses an ISO-8601 instant given for `field` into the stored form

@@ -54,6 +54,20 @@ pub enum ClaimRefusal {
 }
 
 impl ClaimRefusal {
+    /// Every refusal, in gate order.
+    pub const ALL: [ClaimRefusal; 10] = [
+        ClaimRefusal::SessionAlreadyAssigned,
+        ClaimRefusal::NoPendingCandidates,
+        ClaimRefusal::RequiredTagsUnsatisfied,
+        ClaimRefusal::DependenciesUnsatisfied,
+        ClaimRefusal::NotBeforeDelayed,
+        ClaimRefusal::TaskParked,
+        ClaimRefusal::ConvergenceTargetIsWorktree,
+        ClaimRefusal::TargetPinUnmatched,
+        ClaimRefusal::ParallelCapReached,
+        ClaimRefusal::NodeBusyWithActiveAssignment,
+    ];
+
     /// The reason's wire name.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -199,6 +213,13 @@ mod tests {
     }
 
     const NOW: Timestamp = Timestamp::from_millis(1_000_000);
+
+    #[test]
+    fn every_refusal_is_listed_once_in_gate_order() {
+        let names: std::collections::BTreeSet<&str> = ClaimRefusal::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), ClaimRefusal::ALL.len());
+        assert!(ClaimRefusal::ALL.windows(2).all(|pair| pair[0].depth() <= pair[1].depth()));
+    }
 
     #[test]
     fn gates_run_in_order() {

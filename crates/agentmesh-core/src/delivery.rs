@@ -187,10 +187,17 @@ pub struct NewSessionDelivery {
 }
 
 impl NewSessionDelivery {
-    /// Checks ids, kind and instants.
+    /// Checks ids (the id rule), kind and instants.
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        if self.id.trim().is_empty() {
-            return Err(InvalidInput::new("id", "must not be blank"));
+        crate::ids::validate_id("id", &self.id)?;
+        for (field, value) in [
+            ("nodeId", &self.node_id),
+            ("sessionId", &self.session_id),
+            ("taskId", &self.task_id),
+            ("coordinator.sessionId", &self.source_coordinator_session_id),
+            ("coordinator.daemonId", &self.source_coordinator_daemon_id),
+        ] {
+            crate::ids::validate_optional_id(field, value.as_deref())?;
         }
         if self.kind.trim().is_empty() {
             return Err(InvalidInput::new("kind", "must not be blank"));

@@ -124,11 +124,11 @@ pub struct NewDirectDispatch {
 }
 
 impl NewDirectDispatch {
-    /// Checks the fields a dispatch cannot do without.
+    /// Checks the fields a dispatch cannot do without, and its ids against the id rule.
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        if self.task_id.trim().is_empty() {
-            return Err(InvalidInput::new("taskId", "must not be blank"));
-        }
+        crate::ids::validate_id("taskId", &self.task_id)?;
+        crate::ids::validate_optional_id("nodeId", self.node_id.as_deref())?;
+        crate::ids::validate_optional_id("sessionId", self.session_id.as_deref())?;
         if self.message.trim().is_empty() {
             return Err(InvalidInput::new("message", "must not be empty"));
         }

@@ -5,6 +5,7 @@ use std::collections::{HashSet, VecDeque};
 
 use serde_json::Value;
 
+use crate::ids::{validate_id, validate_optional_id};
 use crate::{InvalidInput, Task, TaskMode, TaskPriority, TaskStatus, Timestamp, guardrail, tags};
 
 /// One year in milliseconds: a numeric `notBefore` below this is an offset from now.
@@ -81,10 +82,7 @@ pub fn prepare_task(
     fresh_id: &str,
     now: Timestamp,
 ) -> Result<Task, InvalidInput> {
-    let mesh_id = mesh_id.trim();
-    if mesh_id.is_empty() {
-        return Err(InvalidInput::new("meshId", "must not be empty"));
-    }
+    let mesh_id = validate_id("meshId", mesh_id)?;
     let message = new.message.trim();
     if message.is_empty() {
         return Err(InvalidInput::new("message", "must not be empty"));
@@ -93,7 +91,7 @@ pub fn prepare_task(
         Some(id) if id.trim().is_empty() => {
             return Err(InvalidInput::new("id", "must not be blank when given"));
         }
-        Some(id) => id.trim().to_owned(),
+        Some(id) => validate_id("id", id)?.to_owned(),
         None => fresh_id.to_owned(),
     };
     let task_mode = new.task_mode.as_deref().map(str::parse::<TaskMode>).transpose()?;
@@ -109,10 +107,7 @@ pub fn prepare_task(
     };
     let mut depends_on: Vec<String> = Vec::new();
     for (i, dep) in new.depends_on.iter().enumerate() {
-        let dep = dep.trim();
-        if dep.is_empty() {
-            return Err(InvalidInput::new(format!("dependsOn[{i}]"), "must not be blank"));
-        }
+        let dep = validate_id(&format!("dependsOn[{i}]"), dep)?;
         if !depends_on.iter().any(|d| d == dep) {
             depends_on.push(dep.to_owned());
         }
@@ -123,23 +118,26 @@ pub fn prepare_task(
     task.status = TaskStatus::Pending;
     task.task_mode = task_mode;
     task.readonly = new.readonly;
-    task.target_node_id = trimmed(&new.target_node_id);
-    task.target_session_id = trimmed(&new.target_session_id);
+    task.target_node_id = validate_optional_id("targetNodeId", new.target_node_id.as_deref())?;
+    task.target_session_id = validate_optional_id("targetSessionId", new.target_session_id.as_deref())?;
     task.required_tags = (!required_tags.is_empty()).then_some(required_tags);
     task.priority = priority.filter(|p| *p != TaskPriority::Normal);
     task.not_before = not_before;
     task.depends_on = (!depends_on.is_empty()).then_some(depends_on);
-    task.mission_id = trimmed(&new.mission_id);
-    task.consensus_group_id = trimmed(&new.consensus_group_id);
+    task.mission_id = validate_optional_id("missionId", new.mission_id.as_deref())?;
+    task.consensus_group_id = validate_optional_id("consensusGroupId", new.consensus_group_id.as_deref())?;
     task.model = trimmed(&new.model);
     task.thinking_level = trimmed(&new.thinking_level);
     task.model_source = task.model.as_ref().map(|_| "explicit".to_owned());
     task.thinking_level_source = task.thinking_level.as_ref().map(|_| "explicit".to_owned());
     task.difficulty = trimmed(&new.difficulty);
     task.max_retries = max_retries;
-    task.source_coordinator_session_id = trimmed(&new.source_coordinator_session_id);
-    task.source_coordinator_daemon_id = trimmed(&new.source_coordinator_daemon_id);
-    task.source_coordinator_run_id = trimmed(&new.source_coordinator_run_id);
+    task.source_coordinator_session_id =
+        validate_optional_id("coordinator.sessionId", new.source_coordinator_session_id.as_deref())?;
+    task.source_coordinator_daemon_id =
+        validate_optional_id("coordinator.daemonId", new.source_coordinator_daemon_id.as_deref())?;
+    task.source_coordinator_run_id =
+        validate_optional_id("coordinator.runId", new.source_coordinator_run_id.as_deref())?;
     task.input = new.input.clone();
     if task.is_readonly() {
         guardrail::check_readonly_message(&task.message)?;
@@ -255,6 +253,24 @@ mod tests {
         r.priority = None;
         r.max_retries = Some(-1);
         assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "maxRetries");
+    }
+
+    #[test]
+    fn every_id_of_the_request_follows_the_id_rule() {
+        let mut r = req("x");
+        r.id = Some("x\u{0}y\nz".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "id");
+        r.id = Some(" t1 ".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap().id, "t1");
+        assert_eq!(prepare_task("a\nb", &r, "i", now()).unwrap_err().field, "meshId");
+        r.depends_on = vec!["a".into(), "b\rc".into()];
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "dependsOn[1]");
+        r.depends_on = Vec::new();
+        r.target_session_id = Some("s".repeat(201));
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "targetSessionId");
+        r.target_session_id = None;
+        r.source_coordinator_run_id = Some("run\u{1b}".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "coordinator.runId");
     }
 
     #[test]

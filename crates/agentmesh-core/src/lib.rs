@@ -10,6 +10,7 @@
 //! - [`claim`]: claim gates and refusal reasons.
 //! - [`lifecycle`]: transitions (claim, complete, fail, cancel, requeue, reclaim) and
 //!   completion matching.
+//! - [`ids`]: the one rule every identifier a caller passes follows.
 //! - [`daemon_id`] and [`tags`]: identity forms and capability tags.
 //! - [`ledger`]: ledger entries and the slice protocol.
 //! - [`dispatch`], [`delivery`], [`sessions`]: direct dispatches, the session
@@ -27,6 +28,7 @@ pub mod enqueue;
 mod error;
 pub mod events;
 pub mod guardrail;
+pub mod ids;
 pub mod ledger;
 pub mod lifecycle;
 pub mod mission;
@@ -42,6 +44,7 @@ pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
 pub use enqueue::{NewTask, NotBefore};
 pub use error::{InvalidInput, InvalidTransition, TaskAction};
+pub use ids::{MAX_ID_BYTES, validate_id};
 pub use ledger::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};
 pub use lifecycle::{RequeueOptions, Requeued};
 pub use mission::{Mission, MissionProgress, NewMission};

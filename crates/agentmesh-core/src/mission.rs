@@ -38,11 +38,9 @@ pub struct NewMission {
 }
 
 impl NewMission {
-    /// Checks id, title and status (a lowercase word such as `active`).
+    /// Checks the id (the id rule), title and status (a lowercase word such as `active`).
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        if self.id.trim().is_empty() {
-            return Err(InvalidInput::new("id", "must not be blank"));
-        }
+        crate::ids::validate_id("id", &self.id)?;
         if self.title.trim().is_empty() {
             return Err(InvalidInput::new("title", "must not be blank"));
         }

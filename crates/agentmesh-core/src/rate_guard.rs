@@ -35,7 +35,8 @@ impl RateGuard {
             advisory: exceeded.then(|| {
                 format!(
                     "Rate limit: {tool} called {calls_in_window} times in the last {}s for mesh {mesh_id}. \
-                     Wait for pendingCoordinatorEvents or an explicit user status request before calling again.",
+                     Wait for events (wait_for_mesh_events) or an explicit user status request before calling \
+                     again.",
                     seconds(self.window_ms)
                 )
             }),
@@ -89,8 +90,8 @@ mod tests {
         assert!(v.rate_limit_exceeded);
         assert_eq!(
             v.advisory.unwrap(),
-            "Rate limit: mesh_status called 6 times in the last 10s for mesh m. Wait for \
-             pendingCoordinatorEvents or an explicit user status request before calling again."
+            "Rate limit: mesh_status called 6 times in the last 10s for mesh m. Wait for events \
+             (wait_for_mesh_events) or an explicit user status request before calling again."
         );
         assert_eq!(
             RateGuard { window_ms: 1_500, max_calls: 1 }.verdict("m", "t", 2).advisory.unwrap()[..40].len(),

@@ -23,17 +23,15 @@ pub struct IdleSession {
 }
 
 impl IdleSession {
-    /// Checks that the identifying fields are present.
+    /// Checks the identifying fields: the ids against the id rule, the provider not blank.
     pub fn validate(&self) -> Result<(), InvalidInput> {
-        for (field, value) in [
-            ("meshId", &self.mesh_id),
-            ("nodeId", &self.node_id),
-            ("sessionId", &self.session_id),
-            ("providerType", &self.provider_type),
-        ] {
-            if value.trim().is_empty() {
-                return Err(InvalidInput::new(field, "must not be blank"));
-            }
+        for (field, value) in
+            [("meshId", &self.mesh_id), ("nodeId", &self.node_id), ("sessionId", &self.session_id)]
+        {
+            crate::ids::validate_id(field, value)?;
+        }
+        if self.provider_type.trim().is_empty() {
+            return Err(InvalidInput::new("providerType", "must not be blank"));
         }
         Ok(())
     }

@@ -144,6 +144,9 @@ pub enum TaskPriority {
 }
 
 impl TaskPriority {
+    /// Every priority, lowest first.
+    pub const ALL: [TaskPriority; 3] = [TaskPriority::Low, TaskPriority::Normal, TaskPriority::High];
+
     /// The original's rank: high 2, normal 1, low 0.
     pub const fn rank(self) -> i64 {
         match self {

@@ -1,6 +1,7 @@
 //! The `/v1` routes: one handler per [`MeshApi`] operation.
 //!
-//! Every route is scoped by the `{mesh}` path segment. A handler decodes its
+//! Every route but `GET /meshes` (the meshes the store holds) is scoped by the
+//! `{mesh}` path segment, checked by the core's id rule. A handler decodes its
 //! input into the shared wire types of `agentmesh_api::wire` (a malformed body
 //! or query is refused naming the field), runs the operation on the daemon's
 //! [`agentmesh_api::LocalMesh`] through [`AppState::with_mesh`] and answers the
@@ -34,6 +35,7 @@ use crate::{AppState, auth};
 /// The `/v1` routes, behind the bearer-token check.
 pub fn routes(state: AppState) -> Router<AppState> {
     Router::new()
+        .route("/meshes", get(list_meshes))
         .route("/meshes/{mesh}/tasks", post(enqueue).get(list_tasks))
         .route("/meshes/{mesh}/tasks/batch", post(enqueue_batch))
         .route("/meshes/{mesh}/tasks/{id}", get(show_task))
@@ -85,15 +87,10 @@ fn created<T: Serialize>(view: T) -> Response {
     (StatusCode::CREATED, Json(view)).into_response()
 }
 
-/// A mesh id from the path: not blank, at most 200 bytes, no control characters.
+/// A mesh id from the path, checked by the core's id rule (not blank, at most 200
+/// bytes, no control characters) and trimmed.
 pub(crate) fn mesh_id(mesh: String) -> Result<String, ApiError> {
-    if mesh.trim().is_empty() {
-        return Err(InvalidInput::new("mesh", "must not be blank").into());
-    }
-    if mesh.len() > 200 || mesh.chars().any(char::is_control) {
-        return Err(InvalidInput::new("mesh", "must be at most 200 bytes without control characters").into());
-    }
-    Ok(mesh)
+    Ok(agentmesh_core::ids::validate_owned_id("mesh", mesh)?)
 }
 
 /// Path `{mesh}`.
@@ -121,6 +118,16 @@ struct IdlePath {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NoParams {}
+
+// ── Meshes ───────────────────────────────────────────────────────────────────
+
+/// Every mesh the store holds anything of, by id, with its counts.
+async fn list_meshes(
+    State(state): State<AppState>,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Response, ApiError> {
+    state.with_mesh(|m| m.meshes()).await.map(ok)
+}
 
 // ── Tasks ────────────────────────────────────────────────────────────────────
 

@@ -122,6 +122,17 @@ mod tests {
         assert_eq!(body, json!({ "error": { "code": "corrupt_row", "message": "internal error" } }));
     }
 
+    #[tokio::test]
+    async fn a_full_disk_is_507_and_names_the_cause() {
+        let response =
+            ApiError::Store(StoreError::StorageFull(agentmesh_store::FullStorage::NoSpace)).into_response();
+        assert_eq!(response.status(), StatusCode::INSUFFICIENT_STORAGE);
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let message = "storage full: no space left on the filesystem that holds the database";
+        assert_eq!(body, json!({ "error": { "code": "storage_full", "message": message } }));
+    }
+
     #[test]
     fn caller_errors_map_to_client_statuses() {
         let cases = [

@@ -11,8 +11,10 @@
 //! the middleware that checks it); `error` the one [`ApiError`] every failure
 //! becomes; `extract` the body, query and path extractors that turn malformed
 //! input into an [`ApiError`] naming the field; `metrics` the counters and the
-//! `/metrics` exposition; `upkeep` the background loops (lease reaper, sweeps,
-//! retention, WAL checkpoint). Handlers are adapters: they parse into the shared wire types of
+//! `/metrics` exposition, with `process` reading the process figures from
+//! `/proc`; `upkeep` the background loops (lease reaper, sweeps, retention, WAL
+//! checkpoint); `ready` what `/readyz` answers (whether the store can write).
+//! Handlers are adapters: they parse into the shared wire types of
 //! `agentmesh_api`, run one operation of the daemon's
 //! [`LocalMesh`](agentmesh_api::LocalMesh) through `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
@@ -37,7 +39,7 @@ use std::time::Duration;
 use agentmesh_api::{LocalMesh, MeshResult};
 use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::get;
 use axum::serve::ListenerExt as _;
 use axum::{Router, middleware};
@@ -52,11 +54,14 @@ mod error;
 mod extract;
 mod mcp;
 mod metrics;
+mod process;
+mod ready;
 mod upkeep;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use error::ApiError;
-pub use metrics::Metrics;
+pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics};
+pub use ready::{DEFAULT_LOCK_WAIT as DEFAULT_READY_LOCK_WAIT, FRESH as READY_FRESH};
 pub use upkeep::{CheckpointHook, UpkeepConfig};
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
@@ -92,6 +97,8 @@ pub struct AppState {
     daemon_id: String,
     /// The mesh MCP sessions work in.
     mcp_mesh: String,
+    /// Whether the store can write, for `/readyz`.
+    readiness: Arc<ready::Readiness>,
 }
 
 impl AppState {
@@ -101,6 +108,9 @@ impl AppState {
         let writes = Arc::new(Notify::new());
         let notify = Arc::clone(&writes);
         mesh.signal().listen(move || notify.notify_waiters());
+        let readiness = Arc::new(ready::Readiness::new(ready::DEFAULT_LOCK_WAIT));
+        let wrote = Arc::clone(&readiness);
+        mesh.signal().listen(move || wrote.wrote());
         AppState {
             mesh,
             token,
@@ -110,7 +120,16 @@ impl AppState {
             upkeep: Arc::new(UpkeepConfig::default()),
             daemon_id: agentmesh_mcp::identity::new_daemon_id(),
             mcp_mesh: DEFAULT_MCP_MESH.to_owned(),
+            readiness,
         }
+    }
+
+    /// Sets how long `/readyz` waits for its probe write (waiting for the
+    /// database's write lock) before it answers 503 `lock_wait`
+    /// ([`DEFAULT_READY_LOCK_WAIT`] otherwise).
+    pub fn with_ready_lock_wait(self, wait: Duration) -> AppState {
+        self.readiness.set_lock_wait(wait);
+        self
     }
 
     /// Replaces the upkeep settings (intervals, ages, the WAL checkpoint hook).
@@ -165,7 +184,7 @@ impl AppState {
     {
         let mesh = self.mesh.clone();
         match tokio::task::spawn_blocking(move || op(&mesh)).await {
-            Ok(result) => result.map_err(ApiError::from),
+            Ok(result) => result.map_err(|err| self.failed(err)),
             Err(join) => Err(ApiError::Internal(format!("store operation did not finish: {join}"))),
         }
     }
@@ -178,7 +197,7 @@ impl AppState {
         write: impl Future<Output = MeshResult<T>>,
     ) -> Result<T, ApiError> {
         match CatchUnwind(std::pin::pin!(write)).await {
-            Ok(result) => result.map_err(ApiError::from),
+            Ok(result) => result.map_err(|err| self.failed(err)),
             Err(panic) => {
                 let what = panic
                     .downcast_ref::<&str>()
@@ -188,6 +207,14 @@ impl AppState {
                 Err(ApiError::Internal(String::from("store operation did not finish: it panicked")))
             }
         }
+    }
+}
+
+impl AppState {
+    /// Tells the readiness that a request failed, and makes the error its answer.
+    fn failed(&self, err: agentmesh_api::MeshError) -> ApiError {
+        self.readiness.failed(&err);
+        ApiError::from(err)
     }
 }
 
@@ -217,8 +244,9 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
-/// The whole HTTP surface: `/healthz` (open), `/metrics`, the `/v1` API and the
-/// MCP endpoints `/mcp` and `/mcp/{mesh}` (all three behind the bearer token).
+/// The whole HTTP surface: `/healthz` and `/readyz` (open), `/metrics`, the `/v1`
+/// API and the MCP endpoints `/mcp` and `/mcp/{mesh}` (all three behind the
+/// bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
 /// unknown path gets a JSON 404, an unsupported method a JSON 405. Every request,
@@ -232,6 +260,8 @@ pub fn router(state: AppState) -> Router {
 /// [`router`], with MCP sessions ended when `shutdown` is cancelled (an open
 /// session stream would otherwise hold a graceful shutdown forever).
 fn app(state: AppState, shutdown: CancellationToken) -> Router {
+    // The daemon's own mesh is on `/metrics` from the start, before any request.
+    state.metrics.note_mesh(&state.mcp_mesh);
     let metrics = Router::new()
         .route("/metrics", get(metrics::render))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
@@ -246,6 +276,7 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .merge(metrics)
         .nest("/v1", api::routes(state.clone()))
         .merge(mcp)
@@ -288,6 +319,12 @@ pub async fn serve(
 /// `GET /healthz`: the process is up and serving. Needs no token and touches no store.
 async fn healthz() -> axum::Json<serde_json::Value> {
     axum::Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// `GET /readyz`: whether the store can write right now (see the `ready` module):
+/// 200 `{"status": "ready"}`, or 503 with the reason. Needs no token.
+async fn readyz(State(state): State<AppState>) -> ready::Verdict {
+    state.readiness.check(Arc::clone(state.mesh.store())).await
 }
 
 /// Any path no route matches.

@@ -5,8 +5,20 @@
 //! incremented where the thing happens: [`track`] (a middleware around every
 //! route) counts HTTP requests and times them, the claim, completion, heartbeat,
 //! drain and watch handlers count their outcomes, and the upkeep loops count
-//! their reclaims and passes. The queue depth is not counted but read from the
-//! store at scrape time, for every mesh this daemon has answered a request for.
+//! their reclaims and passes. The queue depth and the age of the oldest pending
+//! task are not counted but read from the store at scrape time, for every mesh
+//! this daemon has answered a request for (and its own MCP mesh from the start);
+//! the `process_*` figures are read from `/proc` then too (`process.rs`).
+//!
+//! Every label value the daemon knows in advance (claim outcomes, task statuses,
+//! fencing codes, drain kinds, reclaim outcomes, the upkeep jobs it runs) is
+//! exported at zero from the start, so a rate or an alert over a series works
+//! before its first increment. Only the HTTP series, keyed by route, method and
+//! status, appear with their first request.
+//!
+//! The names follow Prometheus's conventions as `promtool check metrics` checks
+//! them: counters end in `_total`, no name carries its type or an abbreviated
+//! unit, and every family has its `# HELP` and `# TYPE` lines.
 //!
 //! Every map sits behind a `std::sync::Mutex`: each critical section is a map
 //! update of a few nanoseconds, never held across an `.await`.
@@ -17,8 +29,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use agentmesh_core::TaskStatus;
 use agentmesh_core::events::{DrainCounter, DrainCounters};
+use agentmesh_core::{ClaimRefusal, TaskStatus, Timestamp};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
@@ -26,6 +38,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::AppState;
 use crate::error::ApiError;
+use crate::process::ProcessStats;
 
 /// Upper bounds (seconds) of the request-latency histogram's buckets. The top
 /// ones are there for watches, which wait by design.
@@ -38,6 +51,30 @@ const MAX_TRACKED_MESHES: usize = 10_000;
 
 /// The route label of a request no route matched.
 const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// The claim outcome of a claim that got a task; the others are refusal reasons.
+const CLAIMED: &str = "claimed";
+
+/// The operations whose fencing refusals are counted.
+const FENCED_OPERATIONS: [&str; 2] = ["completion", "heartbeat"];
+
+/// The codes of the store errors counted as fencing refusals (the ones the API's
+/// completion and heartbeat handlers pass to [`Metrics::fencing_refusal`]).
+const FENCING_CODES: [&str; 3] = ["stale_epoch", "not_assigned_to_session", "invalid_transition"];
+
+/// The kinds of drain requests counted.
+const DRAIN_KINDS: [&str; 2] = ["drain", "watch"];
+
+/// What a lease reclaim does to its task.
+const RECLAIM_OUTCOMES: [&str; 2] = ["requeued", "failed"];
+
+/// The version `agentmesh_build_info` reports.
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The commit `agentmesh_build_info` reports: `HEAD` of the repository the daemon
+/// was built in (12 hex digits), `$AGENTMESH_BUILD_COMMIT` at build time, or
+/// `unknown` (see `build.rs`).
+pub const BUILD_COMMIT: &str = env!("AGENTMESH_BUILD_COMMIT");
 
 /// One HTTP series: a route, a method and a status.
 type HttpKey = (String, String, u16);
@@ -52,7 +89,7 @@ struct HttpStats {
 }
 
 /// The daemon's counters. Shared by every handler and loop through `AppState`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
     http: Mutex<BTreeMap<HttpKey, HttpStats>>,
     /// Claims by outcome: `claimed`, or the refusal reason.
@@ -82,10 +119,37 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
+/// A map with each of `keys` at zero.
+fn zeros<K: Ord>(keys: impl IntoIterator<Item = K>) -> Mutex<BTreeMap<K, u64>> {
+    Mutex::new(keys.into_iter().map(|key| (key, 0)).collect())
+}
+
 impl Metrics {
-    /// An empty registry.
+    /// A registry with every label value known in advance at zero.
     pub fn new() -> Metrics {
-        Metrics::default()
+        let outcomes = std::iter::once(CLAIMED).chain(ClaimRefusal::ALL.map(ClaimRefusal::as_str));
+        let fencing = FENCED_OPERATIONS
+            .into_iter()
+            .flat_map(|op| FENCING_CODES.into_iter().map(move |code| (op, code)));
+        Metrics {
+            http: Mutex::default(),
+            claims: zeros(outcomes.map(str::to_owned)),
+            completions: zeros([TaskStatus::Completed.as_str(), TaskStatus::Failed.as_str()]),
+            fencing_refusals: zeros(fencing),
+            drains: zeros(DRAIN_KINDS),
+            delivered_events: AtomicU64::default(),
+            drain_counters: Mutex::default(),
+            watches_waiting: AtomicU64::default(),
+            lease_reclaims: zeros(RECLAIM_OUTCOMES),
+            upkeep_passes: Mutex::default(),
+            meshes: Mutex::default(),
+        }
     }
 
     /// Counts one HTTP request and its latency.
@@ -99,9 +163,17 @@ impl Metrics {
         stats.sum_secs += seconds;
     }
 
-    /// Counts a claim: the task claimed, or why nothing was.
+    /// Counts a claim: the task claimed, or why nothing was. Every known outcome
+    /// is in the map from the start, so a claim allocates nothing.
     pub fn claim(&self, refusal: Option<&str>) {
-        *lock(&self.claims).entry(refusal.unwrap_or("claimed").to_owned()).or_default() += 1;
+        let outcome = refusal.unwrap_or(CLAIMED);
+        let mut claims = lock(&self.claims);
+        match claims.get_mut(outcome) {
+            Some(n) => *n += 1,
+            None => {
+                claims.insert(outcome.to_owned(), 1);
+            }
+        }
     }
 
     /// Counts an accepted completion or failure, by the task's new status.
@@ -136,6 +208,14 @@ impl Metrics {
         *lock(&self.lease_reclaims).entry(outcome).or_default() += 1;
     }
 
+    /// Exports an upkeep job's passes at zero (both results), before its first pass.
+    pub fn upkeep_job(&self, job: &'static str) {
+        let mut passes = lock(&self.upkeep_passes);
+        for result in ["ok", "error"] {
+            passes.entry((job, result)).or_default();
+        }
+    }
+
     /// Counts an upkeep pass.
     pub fn upkeep_pass(&self, job: &'static str, ok: bool) {
         *lock(&self.upkeep_passes).entry((job, if ok { "ok" } else { "error" })).or_default() += 1;
@@ -154,10 +234,19 @@ impl Metrics {
         lock(&self.meshes).iter().cloned().collect()
     }
 
-    /// The whole exposition: the counters, then `depth` (task counts per mesh
-    /// and status, and undrained events per mesh, read from the store).
-    fn render(&self, depth: &[MeshDepth]) -> String {
-        let mut out = String::with_capacity(4096);
+    /// The whole exposition: the process and build figures, then `depth` (per
+    /// mesh, read from the store at scrape time), then the counters.
+    fn render(&self, process: &ProcessStats, depth: &[MeshDepth]) -> String {
+        let mut out = String::with_capacity(8192);
+
+        render_process(&mut out, process);
+        family(
+            &mut out,
+            "agentmesh_build_info",
+            "gauge",
+            "Always 1; the labels name the version and the commit the daemon was built from.",
+        );
+        sample(&mut out, "agentmesh_build_info", &[("version", BUILD_VERSION), ("commit", BUILD_COMMIT)], 1);
 
         family(&mut out, "agentmesh_tasks", "gauge", "Tasks by mesh and status.");
         for mesh in depth {
@@ -168,6 +257,22 @@ impl Metrics {
         family(&mut out, "agentmesh_pending_events", "gauge", "Undrained coordinator events by mesh.");
         for mesh in depth {
             sample(&mut out, "agentmesh_pending_events", &[("mesh", &mesh.mesh)], mesh.pending_events);
+        }
+        family(
+            &mut out,
+            "agentmesh_oldest_pending_task_age_seconds",
+            "gauge",
+            "Seconds since the oldest pending task of the mesh was enqueued (tasks waiting for \
+             dependencies included); 0 when none is pending.",
+        );
+        for mesh in depth {
+            let labels = [("mesh", mesh.mesh.as_str())];
+            sample_f64(
+                &mut out,
+                "agentmesh_oldest_pending_task_age_seconds",
+                &labels,
+                mesh.oldest_pending_age,
+            );
         }
 
         family(
@@ -211,16 +316,16 @@ impl Metrics {
         );
         family(
             &mut out,
-            "agentmesh_drain_counter_total",
+            "agentmesh_drain_decisions_total",
             "counter",
-            "The v2 drain counters, summed over every drain.",
+            "Events routed by drains, by routing decision (the v2 drain counters, summed over every drain).",
         );
         let counters = *lock(&self.drain_counters);
         for counter in DrainCounter::ALL {
             sample(
                 &mut out,
-                "agentmesh_drain_counter_total",
-                &[("counter", counter.as_str())],
+                "agentmesh_drain_decisions_total",
+                &[("decision", counter.as_str())],
                 counters.get(counter),
             );
         }
@@ -278,12 +383,7 @@ impl Metrics {
             }
             let with_inf = [labels[0], labels[1], labels[2], ("le", "+Inf")];
             sample(&mut out, "agentmesh_http_request_duration_seconds_bucket", &with_inf, stats.count);
-            let _ = writeln!(
-                out,
-                "agentmesh_http_request_duration_seconds_sum{} {}",
-                label_set(&labels),
-                stats.sum_secs
-            );
+            sample_f64(&mut out, "agentmesh_http_request_duration_seconds_sum", &labels, stats.sum_secs);
             sample(&mut out, "agentmesh_http_request_duration_seconds_count", &labels, stats.count);
         }
         out
@@ -306,6 +406,61 @@ struct MeshDepth {
     mesh: String,
     tasks: Vec<(&'static str, u64)>,
     pending_events: u64,
+    /// Seconds since the oldest pending task was enqueued; 0 when none is pending.
+    oldest_pending_age: f64,
+}
+
+/// Writes the `process_*` families, each only when its figure could be read.
+fn render_process(out: &mut String, process: &ProcessStats) {
+    if let Some(seconds) = process.cpu_seconds {
+        family(
+            out,
+            "process_cpu_seconds_total",
+            "counter",
+            "CPU time the process has used, user and system together, in seconds.",
+        );
+        sample_f64(out, "process_cpu_seconds_total", &[], seconds);
+    }
+    if let Some(bytes) = process.resident_memory_bytes {
+        family(
+            out,
+            "process_resident_memory_bytes",
+            "gauge",
+            "Memory the process holds in RAM (its resident set), in bytes.",
+        );
+        sample(out, "process_resident_memory_bytes", &[], bytes);
+    }
+    if let Some(bytes) = process.virtual_memory_bytes {
+        family(
+            out,
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Size of the process's virtual address space, in bytes.",
+        );
+        sample(out, "process_virtual_memory_bytes", &[], bytes);
+    }
+    if let Some(count) = process.open_fds {
+        family(out, "process_open_fds", "gauge", "File descriptors the process has open.");
+        sample(out, "process_open_fds", &[], count);
+    }
+    if let Some(limit) = process.max_fds {
+        family(
+            out,
+            "process_max_fds",
+            "gauge",
+            "The most file descriptors the process may open (its soft limit).",
+        );
+        sample(out, "process_max_fds", &[], limit);
+    }
+    if let Some(seconds) = process.start_time_seconds {
+        family(
+            out,
+            "process_start_time_seconds",
+            "gauge",
+            "When the process started, in seconds since the Unix epoch.",
+        );
+        sample_f64(out, "process_start_time_seconds", &[], seconds);
+    }
 }
 
 /// Writes a family's `# HELP` and `# TYPE` lines.
@@ -316,6 +471,12 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
 
 /// Writes one sample line.
 fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    let _ = writeln!(out, "{name}{} {value}", label_set(labels));
+}
+
+/// Writes one sample line with a fractional value (Rust prints a finite `f64`
+/// without an exponent, which every exposition parser reads).
+fn sample_f64(out: &mut String, name: &str, labels: &[(&str, &str)], value: f64) {
     let _ = writeln!(out, "{name}{} {value}", label_set(labels));
 }
 
@@ -401,11 +562,13 @@ fn percent_decode(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// `GET /metrics`: the exposition. The queue depth of every remembered mesh is
-/// read on the blocking pool, one store call per mesh and figure.
+/// `GET /metrics`: the exposition. The figures of every remembered mesh are read
+/// on the blocking pool, one store call per mesh and figure (each an index
+/// lookup), and the process figures beside them.
 pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
     let meshes = state.metrics.meshes();
-    let depth = state
+    let now = crate::now();
+    let (process, depth) = state
         .with_mesh(move |api| {
             let store = api.store();
             let mut depth = Vec::with_capacity(meshes.len());
@@ -418,14 +581,22 @@ pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError>
                     })
                     .collect();
                 let pending_events = store.pending_event_count(&mesh)?;
-                depth.push(MeshDepth { mesh, tasks, pending_events });
+                let oldest = store.oldest_pending_created_at(&mesh)?;
+                let oldest_pending_age = oldest.map_or(0.0, |since| age_seconds(since, now));
+                depth.push(MeshDepth { mesh, tasks, pending_events, oldest_pending_age });
             }
-            Ok(depth)
+            Ok((ProcessStats::read(), depth))
         })
         .await?;
-    let body = state.metrics.render(&depth);
+    let body = state.metrics.render(&process, &depth);
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+/// Seconds from `since` to `now`, never negative (a task enqueued by a process
+/// whose clock runs ahead is zero seconds old, not minus some).
+fn age_seconds(since: Timestamp, now: Timestamp) -> f64 {
+    (now.millis().saturating_sub(since.millis())).max(0) as f64 / 1000.0
 }
 
 #[cfg(test)]
@@ -444,7 +615,7 @@ mod tests {
         metrics.observe_request("/r", "GET", 200, 0.002);
         metrics.observe_request("/r", "GET", 200, 0.2);
         metrics.observe_request("/r", "GET", 200, 500.0);
-        let text = metrics.render(&[]);
+        let text = metrics.render(&ProcessStats::default(), &[]);
         let bucket = |le: &str| {
             let prefix = format!(
                 "agentmesh_http_request_duration_seconds_bucket{{route=\"/r\",method=\"GET\",status=\"200\",le=\"{le}\"}} "

@@ -285,6 +285,7 @@ pub(crate) async fn run(state: AppState, config: Arc<UpkeepConfig>, shutdown: Ca
     let mut jobs = JoinSet::new();
     for job in Job::ALL {
         if let Some(every) = job.interval(&config) {
+            state.metrics.upkeep_job(job.name());
             jobs.spawn(job_loop(job, every, state.clone(), Arc::clone(&config), shutdown.clone()));
         }
     }

@@ -1,14 +1,17 @@
 //! The HTTP API end to end: a real listener on `127.0.0.1:0`, a temp-dir SQLite
 //! store and an HTTP client, one daemon per test.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_core::Timestamp;
+use agentmesh_core::{NewTask, Timestamp};
 use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES, UpkeepConfig};
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::Store as _;
+use openmetrics_parser::prometheus::parse_prometheus;
+use openmetrics_parser::{MetricFamily, PrometheusType, PrometheusValue};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -165,6 +168,38 @@ async fn healthz_needs_no_token() {
     let daemon = TestDaemon::start().await;
     let response = daemon.client.get(daemon.url("/healthz")).send().await.unwrap();
     assert_eq!(read(response).await, (StatusCode::OK, json!({ "status": "ok" })));
+}
+
+#[tokio::test]
+async fn readyz_needs_no_token_and_is_503_lock_wait_while_another_process_holds_the_write_lock() {
+    let wait = Duration::from_millis(300);
+    let daemon =
+        TestDaemon::start_with(|state| state.with_upkeep(upkeep_with(|_| {})).with_ready_lock_wait(wait))
+            .await;
+    // Another connection to the file, as another process's would be, takes the
+    // write lock and keeps it.
+    let holder = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let readyz = || async { read(daemon.client.get(daemon.url("/readyz")).send().await.unwrap()).await };
+    let (status, body) = readyz().await;
+    assert_eq!(
+        (status, &body["status"], &body["reason"]),
+        (StatusCode::SERVICE_UNAVAILABLE, &json!("not_ready"), &json!("lock_wait")),
+        "{body}"
+    );
+    assert!(body["message"].as_str().is_some_and(|m| m.contains("300 ms")), "{body}");
+    assert_eq!(daemon.client.get(daemon.url("/healthz")).send().await.unwrap().status(), StatusCode::OK);
+    holder.execute_batch("COMMIT").unwrap();
+    // The probe still waiting gets the lock now; its success makes the daemon ready.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = readyz().await;
+        if answer == (StatusCode::OK, json!({ "status": "ready" })) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still not ready after the lock was let go: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
@@ -1200,6 +1235,138 @@ async fn mesh_ids_are_checked_and_an_unknown_mesh_has_no_tasks() {
     );
 }
 
+/// Every id a body or a path carries, on every route that takes one: the bad
+/// value replaces the `BAD` placeholder, and the error names the field.
+fn bad_id_cases() -> Vec<(&'static str, Value, &'static str)> {
+    vec![
+        ("/tasks", json!({ "message": "x", "id": "BAD" }), "id"),
+        ("/tasks", json!({ "message": "x", "dependsOn": ["t1", "BAD"] }), "dependsOn[1]"),
+        ("/tasks", json!({ "message": "x", "targetNodeId": "BAD" }), "targetNodeId"),
+        ("/tasks", json!({ "message": "x", "targetSessionId": "BAD" }), "targetSessionId"),
+        ("/tasks", json!({ "message": "x", "missionId": "BAD" }), "missionId"),
+        ("/tasks", json!({ "message": "x", "coordinator": { "daemonId": "BAD" } }), "coordinator.daemonId"),
+        (
+            "/tasks/batch",
+            json!({ "tasks": [{ "message": "a" }, { "message": "b", "id": "BAD" }] }),
+            "tasks[1].id",
+        ),
+        ("/tasks/batch", json!({ "tasks": [{ "message": "a", "ref": "BAD" }] }), "tasks[0].ref"),
+        ("/claims", json!({ "nodeId": "BAD", "sessionId": "s1" }), "nodeId"),
+        ("/claims", json!({ "nodeId": "n1", "sessionId": "BAD" }), "sessionId"),
+        ("/heartbeats", json!({ "sessionId": "s1", "taskId": "BAD", "epoch": 1, "leaseMs": 1000 }), "taskId"),
+        ("/completions", json!({ "sessionId": "BAD" }), "sessionId"),
+        ("/completions", json!({ "sessionId": "s1", "taskId": "BAD" }), "taskId"),
+        (
+            "/complete-and-claim",
+            json!({ "completion": { "sessionId": "s1" }, "claim": { "nodeId": "BAD", "sessionId": "s1" } }),
+            "claim.nodeId",
+        ),
+        (
+            "/events",
+            json!({ "event": { "event": "agent:ready", "metadataEvent": {}, "eventId": "BAD" } }),
+            "event.eventId",
+        ),
+        ("/events/drain", json!({ "daemonId": "BAD", "runId": "run-1" }), "daemonId"),
+        ("/events/peek", json!({ "daemonId": "mach_A", "runId": "BAD" }), "runId"),
+        ("/events/ack", json!({ "ids": ["e1", "BAD"] }), "ids[1]"),
+        ("/events/retract", json!({ "taskId": "BAD" }), "taskId"),
+        ("/missions", json!({ "id": "BAD", "title": "T" }), "id"),
+        ("/idle-sessions", json!({ "nodeId": "n1", "sessionId": "BAD", "providerType": "p" }), "sessionId"),
+        ("/deliveries", json!({ "sessionId": "BAD", "message": "m" }), "sessionId"),
+        ("/deliveries", json!({ "id": "BAD", "sessionId": "s1", "message": "m" }), "id"),
+        ("/dispatches", json!({ "taskId": "BAD", "message": "m" }), "taskId"),
+        ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "BAD" }] }), "nodes[0].nodeId"),
+        ("/coordinators/presence", json!({ "daemonId": "mach_A", "runId": "BAD" }), "runId"),
+        ("/tool-calls", json!({ "tool": "x", "sessionId": "BAD" }), "sessionId"),
+    ]
+}
+
+/// `value` with every string `"BAD"` in it replaced by `bad`.
+fn with_placeholder_as(value: Value, bad: &str) -> Value {
+    match value {
+        Value::String(s) if s == "BAD" => Value::from(bad),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| with_placeholder_as(v, bad)).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, with_placeholder_as(v, bad))).collect())
+        }
+        other => other,
+    }
+}
+
+#[tokio::test]
+async fn every_id_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
+    let odd = "legacy\nforged";
+    let daemon = TestDaemon::start_on(
+        |store| {
+            let task = agentmesh_core::Task::new(odd, "m", "from the original", "2025-01-01T00:00:00.000Z");
+            store.insert_queue_entry(&task).expect("a row as the original wrote it");
+        },
+        |state| state.with_upkeep(upkeep_with(|_| {})),
+    )
+    .await;
+    daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "t1" })).await;
+    let db = rusqlite::Connection::open(daemon.dir.path().join(agentmesh_sqlite::DB_FILE_NAME)).expect("db");
+    let before = database_snapshot(&db);
+
+    // The issue's own request: NUL and newline in a task id.
+    let response = daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "id": "x\u{0}y\nz" })).await;
+    assert_error(
+        &response,
+        StatusCode::BAD_REQUEST,
+        "invalid_input",
+        "invalid id: must not contain control characters",
+    );
+    for bad in ["x\u{0}y\nz", "\u{1b}[2J", &"a".repeat(201)] {
+        for (route, body, field) in bad_id_cases() {
+            let body = with_placeholder_as(body, bad);
+            let response = daemon.post(&format!("/v1/meshes/m{route}"), body).await;
+            assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", &format!("invalid {field}: "));
+        }
+    }
+    let paths = [
+        (Method::GET, "/v1/meshes/m/tasks/x%00y", "invalid id: "),
+        (Method::POST, "/v1/meshes/m/tasks/x%0Ay/cancel", "invalid id: "),
+        (Method::POST, "/v1/meshes/m/tasks/x%0Ay/requeue", "invalid id: "),
+        (Method::GET, "/v1/meshes/m/missions/m%0A1", "invalid id: "),
+        (Method::GET, "/v1/meshes/m/deliveries?sessionId=s%0A1", "invalid sessionId: "),
+        (Method::GET, "/v1/meshes/a%00b/tasks", "invalid mesh: "),
+    ];
+    for (method, path, needle) in paths {
+        let body = (method == Method::POST).then(|| json!({}));
+        let response = daemon.send(method, path, body).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", needle);
+    }
+    assert!(database_snapshot(&db) == before, "a refused id changed the database");
+
+    // The row the original wrote is listed as it is.
+    let (status, tasks) = daemon.get("/v1/meshes/m/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+    let ids: Vec<&str> = tasks.as_array().unwrap().iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, [odd, "t1"]);
+}
+
+#[tokio::test]
+async fn the_meshes_route_lists_every_mesh_with_its_counts() {
+    let daemon = TestDaemon::start().await;
+    assert_eq!(daemon.get("/v1/meshes").await, (StatusCode::OK, json!([])));
+    daemon.post("/v1/meshes/b/tasks", json!({ "message": "x", "id": "t1" })).await;
+    daemon.post("/v1/meshes/a/missions", json!({ "id": "m1", "title": "T" })).await;
+    let (status, meshes) = daemon.get("/v1/meshes").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        meshes,
+        json!([
+            { "meshId": "a", "tasks": { "pending": 0, "assigned": 0, "completed": 0, "failed": 0, "cancelled": 0 },
+              "pendingEvents": 0, "ledgerEntries": meshes[0]["ledgerEntries"], "missions": 1 },
+            { "meshId": "b", "tasks": { "pending": 1, "assigned": 0, "completed": 0, "failed": 0, "cancelled": 0 },
+              "pendingEvents": 0, "ledgerEntries": 1, "missions": 0 },
+        ])
+    );
+    assert_error(&daemon.get("/v1/meshes?x=1").await, StatusCode::BAD_REQUEST, "invalid_input", "x");
+    let anonymous = daemon.client.get(daemon.url("/v1/meshes")).send().await.expect("sent");
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED, "the listing is behind the token");
+}
+
 // ── Metrics ─────────────────────────────────────────────────────────────────
 
 #[tokio::test]
@@ -1228,7 +1395,7 @@ async fn metrics_need_the_token_and_count_what_happened() {
         "agentmesh_claims_total{outcome=\"required_tags_unsatisfied\"} 1",
         "agentmesh_completions_total{status=\"completed\"} 1",
         "agentmesh_drains_total{kind=\"drain\"} 1",
-        "agentmesh_drain_counter_total{counter=\"v2Delivered\"} 0",
+        "agentmesh_drain_decisions_total{decision=\"v2Delivered\"} 0",
         "agentmesh_http_requests_total{route=\"/v1/meshes/{mesh}/tasks\",method=\"POST\",status=\"201\"} 2",
         "agentmesh_http_requests_total{route=\"/v1/meshes/{mesh}/tasks/{id}\",method=\"GET\",status=\"404\"} 1",
         "agentmesh_http_requests_total{route=\"/metrics\",method=\"GET\",status=\"401\"} 1",
@@ -1238,6 +1405,191 @@ async fn metrics_need_the_token_and_count_what_happened() {
         assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
     }
     assert!(!text.contains("mesh=\"nope\""), "only meshes answered with success are tracked");
+}
+
+/// The families of a scrape, parsed by an exposition-format parser (which refuses
+/// malformed lines, duplicate series and families split in two).
+fn parse_exposition(text: &str) -> HashMap<String, MetricFamily<PrometheusType, PrometheusValue>> {
+    match parse_prometheus(text) {
+        Ok(exposition) => exposition.families,
+        Err(err) => panic!("/metrics is not a valid exposition ({err:?}):\n{text}"),
+    }
+}
+
+/// Checks a family against the rules `promtool check metrics` applies to names,
+/// types, help and labels; returns what it finds wrong, empty when nothing.
+fn promtool_lint(family: &MetricFamily<PrometheusType, PrometheusValue>) -> Vec<String> {
+    const TYPE_WORDS: [&str; 5] = ["counter", "gauge", "histogram", "summary", "untyped"];
+    const UNIT_ABBREVIATIONS: [&str; 14] =
+        ["s", "ms", "us", "ns", "sec", "b", "kb", "mb", "gb", "tb", "pb", "m", "h", "d"];
+    let name = family.family_name.as_str();
+    let mut problems = Vec::new();
+    if family.help.trim().is_empty() {
+        problems.push("no help text".to_owned());
+    }
+    let is_counter = family.family_type == PrometheusType::Counter;
+    if is_counter != name.ends_with("_total") {
+        problems.push("only a counter's name ends in _total, and every counter's does".to_owned());
+    }
+    let is_histogram = family.family_type == PrometheusType::Histogram;
+    let is_summary = family.family_type == PrometheusType::Summary;
+    if !is_histogram && !is_summary && ["_bucket", "_count", "_sum"].iter().any(|s| name.ends_with(s)) {
+        problems.push("a reserved suffix (_bucket, _count, _sum)".to_owned());
+    }
+    for word in name.split('_') {
+        if TYPE_WORDS.contains(&word) {
+            problems.push(format!("the type word {word:?} in the name"));
+        }
+        if UNIT_ABBREVIATIONS.contains(&word) {
+            problems.push(format!("the abbreviated unit {word:?} in the name"));
+        }
+    }
+    if name.contains(':') || name.chars().any(|c| c.is_ascii_uppercase()) {
+        problems.push("not snake_case".to_owned());
+    }
+    for label in family.get_label_names() {
+        if label.chars().any(|c| c.is_ascii_uppercase()) {
+            problems.push(format!("label {label:?} is not snake_case"));
+        }
+        if (label == "le" && !is_histogram) || (label == "quantile" && !is_summary) {
+            problems.push(format!("the reserved label {label:?}"));
+        }
+    }
+    if family.family_type == PrometheusType::Unknown {
+        problems.push("no type".to_owned());
+    }
+    problems
+}
+
+/// The value of the sample of `family` whose labels are exactly `labels`.
+#[track_caller]
+fn sample_value(
+    families: &HashMap<String, MetricFamily<PrometheusType, PrometheusValue>>,
+    family: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    let found = families.get(family).unwrap_or_else(|| panic!("no family {family}"));
+    let names = found.get_label_names();
+    assert_eq!(names.len(), labels.len(), "{family} has the labels {names:?}");
+    let values: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let (_, value) =
+                labels.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("{name} not given"));
+            (*value).to_owned()
+        })
+        .collect();
+    let sample = found
+        .get_sample_by_label_values(&values)
+        .unwrap_or_else(|| panic!("no {family} sample with {labels:?}"));
+    match &sample.value {
+        PrometheusValue::Counter(counter) => counter.value.as_f64(),
+        PrometheusValue::Gauge(gauge) => gauge.as_f64(),
+        other => panic!("{family} is not a counter or a gauge: {other:?}"),
+    }
+}
+
+/// `/metrics` parses as an exposition, passes the naming rules of `promtool check
+/// metrics`, carries the process, build and oldest-pending-task figures, and
+/// exports every label value known in advance at zero before anything happened.
+#[tokio::test]
+async fn metrics_are_a_valid_exposition_with_process_build_and_queue_age_figures() {
+    const HOUR_MS: i64 = 3_600_000;
+    let enqueued = agentmesh_daemon::now().plus_millis(-HOUR_MS);
+    let daemon = TestDaemon::start_on(
+        |store| {
+            let task = NewTask {
+                id: Some("old".to_owned()),
+                message: "an hour old".to_owned(),
+                ..NewTask::default()
+            };
+            store.enqueue("m", &task, enqueued).expect("an old task");
+        },
+        |state| state.with_upkeep(upkeep_with(|c| c.fingerprints_every = Duration::from_secs(3600))),
+    )
+    .await;
+
+    // Before any request: the daemon's own mesh and every known label value.
+    let families = parse_exposition(&daemon.metrics().await);
+    for family in families.values() {
+        let problems = promtool_lint(family);
+        assert!(problems.is_empty(), "{}: {problems:?}", family.family_name);
+    }
+    let zero = |family: &str, labels: &[(&str, &str)]| {
+        assert_eq!(sample_value(&families, family, labels), 0.0, "{family} {labels:?}");
+    };
+    let outcomes =
+        ["claimed", "session_already_assigned", "no_pending_candidates", "dependencies_unsatisfied"];
+    for outcome in outcomes.into_iter().chain(["node_busy_with_active_assignment"]) {
+        zero("agentmesh_claims_total", &[("outcome", outcome)]);
+    }
+    for status in ["completed", "failed"] {
+        zero("agentmesh_completions_total", &[("status", status)]);
+    }
+    for operation in ["completion", "heartbeat"] {
+        for code in ["stale_epoch", "not_assigned_to_session", "invalid_transition"] {
+            zero("agentmesh_fencing_refusals_total", &[("operation", operation), ("code", code)]);
+        }
+    }
+    for kind in ["drain", "watch"] {
+        zero("agentmesh_drains_total", &[("kind", kind)]);
+    }
+    zero("agentmesh_drain_decisions_total", &[("decision", "v2Delivered")]);
+    for outcome in ["requeued", "failed"] {
+        zero("agentmesh_lease_reclaims_total", &[("outcome", outcome)]);
+    }
+    zero("agentmesh_upkeep_passes_total", &[("job", "fingerprints"), ("result", "error")]);
+    for status in ["pending", "assigned", "completed", "failed", "cancelled"] {
+        zero("agentmesh_tasks", &[("mesh", "default"), ("status", status)]);
+    }
+    zero("agentmesh_pending_events", &[("mesh", "default")]);
+    zero("agentmesh_oldest_pending_task_age_seconds", &[("mesh", "default")]);
+    assert!(!families.contains_key("agentmesh_drain_counter_total"));
+
+    let commit = agentmesh_daemon::BUILD_COMMIT;
+    assert!(
+        commit == "unknown" || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{commit}"
+    );
+    let build = [("version", env!("CARGO_PKG_VERSION")), ("commit", commit)];
+    assert_eq!(sample_value(&families, "agentmesh_build_info", &build), 1.0);
+
+    let kinds = |name: &str| families.get(name).map(|f| f.family_type.clone());
+    if cfg!(target_os = "linux") {
+        for (name, kind) in [
+            ("process_cpu_seconds_total", PrometheusType::Counter),
+            ("process_resident_memory_bytes", PrometheusType::Gauge),
+            ("process_virtual_memory_bytes", PrometheusType::Gauge),
+            ("process_open_fds", PrometheusType::Gauge),
+            ("process_max_fds", PrometheusType::Gauge),
+            ("process_start_time_seconds", PrometheusType::Gauge),
+        ] {
+            assert_eq!(kinds(name), Some(kind), "{name}");
+        }
+        assert!(sample_value(&families, "process_resident_memory_bytes", &[]) > 0.0);
+        let open = sample_value(&families, "process_open_fds", &[]);
+        assert!(open >= 3.0 && open <= sample_value(&families, "process_max_fds", &[]), "{open}");
+        let now_secs = agentmesh_daemon::now().millis() as f64 / 1000.0;
+        let started = sample_value(&families, "process_start_time_seconds", &[]);
+        assert!(
+            started <= now_secs + 1.0 && started > now_secs - 86_400.0,
+            "started {started}, now {now_secs}"
+        );
+    }
+
+    // Once mesh `m` was served, its hour-old pending task shows in its age.
+    let (status, _) = daemon.get("/v1/meshes/m/tasks").await;
+    assert_eq!(status, StatusCode::OK);
+    let families = parse_exposition(&daemon.metrics().await);
+    let age = sample_value(&families, "agentmesh_oldest_pending_task_age_seconds", &[("mesh", "m")]);
+    assert!((3600.0..3600.0 + 600.0).contains(&age), "an hour-old task is {age} s old");
+    assert_eq!(sample_value(&families, "agentmesh_tasks", &[("mesh", "m"), ("status", "pending")]), 1.0);
+    let requests = [("route", "/v1/meshes/{mesh}/tasks"), ("method", "GET"), ("status", "200")];
+    assert_eq!(sample_value(&families, "agentmesh_http_requests_total", &requests), 1.0);
+    for family in families.values() {
+        let problems = promtool_lint(family);
+        assert!(problems.is_empty(), "{}: {problems:?}", family.family_name);
+    }
 }
 
 // ── Upkeep ──────────────────────────────────────────────────────────────────

@@ -8,7 +8,10 @@
 //!
 //! Arguments are parsed with `serde_path_to_error`, so a wrong one is reported by
 //! its path (`tasks[1].dependsOn`), as a tool error the agent can correct, never
-//! as a protocol error that would look like a broken server.
+//! as a protocol error that would look like a broken server. Ids follow the core's
+//! one id rule, checked where the wire bodies are converted (or, for an id that
+//! becomes a path segment, under the argument's own name), so an id the CLI or the
+//! HTTP API refuses is refused here too, naming the argument.
 
 use agentmesh_api::MeshError;
 use agentmesh_api::wire::NodeBody;
@@ -65,6 +68,18 @@ impl From<MeshError> for ToolError {
     }
 }
 
+impl From<agentmesh_core::InvalidInput> for ToolError {
+    fn from(err: agentmesh_core::InvalidInput) -> ToolError {
+        ToolError { code: "invalid_input".into(), message: err.to_string(), field: Some(err.field) }
+    }
+}
+
+/// An id argument, checked by the core's id rule under the argument's own name
+/// (`taskId`, `missionId`) before it travels on as a path id.
+pub fn id_argument(field: &str, value: String) -> Result<String, ToolError> {
+    Ok(agentmesh_core::ids::validate_owned_id(field, value)?)
+}
+
 impl IntoCallToolResult for ToolError {
     fn into_call_tool_result(self) -> Result<CallToolResponse, ErrorData> {
         Ok(self.to_result().into())
@@ -115,9 +130,11 @@ pub struct TaskSpec {
     /// Only in `enqueue_tasks`: a short name for this task within the batch (e.g.
     /// `parser`), so another task of the batch can say `"dependsOn": ["parser"]`.
     #[serde(default, rename = "ref")]
+    #[schemars(example = &"parser")]
     pub reference: Option<String>,
     /// Pull priority: `low`, `normal` (default) or `high`. Higher is claimed first.
     #[serde(default)]
+    #[schemars(schema_with = "crate::schema::priority")]
     pub priority: Option<String>,
     /// Ids of tasks that must complete before this one may be claimed. In
     /// `enqueue_tasks` you may also name the `ref` of another task of the same batch.
@@ -125,6 +142,7 @@ pub struct TaskSpec {
     pub depends_on: Vec<String>,
     /// Capability tags the claiming node must offer (e.g. `gpu`, `macos`).
     #[serde(default)]
+    #[schemars(example = &["gpu", "macos"])]
     pub required_tags: Vec<String>,
     /// Only this node may claim the task.
     #[serde(default)]
@@ -135,8 +153,14 @@ pub struct TaskSpec {
     /// The mission the task belongs to (see `upsert_mission`); its progress counts it.
     #[serde(default)]
     pub mission_id: Option<String>,
-    /// Kind of work, e.g. `code`, `review`, `research`.
+    /// Kind of work, when it matters for where the task may run: `code_change`
+    /// (edits code; a node runs one such task at a time), `validation` (runs
+    /// checks), `live_debug_readonly` (reads and diagnoses only, so it counts as
+    /// read-only), `launch_app` (starts an application) or `convergence` (lands
+    /// work onto the base checkout; never claimed by a worktree node). Leave it out
+    /// for anything else.
     #[serde(default)]
+    #[schemars(schema_with = "crate::schema::task_mode")]
     pub task_mode: Option<String>,
     /// True when the work only reads (review, research); such tasks may run beside
     /// other work on a busy node.
@@ -186,6 +210,14 @@ pub struct ListTasksArgs {
     /// Only tasks in these statuses, comma-separated: `pending`, `assigned`,
     /// `completed`, `failed`, `cancelled`. Every task when absent.
     #[serde(default)]
+    #[schemars(
+        example = &"pending",
+        example = &"assigned",
+        example = &"completed",
+        example = &"failed",
+        example = &"cancelled",
+        example = &"pending,assigned"
+    )]
     pub status: Option<String>,
 }
 
@@ -258,9 +290,11 @@ pub struct LedgerArgs {
     pub tail: Option<u32>,
     /// Only entries of these kinds, comma-separated (e.g. `task_completed,task_failed`).
     #[serde(default)]
+    #[schemars(example = &"task_completed,task_failed", example = &"task_claimed")]
     pub kind: Option<String>,
     /// Only entries at or after this ISO-8601 instant.
     #[serde(default)]
+    #[schemars(example = &"2025-01-31T09:30:00.000Z")]
     pub since: Option<String>,
 }
 
@@ -269,6 +303,7 @@ pub struct LedgerArgs {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MissionArgs {
     /// The mission's id, chosen by you (e.g. `auth-rewrite`). An existing id updates it.
+    #[schemars(example = &"auth-rewrite")]
     pub mission_id: String,
     /// A short title.
     pub title: String,
@@ -278,6 +313,7 @@ pub struct MissionArgs {
     /// `active` (default for a new mission), `paused`, `completed` or `abandoned`;
     /// kept on update when absent.
     #[serde(default)]
+    #[schemars(example = &"active", example = &"paused", example = &"completed", example = &"abandoned")]
     pub status: Option<String>,
 }
 
@@ -285,8 +321,10 @@ pub struct MissionArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListMissionsArgs {
-    /// Only missions in these statuses, comma-separated. Every mission when absent.
+    /// Only missions in these statuses, comma-separated (e.g. `active,paused`).
+    /// Every mission when absent.
     #[serde(default)]
+    #[schemars(example = &"active", example = &"active,paused")]
     pub status: Option<String>,
 }
 
@@ -308,6 +346,7 @@ pub struct SuggestNodeArgs {
     pub nodes: Vec<NodeBody>,
     /// `first_eligible` (default), `least_loaded`, `round_robin` or `priority_only`.
     #[serde(default)]
+    #[schemars(schema_with = "crate::schema::strategy")]
     pub strategy: Option<String>,
 }
 
@@ -349,7 +388,9 @@ pub struct SendArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClaimArgs {
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
     /// The node you run on (this machine's daemon id when absent).
@@ -360,6 +401,7 @@ pub struct ClaimArgs {
     pub capability_tags: Vec<String>,
     /// Your provider type, e.g. `claude-code`.
     #[serde(default)]
+    #[schemars(example = &"claude-code")]
     pub provider_type: Option<String>,
     /// Lease length in milliseconds (the mesh default when absent). Send
     /// `heartbeat_task` before it runs out, or the task goes back to the queue.
@@ -380,7 +422,9 @@ pub struct HeartbeatArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub lease_ms: Option<u32>,
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -398,7 +442,9 @@ pub struct CompleteArgs {
     /// The `epoch` that `claim_task` returned; a report for an older claim is refused.
     #[serde(default)]
     pub epoch: Option<u64>,
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -418,7 +464,9 @@ pub struct FailArgs {
     /// The `epoch` that `claim_task` returned.
     #[serde(default)]
     pub epoch: Option<u64>,
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -427,7 +475,9 @@ pub struct FailArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionArgs {
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
 }
@@ -436,7 +486,9 @@ pub struct SessionArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IdleArgs {
-    /// Your worker session id. Needed unless the server was started with `--session`.
+    /// The worker session to act as. Leave it out to act as this server's own
+    /// session (`--session`, else one made for this server; `mesh_status` shows it
+    /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
     /// The node you run on (this machine's daemon id when absent).
@@ -444,6 +496,7 @@ pub struct IdleArgs {
     pub node_id: Option<String>,
     /// Your provider type (`claude-code` when absent).
     #[serde(default)]
+    #[schemars(example = &"claude-code")]
     pub provider_type: Option<String>,
     /// How long the report holds, in seconds (300 when absent).
     #[serde(default)]

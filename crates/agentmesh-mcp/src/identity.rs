@@ -6,6 +6,13 @@
 //! each `agentmesh mcp` process (and each HTTP MCP session): completion events are
 //! addressed to the run that enqueued the task, so two coordinators on one machine
 //! each receive only their own.
+//!
+//! The worker session is fresh in the same way unless `--session` pins it: every
+//! worker started from one shared MCP configuration claims, heartbeats and
+//! completes as a session of its own, so two of them never share an assignment.
+//! A coordinator's stamp carries only the pinned session: a fresh one would tie
+//! the coordinator's events to one process, and a restarted coordinator could not
+//! take over what its previous run left queued.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -23,17 +30,25 @@ pub struct Identity {
     pub daemon_id: String,
     /// This coordinator run.
     pub run_id: String,
-    /// The agent session, when the agent was started with one.
+    /// The agent session, when the agent was started with one (`--session`).
     pub session_id: Option<String>,
+    /// The session the worker tools act as when a call names none: the pinned
+    /// session, else one made for this identity (`ses_<uuid>`).
+    pub worker_session: String,
 }
 
 impl Identity {
-    /// An identity on machine `daemon_id` with a fresh run id.
+    /// An identity on machine `daemon_id` with a fresh run id, and a fresh worker
+    /// session unless `session_id` pins one.
     pub fn fresh_run(daemon_id: impl Into<String>, session_id: Option<String>) -> Identity {
+        let session_id = session_id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+        let worker_session =
+            session_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::new_v4().simple()));
         Identity {
             daemon_id: daemon_id.into(),
             run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
-            session_id: session_id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()),
+            session_id,
+            worker_session,
         }
     }
 
@@ -72,7 +87,12 @@ pub fn load_or_create_daemon_id(dir: &Path) -> io::Result<String> {
         Err(err) if err.kind() == io::ErrorKind::NotFound => {}
         read => return read,
     }
-    fs::create_dir_all(dir)?;
+    // A data dir created here is private to its owner, as the store creates it.
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)?;
     let id = new_daemon_id();
     // Written whole under a private name, then linked into place: the link fails
     // when another process got there first, so nobody ever reads a half-written id.
@@ -119,8 +139,13 @@ mod tests {
     fn each_run_is_new_and_stamps_the_coordinator() {
         let a = Identity::fresh_run("mach_x", Some(" s1 ".into()));
         let b = Identity::fresh_run("mach_x", None);
+        let c = Identity::fresh_run("mach_x", None);
         assert_ne!(a.run_id, b.run_id);
         assert_eq!(a.coordinator().session_id.as_deref(), Some("s1"));
         assert_eq!(b.drain_body(Some(3)).limit, Some(3));
+        assert_eq!(a.worker_session, "s1");
+        assert!(b.worker_session.starts_with("ses_"), "{}", b.worker_session);
+        assert_ne!(b.worker_session, c.worker_session);
+        assert_eq!(b.coordinator().session_id, None, "a session made for the process is no stamp");
     }
 }

@@ -10,11 +10,13 @@
 //!
 //! Modules: `identity` (daemon id file, run ids), `args` (tool arguments and the
 //! tool error), `render` (events as the agent reads them, the drain budget),
-//! `server` (the tools), `transport` (stdio and HTTP).
+//! `schema` (the tools' input schemas), `server` (the tools), `transport` (stdio
+//! and HTTP).
 
 mod args;
 pub mod identity;
 pub mod render;
+mod schema;
 mod server;
 mod transport;
 

@@ -1,16 +1,18 @@
 //! Coordinator events as the agent reads them: a sentence first, then the fields.
 //!
-//! Each inbox event becomes its coordinator-facing text (the `coordinatorMessage`
-//! the store wrote when it queued the event), or, for an event that carries none,
-//! one line naming the event, the node and what the worker said. Next to the text
-//! go the structured fields an agent acts on: the row id, the event name, the
-//! task and the worker's summary or failure reason.
+//! Each inbox event becomes its coordinator-facing text, rendered here by the core
+//! from the event's name and metadata (`events::coordinator_text`) rather than
+//! copied from the stored `coordinatorMessage`, which keeps the original's wording
+//! in an event the original wrote; an event the core has no text for gets one line
+//! naming the event, the node and what the worker said. Next to the text go the
+//! structured fields an agent acts on: the row id, the event name, the task and
+//! the worker's summary or failure reason.
 //!
 //! [`fit_budget`] decides how many of the oldest events fit a character budget;
 //! the drain tool takes exactly those, so what does not fit stays queued.
 
 use agentmesh_api::views::InboxEventView;
-use agentmesh_core::events::read_completion_summary;
+use agentmesh_core::events::{coordinator_text, read_completion_summary};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -53,9 +55,10 @@ impl EventForAgent {
         });
         let summary = metadata.and_then(read_completion_summary).map(str::to_owned);
         let reason = text_of("reason");
-        let text = match InboxEventView::coordinator_message(&payload) {
-            Some(message) => message.trim().to_owned(),
-            None => one_line(view, &payload, task_id.as_deref(), summary.as_deref().or(reason.as_deref())),
+        let rendered = payload.as_object().map(coordinator_text).unwrap_or_default();
+        let text = match rendered.trim() {
+            "" => one_line(view, &payload, task_id.as_deref(), summary.as_deref().or(reason.as_deref())),
+            rendered => rendered.to_owned(),
         };
         EventForAgent { id: view.id.clone(), event: view.name().to_owned(), task_id, summary, reason, text }
     }
@@ -129,20 +132,29 @@ mod tests {
     }
 
     #[test]
-    fn the_coordinator_message_is_the_text_and_the_fields_come_along() {
+    fn the_text_is_rendered_from_the_event_and_the_fields_come_along() {
         let e = EventForAgent::from_view(&view(
             "r1",
-            json!({"event": "agent:generating_completed", "coordinatorMessage": " [System] done ",
+            json!({"event": "agent:generating_completed", "nodeLabel": "Node 'n'",
+                   "coordinatorMessage": "[System] done. Call mesh_read_chat for the transcript.",
                    "metadataEvent": {"taskId": "t1", "finalSummary": "wrote it"}}),
         ));
-        assert_eq!(e.text, "[System] done");
+        assert!(e.text.starts_with("[System] Node 'n' has completed its task"), "{}", e.text);
+        assert!(e.text.ends_with("--- Node 'n' final summary ---\nwrote it"), "{}", e.text);
         assert_eq!(e.task_id.as_deref(), Some("t1"));
         assert_eq!(e.summary.as_deref(), Some("wrote it"));
-        let bare = EventForAgent::from_view(&view(
+        let stopped = EventForAgent::from_view(&view(
             "r2",
             json!({"event": "agent:stopped", "nodeLabel": "Node 'n'", "metadataEvent": {"taskId": "t2", "reason": "no disk"}}),
         ));
-        assert_eq!(bare.text, "agent:stopped from Node 'n': task t2: no disk");
+        assert!(stopped.text.contains("Task t2 failed: no disk"), "{}", stopped.text);
+        assert_eq!(stopped.reason.as_deref(), Some("no disk"));
+        let bare = EventForAgent::from_view(&view(
+            "r3",
+            json!({"event": "mesh:dispatch_blocked", "nodeLabel": "Node 'n'", "coordinatorMessage": "stored",
+                   "metadataEvent": {"taskId": "t3", "reason": "no node has the tags"}}),
+        ));
+        assert_eq!(bare.text, "mesh:dispatch_blocked from Node 'n': task t3: no node has the tags");
     }
 
     #[test]
@@ -151,12 +163,13 @@ mod tests {
             .map(|i| {
                 EventForAgent::from_view(&view(
                     &format!("r{i}"),
-                    json!({"event": "x", "coordinatorMessage": "0123456789"}),
+                    json!({"event": "x", "metadataEvent": {"reason": "012345"}}),
                 ))
             })
             .collect();
+        // Each costs 15: its text `x: 012345` and the reason again.
         assert_eq!(fit_budget(&events, None), 3);
-        assert_eq!(fit_budget(&events, Some(25)), 2);
+        assert_eq!(fit_budget(&events, Some(35)), 2);
         assert_eq!(fit_budget(&events, Some(3)), 1);
         assert_eq!(fit_budget(&[], Some(3)), 0);
     }

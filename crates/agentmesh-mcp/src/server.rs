@@ -22,7 +22,7 @@ use agentmesh_api::wire::{
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use rmcp::handler::server::router::tool::ToolRouter;
-use rmcp::handler::server::tool::{ToolCallContext, schema_for_input};
+use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
@@ -102,7 +102,7 @@ impl std::fmt::Debug for MeshTools {
 
 /// The input schema of a tool whose arguments are `T`.
 fn schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    schema_for_input::<T>().expect("tool arguments are JSON objects")
+    crate::schema::input_schema::<T>()
 }
 
 /// A successful result: `text` for the agent to read, `data` as structured content.
@@ -233,18 +233,12 @@ impl MeshTools {
         }
     }
 
-    /// The worker session: the argument, else the server's `--session`.
-    fn session(&self, given: Option<String>) -> Result<String, ToolError> {
+    /// The worker session: the argument, else the server's own worker session.
+    fn session(&self, given: Option<String>) -> String {
         given
             .map(|s| s.trim().to_owned())
             .filter(|s| !s.is_empty())
-            .or_else(|| self.identity.session_id.clone())
-            .ok_or_else(|| {
-                ToolError::invalid_argument(
-                    "sessionId",
-                    "no worker session: pass sessionId (or start the server with --session)",
-                )
-            })
+            .unwrap_or_else(|| self.identity.worker_session.clone())
     }
 
     /// The node: the argument, else this machine's daemon id.
@@ -303,7 +297,12 @@ status; do not call it in a loop to wait for progress (use wait_for_mesh_events)
         let identity = Arc::clone(&self.identity);
         let status = self.run(|api, mesh| api.status(mesh)).await?;
         let mut data = serde_json::to_value(&status).map_err(|e| ToolError::internal(e.to_string()))?;
-        data["you"] = json!({ "daemonId": identity.daemon_id, "runId": identity.run_id, "sessionId": identity.session_id });
+        data["you"] = json!({
+            "daemonId": identity.daemon_id,
+            "runId": identity.run_id,
+            "sessionId": identity.worker_session,
+            "sessionPinned": identity.session_id.is_some(),
+        });
         answer_json(data)
     }
 
@@ -357,6 +356,7 @@ summary or failure reason.",
     )]
     async fn show_task(&self, arguments: JsonObject) -> ToolResult {
         let TaskIdArgs { task_id } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.show_task(mesh, &task_id)).await?;
         answer_json(json!({ "task": task }))
     }
@@ -368,6 +368,7 @@ work is no longer wanted.",
     )]
     async fn cancel_task(&self, arguments: JsonObject) -> ToolResult {
         let CancelTaskArgs { task_id, reason } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.cancel_task(mesh, &task_id, CancelBody { reason })).await?;
         answer_json(json!({ "task": task }))
     }
@@ -380,6 +381,7 @@ override).",
     )]
     async fn requeue_task(&self, arguments: JsonObject) -> ToolResult {
         let RequeueTaskArgs { task_id, reason, force } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
         let body = RequeueBody { reason, force, ..RequeueBody::default() };
         let requeued = self.run(move |api, mesh| api.requeue_task(mesh, &task_id, body)).await?;
         answer_json(requeued)
@@ -480,6 +482,7 @@ missionId). Its progress is counted from its tasks.",
     )]
     async fn upsert_mission(&self, arguments: JsonObject) -> ToolResult {
         let MissionArgs { mission_id, title, goal, status } = args::parse(arguments)?;
+        let mission_id = args::id_argument("missionId", mission_id)?;
         let body = MissionBody { id: mission_id, title, goal, status };
         let saved = self.run(move |api, mesh| api.upsert_mission(mesh, body)).await?;
         answer_json(saved)
@@ -504,6 +507,7 @@ missionId). Its progress is counted from its tasks.",
     )]
     async fn show_mission(&self, arguments: JsonObject) -> ToolResult {
         let MissionIdArgs { mission_id } = args::parse(arguments)?;
+        let mission_id = args::id_argument("missionId", mission_id)?;
         let mission = self.run(move |api, mesh| api.mission(mesh, &mission_id)).await?;
         answer_json(mission)
     }
@@ -563,7 +567,8 @@ directly: it is recorded as a direct dispatch and the message is queued for the 
 
     #[tool(
         description = "Worker: claim the next task you may do. Returns the task (its `message` is your \
-instruction) and its `epoch` (keep both the task id and the epoch) or, when there is nothing for you, `task: null` and why. While \
+instruction) and its `epoch` (keep both the task id and the epoch) or, when there is nothing for you, `task: null` and why, \
+with the `sessionId` you claimed as (this server's own session unless you name one). While \
 working call heartbeat_task before the lease runs out; finish with complete_task or fail_task.",
         input_schema = schema::<ClaimArgs>()
     )]
@@ -572,7 +577,7 @@ working call heartbeat_task before the lease runs out; finish with complete_task
             args::parse(arguments)?;
         let body = ClaimBody {
             node_id: self.node(node_id),
-            session_id: self.session(session_id)?,
+            session_id: self.session(session_id),
             capability_tags,
             provider_type,
             lease_ms: lease_ms
@@ -583,11 +588,14 @@ working call heartbeat_task before the lease runs out; finish with complete_task
                 .transpose()?,
             ..ClaimBody::default()
         };
+        let session = body.session_id.clone();
         let claim = self.run(move |api, mesh| api.claim(mesh, body)).await?;
         // The epoch is the task's `dispatchNonce`; named here as the other worker
         // tools take it.
         let epoch = claim.task.as_ref().map(agentmesh_core::Task::epoch);
-        answer_json(json!({ "task": claim.task, "epoch": epoch, "refusal": claim.refusal }))
+        answer_json(
+            json!({ "task": claim.task, "epoch": epoch, "sessionId": session, "refusal": claim.refusal }),
+        )
     }
 
     #[tool(
@@ -599,7 +607,7 @@ worker while you are still on it. Call it regularly during long work.",
         let HeartbeatArgs { task_id, epoch, lease_ms, session_id } = args::parse(arguments)?;
         let lease_ms = std::num::NonZeroU32::new(lease_ms.unwrap_or(DEFAULT_HEARTBEAT_LEASE_MS))
             .ok_or_else(|| ToolError::invalid_argument("leaseMs", "must be at least 1"))?;
-        let body = HeartbeatBody { task_id, session_id: self.session(session_id)?, epoch, lease_ms };
+        let body = HeartbeatBody { task_id, session_id: self.session(session_id), epoch, lease_ms };
         let task = self.run(move |api, mesh| api.heartbeat(mesh, body)).await?;
         answer_json(json!({ "task": task }))
     }
@@ -612,7 +620,7 @@ enqueued it receives the summary.",
     async fn complete_task(&self, arguments: JsonObject) -> ToolResult {
         let CompleteArgs { summary, task_id, epoch, session_id } = args::parse(arguments)?;
         let body = CompletionBody {
-            session_id: self.session(session_id)?,
+            session_id: self.session(session_id),
             task_id,
             epoch,
             summary: Some(summary),
@@ -630,7 +638,7 @@ that enqueued it receives the reason and decides whether to requeue it.",
     async fn fail_task(&self, arguments: JsonObject) -> ToolResult {
         let FailArgs { reason, summary, task_id, epoch, session_id } = args::parse(arguments)?;
         let body = CompletionBody {
-            session_id: self.session(session_id)?,
+            session_id: self.session(session_id),
             task_id,
             epoch,
             summary,
@@ -649,7 +657,7 @@ highest priority first.",
     )]
     async fn read_deliveries(&self, arguments: JsonObject) -> ToolResult {
         let SessionArgs { session_id } = args::parse(arguments)?;
-        let params = DeliveryListParams { session_id: Some(self.session(session_id)?) };
+        let params = DeliveryListParams { session_id: Some(self.session(session_id)) };
         let deliveries = self.run(move |api, mesh| api.deliveries(mesh, params)).await?;
         answer_json(json!({ "deliveries": deliveries }))
     }
@@ -663,7 +671,7 @@ highest priority first.",
         let IdleArgs { session_id, node_id, provider_type, ttl_secs } = args::parse(arguments)?;
         let body = IdleBody {
             node_id: self.node(node_id),
-            session_id: self.session(session_id)?,
+            session_id: self.session(session_id),
             provider_type: provider_type.unwrap_or_else(|| DEFAULT_PROVIDER.to_owned()),
             ttl_secs,
             metadata: None,

@@ -22,11 +22,21 @@
 //! Should the thread fall behind (or be gone), a COMMIT that finds the WAL at
 //! [`MAX_PAGES`] checkpoints at once, as an autocheckpoint would.
 //!
+//! A checkpoint needs room: pages it copies past the database file's end make
+//! the file grow (see the `space` module). When the filesystem has no room for
+//! that growth the thread does not start, and neither the next COMMITs nor one
+//! at [`MAX_PAGES`] checkpoint: writes go on appending to the WAL, which needs
+//! only their own space, and the room is looked at again once the WAL has grown
+//! by [`RECHECK_PAGES`] (or started over). The same holds when the file's last
+//! connection closes: SQLite's checkpoint at close is turned off when there is
+//! no room for it.
+//!
 //! Durability is SQLite's own: a checkpoint never copies an uncommitted page,
 //! and with `synchronous = NORMAL` it syncs the WAL before it writes the
 //! database file and the database file before the WAL is reused.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
 
@@ -41,6 +51,9 @@ const START_PAGES: i32 = 10_000;
 const CATCH_UP_PAGES: i32 = 256;
 /// The WAL page count at which a COMMIT checkpoints on its own.
 const MAX_PAGES: i32 = 4 * START_PAGES;
+/// How many pages the WAL grows by before the room for a postponed checkpoint is
+/// looked at again (about 4 MB).
+const RECHECK_PAGES: i32 = 1_000;
 
 /// What the thread is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +64,12 @@ enum Phase {
     Busy,
     /// Done but for fewer than [`CATCH_UP_PAGES`]: the next COMMIT finishes.
     CaughtUp,
+    /// The filesystem had no room for the checkpoint: nobody checkpoints until
+    /// the WAL reaches `recheck_at` pages, or starts over.
+    NoRoom {
+        /// The WAL page count at which to ask the thread again.
+        recheck_at: i32,
+    },
     /// The store is gone: the thread ends.
     Closed,
 }
@@ -59,9 +78,22 @@ enum Phase {
 struct Shared {
     phase: Mutex<Phase>,
     changed: Condvar,
+    /// The WAL page count when the thread was last asked to checkpoint.
+    asked_at: AtomicI32,
 }
 
 impl Shared {
+    fn new(phase: Phase) -> Shared {
+        Shared { phase: Mutex::new(phase), changed: Condvar::new(), asked_at: AtomicI32::new(0) }
+    }
+
+    /// Asks the thread to checkpoint a WAL of `pages` pages.
+    fn ask(&self, phase: &mut Phase, pages: i32) {
+        *phase = Phase::Busy;
+        self.asked_at.store(pages, Ordering::Relaxed);
+        self.changed.notify_all();
+    }
+
     fn phase(&self) -> MutexGuard<'_, Phase> {
         self.phase.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -78,11 +110,12 @@ impl Checkpointer {
     pub(crate) fn start(path: &Path, writer: &mut Connection) -> Res<Checkpointer> {
         let conn = Connection::open(path)?;
         crate::configure(&conn)?;
-        let shared = Arc::new(Shared { phase: Mutex::new(Phase::Idle), changed: Condvar::new() });
+        let shared = Arc::new(Shared::new(Phase::Idle));
         let ours = Arc::clone(&shared);
+        let path = path.to_owned();
         thread::Builder::new()
             .name("agentmesh-sqlite-checkpoint".into())
-            .spawn(move || run(&conn, &ours))
+            .spawn(move || run(&conn, &path, &ours))
             .map_err(crate::backend)?;
         let hook = Arc::clone(&shared);
         writer.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
@@ -110,13 +143,22 @@ fn after_commit(
     let finish = match *phase {
         Phase::CaughtUp => true,
         Phase::Idle if pages >= START_PAGES => {
-            *phase = Phase::Busy;
-            shared.changed.notify_all();
+            shared.ask(&mut phase, pages);
+            false
+        }
+        // Another connection started the WAL over: the room is no question now.
+        Phase::NoRoom { .. } if pages < START_PAGES => {
+            *phase = Phase::Idle;
+            false
+        }
+        Phase::NoRoom { recheck_at } if pages >= recheck_at => {
+            shared.ask(&mut phase, pages);
             false
         }
         _ => false,
     };
-    if finish || pages >= MAX_PAGES {
+    let no_room = matches!(*phase, Phase::NoRoom { .. });
+    if finish || (pages >= MAX_PAGES && !no_room) {
         if finish {
             *phase = Phase::Idle;
         }
@@ -140,17 +182,29 @@ fn log_failure(err: &rusqlite::Error, what: &str) {
     }
 }
 
-/// The thread: waits to be asked, then checkpoints until it has caught up.
-fn run(conn: &Connection, shared: &Shared) {
+/// The thread: waits to be asked, then checkpoints until it has caught up, when
+/// the filesystem has room for it. At the end, keeps its connection, should it be
+/// the file's last, from a checkpoint at close without room.
+fn run(conn: &Connection, db: &Path, shared: &Shared) {
     loop {
         {
             let mut phase = shared.phase();
             while *phase != Phase::Busy {
                 if *phase == Phase::Closed {
+                    drop(phase);
+                    crate::space::before_close(conn, db);
                     return;
                 }
                 phase = shared.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
             }
+        }
+        if !crate::space::room_for_checkpoint(conn, db, "background WAL checkpoint") {
+            let mut phase = shared.phase();
+            if *phase == Phase::Busy {
+                let recheck_at = shared.asked_at.load(Ordering::Relaxed).saturating_add(RECHECK_PAGES);
+                *phase = Phase::NoRoom { recheck_at };
+            }
+            continue;
         }
         let caught_up = catch_up(|| conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE));
         let mut phase = shared.phase();
@@ -189,7 +243,7 @@ mod tests {
     use super::*;
 
     fn shared(phase: Phase) -> Shared {
-        Shared { phase: Mutex::new(phase), changed: Condvar::new() }
+        Shared::new(phase)
     }
 
     /// Runs the hook after a COMMIT that left `pages` in the WAL; returns whether
@@ -239,6 +293,26 @@ mod tests {
         let mut stuck = [(12_000, 9_000), (12_100, 9_000)].into_iter();
         assert!(!catch_up(|| Ok(stuck.next().unwrap())), "a reader holds the rest: give up, do not spin");
         assert!(!catch_up(|| Err(rusqlite::Error::InvalidQuery)));
+    }
+
+    #[test]
+    fn without_room_nobody_checkpoints_until_the_wal_grew_or_started_over() {
+        let recheck_at = START_PAGES + RECHECK_PAGES;
+        let s = shared(Phase::NoRoom { recheck_at });
+        assert_eq!(
+            commit(&s, MAX_PAGES - 1),
+            (false, Phase::Busy),
+            "grown past the recheck: the thread looks again"
+        );
+        let s = shared(Phase::NoRoom { recheck_at });
+        assert_eq!(commit(&s, recheck_at - 1), (false, Phase::NoRoom { recheck_at }));
+        let s = shared(Phase::NoRoom { recheck_at: MAX_PAGES + RECHECK_PAGES });
+        assert_eq!(
+            commit(&s, MAX_PAGES),
+            (false, Phase::NoRoom { recheck_at: MAX_PAGES + RECHECK_PAGES }),
+            "not even at the writer's own limit"
+        );
+        assert_eq!(commit(&s, 40), (false, Phase::Idle), "a WAL that started over is small again");
     }
 
     #[test]

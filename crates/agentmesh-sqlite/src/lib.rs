@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agentmesh_store::{StoreError, StoreResult, Submitted};
+use agentmesh_store::{FullStorage, StoreError, StoreResult, Submitted};
 use rusqlite::{Connection, ErrorCode};
 
 mod adhdev_import;
@@ -32,6 +32,7 @@ mod missions;
 mod overview;
 mod paths;
 mod runtime;
+mod space;
 mod store_impl;
 mod tasks;
 mod writes;
@@ -43,6 +44,9 @@ use writes::Writes;
 
 /// How long a writer waits for another process's lock before giving up.
 const BUSY_TIMEOUT_MS: u32 = 5_000;
+/// The free space under which [`SqliteStore::probe_write`] reports the storage
+/// nearly full, though its own write went through.
+pub const PROBE_HEADROOM_BYTES: u64 = 1024 * 1024;
 /// A mesh runtime store on one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,
@@ -82,25 +86,36 @@ impl SqliteStore {
         Self::open_inner(path.as_ref(), None)
     }
 
-    /// Opens the store of a data directory (created when missing): its
-    /// `mesh-runtime.db`, or a legacy `beads.db` renamed to it. Legacy
-    /// `<mesh>.queue.json` files in the directory are imported once per mesh, on the
-    /// first operation on a mesh that has no tasks.
+    /// Opens the store of a data directory: its `mesh-runtime.db`, or a legacy
+    /// `beads.db` renamed to it. Legacy `<mesh>.queue.json` files in the directory
+    /// are imported once per mesh, on the first operation on a mesh that has no
+    /// tasks.
+    ///
+    /// A missing directory is created readable by its owner only (0700), and a
+    /// new database file likewise (0600, and so its `-wal` and `-shm`); an existing
+    /// directory open to other users is used as it is, with a warning.
     pub fn open_data_dir(dir: impl AsRef<Path>) -> StoreResult<SqliteStore> {
         let dir = dir.as_ref();
-        std::fs::create_dir_all(dir).map_err(backend)?;
+        paths::create_private_dir(dir).map_err(io_error)?;
         let path = resolve_db_path(dir, |from, to| std::fs::rename(from, to));
         Self::open_inner(&path, Some(dir.to_owned()))
     }
 
     fn open_inner(path: &Path, legacy_dir: Option<PathBuf>) -> StoreResult<SqliteStore> {
-        Self::open_res(path, legacy_dir).map_err(|e| e.0)
+        Self::open_res(path, legacy_dir).map_err(|e| settle_io(e.0, path))
     }
 
+    /// Opens the file at `path`. Several processes may do this at once on a file
+    /// that does not exist yet: each step is safe to race (the file is created
+    /// with `O_EXCL`, the switch to WAL is retried while another process makes
+    /// it, and each migration step reads the version under the write lock).
     fn open_res(path: &Path, legacy_dir: Option<PathBuf>) -> Res<SqliteStore> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(backend)?;
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
+            paths::create_private_dir(parent).map_err(io_error)?;
         }
+        // A newer agentmesh's database is refused before any write can touch it.
+        migrations::refuse_newer_file(path)?;
+        paths::create_private_file(path).map_err(io_error)?;
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
         migrations::migrate(&mut conn)?;
@@ -184,7 +199,7 @@ impl SqliteStore {
     /// (with `f`'s result) or has failed (with the failure). `f` runs again when
     /// its batch has to run again, from the same state.
     fn write<T>(&self, f: impl FnMut(&Connection) -> Res<T>) -> StoreResult<T> {
-        self.writes.write(f).map_err(|e| e.0)
+        self.writes.write(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
     /// Like [`SqliteStore::write`], for an operation that owns what it needs, so
@@ -194,7 +209,7 @@ impl SqliteStore {
         &self,
         f: impl FnMut(&Connection) -> Res<T> + Send + 'static,
     ) -> StoreResult<T> {
-        self.writes.write_queued(f).map_err(|e| e.0)
+        self.writes.write_queued(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
     /// Like [`SqliteStore::write_queued`], for an async caller: the write is queued
@@ -214,7 +229,10 @@ impl SqliteStore {
             });
         }
         match self.writes.submit_queued(move |tx| f(tx, &mesh_id)) {
-            Ok(submitted) => Box::pin(async move { submitted.await.map_err(|e| e.0) }),
+            Ok(submitted) => {
+                let path = self.path.clone();
+                Box::pin(async move { submitted.await.map_err(|e| settle_io(e.0, &path)) })
+            }
             Err(Fail(err)) => Box::pin(std::future::ready(Err(err))),
         }
     }
@@ -222,7 +240,7 @@ impl SqliteStore {
     /// Runs `f` on the connection outside any write transaction, so `f` sees only
     /// committed data.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
-        self.writes.read(f).map_err(|e| e.0)
+        self.writes.read(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
     /// Whether nothing is left to do about the mesh's legacy queue file.
@@ -249,10 +267,13 @@ impl SqliteStore {
 
     fn import_legacy_queue_once(&self, dir: &Path, mesh_id: &str) -> LegacyQueueState {
         let file = agentmesh_store::legacy::legacy_queue_path(dir, mesh_id);
-        if !file.exists() {
-            return LegacyQueueState::NotNeeded;
-        }
-        let result = std::fs::read_to_string(&file)
+        let text = match std::fs::read_to_string(&file) {
+            // No file, or another process sharing the data dir imported and
+            // renamed it a moment ago (its import is then in the database).
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return LegacyQueueState::NotNeeded,
+            read => read,
+        };
+        let result = text
             .map_err(|e| StoreError::LegacyFile { path: file.clone(), problem: e.to_string() })
             .and_then(|text| agentmesh_store::legacy::parse_legacy_queue(&file, &text, mesh_id))
             .and_then(|entries| {
@@ -280,8 +301,34 @@ impl SqliteStore {
     /// Checkpoints and truncates the WAL when it is larger than `max_bytes`; returns
     /// whether it did. (The store also does this by itself every few hundred
     /// writes, for a WAL past 200 MB.)
+    ///
+    /// A checkpoint the filesystem has no room for is not started: one that ran
+    /// out of space half way would use up the space writes need. The answer is
+    /// then `false`, and writes go on appending to the WAL until there is room.
     pub fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> StoreResult<bool> {
-        self.writes.checkpoint_if_wal_exceeds(max_bytes).map_err(|e| e.0)
+        self.writes.checkpoint_if_wal_exceeds(max_bytes).map_err(|e| settle_io(e.0, &self.path))
+    }
+
+    /// Commits a transaction that rewrites the database header's `user_version`
+    /// with the value it holds: one page appended to the WAL and committed, like
+    /// any write, and no data changed. It fails as the writes would right now: on
+    /// a full disk, or when another process holds the write lock past the busy
+    /// timeout. A one-page write may still fit where a task's does not (a failed
+    /// write leaves its partly written frames at the WAL's end for the next one),
+    /// so it also fails, with [`FullStorage::NearlyFull`], when less than
+    /// [`PROBE_HEADROOM_BYTES`] is left on the filesystem.
+    pub fn probe_write(&self) -> StoreResult<()> {
+        self.write(|tx| {
+            let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            tx.execute_batch(&format!("PRAGMA user_version = {version}"))?;
+            Ok(())
+        })?;
+        match space::available_bytes(&self.path) {
+            Some(available_bytes) if available_bytes < PROBE_HEADROOM_BYTES => {
+                Err(StoreError::StorageFull(FullStorage::NearlyFull { available_bytes }))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -297,11 +344,9 @@ pub struct WriteStats {
 /// Sets the connection's pragmas. The settings are read back by tests, because
 /// SQLite silently ignores a misspelled pragma.
 fn configure(conn: &Connection) -> Res<()> {
-    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
-    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
-    if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Fail(StoreError::Backend(format!("journal_mode is {mode}, not wal").into())));
-    }
+    let busy_timeout = std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS));
+    conn.busy_timeout(busy_timeout)?;
+    switch_to_wal(conn, busy_timeout)?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Performance, not durability: a page cache that holds the hot index pages
@@ -330,16 +375,88 @@ fn configure(conn: &Connection) -> Res<()> {
     Ok(())
 }
 
+/// Puts the database in WAL mode (a no-op once it is).
+///
+/// On a file that is not in WAL mode yet (a new one), the switch writes the
+/// header under a lock it takes after reading: when another process reads or
+/// switches at the same moment, SQLite answers busy at once rather than waiting
+/// (waiting there could deadlock two switchers). So a busy switch is tried again,
+/// for as long as the busy timeout, by when the other process has made it.
+fn switch_to_wal(conn: &Connection, busy_timeout: std::time::Duration) -> Res<()> {
+    let deadline = std::time::Instant::now() + busy_timeout;
+    let mut pause = std::time::Duration::from_millis(1);
+    let mode: String = loop {
+        match conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)) {
+            Err(err)
+                if matches!(
+                    err.sqlite_error_code(),
+                    Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(50));
+            }
+            answer => break answer?,
+        }
+    };
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Fail(StoreError::Backend(format!("journal_mode is {mode}, not wal").into())));
+    }
+    Ok(())
+}
+
 fn backend(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Backend(Box::new(err))
 }
 
-/// Classifies SQLite errors at the store boundary.
+/// Classifies an I/O error of the store's own file handling: a full disk or
+/// quota is [`StoreError::StorageFull`].
+fn io_error(err: std::io::Error) -> StoreError {
+    match FullStorage::of_io(&err) {
+        Some(full) => StoreError::StorageFull(full),
+        None => backend(err),
+    }
+}
+
+/// Classifies SQLite errors at the store boundary. `SQLITE_FULL` (a write
+/// refused with `ENOSPC`, or the database at its page limit) is
+/// [`StoreError::StorageFull`]; other I/O errors are looked at again by
+/// [`settle_io`], which knows the file.
 pub(crate) fn classify(err: rusqlite::Error) -> StoreError {
     match err.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+        Some(ErrorCode::DiskFull) => StoreError::StorageFull(FullStorage::NoSpace),
         _ => StoreError::Backend(Box::new(err)),
     }
+}
+
+/// Turns an I/O error SQLite reported on the database at `db` (itself, or as the
+/// reason a shared transaction failed) into [`StoreError::StorageFull`] when the
+/// filesystem refuses new data right now: SQLite says only "disk I/O error" when
+/// growing its shared-memory index or a sync ran out of space, or a quota ran out.
+fn settle_io(err: StoreError, db: &Path) -> StoreError {
+    if !is_io_failure(&err) {
+        return err;
+    }
+    match space::exhausted(db) {
+        Some(full) => StoreError::StorageFull(full),
+        None => err,
+    }
+}
+
+/// Whether SQLite reported `err` as an I/O error.
+fn is_io_failure(err: &StoreError) -> bool {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        let sqlite_io = cause
+            .downcast_ref::<rusqlite::Error>()
+            .is_some_and(|e| e.sqlite_error_code() == Some(ErrorCode::SystemIoFailure));
+        if sqlite_io || cause.downcast_ref::<writes::BatchNotCommitted>().is_some_and(|b| b.io) {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The crate's internal error: a [`StoreError`] that `?` can build from SQLite and
@@ -434,4 +551,60 @@ pub(crate) fn query_plan(conn: &Connection, sql: &str, args: &[rusqlite::types::
         .and_then(Iterator::collect)
         .expect("the plan reads");
     rows.join(" | ")
+}
+
+#[cfg(test)]
+mod tests {
+    use agentmesh_core::{NewTask, Timestamp};
+    use agentmesh_store::Store as _;
+
+    use super::*;
+
+    const NOW: Timestamp = Timestamp::from_millis(1_735_689_600_000);
+
+    fn task(id: &str, bytes: usize) -> NewTask {
+        NewTask { id: Some(id.to_owned()), message: "x".repeat(bytes), ..NewTask::default() }
+    }
+
+    /// Caps the database at its present size plus `extra_pages`: SQLite then
+    /// refuses growth with `SQLITE_FULL`, as it does when the disk is full.
+    fn cap(store: &SqliteStore, extra_pages: i64) {
+        store
+            .writes
+            .read(|c| {
+                let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+                c.pragma_update(None, "max_page_count", pages + extra_pages)?;
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn a_write_refused_for_space_is_storage_full_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("full.db")).unwrap();
+        store.enqueue("m", &task("kept", 10), NOW).unwrap();
+        cap(&store, 2);
+        let err = store.enqueue("m", &task("big", 200_000), NOW).unwrap_err();
+        assert!(matches!(err, StoreError::StorageFull(FullStorage::NoSpace)), "{err:?}");
+        assert_eq!(err.code(), "storage_full");
+        assert!(!err.is_caller_error());
+        assert_eq!(store.find_task("m", "big").unwrap(), None, "nothing of the refused write is kept");
+        assert!(store.find_task("m", "kept").unwrap().is_some());
+        cap(&store, 1_000_000);
+        store.enqueue("m", &task("big", 200_000), NOW).expect("writes go on once there is room");
+    }
+
+    #[test]
+    fn a_probe_write_commits_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("probe.db")).unwrap();
+        let version = store.pragma("user_version").unwrap();
+        let before = store.write_stats();
+        store.probe_write().unwrap();
+        assert_eq!(store.write_stats().commits, before.commits + 1, "it is a committed write");
+        assert_eq!(store.pragma("user_version").unwrap(), version);
+        cap(&store, 0);
+        store.probe_write().expect("a full database still takes a write that adds no page");
+    }
 }

@@ -1,13 +1,20 @@
 //! Versioned, append-only schema migrations, tracked in `PRAGMA user_version`.
+//! A database whose version is past the last step known here was written by a
+//! newer agentmesh and is refused untouched.
 //!
 //! Version 1 is the original TypeScript store's schema, written with
 //! `IF NOT EXISTS` so a database the original created (user_version 0, tables
 //! present) passes through it unchanged; later versions upgrade such a database in
 //! place. An applied migration is never edited: changes go into a new step.
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
-use crate::{Res, inbox, tasks};
+use agentmesh_store::StoreError;
+use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
+
+use crate::paths::with_suffix;
+use crate::{Fail, Res, inbox, tasks};
 
 /// One migration step: SQL, then an optional data step in Rust.
 struct Migration {
@@ -61,29 +68,119 @@ const MIGRATIONS: &[Migration] = &[
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
 pub const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
 
-/// Brings the database up to [`LATEST_VERSION`], one transaction per step.
+/// Brings the database up to [`LATEST_VERSION`]; see [`migrate_to`].
 pub(crate) fn migrate(conn: &mut Connection) -> Res<()> {
     migrate_to(conn, LATEST_VERSION)
 }
 
-/// Brings the database up to version `target`, one transaction per step.
+/// Brings the database up to version `target`, one `BEGIN IMMEDIATE` transaction
+/// per step.
+///
+/// Several processes may open a new database at once, so each step reads the
+/// version inside its transaction, under the write lock, and applies the step that
+/// follows it: a process that waited for another one's step finds it done and goes
+/// on from there. A database already at `target` takes no lock at all. A version
+/// past [`LATEST_VERSION`] is refused ([`StoreError::SchemaTooNew`]) and nothing
+/// is written. A failed step names itself and SQLite's reason, never its SQL.
 fn migrate_to(conn: &mut Connection, target: i64) -> Res<()> {
-    let current: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    for (index, step) in MIGRATIONS.iter().enumerate() {
-        let version = index as i64 + 1;
-        if version <= current || version > target {
-            continue;
-        }
+    let current = user_version(conn)?;
+    refuse_newer(conn, current)?;
+    if current == target {
+        return Ok(());
+    }
+    loop {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        tx.execute_batch(step.sql)?;
-        if let Some(after) = step.after {
-            after(&tx)?;
+        let current = user_version(&tx)?;
+        refuse_newer(&tx, current)?;
+        if current >= target {
+            return Ok(());
         }
-        tx.pragma_update(None, "user_version", version)?;
-        tx.commit()?;
+        // A foreign database may hold a negative version: it gets every step.
+        let version = current.max(0) + 1;
+        let step = &MIGRATIONS[(version - 1) as usize];
+        apply(tx, step, version).map_err(|Fail(err)| Fail(step_failed(step.name, err)))?;
         tracing::debug!(migration = step.name, "applied migration");
     }
+}
+
+/// Applies `step` and records `version`, then commits.
+fn apply(tx: Transaction<'_>, step: &Migration, version: i64) -> Res<()> {
+    tx.execute_batch(step.sql)?;
+    if let Some(after) = step.after {
+        after(&tx)?;
+    }
+    tx.pragma_update(None, "user_version", version)?;
+    tx.commit()?;
     Ok(())
+}
+
+/// The schema version recorded in the database.
+fn user_version(conn: &Connection) -> Res<i64> {
+    Ok(conn.pragma_query_value(None, "user_version", |r| r.get(0))?)
+}
+
+/// Refuses a database whose schema `version` is past the last this build knows.
+fn refuse_newer(conn: &Connection, version: i64) -> Res<()> {
+    if version <= LATEST_VERSION {
+        return Ok(());
+    }
+    let path = conn.path().map(PathBuf::from).unwrap_or_default();
+    Err(Fail(StoreError::SchemaTooNew { path, found: version, supported: LATEST_VERSION }))
+}
+
+/// Refuses the database file at `path` when a newer agentmesh wrote it, before
+/// anything opens it for writing: its schema version is read without writing a
+/// byte (no journal-mode switch, no WAL or shared-memory file created).
+///
+/// The version is in the file's header (`user_version`, at offset 60). When a WAL
+/// with frames lies beside the file, a newer header may still be in it, so the
+/// version is then read through a read-only connection, which reads the WAL and
+/// never checkpoints it. A file that is missing, empty or not a SQLite database
+/// passes: opening it decides.
+pub(crate) fn refuse_newer_file(path: &Path) -> Res<()> {
+    let mut header = Vec::with_capacity(100);
+    let read = std::fs::File::open(path).and_then(|file| file.take(100).read_to_end(&mut header));
+    if read.is_err() || header.len() < 100 || !header.starts_with(b"SQLite format 3\0") {
+        return Ok(());
+    }
+    let wal_frames = std::fs::metadata(with_suffix(path, "-wal")).is_ok_and(|meta| meta.len() > 0);
+    if wal_frames {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(std::time::Duration::from_millis(u64::from(crate::BUSY_TIMEOUT_MS)))?;
+        let version = user_version(&conn)?;
+        return refuse_newer(&conn, version);
+    }
+    let version = i64::from(i32::from_be_bytes([header[60], header[61], header[62], header[63]]));
+    if version <= LATEST_VERSION {
+        return Ok(());
+    }
+    Err(Fail(StoreError::SchemaTooNew { path: path.to_owned(), found: version, supported: LATEST_VERSION }))
+}
+
+/// Why a migration step failed: its name and SQLite's reason. SQLite's errors about
+/// a statement carry the statement itself, which a step's reader has no use for.
+#[derive(Debug, thiserror::Error)]
+#[error("schema migration {step} failed: {reason}")]
+struct StepFailed {
+    step: &'static str,
+    reason: String,
+}
+
+/// Names the failed step in `err`, keeping a busy database [`StoreError::Busy`]
+/// (another process holds the lock: the open may be retried).
+fn step_failed(step: &'static str, err: StoreError) -> StoreError {
+    let StoreError::Backend(source) = err else { return err };
+    let reason = match source.downcast::<rusqlite::Error>() {
+        Ok(sqlite) => match *sqlite {
+            rusqlite::Error::SqlInputError { msg, .. } | rusqlite::Error::SqliteFailure(_, Some(msg)) => msg,
+            other => other.to_string(),
+        },
+        Err(other) => other.to_string(),
+    };
+    StoreError::Backend(Box::new(StepFailed { step, reason }))
 }
 
 fn table_columns(tx: &Transaction<'_>, table: &str) -> Res<Vec<String>> {
@@ -186,6 +283,52 @@ mod tests {
             )
             .unwrap();
         assert_eq!(left, 1, "only r1's queue entry is left");
+    }
+
+    /// The error chain of `err`, joined as `{:#}` prints it.
+    fn chain(err: &StoreError) -> String {
+        let mut text = err.to_string();
+        let mut source = std::error::Error::source(err);
+        while let Some(cause) = source {
+            text = format!("{text}: {cause}");
+            source = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_failed_step_names_itself_and_the_reason_but_not_its_sql() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        let step = Migration {
+            name: "0099_broken",
+            sql: "CREATE TABLE broken (a INTEGER); INSERT INTO broken (b) SELECT a FROM broken;",
+            after: None,
+        };
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).unwrap();
+        let Err(Fail(err)) = apply(tx, &step, 99).map_err(|Fail(err)| Fail(step_failed(step.name, err)))
+        else {
+            panic!("the step fails");
+        };
+        let text = chain(&err);
+        assert!(
+            text.contains("schema migration 0099_broken failed: table broken has no column named b"),
+            "{text}"
+        );
+        assert!(!text.contains("INSERT") && !text.contains("CREATE"), "no SQL: {text}");
+        assert_eq!(user_version(&conn).unwrap(), 0, "nothing was applied");
+    }
+
+    #[test]
+    fn a_newer_schema_version_is_refused_and_nothing_is_applied() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.pragma_update(None, "user_version", LATEST_VERSION + 1).unwrap();
+        let Err(Fail(err)) = migrate(&mut conn) else { panic!("a newer database is refused") };
+        assert!(
+            matches!(err, StoreError::SchemaTooNew { found, supported, .. } if found == LATEST_VERSION + 1 && supported == LATEST_VERSION),
+            "{err:?}"
+        );
+        let tables: i64 = conn.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0)).unwrap();
+        assert_eq!(tables, 0, "no step ran");
     }
 
     #[test]

@@ -1,6 +1,10 @@
-//! Reads for overviews (`agentmesh status`): aggregates no hot path needs.
+//! Reads for overviews (`agentmesh status`, `agentmesh meshes`): aggregates no hot
+//! path needs.
 
-use agentmesh_store::PendingAddressee;
+use std::collections::BTreeMap;
+
+use agentmesh_core::TaskStatus;
+use agentmesh_store::{MeshSummary, PendingAddressee, StatusCount};
 use rusqlite::Connection;
 
 use crate::Res;
@@ -29,5 +33,79 @@ pub(crate) fn pending_by_addressee(conn: &Connection, mesh_id: &str) -> Res<Vec<
             count: r.get::<_, i64>(3)? as u64,
         })
     })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
+/// Every mesh with a row in any mesh-scoped table, with its counts, by mesh id.
+///
+/// The reads share one read transaction, so the counts are of one moment. Each
+/// count walks an index led by `mesh_id` (tasks by status, the inbox queue, the
+/// ledger's slice index, missions by status), never a payload.
+pub(crate) fn mesh_summaries(conn: &Connection) -> Res<Vec<MeshSummary>> {
+    let tx = conn.unchecked_transaction()?;
+    let mut meshes: BTreeMap<String, MeshSummary> = BTreeMap::new();
+    let mut ids = tx.prepare_cached(
+        "SELECT mesh_id FROM mesh_queue UNION SELECT mesh_id FROM mesh_event_ledger
+         UNION SELECT mesh_id FROM mesh_pending_events UNION SELECT mesh_id FROM mesh_missions
+         UNION SELECT mesh_id FROM mesh_session_delivery UNION SELECT mesh_id FROM mesh_direct_dispatches
+         UNION SELECT mesh_id FROM remote_idle_sessions",
+    )?;
+    for mesh_id in ids.query_map([], |r| r.get::<_, String>(0))? {
+        let mesh_id = mesh_id?;
+        let summary = MeshSummary {
+            mesh_id: mesh_id.clone(),
+            tasks: Vec::new(),
+            pending_events: 0,
+            ledger_entries: 0,
+            missions: 0,
+        };
+        meshes.insert(mesh_id, summary);
+    }
+    drop(ids);
+    let mut statuses =
+        tx.prepare_cached("SELECT mesh_id, status, COUNT(*) FROM mesh_queue GROUP BY mesh_id, status")?;
+    let rows = statuses
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, i64>(2)?)))?;
+    for row in rows {
+        let (mesh_id, status, count) = row?;
+        // A status this build does not know (a row written by something else) is
+        // not counted under a wrong name.
+        if let (Some(summary), Ok(status)) = (meshes.get_mut(&mesh_id), status.parse::<TaskStatus>()) {
+            summary.tasks.push(StatusCount { status, count: count as u64 });
+        }
+    }
+    drop(statuses);
+    for (mesh_id, count) in
+        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_inbox_queue GROUP BY mesh_id")?
+    {
+        if let Some(summary) = meshes.get_mut(&mesh_id) {
+            summary.pending_events = count;
+        }
+    }
+    for (mesh_id, count) in
+        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_event_ledger GROUP BY mesh_id")?
+    {
+        if let Some(summary) = meshes.get_mut(&mesh_id) {
+            summary.ledger_entries = count;
+        }
+    }
+    for (mesh_id, count) in
+        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_missions GROUP BY mesh_id")?
+    {
+        if let Some(summary) = meshes.get_mut(&mesh_id) {
+            summary.missions = count;
+        }
+    }
+    let mut out: Vec<MeshSummary> = meshes.into_values().collect();
+    for summary in &mut out {
+        summary.tasks.sort_by_key(|c| TaskStatus::ALL.iter().position(|s| *s == c.status));
+    }
+    Ok(out)
+}
+
+/// The `(mesh_id, count)` rows of a `GROUP BY mesh_id` count.
+fn counts_by_mesh(conn: &Connection, sql: &str) -> Res<Vec<(String, u64)>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }

@@ -97,6 +97,11 @@ impl Store for SqliteStore {
         self.read(|c| tasks::stats(c, mesh_id))
     }
 
+    fn oldest_pending_created_at(&self, mesh_id: &str) -> StoreResult<Option<Timestamp>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::oldest_pending_created_at(c, mesh_id))
+    }
+
     fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>> {
         self.ensure_legacy_queue(mesh_id);
         self.read(|c| tasks::active_assignments(c, mesh_id))
@@ -605,6 +610,14 @@ impl Store for SqliteStore {
         mesh_id: &str,
     ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
         self.read(|c| crate::overview::pending_by_addressee(c, mesh_id))
+    }
+
+    fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
+        self.read(crate::overview::mesh_summaries)
+    }
+
+    fn probe_write(&self) -> StoreResult<()> {
+        SqliteStore::probe_write(self)
     }
 }
 

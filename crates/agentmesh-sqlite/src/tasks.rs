@@ -551,6 +551,21 @@ pub(crate) fn pending_count(conn: &Connection, mesh_id: &str) -> Res<u64> {
     Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
 }
 
+/// The statement of [`oldest_pending_created_at`]: one seek into
+/// `idx_mesh_queue_mesh_status_created` (mesh, status, created_at), whose first
+/// entry for the mesh's pending tasks holds the smallest `created_at`.
+const OLDEST_PENDING_SQL: &str =
+    "SELECT MIN(created_at) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'pending'";
+
+/// When the mesh's oldest pending task was enqueued. `created_at` is the ISO form
+/// every writer uses (see `Timestamp::iso`), so the smallest string is the
+/// earliest instant; a value that does not parse counts as no answer.
+pub(crate) fn oldest_pending_created_at(conn: &Connection, mesh_id: &str) -> Res<Option<Timestamp>> {
+    let mut stmt = conn.prepare_cached(OLDEST_PENDING_SQL)?;
+    let oldest: Option<String> = stmt.query_row([mesh_id], |r| r.get(0))?;
+    Ok(oldest.as_deref().and_then(Timestamp::parse_iso))
+}
+
 pub(crate) fn stats(conn: &Connection, mesh_id: &str) -> Res<Vec<StatusCount>> {
     let mut stmt =
         conn.prepare_cached("SELECT status, COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 GROUP BY status")?;
@@ -1362,6 +1377,18 @@ mod tests {
         }
         let p = plan(&conn, &stream_sql(Tier::Node, 0, false, 1), &[t("m"), t("n")]);
         assert!(p.contains("idx_mesh_queue_claim_node"), "{p}");
+    }
+
+    /// The oldest pending task is found by one seek into the (mesh, status,
+    /// created_at) index, whatever the queue depth.
+    #[test]
+    fn the_oldest_pending_task_is_one_index_seek() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        conn.execute_batch("ANALYZE").unwrap();
+        let p = plan(&conn, OLDEST_PENDING_SQL, &[Value::Text("m".to_owned())]);
+        assert!(p.contains("idx_mesh_queue_mesh_status_created"), "{p}");
+        assert!(!p.contains("SCAN") && !p.contains("TEMP B-TREE"), "{p}");
     }
 
     /// A row that was just loaded or scanned is rewritten through its rowid, never

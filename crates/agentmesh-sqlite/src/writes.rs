@@ -73,7 +73,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use agentmesh_store::StoreError;
+use agentmesh_store::{FullStorage, StoreError};
 use rusqlite::Connection;
 
 use crate::{Fail, Res, WriteStats};
@@ -120,7 +120,7 @@ impl Writes {
         let mut wal = path.to_owned().into_os_string();
         wal.push("-wal");
         Writes {
-            db: Mutex::new(Db { conn, stats: WriteStats::default(), wal: wal.into() }),
+            db: Mutex::new(Db { conn, stats: WriteStats::default(), path: path.to_owned(), wal: wal.into() }),
             pending: Mutex::new(VecDeque::new()),
             group_commit: AtomicBool::new(true),
             combiner: Mutex::new(None),
@@ -381,11 +381,15 @@ fn run_together<'a>(db: &mut Db, jobs: Vec<Job<'a>>) -> Result<(), Vec<Job<'a>>>
 }
 
 impl Drop for Writes {
-    /// Lets the combiner thread see that the store is gone, and end.
+    /// Lets the combiner thread see that the store is gone, and end; and keeps
+    /// the connection, should it be the file's last, from a checkpoint at close
+    /// that the filesystem has no room for.
     fn drop(&mut self) {
         if let Some(thread) = lock(&self.combiner).take() {
             thread.unpark();
         }
+        let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner());
+        crate::space::before_close(&db.conn, &db.path);
     }
 }
 
@@ -670,6 +674,8 @@ impl Drop for Held<'_> {
 pub(crate) struct Db {
     pub(crate) conn: Connection,
     stats: WriteStats,
+    /// The database file.
+    path: PathBuf,
     /// The WAL file.
     wal: PathBuf,
 }
@@ -689,11 +695,12 @@ impl Db {
         }
     }
 
-    /// Checkpoints and truncates the WAL when it is larger than `max_bytes`;
-    /// returns whether it did. Called between transactions.
+    /// Checkpoints and truncates the WAL when it is larger than `max_bytes` and
+    /// the filesystem has room for the checkpoint; returns whether it did. Called
+    /// between transactions.
     fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> Res<bool> {
         let size = std::fs::metadata(&self.wal).map(|m| m.len()).unwrap_or(0);
-        if size <= max_bytes {
+        if size <= max_bytes || !crate::space::room_for_checkpoint(&self.conn, &self.path, "WAL truncation") {
             return Ok(false);
         }
         tracing::info!(wal_bytes = size, "WAL past its threshold; checkpointing");
@@ -727,10 +734,24 @@ impl Db {
 /// Why an operation or a transaction failed, kept to tell each writer in it.
 #[derive(Debug, Clone)]
 struct Failure {
-    /// The cause was a busy or locked database, which callers may retry.
-    busy: bool,
+    /// What kind of cause it was.
+    kind: FailureKind,
     /// The cause and its sources.
     message: String,
+}
+
+/// The causes every writer of a failed transaction is told apart by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FailureKind {
+    /// A busy or locked database, which callers may retry.
+    Busy,
+    /// The disk or the quota is full.
+    Full(FullStorage),
+    /// Another I/O error of SQLite's (looked at again by the store, which knows
+    /// the file).
+    Io,
+    /// Anything else.
+    Other,
 }
 
 impl Failure {
@@ -742,22 +763,31 @@ impl Failure {
             message.push_str(&err.to_string());
             source = err.source();
         }
-        Failure { busy: matches!(cause, StoreError::Busy), message }
+        let kind = match cause {
+            StoreError::Busy => FailureKind::Busy,
+            StoreError::StorageFull(full) => FailureKind::Full(*full),
+            _ if crate::is_io_failure(cause) => FailureKind::Io,
+            _ => FailureKind::Other,
+        };
+        Failure { kind, message }
     }
 
     fn panicked() -> Failure {
-        Failure { busy: false, message: String::from("a write operation panicked") }
+        Failure { kind: FailureKind::Other, message: String::from("a write operation panicked") }
     }
 
     fn rolled_back() -> Failure {
-        Failure { busy: false, message: String::from("the transaction was rolled back") }
+        Failure { kind: FailureKind::Other, message: String::from("the transaction was rolled back") }
     }
 
     fn error(&self) -> StoreError {
-        if self.busy {
-            StoreError::Busy
-        } else {
-            StoreError::Backend(Box::new(BatchNotCommitted(self.message.clone())))
+        match self.kind {
+            FailureKind::Busy => StoreError::Busy,
+            FailureKind::Full(full) => StoreError::StorageFull(full),
+            FailureKind::Io | FailureKind::Other => StoreError::Backend(Box::new(BatchNotCommitted {
+                message: self.message.clone(),
+                io: self.kind == FailureKind::Io,
+            })),
         }
     }
 }
@@ -765,8 +795,12 @@ impl Failure {
 /// What a writer gets when the transaction it shared was not committed, because of
 /// another write in it or of the COMMIT itself.
 #[derive(Debug, thiserror::Error)]
-#[error("the transaction this write ran in was not committed: {0}")]
-struct BatchNotCommitted(String);
+#[error("the transaction this write ran in was not committed: {message}")]
+pub(crate) struct BatchNotCommitted {
+    message: String,
+    /// The cause was an I/O error of SQLite's.
+    pub(crate) io: bool,
+}
 
 #[cfg(test)]
 mod tests {

@@ -218,6 +218,63 @@ fn committed_work_survives_a_reopen() {
     assert_eq!(kinds, ["task_dispatched", "task_claimed"]);
 }
 
+/// Threads opening a file that does not exist yet, each on a connection of its
+/// own as separate processes would: every open succeeds and ends migrated.
+#[test]
+fn stores_opening_a_new_file_together_all_succeed() {
+    for _ in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("data").join("mesh-runtime.db");
+        let barrier = std::sync::Barrier::new(6);
+        let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+            let opens: Vec<_> = (0..6)
+                .map(|i| {
+                    let (path, barrier) = (&path, &barrier);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let store = SqliteStore::open(path).map_err(|e| format!("{e:#}: {:?}", e))?;
+                        let task =
+                            NewTask { id: Some(format!("t{i}")), message: "m".into(), ..NewTask::default() };
+                        store.enqueue("m", &task, NOW).map(drop).map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            opens.into_iter().map(|open| open.join().unwrap()).collect()
+        });
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let store = SqliteStore::open(&path).unwrap();
+        assert_eq!(store.pragma("user_version").unwrap(), SCHEMA_VERSION.to_string());
+        assert_eq!(raw_count(&path, "SELECT COUNT(*) FROM mesh_queue"), 6);
+    }
+}
+
+/// A database a newer agentmesh wrote is refused with both versions, and its
+/// bytes stay as they were.
+#[test]
+fn a_newer_database_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh-runtime.db");
+    drop(SqliteStore::open(&path).unwrap());
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION + 3).unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let wal = dir.path().join("mesh-runtime.db-wal");
+    let wal_before = std::fs::read(&wal).ok();
+    let err = SqliteStore::open(&path).unwrap_err();
+    match &err {
+        StoreError::SchemaTooNew { path: named, found, supported } => {
+            assert_eq!((named, *found, *supported), (&path, SCHEMA_VERSION + 3, SCHEMA_VERSION));
+        }
+        other => panic!("refused as too new, not {other:?}"),
+    }
+    assert_eq!(err.code(), "schema_too_new");
+    assert!(!err.is_caller_error());
+    assert!(std::fs::read(&path).unwrap() == before, "the file is unchanged");
+    assert!(std::fs::read(&wal).ok() == wal_before, "the WAL is as it was (or still absent)");
+}
+
 #[test]
 fn slice_pages_seek_to_the_cursor() {
     let dir = tempfile::tempdir().unwrap();

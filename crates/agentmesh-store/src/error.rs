@@ -100,9 +100,30 @@ pub enum StoreError {
         /// Why.
         problem: String,
     },
+    /// The database was written by a newer agentmesh: its schema version is past
+    /// the last one this build knows. It was not opened for writing and is left
+    /// exactly as it was.
+    #[error(
+        "the database {} has schema version {found}, newer than version {supported}, the last this \
+         agentmesh knows: it was written by a newer agentmesh; upgrade agentmesh to open it (the file \
+         was left unchanged)",
+        .path.display()
+    )]
+    SchemaTooNew {
+        /// The database file.
+        path: PathBuf,
+        /// Its schema version (`PRAGMA user_version`).
+        found: i64,
+        /// The last schema version this build knows.
+        supported: i64,
+    },
     /// The database stayed locked by another writer past the busy timeout.
     #[error("database is busy")]
     Busy,
+    /// The write needed disk space the database's filesystem does not have; it
+    /// was not kept, and writes succeed again once space is freed.
+    #[error("storage full: {0}")]
+    StorageFull(FullStorage),
     /// Any other backend failure.
     #[error("database error")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -124,13 +145,53 @@ impl StoreError {
             StoreError::NoAssignedTask { .. } => "no_assigned_task",
             StoreError::LegacyFile { .. } => "legacy_file_invalid",
             StoreError::Corrupt { .. } => "corrupt_row",
+            StoreError::SchemaTooNew { .. } => "schema_too_new",
             StoreError::Busy => "busy",
+            StoreError::StorageFull(_) => "storage_full",
             StoreError::Backend(_) => "database_error",
         }
     }
 
     /// Whether the caller's request was at fault (as opposed to the system).
     pub fn is_caller_error(&self) -> bool {
-        !matches!(self, StoreError::Corrupt { .. } | StoreError::Busy | StoreError::Backend(_))
+        !matches!(
+            self,
+            StoreError::Corrupt { .. }
+                | StoreError::SchemaTooNew { .. }
+                | StoreError::Busy
+                | StoreError::StorageFull(_)
+                | StoreError::Backend(_)
+        )
+    }
+}
+
+/// What ran out when a write found its storage full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FullStorage {
+    /// The filesystem has no space left (`ENOSPC`, or SQLite's `SQLITE_FULL`).
+    #[error("no space left on the filesystem that holds the database")]
+    NoSpace,
+    /// The disk quota of the database's owner is used up (`EDQUOT`).
+    #[error("the disk quota of the database's owner is used up")]
+    Quota,
+    /// A write went through, but the filesystem has almost nothing left: what
+    /// [`crate::Store::probe_write`] reports, so that a daemon is not called ready
+    /// while only the smallest writes fit.
+    #[error("only {available_bytes} bytes are left on the filesystem that holds the database")]
+    NearlyFull {
+        /// The bytes still available.
+        available_bytes: u64,
+    },
+}
+
+impl FullStorage {
+    /// The kind of storage exhaustion an I/O error reports, if it reports one.
+    pub fn of_io(err: &std::io::Error) -> Option<FullStorage> {
+        match err.kind() {
+            std::io::ErrorKind::StorageFull => Some(FullStorage::NoSpace),
+            std::io::ErrorKind::QuotaExceeded => Some(FullStorage::Quota),
+            _ => None,
+        }
     }
 }

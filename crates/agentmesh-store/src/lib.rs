@@ -30,7 +30,7 @@ pub mod submit;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use error::StoreError;
+pub use error::{FullStorage, StoreError};
 pub use raw_json::RawJson;
 pub use submit::Submitted;
 
@@ -140,6 +140,21 @@ pub struct StatusCount {
     pub status: TaskStatus,
     /// How many tasks have it.
     pub count: u64,
+}
+
+/// What the store holds for one mesh, counted: what `agentmesh meshes` lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeshSummary {
+    /// The mesh.
+    pub mesh_id: String,
+    /// Task counts by status (statuses with no task are left out).
+    pub tasks: Vec<StatusCount>,
+    /// Undrained coordinator events.
+    pub pending_events: u64,
+    /// Ledger entries.
+    pub ledger_entries: u64,
+    /// Missions.
+    pub missions: u64,
 }
 
 /// An assigned task, as status views show it.
@@ -343,6 +358,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Task counts by status (statuses with no task are left out).
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>>;
+
+    /// When the oldest pending task of the mesh was enqueued (tasks waiting for
+    /// their dependencies or their `notBefore` included); `None` when none is
+    /// pending. A backend answers from an index, without walking the queue.
+    fn oldest_pending_created_at(&self, mesh_id: &str) -> StoreResult<Option<Timestamp>>;
 
     /// Every assigned task, oldest dispatch first.
     fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>>;
@@ -840,4 +860,19 @@ pub trait Store: Send + Sync + 'static {
     /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and
     /// unaddressed events), largest group first, at most 50 groups.
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>>;
+
+    /// Every mesh the store holds a row of (a task, ledger entry, inbox event,
+    /// mission, session delivery, direct dispatch or idle session), by mesh id, with
+    /// its counts. Rows are read as they are stored: a mesh id no caller could pass
+    /// today is listed too.
+    fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
+
+    // ── Health ───────────────────────────────────────────────────────────────
+
+    /// Commits a write that changes no data, through the same path as every
+    /// other write: whether the store can write right now. Fails as a real write
+    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
+    /// [`FullStorage::NearlyFull`] when the write went through but the storage
+    /// has too little left for more than the smallest writes.
+    fn probe_write(&self) -> StoreResult<()>;
 }

@@ -5,15 +5,19 @@
 //! names the field), and it never touches the store; `commands` does both.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
+use agentmesh_api::wire::NotBeforeBody;
 use clap::{ArgGroup, Args, Parser, Subcommand};
+
+use crate::duration;
 
 /// A durable coordination runtime for meshes of AI coding agents.
 ///
 /// A coordinator enqueues tasks, workers claim and complete them, and every
 /// decision is recorded in an append-only ledger.
 #[derive(Debug, Parser)]
-#[command(name = "agentmesh", version, max_term_width = 100, after_long_help = EXAMPLES)]
+#[command(name = "agentmesh", version = VERSION, max_term_width = 100, after_help = EXAMPLES)]
 pub struct Cli {
     /// Options every command accepts, before or after the subcommand.
     #[command(flatten)]
@@ -22,6 +26,10 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// What `--version` prints after the name: the version and the commit it was built
+/// from (`unknown` when it was built outside a git checkout; see `build.rs`).
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("AGENTMESH_COMMIT"), ")");
 
 /// The help heading of the options every command accepts.
 const GLOBAL: &str = "Global options";
@@ -66,60 +74,308 @@ pub struct GlobalArgs {
     /// <data-dir>/daemon.token]
     #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     pub token_file: Option<PathBuf>,
+    /// `--data-dir` was given on the command line (not only as `$AGENTMESH_HOME`);
+    /// set by `main` from clap's matches.
+    #[arg(skip)]
+    pub data_dir_on_command_line: bool,
+    /// `--server` was given on the command line (not only as `$AGENTMESH_SERVER`);
+    /// set by `main` from clap's matches.
+    #[arg(skip)]
+    pub server_on_command_line: bool,
 }
 
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// See the whole job run once: an embedded daemon, a coordinator enqueueing
+    /// dependent tasks, two workers doing them, a summary
+    #[command(after_help = DEMO_EXAMPLES, after_long_help = DEMO_HELP)]
+    Demo,
     /// Run the daemon: the HTTP API on a local address, until SIGINT or SIGTERM
+    #[command(after_help = SERVE_EXAMPLES)]
     Serve(ServeArgs),
     /// Enqueue, inspect, cancel and requeue tasks (the coordinator's side)
-    #[command(subcommand)]
+    #[command(subcommand, after_help = TASK_EXAMPLES)]
     Task(TaskCommand),
     /// Claim the next task for a worker session
+    #[command(after_help = CLAIM_EXAMPLES)]
     Claim(ClaimArgs),
     /// Report that a worker session's task ended
+    #[command(after_help = COMPLETE_EXAMPLES)]
     Complete(CompleteArgs),
     /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events;
     /// list and requeue held ones
-    #[command(subcommand)]
+    #[command(subcommand, after_help = EVENTS_EXAMPLES)]
     Events(EventsCommand),
-    /// Read the completion fingerprints and conflicts that explain a deduplicated
-    /// or conflicting completion
-    #[command(subcommand)]
-    Completions(CompletionsCommand),
+    /// Completion fingerprints still in force, the most recently recorded first: a
+    /// second completion with one of these keys was (or will be) dropped as a duplicate
+    #[command(after_help = FINGERPRINTS_EXAMPLES)]
+    Fingerprints(FingerprintsArgs),
+    /// Recent completion conflicts, newest first: two tasks that claimed one
+    /// completion fingerprint
+    #[command(after_help = CONFLICTS_EXAMPLES)]
+    Conflicts(ConflictsArgs),
     /// The mesh at a glance: tasks, assignments, idle sessions, inbox, recent ledger
+    #[command(after_help = STATUS_EXAMPLES)]
     Status,
     /// Read, export and import the append-only ledger
-    #[command(subcommand)]
+    #[command(subcommand, after_help = LEDGER_EXAMPLES)]
     Ledger(LedgerCommand),
     /// Create, list and inspect missions: named plans that group tasks
-    #[command(subcommand)]
+    #[command(subcommand, after_help = MISSION_EXAMPLES)]
     Mission(MissionCommand),
     /// List the worker sessions that reported themselves idle, or remove one's report
+    #[command(after_help = SESSIONS_EXAMPLES)]
     Sessions(SessionsArgs),
     /// List the messages still waiting to be delivered to worker sessions, or show
     /// and move one
+    #[command(after_help = DELIVERIES_EXAMPLES)]
     Deliveries(DeliveriesArgs),
     /// List the direct dispatches not yet finished, or show, move, mark stale and
     /// remove them
+    #[command(after_help = DISPATCHES_EXAMPLES)]
     Dispatches(DispatchesArgs),
     /// The rate guard's recent tool calls, per caller role
-    #[command(name = "tool-calls")]
+    #[command(name = "tool-calls", after_help = TOOL_CALLS_EXAMPLES)]
     ToolCalls(ToolCallsArgs),
+    /// List the meshes the data dir holds, with their tasks by status, undrained
+    /// events, ledger entries and missions
+    #[command(after_help = MESHES_EXAMPLES)]
+    Meshes,
     /// Turn any command into a worker: claim a task, run the command with it,
     /// report the outcome, repeat
-    #[command(after_long_help = WORK_EXAMPLES)]
+    #[command(after_help = WORK_EXAMPLES, after_long_help = WORK_LONG_HELP)]
     Work(WorkArgs),
     /// Import an original ADHDev ledger directory (database, queue and inbox files)
-    #[command(name = "import-adhdev")]
+    #[command(name = "import-adhdev", after_help = IMPORT_ADHDEV_EXAMPLES)]
     ImportAdhdev(ImportAdhdevArgs),
     /// Serve the MCP tools over stdin/stdout, for an agent's MCP configuration
+    #[command(after_help = MCP_EXAMPLES)]
     Mcp(McpArgs),
+    /// Print a shell completion script (bash, zsh, fish or powershell)
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
+    /// Print or write the manual pages, generated from this command line
+    #[command(after_help = MAN_EXAMPLES)]
+    Man(ManArgs),
 }
 
-/// Shown after `agentmesh work --help`.
+/// Shown after `agentmesh serve --help`.
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh serve
+  agentmesh --data-dir /srv/agentmesh serve --listen 127.0.0.1:8080 --log-format json
+  agentmesh serve --listen 127.0.0.1:0 --token-file ./daemon.token";
+
+/// Shown after `agentmesh task --help`.
+const TASK_EXAMPLES: &str = "\
+Examples:
+  agentmesh task add 'fix the flaky login test' --id login --tag os=linux --priority high
+  agentmesh task list --status pending
+  agentmesh task show login
+  agentmesh task cancel login --reason 'fixed upstream'";
+
+/// Shown after `agentmesh claim --help`.
+const CLAIM_EXAMPLES: &str = "\
+Examples:
+  agentmesh claim --node laptop --session worker-1 --json
+  agentmesh claim --node laptop --session worker-1 --tag os=linux --provider claude-cli --lease 30m";
+
+/// Shown after `agentmesh complete --help`.
+const COMPLETE_EXAMPLES: &str = "\
+Examples:
+  agentmesh complete --session worker-1 --epoch 1 --summary 'fixed; added a regression test'
+  agentmesh complete --session worker-1 --failed --reason 'tests still red'
+  agentmesh complete --session worker-1 --summary done --claim-next laptop --lease 10m";
+
+/// Shown after `agentmesh events --help`.
+const EVENTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh events drain --daemon mach_A --run run-1
+  agentmesh events watch --daemon mach_A --run run-1 --timeout 2m
+  agentmesh events push --event agent:ready --node laptop
+  agentmesh events held --reason pending_retention_expired
+  agentmesh events requeue-held --task login";
+
+/// Shown after `agentmesh status --help`.
+const STATUS_EXAMPLES: &str = "\
+Examples:
+  agentmesh status
+  agentmesh --server http://127.0.0.1:7433 --mesh backend status --json";
+
+/// Shown after `agentmesh ledger --help`.
+const LEDGER_EXAMPLES: &str = "\
+Examples:
+  agentmesh ledger tail --limit 20
+  agentmesh ledger slice --limit 500 --json
+  agentmesh ledger export --output ledger.jsonl";
+
+/// Shown after `agentmesh mission --help`.
+const MISSION_EXAMPLES: &str = "\
+Examples:
+  agentmesh mission add auth --title 'Login rework' --goal 'SSO behind a flag'
+  agentmesh mission list --status active
+  agentmesh mission show auth";
+
+/// Shown after `agentmesh sessions --help`.
+const SESSIONS_EXAMPLES: &str = "\
+Examples:
+  agentmesh sessions
+  agentmesh sessions --json
+  agentmesh sessions remove --node laptop --session worker-1";
+
+/// Shown after `agentmesh sessions remove --help`.
+const SESSIONS_REMOVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh sessions remove --node laptop --session worker-1";
+
+/// Shown after `agentmesh deliveries --help`.
+const DELIVERIES_EXAMPLES: &str = "\
+Examples:
+  agentmesh deliveries
+  agentmesh deliveries --session worker-1 --json
+  agentmesh deliveries show dlv-1
+  agentmesh deliveries mark dlv-1 acked";
+
+/// Shown after `agentmesh deliveries show --help`.
+const DELIVERY_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh deliveries show dlv-1
+  agentmesh deliveries show dlv-1 --json";
+
+/// Shown after `agentmesh deliveries mark --help`.
+const DELIVERY_MARK_EXAMPLES: &str = "\
+Examples:
+  agentmesh deliveries mark dlv-1 delivered
+  agentmesh deliveries mark dlv-1 acked
+  agentmesh deliveries mark dlv-1 queued --attempt --error 'session busy'
+  agentmesh deliveries mark dlv-1 failed --error 'session gone'";
+
+/// Shown after `agentmesh dispatches --help`.
+const DISPATCHES_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches
+  agentmesh --mesh backend dispatches --json
+  agentmesh dispatches show login
+  agentmesh dispatches mark completed --task login
+  agentmesh dispatches mark-stale --older-than 1h
+  agentmesh dispatches remove login signup";
+
+/// Shown after `agentmesh dispatches show --help`.
+const DISPATCH_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches show login
+  agentmesh dispatches show login --json";
+
+/// Shown after `agentmesh dispatches mark --help`.
+const DISPATCH_MARK_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches mark acked --task login
+  agentmesh dispatches mark completed --task login
+  agentmesh dispatches mark failed --session worker-1";
+
+/// Shown after `agentmesh dispatches mark-stale --help`.
+const DISPATCH_MARK_STALE_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches mark-stale --older-than 1h
+  agentmesh dispatches mark-stale --older-than 90s --json";
+
+/// Shown after `agentmesh dispatches remove --help`.
+const DISPATCH_REMOVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches remove login
+  agentmesh dispatches remove login signup --json";
+
+/// Shown after `agentmesh fingerprints --help`.
+const FINGERPRINTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh fingerprints
+  agentmesh fingerprints --task login
+  agentmesh fingerprints --session worker-1 --limit 20 --json";
+
+/// Shown after `agentmesh conflicts --help`.
+const CONFLICTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh conflicts
+  agentmesh conflicts --task login
+  agentmesh conflicts --session worker-1 --within 1d --json";
+
+/// Shown after `agentmesh tool-calls --help`.
+const TOOL_CALLS_EXAMPLES: &str = "\
+Examples:
+  agentmesh tool-calls
+  agentmesh tool-calls --role coordinator
+  agentmesh tool-calls --role worker --within 30s --limit 20 --json";
+
+/// Shown after `agentmesh meshes --help`.
+const MESHES_EXAMPLES: &str = "\
+Examples:
+  agentmesh meshes
+  agentmesh --data-dir ~/adhdev-ledger meshes --json";
+
+/// Shown after `agentmesh import-adhdev --help`.
+const IMPORT_ADHDEV_EXAMPLES: &str = "\
+Examples:
+  agentmesh import-adhdev ~/.adhdev/ledger
+  agentmesh --data-dir /srv/agentmesh import-adhdev /tmp/adhdev-ledger --json";
+
+/// Shown after `agentmesh mcp --help`.
+const MCP_EXAMPLES: &str = "\
+Examples:
+  agentmesh mcp
+  agentmesh mcp --session worker-1
+  agentmesh --server http://127.0.0.1:7433 mcp
+  claude mcp add agentmesh -- agentmesh mcp";
+
+/// Shown after `agentmesh completions --help`.
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  agentmesh completions bash > ~/.local/share/bash-completion/completions/agentmesh
+  agentmesh completions zsh > \"${fpath[1]}/_agentmesh\"
+  agentmesh completions fish > ~/.config/fish/completions/agentmesh.fish
+  agentmesh completions powershell >> $PROFILE";
+
+/// Shown after `agentmesh man --help`.
+const MAN_EXAMPLES: &str = "\
+Examples:
+  agentmesh man | man -l -
+  agentmesh man task add | man -l -
+  agentmesh man --out ~/.local/share/man/man1";
+
+/// Shown after `agentmesh demo -h`.
+const DEMO_EXAMPLES: &str = "\
+Examples:
+  agentmesh demo
+  agentmesh demo --json
+  agentmesh demo --data-dir /tmp/mesh-demo
+  agentmesh --data-dir /tmp/mesh-demo ledger tail";
+
+/// Shown after `agentmesh demo --help`.
+const DEMO_HELP: &str = "\
+The demo starts a daemon on a free loopback port over a fresh temporary data dir
+(removed at exit; with --data-dir the data stays there). As a coordinator it enqueues
+a mission of five tasks, some depending on others, and starts two workers (`agentmesh
+work` processes, each running a short shell command per task). It waits until the
+coordinator has received every completion, each exactly once, then stops the workers
+and the daemon and prints a summary: exit status 0 when all of that happened, 1 and
+the reason when something did not. Progress goes to stderr; --json prints the summary
+as one document. The demo runs a daemon of its own, so --server is refused.
+
+Examples:
+  agentmesh demo
+  agentmesh demo --json
+  agentmesh demo --data-dir /tmp/mesh-demo
+  agentmesh --data-dir /tmp/mesh-demo ledger tail";
+
+/// Shown after `agentmesh work -h`.
 const WORK_EXAMPLES: &str = "\
+Examples:
+  agentmesh work --node laptop --session w1 -- claude -p '{message}'
+  agentmesh work --node laptop --session w2 --tag os=linux --lease 30m -- sh -c 'make test'
+  agentmesh work --node laptop --session w3 --once --json -- ./do-task.sh";
+
+/// Shown after `agentmesh work --help`.
+const WORK_LONG_HELP: &str = "\
 The command gets the task's message on stdin and in $AGENTMESH_TASK_MESSAGE, with
 $AGENTMESH_TASK_ID, $AGENTMESH_TASK_EPOCH and $AGENTMESH_MESH; `{message}` and `{id}`
 in its arguments are replaced by the message and the task id. Exit status 0 completes
@@ -128,8 +384,28 @@ it. Ctrl-C stops taking work and waits for the running command (twice kills it).
 
 Examples:
   agentmesh work --node laptop --session w1 -- claude -p '{message}'
-  agentmesh work --node laptop --session w2 --tag os=linux -- sh -c 'make test'
+  agentmesh work --node laptop --session w2 --tag os=linux --lease 30m -- sh -c 'make test'
   agentmesh work --node laptop --session w3 --once --json -- ./do-task.sh";
+
+/// Arguments of `completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+/// Arguments of `man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write one page per command (agentmesh.1, agentmesh-task-add.1, ...) into this
+    /// directory instead of printing one page
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub out: Option<PathBuf>,
+    /// The command whose page to print, such as `task add` [default: agentmesh itself]
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
 
 /// Arguments of `work`.
 #[derive(Debug, Args)]
@@ -146,10 +422,10 @@ pub struct WorkArgs {
     /// The session's provider type, such as claude-cli
     #[arg(long, value_name = "TYPE")]
     pub provider: Option<String>,
-    /// Lease length in seconds, renewed by heartbeats every third of it
-    #[arg(long, value_name = "SECS", default_value_t = 600,
-          value_parser = clap::value_parser!(u32).range(3..=4_294_967))]
-    pub lease: u32,
+    /// Lease length, such as 90s, 10m or 1h (a bare number is seconds; at least 3s),
+    /// renewed by heartbeats every third of it
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = duration::work_lease)]
+    pub lease: Duration,
     /// Do one task, or none when there is nothing to claim, then exit
     #[arg(long)]
     pub once: bool,
@@ -170,8 +446,9 @@ pub struct ImportAdhdevArgs {
 /// Arguments of `mcp`.
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The agent session this server belongs to: events for a coordinator session
-    /// go only to it, and worker tools use it when called without a sessionId
+    /// Pin the agent session this server belongs to: events for a coordinator
+    /// session go only to it, and worker tools act as it when called without a
+    /// sessionId (without it, each process is a worker session of its own)
     #[arg(long, value_name = "ID")]
     pub session: Option<String>,
 }
@@ -200,16 +477,52 @@ pub enum LogFormat {
 #[derive(Debug, Subcommand)]
 pub enum TaskCommand {
     /// Enqueue a task
+    #[command(after_help = TASK_ADD_EXAMPLES)]
     Add(Box<TaskAddArgs>),
     /// List the tasks of the mesh, oldest first
+    #[command(after_help = TASK_LIST_EXAMPLES)]
     List(TaskListArgs),
     /// Show one task with every field
+    #[command(after_help = TASK_SHOW_EXAMPLES)]
     Show(TaskShowArgs),
     /// Cancel a pending or assigned task
+    #[command(after_help = TASK_CANCEL_EXAMPLES)]
     Cancel(TaskCancelArgs),
     /// Put a task back in the queue, spending one retry
+    #[command(after_help = TASK_REQUEUE_EXAMPLES)]
     Requeue(TaskRequeueArgs),
 }
+
+/// Shown after `agentmesh task add --help`.
+const TASK_ADD_EXAMPLES: &str = "\
+Examples:
+  agentmesh task add 'fix the flaky login test' --tag os=linux --priority high
+  agentmesh task add 'write the release notes' --id notes --depends-on login --mode validation
+  agentmesh task add 'retry the nightly deploy' --not-before 2h --max-retries 3
+  agentmesh task add 'fix the build' --coordinator-daemon mach_A --coordinator-run run-1";
+
+/// Shown after `agentmesh task list --help`.
+const TASK_LIST_EXAMPLES: &str = "\
+Examples:
+  agentmesh task list
+  agentmesh task list --status pending --status assigned --json";
+
+/// Shown after `agentmesh task show --help`.
+const TASK_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh task show login
+  agentmesh task show login --json";
+
+/// Shown after `agentmesh task cancel --help`.
+const TASK_CANCEL_EXAMPLES: &str = "\
+Examples:
+  agentmesh task cancel login --reason 'fixed upstream'";
+
+/// Shown after `agentmesh task requeue --help`.
+const TASK_REQUEUE_EXAMPLES: &str = "\
+Examples:
+  agentmesh task requeue login --reason 'retry on another node'
+  agentmesh task requeue login --force --max-retries 3";
 
 /// Arguments of `task add`.
 #[derive(Debug, Args)]
@@ -237,10 +550,11 @@ pub struct TaskAddArgs {
     /// Pull priority: low, normal or high [default: normal]
     #[arg(long, value_name = "PRIORITY")]
     pub priority: Option<String>,
-    /// Earliest claim time: an ISO-8601 instant, or milliseconds (an offset from now
-    /// below one year, else epoch milliseconds)
-    #[arg(long, value_name = "ISO_OR_MS")]
-    pub not_before: Option<String>,
+    /// Earliest claim time: a duration from now (90s, 10m, 2h), an ISO-8601 instant,
+    /// or a bare number of milliseconds (an offset from now below one year, else
+    /// epoch milliseconds)
+    #[arg(long, value_name = "WHEN", value_parser = duration::not_before)]
+    pub not_before: Option<NotBeforeBody>,
     /// A task that must complete first (repeatable; it may be enqueued later)
     #[arg(long = "depends-on", value_name = "ID")]
     pub depends_on: Vec<String>,
@@ -328,9 +642,10 @@ pub struct ClaimArgs {
     /// The node is a worktree clone (never takes convergence tasks)
     #[arg(long)]
     pub worktree: bool,
-    /// Lease length in seconds; the task is reclaimed when it runs out
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..))]
-    pub lease_secs: Option<u32>,
+    /// Lease length, such as 90s, 10m or 1h (a bare number is seconds); the task is
+    /// reclaimed when it runs out [default: 10m]
+    #[arg(long, alias = "lease-secs", value_name = "DURATION", value_parser = duration::claim_lease)]
+    pub lease: Option<Duration>,
 }
 
 /// Arguments of `complete`.
@@ -363,32 +678,39 @@ pub struct CompleteArgs {
     /// The session's provider type, for the next claim
     #[arg(long, value_name = "TYPE", requires = "claim_next")]
     pub provider: Option<String>,
-    /// Lease length in seconds of the next claim
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(1..), requires = "claim_next")]
-    pub lease_secs: Option<u32>,
+    /// Lease length of the next claim, such as 90s, 10m or 1h (a bare number is
+    /// seconds) [default: 10m]
+    #[arg(long, alias = "lease-secs", value_name = "DURATION", value_parser = duration::claim_lease, requires = "claim_next")]
+    pub lease: Option<Duration>,
 }
 
 /// `agentmesh events ...`
 #[derive(Debug, Subcommand)]
 pub enum EventsCommand {
     /// Queue an event for a coordinator, from JSON or from flags
-    #[command(after_long_help = PUSH_EXAMPLES)]
+    #[command(after_help = PUSH_EXAMPLES)]
     Push(Box<EventsPushArgs>),
     /// Hand a coordinator its events, oldest first, and mark them drained
+    #[command(after_help = DRAIN_EXAMPLES)]
     Drain(EventsDrainArgs),
     /// Show what a drain would hand out now, marking nothing
+    #[command(after_help = PEEK_EXAMPLES)]
     Peek(EventsDrainArgs),
     /// Wait for the coordinator's next events and drain them the moment they land
+    #[command(after_help = WATCH_EXAMPLES)]
     Watch(EventsWatchArgs),
     /// Mark events drained by id (after they were delivered some other way)
+    #[command(after_help = ACK_EXAMPLES)]
     Ack(EventsAckArgs),
     /// Withdraw the undelivered mesh:dispatch_blocked events of a task
+    #[command(after_help = RETRACT_EXAMPLES)]
     Retract(EventsRetractArgs),
     /// List the held events (quarantined by an enforce-mode drain, or never
     /// drained and moved to the ledger by retention) not yet put back
+    #[command(after_help = HELD_EXAMPLES)]
     Held(HeldFilterArgs),
     /// Put held events back in the inbox, by id or by the filters of `events held`
-    #[command(name = "requeue-held")]
+    #[command(name = "requeue-held", after_help = REQUEUE_HELD_EXAMPLES)]
     RequeueHeld(RequeueHeldArgs),
 }
 
@@ -409,9 +731,10 @@ pub struct HeldFilterArgs {
     /// Of this event name, such as agent:generating_completed
     #[arg(long, value_name = "NAME")]
     pub event: Option<String>,
-    /// Held at least this long ago: seconds, or a number with s, m, h or d (10m)
-    #[arg(long, value_name = "AGE", value_parser = parse_age)]
-    pub older_than: Option<u64>,
+    /// Held at least this long ago: a duration (90s, 10m, 1h30m, 2d; a bare
+    /// number is seconds)
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub older_than: Option<Duration>,
 }
 
 /// Arguments of `events requeue-held`.
@@ -428,39 +751,7 @@ pub struct RequeueHeldArgs {
     pub all: bool,
 }
 
-/// An age or a span: whole seconds, or a number followed by s, m, h or d.
-pub fn parse_age(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let scale = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        _ => return Err(format!("{text:?} is not an age (use seconds, or a number with s, m, h or d)")),
-    };
-    number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("{text:?} is not an age (use seconds, or a number with s, m, h or d)"))
-}
-
-/// `agentmesh completions ...`
-#[derive(Debug, Subcommand)]
-pub enum CompletionsCommand {
-    /// Completion fingerprints still in force, the most recently recorded first: a
-    /// second completion with one of these keys was (or will be) dropped as a duplicate
-    Fingerprints(FingerprintsArgs),
-    /// Recent completion conflicts, newest first: two tasks that claimed one
-    /// completion fingerprint
-    Conflicts(ConflictsArgs),
-}
-
-/// Arguments of `completions fingerprints`.
+/// Arguments of `fingerprints`.
 #[derive(Debug, Args)]
 pub struct FingerprintsArgs {
     /// Only fingerprints of this task's completions
@@ -474,7 +765,7 @@ pub struct FingerprintsArgs {
     pub limit: Option<u32>,
 }
 
-/// Arguments of `completions conflicts`.
+/// Arguments of `conflicts`.
 #[derive(Debug, Args)]
 pub struct ConflictsArgs {
     /// Only conflicts this task took part in (on either side)
@@ -483,10 +774,54 @@ pub struct ConflictsArgs {
     /// Only conflicts this session took part in (on either side)
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
-    /// How far back: seconds, or a number with s, m, h or d [default: 1h]
-    #[arg(long, value_name = "SPAN", value_parser = parse_age)]
-    pub within: Option<u64>,
+    /// How far back: a duration (90s, 10m, 1h30m, 2d; a bare number is seconds)
+    /// [default: 1h]
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub within: Option<Duration>,
 }
+
+/// Shown after `agentmesh events held --help`.
+const HELD_EXAMPLES: &str = "\
+Examples:
+  agentmesh events held
+  agentmesh events held --reason pending_retention_expired --older-than 10m
+  agentmesh events held --task login --json";
+
+/// Shown after `agentmesh events requeue-held --help`.
+const REQUEUE_HELD_EXAMPLES: &str = "\
+Examples:
+  agentmesh events requeue-held evt-held-1 evt-held-2
+  agentmesh events requeue-held --task login
+  agentmesh events requeue-held --reason pending_retention_expired --older-than 1d
+  agentmesh events requeue-held --all";
+
+/// Shown after `agentmesh events drain --help`.
+const DRAIN_EXAMPLES: &str = "\
+Examples:
+  agentmesh events drain --daemon mach_A --run run-1
+  agentmesh events drain --daemon mach_A --run run-1 --only agent:generating_completed --limit 10 --json";
+
+/// Shown after `agentmesh events peek --help`.
+const PEEK_EXAMPLES: &str = "\
+Examples:
+  agentmesh events peek --daemon mach_A --run run-1
+  agentmesh events peek --daemon mach_A --run run-1 --session coord-1 --json";
+
+/// Shown after `agentmesh events watch --help`.
+const WATCH_EXAMPLES: &str = "\
+Examples:
+  agentmesh events watch --daemon mach_A --run run-1
+  agentmesh --server http://127.0.0.1:7433 events watch --daemon mach_A --run run-1 --timeout 5m --json";
+
+/// Shown after `agentmesh events ack --help`.
+const ACK_EXAMPLES: &str = "\
+Examples:
+  agentmesh events ack evt-1 evt-2";
+
+/// Shown after `agentmesh events retract --help`.
+const RETRACT_EXAMPLES: &str = "\
+Examples:
+  agentmesh events retract --task login";
 
 /// Shown after `agentmesh events push --help`.
 const PUSH_EXAMPLES: &str = "\
@@ -583,23 +918,52 @@ pub struct EventsWatchArgs {
     /// Who is waiting
     #[command(flatten)]
     pub drain: EventsDrainArgs,
-    /// Give up after this many seconds and print no events (at most 600)
-    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub timeout: u64,
+    /// Give up after this long and print no events: 1s to 10m, such as 45s or 2m (a
+    /// bare number is seconds)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::watch_timeout)]
+    pub timeout: Duration,
 }
 
 /// `agentmesh ledger ...`
 #[derive(Debug, Subcommand)]
 pub enum LedgerCommand {
     /// Print the newest entries, oldest first
+    #[command(after_help = LEDGER_TAIL_EXAMPLES)]
     Tail(LedgerTailArgs),
     /// Read one page of the ledger slice protocol
+    #[command(after_help = LEDGER_SLICE_EXAMPLES)]
     Slice(LedgerSliceArgs),
     /// Write every entry of the mesh as JSON lines, oldest first
+    #[command(after_help = LEDGER_EXPORT_EXAMPLES)]
     Export(LedgerExportArgs),
     /// Add entries from a JSON-lines file (all or none); entries already present are skipped
+    #[command(after_help = LEDGER_IMPORT_EXAMPLES)]
     Import(LedgerImportArgs),
 }
+
+/// Shown after `agentmesh ledger tail --help`.
+const LEDGER_TAIL_EXAMPLES: &str = "\
+Examples:
+  agentmesh ledger tail --limit 50
+  agentmesh ledger tail --kind task_failed --since 2025-01-01T00:00:00Z --json";
+
+/// Shown after `agentmesh ledger slice --help`.
+const LEDGER_SLICE_EXAMPLES: &str = "\
+Examples:
+  agentmesh ledger slice --limit 500 --json
+  agentmesh ledger slice --after 0192f1c2-entry --kind task_claimed --json";
+
+/// Shown after `agentmesh ledger export --help`.
+const LEDGER_EXPORT_EXAMPLES: &str = "\
+Examples:
+  agentmesh ledger export > ledger.jsonl
+  agentmesh --mesh backend ledger export --output backend.jsonl";
+
+/// Shown after `agentmesh ledger import --help`.
+const LEDGER_IMPORT_EXAMPLES: &str = "\
+Examples:
+  agentmesh ledger import ledger.jsonl
+  agentmesh --server http://127.0.0.1:7433 ledger export | agentmesh ledger import -";
 
 /// `agentmesh ledger export`
 #[derive(Debug, Args)]
@@ -652,12 +1016,33 @@ pub struct LedgerSliceArgs {
 #[derive(Debug, Subcommand)]
 pub enum MissionCommand {
     /// Create a mission, or update the one with this id
+    #[command(after_help = MISSION_ADD_EXAMPLES)]
     Add(MissionAddArgs),
     /// List the missions of the mesh with their progress, most recently updated first
+    #[command(after_help = MISSION_LIST_EXAMPLES)]
     List(MissionListArgs),
     /// Show one mission, its progress and its tasks
+    #[command(after_help = MISSION_SHOW_EXAMPLES)]
     Show(MissionShowArgs),
 }
+
+/// Shown after `agentmesh mission add --help`.
+const MISSION_ADD_EXAMPLES: &str = "\
+Examples:
+  agentmesh mission add auth --title 'Login rework' --goal 'SSO behind a flag'
+  agentmesh mission add auth --title 'Login rework' --status closed";
+
+/// Shown after `agentmesh mission list --help`.
+const MISSION_LIST_EXAMPLES: &str = "\
+Examples:
+  agentmesh mission list
+  agentmesh mission list --status active --json";
+
+/// Shown after `agentmesh mission show --help`.
+const MISSION_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh mission show auth
+  agentmesh mission show auth --json";
 
 /// Arguments of `mission add`.
 #[derive(Debug, Args)]
@@ -707,10 +1092,12 @@ pub struct DeliveriesArgs {
 #[derive(Debug, Subcommand)]
 pub enum DeliveriesCommand {
     /// Show one delivery with every field, whatever its status
+    #[command(after_help = DELIVERY_SHOW_EXAMPLES)]
     Show(DeliveryShowArgs),
     /// Move a delivery to a status: delivered, acked (read by the session),
     /// completed, failed, ...; never backwards, never out of failed, expired or
     /// cancelled
+    #[command(after_help = DELIVERY_MARK_EXAMPLES)]
     Mark(DeliveryMarkArgs),
 }
 
@@ -748,14 +1135,17 @@ pub struct DispatchesArgs {
 #[derive(Debug, Subcommand)]
 pub enum DispatchesCommand {
     /// Show the dispatch of one task with every field, whatever its status
+    #[command(after_help = DISPATCH_SHOW_EXAMPLES)]
     Show(DispatchShowArgs),
     /// Move the dispatch of a task, or every open one of a session, to a status:
     /// dispatched, acked, completed, failed or stale (completed and failed never change)
+    #[command(after_help = DISPATCH_MARK_EXAMPLES)]
     Mark(DispatchMarkArgs),
     /// Mark `dispatched` rows nobody acknowledged in time stale
-    #[command(name = "mark-stale")]
+    #[command(name = "mark-stale", after_help = DISPATCH_MARK_STALE_EXAMPLES)]
     MarkStale(DispatchStaleArgs),
     /// Forget the dispatches of these tasks
+    #[command(after_help = DISPATCH_REMOVE_EXAMPLES)]
     Remove(DispatchRemoveArgs),
 }
 
@@ -783,9 +1173,10 @@ pub struct DispatchMarkArgs {
 /// Arguments of `dispatches mark-stale`.
 #[derive(Debug, Args)]
 pub struct DispatchStaleArgs {
-    /// Sent at least this long ago: seconds, or a number with s, m, h or d (1h)
-    #[arg(long, value_name = "AGE", value_parser = parse_age)]
-    pub older_than: u64,
+    /// Sent at least this long ago: a duration (90s, 10m, 1h30m, 2d; a bare number
+    /// is seconds)
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub older_than: Duration,
 }
 
 /// Arguments of `dispatches remove`.
@@ -808,6 +1199,7 @@ pub struct SessionsArgs {
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
     /// Forget a session's idle report (what a session shutting down does)
+    #[command(after_help = SESSIONS_REMOVE_EXAMPLES)]
     Remove(SessionRemoveArgs),
 }
 
@@ -828,10 +1220,10 @@ pub struct ToolCallsArgs {
     /// Only calls of this caller role: coordinator, worker or unknown
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,
-    /// How far back: seconds, or a number with s, m, h or d [default: the log's
-    /// 100 s]
-    #[arg(long, value_name = "SPAN", value_parser = parse_age)]
-    pub within: Option<u64>,
+    /// How far back: a duration (90s, 10m; a bare number is seconds) [default:
+    /// the log's 100s]
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub within: Option<Duration>,
     /// List at most this many calls, 1 to 1000 [default: 100]
     #[arg(long, value_name = "N")]
     pub limit: Option<u32>,
@@ -848,15 +1240,83 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The words of one shell command line, up to its first unquoted `|`, `>` or
+    /// `<`: quotes group and are removed, a backslash escapes the next character.
+    fn shell_words(line: &str) -> Vec<String> {
+        let mut words = Vec::new();
+        let mut word: Option<String> = None;
+        let mut chars = line.chars();
+        let mut quote = None;
+        while let Some(c) = chars.next() {
+            match (quote, c) {
+                (None, '|' | '>' | '<') => break,
+                (None, c) if c.is_whitespace() => words.extend(word.take()),
+                (None, '\'' | '"') => {
+                    quote = Some(c);
+                    word.get_or_insert_with(String::new);
+                }
+                (Some(q), c) if c == q => quote = None,
+                (Some('\''), c) => word.get_or_insert_with(String::new).push(c),
+                (_, '\\') => word.get_or_insert_with(String::new).extend(chars.next()),
+                (_, c) => word.get_or_insert_with(String::new).push(c),
+            }
+        }
+        words.extend(word);
+        words
+    }
+
+    /// The example command lines of a help text: each line starting with
+    /// `agentmesh `, joined with the lines it continues onto (a trailing `\`).
+    fn examples(help: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        let mut lines = help.lines().map(str::trim);
+        while let Some(line) = lines.next() {
+            if !line.starts_with("agentmesh ") {
+                continue;
+            }
+            let mut example = line.to_owned();
+            while let Some(stripped) = example.strip_suffix('\\') {
+                example = format!("{stripped} {}", lines.next().unwrap_or_default());
+            }
+            found.push(example);
+        }
+        found
+    }
+
     #[test]
-    fn ages_take_seconds_or_a_unit() {
-        assert_eq!(parse_age("90"), Ok(90));
-        assert_eq!(parse_age("10m"), Ok(600));
-        assert_eq!(parse_age("2h"), Ok(7_200));
-        assert_eq!(parse_age("1d"), Ok(86_400));
-        assert!(parse_age("10 minutes").is_err());
-        assert!(parse_age("m").is_err());
-        assert!(parse_age("-5").is_err());
+    fn every_command_has_examples_and_every_example_parses() {
+        fn walk(command: &clap::Command, path: &str, seen: &mut usize) {
+            // `-h` shows the short text, `--help` the long one when there is one.
+            let texts: Vec<String> = [command.get_after_help(), command.get_after_long_help()]
+                .into_iter()
+                .flatten()
+                .map(ToString::to_string)
+                .collect();
+            assert!(!texts.is_empty(), "`{path} --help` has no examples");
+            for text in &texts {
+                let found = examples(text);
+                assert!(!found.is_empty(), "`{path} --help` shows no example starting with `agentmesh `");
+                for example in found {
+                    if let Err(err) = Cli::try_parse_from(shell_words(&example)) {
+                        panic!("the example of `{path}` does not parse: {example}\n{err}");
+                    }
+                }
+            }
+            *seen += 1;
+            for sub in command.get_subcommands().filter(|sub| sub.get_name() != "help") {
+                walk(sub, &format!("{path} {}", sub.get_name()), seen);
+            }
+        }
+        let mut seen = 0;
+        walk(&Cli::command(), "agentmesh", &mut seen);
+        assert!(seen >= 35, "only {seen} commands were walked");
+    }
+
+    #[test]
+    fn shell_words_follow_quotes_and_stop_at_redirections() {
+        assert_eq!(shell_words("a 'b c' \"d\\\"e\" f\\ g | h"), ["a", "b c", "d\"e", "f g"]);
+        assert_eq!(shell_words("x '' > out"), ["x", ""]);
+        assert_eq!(examples("Examples:\n  agentmesh a \\\n      --b c\n  other"), ["agentmesh a  --b c"]);
     }
 
     #[test]

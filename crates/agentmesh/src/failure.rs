@@ -3,7 +3,10 @@
 //!
 //! [`classify`] is the one place that decides exit codes: 2 when the caller's
 //! input was at fault (a clap error, an [`InvalidInput`] raised here or in the
-//! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else.
+//! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else
+//! (a read-only command on a data dir with no database among them: `no_database`).
+//! A full disk or quota is `storage_full` also where the command's own file
+//! handling (not the store) met it.
 //! Commands never pick an exit code themselves; they return an `anyhow::Error` and
 //! the classification looks through its whole chain.
 
@@ -14,6 +17,8 @@ use agentmesh_api::MeshError;
 use agentmesh_core::InvalidInput;
 use agentmesh_store::StoreError;
 use serde_json::json;
+
+use crate::commands::NoDatabase;
 
 /// Exit code for bad input.
 pub const EXIT_BAD_INPUT: u8 = 2;
@@ -42,6 +47,12 @@ pub fn classify(err: &anyhow::Error) -> Classified {
         }
         if cause.downcast_ref::<InvalidInput>().is_some() {
             return Classified { exit_code: EXIT_BAD_INPUT, code: "invalid_input".to_owned() };
+        }
+        if cause.downcast_ref::<NoDatabase>().is_some() {
+            return Classified { exit_code: EXIT_FAILURE, code: "no_database".to_owned() };
+        }
+        if cause.downcast_ref::<io::Error>().and_then(agentmesh_store::FullStorage::of_io).is_some() {
+            return Classified { exit_code: EXIT_FAILURE, code: "storage_full".to_owned() };
         }
     }
     Classified { exit_code: EXIT_FAILURE, code: "internal_error".to_owned() }
@@ -117,6 +128,10 @@ mod tests {
             Err::<(), _>(io::Error::other("disk on fire")).context("writing").unwrap_err();
         assert_eq!(classify(&err), Classified { exit_code: 1, code: "internal_error".to_owned() });
         assert!(!is_broken_pipe(&err));
+        let full: anyhow::Error = Err::<(), _>(io::Error::from(io::ErrorKind::StorageFull))
+            .context("writing the token")
+            .unwrap_err();
+        assert_eq!(classify(&full), Classified { exit_code: 1, code: "storage_full".to_owned() });
         let pipe = anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe));
         assert!(is_broken_pipe(&pipe));
     }

@@ -9,10 +9,12 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use agentmesh_core::Timestamp;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches};
 
 mod cli;
 mod commands;
+mod duration;
 mod failure;
 mod output;
 
@@ -34,7 +36,7 @@ pub fn now() -> Timestamp {
 }
 
 fn main() -> ExitCode {
-    let cli = match cli::Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(err) => return failure::report_usage(&err, json_requested()),
     };
@@ -42,11 +44,21 @@ fn main() -> ExitCode {
     let mut out = output::Output::stdout(json);
     let result =
         commands::Context::resolve(&cli.global).and_then(|ctx| commands::run(&ctx, cli.command, &mut out));
-    drop(out);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => failure::report(&err, json),
     }
+}
+
+/// Parses the command line, noting which global options came from it rather
+/// than from the environment.
+fn parse() -> Result<cli::Cli, clap::Error> {
+    let matches = cli::Cli::command().try_get_matches()?;
+    let mut cli = cli::Cli::from_arg_matches(&matches)?;
+    let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    cli.global.data_dir_on_command_line = given("data_dir");
+    cli.global.server_on_command_line = given("server");
+    Ok(cli)
 }
 
 /// Whether `--json` is on the command line, for reporting a parse error in JSON

@@ -7,6 +7,10 @@
 //! own serde (camelCase, the original's field names).
 //! The helpers below render the human form: aligned tables, relative ages and
 //! one-line excerpts. Write errors (a closed pipe) are returned, never panicked on.
+//!
+//! stdout is locked only while a result is written, never for the whole command:
+//! `agentmesh mcp` hands stdout to the MCP transport, whose writer takes the same
+//! lock from another thread for every message.
 
 use std::io::{self, Write};
 
@@ -14,7 +18,8 @@ pub use agentmesh_api::views::{
     ConflictView, DeliveryView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleSessionView,
     InboxEventView, MissionDetailView, MissionView, ProgressView, ToolCallLogView,
 };
-use agentmesh_core::events::{DrainCounter, read_completion_summary};
+use agentmesh_core::events::{DrainCounter, coordinator_text, read_completion_summary};
+
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -22,13 +27,13 @@ use serde_json::{Map, Value};
 /// Where a command's result goes.
 pub struct Output {
     json: bool,
-    out: Box<dyn Write>,
+    out: io::Stdout,
 }
 
 impl Output {
     /// Output to stdout, as JSON when `json`.
     pub fn stdout(json: bool) -> Output {
-        Output { json, out: Box::new(io::stdout().lock()) }
+        Output { json, out: io::stdout() }
     }
 
     /// Whether results are printed as JSON.
@@ -43,13 +48,16 @@ impl Output {
         value: &T,
         human: impl FnOnce(&mut dyn Write) -> io::Result<()>,
     ) -> anyhow::Result<()> {
+        // Locked for this one result only (see the module docs), and buffered, so
+        // the document reaches stdout in one piece.
+        let mut out = io::BufWriter::new(self.out.lock());
         if self.json {
-            serde_json::to_writer_pretty(&mut self.out, value)?;
-            writeln!(self.out)?;
+            serde_json::to_writer_pretty(&mut out, value)?;
+            writeln!(out)?;
         } else {
-            human(&mut self.out)?;
+            human(&mut out)?;
         }
-        self.out.flush()?;
+        out.flush()?;
         Ok(())
     }
 }
@@ -66,10 +74,12 @@ impl Table {
         Table { header, rows: Vec::new() }
     }
 
-    /// Adds a row; it must have one cell per column.
+    /// Adds a row; it must have one cell per column. A control character in a cell
+    /// (a row the original wrote may hold an id with a newline) is shown escaped, so
+    /// one row is always one line.
     pub fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.header.len(), "a row needs one cell per column");
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(printable).collect());
     }
 
     /// Writes the table, two spaces between columns.
@@ -96,6 +106,39 @@ impl Table {
         }
         Ok(())
     }
+}
+
+/// `cell` with every control character escaped (`\n`, `\u{0}`), unchanged when it
+/// has none.
+fn printable(cell: String) -> String {
+    if !cell.chars().any(char::is_control) {
+        return cell;
+    }
+    cell.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// What a listing holds, in the singular and the plural (`task`, `tasks`).
+#[derive(Debug, Clone, Copy)]
+pub struct Noun(pub &'static str, pub &'static str);
+
+/// Writes a listing read from `mesh` and names the mesh: `no tasks in mesh "m"`
+/// when it is empty, else the rows `write_rows` writes and a last line counting
+/// them (`3 tasks in mesh "m"`), so a mistyped `--mesh` never reads as an empty
+/// system.
+pub fn write_listing(
+    w: &mut dyn Write,
+    mesh: &str,
+    noun: Noun,
+    count: usize,
+    write_rows: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    if count == 0 {
+        return writeln!(w, "no {} in mesh {mesh:?}", noun.1);
+    }
+    write_rows(w)?;
+    writeln!(w, "{count} {} in mesh {mesh:?}", if count == 1 { noun.0 } else { noun.1 })
 }
 
 /// The first line of `text`, cut to at most `max` characters (with an ellipsis).
@@ -230,8 +273,9 @@ pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::R
 }
 
 /// Writes inbox events (or `no events`): per event a line with its time, name, task
-/// and id, then the text the coordinator reads, indented; an event without that
-/// text gets a one-line summary instead.
+/// and id, then the text the coordinator reads (rendered by the core from the
+/// event, as the MCP tools show it), indented; an event without that text gets a
+/// one-line summary instead.
 pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::Result<()> {
     if events.is_empty() {
         return writeln!(w, "no events");
@@ -247,8 +291,8 @@ pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::R
             event.event.as_str().unwrap_or("?"),
             event.id
         )?;
-        let message = payload.get("coordinatorMessage").and_then(Value::as_str).map(str::trim);
-        match message.filter(|m| !m.is_empty()) {
+        let message = payload.as_object().map(coordinator_text).unwrap_or_default();
+        match Some(message.trim()).filter(|m| !m.is_empty()) {
             Some(message) => {
                 for line in message.lines().map(str::trim_end) {
                     if line.is_empty() { writeln!(w)? } else { writeln!(w, "    {line}")? }
@@ -277,10 +321,15 @@ fn one_line_summary(payload: &Value) -> String {
     }
 }
 
-/// Writes a drain: the delivered events, then one line with how many were
-/// delivered and held back and every counter that is not zero.
-pub fn write_drain(w: &mut dyn Write, drain: &DrainView) -> io::Result<()> {
-    write_inbox_events(w, &drain.events)?;
+/// Writes a drain from `mesh`: the delivered events (or `no events in mesh "m"`),
+/// then one line with how many were delivered and held back and every counter
+/// that is not zero.
+pub fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> io::Result<()> {
+    if drain.events.is_empty() {
+        writeln!(w, "no events in mesh {mesh:?}")?;
+    } else {
+        write_inbox_events(w, &drain.events)?;
+    }
     let counters: Vec<String> = DrainCounter::ALL
         .into_iter()
         .filter(|c| drain.counters.get(*c) > 0)
@@ -509,6 +558,27 @@ mod tests {
             String::from_utf8(buf).unwrap(),
             "ID         STATUS\na-long-id  pending\nb          assigned\n"
         );
+    }
+
+    #[test]
+    fn a_control_character_in_a_cell_never_starts_a_line() {
+        let mut t = Table::new(vec!["ID", "STATUS"]);
+        t.row(vec!["x\u{0}y\nz".into(), "pending".into()]);
+        let mut buf = Vec::new();
+        t.write(&mut buf).unwrap();
+        assert_eq!(String::from_utf8(buf).unwrap(), "ID          STATUS\nx\\u{0}y\\nz  pending\n");
+    }
+
+    #[test]
+    fn listings_name_their_mesh() {
+        let write = |count: usize| {
+            let mut buf = Vec::new();
+            write_listing(&mut buf, "prod", Noun("task", "tasks"), count, |w| writeln!(w, "ROWS")).unwrap();
+            String::from_utf8(buf).unwrap()
+        };
+        assert_eq!(write(0), "no tasks in mesh \"prod\"\n");
+        assert_eq!(write(1), "ROWS\n1 task in mesh \"prod\"\n");
+        assert_eq!(write(2), "ROWS\n2 tasks in mesh \"prod\"\n");
     }
 
     #[test]

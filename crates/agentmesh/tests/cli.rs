@@ -71,7 +71,13 @@ impl Run {
 
 impl Mesh {
     fn new() -> Mesh {
-        Mesh { dir: tempfile::tempdir().expect("a temp dir") }
+        // Private, as agentmesh makes a data dir it creates: one that other users
+        // can read gets a warning on stderr.
+        let mut builder = tempfile::Builder::new();
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        let dir = builder.tempdir().expect("a temp dir");
+        Mesh { dir }
     }
 
     fn data_dir(&self) -> &Path {
@@ -186,6 +192,7 @@ fn add_list_claim_complete_show() {
     table.assert_code(0);
     assert!(table.stdout.starts_with("ID "), "{}", table.stdout);
     assert!(table.stdout.contains(&id) && table.stdout.contains("fix the login test"), "{}", table.stdout);
+    assert!(table.stdout.ends_with("\n1 task in mesh \"default\"\n"), "{}", table.stdout);
 
     let claimed = mesh.json(&["claim", "--node", "n1", "--session", "s1", "--tag", "os=linux"]);
     assert_eq!(claimed["id"], id.as_str());
@@ -284,6 +291,7 @@ fn nothing_to_claim_is_null_and_exit_0() {
 #[test]
 fn bad_input_exits_2_names_the_field_and_changes_nothing() {
     let mesh = Mesh::new();
+    mesh.json(&["task", "add", "kept", "--id", "kept"]);
     let cases: [(&[&str], &str); 9] = [
         (&["task", "add", "   "], "message"),
         (&["task", "add", "x", "--priority", "urgent"], "priority"),
@@ -303,13 +311,14 @@ fn bad_input_exits_2_names_the_field_and_changes_nothing() {
         assert!(run.stderr.contains(&format!("invalid {field}")), "{args:?}: {}", run.stderr);
         assert_eq!(mesh.json_error(args, 2), "invalid_input", "{args:?}");
     }
-    assert!(mesh.task_ids().is_empty(), "a refused request enqueued something");
-    assert!(mesh.ledger_kinds().is_empty(), "a refused request wrote to the ledger");
+    assert_eq!(mesh.task_ids(), ["kept"], "a refused request enqueued something");
+    assert_eq!(mesh.ledger_kinds(), ["task_dispatched"], "a refused request wrote to the ledger");
 }
 
 #[test]
 fn unknown_task_ids_are_refused() {
     let mesh = Mesh::new();
+    mesh.json(&["--mesh", "other", "task", "add", "a database to look in"]);
     for args in [&["task", "show", "nope"][..], &["task", "cancel", "nope"], &["task", "requeue", "nope"]] {
         let run = mesh.run(args);
         assert_ne!(run.code, 0, "{args:?}");
@@ -380,10 +389,11 @@ fn complete_with_claim_next_reports_and_claims_in_one_call() {
 #[test]
 fn list_json_is_an_array_and_filters_by_status() {
     let mesh = Mesh::new();
+    mesh.json(&["--mesh", "other", "task", "add", "elsewhere"]);
     assert_eq!(mesh.json(&["task", "list"]), serde_json::json!([]));
     let empty = mesh.run(&["task", "list"]);
     empty.assert_code(0);
-    assert_eq!(empty.stdout.trim(), "no tasks");
+    assert_eq!(empty.stdout.trim(), "no tasks in mesh \"default\"");
 
     mesh.json(&["task", "add", "one", "--id", "t1"]);
     mesh.json(&["task", "add", "two", "--id", "t2"]);
@@ -567,6 +577,7 @@ fn missions_show_progress_derived_from_their_tasks() {
 #[test]
 fn unknown_missions_are_not_found() {
     let mesh = Mesh::new();
+    mesh.json(&["task", "add", "a database to look in"]);
     let run = mesh.run(&["mission", "show", "nope"]);
     run.assert_code(2);
     assert!(run.stderr.contains("mission nope not found"), "{}", run.stderr);
@@ -647,7 +658,7 @@ fn sessions_lists_live_idle_sessions_of_this_mesh_only() {
     assert!(!table.stdout.contains("s-expired") && !table.stdout.contains("s-beta"), "{}", table.stdout);
     let empty = mesh.run(&["--mesh", "gamma", "sessions"]);
     empty.assert_code(0);
-    assert_eq!(empty.stdout.trim(), "no idle sessions");
+    assert_eq!(empty.stdout.trim(), "no idle sessions in mesh \"gamma\"");
     assert_eq!(mesh.json(&["--mesh", "gamma", "sessions"]), json!([]));
 }
 
@@ -717,7 +728,7 @@ fn deliveries_lists_waiting_deliveries_of_this_mesh_only() {
     assert!(!table.stdout.contains("d-beta") && !table.stdout.contains("d3"), "{}", table.stdout);
     let empty = mesh.run(&["--mesh", "gamma", "deliveries"]);
     empty.assert_code(0);
-    assert_eq!(empty.stdout.trim(), "no active deliveries");
+    assert_eq!(empty.stdout.trim(), "no active deliveries in mesh \"gamma\"");
 }
 
 #[test]
@@ -793,7 +804,7 @@ fn dispatches_lists_active_dispatches_of_this_mesh_only() {
     assert!(!table.stdout.contains("t2") && !table.stdout.contains("t-beta"), "{}", table.stdout);
     let empty = mesh.run(&["--mesh", "gamma", "dispatches"]);
     empty.assert_code(0);
-    assert_eq!(empty.stdout.trim(), "no active dispatches");
+    assert_eq!(empty.stdout.trim(), "no active dispatches in mesh \"gamma\"");
 }
 
 /// The drainer flags of coordinator A: machine `mach_A`, run `run-1`.
@@ -919,7 +930,7 @@ fn push_peek_drain_and_the_second_drain_is_empty() {
     assert!(mesh.peek_ids_as_a().is_empty());
     let human = mesh.run(&["events", "drain", "--daemon", "mach_A", "--run", "run-1"]);
     human.assert_code(0);
-    assert_eq!(human.stdout, "no events\ndelivered 0, held back 0\n");
+    assert_eq!(human.stdout, "no events in mesh \"default\"\ndelivered 0, held back 0\n");
 
     let human = mesh.run(&["events", "push", "--event", "agent:ready", "--to-daemon", "mach_A"]);
     human.assert_code(0);
@@ -1221,8 +1232,11 @@ fn a_readonly_task_asking_for_a_forbidden_operation_is_refused_with_the_original
     let run = mesh.run(&["task", "add", "rm -rf build && npm publish", "--mode", "live_debug_readonly"]);
     run.assert_code(2);
     assert!(run.stderr.contains(reason), "the reason reaches stderr: {}", run.stderr);
-    assert_eq!(mesh.json(&["task", "list"]), json!([]), "nothing was enqueued");
-    assert_eq!(mesh.json(&["ledger", "tail"]), json!([]), "nothing was recorded");
+    assert_eq!(
+        mesh.json_error(&["task", "list"], 1),
+        "no_database",
+        "a refused enqueue writes nothing, not even a database"
+    );
 
     let writer = mesh.json(&["task", "add", "rm -rf build && npm publish", "--mode", "code_change"]);
     assert_eq!(writer["status"], "pending", "a task that may change things is accepted");
@@ -1268,4 +1282,191 @@ fn a_task_id_held_by_another_mesh_is_refused_saying_where_it_is() {
     let shown = mesh.run(&["--mesh", "B", "task", "show", "t1"]);
     assert_ne!(shown.code, 0, "t1 is not in mesh B");
     assert_eq!(mesh.json(&["--mesh", "A", "task", "show", "t1"])["message"], "first");
+}
+
+// ── Ids ─────────────────────────────────────────────────────────────────────
+
+#[test]
+fn every_id_flag_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "kept", "--id", "kept"]);
+    let long = "x".repeat(201);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["task", "add", "x", "--id", "x\ny\nz"], "id"),
+        (vec!["task", "add", "x", "--id", &long], "id"),
+        (vec!["task", "add", "x", "--depends-on", "kept", "--depends-on", "a\rb"], "dependsOn[1]"),
+        (vec!["task", "add", "x", "--target-node", "n\u{1b}[2J"], "targetNodeId"),
+        (vec!["task", "add", "x", "--target-session", &long], "targetSessionId"),
+        (vec!["task", "add", "x", "--mission", "m\n1"], "missionId"),
+        (vec!["task", "add", "x", "--coordinator-run", "run\n1"], "coordinator.runId"),
+        (vec!["task", "show", "kept\nforged"], "id"),
+        (vec!["task", "cancel", "kept\nforged"], "id"),
+        (vec!["task", "requeue", &long], "id"),
+        (vec!["claim", "--node", "n\n1", "--session", "s1"], "nodeId"),
+        (vec!["claim", "--node", "n1", "--session", &long], "sessionId"),
+        (vec!["complete", "--session", "s\t1"], "sessionId"),
+        (vec!["mission", "add", "m\n1", "--title", "T"], "id"),
+        (vec!["mission", "show", &long], "id"),
+        (vec!["events", "drain", "--daemon", "mach\nA", "--run", "run-1"], "daemonId"),
+        (
+            vec!["events", "push", "--event", "agent:ready", "--to-daemon", "mach\nA"],
+            "targetCoordinatorDaemonId",
+        ),
+        (vec!["events", "ack", "e\n1"], "id"),
+        (vec!["events", "retract", "--task", &long], "taskId"),
+        (vec!["deliveries", "--session", "s\n1"], "sessionId"),
+        (vec!["--mesh", "a\nb", "task", "list"], "mesh"),
+        (vec!["--mesh", &long, "task", "add", "x"], "mesh"),
+        (vec!["work", "--node", "n1", "--session", "s\n1", "--once", "--", "true"], "sessionId"),
+    ];
+    for (args, field) in &cases {
+        let run = mesh.run(args);
+        run.assert_code(2);
+        assert!(run.stdout.is_empty(), "{args:?} printed {}", run.stdout);
+        assert!(run.stderr.contains(&format!("invalid {field}: ")), "{args:?}: {}", run.stderr);
+        assert_eq!(mesh.json_error(args, 2), "invalid_input", "{args:?}");
+    }
+    assert_eq!(mesh.task_ids(), ["kept"], "a refused id enqueued something");
+    assert_eq!(mesh.ledger_kinds(), ["task_dispatched"], "a refused id wrote to the ledger");
+    assert!(mesh.json(&["mission", "list"]).as_array().unwrap().is_empty(), "a refused id made a mission");
+
+    // On a fresh data dir a refused id creates no database either.
+    let fresh = Mesh::new();
+    fresh.run(&["task", "add", "x", "--id", "x\ny"]).assert_code(2);
+    assert!(!fresh.data_dir().join("mesh-runtime.db").exists(), "a refused id opened the database");
+}
+
+#[test]
+fn a_row_with_an_id_outside_the_rule_is_still_listed_one_line_per_row() {
+    let mesh = Mesh::new();
+    mesh.seed(|store| {
+        for id in ["legacy\nforged  pending  normal", "plain"] {
+            let task = agentmesh_core::Task::new(id, "default", "from the original", &SEEDED_AT.iso());
+            store.insert_queue_entry(&task).expect("a row as the original wrote it");
+        }
+    });
+    let listed = mesh.json(&["task", "list"]);
+    assert_eq!(
+        strings(&listed, "id"),
+        ["legacy\nforged  pending  normal", "plain"],
+        "JSON keeps ids exactly"
+    );
+    let table = mesh.run(&["task", "list"]);
+    table.assert_code(0);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "a header, one line per task and the count:\n{}", table.stdout);
+    assert!(lines[1].starts_with("legacy\\nforged  pending  normal  pending"), "{}", table.stdout);
+    assert!(lines[2].starts_with("plain "), "{}", table.stdout);
+    assert_eq!(lines[3], "2 tasks in mesh \"default\"");
+}
+
+// ── Data dirs and meshes ────────────────────────────────────────────────────
+
+/// The commands that only read, each with the flags it needs.
+const READ_ONLY: [&[&str]; 13] = [
+    &["status"],
+    &["task", "list"],
+    &["task", "show", "t1"],
+    &["ledger", "tail"],
+    &["ledger", "slice"],
+    &["ledger", "export", "--output", "/dev/null"],
+    &["events", "peek", "--daemon", "mach_A", "--run", "run-1"],
+    &["sessions"],
+    &["deliveries"],
+    &["dispatches"],
+    &["mission", "list"],
+    &["mission", "show", "m1"],
+    &["meshes"],
+];
+
+#[test]
+fn a_read_only_command_on_a_data_dir_without_a_database_fails_and_creates_nothing() {
+    let mesh = Mesh::new();
+    let typo = mesh.data_dir().join("typo");
+    let typo_arg = typo.to_str().expect("a UTF-8 path");
+    for args in READ_ONLY {
+        let mut all = vec!["--data-dir", typo_arg];
+        all.extend_from_slice(args);
+        let run = Run::from_output(mesh.bare_command().args(&all).output().expect("the binary runs"));
+        run.assert_code(1);
+        assert!(run.stdout.is_empty(), "{args:?} printed {}", run.stdout);
+        assert!(
+            run.stderr.starts_with(&format!("agentmesh: no database in {typo_arg}: ")),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("mesh-runtime.db") && run.stderr.contains("--data-dir"),
+            "{}",
+            run.stderr
+        );
+        all.insert(0, "--json");
+        let run = Run::from_output(mesh.bare_command().args(&all).output().expect("the binary runs"));
+        run.assert_code(1);
+        assert_eq!(run.json()["error"]["code"], "no_database", "{args:?}");
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+    }
+
+    // A data dir that exists but holds no database is left as empty as it was.
+    for args in READ_ONLY {
+        mesh.run(args).assert_code(1);
+    }
+    assert_eq!(std::fs::read_dir(mesh.data_dir()).unwrap().count(), 0, "a read-only command created a file");
+
+    // Bad input is still bad input (exit 2), named before the missing database.
+    assert_eq!(mesh.json_error(&["task", "list", "--status", "done"], 2), "invalid_input");
+    assert_eq!(mesh.json_error(&["ledger", "tail", "--since", "yesterday"], 2), "invalid_input");
+
+    // A command that writes creates the database; then the reads answer.
+    mesh.json(&["task", "add", "first", "--id", "t1"]);
+    for args in READ_ONLY {
+        let run = mesh.run(args);
+        assert_ne!(run.code, 1, "{args:?}: {}", run.stderr);
+    }
+}
+
+#[test]
+fn meshes_lists_every_mesh_of_the_data_dir_with_its_counts() {
+    let mesh = Mesh::new();
+    assert_eq!(mesh.json(&["mission", "add", "m1", "--mesh", "beta", "--title", "Plan"])["created"], true);
+    assert_eq!(mesh.json(&["meshes"]).as_array().map(Vec::len), Some(1));
+    mesh.json(&["--mesh", "alpha", "task", "add", "one", "--id", "a1"]);
+    mesh.json(&["--mesh", "alpha", "task", "add", "two", "--id", "a2"]);
+    mesh.json(&["--mesh", "alpha", "claim", "--node", "n1", "--session", "s1"]);
+    mesh.json(&["--mesh", "gamma", "events", "push", "--event", "agent:ready", "--to-daemon", "mach_A"]);
+
+    let listed = mesh.json(&["meshes"]);
+    assert_eq!(strings(&listed, "meshId"), ["alpha", "beta", "gamma"]);
+    let alpha = &listed[0];
+    assert_eq!(
+        alpha["tasks"],
+        json!({"pending": 1, "assigned": 1, "completed": 0, "failed": 0, "cancelled": 0}),
+        "{alpha}"
+    );
+    assert_eq!(
+        (alpha["pendingEvents"].as_u64(), alpha["ledgerEntries"].as_u64()),
+        (Some(0), Some(3)),
+        "{alpha}"
+    );
+    assert_eq!(listed[1]["missions"], 1, "{listed}");
+    assert_eq!(listed[2]["pendingEvents"], 1, "{listed}");
+
+    let table = mesh.run(&["meshes"]);
+    table.assert_code(0);
+    let lines: Vec<&str> = table.stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("MESH ") && lines[0].contains("PENDING") && lines[0].contains("LEDGER"),
+        "{}",
+        table.stdout
+    );
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["alpha", "1", "1", "0", "0", "0", "0", "3", "0"]
+    );
+    assert_eq!(lines.len(), 4, "{}", table.stdout);
+
+    // A mistyped mesh reads as what it is: named, and not among the meshes.
+    let typo = mesh.run(&["--mesh", "alpah", "task", "list"]);
+    typo.assert_code(0);
+    assert_eq!(typo.stdout, "no tasks in mesh \"alpah\"\n");
 }

@@ -1,14 +1,16 @@
 //! `agentmesh mcp` over stdio, driven by rmcp's client: every tool, bad
-//! arguments, the rate guard, and a coordinator and a worker in two processes.
+//! arguments, the rate guard, a coordinator and workers in separate processes,
+//! the texts a coordinator reads, and the documented values of every schema.
 
 mod mcp_support;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use mcp_support::{
     call, exercise_every_tool, ok, polling_gets_the_advisory, spawn_stdio, text, wait_for_events,
 };
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_tool_answers_over_stdio_and_bad_arguments_are_tool_errors() {
@@ -63,6 +65,414 @@ async fn the_daemon_id_is_kept_in_the_data_dir_and_each_process_is_a_new_run() {
     assert_eq!(seen[0].0, stored.trim());
     assert_eq!(seen[0].0, seen[1].0);
     assert_ne!(seen[0].1, seen[1].1);
+}
+
+/// `value` with every string `"BAD"` in it replaced by `bad`.
+fn with_placeholder_as(value: serde_json::Value, bad: &str) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(s) if s == "BAD" => Value::from(bad),
+        Value::Array(items) => Value::Array(items.into_iter().map(|v| with_placeholder_as(v, bad)).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, with_placeholder_as(v, bad))).collect())
+        }
+        other => other,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = spawn_stdio(dir.path(), None).await;
+    ok(&client, "enqueue_task", json!({ "message": "kept", "id": "t-f" })).await;
+    let ledger = ok(&client, "ledger_tail", json!({ "tail": 100 })).await;
+    let cases = [
+        ("enqueue_task", json!({ "message": "x", "id": "BAD" }), "id"),
+        ("enqueue_task", json!({ "message": "x", "dependsOn": ["BAD"] }), "dependsOn[0]"),
+        ("enqueue_task", json!({ "message": "x", "targetNodeId": "BAD" }), "targetNodeId"),
+        ("enqueue_task", json!({ "message": "x", "missionId": "BAD" }), "missionId"),
+        ("enqueue_tasks", json!({ "tasks": [{ "message": "a", "ref": "BAD" }] }), "tasks[0].ref"),
+        (
+            "enqueue_tasks",
+            json!({ "tasks": [{ "message": "a" }, { "message": "b", "id": "BAD" }] }),
+            "tasks[1].id",
+        ),
+        ("show_task", json!({ "taskId": "BAD" }), "taskId"),
+        ("cancel_task", json!({ "taskId": "BAD" }), "taskId"),
+        ("requeue_task", json!({ "taskId": "BAD", "force": true }), "taskId"),
+        ("claim_task", json!({ "sessionId": "w1", "nodeId": "BAD" }), "nodeId"),
+        ("claim_task", json!({ "sessionId": "BAD" }), "sessionId"),
+        ("heartbeat_task", json!({ "taskId": "BAD", "epoch": 1, "sessionId": "w1" }), "taskId"),
+        ("complete_task", json!({ "summary": "done", "sessionId": "BAD" }), "sessionId"),
+        ("fail_task", json!({ "reason": "no", "taskId": "BAD", "sessionId": "w1" }), "taskId"),
+        ("upsert_mission", json!({ "missionId": "BAD", "title": "T" }), "missionId"),
+        ("show_mission", json!({ "missionId": "BAD" }), "missionId"),
+        ("suggest_node", json!({ "taskId": "t-f", "nodes": [{ "nodeId": "BAD" }] }), "nodes[0].nodeId"),
+        ("send_to_session", json!({ "sessionId": "BAD", "message": "hello" }), "sessionId"),
+        ("read_deliveries", json!({ "sessionId": "BAD" }), "sessionId"),
+        ("report_idle", json!({ "sessionId": "BAD" }), "sessionId"),
+    ];
+    for bad in ["x\u{0}y\nz", &"a".repeat(201)] {
+        for (tool, arguments, field) in &cases {
+            let arguments = with_placeholder_as(arguments.clone(), bad);
+            let result = call(&client, tool, arguments.clone()).await;
+            assert_eq!(result.is_error, Some(true), "{tool} {arguments}: {}", text(&result));
+            let error: serde_json::Value = serde_json::from_str(&text(&result)).unwrap();
+            assert_eq!(error["code"], "invalid_input", "{tool} {arguments}: {error}");
+            assert_eq!(error["field"], *field, "{tool} {arguments}: {error}");
+            assert!(error["message"].as_str().unwrap().starts_with(&format!("invalid {field}: ")), "{error}");
+        }
+    }
+    let tasks = ok(&client, "list_tasks", json!({})).await;
+    let ids: Vec<&str> = tasks["tasks"].as_array().unwrap().iter().filter_map(|t| t["id"].as_str()).collect();
+    assert_eq!(ids, ["t-f"], "a refused id enqueued something");
+    assert_eq!(
+        ok(&client, "ledger_tail", json!({ "tail": 100 })).await,
+        ledger,
+        "a refused id wrote to the ledger"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_reaches_the_coordinator_with_its_reason_in_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = spawn_stdio(dir.path(), None).await;
+    let worker = spawn_stdio(dir.path(), None).await;
+
+    let enqueued = ok(&coordinator, "enqueue_task", json!({ "message": "make the tests pass" })).await;
+    let task_id = enqueued["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(ok(&worker, "claim_task", json!({})).await["task"]["id"], task_id.as_str());
+    ok(&worker, "fail_task", json!({ "reason": "tests still red" })).await;
+
+    let waited = call(&coordinator, "wait_for_mesh_events", json!({ "seconds": 20 })).await;
+    let events = waited.structured_content.as_ref().unwrap()["events"].as_array().unwrap().clone();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["event"], "agent:stopped");
+    assert_eq!(events[0]["reason"], "tests still red");
+    let said = events[0]["text"].as_str().unwrap();
+    assert!(said.contains(&format!("Task {task_id} failed: tests still red")), "{said}");
+    assert!(said.contains("requeue_task"), "{said}");
+    // The text block the agent reads says it too.
+    assert!(text(&waited).contains("tests still red"), "{}", text(&waited));
+
+    coordinator.cancel().await.unwrap();
+    worker.cancel().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_under_one_configuration_are_sessions_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let coordinator = spawn_stdio(dir.path(), None).await;
+    // Two workers started alike, as a shared `.mcp.json` starts them.
+    let first = spawn_stdio(dir.path(), None).await;
+    let second = spawn_stdio(dir.path(), None).await;
+    // Read-only work: the workers run on one node (this machine), which takes one
+    // task that writes at a time.
+    for id in ["t-1", "t-2"] {
+        let task = json!({ "message": format!("review {id}"), "id": id, "readonly": true });
+        ok(&coordinator, "enqueue_task", task).await;
+    }
+
+    let mut sessions = Vec::new();
+    for worker in [&first, &second] {
+        let you = ok(worker, "mesh_status", json!({})).await["you"].clone();
+        assert_eq!(you["sessionPinned"], false, "{you}");
+        sessions.push(you["sessionId"].as_str().unwrap().to_owned());
+    }
+    assert!(sessions.iter().all(|s| s.starts_with("ses_")), "{sessions:?}");
+    assert_ne!(sessions[0], sessions[1]);
+
+    let claimed_first = ok(&first, "claim_task", json!({})).await;
+    let claimed_second = ok(&second, "claim_task", json!({})).await;
+    assert_eq!(claimed_first["sessionId"], sessions[0].as_str());
+    assert_eq!(claimed_second["sessionId"], sessions[1].as_str());
+    assert_eq!(claimed_second["refusal"], Value::Null, "{claimed_second}");
+    let (a, b) = (claimed_first["task"]["id"].clone(), claimed_second["task"]["id"].clone());
+    assert!(a.is_string() && b.is_string() && a != b, "{a} {b}");
+
+    // Without a task id, each completes its own task.
+    let done = ok(&second, "complete_task", json!({ "summary": "second done" })).await;
+    assert_eq!(done["task"]["id"], b);
+    assert_eq!(done["task"]["status"], "completed");
+    let done = ok(&first, "complete_task", json!({ "summary": "first done" })).await;
+    assert_eq!(done["task"]["id"], a);
+    assert_eq!(done["task"]["assignedSessionId"], sessions[0].as_str());
+
+    // `--session` pins the session.
+    let pinned = spawn_stdio(dir.path(), Some("worker-9")).await;
+    let you = ok(&pinned, "mesh_status", json!({})).await["you"].clone();
+    assert_eq!((you["sessionId"].as_str(), you["sessionPinned"].as_bool()), (Some("worker-9"), Some(true)));
+    ok(&coordinator, "enqueue_task", json!({ "message": "do t-3", "id": "t-3" })).await;
+    let claimed = ok(&pinned, "claim_task", json!({})).await;
+    assert_eq!(claimed["task"]["assignedSessionId"], "worker-9");
+    assert_eq!(claimed["sessionId"], "worker-9");
+
+    for client in [coordinator, first, second, pinned] {
+        client.cancel().await.unwrap();
+    }
+}
+
+/// Names the original's texts sent a coordinator to; agentmesh has none of them.
+const FOREIGN_NAMES: &[&str] = &[
+    "mesh_read_chat",
+    "mesh_approve",
+    "mesh_answer_question",
+    "mesh_launch_session",
+    "mesh_send_task",
+    "mesh_retry_node_bootstrap",
+    "pendingCoordinatorEvents",
+];
+
+/// The words of `text` that look like a tool or an argument name: `snake_case`
+/// and `camelCase` identifiers, leaving out the `key=value` diagnostics.
+fn names_in(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut names = Vec::new();
+    let mut start = None;
+    for i in 0..=bytes.len() {
+        match (start, bytes.get(i).copied().filter(|b| is_word(*b))) {
+            (None, Some(_)) => start = Some(i),
+            (Some(from), None) => {
+                start = None;
+                let word = &text[from..i];
+                let in_diagnostic = (from > 0 && bytes[from - 1] == b'=') || bytes.get(i) == Some(&b'=');
+                let snake = word.trim_matches('_').contains('_');
+                let camel = word
+                    .as_bytes()
+                    .windows(2)
+                    .any(|w| w[0].is_ascii_lowercase() && w[1].is_ascii_uppercase());
+                if (snake || camel) && !in_diagnostic {
+                    names.push(word.to_owned());
+                }
+            }
+            _ => {}
+        }
+    }
+    names
+}
+
+/// Every text the core renders for a coordinator: each event it writes a text for,
+/// under metadata and options that take every branch, and the rate guard's advice.
+fn core_texts() -> Vec<String> {
+    use agentmesh_core::events::{
+        EVENTS_WITH_TEXT, MessageOptions, RecoveryContext, build_coordinator_message,
+    };
+    let metadata = [
+        json!({}),
+        json!({ "taskId": "t1", "reason": "tests still red", "targetSessionId": "w1", "providerType": "claude-cli",
+                "providerSessionId": "p1", "evidenceLevel": "weak", "finalSummary": "done",
+                "completionDiagnostic": { "blockReason": "missing_final_assistant", "finalAssistantPresent": false,
+                                          "finalSummaryMayBeTruncated": true } }),
+        json!({ "finalSummary": "x".repeat(20_000), "reviewRecommended": true }),
+        json!({ "source": "no_progress_reconciliation", "finalSummary": "done" }),
+        json!({ "reason": "out of disk" }),
+        json!({ "promptId": "p9", "interactivePrompt": { "questions": [{ "header": "DB", "question": "Which one?",
+                "multiSelect": true, "options": [{ "label": "SQLite", "description": "embedded" }] }] } }),
+        json!({ "modalMessage": "Continue?" }),
+        json!({ "meshWorkerStall": true, "stalledMs": 90_000, "observedStatus": "idle" }),
+        json!({ "worktreePath": "/wt/a", "durationMs": 1_500, "error": "clone failed" }),
+        json!({ "jobId": "j1", "result": { "branch": "wt/a", "into": "main", "merged": true, "code": "conflict",
+                "error": "merge conflict", "blockedReason": "dirty", "validationSummary": { "status": "passed" },
+                "patchEquivalence": { "equivalent": true },
+                "finalBranchConvergenceState": { "status": "converged", "merged": false, "nextStep": "Rebase." } } }),
+    ];
+    let recovery = |retry: bool, message: Option<&str>| RecoveryContext {
+        consecutive_node_failures: 2,
+        task_attempt_count: 1,
+        advice: "retry once".into(),
+        retry_recommended: retry,
+        last_task_message: message.map(str::to_owned),
+    };
+    let options = [
+        MessageOptions::default(),
+        MessageOptions { worktree_has_queued_task: true, ..MessageOptions::default() },
+        MessageOptions {
+            recovery: Some(recovery(true, Some("write the parser"))),
+            ..MessageOptions::default()
+        },
+        MessageOptions { recovery: Some(recovery(true, None)), ..MessageOptions::default() },
+        MessageOptions { recovery: Some(recovery(false, None)), ..MessageOptions::default() },
+    ];
+    let mut texts = Vec::new();
+    for event in EVENTS_WITH_TEXT {
+        for metadata in &metadata {
+            for options in &options {
+                let text =
+                    build_coordinator_message(event, "Node 'n1'", metadata.as_object().unwrap(), options);
+                assert!(!text.is_empty(), "{event} has a text");
+                texts.push(text);
+            }
+        }
+    }
+    let guard = agentmesh_core::RateGuard::default();
+    texts.push(guard.verdict("m", "mesh_status", 99).advisory.expect("a tripped guard advises"));
+    texts
+}
+
+/// The values a schema documents: its `enum`, `const` and `examples`, also inside
+/// `oneOf`/`anyOf`.
+fn documented_values(schema: &Value) -> Vec<Value> {
+    let mut values = Vec::new();
+    for key in ["enum", "examples"] {
+        values.extend(schema.get(key).and_then(Value::as_array).into_iter().flatten().cloned());
+    }
+    values.extend(schema.get("const").cloned());
+    for key in ["oneOf", "anyOf"] {
+        for branch in schema.get(key).and_then(Value::as_array).into_iter().flatten() {
+            values.extend(documented_values(branch));
+        }
+    }
+    values
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_text_a_coordinator_reads_names_only_real_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = spawn_stdio(dir.path(), None).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let instructions = client.peer_info().and_then(|info| info.instructions.clone()).unwrap_or_default();
+    client.cancel().await.unwrap();
+
+    let tool_names: BTreeSet<String> = tools.iter().map(|t| t.name.to_string()).collect();
+    let mut argument_names = BTreeSet::new();
+    let mut schema_words = BTreeSet::new();
+    let mut descriptions = vec![instructions.clone()];
+    for tool in &tools {
+        descriptions.extend(tool.description.as_deref().map(str::to_owned));
+        let mut stack = vec![Value::Object(tool.input_schema.as_ref().clone())];
+        while let Some(schema) = stack.pop() {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                argument_names.extend(properties.keys().cloned());
+                stack.extend(properties.values().cloned());
+            }
+            stack.extend(schema.get("items").cloned());
+            descriptions.extend(schema.get("description").and_then(Value::as_str).map(str::to_owned));
+            for value in documented_values(&schema) {
+                let words =
+                    value.as_str().map(|s| s.split(',').map(str::to_owned).collect()).unwrap_or_default();
+                schema_words.extend::<Vec<String>>(words);
+            }
+        }
+    }
+    assert!(!instructions.is_empty(), "the server has instructions");
+
+    for text in core_texts() {
+        for foreign in FOREIGN_NAMES {
+            assert!(!text.contains(foreign), "a core text names {foreign}:\n{text}");
+        }
+        for name in names_in(&text) {
+            let known = tool_names.contains(&name) || argument_names.contains(&name);
+            assert!(known, "a core text names {name}, which is no agentmesh tool or argument:\n{text}");
+        }
+    }
+    // The server's own texts may also name the documented values of an argument,
+    // and the one answer word requeue_task documents.
+    for text in descriptions {
+        for foreign in FOREIGN_NAMES {
+            assert!(!text.contains(foreign), "a tool text names {foreign}:\n{text}");
+        }
+        for name in names_in(&text) {
+            let known = tool_names.contains(&name)
+                || argument_names.contains(&name)
+                || schema_words.contains(&name)
+                || name == "retries_exhausted";
+            assert!(known, "a tool text names {name}, which is no agentmesh tool or argument:\n{text}");
+        }
+    }
+}
+
+/// What each tool is called with before a documented value is set in it.
+fn base_arguments(tool: &str) -> Value {
+    match tool {
+        "enqueue_task" => json!({ "message": "documented values" }),
+        "enqueue_tasks" => json!({ "tasks": [{ "message": "documented values" }] }),
+        "show_task" | "cancel_task" => json!({ "taskId": "t-doc" }),
+        "requeue_task" => json!({ "taskId": "t-doc", "force": true }),
+        "upsert_mission" => json!({ "missionId": "m-doc", "title": "Documented" }),
+        "show_mission" => json!({ "missionId": "m-doc" }),
+        "suggest_node" => json!({ "taskId": "t-doc", "nodes": [{ "nodeId": "n1" }] }),
+        "send_to_session" => json!({ "sessionId": "w-doc", "message": "hello", "taskId": "t-doc" }),
+        "heartbeat_task" => json!({ "taskId": "t-doc", "epoch": 1 }),
+        "complete_task" => json!({ "summary": "done" }),
+        "fail_task" => json!({ "reason": "no disk" }),
+        "wait_for_mesh_events" => json!({ "seconds": 1 }),
+        _ => json!({}),
+    }
+}
+
+/// Sets `value` at `path` (object keys, and `0` for an array's first item) in
+/// `arguments`.
+fn set_at(arguments: &mut Value, path: &[String], value: Value) {
+    let mut at = arguments;
+    for step in path {
+        at = if step == "0" {
+            if at.as_array().is_none_or(Vec::is_empty) {
+                *at = json!([{}]);
+            }
+            &mut at[0]
+        } else {
+            &mut at[step.as_str()]
+        };
+    }
+    *at = value;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_documented_value_in_the_tool_schemas_is_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = spawn_stdio(dir.path(), None).await;
+    ok(&client, "enqueue_task", json!({ "message": "target", "id": "t-doc" })).await;
+    ok(&client, "upsert_mission", json!({ "missionId": "m-doc", "title": "Documented" })).await;
+
+    let tools = client.list_all_tools().await.unwrap();
+    let mut tried = Vec::new();
+    for tool in &tools {
+        let schema = Value::Object(tool.input_schema.as_ref().clone());
+        let written = schema.to_string();
+        assert!(!written.contains("\"format\""), "{}: a schema names a format: {written}", tool.name);
+        let mut stack = vec![(Vec::<String>::new(), schema)];
+        while let Some((path, schema)) = stack.pop() {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (name, property) in properties {
+                    let mut inner = path.clone();
+                    inner.push(name.clone());
+                    let described = property.get("description").and_then(Value::as_str).unwrap_or_default();
+                    if described.contains("e.g.") {
+                        assert!(
+                            !documented_values(property).is_empty(),
+                            "{} {inner:?} gives examples in words only: {described}",
+                            tool.name
+                        );
+                    }
+                    stack.push((inner, property.clone()));
+                }
+            }
+            if let Some(items) = schema.get("items") {
+                let mut inner = path.clone();
+                inner.push("0".to_owned());
+                stack.push((inner, items.clone()));
+            }
+            if path.is_empty() {
+                continue;
+            }
+            for value in documented_values(&schema) {
+                let mut arguments = base_arguments(&tool.name);
+                set_at(&mut arguments, &path, value.clone());
+                let result = call(&client, &tool.name, arguments.clone()).await;
+                if result.is_error == Some(true) {
+                    let error: Value = serde_json::from_str(&text(&result)).unwrap();
+                    assert_ne!(error["code"], "invalid_argument", "{} {arguments}: {error}", tool.name);
+                }
+                tried.push(format!("{} {path:?} = {value}", tool.name));
+            }
+        }
+    }
+    // taskMode's documented values among them.
+    assert!(tried.iter().any(|t| t.contains("taskMode") && t.contains("code_change")), "{tried:#?}");
+    assert!(tried.len() >= 30, "{tried:#?}");
+    client.cancel().await.unwrap();
 }
 
 /// Each tool (but the wait, which valid arguments keep waiting) with arguments it

@@ -259,26 +259,26 @@ fn completion_fingerprints_and_conflicts_are_read_by_task_and_session() {
         store.record_completion_conflict(&conflict("c2", "t5", "s3", &SEEDED_AT.iso())).unwrap();
     });
 
-    let all = mesh.json(&["completions", "fingerprints"]);
+    let all = mesh.json(&["fingerprints"]);
     assert_eq!(all.as_array().map(Vec::len), Some(3), "the expired one and mesh beta's are left out: {all}");
-    let t1 = mesh.json(&["completions", "fingerprints", "--task", "t1"]);
+    let t1 = mesh.json(&["fingerprints", "--task", "t1"]);
     assert_eq!(strings(&t1, "fingerprint"), ["pending::default::agent:generating_completed::t1::genuine"]);
     assert_eq!((&t1[0]["durable"], &t1[0]["strength"]), (&json!(true), &json!("genuine")));
-    assert_eq!(strings(&mesh.json(&["completions", "fingerprints", "--session", "s7"]), "taskId"), ["t3"]);
-    assert_eq!(mesh.json(&["completions", "fingerprints", "--limit", "1"]).as_array().map(Vec::len), Some(1));
-    assert_eq!(mesh.json_error(&["completions", "fingerprints", "--limit", "0"]).0, "invalid_input");
+    assert_eq!(strings(&mesh.json(&["fingerprints", "--session", "s7"]), "taskId"), ["t3"]);
+    assert_eq!(mesh.json(&["fingerprints", "--limit", "1"]).as_array().map(Vec::len), Some(1));
+    assert_eq!(mesh.json_error(&["fingerprints", "--limit", "0"]).0, "invalid_input");
 
-    assert_eq!(strings(&mesh.json(&["completions", "conflicts"]), "id"), ["c1"], "one hour back by default");
-    let long = mesh.json(&["completions", "conflicts", "--within", "100000d"]);
+    assert_eq!(strings(&mesh.json(&["conflicts"]), "id"), ["c1"], "one hour back by default");
+    let long = mesh.json(&["conflicts", "--within", "100000d"]);
     assert_eq!(strings(&long, "id"), ["c1", "c2"], "newest first");
     assert_eq!(long[0]["conflictingSessionId"], "s2");
-    let by_task = mesh.json(&["completions", "conflicts", "--within", "100000d", "--task", "t5"]);
+    let by_task = mesh.json(&["conflicts", "--within", "100000d", "--task", "t5"]);
     assert_eq!(strings(&by_task, "id"), ["c2"], "a task on either side");
-    let by_session = mesh.json(&["completions", "conflicts", "--within", "100000d", "--session", "s-first"]);
+    let by_session = mesh.json(&["conflicts", "--within", "100000d", "--session", "s-first"]);
     assert_eq!(strings(&by_session, "id"), ["c1", "c2"]);
-    let table = mesh.run(&["completions", "conflicts"]).assert_code(0);
+    let table = mesh.run(&["conflicts"]).assert_code(0);
     assert!(table.stdout.contains("SUPPRESSED") && table.stdout.contains("t1-copy"), "{}", table.stdout);
-    let none = mesh.run(&["--mesh", "gamma", "completions", "fingerprints"]).assert_code(0);
+    let none = mesh.run(&["--mesh", "gamma", "fingerprints"]).assert_code(0);
     assert_eq!(none.stdout.trim(), "no completion fingerprints");
 }
 
@@ -472,9 +472,8 @@ fn help_reads_for_every_new_command() {
     for args in [
         &["events", "held"][..],
         &["events", "requeue-held"],
-        &["completions"],
-        &["completions", "fingerprints"],
-        &["completions", "conflicts"],
+        &["fingerprints"],
+        &["conflicts"],
         &["deliveries", "show"],
         &["deliveries", "mark"],
         &["dispatches", "show"],

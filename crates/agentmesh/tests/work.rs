@@ -1,6 +1,6 @@
-//! End-to-end tests of `agentmesh work` and of the CLI against a real daemon:
-//! every test runs the real binaries as processes (`agentmesh serve`, workers,
-//! a coordinator's commands) on a temporary data dir.
+//! End-to-end tests of `agentmesh work`, of the CLI against a real daemon and of
+//! `agentmesh demo`: every test runs the real binaries as processes (`agentmesh
+//! serve`, workers, a coordinator's commands, the demo) on a temporary data dir.
 //!
 //! Nothing here asserts on timing. Waits have generous deadlines and end as soon
 //! as what they wait for has happened; signals are sent with the system's `kill`.
@@ -416,6 +416,8 @@ fn reads_print_the_same_bytes_with_and_without_the_daemon() {
         &["ledger", "tail", "--json"],
         &["mission", "show", "m1", "--json"],
         &["status", "--json"],
+        &["meshes", "--json"],
+        &["meshes"],
     ] {
         let local = run(dir, args).ok();
         let remote = daemon.remote(args).ok();
@@ -717,8 +719,6 @@ fn a_command_that_leaves_a_process_holding_its_output_is_completed_and_the_proce
 #[test]
 fn a_waiting_worker_reports_itself_idle_and_removes_the_report_when_it_stops() {
     let dir = tempfile::tempdir().expect("a temp dir");
-    // The database exists before the worker and the reads below open it side by side.
-    assert_eq!(run(dir.path(), &["sessions", "--json"]).ok().json(), serde_json::json!([]));
     let mut worker = agentmesh()
         .arg("--data-dir")
         .arg(dir.path())
@@ -730,7 +730,9 @@ fn a_waiting_worker_reports_itself_idle_and_removes_the_report_when_it_stops() {
         .expect("a worker starts");
     let until = Instant::now() + DEADLINE;
     let listed = loop {
-        let sessions = run(dir.path(), &["sessions", "--json"]).ok().json();
+        // Until the worker has created the database, the read is refused.
+        let read = run(dir.path(), &["sessions", "--json"]);
+        let sessions = if read.code == 0 { read.json() } else { serde_json::json!([]) };
         if sessions.as_array().is_some_and(|s| !s.is_empty()) {
             break sessions;
         }
@@ -796,8 +798,8 @@ fn the_records_around_the_queue_read_and_move_the_same_through_the_daemon() {
 
     for args in [
         &["events", "held", "--task", "t1", "--json"][..],
-        &["completions", "fingerprints", "--task", "t1", "--json"],
-        &["completions", "conflicts", "--json"],
+        &["fingerprints", "--task", "t1", "--json"],
+        &["conflicts", "--json"],
         &["deliveries", "show", "d1", "--json"],
         &["dispatches", "show", "t1", "--json"],
         &["tool-calls", "--within", "100000d", "--json"],
@@ -820,4 +822,105 @@ fn the_records_around_the_queue_read_and_move_the_same_through_the_daemon() {
     assert_eq!(run(dir, &["deliveries", "show", "d1", "--json"]).ok().json()["status"], "acked");
     assert_eq!(run(dir, &["events", "held", "--json"]).ok().json(), serde_json::json!([]));
     daemon.stop();
+}
+
+// ── agentmesh demo ──────────────────────────────────────────────────────────
+
+/// The demo's tasks by ref, with the refs each depends on.
+const DEMO_PLAN: [(&str, &[&str]); 5] = [
+    ("plan", &[]),
+    ("lexer", &["plan"]),
+    ("parser", &["plan"]),
+    ("tests", &["lexer", "parser"]),
+    ("notes", &["tests"]),
+];
+
+#[test]
+fn the_demo_runs_the_whole_job_and_the_coordinator_gets_each_completion_once() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let data_dir = dir.path().join("mesh");
+    let demo = run(&data_dir, &["demo", "--json"]).ok();
+    let report = demo.json();
+
+    let tasks = report["tasks"].as_array().expect("a tasks array");
+    let refs: Vec<&str> = tasks.iter().map(|t| t["ref"].as_str().expect("a ref")).collect();
+    assert_eq!(refs.len(), DEMO_PLAN.len(), "{report:#}");
+    for (reference, deps) in DEMO_PLAN {
+        let at =
+            refs.iter().position(|r| *r == reference).unwrap_or_else(|| panic!("no {reference}: {report:#}"));
+        for dep in deps {
+            let dep_at = refs.iter().position(|r| r == dep).expect("every dependency completed");
+            assert!(dep_at < at, "{reference} arrived before its dependency {dep}: {refs:?}");
+        }
+        let task = &tasks[at];
+        assert!(["worker-1", "worker-2"].contains(&task["session"].as_str().unwrap_or_default()), "{task}");
+        assert!(task["summary"].as_str().is_some_and(|s| s.starts_with("done: ")), "{task}");
+    }
+    assert_eq!(report["coordinator"]["completions"], 5, "{report:#}");
+    assert_eq!(report["dataDirRemoved"], false, "{report:#}");
+    let workers = report["workers"].as_array().expect("a workers array");
+    assert_eq!(workers.len(), 2, "{report:#}");
+    let completed: u64 = workers.iter().map(|w| w["completed"].as_u64().expect("a count")).sum();
+    assert_eq!(completed, 5, "{report:#}");
+    assert!(workers.iter().all(|w| w["failed"] == 0), "{report:#}");
+    assert!(demo.stderr.contains("completed by worker-"), "progress goes to stderr:\n{}", demo.stderr);
+
+    // The data stayed where --data-dir put it: five completed tasks of the mission,
+    // each claimed and completed once.
+    let listed = run(&data_dir, &["task", "list", "--json"]).ok().json();
+    let listed = listed.as_array().expect("a task list");
+    assert_eq!(listed.len(), 5, "{listed:?}");
+    assert!(listed.iter().all(|t| t["status"] == "completed" && t["missionId"] == "demo"), "{listed:?}");
+    let ledger = run(&data_dir, &["ledger", "tail", "--limit", "100", "--json"]).ok().json();
+    for task in listed {
+        for kind in ["task_claimed", "task_completed"] {
+            let count = ledger
+                .as_array()
+                .expect("ledger entries")
+                .iter()
+                .filter(|e| e["kind"] == kind && e["payload"]["taskId"] == task["id"])
+                .count();
+            assert_eq!(count, 1, "one {kind} for {} in {ledger:#}", task["id"]);
+        }
+    }
+}
+
+#[test]
+fn the_demo_uses_a_temporary_dir_removes_it_and_ignores_agentmesh_home() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let home = dir.path().join("home");
+    let agentmesh_home = dir.path().join("agentmesh-home");
+    let output = agentmesh()
+        .arg("demo")
+        .env("HOME", &home)
+        .env("AGENTMESH_HOME", &agentmesh_home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the demo runs");
+    let demo = Run::from(output).ok();
+    assert!(demo.stdout.starts_with("demo passed: 5 of 5 tasks completed"), "{}", demo.stdout);
+    assert!(demo.stdout.contains("each task's exactly once"), "{}", demo.stdout);
+    // `daemon       http://ADDR (data dir DIR, removed at exit)`
+    let temporary = demo
+        .stderr
+        .lines()
+        .find_map(|line| line.split_once("(data dir ")?.1.strip_suffix(", removed at exit)"))
+        .unwrap_or_else(|| panic!("the demo names its temporary data dir:\n{}", demo.stderr));
+    assert!(!Path::new(temporary).exists(), "{temporary} is removed at exit");
+    assert!(!home.exists() && !agentmesh_home.exists(), "the demo wrote nothing to the everyday data dir");
+}
+
+#[test]
+fn the_demo_fails_with_a_clear_message_when_it_cannot_run() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, "a file where a data dir should be").expect("a file");
+    let refused = run(&file, &["demo"]);
+    assert_ne!(refused.code, 0, "{}\n{}", refused.stdout, refused.stderr);
+    assert!(refused.stderr.contains("is a file, not a directory"), "{}", refused.stderr);
+
+    let server = run(dir.path(), &["demo", "--server", "http://127.0.0.1:9", "--json"]);
+    assert_eq!(server.code, 2, "{}\n{}", server.stdout, server.stderr);
+    assert_eq!(server.json()["error"]["code"], "invalid_input", "{}", server.stdout);
+    assert!(server.stderr.contains("server"), "{}", server.stderr);
 }

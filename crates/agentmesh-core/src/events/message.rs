@@ -4,8 +4,15 @@
 //! tell the coordinator what to do next, in particular when *not* to poll. Worker
 //! diagnostics ride along as a ` (key=value; ...)` suffix. A completion carries the
 //! worker's final summary inline (cut at [`COMPLETION_SUMMARY_MAX_CHARS`]), so the
-//! coordinator does not need a transcript round trip to see the result. Events
-//! without a text get `""`.
+//! coordinator does not need a transcript round trip to see the result, and a stop
+//! carries the worker's reason. Events without a text get `""`.
+//!
+//! The texts are the original's, except where the original sent the coordinator
+//! to tools of its own (reading a worker's chat, answering its prompts, launching
+//! sessions): an agentmesh text names only agentmesh tools, or says what agentmesh
+//! cannot do. [`coordinator_text`] renders the text of a stored event from its
+//! name and metadata; every agentmesh reader shows an event that way, whatever
+//! wording its stored `coordinatorMessage` has.
 
 use serde_json::{Map, Value};
 
@@ -21,15 +28,34 @@ use super::names::{
 pub const COMPLETION_SUMMARY_MAX_CHARS: usize = 16_000;
 
 /// Appended to a summary cut at [`COMPLETION_SUMMARY_MAX_CHARS`].
-const SUMMARY_CUT_NOTE: &str = "\n…[summary cut here: call mesh_read_chat once for the full transcript]";
+const SUMMARY_CUT_NOTE: &str = "\n…[summary cut here: show_task gives the whole summary]";
 
 /// The longest original task text repeated in a recovery message, in characters.
 const RETRY_TASK_MAX_CHARS: usize = 300;
 
 const INSUFFICIENT_NOTE: &str = " Completion evidence is insufficient: verify with git status or the \
-    provider_session_id before treating the task as done.";
-const WEAK_NOTE: &str = " Completion evidence is weak — verify via mesh_read_chat or git status before \
+    provider's session before treating the task as done.";
+const WEAK_NOTE: &str = " Completion evidence is weak — verify with git status or show_task before \
     treating the task as done; the worker may still be waiting on an approval.";
+
+/// What agentmesh says where the original offered its own tools for a worker's
+/// prompts: agentmesh has none, so the answer is given where the worker runs.
+const NO_PROMPT_TOOLS: &str = "agentmesh cannot answer a prompt inside a worker's session: answer it \
+    where the worker runs, or send the worker your answer with send_to_session.";
+
+/// The events the core writes a text for; every other event gets `""`.
+pub const EVENTS_WITH_TEXT: &[&str] = &[
+    AGENT_GENERATING_COMPLETED,
+    AGENT_WAITING_APPROVAL,
+    AGENT_WAITING_CHOICE,
+    AGENT_STOPPED,
+    MONITOR_NO_PROGRESS,
+    WORKTREE_BOOTSTRAP_COMPLETE,
+    WORKTREE_BOOTSTRAP_FAILED,
+    REFINE_ACCEPTED,
+    REFINE_COMPLETED,
+    REFINE_FAILED,
+];
 
 /// What the caller knows beyond the event itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -69,12 +95,11 @@ pub fn build_coordinator_message(
     let meta = completion_metadata_suffix(metadata);
     match event {
         AGENT_GENERATING_COMPLETED => generating_completed(node_label, metadata, &meta),
-        AGENT_WAITING_APPROVAL => format!(
-            "[System] {node_label} is waiting for approval to proceed{meta}. \
-             Use mesh_read_chat to see the request and mesh_approve to answer it."
-        ),
+        AGENT_WAITING_APPROVAL => {
+            format!("[System] {node_label} is waiting for approval to proceed{meta}. {NO_PROMPT_TOOLS}")
+        }
         AGENT_WAITING_CHOICE => waiting_choice(node_label, metadata, &meta),
-        AGENT_STOPPED => stopped(node_label, &meta, options.recovery.as_ref()),
+        AGENT_STOPPED => stopped(node_label, metadata, &meta, options.recovery.as_ref()),
         MONITOR_NO_PROGRESS => no_progress(node_label, metadata, &meta),
         WORKTREE_BOOTSTRAP_COMPLETE => {
             bootstrap_complete(node_label, metadata, options.worktree_has_queued_task)
@@ -82,8 +107,8 @@ pub fn build_coordinator_message(
         WORKTREE_BOOTSTRAP_FAILED => {
             let error = read_non_empty(metadata.get("error")).map(|e| format!(": {e}")).unwrap_or_default();
             format!(
-                "[System] {node_label} worktree bootstrap failed{error}. \
-                 Use `mesh_retry_node_bootstrap` to retry, or inspect the node state first."
+                "[System] {node_label} worktree bootstrap failed{error}. Tasks pinned to the node wait \
+                 until it is bootstrapped again; look at the node, or ask the user to."
             )
         }
         REFINE_ACCEPTED => {
@@ -97,6 +122,19 @@ pub fn build_coordinator_message(
         REFINE_FAILED => refine_failed(node_label, metadata),
         _ => String::new(),
     }
+}
+
+/// The text an agentmesh coordinator reads for a stored event (its JSON payload),
+/// rendered from the event's name, node label (`Remote agent` when it has none)
+/// and metadata. The payload's own `coordinatorMessage` is never copied: a payload
+/// the original wrote keeps the original's wording, which names tools agentmesh
+/// does not have. `""` for an event the core writes no text for.
+pub fn coordinator_text(payload: &Map<String, Value>) -> String {
+    let event = payload.get("event").and_then(Value::as_str).unwrap_or_default();
+    let label = read_non_empty(payload.get("nodeLabel")).unwrap_or("Remote agent");
+    let none = Map::new();
+    let metadata = read_record(payload.get("metadataEvent")).unwrap_or(&none);
+    build_coordinator_message(event, label, metadata, &MessageOptions::default())
 }
 
 /// The diagnostics suffix ` (key=value; ...)`, or `""` when there is nothing to
@@ -140,8 +178,8 @@ fn generating_completed(label: &str, metadata: &Map<String, Value>, meta: &str) 
     if metadata.get("source").and_then(Value::as_str) == Some("no_progress_reconciliation") {
         return format!(
             "[System] {label} already has completion evidence{meta}. The no-progress monitor reconciled its \
-             handoff and marked the session complete; wait for the queued completion event instead of \
-             checking the transcript by hand."
+             handoff and marked the session complete; wait for the queued completion event \
+             (wait_for_mesh_events) instead of checking by hand."
         );
     }
     let verify = if metadata.get("reviewRecommended") == Some(&Value::Bool(true)) {
@@ -154,13 +192,13 @@ fn generating_completed(label: &str, metadata: &Map<String, Value>, meta: &str) 
     match read_completion_summary(metadata) {
         Some(summary) => format!(
             "[System] {label} has completed its task and is now idle{meta}. Its final summary is below; read \
-             it here and call mesh_read_chat only if you need the full transcript.{verify}\n\n\
+             it here (show_task shows the whole task).{verify}\n\n\
              --- {label} final summary ---\n{}",
             cut_summary(summary)
         ),
         None => format!(
             "[System] {label} has completed its task and is now idle{meta}. The event carried no final \
-             summary.{verify} Use mesh_read_chat once to review its final output, and do not poll repeatedly."
+             summary.{verify} Use show_task once to see what the task recorded, and do not poll repeatedly."
         ),
     }
 }
@@ -219,24 +257,40 @@ fn waiting_choice(label: &str, metadata: &Map<String, Value>, meta: &str) -> Str
             }
         }
     }
-    let prompt_arg = prompt_id.map(|id| format!(", promptId: \"{id}\"")).unwrap_or_default();
+    let prompt = prompt_id.map(|id| format!(" (prompt {id})")).unwrap_or_default();
     lines.push(format!(
-        "\nAnswer with mesh_answer_question(node_id, session_id{prompt_arg}, answers). \
-         Do NOT use mesh_approve: it only resolves yes/no consent prompts, not questions. \
-         Use mesh_read_chat once first if you need more context."
+        "\nagentmesh cannot answer a question inside a worker's session{prompt}: answer it where the \
+         worker runs, or send the worker your choice with send_to_session."
     ));
     lines.join("\n")
 }
 
-fn stopped(label: &str, meta: &str, recovery: Option<&RecoveryContext>) -> String {
+/// A stop: the task it ended and the worker's reason, then what to do next.
+fn stopped(
+    label: &str,
+    metadata: &Map<String, Value>,
+    meta: &str,
+    recovery: Option<&RecoveryContext>,
+) -> String {
+    let reason = read_non_empty(metadata.get("reason"));
+    let task = read_non_empty(metadata.get("taskId"));
+    let outcome = match (task, reason) {
+        (Some(task), Some(reason)) => format!("\nTask {task} failed: {reason}"),
+        (Some(task), None) => format!("\nTask {task} failed; the worker gave no reason."),
+        (None, Some(reason)) => format!("\nThe worker's reason: {reason}"),
+        (None, None) => String::new(),
+    };
     let Some(recovery) = recovery.filter(|r| r.consecutive_node_failures > 0) else {
-        return format!(
-            "[System] {label} has stopped{meta}. \
-             Use mesh_read_chat once if you need to inspect its last output."
-        );
+        let next = if task.is_some() {
+            "show_task shows the task; requeue_task puts it back in the queue for any worker, and \
+             cancel_task drops it."
+        } else {
+            "ledger_tail shows what happened last."
+        };
+        return format!("[System] {label} has stopped{meta}.{outcome}\n\n{next}");
     };
     let mut lines = vec![
-        format!("[System] {label} has stopped unexpectedly{meta}."),
+        format!("[System] {label} has stopped unexpectedly{meta}.{outcome}"),
         "\n**Recovery context:**".to_owned(),
         format!("- Consecutive failures on this node: {}", recovery.consecutive_node_failures),
     ];
@@ -254,8 +308,8 @@ fn stopped(label: &str, meta: &str, recovery: Option<&RecoveryContext>) -> Strin
             lines.push("\n**Task to retry:**".to_owned());
             lines.push(format!("> {quoted}"));
             lines.push(
-                "\nTo retry, call `mesh_launch_session` for this node, \
-                 then `mesh_send_task` with the task above."
+                "\nTo retry, put the task back in the queue with requeue_task, or enqueue the text above \
+                 again with enqueue_task."
                     .to_owned(),
             );
         }
@@ -282,7 +336,7 @@ fn no_progress(label: &str, metadata: &Map<String, Value>, meta: &str) -> String
     format!(
         "[System] {label}: PTY output unchanged{}{}{meta}. This is an informational stall, NOT a failure and \
          not a restart: the worker's screen has not changed whatever its reported status, so it may be idle, \
-         waiting or stuck. Wait for a completion event, or make one bounded mesh_read_chat check and then \
+         waiting or stuck. Wait for a completion event, or make one bounded show_task check and then \
          wait again.",
         duration.unwrap_or_default(),
         status.unwrap_or_default(),
@@ -298,7 +352,7 @@ fn bootstrap_complete(label: &str, metadata: &Map<String, Value>, has_queued_tas
         .unwrap_or_default();
     let next = if has_queued_task {
         "The worktree is ready and a queued task targeting this node will claim it by itself; \
-         no manual `mesh_launch_session` is needed."
+         nothing needs to be started by hand."
     } else {
         "The worktree is ready. A task already queued for it will be claimed automatically; launch a session \
          by hand only if you need one and none exists yet."
@@ -428,7 +482,7 @@ mod tests {
     fn completion_notes_weak_and_insufficient_evidence() {
         let weak = message(AGENT_GENERATING_COMPLETED, json!({"finalSummary": "x", "evidenceLevel": "weak"}));
         assert!(weak.contains("(evidence_level=weak)"), "{weak}");
-        assert!(weak.contains("weak — verify via mesh_read_chat or git status"), "{weak}");
+        assert!(weak.contains("weak — verify with git status or show_task"), "{weak}");
         let review =
             message(AGENT_GENERATING_COMPLETED, json!({"finalSummary": "x", "reviewRecommended": true}));
         assert!(review.contains("insufficient"), "{review}");
@@ -452,7 +506,7 @@ mod tests {
     fn completion_without_a_summary_says_read_once() {
         let text = message(AGENT_GENERATING_COMPLETED, json!({"taskId": "t1"}));
         assert!(text.starts_with("[System] Node 'n1' has completed its task and is now idle."), "{text}");
-        assert!(text.contains("mesh_read_chat once"), "{text}");
+        assert!(text.contains("show_task once"), "{text}");
         assert!(!text.contains("final summary ---"), "{text}");
     }
 
@@ -499,9 +553,22 @@ mod tests {
         let text = message(AGENT_STOPPED, json!({"providerType": "codex-cli"}));
         assert_eq!(
             text,
-            "[System] Node 'n1' has stopped (provider=codex-cli). \
-             Use mesh_read_chat once if you need to inspect its last output."
+            "[System] Node 'n1' has stopped (provider=codex-cli).\n\nledger_tail shows what happened last."
         );
+        let text = message(
+            AGENT_STOPPED,
+            json!({"targetSessionId": "w1", "taskId": "t1", "reason": "tests still red"}),
+        );
+        assert_eq!(
+            text,
+            "[System] Node 'n1' has stopped (session_id=w1).\nTask t1 failed: tests still red\n\n\
+             show_task shows the task; requeue_task puts it back in the queue for any worker, and \
+             cancel_task drops it."
+        );
+        let text = message(AGENT_STOPPED, json!({"taskId": "t1"}));
+        assert!(text.contains("\nTask t1 failed; the worker gave no reason.\n"), "{text}");
+        let text = message(AGENT_STOPPED, json!({"reason": "out of disk"}));
+        assert!(text.contains("\nThe worker's reason: out of disk\n"), "{text}");
         let recovery = RecoveryContext {
             consecutive_node_failures: 2,
             task_attempt_count: 1,
@@ -510,9 +577,16 @@ mod tests {
             last_task_message: Some("x".repeat(400)),
         };
         let options = MessageOptions { recovery: Some(recovery.clone()), ..MessageOptions::default() };
-        let text = build_coordinator_message(AGENT_STOPPED, "Node 'n1'", &Map::new(), &options);
-        assert!(text.starts_with("[System] Node 'n1' has stopped unexpectedly."), "{text}");
+        let failed = md(json!({"taskId": "t1", "reason": "tests still red"}));
+        let text = build_coordinator_message(AGENT_STOPPED, "Node 'n1'", &failed, &options);
+        assert!(
+            text.starts_with(
+                "[System] Node 'n1' has stopped unexpectedly.\nTask t1 failed: tests still red\n"
+            ),
+            "{text}"
+        );
         assert!(text.contains("- Consecutive failures on this node: 2"), "{text}");
+        assert!(text.contains("put the task back in the queue with requeue_task"), "{text}");
         assert!(text.contains(&format!("> {}...", "x".repeat(300))), "{text}");
         let no_retry = RecoveryContext { retry_recommended: false, ..recovery.clone() };
         let options = MessageOptions { recovery: Some(no_retry), ..MessageOptions::default() };
@@ -521,14 +595,15 @@ mod tests {
         let healthy = RecoveryContext { consecutive_node_failures: 0, ..recovery };
         let options = MessageOptions { recovery: Some(healthy), ..MessageOptions::default() };
         let text = build_coordinator_message(AGENT_STOPPED, "Node 'n1'", &Map::new(), &options);
-        assert!(text.starts_with("[System] Node 'n1' has stopped. "), "{text}");
+        assert!(text.starts_with("[System] Node 'n1' has stopped.\n"), "{text}");
     }
 
     #[test]
     fn approval_and_choice() {
         let text = message(AGENT_WAITING_APPROVAL, json!({}));
         assert!(text.starts_with("[System] Node 'n1' is waiting for approval"), "{text}");
-        assert!(text.contains("mesh_approve"), "{text}");
+        assert!(text.contains("answer it where the worker runs"), "{text}");
+        assert!(text.contains("send_to_session"), "{text}");
         let text = message(
             AGENT_WAITING_CHOICE,
             json!({"interactivePrompt": {"promptId": "p9", "questions": [{
@@ -544,11 +619,7 @@ mod tests {
         );
         assert!(text.contains("\n**DB: Which database?** (select one or more)"), "{text}");
         assert!(text.contains("  1. SQLite — embedded\n  3. Postgres"), "{text}");
-        assert!(
-            text.contains("mesh_answer_question(node_id, session_id, promptId: \"p9\", answers)"),
-            "{text}"
-        );
-        assert!(text.contains("Do NOT use mesh_approve"), "{text}");
+        assert!(text.contains("a question inside a worker's session (prompt p9): answer it"), "{text}");
         let text = message(AGENT_WAITING_CHOICE, json!({"modalMessage": "Continue?"}));
         assert!(text.contains("\nContinue?"), "{text}");
     }
@@ -583,13 +654,13 @@ mod tests {
         let options = MessageOptions { worktree_has_queued_task: true, ..MessageOptions::default() };
         let text = build_coordinator_message(WORKTREE_BOOTSTRAP_COMPLETE, "Node 'n1'", &Map::new(), &options);
         assert!(text.starts_with("[System] Node 'n1' worktree bootstrap completed. "), "{text}");
-        assert!(text.contains("no manual `mesh_launch_session` is needed"), "{text}");
+        assert!(text.contains("nothing needs to be started by hand"), "{text}");
         let failed = message(WORKTREE_BOOTSTRAP_FAILED, json!({"error": "git clone failed"}));
         assert!(failed.starts_with(
-            "[System] Node 'n1' worktree bootstrap failed: git clone failed. Use `mesh_retry_node_bootstrap`"
+            "[System] Node 'n1' worktree bootstrap failed: git clone failed. Tasks pinned to the node wait"
         ));
         let failed = message(WORKTREE_BOOTSTRAP_FAILED, json!({}));
-        assert!(failed.starts_with("[System] Node 'n1' worktree bootstrap failed. Use"), "{failed}");
+        assert!(failed.starts_with("[System] Node 'n1' worktree bootstrap failed. Tasks"), "{failed}");
     }
 
     #[test]
@@ -636,6 +707,25 @@ mod tests {
         for event in ["agent:ready", "agent:generating_started", "mesh:dispatch_blocked", "whatever"] {
             assert_eq!(message(event, json!({"finalSummary": "x"})), "", "{event}");
         }
+        for event in EVENTS_WITH_TEXT {
+            assert_ne!(message(event, json!({})), "", "{event}");
+        }
+    }
+
+    #[test]
+    fn a_stored_event_is_rendered_from_its_metadata_not_its_stored_text() {
+        let payload = md(json!({
+            "event": "agent:stopped",
+            "nodeLabel": "Node 'n1'",
+            "metadataEvent": {"taskId": "t1", "reason": "tests still red"},
+            "coordinatorMessage": "[System] Node 'n1' has stopped. Use mesh_read_chat once.",
+        }));
+        let text = coordinator_text(&payload);
+        assert!(text.contains("Task t1 failed: tests still red"), "{text}");
+        assert!(!text.contains("mesh_read_chat"), "{text}");
+        let bare = coordinator_text(&md(json!({"event": "agent:waiting_approval"})));
+        assert!(bare.starts_with("[System] Remote agent is waiting for approval"), "{bare}");
+        assert_eq!(coordinator_text(&md(json!({"event": "agent:ready", "coordinatorMessage": "x"}))), "");
     }
 
     #[test]

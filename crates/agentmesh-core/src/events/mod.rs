@@ -48,7 +48,9 @@ pub use contract::{
 pub use envelope::{PendingEvent, ProtocolVersion, Scope, V2Envelope};
 pub use fingerprint::{durable_completion_dedup_key, pending_event_fingerprint, refine_terminal_fingerprint};
 pub use identity::{CoordinatorIdentity, assert_coordinator_identity};
-pub use message::{MessageOptions, RecoveryContext, build_coordinator_message};
+pub use message::{
+    EVENTS_WITH_TEXT, MessageOptions, RecoveryContext, build_coordinator_message, coordinator_text,
+};
 pub use metadata::{is_weak_completion_metadata, read_completion_summary, read_refine_job_id, refine_job_id};
 pub use names::default_scope_for_event;
 pub use routing::{

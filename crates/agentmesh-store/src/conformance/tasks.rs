@@ -300,6 +300,77 @@ pub fn insert_queue_entry_stores_the_task_as_given(store: &dyn Store) {
     assert_eq!(find(store, MESH, "raw-1"), task, "expected the refused insert to leave the task unchanged");
 }
 
+/// An enqueue whose ids break the id rule (a control character, over 200 bytes)
+/// is invalid input naming the field and changes nothing; a row stored as given
+/// with such an id (as the original may have written it) stays readable.
+pub fn ids_follow_the_id_rule_on_enqueue_and_odd_stored_rows_stay_readable(store: &dyn Store) {
+    let cases = [
+        ("id", NewTask { id: Some("x\u{0}y\nz".into()), ..new_task("t1") }),
+        ("id", NewTask { id: Some("t".repeat(201)), ..new_task("t1") }),
+        ("dependsOn[0]", NewTask { depends_on: vec!["a\rb".into()], ..new_task("t1") }),
+        ("targetNodeId", NewTask { target_node_id: Some("n\u{1b}1".into()), ..new_task("t1") }),
+        ("missionId", NewTask { mission_id: Some("m\n1".into()), ..new_task("t1") }),
+    ];
+    for (field, bad) in cases {
+        let what = format!("enqueue with a bad {field}");
+        assert_invalid_input(store.enqueue(MESH, &bad, at(1)), field, &what);
+    }
+    assert!(queue_ids(store, MESH, &[]).is_empty(), "expected the refused enqueues to store no task");
+    assert!(ledger_kinds(store, MESH).is_empty(), "expected the refused enqueues to write no ledger entry");
+
+    let mut odd = assigned_row("legacy\nrow", "s1", at(2));
+    odd.status = TaskStatus::Pending;
+    odd.assigned_session_id = None;
+    odd.assigned_node_id = None;
+    ok(store.insert_queue_entry(&odd), "insert_queue_entry of an odd id");
+    assert_eq!(queue_ids(store, MESH, &[]), ["legacy\nrow"], "expected the odd row listed as stored");
+    assert_eq!(find(store, MESH, "legacy\nrow"), odd, "expected the odd row read back as stored");
+}
+
+/// `mesh_summaries` lists every mesh with a row of its own, sorted by id, with its
+/// task counts by status, undrained events, ledger entries and missions.
+pub fn mesh_summaries_list_every_mesh_with_its_counts(store: &dyn Store) {
+    assert!(ok(store.mesh_summaries(), "mesh_summaries").is_empty(), "expected no mesh in an empty store");
+    enqueue(store, "z-tasks", new_task("t1"), at(0));
+    enqueue(store, "z-tasks", new_task("t2"), at(1));
+    claim_ok(store, "z-tasks", &worker("node-1", "s1"), at(2), "t1");
+    upsert_mission(store, "m-missions", new_mission("m1", "Mission one"), at(3));
+    queue_event(
+        store,
+        "a-events",
+        (inbox_event("a-events", "agent:ready", "n1", at(4)), Default::default()),
+        at(4),
+    );
+    ok(store.append_ledger(&ledger_entry("b-ledger", "e1", "note", at(5))), "append_ledger");
+    insert_delivery(store, "c-deliveries", delivery("d1", "s1", 0), at(6));
+
+    let summaries = ok(store.mesh_summaries(), "mesh_summaries");
+    let ids: Vec<&str> = summaries.iter().map(|s| s.mesh_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["a-events", "b-ledger", "c-deliveries", "m-missions", "z-tasks"],
+        "expected every mesh once, by id"
+    );
+    let tasks = &summaries[4];
+    assert_eq!(
+        tasks.tasks,
+        [
+            StatusCount { status: TaskStatus::Pending, count: 1 },
+            StatusCount { status: TaskStatus::Assigned, count: 1 }
+        ],
+        "expected the task counts in lifecycle order"
+    );
+    assert_eq!(tasks.ledger_entries, 3, "expected two task_dispatched and one task_claimed entry");
+    assert_eq!((tasks.pending_events, tasks.missions), (0, 0));
+    assert_eq!(summaries[0].pending_events, 1, "expected the queued event counted");
+    assert_eq!(summaries[1].ledger_entries, 1, "expected the appended entry counted");
+    assert_eq!(summaries[3].missions, 1, "expected the mission counted");
+    assert!(
+        summaries[2].tasks.is_empty() && summaries[2].ledger_entries == 0,
+        "expected a delivery-only mesh listed with no counts"
+    );
+}
+
 /// `update_queue_entry` rewrites a task as given and stamps `updatedAt = now`.
 pub fn update_queue_entry_stamps_updated_at(store: &dyn Store) {
     let original = enqueue(store, MESH, new_task("u1"), at(1));
@@ -442,6 +513,25 @@ pub fn pending_count_counts_pending_tasks(store: &dyn Store) {
     assert_eq!(pending(), 2, "expected a claimed task no longer pending");
     ok(store.cancel_task(MESH, "p2", None, at(5)), "cancel");
     assert_eq!(pending(), 1, "expected a cancelled task no longer pending");
+}
+
+/// `oldest_pending_created_at` is the enqueue time of the mesh's oldest pending
+/// task, blocked ones included, and moves on as tasks leave `pending`.
+pub fn oldest_pending_created_at_is_the_oldest_pending_enqueue(store: &dyn Store) {
+    let oldest = |mesh| ok(store.oldest_pending_created_at(mesh), "oldest_pending_created_at");
+    assert_eq!(oldest(MESH), None, "expected no answer for an empty mesh");
+    enqueue(store, OTHER_MESH, new_task("elsewhere"), at(0));
+    enqueue(store, MESH, new_task("first"), at(10));
+    enqueue(store, MESH, dependent_task("waits", &["first"]), at(20));
+    enqueue(store, MESH, new_task("last"), at(30));
+    assert_eq!(oldest(MESH), Some(at(10)), "expected the first enqueue, not the other mesh's older task");
+    claim_ok(store, MESH, &worker("node-1", "s1"), at(40), "first");
+    assert_eq!(oldest(MESH), Some(at(20)), "expected the task waiting for its dependency next");
+    ok(store.cancel_task(MESH, "waits", None, at(41)), "cancel");
+    assert_eq!(oldest(MESH), Some(at(30)), "expected a cancelled task no longer to count");
+    ok(store.cancel_task(MESH, "last", None, at(42)), "cancel");
+    assert_eq!(oldest(MESH), None, "expected no answer once nothing is pending");
+    assert_eq!(oldest(OTHER_MESH), Some(at(0)), "expected the other mesh's task untouched");
 }
 
 /// `stats_by_status` counts tasks per status and leaves out statuses with no task.

@@ -5,38 +5,44 @@
 //! a worker loop can tell "no work" from "broken" by the exit code alone.
 
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use agentmesh_api::views::ClaimView;
 use agentmesh_api::wire::ClaimBody;
 use agentmesh_core::{InvalidInput, Task};
 
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::ClaimArgs;
+use crate::duration;
 use crate::output::{self, Output};
 
 /// Runs `claim`.
 pub fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = ClaimBody {
-        node_id: required("nodeId", &args.node)?.to_owned(),
-        session_id: required("sessionId", &args.session)?.to_owned(),
+        node_id: id("nodeId", &args.node)?.to_owned(),
+        session_id: id("sessionId", &args.session)?.to_owned(),
         capability_tags: args.tags,
         provider_type: args.provider,
         provider_max_parallel: args.max_parallel,
         node_is_worktree: args.worktree,
-        lease_ms: lease_ms(args.lease_secs)?,
+        lease_ms: lease_ms(args.lease)?,
     };
     let view = ctx.api()?.claim(ctx.mesh(), body)?;
     print_claim(view, out)
 }
 
-/// A claim's lease in milliseconds, from `--lease-secs`.
-pub(super) fn lease_ms(secs: Option<u32>) -> Result<Option<NonZeroU32>, InvalidInput> {
-    secs.map(|secs| {
-        secs.checked_mul(1000)
-            .and_then(NonZeroU32::new)
-            .ok_or_else(|| InvalidInput::new("leaseSecs", "must be between 1 and 4294967 seconds"))
-    })
-    .transpose()
+/// A claim's lease in milliseconds, from `--lease`.
+pub(super) fn lease_ms(lease: Option<Duration>) -> Result<Option<NonZeroU32>, InvalidInput> {
+    lease
+        .map(|lease| {
+            duration::lease_millis(lease).ok_or_else(|| {
+                InvalidInput::new(
+                    "lease",
+                    format!("must be between 1s and {}", duration::format(duration::MAX_LEASE)),
+                )
+            })
+        })
+        .transpose()
 }
 
 /// Prints a claim's answer: the task, or `null` (JSON) and why there is none.

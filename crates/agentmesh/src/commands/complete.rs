@@ -14,13 +14,13 @@ use agentmesh_api::wire::{ClaimBody, CompleteAndClaimBody, CompletionBody, DEFAU
 use agentmesh_core::{Task, TaskStatus};
 
 use super::claim::{lease_ms, print_claim};
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::CompleteArgs;
 use crate::output::Output;
 
 /// Runs `complete`.
 pub fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow::Result<()> {
-    let session = required("sessionId", &args.session)?.to_owned();
+    let session = id("sessionId", &args.session)?.to_owned();
     let completion = CompletionBody {
         session_id: session.clone(),
         task_id: args.task.map(|id| id.trim().to_owned()).filter(|id| !id.is_empty()),
@@ -34,11 +34,11 @@ pub fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow::Resul
         return out.emit(&task, |w| writeln!(w, "{}", report_line(&task)));
     };
     let claim = ClaimBody {
-        node_id: required("claimNext", &node)?.to_owned(),
+        node_id: id("claimNext", &node)?.to_owned(),
         session_id: session,
         capability_tags: args.tags,
         provider_type: args.provider,
-        lease_ms: lease_ms(args.lease_secs)?,
+        lease_ms: lease_ms(args.lease)?,
         ..ClaimBody::default()
     };
     let view = ctx.api()?.complete_and_claim(ctx.mesh(), CompleteAndClaimBody { completion, claim })?;

@@ -6,17 +6,17 @@
 
 use agentmesh_api::wire::{DeliveryListParams, DeliveryStatusBody};
 
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::{DeliveriesArgs, DeliveriesCommand, DeliveryMarkArgs};
 use crate::now;
-use crate::output::{self, DeliveryView, Output};
+use crate::output::{self, DeliveryView, Noun, Output};
 
 /// Runs `deliveries`.
 pub fn run(ctx: &Context, args: DeliveriesArgs, out: &mut Output) -> anyhow::Result<()> {
     match args.command {
         None => list(ctx, args.session, out),
         Some(DeliveriesCommand::Show(args)) => {
-            let delivery = ctx.api()?.delivery(ctx.mesh(), required("id", &args.id)?)?;
+            let delivery = ctx.read_api()?.delivery(ctx.mesh(), id("id", &args.id)?)?;
             out.emit(&delivery, |w| output::write_view_fields(w, &delivery))
         }
         Some(DeliveriesCommand::Mark(args)) => mark(ctx, args, out),
@@ -24,15 +24,23 @@ pub fn run(ctx: &Context, args: DeliveriesArgs, out: &mut Output) -> anyhow::Res
 }
 
 fn list(ctx: &Context, session: Option<String>, out: &mut Output) -> anyhow::Result<()> {
-    let session_id = session.as_deref().map(|s| required("sessionId", s).map(str::to_owned)).transpose()?;
+    let session_id = session.as_deref().map(|s| id("sessionId", s).map(str::to_owned)).transpose()?;
     let deliveries: Vec<DeliveryView> =
-        ctx.api()?.deliveries(ctx.mesh(), DeliveryListParams { session_id })?;
+        ctx.read_api()?.deliveries(ctx.mesh(), DeliveryListParams { session_id })?;
     let now = now();
-    out.emit(&deliveries, |w| output::write_delivery_table(w, &deliveries, now))
+    out.emit(&deliveries, |w| {
+        output::write_listing(
+            w,
+            ctx.mesh(),
+            Noun("active delivery", "active deliveries"),
+            deliveries.len(),
+            |w| output::write_delivery_table(w, &deliveries, now),
+        )
+    })
 }
 
 fn mark(ctx: &Context, args: DeliveryMarkArgs, out: &mut Output) -> anyhow::Result<()> {
-    let id = required("id", &args.id)?;
+    let id = id("id", &args.id)?;
     let body = DeliveryStatusBody { status: args.status, error: args.error, attempt: args.attempt };
     let view = ctx.api()?.update_delivery(ctx.mesh(), id, body)?;
     out.emit(&view, |w| {

@@ -18,8 +18,6 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use std::time::Duration;
-
 use agentmesh_api::views::PushView;
 use agentmesh_api::wire::{
     AckBody, DrainBody, EmitHintBody, HeldParams, PushEventBody, RequeueHeldBody, RetractBody,
@@ -30,13 +28,13 @@ use agentmesh_core::events::{
 use agentmesh_core::{InvalidInput, Timestamp};
 use serde_json::{Map, Value};
 
-use super::{Context, required};
+use super::{Context, id, required};
 use crate::cli::{
     EventsAckArgs, EventsCommand, EventsDrainArgs, EventsPushArgs, EventsRetractArgs, EventsWatchArgs,
     HeldFilterArgs, RequeueHeldArgs,
 };
 use crate::now;
-use crate::output::{self, InboxEventView, Output};
+use crate::output::{self, InboxEventView, Noun, Output};
 
 use agentmesh_api::ENFORCE_ENV;
 
@@ -54,28 +52,32 @@ pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::R
     }
 }
 
-/// The listing's query from the filter flags (blank values refused by name).
+/// The listing's query from the filter flags: node and task ids follow the id
+/// rule, the reason and event name must not be blank when given.
 fn held_params(args: HeldFilterArgs) -> Result<HeldParams, InvalidInput> {
+    let text = |field: &str, value: Option<String>| {
+        value.map(|v| required(field, &v).map(str::to_owned)).transpose()
+    };
     Ok(HeldParams {
-        reason: optional("reason", args.reason)?,
+        reason: text("reason", args.reason)?,
         node_id: optional("nodeId", args.node)?,
         task_id: optional("taskId", args.task)?,
-        event: optional("event", args.event)?,
-        older_than_secs: args.older_than,
+        event: text("event", args.event)?,
+        older_than_secs: args.older_than.map(|age| age.as_secs()),
     })
 }
 
 fn held(ctx: &Context, args: HeldFilterArgs, out: &mut Output) -> anyhow::Result<()> {
     let params = held_params(args)?;
-    let held = ctx.api()?.held_events(ctx.mesh(), params)?;
+    let held = ctx.read_api()?.held_events(ctx.mesh(), params)?;
     let now = now();
     out.emit(&held, |w| output::write_held_table(w, &held, now))
 }
 
 fn requeue_held(ctx: &Context, args: RequeueHeldArgs, out: &mut Output) -> anyhow::Result<()> {
     let HeldParams { reason, node_id, task_id, event, older_than_secs } = held_params(args.filter)?;
-    let body =
-        RequeueHeldBody { ids: args.ids, reason, node_id, task_id, event, older_than_secs, all: args.all };
+    let ids = args.ids.iter().map(|v| id("ids", v).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
+    let body = RequeueHeldBody { ids, reason, node_id, task_id, event, older_than_secs, all: args.all };
     let view = ctx.api()?.requeue_held(ctx.mesh(), body)?;
     out.emit(&view, |w| {
         for event in &view.events {
@@ -86,9 +88,9 @@ fn requeue_held(ctx: &Context, args: RequeueHeldArgs, out: &mut Output) -> anyho
     })
 }
 
-/// A flag that may be left out but must not be blank when given, trimmed.
+/// An id flag that may be left out, but follows the id rule when given; trimmed.
 fn optional(field: &str, value: Option<String>) -> Result<Option<String>, InvalidInput> {
-    value.map(|v| required(field, &v).map(str::to_owned)).transpose()
+    value.map(|v| id(field, &v).map(str::to_owned)).transpose()
 }
 
 fn push(ctx: &Context, args: EventsPushArgs, out: &mut Output) -> anyhow::Result<()> {
@@ -197,7 +199,7 @@ fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
     let also_known_as = args
         .also_known_as
         .iter()
-        .map(|id| required("alsoKnownAs", id).map(str::to_owned))
+        .map(|other| id("alsoKnownAs", other).map(str::to_owned))
         .collect::<Result<_, _>>()?;
     let only_events = if args.only.is_empty() {
         None
@@ -211,8 +213,8 @@ fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
     };
     let enforce = args.enforce || enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
     Ok(DrainBody {
-        daemon_id: required("daemonId", &args.daemon)?.to_owned(),
-        run_id: required("coordinatorRunId", &args.run)?.to_owned(),
+        daemon_id: id("daemonId", &args.daemon)?.to_owned(),
+        run_id: id("coordinatorRunId", &args.run)?.to_owned(),
         session_id: optional("sessionId", args.session)?,
         also_known_as,
         only_events,
@@ -224,34 +226,38 @@ fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
 fn drain(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = drain_body(args)?;
     let view = ctx.api()?.drain(ctx.mesh(), body)?;
-    out.emit(&view, |w| output::write_drain(w, &view))
+    out.emit(&view, |w| output::write_drain(w, ctx.mesh(), &view))
 }
 
 fn peek(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = drain_body(args)?;
-    let events: Vec<InboxEventView> = ctx.api()?.peek(ctx.mesh(), body)?;
-    out.emit(&events, |w| output::write_inbox_events(w, &events))
+    let events: Vec<InboxEventView> = ctx.read_api()?.peek(ctx.mesh(), body)?;
+    out.emit(&events, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("event", "events"), events.len(), |w| {
+            output::write_inbox_events(w, &events)
+        })
+    })
 }
 
 fn watch(ctx: &Context, args: EventsWatchArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = drain_body(args.drain)?;
     if !out.is_json() {
-        eprintln!("waiting up to {}s for events...", args.timeout);
+        eprintln!("waiting up to {} for events...", crate::duration::format(args.timeout));
     }
-    let view = ctx.api()?.watch(ctx.mesh(), body, Duration::from_secs(args.timeout))?;
-    out.emit(&view, |w| output::write_drain(w, &view))
+    let view = ctx.api()?.watch(ctx.mesh(), body, args.timeout)?;
+    out.emit(&view, |w| output::write_drain(w, ctx.mesh(), &view))
 }
 
 fn ack(ctx: &Context, args: EventsAckArgs, out: &mut Output) -> anyhow::Result<()> {
     let ids =
-        args.ids.iter().map(|id| required("id", id).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
+        args.ids.iter().map(|value| id("id", value).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
     let asked = ids.len();
     let view = ctx.api()?.ack(ctx.mesh(), AckBody { ids })?;
     out.emit(&view, |w| writeln!(w, "acked {} of {asked} event(s)", view.acked))
 }
 
 fn retract(ctx: &Context, args: EventsRetractArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = required("taskId", &args.task)?.to_owned();
+    let task = id("taskId", &args.task)?.to_owned();
     let view = ctx.api()?.retract(ctx.mesh(), RetractBody { task_id: task.clone() })?;
     out.emit(&view, |w| {
         writeln!(w, "retracted {} undelivered mesh:dispatch_blocked event(s) of task {task}", view.retracted)

@@ -17,7 +17,7 @@ use anyhow::Context as _;
 
 use super::Context;
 use crate::cli::{LedgerCommand, LedgerExportArgs, LedgerImportArgs, LedgerSliceArgs, LedgerTailArgs};
-use crate::output::{self, Output};
+use crate::output::{self, Noun, Output};
 
 /// Entries per page while exporting (the slice protocol's largest page).
 const EXPORT_PAGE: u32 = 500;
@@ -40,8 +40,15 @@ fn tail(ctx: &Context, args: LedgerTailArgs, out: &mut Output) -> anyhow::Result
         since: args.since,
         kind: (!kinds.is_empty()).then(|| kinds.join(",")),
     };
-    let entries = ctx.api()?.ledger_tail(ctx.mesh(), params)?;
-    out.emit(&entries, |w| output::write_ledger_entries(w, &entries))
+    // Checked before the store opens, so a refused filter is bad input even on a
+    // data dir with no database.
+    agentmesh_core::LedgerQuery::try_from(params.clone())?;
+    let entries = ctx.read_api()?.ledger_tail(ctx.mesh(), params)?;
+    out.emit(&entries, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("ledger entry", "ledger entries"), entries.len(), |w| {
+            output::write_ledger_entries(w, &entries)
+        })
+    })
 }
 
 fn slice(ctx: &Context, args: LedgerSliceArgs, out: &mut Output) -> anyhow::Result<()> {
@@ -51,9 +58,16 @@ fn slice(ctx: &Context, args: LedgerSliceArgs, out: &mut Output) -> anyhow::Resu
         kind: args.kind.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()),
         limit: args.limit,
     };
-    let slice = ctx.api()?.ledger_slice(ctx.mesh(), params)?;
+    agentmesh_core::SliceQuery::try_from(params.clone())?;
+    let slice = ctx.read_api()?.ledger_slice(ctx.mesh(), params)?;
     out.emit(&slice, |w| {
-        output::write_ledger_entries(w, &slice.entries)?;
+        output::write_listing(
+            w,
+            ctx.mesh(),
+            Noun("ledger entry", "ledger entries"),
+            slice.entries.len(),
+            |w| output::write_ledger_entries(w, &slice.entries),
+        )?;
         match (&slice.cursor.next_after_id, slice.cursor.has_more) {
             (Some(next), true) => writeln!(w, "more entries follow: --after {next}"),
             _ => Ok(()),
@@ -69,7 +83,7 @@ fn export(ctx: &Context, args: LedgerExportArgs, out: &mut Output) -> anyhow::Re
         )
         .into());
     }
-    let api = ctx.api()?;
+    let api = ctx.read_api()?;
     let mut sink: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?,

@@ -4,9 +4,11 @@
 //! The tools run on the data dir, or against the daemon of `--server`, in the
 //! mesh of `--mesh`. The process acts as one coordinator run: the machine's
 //! daemon id from `<data-dir>/daemon-id` (created on first use), a fresh run id,
-//! and `--session` when given. stdout is the protocol; logs go to stderr
-//! (`RUST_LOG`, default `warn`). The session ends when the client closes stdin, or
-//! on SIGINT or SIGTERM.
+//! and `--session` when given; its worker tools act as `--session`, else as a
+//! worker session made for this process. stdout is the protocol, and stdin and
+//! stdout may be pipes, sockets, files or a terminal; logs go to stderr
+//! (`RUST_LOG`, default `warn`). The session ends when the client closes stdin (or
+//! stdin reaches its end), or on SIGINT or SIGTERM.
 
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -21,11 +23,15 @@ use crate::cli::McpArgs;
 /// Runs `mcp`.
 pub fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
     init_logging();
+    let session = agentmesh_core::ids::validate_optional_id("session", args.session.as_deref())?;
+    // The store first: it creates a new data dir privately, and a database it
+    // refuses leaves the data dir as it was.
+    let api = Arc::clone(ctx.shared_api()?);
     let daemon_id = load_or_create_daemon_id(ctx.data_dir())
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
-    let identity = Identity::fresh_run(daemon_id, args.session);
+    let identity = Identity::fresh_run(daemon_id, session);
     tracing::info!(daemon_id = %identity.daemon_id, run_id = %identity.run_id, mesh = ctx.mesh(), "serving MCP on stdio");
-    let tools = MeshTools::new(Arc::clone(ctx.shared_api()?), ctx.mesh(), identity);
+    let tools = MeshTools::new(api, ctx.mesh(), identity);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -8,10 +8,10 @@
 use agentmesh_api::wire::{MissionBody, MissionListParams};
 use anyhow::Context as _;
 
-use super::{Context, required};
+use super::Context;
 use crate::cli::{MissionAddArgs, MissionCommand, MissionListArgs, MissionShowArgs};
 use crate::now;
-use crate::output::{self, MissionDetailView, MissionView, Output};
+use crate::output::{self, MissionDetailView, MissionView, Noun, Output};
 
 /// Runs one `mission` subcommand.
 pub fn run(ctx: &Context, command: MissionCommand, out: &mut Output) -> anyhow::Result<()> {
@@ -54,14 +54,18 @@ fn list(ctx: &Context, args: MissionListArgs, out: &mut Output) -> anyhow::Resul
         agentmesh_core::mission::validate_status(status.trim())?;
     }
     let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
-    let views: Vec<MissionView> = ctx.api()?.missions(ctx.mesh(), MissionListParams { status })?;
+    let views: Vec<MissionView> = ctx.read_api()?.missions(ctx.mesh(), MissionListParams { status })?;
     let now = now();
-    out.emit(&views, |w| output::write_mission_table(w, &views, now))
+    out.emit(&views, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("mission", "missions"), views.len(), |w| {
+            output::write_mission_table(w, &views, now)
+        })
+    })
 }
 
 fn show(ctx: &Context, args: MissionShowArgs, out: &mut Output) -> anyhow::Result<()> {
-    let id = required("id", &args.id)?;
-    let detail: MissionDetailView = ctx.api()?.mission(ctx.mesh(), id)?;
+    let id = super::id("id", &args.id)?;
+    let detail: MissionDetailView = ctx.read_api()?.mission(ctx.mesh(), id)?;
     let now = now();
     out.emit(&detail, |w| output::write_mission_detail(w, &detail, now))
 }

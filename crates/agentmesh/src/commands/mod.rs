@@ -3,16 +3,25 @@
 //!
 //! [`Context`] carries what every command shares: the resolved data dir and mesh,
 //! and the store, opened on first use so that a command refused for bad flags
-//! never creates a data dir or a database.
+//! never creates a data dir or a database. A command that only reads asks for
+//! [`Context::read_api`], which refuses a data dir that holds no database
+//! ([`NoDatabase`]) instead of creating one: a mistyped `--data-dir` must not
+//! read as an empty system.
+//!
+//! A failure that the user can fix from the command line leaves [`run`] with a
+//! line that says how ([`Context::advise`]): no daemon at `--server` (start one),
+//! a token the daemon refused (which token source was used), a URL that is not
+//! the daemon's API.
 
 use std::cell::OnceCell;
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use agentmesh_api::{LocalMesh, MeshApi, RemoteMesh};
+use agentmesh_api::{LocalMesh, MeshApi, MeshError, RemoteMesh};
 use agentmesh_core::InvalidInput;
 use agentmesh_daemon::TOKEN_FILE_NAME;
-use agentmesh_sqlite::SqliteStore;
+use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, SqliteStore};
 use agentmesh_store::Store;
 use anyhow::Context as _;
 
@@ -21,13 +30,17 @@ use crate::output::Output;
 
 mod claim;
 mod complete;
+mod completion_records;
 mod completions;
 mod deliveries;
+mod demo;
 mod dispatches;
 mod events;
 mod import_adhdev;
 mod ledger;
+mod man;
 mod mcp;
+mod meshes;
 mod mission;
 mod serve;
 mod sessions;
@@ -38,17 +51,54 @@ mod work;
 
 /// The environment variable a client reads its token from.
 pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
+/// The environment variable `--server` is read from.
+const SERVER_ENV: &str = "AGENTMESH_SERVER";
+/// The message of the daemon's answer to a path it has no route for.
+const ROUTE_NOT_FOUND: &str = "no such route";
+
+/// A command that only reads was pointed at a data dir with no database in it.
+#[derive(Debug)]
+pub struct NoDatabase {
+    /// The data dir, as given.
+    pub data_dir: PathBuf,
+}
+
+impl std::fmt::Display for NoDatabase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no database in {dir}: it holds neither {DB_FILE_NAME} nor {LEGACY_DB_FILE_NAME}; check --data-dir \
+             (or $AGENTMESH_HOME), or create one there with a command that writes, such as \
+             `agentmesh --data-dir {dir} task add ...` or `agentmesh --data-dir {dir} serve`",
+            dir = self.data_dir.display()
+        )
+    }
+}
+
+impl std::error::Error for NoDatabase {}
+
+/// Whether `dir` holds a database: this one's file, or the original's older name
+/// for it (which opening renames).
+fn database_exists(dir: &Path) -> bool {
+    [DB_FILE_NAME, LEGACY_DB_FILE_NAME].into_iter().any(|name| dir.join(name).is_file())
+}
 
 /// What every command shares.
 pub struct Context {
     /// Directory of the database.
     data_dir: PathBuf,
+    /// The data dir was named by `--data-dir` on the command line.
+    data_dir_on_command_line: bool,
+    /// `--server` was given on the command line.
+    server_on_command_line: bool,
     /// The mesh every operation is scoped to.
     mesh: String,
     /// The daemon to talk to, if any.
     server: Option<String>,
     /// `--token-file`, if given.
     token_file: Option<PathBuf>,
+    /// Where the token presented to the daemon came from, once it was read.
+    token_source: OnceCell<TokenSource>,
     /// The store, opened by the first command that needs it.
     store: OnceCell<Arc<dyn Store>>,
     /// The mesh operations, set up by the first command that needs them.
@@ -57,12 +107,10 @@ pub struct Context {
 
 impl Context {
     /// Resolves the global options: `--data-dir`, else `$AGENTMESH_HOME` (both via
-    /// clap), else `~/.agentmesh`; the mesh must not be blank.
+    /// clap), else `~/.agentmesh`, which must not be a file; the mesh follows the id
+    /// rule, and `--server` must be a daemon's root URL.
     pub fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
-        let mesh = global.mesh.trim();
-        if mesh.is_empty() {
-            return Err(InvalidInput::new("mesh", "must not be blank").into());
-        }
+        let mesh = id("mesh", &global.mesh)?;
         let data_dir = match &global.data_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 return Err(InvalidInput::new("dataDir", "must not be blank").into());
@@ -70,15 +118,33 @@ impl Context {
             Some(dir) => dir.clone(),
             None => default_data_dir()?,
         };
+        if std::fs::metadata(&data_dir).is_ok_and(|meta| !meta.is_dir()) {
+            return Err(InvalidInput::new(
+                "dataDir",
+                format!(
+                    "{} is a file, not a directory: point --data-dir (or $AGENTMESH_HOME) at a directory, \
+                     or leave both unset for ~/.agentmesh",
+                    data_dir.display()
+                ),
+            )
+            .into());
+        }
         let server = match global.server.as_deref().map(str::trim) {
             Some("") => return Err(InvalidInput::new("server", "must not be blank").into()),
-            other => other.map(str::to_owned),
+            Some(url) => {
+                RemoteMesh::check_base_url(url)?;
+                Some(url.to_owned())
+            }
+            None => None,
         };
         Ok(Context {
             data_dir,
+            data_dir_on_command_line: global.data_dir_on_command_line,
+            server_on_command_line: global.server_on_command_line,
             mesh: mesh.to_owned(),
             server,
             token_file: global.token_file.clone(),
+            token_source: OnceCell::new(),
             store: OnceCell::new(),
             api: OnceCell::new(),
         })
@@ -92,6 +158,16 @@ impl Context {
     /// The mesh operations: against the daemon of `--server`, else on the data dir.
     pub fn api(&self) -> anyhow::Result<&dyn MeshApi> {
         Ok(self.shared_api()?.as_ref())
+    }
+
+    /// The mesh operations for a command that only reads: [`Context::api`], except
+    /// that on a data dir holding no database it fails with [`NoDatabase`] and
+    /// creates nothing (no directory, no file). Through a daemon it is `api`.
+    pub fn read_api(&self) -> anyhow::Result<&dyn MeshApi> {
+        if self.server.is_none() && self.api.get().is_none() && !database_exists(&self.data_dir) {
+            return Err(NoDatabase { data_dir: self.data_dir.clone() }.into());
+        }
+        self.api()
     }
 
     /// [`Context::api`], as a handle that can outlive the borrow (for servers that
@@ -112,31 +188,84 @@ impl Context {
         &self.data_dir
     }
 
+    /// Whether `--data-dir` was given on the command line (not only through
+    /// `$AGENTMESH_HOME` or the default).
+    pub fn data_dir_on_command_line(&self) -> bool {
+        self.data_dir_on_command_line
+    }
+
+    /// Whether `--server` was given on the command line (not only through
+    /// `$AGENTMESH_SERVER`).
+    pub fn server_on_command_line(&self) -> bool {
+        self.server_on_command_line
+    }
+
     /// The token a client presents: `--token-file`, else `$AGENTMESH_TOKEN`, else
     /// the data dir's token file (a daemon on this machine and data dir).
+    /// The source is remembered for [`Context::advise`].
     fn client_token(&self) -> anyhow::Result<String> {
-        let from_file = |path: &Path| -> anyhow::Result<String> {
+        let from_file = |path: &Path, source: TokenSource| -> anyhow::Result<String> {
             let text = std::fs::read_to_string(path).map_err(|err| {
                 InvalidInput::new("tokenFile", format!("cannot read {}: {err}", path.display()))
             })?;
+            let _ = self.token_source.set(source);
             Ok(text.trim().to_owned())
         };
         if let Some(path) = &self.token_file {
-            return from_file(path);
+            return from_file(path, TokenSource::Flag(path.clone()));
         }
         if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.trim().is_empty()) {
+            let _ = self.token_source.set(TokenSource::Env);
             return Ok(token.trim().to_owned());
         }
         // This machine's daemon token goes only to a daemon on this machine.
         let default = self.data_dir.join(TOKEN_FILE_NAME);
         if default.exists() && self.server.as_deref().is_some_and(is_loopback_url) {
-            return from_file(&default);
+            return from_file(&default, TokenSource::DataDir(default.clone()));
         }
         Err(InvalidInput::new(
             "token",
             format!("no API token: pass --token-file or set {TOKEN_ENV} (the daemon writes its token to <data-dir>/{TOKEN_FILE_NAME})"),
         )
         .into())
+    }
+
+    /// Adds to `err` what the user can do about it, when the cause is one they can
+    /// fix from the command line; other errors pass through unchanged. The advice
+    /// goes in front of the error, so the message reads advice first, cause after.
+    fn advise(&self, err: anyhow::Error) -> anyhow::Error {
+        let Some(server) = &self.server else { return err };
+        let Some(mesh_error) = err.chain().find_map(|cause| cause.downcast_ref::<MeshError>()) else {
+            return err;
+        };
+        let advice = match mesh_error {
+            MeshError::CannotConnect { .. } => format!(
+                "no agentmesh daemon answers at {server}: start one with `agentmesh serve` (it listens on \
+                 http://127.0.0.1:7433 unless given --listen), or point --server or ${SERVER_ENV} at the \
+                 daemon's address"
+            ),
+            MeshError::Remote { status: 401, .. } => {
+                let token = self
+                    .token_source
+                    .get()
+                    .map_or_else(|| "the token".to_owned(), |source| format!("the token from {source}"));
+                format!(
+                    "the daemon at {server} refused {token}: pass that daemon's own token (in \
+                     <its data dir>/{TOKEN_FILE_NAME}, or the --token-file it was started with) with \
+                     --token-file or ${TOKEN_ENV}"
+                )
+            }
+            MeshError::Remote { status: 404, code, message }
+                if code == "http_error" || message == ROUTE_NOT_FOUND =>
+            {
+                format!(
+                    "{server} does not serve the agentmesh API: give --server the daemon's root URL, \
+                     such as http://127.0.0.1:7433, without a path of the daemon's own"
+                )
+            }
+            _ => return err,
+        };
+        err.context(advice)
     }
 
     /// The mesh id.
@@ -150,10 +279,48 @@ impl Context {
         if let Some(store) = self.store.get() {
             return Ok(store);
         }
+        log_warnings();
         let opened = SqliteStore::open_data_dir(&self.data_dir)
             .with_context(|| format!("failed to open the database in {}", self.data_dir.display()))?;
         Ok(self.store.get_or_init(|| Arc::new(opened)))
     }
+}
+
+/// Where the token a client presents came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TokenSource {
+    /// `--token-file PATH`.
+    Flag(PathBuf),
+    /// `$AGENTMESH_TOKEN`.
+    Env,
+    /// The data dir's token file, read for a daemon on this machine.
+    DataDir(PathBuf),
+}
+
+impl fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenSource::Flag(path) => write!(f, "--token-file {}", path.display()),
+            TokenSource::Env => write!(f, "${TOKEN_ENV}"),
+            TokenSource::DataDir(path) => write!(f, "the data dir's token file {}", path.display()),
+        }
+    }
+}
+
+/// Sends the store's warnings (a data dir open to other users, a legacy file left
+/// unimported) to stderr, filtered by `RUST_LOG` (default `warn`). `serve` and
+/// `mcp` install their own logging before this runs, and theirs stays.
+fn log_warnings() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Fails only when a subscriber is installed already.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .with_target(false)
+        .try_init();
 }
 
 /// Whether `url` names a daemon on this machine (`localhost` or a loopback address).
@@ -181,15 +348,22 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".agentmesh"))
 }
 
-/// Runs one parsed command.
+/// Runs one parsed command; a failure comes back with advice when the user can
+/// fix its cause ([`Context::advise`]).
 pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
+    dispatch(ctx, command, out).map_err(|err| ctx.advise(err))
+}
+
+fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
     match command {
+        Command::Demo => demo::run(ctx, out),
         Command::Serve(args) => serve::run(ctx, args),
         Command::Task(cmd) => task::run(ctx, cmd, out),
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),
         Command::Events(cmd) => events::run(ctx, cmd, out),
-        Command::Completions(cmd) => completions::run(ctx, cmd, out),
+        Command::Fingerprints(args) => completion_records::fingerprints(ctx, args, out),
+        Command::Conflicts(args) => completion_records::conflicts(ctx, args, out),
         Command::Status => status::run(ctx, out),
         Command::Ledger(cmd) => ledger::run(ctx, cmd, out),
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
@@ -197,9 +371,12 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
         Command::Dispatches(args) => dispatches::run(ctx, args, out),
         Command::ToolCalls(args) => tool_calls::run(ctx, args, out),
+        Command::Meshes => meshes::run(ctx, out),
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
         Command::Mcp(args) => mcp::run(ctx, args),
+        Command::Completions(args) => completions::run(args, out),
+        Command::Man(args) => man::run(args, out),
     }
 }
 
@@ -207,6 +384,13 @@ pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<
 pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
     let trimmed = value.trim();
     if trimmed.is_empty() { Err(InvalidInput::new(field, "must not be blank")) } else { Ok(trimmed) }
+}
+
+/// An id given for `field`, checked by the core's id rule (as every transport
+/// checks it) and returned trimmed. Flags are checked before the store opens, so a
+/// refused id never creates a data dir or a database.
+pub fn id<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
+    agentmesh_core::validate_id(field, value)
 }
 
 #[cfg(test)]
@@ -229,8 +413,21 @@ mod tests {
     }
 
     #[test]
+    fn a_database_is_either_file_name() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!database_exists(dir.path()));
+        assert!(!database_exists(&dir.path().join("typo")));
+        std::fs::write(dir.path().join(LEGACY_DB_FILE_NAME), "").unwrap();
+        assert!(database_exists(dir.path()));
+        let message = NoDatabase { data_dir: dir.path().join("typo") }.to_string();
+        assert!(message.starts_with("no database in ") && message.contains("typo"), "{message}");
+    }
+
+    #[test]
     fn blank_flags_name_the_field() {
         assert_eq!(required("sessionId", "  ").unwrap_err().field, "sessionId");
         assert_eq!(required("sessionId", " s1 ").unwrap(), "s1");
+        assert_eq!(id("sessionId", "s\n1").unwrap_err().field, "sessionId");
+        assert_eq!(id("mesh", " m ").unwrap(), "m");
     }
 }

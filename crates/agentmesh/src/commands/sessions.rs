@@ -4,10 +4,10 @@
 //!
 //! The list is sorted by node, then session, so repeated runs line up.
 
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::{SessionRemoveArgs, SessionsArgs, SessionsCommand};
 use crate::now;
-use crate::output::{self, IdleSessionView, Output};
+use crate::output::{self, IdleSessionView, Noun, Output};
 
 /// Runs `sessions`.
 pub fn run(ctx: &Context, args: SessionsArgs, out: &mut Output) -> anyhow::Result<()> {
@@ -18,14 +18,18 @@ pub fn run(ctx: &Context, args: SessionsArgs, out: &mut Output) -> anyhow::Resul
 }
 
 fn list(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
-    let sessions: Vec<IdleSessionView> = ctx.api()?.idle_sessions(ctx.mesh())?;
+    let sessions: Vec<IdleSessionView> = ctx.read_api()?.idle_sessions(ctx.mesh())?;
     let now = now();
-    out.emit(&sessions, |w| output::write_idle_session_table(w, &sessions, now))
+    out.emit(&sessions, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("idle session", "idle sessions"), sessions.len(), |w| {
+            output::write_idle_session_table(w, &sessions, now)
+        })
+    })
 }
 
 fn remove(ctx: &Context, args: SessionRemoveArgs, out: &mut Output) -> anyhow::Result<()> {
-    let node = required("nodeId", &args.node)?;
-    let session = required("sessionId", &args.session)?;
+    let node = id("nodeId", &args.node)?;
+    let session = id("sessionId", &args.session)?;
     let view = ctx.api()?.remove_idle_session(ctx.mesh(), node, session)?;
     out.emit(&view, |w| {
         if view.removed {

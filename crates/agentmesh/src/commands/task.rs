@@ -2,16 +2,19 @@
 //! queue.
 //!
 //! Mode and priority travel to the core as the strings the user typed, so the
-//! core's validation error names the field; only the not-before form (number or
-//! instant) and the status filter are decided here.
+//! core's validation error names the field; the not-before form (number, duration or
+//! instant) is decided by its flag's parser (`duration::not_before`), and only the
+//! status filter here.
 
-use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, NotBeforeBody, RequeueBody};
+use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, RequeueBody};
+use agentmesh_core::TaskStatus;
+use agentmesh_core::enqueue::prepare_task;
 use anyhow::Context as _;
 
-use super::Context;
+use super::{Context, id};
 use crate::cli::{TaskAddArgs, TaskCancelArgs, TaskCommand, TaskListArgs, TaskRequeueArgs, TaskShowArgs};
 use crate::now;
-use crate::output::{self, Output};
+use crate::output::{self, Noun, Output};
 
 /// Runs one `task` subcommand.
 pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Result<()> {
@@ -21,15 +24,6 @@ pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Res
         TaskCommand::Show(args) => show(ctx, args, out),
         TaskCommand::Cancel(args) => cancel(ctx, args, out),
         TaskCommand::Requeue(args) => requeue(ctx, args, out),
-    }
-}
-
-/// A not-before that reads as an integer is milliseconds; anything else is an
-/// instant for the core to parse.
-fn parse_not_before(text: String) -> NotBeforeBody {
-    match text.trim().parse::<i64>() {
-        Ok(ms) => NotBeforeBody::Millis(ms),
-        Err(_) => NotBeforeBody::Iso(text),
     }
 }
 
@@ -48,7 +42,7 @@ fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
         target_session_id: args.target_session,
         required_tags: args.tags,
         priority: args.priority,
-        not_before: args.not_before.map(parse_not_before),
+        not_before: args.not_before,
         depends_on: args.depends_on,
         mission_id: args.mission,
         max_retries: args.max_retries,
@@ -59,6 +53,9 @@ fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
 
 fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = enqueue_body(args);
+    // Checked before the store opens (the operation checks again, for every
+    // transport), so a refused task never creates a database.
+    prepare_task(ctx.mesh(), &body.clone().into_new_task()?, "-", now())?;
     let task = ctx.api()?.enqueue(ctx.mesh(), body).context("cannot enqueue the task")?;
     out.emit(&task, |w| {
         write!(w, "enqueued {}", task.id)?;
@@ -70,30 +67,42 @@ fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()>
 }
 
 fn list(ctx: &Context, args: TaskListArgs, out: &mut Output) -> anyhow::Result<()> {
+    // Checked before the store opens (the operation checks again, for every
+    // transport), so a refused filter is bad input even on a data dir with no database.
+    for status in &args.statuses {
+        status.parse::<TaskStatus>()?;
+    }
     let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
-    let tasks = ctx.api()?.list_tasks(ctx.mesh(), ListParams { status })?;
+    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams { status })?;
     let now = now();
-    out.emit(&tasks, |w| output::write_task_table(w, &tasks, now))
+    out.emit(&tasks, |w| {
+        output::write_listing(w, ctx.mesh(), Noun("task", "tasks"), tasks.len(), |w| {
+            output::write_task_table(w, &tasks, now)
+        })
+    })
 }
 
 fn show(ctx: &Context, args: TaskShowArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = ctx.api()?.show_task(ctx.mesh(), args.id.trim())?;
+    let id = id("id", &args.id)?;
+    let task = ctx.read_api()?.show_task(ctx.mesh(), id)?;
     out.emit(&task, |w| output::write_task_fields(w, &task))
 }
 
 fn cancel(ctx: &Context, args: TaskCancelArgs, out: &mut Output) -> anyhow::Result<()> {
-    let task = ctx.api()?.cancel_task(ctx.mesh(), args.id.trim(), CancelBody { reason: args.reason })?;
+    let id = id("id", &args.id)?;
+    let task = ctx.api()?.cancel_task(ctx.mesh(), id, CancelBody { reason: args.reason })?;
     out.emit(&task, |w| writeln!(w, "cancelled {}", task.id))
 }
 
 fn requeue(ctx: &Context, args: TaskRequeueArgs, out: &mut Output) -> anyhow::Result<()> {
+    let id = id("id", &args.id)?;
     let body = RequeueBody {
         reason: args.reason,
         force: args.force,
         max_retries: args.max_retries,
         keep_session_pin: args.keep_session_pin,
     };
-    let requeued = ctx.api()?.requeue_task(ctx.mesh(), args.id.trim(), body)?;
+    let requeued = ctx.api()?.requeue_task(ctx.mesh(), id, body)?;
     let task = &requeued.task;
     out.emit(task, |w| {
         if requeued.outcome == "retries_exhausted" {
@@ -107,19 +116,4 @@ fn requeue(ctx: &Context, args: TaskRequeueArgs, out: &mut Output) -> anyhow::Re
             writeln!(w, "requeued {} (requeue {})", task.id, task.requeue_count.unwrap_or(0))
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn not_before_numbers_are_millis_and_the_rest_is_iso() {
-        assert_eq!(parse_not_before(" 5000 ".into()), NotBeforeBody::Millis(5000));
-        assert_eq!(parse_not_before("-1".into()), NotBeforeBody::Millis(-1));
-        assert_eq!(
-            parse_not_before("2030-01-01T00:00:00Z".into()),
-            NotBeforeBody::Iso("2030-01-01T00:00:00Z".into())
-        );
-    }
 }

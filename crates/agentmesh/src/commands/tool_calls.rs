@@ -13,7 +13,8 @@ use crate::output::{self, Output};
 /// Runs `tool-calls`.
 pub fn run(ctx: &Context, args: ToolCallsArgs, out: &mut Output) -> anyhow::Result<()> {
     let role = args.role.as_deref().map(|r| required("role", r).map(str::to_owned)).transpose()?;
-    let params = ToolCallParams { role, within_secs: args.within, limit: args.limit };
-    let log = ctx.api()?.tool_calls(ctx.mesh(), params)?;
+    let params =
+        ToolCallParams { role, within_secs: args.within.map(|span| span.as_secs()), limit: args.limit };
+    let log = ctx.read_api()?.tool_calls(ctx.mesh(), params)?;
     out.emit(&log, |w| output::write_tool_call_log(w, &log))
 }

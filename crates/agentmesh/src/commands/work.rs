@@ -57,7 +57,7 @@ use agentmesh_core::{InvalidInput, Task, TaskStatus};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use super::{Context, required};
+use super::{Context, id};
 use crate::cli::WorkArgs;
 use crate::output::{self, Output};
 
@@ -127,16 +127,17 @@ struct Worker<'a> {
 
 /// Runs `work`.
 pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()> {
-    let node = required("nodeId", &args.node)?.to_owned();
-    let session = required("sessionId", &args.session)?.to_owned();
+    let node = id("nodeId", &args.node)?.to_owned();
+    let session = id("sessionId", &args.session)?.to_owned();
     if args.command.first().is_none_or(|program| program.trim().is_empty()) {
         return Err(InvalidInput::new("command", "must name a program to run").into());
     }
-    let lease_ms = args
-        .lease
-        .checked_mul(1000)
-        .and_then(NonZeroU32::new)
-        .ok_or_else(|| InvalidInput::new("lease", "must be between 3 and 4294967 seconds"))?;
+    let lease_ms = crate::duration::lease_millis(args.lease).ok_or_else(|| {
+        InvalidInput::new(
+            "lease",
+            format!("must be between 3s and {}", crate::duration::format(crate::duration::MAX_LEASE)),
+        )
+    })?;
     let signals = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&signals);
     ctrlc::set_handler(move || {
@@ -658,16 +659,12 @@ fn describe(status: ExitStatus) -> String {
 fn kill(child: &mut Child) {
     #[cfg(unix)]
     {
-        // The command leads its own process group; `kill -KILL -PGID` reaches its
-        // children too, which would otherwise keep the output pipes open.
-        let group = format!("-{}", child.id());
-        let killed = Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        if killed.is_ok_and(|s| s.success()) {
+        // The command leads its own process group (its id is the group's id), so
+        // SIGKILL to the group reaches its children too, which would otherwise keep
+        // the output pipes open. The signal is sent by the kill(2) system call
+        // itself; no process is started for it.
+        let group = rustix::process::Pid::from_child(child);
+        if rustix::process::kill_process_group(group, rustix::process::Signal::KILL).is_ok() {
             return;
         }
     }

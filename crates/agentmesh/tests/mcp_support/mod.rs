@@ -224,7 +224,7 @@ pub async fn exercise_every_tool(client: &Client) {
     );
     assert_eq!(tool_error(client, "list_tasks", json!({ "colour": "red" })).await["field"], "colour");
     assert_eq!(tool_error(client, "enqueue_task", json!({ "message": " " })).await["field"], "message");
-    assert_eq!(tool_error(client, "claim_task", json!({})).await["field"], "sessionId");
+    assert_eq!(tool_error(client, "claim_task", json!({ "sessionId": 5 })).await["field"], "sessionId");
     assert_eq!(tool_error(client, "requeue_held_events", json!({})).await["field"], "all");
     assert_eq!(tool_error(client, "list_held_events", json!({ "reason": "bored" })).await["field"], "reason");
     assert_eq!(
