@@ -514,6 +514,12 @@ pub struct HeldArgs {
     /// or `v2_enforce_validation_failed_quarantined` (held back by an enforce-mode
     /// drain), or `pending_trim_dropped`.
     #[serde(default)]
+    #[schemars(
+        example = &"pending_retention_expired",
+        example = &"v2_enforce_unversioned_quarantined",
+        example = &"v2_enforce_validation_failed_quarantined",
+        example = &"pending_trim_dropped"
+    )]
     pub reason: Option<String>,
     /// Only events about this node.
     #[serde(default)]
@@ -521,8 +527,9 @@ pub struct HeldArgs {
     /// Only events about this task.
     #[serde(default)]
     pub task_id: Option<String>,
-    /// Only events of this name, such as `agent:generating_completed`.
+    /// Only events of this name, such as `agent:stopped`.
     #[serde(default)]
+    #[schemars(example = &"agent:generating_completed", example = &"agent:stopped")]
     pub event: Option<String>,
     /// Only events held at least this many seconds ago.
     #[serde(default)]
@@ -533,7 +540,7 @@ pub struct HeldArgs {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequeueHeldArgs {
-    /// The held events to put back, by `heldEntryId` as list_held_events shows it
+    /// The held events to put back, by the held entry id list_held_events shows
     /// (instead of filters).
     #[serde(default)]
     pub ids: Vec<String>,

@@ -716,8 +716,8 @@ with requeue_held_events.",
 
     #[tool(
         description = "Put held events back in the inbox, so a drain (wait_for_mesh_events) delivers \
-them again: by `ids` (heldEntryId from list_held_events), or every held event the filters select, or all \
-of them with `all: true`. Answers how many were queued again.",
+them again: by `ids` (the held entry ids list_held_events shows), or every held event the filters \
+select, or all of them with `all: true`. Answers how many were queued again.",
         input_schema = schema::<RequeueHeldArgs>()
     )]
     async fn requeue_held_events(&self, arguments: JsonObject) -> ToolResult {
