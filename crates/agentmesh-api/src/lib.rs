@@ -30,15 +30,19 @@ pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, ENFORCE_ENV, LocalMesh};
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
-    AckView, ClaimView, CompleteAndClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
-    ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView,
-    RateVerdictView, RequeueView, RetractView, StatusView,
+    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
+    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleRemovedView,
+    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
+    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
+    StatusView, ToolCallLogView,
 };
 use wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, DeliveryBody,
-    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
-    RetractBody, SliceParams, ToolCallBody,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
+    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
+    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RemoveDispatchesBody,
+    RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
+    ToolCallParams,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -176,6 +180,20 @@ pub trait MeshApi: Send + Sync {
     fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView>;
     /// Removes a task's undelivered `mesh:dispatch_blocked` events.
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView>;
+    /// Held events (quarantined by an enforce-mode drain, or moved out of the inbox
+    /// by retention) that were not put back, oldest hold first.
+    fn held_events(&self, mesh: &str, params: HeldParams) -> MeshResult<Vec<HeldEventView>>;
+    /// Puts held events back in the inbox, by id or by filter. Ids are all
+    /// checked before any event moves.
+    fn requeue_held(&self, mesh: &str, body: RequeueHeldBody) -> MeshResult<RequeueHeldView>;
+    /// Completion fingerprints still in force, the most recently recorded first.
+    fn completion_fingerprints(
+        &self,
+        mesh: &str,
+        params: FingerprintParams,
+    ) -> MeshResult<Vec<FingerprintView>>;
+    /// Completion conflicts of the recent past, newest first.
+    fn completion_conflicts(&self, mesh: &str, params: ConflictParams) -> MeshResult<Vec<ConflictView>>;
     /// The newest ledger entries, oldest first.
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>>;
     /// One page of the ledger slice protocol.
@@ -192,14 +210,36 @@ pub trait MeshApi: Send + Sync {
     fn report_idle(&self, mesh: &str, body: IdleBody) -> MeshResult<IdleSessionView>;
     /// Idle sessions whose report has not expired, by node then session.
     fn idle_sessions(&self, mesh: &str) -> MeshResult<Vec<IdleSessionView>>;
+    /// Forgets a session's idle report (a session shutting down).
+    fn remove_idle_session(&self, mesh: &str, node_id: &str, session_id: &str)
+    -> MeshResult<IdleRemovedView>;
     /// Queues a message for a worker session.
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView>;
     /// Deliveries still waiting, for the mesh or one session.
     fn deliveries(&self, mesh: &str, params: DeliveryListParams) -> MeshResult<Vec<DeliveryView>>;
+    /// One delivery, whatever its status; `not_found` when the mesh has none by this id.
+    fn delivery(&self, mesh: &str, id: &str) -> MeshResult<DeliveryView>;
+    /// Moves a delivery on (never backwards, never out of a final status, unless
+    /// the change counts a retry).
+    fn update_delivery(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: DeliveryStatusBody,
+    ) -> MeshResult<DeliveryChangeView>;
     /// Records a direct dispatch.
     fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView>;
     /// Dispatches not yet completed, failed or stale.
     fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>>;
+    /// The dispatch of one task, whatever its status.
+    fn dispatch(&self, mesh: &str, task_id: &str) -> MeshResult<DispatchView>;
+    /// Moves the dispatch of a task, or every open one of a session, to a status.
+    fn update_dispatches(&self, mesh: &str, body: DispatchStatusBody) -> MeshResult<DispatchChangeView>;
+    /// Marks `dispatched` rows nobody acknowledged in time `stale`.
+    fn mark_stale_dispatches(&self, mesh: &str, body: StaleDispatchesBody)
+    -> MeshResult<StaleDispatchesView>;
+    /// Forgets the dispatches of some tasks.
+    fn remove_dispatches(&self, mesh: &str, body: RemoveDispatchesBody) -> MeshResult<RemovedView>;
     /// Ranks nodes for a task, best first.
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>>;
     /// An overview of the mesh.
@@ -213,4 +253,6 @@ pub trait MeshApi: Send + Sync {
     /// Records a call of an agent-facing tool and answers the rate guard's verdict
     /// (the guard's default window and limit).
     fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView>;
+    /// The rate guard's recent calls, per caller role.
+    fn tool_calls(&self, mesh: &str, params: ToolCallParams) -> MeshResult<ToolCallLogView>;
 }

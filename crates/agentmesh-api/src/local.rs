@@ -3,26 +3,31 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_core::events::enforce_from_env_value;
+use agentmesh_core::events::{enforce_from_env_value, held};
 use agentmesh_core::{
     Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
     Timestamp,
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
 use agentmesh_store::{ClaimOptions, CompletionReport, DrainRequest, Heartbeat, Store, StoreError};
+use serde_json::Value;
 
 use crate::views::{
-    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, DeliveryView, DispatchView, DrainView,
-    IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView, MissionSaved,
-    MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView, RequeueView,
-    RetractView, StatusView,
+    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView,
+    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
+    MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
+    StatusView, ToolCallLogView, ToolCallView,
 };
 use crate::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
-    DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DispatchBody, DrainBody, EnqueueBody,
-    HeartbeatBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams,
-    PlacementBody, PushEventBody, RequeueBody, RetractBody, SliceParams, ToolCallBody, id as id_rule,
-    optional, optional_id, required,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
+    DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
+    DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams,
+    StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit,
+    required, seconds_before,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
 
@@ -39,6 +44,11 @@ const DEFAULT_LEASE_MS: i64 = 10 * 60 * 1000;
 
 /// How many of the newest ledger entries the status shows.
 const STATUS_LEDGER_TAIL: u32 = 10;
+
+/// How many rows a filtered diagnostic read (fingerprints, tool calls) looks at
+/// before its filter: far more than either table holds in practice, since both
+/// are swept within hours.
+const DIAGNOSTIC_SCAN: u32 = 10_000;
 
 /// How often a waiting watch looks again without being woken, to notice writes
 /// made by other processes on the same database (writes through this `LocalMesh`
@@ -160,6 +170,16 @@ impl LocalMesh {
         let beat = heartbeat_request(body)?;
         self.write_submitted(Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat, self.now()))
             .await
+    }
+
+    /// The mesh's held events that were not put back, oldest hold first.
+    fn still_held(&self, mesh: &str) -> MeshResult<Vec<LedgerEntry>> {
+        let query = LedgerQuery {
+            tail: None,
+            since: None,
+            kinds: vec![held::HELD_KIND.to_owned(), held::REQUEUED_KIND.to_owned()],
+        };
+        Ok(held::still_held(self.store.read_ledger_ordered(mesh, &query)?))
     }
 
     fn mission_view(&self, mesh: &str, mission: agentmesh_core::Mission) -> MeshResult<MissionView> {
@@ -350,6 +370,92 @@ impl MeshApi for LocalMesh {
             .map(|retracted| RetractView { retracted })
     }
 
+    fn held_events(&self, mesh: &str, params: HeldParams) -> MeshResult<Vec<HeldEventView>> {
+        let mesh = mesh_id(mesh)?;
+        let filter = params.into_filter(self.now())?;
+        let held = self.still_held(mesh)?;
+        Ok(held.into_iter().filter(|e| filter.matches(e)).map(HeldEventView::from).collect())
+    }
+
+    fn requeue_held(&self, mesh: &str, body: RequeueHeldBody) -> MeshResult<RequeueHeldView> {
+        let mesh = mesh_id(mesh)?;
+        let selection = body.into_selection(self.now())?;
+        let held = self.still_held(mesh)?;
+        let chosen: Vec<LedgerEntry> = match selection {
+            HeldSelection::Filter(filter) => held.into_iter().filter(|e| filter.matches(e)).collect(),
+            HeldSelection::Ids(ids) => {
+                // Every id is checked before any event moves.
+                let mut chosen = Vec::with_capacity(ids.len());
+                for id in ids {
+                    let entry = held.iter().find(|e| e.id == id).ok_or_else(|| StoreError::NotFound {
+                        kind: "held event",
+                        mesh_id: mesh.to_owned(),
+                        id: id.clone(),
+                    })?;
+                    if !chosen.iter().any(|c: &LedgerEntry| c.id == id) {
+                        chosen.push(entry.clone());
+                    }
+                }
+                chosen
+            }
+        };
+        let mut view = RequeueHeldView::default();
+        for entry in chosen {
+            let requeued = self.write(|store, now| store.requeue_held_event(mesh, &entry.id, now))?;
+            view.requeued += u64::from(requeued);
+            view.events.push(RequeuedHeldView {
+                event: entry.payload.get("event").and_then(Value::as_str).map(str::to_owned),
+                held_entry_id: entry.id,
+                requeued,
+            });
+        }
+        Ok(view)
+    }
+
+    fn completion_fingerprints(
+        &self,
+        mesh: &str,
+        params: FingerprintParams,
+    ) -> MeshResult<Vec<FingerprintView>> {
+        let mesh = mesh_id(mesh)?;
+        let limit = page_limit("limit", params.limit, 100, 1000)?;
+        let task = optional_id("taskId", params.task_id)?;
+        let session = optional_id("sessionId", params.session_id)?;
+        let scan = if task.is_some() || session.is_some() { DIAGNOSTIC_SCAN } else { limit };
+        let mut found: Vec<FingerprintView> = self
+            .store
+            .completion_fingerprints(mesh, self.now(), scan)?
+            .into_iter()
+            .map(FingerprintView::from)
+            .filter(|f| task.is_none() || f.task_id == task)
+            .filter(|f| session.is_none() || f.session_id == session)
+            .collect();
+        found.truncate(limit as usize);
+        Ok(found)
+    }
+
+    fn completion_conflicts(&self, mesh: &str, params: ConflictParams) -> MeshResult<Vec<ConflictView>> {
+        let mesh = mesh_id(mesh)?;
+        let now = self.now();
+        let window_ms = match params.within_secs {
+            Some(secs) => now.millis() - seconds_before("withinSecs", now, secs)?.millis(),
+            None => agentmesh_core::sessions::CONFLICT_WINDOW_MS,
+        };
+        let task = optional_id("taskId", params.task_id)?;
+        let session = optional_id("sessionId", params.session_id)?;
+        let either = |want: &Option<String>, a: &Option<String>, b: &Option<String>| {
+            want.is_none() || *a == *want || *b == *want
+        };
+        Ok(self
+            .store
+            .recent_completion_conflicts(mesh, Some(window_ms), now)?
+            .into_iter()
+            .filter(|c| either(&task, &c.conflicting_task_id, &c.original_task_id))
+            .filter(|c| either(&session, &c.conflicting_session_id, &c.original_session_id))
+            .map(ConflictView::from)
+            .collect())
+    }
+
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
         let mesh = mesh_id(mesh)?;
         let query = LedgerQuery::try_from(params)?;
@@ -439,6 +545,19 @@ impl MeshApi for LocalMesh {
         Ok(sessions)
     }
 
+    fn remove_idle_session(
+        &self,
+        mesh: &str,
+        node_id: &str,
+        session_id: &str,
+    ) -> MeshResult<IdleRemovedView> {
+        let mesh = mesh_id(mesh)?;
+        let node_id = id_rule("nodeId", node_id.to_owned())?;
+        let session_id = id_rule("sessionId", session_id.to_owned())?;
+        let removed = self.write(|store, _| store.delete_idle_session(mesh, &node_id, &session_id))?;
+        Ok(IdleRemovedView { removed })
+    }
+
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {
         let mesh = mesh_id(mesh)?;
         let new = agentmesh_core::NewSessionDelivery::try_from(body)?;
@@ -452,6 +571,32 @@ impl MeshApi for LocalMesh {
         Ok(deliveries.into_iter().map(DeliveryView::from).collect())
     }
 
+    fn delivery(&self, mesh: &str, id: &str) -> MeshResult<DeliveryView> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
+        let found = self.store.session_delivery(mesh, &id)?;
+        let delivery = found.ok_or_else(|| StoreError::NotFound {
+            kind: "delivery",
+            mesh_id: mesh.to_owned(),
+            id: id.clone(),
+        })?;
+        Ok(DeliveryView::from(delivery))
+    }
+
+    fn update_delivery(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: DeliveryStatusBody,
+    ) -> MeshResult<DeliveryChangeView> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
+        let (status, update) = body.into_update()?;
+        let changed =
+            self.write(|store, now| store.set_session_delivery_status(mesh, &id, status, &update, now))?;
+        Ok(DeliveryChangeView { changed, delivery: self.delivery(mesh, &id)? })
+    }
+
     fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView> {
         let mesh = mesh_id(mesh)?;
         let new = agentmesh_core::NewDirectDispatch::try_from(body)?;
@@ -461,6 +606,46 @@ impl MeshApi for LocalMesh {
     fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>> {
         let mesh = mesh_id(mesh)?;
         Ok(self.store.active_direct_dispatches(mesh)?.into_iter().map(DispatchView::from).collect())
+    }
+
+    fn dispatch(&self, mesh: &str, task_id: &str) -> MeshResult<DispatchView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let found = self.store.direct_dispatch(mesh, &task_id)?;
+        let dispatch = found.ok_or_else(|| StoreError::NotFound {
+            kind: "direct dispatch",
+            mesh_id: mesh.to_owned(),
+            id: task_id.clone(),
+        })?;
+        Ok(DispatchView::from(dispatch))
+    }
+
+    fn update_dispatches(&self, mesh: &str, body: DispatchStatusBody) -> MeshResult<DispatchChangeView> {
+        let mesh = mesh_id(mesh)?;
+        let (status, session, task) = body.into_parts()?;
+        let changed = self.write(|store, now| {
+            store.set_direct_dispatch_status(mesh, session.as_deref(), task.as_deref(), status, now)
+        })?;
+        Ok(DispatchChangeView { changed })
+    }
+
+    fn mark_stale_dispatches(
+        &self,
+        mesh: &str,
+        body: StaleDispatchesBody,
+    ) -> MeshResult<StaleDispatchesView> {
+        let mesh = mesh_id(mesh)?;
+        let now = self.now();
+        let cutoff = seconds_before("olderThanSecs", now, body.older_than_secs)?;
+        let marked_stale = self.write(|store, now| store.mark_stale_direct_dispatches(mesh, cutoff, now))?;
+        Ok(StaleDispatchesView { marked_stale })
+    }
+
+    fn remove_dispatches(&self, mesh: &str, body: RemoveDispatchesBody) -> MeshResult<RemovedView> {
+        let mesh = mesh_id(mesh)?;
+        let ids = body.into_ids()?;
+        let removed = self.write(|store, _| store.delete_direct_dispatches_by_task(mesh, &ids))?;
+        Ok(RemovedView { removed })
     }
 
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>> {
@@ -540,9 +725,38 @@ impl MeshApi for LocalMesh {
             mesh_id: mesh.to_owned(),
             tool: required("tool", body.tool)?,
             session_id: optional_id("sessionId", body.session_id)?,
+            caller_role: body
+                .caller_role
+                .as_deref()
+                .map(|role| agentmesh_core::rate_guard::caller_role("callerRole", role))
+                .transpose()?,
         };
         // Not a write anyone waits for: the signal stays where it is.
         let verdict = self.store.record_tool_call(&call, agentmesh_core::RateGuard::default(), self.now())?;
         Ok(verdict.into())
+    }
+
+    fn tool_calls(&self, mesh: &str, params: ToolCallParams) -> MeshResult<ToolCallLogView> {
+        let mesh = mesh_id(mesh)?;
+        let now = self.now();
+        let limit = page_limit("limit", params.limit, 100, 1000)?;
+        let role = optional(params.role)
+            .map(|role| agentmesh_core::rate_guard::caller_role("role", &role))
+            .transpose()?;
+        let within_ms = agentmesh_core::RateGuard::default().retention_ms();
+        let since = match params.within_secs {
+            Some(secs) => seconds_before("withinSecs", now, secs)?,
+            None => now.plus_millis(-within_ms),
+        };
+        let calls: Vec<ToolCallView> = self
+            .store
+            .recent_tool_calls(mesh, since, DIAGNOSTIC_SCAN)?
+            .into_iter()
+            .map(ToolCallView::from)
+            .filter(|c| role.as_ref().is_none_or(|r| c.caller_role == *r))
+            .collect();
+        let mut view = ToolCallLogView::new(calls);
+        view.calls.truncate(limit as usize);
+        Ok(view)
     }
 }

@@ -10,15 +10,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::views::{
-    AckView, ClaimView, CompleteAndClaimView, DeliveryView, DispatchView, DrainView, IdleSessionView,
-    ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView,
-    RateVerdictView, RequeueView, RetractView, StatusView,
+    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
+    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleRemovedView,
+    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
+    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
+    StatusView, ToolCallLogView,
 };
 use crate::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, DeliveryBody,
-    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
-    RetractBody, SliceParams, ToolCallBody, WatchParams,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
+    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
+    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RemoveDispatchesBody,
+    RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
+    ToolCallParams, WatchParams,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshError, MeshResult};
 
@@ -117,6 +121,10 @@ impl RemoteMesh {
         body: &impl Serialize,
     ) -> MeshResult<T> {
         self.send(self.request(Method::POST, mesh, segments).json(body))
+    }
+
+    fn delete<T: DeserializeOwned>(&self, mesh: &str, segments: &[&str]) -> MeshResult<T> {
+        self.send(self.request(Method::DELETE, mesh, segments))
     }
 
     /// Sends the request and reads the answer: the view on success, the daemon's
@@ -267,6 +275,26 @@ impl MeshApi for RemoteMesh {
         self.post(mesh, &["events", "retract"], &body)
     }
 
+    fn held_events(&self, mesh: &str, params: HeldParams) -> MeshResult<Vec<HeldEventView>> {
+        self.get(mesh, &["events", "held"], &params)
+    }
+
+    fn requeue_held(&self, mesh: &str, body: RequeueHeldBody) -> MeshResult<RequeueHeldView> {
+        self.post(mesh, &["events", "held", "requeue"], &body)
+    }
+
+    fn completion_fingerprints(
+        &self,
+        mesh: &str,
+        params: FingerprintParams,
+    ) -> MeshResult<Vec<FingerprintView>> {
+        self.get(mesh, &["completions", "fingerprints"], &params)
+    }
+
+    fn completion_conflicts(&self, mesh: &str, params: ConflictParams) -> MeshResult<Vec<ConflictView>> {
+        self.get(mesh, &["completions", "conflicts"], &params)
+    }
+
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
         self.get(mesh, &["ledger"], &params)
     }
@@ -299,6 +327,15 @@ impl MeshApi for RemoteMesh {
         self.get(mesh, &["idle-sessions"], &NO_QUERY)
     }
 
+    fn remove_idle_session(
+        &self,
+        mesh: &str,
+        node_id: &str,
+        session_id: &str,
+    ) -> MeshResult<IdleRemovedView> {
+        self.delete(mesh, &["idle-sessions", node_id, session_id])
+    }
+
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {
         self.post(mesh, &["deliveries"], &body)
     }
@@ -307,12 +344,45 @@ impl MeshApi for RemoteMesh {
         self.get(mesh, &["deliveries"], &params)
     }
 
+    fn delivery(&self, mesh: &str, id: &str) -> MeshResult<DeliveryView> {
+        self.get(mesh, &["deliveries", id], &NO_QUERY)
+    }
+
+    fn update_delivery(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: DeliveryStatusBody,
+    ) -> MeshResult<DeliveryChangeView> {
+        self.post(mesh, &["deliveries", id, "status"], &body)
+    }
+
     fn record_dispatch(&self, mesh: &str, body: DispatchBody) -> MeshResult<DispatchView> {
         self.post(mesh, &["dispatches"], &body)
     }
 
     fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>> {
         self.get(mesh, &["dispatches"], &NO_QUERY)
+    }
+
+    fn dispatch(&self, mesh: &str, task_id: &str) -> MeshResult<DispatchView> {
+        self.get(mesh, &["dispatches", task_id], &NO_QUERY)
+    }
+
+    fn update_dispatches(&self, mesh: &str, body: DispatchStatusBody) -> MeshResult<DispatchChangeView> {
+        self.post(mesh, &["dispatches", "status"], &body)
+    }
+
+    fn mark_stale_dispatches(
+        &self,
+        mesh: &str,
+        body: StaleDispatchesBody,
+    ) -> MeshResult<StaleDispatchesView> {
+        self.post(mesh, &["dispatches", "mark-stale"], &body)
+    }
+
+    fn remove_dispatches(&self, mesh: &str, body: RemoveDispatchesBody) -> MeshResult<RemovedView> {
+        self.post(mesh, &["dispatches", "remove"], &body)
     }
 
     fn placement(&self, mesh: &str, body: PlacementBody) -> MeshResult<Vec<NodeRankView>> {
@@ -341,6 +411,10 @@ impl MeshApi for RemoteMesh {
 
     fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView> {
         self.post(mesh, &["tool-calls"], &body)
+    }
+
+    fn tool_calls(&self, mesh: &str, params: ToolCallParams) -> MeshResult<ToolCallLogView> {
+        self.get(mesh, &["tool-calls"], &params)
     }
 }
 

@@ -10,12 +10,12 @@
 
 use agentmesh_core::events::{DrainCounters, PendingEvent};
 use agentmesh_core::{
-    DirectDispatch, IdleSession, LedgerEntry, Mission, MissionProgress, NodeCandidate, Requeued,
-    SessionDelivery, Task, TaskStatus,
+    CompletionConflict, CompletionFingerprint, DirectDispatch, IdleSession, LedgerEntry, Mission,
+    MissionProgress, NodeCandidate, Requeued, SessionDelivery, Task, TaskStatus, fingerprint_parts,
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOutcome, DrainOutcome, DuplicateReason, InboxEvent, MeshSummary, QueueOutcome,
-    RawJson, StatusCount,
+    RawJson, RecordedToolCall, StatusCount,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -642,4 +642,280 @@ impl From<agentmesh_core::RateVerdict> for RateVerdictView {
             advisory: v.advisory,
         }
     }
+}
+
+/// A held event: its `event_held` ledger entry, with the fields an operator
+/// filters by lifted out of the payload, and the whole event as it was held.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldEventView {
+    /// The ledger entry id: what a requeue by id takes.
+    pub held_entry_id: String,
+    /// When it was held (ISO).
+    pub held_at: String,
+    /// The event name.
+    pub event: Option<String>,
+    /// Why it was held.
+    pub reason: Option<String>,
+    /// The node it is about.
+    pub node_id: Option<String>,
+    /// The task it is about.
+    pub task_id: Option<String>,
+    /// Its v2 event id.
+    pub event_id: Option<String>,
+    /// When it was first queued (epoch milliseconds).
+    pub queued_at: Option<i64>,
+    /// The coordinator daemon it was for.
+    pub target_coordinator_daemon_id: Option<String>,
+    /// The inbox row it was held from.
+    pub pending_event_id: Option<String>,
+    /// The event, as it was held.
+    pub held_event: Value,
+}
+
+impl From<LedgerEntry> for HeldEventView {
+    fn from(entry: LedgerEntry) -> HeldEventView {
+        let text = |key: &str| entry.payload.get(key).and_then(Value::as_str).map(str::to_owned);
+        HeldEventView {
+            event: text("event"),
+            reason: text("reason"),
+            node_id: entry.node_id.clone(),
+            task_id: entry.task_id().map(str::to_owned),
+            event_id: text("eventId"),
+            queued_at: entry.payload.get("queuedAt").and_then(Value::as_i64),
+            target_coordinator_daemon_id: text("targetCoordinatorDaemonId"),
+            pending_event_id: text("pendingEventId"),
+            held_event: entry.payload.get("heldEvent").cloned().unwrap_or(Value::Null),
+            held_entry_id: entry.id,
+            held_at: entry.timestamp,
+        }
+    }
+}
+
+/// What became of one held event a requeue took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequeuedHeldView {
+    /// The held entry.
+    pub held_entry_id: String,
+    /// The event name.
+    pub event: Option<String>,
+    /// Queued again (`false`: it was already queued, or a live event holds its
+    /// fingerprint).
+    pub requeued: bool,
+}
+
+/// What a requeue of held events answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequeueHeldView {
+    /// How many are queued again.
+    pub requeued: u64,
+    /// Each held event the requeue took, oldest hold first.
+    pub events: Vec<RequeuedHeldView>,
+}
+
+/// A completion fingerprint, with what its text names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FingerprintView {
+    /// The key, as recorded.
+    pub fingerprint: String,
+    /// When it stops counting (epoch milliseconds).
+    pub expires_at: i64,
+    /// A durable dedup record (`pending::`), which outlives the drain.
+    pub durable: bool,
+    /// The event name.
+    pub event: Option<String>,
+    /// The task.
+    pub task_id: Option<String>,
+    /// The session, when the key names one.
+    pub session_id: Option<String>,
+    /// The node, when the key names one.
+    pub node_id: Option<String>,
+    /// `weak` or `genuine`, for a task-keyed completion.
+    pub strength: Option<String>,
+}
+
+impl From<CompletionFingerprint> for FingerprintView {
+    fn from(f: CompletionFingerprint) -> FingerprintView {
+        let parts = fingerprint_parts(&f.fingerprint);
+        FingerprintView {
+            fingerprint: f.fingerprint,
+            expires_at: f.expires_at_ms,
+            durable: parts.durable,
+            event: parts.event,
+            task_id: parts.task_id,
+            session_id: parts.session_id,
+            node_id: parts.node_id,
+            strength: parts.strength,
+        }
+    }
+}
+
+/// A completion conflict: every column of the original's row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConflictView {
+    /// Record id.
+    pub id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// The contested fingerprint.
+    pub fingerprint: String,
+    /// The task whose completion was suppressed.
+    pub conflicting_task_id: Option<String>,
+    /// Its session.
+    pub conflicting_session_id: Option<String>,
+    /// The task that owned the fingerprint first.
+    pub original_task_id: Option<String>,
+    /// Its session.
+    pub original_session_id: Option<String>,
+    /// The event name.
+    pub event: String,
+    /// When (ISO).
+    pub created_at: String,
+}
+
+impl From<CompletionConflict> for ConflictView {
+    fn from(c: CompletionConflict) -> ConflictView {
+        ConflictView {
+            id: c.id,
+            mesh_id: c.mesh_id,
+            fingerprint: c.fingerprint,
+            conflicting_task_id: c.conflicting_task_id,
+            conflicting_session_id: c.conflicting_session_id,
+            original_task_id: c.original_task_id,
+            original_session_id: c.original_session_id,
+            event: c.event,
+            created_at: c.created_at,
+        }
+    }
+}
+
+/// What a delivery status change answers: whether it moved, and the delivery as
+/// it is now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryChangeView {
+    /// The status changed (`false`: it would have moved backwards or out of a
+    /// final status).
+    pub changed: bool,
+    /// The delivery now.
+    pub delivery: DeliveryView,
+}
+
+/// What a dispatch status change answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DispatchChangeView {
+    /// Dispatches that changed.
+    pub changed: u64,
+}
+
+/// What marking stale dispatches answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StaleDispatchesView {
+    /// Dispatches now `stale`.
+    pub marked_stale: u64,
+}
+
+/// What a removal answers: how many rows went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RemovedView {
+    /// Rows removed.
+    pub removed: u64,
+}
+
+/// One recorded tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallView {
+    /// The tool.
+    pub tool: String,
+    /// The calling session, if known.
+    pub session_id: Option<String>,
+    /// Who called (`unknown` when the call did not say).
+    pub caller_role: String,
+    /// When (epoch milliseconds).
+    pub called_at: i64,
+}
+
+impl From<RecordedToolCall> for ToolCallView {
+    fn from(c: RecordedToolCall) -> ToolCallView {
+        ToolCallView {
+            tool: c.tool,
+            session_id: c.session_id,
+            caller_role: c.caller_role.unwrap_or_else(|| "unknown".to_owned()),
+            called_at: c.called_at_ms,
+        }
+    }
+}
+
+/// The calls of one caller role, counted by tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleCallsView {
+    /// The role.
+    pub caller_role: String,
+    /// Its calls in the window.
+    pub calls: u64,
+    /// Its calls by tool, most called first.
+    pub by_tool: Vec<ToolCountView>,
+}
+
+/// Calls of one tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCountView {
+    /// The tool.
+    pub tool: String,
+    /// How many calls.
+    pub calls: u64,
+}
+
+/// The rate guard's recent calls: per caller role, then each call, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallLogView {
+    /// Calls per caller role, the busiest role first.
+    pub by_role: Vec<RoleCallsView>,
+    /// The calls, newest first.
+    pub calls: Vec<ToolCallView>,
+}
+
+impl ToolCallLogView {
+    /// The log view of `calls` (newest first).
+    pub fn new(calls: Vec<ToolCallView>) -> ToolCallLogView {
+        let mut by_role: Vec<RoleCallsView> = Vec::new();
+        for call in &calls {
+            let role = match by_role.iter_mut().find(|r| r.caller_role == call.caller_role) {
+                Some(role) => role,
+                None => {
+                    by_role.push(RoleCallsView {
+                        caller_role: call.caller_role.clone(),
+                        calls: 0,
+                        by_tool: Vec::new(),
+                    });
+                    by_role.last_mut().expect("just pushed")
+                }
+            };
+            role.calls += 1;
+            match role.by_tool.iter_mut().find(|t| t.tool == call.tool) {
+                Some(tool) => tool.calls += 1,
+                None => role.by_tool.push(ToolCountView { tool: call.tool.clone(), calls: 1 }),
+            }
+        }
+        for role in &mut by_role {
+            role.by_tool.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.tool.cmp(&b.tool)));
+        }
+        by_role.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.caller_role.cmp(&b.caller_role)));
+        ToolCallLogView { by_role, calls }
+    }
+}
+
+/// What removing an idle session answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleRemovedView {
+    /// It had an idle record, and that record is gone.
+    pub removed: bool,
 }

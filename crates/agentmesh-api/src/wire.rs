@@ -10,6 +10,7 @@
 //! session, mission, delivery, event, coordinator daemon and run) is checked by the
 //! core's one id rule ([`agentmesh_core::ids`]), here or in the core's request type.
 
+use agentmesh_core::events::held::HeldFilter;
 use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEvent, Scope};
 use agentmesh_core::{
     Claimant, InvalidInput, LedgerEntry, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
@@ -686,7 +687,8 @@ pub struct DeliveryBody {
     /// Higher goes first (0 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
-    /// The text to hand over.
+    /// The text to hand over (empty when absent).
+    #[serde(default)]
     pub message: String,
     /// Not before this instant (ISO).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -703,9 +705,6 @@ impl TryFrom<DeliveryBody> for NewSessionDelivery {
     type Error = InvalidInput;
 
     fn try_from(body: DeliveryBody) -> Result<NewSessionDelivery, InvalidInput> {
-        if body.message.trim().is_empty() {
-            return Err(InvalidInput::new("message", "must not be empty"));
-        }
         let node_id = optional(body.node_id);
         let session_id = optional(body.session_id);
         if node_id.is_none() && session_id.is_none() {
@@ -824,6 +823,9 @@ pub struct ToolCallBody {
     /// The calling session, if known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Who calls: `coordinator`, `worker` or `unknown`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller_role: Option<String>,
 }
 
 /// `POST /v1/meshes/{mesh}/coordinators/presence`: a coordinator says it is alive
@@ -852,6 +854,274 @@ impl TryFrom<PresenceBody> for CoordinatorIdentity {
             id("runId", body.run_id)?,
             optional_id("sessionId", body.session_id)?,
         ))
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/events/held`: which held events to list. Every
+/// filter that is set must match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeldParams {
+    /// Held for this reason (`pending_retention_expired`,
+    /// `v2_enforce_unversioned_quarantined`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// About this node (any of its id forms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// About this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Of this event name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Held at least this many seconds ago.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than_secs: Option<u64>,
+}
+
+impl HeldParams {
+    /// The core's filter, ages counted back from `now`.
+    pub fn into_filter(self, now: Timestamp) -> Result<HeldFilter, InvalidInput> {
+        let held_before =
+            self.older_than_secs.map(|secs| seconds_before("olderThanSecs", now, secs)).transpose()?;
+        let filter = HeldFilter {
+            reason: optional(self.reason),
+            node_id: optional_id("nodeId", self.node_id)?,
+            task_id: optional_id("taskId", self.task_id)?,
+            event: optional(self.event),
+            held_before,
+        };
+        filter.validate()?;
+        Ok(filter)
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/events/held/requeue`: put held events back in the
+/// inbox, named by `ids` or selected by the filters (the same as the listing's),
+/// or every held event with `all`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueHeldBody {
+    /// The held events' ledger entry ids, as the listing shows them (`heldEntryId`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ids: Vec<String>,
+    /// Held for this reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// About this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// About this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Of this event name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
+    /// Held at least this many seconds ago.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than_secs: Option<u64>,
+    /// Every held event of the mesh (when no id or filter is given).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// Which held events a requeue means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldSelection {
+    /// These held entries, each of which must still be held.
+    Ids(Vec<String>),
+    /// The held events the filter selects (every one for an empty filter).
+    Filter(HeldFilter),
+}
+
+impl RequeueHeldBody {
+    /// The selection: ids, or a filter; ids with a filter are refused, and so is
+    /// a request that names nothing without `all`.
+    pub fn into_selection(self, now: Timestamp) -> Result<HeldSelection, InvalidInput> {
+        let ids = self.ids;
+        let all = self.all;
+        let filter = HeldParams {
+            reason: self.reason,
+            node_id: self.node_id,
+            task_id: self.task_id,
+            event: self.event,
+            older_than_secs: self.older_than_secs,
+        }
+        .into_filter(now)?;
+        if !ids.is_empty() {
+            if !filter.is_empty() || all {
+                return Err(InvalidInput::new("ids", "name held events by ids or by filters, not both"));
+            }
+            let ids: Result<Vec<String>, InvalidInput> =
+                ids.into_iter().enumerate().map(|(i, value)| id(&format!("ids[{i}]"), value)).collect();
+            return ids.map(HeldSelection::Ids);
+        }
+        if filter.is_empty() && !all {
+            return Err(InvalidInput::new(
+                "all",
+                "name the held events by ids or filters, or pass all: true to requeue every one",
+            ));
+        }
+        Ok(HeldSelection::Filter(filter))
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/completions/fingerprints`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FingerprintParams {
+    /// Only fingerprints of completions of this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Only fingerprints naming this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// At most this many (100 when absent, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Query of `GET /v1/meshes/{mesh}/completions/conflicts`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConflictParams {
+    /// Only conflicts in which this task took part (either side).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Only conflicts in which this session took part (either side).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// How far back, in seconds (3600 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_secs: Option<u64>,
+}
+
+/// `POST /v1/meshes/{mesh}/deliveries/{id}/status`: move a delivery on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeliveryStatusBody {
+    /// The new status: `delivering`, `queued`, `delivered`, `acked` (read by the
+    /// session), `completed`, `failed`, `expired` or `cancelled`. A status never
+    /// moves backwards and never leaves `failed`, `expired` or `cancelled`.
+    pub status: String,
+    /// The delivery error to record (cleared when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Count one more delivery attempt (a retry, which may move the status back).
+    #[serde(default)]
+    pub attempt: bool,
+}
+
+impl DeliveryStatusBody {
+    /// The status and the store's update.
+    pub fn into_update(
+        self,
+    ) -> Result<(agentmesh_core::DeliveryStatus, agentmesh_store::DeliveryUpdate), InvalidInput> {
+        let status = self.status.parse()?;
+        Ok((
+            status,
+            agentmesh_store::DeliveryUpdate {
+                last_error: optional(self.error),
+                increment_attempt: self.attempt,
+            },
+        ))
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/dispatches/status`: move direct dispatches on, the one
+/// of a task or every open one of a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DispatchStatusBody {
+    /// `dispatched`, `acked`, `completed`, `failed` or `stale`; completed and
+    /// failed dispatches never change again.
+    pub status: String,
+    /// The dispatch of this task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// Every open dispatch of this session (without `taskId`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+impl DispatchStatusBody {
+    /// The status, the session and the task; one of the two must be given.
+    pub fn into_parts(
+        self,
+    ) -> Result<(agentmesh_core::DispatchStatus, Option<String>, Option<String>), InvalidInput> {
+        let status = self.status.parse()?;
+        let task_id = optional_id("taskId", self.task_id)?;
+        let session_id = optional_id("sessionId", self.session_id)?;
+        if task_id.is_none() && session_id.is_none() {
+            return Err(InvalidInput::new(
+                "taskId",
+                "name the dispatch by taskId, or a session by sessionId",
+            ));
+        }
+        Ok((status, session_id, task_id))
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/dispatches/mark-stale`: dispatches nobody acknowledged
+/// in time become `stale`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StaleDispatchesBody {
+    /// `dispatched` rows sent at least this many seconds ago.
+    pub older_than_secs: u64,
+}
+
+/// `POST /v1/meshes/{mesh}/dispatches/remove`: forget the dispatches of tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoveDispatchesBody {
+    /// The tasks whose dispatches go.
+    pub task_ids: Vec<String>,
+}
+
+impl RemoveDispatchesBody {
+    /// The task ids, trimmed; one that breaks the id rule is refused by its index,
+    /// and so is none.
+    pub fn into_ids(self) -> Result<Vec<String>, InvalidInput> {
+        if self.task_ids.is_empty() {
+            return Err(InvalidInput::new("taskIds", "must name at least one task"));
+        }
+        self.task_ids.into_iter().enumerate().map(|(i, value)| id(&format!("taskIds[{i}]"), value)).collect()
+    }
+}
+
+/// Query of `GET /v1/meshes/{mesh}/tool-calls`: the rate guard's recent calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolCallParams {
+    /// Only calls of this caller role (`coordinator`, `worker` or `unknown`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// How far back, in seconds (the log keeps 100 s; that when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within_secs: Option<u64>,
+    /// At most this many calls listed (100 when absent, at most 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// Seconds before `now` as an instant, refusing an age that overflows for `field`.
+pub fn seconds_before(field: &str, now: Timestamp, secs: u64) -> Result<Timestamp, InvalidInput> {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| s.checked_mul(1000))
+        .and_then(|ms| now.millis().checked_sub(ms))
+        .map(Timestamp::from_millis)
+        .ok_or_else(|| InvalidInput::new(field, "is too large"))
+}
+
+/// A page size given for `field`: `default` when absent, refused outside 1..=`max`.
+pub fn page_limit(field: &str, limit: Option<u32>, default: u32, max: u32) -> Result<u32, InvalidInput> {
+    match limit {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(_) => Err(InvalidInput::new(field, format!("must be between 1 and {max}"))),
     }
 }
 

@@ -50,6 +50,8 @@ pub use lifecycle::{RequeueOptions, Requeued};
 pub use mission::{Mission, MissionProgress, NewMission};
 pub use placement::{NodeCandidate, Strategy};
 pub use rate_guard::{RateGuard, RateVerdict};
-pub use sessions::{CompletionConflict, IdleSession};
+pub use sessions::{
+    CompletionConflict, CompletionFingerprint, FingerprintParts, IdleSession, fingerprint_parts,
+};
 pub use task::{Task, TaskMode, TaskPriority, TaskStatus};
 pub use time::Timestamp;

@@ -49,6 +49,24 @@ fn seconds(ms: i64) -> String {
     if ms % 1000 == 0 { (ms / 1000).to_string() } else { format!("{}", ms as f64 / 1000.0) }
 }
 
+/// Who made a tool call, as the call log records it: `coordinator`, `worker`, or
+/// `unknown` (the original's log knows `coordinator` and `unknown`; agentmesh
+/// also tells its worker sessions apart).
+pub const CALLER_ROLES: [&str; 3] = ["coordinator", "worker", "unknown"];
+
+/// Checks a caller role given for `field`, returning it trimmed.
+pub fn caller_role(field: &str, role: &str) -> Result<String, crate::InvalidInput> {
+    let role = role.trim();
+    if CALLER_ROLES.contains(&role) {
+        Ok(role.to_owned())
+    } else {
+        Err(crate::InvalidInput::new(
+            field,
+            format!("unknown caller role {role:?} (expected coordinator, worker or unknown)"),
+        ))
+    }
+}
+
 /// What the guard says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateVerdict {

@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use agentmesh_api::views::{DrainView, InboxEventView};
 use agentmesh_api::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, DeliveryBody,
-    DeliveryListParams, DispatchBody, DrainBody, EnqueueBody, HeartbeatBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RequeueBody,
-    RetractBody, SliceParams, ToolCallBody, WatchParams,
+    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
+    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
+    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RemoveDispatchesBody,
+    RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
+    ToolCallParams, WatchParams,
 };
 use agentmesh_api::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT, MeshApi};
 use agentmesh_core::InvalidInput;
@@ -22,7 +24,7 @@ use agentmesh_store::StoreError;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router, middleware};
 use serde::{Deserialize, Serialize};
 
@@ -52,15 +54,26 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/events/watch", post(watch))
         .route("/meshes/{mesh}/events/ack", post(ack_events))
         .route("/meshes/{mesh}/events/retract", post(retract_dispatch_blocked))
+        .route("/meshes/{mesh}/events/held", get(held_events))
+        .route("/meshes/{mesh}/events/held/requeue", post(requeue_held))
+        .route("/meshes/{mesh}/completions/fingerprints", get(completion_fingerprints))
+        .route("/meshes/{mesh}/completions/conflicts", get(completion_conflicts))
         .route("/meshes/{mesh}/missions", post(upsert_mission).get(missions))
         .route("/meshes/{mesh}/missions/{id}", get(mission))
         .route("/meshes/{mesh}/idle-sessions", post(report_idle).get(idle_sessions))
+        .route("/meshes/{mesh}/idle-sessions/{node}/{session}", delete(remove_idle_session))
         .route("/meshes/{mesh}/deliveries", post(send_delivery).get(deliveries))
+        .route("/meshes/{mesh}/deliveries/{id}", get(delivery))
+        .route("/meshes/{mesh}/deliveries/{id}/status", post(update_delivery))
         .route("/meshes/{mesh}/dispatches", post(record_dispatch).get(dispatches))
+        .route("/meshes/{mesh}/dispatches/status", post(update_dispatches))
+        .route("/meshes/{mesh}/dispatches/mark-stale", post(mark_stale_dispatches))
+        .route("/meshes/{mesh}/dispatches/remove", post(remove_dispatches))
+        .route("/meshes/{mesh}/dispatches/{id}", get(dispatch))
         .route("/meshes/{mesh}/placement", post(placement))
         .route("/meshes/{mesh}/status", get(mesh_status))
         .route("/meshes/{mesh}/coordinators/presence", post(coordinator_presence))
-        .route("/meshes/{mesh}/tool-calls", post(record_tool_call))
+        .route("/meshes/{mesh}/tool-calls", post(record_tool_call).get(tool_calls))
         .route_layer(middleware::from_fn_with_state(state, auth::require_token))
 }
 
@@ -91,6 +104,14 @@ struct MeshPath {
 struct MeshIdPath {
     mesh: String,
     id: String,
+}
+
+/// Path `{mesh}/idle-sessions/{node}/{session}`.
+#[derive(Debug, Deserialize)]
+struct IdlePath {
+    mesh: String,
+    node: String,
+    session: String,
 }
 
 /// Query of routes that take no parameter: one sent is refused, not ignored.
@@ -394,6 +415,46 @@ async fn retract_dispatch_blocked(
     state.with_mesh(move |m| m.retract(&mesh, body)).await.map(ok)
 }
 
+/// The held events that were not put back, oldest hold first.
+async fn held_events(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(params): ApiQuery<HeldParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.held_events(&mesh, params)).await.map(ok)
+}
+
+/// Puts held events back in the inbox.
+async fn requeue_held(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<RequeueHeldBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.requeue_held(&mesh, body)).await.map(ok)
+}
+
+// ── Completion records ───────────────────────────────────────────────────────
+
+async fn completion_fingerprints(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(params): ApiQuery<FingerprintParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.completion_fingerprints(&mesh, params)).await.map(ok)
+}
+
+async fn completion_conflicts(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(params): ApiQuery<ConflictParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.completion_conflicts(&mesh, params)).await.map(ok)
+}
+
 // ── Missions, sessions, dispatches, placement ───────────────────────────────
 
 /// Creates (201) or updates (200) a mission.
@@ -442,6 +503,32 @@ async fn idle_sessions(
     state.with_mesh(move |m| m.idle_sessions(&mesh)).await.map(ok)
 }
 
+/// A session shutting down forgets its idle report.
+async fn remove_idle_session(
+    State(state): State<AppState>,
+    ApiPath(IdlePath { mesh, node, session }): ApiPath<IdlePath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.remove_idle_session(&mesh, &node, &session)).await.map(ok)
+}
+
+async fn delivery(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.delivery(&mesh, &id)).await.map(ok)
+}
+
+async fn update_delivery(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+    ApiJson(body): ApiJson<DeliveryStatusBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.update_delivery(&mesh, &id, body)).await.map(ok)
+}
+
 async fn send_delivery(
     State(state): State<AppState>,
     ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
@@ -478,6 +565,41 @@ async fn dispatches(
     state.with_mesh(move |m| m.dispatches(&mesh)).await.map(ok)
 }
 
+async fn dispatch(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.dispatch(&mesh, &id)).await.map(ok)
+}
+
+async fn update_dispatches(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<DispatchStatusBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.update_dispatches(&mesh, body)).await.map(ok)
+}
+
+async fn mark_stale_dispatches(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<StaleDispatchesBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.mark_stale_dispatches(&mesh, body)).await.map(ok)
+}
+
+async fn remove_dispatches(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<RemoveDispatchesBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.remove_dispatches(&mesh, body)).await.map(ok)
+}
+
 async fn placement(
     State(state): State<AppState>,
     ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
@@ -506,6 +628,16 @@ async fn record_tool_call(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.record_tool_call(&mesh, body)).await.map(ok)
+}
+
+/// The rate guard's recent calls, per caller role.
+async fn tool_calls(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(params): ApiQuery<ToolCallParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.tool_calls(&mesh, params)).await.map(ok)
 }
 
 /// A coordinator reports that it is alive, or that it ended.

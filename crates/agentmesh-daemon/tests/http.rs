@@ -1144,8 +1144,11 @@ async fn deliveries_are_queued_and_listed() {
 
     let response = daemon.post("/v1/meshes/m/deliveries", json!({ "message": "to nobody" })).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "sessionId");
-    let response = daemon.post("/v1/meshes/m/deliveries", json!({ "sessionId": "s1", "message": " " })).await;
-    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "message");
+    // As later originals store it: a delivery without a message has an empty one.
+    let (status, blank) =
+        daemon.post("/v1/meshes/m/deliveries", json!({ "sessionId": "s1", "id": "d0" })).await;
+    assert_eq!((status, &blank["message"]), (StatusCode::CREATED, &json!("")), "{blank}");
+    daemon.post("/v1/meshes/m/deliveries/d0/status", json!({ "status": "cancelled" })).await;
     let late = json!({ "sessionId": "s1", "message": "x", "expiresAt": "whenever" });
     let response = daemon.post("/v1/meshes/m/deliveries", late).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "expiresAt");
@@ -1722,13 +1725,23 @@ fn body_routes() -> Vec<(&'static str, Value)> {
         ("/dispatches", json!({ "taskId": "t1", "sessionId": "s1", "message": "x" })),
         ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "n1", "capabilityTags": ["rust"] }] })),
         ("/coordinators/presence", json!({ "daemonId": "daemon_mach_abc", "runId": "run-1" })),
-        ("/tool-calls", json!({ "tool": "mesh_enqueue", "sessionId": "s1" })),
+        ("/tool-calls", json!({ "tool": "mesh_enqueue", "sessionId": "s1", "callerRole": "coordinator" })),
+        ("/events/held/requeue", json!({ "reason": "pending_retention_expired", "olderThanSecs": 60 })),
+        ("/deliveries/d1/status", json!({ "status": "delivered", "error": "x", "attempt": false })),
+        ("/dispatches/status", json!({ "status": "acked", "taskId": "t1" })),
+        ("/dispatches/mark-stale", json!({ "olderThanSecs": 3600 })),
+        ("/dispatches/remove", json!({ "taskIds": ["t1"] })),
     ]
 }
 
 /// Field names the request bodies use.
 const BODY_KEYS: &[&str] = &[
     "id",
+    "status",
+    "olderThanSecs",
+    "taskIds",
+    "callerRole",
+    "all",
     "message",
     "tasks",
     "ref",
@@ -1935,4 +1948,119 @@ async fn a_task_id_held_by_another_mesh_is_409_naming_that_mesh() {
     let expected = "task t1 already exists (task ids are unique per database; it is in mesh A)";
     assert_error(&response, StatusCode::CONFLICT, "duplicate_task_id", expected);
     assert_eq!(daemon.get("/v1/meshes/B/tasks/t1").await.0, StatusCode::NOT_FOUND);
+}
+
+/// The records around the queue over HTTP: held events listed and requeued,
+/// fingerprints and conflicts, a delivery and a dispatch moved and read, an idle
+/// report removed, the tool-call log per caller role. Bad input names its field.
+#[tokio::test]
+async fn the_records_around_the_queue_are_read_and_moved_over_http() {
+    let far = Timestamp::parse_iso("2999-01-01T00:00:00.000Z").expect("an instant");
+    let seeded = Timestamp::from_millis(1_735_689_600_000);
+    let daemon = TestDaemon::start_on(
+        |store| {
+            let ttl = far.millis() - seeded.millis();
+            store.record_completion_fingerprint("m", "m::agent:stopped::t1::genuine", ttl, seeded).unwrap();
+            let conflict = agentmesh_core::CompletionConflict {
+                id: "c1".into(),
+                mesh_id: "m".into(),
+                fingerprint: "m::agent:stopped::t1::genuine".into(),
+                conflicting_task_id: Some("t2".into()),
+                conflicting_session_id: Some("s2".into()),
+                original_task_id: Some("t1".into()),
+                original_session_id: Some("s1".into()),
+                event: "agent:stopped".into(),
+                created_at: far.iso(),
+            };
+            store.record_completion_conflict(&conflict).unwrap();
+        },
+        |state| state.with_upkeep(upkeep_with(|_| {})),
+    )
+    .await;
+
+    // An unversioned event held back by an enforce-mode drain, then put back.
+    let pushed =
+        json!({ "event": { "event": "agent:stopped", "nodeId": "n1", "metadataEvent": { "taskId": "t1" } } });
+    assert_eq!(daemon.post("/v1/meshes/m/events", pushed).await.0, StatusCode::CREATED);
+    let drainer = json!({ "daemonId": "mach_A", "runId": "run-1", "enforce": true });
+    let (_, drained) = daemon.post("/v1/meshes/m/events/drain", drainer).await;
+    assert_eq!(drained["quarantined"].as_array().map(Vec::len), Some(1), "{drained}");
+    let (status, held) =
+        daemon.get("/v1/meshes/m/events/held?taskId=t1&reason=v2_enforce_unversioned_quarantined").await;
+    assert_eq!((status, held.as_array().map(Vec::len)), (StatusCode::OK, Some(1)), "{held}");
+    assert_eq!(daemon.get("/v1/meshes/m/events/held?olderThanSecs=3600").await.1, json!([]));
+    let response = daemon.get("/v1/meshes/m/events/held?reason=bored").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "reason");
+    let response = daemon.post("/v1/meshes/m/events/held/requeue", json!({})).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "all");
+    let response = daemon.post("/v1/meshes/m/events/held/requeue", json!({ "ids": ["nope"] })).await;
+    assert_error(&response, StatusCode::NOT_FOUND, "not_found", "nope");
+    let id = held[0]["heldEntryId"].clone();
+    let (status, requeued) = daemon.post("/v1/meshes/m/events/held/requeue", json!({ "ids": [id] })).await;
+    assert_eq!((status, &requeued["requeued"]), (StatusCode::OK, &json!(1)), "{requeued}");
+    assert_eq!(daemon.get("/v1/meshes/m/events/held").await.1, json!([]));
+
+    let (_, fingerprints) = daemon.get("/v1/meshes/m/completions/fingerprints?taskId=t1").await;
+    assert_eq!(fingerprints[0]["fingerprint"], "m::agent:stopped::t1::genuine", "{fingerprints}");
+    assert_eq!(daemon.get("/v1/meshes/m/completions/fingerprints?taskId=t9").await.1, json!([]));
+    let (_, conflicts) = daemon.get("/v1/meshes/m/completions/conflicts?sessionId=s2").await;
+    assert_eq!(conflicts[0]["id"], "c1", "{conflicts}");
+    let response = daemon.get("/v1/meshes/m/completions/conflicts?window=1").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "window");
+
+    daemon.post("/v1/meshes/m/deliveries", json!({ "id": "d1", "sessionId": "s1", "message": "hi" })).await;
+    let (status, moved) =
+        daemon.post("/v1/meshes/m/deliveries/d1/status", json!({ "status": "acked" })).await;
+    assert_eq!(
+        (status, &moved["changed"], &moved["delivery"]["status"]),
+        (StatusCode::OK, &json!(true), &json!("acked"))
+    );
+    let (_, back) = daemon.post("/v1/meshes/m/deliveries/d1/status", json!({ "status": "queued" })).await;
+    assert_eq!(back["changed"], false, "{back}");
+    assert_eq!(daemon.get("/v1/meshes/m/deliveries/d1").await.1["status"], "acked");
+    let response = daemon.post("/v1/meshes/m/deliveries/d1/status", json!({ "status": "read" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "status");
+    assert_error(
+        &daemon.get("/v1/meshes/m/deliveries/nope").await,
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "nope",
+    );
+
+    daemon
+        .post("/v1/meshes/m/dispatches", json!({ "taskId": "t1", "sessionId": "s1", "message": "x" }))
+        .await;
+    let (_, changed) =
+        daemon.post("/v1/meshes/m/dispatches/status", json!({ "status": "acked", "sessionId": "s1" })).await;
+    assert_eq!(changed, json!({ "changed": 1 }));
+    assert_eq!(daemon.get("/v1/meshes/m/dispatches/t1").await.1["status"], "acked");
+    let response = daemon.post("/v1/meshes/m/dispatches/status", json!({ "status": "acked" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "taskId");
+    let (_, stale) = daemon.post("/v1/meshes/m/dispatches/mark-stale", json!({ "olderThanSecs": 0 })).await;
+    assert_eq!(stale, json!({ "markedStale": 0 }), "an acked dispatch is not made stale");
+    let (_, removed) = daemon.post("/v1/meshes/m/dispatches/remove", json!({ "taskIds": ["t1"] })).await;
+    assert_eq!(removed, json!({ "removed": 1 }));
+    let response = daemon.post("/v1/meshes/m/dispatches/remove", json!({ "taskIds": [] })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "taskIds");
+
+    let idle = json!({ "nodeId": "n1", "sessionId": "s1", "providerType": "claude", "ttlSecs": 60 });
+    daemon.post("/v1/meshes/m/idle-sessions", idle).await;
+    let (status, removed) = daemon.send(Method::DELETE, "/v1/meshes/m/idle-sessions/n1/s1", None).await;
+    assert_eq!((status, removed), (StatusCode::OK, json!({ "removed": true })));
+    assert_eq!(daemon.get("/v1/meshes/m/idle-sessions").await.1, json!([]));
+    let (_, again) = daemon.send(Method::DELETE, "/v1/meshes/m/idle-sessions/n1/s1", None).await;
+    assert_eq!(again, json!({ "removed": false }));
+
+    let call = |tool: &str, role: &str| json!({ "tool": tool, "sessionId": "s1", "callerRole": role });
+    daemon.post("/v1/meshes/m/tool-calls", call("list_tasks", "coordinator")).await;
+    daemon.post("/v1/meshes/m/tool-calls", call("claim_task", "worker")).await;
+    let response = daemon.post("/v1/meshes/m/tool-calls", call("list_tasks", "boss")).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "callerRole");
+    let (_, log) = daemon.get("/v1/meshes/m/tool-calls?role=worker").await;
+    assert_eq!(
+        log["byRole"],
+        json!([{ "callerRole": "worker", "calls": 1, "byTool": [{ "tool": "claim_task", "calls": 1 }] }])
+    );
+    let (_, log) = daemon.get("/v1/meshes/m/tool-calls").await;
+    assert_eq!(log["calls"].as_array().map(Vec::len), Some(2), "{log}");
 }

@@ -504,6 +504,80 @@ pub struct IdleArgs {
     pub ttl_secs: Option<u32>,
 }
 
+/// Arguments of `list_held_events`, and the filters of `requeue_held_events`.
+/// Every filter given must match.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HeldArgs {
+    /// Only events held for this reason: `pending_retention_expired` (never drained,
+    /// moved out of the inbox after 30 days), `v2_enforce_unversioned_quarantined`
+    /// or `v2_enforce_validation_failed_quarantined` (held back by an enforce-mode
+    /// drain), or `pending_trim_dropped`.
+    #[serde(default)]
+    #[schemars(
+        example = &"pending_retention_expired",
+        example = &"v2_enforce_unversioned_quarantined",
+        example = &"v2_enforce_validation_failed_quarantined",
+        example = &"pending_trim_dropped"
+    )]
+    pub reason: Option<String>,
+    /// Only events about this node.
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// Only events about this task.
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// Only events of this name, such as `agent:stopped`.
+    #[serde(default)]
+    #[schemars(example = &"agent:generating_completed", example = &"agent:stopped")]
+    pub event: Option<String>,
+    /// Only events held at least this many seconds ago.
+    #[serde(default)]
+    pub older_than_secs: Option<u64>,
+}
+
+/// Arguments of `requeue_held_events`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RequeueHeldArgs {
+    /// The held events to put back, by the held entry id list_held_events shows
+    /// (instead of filters).
+    #[serde(default)]
+    pub ids: Vec<String>,
+    /// With no ids: only events held for this reason (as in list_held_events).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// With no ids: only events about this node.
+    #[serde(default)]
+    pub node_id: Option<String>,
+    /// With no ids: only events about this task.
+    #[serde(default)]
+    pub task_id: Option<String>,
+    /// With no ids: only events of this name.
+    #[serde(default)]
+    pub event: Option<String>,
+    /// With no ids: only events held at least this many seconds ago.
+    #[serde(default)]
+    pub older_than_secs: Option<u64>,
+    /// Put back every held event of the mesh (only when no id and no filter is given).
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// Arguments of `update_delivery`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeliveryStatusArgs {
+    /// The delivery's `id`, as read_deliveries shows it.
+    pub delivery_id: String,
+    /// `delivered` (you received it), `acked` (you read it and act on it),
+    /// `completed` (you did what it asked) or `failed` (you cannot act on it).
+    pub status: String,
+    /// Why it failed, with `failed`.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,9 +15,10 @@ use std::time::Duration;
 
 use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
-    BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams, DispatchBody,
-    DrainBody, HeartbeatBody, IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams,
-    PlacementBody, PresenceBody, RequeueBody, ToolCallBody,
+    BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
+    DeliveryStatusBody, DispatchBody, DrainBody, HeartbeatBody, HeldParams, IdleBody, LedgerParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody, RequeueBody, RequeueHeldBody,
+    ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use rmcp::handler::server::router::tool::ToolRouter;
@@ -30,10 +31,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::args::{
-    self, CancelTaskArgs, ClaimArgs, CompleteArgs, DrainArgs, EnqueueTasksArgs, FailArgs, HeartbeatArgs,
-    IdleArgs, LedgerArgs, ListMissionsArgs, ListTasksArgs, MissionArgs, MissionIdArgs, NoArgs,
-    RequeueTaskArgs, SendArgs, SendMode, SessionArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError,
-    WaitArgs,
+    self, CancelTaskArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs, EnqueueTasksArgs, FailArgs,
+    HeartbeatArgs, HeldArgs, IdleArgs, LedgerArgs, ListMissionsArgs, ListTasksArgs, MissionArgs,
+    MissionIdArgs, NoArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs, SendMode, SessionArgs,
+    SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
 };
 use crate::identity::Identity;
 use crate::render::{EventForAgent, events_text, fit_budget};
@@ -52,6 +53,18 @@ const DEFAULT_HEARTBEAT_LEASE_MS: u32 = 300_000;
 /// The provider type of an idle report that names none.
 const DEFAULT_PROVIDER: &str = "claude-code";
 
+/// The tools a worker session calls; every other tool is a coordinator's. The
+/// rate guard's log records the caller role by this.
+const WORKER_TOOLS: [&str; 7] = [
+    "claim_task",
+    "heartbeat_task",
+    "complete_task",
+    "fail_task",
+    "read_deliveries",
+    "update_delivery",
+    "report_idle",
+];
+
 /// The MCP tool server over one mesh, acting under one [`Identity`].
 #[derive(Clone)]
 pub struct MeshTools {
@@ -65,6 +78,9 @@ pub struct MeshTools {
     /// [`MeshTools::keeping_presence`]): dropping the last one ends the session's
     /// presence.
     session: Option<Arc<tokio_util::sync::DropGuard>>,
+    /// The (node, session) pairs this server reported idle: their records are
+    /// removed when the server's session ends (see [`MeshTools::forget_idle`]).
+    reported_idle: Arc<std::sync::Mutex<Vec<(String, String)>>>,
 }
 
 /// The longest a wait blocks in one piece before it looks whether its caller
@@ -115,6 +131,22 @@ impl MeshTools {
             tool_router: Self::tool_router(),
             last_presence: Arc::new(std::sync::Mutex::new(None)),
             session: None,
+            reported_idle: Arc::new(std::sync::Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Removes the idle records this server reported (`report_idle`), as a
+    /// session shutting down does, so coordinators stop counting on it. A failure
+    /// is logged, never fatal; the records also run out on their own.
+    pub async fn forget_idle(&self) {
+        let reported = std::mem::take(
+            &mut *self.reported_idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for (node, session) in reported {
+            let (n, s) = (node.clone(), session.clone());
+            if let Err(err) = self.run(move |api, mesh| api.remove_idle_session(mesh, &n, &s)).await {
+                tracing::warn!(node, session, error = %err.message, "could not remove the idle report");
+            }
         }
     }
 
@@ -140,8 +172,10 @@ impl MeshTools {
                     _ = ticks.tick() => keeper.report_presence(false).await,
                 }
             }
-            // Gone: the next coordinator run on this machine inherits what is queued.
+            // Gone: the next coordinator run on this machine inherits what is queued,
+            // and an idle report it made no longer stands.
             keeper.report_presence(true).await;
+            keeper.forget_idle().await;
         });
         self
     }
@@ -218,7 +252,12 @@ impl MeshTools {
     /// Records a call of `tool`; the guard's advisory when it tripped. A failure to
     /// record never fails the tool.
     async fn record_call(&self, tool: &str) -> Option<String> {
-        let body = ToolCallBody { tool: tool.to_owned(), session_id: self.identity.session_id.clone() };
+        let role = if WORKER_TOOLS.contains(&tool) { "worker" } else { "coordinator" };
+        let body = ToolCallBody {
+            tool: tool.to_owned(),
+            session_id: self.identity.session_id.clone(),
+            caller_role: Some(role.to_owned()),
+        };
         match self.run(move |api, mesh| api.record_tool_call(mesh, body)).await {
             Ok(verdict) => verdict.advisory.filter(|_| verdict.rate_limit_exceeded),
             Err(err) => {
@@ -638,7 +677,55 @@ highest priority first.",
             metadata: None,
         };
         let idle = self.run(move |api, mesh| api.report_idle(mesh, body)).await?;
+        let pair = (idle.node_id.clone(), idle.session_id.clone());
+        let mut reported = self.reported_idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !reported.contains(&pair) {
+            reported.push(pair);
+        }
+        drop(reported);
         answer_json(idle)
+    }
+
+    #[tool(
+        description = "Worker: move a delivery you read (read_deliveries) on: `delivered` when you \
+received it, `acked` when you read it and act on it, `completed` when you did what it asked, `failed` \
+(with `error`) when you cannot. A delivery never moves backwards; the answer says whether it changed.",
+        input_schema = schema::<DeliveryStatusArgs>()
+    )]
+    async fn update_delivery(&self, arguments: JsonObject) -> ToolResult {
+        let DeliveryStatusArgs { delivery_id, status, error } = args::parse(arguments)?;
+        let body = DeliveryStatusBody { status, error, attempt: false };
+        let changed = self.run(move |api, mesh| api.update_delivery(mesh, &delivery_id, body)).await?;
+        answer_json(changed)
+    }
+
+    #[tool(
+        description = "List the held events: coordinator events that were held back (an enforce-mode \
+drain quarantined them as unversioned or invalid) or that nobody drained for 30 days (moved to the \
+ledger). Each shows why it was held, the task and node it is about, and the event itself. Put them back \
+with requeue_held_events.",
+        input_schema = schema::<HeldArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn list_held_events(&self, arguments: JsonObject) -> ToolResult {
+        let HeldArgs { reason, node_id, task_id, event, older_than_secs } = args::parse(arguments)?;
+        let params = HeldParams { reason, node_id, task_id, event, older_than_secs };
+        let held = self.run(move |api, mesh| api.held_events(mesh, params)).await?;
+        answer_json(json!({ "held": held }))
+    }
+
+    #[tool(
+        description = "Put held events back in the inbox, so a drain (wait_for_mesh_events) delivers \
+them again: by `ids` (the held entry ids list_held_events shows), or every held event the filters \
+select, or all of them with `all: true`. Answers how many were queued again.",
+        input_schema = schema::<RequeueHeldArgs>()
+    )]
+    async fn requeue_held_events(&self, arguments: JsonObject) -> ToolResult {
+        let RequeueHeldArgs { ids, reason, node_id, task_id, event, older_than_secs, all } =
+            args::parse(arguments)?;
+        let body = RequeueHeldBody { ids, reason, node_id, task_id, event, older_than_secs, all };
+        let view = self.run(move |api, mesh| api.requeue_held(mesh, body)).await?;
+        answer_json(view)
     }
 }
 

@@ -356,14 +356,25 @@ pub(crate) fn prune(
     let exempt_sql = exempt_count_sql();
     for mesh_id in &meshes {
         let mut cursor: ExpireCursor = (String::new(), i64::MIN, String::new());
+        let mut mesh_expired = 0;
         loop {
             let (expired, last) = store
                 .write(|tx| expire_chunk(tx, &chunk_sql, mesh_id, undrained_older_than, &cursor, now))?;
-            report.undrained_expired += expired;
+            mesh_expired += expired;
             match last {
                 Some(last) if expired == PRUNE_CHUNK as u64 => cursor = last,
                 _ => break,
             }
+        }
+        report.undrained_expired += mesh_expired;
+        if mesh_expired > 0 {
+            // Nobody drained these; an operator has to decide whether they matter.
+            tracing::warn!(
+                mesh = %mesh_id,
+                count = mesh_expired,
+                "{}",
+                agentmesh_core::events::held::retention_warning(mesh_id, mesh_expired)
+            );
         }
         report.terminal_exempt += store.read(|conn| {
             let mut args =

@@ -62,6 +62,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0010_ledger_kind_index.sql"),
         after: None,
     },
+    Migration { name: "0011_tool_call_role", sql: "", after: Some(tool_call_role) },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
@@ -221,6 +222,15 @@ fn mesh_isolation(tx: &Transaction<'_>) -> Res<()> {
     Ok(())
 }
 
+/// The original's later `caller_role` column of the tool-call log, added where a
+/// database lacks it (a database written by a later original already has it).
+fn tool_call_role(tx: &Transaction<'_>) -> Res<()> {
+    if !table_columns(tx, "mesh_tool_call_log")?.iter().any(|c| c == "caller_role") {
+        tx.execute_batch("ALTER TABLE mesh_tool_call_log ADD COLUMN caller_role TEXT;")?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +351,28 @@ mod tests {
         assert_eq!(meshes, ["", "mesh-a"]);
         let tx = conn.transaction().unwrap();
         assert!(table_columns(&tx, "remote_idle_sessions").unwrap().contains(&"mesh_id".to_owned()));
+    }
+
+    /// The tool-call log gains the original's later `caller_role` column; a log
+    /// that has it already (a later original wrote the file) keeps its rows.
+    #[test]
+    fn the_tool_call_log_gains_a_caller_role_once() {
+        for has_role in [false, true] {
+            let mut conn = Connection::open_in_memory().unwrap();
+            let role = if has_role { ", caller_role TEXT" } else { "" };
+            conn.execute_batch(&format!(
+                "CREATE TABLE mesh_tool_call_log (id INTEGER PRIMARY KEY AUTOINCREMENT, mesh_id TEXT NOT NULL,
+                     tool TEXT NOT NULL, session_id TEXT, called_at INTEGER NOT NULL{role});
+                 INSERT INTO mesh_tool_call_log (mesh_id, tool, called_at) VALUES ('m', 'list_tasks', 5);"
+            ))
+            .unwrap();
+            migrate(&mut conn).unwrap();
+            let (tool, role): (String, Option<String>) = conn
+                .query_row("SELECT tool, caller_role FROM mesh_tool_call_log", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .unwrap();
+            assert_eq!((tool.as_str(), role), ("list_tasks", None), "has_role: {has_role}");
+        }
     }
 }

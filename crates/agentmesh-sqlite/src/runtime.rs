@@ -3,10 +3,10 @@
 //! of the rate guard, and the scheduler cursor.
 
 use agentmesh_core::{
-    CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession, NewDirectDispatch,
-    NewSessionDelivery, RateGuard, RateVerdict, SessionDelivery, Timestamp,
+    CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
+    NewDirectDispatch, NewSessionDelivery, RateGuard, RateVerdict, SessionDelivery, Timestamp,
 };
-use agentmesh_store::{DeliveryUpdate, StoreError, ToolCall};
+use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, ToolCall};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
@@ -109,6 +109,13 @@ pub(crate) fn record_dispatch(
         row.updated_at,
     ])?;
     Ok(row)
+}
+
+pub(crate) fn dispatch(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<DirectDispatch>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DISPATCH_COLUMNS} FROM mesh_direct_dispatches WHERE task_id = ?1 AND mesh_id = ?2"
+    ))?;
+    Ok(stmt.query_row(params![task_id.trim(), mesh_id], dispatch_from_row).optional()?)
 }
 
 pub(crate) fn active_dispatches(conn: &Connection, mesh_id: &str) -> Res<Vec<DirectDispatch>> {
@@ -247,7 +254,7 @@ fn canonical_instant(v: &Option<String>) -> Option<String> {
     v.as_deref().and_then(Timestamp::parse_iso).map(Timestamp::iso)
 }
 
-fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
+pub(crate) fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery WHERE id = ?1 AND mesh_id = ?2"
     ))?;
@@ -492,6 +499,22 @@ pub(crate) fn has_fingerprint(
     Ok(stmt.query_row(params![fingerprint, mesh_id, now.millis()], |_| Ok(())).optional()?.is_some())
 }
 
+pub(crate) fn fingerprints(
+    conn: &Connection,
+    mesh_id: &str,
+    now: Timestamp,
+    limit: u32,
+) -> Res<Vec<CompletionFingerprint>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT fingerprint, expires_at FROM mesh_completion_fingerprints
+          WHERE mesh_id = ?1 AND expires_at > ?2 ORDER BY expires_at DESC, fingerprint ASC LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![mesh_id, now.millis(), limit], |r| {
+        Ok(CompletionFingerprint { fingerprint: r.get(0)?, expires_at_ms: r.get(1)? })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+}
+
 pub(crate) fn sweep_fingerprints(conn: &Connection, now: Timestamp) -> Res<u64> {
     Ok(conn
         .prepare_cached("DELETE FROM mesh_completion_fingerprints WHERE expires_at <= ?1")?
@@ -566,10 +589,16 @@ pub(crate) fn record_tool_call(
             "must not be blank",
         ))));
     }
+    let role = call
+        .caller_role
+        .as_deref()
+        .map(|r| agentmesh_core::rate_guard::caller_role("callerRole", r))
+        .transpose()?;
     conn.prepare_cached(
-        "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at, caller_role)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![call.mesh_id, call.tool, call.session_id, now.millis()])?;
+    .execute(params![call.mesh_id, call.tool, call.session_id, now.millis(), role])?;
     let calls: i64 = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM mesh_tool_call_log WHERE mesh_id = ?1 AND tool = ?2 AND called_at >= ?3",
@@ -579,6 +608,27 @@ pub(crate) fn record_tool_call(
         prune_tool_calls(conn, now.plus_millis(-guard.retention_ms()))?;
     }
     Ok(guard.verdict(&call.mesh_id, &call.tool, calls as u64))
+}
+
+pub(crate) fn recent_tool_calls(
+    conn: &Connection,
+    mesh_id: &str,
+    since: Timestamp,
+    limit: u32,
+) -> Res<Vec<RecordedToolCall>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT tool, session_id, caller_role, called_at FROM mesh_tool_call_log
+          WHERE mesh_id = ?1 AND called_at >= ?2 ORDER BY called_at DESC, id DESC LIMIT ?3",
+    )?;
+    let rows = stmt.query_map(params![mesh_id, since.millis(), limit], |r| {
+        Ok(RecordedToolCall {
+            tool: r.get(0)?,
+            session_id: r.get(1)?,
+            caller_role: r.get(2)?,
+            called_at_ms: r.get(3)?,
+        })
+    })?;
+    Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
 pub(crate) fn prune_tool_calls(conn: &Connection, cutoff: Timestamp) -> Res<u64> {

@@ -4,14 +4,14 @@
 use std::sync::Arc;
 
 use agentmesh_core::{
-    Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession, LedgerEntry,
-    LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission, NewSessionDelivery,
-    NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
-    Timestamp,
+    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
+    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
+    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
+    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat, StatusCount,
-    Store, StoreError, StoreResult, Submitted, ToolCall,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
+    RecordedToolCall, StatusCount, Store, StoreError, StoreResult, Submitted, ToolCall,
 };
 
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
@@ -342,6 +342,10 @@ impl Store for SqliteStore {
         self.write(|tx| runtime::cleanup_terminal_dispatches(tx, cutoff))
     }
 
+    fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>> {
+        self.read(|c| runtime::dispatch(c, mesh_id, task_id))
+    }
+
     fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64> {
         self.write(|tx| runtime::delete_dispatches(tx, mesh_id))
     }
@@ -368,6 +372,10 @@ impl Store for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<bool> {
         self.write(|tx| runtime::set_delivery_status(tx, mesh_id, id, status, update, now))
+    }
+
+    fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>> {
+        self.read(|c| runtime::load_delivery(c, mesh_id, id.trim()))
     }
 
     fn active_session_deliveries(
@@ -430,6 +438,15 @@ impl Store for SqliteStore {
         self.read(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
     }
 
+    fn completion_fingerprints(
+        &self,
+        mesh_id: &str,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<CompletionFingerprint>> {
+        self.read(|c| runtime::fingerprints(c, mesh_id, now, limit))
+    }
+
     fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64> {
         self.write(|tx| runtime::sweep_fingerprints(tx, now))
     }
@@ -457,6 +474,15 @@ impl Store for SqliteStore {
         let sweep = self.tool_call_sweep_due();
         let call = call.clone();
         self.write_queued(move |tx| runtime::record_tool_call(tx, &call, guard, sweep, now))
+    }
+
+    fn recent_tool_calls(
+        &self,
+        mesh_id: &str,
+        since: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<RecordedToolCall>> {
+        self.read(|c| runtime::recent_tool_calls(c, mesh_id, since, limit))
     }
 
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {

@@ -417,6 +417,50 @@ fn drained_events_past_the_cutoff_are_deleted_and_fresh_ones_kept() {
     assert!(env.held("m").is_empty(), "drained rows were delivered; nothing to mirror");
 }
 
+/// Log lines written while a test runs, for reading back.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn the_retention_sweep_warns_per_mesh_how_to_requeue_what_it_moved() {
+    let env = Env::new();
+    let old = NOW.plus_millis(-31 * DAY);
+    env.queue(&event("agent:ready", "m", "s1", old), old);
+    env.queue(&event("agent:ready", "m", "s2", old), old);
+    env.queue(&event("monitor:no_progress", "m2", "s3", old), old);
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        env.store.prune_pending_events(NOW.plus_millis(-7 * DAY), NOW.plus_millis(-30 * DAY), NOW).unwrap()
+    });
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 2, "one warning per mesh that lost events:\n{log}");
+    let for_m = warnings.iter().find(|l| l.contains("of mesh m ")).expect("a warning for mesh m");
+    assert!(for_m.contains("2 event(s) of mesh m "), "{for_m}");
+    assert!(
+        for_m.contains("agentmesh --mesh m events requeue-held --reason pending_retention_expired"),
+        "{for_m}"
+    );
+    assert!(warnings.iter().any(|l| l.contains("1 event(s) of mesh m2 ")), "{log}");
+}
+
 #[test]
 fn expired_undrained_events_move_to_the_ledger_and_terminal_ones_stay() {
     let env = Env::new();

@@ -15,10 +15,10 @@
 use std::sync::Arc;
 
 use agentmesh_core::{
-    ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
-    LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch, NewMission,
-    NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery,
-    SliceQuery, Task, TaskStatus, Timestamp,
+    ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
+    DispatchStatus, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
+    NewDirectDispatch, NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions,
+    Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 
 mod error;
@@ -197,6 +197,22 @@ pub struct ToolCall {
     pub tool: String,
     /// The calling session, if known.
     pub session_id: Option<String>,
+    /// Who called: `coordinator`, `worker` or `unknown` (see
+    /// [`agentmesh_core::rate_guard::CALLER_ROLES`]); unrecorded when `None`.
+    pub caller_role: Option<String>,
+}
+
+/// A tool call as the log holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedToolCall {
+    /// The tool's name.
+    pub tool: String,
+    /// The calling session, if known.
+    pub session_id: Option<String>,
+    /// Who called, when recorded.
+    pub caller_role: Option<String>,
+    /// When (epoch milliseconds).
+    pub called_at_ms: i64,
 }
 
 /// Undrained events addressed to one coordinator, for overviews.
@@ -542,6 +558,9 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<DirectDispatch>;
 
+    /// The dispatch of one task, whatever its status.
+    fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>>;
+
     /// Dispatches that are not completed, failed or stale, oldest first.
     fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>>;
 
@@ -599,6 +618,9 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<bool>;
 
+    /// One delivery, whatever its status.
+    fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>>;
+
     /// Deliveries still waiting (delivering, queued, acked) and not expired at
     /// `now`, for the mesh or one session: highest priority first, then oldest.
     fn active_session_deliveries(
@@ -654,6 +676,15 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<bool>;
 
+    /// The mesh's fingerprints that have not expired at `now`, the latest expiry
+    /// (the most recently recorded, for one ttl) first, at most `limit`.
+    fn completion_fingerprints(
+        &self,
+        mesh_id: &str,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<CompletionFingerprint>>;
+
     /// Deletes expired fingerprints (through an index, not a scan); returns how many.
     fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64>;
 
@@ -675,6 +706,15 @@ pub trait Store: Send + Sync + 'static {
     /// Every 200 calls, rows older than the guard's retention are swept.
     fn record_tool_call(&self, call: &ToolCall, guard: RateGuard, now: Timestamp)
     -> StoreResult<RateVerdict>;
+
+    /// The mesh's recorded calls at or after `since`, newest first, at most `limit`.
+    /// (The log keeps calls for the guard's retention only.)
+    fn recent_tool_calls(
+        &self,
+        mesh_id: &str,
+        since: Timestamp,
+        limit: u32,
+    ) -> StoreResult<Vec<RecordedToolCall>>;
 
     /// Deletes recorded calls before `cutoff`; returns how many.
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64>;

@@ -103,9 +103,18 @@ pub enum Command {
     /// Report that a worker session's task ended
     #[command(after_help = COMPLETE_EXAMPLES)]
     Complete(CompleteArgs),
-    /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events
+    /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events;
+    /// list and requeue held ones
     #[command(subcommand, after_help = EVENTS_EXAMPLES)]
     Events(EventsCommand),
+    /// Completion fingerprints still in force, the most recently recorded first: a
+    /// second completion with one of these keys was (or will be) dropped as a duplicate
+    #[command(after_help = FINGERPRINTS_EXAMPLES)]
+    Fingerprints(FingerprintsArgs),
+    /// Recent completion conflicts, newest first: two tasks that claimed one
+    /// completion fingerprint
+    #[command(after_help = CONFLICTS_EXAMPLES)]
+    Conflicts(ConflictsArgs),
     /// The mesh at a glance: tasks, assignments, idle sessions, inbox, recent ledger
     #[command(after_help = STATUS_EXAMPLES)]
     Status,
@@ -115,15 +124,20 @@ pub enum Command {
     /// Create, list and inspect missions: named plans that group tasks
     #[command(subcommand, after_help = MISSION_EXAMPLES)]
     Mission(MissionCommand),
-    /// List the worker sessions that reported themselves idle
+    /// List the worker sessions that reported themselves idle, or remove one's report
     #[command(after_help = SESSIONS_EXAMPLES)]
-    Sessions,
-    /// List the messages still waiting to be delivered to worker sessions
+    Sessions(SessionsArgs),
+    /// List the messages still waiting to be delivered to worker sessions, or show
+    /// and move one
     #[command(after_help = DELIVERIES_EXAMPLES)]
     Deliveries(DeliveriesArgs),
-    /// List the direct dispatches not yet finished
+    /// List the direct dispatches not yet finished, or show, move, mark stale and
+    /// remove them
     #[command(after_help = DISPATCHES_EXAMPLES)]
-    Dispatches,
+    Dispatches(DispatchesArgs),
+    /// The rate guard's recent tool calls, per caller role
+    #[command(name = "tool-calls", after_help = TOOL_CALLS_EXAMPLES)]
+    ToolCalls(ToolCallsArgs),
     /// List the meshes the data dir holds, with their tasks by status, undrained
     /// events, ledger entries and missions
     #[command(after_help = MESHES_EXAMPLES)]
@@ -179,7 +193,9 @@ const EVENTS_EXAMPLES: &str = "\
 Examples:
   agentmesh events drain --daemon mach_A --run run-1
   agentmesh events watch --daemon mach_A --run run-1 --timeout 2m
-  agentmesh events push --event agent:ready --node laptop";
+  agentmesh events push --event agent:ready --node laptop
+  agentmesh events held --reason pending_retention_expired
+  agentmesh events requeue-held --task login";
 
 /// Shown after `agentmesh status --help`.
 const STATUS_EXAMPLES: &str = "\
@@ -205,19 +221,91 @@ Examples:
 const SESSIONS_EXAMPLES: &str = "\
 Examples:
   agentmesh sessions
-  agentmesh sessions --json";
+  agentmesh sessions --json
+  agentmesh sessions remove --node laptop --session worker-1";
+
+/// Shown after `agentmesh sessions remove --help`.
+const SESSIONS_REMOVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh sessions remove --node laptop --session worker-1";
 
 /// Shown after `agentmesh deliveries --help`.
 const DELIVERIES_EXAMPLES: &str = "\
 Examples:
   agentmesh deliveries
-  agentmesh deliveries --session worker-1 --json";
+  agentmesh deliveries --session worker-1 --json
+  agentmesh deliveries show dlv-1
+  agentmesh deliveries mark dlv-1 acked";
+
+/// Shown after `agentmesh deliveries show --help`.
+const DELIVERY_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh deliveries show dlv-1
+  agentmesh deliveries show dlv-1 --json";
+
+/// Shown after `agentmesh deliveries mark --help`.
+const DELIVERY_MARK_EXAMPLES: &str = "\
+Examples:
+  agentmesh deliveries mark dlv-1 delivered
+  agentmesh deliveries mark dlv-1 acked
+  agentmesh deliveries mark dlv-1 queued --attempt --error 'session busy'
+  agentmesh deliveries mark dlv-1 failed --error 'session gone'";
 
 /// Shown after `agentmesh dispatches --help`.
 const DISPATCHES_EXAMPLES: &str = "\
 Examples:
   agentmesh dispatches
-  agentmesh --mesh backend dispatches --json";
+  agentmesh --mesh backend dispatches --json
+  agentmesh dispatches show login
+  agentmesh dispatches mark completed --task login
+  agentmesh dispatches mark-stale --older-than 1h
+  agentmesh dispatches remove login signup";
+
+/// Shown after `agentmesh dispatches show --help`.
+const DISPATCH_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches show login
+  agentmesh dispatches show login --json";
+
+/// Shown after `agentmesh dispatches mark --help`.
+const DISPATCH_MARK_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches mark acked --task login
+  agentmesh dispatches mark completed --task login
+  agentmesh dispatches mark failed --session worker-1";
+
+/// Shown after `agentmesh dispatches mark-stale --help`.
+const DISPATCH_MARK_STALE_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches mark-stale --older-than 1h
+  agentmesh dispatches mark-stale --older-than 90s --json";
+
+/// Shown after `agentmesh dispatches remove --help`.
+const DISPATCH_REMOVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh dispatches remove login
+  agentmesh dispatches remove login signup --json";
+
+/// Shown after `agentmesh fingerprints --help`.
+const FINGERPRINTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh fingerprints
+  agentmesh fingerprints --task login
+  agentmesh fingerprints --session worker-1 --limit 20 --json";
+
+/// Shown after `agentmesh conflicts --help`.
+const CONFLICTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh conflicts
+  agentmesh conflicts --task login
+  agentmesh conflicts --session worker-1 --within 1d --json";
+
+/// Shown after `agentmesh tool-calls --help`.
+const TOOL_CALLS_EXAMPLES: &str = "\
+Examples:
+  agentmesh tool-calls
+  agentmesh tool-calls --role coordinator
+  agentmesh tool-calls --role worker --within 30s --limit 20 --json";
 
 /// Shown after `agentmesh meshes --help`.
 const MESHES_EXAMPLES: &str = "\
@@ -657,7 +745,95 @@ pub enum EventsCommand {
     /// Withdraw the undelivered mesh:dispatch_blocked events of a task
     #[command(after_help = RETRACT_EXAMPLES)]
     Retract(EventsRetractArgs),
+    /// List the held events (quarantined by an enforce-mode drain, or never
+    /// drained and moved to the ledger by retention) not yet put back
+    #[command(after_help = HELD_EXAMPLES)]
+    Held(HeldFilterArgs),
+    /// Put held events back in the inbox, by id or by the filters of `events held`
+    #[command(name = "requeue-held", after_help = REQUEUE_HELD_EXAMPLES)]
+    RequeueHeld(RequeueHeldArgs),
 }
+
+/// The filters of `events held` and `events requeue-held`; every one given must match.
+#[derive(Debug, Args)]
+pub struct HeldFilterArgs {
+    /// Held for this reason: pending_retention_expired,
+    /// v2_enforce_unversioned_quarantined, v2_enforce_validation_failed_quarantined
+    /// or pending_trim_dropped
+    #[arg(long, value_name = "REASON")]
+    pub reason: Option<String>,
+    /// About this node (any of its id forms)
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// About this task
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Of this event name, such as agent:generating_completed
+    #[arg(long, value_name = "NAME")]
+    pub event: Option<String>,
+    /// Held at least this long ago: a duration (90s, 10m, 1h30m, 2d; a bare
+    /// number is seconds)
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub older_than: Option<Duration>,
+}
+
+/// Arguments of `events requeue-held`.
+#[derive(Debug, Args)]
+pub struct RequeueHeldArgs {
+    /// Held entry ids, as `events held` prints them (instead of filters)
+    #[arg(value_name = "ID")]
+    pub ids: Vec<String>,
+    /// Which held events, when no id is given
+    #[command(flatten)]
+    pub filter: HeldFilterArgs,
+    /// Requeue every held event of the mesh
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Arguments of `fingerprints`.
+#[derive(Debug, Args)]
+pub struct FingerprintsArgs {
+    /// Only fingerprints of this task's completions
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Only fingerprints naming this session
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// At most this many, 1 to 1000 [default: 100]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+}
+
+/// Arguments of `conflicts`.
+#[derive(Debug, Args)]
+pub struct ConflictsArgs {
+    /// Only conflicts this task took part in (on either side)
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Only conflicts this session took part in (on either side)
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// How far back: a duration (90s, 10m, 1h30m, 2d; a bare number is seconds)
+    /// [default: 1h]
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub within: Option<Duration>,
+}
+
+/// Shown after `agentmesh events held --help`.
+const HELD_EXAMPLES: &str = "\
+Examples:
+  agentmesh events held
+  agentmesh events held --reason pending_retention_expired --older-than 10m
+  agentmesh events held --task login --json";
+
+/// Shown after `agentmesh events requeue-held --help`.
+const REQUEUE_HELD_EXAMPLES: &str = "\
+Examples:
+  agentmesh events requeue-held evt-held-1 evt-held-2
+  agentmesh events requeue-held --task login
+  agentmesh events requeue-held --reason pending_retention_expired --older-than 1d
+  agentmesh events requeue-held --all";
 
 /// Shown after `agentmesh events drain --help`.
 const DRAIN_EXAMPLES: &str = "\
@@ -942,10 +1118,155 @@ pub struct MissionShowArgs {
 
 /// Arguments of `deliveries`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct DeliveriesArgs {
+    /// Without one, the waiting deliveries are listed
+    #[command(subcommand)]
+    pub command: Option<DeliveriesCommand>,
     /// Only deliveries addressed to this worker session
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
+}
+
+/// `agentmesh deliveries ...`
+#[derive(Debug, Subcommand)]
+pub enum DeliveriesCommand {
+    /// Show one delivery with every field, whatever its status
+    #[command(after_help = DELIVERY_SHOW_EXAMPLES)]
+    Show(DeliveryShowArgs),
+    /// Move a delivery to a status: delivered, acked (read by the session),
+    /// completed, failed, ...; never backwards, never out of failed, expired or
+    /// cancelled
+    #[command(after_help = DELIVERY_MARK_EXAMPLES)]
+    Mark(DeliveryMarkArgs),
+}
+
+/// Arguments of `deliveries show`.
+#[derive(Debug, Args)]
+pub struct DeliveryShowArgs {
+    /// The delivery id
+    pub id: String,
+}
+
+/// Arguments of `deliveries mark`.
+#[derive(Debug, Args)]
+pub struct DeliveryMarkArgs {
+    /// The delivery id
+    pub id: String,
+    /// delivering, queued, delivered, acked, completed, failed, expired or cancelled
+    pub status: String,
+    /// The delivery error to record (cleared when absent)
+    #[arg(long, value_name = "TEXT")]
+    pub error: Option<String>,
+    /// Count one more delivery attempt (a retry, which may move the status back)
+    #[arg(long)]
+    pub attempt: bool,
+}
+
+/// Arguments of `dispatches`.
+#[derive(Debug, Args)]
+pub struct DispatchesArgs {
+    /// Without one, the dispatches not yet finished are listed
+    #[command(subcommand)]
+    pub command: Option<DispatchesCommand>,
+}
+
+/// `agentmesh dispatches ...`
+#[derive(Debug, Subcommand)]
+pub enum DispatchesCommand {
+    /// Show the dispatch of one task with every field, whatever its status
+    #[command(after_help = DISPATCH_SHOW_EXAMPLES)]
+    Show(DispatchShowArgs),
+    /// Move the dispatch of a task, or every open one of a session, to a status:
+    /// dispatched, acked, completed, failed or stale (completed and failed never change)
+    #[command(after_help = DISPATCH_MARK_EXAMPLES)]
+    Mark(DispatchMarkArgs),
+    /// Mark `dispatched` rows nobody acknowledged in time stale
+    #[command(name = "mark-stale", after_help = DISPATCH_MARK_STALE_EXAMPLES)]
+    MarkStale(DispatchStaleArgs),
+    /// Forget the dispatches of these tasks
+    #[command(after_help = DISPATCH_REMOVE_EXAMPLES)]
+    Remove(DispatchRemoveArgs),
+}
+
+/// Arguments of `dispatches show`.
+#[derive(Debug, Args)]
+pub struct DispatchShowArgs {
+    /// The dispatched task's id
+    pub task: String,
+}
+
+/// Arguments of `dispatches mark`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["task", "session"])))]
+pub struct DispatchMarkArgs {
+    /// dispatched, acked, completed, failed or stale
+    pub status: String,
+    /// The dispatch of this task
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
+    /// Every open dispatch of this session
+    #[arg(long, value_name = "SESSION", conflicts_with = "task")]
+    pub session: Option<String>,
+}
+
+/// Arguments of `dispatches mark-stale`.
+#[derive(Debug, Args)]
+pub struct DispatchStaleArgs {
+    /// Sent at least this long ago: a duration (90s, 10m, 1h30m, 2d; a bare number
+    /// is seconds)
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub older_than: Duration,
+}
+
+/// Arguments of `dispatches remove`.
+#[derive(Debug, Args)]
+pub struct DispatchRemoveArgs {
+    /// The tasks whose dispatches go
+    #[arg(value_name = "TASK", required = true)]
+    pub tasks: Vec<String>,
+}
+
+/// Arguments of `sessions`.
+#[derive(Debug, Args)]
+pub struct SessionsArgs {
+    /// Without one, the idle sessions are listed
+    #[command(subcommand)]
+    pub command: Option<SessionsCommand>,
+}
+
+/// `agentmesh sessions ...`
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Forget a session's idle report (what a session shutting down does)
+    #[command(after_help = SESSIONS_REMOVE_EXAMPLES)]
+    Remove(SessionRemoveArgs),
+}
+
+/// Arguments of `sessions remove`.
+#[derive(Debug, Args)]
+pub struct SessionRemoveArgs {
+    /// The node the session runs on
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    /// The session
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+}
+
+/// Arguments of `tool-calls`.
+#[derive(Debug, Args)]
+pub struct ToolCallsArgs {
+    /// Only calls of this caller role: coordinator, worker or unknown
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// How far back: a duration (90s, 10m; a bare number is seconds) [default:
+    /// the log's 100s]
+    #[arg(long, value_name = "DURATION", value_parser = duration::age)]
+    pub within: Option<Duration>,
+    /// List at most this many calls, 1 to 1000 [default: 100]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
 }
 
 #[cfg(test)]

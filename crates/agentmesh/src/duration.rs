@@ -187,6 +187,13 @@ pub fn watch_timeout(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(1), agentmesh_api::MAX_WATCH_TIMEOUT)
 }
 
+/// `--older-than` and `--within` of the record listings and moves: an age, or
+/// how far back to look; a bare number is seconds. Whole seconds count (the API
+/// takes seconds), so a duration under a second is refused.
+pub fn age(text: &str) -> Result<Duration, DurationError> {
+    within(text, Unit::Secs, Duration::from_secs(1), Duration::from_secs(u64::MAX / 1000))
+}
+
 /// The longest relative `--not-before`: the API reads a number of milliseconds
 /// below one year as an offset from now, and a larger one as an instant.
 const MAX_NOT_BEFORE_OFFSET: Duration = Duration::from_secs(364 * 86_400);
@@ -269,6 +276,16 @@ mod tests {
         assert_eq!(not_before("soon"), Ok(NotBeforeBody::Iso("soon".into())));
         assert_eq!(not_before("5x"), Err(DurationError::UnknownUnit { unit: "x".into() }));
         assert!(matches!(not_before("400d"), Err(DurationError::OutOfRange { .. })));
+    }
+
+    #[test]
+    fn ages_are_seconds_or_durations_of_at_least_a_second() {
+        assert_eq!(age("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(age("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(age("1d"), Ok(Duration::from_secs(86_400)));
+        assert!(matches!(age("500ms"), Err(DurationError::OutOfRange { .. })));
+        assert!(matches!(age("10 minutes"), Err(DurationError::Malformed { .. })));
+        assert!(age("-5").is_err());
     }
 
     #[test]

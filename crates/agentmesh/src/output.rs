@@ -15,8 +15,8 @@
 use std::io::{self, Write};
 
 pub use agentmesh_api::views::{
-    DeliveryView, DispatchView, DrainView, IdleSessionView, InboxEventView, MissionDetailView, MissionView,
-    ProgressView,
+    ConflictView, DeliveryView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleSessionView,
+    InboxEventView, MissionDetailView, MissionView, ProgressView, ToolCallLogView,
 };
 use agentmesh_core::events::{DrainCounter, coordinator_text, read_completion_summary};
 
@@ -216,6 +216,11 @@ pub fn write_task_fields(w: &mut dyn Write, task: &Task) -> io::Result<()> {
     write_fields(w, &json_object(task)?)
 }
 
+/// Writes every field of a view, one `key: value` per line, in the JSON order.
+pub fn write_view_fields<T: Serialize>(w: &mut dyn Write, view: &T) -> io::Result<()> {
+    write_fields(w, &json_object(view)?)
+}
+
 /// `value` as a JSON object, for printing its fields.
 fn json_object<T: Serialize>(value: &T) -> io::Result<Map<String, Value>> {
     match serde_json::to_value(value).map_err(io::Error::other)? {
@@ -332,7 +337,7 @@ pub fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> io::Resu
         .collect();
     write!(w, "delivered {}, held back {}", drain.events.len(), drain.quarantined.len())?;
     if !drain.quarantined.is_empty() {
-        write!(w, " (see ledger tail --kind event_held)")?;
+        write!(w, " (ledger kind event_held; list them with `events held`)")?;
     }
     if counters.is_empty() { writeln!(w) } else { writeln!(w, "; {}", counters.join(" ")) }
 }
@@ -447,6 +452,90 @@ pub fn write_dispatch_table(
             d.via.clone(),
             age(&d.dispatched_at, now),
             excerpt(&d.message, 60),
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes held events as a table (or `no held events`).
+pub fn write_held_table(w: &mut dyn Write, held: &[HeldEventView], now: Timestamp) -> io::Result<()> {
+    if held.is_empty() {
+        return writeln!(w, "no held events");
+    }
+    let mut table = Table::new(vec!["ID", "HELD", "REASON", "EVENT", "TASK", "NODE"]);
+    for h in held {
+        table.row(vec![
+            h.held_entry_id.clone(),
+            age(&h.held_at, now),
+            h.reason.clone().unwrap_or_else(|| "-".to_owned()),
+            h.event.clone().unwrap_or_else(|| "-".to_owned()),
+            h.task_id.clone().unwrap_or_else(|| "-".to_owned()),
+            h.node_id.clone().unwrap_or_else(|| "-".to_owned()),
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes completion fingerprints as a table (or `no completion fingerprints`).
+pub fn write_fingerprint_table(
+    w: &mut dyn Write,
+    fingerprints: &[FingerprintView],
+    now: Timestamp,
+) -> io::Result<()> {
+    if fingerprints.is_empty() {
+        return writeln!(w, "no completion fingerprints");
+    }
+    let mut table = Table::new(vec!["TASK", "SESSION", "EXPIRES IN", "FINGERPRINT"]);
+    for f in fingerprints {
+        table.row(vec![
+            f.task_id.clone().unwrap_or_else(|| "-".to_owned()),
+            f.session_id.clone().unwrap_or_else(|| "-".to_owned()),
+            remaining(f.expires_at, now),
+            f.fingerprint.clone(),
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes completion conflicts as a table (or `no completion conflicts`): the
+/// suppressed task and session beside the ones that held the fingerprint first.
+pub fn write_conflict_table(w: &mut dyn Write, conflicts: &[ConflictView]) -> io::Result<()> {
+    if conflicts.is_empty() {
+        return writeln!(w, "no completion conflicts");
+    }
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
+    let mut table = Table::new(vec!["TIME", "EVENT", "SUPPRESSED", "BY SESSION", "FIRST", "FIRST SESSION"]);
+    for c in conflicts {
+        table.row(vec![
+            c.created_at.clone(),
+            c.event.clone(),
+            dash(&c.conflicting_task_id),
+            dash(&c.conflicting_session_id),
+            dash(&c.original_task_id),
+            dash(&c.original_session_id),
+        ]);
+    }
+    table.write(w)
+}
+
+/// Writes the rate guard's log: one line per caller role with its calls by tool,
+/// then the calls, newest first (or `no recent tool calls`).
+pub fn write_tool_call_log(w: &mut dyn Write, log: &ToolCallLogView) -> io::Result<()> {
+    if log.by_role.is_empty() {
+        return writeln!(w, "no recent tool calls");
+    }
+    for role in &log.by_role {
+        let tools: Vec<String> = role.by_tool.iter().map(|t| format!("{} {}", t.tool, t.calls)).collect();
+        writeln!(w, "{}: {} call(s) ({})", role.caller_role, role.calls, tools.join(", "))?;
+    }
+    writeln!(w)?;
+    let mut table = Table::new(vec!["TIME", "ROLE", "SESSION", "TOOL"]);
+    for call in &log.calls {
+        table.row(vec![
+            Timestamp::from_millis(call.called_at).iso(),
+            call.caller_role.clone(),
+            call.session_id.clone().unwrap_or_else(|| "-".to_owned()),
+            call.tool.clone(),
         ]);
     }
     table.write(w)

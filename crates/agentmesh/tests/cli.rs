@@ -1315,6 +1315,17 @@ fn every_id_flag_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
         (vec!["events", "ack", "e\n1"], "id"),
         (vec!["events", "retract", "--task", &long], "taskId"),
         (vec!["deliveries", "--session", "s\n1"], "sessionId"),
+        (vec!["events", "held", "--task", "t\n1"], "taskId"),
+        (vec!["events", "requeue-held", "e\n1"], "ids"),
+        (vec!["events", "requeue-held", "--node", &long], "nodeId"),
+        (vec!["fingerprints", "--session", "s\n1"], "sessionId"),
+        (vec!["conflicts", "--task", &long], "taskId"),
+        (vec!["deliveries", "show", "d\n1"], "id"),
+        (vec!["deliveries", "mark", &long, "acked"], "id"),
+        (vec!["dispatches", "show", "t\n1"], "taskId"),
+        (vec!["dispatches", "mark", "acked", "--session", "s\n1"], "sessionId"),
+        (vec!["dispatches", "remove", "kept", "t\n1"], "taskIds"),
+        (vec!["sessions", "remove", "--node", "n\n1", "--session", "s1"], "nodeId"),
         (vec!["--mesh", "a\nb", "task", "list"], "mesh"),
         (vec!["--mesh", &long, "task", "add", "x"], "mesh"),
         (vec!["work", "--node", "n1", "--session", "s\n1", "--once", "--", "true"], "sessionId"),
@@ -1363,7 +1374,7 @@ fn a_row_with_an_id_outside_the_rule_is_still_listed_one_line_per_row() {
 // ── Data dirs and meshes ────────────────────────────────────────────────────
 
 /// The commands that only read, each with the flags it needs.
-const READ_ONLY: [&[&str]; 13] = [
+const READ_ONLY: [&[&str]; 19] = [
     &["status"],
     &["task", "list"],
     &["task", "show", "t1"],
@@ -1377,6 +1388,12 @@ const READ_ONLY: [&[&str]; 13] = [
     &["mission", "list"],
     &["mission", "show", "m1"],
     &["meshes"],
+    &["events", "held"],
+    &["fingerprints"],
+    &["conflicts", "--within", "1d"],
+    &["deliveries", "show", "d1"],
+    &["dispatches", "show", "t1"],
+    &["tool-calls"],
 ];
 
 #[test]

@@ -315,6 +315,12 @@ fn durations_take_units_and_bare_numbers_keep_their_unit() {
     let claimed = json(&["claim", "--node", "n1", "--session", "w1", "--lease-secs", "120"]);
     assert!((119_000..=121_000).contains(&lease(&claimed)), "{claimed}");
 
+    // The records' ages and spans: units, or a bare number of seconds.
+    assert_eq!(json(&["dispatches", "mark-stale", "--older-than", "1h30m"])["markedStale"], 0);
+    assert_eq!(json(&["events", "held", "--older-than", "90"]), Value::Array(vec![]));
+    assert_eq!(json(&["conflicts", "--within", "2d"]), Value::Array(vec![]));
+    assert!(json(&["tool-calls", "--within", "30s"]).is_object());
+
     // Mistakes name the flag and change nothing.
     let before = json(&["task", "list"]).as_array().expect("tasks").len();
     for (args, flag, problem) in [
@@ -332,6 +338,14 @@ fn durations_take_units_and_bare_numbers_keep_their_unit() {
             "1s to 10m",
         ),
         (&["work", "--node", "n", "--session", "s", "--lease", "2s", "--", "true"][..], "--lease", "3s to"),
+        (&["events", "held", "--older-than", "5x"][..], "--older-than", "\"x\" is not a unit"),
+        (&["conflicts", "--within", "10 m"][..], "--within", "is not a duration"),
+        (
+            &["dispatches", "mark-stale", "--older-than", "500ms"][..],
+            "--older-than",
+            "outside the allowed range",
+        ),
+        (&["tool-calls", "--within", "0s"][..], "--within", "outside the allowed range"),
     ] {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);

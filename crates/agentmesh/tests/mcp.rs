@@ -491,6 +491,9 @@ fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
         ("get_pending_mesh_events", json!({ "maxChars": 100 })),
         ("heartbeat_task", json!({ "taskId": "t-f", "epoch": 1, "sessionId": "w1" })),
         ("ledger_tail", json!({ "tail": 5 })),
+        ("list_held_events", json!({ "reason": "pending_retention_expired", "olderThanSecs": 60 })),
+        ("requeue_held_events", json!({ "taskId": "t-f" })),
+        ("update_delivery", json!({ "deliveryId": "d-f", "status": "delivered" })),
         ("list_missions", json!({})),
         ("list_tasks", json!({ "status": "pending" })),
         ("mesh_status", json!({})),
@@ -531,6 +534,11 @@ const ARGUMENT_KEYS: &[&str] = &[
     "seconds",
     "providerType",
     "requiredTags",
+    "deliveryId",
+    "olderThanSecs",
+    "all",
+    "ids",
+    "error",
 ];
 
 fn argument_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
@@ -640,5 +648,65 @@ async fn a_readonly_task_asking_for_a_forbidden_operation_is_a_tool_error_with_t
     assert!(message.contains(&format!("{reason} (deploy_or_version_bump, destructive_shell)")), "{message}");
     assert!(message.contains("tasks[1].message"), "the field is named: {message}");
     assert_eq!(ok(&client, "list_tasks", json!({})).await["tasks"], json!([]), "nothing was enqueued");
+    client.cancel().await.unwrap();
+}
+
+/// Runs the binary on `dir` (a read of what the MCP processes wrote), as JSON.
+fn cli_json(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .env_remove("AGENTMESH_MESH")
+        .env_remove("AGENTMESH_SERVER")
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("the binary runs");
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).expect("one JSON document")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_session_that_ends_removes_the_idle_report_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker = spawn_stdio(dir.path(), Some("worker-1")).await;
+    let idle = ok(&worker, "report_idle", json!({ "nodeId": "laptop", "ttlSecs": 600 })).await;
+    assert_eq!(idle["sessionId"], "worker-1");
+    let listed = cli_json(dir.path(), &["sessions"]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+
+    worker.cancel().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !cli_json(dir.path(), &["sessions"]).as_array().is_some_and(Vec::is_empty) {
+        assert!(std::time::Instant::now() < deadline, "the ended session's idle report is still listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_events_are_listed_and_requeued_and_tool_calls_carry_their_caller_role() {
+    let dir = tempfile::tempdir().unwrap();
+    // An unversioned event, held back by an enforce-mode drain.
+    cli_json(dir.path(), &["events", "push", "--event", "agent:stopped", "--task", "t1", "--node", "n1"]);
+    let drained = cli_json(dir.path(), &["events", "drain", "--daemon", "mach_A", "--run", "r", "--enforce"]);
+    assert_eq!(drained["quarantined"].as_array().map(Vec::len), Some(1), "{drained}");
+
+    let client = spawn_stdio(dir.path(), None).await;
+    let held = ok(&client, "list_held_events", json!({ "taskId": "t1" })).await;
+    assert_eq!(held["held"][0]["reason"], "v2_enforce_unversioned_quarantined", "{held}");
+    let id = held["held"][0]["heldEntryId"].clone();
+    let requeued = ok(&client, "requeue_held_events", json!({ "ids": [id] })).await;
+    assert_eq!(requeued["requeued"], 1, "{requeued}");
+    assert_eq!(ok(&client, "list_held_events", json!({})).await["held"], json!([]));
+    // The requeued broadcast reaches this coordinator's drain.
+    let events = ok(&client, "get_pending_mesh_events", json!({})).await;
+    assert_eq!(events["events"][0]["taskId"], "t1", "{events}");
+    ok(&client, "read_deliveries", json!({ "sessionId": "w1" })).await;
+
+    let log = cli_json(dir.path(), &["tool-calls"]);
+    let roles: Vec<&str> =
+        log["byRole"].as_array().unwrap().iter().map(|r| r["callerRole"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["coordinator", "worker"], "{log}");
+    assert_eq!(log["byRole"][0]["calls"], 4, "{log}");
     client.cancel().await.unwrap();
 }

@@ -716,6 +716,114 @@ fn a_command_that_leaves_a_process_holding_its_output_is_completed_and_the_proce
     assert!(!running, "the process left holding the output was ended with the task: {state:?}");
 }
 
+#[test]
+fn a_waiting_worker_reports_itself_idle_and_removes_the_report_when_it_stops() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let mut worker = agentmesh()
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["work", "--node", "n1", "--session", "w-idle", "--provider", "sh", "--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("a worker starts");
+    let until = Instant::now() + DEADLINE;
+    let listed = loop {
+        // Until the worker has created the database, the read is refused.
+        let read = run(dir.path(), &["sessions", "--json"]);
+        let sessions = if read.code == 0 { read.json() } else { serde_json::json!([]) };
+        if sessions.as_array().is_some_and(|s| !s.is_empty()) {
+            break sessions;
+        }
+        assert!(Instant::now() < until, "the waiting worker never reported itself idle: {sessions}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        (&listed[0]["sessionId"], &listed[0]["providerType"]),
+        (&Value::from("w-idle"), &Value::from("sh"))
+    );
+    signal(&worker, "TERM");
+    assert!(wait_exit(&mut worker, "the worker").success());
+    let after = run(dir.path(), &["sessions", "--json"]).ok().json();
+    assert_eq!(after, serde_json::json!([]), "a worker that stopped leaves no idle report behind");
+}
+
+#[test]
+fn the_records_around_the_queue_read_and_move_the_same_through_the_daemon() {
+    let daemon = Daemon::start();
+    let dir = daemon.data_dir();
+    run(dir, &["events", "push", "--event", "agent:stopped", "--task", "t1", "--node", "n1"]).ok();
+    run(dir, &["events", "drain", "--daemon", "mach_A", "--run", "run-1", "--enforce"]).ok();
+    {
+        use agentmesh_store::Store as _;
+        let store = agentmesh_sqlite::SqliteStore::open_data_dir(dir).expect("the store opens");
+        let at = agentmesh_core::Timestamp::from_millis(1_735_689_600_000);
+        let far = agentmesh_core::Timestamp::parse_iso("2999-01-01T00:00:00.000Z").expect("an instant");
+        let delivery = agentmesh_core::NewSessionDelivery {
+            id: "d1".into(),
+            session_id: Some("s1".into()),
+            kind: "message".into(),
+            message: "rebase first".into(),
+            ..Default::default()
+        };
+        store.insert_session_delivery("default", &delivery, at).unwrap();
+        let dispatch = agentmesh_core::NewDirectDispatch {
+            task_id: "t1".into(),
+            session_id: Some("s1".into()),
+            message: "do t1".into(),
+            via: "api".into(),
+            ..Default::default()
+        };
+        store.record_direct_dispatch("default", &dispatch, at).unwrap();
+        let idle = agentmesh_core::IdleSession {
+            mesh_id: "default".into(),
+            node_id: "n1".into(),
+            session_id: "s1".into(),
+            provider_type: "sh".into(),
+            expires_at_ms: far.millis(),
+            metadata: None,
+        };
+        store.set_idle_session(&idle).unwrap();
+        let fp = "default::agent:stopped::t1::genuine";
+        store.record_completion_fingerprint("default", fp, far.millis() - at.millis(), at).unwrap();
+        let call = agentmesh_store::ToolCall {
+            mesh_id: "default".into(),
+            tool: "list_tasks".into(),
+            session_id: None,
+            caller_role: Some("coordinator".into()),
+        };
+        store.record_tool_call(&call, agentmesh_core::RateGuard::default(), at).unwrap();
+    }
+
+    for args in [
+        &["events", "held", "--task", "t1", "--json"][..],
+        &["fingerprints", "--task", "t1", "--json"],
+        &["conflicts", "--json"],
+        &["deliveries", "show", "d1", "--json"],
+        &["dispatches", "show", "t1", "--json"],
+        &["tool-calls", "--within", "100000d", "--json"],
+        &["sessions", "--json"],
+    ] {
+        let local = run(dir, args).ok();
+        let remote = daemon.remote(args).ok();
+        assert_eq!(local.stdout, remote.stdout, "{args:?} differs with --server");
+    }
+    let one = |args: &[&str]| daemon.remote(args).ok().json();
+    assert_eq!(one(&["deliveries", "mark", "d1", "acked", "--json"])["changed"], true);
+    assert_eq!(one(&["dispatches", "mark", "acked", "--task", "t1", "--json"])["changed"], 1);
+    assert_eq!(one(&["dispatches", "mark-stale", "--older-than", "1s", "--json"])["markedStale"], 0);
+    assert_eq!(one(&["dispatches", "remove", "t1", "--json"])["removed"], 1);
+    assert_eq!(one(&["sessions", "remove", "--node", "n1", "--session", "s1", "--json"])["removed"], true);
+    assert_eq!(one(&["events", "requeue-held", "--all", "--json"])["requeued"], 1);
+    let refused = daemon.remote(&["events", "requeue-held", "--json"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert_eq!(refused.json()["error"]["code"], "invalid_input");
+    assert_eq!(run(dir, &["deliveries", "show", "d1", "--json"]).ok().json()["status"], "acked");
+    assert_eq!(run(dir, &["events", "held", "--json"]).ok().json(), serde_json::json!([]));
+    daemon.stop();
+}
+
 // ── agentmesh demo ──────────────────────────────────────────────────────────
 
 /// The demo's tasks by ref, with the refs each depends on.

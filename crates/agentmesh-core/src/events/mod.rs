@@ -21,6 +21,8 @@
 //! - [`refine`]: backfilling a refine job's missing terminal event from the ledger
 //!   and dropping superseded `refine:accepted` events.
 //! - [`stale`]: dropping alerts about tasks that are already finished.
+//! - [`held`]: which held (quarantined or expired) events are still held, and
+//!   the filters that select them for listing and requeueing.
 //!
 //! Nothing here reads a clock, mints an id or touches storage: times, fresh event
 //! ids, machine ids and "was this event id drained before" all come from the caller.
@@ -28,6 +30,7 @@
 pub mod contract;
 pub mod envelope;
 pub mod fingerprint;
+pub mod held;
 pub mod identity;
 mod js;
 pub mod message;

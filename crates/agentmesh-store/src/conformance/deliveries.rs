@@ -442,6 +442,7 @@ pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn Store) {
 }
 
 /// A blank id or kind, or an unparsable deliverAfter or expiresAt, is invalid input naming the field; nothing is stored.
+/// (An empty message is not: see [`session_delivery_without_a_message_is_stored_with_an_empty_message`].)
 pub fn session_delivery_rejects_bad_input_naming_the_field(store: &dyn Store) {
     let kept = insert_delivery(store, MESH, delivery("kept", "s1", 0), at(0));
     let cases = [
@@ -488,4 +489,34 @@ pub fn session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone(store: &d
         set_delivery_status(store, MESH, "shared", DeliveryStatus::Acked, at(3)),
         "expected mesh A's delivery still there to move"
     );
+}
+
+/// A delivery without a message is stored with an empty message, as later
+/// versions of the original store it (`message ?? ''`), not refused.
+pub fn session_delivery_without_a_message_is_stored_with_an_empty_message(store: &dyn Store) {
+    let blank = NewSessionDelivery { message: String::new(), ..delivery("d-blank", "s1", 0) };
+    let stored = insert_delivery(store, MESH, blank, at(0));
+    assert_eq!(stored.message, "", "expected the empty message kept as it is");
+    assert_eq!(
+        active_delivery(store, MESH, "d-blank", at(1)).message,
+        "",
+        "expected the delivery listed with an empty message"
+    );
+}
+
+/// One delivery is read by its id whatever its status, with its attempts and
+/// last error; an unknown id, or one of another mesh, reads as none.
+pub fn session_delivery_is_read_by_id_whatever_its_status(store: &dyn Store) {
+    insert_delivery(store, MESH, delivery("d1", "s1", 0), at(0));
+    let retry = DeliveryUpdate { last_error: Some("pty busy".into()), increment_attempt: true };
+    ok(store.set_session_delivery_status(MESH, "d1", DeliveryStatus::Queued, &retry, at(1)), "retry");
+    assert!(set_delivery_status(store, MESH, "d1", DeliveryStatus::Failed, at(2)), "expected d1 to fail");
+    let read = ok(store.session_delivery(MESH, "d1"), "session_delivery");
+    let read = read.expect("expected a failed delivery still readable by its id");
+    assert_eq!(read.status, DeliveryStatus::Failed);
+    assert_eq!(read.attempt_count, 1, "expected the retry counted");
+    assert_eq!(read.updated_at, at(2).iso());
+    assert!(active_deliveries(store, MESH, None, at(3)).is_empty(), "a failed delivery is not active");
+    assert_eq!(ok(store.session_delivery(MESH, "nope"), "unknown id"), None);
+    assert_eq!(ok(store.session_delivery(OTHER_MESH, "d1"), "other mesh"), None, "mesh B sees none of A's");
 }

@@ -399,3 +399,16 @@ pub fn direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone(
         "expected a dispatch recorded in mesh B not to replace or remove mesh A's dispatch of the same task id"
     );
 }
+
+/// The dispatch of a task is read whatever its status (a stale or completed one
+/// included); an unknown task, or one of another mesh, reads as none.
+pub fn direct_dispatch_is_read_by_task_whatever_its_status(store: &dyn Store) {
+    record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(0));
+    set_dispatch_status(store, MESH, "t1", DispatchStatus::Completed, at(5));
+    let read = ok(store.direct_dispatch(MESH, "t1"), "direct_dispatch");
+    let read = read.expect("expected a completed dispatch still readable by its task");
+    assert_eq!((read.status, read.updated_at.as_str()), (DispatchStatus::Completed, at(5).iso().as_str()));
+    assert!(active_dispatch_ids(store, MESH).is_empty(), "a completed dispatch is not active");
+    assert_eq!(ok(store.direct_dispatch(MESH, "nope"), "unknown task"), None);
+    assert_eq!(ok(store.direct_dispatch(OTHER_MESH, "t1"), "other mesh"), None, "mesh B sees none of A's");
+}

@@ -192,6 +192,7 @@ macro_rules! conformance_tests {
             direct_dispatch_rejects_bad_input_naming_the_field,
             direct_dispatches_are_isolated_by_mesh,
             direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone,
+            direct_dispatch_is_read_by_task_whatever_its_status,
             // Session deliveries.
             session_delivery_is_queued_by_default_and_read_back,
             session_delivery_status_never_moves_backwards,
@@ -205,6 +206,8 @@ macro_rules! conformance_tests {
             meshes_with_deliveries_or_dispatches_are_listed_once,
             session_delivery_rejects_bad_input_naming_the_field,
             session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone,
+            session_delivery_without_a_message_is_stored_with_an_empty_message,
+            session_delivery_is_read_by_id_whatever_its_status,
             // Idle sessions, fingerprints, conflicts, rate guard.
             idle_sessions_are_scoped_by_mesh,
             setting_an_idle_session_again_refreshes_it,
@@ -222,6 +225,8 @@ macro_rules! conformance_tests {
             tool_call_rate_guard_counts_one_tool_in_one_mesh,
             tool_call_rate_guard_forgets_calls_outside_the_window,
             prune_tool_calls_deletes_calls_before_the_cutoff,
+            completion_fingerprints_are_listed_latest_first_while_in_force,
+            recent_tool_calls_are_read_newest_first_with_their_caller_role,
             // Missions and placement.
             upsert_mission_creates_an_active_mission_and_records_mission_created,
             upsert_mission_says_whether_it_created_the_mission,

@@ -371,3 +371,78 @@ pub fn prune_tool_calls_deletes_calls_before_the_cutoff(store: &dyn Store) {
         "expected the four remaining calls pruned"
     );
 }
+
+/// The mesh's fingerprints in force are listed the latest expiry first, at most
+/// `limit`; expired ones and another mesh's are left out.
+pub fn completion_fingerprints_are_listed_latest_first_while_in_force(store: &dyn Store) {
+    let record = |mesh: &str, fp: &str, ttl_secs: i64| {
+        ok(
+            store.record_completion_fingerprint(mesh, fp, ttl_secs * 1000, at(0)),
+            "record_completion_fingerprint",
+        )
+    };
+    record(MESH, "mesh-a::agent:stopped::t1::genuine", 60);
+    record(MESH, "pending::mesh-a::agent:generating_completed::t2::genuine", 3_600);
+    record(MESH, "mesh-a::agent:stopped::t3::weak", 10);
+    record(OTHER_MESH, "mesh-b::agent:stopped::t9::genuine", 3_600);
+    let listed = |now, limit| {
+        ok(store.completion_fingerprints(MESH, now, limit), "completion_fingerprints")
+            .into_iter()
+            .map(|f| (f.fingerprint, f.expires_at_ms))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        listed(at(1), 10),
+        [
+            ("pending::mesh-a::agent:generating_completed::t2::genuine".to_owned(), at(3_600).millis()),
+            ("mesh-a::agent:stopped::t1::genuine".to_owned(), at(60).millis()),
+            ("mesh-a::agent:stopped::t3::weak".to_owned(), at(10).millis()),
+        ],
+        "expected every fingerprint of the mesh in force, the latest expiry first"
+    );
+    assert_eq!(listed(at(1), 1).len(), 1, "expected at most the limit");
+    assert_eq!(listed(at(30), 10).len(), 2, "expected the expired fingerprint left out");
+}
+
+/// Recorded tool calls are read back newest first with their session and caller
+/// role, from `since` on, at most `limit`, one mesh only; a call that names no
+/// role reads without one, and an unknown role is refused naming the field.
+pub fn recent_tool_calls_are_read_newest_first_with_their_caller_role(store: &dyn Store) {
+    let guard = RateGuard::default();
+    let call = |mesh: &str, tool: &str, role: Option<&str>, secs| {
+        let call = crate::ToolCall {
+            caller_role: role.map(str::to_owned),
+            session_id: Some(if role == Some("worker") { "w1" } else { "coord-1" }.to_owned()),
+            ..tool_call(mesh, tool)
+        };
+        ok(store.record_tool_call(&call, guard, at(secs)), "record_tool_call");
+    };
+    call(MESH, "list_tasks", Some("coordinator"), 0);
+    call(MESH, "claim_task", Some("worker"), 1);
+    call(MESH, "mesh_status", None, 2);
+    call(OTHER_MESH, "list_tasks", Some("coordinator"), 3);
+    let read = |since, limit| ok(store.recent_tool_calls(MESH, at(since), limit), "recent_tool_calls");
+    let all = read(0, 10);
+    let seen: Vec<(&str, Option<&str>, Option<&str>, i64)> = all
+        .iter()
+        .map(|c| (c.tool.as_str(), c.caller_role.as_deref(), c.session_id.as_deref(), c.called_at_ms))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("mesh_status", None, Some("coord-1"), at(2).millis()),
+            ("claim_task", Some("worker"), Some("w1"), at(1).millis()),
+            ("list_tasks", Some("coordinator"), Some("coord-1"), at(0).millis()),
+        ],
+        "expected the mesh's calls newest first, each with its role and session"
+    );
+    assert_eq!(read(1, 10).len(), 2, "expected calls before `since` left out");
+    assert_eq!(read(0, 1).len(), 1, "expected at most the limit");
+    let bad = crate::ToolCall { caller_role: Some("boss".into()), ..tool_call(MESH, "list_tasks") };
+    assert_invalid_input(
+        store.record_tool_call(&bad, guard, at(4)),
+        "callerRole",
+        "a call with an unknown role",
+    );
+    assert_eq!(read(0, 10).len(), 3, "expected the refused call not recorded");
+}

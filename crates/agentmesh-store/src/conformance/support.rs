@@ -554,7 +554,12 @@ pub fn recent_conflict_ids(
 
 /// A call of `tool` in `mesh` by the coordinator session `coord-1`.
 pub fn tool_call(mesh: &str, tool: &str) -> ToolCall {
-    ToolCall { mesh_id: mesh.to_owned(), tool: tool.to_owned(), session_id: Some("coord-1".to_owned()) }
+    ToolCall {
+        mesh_id: mesh.to_owned(),
+        tool: tool.to_owned(),
+        session_id: Some("coord-1".to_owned()),
+        caller_role: Some("coordinator".to_owned()),
+    }
 }
 
 // ── Missions ─────────────────────────────────────────────────────────────────

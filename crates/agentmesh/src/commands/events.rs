@@ -1,4 +1,5 @@
-//! `agentmesh events push|drain|peek|ack|retract`: the coordinator inbox.
+//! `agentmesh events push|drain|peek|ack|retract|held|requeue-held`: the
+//! coordinator inbox.
 //!
 //! `push` queues one event, read as JSON in the original's shape (`--file`, `-`
 //! for stdin) or built from flags; the store stamps its v2 envelope and refuses a
@@ -7,6 +8,10 @@
 //! quarantine rules are the store's. Enforce mode is `--enforce`, else
 //! `MESH_PROTOCOL_V2_ENFORCE` as it reads when the command runs.
 //!
+//! `held` lists the held events (quarantined, or moved to the ledger by
+//! retention) that were not put back, and `requeue-held` puts them back, by id
+//! or by the same filters.
+//!
 //! Every input is checked before the store opens, so a refused push never
 //! creates a database and never stores anything.
 
@@ -14,7 +19,9 @@ use std::io::Read as _;
 use std::path::Path;
 
 use agentmesh_api::views::PushView;
-use agentmesh_api::wire::{AckBody, DrainBody, EmitHintBody, PushEventBody, RetractBody};
+use agentmesh_api::wire::{
+    AckBody, DrainBody, EmitHintBody, HeldParams, PushEventBody, RequeueHeldBody, RetractBody,
+};
 use agentmesh_core::events::{
     MessageOptions, PendingEvent, Scope, build_coordinator_message, enforce_from_env_value,
 };
@@ -24,6 +31,7 @@ use serde_json::{Map, Value};
 use super::{Context, id, required};
 use crate::cli::{
     EventsAckArgs, EventsCommand, EventsDrainArgs, EventsPushArgs, EventsRetractArgs, EventsWatchArgs,
+    HeldFilterArgs, RequeueHeldArgs,
 };
 use crate::now;
 use crate::output::{self, InboxEventView, Noun, Output};
@@ -39,7 +47,45 @@ pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::R
         EventsCommand::Watch(args) => watch(ctx, args, out),
         EventsCommand::Ack(args) => ack(ctx, args, out),
         EventsCommand::Retract(args) => retract(ctx, args, out),
+        EventsCommand::Held(args) => held(ctx, args, out),
+        EventsCommand::RequeueHeld(args) => requeue_held(ctx, args, out),
     }
+}
+
+/// The listing's query from the filter flags: node and task ids follow the id
+/// rule, the reason and event name must not be blank when given.
+fn held_params(args: HeldFilterArgs) -> Result<HeldParams, InvalidInput> {
+    let text = |field: &str, value: Option<String>| {
+        value.map(|v| required(field, &v).map(str::to_owned)).transpose()
+    };
+    Ok(HeldParams {
+        reason: text("reason", args.reason)?,
+        node_id: optional("nodeId", args.node)?,
+        task_id: optional("taskId", args.task)?,
+        event: text("event", args.event)?,
+        older_than_secs: args.older_than.map(|age| age.as_secs()),
+    })
+}
+
+fn held(ctx: &Context, args: HeldFilterArgs, out: &mut Output) -> anyhow::Result<()> {
+    let params = held_params(args)?;
+    let held = ctx.read_api()?.held_events(ctx.mesh(), params)?;
+    let now = now();
+    out.emit(&held, |w| output::write_held_table(w, &held, now))
+}
+
+fn requeue_held(ctx: &Context, args: RequeueHeldArgs, out: &mut Output) -> anyhow::Result<()> {
+    let HeldParams { reason, node_id, task_id, event, older_than_secs } = held_params(args.filter)?;
+    let ids = args.ids.iter().map(|v| id("ids", v).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
+    let body = RequeueHeldBody { ids, reason, node_id, task_id, event, older_than_secs, all: args.all };
+    let view = ctx.api()?.requeue_held(ctx.mesh(), body)?;
+    out.emit(&view, |w| {
+        for event in &view.events {
+            let what = if event.requeued { "requeued" } else { "already queued" };
+            writeln!(w, "{what}  {}  {}", event.held_entry_id, event.event.as_deref().unwrap_or("?"))?;
+        }
+        writeln!(w, "requeued {} of {} held event(s)", view.requeued, view.events.len())
+    })
 }
 
 /// An id flag that may be left out, but follows the id rule when given; trimmed.

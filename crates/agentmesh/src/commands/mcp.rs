@@ -53,8 +53,10 @@ pub fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
         });
         let ended = agentmesh_mcp::serve_stdio(tools.clone(), shutdown).await;
         keep_alive.abort();
-        // Gone: the next coordinator run on this machine inherits what is queued.
+        // Gone: the next coordinator run on this machine inherits what is queued,
+        // and the idle report this session made no longer stands.
         tools.report_presence(true).await;
+        tools.forget_idle().await;
         anyhow::Ok(ended)
     })?;
     tracing::info!(reason = %ended, "MCP session ended");

@@ -30,6 +30,7 @@ use crate::output::Output;
 
 mod claim;
 mod complete;
+mod completion_records;
 mod completions;
 mod deliveries;
 mod demo;
@@ -45,6 +46,7 @@ mod serve;
 mod sessions;
 mod status;
 mod task;
+mod tool_calls;
 mod work;
 
 /// The environment variable a client reads its token from.
@@ -360,12 +362,15 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),
         Command::Events(cmd) => events::run(ctx, cmd, out),
+        Command::Fingerprints(args) => completion_records::fingerprints(ctx, args, out),
+        Command::Conflicts(args) => completion_records::conflicts(ctx, args, out),
         Command::Status => status::run(ctx, out),
         Command::Ledger(cmd) => ledger::run(ctx, cmd, out),
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
-        Command::Sessions => sessions::run(ctx, out),
+        Command::Sessions(args) => sessions::run(ctx, args, out),
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
-        Command::Dispatches => dispatches::run(ctx, out),
+        Command::Dispatches(args) => dispatches::run(ctx, args, out),
+        Command::ToolCalls(args) => tool_calls::run(ctx, args, out),
         Command::Meshes => meshes::run(ctx, out),
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),

@@ -9,6 +9,10 @@
 //! fail it with a reason naming the exit status; repeat. With nothing to claim it
 //! waits, backing off up to two seconds, and asks again.
 //!
+//! Idleness: while there is nothing to claim (not with `--once`), the session
+//! reports itself idle (`agentmesh sessions` lists it, renewed while it waits);
+//! once it takes a task again, and when it exits, it removes that report.
+//!
 //! Chaining: unless the loop is stopping or runs `--once`, the report and the next
 //! claim go as one `complete-and-claim` (one request, one transaction). A task
 //! claimed that way is run even when a stop signal arrives while the request is on
@@ -45,7 +49,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use agentmesh_api::views::ClaimView;
-use agentmesh_api::wire::{ClaimBody, CompleteAndClaimBody, CompletionBody, HeartbeatBody, ListParams};
+use agentmesh_api::wire::{
+    ClaimBody, CompleteAndClaimBody, CompletionBody, HeartbeatBody, IdleBody, ListParams,
+};
 use agentmesh_api::{MeshApi, MeshError};
 use agentmesh_core::{InvalidInput, Task, TaskStatus};
 use anyhow::Context as _;
@@ -63,6 +69,11 @@ const KEPT_BYTES: usize = 16 * 1024;
 const IDLE_MIN: Duration = Duration::from_millis(250);
 /// The longest wait between two claims when there is nothing to claim.
 const IDLE_MAX: Duration = Duration::from_secs(2);
+/// How long an idle report of a waiting worker holds; it is renewed every third
+/// of it while the worker waits.
+const IDLE_REPORT_SECS: u32 = 300;
+/// The provider type an idle report names when the worker was given none.
+const DEFAULT_PROVIDER: &str = "command";
 /// How often a running command and the signal count are checked.
 const POLL: Duration = Duration::from_millis(50);
 /// How long to wait, after the command exited, for its output pipes to close
@@ -147,13 +158,15 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
         node_id: worker.node.clone(),
         session_id: worker.session.clone(),
         capability_tags: args.tags,
-        provider_type: args.provider,
+        provider_type: args.provider.clone(),
         provider_max_parallel: None,
         node_is_worktree: false,
         lease_ms: Some(lease_ms),
     };
 
     let mut summary = WorkSummary::default();
+    let mut idle_report =
+        IdleReport { provider: args.provider.unwrap_or_else(|| DEFAULT_PROVIDER.to_owned()), at: None };
     let mut idle = IDLE_MIN;
     let mut nothing_to_claim = None;
     // The claim that came back with the last report, when it was chained.
@@ -183,6 +196,7 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
                 nothing_to_claim = Some(reason);
                 break;
             }
+            worker.report_idle(&mut idle_report);
             if !worker.idle_wait(idle) {
                 break;
             }
@@ -190,6 +204,7 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
             continue;
         };
         idle = IDLE_MIN;
+        worker.forget_idle(&mut idle_report);
         let (record, next) = worker.run_task(&task, chain)?;
         chained = next;
         match record.status {
@@ -202,6 +217,7 @@ pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()
             break;
         }
     }
+    worker.forget_idle(&mut idle_report);
     if worker.stop_requested() {
         eprintln!("stopped");
     }
@@ -226,7 +242,45 @@ enum Ended {
     TakenAway,
 }
 
+/// The worker's idle report: its provider type, and when it was last made
+/// (`None` while the session has no report standing).
+struct IdleReport {
+    provider: String,
+    at: Option<Instant>,
+}
+
 impl Worker<'_> {
+    /// Reports the session idle, unless a report made less than a third of its
+    /// lifetime ago still stands. A failure is told on stderr, never fatal.
+    fn report_idle(&self, report: &mut IdleReport) {
+        let renew_after = Duration::from_secs(u64::from(IDLE_REPORT_SECS / 3));
+        if report.at.is_some_and(|at| at.elapsed() < renew_after) {
+            return;
+        }
+        let body = IdleBody {
+            node_id: self.node.clone(),
+            session_id: self.session.clone(),
+            provider_type: report.provider.clone(),
+            ttl_secs: Some(IDLE_REPORT_SECS),
+            metadata: None,
+        };
+        match self.api.report_idle(self.mesh, body) {
+            Ok(_) => report.at = Some(Instant::now()),
+            Err(err) => eprintln!("could not report the session idle: {err}"),
+        }
+    }
+
+    /// Removes the idle report, if one stands. A failure is told on stderr; the
+    /// report then runs out by itself.
+    fn forget_idle(&self, report: &mut IdleReport) {
+        if report.at.take().is_none() {
+            return;
+        }
+        if let Err(err) = self.api.remove_idle_session(self.mesh, &self.node, &self.session) {
+            eprintln!("could not remove the session's idle report: {err}");
+        }
+    }
+
     fn stop_requested(&self) -> bool {
         self.signals.load(Ordering::SeqCst) > 0
     }

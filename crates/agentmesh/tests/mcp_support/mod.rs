@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub type Client = RunningService<RoleClient, ()>;
 
 /// Every tool, by name.
-pub const TOOLS: [&str; 21] = [
+pub const TOOLS: [&str; 24] = [
     "cancel_task",
     "claim_task",
     "complete_task",
@@ -25,16 +25,19 @@ pub const TOOLS: [&str; 21] = [
     "get_pending_mesh_events",
     "heartbeat_task",
     "ledger_tail",
+    "list_held_events",
     "list_missions",
     "list_tasks",
     "mesh_status",
     "read_deliveries",
     "report_idle",
+    "requeue_held_events",
     "requeue_task",
     "send_to_session",
     "show_mission",
     "show_task",
     "suggest_node",
+    "update_delivery",
     "upsert_mission",
     "wait_for_mesh_events",
 ];
@@ -157,7 +160,14 @@ pub async fn exercise_every_tool(client: &Client) {
     ok(client, "send_to_session", json!({ "sessionId": "w1", "message": "hello worker" })).await;
     let deliveries = ok(client, "read_deliveries", json!({ "sessionId": "w1" })).await;
     assert_eq!(deliveries["deliveries"][0]["message"], "hello worker");
+    let id = deliveries["deliveries"][0]["id"].clone();
+    let acked = ok(client, "update_delivery", json!({ "deliveryId": id, "status": "acked" })).await;
+    assert_eq!((&acked["changed"], &acked["delivery"]["status"]), (&json!(true), &json!("acked")));
+    let back = ok(client, "update_delivery", json!({ "deliveryId": id, "status": "queued" })).await;
+    assert_eq!(back["changed"], false, "a delivery never moves backwards");
     ok(client, "report_idle", json!({ "sessionId": "w1" })).await;
+    assert_eq!(ok(client, "list_held_events", json!({})).await["held"], json!([]));
+    assert_eq!(ok(client, "requeue_held_events", json!({ "all": true })).await["requeued"], 0);
 
     // Work: complete t-a, fail t-b.
     let claimed = ok(client, "claim_task", json!({ "sessionId": "w1" })).await;
@@ -215,6 +225,12 @@ pub async fn exercise_every_tool(client: &Client) {
     assert_eq!(tool_error(client, "list_tasks", json!({ "colour": "red" })).await["field"], "colour");
     assert_eq!(tool_error(client, "enqueue_task", json!({ "message": " " })).await["field"], "message");
     assert_eq!(tool_error(client, "claim_task", json!({ "sessionId": 5 })).await["field"], "sessionId");
+    assert_eq!(tool_error(client, "requeue_held_events", json!({})).await["field"], "all");
+    assert_eq!(tool_error(client, "list_held_events", json!({ "reason": "bored" })).await["field"], "reason");
+    assert_eq!(
+        tool_error(client, "update_delivery", json!({ "deliveryId": "nope", "status": "acked" })).await["code"],
+        "not_found"
+    );
     assert_eq!(
         tool_error(client, "send_to_session", json!({ "sessionId": "w1", "message": "x", "mode": "shout" }))
             .await["field"],
