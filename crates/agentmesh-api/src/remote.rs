@@ -1,5 +1,6 @@
 //! [`RemoteMesh`]: the operations sent to a running daemon over HTTP.
 
+use std::path::Path;
 use std::time::Duration;
 
 use agentmesh_core::{LedgerEntry, LedgerSlice, Task};
@@ -68,8 +69,17 @@ impl RemoteMesh {
         parse_base_url(base_url).map(|_| ())
     }
 
-    /// A client of the daemon at `base_url`, presenting `token`.
+    /// A client of the daemon at `base_url`, presenting `token`. An `https` URL
+    /// is checked against the bundled public roots (see [`RemoteMesh::trusting`]).
     pub fn new(base_url: &str, token: &str) -> MeshResult<RemoteMesh> {
+        RemoteMesh::trusting(base_url, token, None)
+    }
+
+    /// [`RemoteMesh::new`], also trusting the CA certificates of the PEM file
+    /// `ca_cert` (for a daemon whose certificate a private CA signed). Without it
+    /// the client trusts the Mozilla root set built into the binary, the same on
+    /// every machine and independent of the system's certificate store.
+    pub fn trusting(base_url: &str, token: &str, ca_cert: Option<&Path>) -> MeshResult<RemoteMesh> {
         let base = parse_base_url(base_url)?;
         let token = token.trim();
         if token.is_empty() {
@@ -80,8 +90,13 @@ impl RemoteMesh {
         })?;
         // Kept out of `Debug` output and out of HTTP/2 header compression tables.
         auth.set_sensitive(true);
-        let client = Client::builder()
-            .timeout(REQUEST_TIMEOUT)
+        let mut builder = Client::builder().timeout(REQUEST_TIMEOUT).use_rustls_tls();
+        if let Some(path) = ca_cert {
+            for cert in read_ca_certs(path)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder
             .build()
             .map_err(|err| MeshError::Unreachable { url: base.to_string(), reason: err.to_string() })?;
         Ok(RemoteMesh { base, auth, client })
@@ -186,6 +201,20 @@ fn parse_base_url(base_url: &str) -> MeshResult<reqwest::Url> {
         base.set_path(&path);
     }
     Ok(base)
+}
+
+/// The certificates of the PEM file `path`; an unreadable file, or one that
+/// holds no certificate, is an invalid `caCert`.
+fn read_ca_certs(path: &Path) -> MeshResult<Vec<reqwest::Certificate>> {
+    let invalid = |reason: String| agentmesh_core::InvalidInput::new("caCert", reason);
+    let pem = std::fs::read(path).map_err(|err| invalid(format!("cannot read {}: {err}", path.display())))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|err| {
+        invalid(format!("{} is not a PEM certificate file: {}", path.display(), describe(&err)))
+    })?;
+    if certs.is_empty() {
+        return Err(invalid(format!("{} holds no PEM certificate", path.display())).into());
+    }
+    Ok(certs)
 }
 
 /// An HTTP client error with its causes, on one line.

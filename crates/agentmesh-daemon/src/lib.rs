@@ -59,6 +59,7 @@ mod metrics;
 mod process;
 mod ready;
 mod server;
+mod tls;
 mod upkeep;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
@@ -70,6 +71,7 @@ pub use server::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, OpenFileLimit, PlainTcp,
     RESERVED_FILE_DESCRIPTORS, ServeOptions, Transport, connections_allowed_by, raise_open_file_limit,
 };
+pub use tls::{TlsError, TlsTransport};
 pub use upkeep::{CheckpointHook, UpkeepConfig};
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.

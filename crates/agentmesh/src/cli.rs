@@ -69,6 +69,10 @@ pub struct GlobalArgs {
     /// (e.g. http://127.0.0.1:7433)
     #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_SERVER", help_heading = GLOBAL)]
     pub server: Option<String>,
+    /// Also trust the CA certificates in this PEM file when talking to an https
+    /// daemon (one with a self-signed or private-CA certificate)
+    #[arg(long, global = true, value_name = "FILE", env = "AGENTMESH_CA_CERT", help_heading = GLOBAL)]
+    pub ca_cert: Option<PathBuf>,
     /// File holding the daemon's API token: read by clients, created (mode 0600) by
     /// `serve` when missing [default: $AGENTMESH_TOKEN for clients, else
     /// <data-dir>/daemon.token]
@@ -480,6 +484,13 @@ pub struct ServeArgs {
     /// and names the first
     #[arg(long)]
     pub allow_second_daemon: bool,
+    /// Serve HTTPS with the certificate chain in this PEM file (leaf first);
+    /// needs --tls-key
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert's certificate; needs --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
 }
 
 /// Parses a duration written as a whole number with a unit, `500ms`, `10s`, `2m`

@@ -95,6 +95,8 @@ pub struct Context {
     mesh: String,
     /// The daemon to talk to, if any.
     server: Option<String>,
+    /// An extra CA file `--ca-cert` names, trusted for an https daemon.
+    ca_cert: Option<PathBuf>,
     /// `--token-file`, if given.
     token_file: Option<PathBuf>,
     /// Where the token presented to the daemon came from, once it was read.
@@ -143,6 +145,7 @@ impl Context {
             server_on_command_line: global.server_on_command_line,
             mesh: mesh.to_owned(),
             server,
+            ca_cert: global.ca_cert.clone(),
             token_file: global.token_file.clone(),
             token_source: OnceCell::new(),
             store: OnceCell::new(),
@@ -177,7 +180,7 @@ impl Context {
             return Ok(api);
         }
         let api: Arc<dyn MeshApi> = match &self.server {
-            Some(url) => Arc::new(RemoteMesh::new(url, &self.client_token()?)?),
+            Some(url) => Arc::new(RemoteMesh::trusting(url, &self.client_token()?, self.ca_cert.as_deref())?),
             None => Arc::new(LocalMesh::new(Arc::clone(self.store()?), crate::now)),
         };
         Ok(self.api.get_or_init(|| api))

@@ -7,7 +7,8 @@
 //! address and serves, with the background upkeep, until SIGINT or SIGTERM; then
 //! lets the requests in flight finish.
 //!
-//! Once bound it prints `listening on http://ADDR (token file: PATH)` on stdout,
+//! Once bound it prints `listening on http://ADDR (token file: PATH)` on stdout
+//! (`https://` with `--tls-cert`/`--tls-key`),
 //! with the address actually bound, so `--listen 127.0.0.1:0` tells the caller its
 //! port. Logs go to stderr as text or JSON lines (`--log-format`), filtered by
 //! `RUST_LOG` (default `info`): with text, the `listening on` line is repeated
@@ -27,7 +28,7 @@ use std::sync::Arc;
 
 use agentmesh_daemon::{
     ApiToken, AppState, CheckpointHook, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp,
-    ServeOptions, UpkeepConfig,
+    ServeOptions, TlsTransport, UpkeepConfig,
 };
 use agentmesh_sqlite::SqliteStore;
 use anyhow::Context as _;
@@ -90,6 +91,11 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         idle_timeout: args.idle_timeout,
         max_connections,
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsTransport::from_pem_files(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -102,14 +108,24 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("failed to listen on {}", args.listen))?;
         let addr = listener.local_addr().context("failed to read the bound address")?;
         if let Some(lock) = &mut lock
-            && let Err(err) = lock.record_address(&format!("http://{addr}"))
+            && let Err(err) = lock.record_address(&format!("{scheme}://{addr}"))
         {
             tracing::warn!(error = %err, lock_file = %lock.path().display(), "could not record the address in the lock file");
         }
         let shutdown = CancellationToken::new();
         tokio::spawn(cancel_on_signal(shutdown.clone(), format)?);
-        announce_listening(format, addr, &token_path);
-        let served = agentmesh_daemon::serve_with(listener, PlainTcp, state, shutdown, options).await;
+        if tls.is_none() && !addr.ip().is_loopback() {
+            tracing::warn!(
+                address = %addr,
+                "listening beyond loopback without TLS: the bearer token and every request cross the \
+                 network in clear; pass --tls-cert and --tls-key, or put a TLS reverse proxy in front"
+            );
+        }
+        announce_listening(format, scheme, addr, &token_path);
+        let served = match tls {
+            Some(tls) => agentmesh_daemon::serve_with(listener, tls, state, shutdown, options).await,
+            None => agentmesh_daemon::serve_with(listener, PlainTcp, state, shutdown, options).await,
+        };
         // Held to the end: the next daemon may start once this one has stopped.
         drop(lock);
         served.context("the server failed")
@@ -205,8 +221,8 @@ fn plain_stderr(line: &str) {
 /// and on stderr as a log line (JSON mode) or as it is (text mode, unless stdout
 /// and stderr are both terminals and it would show twice). Must run on the main
 /// thread (see [`run`]).
-fn announce_listening(format: LogFormat, addr: SocketAddr, token_path: &Path) {
-    let url = format!("http://{addr}");
+fn announce_listening(format: LogFormat, scheme: &str, addr: SocketAddr, token_path: &Path) {
+    let url = format!("{scheme}://{addr}");
     let token_file = token_path.display().to_string();
     let line = format!("listening on {url} (token file: {token_file})");
     let mut stdout = io::stdout();
