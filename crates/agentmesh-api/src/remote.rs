@@ -147,7 +147,12 @@ impl RemoteMesh {
     fn send<T: DeserializeOwned>(&self, request: RequestBuilder) -> MeshResult<T> {
         let unreachable = |reason: String| MeshError::Unreachable { url: self.base.to_string(), reason };
         let response = request.send().map_err(|err| {
-            if err.is_connect() {
+            if let Some(tls) = tls_failure(&err) {
+                unreachable(format!(
+                    "the TLS handshake failed ({tls}); if the daemon's certificate is signed by a private \
+                     CA, trust it with --ca-cert FILE or $AGENTMESH_CA_CERT"
+                ))
+            } else if err.is_connect() {
                 MeshError::CannotConnect { url: self.base.to_string(), reason: describe(&err) }
             } else {
                 unreachable(describe(&err))
@@ -215,6 +220,25 @@ fn read_ca_certs(path: &Path) -> MeshResult<Vec<reqwest::Certificate>> {
         return Err(invalid(format!("{} holds no PEM certificate", path.display())).into());
     }
     Ok(certs)
+}
+
+/// The rustls error behind `err`, if the TLS handshake failed (an untrusted or
+/// mismatched certificate, a peer that does not speak TLS).
+fn tls_failure(err: &reqwest::Error) -> Option<&rustls::Error> {
+    let mut source = std::error::Error::source(err);
+    while let Some(cause) = source {
+        // An I/O error wraps the rustls error, possibly inside further I/O errors,
+        // without listing it among its sources.
+        let mut inner: &(dyn std::error::Error + 'static) = cause;
+        while let Some(wrapped) = inner.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            inner = wrapped;
+        }
+        if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        source = cause.source();
+    }
+    None
 }
 
 /// An HTTP client error with its causes, on one line.

@@ -150,7 +150,8 @@ fn the_cli_adds_and_lists_a_task_over_https_trusting_the_ca_and_is_refused_witho
     let refused = client(&data_dir, &daemon.url, None, &["task", "list"]);
     assert!(!refused.status.success());
     let text = String::from_utf8_lossy(&refused.stderr).to_lowercase();
-    assert!(text.contains("certificate"), "{text}");
+    assert!(text.contains("tls handshake failed") && text.contains("invalid peer certificate"), "{text}");
+    assert!(text.contains("--ca-cert") && !text.contains("start one"), "{text}");
 }
 
 #[test]
@@ -237,4 +238,61 @@ fn the_client_speaks_tls_to_a_server_that_is_not_agentmesh() {
     let listed = command.args(["--json", "task", "list"]).output().unwrap();
     assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
     assert_eq!(String::from_utf8_lossy(&listed.stdout).trim(), "[]");
+}
+
+#[test]
+fn a_connection_that_never_sends_a_client_hello_is_closed_at_the_header_timeout() {
+    use std::io::Read;
+
+    let dir = tempfile::tempdir().unwrap();
+    write_certificates(dir.path());
+    let cert = dir.path().join("server.pem");
+    let key = dir.path().join("server-key.pem");
+    let (daemon, _stderr) = start(
+        &dir.path().join("data"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--header-timeout",
+            "1s",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let addr = daemon.url.strip_prefix("https://").unwrap();
+    let mut silent = std::net::TcpStream::connect(addr).unwrap();
+    silent.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = [0_u8; 64];
+    // The daemon closes the connection: the read ends (0 bytes or a reset)
+    // instead of timing out on our side.
+    match silent.read(&mut buf) {
+        Ok(n) => assert_eq!(n, 0, "the daemon sent {n} bytes to a client that said nothing"),
+        Err(err) => assert!(
+            !matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            "the daemon kept the silent connection open: {err}"
+        ),
+    }
+}
+
+#[test]
+fn an_unreadable_or_empty_ca_file_is_an_invalid_ca_cert() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "any-token\n").unwrap();
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    for ca in [dir.path().join("missing.pem"), empty] {
+        let mut command = agentmesh();
+        command
+            .args(["--server", "https://127.0.0.1:9", "--token-file"])
+            .arg(&token)
+            .arg("--ca-cert")
+            .arg(&ca);
+        let out = command.args(["--json", "task", "list"]).output().unwrap();
+        assert!(!out.status.success());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("invalid_input") && text.contains("caCert"), "{text}");
+    }
 }
