@@ -296,3 +296,26 @@ fn an_unreadable_or_empty_ca_file_is_an_invalid_ca_cert() {
         assert!(text.contains("invalid_input") && text.contains("caCert"), "{text}");
     }
 }
+
+#[test]
+fn serve_refuses_a_certificate_file_without_a_certificate_naming_tls_cert() {
+    let dir = tempfile::tempdir().unwrap();
+    write_certificates(dir.path());
+    let not_a_cert = dir.path().join("not-a-cert.pem");
+    std::fs::write(&not_a_cert, "hello\n").unwrap();
+    let key = dir.path().join("server-key.pem");
+    let out = agentmesh()
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(&not_a_cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("tlsCert") && text.contains("not-a-cert.pem"), "{text}");
+    assert!(String::from_utf8_lossy(&out.stdout).is_empty(), "it must not start listening");
+    assert!(!dir.path().join("data").exists(), "it must not create the data dir");
+}

@@ -61,6 +61,12 @@ pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
 /// Opens, locks, binds and serves until a signal (see the module docs).
 fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let format = args.log_format;
+    // Read before anything is opened: a bad certificate or key changes nothing.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsTransport::from_pem_files(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let max_connections = connection_cap(args.max_connections);
     let store = SqliteStore::open_data_dir(&ctx.data_dir)
         .with_context(|| format!("failed to open the database in {}", ctx.data_dir.display()))?;
@@ -91,11 +97,6 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         idle_timeout: args.idle_timeout,
         max_connections,
     };
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(TlsTransport::from_pem_files(cert, key)?),
-        _ => None,
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
