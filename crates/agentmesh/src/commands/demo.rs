@@ -70,7 +70,7 @@ const WORKERS: [(&str, &str); 2] = [("worker-1", "node-1"), ("worker-2", "node-2
 
 /// What a worker runs for each task: a moment's work, and a line that becomes the
 /// task's summary.
-const WORKER_SCRIPT: &str = r#"sleep 0.3; echo "done: $AGENTMESH_TASK_MESSAGE""#;
+const WORKER_SCRIPT: &str = r#"sleep 1; echo "done: $AGENTMESH_TASK_MESSAGE""#;
 
 /// The event a worker's completion reaches the coordinator as.
 const COMPLETED_EVENT: &str = "agent:generating_completed";
