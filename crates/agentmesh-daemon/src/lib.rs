@@ -65,7 +65,7 @@ mod upkeep;
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use error::ApiError;
 pub use lock::{DataDirLock, LOCK_FILE_NAME, LockError, LockHolder};
-pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics};
+pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics, VERSION_LINE};
 pub use ready::{DEFAULT_LOCK_WAIT as DEFAULT_READY_LOCK_WAIT, FRESH as READY_FRESH};
 pub use server::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, OpenFileLimit, PlainTcp,

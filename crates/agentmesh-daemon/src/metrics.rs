@@ -75,6 +75,9 @@ pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// was built in (12 hex digits), `$AGENTMESH_BUILD_COMMIT` at build time, or
 /// `unknown` (see `build.rs`).
 pub const BUILD_COMMIT: &str = env!("AGENTMESH_BUILD_COMMIT");
+/// What `agentmesh --version` prints after the program's name: the version and,
+/// in parentheses, [`BUILD_COMMIT`].
+pub const VERSION_LINE: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("AGENTMESH_BUILD_COMMIT"), ")");
 
 /// One HTTP series: a route, a method and a status.
 type HttpKey = (String, String, u16);

@@ -28,8 +28,9 @@ pub struct Cli {
 }
 
 /// What `--version` prints after the name: the version and the commit it was built
-/// from (`unknown` when it was built outside a git checkout; see `build.rs`).
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("AGENTMESH_COMMIT"), ")");
+/// from (`unknown` when it was built outside a git checkout; the daemon crate's
+/// `build.rs` finds it, for `agentmesh_build_info` too).
+pub const VERSION: &str = agentmesh_daemon::VERSION_LINE;
 
 /// The help heading of the options every command accepts.
 const GLOBAL: &str = "Global options";
@@ -469,11 +470,11 @@ pub struct ServeArgs {
     /// Close a connection that has not sent a complete request head this long
     /// after it opened or began the request, or that pauses this long inside a
     /// request body (e.g. 10s, 500ms, 1m)
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::server_timeout)]
     pub header_timeout: std::time::Duration,
     /// Close a keep-alive connection that sends nothing this long after its last
     /// answer
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration::server_timeout)]
     pub idle_timeout: std::time::Duration,
     /// Serve at most N connections at once; more are answered 503 and closed at
     /// once [default: 4096, fewer if the open-file limit leaves less room]
@@ -491,28 +492,6 @@ pub struct ServeArgs {
     /// The private key (PEM) of --tls-cert's certificate; needs --tls-cert
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
-}
-
-/// Parses a duration written as a whole number with a unit, `500ms`, `10s`, `2m`
-/// or `1h` (a bare number is seconds); zero is refused.
-pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let n: u64 =
-        number.parse().map_err(|_| format!("expected a number with a unit such as 10s, got {text:?}"))?;
-    let millis = match unit {
-        "ms" => Some(n),
-        "" | "s" => n.checked_mul(1_000),
-        "m" => n.checked_mul(60_000),
-        "h" => n.checked_mul(3_600_000),
-        _ => return Err(format!("unknown unit {unit:?} in {text:?}: use ms, s, m or h")),
-    };
-    match millis {
-        Some(0) => Err(String::from("must be more than zero")),
-        Some(millis) => Ok(std::time::Duration::from_millis(millis)),
-        None => Err(format!("{text:?} is too long")),
-    }
 }
 
 /// How `serve` writes its log lines.
@@ -1381,14 +1360,15 @@ mod tests {
 
     #[test]
     fn durations_take_a_unit_and_refuse_zero() {
+        use crate::duration::server_timeout;
         use std::time::Duration;
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(server_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(server_timeout("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(server_timeout("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(server_timeout("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(server_timeout("1h"), Ok(Duration::from_secs(3600)));
         for bad in ["0s", "", "s", "10 parsecs", "-1s", "1.5s", "99999999999999999999h"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+            assert!(server_timeout(bad).is_err(), "{bad:?} was accepted");
         }
         let err = Cli::try_parse_from(["agentmesh", "serve", "--header-timeout", "0s"]).unwrap_err();
         assert!(err.to_string().contains("--header-timeout"), "{err}");

@@ -194,6 +194,12 @@ pub fn age(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(1), Duration::from_secs(u64::MAX / 1000))
 }
 
+/// `serve --header-timeout` and `--idle-timeout`: a bare number is seconds; at
+/// least a millisecond (zero would close every connection at once).
+pub fn server_timeout(text: &str) -> Result<Duration, DurationError> {
+    within(text, Unit::Secs, Duration::from_millis(1), Duration::from_secs(u64::MAX / 1000))
+}
+
 /// The longest relative `--not-before`: the API reads a number of milliseconds
 /// below one year as an offset from now, and a larger one as an instant.
 const MAX_NOT_BEFORE_OFFSET: Duration = Duration::from_secs(364 * 86_400);

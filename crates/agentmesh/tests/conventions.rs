@@ -225,7 +225,7 @@ fn version_names_the_commit_it_was_built_from() {
     let dir = tempfile::tempdir().expect("a temp dir");
     let version = run(dir.path(), &["--version"]).code(0).stdout;
     let head = Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
+        .args(["rev-parse", "--short=12", "HEAD"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .ok()
