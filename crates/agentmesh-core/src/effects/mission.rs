@@ -153,9 +153,13 @@ mod tests {
         let t1 = Timestamp::from_millis(2_000);
         let same = upsert_mission("mesh", &request(None, None), Some(&first), t1, ids()).unwrap();
         assert!(!same.created && same.ledger.is_empty());
-        assert_eq!((same.mission.goal.as_str(), same.mission.created_at.as_str()), ("g", first.created_at.as_str()));
+        assert_eq!(
+            (same.mission.goal.as_str(), same.mission.created_at.as_str()),
+            ("g", first.created_at.as_str())
+        );
         assert_eq!(same.mission.updated_at, t1.iso());
-        let both = upsert_mission("mesh", &request(Some("g2"), Some("paused")), Some(&first), t1, ids()).unwrap();
+        let both =
+            upsert_mission("mesh", &request(Some("g2"), Some("paused")), Some(&first), t1, ids()).unwrap();
         let kinds: Vec<&str> = both.ledger.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(kinds, ["mission_status_changed", "mission_goal_updated"]);
         assert_eq!(both.ledger[0].payload, json!({"missionId": "m1", "from": "active", "to": "paused"}));
@@ -177,6 +181,9 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let bad_status = request(None, Some("Done!"));
-        assert!(matches!(upsert_mission("mesh", &bad_status, None, now, ids()), Err(MissionRefusal::Invalid(_))));
+        assert!(matches!(
+            upsert_mission("mesh", &bad_status, None, now, ids()),
+            Err(MissionRefusal::Invalid(_))
+        ));
     }
 }

@@ -187,7 +187,12 @@ pub fn claim(
 /// Whether `session_id` holds `task` at `epoch` (the epoch is checked when
 /// given), or why not: a stale epoch first, then a task not assigned, then
 /// another session's.
-pub fn check_holder(task: &Task, session_id: &str, epoch: Option<u64>, action: TaskAction) -> Option<HolderRefusal> {
+pub fn check_holder(
+    task: &Task,
+    session_id: &str,
+    epoch: Option<u64>,
+    action: TaskAction,
+) -> Option<HolderRefusal> {
     if let Some(presented) = epoch.filter(|e| *e != task.epoch()) {
         Some(HolderRefusal::StaleEpoch { presented, current: task.epoch() })
     } else if task.status != TaskStatus::Assigned {
@@ -240,7 +245,8 @@ pub fn complete(
         Report::Failed { .. } => TaskAction::Fail,
     };
     if let Some(refusal) = check_holder(before, session_id, epoch, action) {
-        let ledger = refusal_entry(kinds::COMPLETION_REFUSED, before, session_id, &refusal, epoch, mint(), now);
+        let ledger =
+            refusal_entry(kinds::COMPLETION_REFUSED, before, session_id, &refusal, epoch, mint(), now);
         return Ok(Err(Refused { refusal, ledger }));
     }
     let task = match report {
@@ -314,7 +320,10 @@ pub fn requeue(
                 "forced": opts.force,
             });
             let ledger = task_entry(kinds::TASK_REQUEUED, &task, payload, mint(), now);
-            (Decision { task, ledger: Some(ledger), dependents: Dependents::Unblock, event: None }, Requeued::Pending)
+            (
+                Decision { task, ledger: Some(ledger), dependents: Dependents::Unblock, event: None },
+                Requeued::Pending,
+            )
         }
         Requeued::RetriesExhausted(task) => {
             let payload = json!({"taskId": task.id, "epoch": task.epoch(), "reason": task.failure_reason});
@@ -338,8 +347,11 @@ pub fn reclaim(
     mint: impl FnOnce() -> String,
 ) -> Result<Decision, InvalidTransition> {
     let task = lifecycle::reclaim(before, reason, now)?;
-    let age_ms =
-        before.dispatch_timestamp.as_deref().and_then(Timestamp::parse_iso).map(|t| now.millis() - t.millis());
+    let age_ms = before
+        .dispatch_timestamp
+        .as_deref()
+        .and_then(Timestamp::parse_iso)
+        .map(|t| now.millis() - t.millis());
     let failed = task.status == TaskStatus::Failed;
     let payload = json!({
         "taskId": task.id,
@@ -352,7 +364,8 @@ pub fn reclaim(
     entry.node_id = before.assigned_node_id.clone();
     entry.session_id = before.assigned_session_id.clone();
     entry.provider_type = before.assigned_provider_type.clone();
-    let (dependents, event) = if failed { (Dependents::Block, completion_event(&task, now)) } else { (Dependents::Keep, None) };
+    let (dependents, event) =
+        if failed { (Dependents::Block, completion_event(&task, now)) } else { (Dependents::Keep, None) };
     Ok(Decision { task, ledger: Some(entry), dependents, event })
 }
 
@@ -441,7 +454,10 @@ mod tests {
         task.target_node_id = Some("laptop".into());
         task.depends_on = Some(vec!["t0".into()]);
         let e = dispatched(&task, "e1".into(), at(0));
-        assert_eq!((e.id.as_str(), e.kind.as_str(), e.timestamp.as_str()), ("e1", "task_dispatched", &*at(0).iso()));
+        assert_eq!(
+            (e.id.as_str(), e.kind.as_str(), e.timestamp.as_str()),
+            ("e1", "task_dispatched", &*at(0).iso())
+        );
         assert_eq!(e.node_id, None);
         assert_eq!(
             e.payload.to_string(),
@@ -473,8 +489,14 @@ mod tests {
 
     #[test]
     fn blank_claimants_and_sessions_are_refused_by_field() {
-        assert_eq!(check_claimant(&Claimant { session_id: " ".into(), ..claimant() }).unwrap_err().field, "sessionId");
-        assert_eq!(check_claimant(&Claimant { node_id: "".into(), ..claimant() }).unwrap_err().field, "nodeId");
+        assert_eq!(
+            check_claimant(&Claimant { session_id: " ".into(), ..claimant() }).unwrap_err().field,
+            "sessionId"
+        );
+        assert_eq!(
+            check_claimant(&Claimant { node_id: "".into(), ..claimant() }).unwrap_err().field,
+            "nodeId"
+        );
         assert!(check_claimant(&claimant()).is_ok());
     }
 
@@ -549,9 +571,15 @@ mod tests {
     #[test]
     fn a_cancel_records_the_assignee_it_had_and_blocks_dependents() {
         let d = cancel(&assigned(), Some("not needed"), at(40), id("x")).unwrap();
-        assert_eq!((d.task.status, d.dependents, d.event.is_none()), (TaskStatus::Cancelled, Dependents::Block, true));
+        assert_eq!(
+            (d.task.status, d.dependents, d.event.is_none()),
+            (TaskStatus::Cancelled, Dependents::Block, true)
+        );
         let e = d.ledger.unwrap();
-        assert_eq!((e.kind.as_str(), e.node_id.as_deref(), e.session_id.as_deref()), ("task_cancelled", Some("laptop"), Some("s1")));
+        assert_eq!(
+            (e.kind.as_str(), e.node_id.as_deref(), e.session_id.as_deref()),
+            ("task_cancelled", Some("laptop"), Some("s1"))
+        );
         assert_eq!(e.provider_type, None);
         assert_eq!(
             e.payload.to_string(),
@@ -586,9 +614,15 @@ mod tests {
     #[test]
     fn a_reclaim_records_the_age_and_outcome() {
         let d = reclaim(&assigned(), lifecycle::LEASE_EXPIRED_REASON, at(1_010), id("r")).unwrap();
-        assert_eq!((d.task.status, d.dependents, d.event.is_none()), (TaskStatus::Pending, Dependents::Keep, true));
+        assert_eq!(
+            (d.task.status, d.dependents, d.event.is_none()),
+            (TaskStatus::Pending, Dependents::Keep, true)
+        );
         let e = d.ledger.unwrap();
-        assert_eq!((e.node_id.as_deref(), e.session_id.as_deref(), e.provider_type.as_deref()), (Some("laptop"), Some("s1"), Some("claude")));
+        assert_eq!(
+            (e.node_id.as_deref(), e.session_id.as_deref(), e.provider_type.as_deref()),
+            (Some("laptop"), Some("s1"), Some("claude"))
+        );
         assert_eq!(
             e.payload.to_string(),
             json!({"taskId": "t1", "reason": "lease_expired", "ageMs": 1000, "reclaimCount": 1, "outcome": "requeued"})

@@ -174,7 +174,13 @@ pub fn held_event(held: &LedgerEntry) -> Value {
 
 /// The `event_held_requeued` entry that settles the held entry `held`, saying
 /// whether its event was queued again. `id` is the entry's fresh id.
-pub fn requeued_entry(mesh_id: &str, held: &LedgerEntry, requeued: bool, id: String, now: Timestamp) -> LedgerEntry {
+pub fn requeued_entry(
+    mesh_id: &str,
+    held: &LedgerEntry,
+    requeued: bool,
+    id: String,
+    now: Timestamp,
+) -> LedgerEntry {
     LedgerEntry {
         id,
         mesh_id: mesh_id.to_owned(),
@@ -283,10 +289,12 @@ mod tests {
             "eventId": "e1", "metadataEvent": {"taskId": "t1", "finalSummary": "done"},
         });
         let now = Timestamp::from_millis(60_000);
-        let entry = quarantine_entry(
-            "m", "row-1", &raw, QuarantineReason::Unversioned, 5, "id-1".into(), now,
+        let entry =
+            quarantine_entry("m", "row-1", &raw, QuarantineReason::Unversioned, 5, "id-1".into(), now);
+        assert_eq!(
+            (entry.id.as_str(), entry.kind.as_str(), entry.mesh_id.as_str()),
+            ("id-1", HELD_KIND, "m")
         );
-        assert_eq!((entry.id.as_str(), entry.kind.as_str(), entry.mesh_id.as_str()), ("id-1", HELD_KIND, "m"));
         assert_eq!(entry.timestamp, now.iso());
         assert_eq!(entry.node_id.as_deref(), Some("n1"));
         assert_eq!(
@@ -307,8 +315,13 @@ mod tests {
     #[test]
     fn a_requeue_entry_names_its_held_entry() {
         let held = quarantine_entry(
-            "m", "row-1", &json!({"event": "x", "nodeId": "n1", "metadataEvent": {"taskId": "t1"}}),
-            QuarantineReason::ValidationFailed, 5, "held-1".into(), Timestamp::from_millis(1),
+            "m",
+            "row-1",
+            &json!({"event": "x", "nodeId": "n1", "metadataEvent": {"taskId": "t1"}}),
+            QuarantineReason::ValidationFailed,
+            5,
+            "held-1".into(),
+            Timestamp::from_millis(1),
         );
         let entry = requeued_entry("m", &held, true, "id-2".into(), Timestamp::from_millis(2));
         assert_eq!((entry.id.as_str(), entry.kind.as_str()), ("id-2", REQUEUED_KIND));
