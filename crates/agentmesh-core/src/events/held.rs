@@ -162,6 +162,50 @@ pub fn quarantine_entry(
     }
 }
 
+/// The reason of an event the retention sweep moved out of the inbox.
+pub const RETENTION_REASON: &str = "pending_retention_expired";
+
+/// The `event_held` entry of an undrained event the retention sweep removed: the
+/// stored row `row_id` of event `name`, queued at `queued_at` ms, whose stored
+/// text is `payload`. Recoverable, with the whole event under `heldEvent` (the
+/// stored text itself when it is not a JSON object). `id` is the entry's fresh id.
+pub fn retention_entry(
+    mesh_id: &str,
+    row_id: &str,
+    name: &str,
+    payload: &str,
+    queued_at: i64,
+    id: String,
+    now: Timestamp,
+) -> LedgerEntry {
+    let raw = serde_json::from_str::<Value>(payload).ok().filter(Value::is_object);
+    let get = |key: &str| raw.as_ref().and_then(|r| r.get(key)).cloned();
+    let metadata = raw.as_ref().and_then(|r| r.get("metadataEvent")).and_then(Value::as_object);
+    LedgerEntry {
+        id,
+        mesh_id: mesh_id.to_owned(),
+        timestamp: now.iso(),
+        kind: HELD_KIND.to_owned(),
+        node_id: get("nodeId").and_then(|v| v.as_str().map(str::to_owned)),
+        session_id: None,
+        provider_type: None,
+        payload: json!({
+            "event": name,
+            "reason": RETENTION_REASON,
+            "recoverable": true,
+            "nodeLabel": get("nodeLabel").unwrap_or_else(|| json!("")),
+            "workspace": get("workspace"),
+            "targetCoordinatorDaemonId": get("targetCoordinatorDaemonId").unwrap_or(Value::Null),
+            "eventId": get("eventId"),
+            "queuedAt": queued_at,
+            "finalSummary": metadata.and_then(read_completion_summary),
+            "taskId": metadata.and_then(|m| m.get("taskId")).cloned(),
+            "pendingEventId": row_id,
+            "heldEvent": raw.clone().unwrap_or_else(|| Value::String(payload.to_owned())),
+        }),
+    }
+}
+
 /// The stored event row a held entry names (`pendingEventId`), if any.
 pub fn held_row_id(held: &LedgerEntry) -> Option<&str> {
     held.payload.get("pendingEventId").and_then(Value::as_str)
@@ -310,6 +354,28 @@ mod tests {
         assert_eq!(held_row_id(&entry), Some("row-1"));
         assert_eq!(held_event(&entry), raw);
         assert!(HELD_REASONS.contains(&entry.payload["reason"].as_str().unwrap()));
+    }
+
+    #[test]
+    fn an_expired_event_is_held_with_its_stored_text() {
+        let now = Timestamp::from_millis(9);
+        let stored = r#"{"event":"agent:stopped","nodeId":"n1","metadataEvent":{"taskId":"t1"}}"#;
+        let e = retention_entry("m", "row-1", "agent:stopped", stored, 4, "id-1".into(), now);
+        assert_eq!((e.id.as_str(), e.kind.as_str(), e.node_id.as_deref()), ("id-1", HELD_KIND, Some("n1")));
+        assert_eq!(
+            e.payload.to_string(),
+            json!({
+                "event": "agent:stopped", "reason": RETENTION_REASON, "recoverable": true, "nodeLabel": "",
+                "workspace": null, "targetCoordinatorDaemonId": null, "eventId": null, "queuedAt": 4,
+                "finalSummary": null, "taskId": "t1", "pendingEventId": "row-1",
+                "heldEvent": serde_json::from_str::<Value>(stored).unwrap(),
+            })
+            .to_string()
+        );
+        let unreadable = retention_entry("m", "row-2", "x", "not json", 4, "id-2".into(), now);
+        assert_eq!(unreadable.payload["heldEvent"], "not json");
+        assert_eq!(unreadable.node_id, None);
+        assert!(HELD_REASONS.contains(&RETENTION_REASON));
     }
 
     #[test]

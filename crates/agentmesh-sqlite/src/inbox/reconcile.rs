@@ -46,11 +46,9 @@ pub(super) fn reconcile_refine(
     let mut out: Vec<InboxEvent> =
         refine::drop_superseded(paired, |(_, v)| *v, &backfilled).into_iter().map(|(e, _)| e).collect();
     for event in backfilled {
-        let job = agentmesh_core::events::read_refine_job_id(&event).unwrap_or_default().to_owned();
-        let name = event.get("event").and_then(serde_json::Value::as_str).unwrap_or_default().to_owned();
-        // Rebuilt events are not rows: their id names where they came from.
+        let (name, id) = refine::rebuilt_name_and_id(&event);
         out.push(InboxEvent {
-            id: format!("ledger:{name}:{job}"),
+            id,
             event: RawJson::from_value(&event),
             name,
             fingerprint: None,
