@@ -196,8 +196,8 @@ pub struct NewSessionDelivery {
 impl NewSessionDelivery {
     /// The delivery as recorded in `mesh_id` at `now`: ids and words trimmed (a
     /// blank optional one left out), `queued` unless the request says otherwise,
-    /// no attempt yet, and its instants in the canonical ISO form (one that does
-    /// not parse is left out).
+    /// no attempt yet, and its instants in the millisecond ISO form, so stored
+    /// instants compare as strings (one that does not parse is left out).
     pub fn record(&self, mesh_id: &str, now: Timestamp) -> SessionDelivery {
         let trimmed = crate::ids::trimmed;
         let instant = |v: &Option<String>| v.as_deref().and_then(Timestamp::parse_iso).map(Timestamp::iso);

@@ -20,9 +20,9 @@
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
+use agentmesh_core::Timestamp;
 use agentmesh_core::events::held::retention_entry;
 use agentmesh_core::events::names::NEVER_EXPIRE_EVENTS;
-use agentmesh_core::Timestamp;
 use agentmesh_store::legacy::{
     LegacyEventsReport, MIGRATING_SUFFIX, claimed_pending_events_file_name, is_pending_events_file_name,
     parse_legacy_pending_events,

@@ -230,9 +230,6 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<SessionDelivery> {
     })
 }
 
-/// Stored instants are normalized to the millisecond ISO form, so they compare as
-/// strings.
-
 pub(crate) fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery WHERE id = ?1 AND mesh_id = ?2"

@@ -17,4 +17,4 @@ pub mod mission;
 pub mod task;
 
 pub use mission::{MissionRefusal, MissionUpsert, upsert_mission};
-pub use task::{Decision, Dependents, HolderRefusal, Refused, Report};
+pub use task::{Decision, Dependents, HolderRefusal, Refused, Report, RequeueKind};

@@ -301,6 +301,25 @@ pub fn cancel(
     Ok(Decision { task, ledger: Some(entry), dependents: Dependents::Block, event: None })
 }
 
+/// Which way a requeue went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequeueKind {
+    /// The task is pending again.
+    Pending,
+    /// The retry budget was spent: the task failed.
+    RetriesExhausted,
+}
+
+impl RequeueKind {
+    /// The requeue's answer, with the task as stored.
+    pub fn of(self, task: Task) -> Requeued {
+        match self {
+            RequeueKind::Pending => Requeued::Pending(task),
+            RequeueKind::RetriesExhausted => Requeued::RetriesExhausted(task),
+        }
+    }
+}
+
 /// A requeue of `before`: pending again (`task_requeued`, the blocks it left
 /// lifted), or, with the retry budget spent, failed (`task_failed`, dependents
 /// blocked, the stop queued for its coordinator).
@@ -309,7 +328,7 @@ pub fn requeue(
     opts: &RequeueOptions,
     now: Timestamp,
     mint: impl FnOnce() -> String,
-) -> Result<(Decision, fn(Task) -> Requeued), InvalidTransition> {
+) -> Result<(Decision, RequeueKind), InvalidTransition> {
     Ok(match lifecycle::requeue(before, opts, now)? {
         Requeued::Pending(task) => {
             let payload = json!({
@@ -322,7 +341,7 @@ pub fn requeue(
             let ledger = task_entry(kinds::TASK_REQUEUED, &task, payload, mint(), now);
             (
                 Decision { task, ledger: Some(ledger), dependents: Dependents::Unblock, event: None },
-                Requeued::Pending,
+                RequeueKind::Pending,
             )
         }
         Requeued::RetriesExhausted(task) => {
@@ -331,7 +350,7 @@ pub fn requeue(
             let event = completion_event(&task, now);
             (
                 Decision { task, ledger: Some(ledger), dependents: Dependents::Block, event },
-                Requeued::RetriesExhausted,
+                RequeueKind::RetriesExhausted,
             )
         }
     })
@@ -599,7 +618,7 @@ mod tests {
             json!({"taskId": "t1", "reason": "retry", "requeueCount": 1, "previousStatus": "failed", "forced": false})
                 .to_string()
         );
-        assert!(matches!(wrap(d.task.clone()), Requeued::Pending(_)));
+        assert!(matches!(wrap.of(d.task.clone()), Requeued::Pending(_)));
         let mut spent = d.task;
         spent.status = TaskStatus::Failed;
         let (d, wrap) = requeue(&spent, &opts, at(60), id("q2")).unwrap();
@@ -608,7 +627,7 @@ mod tests {
         assert_eq!(e.kind, "task_failed");
         assert_eq!(e.payload["reason"], "max_retries_exceeded: requeued 1 time(s), limit is 1");
         assert_eq!(d.event.as_ref().unwrap().event.event, names::AGENT_STOPPED);
-        assert!(matches!(wrap(d.task), Requeued::RetriesExhausted(_)));
+        assert!(matches!(wrap.of(d.task), Requeued::RetriesExhausted(_)));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::persist::persist;
 use super::rows::*;
 use crate::{Fail, Res, ledger};
 
+/// How many candidates a refusal diagnosis looks at per stream.
 const DIAGNOSIS_LIMIT: usize = 256;
 
 /// The candidate columns a claim reads, without the payload.

@@ -107,8 +107,8 @@ pub(crate) fn requeue(
     now: Timestamp,
 ) -> Res<Requeued> {
     let before = load_required(conn, mesh_id, task_id)?;
-    let (decision, requeued) = decide::requeue(&before.task, opts, now, || ledger::new_entry_id(now))?;
-    Ok(requeued(persist(conn, &before, decision, now)?))
+    let (decision, kind) = decide::requeue(&before.task, opts, now, || ledger::new_entry_id(now))?;
+    Ok(kind.of(persist(conn, &before, decision, now)?))
 }
 
 pub(crate) fn reclaim(

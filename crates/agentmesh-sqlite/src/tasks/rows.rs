@@ -12,7 +12,6 @@ pub(super) const HOLD_UNREADABLE: i64 = 9;
 /// The SQL form of [`hold_of`], for updates that recompute it in place.
 pub(super) const HOLD_SQL: &str = "CASE WHEN hold = 9 THEN 9 WHEN deps_unmet > 0 OR blocked = 1 THEN 1 \
                         WHEN parked = 1 THEN 2 ELSE 0 END";
-/// How many candidates a refusal diagnosis looks at per stream.
 
 /// The claim hold of a task: 1 when a dependency is unmet or it is blocked, 2 when
 /// parked, else 0. Mirrored by [`HOLD_SQL`].
