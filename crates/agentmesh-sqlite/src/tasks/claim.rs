@@ -9,7 +9,7 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
 
 use super::persist::persist;
-use super::rows::*;
+use super::rows::{Loaded, corrupt, decode};
 use crate::{Fail, Res, ledger};
 
 /// How many candidates a refusal diagnosis looks at per stream.

@@ -5,7 +5,10 @@ use agentmesh_core::{NewTask, Task, TaskStatus, Timestamp, enqueue};
 use agentmesh_store::StoreError;
 use rusqlite::Connection;
 
-use super::rows::*;
+use super::rows::{
+    Loaded, add_edges, dependents, duplicate_id, id_taken, insert_row, load_required, refresh_dependents,
+    refresh_readiness, save, write_edges,
+};
 use crate::{Fail, Res, ledger};
 
 /// Enqueues one validated task with its ledger entry.

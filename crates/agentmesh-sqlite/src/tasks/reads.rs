@@ -6,7 +6,7 @@ use agentmesh_store::{ActiveAssignment, StatusCount};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use super::rows::*;
+use super::rows::{decode, load};
 use crate::Res;
 
 fn decode_rows(rows: Vec<(String, String)>) -> Res<Vec<Task>> {
