@@ -12,15 +12,10 @@ pub const COORDINATOR_PRESENCE_TTL_MS: i64 = 120_000;
 /// most drains write no presence.
 pub const PRESENCE_REFRESH_MS: i64 = COORDINATOR_PRESENCE_TTL_MS / 8;
 
-/// The earliest last-seen instant of a coordinator still live at `now_ms`.
+/// The earliest last-seen instant of a coordinator still live at `now_ms` (one
+/// that has not ended).
 pub fn live_since(now_ms: i64) -> i64 {
     now_ms.saturating_sub(COORDINATOR_PRESENCE_TTL_MS)
-}
-
-/// Whether a coordinator last seen at `now_ms - age` is live at `now_ms`
-/// (an ended coordinator never is).
-pub fn is_live(last_seen_ms: i64, ended: bool, now_ms: i64) -> bool {
-    !ended && last_seen_ms >= live_since(now_ms)
 }
 
 /// Whether a drain at `now_ms` refreshes the drainer's presence, given when it
@@ -34,12 +29,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_coordinator_is_live_for_the_ttl_unless_it_ended() {
+    fn a_coordinator_is_live_for_the_ttl() {
         let now = 1_000_000;
-        assert!(is_live(now - COORDINATOR_PRESENCE_TTL_MS, false, now));
-        assert!(!is_live(now - COORDINATOR_PRESENCE_TTL_MS - 1, false, now));
-        assert!(!is_live(now, true, now));
         assert_eq!(live_since(now), now - 120_000);
+        assert_eq!(live_since(i64::MIN), i64::MIN);
     }
 
     #[test]
