@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::InvalidInput;
+use crate::{InvalidInput, Timestamp};
 
 /// Where a delivery is. Statuses have ranks; a change to a lower rank is refused,
 /// and failed, expired and cancelled are final.
@@ -82,6 +82,13 @@ impl DeliveryStatus {
     /// The session has provably received it: delivered, acked or completed.
     pub const fn is_confirmed(self) -> bool {
         matches!(self, DeliveryStatus::Delivered | DeliveryStatus::Acked | DeliveryStatus::Completed)
+    }
+
+    /// Whether a status change of a delivery in this status to `target` is
+    /// written: a retry (`increment_attempt`) as long as the delivery is not
+    /// final, any other change as [`DeliveryStatus::may_move_to`] says.
+    pub const fn may_update(self, target: DeliveryStatus, increment_attempt: bool) -> bool {
+        if increment_attempt { !self.is_final() } else { self.may_move_to(target) }
     }
 
     /// Whether a delivery in this status may move to `target`: never out of a final
@@ -187,6 +194,36 @@ pub struct NewSessionDelivery {
 }
 
 impl NewSessionDelivery {
+    /// The delivery as recorded in `mesh_id` at `now`: ids and words trimmed (a
+    /// blank optional one left out), `queued` unless the request says otherwise,
+    /// no attempt yet, and its instants in the millisecond ISO form, so stored
+    /// instants compare as strings (one that does not parse is left out).
+    pub fn record(&self, mesh_id: &str, now: Timestamp) -> SessionDelivery {
+        let trimmed = crate::ids::trimmed;
+        let instant = |v: &Option<String>| v.as_deref().and_then(Timestamp::parse_iso).map(Timestamp::iso);
+        let iso = now.iso();
+        SessionDelivery {
+            id: self.id.trim().to_owned(),
+            mesh_id: mesh_id.to_owned(),
+            node_id: trimmed(&self.node_id),
+            session_id: trimmed(&self.session_id),
+            provider_type: trimmed(&self.provider_type),
+            task_id: trimmed(&self.task_id),
+            kind: self.kind.trim().to_owned(),
+            priority: self.priority,
+            message: self.message.clone(),
+            status: self.status.unwrap_or(DeliveryStatus::Queued),
+            deliver_after: instant(&self.deliver_after),
+            expires_at: instant(&self.expires_at),
+            attempt_count: 0,
+            source_coordinator_session_id: trimmed(&self.source_coordinator_session_id),
+            source_coordinator_daemon_id: trimmed(&self.source_coordinator_daemon_id),
+            last_error: None,
+            created_at: iso.clone(),
+            updated_at: iso,
+        }
+    }
+
     /// Checks ids (the id rule), kind and instants.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         crate::ids::validate_id("id", &self.id)?;
@@ -227,5 +264,41 @@ mod tests {
         assert!(Completed.may_move_to(Cancelled), "a final status is always written");
         assert!(!Expired.may_move_to(Completed), "nothing leaves a final status");
         assert!(!Failed.may_move_to(Failed));
+    }
+
+    #[test]
+    fn retries_are_written_until_final_and_other_changes_by_rank() {
+        use DeliveryStatus::*;
+        assert!(Delivered.may_update(Queued, true), "a retry is written as the original writes it");
+        assert!(!Expired.may_update(Queued, true));
+        assert!(!Acked.may_update(Queued, false));
+        assert!(Queued.may_update(Acked, false));
+    }
+
+    #[test]
+    fn a_new_delivery_is_recorded_trimmed_and_queued() {
+        use DeliveryStatus::*;
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let d = NewSessionDelivery {
+            id: " d1 ".into(),
+            node_id: Some(" n1 ".into()),
+            session_id: Some("  ".into()),
+            kind: " nudge ".into(),
+            priority: 2,
+            message: " hi ".into(),
+            deliver_after: Some("2026-01-01T00:00:00Z".into()),
+            expires_at: Some("not a time".into()),
+            ..NewSessionDelivery::default()
+        };
+        let r = d.record("m", now);
+        assert_eq!((r.id.as_str(), r.mesh_id.as_str(), r.kind.as_str()), ("d1", "m", "nudge"));
+        assert_eq!((r.node_id.as_deref(), r.session_id.as_deref()), (Some("n1"), None));
+        assert_eq!((r.message.as_str(), r.priority, r.attempt_count), (" hi ", 2, 0));
+        assert_eq!(r.status, Queued);
+        assert_eq!(r.deliver_after.as_deref(), Some("2026-01-01T00:00:00.000Z"));
+        assert_eq!(r.expires_at, None);
+        assert_eq!((r.created_at.as_str(), r.updated_at.as_str()), (now.iso().as_str(), now.iso().as_str()));
+        let acked = NewSessionDelivery { status: Some(Acked), ..d }.record("m", now);
+        assert_eq!(acked.status, Acked);
     }
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::InvalidInput;
+use crate::{InvalidInput, Timestamp};
 
 /// Where a direct dispatch is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -124,6 +124,26 @@ pub struct NewDirectDispatch {
 }
 
 impl NewDirectDispatch {
+    /// The dispatch as recorded in `mesh_id` at `now`: ids and words trimmed (a
+    /// blank optional one left out), status `dispatched`.
+    pub fn record(&self, mesh_id: &str, now: Timestamp) -> DirectDispatch {
+        let iso = now.iso();
+        DirectDispatch {
+            task_id: self.task_id.trim().to_owned(),
+            mesh_id: mesh_id.to_owned(),
+            node_id: crate::ids::trimmed(&self.node_id),
+            session_id: crate::ids::trimmed(&self.session_id),
+            provider_type: crate::ids::trimmed(&self.provider_type),
+            message: self.message.clone(),
+            task_mode: crate::ids::trimmed(&self.task_mode),
+            via: self.via.trim().to_owned(),
+            status: DispatchStatus::Dispatched,
+            dispatched_to_idle_session: self.dispatched_to_idle_session,
+            dispatched_at: iso.clone(),
+            updated_at: iso,
+        }
+    }
+
     /// Checks the fields a dispatch cannot do without, and its ids against the id rule.
     pub fn validate(&self) -> Result<(), InvalidInput> {
         crate::ids::validate_id("taskId", &self.task_id)?;
@@ -139,5 +159,36 @@ impl NewDirectDispatch {
             mode.parse::<crate::TaskMode>()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dispatch_is_recorded_trimmed_and_dispatched() {
+        let now = Timestamp::from_millis(1_700_000_000_000);
+        let d = NewDirectDispatch {
+            task_id: " t1 ".into(),
+            session_id: Some(" s1 ".into()),
+            task_mode: Some(" ".into()),
+            message: "go".into(),
+            via: " idle ".into(),
+            dispatched_to_idle_session: true,
+            ..NewDirectDispatch::default()
+        };
+        let r = d.record("m", now);
+        assert_eq!((r.task_id.as_str(), r.mesh_id.as_str(), r.via.as_str()), ("t1", "m", "idle"));
+        assert_eq!(
+            (r.session_id.as_deref(), r.task_mode.as_deref(), r.node_id.as_deref()),
+            (Some("s1"), None, None)
+        );
+        assert_eq!(r.status, DispatchStatus::Dispatched);
+        assert!(r.dispatched_to_idle_session);
+        assert_eq!(
+            (r.dispatched_at.as_str(), r.updated_at.as_str()),
+            (now.iso().as_str(), now.iso().as_str())
+        );
     }
 }

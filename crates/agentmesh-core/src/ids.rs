@@ -54,6 +54,11 @@ pub fn validate_optional_id(field: &str, value: Option<&str>) -> Result<Option<S
     }
 }
 
+/// An optional id or word as stored: trimmed, and left out when blank.
+pub fn trimmed(value: &Option<String>) -> Option<String> {
+    value.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

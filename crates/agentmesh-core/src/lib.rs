@@ -10,6 +10,8 @@
 //! - [`claim`]: claim gates and refusal reasons.
 //! - [`lifecycle`]: transitions (claim, complete, fail, cancel, requeue, reclaim) and
 //!   completion matching.
+//! - [`effects`]: the decisions of the writes as data: the rows as they become,
+//!   the ledger entries, the events to queue, or the refusal with its entry.
 //! - [`ids`]: the one rule every identifier a caller passes follows.
 //! - [`daemon_id`] and [`tags`]: identity forms and capability tags.
 //! - [`ledger`]: ledger entries and the slice protocol.
@@ -24,6 +26,7 @@ pub mod claim;
 pub mod daemon_id;
 pub mod delivery;
 pub mod dispatch;
+pub mod effects;
 pub mod enqueue;
 mod error;
 pub mod events;

@@ -20,9 +20,9 @@
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
+use agentmesh_core::Timestamp;
+use agentmesh_core::events::held::retention_entry;
 use agentmesh_core::events::names::NEVER_EXPIRE_EVENTS;
-use agentmesh_core::events::read_completion_summary;
-use agentmesh_core::{LedgerEntry, Timestamp};
 use agentmesh_store::legacy::{
     LegacyEventsReport, MIGRATING_SUFFIX, claimed_pending_events_file_name, is_pending_events_file_name,
     parse_legacy_pending_events,
@@ -30,12 +30,9 @@ use agentmesh_store::legacy::{
 use agentmesh_store::{PruneReport, StoreError, StoreResult};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params, params_from_iter};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{Res, SqliteStore, ledger};
-
-/// The `event_held` reason of an undrained event removed by the retention sweep.
-pub(crate) const RETENTION_HELD_REASON: &str = "pending_retention_expired";
 
 /// Undrained events expired per transaction of the retention sweep, so a long
 /// backlog never holds the write lock for long.
@@ -451,43 +448,15 @@ fn expire_chunk(
     let mut expired = 0;
     for row in &rows {
         if delete.execute(params![mesh_id, row.id, row.lane, row.queued_at])? == 1 {
-            ledger::append(conn, &retention_held_entry(mesh_id, row, now))?;
+            let id = ledger::new_entry_id(now);
+            ledger::append(
+                conn,
+                &retention_entry(mesh_id, &row.id, &row.event, &row.payload, row.queued_at, id, now),
+            )?;
             expired += 1;
         }
     }
     Ok((expired, last))
-}
-
-/// The `event_held` entry of an undrained event removed by the retention sweep:
-/// recoverable, with the whole event under `heldEvent` (its stored text, when the
-/// payload is not a JSON object).
-fn retention_held_entry(mesh_id: &str, row: &Expired, now: Timestamp) -> LedgerEntry {
-    let raw = serde_json::from_str::<Value>(&row.payload).ok().filter(Value::is_object);
-    let get = |key: &str| raw.as_ref().and_then(|r| r.get(key)).cloned();
-    let metadata = raw.as_ref().and_then(|r| r.get("metadataEvent")).and_then(Value::as_object);
-    LedgerEntry {
-        id: ledger::new_entry_id(now),
-        mesh_id: mesh_id.to_owned(),
-        timestamp: now.iso(),
-        kind: "event_held".to_owned(),
-        node_id: get("nodeId").and_then(|v| v.as_str().map(str::to_owned)),
-        session_id: None,
-        provider_type: None,
-        payload: json!({
-            "event": row.event,
-            "reason": RETENTION_HELD_REASON,
-            "recoverable": true,
-            "nodeLabel": get("nodeLabel").unwrap_or_else(|| json!("")),
-            "workspace": get("workspace"),
-            "targetCoordinatorDaemonId": get("targetCoordinatorDaemonId").unwrap_or(Value::Null),
-            "eventId": get("eventId"),
-            "queuedAt": row.queued_at,
-            "finalSummary": metadata.and_then(read_completion_summary),
-            "taskId": metadata.and_then(|m| m.get("taskId")).cloned(),
-            "pendingEventId": row.id,
-            "heldEvent": raw.clone().unwrap_or_else(|| Value::String(row.payload.clone())),
-        }),
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,11 @@
 //! Missions (`mesh_missions`). Progress is never stored: it is counted from the
 //! tasks carrying the mission id, through `idx_mesh_queue_mission`.
 
-use agentmesh_core::{LedgerEntry, Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
+use agentmesh_core::effects::mission::{MissionRefusal, mission_id, upsert_mission};
+use agentmesh_core::{Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
 use agentmesh_store::{StoreError, UpsertedMission};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
-use serde_json::json;
 
 use crate::{Fail, Res, ledger};
 
@@ -28,29 +28,6 @@ fn by_id(conn: &Connection, id: &str) -> Res<Option<Mission>> {
     Ok(stmt.query_row([id], from_row).optional()?)
 }
 
-fn record(
-    conn: &Connection,
-    mesh_id: &str,
-    kind: &str,
-    payload: serde_json::Value,
-    now: Timestamp,
-) -> Res<()> {
-    ledger::append(
-        conn,
-        &LedgerEntry {
-            id: ledger::new_entry_id(now),
-            mesh_id: mesh_id.to_owned(),
-            timestamp: now.iso(),
-            kind: kind.to_owned(),
-            node_id: None,
-            session_id: None,
-            provider_type: None,
-            payload,
-        },
-    )?;
-    Ok(())
-}
-
 /// Creates or updates a mission with its ledger entries.
 pub(crate) fn upsert(
     conn: &Connection,
@@ -58,27 +35,14 @@ pub(crate) fn upsert(
     m: &NewMission,
     now: Timestamp,
 ) -> Res<UpsertedMission> {
-    m.validate()?;
-    let id = m.id.trim();
-    let existing = by_id(conn, id)?;
-    if let Some(other) = existing.as_ref().filter(|e| e.mesh_id != mesh_id) {
-        let _ = other;
-        return Err(Fail(StoreError::IdInOtherMesh { kind: "mission", id: id.to_owned() }));
-    }
-    let iso = now.iso();
-    let mission = Mission {
-        id: id.to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        title: m.title.trim().to_owned(),
-        goal: m.goal.clone().or_else(|| existing.as_ref().map(|e| e.goal.clone())).unwrap_or_default(),
-        status: m
-            .status
-            .clone()
-            .or_else(|| existing.as_ref().map(|e| e.status.clone()))
-            .unwrap_or_else(|| "active".to_owned()),
-        created_at: existing.as_ref().map_or_else(|| iso.clone(), |e| e.created_at.clone()),
-        updated_at: iso,
-    };
+    let existing = by_id(conn, mission_id(m))?;
+    let decision = upsert_mission(mesh_id, m, existing.as_ref(), now, || ledger::new_entry_id(now)).map_err(
+        |refusal| match refusal {
+            MissionRefusal::Invalid(err) => Fail(StoreError::InvalidInput(err)),
+            MissionRefusal::InOtherMesh { id } => Fail(StoreError::IdInOtherMesh { kind: "mission", id }),
+        },
+    )?;
+    let mission = decision.mission;
     conn.prepare_cached(&format!(
         "INSERT INTO mesh_missions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
          ON CONFLICT(id) DO UPDATE SET title = excluded.title, goal = excluded.goal,
@@ -93,36 +57,10 @@ pub(crate) fn upsert(
         mission.created_at,
         mission.updated_at
     ])?;
-    match &existing {
-        None => record(
-            conn,
-            mesh_id,
-            "mission_created",
-            json!({"missionId": mission.id, "title": mission.title, "goal": mission.goal, "status": mission.status}),
-            now,
-        )?,
-        Some(before) => {
-            if before.status != mission.status {
-                record(
-                    conn,
-                    mesh_id,
-                    "mission_status_changed",
-                    json!({"missionId": mission.id, "from": before.status, "to": mission.status}),
-                    now,
-                )?;
-            }
-            if before.goal != mission.goal {
-                record(
-                    conn,
-                    mesh_id,
-                    "mission_goal_updated",
-                    json!({"missionId": mission.id, "goal": mission.goal}),
-                    now,
-                )?;
-            }
-        }
+    for entry in &decision.ledger {
+        ledger::append(conn, entry)?;
     }
-    Ok(UpsertedMission { mission, created: existing.is_none() })
+    Ok(UpsertedMission { mission, created: decision.created })
 }
 
 pub(crate) fn get(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<Mission>> {

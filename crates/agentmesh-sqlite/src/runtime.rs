@@ -34,10 +34,6 @@ fn refuse_other_mesh(conn: &Connection, sql: &str, id: &str, mesh_id: &str, kind
     }
 }
 
-fn trimmed(v: &Option<String>) -> Option<String> {
-    v.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
-}
-
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
 const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via, \
@@ -75,21 +71,7 @@ pub(crate) fn record_dispatch(
         mesh_id,
         "direct dispatch",
     )?;
-    let iso = now.iso();
-    let row = DirectDispatch {
-        task_id: d.task_id.trim().to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        node_id: trimmed(&d.node_id),
-        session_id: trimmed(&d.session_id),
-        provider_type: trimmed(&d.provider_type),
-        message: d.message.clone(),
-        task_mode: trimmed(&d.task_mode),
-        via: d.via.trim().to_owned(),
-        status: DispatchStatus::Dispatched,
-        dispatched_to_idle_session: d.dispatched_to_idle_session,
-        dispatched_at: iso.clone(),
-        updated_at: iso,
-    };
+    let row = d.record(mesh_id, now);
     conn.prepare_cached(&format!(
         "INSERT OR REPLACE INTO mesh_direct_dispatches ({DISPATCH_COLUMNS})
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
@@ -248,12 +230,6 @@ fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<SessionDelivery> {
     })
 }
 
-/// Stored instants are normalized to the millisecond ISO form, so they compare as
-/// strings.
-fn canonical_instant(v: &Option<String>) -> Option<String> {
-    v.as_deref().and_then(Timestamp::parse_iso).map(Timestamp::iso)
-}
-
 pub(crate) fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery WHERE id = ?1 AND mesh_id = ?2"
@@ -275,27 +251,7 @@ pub(crate) fn insert_delivery(
         mesh_id,
         "delivery",
     )?;
-    let iso = now.iso();
-    let row = SessionDelivery {
-        id: d.id.trim().to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        node_id: trimmed(&d.node_id),
-        session_id: trimmed(&d.session_id),
-        provider_type: trimmed(&d.provider_type),
-        task_id: trimmed(&d.task_id),
-        kind: d.kind.trim().to_owned(),
-        priority: d.priority,
-        message: d.message.clone(),
-        status: d.status.unwrap_or(DeliveryStatus::Queued),
-        deliver_after: canonical_instant(&d.deliver_after),
-        expires_at: canonical_instant(&d.expires_at),
-        attempt_count: 0,
-        source_coordinator_session_id: trimmed(&d.source_coordinator_session_id),
-        source_coordinator_daemon_id: trimmed(&d.source_coordinator_daemon_id),
-        last_error: None,
-        created_at: iso.clone(),
-        updated_at: iso,
-    };
+    let row = d.record(mesh_id, now);
     conn.prepare_cached(&format!(
         "INSERT OR REPLACE INTO mesh_session_delivery ({DELIVERY_COLUMNS})
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
@@ -332,14 +288,7 @@ pub(crate) fn set_delivery_status(
     now: Timestamp,
 ) -> Res<bool> {
     let current = load_delivery(conn, mesh_id, id)?.ok_or_else(|| not_found("delivery", mesh_id, id))?;
-    // A retry (attempt count up) is written as the original writes it; any other
-    // change must not move the delivery backwards or out of a final status.
-    let allowed = if update.increment_attempt {
-        !current.status.is_final()
-    } else {
-        current.status.may_move_to(status)
-    };
-    if !allowed {
+    if !current.status.may_update(status, update.increment_attempt) {
         return Ok(false);
     }
     conn.prepare_cached(

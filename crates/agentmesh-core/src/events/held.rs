@@ -10,8 +10,10 @@
 //! This module decides which held entries are still held and which of them a
 //! filter selects; the store reads the entries and requeues.
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
+use super::metadata::read_completion_summary;
+use super::routing::QuarantineReason;
 use crate::daemon_id::daemon_ids_equivalent;
 use crate::{InvalidInput, LedgerEntry, Timestamp};
 
@@ -122,6 +124,125 @@ pub fn still_held(entries: Vec<LedgerEntry>) -> Vec<LedgerEntry> {
     entries.into_iter().filter(|e| e.kind == HELD_KIND && !settled.contains(&e.id)).collect()
 }
 
+/// The `event_held` entry of an event an enforce-mode drain quarantined:
+/// recoverable, with the whole event (`raw`, the stored event row `row_id`
+/// queued at `queued_at` ms) under `heldEvent`. `id` is the entry's fresh id.
+pub fn quarantine_entry(
+    mesh_id: &str,
+    row_id: &str,
+    raw: &Value,
+    reason: QuarantineReason,
+    queued_at: i64,
+    id: String,
+    now: Timestamp,
+) -> LedgerEntry {
+    let metadata = raw.get("metadataEvent").and_then(|m| m.as_object());
+    LedgerEntry {
+        id,
+        mesh_id: mesh_id.to_owned(),
+        timestamp: now.iso(),
+        kind: HELD_KIND.to_owned(),
+        node_id: raw.get("nodeId").and_then(|v| v.as_str()).map(str::to_owned),
+        session_id: None,
+        provider_type: None,
+        payload: json!({
+            "event": raw.get("event").cloned().unwrap_or(Value::Null),
+            "reason": reason.as_str(),
+            "recoverable": true,
+            "nodeLabel": raw.get("nodeLabel").cloned().unwrap_or(json!("")),
+            "workspace": raw.get("workspace").cloned(),
+            "targetCoordinatorDaemonId": raw.get("targetCoordinatorDaemonId").cloned().unwrap_or(Value::Null),
+            "eventId": raw.get("eventId").cloned(),
+            "queuedAt": queued_at,
+            "finalSummary": metadata.and_then(read_completion_summary),
+            "taskId": metadata.and_then(|m| m.get("taskId")).cloned(),
+            "heldEvent": raw,
+            "pendingEventId": row_id,
+        }),
+    }
+}
+
+/// The reason of an event the retention sweep moved out of the inbox.
+pub const RETENTION_REASON: &str = "pending_retention_expired";
+
+/// The `event_held` entry of an undrained event the retention sweep removed: the
+/// stored row `row_id` of event `name`, queued at `queued_at` ms, whose stored
+/// text is `payload`. Recoverable, with the whole event under `heldEvent` (the
+/// stored text itself when it is not a JSON object). `id` is the entry's fresh id.
+pub fn retention_entry(
+    mesh_id: &str,
+    row_id: &str,
+    name: &str,
+    payload: &str,
+    queued_at: i64,
+    id: String,
+    now: Timestamp,
+) -> LedgerEntry {
+    let raw = serde_json::from_str::<Value>(payload).ok().filter(Value::is_object);
+    let get = |key: &str| raw.as_ref().and_then(|r| r.get(key)).cloned();
+    let metadata = raw.as_ref().and_then(|r| r.get("metadataEvent")).and_then(Value::as_object);
+    LedgerEntry {
+        id,
+        mesh_id: mesh_id.to_owned(),
+        timestamp: now.iso(),
+        kind: HELD_KIND.to_owned(),
+        node_id: get("nodeId").and_then(|v| v.as_str().map(str::to_owned)),
+        session_id: None,
+        provider_type: None,
+        payload: json!({
+            "event": name,
+            "reason": RETENTION_REASON,
+            "recoverable": true,
+            "nodeLabel": get("nodeLabel").unwrap_or_else(|| json!("")),
+            "workspace": get("workspace"),
+            "targetCoordinatorDaemonId": get("targetCoordinatorDaemonId").unwrap_or(Value::Null),
+            "eventId": get("eventId"),
+            "queuedAt": queued_at,
+            "finalSummary": metadata.and_then(read_completion_summary),
+            "taskId": metadata.and_then(|m| m.get("taskId")).cloned(),
+            "pendingEventId": row_id,
+            "heldEvent": raw.clone().unwrap_or_else(|| Value::String(payload.to_owned())),
+        }),
+    }
+}
+
+/// The stored event row a held entry names (`pendingEventId`), if any.
+pub fn held_row_id(held: &LedgerEntry) -> Option<&str> {
+    held.payload.get("pendingEventId").and_then(Value::as_str)
+}
+
+/// The event a held entry keeps (`heldEvent`), to queue again when its row is gone.
+pub fn held_event(held: &LedgerEntry) -> Value {
+    held.payload.get("heldEvent").cloned().unwrap_or(Value::Null)
+}
+
+/// The `event_held_requeued` entry that settles the held entry `held`, saying
+/// whether its event was queued again. `id` is the entry's fresh id.
+pub fn requeued_entry(
+    mesh_id: &str,
+    held: &LedgerEntry,
+    requeued: bool,
+    id: String,
+    now: Timestamp,
+) -> LedgerEntry {
+    LedgerEntry {
+        id,
+        mesh_id: mesh_id.to_owned(),
+        timestamp: now.iso(),
+        kind: REQUEUED_KIND.to_owned(),
+        node_id: held.node_id.clone(),
+        session_id: None,
+        provider_type: None,
+        payload: json!({
+            "heldEntryId": held.id,
+            "event": held.payload.get("event"),
+            "requeued": requeued,
+            "taskId": held.payload.get("taskId"),
+            "reason": held.payload.get("reason"),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -203,5 +324,80 @@ mod tests {
         let filter = HeldFilter { reason: Some("bored".into()), ..HeldFilter::default() };
         assert_eq!(filter.validate().unwrap_err().field, "reason");
         assert!(HeldFilter::default().validate().is_ok());
+    }
+
+    #[test]
+    fn a_quarantined_event_is_held_with_the_whole_event() {
+        let raw = json!({
+            "event": "agent:generating_completed", "nodeId": "n1", "nodeLabel": "Node 'n1'",
+            "eventId": "e1", "metadataEvent": {"taskId": "t1", "finalSummary": "done"},
+        });
+        let now = Timestamp::from_millis(60_000);
+        let entry =
+            quarantine_entry("m", "row-1", &raw, QuarantineReason::Unversioned, 5, "id-1".into(), now);
+        assert_eq!(
+            (entry.id.as_str(), entry.kind.as_str(), entry.mesh_id.as_str()),
+            ("id-1", HELD_KIND, "m")
+        );
+        assert_eq!(entry.timestamp, now.iso());
+        assert_eq!(entry.node_id.as_deref(), Some("n1"));
+        assert_eq!(
+            entry.payload.to_string(),
+            json!({
+                "event": "agent:generating_completed", "reason": "v2_enforce_unversioned_quarantined",
+                "recoverable": true, "nodeLabel": "Node 'n1'", "workspace": null,
+                "targetCoordinatorDaemonId": null, "eventId": "e1", "queuedAt": 5, "finalSummary": "done",
+                "taskId": "t1", "heldEvent": raw, "pendingEventId": "row-1",
+            })
+            .to_string()
+        );
+        assert_eq!(held_row_id(&entry), Some("row-1"));
+        assert_eq!(held_event(&entry), raw);
+        assert!(HELD_REASONS.contains(&entry.payload["reason"].as_str().unwrap()));
+    }
+
+    #[test]
+    fn an_expired_event_is_held_with_its_stored_text() {
+        let now = Timestamp::from_millis(9);
+        let stored = r#"{"event":"agent:stopped","nodeId":"n1","metadataEvent":{"taskId":"t1"}}"#;
+        let e = retention_entry("m", "row-1", "agent:stopped", stored, 4, "id-1".into(), now);
+        assert_eq!((e.id.as_str(), e.kind.as_str(), e.node_id.as_deref()), ("id-1", HELD_KIND, Some("n1")));
+        assert_eq!(
+            e.payload.to_string(),
+            json!({
+                "event": "agent:stopped", "reason": RETENTION_REASON, "recoverable": true, "nodeLabel": "",
+                "workspace": null, "targetCoordinatorDaemonId": null, "eventId": null, "queuedAt": 4,
+                "finalSummary": null, "taskId": "t1", "pendingEventId": "row-1",
+                "heldEvent": serde_json::from_str::<Value>(stored).unwrap(),
+            })
+            .to_string()
+        );
+        let unreadable = retention_entry("m", "row-2", "x", "not json", 4, "id-2".into(), now);
+        assert_eq!(unreadable.payload["heldEvent"], "not json");
+        assert_eq!(unreadable.node_id, None);
+        assert!(HELD_REASONS.contains(&RETENTION_REASON));
+    }
+
+    #[test]
+    fn a_requeue_entry_names_its_held_entry() {
+        let held = quarantine_entry(
+            "m",
+            "row-1",
+            &json!({"event": "x", "nodeId": "n1", "metadataEvent": {"taskId": "t1"}}),
+            QuarantineReason::ValidationFailed,
+            5,
+            "held-1".into(),
+            Timestamp::from_millis(1),
+        );
+        let entry = requeued_entry("m", &held, true, "id-2".into(), Timestamp::from_millis(2));
+        assert_eq!((entry.id.as_str(), entry.kind.as_str()), ("id-2", REQUEUED_KIND));
+        assert_eq!(entry.node_id.as_deref(), Some("n1"));
+        assert_eq!(
+            entry.payload.to_string(),
+            json!({"heldEntryId": "held-1", "event": "x", "requeued": true, "taskId": "t1",
+                   "reason": "v2_enforce_validation_failed_quarantined"})
+            .to_string()
+        );
+        assert_eq!(still_held(vec![held, entry]), Vec::new());
     }
 }

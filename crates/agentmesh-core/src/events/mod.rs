@@ -21,12 +21,17 @@
 //! - [`refine`]: backfilling a refine job's missing terminal event from the ledger
 //!   and dropping superseded `refine:accepted` events.
 //! - [`stale`]: dropping alerts about tasks that are already finished.
-//! - [`held`]: which held (quarantined or expired) events are still held, and
-//!   the filters that select them for listing and requeueing.
+//! - [`completion`]: the events agentmesh queues itself (a task's completion or
+//!   stop, a pushed event) with their node label and text.
+//! - [`presence`]: which coordinators are live, and when a drain refreshes its record.
+//! - [`held`]: the `event_held` and `event_held_requeued` entries, which held
+//!   (quarantined or expired) events are still held, and the filters that select
+//!   them for listing and requeueing.
 //!
 //! Nothing here reads a clock, mints an id or touches storage: times, fresh event
 //! ids, machine ids and "was this event id drained before" all come from the caller.
 
+pub mod completion;
 pub mod contract;
 pub mod envelope;
 pub mod fingerprint;
@@ -36,12 +41,14 @@ mod js;
 pub mod message;
 pub mod metadata;
 pub mod names;
+pub mod presence;
 pub mod refine;
 pub mod routing;
 pub mod stale;
 pub mod stamp;
 pub mod wire;
 
+pub use completion::{EventToQueue, completion_event, node_label, texted_event};
 pub use contract::{
     ContractViolation, PendingEventV2, ViolationDetail, should_deliver_to, validate_v2, validate_v2_at,
 };

@@ -117,6 +117,16 @@ pub fn drop_superseded<T>(items: Vec<T>, event_of: impl Fn(&T) -> &Value, backfi
         .collect()
 }
 
+/// The name of a terminal rebuilt from the ledger and the id it is handed out
+/// under: it is not a stored row, so its id (`ledger:<name>:<job>`) names where
+/// it came from.
+pub fn rebuilt_name_and_id(terminal: &Value) -> (String, String) {
+    let job = read_refine_job_id(terminal).unwrap_or_default();
+    let name = terminal.get("event").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let id = format!("ledger:{name}:{job}");
+    (name, id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +159,10 @@ mod tests {
         let out = drop_superseded(events, |e| e, std::slice::from_ref(&terminal));
         let names: Vec<&str> = out.iter().map(|e| e["event"].as_str().unwrap()).collect();
         assert_eq!(names, ["agent:ready"], "the accepted event is superseded by the rebuilt terminal");
+        assert_eq!(
+            rebuilt_name_and_id(&terminal),
+            ("refine:completed".to_owned(), "ledger:refine:completed:j1".to_owned())
+        );
     }
 
     #[test]

@@ -22,9 +22,7 @@ use agentmesh_api::views::PushView;
 use agentmesh_api::wire::{
     AckBody, DrainBody, EmitHintBody, HeldParams, PushEventBody, RequeueHeldBody, RetractBody,
 };
-use agentmesh_core::events::{
-    MessageOptions, PendingEvent, Scope, build_coordinator_message, enforce_from_env_value,
-};
+use agentmesh_core::events::{PendingEvent, Scope, enforce_from_env_value, texted_event};
 use agentmesh_core::{InvalidInput, Timestamp};
 use serde_json::{Map, Value};
 
@@ -183,11 +181,7 @@ fn event_from_flags(args: EventsPushArgs, mesh: &str, now: Timestamp) -> Result<
     if let Some(summary) = args.summary.filter(|s| !s.trim().is_empty()) {
         metadata.insert("finalSummary".to_owned(), Value::from(summary));
     }
-    let label = node.as_ref().map_or_else(|| "Remote agent".to_owned(), |n| format!("Node '{n}'"));
-    let text = build_coordinator_message(&name, &label, &metadata, &MessageOptions::default());
-    let mut event = PendingEvent::new(name, mesh, label, metadata, now);
-    event.node_id = node;
-    event.coordinator_message = Some(text).filter(|t| !t.is_empty());
+    let mut event = texted_event(name, mesh, node, metadata, now);
     event.target_coordinator_daemon_id = optional("targetCoordinatorDaemonId", args.to_daemon)?;
     event.target_coordinator_session_id = optional("targetCoordinatorSessionId", args.to_session)?;
     Ok(event)

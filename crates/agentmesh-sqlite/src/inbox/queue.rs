@@ -1,0 +1,151 @@
+//! Queueing: stamping an event, the refine-terminal and fingerprint dedup, and
+//! the event row with its queue entry.
+
+use agentmesh_core::events::{
+    EmitHint, PendingEvent, pending_event_fingerprint, project_route, refine_job_id,
+    refine_terminal_fingerprint, stamp_event,
+};
+use agentmesh_core::{InvalidInput, Timestamp};
+use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
+use rusqlite::{Connection, params};
+
+use super::columns::RouteColumns;
+use super::walk::parse;
+use crate::{Fail, Res, ledger};
+
+/// Queues one event for a coordinator (stamped on the way in).
+pub(crate) fn queue(
+    conn: &Connection,
+    mesh_id: &str,
+    mut ev: PendingEvent,
+    hint: &EmitHint,
+    self_machine_id: Option<&str>,
+    now: Timestamp,
+) -> Res<QueueOutcome> {
+    if ev.event.trim().is_empty() {
+        return Err(Fail(StoreError::InvalidInput(InvalidInput::new("event", "must not be blank"))));
+    }
+    if ev.mesh_id != mesh_id {
+        return Err(Fail(StoreError::InvalidInput(InvalidInput::new(
+            "meshId",
+            format!("the event belongs to mesh {:?}, not {mesh_id:?}", ev.mesh_id),
+        ))));
+    }
+    stamp_event(&mut ev, hint, &ledger::new_entry_id(now), self_machine_id);
+    if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(conn, &ev)? {
+        return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
+    }
+    let id = ledger::new_entry_id(now);
+    let inserted = insert_row(conn, &id, &ev)?;
+    if !inserted {
+        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
+    }
+    Ok(QueueOutcome::Queued { id, event: ev })
+}
+
+/// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
+/// target, fingerprint, v2 envelope and projected routing inputs in their
+/// columns. `false` when its fingerprint is already used in the mesh (nothing is
+/// written).
+pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
+    let fingerprint = pending_event_fingerprint(ev);
+    let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
+    let envelope = &ev.envelope;
+    let identity =
+        |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
+    let value = ev.to_value();
+    let projected = project_route(&value);
+    let columns = RouteColumns::of(projected.as_ref());
+    let event_id = match &projected {
+        Some(p) => Some(p.event_id.as_str()),
+        None => envelope.event_id.as_deref(),
+    };
+    let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let lane = columns.lane(target);
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO mesh_pending_events
+                 (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
+                  protocol_version, event_id, scope, dispatched_by, intended_for,
+                  route_class, to_machine, to_key, to_fallback, to_session, lane)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+        )?
+        .execute(params![
+            id,
+            ev.mesh_id,
+            target,
+            ev.event,
+            value.to_string(),
+            fingerprint,
+            ev.queued_at.millis(),
+            envelope.protocol_version.map(|v| v.as_str()),
+            event_id,
+            envelope.scope.map(|s| s.as_str()),
+            identity(&envelope.dispatched_by),
+            identity(&envelope.intended_for),
+            columns.class,
+            columns.machine,
+            columns.key,
+            columns.fallback,
+            columns.session,
+            lane,
+        ])?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute(params![ev.mesh_id, lane, ev.queued_at.millis(), id, target, ev.event, conn.last_insert_rowid()])?;
+    Ok(true)
+}
+
+/// Puts the stored event row `rowid` (back) on the queue; `false` when it was
+/// queued already or there is no such row.
+pub(crate) fn enqueue_stored(conn: &Connection, rowid: i64) -> Res<bool> {
+    let queued = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO mesh_inbox_queue
+                 (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
+             SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, rowid
+               FROM mesh_pending_events WHERE rowid = ?1",
+        )?
+        .execute([rowid])?;
+    if queued > 0 {
+        conn.prepare_cached(
+            "DELETE FROM mesh_inbox_drained
+              WHERE (mesh_id, event_id, id) = (SELECT mesh_id, event_id, id FROM mesh_pending_events WHERE rowid = ?1)",
+        )?
+        .execute([rowid])?;
+    }
+    Ok(queued > 0)
+}
+
+/// Records the event id of the stored, drained event row `rowid` (if it has one).
+pub(crate) fn record_drained_stored(conn: &Connection, rowid: i64) -> Res<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id)
+         SELECT mesh_id, event_id, id FROM mesh_pending_events WHERE rowid = ?1 AND event_id IS NOT NULL",
+    )?
+    .execute([rowid])?;
+    Ok(())
+}
+
+/// Whether an undrained event of the same refine job and outcome is queued.
+pub(super) fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
+    let Some(job) = refine_job_id(&ev.metadata_event) else { return Ok(false) };
+    let mut stmt = conn.prepare_cached(
+        "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+          WHERE q.mesh_id = ?1 AND q.event = ?2",
+    )?;
+    let rows = stmt.query_map(params![ev.mesh_id, ev.event], |r| r.get::<_, String>(0))?;
+    for payload in rows {
+        let payload = parse(&payload?);
+        let metadata = payload.get("metadataEvent").and_then(|m| m.as_object());
+        if metadata.and_then(refine_job_id) == Some(job) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}

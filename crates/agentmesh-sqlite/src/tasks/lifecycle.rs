@@ -1,0 +1,143 @@
+//! The lifecycle writes: each loads its task, asks the core what to store
+//! ([`agentmesh_core::effects::task`]) and persists the decision.
+
+use agentmesh_core::effects::task::{self as decide, HolderRefusal, Refused, Report};
+use agentmesh_core::lifecycle::{self, match_completion};
+use agentmesh_core::{RequeueOptions, Requeued, Task, Timestamp};
+use agentmesh_store::{CompletionReport, Outcome, StoreError};
+use rusqlite::Connection;
+
+use super::persist::persist;
+use super::reads::assigned_to_session;
+use super::rows::{load, load_required};
+use crate::{Res, ledger};
+
+/// The store's error for a refused report or heartbeat on `task` by `session_id`.
+fn refusal_error(task: &Task, session_id: &str, refusal: HolderRefusal) -> StoreError {
+    match refusal {
+        HolderRefusal::StaleEpoch { presented, current } => {
+            StoreError::StaleEpoch { task_id: task.id.clone(), presented, current }
+        }
+        HolderRefusal::NotAssigned { from, action } => {
+            StoreError::InvalidTransition(agentmesh_core::InvalidTransition {
+                task_id: task.id.clone(),
+                from,
+                action,
+            })
+        }
+        HolderRefusal::OtherSession => {
+            StoreError::NotAssignedToSession { task_id: task.id.clone(), session_id: session_id.to_owned() }
+        }
+    }
+}
+
+/// Records a refusal (committed with the transaction) and returns its error.
+fn refused(conn: &Connection, task: &Task, session_id: &str, refused: Refused) -> Res<StoreError> {
+    ledger::append(conn, &refused.ledger)?;
+    Ok(refusal_error(task, session_id, refused.refusal))
+}
+
+/// Records a completion or failure. The outer `Res` fails the transaction; the
+/// inner `Err` is a refusal that was recorded and must still be committed.
+pub(crate) fn complete(
+    conn: &Connection,
+    mesh_id: &str,
+    report: &CompletionReport,
+    now: Timestamp,
+) -> Res<Result<Task, StoreError>> {
+    decide::check_session(&report.session_id)?;
+    let before = match &report.task_id {
+        Some(id) => load_required(conn, mesh_id, id)?,
+        None => {
+            let assigned = assigned_to_session(conn, mesh_id, &report.session_id)?;
+            let Some(task) = match_completion(&assigned, None, report.occurred_at.as_deref()) else {
+                return Ok(Err(StoreError::NoAssignedTask {
+                    mesh_id: mesh_id.to_owned(),
+                    session_id: report.session_id.clone(),
+                }));
+            };
+            load_required(conn, mesh_id, &task.id)?
+        }
+    };
+    let outcome = match &report.outcome {
+        Outcome::Completed { summary } => Report::Completed { summary: summary.as_deref() },
+        Outcome::Failed { reason, summary } => Report::Failed { reason, summary: summary.as_deref() },
+    };
+    let mint = || ledger::new_entry_id(now);
+    match decide::complete(&before.task, &report.session_id, report.epoch, outcome, now, mint)? {
+        Ok(decision) => Ok(Ok(persist(conn, &before, decision, now)?)),
+        Err(refusal) => Ok(Err(refused(conn, &before.task, &report.session_id, refusal)?)),
+    }
+}
+
+/// Extends a lease; refusals are recorded like completion refusals.
+pub(crate) fn heartbeat(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    session_id: &str,
+    epoch: u64,
+    lease_ms: i64,
+    now: Timestamp,
+) -> Res<Result<Task, StoreError>> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    match decide::heartbeat(&before.task, session_id, epoch, lease_ms, now, || ledger::new_entry_id(now))? {
+        Ok(decision) => Ok(Ok(persist(conn, &before, decision, now)?)),
+        Err(refusal) => Ok(Err(refused(conn, &before.task, session_id, refusal)?)),
+    }
+}
+
+pub(crate) fn cancel(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> Res<Task> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let decision = decide::cancel(&before.task, reason, now, || ledger::new_entry_id(now))?;
+    persist(conn, &before, decision, now)
+}
+
+pub(crate) fn requeue(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    opts: &RequeueOptions,
+    now: Timestamp,
+) -> Res<Requeued> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let (decision, kind) = decide::requeue(&before.task, opts, now, || ledger::new_entry_id(now))?;
+    Ok(kind.of(persist(conn, &before, decision, now)?))
+}
+
+pub(crate) fn reclaim(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    reason: &str,
+    now: Timestamp,
+) -> Res<Task> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let decision = decide::reclaim(&before.task, reason, now, || ledger::new_entry_id(now))?;
+    persist(conn, &before, decision, now)
+}
+
+/// Reclaims the task when, in this transaction, it is assigned and its lease ran
+/// out before `now`; `None` otherwise.
+pub(crate) fn reclaim_if_lease_expired(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    now: Timestamp,
+) -> Res<Option<Task>> {
+    let Some(current) = load(conn, mesh_id, task_id)? else {
+        return Ok(None);
+    };
+    if !decide::lease_lapsed(&current.task, now) {
+        return Ok(None);
+    }
+    let decision =
+        decide::reclaim(&current.task, lifecycle::LEASE_EXPIRED_REASON, now, || ledger::new_entry_id(now))?;
+    persist(conn, &current, decision, now).map(Some)
+}

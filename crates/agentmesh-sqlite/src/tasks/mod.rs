@@ -1,0 +1,36 @@
+//! The work queue: `mesh_queue` rows, their projected columns, dependency edges,
+//! claims and the task lifecycle.
+//!
+//! The JSON `payload` of a row is the task (the original's queue entry) and the
+//! source of truth. Every write also rewrites the row's projected columns from it
+//! (`rows::Projection`), so a claim selects candidates through indexes in claim order
+//! and decodes only the winner. Readiness is maintained, not recomputed per claim:
+//! `deps_unmet` counts a task's dependencies that are not completed and is updated
+//! whenever one of them changes status; `hold` folds it together with the block and
+//! the parking into one indexed number (0 = claimable as far as the task goes).
+//!
+//! What a write stores and records is decided by the core
+//! (`agentmesh_core::effects::task`); `persist` writes the decision.
+//!
+//! - `rows`: projection, load and save by rowid, edges and readiness.
+//! - `enqueue`: enqueue and the raw queue operations (import, replace, insert, update).
+//! - `claim`: the claim streams, the survey and the refusal diagnosis.
+//! - `lifecycle`: completion, heartbeat, cancel, requeue, reclaim.
+//! - `persist`: the effect writer.
+//! - `reads`: listings, counts and lookups.
+
+mod claim;
+mod enqueue;
+mod lifecycle;
+mod persist;
+mod reads;
+mod rows;
+
+pub(crate) use claim::claim;
+pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
+pub(crate) use lifecycle::{cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue};
+pub(crate) use reads::{
+    active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
+    mesh_task_count, node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
+};
+pub(crate) use rows::backfill_projection;
