@@ -218,7 +218,7 @@ impl Scratch {
     fn copy_of(source: &Path, beside: &Path) -> StoreResult<Scratch> {
         let dir = beside.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let scratch =
-            Scratch { path: dir.join(format!(".adhdev-import-{}.db", uuid::Uuid::new_v4().simple())) };
+            Scratch { path: dir.join(format!(".adhdev-import-{}.db", agentmesh_store::ids::mint_prefixed(""))) };
         let failed = |from: &Path, e: std::io::Error| StoreError::LegacyFile {
             path: from.to_owned(),
             problem: format!("cannot be copied for import: {e}"),

@@ -10,7 +10,6 @@ use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, Slice
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
-use uuid::Uuid;
 
 use crate::Res;
 
@@ -40,37 +39,11 @@ fn push_kind_index_term<'a>(sql: &mut String, kinds: impl IntoIterator<Item = &'
     }
 }
 
-/// The last id's (milliseconds, counter), so ids minted in one process increase.
-static LAST_ID: std::sync::Mutex<(u64, u32)> = std::sync::Mutex::new((0, 0));
-
-/// The largest counter an id carries within one millisecond (18 bits).
-const ID_COUNTER_MAX: u32 = (1 << 18) - 1;
-
-/// A fresh id: a version 7 UUID whose time is `now` and whose next 18 bits count
-/// up within a millisecond, so ids minted by this process sort in the order they
-/// were minted (rows written in the same millisecond keep their order in every
-/// `(timestamp, id)` ordering). The remaining bits are random, so ids of different
-/// processes never collide.
+/// A fresh entry id from the one minter (`agentmesh_store::ids`): time-ordered, so
+/// entries written in the same millisecond keep their order in every
+/// `(timestamp, id)` ordering.
 pub(crate) fn new_entry_id(now: Timestamp) -> String {
-    let (ms, counter) = {
-        let mut last = LAST_ID.lock().unwrap_or_else(|e| e.into_inner());
-        let now_ms = u64::try_from(now.millis()).unwrap_or(0);
-        *last = if now_ms > last.0 {
-            (now_ms, 0)
-        } else if last.1 < ID_COUNTER_MAX {
-            (last.0, last.1 + 1)
-        } else {
-            (last.0 + 1, 0)
-        };
-        *last
-    };
-    let random = *Uuid::new_v4().as_bytes();
-    let mut bytes = [0u8; 10];
-    bytes[0] = ((counter >> 14) & 0x0F) as u8;
-    bytes[1] = ((counter >> 6) & 0xFF) as u8;
-    bytes[2] = (counter & 0x3F) as u8;
-    bytes[3..].copy_from_slice(&random[..7]);
-    uuid::Builder::from_unix_timestamp_millis(ms, &bytes).into_uuid().to_string()
+    agentmesh_store::ids::mint_at(now)
 }
 
 pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
@@ -313,17 +286,5 @@ mod tests {
             let p = plan(kinds);
             assert!(p.contains("idx_mesh_event_ledger_slice"), "{kinds:?}: {p}");
         }
-    }
-
-    #[test]
-    fn ids_minted_in_one_millisecond_sort_in_minting_order() {
-        let now = Timestamp::from_millis(1_800_000_000_000);
-        let ids: Vec<String> = (0..1_000).map(|_| new_entry_id(now)).collect();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        assert_eq!(ids, sorted);
-        let earlier = new_entry_id(Timestamp::from_millis(1_700_000_000_000));
-        assert!(earlier > ids[999], "a clock step back never makes an id sort earlier");
-        assert_eq!(Uuid::parse_str(&ids[0]).unwrap().get_version_num(), 7);
     }
 }
