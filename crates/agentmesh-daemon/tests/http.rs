@@ -622,6 +622,45 @@ async fn the_ledger_is_sliced_and_imported() {
     assert_eq!(recent["entries"].as_array().map(Vec::len), Some(2), "{recent}");
 }
 
+/// A peer paging by `afterSeq` sees an entry imported after it read a page,
+/// though the entry's timestamp is older than everything on that page.
+#[tokio::test]
+async fn the_ledger_slice_pages_by_sequence_and_sees_a_late_import() {
+    let daemon = TestDaemon::start().await;
+    enqueue_and_claim(&daemon, "t1").await;
+    let (status, first) = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=0&limit=10").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let ids = |slice: &Value| -> Vec<String> {
+        slice["entries"].as_array().expect("entries").iter().map(|e| e["id"].to_string()).collect()
+    };
+    assert_eq!(ids(&first).len(), 2, "{first}");
+    assert_eq!(first["cursor"]["afterSeq"], 0, "{first}");
+    assert_eq!(first["cursor"]["nextAfterSeq"], 2, "{first}");
+    assert_eq!(first["cursor"]["hasMore"], false, "{first}");
+    let origin = first["origin"].as_str().expect("the page names its database").to_owned();
+
+    let entries = json!({ "entries": [foreign_entry("e-late", "m")] });
+    assert_eq!(
+        daemon.post("/v1/meshes/m/ledger/import", entries).await,
+        (StatusCode::OK, json!({ "imported": 1 }))
+    );
+    let (status, next) = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=2").await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    assert_eq!(ids(&next), ["\"e-late\""], "{next}");
+    assert_eq!(next["cursor"]["nextAfterSeq"], 3, "{next}");
+    assert_eq!(next["origin"], origin.as_str(), "{next}");
+    // The original's cursor pages by time: the late entry sorts before its cursor.
+    let last = first["entries"][1]["id"].as_str().expect("an id");
+    let (_, by_time) = daemon.get(&format!("/v1/meshes/m/ledger/slice?afterId={last}")).await;
+    assert_eq!(by_time["entries"], json!([]), "{by_time}");
+    assert!(by_time["cursor"].get("nextAfterSeq").is_none(), "{by_time}");
+
+    let response = daemon.get(&format!("/v1/meshes/m/ledger/slice?afterId={last}&afterSeq=1")).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "afterSeq");
+    let response = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=-1").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "afterSeq");
+}
+
 #[tokio::test]
 async fn bad_ledger_requests_are_refused_and_import_nothing() {
     let daemon = TestDaemon::start().await;
