@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_core::events::{enforce_from_env_value, held};
+use agentmesh_core::events::held;
 use agentmesh_core::{
     Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
     Timestamp,
@@ -34,8 +34,9 @@ use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
 /// Where the current time comes from: the binary's clock, or a test's.
 pub type Clock = fn() -> Timestamp;
 
-/// The environment variable that switches v2 enforce mode on for drains, read at
-/// the time of each drain.
+/// The environment variable that switches v2 enforce mode on for drains. A
+/// library never reads it: the binary reads it once at start-up and hands the
+/// answer to [`LocalMesh::with_enforce`].
 pub const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
 
 /// The lease of a claim that names none: ten minutes. A worker that stops
@@ -66,6 +67,7 @@ pub struct LocalMesh {
     clock: Clock,
     signal: Arc<WriteSignal>,
     cross_process_poll: Duration,
+    enforce: bool,
 }
 
 impl std::fmt::Debug for LocalMesh {
@@ -82,7 +84,15 @@ impl LocalMesh {
             clock,
             signal: Arc::new(WriteSignal::new()),
             cross_process_poll: DEFAULT_CROSS_PROCESS_POLL,
+            enforce: false,
         }
+    }
+
+    /// Runs every drain in v2 enforce mode when `enforce` is set (a drain body
+    /// may ask for it too); off unless set.
+    pub fn with_enforce(mut self, enforce: bool) -> LocalMesh {
+        self.enforce = enforce;
+        self
     }
 
     /// Sets how often a waiting watch looks again unprompted (see
@@ -122,11 +132,11 @@ impl LocalMesh {
         Ok(out)
     }
 
-    /// The store's drain request for `body`, enforce mode folded in from the
-    /// environment as it reads now.
-    fn drain_request(body: DrainBody) -> MeshResult<DrainRequest> {
+    /// The store's drain request for `body`, with this mesh's enforce mode
+    /// folded in.
+    fn drain_request(&self, body: DrainBody) -> MeshResult<DrainRequest> {
         let mut request = DrainRequest::try_from(body)?;
-        request.enforce |= enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
+        request.enforce |= self.enforce;
         Ok(request)
     }
 
@@ -315,21 +325,21 @@ impl MeshApi for LocalMesh {
 
     fn drain(&self, mesh: &str, body: DrainBody) -> MeshResult<DrainView> {
         let mesh = mesh_id(mesh)?;
-        let request = Self::drain_request(body)?;
+        let request = self.drain_request(body)?;
         let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
         Ok(DrainView::from(outcome))
     }
 
     fn peek(&self, mesh: &str, body: DrainBody) -> MeshResult<Vec<InboxEventView>> {
         let mesh = mesh_id(mesh)?;
-        let request = Self::drain_request(body)?;
+        let request = self.drain_request(body)?;
         let events = self.store.peek_pending_events(mesh, &request)?;
         Ok(events.into_iter().map(InboxEventView::from).collect())
     }
 
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
         let mesh = mesh_id(mesh)?;
-        let request = Self::drain_request(body)?;
+        let request = self.drain_request(body)?;
         let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
         // The first look is a drain, which also settles duplicates and quarantines.
         // Later looks peek, and drain only once something is there: a watch whose

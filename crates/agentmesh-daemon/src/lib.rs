@@ -142,6 +142,13 @@ impl AppState {
         self
     }
 
+    /// Runs every drain in v2 enforce mode when `enforce` is set: what
+    /// `MESH_PROTOCOL_V2_ENFORCE` said when the daemon started.
+    pub fn with_enforce(mut self, enforce: bool) -> AppState {
+        self.mesh = self.mesh.with_enforce(enforce);
+        self
+    }
+
     /// Replaces the upkeep settings (intervals, ages, the WAL checkpoint hook).
     pub fn with_upkeep(mut self, config: UpkeepConfig) -> AppState {
         self.upkeep = Arc::new(config);
