@@ -45,7 +45,6 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::get;
 use axum::{Router, middleware};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod access;
@@ -95,8 +94,6 @@ pub struct AppState {
     mesh: LocalMesh,
     /// The bearer token of the `/v1` routes.
     token: ApiToken,
-    /// Notified after every write the daemon commits.
-    writes: Arc<Notify>,
     /// See [`FALLBACK_WATCH_POLL`].
     fallback_poll: Duration,
     /// The counters `/metrics` exposes.
@@ -115,16 +112,12 @@ impl AppState {
     /// State over `store`, accepting requests that present `token`.
     pub fn new(store: Arc<dyn Store>, token: ApiToken) -> AppState {
         let mesh = LocalMesh::new(store, now);
-        let writes = Arc::new(Notify::new());
-        let notify = Arc::clone(&writes);
-        mesh.signal().listen(move || notify.notify_waiters());
         let readiness = Arc::new(ready::Readiness::new(ready::DEFAULT_LOCK_WAIT));
         let wrote = Arc::clone(&readiness);
         mesh.signal().listen(move || wrote.wrote());
         AppState {
             mesh,
             token,
-            writes,
             fallback_poll: FALLBACK_WATCH_POLL,
             metrics: Arc::new(Metrics::new()),
             upkeep: Arc::new(UpkeepConfig::default()),

@@ -1010,6 +1010,92 @@ async fn a_watch_with_nothing_returns_empty_and_a_long_timeout_is_refused() {
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "runId");
 }
 
+/// A wake-up a backend could supply: the write signal, counting the writes it
+/// is told of.
+struct CountingWakeUp {
+    signal: agentmesh_api::WriteSignal,
+    notified: std::sync::atomic::AtomicUsize,
+}
+
+impl agentmesh_api::WakeUp for CountingWakeUp {
+    fn mark(&self, mesh: &str) -> u64 {
+        self.signal.mark(mesh)
+    }
+    fn wait_past(&self, mesh: &str, seen: u64, timeout: Duration) -> bool {
+        agentmesh_api::WakeUp::wait_past(&self.signal, mesh, seen, timeout)
+    }
+    fn on_wake(&self, mesh: &str, seen: u64, wake: Box<dyn FnOnce() + Send>) {
+        self.signal.on_wake(mesh, seen, wake);
+    }
+    fn notify(&self) {
+        self.notified.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.signal.notify();
+    }
+}
+
+fn system_now() -> Timestamp {
+    let ms =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis();
+    Timestamp::from_millis(i64::try_from(ms).expect("fits"))
+}
+
+/// The HTTP watch, the local one and the remote client refuse a timeout past
+/// 600 s alike, naming their field; a local watch is woken by a write through
+/// the wake-up its mesh was given, not by its poll.
+#[tokio::test]
+async fn every_watch_follows_one_timeout_rule_and_a_supplied_wake_up_wakes_it() {
+    use agentmesh_api::{LocalMesh, MeshApi, MeshError, RemoteMesh};
+    use agentmesh_store::StoreError;
+
+    let daemon = TestDaemon::start().await;
+    let response = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=601", coordinator()).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "at most 600 seconds");
+    let (status, _) = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=600", json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "600 s passes the rule; the empty body is what is refused");
+    let base = daemon.url("");
+    let base = base.trim_end_matches('/').to_owned();
+    let field = |err: MeshError| match err {
+        MeshError::Store(StoreError::InvalidInput(invalid)) => (invalid.field, invalid.problem),
+        other => panic!("not refused as bad input: {other:?}"),
+    };
+    tokio::task::spawn_blocking(move || {
+        let body: agentmesh_api::wire::DrainBody =
+            serde_json::from_value(coordinator()).expect("a drain body");
+        let too_long = Duration::from_secs(601);
+        let remote = RemoteMesh::new(&base, TOKEN).expect("a client");
+        let (name, problem) = field(remote.watch("m", body.clone(), too_long).unwrap_err());
+        assert_eq!(name, "timeout");
+        assert!(problem.contains("at most 600 seconds"), "{problem}");
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open_data_dir(dir.path()).expect("open the store");
+        let wake_up = Arc::new(CountingWakeUp {
+            signal: agentmesh_api::WriteSignal::new(),
+            notified: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let local = LocalMesh::new(Arc::new(store), system_now)
+            .with_cross_process_poll(Duration::from_secs(600))
+            .with_wake_up(Arc::clone(&wake_up) as Arc<dyn agentmesh_api::WakeUp>);
+        let (name, local_problem) = field(local.watch("m", body.clone(), too_long).unwrap_err());
+        assert_eq!((name.as_str(), local_problem), ("timeout", problem), "the same words on both paths");
+
+        let pusher = local.clone();
+        let push = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let push = json!({ "event": blocked_event("t1"), "hint": { "coordinatorRunId": "run-1" } });
+            pusher.push_event("m", serde_json::from_value(push).expect("a push body")).expect("pushed");
+        });
+        let started = Instant::now();
+        let woke = local.watch("m", body, Duration::from_secs(60)).expect("the watch answers");
+        push.join().expect("the push ran");
+        assert_eq!(woke.events.len(), 1, "{woke:?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "woken by the write, not by the poll");
+        assert!(wake_up.notified.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    })
+    .await
+    .expect("the blocking part ran");
+}
+
 // ── Batch enqueue, missions, sessions, deliveries, dispatches, placement ────
 
 #[tokio::test]
