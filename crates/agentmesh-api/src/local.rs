@@ -268,7 +268,7 @@ fn heartbeat_request(body: HeartbeatBody) -> MeshResult<Heartbeat> {
 
 /// The mesh id of an operation, checked by the core's id rule and trimmed.
 fn mesh_id(mesh: &str) -> Result<&str, agentmesh_core::InvalidInput> {
-    agentmesh_core::validate_id("mesh", mesh)
+    agentmesh_core::MeshId::check(mesh)
 }
 
 /// Parses a comma-separated status filter, without repeats.

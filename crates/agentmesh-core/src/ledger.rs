@@ -81,9 +81,8 @@ impl LedgerEntry {
         if self.id.trim().is_empty() {
             return Err(InvalidInput::new("id", "must not be blank"));
         }
-        if self.mesh_id.trim().is_empty() {
-            return Err(InvalidInput::new("meshId", "must not be blank"));
-        }
+        // The one mesh-id rule, as for a mesh named anywhere else.
+        crate::MeshId::parse_field("meshId", &self.mesh_id)?;
         if self.kind.trim().is_empty() {
             return Err(InvalidInput::new("kind", "must not be blank"));
         }

@@ -18,6 +18,7 @@ use agentmesh_api::wire::{
     RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
     ToolCallParams, WatchParams,
 };
+use agentmesh_core::MeshId;
 use agentmesh_store::StoreError;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -87,8 +88,8 @@ fn created<T: Serialize>(view: T) -> Response {
 
 /// A mesh id from the path, checked by the core's id rule (not blank, at most 200
 /// bytes, no control characters) and trimmed.
-pub(crate) fn mesh_id(mesh: String) -> Result<String, ApiError> {
-    Ok(agentmesh_core::ids::validate_owned_id("mesh", mesh)?)
+pub(crate) fn mesh_id(mesh: String) -> Result<MeshId, ApiError> {
+    Ok(MeshId::parse(&mesh)?)
 }
 
 /// Path `{mesh}`.

@@ -39,6 +39,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::time::Duration;
 
 use agentmesh_api::{LocalMesh, MeshResult};
+use agentmesh_core::MeshId;
 use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
 use axum::extract::{DefaultBodyLimit, State};
@@ -103,7 +104,7 @@ pub struct AppState {
     /// The machine id MCP sessions act under.
     daemon_id: String,
     /// The mesh MCP sessions work in.
-    mcp_mesh: String,
+    mcp_mesh: MeshId,
     /// Whether the store can write, for `/readyz`.
     readiness: Arc<ready::Readiness>,
 }
@@ -122,7 +123,7 @@ impl AppState {
             metrics: Arc::new(Metrics::new()),
             upkeep: Arc::new(UpkeepConfig::default()),
             daemon_id: agentmesh_mcp::identity::new_daemon_id(),
-            mcp_mesh: DEFAULT_MCP_MESH.to_owned(),
+            mcp_mesh: MeshId::parse(DEFAULT_MCP_MESH).expect("the default mesh id follows the id rule"),
             readiness,
         }
     }
@@ -170,8 +171,8 @@ impl AppState {
 
     /// Sets the mesh `/mcp` sessions work in ([`DEFAULT_MCP_MESH`] otherwise);
     /// `/mcp/{mesh}` serves any mesh.
-    pub fn with_mcp_mesh(mut self, mesh: impl Into<String>) -> AppState {
-        self.mcp_mesh = mesh.into();
+    pub fn with_mcp_mesh(mut self, mesh: MeshId) -> AppState {
+        self.mcp_mesh = mesh;
         self
     }
 

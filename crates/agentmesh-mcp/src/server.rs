@@ -10,6 +10,7 @@
 //! says a tool is called too often, its advisory is appended to the result and the
 //! agent is pointed at `wait_for_mesh_events`.
 
+use agentmesh_core::MeshId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -122,8 +123,9 @@ fn answer_json(data: impl Serialize) -> Result<CallToolResult, ToolError> {
 type ToolResult = Result<CallToolResult, ToolError>;
 
 impl MeshTools {
-    /// A server for `mesh` over `api`, acting as `identity`.
-    pub fn new(api: Arc<dyn MeshApi>, mesh: impl Into<Arc<str>>, identity: Identity) -> MeshTools {
+    /// A server for `mesh` over `api`, acting as `identity`. The mesh is a
+    /// [`MeshId`]: whoever names it (a flag, a URL path) parsed it by the id rule.
+    pub fn new(api: Arc<dyn MeshApi>, mesh: MeshId, identity: Identity) -> MeshTools {
         MeshTools {
             api,
             mesh: mesh.into(),

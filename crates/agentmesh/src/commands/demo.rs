@@ -450,7 +450,7 @@ impl EmbeddedDaemon {
         let secret = token.secret().to_owned();
         let state = AppState::new(Arc::new(store), token)
             .with_daemon_id(daemon_id.clone())
-            .with_mcp_mesh(mesh)
+            .with_mcp_mesh(agentmesh_core::MeshId::parse(mesh)?)
             .with_enforce(enforce);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

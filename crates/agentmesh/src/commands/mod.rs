@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use agentmesh_api::ENFORCE_ENV;
 use agentmesh_api::{LocalMesh, MeshApi, MeshError, RemoteMesh};
-use agentmesh_core::InvalidInput;
 use agentmesh_core::events::enforce_from_env_value;
+use agentmesh_core::{InvalidInput, MeshId};
 use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME};
 use agentmesh_store::Store;
@@ -101,7 +101,7 @@ pub struct Context {
     /// `--server` was given on the command line.
     server_on_command_line: bool,
     /// The mesh every operation is scoped to.
-    mesh: String,
+    mesh: MeshId,
     /// The daemon to talk to, if any.
     server: Option<String>,
     /// An extra CA file `--ca-cert` names, trusted for an https daemon.
@@ -124,7 +124,7 @@ impl Context {
     /// must be a daemon's root URL. Enforce mode is read from the environment
     /// here, once, and handed to whatever drains.
     pub fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
-        let mesh = id("mesh", &global.mesh)?;
+        let mesh = MeshId::parse(&global.mesh)?;
         if global.data_dir.as_ref().is_some_and(|dir| dir.as_os_str().is_empty()) {
             return Err(InvalidInput::new("dataDir", "must not be blank").into());
         }
@@ -158,7 +158,7 @@ impl Context {
             store_config,
             data_dir_on_command_line: global.data_dir_on_command_line,
             server_on_command_line: global.server_on_command_line,
-            mesh: mesh.to_owned(),
+            mesh,
             server,
             ca_cert: global.ca_cert.clone(),
             token_file: global.token_file.clone(),
@@ -306,6 +306,11 @@ impl Context {
 
     /// The mesh id.
     pub fn mesh(&self) -> &str {
+        &self.mesh
+    }
+
+    /// The mesh id, parsed by the id rule when the command started.
+    pub fn mesh_id(&self) -> &MeshId {
         &self.mesh
     }
 

@@ -91,7 +91,7 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let state = AppState::new(store, token)
         .with_upkeep(upkeep)
         .with_daemon_id(daemon_id)
-        .with_mcp_mesh(ctx.mesh())
+        .with_mcp_mesh(ctx.mesh_id().clone())
         .with_enforce(ctx.enforce());
     let options = ServeOptions {
         header_timeout: args.header_timeout,
