@@ -179,7 +179,7 @@ impl BatchEnqueueBody {
                         format!("{reference:?} names two tasks of the batch"),
                     ));
                 }
-                let id = item.id.clone().unwrap_or_else(|| agentmesh_store::ids::mint());
+                let id = item.id.clone().unwrap_or_else(agentmesh_store::ids::mint);
                 item.id = Some(id.clone());
                 refs.push((reference, id));
             }
@@ -721,7 +721,7 @@ impl TryFrom<DeliveryBody> for NewSessionDelivery {
         }
         let coordinator = body.coordinator.unwrap_or_default();
         let new = NewSessionDelivery {
-            id: optional(body.id).unwrap_or_else(|| agentmesh_store::ids::mint()),
+            id: optional(body.id).unwrap_or_else(agentmesh_store::ids::mint),
             node_id,
             session_id,
             provider_type: optional(body.provider_type),

@@ -1033,12 +1033,6 @@ impl agentmesh_api::WakeUp for CountingWakeUp {
     }
 }
 
-fn system_now() -> Timestamp {
-    let ms =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("after 1970").as_millis();
-    Timestamp::from_millis(i64::try_from(ms).expect("fits"))
-}
-
 /// The HTTP watch, the local one and the remote client refuse a timeout past
 /// 600 s alike, naming their field; a local watch is woken by a write through
 /// the wake-up its mesh was given, not by its poll.
@@ -1073,7 +1067,7 @@ async fn every_watch_follows_one_timeout_rule_and_a_supplied_wake_up_wakes_it() 
             signal: agentmesh_api::WriteSignal::new(),
             notified: std::sync::atomic::AtomicUsize::new(0),
         });
-        let local = LocalMesh::new(Arc::new(store), system_now)
+        let local = LocalMesh::new(Arc::new(store), agentmesh_daemon::now)
             .with_cross_process_poll(Duration::from_secs(600))
             .with_wake_up(Arc::clone(&wake_up) as Arc<dyn agentmesh_api::WakeUp>);
         let (name, local_problem) = field(local.watch("m", body.clone(), too_long).unwrap_err());

@@ -261,14 +261,12 @@ fn push_slice_filters(sql: &mut String, args: &mut Vec<Value>, query: &SliceQuer
     }
 }
 
+/// Entries of a page, each with its sequence number.
+type Sequenced = Vec<(LedgerEntry, Option<u64>)>;
+
 /// Runs a page's statement, reading one entry past `limit` to tell whether more
 /// follow; returns the page with each entry's sequence number.
-fn read_page(
-    conn: &Connection,
-    sql: &str,
-    args: &[Value],
-    limit: u32,
-) -> Res<(Vec<(LedgerEntry, Option<u64>)>, bool)> {
+fn read_page(conn: &Connection, sql: &str, args: &[Value], limit: u32) -> Res<(Sequenced, bool)> {
     let mut stmt = conn.prepare_cached(sql)?;
     let mut rows = stmt
         .query_map(params_from_iter(args.iter()), |row| {
