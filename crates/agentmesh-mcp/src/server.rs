@@ -10,7 +10,6 @@
 //! says a tool is called too often, its advisory is appended to the result and the
 //! agent is pointed at `wait_for_mesh_events`.
 
-use agentmesh_core::MeshId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use agentmesh_api::wire::{
     ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
+use agentmesh_core::MeshId;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject};

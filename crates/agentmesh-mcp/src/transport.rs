@@ -1,10 +1,10 @@
 //! The two transports: stdio (`agentmesh mcp`) and streamable HTTP (`/mcp` on the
 //! daemon). Both serve [`MeshTools`], so a tool behaves the same on either.
 
-use agentmesh_core::MeshId;
 use std::sync::Arc;
 
 use agentmesh_api::MeshApi;
+use agentmesh_core::MeshId;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};

@@ -150,6 +150,13 @@ struct WorkerReport {
 
 /// Runs `demo`.
 pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+    if ctx.store_config().database_file().is_some() {
+        return Err(InvalidInput::new(
+            "databaseUrl",
+            "the demo works in a data dir: a temporary one, or --data-dir DIR; leave out --database-url",
+        )
+        .into());
+    }
     if ctx.server_on_command_line() {
         return Err(
             InvalidInput::new("server", "the demo runs a daemon of its own; leave out --server").into()
