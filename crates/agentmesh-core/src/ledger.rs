@@ -224,6 +224,14 @@ mod tests {
         };
         assert!(e.validate().is_ok());
         assert_eq!(e.task_id(), Some("t1"));
+        for bad_mesh in ["", "m\n2", &"m".repeat(201)] {
+            let refused = LedgerEntry { mesh_id: bad_mesh.to_owned(), ..e.clone() }.validate().unwrap_err();
+            assert_eq!(
+                refused,
+                crate::MeshId::parse_field("meshId", bad_mesh).unwrap_err(),
+                "the one mesh rule"
+            );
+        }
         e.timestamp = "yesterday".into();
         assert_eq!(e.validate().unwrap_err().field, "timestamp");
         e.timestamp = "2025-01-01T00:00:00.000Z".into();
