@@ -24,6 +24,7 @@ mod local;
 mod remote;
 mod signal;
 pub mod views;
+pub mod watch;
 pub mod wire;
 
 pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, ENFORCE_ENV, LocalMesh};
@@ -36,6 +37,7 @@ use views::{
     PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
     StatusView, ToolCallLogView,
 };
+pub use watch::WakeUp;
 use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,

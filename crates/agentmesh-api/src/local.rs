@@ -1,9 +1,9 @@
 //! [`LocalMesh`]: the operations run against a store in this process.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use agentmesh_core::events::{enforce_from_env_value, held};
+use agentmesh_core::events::held;
 use agentmesh_core::{
     Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
     Timestamp,
@@ -20,6 +20,7 @@ use crate::views::{
     RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
     StatusView, ToolCallLogView, ToolCallView,
 };
+use crate::watch::{Look, Watch, watch_timeout};
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
@@ -29,13 +30,14 @@ use crate::wire::{
     StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit,
     required, seconds_before,
 };
-use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
+use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
 /// Where the current time comes from: the binary's clock, or a test's.
 pub type Clock = fn() -> Timestamp;
 
-/// The environment variable that switches v2 enforce mode on for drains, read at
-/// the time of each drain.
+/// The environment variable that switches v2 enforce mode on for drains. A
+/// library never reads it: the binary reads it once at start-up and hands the
+/// answer to [`LocalMesh::with_enforce`].
 pub const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
 
 /// The lease of a claim that names none: ten minutes. A worker that stops
@@ -65,7 +67,9 @@ pub struct LocalMesh {
     store: Arc<dyn Store>,
     clock: Clock,
     signal: Arc<WriteSignal>,
+    wake_up: Option<Arc<dyn WakeUp>>,
     cross_process_poll: Duration,
+    enforce: bool,
 }
 
 impl std::fmt::Debug for LocalMesh {
@@ -81,8 +85,17 @@ impl LocalMesh {
             store,
             clock,
             signal: Arc::new(WriteSignal::new()),
+            wake_up: None,
             cross_process_poll: DEFAULT_CROSS_PROCESS_POLL,
+            enforce: false,
         }
+    }
+
+    /// Runs every drain in v2 enforce mode when `enforce` is set (a drain body
+    /// may ask for it too); off unless set.
+    pub fn with_enforce(mut self, enforce: bool) -> LocalMesh {
+        self.enforce = enforce;
+        self
     }
 
     /// Sets how often a waiting watch looks again unprompted (see
@@ -102,6 +115,38 @@ impl LocalMesh {
         &self.signal
     }
 
+    /// Wakes watches through `wake_up` instead of the write signal: a backend
+    /// that learns of commits itself (every process's) supplies its own. It is
+    /// also notified after every write this `LocalMesh` commits.
+    pub fn with_wake_up(mut self, wake_up: Arc<dyn WakeUp>) -> LocalMesh {
+        self.wake_up = Some(wake_up);
+        self
+    }
+
+    /// What wakes this mesh's watches: the one given to
+    /// [`LocalMesh::with_wake_up`], else the write signal.
+    pub fn wake_up(&self) -> Arc<dyn WakeUp> {
+        match &self.wake_up {
+            Some(wake_up) => Arc::clone(wake_up),
+            None => Arc::clone(&self.signal) as Arc<dyn WakeUp>,
+        }
+    }
+
+    /// How often a waiting watch looks again unprompted.
+    pub fn cross_process_poll(&self) -> Duration {
+        self.cross_process_poll
+    }
+
+    /// Records a committed write: the signal's listeners, and the wake-up given
+    /// to [`LocalMesh::with_wake_up`]. Writes through this `LocalMesh` call it
+    /// themselves; a caller that wrote to its store directly calls it after.
+    pub fn wrote(&self) {
+        self.signal.bump();
+        if let Some(wake_up) = &self.wake_up {
+            wake_up.notify();
+        }
+    }
+
     /// The current time, from the clock.
     pub fn now(&self) -> Timestamp {
         (self.clock)()
@@ -110,7 +155,7 @@ impl LocalMesh {
     /// Runs a write and bumps the signal when it succeeded.
     fn write<T>(&self, op: impl FnOnce(&dyn Store, Timestamp) -> Result<T, StoreError>) -> MeshResult<T> {
         let out = op(self.store.as_ref(), self.now())?;
-        self.signal.bump();
+        self.wrote();
         Ok(out)
     }
 
@@ -118,15 +163,15 @@ impl LocalMesh {
     /// [`LocalMesh::write`].
     async fn write_submitted<T>(&self, write: agentmesh_store::Submitted<T>) -> MeshResult<T> {
         let out = write.await?;
-        self.signal.bump();
+        self.wrote();
         Ok(out)
     }
 
-    /// The store's drain request for `body`, enforce mode folded in from the
-    /// environment as it reads now.
-    fn drain_request(body: DrainBody) -> MeshResult<DrainRequest> {
+    /// The store's drain request for `body`, with this mesh's enforce mode
+    /// folded in.
+    fn drain_request(&self, body: DrainBody) -> MeshResult<DrainRequest> {
         let mut request = DrainRequest::try_from(body)?;
-        request.enforce |= enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
+        request.enforce |= self.enforce;
         Ok(request)
     }
 
@@ -223,7 +268,7 @@ fn heartbeat_request(body: HeartbeatBody) -> MeshResult<Heartbeat> {
 
 /// The mesh id of an operation, checked by the core's id rule and trimmed.
 fn mesh_id(mesh: &str) -> Result<&str, agentmesh_core::InvalidInput> {
-    agentmesh_core::validate_id("mesh", mesh)
+    agentmesh_core::MeshId::check(mesh)
 }
 
 /// Parses a comma-separated status filter, without repeats.
@@ -315,45 +360,50 @@ impl MeshApi for LocalMesh {
 
     fn drain(&self, mesh: &str, body: DrainBody) -> MeshResult<DrainView> {
         let mesh = mesh_id(mesh)?;
-        let request = Self::drain_request(body)?;
+        let request = self.drain_request(body)?;
         let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
         Ok(DrainView::from(outcome))
     }
 
     fn peek(&self, mesh: &str, body: DrainBody) -> MeshResult<Vec<InboxEventView>> {
         let mesh = mesh_id(mesh)?;
-        let request = Self::drain_request(body)?;
+        let request = self.drain_request(body)?;
         let events = self.store.peek_pending_events(mesh, &request)?;
         Ok(events.into_iter().map(InboxEventView::from).collect())
     }
 
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
         let mesh = mesh_id(mesh)?;
-        let request = Self::drain_request(body)?;
-        let deadline = Instant::now() + timeout.min(MAX_WATCH_TIMEOUT);
-        // The first look is a drain, which also settles duplicates and quarantines.
-        // Later looks peek, and drain only once something is there: a watch whose
-        // caller has gone away while it waited takes nothing.
-        let mut look_by_draining = true;
+        let timeout = watch_timeout("timeout", timeout)?;
+        let request = self.drain_request(body)?;
+        let wake_up = self.wake_up();
+        let mut watch = Watch::new(timeout, self.cross_process_poll);
         loop {
-            // Read the generation before looking: a write landing after the look
+            // The mark is taken before looking: a write landing after the look
             // moves it, and the wait below returns at once.
-            let seen = self.signal.generation();
-            if look_by_draining || !self.store.peek_pending_events(mesh, &request)?.is_empty() {
-                let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
-                if !outcome.events.is_empty() || !outcome.quarantined.is_empty() {
-                    return Ok(DrainView::from(outcome));
+            let seen = wake_up.mark(mesh);
+            let drain = match watch.look() {
+                Look::Drain => true,
+                Look::Peek => watch.peeked(!self.store.peek_pending_events(mesh, &request)?.is_empty()),
+            };
+            if drain {
+                let view = DrainView::from(self.store.drain_pending_events(mesh, &request, self.now())?);
+                if watch.drained(&view) {
+                    return Ok(view);
                 }
-                look_by_draining = false;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                // A last drain at the deadline, for what a peek does not show
-                // (liveness is judged at drain time).
-                let outcome = self.store.drain_pending_events(mesh, &request, self.now())?;
-                return Ok(DrainView::from(outcome));
+            match watch.wait() {
+                Some(wait) => {
+                    wake_up.wait_past(mesh, seen, wait);
+                }
+                None => {
+                    return Ok(DrainView::from(self.store.drain_pending_events(
+                        mesh,
+                        &request,
+                        self.now(),
+                    )?));
+                }
             }
-            self.signal.wait_past(seen, left.min(self.cross_process_poll));
         }
     }
 

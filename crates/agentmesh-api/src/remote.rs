@@ -25,7 +25,7 @@ use crate::wire::{
     RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
     ToolCallParams, WatchParams,
 };
-use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshError, MeshResult};
+use crate::{MeshApi, MeshError, MeshResult};
 
 /// How long an ordinary request may take, end to end.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -310,7 +310,7 @@ impl MeshApi for RemoteMesh {
     }
 
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView> {
-        let timeout = timeout.min(MAX_WATCH_TIMEOUT);
+        let timeout = crate::watch::watch_timeout("timeout", timeout)?;
         let params = WatchParams { timeout_secs: Some(timeout.as_secs().max(1)) };
         let request = self
             .request(Method::POST, mesh, &["events", "watch"])

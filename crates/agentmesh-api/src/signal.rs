@@ -3,18 +3,26 @@
 use std::sync::{Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::WakeUp;
+
 /// A generation counter bumped after every write a [`crate::LocalMesh`] commits.
 ///
 /// A watcher reads the generation, drains, and when it found nothing waits for
 /// the generation to move past what it read; a write that lands between its drain
 /// and its wait has already moved it, so no wake-up is lost. Synchronous waiters
 /// block on a condition variable; asynchronous ones register a listener (the
-/// daemon's is a `tokio::sync::Notify`), called after every bump.
+/// daemon's readiness), called after every bump, and one-shot wakers
+/// ([`WakeUp::on_wake`]: the daemon's waiting watches).
+///
+/// It is the [`WakeUp`] of a store whose writes all go through this process's
+/// `LocalMesh`: every write concerns every mesh, and writes of other processes
+/// are left to the watch's poll.
 #[derive(Default)]
 pub struct WriteSignal {
     generation: Mutex<u64>,
     bumped: Condvar,
     listeners: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+    wakers: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 impl std::fmt::Debug for WriteSignal {
@@ -44,6 +52,10 @@ impl WriteSignal {
         for listener in self.listeners.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             listener();
         }
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        for wake in wakers {
+            wake();
+        }
     }
 
     /// Calls `listener` after every future bump.
@@ -64,6 +76,32 @@ impl WriteSignal {
             generation = self.bumped.wait_timeout(generation, left).unwrap_or_else(PoisonError::into_inner).0;
         }
         true
+    }
+}
+
+impl WakeUp for WriteSignal {
+    fn mark(&self, _mesh: &str) -> u64 {
+        self.generation()
+    }
+
+    fn wait_past(&self, _mesh: &str, seen: u64, timeout: Duration) -> bool {
+        WriteSignal::wait_past(self, seen, timeout)
+    }
+
+    fn on_wake(&self, _mesh: &str, seen: u64, wake: Box<dyn FnOnce() + Send>) {
+        // Checked under the wakers' lock: a bump either came before (and is seen
+        // here) or takes this waker with it.
+        let mut wakers = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.generation() > seen {
+            drop(wakers);
+            wake();
+        } else {
+            wakers.push(wake);
+        }
+    }
+
+    fn notify(&self) {
+        self.bump();
     }
 }
 
@@ -88,6 +126,26 @@ mod tests {
         assert!(signal.wait_past(seen, Duration::from_secs(30)));
         writer.join().unwrap();
         assert_eq!(heard.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_waker_is_called_once_by_the_next_bump_or_at_once_after_one() {
+        let signal = WriteSignal::new();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counter = || {
+            let c = Arc::clone(&calls);
+            Box::new(move || {
+                c.fetch_add(1, Ordering::SeqCst);
+            }) as Box<dyn FnOnce() + Send>
+        };
+        let seen = signal.mark("m");
+        signal.on_wake("m", seen, counter());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        signal.notify();
+        signal.notify();
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "one call, by the first bump");
+        signal.on_wake("m", seen, counter());
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "a bump past the mark came before: called at once");
     }
 
     #[test]

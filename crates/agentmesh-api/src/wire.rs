@@ -179,7 +179,7 @@ impl BatchEnqueueBody {
                         format!("{reference:?} names two tasks of the batch"),
                     ));
                 }
-                let id = item.id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+                let id = item.id.clone().unwrap_or_else(agentmesh_store::ids::mint);
                 item.id = Some(id.clone());
                 refs.push((reference, id));
             }
@@ -396,9 +396,13 @@ impl TryFrom<LedgerParams> for agentmesh_core::LedgerQuery {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SliceParams {
-    /// Entries strictly after this one.
+    /// Entries strictly after this one, in (timestamp, id) order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_id: Option<String>,
+    /// Entries committed after this sequence number, in commit order (0: from the
+    /// first); not together with `afterId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seq: Option<u64>,
     /// Page size (100 when absent, at most 500).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
@@ -414,8 +418,13 @@ impl TryFrom<SliceParams> for SliceQuery {
     type Error = InvalidInput;
 
     fn try_from(params: SliceParams) -> Result<SliceQuery, InvalidInput> {
+        let after_id = optional(params.after_id);
+        if after_id.is_some() && params.after_seq.is_some() {
+            return Err(InvalidInput::new("afterSeq", "give afterId or afterSeq, not both"));
+        }
         Ok(SliceQuery {
-            after_id: optional(params.after_id),
+            after_id,
+            after_seq: params.after_seq,
             since: params.since.as_deref().map(|s| instant("since", s)).transpose()?,
             kind: optional(params.kind),
             limit: params.limit,
@@ -712,7 +721,7 @@ impl TryFrom<DeliveryBody> for NewSessionDelivery {
         }
         let coordinator = body.coordinator.unwrap_or_default();
         let new = NewSessionDelivery {
-            id: optional(body.id).unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            id: optional(body.id).unwrap_or_else(agentmesh_store::ids::mint),
             node_id,
             session_id,
             provider_type: optional(body.provider_type),

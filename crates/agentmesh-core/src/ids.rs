@@ -59,9 +59,136 @@ pub fn trimmed(value: &Option<String>) -> Option<String> {
     value.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
+/// A mesh id that follows the id rule: trimmed, not blank, at most
+/// [`MAX_ID_BYTES`], no control characters. Every transport parses the mesh it is
+/// given into one ([`MeshId::parse`], the error naming `mesh`), so a `MeshId`
+/// inside the program is always valid. It derefs to `&str` for the calls that
+/// take one, and is cheap to clone.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MeshId(std::sync::Arc<str>);
+
+impl MeshId {
+    /// The field a refused mesh id is named by.
+    pub const FIELD: &'static str = "mesh";
+
+    /// Parses `value` by the id rule, naming [`MeshId::FIELD`] when refused.
+    pub fn parse(value: &str) -> Result<MeshId, InvalidInput> {
+        MeshId::parse_field(MeshId::FIELD, value)
+    }
+
+    /// Parses `value`, given for `field` (`meshId` in a body), by the id rule.
+    pub fn parse_field(field: &str, value: &str) -> Result<MeshId, InvalidInput> {
+        validate_id(field, value).map(|id| MeshId(id.into()))
+    }
+
+    /// Checks `value` by the same rule without keeping it: the trimmed id, for
+    /// a call that only passes it on.
+    pub fn check(value: &str) -> Result<&str, InvalidInput> {
+        validate_id(MeshId::FIELD, value)
+    }
+
+    /// The id.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for MeshId {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for MeshId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for MeshId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for MeshId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::fmt::Debug for MeshId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::str::FromStr for MeshId {
+    type Err = InvalidInput;
+
+    fn from_str(value: &str) -> Result<MeshId, InvalidInput> {
+        MeshId::parse(value)
+    }
+}
+
+impl From<MeshId> for String {
+    fn from(id: MeshId) -> String {
+        id.0.as_ref().to_owned()
+    }
+}
+
+impl From<MeshId> for std::sync::Arc<str> {
+    fn from(id: MeshId) -> std::sync::Arc<str> {
+        id.0
+    }
+}
+
+impl PartialEq<str> for MeshId {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for MeshId {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl serde::Serialize for MeshId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MeshId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<MeshId, D::Error> {
+        let value = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        MeshId::parse(&value).map_err(|err| serde::de::Error::custom(err.problem))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mesh_id_follows_the_one_rule() {
+        let mesh = MeshId::parse("  team a ").unwrap();
+        assert_eq!((mesh.as_str(), &*mesh), ("team a", "team a"));
+        assert_eq!(mesh.to_string(), "team a");
+        for bad in ["", "  ", "a\nb", &"x".repeat(MAX_ID_BYTES + 1)] {
+            let err = MeshId::parse(bad).unwrap_err();
+            assert_eq!(err, validate_id("mesh", bad).unwrap_err(), "{bad:?}: the same refusal as every id");
+        }
+        assert_eq!(MeshId::parse_field("meshId", "a\u{0}").unwrap_err().field, "meshId");
+        let json: MeshId = serde_json::from_str("\" m \"").unwrap();
+        assert_eq!(json, "m");
+        assert_eq!(serde_json::to_string(&json).unwrap(), "\"m\"");
+        assert!(serde_json::from_str::<MeshId>("\"\\n\"").is_err());
+    }
 
     #[test]
     fn ids_are_trimmed() {

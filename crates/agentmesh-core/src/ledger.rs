@@ -81,9 +81,8 @@ impl LedgerEntry {
         if self.id.trim().is_empty() {
             return Err(InvalidInput::new("id", "must not be blank"));
         }
-        if self.mesh_id.trim().is_empty() {
-            return Err(InvalidInput::new("meshId", "must not be blank"));
-        }
+        // The one mesh-id rule, as for a mesh named anywhere else.
+        crate::MeshId::parse_field("meshId", &self.mesh_id)?;
         if self.kind.trim().is_empty() {
             return Err(InvalidInput::new("kind", "must not be blank"));
         }
@@ -112,10 +111,21 @@ pub struct LedgerQuery {
 }
 
 /// A slice request.
+///
+/// A page is read in one of two orders. With `after_seq` it is in the order the
+/// database committed the entries (their sequence): an entry committed late, or
+/// imported with an old timestamp, still comes after every entry a peer has
+/// already paged past, so a peer paging by sequence never skips one. Without it,
+/// the page is in the original's (timestamp, id) order after `after_id`, which is
+/// what the original's peers send; an entry whose timestamp lies before their
+/// cursor is not seen by them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SliceQuery {
     /// Entries strictly after this one in (timestamp, id) order.
     pub after_id: Option<String>,
+    /// Entries committed after the entry of this sequence number, in sequence
+    /// order (0: from the first). Not given together with `after_id`.
+    pub after_seq: Option<u64>,
     /// Only entries at or after this instant.
     pub since: Option<String>,
     /// Only entries of this kind.
@@ -143,6 +153,13 @@ pub struct SliceCursor {
     pub limit: u32,
     /// More entries follow.
     pub has_more: bool,
+    /// The sequence the page was read after, on a page read by sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_seq: Option<u64>,
+    /// Pass this as `afterSeq` for the next page (the last entry's sequence, or
+    /// `afterSeq` on an empty page); on a page read by sequence only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after_seq: Option<u64>,
 }
 
 /// Where a slice was read from.
@@ -167,12 +184,18 @@ pub struct LedgerSlice {
     pub protocol: String,
     /// The mesh.
     pub mesh_id: String,
-    /// Entries in (timestamp, id) order.
+    /// Entries in (timestamp, id) order, or in sequence order when the page was
+    /// read by sequence.
     pub entries: Vec<LedgerEntry>,
     /// Paging state.
     pub cursor: SliceCursor,
     /// Where the page came from.
     pub source_of_truth: SliceSource,
+    /// The database whose sequence numbers the cursor counts (an id made when the
+    /// database was created). A peer that finds a different origin than on its
+    /// last page is reading another database and starts again from `afterSeq` 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
 }
 
 #[cfg(test)]
@@ -201,6 +224,14 @@ mod tests {
         };
         assert!(e.validate().is_ok());
         assert_eq!(e.task_id(), Some("t1"));
+        for bad_mesh in ["", "m\n2", &"m".repeat(201)] {
+            let refused = LedgerEntry { mesh_id: bad_mesh.to_owned(), ..e.clone() }.validate().unwrap_err();
+            assert_eq!(
+                refused,
+                crate::MeshId::parse_field("meshId", bad_mesh).unwrap_err(),
+                "the one mesh rule"
+            );
+        }
         e.timestamp = "yesterday".into();
         assert_eq!(e.validate().unwrap_err().field, "timestamp");
         e.timestamp = "2025-01-01T00:00:00.000Z".into();

@@ -47,7 +47,7 @@ pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
 pub use enqueue::{NewTask, NotBefore};
 pub use error::{InvalidInput, InvalidTransition, TaskAction};
-pub use ids::{MAX_ID_BYTES, validate_id};
+pub use ids::{MAX_ID_BYTES, MeshId, validate_id};
 pub use ledger::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};
 pub use lifecycle::{RequeueOptions, Requeued};
 pub use mission::{Mission, MissionProgress, NewMission};

@@ -7,9 +7,9 @@
 //! [`agentmesh_api::LocalMesh`] through [`AppState::with_mesh`] and answers the
 //! view as JSON. Creating routes answer 201.
 
-use std::time::{Duration, Instant};
-
+use agentmesh_api::MeshApi;
 use agentmesh_api::views::{DrainView, InboxEventView};
+use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
@@ -18,8 +18,7 @@ use agentmesh_api::wire::{
     RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
     ToolCallParams, WatchParams,
 };
-use agentmesh_api::{DEFAULT_WATCH_TIMEOUT, MAX_WATCH_TIMEOUT, MeshApi};
-use agentmesh_core::InvalidInput;
+use agentmesh_core::MeshId;
 use agentmesh_store::StoreError;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -89,8 +88,8 @@ fn created<T: Serialize>(view: T) -> Response {
 
 /// A mesh id from the path, checked by the core's id rule (not blank, at most 200
 /// bytes, no control characters) and trimmed.
-pub(crate) fn mesh_id(mesh: String) -> Result<String, ApiError> {
-    Ok(agentmesh_core::ids::validate_owned_id("mesh", mesh)?)
+pub(crate) fn mesh_id(mesh: String) -> Result<MeshId, ApiError> {
+    Ok(MeshId::parse(&mesh)?)
 }
 
 /// Path `{mesh}`.
@@ -330,9 +329,10 @@ async fn peek(
 /// A drain that waits: answers the moment an event for the caller lands (it is
 /// delivered and marked drained as by a drain), or empty at the timeout.
 ///
-/// Waking is driven by writes: every write the daemon commits notifies the
-/// waiters, who drain again. A slow fallback look (the daemon's cross-process
-/// poll) also notices writes other processes made to the same database file.
+/// The one watch of `agentmesh_api::watch` ([`Watch`], its timeout rule and the
+/// mesh's [`agentmesh_api::WakeUp`]), driven without holding a thread while it
+/// waits: every write the daemon commits wakes the waiters, and the daemon's
+/// fallback poll notices writes other processes made to the same database file.
 async fn watch(
     State(state): State<AppState>,
     ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
@@ -340,60 +340,52 @@ async fn watch(
     ApiJson(body): ApiJson<DrainBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let timeout = match params.timeout_secs {
-        None => DEFAULT_WATCH_TIMEOUT,
-        Some(secs) if Duration::from_secs(secs) <= MAX_WATCH_TIMEOUT => Duration::from_secs(secs),
-        Some(_) => {
-            return Err(InvalidInput::new(
-                "timeoutSecs",
-                format!("must be at most {}", MAX_WATCH_TIMEOUT.as_secs()),
-            )
-            .into());
-        }
-    };
+    let timeout = watch_timeout_secs("timeoutSecs", params.timeout_secs)?;
     // Check the body once up front, so a malformed one is refused at once.
     agentmesh_store::DrainRequest::try_from(body.clone())?;
-    let deadline = Instant::now() + timeout;
+    let wake_up = state.mesh.wake_up();
+    let mut watch = Watch::new(timeout, state.fallback_poll);
     let mut waiting = None;
-    // The first look is a drain, which also settles duplicates and quarantines.
-    // Later looks peek, and drain only once something is there: a client that
-    // goes away while its watch waits leaves nothing drained behind it.
-    let mut look_by_draining = true;
     loop {
-        // Register for the wake-up before looking, so a write landing between the
-        // look and the wait is not missed.
-        let notified = state.writes.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if !look_by_draining {
-            let (m, b) = (mesh.clone(), body.clone());
-            look_by_draining = !state.with_mesh(move |api| api.peek(&m, b)).await?.is_empty();
-        }
-        if look_by_draining {
+        // The mark is taken before looking, so a write landing between the look
+        // and the wait is not missed.
+        let seen = wake_up.mark(&mesh);
+        let drain = match watch.look() {
+            Look::Drain => true,
+            Look::Peek => {
+                let (m, b) = (mesh.clone(), body.clone());
+                watch.peeked(!state.with_mesh(move |api| api.peek(&m, b)).await?.is_empty())
+            }
+        };
+        if drain {
             let (m, b) = (mesh.clone(), body.clone());
             let view: DrainView = state.with_mesh(move |api| api.drain(&m, b)).await?;
             state.metrics.drained(view.events.len(), &view.counters);
-            if !view.events.is_empty() || !view.quarantined.is_empty() {
+            if watch.drained(&view) {
                 state.metrics.drain_request("watch");
                 return Ok(ok(view));
             }
-            look_by_draining = false;
         }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            // A last drain at the deadline, while the client still waits, so an
-            // event a peek did not show (liveness is judged at drain time) is not
-            // left for the next watch.
+        let Some(wait) = watch.wait() else {
+            // The last drain at the deadline, while the client still waits.
             let (m, b) = (mesh.clone(), body.clone());
             let view: DrainView = state.with_mesh(move |api| api.drain(&m, b)).await?;
             state.metrics.drained(view.events.len(), &view.counters);
             state.metrics.drain_request("watch");
             return Ok(ok(view));
-        }
+        };
         // Counted as waiting from its first empty look until it returns (or the
         // client goes away and the handler is dropped).
         waiting.get_or_insert_with(|| state.metrics.watch_waiting());
-        let _ = tokio::time::timeout(left.min(state.fallback_poll), notified).await;
+        let (woke, woken) = tokio::sync::oneshot::channel::<()>();
+        wake_up.on_wake(
+            &mesh,
+            seen,
+            Box::new(move || {
+                let _ = woke.send(());
+            }),
+        );
+        let _ = tokio::time::timeout(wait, woken).await;
     }
 }
 

@@ -39,13 +39,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use std::time::Duration;
 
 use agentmesh_api::{LocalMesh, MeshResult};
+use agentmesh_core::MeshId;
 use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::get;
 use axum::{Router, middleware};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 mod access;
@@ -95,8 +95,6 @@ pub struct AppState {
     mesh: LocalMesh,
     /// The bearer token of the `/v1` routes.
     token: ApiToken,
-    /// Notified after every write the daemon commits.
-    writes: Arc<Notify>,
     /// See [`FALLBACK_WATCH_POLL`].
     fallback_poll: Duration,
     /// The counters `/metrics` exposes.
@@ -106,7 +104,7 @@ pub struct AppState {
     /// The machine id MCP sessions act under.
     daemon_id: String,
     /// The mesh MCP sessions work in.
-    mcp_mesh: String,
+    mcp_mesh: MeshId,
     /// Whether the store can write, for `/readyz`.
     readiness: Arc<ready::Readiness>,
 }
@@ -115,21 +113,17 @@ impl AppState {
     /// State over `store`, accepting requests that present `token`.
     pub fn new(store: Arc<dyn Store>, token: ApiToken) -> AppState {
         let mesh = LocalMesh::new(store, now);
-        let writes = Arc::new(Notify::new());
-        let notify = Arc::clone(&writes);
-        mesh.signal().listen(move || notify.notify_waiters());
         let readiness = Arc::new(ready::Readiness::new(ready::DEFAULT_LOCK_WAIT));
         let wrote = Arc::clone(&readiness);
         mesh.signal().listen(move || wrote.wrote());
         AppState {
             mesh,
             token,
-            writes,
             fallback_poll: FALLBACK_WATCH_POLL,
             metrics: Arc::new(Metrics::new()),
             upkeep: Arc::new(UpkeepConfig::default()),
             daemon_id: agentmesh_mcp::identity::new_daemon_id(),
-            mcp_mesh: DEFAULT_MCP_MESH.to_owned(),
+            mcp_mesh: MeshId::parse(DEFAULT_MCP_MESH).expect("the default mesh id follows the id rule"),
             readiness,
         }
     }
@@ -139,6 +133,13 @@ impl AppState {
     /// ([`DEFAULT_READY_LOCK_WAIT`] otherwise).
     pub fn with_ready_lock_wait(self, wait: Duration) -> AppState {
         self.readiness.set_lock_wait(wait);
+        self
+    }
+
+    /// Runs every drain in v2 enforce mode when `enforce` is set: what
+    /// `MESH_PROTOCOL_V2_ENFORCE` said when the daemon started.
+    pub fn with_enforce(mut self, enforce: bool) -> AppState {
+        self.mesh = self.mesh.with_enforce(enforce);
         self
     }
 
@@ -170,8 +171,8 @@ impl AppState {
 
     /// Sets the mesh `/mcp` sessions work in ([`DEFAULT_MCP_MESH`] otherwise);
     /// `/mcp/{mesh}` serves any mesh.
-    pub fn with_mcp_mesh(mut self, mesh: impl Into<String>) -> AppState {
-        self.mcp_mesh = mesh.into();
+    pub fn with_mcp_mesh(mut self, mesh: MeshId) -> AppState {
+        self.mcp_mesh = mesh;
         self
     }
 

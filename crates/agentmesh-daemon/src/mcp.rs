@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agentmesh_api::MeshApi;
+use agentmesh_core::MeshId;
 use agentmesh_mcp::McpHttpService;
 use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
@@ -35,15 +36,15 @@ impl McpServices {
     }
 
     /// The service of `mesh`, made on first use.
-    pub(crate) fn for_mesh(&self, mesh: &str) -> McpHttpService {
+    pub(crate) fn for_mesh(&self, mesh: &MeshId) -> McpHttpService {
         let inner = &self.inner;
         let mut by_mesh = inner.by_mesh.lock().unwrap_or_else(PoisonError::into_inner);
         by_mesh
-            .entry(mesh.to_owned())
+            .entry(mesh.to_string())
             .or_insert_with(|| {
                 agentmesh_mcp::http_service(
                     Arc::clone(&inner.api),
-                    mesh.to_owned(),
+                    mesh.clone(),
                     inner.daemon_id.clone(),
                     agentmesh_mcp::PRESENCE_EVERY,
                     inner.shutdown.clone(),

@@ -275,7 +275,7 @@ fn reap_leases(state: &AppState, now: Timestamp) -> Result<Vec<(&'static str, u6
     }
     if requeued + failed > 0 {
         // Reclaims are writes: wake the watches (a failed task queued an event).
-        mesh.signal().bump();
+        mesh.wrote();
     }
     if errors > 0 && requeued + failed == 0 {
         return Err(format!("{errors} expired leases could not be reclaimed"));

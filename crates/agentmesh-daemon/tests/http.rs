@@ -622,6 +622,45 @@ async fn the_ledger_is_sliced_and_imported() {
     assert_eq!(recent["entries"].as_array().map(Vec::len), Some(2), "{recent}");
 }
 
+/// A peer paging by `afterSeq` sees an entry imported after it read a page,
+/// though the entry's timestamp is older than everything on that page.
+#[tokio::test]
+async fn the_ledger_slice_pages_by_sequence_and_sees_a_late_import() {
+    let daemon = TestDaemon::start().await;
+    enqueue_and_claim(&daemon, "t1").await;
+    let (status, first) = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=0&limit=10").await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let ids = |slice: &Value| -> Vec<String> {
+        slice["entries"].as_array().expect("entries").iter().map(|e| e["id"].to_string()).collect()
+    };
+    assert_eq!(ids(&first).len(), 2, "{first}");
+    assert_eq!(first["cursor"]["afterSeq"], 0, "{first}");
+    assert_eq!(first["cursor"]["nextAfterSeq"], 2, "{first}");
+    assert_eq!(first["cursor"]["hasMore"], false, "{first}");
+    let origin = first["origin"].as_str().expect("the page names its database").to_owned();
+
+    let entries = json!({ "entries": [foreign_entry("e-late", "m")] });
+    assert_eq!(
+        daemon.post("/v1/meshes/m/ledger/import", entries).await,
+        (StatusCode::OK, json!({ "imported": 1 }))
+    );
+    let (status, next) = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=2").await;
+    assert_eq!(status, StatusCode::OK, "{next}");
+    assert_eq!(ids(&next), ["\"e-late\""], "{next}");
+    assert_eq!(next["cursor"]["nextAfterSeq"], 3, "{next}");
+    assert_eq!(next["origin"], origin.as_str(), "{next}");
+    // The original's cursor pages by time: the late entry sorts before its cursor.
+    let last = first["entries"][1]["id"].as_str().expect("an id");
+    let (_, by_time) = daemon.get(&format!("/v1/meshes/m/ledger/slice?afterId={last}")).await;
+    assert_eq!(by_time["entries"], json!([]), "{by_time}");
+    assert!(by_time["cursor"].get("nextAfterSeq").is_none(), "{by_time}");
+
+    let response = daemon.get(&format!("/v1/meshes/m/ledger/slice?afterId={last}&afterSeq=1")).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "afterSeq");
+    let response = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=-1").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "afterSeq");
+}
+
 #[tokio::test]
 async fn bad_ledger_requests_are_refused_and_import_nothing() {
     let daemon = TestDaemon::start().await;
@@ -969,6 +1008,86 @@ async fn a_watch_with_nothing_returns_empty_and_a_long_timeout_is_refused() {
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "timeout");
     let response = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=1", json!({ "daemonId": "d" })).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "runId");
+}
+
+/// A wake-up a backend could supply: the write signal, counting the writes it
+/// is told of.
+struct CountingWakeUp {
+    signal: agentmesh_api::WriteSignal,
+    notified: std::sync::atomic::AtomicUsize,
+}
+
+impl agentmesh_api::WakeUp for CountingWakeUp {
+    fn mark(&self, mesh: &str) -> u64 {
+        self.signal.mark(mesh)
+    }
+    fn wait_past(&self, mesh: &str, seen: u64, timeout: Duration) -> bool {
+        agentmesh_api::WakeUp::wait_past(&self.signal, mesh, seen, timeout)
+    }
+    fn on_wake(&self, mesh: &str, seen: u64, wake: Box<dyn FnOnce() + Send>) {
+        self.signal.on_wake(mesh, seen, wake);
+    }
+    fn notify(&self) {
+        self.notified.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.signal.notify();
+    }
+}
+
+/// The HTTP watch, the local one and the remote client refuse a timeout past
+/// 600 s alike, naming their field; a local watch is woken by a write through
+/// the wake-up its mesh was given, not by its poll.
+#[tokio::test]
+async fn every_watch_follows_one_timeout_rule_and_a_supplied_wake_up_wakes_it() {
+    use agentmesh_api::{LocalMesh, MeshApi, MeshError, RemoteMesh};
+    use agentmesh_store::StoreError;
+
+    let daemon = TestDaemon::start().await;
+    let response = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=601", coordinator()).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "at most 600 seconds");
+    let (status, _) = daemon.post("/v1/meshes/m/events/watch?timeoutSecs=600", json!({})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "600 s passes the rule; the empty body is what is refused");
+    let base = daemon.url("");
+    let base = base.trim_end_matches('/').to_owned();
+    let field = |err: MeshError| match err {
+        MeshError::Store(StoreError::InvalidInput(invalid)) => (invalid.field, invalid.problem),
+        other => panic!("not refused as bad input: {other:?}"),
+    };
+    tokio::task::spawn_blocking(move || {
+        let body: agentmesh_api::wire::DrainBody =
+            serde_json::from_value(coordinator()).expect("a drain body");
+        let too_long = Duration::from_secs(601);
+        let remote = RemoteMesh::new(&base, TOKEN).expect("a client");
+        let (name, problem) = field(remote.watch("m", body.clone(), too_long).unwrap_err());
+        assert_eq!(name, "timeout");
+        assert!(problem.contains("at most 600 seconds"), "{problem}");
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open_data_dir(dir.path()).expect("open the store");
+        let wake_up = Arc::new(CountingWakeUp {
+            signal: agentmesh_api::WriteSignal::new(),
+            notified: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let local = LocalMesh::new(Arc::new(store), agentmesh_daemon::now)
+            .with_cross_process_poll(Duration::from_secs(600))
+            .with_wake_up(Arc::clone(&wake_up) as Arc<dyn agentmesh_api::WakeUp>);
+        let (name, local_problem) = field(local.watch("m", body.clone(), too_long).unwrap_err());
+        assert_eq!((name.as_str(), local_problem), ("timeout", problem), "the same words on both paths");
+
+        let pusher = local.clone();
+        let push = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            let push = json!({ "event": blocked_event("t1"), "hint": { "coordinatorRunId": "run-1" } });
+            pusher.push_event("m", serde_json::from_value(push).expect("a push body")).expect("pushed");
+        });
+        let started = Instant::now();
+        let woke = local.watch("m", body, Duration::from_secs(60)).expect("the watch answers");
+        push.join().expect("the push ran");
+        assert_eq!(woke.events.len(), 1, "{woke:?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "woken by the write, not by the poll");
+        assert!(wake_up.notified.load(std::sync::atomic::Ordering::SeqCst) >= 1);
+    })
+    .await
+    .expect("the blocking part ran");
 }
 
 // ── Batch enqueue, missions, sessions, deliveries, dispatches, placement ────

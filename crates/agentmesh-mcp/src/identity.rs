@@ -43,10 +43,10 @@ impl Identity {
     pub fn fresh_run(daemon_id: impl Into<String>, session_id: Option<String>) -> Identity {
         let session_id = session_id.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
         let worker_session =
-            session_id.clone().unwrap_or_else(|| format!("ses_{}", uuid::Uuid::new_v4().simple()));
+            session_id.clone().unwrap_or_else(|| agentmesh_store::ids::mint_prefixed("ses_"));
         Identity {
             daemon_id: daemon_id.into(),
-            run_id: format!("run_{}", uuid::Uuid::new_v4().simple()),
+            run_id: agentmesh_store::ids::mint_prefixed("run_"),
             session_id,
             worker_session,
         }
@@ -73,9 +73,9 @@ impl Identity {
     }
 }
 
-/// A fresh daemon id: `mach_` and a random UUID without dashes.
+/// A fresh daemon id: `mach_` and a time-ordered UUID without dashes.
 pub fn new_daemon_id() -> String {
-    format!("mach_{}", uuid::Uuid::new_v4().simple())
+    agentmesh_store::ids::mint_prefixed("mach_")
 }
 
 /// Reads the daemon id of the data dir `dir`, creating it (and the dir) on first
@@ -96,7 +96,7 @@ pub fn load_or_create_daemon_id(dir: &Path) -> io::Result<String> {
     let id = new_daemon_id();
     // Written whole under a private name, then linked into place: the link fails
     // when another process got there first, so nobody ever reads a half-written id.
-    let staged = dir.join(format!(".{DAEMON_ID_FILE_NAME}.{}", uuid::Uuid::new_v4().simple()));
+    let staged = dir.join(format!(".{DAEMON_ID_FILE_NAME}.{}", agentmesh_store::ids::mint_prefixed("")));
     let mut file = OpenOptions::new().write(true).create_new(true).open(&staged)?;
     let published = file
         .write_all(format!("{id}\n").as_bytes())

@@ -21,6 +21,7 @@ use agentmesh_api::wire::{
     ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
+use agentmesh_core::MeshId;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, JsonObject};
@@ -122,8 +123,9 @@ fn answer_json(data: impl Serialize) -> Result<CallToolResult, ToolError> {
 type ToolResult = Result<CallToolResult, ToolError>;
 
 impl MeshTools {
-    /// A server for `mesh` over `api`, acting as `identity`.
-    pub fn new(api: Arc<dyn MeshApi>, mesh: impl Into<Arc<str>>, identity: Identity) -> MeshTools {
+    /// A server for `mesh` over `api`, acting as `identity`. The mesh is a
+    /// [`MeshId`]: whoever names it (a flag, a URL path) parsed it by the id rule.
+    pub fn new(api: Arc<dyn MeshApi>, mesh: MeshId, identity: Identity) -> MeshTools {
         MeshTools {
             api,
             mesh: mesh.into(),

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use agentmesh_api::MeshApi;
+use agentmesh_core::MeshId;
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -43,21 +44,18 @@ pub async fn serve_stdio(tools: MeshTools, shutdown: CancellationToken) -> Strin
 /// carry the daemon's bearer token, which a rebinding web page cannot send.
 pub fn http_service(
     api: Arc<dyn MeshApi>,
-    mesh: String,
+    mesh: MeshId,
     daemon_id: String,
     presence_every: std::time::Duration,
     shutdown: CancellationToken,
 ) -> McpHttpService {
     let config =
         StreamableHttpServerConfig::default().with_cancellation_token(shutdown).disable_allowed_hosts();
-    let mesh: Arc<str> = mesh.into();
+    let mesh: MeshId = mesh;
     StreamableHttpService::new(
         move || {
-            let tools = MeshTools::new(
-                Arc::clone(&api),
-                Arc::clone(&mesh),
-                Identity::fresh_run(daemon_id.clone(), None),
-            );
+            let tools =
+                MeshTools::new(Arc::clone(&api), mesh.clone(), Identity::fresh_run(daemon_id.clone(), None));
             Ok(tools.keeping_presence(presence_every))
         },
         Arc::new(LocalSessionManager::default()),

@@ -22,7 +22,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, params_from_iter};
 use serde::Serialize;
 
-use crate::{Res, SqliteStore, inbox, tasks};
+use crate::{Res, SqliteStore, inbox, ledger, tasks};
 
 /// The tables copied besides the queue, in the order they are imported, with the
 /// words reports use for them.
@@ -133,7 +133,13 @@ impl SqliteStore {
             return Ok(None);
         }
         let ours = self.read(|conn| Ok(columns(conn, table)?))?;
-        let shared: Vec<&String> = theirs.iter().filter(|c| ours.contains(c)).collect();
+        let ledger = table == "mesh_event_ledger";
+        // A ledger entry is numbered by this database as it is copied in (the
+        // copy's numbers and origin are the scratch database's own).
+        let shared: Vec<&String> = theirs
+            .iter()
+            .filter(|c| ours.contains(c) && !(ledger && (*c == "seq" || *c == "origin")))
+            .collect();
         let list = shared.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ");
         let events = table == "mesh_pending_events";
         // The source is upgraded by the same migrations: its queue says which
@@ -144,7 +150,9 @@ impl SqliteStore {
         } else {
             ""
         };
-        let rows = read_rows(src, &format!("SELECT {list}{queued} FROM \"{table}\" AS t")).map_err(legacy)?;
+        let order = if ledger { " ORDER BY timestamp, rowid" } else { "" };
+        let rows =
+            read_rows(src, &format!("SELECT {list}{queued} FROM \"{table}\" AS t{order}")).map_err(legacy)?;
         let marks = (1..=shared.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
         let insert = format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})");
         let imported = self.write(|tx| -> Res<u64> {
@@ -152,6 +160,9 @@ impl SqliteStore {
             let mut added = 0;
             for row in &rows {
                 let inserted = stmt.execute(params_from_iter(row[..shared.len()].iter()))? as u64;
+                if ledger && inserted > 0 {
+                    ledger::sequence_inserted_row(tx, tx.last_insert_rowid())?;
+                }
                 if events && inserted > 0 {
                     let rowid = tx.last_insert_rowid();
                     if row.last() == Some(&SqlValue::Integer(1)) {
@@ -217,8 +228,9 @@ impl Scratch {
     /// writer (the original's daemon still running) is taken again.
     fn copy_of(source: &Path, beside: &Path) -> StoreResult<Scratch> {
         let dir = beside.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let scratch =
-            Scratch { path: dir.join(format!(".adhdev-import-{}.db", uuid::Uuid::new_v4().simple())) };
+        let scratch = Scratch {
+            path: dir.join(format!(".adhdev-import-{}.db", agentmesh_store::ids::mint_prefixed(""))),
+        };
         let failed = |from: &Path, e: std::io::Error| StoreError::LegacyFile {
             path: from.to_owned(),
             problem: format!("cannot be copied for import: {e}"),

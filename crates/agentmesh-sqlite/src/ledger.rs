@@ -5,12 +5,18 @@
 //! the order they were written in. The slice protocol pages in (timestamp, id) order
 //! through `idx_mesh_event_ledger_slice`, seeking straight to the cursor, so a page
 //! costs the same at the start and at the end of a million-entry ledger.
+//!
+//! Every entry also gets a sequence number (`seq`) from the counter in `mesh_meta`,
+//! taken in the transaction that appends it, and the database's id as its
+//! `origin` (migration 0012). Transactions on one file are serial, so numbers
+//! increase in commit order and are never reused; a slice read by sequence
+//! (`afterSeq`) pages through `idx_mesh_event_ledger_seq` and never skips an entry
+//! committed after the page before it, whatever its timestamp.
 
 use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery, Timestamp};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
-use uuid::Uuid;
 
 use crate::Res;
 
@@ -40,37 +46,11 @@ fn push_kind_index_term<'a>(sql: &mut String, kinds: impl IntoIterator<Item = &'
     }
 }
 
-/// The last id's (milliseconds, counter), so ids minted in one process increase.
-static LAST_ID: std::sync::Mutex<(u64, u32)> = std::sync::Mutex::new((0, 0));
-
-/// The largest counter an id carries within one millisecond (18 bits).
-const ID_COUNTER_MAX: u32 = (1 << 18) - 1;
-
-/// A fresh id: a version 7 UUID whose time is `now` and whose next 18 bits count
-/// up within a millisecond, so ids minted by this process sort in the order they
-/// were minted (rows written in the same millisecond keep their order in every
-/// `(timestamp, id)` ordering). The remaining bits are random, so ids of different
-/// processes never collide.
+/// A fresh entry id from the one minter (`agentmesh_store::ids`): time-ordered, so
+/// entries written in the same millisecond keep their order in every
+/// `(timestamp, id)` ordering.
 pub(crate) fn new_entry_id(now: Timestamp) -> String {
-    let (ms, counter) = {
-        let mut last = LAST_ID.lock().unwrap_or_else(|e| e.into_inner());
-        let now_ms = u64::try_from(now.millis()).unwrap_or(0);
-        *last = if now_ms > last.0 {
-            (now_ms, 0)
-        } else if last.1 < ID_COUNTER_MAX {
-            (last.0, last.1 + 1)
-        } else {
-            (last.0 + 1, 0)
-        };
-        *last
-    };
-    let random = *Uuid::new_v4().as_bytes();
-    let mut bytes = [0u8; 10];
-    bytes[0] = ((counter >> 14) & 0x0F) as u8;
-    bytes[1] = ((counter >> 6) & 0xFF) as u8;
-    bytes[2] = (counter & 0x3F) as u8;
-    bytes[3..].copy_from_slice(&random[..7]);
-    uuid::Builder::from_unix_timestamp_millis(ms, &bytes).into_uuid().to_string()
+    agentmesh_store::ids::mint_at(now)
 }
 
 pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
@@ -88,12 +68,20 @@ pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
     })
 }
 
-/// Inserts one entry unless its id exists; returns whether it was new.
+/// The `mesh_meta` key of the database's id, the `origin` of its entries.
+const DATABASE_ID: &str = "database_id";
+/// The `mesh_meta` key of the last sequence number handed out.
+const LEDGER_SEQ: &str = "ledger_seq";
+
+/// Inserts one entry unless its id exists; returns whether it was new. A new entry
+/// takes the next sequence number and the database's id as its origin.
 pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
     let mut stmt = conn.prepare_cached(
         "INSERT OR IGNORE INTO mesh_event_ledger
-             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, seq, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                 (SELECT value + 1 FROM mesh_meta WHERE key = 'ledger_seq'),
+                 (SELECT value FROM mesh_meta WHERE key = 'database_id'))",
     )?;
     let payload = serde_json::to_string(&entry.payload)?;
     let n = stmt.execute(params![
@@ -106,7 +94,56 @@ pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
         entry.provider_type,
         payload,
     ])?;
+    if n > 0 {
+        take_sequence_number(conn)?;
+    }
     Ok(n > 0)
+}
+
+/// Moves the counter past the number the row just appended took.
+fn take_sequence_number(conn: &Connection) -> Res<()> {
+    conn.prepare_cached("UPDATE mesh_meta SET value = value + 1 WHERE key = 'ledger_seq'")?.execute([])?;
+    Ok(())
+}
+
+/// Numbers a row that was inserted without going through [`append`] (an entry
+/// copied from the original's database): it takes the next sequence number and
+/// this database as its origin.
+pub(crate) fn sequence_inserted_row(conn: &Connection, rowid: i64) -> Res<()> {
+    conn.prepare_cached(
+        "UPDATE mesh_event_ledger
+            SET seq = (SELECT value + 1 FROM mesh_meta WHERE key = 'ledger_seq'),
+                origin = (SELECT value FROM mesh_meta WHERE key = 'database_id')
+          WHERE rowid = ?1",
+    )?
+    .execute([rowid])?;
+    take_sequence_number(conn)
+}
+
+/// Migration 0012's data step: makes the database's id, numbers the entries
+/// already here in append order, and builds the sequence index.
+pub(crate) fn sequence_existing(tx: &rusqlite::Transaction<'_>) -> Res<()> {
+    let database_id = agentmesh_store::ids::mint();
+    tx.execute("INSERT INTO mesh_meta (key, value) VALUES (?1, ?2)", params![DATABASE_ID, database_id])?;
+    tx.execute(
+        "UPDATE mesh_event_ledger SET seq = numbered.n, origin = ?1
+           FROM (SELECT rowid AS rid, row_number() OVER (ORDER BY timestamp, rowid) AS n
+                   FROM mesh_event_ledger) AS numbered
+          WHERE mesh_event_ledger.rowid = numbered.rid",
+        [&database_id],
+    )?;
+    tx.execute(
+        "INSERT INTO mesh_meta (key, value) VALUES (?1, (SELECT COUNT(*) FROM mesh_event_ledger))",
+        [LEDGER_SEQ],
+    )?;
+    tx.execute_batch("CREATE INDEX idx_mesh_event_ledger_seq ON mesh_event_ledger(mesh_id, seq);")?;
+    Ok(())
+}
+
+/// The database's id, the origin of the entries it numbers.
+pub(crate) fn database_id(conn: &Connection) -> Res<Option<String>> {
+    let mut stmt = conn.prepare_cached("SELECT value FROM mesh_meta WHERE key = ?1")?;
+    Ok(stmt.query_row([DATABASE_ID], |r| r.get(0)).optional()?)
 }
 
 fn text(s: &str) -> Value {
@@ -201,9 +238,75 @@ pub(crate) fn count(conn: &Connection, mesh_id: &str) -> Res<u64> {
     Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
 }
 
-/// One slice page. The cursor entry's timestamp is looked up by primary key, then
-/// the page is a range scan of the slice index starting right after it.
+/// One slice page: by sequence with `after_seq`, else in (timestamp, id) order.
 pub(crate) fn slice(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res<LedgerSlice> {
+    let mut page = match query.after_seq {
+        Some(after_seq) => slice_by_sequence(conn, mesh_id, query, after_seq)?,
+        None => slice_by_time(conn, mesh_id, query)?,
+    };
+    page.origin = database_id(conn)?;
+    Ok(page)
+}
+
+/// The filters both slice orders apply after their cursor.
+fn push_slice_filters(sql: &mut String, args: &mut Vec<Value>, query: &SliceQuery) {
+    if let Some(kind) = query.kind.as_deref().filter(|k| !k.trim().is_empty()) {
+        sql.push_str(" AND kind = ?");
+        push_kind_index_term(sql, [kind]);
+        args.push(text(kind));
+    }
+    if let Some(since) = &query.since {
+        sql.push_str(" AND timestamp >= ?");
+        args.push(text(since));
+    }
+}
+
+/// Entries of a page, each with its sequence number.
+type Sequenced = Vec<(LedgerEntry, Option<u64>)>;
+
+/// Runs a page's statement, reading one entry past `limit` to tell whether more
+/// follow; returns the page with each entry's sequence number.
+fn read_page(conn: &Connection, sql: &str, args: &[Value], limit: u32) -> Res<(Sequenced, bool)> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt
+        .query_map(params_from_iter(args.iter()), |row| {
+            Ok((entry_from_row(row)?, row.get::<_, Option<i64>>(8)?.and_then(|s| u64::try_from(s).ok())))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let has_more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    Ok((rows, has_more))
+}
+
+/// A page in commit order: the entries numbered after `after_seq`, through the
+/// sequence index.
+fn slice_by_sequence(
+    conn: &Connection,
+    mesh_id: &str,
+    query: &SliceQuery,
+    after_seq: u64,
+) -> Res<LedgerSlice> {
+    let limit = query.effective_limit();
+    let mut sql = format!("SELECT {COLUMNS}, seq FROM mesh_event_ledger WHERE mesh_id = +? AND seq > +?");
+    let mut args: Vec<Value> =
+        vec![text(mesh_id), Value::Integer(i64::try_from(after_seq).unwrap_or(i64::MAX))];
+    push_slice_filters(&mut sql, &mut args, query);
+    sql.push_str(" ORDER BY seq ASC LIMIT ?");
+    args.push(Value::Integer(i64::from(limit) + 1));
+    let (rows, has_more) = read_page(conn, &sql, &args, limit)?;
+    let next_after_seq = rows.last().and_then(|(_, seq)| *seq).unwrap_or(after_seq);
+    let next_after_id = rows.last().map(|(e, _)| e.id.clone());
+    let mut page =
+        page(mesh_id, rows.into_iter().map(|(e, _)| e).collect(), None, next_after_id, limit, has_more);
+    page.cursor.after_seq = Some(after_seq);
+    page.cursor.next_after_seq = Some(next_after_seq);
+    Ok(page)
+}
+
+/// A page in the original's (timestamp, id) order. The cursor entry's timestamp
+/// is looked up by primary key, then the page is a range scan of the slice index
+/// starting right after it.
+fn slice_by_time(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res<LedgerSlice> {
     let limit = query.effective_limit();
     let after_id = query.after_id.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
     let cursor_ts: Option<String> = match &after_id {
@@ -219,29 +322,18 @@ pub(crate) fn slice(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res
         }
         None => None,
     };
-    let mut sql = format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = +?");
+    let mut sql = format!("SELECT {COLUMNS}, seq FROM mesh_event_ledger WHERE mesh_id = +?");
     let mut args: Vec<Value> = vec![text(mesh_id)];
     if let (Some(ts), Some(id)) = (&cursor_ts, &after_id) {
         sql.push_str(" AND (timestamp, id) > (+?, +?)");
         args.push(text(ts));
         args.push(text(id));
     }
-    if let Some(kind) = query.kind.as_deref().filter(|k| !k.trim().is_empty()) {
-        sql.push_str(" AND kind = ?");
-        push_kind_index_term(&mut sql, [kind]);
-        args.push(text(kind));
-    }
-    if let Some(since) = &query.since {
-        sql.push_str(" AND timestamp >= ?");
-        args.push(text(since));
-    }
+    push_slice_filters(&mut sql, &mut args, query);
     sql.push_str(" ORDER BY timestamp ASC, id ASC LIMIT ?");
     args.push(Value::Integer(i64::from(limit) + 1));
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut entries =
-        stmt.query_map(params_from_iter(args.iter()), entry_from_row)?.collect::<Result<Vec<_>, _>>()?;
-    let has_more = entries.len() > limit as usize;
-    entries.truncate(limit as usize);
+    let (rows, has_more) = read_page(conn, &sql, &args, limit)?;
+    let entries: Vec<LedgerEntry> = rows.into_iter().map(|(e, _)| e).collect();
     let next = entries.last().map(|e| e.id.clone()).or_else(|| after_id.clone());
     Ok(page(mesh_id, entries, after_id, next, limit, has_more))
 }
@@ -258,13 +350,21 @@ fn page(
         protocol: SLICE_PROTOCOL.to_owned(),
         mesh_id: mesh_id.to_owned(),
         entries,
-        cursor: SliceCursor { after_id, next_after_id, limit, has_more },
+        cursor: SliceCursor {
+            after_id,
+            next_after_id,
+            limit,
+            has_more,
+            after_seq: None,
+            next_after_seq: None,
+        },
         source_of_truth: SliceSource {
             kind: "local_sqlite".to_owned(),
             table: "mesh_event_ledger".to_owned(),
             bounded: true,
             max_limit: SLICE_MAX_LIMIT,
         },
+        origin: None,
     }
 }
 
@@ -313,17 +413,5 @@ mod tests {
             let p = plan(kinds);
             assert!(p.contains("idx_mesh_event_ledger_slice"), "{kinds:?}: {p}");
         }
-    }
-
-    #[test]
-    fn ids_minted_in_one_millisecond_sort_in_minting_order() {
-        let now = Timestamp::from_millis(1_800_000_000_000);
-        let ids: Vec<String> = (0..1_000).map(|_| new_entry_id(now)).collect();
-        let mut sorted = ids.clone();
-        sorted.sort();
-        assert_eq!(ids, sorted);
-        let earlier = new_entry_id(Timestamp::from_millis(1_700_000_000_000));
-        assert!(earlier > ids[999], "a clock step back never makes an id sort earlier");
-        assert_eq!(Uuid::parse_str(&ids[0]).unwrap().get_version_num(), 7);
     }
 }

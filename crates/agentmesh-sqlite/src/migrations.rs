@@ -14,7 +14,7 @@ use agentmesh_store::StoreError;
 use rusqlite::{Connection, OpenFlags, Transaction, TransactionBehavior};
 
 use crate::paths::with_suffix;
-use crate::{Fail, Res, inbox, tasks};
+use crate::{Fail, Res, inbox, ledger, tasks};
 
 /// One migration step: SQL, then an optional data step in Rust.
 struct Migration {
@@ -63,6 +63,11 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
     },
     Migration { name: "0011_tool_call_role", sql: "", after: Some(tool_call_role) },
+    Migration {
+        name: "0012_ledger_sequence",
+        sql: include_str!("../migrations/0012_ledger_sequence.sql"),
+        after: Some(ledger::sequence_existing),
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
@@ -283,6 +288,56 @@ mod tests {
             )
             .unwrap();
         assert_eq!(left, 1, "only r1's queue entry is left");
+    }
+
+    /// Version 12 numbers the entries already in the ledger in append order
+    /// ((timestamp, rowid)), makes the database's id, and leaves the counter at
+    /// the last number, so the next append continues from there.
+    #[test]
+    fn the_ledger_sequence_numbers_existing_entries_in_append_order() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_to(&mut conn, 11).unwrap();
+        conn.execute_batch(
+            "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, payload)
+             VALUES ('late', 'm', '2025-01-01T00:00:02.000Z', 'note', '{}'),
+                    ('first', 'm', '2025-01-01T00:00:01.000Z', 'note', '{}'),
+                    ('other', 'n', '2025-01-01T00:00:01.500Z', 'note', '{}'),
+                    ('second', 'm', '2025-01-01T00:00:01.000Z', 'note', '{}');",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let rows: Vec<(String, i64)> = conn
+            .prepare("SELECT id, seq FROM mesh_event_ledger ORDER BY seq")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let want = [("first", 1), ("second", 2), ("other", 3), ("late", 4)];
+        assert_eq!(rows, want.map(|(id, seq)| (id.to_owned(), seq)));
+        let origin = ledger::database_id(&conn).unwrap().expect("a database id");
+        let origins: i64 = conn
+            .query_row("SELECT COUNT(*) FROM mesh_event_ledger WHERE origin = ?1", [&origin], |r| r.get(0))
+            .unwrap();
+        assert_eq!(origins, 4, "every entry names this database");
+        let entry = agentmesh_core::LedgerEntry {
+            id: "next".into(),
+            mesh_id: "m".into(),
+            timestamp: "2024-01-01T00:00:00.000Z".into(),
+            kind: "note".into(),
+            node_id: None,
+            session_id: None,
+            provider_type: None,
+            payload: serde_json::json!({}),
+        };
+        assert!(ledger::append(&conn, &entry).unwrap());
+        assert!(!ledger::append(&conn, &entry).unwrap(), "a repeated id takes no number");
+        let seq: i64 =
+            conn.query_row("SELECT seq FROM mesh_event_ledger WHERE id = 'next'", [], |r| r.get(0)).unwrap();
+        assert_eq!(seq, 5);
+        let counter: i64 =
+            conn.query_row("SELECT value FROM mesh_meta WHERE key = 'ledger_seq'", [], |r| r.get(0)).unwrap();
+        assert_eq!(counter, 5);
     }
 
     /// The error chain of `err`, joined as `{:#}` prints it.

@@ -275,6 +275,96 @@ fn a_newer_database_is_refused_and_left_as_it_was() {
     assert!(std::fs::read(&wal).ok() == wal_before, "the WAL is as it was (or still absent)");
 }
 
+fn note(id: &str, at: Timestamp) -> agentmesh_core::LedgerEntry {
+    agentmesh_core::LedgerEntry {
+        id: id.into(),
+        mesh_id: "m".into(),
+        timestamp: at.iso(),
+        kind: "note".into(),
+        node_id: None,
+        session_id: None,
+        provider_type: None,
+        payload: serde_json::json!({}),
+    }
+}
+
+fn ids(slice: &agentmesh_core::LedgerSlice) -> Vec<&str> {
+    slice.entries.iter().map(|e| e.id.as_str()).collect()
+}
+
+/// An entry appended after a peer read its page, with a timestamp older than
+/// that page's last entry (committed late, or imported), is on the peer's next
+/// page when it pages by sequence. Paging by `afterId` passes it by: that is
+/// the original's protocol, kept for the original's peers.
+#[test]
+fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    for i in 0..3 {
+        assert!(store.append_ledger(&note(&format!("e{i}"), NOW.plus_millis(i * 1_000))).unwrap());
+    }
+    let by_seq =
+        |after_seq| SliceQuery { after_seq: Some(after_seq), limit: Some(2), ..SliceQuery::default() };
+    let first = store.ledger_slice("m", &by_seq(0)).unwrap();
+    assert_eq!(ids(&first), ["e0", "e1"]);
+    assert_eq!((first.cursor.after_seq, first.cursor.next_after_seq), (Some(0), Some(2)));
+    assert!(first.cursor.has_more);
+    let origin = first.origin.clone().expect("the page names its database");
+    let by_time = store.ledger_slice("m", &SliceQuery { limit: Some(2), ..SliceQuery::default() }).unwrap();
+    assert_eq!(ids(&by_time), ["e0", "e1"]);
+    assert_eq!(by_time.cursor.next_after_seq, None, "a page by time carries no sequence cursor");
+
+    // Committed now, stamped before everything the peer has read.
+    assert!(store.append_ledger(&note("late", NOW.plus_millis(-60_000))).unwrap());
+
+    let next = store.ledger_slice("m", &by_seq(first.cursor.next_after_seq.unwrap())).unwrap();
+    assert_eq!(ids(&next), ["e2", "late"], "the late entry follows in commit order");
+    assert_eq!(next.cursor.next_after_seq, Some(4));
+    assert!(!next.cursor.has_more);
+    assert_eq!(next.origin.as_deref(), Some(origin.as_str()));
+    let old_cursor = SliceQuery { after_id: by_time.cursor.next_after_id, ..SliceQuery::default() };
+    assert_eq!(ids(&store.ledger_slice("m", &old_cursor).unwrap()), ["e2"], "afterId passes it by");
+
+    // A deleted entry's number is never handed out again.
+    assert_eq!(store.delete_ledger_entries("m", &["late".to_owned()]).unwrap(), 1);
+    assert!(store.append_ledger(&note("after-delete", NOW)).unwrap());
+    let tail = store.ledger_slice("m", &by_seq(3)).unwrap();
+    assert_eq!(ids(&tail), ["after-delete"]);
+    assert_eq!(tail.cursor.next_after_seq, Some(5));
+    let empty = store.ledger_slice("m", &by_seq(5)).unwrap();
+    assert!(empty.entries.is_empty());
+    assert_eq!(empty.cursor.next_after_seq, Some(5), "an empty page keeps the cursor");
+
+    // The sequence and the origin survive a reopen; another mesh's entries are
+    // numbered from the same counter and never seen here.
+    drop(store);
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let mut other = note("elsewhere", NOW);
+    other.mesh_id = "n".into();
+    assert!(store.append_ledger(&other).unwrap());
+    assert!(store.append_ledger(&note("reopened", NOW)).unwrap());
+    let page = store.ledger_slice("m", &by_seq(5)).unwrap();
+    assert_eq!(ids(&page), ["reopened"]);
+    assert_eq!(page.cursor.next_after_seq, Some(7));
+    assert_eq!(page.origin.as_deref(), Some(origin.as_str()));
+
+    // A page by sequence walks the sequence index from the cursor: no sort.
+    let conn = rusqlite::Connection::open(store.path()).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id FROM mesh_event_ledger WHERE mesh_id = +?1 AND seq > +?2
+              ORDER BY seq ASC LIMIT 501",
+        )
+        .unwrap()
+        .query_map(rusqlite::params!["m", 3], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let plan = plan.join(" | ");
+    assert!(plan.contains("idx_mesh_event_ledger_seq"), "{plan}");
+    assert!(!plan.contains("TEMP B-TREE"), "{plan}");
+}
+
 #[test]
 fn slice_pages_seek_to_the_cursor() {
     let dir = tempfile::tempdir().unwrap();

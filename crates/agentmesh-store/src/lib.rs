@@ -22,6 +22,7 @@ use agentmesh_core::{
 };
 
 mod error;
+pub mod ids;
 pub mod legacy;
 pub mod placement;
 mod raw_json;

@@ -53,6 +53,11 @@ pub struct GlobalArgs {
     /// Directory holding the database (mesh-runtime.db) [default: ~/.agentmesh]
     #[arg(long, global = true, value_name = "DIR", env = "AGENTMESH_HOME", help_heading = GLOBAL)]
     pub data_dir: Option<PathBuf>,
+    /// The database: sqlite:///path/to/mesh-runtime.db or a path (SQLite is this
+    /// build's backend); with --data-dir too, both must name the data dir's
+    /// mesh-runtime.db [default: <data-dir>/mesh-runtime.db]
+    #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_DATABASE_URL", help_heading = GLOBAL)]
+    pub database_url: Option<String>,
     /// The mesh to work in; nothing crosses from one mesh to another
     #[arg(
         long,
@@ -213,6 +218,7 @@ const LEDGER_EXAMPLES: &str = "\
 Examples:
   agentmesh ledger tail --limit 20
   agentmesh ledger slice --limit 500 --json
+  agentmesh ledger slice --after-seq 0 --limit 500 --json
   agentmesh ledger export --output ledger.jsonl";
 
 /// Shown after `agentmesh mission --help`.
@@ -981,6 +987,7 @@ Examples:
 const LEDGER_SLICE_EXAMPLES: &str = "\
 Examples:
   agentmesh ledger slice --limit 500 --json
+  agentmesh ledger slice --after-seq 0 --limit 500 --json
   agentmesh ledger slice --after 0192f1c2-entry --kind task_claimed --json";
 
 /// Shown after `agentmesh ledger export --help`.
@@ -1028,9 +1035,14 @@ pub struct LedgerTailArgs {
 /// Arguments of `ledger slice`.
 #[derive(Debug, Args)]
 pub struct LedgerSliceArgs {
-    /// Start after this entry id (the previous page's next cursor)
-    #[arg(long, value_name = "ID")]
+    /// Start after this entry id (the previous page's next cursor), in
+    /// (timestamp, id) order
+    #[arg(long, value_name = "ID", conflicts_with = "after_seq")]
     pub after: Option<String>,
+    /// Start after this sequence number (0: the first), in commit order, which
+    /// never skips an entry committed late or imported with an old timestamp
+    #[arg(long, value_name = "SEQ")]
+    pub after_seq: Option<u64>,
     /// Page size, 1 to 500 [default: 100]
     #[arg(long, value_name = "N")]
     pub limit: Option<u32>,

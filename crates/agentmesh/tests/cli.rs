@@ -87,7 +87,14 @@ impl Mesh {
     /// The binary with a scrubbed environment and no data dir chosen.
     fn bare_command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-        for var in ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN", ENFORCE_ENV] {
+        for var in [
+            "AGENTMESH_HOME",
+            "AGENTMESH_DATABASE_URL",
+            "AGENTMESH_MESH",
+            "AGENTMESH_SERVER",
+            "AGENTMESH_TOKEN",
+            ENFORCE_ENV,
+        ] {
             cmd.env_remove(var);
         }
         cmd
@@ -1486,4 +1493,95 @@ fn meshes_lists_every_mesh_of_the_data_dir_with_its_counts() {
     let typo = mesh.run(&["--mesh", "alpah", "task", "list"]);
     typo.assert_code(0);
     assert_eq!(typo.stdout, "no tasks in mesh \"alpah\"\n");
+}
+
+/// `--database-url` (or `$AGENTMESH_DATABASE_URL`) names the database file; a
+/// data dir given too must name the same file; a PostgreSQL URL is refused
+/// naming the flag, by every command, `serve` and `mcp` included, and nothing is
+/// created anywhere.
+#[test]
+fn the_database_url_names_the_store_and_a_postgres_url_is_refused_naming_the_flag() {
+    let mesh = Mesh::new();
+    let home = Mesh::new();
+    let file = mesh.data_dir().join("elsewhere").join("custom.db");
+    let url = format!("sqlite://{}", file.display());
+    assert!(url.starts_with("sqlite:///"), "{url}");
+    let run = |cmd: &mut Command| Run::from_output(cmd.env("HOME", home.data_dir()).output().expect("runs"));
+
+    let added = run(mesh.bare_command().args([
+        "--json",
+        "--database-url",
+        &url,
+        "task",
+        "add",
+        "first",
+        "--id",
+        "t1",
+    ]));
+    added.assert_code(0);
+    assert!(file.is_file(), "the URL's file holds the database");
+    assert!(!mesh.data_dir().join("mesh-runtime.db").exists());
+    let listed =
+        run(mesh.bare_command().env("AGENTMESH_DATABASE_URL", &url).args(["--json", "task", "list"]));
+    assert_eq!(strings(&listed.assert_code(0).json(), "id"), ["t1"]);
+    let path = file.to_str().expect("a UTF-8 path");
+    let tail = run(mesh.bare_command().args(["--json", "--database-url", path, "ledger", "tail"]));
+    assert_eq!(strings(&tail.assert_code(0).json(), "kind"), ["task_dispatched"], "a bare path is a URL too");
+
+    // With a data dir too: they must agree.
+    let dir = mesh.data_dir().to_str().expect("a UTF-8 path");
+    let clash =
+        run(mesh.bare_command().args(["--json", "--data-dir", dir, "--database-url", &url, "task", "list"]));
+    clash.assert_code(2);
+    let message = clash.json()["error"]["message"].as_str().expect("a message").to_owned();
+    assert!(
+        message.contains("databaseUrl") && message.contains("custom.db") && message.contains(dir),
+        "{message}"
+    );
+    let own = format!("sqlite://{dir}/mesh-runtime.db");
+    let agreed = run(mesh.bare_command().args([
+        "--json",
+        "--data-dir",
+        dir,
+        "--database-url",
+        &own,
+        "task",
+        "add",
+        "x",
+    ]));
+    agreed.assert_code(0);
+    assert!(mesh.data_dir().join("mesh-runtime.db").is_file());
+
+    // A read on a URL naming no file creates nothing.
+    let missing = mesh.data_dir().join("missing").join("m.db");
+    let missing_url = format!("sqlite://{}", missing.display());
+    let read = run(mesh.bare_command().args(["--database-url", &missing_url, "task", "list"]));
+    read.assert_code(1);
+    assert!(
+        read.stderr.contains("no database at") && read.stderr.contains("--database-url"),
+        "{}",
+        read.stderr
+    );
+    assert!(!missing.parent().expect("a parent").exists());
+
+    // PostgreSQL is the next backend, not this build's.
+    let fresh = Mesh::new();
+    for args in [
+        &["--json", "task", "add", "x"][..],
+        &["--json", "task", "list"],
+        &["serve", "--listen", "127.0.0.1:0"],
+        &["mcp"],
+    ] {
+        let mut cmd = fresh.bare_command();
+        cmd.current_dir(fresh.data_dir())
+            .env("AGENTMESH_DATABASE_URL", "postgres://agent@localhost/mesh")
+            .args(args);
+        let refused = run(cmd.stdin(Stdio::null()));
+        refused.assert_code(2);
+        for needle in ["databaseUrl", "--database-url", "PostgreSQL", "SQLite"] {
+            assert!(refused.stderr.contains(needle), "{args:?}: {needle} in {}", refused.stderr);
+        }
+    }
+    assert_eq!(std::fs::read_dir(fresh.data_dir()).unwrap().count(), 0, "the refusals created nothing");
+    assert_eq!(std::fs::read_dir(home.data_dir()).unwrap().count(), 0, "nothing in the home dir either");
 }

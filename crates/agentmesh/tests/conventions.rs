@@ -24,6 +24,7 @@ fn agentmesh() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
     for var in [
         "AGENTMESH_HOME",
+        "AGENTMESH_DATABASE_URL",
         "AGENTMESH_MESH",
         "AGENTMESH_SERVER",
         "AGENTMESH_TOKEN",

@@ -148,7 +148,9 @@ impl Drop for Daemon {
 /// The binary, with an environment that cannot leak a developer's mesh.
 fn agentmesh() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN"] {
+    for var in
+        ["AGENTMESH_HOME", "AGENTMESH_DATABASE_URL", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN"]
+    {
         cmd.env_remove(var);
     }
     cmd.env("RUST_LOG", "warn");

@@ -13,7 +13,14 @@ use serde_json::{Value, json};
 /// The binary with a scrubbed environment on `data_dir`.
 fn agentmesh(data_dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN", "RUST_LOG"] {
+    for var in [
+        "AGENTMESH_HOME",
+        "AGENTMESH_DATABASE_URL",
+        "AGENTMESH_MESH",
+        "AGENTMESH_SERVER",
+        "AGENTMESH_TOKEN",
+        "RUST_LOG",
+    ] {
         cmd.env_remove(var);
     }
     cmd.arg("--data-dir").arg(data_dir);
@@ -26,7 +33,14 @@ fn agentmesh(data_dir: &Path) -> Command {
 fn agentmesh_umask_0(data_dir: &Path) -> Command {
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg("umask 000 && exec \"$0\" \"$@\"").arg(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN", "RUST_LOG"] {
+    for var in [
+        "AGENTMESH_HOME",
+        "AGENTMESH_DATABASE_URL",
+        "AGENTMESH_MESH",
+        "AGENTMESH_SERVER",
+        "AGENTMESH_TOKEN",
+        "RUST_LOG",
+    ] {
         cmd.env_remove(var);
     }
     cmd.arg("--data-dir").arg(data_dir);

@@ -124,6 +124,29 @@ fn an_original_ledger_dir_is_imported_once_with_the_manifests_counts() {
     assert_eq!(task["autoLaunch"]["status"], unknown["autoLaunchStatus"], "nested ones too");
     let alpha = json(data.path(), &["ledger", "tail", "--mesh", "mesh-alpha", "--limit", "1000", "--json"]);
     assert_eq!(alpha.as_array().map(Vec::len), Some(36));
+    // Imported entries are numbered by this database as they are copied: paging
+    // by sequence reads each of them once.
+    let by_seq = json(
+        data.path(),
+        &["ledger", "slice", "--mesh", "mesh-alpha", "--after-seq", "0", "--limit", "500", "--json"],
+    );
+    let ids = |entries: &Value| -> std::collections::BTreeSet<String> {
+        entries
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["id"].as_str().expect("an id").to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&by_seq["entries"]), ids(&alpha), "{by_seq:#}");
+    assert_eq!(by_seq["cursor"]["hasMore"], false);
+    let db = rusqlite::Connection::open(data.path().join("mesh-runtime.db")).expect("the database opens");
+    let (numbered, distinct, all): (i64, i64, i64) = db
+        .query_row("SELECT COUNT(seq), COUNT(DISTINCT seq), COUNT(*) FROM mesh_event_ledger", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .expect("counts");
+    assert_eq!((numbered, distinct), (all, all), "every entry has a number of its own");
     let missions = json(data.path(), &["mission", "list", "--mesh", "mesh-alpha", "--json"]);
     let mut ids: Vec<&str> = missions.as_array().unwrap().iter().filter_map(|m| m["id"].as_str()).collect();
     ids.sort_unstable();

@@ -30,7 +30,6 @@ use agentmesh_api::{MeshApi, RemoteMesh};
 use agentmesh_core::InvalidInput;
 use agentmesh_daemon::{ApiToken, AppState, TOKEN_FILE_NAME};
 use agentmesh_mcp::identity::Identity;
-use agentmesh_sqlite::SqliteStore;
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 use serde_json::Value;
@@ -151,6 +150,13 @@ struct WorkerReport {
 
 /// Runs `demo`.
 pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+    if ctx.store_config().database_file().is_some() {
+        return Err(InvalidInput::new(
+            "databaseUrl",
+            "the demo works in a data dir: a temporary one, or --data-dir DIR; leave out --database-url",
+        )
+        .into());
+    }
     if ctx.server_on_command_line() {
         return Err(
             InvalidInput::new("server", "the demo runs a daemon of its own; leave out --server").into()
@@ -168,7 +174,7 @@ pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
     };
     let mesh = ctx.mesh();
 
-    let daemon = EmbeddedDaemon::start(&data_dir, mesh)?;
+    let daemon = EmbeddedDaemon::start(&data_dir, mesh, ctx.enforce())?;
     let kept = if temporary.is_some() { "removed at exit" } else { "kept" };
     eprintln!("daemon       {} (data dir {}, {kept})", daemon.url, data_dir.display());
     let ran = run_mesh(&daemon, &data_dir, mesh, started);
@@ -441,17 +447,18 @@ struct EmbeddedDaemon {
 
 impl EmbeddedDaemon {
     /// Opens the data dir and serves it on a free loopback port.
-    fn start(data_dir: &Path, mesh: &str) -> anyhow::Result<EmbeddedDaemon> {
-        let store = SqliteStore::open_data_dir(data_dir)
-            .with_context(|| format!("failed to open the database in {}", data_dir.display()))?;
+    fn start(data_dir: &Path, mesh: &str, enforce: bool) -> anyhow::Result<EmbeddedDaemon> {
+        let store = super::StoreConfig::data_dir(data_dir).open()?;
         let token_file = data_dir.join(TOKEN_FILE_NAME);
         let token = ApiToken::load_or_create(&token_file)
             .with_context(|| format!("failed to read or create the token file {}", token_file.display()))?;
         let daemon_id = agentmesh_mcp::load_or_create_daemon_id(data_dir)
             .with_context(|| format!("failed to read or create the daemon id in {}", data_dir.display()))?;
         let secret = token.secret().to_owned();
-        let state =
-            AppState::new(Arc::new(store), token).with_daemon_id(daemon_id.clone()).with_mcp_mesh(mesh);
+        let state = AppState::new(Arc::new(store), token)
+            .with_daemon_id(daemon_id.clone())
+            .with_mcp_mesh(agentmesh_core::MeshId::parse(mesh)?)
+            .with_enforce(enforce);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()

@@ -22,7 +22,7 @@ use agentmesh_api::views::PushView;
 use agentmesh_api::wire::{
     AckBody, DrainBody, EmitHintBody, HeldParams, PushEventBody, RequeueHeldBody, RetractBody,
 };
-use agentmesh_core::events::{PendingEvent, Scope, enforce_from_env_value, texted_event};
+use agentmesh_core::events::{PendingEvent, Scope, texted_event};
 use agentmesh_core::{InvalidInput, Timestamp};
 use serde_json::{Map, Value};
 
@@ -33,8 +33,6 @@ use crate::cli::{
 };
 use crate::now;
 use crate::output::{self, InboxEventView, Noun, Output};
-
-use agentmesh_api::ENFORCE_ENV;
 
 /// Runs one `events` subcommand.
 pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::Result<()> {
@@ -187,9 +185,10 @@ fn event_from_flags(args: EventsPushArgs, mesh: &str, now: Timestamp) -> Result<
     Ok(event)
 }
 
-/// The drain body the flags describe. Enforce mode is the flag, else the
-/// environment variable as it reads now (a daemon also applies its own).
-fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
+/// The drain body the flags describe. Enforce mode is the flag, else
+/// `env_enforce`, the environment variable as the command read it at start (a
+/// daemon also applies its own).
+fn drain_body(args: EventsDrainArgs, env_enforce: bool) -> Result<DrainBody, InvalidInput> {
     let also_known_as = args
         .also_known_as
         .iter()
@@ -205,7 +204,7 @@ fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
                 .collect::<Result<_, _>>()?,
         )
     };
-    let enforce = args.enforce || enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref());
+    let enforce = args.enforce || env_enforce;
     Ok(DrainBody {
         daemon_id: id("daemonId", &args.daemon)?.to_owned(),
         run_id: id("coordinatorRunId", &args.run)?.to_owned(),
@@ -218,13 +217,13 @@ fn drain_body(args: EventsDrainArgs) -> Result<DrainBody, InvalidInput> {
 }
 
 fn drain(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
-    let body = drain_body(args)?;
+    let body = drain_body(args, ctx.enforce())?;
     let view = ctx.api()?.drain(ctx.mesh(), body)?;
     out.emit(&view, |w| output::write_drain(w, ctx.mesh(), &view))
 }
 
 fn peek(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Result<()> {
-    let body = drain_body(args)?;
+    let body = drain_body(args, ctx.enforce())?;
     let events: Vec<InboxEventView> = ctx.read_api()?.peek(ctx.mesh(), body)?;
     out.emit(&events, |w| {
         output::write_listing(w, ctx.mesh(), Noun("event", "events"), events.len(), |w| {
@@ -234,7 +233,7 @@ fn peek(ctx: &Context, args: EventsDrainArgs, out: &mut Output) -> anyhow::Resul
 }
 
 fn watch(ctx: &Context, args: EventsWatchArgs, out: &mut Output) -> anyhow::Result<()> {
-    let body = drain_body(args.drain)?;
+    let body = drain_body(args.drain, ctx.enforce())?;
     if !out.is_json() {
         eprintln!("waiting up to {} for events...", crate::duration::format(args.timeout));
     }
@@ -331,9 +330,9 @@ mod tests {
             limit: None,
             enforce: true,
         };
-        assert_eq!(drain_body(args(" ", &[])).unwrap_err().field, "daemonId");
-        assert_eq!(drain_body(args("mach_A", &["x", " "])).unwrap_err().field, "onlyEvents");
-        let body = drain_body(args("mach_A", &[])).unwrap();
+        assert_eq!(drain_body(args(" ", &[]), false).unwrap_err().field, "daemonId");
+        assert_eq!(drain_body(args("mach_A", &["x", " "]), false).unwrap_err().field, "onlyEvents");
+        let body = drain_body(args("mach_A", &[]), false).unwrap();
         assert_eq!(body.only_events, None);
         assert!(body.enforce);
         assert_eq!((body.daemon_id.as_str(), body.run_id.as_str()), ("mach_A", "run-1"));

@@ -82,8 +82,7 @@ pub fn run(ctx: &Context, args: ImportAdhdevArgs, out: &mut Output) -> anyhow::R
     if !dir.is_dir() {
         return Err(InvalidInput::new("ledgerDir", format!("{} is not a directory", dir.display())).into());
     }
-    let store = SqliteStore::open_data_dir(&ctx.data_dir)
-        .with_context(|| format!("failed to open the database in {}", ctx.data_dir.display()))?;
+    let store = ctx.store_config().open()?;
 
     let mut databases = Vec::new();
     for name in [DB_FILE_NAME, LEGACY_DB_FILE_NAME] {

@@ -54,6 +54,7 @@ fn tail(ctx: &Context, args: LedgerTailArgs, out: &mut Output) -> anyhow::Result
 fn slice(ctx: &Context, args: LedgerSliceArgs, out: &mut Output) -> anyhow::Result<()> {
     let params = SliceParams {
         after_id: args.after.map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()),
+        after_seq: args.after_seq,
         since: args.since,
         kind: args.kind.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty()),
         limit: args.limit,
@@ -68,8 +69,9 @@ fn slice(ctx: &Context, args: LedgerSliceArgs, out: &mut Output) -> anyhow::Resu
             slice.entries.len(),
             |w| output::write_ledger_entries(w, &slice.entries),
         )?;
-        match (&slice.cursor.next_after_id, slice.cursor.has_more) {
-            (Some(next), true) => writeln!(w, "more entries follow: --after {next}"),
+        match (slice.cursor.next_after_seq, &slice.cursor.next_after_id, slice.cursor.has_more) {
+            (Some(seq), _, true) => writeln!(w, "more entries follow: --after-seq {seq}"),
+            (None, Some(next), true) => writeln!(w, "more entries follow: --after {next}"),
             _ => Ok(()),
         }
     })

@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
     let identity = Identity::fresh_run(daemon_id, session);
     tracing::info!(daemon_id = %identity.daemon_id, run_id = %identity.run_id, mesh = ctx.mesh(), "serving MCP on stdio");
-    let tools = MeshTools::new(api, ctx.mesh(), identity);
+    let tools = MeshTools::new(api, ctx.mesh_id().clone(), identity);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -18,12 +18,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use agentmesh_api::ENFORCE_ENV;
 use agentmesh_api::{LocalMesh, MeshApi, MeshError, RemoteMesh};
-use agentmesh_core::InvalidInput;
+use agentmesh_core::events::enforce_from_env_value;
+use agentmesh_core::{InvalidInput, MeshId};
 use agentmesh_daemon::TOKEN_FILE_NAME;
-use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, SqliteStore};
+use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME};
 use agentmesh_store::Store;
-use anyhow::Context as _;
+pub use database::StoreConfig;
 
 use crate::cli::{Command, GlobalArgs};
 use crate::output::Output;
@@ -32,6 +34,7 @@ mod claim;
 mod complete;
 mod completion_records;
 mod completions;
+mod database;
 mod deliveries;
 mod demo;
 mod dispatches;
@@ -61,10 +64,20 @@ const ROUTE_NOT_FOUND: &str = "no such route";
 pub struct NoDatabase {
     /// The data dir, as given.
     pub data_dir: PathBuf,
+    /// The database file `--database-url` named, if it did.
+    pub database_file: Option<PathBuf>,
 }
 
 impl std::fmt::Display for NoDatabase {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(file) = &self.database_file {
+            return write!(
+                f,
+                "no database at {file}: check --database-url (or $AGENTMESH_DATABASE_URL), or create it with \
+                 a command that writes, such as `agentmesh --database-url sqlite://{file} task add ...`",
+                file = file.display()
+            );
+        }
         write!(
             f,
             "no database in {dir}: it holds neither {DB_FILE_NAME} nor {LEGACY_DB_FILE_NAME}; check --data-dir \
@@ -77,22 +90,18 @@ impl std::fmt::Display for NoDatabase {
 
 impl std::error::Error for NoDatabase {}
 
-/// Whether `dir` holds a database: this one's file, or the original's older name
-/// for it (which opening renames).
-fn database_exists(dir: &Path) -> bool {
-    [DB_FILE_NAME, LEGACY_DB_FILE_NAME].into_iter().any(|name| dir.join(name).is_file())
-}
-
 /// What every command shares.
 pub struct Context {
-    /// Directory of the database.
-    data_dir: PathBuf,
+    /// Where the store lives: the data dir, and the database a URL named.
+    store_config: StoreConfig,
+    /// Enforce mode for drains (`MESH_PROTOCOL_V2_ENFORCE`), read once here.
+    enforce: bool,
     /// The data dir was named by `--data-dir` on the command line.
     data_dir_on_command_line: bool,
     /// `--server` was given on the command line.
     server_on_command_line: bool,
     /// The mesh every operation is scoped to.
-    mesh: String,
+    mesh: MeshId,
     /// The daemon to talk to, if any.
     server: Option<String>,
     /// An extra CA file `--ca-cert` names, trusted for an https daemon.
@@ -109,18 +118,23 @@ pub struct Context {
 
 impl Context {
     /// Resolves the global options: `--data-dir`, else `$AGENTMESH_HOME` (both via
-    /// clap), else `~/.agentmesh`, which must not be a file; the mesh follows the id
-    /// rule, and `--server` must be a daemon's root URL.
+    /// clap), else `~/.agentmesh`, which must not be a file, or the directory of
+    /// the database `--database-url` (or `$AGENTMESH_DATABASE_URL`) names (see
+    /// [`StoreConfig::resolve`]); the mesh follows the id rule, and `--server`
+    /// must be a daemon's root URL. Enforce mode is read from the environment
+    /// here, once, and handed to whatever drains.
     pub fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
-        let mesh = id("mesh", &global.mesh)?;
-        let data_dir = match &global.data_dir {
-            Some(dir) if dir.as_os_str().is_empty() => {
-                return Err(InvalidInput::new("dataDir", "must not be blank").into());
-            }
-            Some(dir) => dir.clone(),
-            None => default_data_dir()?,
-        };
-        if std::fs::metadata(&data_dir).is_ok_and(|meta| !meta.is_dir()) {
+        let mesh = MeshId::parse(&global.mesh)?;
+        if global.data_dir.as_ref().is_some_and(|dir| dir.as_os_str().is_empty()) {
+            return Err(InvalidInput::new("dataDir", "must not be blank").into());
+        }
+        let store_config = StoreConfig::resolve(
+            global.data_dir.as_deref(),
+            global.database_url.as_deref(),
+            default_data_dir,
+        )?;
+        let data_dir = store_config.dir();
+        if std::fs::metadata(data_dir).is_ok_and(|meta| !meta.is_dir()) {
             return Err(InvalidInput::new(
                 "dataDir",
                 format!(
@@ -140,10 +154,11 @@ impl Context {
             None => None,
         };
         Ok(Context {
-            data_dir,
+            enforce: enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref()),
+            store_config,
             data_dir_on_command_line: global.data_dir_on_command_line,
             server_on_command_line: global.server_on_command_line,
-            mesh: mesh.to_owned(),
+            mesh,
             server,
             ca_cert: global.ca_cert.clone(),
             token_file: global.token_file.clone(),
@@ -155,7 +170,7 @@ impl Context {
 
     /// The token file `--token-file` names, else the data dir's.
     pub fn token_file(&self) -> PathBuf {
-        self.token_file.clone().unwrap_or_else(|| self.data_dir.join(TOKEN_FILE_NAME))
+        self.token_file.clone().unwrap_or_else(|| self.data_dir().join(TOKEN_FILE_NAME))
     }
 
     /// The mesh operations: against the daemon of `--server`, else on the data dir.
@@ -167,8 +182,12 @@ impl Context {
     /// that on a data dir holding no database it fails with [`NoDatabase`] and
     /// creates nothing (no directory, no file). Through a daemon it is `api`.
     pub fn read_api(&self) -> anyhow::Result<&dyn MeshApi> {
-        if self.server.is_none() && self.api.get().is_none() && !database_exists(&self.data_dir) {
-            return Err(NoDatabase { data_dir: self.data_dir.clone() }.into());
+        if self.server.is_none() && self.api.get().is_none() && !self.store_config.database_exists() {
+            return Err(NoDatabase {
+                data_dir: self.data_dir().to_owned(),
+                database_file: self.store_config.database_file().map(Path::to_owned),
+            }
+            .into());
         }
         self.api()
     }
@@ -181,14 +200,28 @@ impl Context {
         }
         let api: Arc<dyn MeshApi> = match &self.server {
             Some(url) => Arc::new(RemoteMesh::trusting(url, &self.client_token()?, self.ca_cert.as_deref())?),
-            None => Arc::new(LocalMesh::new(Arc::clone(self.store()?), crate::now)),
+            None => {
+                Arc::new(LocalMesh::new(Arc::clone(self.store()?), crate::now).with_enforce(self.enforce))
+            }
         };
         Ok(self.api.get_or_init(|| api))
     }
 
     /// The data dir.
     pub fn data_dir(&self) -> &Path {
-        &self.data_dir
+        self.store_config.dir()
+    }
+
+    /// Where the store lives; [`StoreConfig::open`] is the one way a store is
+    /// opened.
+    pub fn store_config(&self) -> &StoreConfig {
+        &self.store_config
+    }
+
+    /// Whether drains run in enforce mode (`MESH_PROTOCOL_V2_ENFORCE`, read once
+    /// at start-up).
+    pub fn enforce(&self) -> bool {
+        self.enforce
     }
 
     /// Whether `--data-dir` was given on the command line (not only through
@@ -222,7 +255,7 @@ impl Context {
             return Ok(token.trim().to_owned());
         }
         // This machine's daemon token goes only to a daemon on this machine.
-        let default = self.data_dir.join(TOKEN_FILE_NAME);
+        let default = self.data_dir().join(TOKEN_FILE_NAME);
         if default.exists() && self.server.as_deref().is_some_and(is_loopback_url) {
             return from_file(&default, TokenSource::DataDir(default.clone()));
         }
@@ -276,6 +309,11 @@ impl Context {
         &self.mesh
     }
 
+    /// The mesh id, parsed by the id rule when the command started.
+    pub fn mesh_id(&self) -> &MeshId {
+        &self.mesh
+    }
+
     /// The store of the data dir, opening (and creating) the database on first use.
     /// Commands that may run through a daemon use [`Context::api`] instead.
     pub fn store(&self) -> anyhow::Result<&Arc<dyn Store>> {
@@ -283,8 +321,7 @@ impl Context {
             return Ok(store);
         }
         log_warnings();
-        let opened = SqliteStore::open_data_dir(&self.data_dir)
-            .with_context(|| format!("failed to open the database in {}", self.data_dir.display()))?;
+        let opened = self.store_config.open()?;
         Ok(self.store.get_or_init(|| Arc::new(opened)))
     }
 }
@@ -418,11 +455,12 @@ mod tests {
     #[test]
     fn a_database_is_either_file_name() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!database_exists(dir.path()));
-        assert!(!database_exists(&dir.path().join("typo")));
+        let exists = |dir: &Path| StoreConfig::data_dir(dir).database_exists();
+        assert!(!exists(dir.path()));
+        assert!(!exists(&dir.path().join("typo")));
         std::fs::write(dir.path().join(LEGACY_DB_FILE_NAME), "").unwrap();
-        assert!(database_exists(dir.path()));
-        let message = NoDatabase { data_dir: dir.path().join("typo") }.to_string();
+        assert!(exists(dir.path()));
+        let message = NoDatabase { data_dir: dir.path().join("typo"), database_file: None }.to_string();
         assert!(message.starts_with("no database in ") && message.contains("typo"), "{message}");
     }
 

@@ -30,7 +30,6 @@ use agentmesh_daemon::{
     ApiToken, AppState, CheckpointHook, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp,
     ServeOptions, TlsTransport, UpkeepConfig,
 };
-use agentmesh_sqlite::SqliteStore;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
@@ -68,12 +67,11 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let max_connections = connection_cap(args.max_connections);
-    let store = SqliteStore::open_data_dir(&ctx.data_dir)
-        .with_context(|| format!("failed to open the database in {}", ctx.data_dir.display()))?;
+    let store = ctx.store_config().open()?;
     let mut lock = if args.allow_second_daemon {
         None
     } else {
-        Some(DataDirLock::acquire(&ctx.data_dir).map_err(|err| match err {
+        Some(DataDirLock::acquire(ctx.data_dir()).map_err(|err| match err {
             LockError::Held { .. } => anyhow::anyhow!(
                 "{err}; stop it first, or pass --allow-second-daemon to run a second daemon anyway"
             ),
@@ -88,10 +86,13 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let checkpoint: CheckpointHook =
         Arc::new(move || wal.checkpoint_if_wal_exceeds(UPKEEP_WAL_MAX_BYTES).map_err(|err| err.to_string()));
     let upkeep = UpkeepConfig { checkpoint: Some(checkpoint), ..UpkeepConfig::default() };
-    let daemon_id = agentmesh_mcp::load_or_create_daemon_id(&ctx.data_dir)
-        .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir.display()))?;
-    let state =
-        AppState::new(store, token).with_upkeep(upkeep).with_daemon_id(daemon_id).with_mcp_mesh(ctx.mesh());
+    let daemon_id = agentmesh_mcp::load_or_create_daemon_id(ctx.data_dir())
+        .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
+    let state = AppState::new(store, token)
+        .with_upkeep(upkeep)
+        .with_daemon_id(daemon_id)
+        .with_mcp_mesh(ctx.mesh_id().clone())
+        .with_enforce(ctx.enforce());
     let options = ServeOptions {
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
