@@ -25,6 +25,7 @@ mod error;
 pub mod legacy;
 pub mod placement;
 mod raw_json;
+pub mod retry;
 pub mod submit;
 
 #[cfg(feature = "conformance")]
@@ -314,6 +315,47 @@ pub struct PruneReport {
 
 /// The operations of a mesh runtime store. Every query is scoped by mesh id, and
 /// every state change commits together with the ledger entry that records it.
+///
+/// # Isolation contract
+///
+/// Several callers use one store at once: threads sharing one handle, and several
+/// handles (processes, daemons) on one database. Whatever the backend's native
+/// isolation, each operation must behave as if the writes of one mesh ran one at a
+/// time, for the decisions below; a backend that runs them concurrently must lock
+/// or serialize them (SQLite does, by having one writer per database).
+///
+/// Must appear serial, per mesh (each read-then-write is one atomic step):
+/// - **claim gates**: a claim's checks (the session already holds a task, the node
+///   is busy, the per-(node, provider) cap) and the assignment it makes. Two claims
+///   by one session never both succeed; a node never runs more than its gates
+///   allow; a task is never handed to two claimants.
+/// - **dependency readiness**: enqueueing a task counts its unmet dependencies,
+///   and completing a dependency updates the counts of its dependents. An enqueue
+///   racing the completion of its dependency leaves the dependent claimable
+///   exactly once, never waiting forever.
+/// - **cycle detection**: the graph read that refuses a cycle and the insert it
+///   allows. Of A→B and B→A enqueued together at most one succeeds; no cycle is
+///   ever stored.
+/// - **guarded row updates**: a completion, failure, cancel, requeue, reclaim or
+///   heartbeat re-reads the task's status, holder and epoch and changes it only if
+///   they still hold. Of a completion racing a reclaim exactly one wins, and a
+///   report carrying an epoch the task moved past is refused.
+/// - **drains**: one event is handed to exactly one drain, even when one
+///   coordinator drains twice at once.
+/// - **upserts**: of concurrent upserts of a new mission, exactly one says
+///   created; the same holds for every "insert unless it exists" (ledger append by
+///   id, event fingerprints).
+///
+/// May interleave: reads (each sees one committed state, but two reads may see
+/// different ones), operations on different meshes, and writes to different rows
+/// whose outcome does not depend on each other (heartbeats of different tasks,
+/// ledger appends, tool-call records).
+///
+/// Errors: an operation either commits all of its effect with its ledger entries
+/// or none. [`StoreError::Busy`] is contention (the backend could not serialize
+/// the operation in time): nothing changed, and the caller may run the same
+/// operation again ([`StoreError::is_retryable`], [`retry`]). Every other error is
+/// final for that request; retrying it gives the same answer.
 pub trait Store: Send + Sync + 'static {
     // ── Tasks ────────────────────────────────────────────────────────────────
 
