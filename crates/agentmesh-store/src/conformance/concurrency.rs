@@ -46,7 +46,7 @@ impl Arena {
 
     /// The handle racer `i` uses in `round`.
     fn handle(&self, round: usize, i: usize) -> Arc<dyn Store> {
-        if round % 2 == 0 || i == 0 {
+        if round.is_multiple_of(2) || i == 0 {
             Arc::clone(&self.shared)
         } else {
             Arc::clone(&self.own[(i - 1) % self.own.len()])
