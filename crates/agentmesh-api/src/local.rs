@@ -152,17 +152,24 @@ impl LocalMesh {
         (self.clock)()
     }
 
-    /// Runs a write and bumps the signal when it succeeded.
-    fn write<T>(&self, op: impl FnOnce(&dyn Store, Timestamp) -> Result<T, StoreError>) -> MeshResult<T> {
-        let out = op(self.store.as_ref(), self.now())?;
+    /// Runs a write and bumps the signal when it succeeded. A write that met
+    /// contention changed nothing and is run again, with a fresh clock reading,
+    /// after a short back-off ([`agentmesh_store::retry`]): the one place the API
+    /// retries.
+    fn write<T>(&self, mut op: impl FnMut(&dyn Store, Timestamp) -> Result<T, StoreError>) -> MeshResult<T> {
+        let out = agentmesh_store::retry::retrying(|| op(self.store.as_ref(), self.now()))?;
         self.wrote();
         Ok(out)
     }
 
     /// Awaits a submitted write and bumps the signal when it succeeded: the async
-    /// [`LocalMesh::write`].
-    async fn write_submitted<T>(&self, write: agentmesh_store::Submitted<T>) -> MeshResult<T> {
-        let out = write.await?;
+    /// [`LocalMesh::write`]. `submit` hands the write to the store; it is called
+    /// again when the write met contention.
+    async fn write_submitted<T: Send + 'static>(
+        &self,
+        submit: impl FnMut() -> agentmesh_store::Submitted<T>,
+    ) -> MeshResult<T> {
+        let out = agentmesh_store::retry::retrying_submitted(submit).await?;
         self.wrote();
         Ok(out)
     }
@@ -180,7 +187,9 @@ impl LocalMesh {
     pub async fn claim_submitted(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
         let mesh = mesh_id(mesh)?;
         let (claimant, opts) = claim_request(body)?;
-        let claim = Arc::clone(&self.store).submit_claim(mesh.to_owned(), claimant, opts, self.now());
+        let claim = || {
+            Arc::clone(&self.store).submit_claim(mesh.to_owned(), claimant.clone(), opts.clone(), self.now())
+        };
         self.write_submitted(claim).await.map(ClaimView::from)
     }
 
@@ -190,7 +199,10 @@ impl LocalMesh {
         let mesh = mesh_id(mesh)?;
         let now = self.now();
         let report = body.into_report(now)?;
-        self.write_submitted(Arc::clone(&self.store).submit_completion(mesh.to_owned(), report, now)).await
+        self.write_submitted(|| {
+            Arc::clone(&self.store).submit_completion(mesh.to_owned(), report.clone(), now)
+        })
+        .await
     }
 
     /// [`MeshApi::complete_and_claim`], submitted to the store without holding the
@@ -203,8 +215,15 @@ impl LocalMesh {
         let mesh = mesh_id(mesh)?;
         let now = self.now();
         let (report, claimant, opts) = complete_and_claim_request(body, now)?;
-        let write =
-            Arc::clone(&self.store).submit_complete_and_claim(mesh.to_owned(), report, claimant, opts, now);
+        let write = || {
+            Arc::clone(&self.store).submit_complete_and_claim(
+                mesh.to_owned(),
+                report.clone(),
+                claimant.clone(),
+                opts.clone(),
+                now,
+            )
+        };
         self.write_submitted(write).await.map(CompleteAndClaimView::from)
     }
 
@@ -213,8 +232,10 @@ impl LocalMesh {
     pub async fn heartbeat_submitted(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
         let mesh = mesh_id(mesh)?;
         let beat = heartbeat_request(body)?;
-        self.write_submitted(Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat, self.now()))
-            .await
+        self.write_submitted(|| {
+            Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat.clone(), self.now())
+        })
+        .await
     }
 
     /// The mesh's held events that were not put back, oldest hold first.

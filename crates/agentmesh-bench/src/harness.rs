@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agentmesh_sqlite::{DB_FILE_NAME, SqliteStore};
-use agentmesh_store::Store;
+use agentmesh_store::CompatStore;
 use anyhow::Context as _;
 use tempfile::TempDir;
 
@@ -54,8 +54,9 @@ pub struct CaseStore {
 }
 
 impl CaseStore {
-    /// The store, through the backend-independent interface the cases use.
-    pub fn store(&self) -> &dyn Store {
+    /// The store, through the backend-independent interface the cases use (with
+    /// the compat operations their checks count and seed with).
+    pub fn store(&self) -> &dyn CompatStore {
         self.store.as_ref()
     }
 

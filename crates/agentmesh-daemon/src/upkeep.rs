@@ -6,8 +6,9 @@
 //! own interval ([`UpkeepConfig`]), each pass on Tokio's blocking pool, and every
 //! pass is logged: what it did, the counts and how long it took (`debug` when it
 //! found nothing to do, `info` when it changed something, `warn` when it failed).
-//! A failure is never fatal: the job tries again at its next tick. A panic (in
-//! a pass or in the loop itself) is not fatal either: each loop runs under a
+//! A store call that meets contention runs again after a short back-off
+//! (`agentmesh_store::retry`). A failure is never fatal: the job tries again at
+//! its next tick. A panic (in a pass or in the loop itself) is not fatal either: each loop runs under a
 //! supervisor that logs the panic, counts it (`agentmesh_background_restarts_total`
 //! in `/metrics`) and restarts the loop after a back-off (250 ms, doubling up
 //! to 30 s while the panics keep coming).
@@ -37,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::{RateGuard, TaskStatus, Timestamp};
 use agentmesh_store::StoreError;
+use agentmesh_store::retry::retrying;
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -185,41 +187,44 @@ impl Job {
         let store_err = |err: StoreError| err.to_string();
         match self {
             Job::LeaseReaper => reap_leases(state, now),
-            Job::Fingerprints => {
-                Ok(vec![("deleted", store.sweep_completion_fingerprints(now).map_err(store_err)?)])
+            Job::Fingerprints => Ok(vec![(
+                "deleted",
+                retrying(|| store.sweep_completion_fingerprints(now)).map_err(store_err)?,
+            )]),
+            Job::IdleSessions => {
+                Ok(vec![("deleted", retrying(|| store.prune_idle_sessions(now)).map_err(store_err)?)])
             }
-            Job::IdleSessions => Ok(vec![("deleted", store.prune_idle_sessions(now).map_err(store_err)?)]),
             Job::Deliveries => {
                 let mut expired = 0;
-                for mesh_id in store.meshes_with_deliveries_or_dispatches().map_err(store_err)? {
-                    expired += store.expire_stale_session_deliveries(&mesh_id, now).map_err(store_err)?;
+                for mesh_id in retrying(|| store.meshes_with_deliveries_or_dispatches()).map_err(store_err)? {
+                    expired += retrying(|| store.expire_stale_session_deliveries(&mesh_id, now))
+                        .map_err(store_err)?;
                 }
                 Ok(vec![("expired", expired)])
             }
             Job::ToolLog => {
                 let cutoff =
                     before(now, Duration::from_millis(RateGuard::default().retention_ms().unsigned_abs()));
-                Ok(vec![("deleted", store.prune_tool_calls(cutoff).map_err(store_err)?)])
+                Ok(vec![("deleted", retrying(|| store.prune_tool_calls(cutoff)).map_err(store_err)?)])
             }
             Job::Dispatches => {
                 let stale_cutoff = before(now, config.stale_dispatch_after);
                 let mut stale = 0;
-                for mesh_id in store.meshes_with_deliveries_or_dispatches().map_err(store_err)? {
-                    stale +=
-                        store.mark_stale_direct_dispatches(&mesh_id, stale_cutoff, now).map_err(store_err)?;
+                for mesh_id in retrying(|| store.meshes_with_deliveries_or_dispatches()).map_err(store_err)? {
+                    stale += retrying(|| store.mark_stale_direct_dispatches(&mesh_id, stale_cutoff, now))
+                        .map_err(store_err)?;
                 }
-                let deleted = store
-                    .cleanup_terminal_direct_dispatches(before(now, config.finished_dispatch_kept_for))
+                let finished_cutoff = before(now, config.finished_dispatch_kept_for);
+                let deleted = retrying(|| store.cleanup_terminal_direct_dispatches(finished_cutoff))
                     .map_err(store_err)?;
                 Ok(vec![("marked_stale", stale), ("deleted", deleted)])
             }
             Job::InboxRetention => {
-                let report = store
-                    .prune_pending_events(
-                        before(now, config.drained_events_kept_for),
-                        before(now, config.undrained_events_kept_for),
-                        now,
-                    )
+                let (drained_cutoff, undrained_cutoff) = (
+                    before(now, config.drained_events_kept_for),
+                    before(now, config.undrained_events_kept_for),
+                );
+                let report = retrying(|| store.prune_pending_events(drained_cutoff, undrained_cutoff, now))
                     .map_err(store_err)?;
                 Ok(vec![
                     ("drained_deleted", report.drained_expired),
@@ -250,11 +255,11 @@ fn before(now: Timestamp, age: Duration) -> Timestamp {
 fn reap_leases(state: &AppState, now: Timestamp) -> Result<Vec<(&'static str, u64)>, String> {
     let mesh = state.mesh();
     let store = mesh.store();
-    let expired = store.expired_leases(now).map_err(|err| err.to_string())?;
+    let expired = retrying(|| store.expired_leases(now)).map_err(|err| err.to_string())?;
     let (mut requeued, mut failed, mut skipped, mut errors) = (0, 0, 0, 0);
     for (mesh_id, task_id) in expired {
         state.metrics.note_mesh(&mesh_id);
-        match store.reclaim_if_lease_expired(&mesh_id, &task_id, now) {
+        match retrying(|| store.reclaim_if_lease_expired(&mesh_id, &task_id, now)) {
             Ok(Some(task)) if task.status == TaskStatus::Failed => {
                 failed += 1;
                 state.metrics.lease_reclaim("failed");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use agentmesh_core::{NewTask, Timestamp};
 use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES, UpkeepConfig};
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::Store as _;
+use agentmesh_store::prelude::*;
 use openmetrics_parser::prometheus::parse_prometheus;
 use openmetrics_parser::{MetricFamily, PrometheusType, PrometheusValue};
 use reqwest::{Client, Method, StatusCode};

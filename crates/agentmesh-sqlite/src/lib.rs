@@ -556,7 +556,7 @@ pub(crate) fn query_plan(conn: &Connection, sql: &str, args: &[rusqlite::types::
 #[cfg(test)]
 mod tests {
     use agentmesh_core::{NewTask, Timestamp};
-    use agentmesh_store::Store as _;
+    use agentmesh_store::prelude::*;
 
     use super::*;
 

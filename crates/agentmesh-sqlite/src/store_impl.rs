@@ -1,4 +1,4 @@
-//! `impl Store for SqliteStore`: each operation is one transaction (writes) or one
+//! The store traits for `SqliteStore`, one impl per group: each operation is one transaction (writes) or one
 //! read on the connection, delegating to `tasks`, `ledger`, `runtime` and `missions`.
 
 use std::sync::Arc;
@@ -11,9 +11,10 @@ use agentmesh_core::{
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, Store, StoreError, StoreResult, Submitted, ToolCall,
+    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
 };
 
+use agentmesh_store::prelude::*;
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
 
 use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, runtime, tasks};
@@ -23,6 +24,16 @@ fn fresh_task_id(now: Timestamp) -> String {
 }
 
 impl Store for SqliteStore {
+    fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
+        self.read(crate::overview::mesh_summaries)
+    }
+
+    fn probe_write(&self) -> StoreResult<()> {
+        SqliteStore::probe_write(self)
+    }
+}
+
+impl QueueStore for SqliteStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, new) = (mesh_id.to_owned(), new.clone());
@@ -51,45 +62,14 @@ impl Store for SqliteStore {
         self.read(|c| tasks::entries(c, mesh_id, statuses))
     }
 
-    fn queue_revision(&self, mesh_id: &str) -> StoreResult<String> {
-        self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::revision(c, mesh_id))
-    }
-
-    fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()> {
-        self.write(|tx| tasks::replace_queue(tx, mesh_id, entries))
-    }
-
-    fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(|tx| tasks::delete_queue(tx, mesh_id))
-    }
-
-    fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()> {
-        self.write(|tx| tasks::insert_entry(tx, entry))
-    }
-
-    fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task> {
-        self.write(|tx| tasks::update_entry(tx, entry, now))
-    }
-
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
         self.ensure_legacy_queue(mesh_id);
         self.read(|c| tasks::find(c, mesh_id, task_id))
     }
 
-    fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool> {
-        self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::has_active_assignment(c, mesh_id, session_id, node_id))
-    }
-
     fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64> {
         self.ensure_legacy_queue(mesh_id);
         self.read(|c| tasks::node_assignment_count(c, mesh_id, node_id))
-    }
-
-    fn pending_count(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::pending_count(c, mesh_id))
     }
 
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>> {
@@ -105,17 +85,6 @@ impl Store for SqliteStore {
     fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>> {
         self.ensure_legacy_queue(mesh_id);
         self.read(|c| tasks::active_assignments(c, mesh_id))
-    }
-
-    fn find_assigned_by_session(
-        &self,
-        mesh_id: &str,
-        session_id: &str,
-        occurred_at: Option<&str>,
-        task_id: Option<&str>,
-    ) -> StoreResult<Option<Task>> {
-        self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::find_assigned_by_session(c, mesh_id, session_id, occurred_at, task_id))
     }
 
     fn claim_next(
@@ -231,11 +200,6 @@ impl Store for SqliteStore {
         self.write(|tx| tasks::requeue(tx, mesh_id, task_id, opts, now))
     }
 
-    fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task> {
-        self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::reclaim(tx, mesh_id, task_id, reason, now))
-    }
-
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
         self.read(|c| tasks::expired_leases(c, now))
     }
@@ -249,39 +213,11 @@ impl Store for SqliteStore {
         self.ensure_legacy_queue(mesh_id);
         self.write(|tx| tasks::reclaim_if_lease_expired(tx, mesh_id, task_id, now))
     }
+}
 
-    fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
-        if entry.kind.trim().is_empty() {
-            return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-                "kind",
-                "must not be blank",
-            )));
-        }
-        self.write(|tx| ledger::append(tx, entry))
-    }
-
-    fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
-        self.read(|c| ledger::read_newest_first(c, mesh_id, query))
-    }
-
+impl LedgerStore for SqliteStore {
     fn read_ledger_ordered(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
         self.read(|c| ledger::read_ordered(c, mesh_id, query))
-    }
-
-    fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        self.write(|tx| ledger::delete(tx, mesh_id, ids))
-    }
-
-    fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(|tx| ledger::clear(tx, mesh_id))
-    }
-
-    fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool> {
-        self.read(|c| ledger::has(c, mesh_id, id))
-    }
-
-    fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.read(|c| ledger::count(c, mesh_id))
     }
 
     fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
@@ -300,7 +236,9 @@ impl Store for SqliteStore {
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
         self.read(|c| ledger::slice(c, mesh_id, query))
     }
+}
 
+impl RuntimeStore for SqliteStore {
     fn record_direct_dispatch(
         &self,
         mesh_id: &str,
@@ -325,10 +263,6 @@ impl Store for SqliteStore {
         self.write(|tx| runtime::set_dispatch_status(tx, mesh_id, session_id, task_id, status, now))
     }
 
-    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>> {
-        self.read(|c| runtime::sole_active_dispatch(c, mesh_id, session_id))
-    }
-
     fn mark_stale_direct_dispatches(
         &self,
         mesh_id: &str,
@@ -344,10 +278,6 @@ impl Store for SqliteStore {
 
     fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>> {
         self.read(|c| runtime::dispatch(c, mesh_id, task_id))
-    }
-
-    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(|tx| runtime::delete_dispatches(tx, mesh_id))
     }
 
     fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64> {
@@ -387,20 +317,12 @@ impl Store for SqliteStore {
         self.read(|c| runtime::active_deliveries(c, mesh_id, session_id, now))
     }
 
-    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        self.read(|c| runtime::task_has_confirmed_delivery(c, mesh_id, task_id))
-    }
-
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64> {
         self.write(|tx| runtime::expire_deliveries(tx, mesh_id, now))
     }
 
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>> {
         self.read(runtime::meshes_with_deliveries_or_dispatches)
-    }
-
-    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(|tx| runtime::delete_deliveries(tx, mesh_id))
     }
 
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {
@@ -419,25 +341,6 @@ impl Store for SqliteStore {
         self.write(|tx| runtime::prune_idle(tx, now))
     }
 
-    fn record_completion_fingerprint(
-        &self,
-        mesh_id: &str,
-        fingerprint: &str,
-        ttl_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<()> {
-        self.write(|tx| runtime::record_fingerprint(tx, mesh_id, fingerprint, ttl_ms, now))
-    }
-
-    fn has_completion_fingerprint(
-        &self,
-        mesh_id: &str,
-        fingerprint: &str,
-        now: Timestamp,
-    ) -> StoreResult<bool> {
-        self.read(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
-    }
-
     fn completion_fingerprints(
         &self,
         mesh_id: &str,
@@ -449,10 +352,6 @@ impl Store for SqliteStore {
 
     fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64> {
         self.write(|tx| runtime::sweep_fingerprints(tx, now))
-    }
-
-    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool> {
-        self.write(|tx| runtime::record_conflict(tx, conflict))
     }
 
     fn recent_completion_conflicts(
@@ -488,7 +387,9 @@ impl Store for SqliteStore {
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {
         self.write(|tx| runtime::prune_tool_calls(tx, cutoff))
     }
+}
 
+impl MissionStore for SqliteStore {
     fn upsert_mission(
         &self,
         mesh_id: &str,
@@ -511,18 +412,12 @@ impl Store for SqliteStore {
         self.read(|c| missions::progress(c, mesh_id, id))
     }
 
-    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(|tx| missions::clear(tx, mesh_id))
-    }
-
-    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.read(|c| runtime::cursor(c, mesh_id))
-    }
-
     fn bump_scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
         self.write(|tx| runtime::bump_cursor(tx, mesh_id))
     }
+}
 
+impl InboxStore for SqliteStore {
     fn queue_pending_event(
         &self,
         mesh_id: &str,
@@ -557,16 +452,8 @@ impl Store for SqliteStore {
         self.write(|tx| inbox::ack(tx, mesh_id, ids))
     }
 
-    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        self.write(|tx| inbox::delete(tx, mesh_id, ids))
-    }
-
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
         self.write(|tx| inbox::retract_dispatch_blocked(tx, mesh_id, task_id))
-    }
-
-    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(|tx| inbox::clear(tx, mesh_id))
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
@@ -611,13 +498,139 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
         self.read(|c| crate::overview::pending_by_addressee(c, mesh_id))
     }
+}
 
-    fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
-        self.read(crate::overview::mesh_summaries)
+impl CompatStore for SqliteStore {
+    fn queue_revision(&self, mesh_id: &str) -> StoreResult<String> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::revision(c, mesh_id))
     }
 
-    fn probe_write(&self) -> StoreResult<()> {
-        SqliteStore::probe_write(self)
+    fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()> {
+        self.write(|tx| tasks::replace_queue(tx, mesh_id, entries))
+    }
+
+    fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| tasks::delete_queue(tx, mesh_id))
+    }
+
+    fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()> {
+        self.write(|tx| tasks::insert_entry(tx, entry))
+    }
+
+    fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task> {
+        self.write(|tx| tasks::update_entry(tx, entry, now))
+    }
+
+    fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::has_active_assignment(c, mesh_id, session_id, node_id))
+    }
+
+    fn pending_count(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::pending_count(c, mesh_id))
+    }
+
+    fn find_assigned_by_session(
+        &self,
+        mesh_id: &str,
+        session_id: &str,
+        occurred_at: Option<&str>,
+        task_id: Option<&str>,
+    ) -> StoreResult<Option<Task>> {
+        self.ensure_legacy_queue(mesh_id);
+        self.read(|c| tasks::find_assigned_by_session(c, mesh_id, session_id, occurred_at, task_id))
+    }
+
+    fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::reclaim(tx, mesh_id, task_id, reason, now))
+    }
+
+    fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
+        if entry.kind.trim().is_empty() {
+            return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+                "kind",
+                "must not be blank",
+            )));
+        }
+        self.write(|tx| ledger::append(tx, entry))
+    }
+
+    fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
+        self.read(|c| ledger::read_newest_first(c, mesh_id, query))
+    }
+
+    fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| ledger::delete(tx, mesh_id, ids))
+    }
+
+    fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| ledger::clear(tx, mesh_id))
+    }
+
+    fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool> {
+        self.read(|c| ledger::has(c, mesh_id, id))
+    }
+
+    fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.read(|c| ledger::count(c, mesh_id))
+    }
+
+    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>> {
+        self.read(|c| runtime::sole_active_dispatch(c, mesh_id, session_id))
+    }
+
+    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| runtime::delete_dispatches(tx, mesh_id))
+    }
+
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.read(|c| runtime::task_has_confirmed_delivery(c, mesh_id, task_id))
+    }
+
+    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| runtime::delete_deliveries(tx, mesh_id))
+    }
+
+    fn record_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        ttl_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<()> {
+        self.write(|tx| runtime::record_fingerprint(tx, mesh_id, fingerprint, ttl_ms, now))
+    }
+
+    fn has_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool> {
+        self.read(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
+    }
+
+    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool> {
+        self.write(|tx| runtime::record_conflict(tx, conflict))
+    }
+
+    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| missions::clear(tx, mesh_id))
+    }
+
+    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.read(|c| runtime::cursor(c, mesh_id))
+    }
+
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| inbox::delete(tx, mesh_id, ids))
+    }
+
+    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64> {
+        self.write(|tx| inbox::clear(tx, mesh_id))
     }
 }
 

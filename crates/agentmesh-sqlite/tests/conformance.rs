@@ -1,9 +1,15 @@
 //! The backend-agnostic conformance suite, run against the SQLite backend: one
 //! `#[test]` per rule, each on a fresh database file in its own temp directory.
+//! The racing rules share one store between threads and open further stores on
+//! the same file, as other processes would.
 
 use std::ops::Deref;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use agentmesh_sqlite::SqliteStore;
+use agentmesh_store::Store;
+use agentmesh_store::conformance::Racers;
 
 /// A fresh `mesh-runtime.db` in a temp directory that lives as long as the store.
 struct TestDb {
@@ -28,4 +34,32 @@ impl Deref for TestDb {
     }
 }
 
-agentmesh_store::conformance_tests!(TestDb::new());
+/// A fresh database file and a store on it that threads share; [`Racers::open`]
+/// opens further stores on the same file.
+struct RacingDb {
+    shared: Arc<SqliteStore>,
+    path: PathBuf,
+    // Dropped last, after every store opened on the file.
+    _dir: tempfile::TempDir,
+}
+
+impl RacingDb {
+    fn new() -> RacingDb {
+        let dir = tempfile::tempdir().expect("a temp directory for the test database");
+        let path = dir.path().join("mesh-runtime.db");
+        let shared = Arc::new(SqliteStore::open(&path).expect("a fresh SQLite store"));
+        RacingDb { shared, path, _dir: dir }
+    }
+}
+
+impl Racers for RacingDb {
+    fn shared(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.shared) as Arc<dyn Store>
+    }
+
+    fn open(&self) -> Arc<dyn Store> {
+        Arc::new(SqliteStore::open(&self.path).expect("another store on the same database file"))
+    }
+}
+
+agentmesh_store::conformance_tests!(TestDb::new(), racing: RacingDb::new());

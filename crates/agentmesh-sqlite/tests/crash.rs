@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::{Claimant, LedgerQuery, NewTask, TaskStatus, Timestamp};
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
+use agentmesh_store::prelude::*;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
 
 const MESH: &str = "crash";
 const ROUNDS: u32 = 5;

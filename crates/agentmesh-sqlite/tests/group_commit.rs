@@ -14,7 +14,8 @@ use std::thread;
 
 use agentmesh_core::{Claimant, NewTask, TaskStatus, Timestamp};
 use agentmesh_sqlite::{DB_FILE_NAME, SqliteStore};
-use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
+use agentmesh_store::prelude::*;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
 
 const MESH: &str = "m";
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);

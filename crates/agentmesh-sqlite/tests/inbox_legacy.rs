@@ -8,7 +8,8 @@ use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEven
 use agentmesh_core::{LedgerEntry, LedgerQuery, Timestamp};
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::legacy::LegacyEventsReport;
-use agentmesh_store::{DrainRequest, DuplicateReason, PruneReport, QueueOutcome, Store};
+use agentmesh_store::prelude::*;
+use agentmesh_store::{DrainRequest, DuplicateReason, PruneReport, QueueOutcome};
 use serde_json::{Value, json};
 
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);

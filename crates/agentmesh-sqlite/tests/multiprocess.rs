@@ -11,7 +11,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use agentmesh_core::{Claimant, LedgerQuery, NewTask, TaskStatus, Timestamp};
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store, StoreError};
+use agentmesh_store::prelude::*;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, StoreError};
 
 const MESH: &str = "race";
 const WORKERS: usize = 16;

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 
 use agentmesh_core::{Claimant, LedgerQuery, NewTask, SliceQuery, TaskStatus, Timestamp};
 use agentmesh_sqlite::{LegacyQueueState, SCHEMA_VERSION, SqliteStore};
-use agentmesh_store::{ClaimOptions, ClaimOutcome, Store, StoreError};
+use agentmesh_store::prelude::*;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
 use serde_json::Value;
 
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);

@@ -117,7 +117,11 @@ pub enum StoreError {
         /// The last schema version this build knows.
         supported: i64,
     },
-    /// The database stayed locked by another writer past the busy timeout.
+    /// Contention: the backend could not run the operation now because
+    /// concurrent transactions held what it needed (SQLite: the database stayed
+    /// locked past the busy timeout; a server database: a lock timeout, a
+    /// deadlock or a serialization failure). The operation changed nothing, and
+    /// the caller may run it again as it was ([`StoreError::is_retryable`]).
     #[error("database is busy")]
     Busy,
     /// The write needed disk space the database's filesystem does not have; it
@@ -150,6 +154,14 @@ impl StoreError {
             StoreError::StorageFull(_) => "storage_full",
             StoreError::Backend(_) => "database_error",
         }
+    }
+
+    /// Whether running the same operation again may succeed: the error is
+    /// [contention](StoreError::Busy), the operation changed nothing, and a retry
+    /// after a short back-off is the right answer (see [`crate::retry`]). Every
+    /// other error is final for that request.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, StoreError::Busy)
     }
 
     /// Whether the caller's request was at fault (as opposed to the system).

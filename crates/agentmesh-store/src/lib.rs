@@ -26,6 +26,7 @@ pub mod ids;
 pub mod legacy;
 pub mod placement;
 mod raw_json;
+pub mod retry;
 pub mod submit;
 
 #[cfg(feature = "conformance")]
@@ -34,6 +35,12 @@ pub mod conformance;
 pub use error::{FullStorage, StoreError};
 pub use raw_json::RawJson;
 pub use submit::Submitted;
+
+/// The store traits, for `use agentmesh_store::prelude::*`: calling an operation
+/// needs the trait of its group in scope.
+pub mod prelude {
+    pub use crate::{CompatStore, InboxStore, LedgerStore, MissionStore, QueueStore, RuntimeStore, Store};
+}
 
 /// Result of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -103,7 +110,7 @@ pub enum Outcome {
     },
 }
 
-/// A worker's heartbeat: [`Store::heartbeat`]'s arguments, owned.
+/// A worker's heartbeat: [`QueueStore::heartbeat`]'s arguments, owned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     /// The task whose lease is extended.
@@ -270,7 +277,7 @@ pub enum QueueOutcome {
 }
 
 /// How long a coordinator stays live after its latest drain or
-/// [`Store::touch_coordinator`]: two minutes. A drain refreshes the presence at
+/// [`InboxStore::touch_coordinator`]: two minutes. A drain refreshes the presence at
 /// most every fifteen seconds, so a coordinator that drains (or touches) at least
 /// once a minute and a half is never taken for gone.
 pub const COORDINATOR_PRESENCE_TTL_MS: i64 = 120_000;
@@ -315,9 +322,75 @@ pub struct PruneReport {
 
 /// The operations of a mesh runtime store. Every query is scoped by mesh id, and
 /// every state change commits together with the ledger entry that records it.
-pub trait Store: Send + Sync + 'static {
-    // ── Tasks ────────────────────────────────────────────────────────────────
+///
+/// The operations are grouped by concern, one supertrait each, so a backend can
+/// be written one group at a time: [`QueueStore`] (tasks, claims, the task
+/// lifecycle), [`LedgerStore`], [`RuntimeStore`] (dispatches, deliveries, idle
+/// sessions, completion records, the rate guard), [`MissionStore`] and
+/// [`InboxStore`] (the coordinator inbox); `Store` itself adds the overview and
+/// the health probe. [`CompatStore`] holds what only import, tests and the
+/// benchmark need. Callers import them all with `use agentmesh_store::prelude::*`.
+///
+/// # Isolation contract
+///
+/// Several callers use one store at once: threads sharing one handle, and several
+/// handles (processes, daemons) on one database. Whatever the backend's native
+/// isolation, each operation must behave as if the writes of one mesh ran one at a
+/// time, for the decisions below; a backend that runs them concurrently must lock
+/// or serialize them (SQLite does, by having one writer per database).
+///
+/// Must appear serial, per mesh (each read-then-write is one atomic step):
+/// - **claim gates**: a claim's checks (the session already holds a task, the node
+///   is busy, the per-(node, provider) cap) and the assignment it makes. Two claims
+///   by one session never both succeed; a node never runs more than its gates
+///   allow; a task is never handed to two claimants.
+/// - **dependency readiness**: enqueueing a task counts its unmet dependencies,
+///   and completing a dependency updates the counts of its dependents. An enqueue
+///   racing the completion of its dependency leaves the dependent claimable
+///   exactly once, never waiting forever.
+/// - **cycle detection**: the graph read that refuses a cycle and the insert it
+///   allows. Of A→B and B→A enqueued together at most one succeeds; no cycle is
+///   ever stored.
+/// - **guarded row updates**: a completion, failure, cancel, requeue, reclaim or
+///   heartbeat re-reads the task's status, holder and epoch and changes it only if
+///   they still hold. Of a completion racing a reclaim exactly one wins, and a
+///   report carrying an epoch the task moved past is refused.
+/// - **drains**: one event is handed to exactly one drain, even when one
+///   coordinator drains twice at once.
+/// - **upserts**: of concurrent upserts of a new mission, exactly one says
+///   created; the same holds for every "insert unless it exists" (ledger append by
+///   id, event fingerprints).
+///
+/// May interleave: reads (each sees one committed state, but two reads may see
+/// different ones), operations on different meshes, and writes to different rows
+/// whose outcome does not depend on each other (heartbeats of different tasks,
+/// ledger appends, tool-call records).
+///
+/// Errors: an operation either commits all of its effect with its ledger entries
+/// or none. [`StoreError::Busy`] is contention (the backend could not serialize
+/// the operation in time): nothing changed, and the caller may run the same
+/// operation again ([`StoreError::is_retryable`], [`retry`]). Every other error is
+/// final for that request; retrying it gives the same answer.
+pub trait Store:
+    QueueStore + LedgerStore + RuntimeStore + MissionStore + InboxStore + Send + Sync + 'static
+{
+    /// Every mesh the store holds a row of (a task, ledger entry, inbox event,
+    /// mission, session delivery, direct dispatch or idle session), by mesh id, with
+    /// its counts. Rows are read as they are stored: a mesh id no caller could pass
+    /// today is listed too.
+    fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
 
+    /// Commits a write that changes no data, through the same path as every
+    /// other write: whether the store can write right now. Fails as a real write
+    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
+    /// [`FullStorage::NearlyFull`] when the write went through but the storage
+    /// has too little left for more than the smallest writes.
+    fn probe_write(&self) -> StoreResult<()>;
+}
+
+/// Tasks: the queue, claims and the lifecycle of a claimed task (completion,
+/// heartbeat, cancel, requeue, lease expiry). Part of [`Store`].
+pub trait QueueStore: Send + Sync + 'static {
     /// Validates and enqueues one task (ledger `task_dispatched`). Rejects a
     /// duplicate id and a dependency cycle, changing nothing.
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task>;
@@ -329,33 +402,11 @@ pub trait Store: Send + Sync + 'static {
     /// Tasks of a mesh in creation order, only those in `statuses` unless it is empty.
     fn queue_entries(&self, mesh_id: &str, statuses: &[TaskStatus]) -> StoreResult<Vec<Task>>;
 
-    /// A string that changes whenever any task of the mesh changes: one
-    /// `id\tstatus\tupdatedAt` line per task, ordered by id.
-    fn queue_revision(&self, mesh_id: &str) -> StoreResult<String>;
-
-    /// Replaces every task of the mesh with `entries`, as they are.
-    fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()>;
-
-    /// Deletes every task of the mesh; returns how many.
-    fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Inserts a task as it is (no validation beyond the id being new).
-    fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()>;
-
-    /// Rewrites a task as given, stamping `updatedAt = now`; returns the stored task.
-    fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task>;
-
     /// One task by id.
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>>;
 
-    /// Some assigned task runs on this session or exactly this node id.
-    fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool>;
-
     /// Assigned tasks whose node is exactly `node_id`.
     fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64>;
-
-    /// Pending tasks of the mesh.
-    fn pending_count(&self, mesh_id: &str) -> StoreResult<u64>;
 
     /// Task counts by status (statuses with no task are left out).
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>>;
@@ -367,17 +418,6 @@ pub trait Store: Send + Sync + 'static {
 
     /// Every assigned task, oldest dispatch first.
     fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>>;
-
-    /// The assigned task a completion event from `session_id` belongs to: the exact
-    /// `task_id` first, then the session's single task, then by dispatch time (see
-    /// [`agentmesh_core::lifecycle::match_completion`]).
-    fn find_assigned_by_session(
-        &self,
-        mesh_id: &str,
-        session_id: &str,
-        occurred_at: Option<&str>,
-        task_id: Option<&str>,
-    ) -> StoreResult<Option<Task>>;
 
     /// Claims the next task for `claimant` (ledger `task_claimed`), or says why not.
     fn claim_next(
@@ -395,8 +435,8 @@ pub trait Store: Send + Sync + 'static {
     /// refusal is recorded in the ledger.
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task>;
 
-    /// Records a worker's completion or failure as [`Store::complete_task`] does,
-    /// then claims the next task for `claimant` as [`Store::claim_next`] does: the
+    /// Records a worker's completion or failure as [`QueueStore::complete_task`] does,
+    /// then claims the next task for `claimant` as [`QueueStore::claim_next`] does: the
     /// worker loop's two steps in one call. A refused report claims nothing. A
     /// backend should run both in one transaction, so the claim sees the completion
     /// (a dependent it unblocked is claimable at once) and a crash never keeps one
@@ -424,7 +464,7 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Task>;
 
-    /// [`Store::claim_next`], submitted without holding the caller's thread (see
+    /// [`QueueStore::claim_next`], submitted without holding the caller's thread (see
     /// [`submit`]). The default runs it on a thread of its own.
     fn submit_claim(
         self: Arc<Self>,
@@ -436,7 +476,7 @@ pub trait Store: Send + Sync + 'static {
         submit::on_thread(move || self.claim_next(&mesh_id, &claimant, &opts, now))
     }
 
-    /// [`Store::complete_task`], submitted without holding the caller's thread
+    /// [`QueueStore::complete_task`], submitted without holding the caller's thread
     /// (see [`submit`]). The default runs it on a thread of its own.
     fn submit_completion(
         self: Arc<Self>,
@@ -447,7 +487,7 @@ pub trait Store: Send + Sync + 'static {
         submit::on_thread(move || self.complete_task(&mesh_id, &report, now))
     }
 
-    /// [`Store::heartbeat`], submitted without holding the caller's thread (see
+    /// [`QueueStore::heartbeat`], submitted without holding the caller's thread (see
     /// [`submit`]). The default runs it on a thread of its own.
     fn submit_heartbeat(
         self: Arc<Self>,
@@ -460,7 +500,7 @@ pub trait Store: Send + Sync + 'static {
         })
     }
 
-    /// [`Store::complete_and_claim`], submitted without holding the caller's thread
+    /// [`QueueStore::complete_and_claim`], submitted without holding the caller's thread
     /// (see [`submit`]). The default runs it on a thread of its own.
     fn submit_complete_and_claim(
         self: Arc<Self>,
@@ -493,15 +533,11 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Requeued>;
 
-    /// Recovers a stranded assignment (ledger `task_reclaimed`): back to pending, or
-    /// failed after more than three reclaims.
-    fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task>;
-
     /// Assigned tasks whose lease ran out before `now`, across every mesh, as
     /// `(mesh id, task id)`.
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>>;
 
-    /// Reclaims the task (as [`Store::reclaim_task`] does, with reason
+    /// Reclaims the task (as [`CompatStore::reclaim_task`] does, with reason
     /// `lease_expired`) only if, inside the same transaction, it is still assigned
     /// and its lease ran out before `now`; `None` when it is not (a heartbeat
     /// extended the lease, or it completed, was cancelled or is unknown). A lease
@@ -513,31 +549,15 @@ pub trait Store: Send + Sync + 'static {
         task_id: &str,
         now: Timestamp,
     ) -> StoreResult<Option<Task>>;
+}
 
-    // ── Ledger ───────────────────────────────────────────────────────────────
-
-    /// Appends one entry; `false` when its id exists already (nothing changes).
-    fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool>;
-
-    /// Entries newest first (timestamp, then insertion order), filtered by `query`;
-    /// at most `tail` (200 when unset).
-    fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>>;
-
+/// The event ledger: reads in append order, import from a peer, the slice
+/// protocol. (Entries are written by the operations they record.) Part of
+/// [`Store`].
+pub trait LedgerStore: Send + Sync + 'static {
     /// Entries in append order (timestamp, then insertion order); with `tail`, the
     /// newest `tail` entries, still in append order.
     fn read_ledger_ordered(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>>;
-
-    /// Deletes entries by id; returns how many.
-    fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
-
-    /// Deletes every entry of the mesh; returns how many.
-    fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Whether an entry with this id exists in the mesh.
-    fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool>;
-
-    /// Number of entries in the mesh.
-    fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64>;
 
     /// Imports entries from elsewhere (each validated first; all or none); returns
     /// how many were new.
@@ -547,9 +567,12 @@ pub trait Store: Send + Sync + 'static {
     /// order. An unknown `after_id` gives an empty page. The cost of a page does not
     /// depend on where the cursor is.
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice>;
+}
 
-    // ── Direct dispatches ────────────────────────────────────────────────────
-
+/// Runtime records beside the queue: direct dispatches, session deliveries, idle
+/// sessions, completion fingerprints and conflicts, the tool-call rate guard.
+/// Part of [`Store`].
+pub trait RuntimeStore: Send + Sync + 'static {
     /// Records a direct dispatch (status `dispatched`), replacing the row of the
     /// same task id.
     fn record_direct_dispatch(
@@ -577,9 +600,6 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<u64>;
 
-    /// The task id of the session's only active dispatch; `None` with zero or several.
-    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>>;
-
     /// Marks `dispatched` rows sent before `cutoff` stale; returns how many.
     fn mark_stale_direct_dispatches(
         &self,
@@ -592,13 +612,8 @@ pub trait Store: Send + Sync + 'static {
     /// every mesh; returns how many.
     fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64>;
 
-    /// Deletes every dispatch of the mesh; returns how many.
-    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64>;
-
     /// Deletes the dispatches of these tasks; returns how many.
     fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64>;
-
-    // ── Session deliveries ───────────────────────────────────────────────────
 
     /// Records a delivery (status `queued` unless given); replaces one with the same id.
     fn insert_session_delivery(
@@ -631,20 +646,12 @@ pub trait Store: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Vec<SessionDelivery>>;
 
-    /// Some delivery of the task was delivered, acked or completed.
-    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
-
     /// Moves waiting deliveries whose expiry passed to `expired`; returns how many.
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64>;
 
     /// The meshes that have session deliveries or direct dispatches, each once,
     /// sorted: what the per-mesh delivery and dispatch sweeps have to visit.
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>>;
-
-    /// Deletes every delivery of the mesh; returns how many.
-    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    // ── Idle sessions ────────────────────────────────────────────────────────
 
     /// Records (or refreshes) an idle session.
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()>;
@@ -658,25 +665,6 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes expired idle sessions in every mesh; returns how many.
     fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64>;
 
-    // ── Completion fingerprints and conflicts ───────────────────────────────
-
-    /// Records that a completion with this fingerprint was handled, for `ttl_ms`.
-    fn record_completion_fingerprint(
-        &self,
-        mesh_id: &str,
-        fingerprint: &str,
-        ttl_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<()>;
-
-    /// Whether the fingerprint was recorded in this mesh and has not expired.
-    fn has_completion_fingerprint(
-        &self,
-        mesh_id: &str,
-        fingerprint: &str,
-        now: Timestamp,
-    ) -> StoreResult<bool>;
-
     /// The mesh's fingerprints that have not expired at `now`, the latest expiry
     /// (the most recently recorded, for one ttl) first, at most `limit`.
     fn completion_fingerprints(
@@ -689,9 +677,6 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes expired fingerprints (through an index, not a scan); returns how many.
     fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64>;
 
-    /// Records a conflict; `false` when its id was recorded already.
-    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool>;
-
     /// Conflicts of the last `window_ms` (one hour when `None`), newest first, at most 50.
     fn recent_completion_conflicts(
         &self,
@@ -699,8 +684,6 @@ pub trait Store: Send + Sync + 'static {
         window_ms: Option<i64>,
         now: Timestamp,
     ) -> StoreResult<Vec<CompletionConflict>>;
-
-    // ── Tool-call rate guard ─────────────────────────────────────────────────
 
     /// Records a call and says whether the tool is called too often in the mesh
     /// (calls within `guard.window_ms`, this one included, above `guard.max_calls`).
@@ -719,9 +702,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes recorded calls before `cutoff`; returns how many.
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64>;
+}
 
-    // ── Missions ─────────────────────────────────────────────────────────────
-
+/// Missions, their progress, and the round-robin placement cursor. Part of
+/// [`Store`].
+pub trait MissionStore: Send + Sync + 'static {
     /// Creates or updates a mission (ledger `mission_created` or
     /// `mission_status_changed` / `mission_goal_updated`); an update keeps the
     /// creation time. An id used by another mesh is refused. Of concurrent
@@ -742,19 +727,13 @@ pub trait Store: Send + Sync + 'static {
     /// A mission's progress, counted from its tasks now.
     fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress>;
 
-    /// Deletes every mission of the mesh; returns how many.
-    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    // ── Placement ────────────────────────────────────────────────────────────
-
-    /// The mesh's round-robin cursor (0 when unset).
-    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
-
     /// Advances the cursor by one, atomically; returns the value before.
     fn bump_scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
+}
 
-    // ── Coordinator inbox ────────────────────────────────────────────────────
-
+/// The coordinator inbox: queue, drain, peek, ack and retract events, coordinator
+/// presence, retention, and putting held events back. Part of [`Store`].
+pub trait InboxStore: Send + Sync + 'static {
     /// Queues an event for a coordinator: stamps its v2 envelope
     /// ([`agentmesh_core::events::stamp_event`] with `hint`, a fresh event id and
     /// `self_machine_id`), refuses a refine terminal that already exists and a
@@ -774,7 +753,7 @@ pub trait Store: Send + Sync + 'static {
     /// quarantined one with its `event_held` ledger entry); events routed away stay
     /// queued for their own coordinator and never keep the drainer from reaching
     /// its own. The drain refreshes its drainer's presence (see
-    /// [`Store::touch_coordinator`]) in the same transaction.
+    /// [`InboxStore::touch_coordinator`]) in the same transaction.
     fn drain_pending_events(
         &self,
         mesh_id: &str,
@@ -793,14 +772,8 @@ pub trait Store: Send + Sync + 'static {
     /// returns how many changed.
     fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64>;
 
-    /// Deletes events by row id; returns how many.
-    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
-
     /// Deletes the undelivered `mesh:dispatch_blocked` events of a task; returns how many.
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64>;
-
-    /// Deletes every event of the mesh, drained ones included; returns how many.
-    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64>;
 
     /// Undrained events of the mesh.
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64>;
@@ -830,7 +803,7 @@ pub trait Store: Send + Sync + 'static {
     /// [`COORDINATOR_PRESENCE_TTL_MS`], unless it ended. A unicast for another
     /// run on the drainer's machine is re-attributed to the drainer (the restart
     /// rule) only while its addressee is not live; a live one keeps it queued. A
-    /// refresh after [`Store::end_coordinator`] makes the coordinator live again.
+    /// refresh after [`InboxStore::end_coordinator`] makes the coordinator live again.
     fn touch_coordinator(
         &self,
         mesh_id: &str,
@@ -855,25 +828,114 @@ pub trait Store: Send + Sync + 'static {
     /// live event took its fingerprint). An unknown entry: [`StoreError::NotFound`].
     fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool>;
 
-    // ── Overview ─────────────────────────────────────────────────────────────
-
     /// Undrained events counted by the coordinator they are addressed to (the v2
     /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and
     /// unaddressed events), largest group first, at most 50 groups.
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>>;
+}
 
-    /// Every mesh the store holds a row of (a task, ledger entry, inbox event,
-    /// mission, session delivery, direct dispatch or idle session), by mesh id, with
-    /// its counts. Rows are read as they are stored: a mesh id no caller could pass
-    /// today is listed too.
-    fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
+/// Operations no transport reaches: raw queue and ledger edits, counts and
+/// deletions that import, tests, the conformance suite and the benchmark use to
+/// set up and inspect a database. A backend implements them to run the
+/// conformance suite; the daemon never calls them.
+pub trait CompatStore: Store {
+    /// A string that changes whenever any task of the mesh changes: one
+    /// `id\tstatus\tupdatedAt` line per task, ordered by id.
+    fn queue_revision(&self, mesh_id: &str) -> StoreResult<String>;
 
-    // ── Health ───────────────────────────────────────────────────────────────
+    /// Replaces every task of the mesh with `entries`, as they are.
+    fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()>;
 
-    /// Commits a write that changes no data, through the same path as every
-    /// other write: whether the store can write right now. Fails as a real write
-    /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
-    /// [`FullStorage::NearlyFull`] when the write went through but the storage
-    /// has too little left for more than the smallest writes.
-    fn probe_write(&self) -> StoreResult<()>;
+    /// Deletes every task of the mesh; returns how many.
+    fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Inserts a task as it is (no validation beyond the id being new).
+    fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()>;
+
+    /// Rewrites a task as given, stamping `updatedAt = now`; returns the stored task.
+    fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task>;
+
+    /// Some assigned task runs on this session or exactly this node id.
+    fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool>;
+
+    /// Pending tasks of the mesh.
+    fn pending_count(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// The assigned task a completion event from `session_id` belongs to: the exact
+    /// `task_id` first, then the session's single task, then by dispatch time (see
+    /// [`agentmesh_core::lifecycle::match_completion`]).
+    fn find_assigned_by_session(
+        &self,
+        mesh_id: &str,
+        session_id: &str,
+        occurred_at: Option<&str>,
+        task_id: Option<&str>,
+    ) -> StoreResult<Option<Task>>;
+
+    /// Recovers a stranded assignment (ledger `task_reclaimed`): back to pending, or
+    /// failed after more than three reclaims.
+    fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task>;
+
+    /// Appends one entry; `false` when its id exists already (nothing changes).
+    fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool>;
+
+    /// Entries newest first (timestamp, then insertion order), filtered by `query`;
+    /// at most `tail` (200 when unset).
+    fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>>;
+
+    /// Deletes entries by id; returns how many.
+    fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
+
+    /// Deletes every entry of the mesh; returns how many.
+    fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Whether an entry with this id exists in the mesh.
+    fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool>;
+
+    /// Number of entries in the mesh.
+    fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// The task id of the session's only active dispatch; `None` with zero or several.
+    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>>;
+
+    /// Deletes every dispatch of the mesh; returns how many.
+    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Some delivery of the task was delivered, acked or completed.
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
+
+    /// Deletes every delivery of the mesh; returns how many.
+    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Records that a completion with this fingerprint was handled, for `ttl_ms`.
+    fn record_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        ttl_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<()>;
+
+    /// Whether the fingerprint was recorded in this mesh and has not expired.
+    fn has_completion_fingerprint(
+        &self,
+        mesh_id: &str,
+        fingerprint: &str,
+        now: Timestamp,
+    ) -> StoreResult<bool>;
+
+    /// Records a conflict; `false` when its id was recorded already.
+    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool>;
+
+    /// Deletes every mission of the mesh; returns how many.
+    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// The mesh's round-robin cursor (0 when unset).
+    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
+
+    /// Deletes events by row id; returns how many.
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
+
+    /// Deletes every event of the mesh, drained ones included; returns how many.
+    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64>;
 }

@@ -17,7 +17,8 @@ use agentmesh_core::{
     DeliveryStatus, DispatchStatus, IdleSession, NewDirectDispatch, NewSessionDelivery, Timestamp,
 };
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::{DeliveryUpdate, Store};
+use agentmesh_store::DeliveryUpdate;
+use agentmesh_store::prelude::*;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -160,7 +161,7 @@ impl Mesh {
 
     /// Writes rows the way the daemon would: through the store, on the same data
     /// dir, closed again before the binary runs.
-    fn seed(&self, write: impl FnOnce(&dyn Store)) {
+    fn seed(&self, write: impl FnOnce(&dyn CompatStore)) {
         let store = SqliteStore::open_data_dir(self.data_dir()).expect("the store opens");
         write(&store);
     }

@@ -15,7 +15,8 @@ use agentmesh_core::{
     CompletionConflict, IdleSession, NewDirectDispatch, NewSessionDelivery, RateGuard, Timestamp,
 };
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::{Store, ToolCall};
+use agentmesh_store::ToolCall;
+use agentmesh_store::prelude::*;
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -109,7 +110,7 @@ impl Mesh {
     }
 
     /// Writes rows the way the daemon would, through the store on the same data dir.
-    fn seed(&self, write: impl FnOnce(&dyn Store)) {
+    fn seed(&self, write: impl FnOnce(&dyn CompatStore)) {
         let store = SqliteStore::open_data_dir(self.data_dir()).expect("the store opens");
         write(&store);
     }

@@ -756,7 +756,7 @@ fn the_records_around_the_queue_read_and_move_the_same_through_the_daemon() {
     run(dir, &["events", "push", "--event", "agent:stopped", "--task", "t1", "--node", "n1"]).ok();
     run(dir, &["events", "drain", "--daemon", "mach_A", "--run", "run-1", "--enforce"]).ok();
     {
-        use agentmesh_store::Store as _;
+        use agentmesh_store::prelude::*;
         let store = agentmesh_sqlite::SqliteStore::open_data_dir(dir).expect("the store opens");
         let at = agentmesh_core::Timestamp::from_millis(1_735_689_600_000);
         let far = agentmesh_core::Timestamp::parse_iso("2999-01-01T00:00:00.000Z").expect("an instant");

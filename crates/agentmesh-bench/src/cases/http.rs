@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use agentmesh_core::{Claimant, TaskStatus};
 use agentmesh_daemon::{ApiToken, AppState};
 use agentmesh_sqlite::WriteStats;
+use agentmesh_store::prelude::*;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
 use serde_json::{Value, json};

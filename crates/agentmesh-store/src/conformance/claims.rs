@@ -2,6 +2,7 @@
 //! reasons, dependencies and blocks, node identity across daemon-id forms, and what
 //! a claim stamps on the task.
 
+use crate::CompatStore;
 use agentmesh_core::{
     ClaimRefusal, Claimant, NewTask, NotBefore, RequeueOptions, Requeued, TaskStatus, ledger::kinds,
 };
@@ -352,7 +353,7 @@ pub fn claim_stamps_the_assignment_and_records_task_claimed(store: &dyn Store) {
 }
 
 /// The epoch increases on every claim and reclaim: claim, reclaim, claim gives 1 then 3.
-pub fn epoch_increases_on_every_claim_and_reclaim(store: &dyn Store) {
+pub fn epoch_increases_on_every_claim_and_reclaim(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("t1"), at(1));
     let first = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     assert_eq!(first.epoch(), 1, "expected epoch 1 after the first claim");

@@ -6,7 +6,7 @@
 use agentmesh_core::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 
 use super::support::*;
-use crate::{DeliveryUpdate, Store};
+use crate::{CompatStore, DeliveryUpdate, Store};
 
 /// A delivery is queued unless given a status, stored as given, listed as returned, and replaced by its id.
 pub fn session_delivery_is_queued_by_default_and_read_back(store: &dyn Store) {
@@ -68,7 +68,7 @@ pub fn session_delivery_is_queued_by_default_and_read_back(store: &dyn Store) {
 }
 
 /// Statuses only move up the ranks (delivered, acked, completed); an acked delivery never goes back to queued.
-pub fn session_delivery_status_never_moves_backwards(store: &dyn Store) {
+pub fn session_delivery_status_never_moves_backwards(store: &dyn CompatStore) {
     insert_delivery(
         store,
         MESH,
@@ -126,7 +126,7 @@ pub fn session_delivery_status_never_moves_backwards(store: &dyn Store) {
 }
 
 /// Failed, expired and cancelled deliveries are final: nothing moves out, not even to another final status.
-pub fn final_session_delivery_statuses_are_never_left(store: &dyn Store) {
+pub fn final_session_delivery_statuses_are_never_left(store: &dyn CompatStore) {
     for (i, end) in
         [DeliveryStatus::Failed, DeliveryStatus::Expired, DeliveryStatus::Cancelled].into_iter().enumerate()
     {
@@ -291,7 +291,7 @@ pub fn active_session_deliveries_are_waiting_unexpired_and_ordered(store: &dyn S
 }
 
 /// A task has a confirmed delivery only when one of its deliveries is delivered, acked or completed.
-pub fn task_has_confirmed_delivery_only_for_delivered_acked_or_completed(store: &dyn Store) {
+pub fn task_has_confirmed_delivery_only_for_delivered_acked_or_completed(store: &dyn CompatStore) {
     for (i, status) in DeliveryStatus::ALL.into_iter().enumerate() {
         let task = format!("t-{status}");
         let new = NewSessionDelivery {
@@ -334,7 +334,7 @@ pub fn task_has_confirmed_delivery_only_for_delivered_acked_or_completed(store: 
 }
 
 /// Expiry moves only waiting deliveries whose expiresAt is at or before `now` to expired, in the mesh, and counts them.
-pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn Store) {
+pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn CompatStore) {
     let expiring = |id: &str, status, expires: i64| NewSessionDelivery {
         task_id: Some(format!("t-{id}")),
         status: Some(status),
@@ -392,7 +392,7 @@ pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn Sto
 }
 
 /// Deleting a mesh's deliveries deletes all of them, whatever their status, and no other mesh's.
-pub fn session_deliveries_are_deleted_by_mesh(store: &dyn Store) {
+pub fn session_deliveries_are_deleted_by_mesh(store: &dyn CompatStore) {
     insert_delivery(store, MESH, delivery("d1", "s1", 0), at(0));
     insert_delivery(
         store,
@@ -427,7 +427,7 @@ pub fn session_deliveries_are_deleted_by_mesh(store: &dyn Store) {
 
 /// The meshes with deliveries or dispatches are listed once each, sorted; a mesh
 /// with only tasks is not, nor one whose deliveries were all deleted.
-pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn Store) {
+pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn CompatStore) {
     let listed = |store: &dyn Store| ok(store.meshes_with_deliveries_or_dispatches(), "meshes listing");
     assert!(listed(store).is_empty(), "expected no mesh before anything is recorded");
     insert_delivery(store, "z-deliveries", delivery("d1", "s1", 0), at(0));

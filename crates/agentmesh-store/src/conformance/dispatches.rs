@@ -4,6 +4,7 @@
 //! session, the sole-active lookup, stale marking, cleanup, deletion, validation and
 //! mesh isolation.
 
+use crate::CompatStore;
 use agentmesh_core::{DirectDispatch, DispatchStatus, NewDirectDispatch};
 
 use super::support::*;
@@ -48,7 +49,7 @@ pub fn direct_dispatch_is_recorded_and_listed_oldest_first(store: &dyn Store) {
 }
 
 /// Recording a dispatch for a task id that has one replaces that row: fresh status, time and fields.
-pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn Store) {
+pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn CompatStore) {
     record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
     set_dispatch_status(store, MESH, "t1", DispatchStatus::Acked, at(2));
     let again = NewDirectDispatch { message: "second attempt".into(), ..direct_dispatch("t1", Some("s2")) };
@@ -176,7 +177,7 @@ pub fn completed_and_failed_direct_dispatches_never_change(store: &dyn Store) {
 }
 
 /// The sole-active lookup names the session's one active dispatch, and gives None for none or several.
-pub fn sole_active_direct_dispatch_needs_exactly_one_active_row(store: &dyn Store) {
+pub fn sole_active_direct_dispatch_needs_exactly_one_active_row(store: &dyn CompatStore) {
     let sole =
         |session: &str| ok(store.sole_active_direct_dispatch(MESH, session), "sole_active_direct_dispatch");
     assert_eq!(sole("s1"), None, "expected no sole dispatch for a session without dispatches");
@@ -249,7 +250,7 @@ pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn
 }
 
 /// Cleanup deletes completed, failed and stale rows changed before the cutoff, in every mesh, and counts them.
-pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dyn Store) {
+pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dyn CompatStore) {
     for (task, status) in [
         ("done-old", DispatchStatus::Completed),
         ("failed-old", DispatchStatus::Failed),
@@ -289,7 +290,7 @@ pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dy
 }
 
 /// Deleting by mesh and by task ids deletes only the mesh's named rows and returns the counts.
-pub fn direct_dispatches_are_deleted_by_mesh_and_by_task(store: &dyn Store) {
+pub fn direct_dispatches_are_deleted_by_mesh_and_by_task(store: &dyn CompatStore) {
     for (i, task) in ["t1", "t2", "t3"].into_iter().enumerate() {
         record_dispatch(store, MESH, direct_dispatch(task, Some("s1")), at(i as i64));
     }
@@ -352,7 +353,7 @@ pub fn direct_dispatch_rejects_bad_input_naming_the_field(store: &dyn Store) {
 }
 
 /// Dispatches of one mesh are invisible to, and unchanged by, operations on another mesh.
-pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn Store) {
+pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn CompatStore) {
     let a1 = record_dispatch(store, MESH, direct_dispatch("a1", Some("s1")), at(0));
     assert!(active_dispatch_ids(store, OTHER_MESH).is_empty(), "expected A's dispatch invisible from B");
     let set_in_b = |session: Option<&str>, task: Option<&str>, status| {

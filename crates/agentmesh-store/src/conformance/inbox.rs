@@ -22,7 +22,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use serde_json::json;
 
 use super::support::*;
-use crate::{DrainRequest, DuplicateReason, InboxEvent, Store};
+use crate::{CompatStore, DrainRequest, DuplicateReason, InboxEvent, Store};
 
 const COMPLETED: &str = AGENT_GENERATING_COMPLETED;
 const READY: &str = AGENT_READY;
@@ -325,7 +325,7 @@ pub fn inbox_delivered_events_are_never_delivered_again(store: &dyn Store) {
 }
 
 /// Ack marks the given rows drained, delete removes rows (drained or not, freeing their fingerprint), clear empties the mesh; each returns how many rows it changed.
-pub fn inbox_ack_delete_and_clear_count_what_they_change(store: &dyn Store) {
+pub fn inbox_ack_delete_and_clear_count_what_they_change(store: &dyn CompatStore) {
     let me = me();
     let ids: Vec<String> = (1..=5).map(|i| queue_completion(store, MESH, &format!("e{i}"), i, &me)).collect();
     // Out of order, and one of them twice: each row counts once.
@@ -376,7 +376,7 @@ pub fn inbox_ack_delete_and_clear_count_what_they_change(store: &dyn Store) {
 }
 
 /// Meshes are isolated: another mesh never sees, drains, acks, deletes, retracts or clears a mesh's events, and fingerprints and drained eventIds count per mesh.
-pub fn inbox_meshes_are_isolated(store: &dyn Store) {
+pub fn inbox_meshes_are_isolated(store: &dyn CompatStore) {
     let me = me();
     let (a_id, a_event) = queue_event(store, MESH, completion_for(MESH, "t1", 1, &me), at(1));
     let blocked = inbox_event(MESH, DISPATCH_BLOCKED, "t1", at(2));

@@ -2,6 +2,7 @@
 //! reads with their filters, deletion, import, the slice protocol
 //! `adhdev.mesh.ledger.slice.v1`, and mesh isolation.
 
+use crate::CompatStore;
 use agentmesh_core::ledger::{SLICE_DEFAULT_LIMIT, SLICE_MAX_LIMIT, SLICE_PROTOCOL};
 use agentmesh_core::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};
 use serde_json::json;
@@ -11,7 +12,7 @@ use crate::Store;
 
 /// Appends every entry, each of which must be new.
 #[track_caller]
-fn append_all(store: &dyn Store, entries: &[LedgerEntry]) {
+fn append_all(store: &dyn CompatStore, entries: &[LedgerEntry]) {
     for entry in entries {
         assert!(
             ok(store.append_ledger(entry), "append_ledger"),
@@ -47,7 +48,7 @@ fn scrambled_entries(mesh: &str, count: usize) -> (Vec<LedgerEntry>, Vec<String>
 }
 
 /// Appending an entry whose id exists returns false and changes nothing.
-pub fn ledger_append_is_idempotent_by_id(store: &dyn Store) {
+pub fn ledger_append_is_idempotent_by_id(store: &dyn CompatStore) {
     let entry = ledger_entry(MESH, "e1", "note", at(1));
     assert!(ok(store.append_ledger(&entry), "first append"), "expected the first append of e1 to be new");
     let mut again = entry.clone();
@@ -66,7 +67,7 @@ pub fn ledger_append_is_idempotent_by_id(store: &dyn Store) {
 }
 
 /// An entry with a blank kind is refused as invalid input naming `kind`, and nothing is appended.
-pub fn ledger_append_rejects_a_blank_kind(store: &dyn Store) {
+pub fn ledger_append_rejects_a_blank_kind(store: &dyn CompatStore) {
     append_all(store, &[ledger_entry(MESH, "e1", "note", at(1))]);
     for kind in ["", "   "] {
         let entry = ledger_entry(MESH, "blank", kind, at(2));
@@ -77,7 +78,7 @@ pub fn ledger_append_rejects_a_blank_kind(store: &dyn Store) {
 }
 
 /// `read_ledger` returns entries newest first (timestamp, then insertion), filtered by `tail`, `since` and kinds.
-pub fn read_ledger_is_newest_first_with_filters(store: &dyn Store) {
+pub fn read_ledger_is_newest_first_with_filters(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -122,7 +123,7 @@ pub fn read_ledger_is_newest_first_with_filters(store: &dyn Store) {
 /// Kind filters give the same entries whatever the kinds: the ones written for
 /// every task (enqueued, claimed, completed), rarer ones, and both together, in
 /// every read form.
-pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn Store) {
+pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -156,7 +157,7 @@ pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn Store) {
 }
 
 /// `read_ledger` without a tail returns the newest 200 entries.
-pub fn read_ledger_defaults_to_200_entries(store: &dyn Store) {
+pub fn read_ledger_defaults_to_200_entries(store: &dyn CompatStore) {
     let entries: Vec<LedgerEntry> =
         (0..205).map(|i| ledger_entry(MESH, &format!("e{i:03}"), "note", at(i))).collect();
     append_all(store, &entries);
@@ -167,7 +168,7 @@ pub fn read_ledger_defaults_to_200_entries(store: &dyn Store) {
 }
 
 /// `read_ledger_ordered` returns entries in append order: timestamp, then insertion order within one instant.
-pub fn read_ledger_ordered_keeps_append_order(store: &dyn Store) {
+pub fn read_ledger_ordered_keeps_append_order(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -198,7 +199,7 @@ pub fn read_ledger_ordered_keeps_append_order(store: &dyn Store) {
 }
 
 /// `read_ledger_ordered` with a tail returns the newest entries, still in append order.
-pub fn read_ledger_ordered_tail_is_newest_in_append_order(store: &dyn Store) {
+pub fn read_ledger_ordered_tail_is_newest_in_append_order(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -218,7 +219,7 @@ pub fn read_ledger_ordered_tail_is_newest_in_append_order(store: &dyn Store) {
 }
 
 /// `delete_ledger_entries` deletes the given ids of the mesh and returns how many it deleted.
-pub fn ledger_delete_removes_entries_by_id(store: &dyn Store) {
+pub fn ledger_delete_removes_entries_by_id(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -242,7 +243,7 @@ pub fn ledger_delete_removes_entries_by_id(store: &dyn Store) {
 }
 
 /// `clear_ledger` deletes every entry of one mesh, returns how many, and leaves other meshes alone.
-pub fn ledger_clear_empties_one_mesh(store: &dyn Store) {
+pub fn ledger_clear_empties_one_mesh(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -262,7 +263,7 @@ pub fn ledger_clear_empties_one_mesh(store: &dyn Store) {
 }
 
 /// `has_ledger_entry` and `ledger_count` reflect appends and deletions.
-pub fn ledger_has_and_count_track_appends(store: &dyn Store) {
+pub fn ledger_has_and_count_track_appends(store: &dyn CompatStore) {
     let has = |id: &str| ok(store.has_ledger_entry(MESH, id), "has_ledger_entry");
     let count = || ok(store.ledger_count(MESH), "ledger_count");
     assert_eq!(count(), 0, "expected an empty ledger to count 0");
@@ -276,7 +277,7 @@ pub fn ledger_has_and_count_track_appends(store: &dyn Store) {
 }
 
 /// `import_ledger` imports entries from elsewhere and counts only the new ones.
-pub fn ledger_import_counts_only_new_entries(store: &dyn Store) {
+pub fn ledger_import_counts_only_new_entries(store: &dyn CompatStore) {
     append_all(store, &[ledger_entry(MESH, "known", "note", at(1))]);
     let batch = [
         ledger_entry(MESH, "known", "note", at(1)),
@@ -300,7 +301,7 @@ pub fn ledger_import_counts_only_new_entries(store: &dyn Store) {
 }
 
 /// `import_ledger` refuses a batch with an invalid entry (bad timestamp, non-object payload) naming the field, importing none of it.
-pub fn ledger_import_rejects_an_invalid_entry_and_imports_nothing(store: &dyn Store) {
+pub fn ledger_import_rejects_an_invalid_entry_and_imports_nothing(store: &dyn CompatStore) {
     append_all(store, &[ledger_entry(MESH, "known", "note", at(1))]);
     let good = ledger_entry(MESH, "good", "remote", at(2));
 
@@ -328,7 +329,7 @@ pub fn ledger_import_rejects_an_invalid_entry_and_imports_nothing(store: &dyn St
 }
 
 /// A slice page holds 100 entries by default; the limit is clamped to 1..=500.
-pub fn ledger_slice_default_and_clamped_limits(store: &dyn Store) {
+pub fn ledger_slice_default_and_clamped_limits(store: &dyn CompatStore) {
     let (entries, order) = scrambled_entries(MESH, 600);
     append_all(store, &entries);
 
@@ -360,7 +361,7 @@ pub fn ledger_slice_default_and_clamped_limits(store: &dyn Store) {
 }
 
 /// A slice returns the entries strictly after the `afterId` cursor in (timestamp, id) order.
-pub fn ledger_slice_orders_by_timestamp_then_id_after_the_cursor(store: &dyn Store) {
+pub fn ledger_slice_orders_by_timestamp_then_id_after_the_cursor(store: &dyn CompatStore) {
     append_all(
         store,
         &[
@@ -400,7 +401,7 @@ pub fn ledger_slice_orders_by_timestamp_then_id_after_the_cursor(store: &dyn Sto
 }
 
 /// Paging 1,234 entries 100 at a time returns every entry exactly once in order; the last page says no more.
-pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn Store) {
+pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn CompatStore) {
     let (entries, order) = scrambled_entries(MESH, 1_234);
     append_all(store, &entries);
     let mut seen: Vec<String> = Vec::new();
@@ -434,7 +435,7 @@ pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn Store) {
 }
 
 /// An `afterId` that is not in the mesh's ledger gives an empty page.
-pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn Store) {
+pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn CompatStore) {
     append_all(
         store,
         &[ledger_entry(MESH, "e1", "note", at(1)), ledger_entry(OTHER_MESH, "b1", "note", at(2))],
@@ -447,7 +448,7 @@ pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn Store) {
 }
 
 /// A slice with a kind returns only entries of that kind, and pages through them.
-pub fn ledger_slice_filters_by_kind(store: &dyn Store) {
+pub fn ledger_slice_filters_by_kind(store: &dyn CompatStore) {
     let (entries, order) = scrambled_entries(MESH, 300);
     append_all(store, &entries);
     let rare: Vec<String> = order
@@ -471,7 +472,7 @@ pub fn ledger_slice_filters_by_kind(store: &dyn Store) {
 }
 
 /// Entries of one mesh never show up in another mesh's reads, counts, slices or deletions.
-pub fn ledger_is_isolated_by_mesh(store: &dyn Store) {
+pub fn ledger_is_isolated_by_mesh(store: &dyn CompatStore) {
     append_all(store, &[ledger_entry(MESH, "a1", "note", at(1)), ledger_entry(MESH, "a2", "note", at(2))]);
     enqueue(store, MESH, new_task("t-a"), at(3));
     let a_before = ledger_entries(store, MESH);

@@ -5,10 +5,10 @@
 use agentmesh_core::{ClaimRefusal, NewTask, RequeueOptions, Requeued, TaskStatus, Timestamp};
 
 use super::support::*;
-use crate::{ClaimOptions, CompletionReport, Store, StoreError};
+use crate::{ClaimOptions, CompatStore, CompletionReport, Store, StoreError};
 
 /// A completion by the holding session at the current epoch completes the task with its summary and records `task_completed`.
-pub fn complete_with_matching_session_and_epoch_completes(store: &dyn Store) {
+pub fn complete_with_matching_session_and_epoch_completes(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("t1"), at(1));
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     let mut ledger = LedgerCursor::new(store, MESH);
@@ -38,7 +38,7 @@ pub fn repeated_completion_is_refused_and_recorded(store: &dyn Store) {
 }
 
 /// Completion matching orders a session's assigned tasks by dispatch time (never updatedAt) and still finds the latest when the event time precedes every dispatch.
-pub fn completion_matching_uses_dispatch_time_under_clock_skew(store: &dyn Store) {
+pub fn completion_matching_uses_dispatch_time_under_clock_skew(store: &dyn CompatStore) {
     let mut older = assigned_row("m-old", "s1", at(1));
     // A later updatedAt must not make the older dispatch look newer.
     older.updated_at = at(50).iso();
@@ -87,7 +87,7 @@ pub fn completion_matching_uses_dispatch_time_under_clock_skew(store: &dyn Store
 }
 
 /// Completion matching takes the exact task id when the session holds it, and never another session's task.
-pub fn completion_matching_prefers_the_exact_task_id(store: &dyn Store) {
+pub fn completion_matching_prefers_the_exact_task_id(store: &dyn CompatStore) {
     for row in [
         assigned_row("x-old", "s1", at(1)),
         assigned_row("x-new", "s1", at(2)),
@@ -156,7 +156,7 @@ pub fn completion_without_an_assigned_task_is_refused(store: &dyn Store) {
 }
 
 /// A completion carrying a stale epoch is refused with `StaleEpoch`, recorded as `completion_refused`, and changes nothing else.
-pub fn stale_epoch_completion_is_refused_and_recorded(store: &dyn Store) {
+pub fn stale_epoch_completion_is_refused_and_recorded(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("t1"), at(1));
     let first = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     ok(store.reclaim_task(MESH, "t1", "lease expired", at(3)), "reclaim");
@@ -237,7 +237,7 @@ pub fn completion_from_another_session_is_refused(store: &dyn Store) {
 }
 
 /// A completion naming a task the session no longer holds (reclaimed and taken by another session, or cancelled) is refused and recorded, and the session's live task stays assigned: it never falls through to the task the session holds now.
-pub fn completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays(store: &dyn Store) {
+pub fn completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays(store: &dyn CompatStore) {
     for id in ["t1", "t2", "t3", "t4"] {
         enqueue(store, MESH, new_task(id), at(1));
     }
@@ -419,7 +419,7 @@ pub fn requeue_of_an_assigned_task_needs_force(store: &dyn Store) {
 }
 
 /// Reclaim returns an assigned task to pending and records `task_reclaimed`; the fourth reclaim fails the task.
-pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn Store) {
+pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("t1"), at(0));
     let mut ledger = LedgerCursor::new(store, MESH);
     for round in 1..=3_u32 {
@@ -523,7 +523,7 @@ pub fn expired_leases_lists_only_lapsed_assignments(store: &dyn Store) {
 }
 
 /// Every state change appends exactly its own ledger entries, in order, and refusals of claims append nothing.
-pub fn every_state_change_records_its_ledger_entries(store: &dyn Store) {
+pub fn every_state_change_records_its_ledger_entries(store: &dyn CompatStore) {
     let mut ledger = LedgerCursor::new(store, MESH);
     enqueue(store, MESH, new_task("dep"), at(1));
     ledger.assert_new(store, "enqueue of dep", &["task_dispatched:dep"]);
@@ -596,7 +596,7 @@ pub fn reclaim_if_lease_expired_rechecks_the_lease(store: &dyn Store) {
 }
 
 /// Session ids match after trimming, as the original compared them: a task whose stored assigned session is padded (`" sess-pad "`) is completed by a report from `sess-pad` that names no task, and failed by one from `" sess-pad"` that does.
-pub fn completion_matches_a_padded_session_after_trimming(store: &dyn Store) {
+pub fn completion_matches_a_padded_session_after_trimming(store: &dyn CompatStore) {
     ok(store.insert_queue_entry(&assigned_row("t1", " sess-pad ", at(1))), "insert of an assigned row");
     let report = CompletionReport {
         session_id: "sess-pad".into(),

@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::{Store, StoreError};
+use crate::{CompatStore, Store, StoreError};
 
 /// Kinds of the mission entries the ledger writes.
 const MISSION_CREATED: &str = "mission_created";
@@ -207,7 +207,7 @@ pub fn mission_id_used_in_another_mesh_is_refused(store: &dyn Store) {
 }
 
 /// A mission's progress counts its tasks by status, follows every task change, and is never stored.
-pub fn mission_progress_is_counted_from_its_tasks(store: &dyn Store) {
+pub fn mission_progress_is_counted_from_its_tasks(store: &dyn CompatStore) {
     upsert_mission(store, MESH, new_mission("m1", "One"), at(0));
     upsert_mission(store, MESH, new_mission("m2", "Two"), at(0));
     let progress = |id: &str| ok(store.mission_progress(MESH, id), "mission_progress");
@@ -294,7 +294,7 @@ pub fn upsert_mission_rejects_bad_input_naming_the_field(store: &dyn Store) {
 }
 
 /// Clearing deletes every mission of the mesh, counts them, and keeps other meshes' missions.
-pub fn clear_missions_empties_one_mesh(store: &dyn Store) {
+pub fn clear_missions_empties_one_mesh(store: &dyn CompatStore) {
     upsert_mission(store, MESH, new_mission("m1", "One"), at(0));
     upsert_mission(store, MESH, new_mission("m2", "Two"), at(1));
     let theirs = upsert_mission(store, OTHER_MESH, new_mission("m3", "Three"), at(2));
@@ -321,7 +321,7 @@ pub fn clear_missions_empties_one_mesh(store: &dyn Store) {
 }
 
 /// The scheduler cursor is 0 when unset; a bump returns the value before and adds one, per mesh.
-pub fn scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before(store: &dyn Store) {
+pub fn scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before(store: &dyn CompatStore) {
     let cursor = |mesh: &str| ok(store.scheduler_cursor(mesh), "scheduler_cursor");
     let bump = |mesh: &str| ok(store.bump_scheduler_cursor(mesh), "bump_scheduler_cursor");
     assert_eq!(cursor(MESH), 0, "expected an unset cursor to read 0");
@@ -337,7 +337,7 @@ pub fn scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before(store: 
 }
 
 /// Round robin over the store's cursor gives each of three equally loaded nodes a turn in successive placements.
-pub fn round_robin_rotates_the_winner_among_equally_loaded_nodes(store: &dyn Store) {
+pub fn round_robin_rotates_the_winner_among_equally_loaded_nodes(store: &dyn CompatStore) {
     let nodes = ["node-1", "node-2", "node-3"];
     for (i, node) in nodes.into_iter().enumerate() {
         let id = format!("busy-{node}");

@@ -3,17 +3,18 @@
 //!
 //! A backend runs the suite by expanding [`conformance_tests!`](crate::conformance_tests)
 //! in one of its integration tests, with an expression that builds a fresh store
-//! holder (anything that derefs to a type implementing [`Store`]):
+//! holder (anything that derefs to a type implementing [`Store`]) and one that
+//! builds [`Racers`] (handles on one fresh database, for the [`concurrency`] rules):
 //!
 //! ```text
-//! agentmesh_store::conformance_tests!(TestDb::new());
+//! agentmesh_store::conformance_tests!(TestDb::new(), racing: TestDb::racers());
 //! ```
 //!
 //! Each rule becomes its own `#[test]`, named after the rule, so a failure names the
 //! broken rule and `cargo test <group>` runs a group (`claim`, `ledger`, ...).
 //!
 //! The rules only use the [`Store`] trait, with fixed instants ([`support::T0`] plus
-//! offsets): no sleeps, no clock. They assert what a caller can observe (returned
+//! offsets): no sleeps, no clock (the [`concurrency`] rules add threads). They assert what a caller can observe (returned
 //! values, stored tasks, ledger entries), never how a backend stores it.
 //!
 //! - [`tasks`]: enqueue and its validation, batches, the raw queue operations, read
@@ -37,6 +38,9 @@
 //!   tasks, left out of what a drain hands out.
 //! - [`inbox_routing`]: re-attribution, sibling sessions, backlogs, system scope,
 //!   enforce-mode quarantine.
+//! - [`concurrency`]: the isolation contract raced: each racing pair on several
+//!   threads and several handles on one database, many rounds, each checked
+//!   against the invariant the contract promises.
 //! - [`missions`]: missions and their derived progress, the scheduler cursor and
 //!   round-robin placement.
 //! - [`support`]: the clock, builders and assertion helpers the rules share.
@@ -44,6 +48,7 @@
 //! [`Store`]: crate::Store
 
 pub mod claims;
+pub mod concurrency;
 pub mod deliveries;
 pub mod dispatches;
 pub mod guardrail;
@@ -58,6 +63,7 @@ pub mod support;
 pub mod tasks;
 
 pub use claims::*;
+pub use concurrency::*;
 pub use deliveries::*;
 pub use dispatches::*;
 pub use guardrail::*;
@@ -73,16 +79,27 @@ pub use tasks::*;
 /// Expands into one `#[test]` per conformance rule, each running the rule against a
 /// fresh store built by the given expression.
 ///
-/// The expression is evaluated once per test and must produce something that
+/// The first expression is evaluated once per test and must produce something that
 /// derefs to a type implementing [`Store`](crate::Store), for example a struct that
 /// owns a temporary directory and the store opened in it (the directory then lives
-/// exactly as long as the test).
+/// exactly as long as the test). The `racing:` expression is evaluated once per
+/// [`concurrency`] rule and must produce a [`Racers`]: handles on one fresh
+/// database.
 ///
 /// This macro holds the one list of rules; a rule function that is not listed here
 /// is not run by any backend.
 #[macro_export]
 macro_rules! conformance_tests {
-    ($make_store:expr) => {
+    ($make_store:expr, racing: $make_racers:expr) => {
+        $crate::conformance_tests!(@racing $make_racers;
+            race_two_claims_by_one_session_take_one_task,
+            race_two_claims_for_one_node_stay_within_its_gates,
+            race_enqueue_and_completion_of_its_dependency_leave_the_dependent_claimable_once,
+            race_opposite_dependencies_never_store_a_cycle,
+            race_two_drains_by_one_coordinator_deliver_each_event_once,
+            race_concurrent_upserts_of_one_mission_create_it_once,
+            race_completion_and_reclaim_one_wins,
+        );
         $crate::conformance_tests!(@rules $make_store;
             // Tasks and the queue.
             enqueue_returns_a_pending_task_and_records_task_dispatched,
@@ -266,6 +283,15 @@ macro_rules! conformance_tests {
             inbox_a_broadcast_terminal_event_reaches_only_its_dispatcher,
             inbox_also_known_as_widens_a_drain_to_that_ids_unicasts,
         );
+    };
+    (@racing $make_racers:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $rule() {
+                let racers = $make_racers;
+                $crate::conformance::$rule(&racers);
+            }
+        )*
     };
     (@rules $make_store:expr; $($rule:ident),* $(,)?) => {
         $(

@@ -3,6 +3,7 @@
 //! coordinator tool-call rate guard. Every instant is injected; expiry is tested by
 //! reading at a later `now`, never by waiting.
 
+use crate::CompatStore;
 use agentmesh_core::{CompletionConflict, IdleSession, RateGuard, RateVerdict, Timestamp};
 use serde_json::json;
 
@@ -136,7 +137,7 @@ pub fn idle_session_rejects_blank_fields_naming_them(store: &dyn Store) {
 }
 
 /// A recorded fingerprint is found in its mesh until its TTL passes, and never in another mesh.
-pub fn completion_fingerprint_is_found_until_its_ttl_passes(store: &dyn Store) {
+pub fn completion_fingerprint_is_found_until_its_ttl_passes(store: &dyn CompatStore) {
     let fp = "mesh-a::t1::done";
     let has = |mesh: &str, fingerprint: &str, now| {
         ok(store.has_completion_fingerprint(mesh, fingerprint, now), "has_completion_fingerprint")
@@ -151,7 +152,7 @@ pub fn completion_fingerprint_is_found_until_its_ttl_passes(store: &dyn Store) {
 }
 
 /// Recording in mesh B a fingerprint mesh A holds leaves A's fingerprint found until its own TTL passes.
-pub fn completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone(store: &dyn Store) {
+pub fn completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone(store: &dyn CompatStore) {
     let fp = "shared::t1::done";
     ok(store.record_completion_fingerprint(MESH, fp, 60_000, at(0)), "record in A");
     ok(store.record_completion_fingerprint(OTHER_MESH, fp, 5_000, at(1)), "record in B");
@@ -164,7 +165,7 @@ pub fn completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone(store:
 }
 
 /// The sweep deletes expired fingerprints in every mesh, counts them, and keeps live ones.
-pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn Store) {
+pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn CompatStore) {
     let record = |mesh: &str, fp: &str, ttl_ms: i64| {
         ok(store.record_completion_fingerprint(mesh, fp, ttl_ms, at(0)), "record_completion_fingerprint")
     };
@@ -192,7 +193,7 @@ pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn Store)
 }
 
 /// Recording a fingerprint again restarts its TTL from the new `now`.
-pub fn recording_a_completion_fingerprint_again_extends_its_ttl(store: &dyn Store) {
+pub fn recording_a_completion_fingerprint_again_extends_its_ttl(store: &dyn CompatStore) {
     let fp = "mesh-a::t1::done";
     ok(store.record_completion_fingerprint(MESH, fp, 10_000, at(0)), "first record");
     ok(store.record_completion_fingerprint(MESH, fp, 10_000, at(8)), "second record");
@@ -204,7 +205,7 @@ pub fn recording_a_completion_fingerprint_again_extends_its_ttl(store: &dyn Stor
 }
 
 /// A conflict id is recorded once: the second record returns false and keeps the first.
-pub fn completion_conflict_is_recorded_once_per_id(store: &dyn Store) {
+pub fn completion_conflict_is_recorded_once_per_id(store: &dyn CompatStore) {
     let first = completion_conflict(MESH, "c1", at(10));
     assert!(ok(store.record_completion_conflict(&first), "record c1"), "expected a new conflict recorded");
     let again =
@@ -218,7 +219,7 @@ pub fn completion_conflict_is_recorded_once_per_id(store: &dyn Store) {
 }
 
 /// Recent conflicts are the mesh's within the window (one hour by default), newest first.
-pub fn recent_completion_conflicts_are_newest_first_within_the_window(store: &dyn Store) {
+pub fn recent_completion_conflicts_are_newest_first_within_the_window(store: &dyn CompatStore) {
     // Recorded out of time order, so only createdAt orders them.
     for (id, secs) in [("c-5000", 5_000), ("c-100", 100), ("c-7000", 7_000), ("c-4000", 4_000)] {
         assert!(
@@ -254,7 +255,7 @@ pub fn recent_completion_conflicts_are_newest_first_within_the_window(store: &dy
 }
 
 /// Recent conflicts return at most the 50 newest.
-pub fn recent_completion_conflicts_are_capped_at_50(store: &dyn Store) {
+pub fn recent_completion_conflicts_are_capped_at_50(store: &dyn CompatStore) {
     // 7 and 60 are coprime, so i * 7 % 60 records every instant once, out of order.
     for i in 0..60 {
         let secs = (i * 7) % 60;
@@ -374,7 +375,7 @@ pub fn prune_tool_calls_deletes_calls_before_the_cutoff(store: &dyn Store) {
 
 /// The mesh's fingerprints in force are listed the latest expiry first, at most
 /// `limit`; expired ones and another mesh's are left out.
-pub fn completion_fingerprints_are_listed_latest_first_while_in_force(store: &dyn Store) {
+pub fn completion_fingerprints_are_listed_latest_first_while_in_force(store: &dyn CompatStore) {
     let record = |mesh: &str, fp: &str, ttl_secs: i64| {
         ok(
             store.record_completion_fingerprint(mesh, fp, ttl_secs * 1000, at(0)),

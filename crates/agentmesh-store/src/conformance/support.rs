@@ -17,7 +17,7 @@ use agentmesh_core::{
 use serde_json::json;
 
 use crate::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, DrainOutcome, DrainRequest,
+    ClaimOptions, ClaimOutcome, CompatStore, CompletionReport, DeliveryUpdate, DrainOutcome, DrainRequest,
     DuplicateReason, InboxEvent, Outcome, QueueOutcome, Store, StoreError, StoreResult, ToolCall,
 };
 
@@ -483,7 +483,7 @@ pub fn active_delivery(store: &dyn Store, mesh: &str, id: &str, now: Timestamp) 
 
 /// Whether the store says task `task_id` has a confirmed delivery.
 #[track_caller]
-pub fn has_confirmed_delivery(store: &dyn Store, mesh: &str, task_id: &str) -> bool {
+pub fn has_confirmed_delivery(store: &dyn CompatStore, mesh: &str, task_id: &str) -> bool {
     let what = format!("task_has_confirmed_delivery({mesh}, {task_id})");
     ok(store.task_has_confirmed_delivery(mesh, task_id), &what)
 }

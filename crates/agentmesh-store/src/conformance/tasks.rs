@@ -6,7 +6,7 @@ use agentmesh_core::{ClaimRefusal, NewTask, Task, TaskPriority, TaskStatus, ledg
 use serde_json::json;
 
 use super::support::*;
-use crate::{StatusCount, Store, StoreError};
+use crate::{CompatStore, StatusCount, Store, StoreError};
 
 /// Enqueue returns a pending task stamped `createdAt = updatedAt = now` and records `task_dispatched`.
 pub fn enqueue_returns_a_pending_task_and_records_task_dispatched(store: &dyn Store) {
@@ -199,7 +199,7 @@ pub fn queue_entries_filter_by_status(store: &dyn Store) {
 }
 
 /// The queue revision is one `id\tstatus\tupdatedAt` line per task ordered by id, and changes with any task.
-pub fn queue_revision_lists_tasks_and_changes_with_them(store: &dyn Store) {
+pub fn queue_revision_lists_tasks_and_changes_with_them(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("r-2"), at(1));
     enqueue(store, MESH, new_task("r-1"), at(2));
     let expected = |store: &dyn Store| -> String {
@@ -235,7 +235,7 @@ pub fn queue_revision_lists_tasks_and_changes_with_them(store: &dyn Store) {
 }
 
 /// `replace_queue` replaces every task of one mesh with the given tasks as they are.
-pub fn replace_queue_replaces_one_mesh_only(store: &dyn Store) {
+pub fn replace_queue_replaces_one_mesh_only(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("old-1"), at(0));
     enqueue(store, MESH, new_task("old-2"), at(1));
     enqueue(store, OTHER_MESH, new_task("other-1"), at(2));
@@ -260,7 +260,7 @@ pub fn replace_queue_replaces_one_mesh_only(store: &dyn Store) {
 }
 
 /// `delete_queue` deletes every task of one mesh and returns how many.
-pub fn delete_queue_empties_one_mesh_and_counts(store: &dyn Store) {
+pub fn delete_queue_empties_one_mesh_and_counts(store: &dyn CompatStore) {
     for (i, id) in ["d-1", "d-2", "d-3"].into_iter().enumerate() {
         enqueue(store, MESH, new_task(id), at(i as i64));
     }
@@ -285,7 +285,7 @@ pub fn delete_queue_empties_one_mesh_and_counts(store: &dyn Store) {
 }
 
 /// `insert_queue_entry` stores a task exactly as given, and refuses an id that exists.
-pub fn insert_queue_entry_stores_the_task_as_given(store: &dyn Store) {
+pub fn insert_queue_entry_stores_the_task_as_given(store: &dyn CompatStore) {
     let mut task = assigned_row("raw-1", "s1", at(7));
     task.failure_reason = Some("kept as given".into());
     task.required_tags = Some(vec!["os=linux".into()]);
@@ -303,7 +303,7 @@ pub fn insert_queue_entry_stores_the_task_as_given(store: &dyn Store) {
 /// An enqueue whose ids break the id rule (a control character, over 200 bytes)
 /// is invalid input naming the field and changes nothing; a row stored as given
 /// with such an id (as the original may have written it) stays readable.
-pub fn ids_follow_the_id_rule_on_enqueue_and_odd_stored_rows_stay_readable(store: &dyn Store) {
+pub fn ids_follow_the_id_rule_on_enqueue_and_odd_stored_rows_stay_readable(store: &dyn CompatStore) {
     let cases = [
         ("id", NewTask { id: Some("x\u{0}y\nz".into()), ..new_task("t1") }),
         ("id", NewTask { id: Some("t".repeat(201)), ..new_task("t1") }),
@@ -329,7 +329,7 @@ pub fn ids_follow_the_id_rule_on_enqueue_and_odd_stored_rows_stay_readable(store
 
 /// `mesh_summaries` lists every mesh with a row of its own, sorted by id, with its
 /// task counts by status, undrained events, ledger entries and missions.
-pub fn mesh_summaries_list_every_mesh_with_its_counts(store: &dyn Store) {
+pub fn mesh_summaries_list_every_mesh_with_its_counts(store: &dyn CompatStore) {
     assert!(ok(store.mesh_summaries(), "mesh_summaries").is_empty(), "expected no mesh in an empty store");
     enqueue(store, "z-tasks", new_task("t1"), at(0));
     enqueue(store, "z-tasks", new_task("t2"), at(1));
@@ -372,7 +372,7 @@ pub fn mesh_summaries_list_every_mesh_with_its_counts(store: &dyn Store) {
 }
 
 /// `update_queue_entry` rewrites a task as given and stamps `updatedAt = now`.
-pub fn update_queue_entry_stamps_updated_at(store: &dyn Store) {
+pub fn update_queue_entry_stamps_updated_at(store: &dyn CompatStore) {
     let original = enqueue(store, MESH, new_task("u1"), at(1));
     let mut changed = original.clone();
     changed.message = "a sharper instruction".into();
@@ -387,7 +387,7 @@ pub fn update_queue_entry_stamps_updated_at(store: &dyn Store) {
 }
 
 /// `update_queue_entry` of a task that does not exist fails with `TaskNotFound`.
-pub fn update_queue_entry_of_an_unknown_task_is_not_found(store: &dyn Store) {
+pub fn update_queue_entry_of_an_unknown_task_is_not_found(store: &dyn CompatStore) {
     let ghost = Task::new("ghost", MESH, "never enqueued", &at(0).iso());
     let err = expect_err(store.update_queue_entry(&ghost, at(1)), "update of an unknown task");
     assert!(
@@ -401,7 +401,7 @@ pub fn update_queue_entry_of_an_unknown_task_is_not_found(store: &dyn Store) {
 }
 
 /// Raw queue writes (insert, update, replace) and enqueues keep dependents' claimability in step with their dependencies' statuses.
-pub fn raw_queue_writes_keep_dependency_readiness(store: &dyn Store) {
+pub fn raw_queue_writes_keep_dependency_readiness(store: &dyn CompatStore) {
     let me = worker("node-1", "s1");
     // A dependency inserted as completed after its dependent was enqueued.
     enqueue(store, MESH, dependent_task("after-insert", &["inserted"]), at(1));
@@ -464,7 +464,7 @@ pub fn find_task_finds_by_id_within_the_mesh(store: &dyn Store) {
 }
 
 /// `has_active_assignment` is true when an assigned task runs on the session or on exactly the node id.
-pub fn has_active_assignment_matches_session_or_exact_node(store: &dyn Store) {
+pub fn has_active_assignment_matches_session_or_exact_node(store: &dyn CompatStore) {
     let has = |session: &str, node: &str| {
         ok(store.has_active_assignment(MESH, session, node), "has_active_assignment")
     };
@@ -501,7 +501,7 @@ pub fn node_active_assignment_count_counts_the_exact_node(store: &dyn Store) {
 }
 
 /// `pending_count` counts the mesh's pending tasks only.
-pub fn pending_count_counts_pending_tasks(store: &dyn Store) {
+pub fn pending_count_counts_pending_tasks(store: &dyn CompatStore) {
     let pending = || ok(store.pending_count(MESH), "pending_count");
     assert_eq!(pending(), 0, "expected 0 in an empty mesh");
     for (i, id) in ["p1", "p2", "p3"].into_iter().enumerate() {
@@ -594,7 +594,7 @@ pub fn active_assignments_list_oldest_dispatch_first(store: &dyn Store) {
 }
 
 /// Fields the runtime does not model survive insert, read, update and claim unchanged.
-pub fn unknown_task_fields_survive_a_round_trip(store: &dyn Store) {
+pub fn unknown_task_fields_survive_a_round_trip(store: &dyn CompatStore) {
     let mut task = Task::new("odd", MESH, "carry my extras", &at(0).iso());
     task.model = Some("opus".into());
     task.extra.insert("autoLaunchStatus".into(), json!("started"));
@@ -625,7 +625,7 @@ pub fn unknown_task_fields_survive_a_round_trip(store: &dyn Store) {
 }
 
 /// Tasks, claims and counts of one mesh never show up in another.
-pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
+pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn CompatStore) {
     enqueue(store, MESH, new_task("a-1"), at(0));
     enqueue(store, MESH, new_task("a-2"), at(1));
     // Nothing of mesh A is visible or claimable from mesh B.
