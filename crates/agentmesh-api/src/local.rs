@@ -254,7 +254,11 @@ impl MeshApi for LocalMesh {
     fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>> {
         let mesh = mesh_id(mesh)?;
         let statuses = status_filter(params.status.as_deref())?;
-        Ok(self.store.queue_entries(mesh, &statuses)?)
+        params.check()?;
+        let tasks = self.store.queue_entries(mesh, &statuses)?;
+        let skip = params.offset.unwrap_or(0) as usize;
+        let take = params.limit.map_or(usize::MAX, |limit| limit as usize);
+        Ok(tasks.into_iter().filter(|task| params.selects(task)).skip(skip).take(take).collect())
     }
 
     fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
@@ -458,8 +462,22 @@ impl MeshApi for LocalMesh {
 
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
         let mesh = mesh_id(mesh)?;
-        let query = LedgerQuery::try_from(params)?;
-        Ok(self.store.read_ledger_ordered(mesh, &query)?)
+        let task = params.task.clone().map(|t| id_rule("task", t)).transpose()?;
+        let mut query = LedgerQuery::try_from(params)?;
+        let Some(task) = task else {
+            return Ok(self.store.read_ledger_ordered(mesh, &query)?);
+        };
+        // The entries about one task all come after its creation: read from
+        // there on, every entry, and keep the task's newest `tail`.
+        let tail = query.tail.unwrap_or(200) as usize;
+        query.tail = None;
+        if let Some(created) = self.store.find_task(mesh, &task)?.map(|t| t.created_at) {
+            query.since = Some(query.since.map_or(created.clone(), |since| since.max(created)));
+        }
+        let mut entries: Vec<LedgerEntry> =
+            self.store.read_ledger_ordered(mesh, &query)?.into_iter().filter(|e| e.task_id() == Some(&task)).collect();
+        let skip = entries.len().saturating_sub(tail);
+        Ok(entries.split_off(skip))
     }
 
     fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {

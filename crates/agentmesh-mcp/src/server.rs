@@ -344,7 +344,7 @@ task in full use show_task.",
     )]
     async fn list_tasks(&self, arguments: JsonObject) -> ToolResult {
         let ListTasksArgs { status } = args::parse(arguments)?;
-        let tasks = self.run(move |api, mesh| api.list_tasks(mesh, ListParams { status })).await?;
+        let tasks = self.run(move |api, mesh| api.list_tasks(mesh, ListParams::statuses(status))).await?;
         answer_json(json!({ "tasks": tasks }))
     }
 
@@ -470,7 +470,7 @@ oldest first. Use it to see what happened recently, e.g. which tasks were claime
     )]
     async fn ledger_tail(&self, arguments: JsonObject) -> ToolResult {
         let LedgerArgs { tail, kind, since } = args::parse(arguments)?;
-        let params = LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind };
+        let params = LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind, task: None };
         let entries = self.run(move |api, mesh| api.ledger_tail(mesh, params)).await?;
         answer_json(json!({ "entries": entries }))
     }

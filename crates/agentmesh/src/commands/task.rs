@@ -73,7 +73,7 @@ fn list(ctx: &Context, args: TaskListArgs, out: &mut Output) -> anyhow::Result<(
         status.parse::<TaskStatus>()?;
     }
     let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
-    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams { status })?;
+    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams::statuses(status))?;
     let now = now();
     out.emit(&tasks, |w| {
         output::write_listing(w, ctx.mesh(), Noun("task", "tasks"), tasks.len(), |w| {
