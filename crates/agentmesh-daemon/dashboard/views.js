@@ -199,7 +199,7 @@ const mission = {
   mount(ctx) { this.id = ctx.arg; put(ctx.main, h('div', { class: 'mission-page' })); },
   async update(ctx) {
     const detail = await ctx.api.mission(this.id);
-    const m = detail.mission;
+    const m = detail;
     const ids = new Set(detail.tasks.map((t) => t.id));
     const nodes = detail.tasks.map((t) => ({ id: t.id, status: t.status, label: t.message }));
     const edges = detail.tasks.flatMap((t) => (t.dependsOn || []).filter((d) => ids.has(d)).map((d) => ({ from: d, to: t.id })));

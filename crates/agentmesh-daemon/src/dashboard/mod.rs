@@ -136,12 +136,11 @@ pub fn security_headers(mut response: Response) -> Response {
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     response
 }
 
-/// The login page, `status` (401 to a request without credentials), with an
-/// optional notice.
+/// The login page, answered with `status`, with an optional notice.
 pub fn login_page(status: StatusCode, notice: Option<&str>) -> Response {
     let notice = notice.map_or(String::new(), |n| format!("<p class=\"notice\" role=\"alert\">{n}</p>"));
     let html = LOGIN.replace("<!--notice-->", &notice);
@@ -184,7 +183,8 @@ async fn index(State(state): State<AppState>, req: Request) -> Response {
                 .into_response();
             security_headers(response)
         }
-        _ => login_page(StatusCode::UNAUTHORIZED, None),
+        // Signing in is what `/` is for, without credentials: a page, not a refusal.
+        _ => login_page(StatusCode::OK, None),
     }
 }
 
