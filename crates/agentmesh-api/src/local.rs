@@ -25,9 +25,9 @@ use crate::wire::{
     DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
     DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
     IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams,
-    StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit,
-    required, seconds_before,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id,
+    page_limit, required, seconds_before,
 };
 use crate::{MAX_WATCH_TIMEOUT, MeshApi, MeshResult, WriteSignal};
 
@@ -276,6 +276,14 @@ impl MeshApi for LocalMesh {
         self.write(|store, now| store.cancel_task(mesh, &id, reason.as_deref(), now))
     }
 
+    fn set_priority(&self, mesh: &str, id: &str, body: PriorityBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
+        let priority: agentmesh_core::TaskPriority = body.priority.parse()?;
+        let reason = optional(body.reason);
+        self.write(|store, now| store.set_task_priority(mesh, &id, priority, reason.as_deref(), now))
+    }
+
     fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
@@ -474,8 +482,12 @@ impl MeshApi for LocalMesh {
         if let Some(created) = self.store.find_task(mesh, &task)?.map(|t| t.created_at) {
             query.since = Some(query.since.map_or(created.clone(), |since| since.max(created)));
         }
-        let mut entries: Vec<LedgerEntry> =
-            self.store.read_ledger_ordered(mesh, &query)?.into_iter().filter(|e| e.task_id() == Some(&task)).collect();
+        let mut entries: Vec<LedgerEntry> = self
+            .store
+            .read_ledger_ordered(mesh, &query)?
+            .into_iter()
+            .filter(|e| e.task_id() == Some(&task))
+            .collect();
         let skip = entries.len().saturating_sub(tail);
         Ok(entries.split_off(skip))
     }

@@ -255,7 +255,8 @@ impl ListParams {
 
     /// Whether `task` passes the filters (status aside).
     pub fn selects(&self, task: &agentmesh_core::Task) -> bool {
-        let given = |f: &Option<String>| f.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        let given =
+            |f: &Option<String>| f.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
         let is = |have: &Option<String>, want: &str| have.as_deref() == Some(want);
         if let Some(tag) = given(&self.tag)
             && !task.required_tags.iter().flatten().any(|t| t.eq_ignore_ascii_case(&tag))
@@ -299,6 +300,18 @@ impl ListParams {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelBody {
     /// Why the task is withdrawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/tasks/{id}/priority`: changes the pull priority of a
+/// pending or assigned task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PriorityBody {
+    /// The new priority: `low`, `normal` or `high`.
+    pub priority: String,
+    /// Why it changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

@@ -56,6 +56,8 @@ export function mesh(id) {
     cancel: (taskId, reason) => call('POST', base + '/tasks/' + enc(taskId) + '/cancel', { reason }),
     requeue: (taskId, force, reason) =>
       call('POST', base + '/tasks/' + enc(taskId) + '/requeue', { force: !!force, reason }),
+    priority: (taskId, priority, reason) =>
+      call('POST', base + '/tasks/' + enc(taskId) + '/priority', { priority, reason }),
     status: () => call('GET', base + '/status'),
     ledger: (params) => call('GET', base + '/ledger' + query(params)),
     slice: (params) => call('GET', base + '/ledger/slice' + query(params)),

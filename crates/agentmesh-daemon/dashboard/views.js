@@ -125,7 +125,7 @@ async function neighbourhood(ctx, task) {
 function entryLine(ctx, e) {
   const p = e.payload || {};
   const who = [e.sessionId, e.nodeId].filter(Boolean).join(' @ ');
-  const detail = p.reason || p.error || p.result || p.summary || '';
+  const detail = [p.from && p.to ? `${p.from} → ${p.to}` : '', p.reason || p.error || p.result || p.summary || ''].filter(Boolean).join(': ');
   return h('li', { class: `entry kind-${e.kind}`, 'data-kind': e.kind },
     h('time', { datetime: e.timestamp, title: e.timestamp }, when(e.timestamp)),
     h('span', { class: 'kind' }, e.kind),
@@ -150,22 +150,32 @@ const task = {
     if (t.status !== 'pending') {
       actions.push(h('button', { type: 'button', 'data-action': 'requeue', onclick: () => act(ctx, `Requeue task ${t.id}?`, (reason) => ctx.api.requeue(t.id, false, reason)) }, 'Requeue'));
     }
+    if (t.status === 'pending' || t.status === 'assigned') {
+      actions.push(h('button', { type: 'button', 'data-action': 'priority', onclick: () => changePriority(ctx, t) }, 'Change priority'));
+    }
     actions.push(h('button', { type: 'button', 'data-action': 'force-requeue', onclick: () => act(ctx, `Force a requeue of task ${t.id}, whatever its status and retry budget?`, (reason) => ctx.api.requeue(t.id, true, reason)) }, 'Force requeue'));
     const fields = Object.entries(t).map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, typeof v === 'object' ? JSON.stringify(v) : String(v))));
     put(ctx.main.querySelector('.task-page'),
       h('h1', {}, h('span', { class: `badge status-${t.status}` }, t.status), ' ', t.message.slice(0, 200)),
       h('div', { class: 'actions' }, actions),
       h('section', { class: 'graph' }, h('h2', {}, 'Dependencies'),
-        graph.nodes.length > 1 ? dag(graph.nodes, graph.edges, (id) => ctx.link('task', id)) : h('p', { class: 'hint' }, 'no dependencies either way'),
-        graph.nodes.length > 1 ? null : dag(graph.nodes, graph.edges, (id) => ctx.link('task', id))),
+        graph.nodes.length > 1 ? null : h('p', { class: 'hint' }, 'no dependencies either way'),
+        dag(graph.nodes, graph.edges, (id) => ctx.link('task', id))),
       h('section', { class: 'history' }, h('h2', {}, 'History'), h('ol', { class: 'timeline' }, history.map((e) => entryLine(ctx, e)))),
       h('section', {}, h('h2', {}, 'Fields'), h('table', { class: 'fields' }, fields)));
   },
 };
 
-async function act(ctx, text, run) {
+async function changePriority(ctx, t) {
+  const now = t.priority || 'normal';
+  const choice = h('select', { name: 'priority', 'aria-label': 'priority' },
+    ['high', 'normal', 'low'].map((p) => h('option', { value: p, selected: p === now }, p)));
+  await act(ctx, `Change the priority of task ${t.id} (now ${now})?`, (reason) => ctx.api.priority(t.id, choice.value, reason), choice);
+}
+
+async function act(ctx, text, run, ...extra) {
   const reason = h('input', { type: 'text', name: 'reason', placeholder: 'reason (optional)', 'aria-label': 'reason' });
-  if (!(await ctx.confirm(text, reason))) return;
+  if (!(await ctx.confirm(text, [...extra, reason]))) return;
   try {
     await run(reason.value.trim() || undefined);
     ctx.toast('done');
@@ -256,7 +266,7 @@ const ledger = {
     this.cursor = null; // null: live tail; otherwise paging from the start
     this.list = h('ol', { class: 'timeline live' });
     this.pager = h('div', { class: 'pager' });
-    const kinds = ['', 'task_dispatched', 'task_claimed', 'task_completed', 'task_failed', 'task_cancelled', 'task_requeued', 'task_reclaimed', 'task_blocked', 'task_unblocked', 'completion_refused', 'heartbeat_refused', 'event_held', 'event_held_requeued'];
+    const kinds = ['', 'task_dispatched', 'task_claimed', 'task_completed', 'task_failed', 'task_cancelled', 'task_requeued', 'task_priority_changed', 'task_reclaimed', 'task_blocked', 'task_unblocked', 'completion_refused', 'heartbeat_refused', 'event_held', 'event_held_requeued'];
     put(ctx.main, h('h1', {}, 'Ledger'),
       h('form', { class: 'filters', onsubmit: (e) => e.preventDefault() },
         h('select', { name: 'kind', 'aria-label': 'kind', onchange: (e) => { this.kind = e.target.value; ctx.refresh(); } }, kinds.map((k) => h('option', { value: k }, k || 'every kind'))),

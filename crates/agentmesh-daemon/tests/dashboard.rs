@@ -224,7 +224,9 @@ async fn the_login_form_sets_the_cookie_and_refuses_a_wrong_token_or_a_foreign_o
 #[tokio::test]
 async fn assets_are_embedded_with_an_etag_and_revalidated() {
     let daemon = Daemon::start().await;
-    for (name, kind) in [("app.js", "text/javascript"), ("views.js", "text/javascript"), ("app.css", "text/css")] {
+    for (name, kind) in
+        [("app.js", "text/javascript"), ("views.js", "text/javascript"), ("app.css", "text/css")]
+    {
         let response = daemon.client.get(daemon.url(&format!("/assets/{name}"))).send().await.unwrap();
         assert_eq!(response.status(), StatusCode::OK, "{name}");
         assert_security_headers(response.headers());
@@ -251,7 +253,15 @@ async fn assets_are_embedded_with_an_etag_and_revalidated() {
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     // The page loads nothing from anywhere else.
     for name in ["app.js", "api.js", "views.js", "graph.js", "dom.js", "app.css"] {
-        let text = daemon.client.get(daemon.url(&format!("/assets/{name}"))).send().await.unwrap().text().await.unwrap();
+        let text = daemon
+            .client
+            .get(daemon.url(&format!("/assets/{name}")))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         // (The SVG namespace is a name, not an address anything loads.)
         let text = text.replace("http://www.w3.org/2000/svg", "");
         assert!(!text.contains("https://") && !text.contains("http://"), "{name} reaches out");
@@ -265,14 +275,21 @@ async fn the_cookie_reads_the_api_and_writes_only_with_the_request_header_from_t
     let id = task["id"].as_str().unwrap();
     let cookie = daemon.cookie().await;
 
-    let response = daemon.client.get(daemon.url("/v1/meshes/default/tasks")).header(header::COOKIE, &cookie).send().await.unwrap();
+    let response = daemon
+        .client
+        .get(daemon.url("/v1/meshes/default/tasks"))
+        .header(header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     let tasks: Value = response.json().await.unwrap();
     assert_eq!(tasks[0]["id"], id);
 
     let cancel = daemon.url(&format!("/v1/meshes/default/tasks/{id}/cancel"));
     // No header: a cross-site form could send this; refused, nothing changed.
-    let response = daemon.client.post(&cancel).header(header::COOKIE, &cookie).json(&json!({})).send().await.unwrap();
+    let response =
+        daemon.client.post(&cancel).header(header::COOKIE, &cookie).json(&json!({})).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::FORBIDDEN);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "forbidden");
@@ -305,6 +322,40 @@ async fn the_cookie_reads_the_api_and_writes_only_with_the_request_header_from_t
     assert_eq!(response.status(), StatusCode::OK);
     let (_, task) = daemon.api(Method::GET, &format!("/v1/meshes/default/tasks/{id}"), Value::Null).await;
     assert_eq!(task["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn the_priority_of_a_task_changes_with_a_ledger_entry_and_bad_bodies_name_the_field() {
+    let daemon = Daemon::start().await;
+    let task = daemon.enqueue(json!({"message": "make it faster", "id": "fast"})).await;
+    assert_eq!(task.get("priority"), None);
+    let path = "/v1/meshes/default/tasks/fast/priority";
+    for (body, field) in [
+        (json!({"priority": "urgent"}), "priority"),
+        (json!({"priority": "high", "colour": "red"}), "colour"),
+        (json!({"reason": "no priority"}), "priority"),
+    ] {
+        let (status, answer) = daemon.api(Method::POST, path, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(field), "{body}: {answer}");
+    }
+    let (_, unchanged) = daemon.api(Method::GET, "/v1/meshes/default/tasks/fast", Value::Null).await;
+    assert_eq!(unchanged, task);
+
+    let (status, raised) =
+        daemon.api(Method::POST, path, json!({"priority": "high", "reason": "the demo is tomorrow"})).await;
+    assert_eq!(status, StatusCode::OK, "{raised}");
+    assert_eq!(raised["priority"], "high");
+    let (_, history) = daemon.api(Method::GET, "/v1/meshes/default/ledger?task=fast", Value::Null).await;
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["kind"], "task_priority_changed", "{history}");
+    assert_eq!(last["payload"]["from"], "normal");
+    assert_eq!(last["payload"]["to"], "high");
+    assert_eq!(last["payload"]["reason"], "the demo is tomorrow");
+
+    let (status, _) =
+        daemon.api(Method::POST, "/v1/meshes/default/tasks/nope/priority", json!({"priority": "low"})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
 /// Reads the stream until an event named `name` arrives; returns its data.
@@ -344,20 +395,27 @@ async fn the_stream_tells_of_a_change_within_a_second_with_its_ledger_entries() 
 
     let started = Instant::now();
     let task = daemon.enqueue(json!({"message": "after the stream"})).await;
-    let changed = tokio::time::timeout(Duration::from_secs(5), next_event(&mut response, &mut buffer, "changed"))
-        .await
-        .expect("a changed event");
+    let changed =
+        tokio::time::timeout(Duration::from_secs(5), next_event(&mut response, &mut buffer, "changed"))
+            .await
+            .expect("a changed event");
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
     let entries = changed["entries"].as_array().unwrap();
     // Only what came after the cursor.
     assert!(entries.iter().all(|e| e["payload"]["taskId"] != first["id"]), "{changed}");
-    assert!(entries.iter().any(|e| e["kind"] == "task_dispatched" && e["payload"]["taskId"] == task["id"]), "{changed}");
+    assert!(
+        entries.iter().any(|e| e["kind"] == "task_dispatched" && e["payload"]["taskId"] == task["id"]),
+        "{changed}"
+    );
     assert_eq!(changed["cursor"], entries.last().unwrap()["id"]);
 
     // Another mesh's write moves nothing here.
-    let (status, _) = daemon.api(Method::POST, "/v1/meshes/other/tasks", json!({"message": "elsewhere"})).await;
+    let (status, _) =
+        daemon.api(Method::POST, "/v1/meshes/other/tasks", json!({"message": "elsewhere"})).await;
     assert_eq!(status, StatusCode::CREATED);
-    let quiet = tokio::time::timeout(Duration::from_millis(1500), next_event(&mut response, &mut buffer, "changed")).await;
+    let quiet =
+        tokio::time::timeout(Duration::from_millis(1500), next_event(&mut response, &mut buffer, "changed"))
+            .await;
     assert!(quiet.is_err(), "{quiet:?}");
 
     // A bad query names the field.
@@ -381,21 +439,29 @@ async fn task_listing_pages_and_filters() {
         let query = query.to_owned();
         let daemon = &daemon;
         async move {
-            let (status, body) = daemon.api(Method::GET, &format!("/v1/meshes/default/tasks?{query}"), Value::Null).await;
+            let (status, body) =
+                daemon.api(Method::GET, &format!("/v1/meshes/default/tasks?{query}"), Value::Null).await;
             assert_eq!(status, StatusCode::OK, "{query}: {body}");
             body.as_array().unwrap().iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
         }
     };
     assert_eq!(list("limit=3").await, ids[..3]);
     assert_eq!(list("limit=3&offset=3").await, ids[3..6]);
-    assert_eq!(list("offset=6&status=pending").await, vec![ids[6].clone(), dependent["id"].as_str().unwrap().to_owned()]);
+    assert_eq!(
+        list("offset=6&status=pending").await,
+        vec![ids[6].clone(), dependent["id"].as_str().unwrap().to_owned()]
+    );
     assert_eq!(list("tag=gpu").await, vec![ids[0].clone(), ids[2].clone(), ids[4].clone(), ids[6].clone()]);
     assert_eq!(list("mission=m1&tag=gpu").await, vec![ids[0].clone(), ids[2].clone()]);
     assert_eq!(list("q=NUMBER%205").await, vec![ids[5].clone()]);
-    assert_eq!(list(&format!("dependsOn={}", ids[0])).await, vec![dependent["id"].as_str().unwrap().to_owned()]);
+    assert_eq!(
+        list(&format!("dependsOn={}", ids[0])).await,
+        vec![dependent["id"].as_str().unwrap().to_owned()]
+    );
 
     for bad in ["limit=0", "limit=100000"] {
-        let (status, body) = daemon.api(Method::GET, &format!("/v1/meshes/default/tasks?{bad}"), Value::Null).await;
+        let (status, body) =
+            daemon.api(Method::GET, &format!("/v1/meshes/default/tasks?{bad}"), Value::Null).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("limit"), "{body}");
     }
@@ -404,9 +470,11 @@ async fn task_listing_pages_and_filters() {
     assert!(body["error"]["message"].as_str().unwrap().contains("offset"), "{body}");
 
     // The ledger of one task.
-    let (_, cancelled) = daemon.api(Method::POST, &format!("/v1/meshes/default/tasks/{}/cancel", ids[1]), json!({})).await;
+    let (_, cancelled) =
+        daemon.api(Method::POST, &format!("/v1/meshes/default/tasks/{}/cancel", ids[1]), json!({})).await;
     assert_eq!(cancelled["status"], "cancelled");
-    let (status, history) = daemon.api(Method::GET, &format!("/v1/meshes/default/ledger?task={}", ids[1]), Value::Null).await;
+    let (status, history) =
+        daemon.api(Method::GET, &format!("/v1/meshes/default/ledger?task={}", ids[1]), Value::Null).await;
     assert_eq!(status, StatusCode::OK, "{history}");
     let kinds: Vec<&str> = history.as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["task_dispatched", "task_cancelled"], "{history}");

@@ -470,7 +470,8 @@ oldest first. Use it to see what happened recently, e.g. which tasks were claime
     )]
     async fn ledger_tail(&self, arguments: JsonObject) -> ToolResult {
         let LedgerArgs { tail, kind, since } = args::parse(arguments)?;
-        let params = LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind, task: None };
+        let params =
+            LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind, task: None };
         let entries = self.run(move |api, mesh| api.ledger_tail(mesh, params)).await?;
         answer_json(json!({ "entries": entries }))
     }

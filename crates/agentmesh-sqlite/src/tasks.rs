@@ -9,6 +9,7 @@
 //! whenever one of them changes status; `hold` folds it together with the block and
 //! the parking into one indexed number (0 = claimable as far as the task goes).
 
+use agentmesh_core::TaskPriority;
 use agentmesh_core::claim::check_gates;
 use agentmesh_core::ledger::kinds;
 use agentmesh_core::lifecycle::{self, match_completion};
@@ -1210,6 +1211,28 @@ pub(crate) fn cancel(
     entry.session_id = before.task.assigned_session_id.clone();
     ledger::append(conn, &entry)?;
     block_dependents(conn, &after, now)?;
+    Ok(after)
+}
+
+pub(crate) fn set_priority(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    priority: TaskPriority,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> Res<Task> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let after = lifecycle::reprioritize(&before.task, priority, now)?;
+    save(conn, &before, &after)?;
+    let was = before.task.priority.unwrap_or(TaskPriority::Normal);
+    record(
+        conn,
+        kinds::TASK_PRIORITY_CHANGED,
+        &after,
+        json!({"taskId": after.id, "from": was.as_str(), "to": priority.as_str(), "reason": reason}),
+        now,
+    )?;
     Ok(after)
 }
 

@@ -18,12 +18,12 @@
 //! ([`security_headers`]). The page reads only the public `/v1` API and the
 //! stream of `stream`.
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
 
 use crate::AppState;
@@ -127,7 +127,10 @@ pub fn forbidden_cross_site() -> Response {
 
 /// Whether the request wants a page rather than JSON (a browser's navigation).
 pub fn wants_html(headers: &HeaderMap) -> bool {
-    headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|accept| accept.contains("text/html"))
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/html"))
 }
 
 /// Adds the dashboard's security headers to `response`.
@@ -144,12 +147,8 @@ pub fn security_headers(mut response: Response) -> Response {
 pub fn login_page(status: StatusCode, notice: Option<&str>) -> Response {
     let notice = notice.map_or(String::new(), |n| format!("<p class=\"notice\" role=\"alert\">{n}</p>"));
     let html = LOGIN.replace("<!--notice-->", &notice);
-    let response = (
-        status,
-        [(header::CONTENT_TYPE, HTML), (header::CACHE_CONTROL, "no-store")],
-        html,
-    )
-        .into_response();
+    let response =
+        (status, [(header::CONTENT_TYPE, HTML), (header::CACHE_CONTROL, "no-store")], html).into_response();
     security_headers(response)
 }
 
@@ -176,11 +175,8 @@ async fn index(State(state): State<AppState>, req: Request) -> Response {
     }
     match session_token(req.headers()) {
         Some(token) if state.token.matches(token) => {
-            let response = (
-                [(header::CONTENT_TYPE, HTML), (header::CACHE_CONTROL, "no-cache")],
-                INDEX,
-            )
-                .into_response();
+            let response =
+                ([(header::CONTENT_TYPE, HTML), (header::CACHE_CONTROL, "no-cache")], INDEX).into_response();
             security_headers(response)
         }
         // Signing in is what `/` is for, without credentials: a page, not a refusal.
@@ -241,7 +237,8 @@ async fn logout(req: Request) -> Response {
 /// browser's copy is current.
 async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
     let Some(asset) = ASSETS.iter().find(|a| a.name == name) else {
-        let response = (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "text/plain")], "no such asset").into_response();
+        let response =
+            (StatusCode::NOT_FOUND, [(header::CONTENT_TYPE, "text/plain")], "no such asset").into_response();
         return security_headers(response);
     };
     let etag = etag(asset.body);
@@ -266,7 +263,9 @@ async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
 
 /// A strong entity tag of `body`: its 64-bit FNV-1a hash, quoted.
 fn etag(body: &[u8]) -> String {
-    let hash = body.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+    let hash = body
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
     format!("\"{hash:016x}\"")
 }
 

@@ -119,7 +119,8 @@ async fn follow(
         // Catch up: page through everything after the cursor.
         loop {
             let query = mesh.clone();
-            let params = SliceParams { after_id: cursor.clone(), limit: Some(PAGE), ..SliceParams::default() };
+            let params =
+                SliceParams { after_id: cursor.clone(), limit: Some(PAGE), ..SliceParams::default() };
             let Ok(slice) = state.with_mesh(move |m| m.ledger_slice(&query, params)).await else { break };
             let Some(last) = slice.entries.last() else { break };
             cursor = Some(last.id.clone());

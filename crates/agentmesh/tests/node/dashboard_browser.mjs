@@ -130,6 +130,16 @@ try {
   const ledger = cli('ledger', 'tail', '--kind', 'task_cancelled');
   assert.ok(ledger.some((e) => e.payload.taskId === 'docs'), JSON.stringify(ledger));
 
+  // ── Change a priority from the page.
+  await page.evaluate(() => { window.location.hash = '#/default/task/codegen'; });
+  await page.waitForSelector('.task-page [data-action="priority"]');
+  await page.click('[data-action="priority"]');
+  await page.waitForSelector('dialog#confirm[open]');
+  await page.selectOption('dialog#confirm select[name="priority"]', 'high');
+  await page.click('#confirm-ok');
+  await page.waitForSelector('.history .entry[data-kind="task_priority_changed"]', { timeout: 2000 });
+  assert.equal(cli('task', 'show', 'codegen').priority, 'high');
+
   // ── The mission and its DAG, coloured by status.
   await page.click('#nav a[data-view="missions"]');
   await page.waitForSelector('.mission[data-mission="compiler"]');
