@@ -71,11 +71,12 @@ impl Drop for Serve {
     }
 }
 
-fn serve(data_dir: &Path) -> Serve {
+fn serve(data_dir: &Path, extra: &[&str]) -> Serve {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
         .arg("--data-dir")
         .arg(data_dir)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -104,7 +105,7 @@ fn the_dashboard_in_headless_chromium() {
     install_node_packages();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let daemon = serve(&data_dir);
+    let daemon = serve(&data_dir, &[]);
     let token = std::fs::read_to_string(data_dir.join("daemon.token")).unwrap().trim().to_owned();
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
 
@@ -142,4 +143,44 @@ fn the_dashboard_in_headless_chromium() {
         let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
         assert!(size > 10_000, "{shot} was not written");
     }
+}
+
+#[tokio::test]
+async fn over_tls_the_session_cookie_is_secure() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server-key.pem"));
+    std::fs::write(&cert, server.pem()).unwrap();
+    std::fs::write(&key, server_key.serialize_pem()).unwrap();
+    let data_dir = dir.path().join("data");
+    let daemon =
+        serve(&data_dir, &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    assert!(daemon.url.starts_with("https://"), "{}", daemon.url);
+    let token = std::fs::read_to_string(data_dir.join("daemon.token")).unwrap().trim().to_owned();
+
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client.get(format!("{}/?token={token}", daemon.url)).send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::SEE_OTHER);
+    let cookie = response.headers()[reqwest::header::SET_COOKIE].to_str().unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Secure"] {
+        assert!(cookie.split("; ").any(|a| a == attribute), "{attribute} missing: {cookie}");
+    }
+    let response =
+        client.post(format!("{}/login", daemon.url)).form(&[("token", &token)]).send().await.unwrap();
+    let cookie = response.headers()[reqwest::header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.split("; ").any(|a| a == "Secure"), "{cookie}");
 }
