@@ -24,6 +24,7 @@ function card(ctx, t) {
   const holder = t.status === 'assigned' && t.assignedSessionId
     ? h('div', { class: 'holder' }, `${t.assignedSessionId} @ ${t.assignedNodeId || '?'}`,
       t.dispatchTimestamp ? ` · for ${span(now - Date.parse(t.dispatchTimestamp))}` : '',
+      t.updatedAt ? ` · last heard ${ago(t.updatedAt)}` : '',
       t.leaseExpiresAt ? ` · lease ${ago(t.leaseExpiresAt)}` : '')
     : null;
   return h('article', { class: `card status-${t.status}`, 'data-task': t.id },
@@ -226,28 +227,33 @@ const mission = {
 const workers = {
   mount(ctx) { put(ctx.main, h('div', { class: 'workers' })); },
   async update(ctx) {
-    const [status, held, counters] = await Promise.all([ctx.api.status(), ctx.api.held(), metrics()]);
+    const [status, held, counters, assigned] = await Promise.all([
+      ctx.api.status(), ctx.api.held(), metrics(), ctx.api.tasks({ status: 'assigned', limit: 1000 }),
+    ]);
+    // An assigned task's updatedAt moves with its claim and every heartbeat.
+    const heard = new Map(assigned.map((t) => [t.id, t.updatedAt]));
     const nodes = new Map();
     const at = (node) => { if (!nodes.has(node)) nodes.set(node, []); return nodes.get(node); };
     for (const a of status.activeAssignments) {
       at(a.nodeId || '?').push(h('tr', { class: 'busy' }, h('td', {}, a.sessionId || '?'), h('td', {}, 'busy'),
         h('td', {}, h('a', { href: ctx.link('task', a.id) }, a.message.slice(0, 60))),
         h('td', {}, a.dispatchTimestamp ? span(Date.now() - Date.parse(a.dispatchTimestamp)) : ''),
+        h('td', {}, heard.has(a.id) ? ago(heard.get(a.id)) : ''),
         h('td', {}, a.leaseExpiresAt ? ago(a.leaseExpiresAt) : ''), h('td', {}, a.epoch)));
     }
     for (const i of status.idleSessions) {
       at(i.nodeId).push(h('tr', { class: 'idle' }, h('td', {}, i.sessionId), h('td', {}, 'idle'), h('td', {}, i.providerType),
-        h('td', {}, ''), h('td', {}, 'report ' + ago(new Date(i.expiresAt).toISOString())), h('td', {}, '')));
+        h('td', {}, ''), h('td', {}, ''), h('td', {}, 'report ends ' + ago(new Date(i.expiresAt).toISOString())), h('td', {}, '')));
     }
     const drains = Object.entries(counters).filter(([k]) => k.startsWith('agentmesh_drain'));
     put(ctx.main.querySelector('.workers'),
       h('h1', {}, 'Workers'),
       nodes.size ? [...nodes.entries()].map(([node, rows]) => h('section', { class: 'node' }, h('h2', {}, node),
-        h('table', {}, h('tr', {}, ['session', 'state', 'task', 'held for', 'lease / report', 'epoch'].map((c) => h('th', {}, c))), rows)))
+        h('table', {}, h('tr', {}, ['session', 'state', 'task', 'held for', 'last heard', 'lease / report', 'epoch'].map((c) => h('th', {}, c))), rows)))
         : h('p', { class: 'hint' }, 'no busy or idle sessions'),
       h('h1', {}, 'Coordinators'),
       h('table', {}, h('tr', {}, ['daemon', 'run', 'session', 'inbox depth'].map((c) => h('th', {}, c))),
-        status.pendingByCoordinator.map((c) => h('tr', {}, h('td', {}, c.daemonId || ''), h('td', {}, c.runId || ''), h('td', {}, c.sessionId || ''), h('td', {}, c.count)))),
+        status.pendingByCoordinator.map((c) => h('tr', {}, h('td', {}, c.daemonId || (c.runId || c.sessionId ? '' : '(broadcast)')), h('td', {}, c.runId || ''), h('td', {}, c.sessionId || ''), h('td', {}, c.count)))),
       h('h2', {}, `Held events (${held.length})`),
       h('ul', { class: 'held' }, held.map((e) => h('li', {},
         h('span', { class: 'kind' }, e.event || '?'), ' ', e.reason || '', ' ',

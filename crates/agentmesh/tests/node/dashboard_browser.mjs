@@ -152,7 +152,18 @@ try {
   // ── Workers, and the live ledger.
   await page.click('#nav a[data-view="workers"]');
   await page.waitForSelector('.workers tr.busy');
-  assert.ok((await page.textContent('.workers')).includes('worker-2'));
+  assert.ok((await page.textContent('.workers tr.busy')).includes('worker-2'));
+  const idle = await fetch(`${base}/v1/meshes/default/idle-sessions`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify({ nodeId: 'laptop', sessionId: 'worker-1', providerType: 'claude-cli' }),
+  });
+  assert.equal(idle.status, 200, await idle.text());
+  await page.click('#nav a[data-view="board"]');
+  await page.click('#nav a[data-view="workers"]');
+  await page.waitForSelector('.workers tr.idle');
+  assert.ok((await page.textContent('.workers tr.idle')).includes('worker-1'));
+  await page.screenshot({ path: join(shots, 'workers.png'), fullPage: true });
   await page.click('#nav a[data-view="ledger"]');
   await page.waitForSelector('.timeline .entry');
   cli('task', 'add', 'one more', '--id', 'late');
