@@ -76,12 +76,18 @@ function connect(mesh) {
   live.dataset.state = 'connecting';
   live.textContent = 'connecting';
   stream = new EventSource(`/v1/meshes/${encodeURIComponent(mesh)}/stream`);
-  stream.addEventListener('ready', () => { live.dataset.state = 'live'; live.textContent = 'live'; });
+  let dropped = false;
+  stream.addEventListener('ready', () => {
+    live.dataset.state = 'live';
+    live.textContent = 'live';
+    // Back after a drop: what changed meanwhile is not replayed, so refetch.
+    if (dropped) refresh();
+  });
   stream.addEventListener('changed', (e) => {
     const data = JSON.parse(e.data);
     refresh(data.entries || []);
   });
-  stream.onerror = () => { live.dataset.state = 'offline'; live.textContent = 'reconnecting'; };
+  stream.onerror = () => { dropped = true; live.dataset.state = 'offline'; live.textContent = 'reconnecting'; };
 }
 
 async function route() {
