@@ -149,6 +149,20 @@ try {
   await page.waitForSelector('.mission-page svg.dag a.status-cancelled[data-task="docs"]');
   await page.screenshot({ path: join(shots, 'mission.png'), fullPage: true });
 
+  // ── A forced requeue of the completed lexer, behind a confirmation; backing
+  // out of the dialog changes nothing.
+  await page.evaluate(() => { window.location.hash = '#/default/task/lexer'; });
+  await page.waitForSelector('.task-page [data-action="force-requeue"]');
+  await page.click('[data-action="force-requeue"]');
+  await page.waitForSelector('dialog#confirm[open]');
+  await page.click('dialog#confirm button[value="cancel"]');
+  assert.equal(cli('task', 'show', 'lexer').status, 'completed');
+  await page.click('[data-action="force-requeue"]');
+  await page.waitForSelector('dialog#confirm[open]');
+  await page.click('#confirm-ok');
+  await page.waitForSelector('.history .entry[data-kind="task_requeued"]', { timeout: 2000 });
+  assert.equal(cli('task', 'show', 'lexer').status, 'pending');
+
   // ── Workers, and the live ledger.
   await page.click('#nav a[data-view="workers"]');
   await page.waitForSelector('.workers tr.busy');
