@@ -42,9 +42,9 @@ use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
     EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RemoveDispatchesBody,
-    RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
-    ToolCallParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
+    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
+    ToolCallBody, ToolCallParams,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -158,6 +158,8 @@ pub trait MeshApi: Send + Sync {
     fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task>;
     /// Cancels a pending or assigned task.
     fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task>;
+    /// Changes the pull priority of a pending or assigned task.
+    fn set_priority(&self, mesh: &str, id: &str, body: PriorityBody) -> MeshResult<Task>;
     /// Puts a task back in the queue, or fails it when its retry budget is spent.
     fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView>;
     /// Claims the next task for a worker session; "nothing to claim" is an answer.

@@ -26,9 +26,9 @@ use crate::wire::{
     DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
     DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
     IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams,
-    StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit,
-    required, seconds_before,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id,
+    page_limit, required, seconds_before,
 };
 use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
@@ -320,7 +320,11 @@ impl MeshApi for LocalMesh {
     fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>> {
         let mesh = mesh_id(mesh)?;
         let statuses = status_filter(params.status.as_deref())?;
-        Ok(self.store.queue_entries(mesh, &statuses)?)
+        params.check()?;
+        let tasks = self.store.queue_entries(mesh, &statuses)?;
+        let skip = params.offset.unwrap_or(0) as usize;
+        let take = params.limit.map_or(usize::MAX, |limit| limit as usize);
+        Ok(tasks.into_iter().filter(|task| params.selects(task)).skip(skip).take(take).collect())
     }
 
     fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
@@ -336,6 +340,14 @@ impl MeshApi for LocalMesh {
         let id = id_rule("id", id.to_owned())?;
         let reason = optional(body.reason);
         self.write(|store, now| store.cancel_task(mesh, &id, reason.as_deref(), now))
+    }
+
+    fn set_priority(&self, mesh: &str, id: &str, body: PriorityBody) -> MeshResult<Task> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("id", id.to_owned())?;
+        let priority: agentmesh_core::TaskPriority = body.priority.parse()?;
+        let reason = optional(body.reason);
+        self.write(|store, now| store.set_task_priority(mesh, &id, priority, reason.as_deref(), now))
     }
 
     fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {
@@ -529,8 +541,26 @@ impl MeshApi for LocalMesh {
 
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
         let mesh = mesh_id(mesh)?;
-        let query = LedgerQuery::try_from(params)?;
-        Ok(self.store.read_ledger_ordered(mesh, &query)?)
+        let task = params.task.clone().map(|t| id_rule("task", t)).transpose()?;
+        let mut query = LedgerQuery::try_from(params)?;
+        let Some(task) = task else {
+            return Ok(self.store.read_ledger_ordered(mesh, &query)?);
+        };
+        // The entries about one task all come after its creation: read from
+        // there on, every entry, and keep the task's newest `tail`.
+        let tail = query.tail.unwrap_or(200) as usize;
+        query.tail = None;
+        if let Some(created) = self.store.find_task(mesh, &task)?.map(|t| t.created_at) {
+            query.since = Some(query.since.map_or(created.clone(), |since| since.max(created)));
+        }
+        let mut entries: Vec<LedgerEntry> = self
+            .store
+            .read_ledger_ordered(mesh, &query)?
+            .into_iter()
+            .filter(|e| e.task_id() == Some(&task))
+            .collect();
+        let skip = entries.len().saturating_sub(tail);
+        Ok(entries.split_off(skip))
     }
 
     fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {

@@ -21,9 +21,9 @@ use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
     EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RemoveDispatchesBody,
-    RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
-    ToolCallParams, WatchParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
+    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
+    ToolCallBody, ToolCallParams, WatchParams,
 };
 use crate::{MeshApi, MeshError, MeshResult};
 
@@ -275,6 +275,10 @@ impl MeshApi for RemoteMesh {
 
     fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task> {
         self.post(mesh, &["tasks", id, "cancel"], &body)
+    }
+
+    fn set_priority(&self, mesh: &str, id: &str, body: PriorityBody) -> MeshResult<Task> {
+        self.post(mesh, &["tasks", id, "priority"], &body)
     }
 
     fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {

@@ -208,6 +208,91 @@ pub struct ListParams {
     /// Only these statuses, comma-separated (every status when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Only tasks requiring this capability tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tag: Option<String>,
+    /// Only tasks held by, or pinned to, this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Only tasks held by, or pinned to, this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// Only tasks of this mission.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mission: Option<String>,
+    /// Only tasks whose id or message contains this text (case-insensitive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+    /// How many matching tasks to skip (0 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u32>,
+    /// Only tasks that depend on this task.
+    #[serde(default, rename = "dependsOn", skip_serializing_if = "Option::is_none")]
+    pub depends_on: Option<String>,
+    /// At most this many tasks, 1 to [`MAX_LIST_LIMIT`] (every match when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u32>,
+}
+
+/// The largest page `GET /v1/meshes/{mesh}/tasks?limit=` answers.
+pub const MAX_LIST_LIMIT: u32 = 1000;
+
+impl ListParams {
+    /// Only these statuses, every task of them.
+    pub fn statuses(status: Option<String>) -> ListParams {
+        ListParams { status, ..ListParams::default() }
+    }
+
+    /// Checks the page bounds, naming the field.
+    pub fn check(&self) -> Result<(), InvalidInput> {
+        if let Some(limit) = self.limit
+            && !(1..=MAX_LIST_LIMIT).contains(&limit)
+        {
+            return Err(InvalidInput::new("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+        }
+        Ok(())
+    }
+
+    /// Whether `task` passes the filters (status aside).
+    pub fn selects(&self, task: &agentmesh_core::Task) -> bool {
+        let given =
+            |f: &Option<String>| f.as_deref().map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned);
+        let is = |have: &Option<String>, want: &str| have.as_deref() == Some(want);
+        if let Some(tag) = given(&self.tag)
+            && !task.required_tags.iter().flatten().any(|t| t.eq_ignore_ascii_case(&tag))
+        {
+            return false;
+        }
+        if let Some(node) = given(&self.node)
+            && !is(&task.assigned_node_id, &node)
+            && !is(&task.target_node_id, &node)
+        {
+            return false;
+        }
+        if let Some(session) = given(&self.session)
+            && !is(&task.assigned_session_id, &session)
+            && !is(&task.target_session_id, &session)
+        {
+            return false;
+        }
+        if let Some(mission) = given(&self.mission)
+            && !is(&task.mission_id, &mission)
+        {
+            return false;
+        }
+        if let Some(dependency) = given(&self.depends_on)
+            && !task.depends_on.iter().flatten().any(|d| *d == dependency)
+        {
+            return false;
+        }
+        if let Some(text) = given(&self.q) {
+            let text = text.to_lowercase();
+            if !task.id.to_lowercase().contains(&text) && !task.message.to_lowercase().contains(&text) {
+                return false;
+            }
+        }
+        true
+    }
 }
 
 /// `POST /v1/meshes/{mesh}/tasks/{id}/cancel`.
@@ -215,6 +300,18 @@ pub struct ListParams {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelBody {
     /// Why the task is withdrawn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/tasks/{id}/priority`: changes the pull priority of a
+/// pending or assigned task.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PriorityBody {
+    /// The new priority: `low`, `normal` or `high`.
+    pub priority: String,
+    /// Why it changes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -371,6 +468,9 @@ pub struct LedgerParams {
     /// Only entries of these kinds, comma-separated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Only entries about this task (read from the task's creation on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
 }
 
 impl TryFrom<LedgerParams> for agentmesh_core::LedgerQuery {

@@ -46,6 +46,8 @@ pub enum TaskAction {
     Reclaim,
     /// Lease extension by its worker.
     Heartbeat,
+    /// A change of its pull priority.
+    Reprioritize,
 }
 
 impl fmt::Display for TaskAction {
@@ -58,6 +60,7 @@ impl fmt::Display for TaskAction {
             TaskAction::Requeue => "requeue",
             TaskAction::Reclaim => "reclaim",
             TaskAction::Heartbeat => "heartbeat",
+            TaskAction::Reprioritize => "change the priority of",
         })
     }
 }

@@ -25,6 +25,8 @@ pub mod kinds {
     pub const TASK_CANCELLED: &str = "task_cancelled";
     /// A task went back to the queue.
     pub const TASK_REQUEUED: &str = "task_requeued";
+    /// A task's pull priority was changed.
+    pub const TASK_PRIORITY_CHANGED: &str = "task_priority_changed";
     /// A stranded assignment was reclaimed.
     pub const TASK_RECLAIMED: &str = "task_reclaimed";
     /// A pending task was blocked by a failed or cancelled dependency.

@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::{Claimant, InvalidTransition, Task, TaskAction, TaskStatus, Timestamp};
+use crate::{Claimant, InvalidTransition, Task, TaskAction, TaskPriority, TaskStatus, Timestamp};
 
 /// The default retry budget of a task that sets none.
 pub const DEFAULT_MAX_RETRIES: u32 = 1;
@@ -101,6 +101,18 @@ pub fn cancel(task: &Task, reason: Option<&str>, now: Timestamp) -> Result<Task,
     clear_assignment(&mut t);
     t.dispatch_nonce = Some(task.epoch() + 1);
     t.updated_at = iso;
+    Ok(t)
+}
+
+/// Changes the pull priority of a task that is not finished (pending or
+/// assigned). Normal priority is stored as absent, as at enqueue.
+pub fn reprioritize(task: &Task, priority: TaskPriority, now: Timestamp) -> Result<Task, InvalidTransition> {
+    if task.status.is_terminal() {
+        return Err(refuse(task, TaskAction::Reprioritize));
+    }
+    let mut t = task.clone();
+    t.priority = Some(priority).filter(|p| *p != TaskPriority::Normal);
+    t.updated_at = now.iso();
     Ok(t)
 }
 

@@ -14,9 +14,9 @@ use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
     EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PushEventBody, RemoveDispatchesBody,
-    RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, ToolCallBody,
-    ToolCallParams, WatchParams,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
+    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
+    ToolCallBody, ToolCallParams, WatchParams,
 };
 use agentmesh_core::MeshId;
 use agentmesh_store::StoreError;
@@ -40,6 +40,7 @@ pub fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/tasks/{id}", get(show_task))
         .route("/meshes/{mesh}/tasks/{id}/cancel", post(cancel_task))
         .route("/meshes/{mesh}/tasks/{id}/requeue", post(requeue_task))
+        .route("/meshes/{mesh}/tasks/{id}/priority", post(set_priority))
         .route("/meshes/{mesh}/claims", post(claim))
         .route("/meshes/{mesh}/heartbeats", post(heartbeat))
         .route("/meshes/{mesh}/completions", post(complete))
@@ -172,6 +173,15 @@ async fn cancel_task(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.cancel_task(&mesh, &id, body)).await.map(ok)
+}
+
+async fn set_priority(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+    ApiJson(body): ApiJson<PriorityBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.set_priority(&mesh, &id, body)).await.map(ok)
 }
 
 async fn requeue_task(

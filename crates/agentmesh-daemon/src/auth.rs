@@ -3,8 +3,9 @@
 //! The token is created at the daemon's first start (32 random bytes as 64 hex
 //! characters) in a file only its owner can read (mode 0600), by default
 //! `<data-dir>/daemon.token`. Clients read the same file. Every `/v1` request must
-//! carry `Authorization: Bearer <token>`; anything else is answered 401 with a
-//! body that says only that, whatever was wrong.
+//! carry `Authorization: Bearer <token>`, or the dashboard's session cookie (see
+//! the `dashboard` module); anything else is answered 401 with a body that says
+//! only that, whatever was wrong (a browser asking for a page gets the login page).
 
 use std::fmt;
 use std::fs::{self, OpenOptions};
@@ -17,8 +18,8 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::AppState;
 use crate::error::ApiError;
+use crate::{AppState, dashboard};
 
 /// The token file's name in the data dir.
 pub const TOKEN_FILE_NAME: &str = "daemon.token";
@@ -106,7 +107,7 @@ impl ApiToken {
     }
 
     /// Whether `presented` is the token, in time independent of where they differ.
-    fn matches(&self, presented: &str) -> bool {
+    pub(crate) fn matches(&self, presented: &str) -> bool {
         let expected = self.0.as_bytes();
         let presented = presented.as_bytes();
         expected.len() == presented.len()
@@ -155,7 +156,22 @@ pub async fn require_token(
         .map(|(_, token)| token.trim());
     match presented {
         Some(token) if state.token.matches(token) => Ok(next.run(req).await),
-        _ => Err(ApiError::Unauthorized),
+        Some(_) => Err(ApiError::Unauthorized),
+        // The dashboard's session cookie, within its cross-site rule.
+        None => match dashboard::session_token(req.headers()) {
+            Some(token) if state.token.matches(token) => {
+                if dashboard::cookie_request_allowed(&req) {
+                    Ok(next.run(req).await)
+                } else {
+                    Ok(dashboard::forbidden_cross_site())
+                }
+            }
+            // A browser finds the login page, never data.
+            _ if dashboard::wants_html(req.headers()) => {
+                Ok(dashboard::login_page(axum::http::StatusCode::UNAUTHORIZED, None))
+            }
+            _ => Err(ApiError::Unauthorized),
+        },
     }
 }
 

@@ -21,6 +21,10 @@
 //! `AppState::with_mesh` and
 //! answer its view. Rules live in the core and the store.
 //!
+//! `/` serves the dashboard (`dashboard`): a page for people, behind the same
+//! token through a session cookie, live through the `/v1/meshes/{mesh}/stream`
+//! Server-Sent Events.
+//!
 //! `/mcp` serves the MCP tools of `agentmesh_mcp` over streamable HTTP, behind
 //! the same token, on the same `LocalMesh`, in the daemon's mesh
 //! ([`AppState::with_mcp_mesh`]); `/mcp/{mesh}` serves them in any other mesh.
@@ -51,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 mod access;
 mod api;
 mod auth;
+mod dashboard;
 mod error;
 mod extract;
 mod lock;
@@ -63,6 +68,7 @@ mod tls;
 mod upkeep;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
+pub use dashboard::{CONTENT_SECURITY_POLICY, REQUEST_HEADER, SESSION_COOKIE};
 pub use error::ApiError;
 pub use lock::{DataDirLock, LOCK_FILE_NAME, LockError, LockHolder};
 pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics, VERSION_LINE};
@@ -276,6 +282,7 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
     let metrics = Router::new()
         .route("/metrics", get(metrics::render))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
+    let streams = dashboard::api_routes(state.clone(), shutdown.clone());
     let services = mcp::McpServices::new(Arc::new(state.mesh.clone()), state.daemon_id.clone(), shutdown);
     let own_mesh = services.for_mesh(&state.mcp_mesh);
     let mcp = Router::new()
@@ -289,7 +296,8 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(metrics)
-        .nest("/v1", api::routes(state.clone()))
+        .merge(dashboard::routes())
+        .nest("/v1", api::routes(state.clone()).merge(streams))
         .merge(mcp)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -327,7 +335,7 @@ pub async fn serve_with<T: Transport>(
     // A child token: the loops stop with the server.
     let upkeep_shutdown = shutdown.child_token();
     let upkeep = tokio::spawn(upkeep::run(state.clone(), Arc::clone(&state.upkeep), upkeep_shutdown.clone()));
-    let app = app(state, shutdown.child_token());
+    let app = app(state, shutdown.child_token()).layer(axum::Extension(dashboard::Secure(T::SECURE)));
     server::serve_connections(listener, transport, app, options, shutdown).await;
     upkeep_shutdown.cancel();
     if let Err(err) = upkeep.await {

@@ -138,6 +138,9 @@ pub trait Transport: Clone + Send + Sync + 'static {
     /// The byte stream HTTP is read from and written to.
     type Io: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
+    /// Whether the transport encrypts (the dashboard's cookie is then `Secure`).
+    const SECURE: bool = false;
+
     /// Turns an accepted stream into [`Transport::Io`].
     fn handshake(&self, tcp: TcpStream) -> impl Future<Output = io::Result<Self::Io>> + Send;
 }

@@ -87,6 +87,8 @@ impl TlsTransport {
 impl Transport for TlsTransport {
     type Io = TlsStream<TcpStream>;
 
+    const SECURE: bool = true;
+
     async fn handshake(&self, tcp: TcpStream) -> io::Result<TlsStream<TcpStream>> {
         self.acceptor.accept(tcp).await
     }

@@ -1819,6 +1819,7 @@ fn body_routes() -> Vec<(&'static str, Value)> {
         ),
         ("/tasks/t1/cancel", json!({ "reason": "no longer needed" })),
         ("/tasks/t1/requeue", json!({ "force": true })),
+        ("/tasks/t1/priority", json!({ "priority": "high", "reason": "first" })),
         ("/claims", json!({ "nodeId": "n1", "sessionId": "s1", "leaseMs": 60_000 })),
         ("/heartbeats", json!({ "sessionId": "s1", "taskId": "t1", "epoch": 1, "leaseMs": 60_000 })),
         ("/completions", json!({ "sessionId": "s1", "taskId": "t1", "epoch": 1, "summary": "ok" })),

@@ -240,6 +240,20 @@ pub struct CancelTaskArgs {
     pub reason: Option<String>,
 }
 
+/// Arguments of `set_task_priority`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SetPriorityArgs {
+    /// The task to reorder (pending or assigned).
+    pub task_id: String,
+    /// The new pull priority: `low`, `normal` or `high`. Higher is claimed first.
+    #[schemars(schema_with = "crate::schema::required_priority")]
+    pub priority: String,
+    /// Why, for the ledger.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
 /// Arguments of `requeue_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

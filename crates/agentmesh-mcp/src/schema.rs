@@ -108,6 +108,13 @@ pub(crate) fn priority(_: &mut SchemaGenerator) -> Schema {
     optional_word(agentmesh_core::TaskPriority::ALL.map(agentmesh_core::TaskPriority::as_str))
 }
 
+/// A required `priority`: one of the core's task priorities, never null.
+pub(crate) fn required_priority(_: &mut SchemaGenerator) -> Schema {
+    let values: Vec<Value> =
+        agentmesh_core::TaskPriority::ALL.map(agentmesh_core::TaskPriority::as_str).map(Value::from).into();
+    json_schema!({ "type": "string", "enum": values })
+}
+
 /// `strategy`: one of the core's placement strategies.
 pub(crate) fn strategy(_: &mut SchemaGenerator) -> Schema {
     optional_word(agentmesh_core::Strategy::ALL.map(agentmesh_core::Strategy::as_str))

@@ -17,8 +17,8 @@ use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
     BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
     DeliveryStatusBody, DispatchBody, DrainBody, HeartbeatBody, HeldParams, IdleBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody, RequeueBody, RequeueHeldBody,
-    ToolCallBody,
+    ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody, PriorityBody, RequeueBody,
+    RequeueHeldBody, ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use agentmesh_core::MeshId;
@@ -35,7 +35,7 @@ use crate::args::{
     self, CancelTaskArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs, EnqueueTasksArgs, FailArgs,
     HeartbeatArgs, HeldArgs, IdleArgs, LedgerArgs, ListMissionsArgs, ListTasksArgs, MissionArgs,
     MissionIdArgs, NoArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs, SendMode, SessionArgs,
-    SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
+    SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
 };
 use crate::identity::Identity;
 use crate::render::{EventForAgent, events_text, fit_budget};
@@ -346,7 +346,7 @@ task in full use show_task.",
     )]
     async fn list_tasks(&self, arguments: JsonObject) -> ToolResult {
         let ListTasksArgs { status } = args::parse(arguments)?;
-        let tasks = self.run(move |api, mesh| api.list_tasks(mesh, ListParams { status })).await?;
+        let tasks = self.run(move |api, mesh| api.list_tasks(mesh, ListParams::statuses(status))).await?;
         answer_json(json!({ "tasks": tasks }))
     }
 
@@ -372,6 +372,19 @@ work is no longer wanted.",
         let CancelTaskArgs { task_id, reason } = args::parse(arguments)?;
         let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.cancel_task(mesh, &task_id, CancelBody { reason })).await?;
+        answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Change the pull priority of a pending or assigned task: a higher one is claimed \
+sooner. Use it when the plan's order changed.",
+        input_schema = schema::<SetPriorityArgs>()
+    )]
+    async fn set_task_priority(&self, arguments: JsonObject) -> ToolResult {
+        let SetPriorityArgs { task_id, priority, reason } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
+        let body = PriorityBody { priority, reason };
+        let task = self.run(move |api, mesh| api.set_priority(mesh, &task_id, body)).await?;
         answer_json(json!({ "task": task }))
     }
 
@@ -472,7 +485,8 @@ oldest first. Use it to see what happened recently, e.g. which tasks were claime
     )]
     async fn ledger_tail(&self, arguments: JsonObject) -> ToolResult {
         let LedgerArgs { tail, kind, since } = args::parse(arguments)?;
-        let params = LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind };
+        let params =
+            LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind, task: None };
         let entries = self.run(move |api, mesh| api.ledger_tail(mesh, params)).await?;
         answer_json(json!({ "entries": entries }))
     }

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use agentmesh_core::TaskPriority;
+
 use agentmesh_core::{
     Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
     IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
@@ -187,6 +189,18 @@ impl QueueStore for SqliteStore {
     ) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
         self.write(|tx| tasks::cancel(tx, mesh_id, task_id, reason, now))
+    }
+
+    fn set_task_priority(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        priority: TaskPriority,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Task> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::set_priority(tx, mesh_id, task_id, priority, reason, now))
     }
 
     fn requeue_task(

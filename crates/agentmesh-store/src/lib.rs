@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use agentmesh_core::TaskPriority;
+
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
     DispatchStatus, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
@@ -512,6 +514,18 @@ pub trait QueueStore: Send + Sync + 'static {
     ) -> Submitted<(Task, ClaimOutcome)> {
         submit::on_thread(move || self.complete_and_claim(&mesh_id, &report, &claimant, &opts, now))
     }
+
+    /// Changes the pull priority of a pending or assigned task (ledger
+    /// `task_priority_changed`, naming the old and new priority and the reason);
+    /// a finished task is refused with `InvalidTransition`.
+    fn set_task_priority(
+        &self,
+        mesh_id: &str,
+        task_id: &str,
+        priority: TaskPriority,
+        reason: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Task>;
 
     /// Cancels a pending or assigned task (ledger `task_cancelled`); pending
     /// dependents are blocked.

@@ -527,7 +527,16 @@ pub enum TaskCommand {
     /// Put a task back in the queue, spending one retry
     #[command(after_help = TASK_REQUEUE_EXAMPLES)]
     Requeue(TaskRequeueArgs),
+    /// Change the pull priority of a pending or assigned task
+    #[command(after_help = TASK_PRIORITY_EXAMPLES)]
+    Priority(TaskPriorityArgs),
 }
+
+/// Shown after `agentmesh task priority --help`.
+const TASK_PRIORITY_EXAMPLES: &str = "\
+Examples:
+  agentmesh task priority login high --reason 'blocks the release'
+  agentmesh task priority notes low";
 
 /// Shown after `agentmesh task add --help`.
 const TASK_ADD_EXAMPLES: &str = "\
@@ -634,6 +643,18 @@ pub struct TaskCancelArgs {
     /// The task id
     pub id: String,
     /// Why the task is withdrawn
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+/// Arguments of `task priority`.
+#[derive(Debug, Args)]
+pub struct TaskPriorityArgs {
+    /// The task id
+    pub id: String,
+    /// The new priority: low, normal or high
+    pub priority: String,
+    /// Why it changes
     #[arg(long)]
     pub reason: Option<String>,
 }

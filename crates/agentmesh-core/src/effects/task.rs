@@ -7,7 +7,7 @@ use crate::events::{EventToQueue, completion_event};
 use crate::ledger::kinds;
 use crate::{
     Claimant, InvalidInput, InvalidTransition, LedgerEntry, RequeueOptions, Requeued, Task, TaskAction,
-    TaskStatus, Timestamp, lifecycle,
+    TaskPriority, TaskStatus, Timestamp, lifecycle,
 };
 
 /// What a write decided about one task.
@@ -299,6 +299,23 @@ pub fn cancel(
     entry.node_id = before.assigned_node_id.clone();
     entry.session_id = before.assigned_session_id.clone();
     Ok(Decision { task, ledger: Some(entry), dependents: Dependents::Block, event: None })
+}
+
+/// A priority change of `before`: recorded as `task_priority_changed` with the
+/// priority it had, the new one and the reason; the task keeps its place
+/// otherwise, and its dependents are untouched.
+pub fn set_priority(
+    before: &Task,
+    priority: TaskPriority,
+    reason: Option<&str>,
+    now: Timestamp,
+    mint: impl FnOnce() -> String,
+) -> Result<Decision, InvalidTransition> {
+    let task = lifecycle::reprioritize(before, priority, now)?;
+    let was = before.priority.unwrap_or(TaskPriority::Normal);
+    let payload = json!({"taskId": task.id, "from": was.as_str(), "to": priority.as_str(), "reason": reason});
+    let entry = task_entry(kinds::TASK_PRIORITY_CHANGED, &task, payload, mint(), now);
+    Ok(Decision { task, ledger: Some(entry), dependents: Dependents::Keep, event: None })
 }
 
 /// Which way a requeue went.

@@ -3,7 +3,7 @@
 
 use agentmesh_core::effects::task::{self as decide, HolderRefusal, Refused, Report};
 use agentmesh_core::lifecycle::{self, match_completion};
-use agentmesh_core::{RequeueOptions, Requeued, Task, Timestamp};
+use agentmesh_core::{RequeueOptions, Requeued, Task, TaskPriority, Timestamp};
 use agentmesh_store::{CompletionReport, Outcome, StoreError};
 use rusqlite::Connection;
 
@@ -96,6 +96,19 @@ pub(crate) fn cancel(
 ) -> Res<Task> {
     let before = load_required(conn, mesh_id, task_id)?;
     let decision = decide::cancel(&before.task, reason, now, || ledger::new_entry_id(now))?;
+    persist(conn, &before, decision, now)
+}
+
+pub(crate) fn set_priority(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+    priority: TaskPriority,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> Res<Task> {
+    let before = load_required(conn, mesh_id, task_id)?;
+    let decision = decide::set_priority(&before.task, priority, reason, now, || ledger::new_entry_id(now))?;
     persist(conn, &before, decision, now)
 }
 

@@ -2,7 +2,7 @@
 //! and epoch, completion matching, cancel, requeue and its retry budget, reclaim,
 //! heartbeats and leases, and the ledger entries every state change writes.
 
-use agentmesh_core::{ClaimRefusal, NewTask, RequeueOptions, Requeued, TaskStatus, Timestamp};
+use agentmesh_core::{ClaimRefusal, NewTask, RequeueOptions, Requeued, TaskPriority, TaskStatus, Timestamp};
 
 use super::support::*;
 use crate::{ClaimOptions, CompatStore, CompletionReport, Store, StoreError};
@@ -290,6 +290,41 @@ pub fn cancel_of_a_finished_task_is_refused_and_changes_nothing(store: &dyn Stor
         );
     }
     before.assert_unchanged(store, MESH, "refused cancels of finished tasks");
+}
+
+/// A priority change reorders the pending claims, is recorded as
+/// `task_priority_changed` with both priorities, and is refused for a finished
+/// task without changing anything.
+pub fn priority_changes_reorder_claims_and_finished_tasks_refuse_them(store: &dyn CompatStore) {
+    enqueue(store, MESH, new_task("first"), at(1));
+    enqueue(store, MESH, new_task("second"), at(2));
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let raised =
+        ok(store.set_task_priority(MESH, "second", TaskPriority::High, Some("urgent now"), at(3)), "raise");
+    ledger.assert_new(store, "a priority change", &["task_priority_changed:second"]);
+    assert_eq!(raised.priority, Some(TaskPriority::High), "expected the new priority");
+    assert_eq!(raised.updated_at, at(3).iso(), "expected updatedAt = the change time");
+    assert_eq!(find(store, MESH, "second"), raised, "expected the stored task to equal the returned one");
+    let entry = ok(store.read_ledger(MESH, &agentmesh_core::LedgerQuery::default()), "ledger")
+        .into_iter()
+        .find(|e| e.kind == "task_priority_changed")
+        .expect("the entry");
+    assert_eq!(entry.payload["from"], "normal", "expected the old priority named: {entry:?}");
+    assert_eq!(entry.payload["to"], "high", "expected the new priority named: {entry:?}");
+    assert_eq!(entry.payload["reason"], "urgent now", "expected the reason kept: {entry:?}");
+    // The raised task is claimed first.
+    let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "second");
+    // Back to normal is stored as no priority, as at enqueue; an assigned task may change.
+    let lowered = ok(store.set_task_priority(MESH, "second", TaskPriority::Normal, None, at(5)), "lower");
+    assert_eq!(lowered.priority, None, "expected normal stored as absent");
+    assert_eq!(lowered.epoch(), task.epoch(), "expected the claim's epoch kept");
+    complete(store, MESH, &lowered, at(6));
+    let before = Snapshot::take(store, MESH);
+    let err = expect_err(store.set_task_priority(MESH, "second", TaskPriority::Low, None, at(7)), "finished");
+    assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
+    let err = expect_err(store.set_task_priority(MESH, "nope", TaskPriority::Low, None, at(7)), "missing");
+    assert!(matches!(err, StoreError::TaskNotFound { .. }), "expected TaskNotFound, got {err:?}");
+    before.assert_unchanged(store, MESH, "refused priority changes");
 }
 
 /// A failure report marks the task failed with its reason and records `task_failed`.

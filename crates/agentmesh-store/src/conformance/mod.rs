@@ -168,6 +168,7 @@ macro_rules! conformance_tests {
             completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays,
             fail_marks_the_task_failed_with_its_reason,
             cancel_withdraws_pending_and_assigned_tasks,
+            priority_changes_reorder_claims_and_finished_tasks_refuse_them,
             cancel_of_a_finished_task_is_refused_and_changes_nothing,
             requeue_spends_the_default_retry_budget,
             requeue_of_an_assigned_task_needs_force,

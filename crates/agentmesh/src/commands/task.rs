@@ -6,13 +6,15 @@
 //! instant) is decided by its flag's parser (`duration::not_before`), and only the
 //! status filter here.
 
-use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, RequeueBody};
+use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, PriorityBody, RequeueBody};
 use agentmesh_core::TaskStatus;
 use agentmesh_core::enqueue::prepare_task;
 use anyhow::Context as _;
 
 use super::{Context, id};
-use crate::cli::{TaskAddArgs, TaskCancelArgs, TaskCommand, TaskListArgs, TaskRequeueArgs, TaskShowArgs};
+use crate::cli::{
+    TaskAddArgs, TaskCancelArgs, TaskCommand, TaskListArgs, TaskPriorityArgs, TaskRequeueArgs, TaskShowArgs,
+};
 use crate::now;
 use crate::output::{self, Noun, Output};
 
@@ -23,6 +25,7 @@ pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Res
         TaskCommand::List(args) => list(ctx, args, out),
         TaskCommand::Show(args) => show(ctx, args, out),
         TaskCommand::Cancel(args) => cancel(ctx, args, out),
+        TaskCommand::Priority(args) => priority(ctx, args, out),
         TaskCommand::Requeue(args) => requeue(ctx, args, out),
     }
 }
@@ -73,7 +76,7 @@ fn list(ctx: &Context, args: TaskListArgs, out: &mut Output) -> anyhow::Result<(
         status.parse::<TaskStatus>()?;
     }
     let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
-    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams { status })?;
+    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams::statuses(status))?;
     let now = now();
     out.emit(&tasks, |w| {
         output::write_listing(w, ctx.mesh(), Noun("task", "tasks"), tasks.len(), |w| {
@@ -92,6 +95,16 @@ fn cancel(ctx: &Context, args: TaskCancelArgs, out: &mut Output) -> anyhow::Resu
     let id = id("id", &args.id)?;
     let task = ctx.api()?.cancel_task(ctx.mesh(), id, CancelBody { reason: args.reason })?;
     out.emit(&task, |w| writeln!(w, "cancelled {}", task.id))
+}
+
+fn priority(ctx: &Context, args: TaskPriorityArgs, out: &mut Output) -> anyhow::Result<()> {
+    let id = id("id", &args.id)?;
+    // Checked before the store opens, like every flag.
+    let _: agentmesh_core::TaskPriority = args.priority.parse()?;
+    let body = PriorityBody { priority: args.priority, reason: args.reason };
+    let task = ctx.api()?.set_priority(ctx.mesh(), id, body)?;
+    let now = task.priority.map_or("normal", |p| p.as_str());
+    out.emit(&task, |w| writeln!(w, "{} is now {now} priority", task.id))
 }
 
 fn requeue(ctx: &Context, args: TaskRequeueArgs, out: &mut Output) -> anyhow::Result<()> {

@@ -515,7 +515,7 @@ impl Worker<'_> {
     /// The task this session holds, as a claim answer (none when it holds none or
     /// the look fails: the next claim then says why).
     fn held_task(&self) -> ClaimView {
-        let assigned = self.api.list_tasks(self.mesh, ListParams { status: Some("assigned".to_owned()) });
+        let assigned = self.api.list_tasks(self.mesh, ListParams::statuses(Some("assigned".to_owned())));
         let task = assigned
             .unwrap_or_default()
             .into_iter()

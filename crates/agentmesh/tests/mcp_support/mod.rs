@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub type Client = RunningService<RoleClient, ()>;
 
 /// Every tool, by name.
-pub const TOOLS: [&str; 24] = [
+pub const TOOLS: [&str; 25] = [
     "cancel_task",
     "claim_task",
     "complete_task",
@@ -34,6 +34,7 @@ pub const TOOLS: [&str; 24] = [
     "requeue_held_events",
     "requeue_task",
     "send_to_session",
+    "set_task_priority",
     "show_mission",
     "show_task",
     "suggest_node",
@@ -207,6 +208,8 @@ pub async fn exercise_every_tool(client: &Client) {
         json!({ "sessionId": "w2", "message": "take b", "taskId": "t-b", "mode": "dispatch" }),
     )
     .await;
+    let raised = ok(client, "set_task_priority", json!({ "taskId": "t-c", "priority": "high" })).await;
+    assert_eq!(raised["task"]["priority"], "high");
     assert_eq!(ok(client, "cancel_task", json!({ "taskId": "t-c" })).await["task"]["status"], "cancelled");
     assert!(!ok(client, "ledger_tail", json!({ "tail": 5 })).await["entries"].as_array().unwrap().is_empty());
 

@@ -1,0 +1,186 @@
+//! The dashboard end to end: a real `agentmesh serve` on loopback, Debian's
+//! headless Chromium driven by `playwright-core` (`tests/node/dashboard_browser.mjs`),
+//! and the mesh changed through the agentmesh CLI. The script logs in, watches
+//! tasks appear and move within a second of the CLI's writes, opens a task's
+//! history and dependency graph, cancels a task from the page, checks that a
+//! visitor without the token gets the login page and no data, and times the
+//! board's first paint over 10,000 tasks. It writes screenshots of the board, a
+//! task page and a mission DAG to `target/tmp/dashboard/` (the ones in
+//! `docs/dashboard/` come from there).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// How long the browser script may take, 10,000 enqueued tasks included.
+const NODE_DEADLINE: Duration = Duration::from_secs(240);
+
+/// The browser the script drives: Debian's `chromium` package (`.ci/run` installs it).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+fn node_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("node")
+}
+
+/// Installs the Node packages (`npm ci`, from the committed lock file) unless a
+/// finished install with `playwright-core` is there.
+fn install_node_packages() {
+    let dir = node_dir();
+    let installed = ["node_modules/.package-lock.json", "node_modules/playwright-core", "node_modules/ajv"]
+        .iter()
+        .all(|p| dir.join(p).exists());
+    if installed {
+        return;
+    }
+    let output = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(&dir)
+        .output()
+        .expect("npm runs (Node.js and npm are needed for this test; .ci/run installs them)");
+    assert!(output.status.success(), "npm ci failed: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+fn wait_exit(child: &mut Child, what: &str, deadline: Duration) -> ExitStatus {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            panic!("{what} did not finish within {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `agentmesh serve` on a free loopback port; killed when dropped.
+struct Serve {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(data_dir: &Path, extra: &[&str]) -> Serve {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentmesh"))
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve starts");
+    let mut line = String::new();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    stdout.read_line(&mut line).expect("the listening line");
+    // Keep reading stdout so the daemon never blocks on a full pipe.
+    std::thread::spawn(move || for _ in stdout.lines().map_while(Result::ok) {});
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("not a listening line: {line:?}"))
+        .to_owned();
+    Serve { child, url }
+}
+
+#[test]
+fn the_dashboard_in_headless_chromium() {
+    assert!(
+        Path::new(CHROMIUM).exists(),
+        "{CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium; .ci/run does)"
+    );
+    install_node_packages();
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let daemon = serve(&data_dir, &[]);
+    let token = std::fs::read_to_string(data_dir.join("daemon.token")).unwrap().trim().to_owned();
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+
+    let (out_path, err_path) = (dir.path().join("report.json"), dir.path().join("stderr.txt"));
+    let mut child = Command::new("node")
+        .arg(node_dir().join("dashboard_browser.mjs"))
+        .arg(&daemon.url)
+        .arg(env!("CARGO_BIN_EXE_agentmesh"))
+        .arg(&shots)
+        .env("AGENTMESH_TOKEN", &token)
+        .env("CHROMIUM", CHROMIUM)
+        // Nothing may fetch a browser: there is one, and no internet.
+        .env("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap())
+        .spawn()
+        .expect("node runs (Node.js is needed for this test; .ci/run installs it)");
+    let status = wait_exit(&mut child, "the browser script", NODE_DEADLINE);
+    let stderr = std::fs::read_to_string(&err_path).unwrap();
+    assert!(status.success(), "the browser script failed ({status}):\n{stderr}");
+    let report = std::fs::read_to_string(&out_path).unwrap();
+    let report: Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}\n{stderr}"));
+    eprintln!("dashboard timings: {report}");
+
+    let ms = |key: &str| report[key].as_u64().unwrap_or_else(|| panic!("{key} missing: {report}"));
+    // The live stream: the page shows each change within a second of the CLI's return.
+    for key in ["enqueueToBoardMs", "claimToBoardMs", "completeToBoardMs", "enqueueToLedgerMs"] {
+        assert!(ms(key) < 1000, "{key}: {report}");
+    }
+    // 10,000 tasks: the board is painted within a second of the navigation.
+    assert_eq!(report["bigBoardCount"], "10000", "{report}");
+    assert_eq!(report["bigBoardCards"], 50, "{report}");
+    assert!(ms("bigBoardFirstPaintMs") < 1000, "{report}");
+    for shot in ["board.png", "task.png", "mission.png", "phone.png"] {
+        let size = std::fs::metadata(shots.join(shot)).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 10_000, "{shot} was not written");
+    }
+}
+
+#[tokio::test]
+async fn over_tls_the_session_cookie_is_secure() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let server_key = KeyPair::generate().unwrap();
+    let server = CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&server_key, &issuer)
+        .unwrap();
+    let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server-key.pem"));
+    std::fs::write(&cert, server.pem()).unwrap();
+    std::fs::write(&key, server_key.serialize_pem()).unwrap();
+    let data_dir = dir.path().join("data");
+    let daemon =
+        serve(&data_dir, &["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    assert!(daemon.url.starts_with("https://"), "{}", daemon.url);
+    let token = std::fs::read_to_string(data_dir.join("daemon.token")).unwrap().trim().to_owned();
+
+    let client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.pem().as_bytes()).unwrap())
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client.get(format!("{}/?token={token}", daemon.url)).send().await.unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::SEE_OTHER);
+    let cookie = response.headers()[reqwest::header::SET_COOKIE].to_str().unwrap();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Secure"] {
+        assert!(cookie.split("; ").any(|a| a == attribute), "{attribute} missing: {cookie}");
+    }
+    let response =
+        client.post(format!("{}/login", daemon.url)).form(&[("token", &token)]).send().await.unwrap();
+    let cookie = response.headers()[reqwest::header::SET_COOKIE].to_str().unwrap();
+    assert!(cookie.split("; ").any(|a| a == "Secure"), "{cookie}");
+}
