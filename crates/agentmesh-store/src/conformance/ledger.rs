@@ -434,6 +434,61 @@ pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn CompatStore) {
     assert_eq!(seen, order, "expected the pages to return the entries in (timestamp, id) order");
 }
 
+/// Paging by sequence returns entries in commit order, and an entry appended
+/// after a page was read is on the next page even when its timestamp is older
+/// than everything read so far (committed late, or imported). The sequence
+/// numbers only grow, an empty page keeps the cursor, every page names the same
+/// origin, and another mesh's entries never show.
+pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatStore) {
+    append_all(
+        store,
+        &[
+            ledger_entry(MESH, "e0", "note", at(10)),
+            ledger_entry(MESH, "e1", "note", at(11)),
+            ledger_entry(OTHER_MESH, "x0", "note", at(11)),
+            ledger_entry(MESH, "e2", "note", at(12)),
+        ],
+    );
+    let by_seq = |after_seq: u64, limit: u32| {
+        slice(
+            store,
+            MESH,
+            SliceQuery { after_seq: Some(after_seq), limit: Some(limit), ..SliceQuery::default() },
+        )
+    };
+    let first = by_seq(0, 2);
+    assert_eq!(entry_ids(&first.entries), ["e0", "e1"], "expected the first two entries in commit order");
+    assert!(first.cursor.has_more, "expected e2 still to come");
+    assert_eq!(first.cursor.after_seq, Some(0), "expected the cursor to echo afterSeq");
+    let cursor = first.cursor.next_after_seq.expect("a page by sequence carries nextAfterSeq");
+    assert!(cursor > 0, "expected nextAfterSeq past the start, got {cursor}");
+    let origin = first.origin.clone().expect("a page by sequence names its origin");
+
+    // Committed now, stamped before everything the reader has seen.
+    append_all(store, &[ledger_entry(MESH, "late", "note", at(1))]);
+    let next = by_seq(cursor, 100);
+    assert_eq!(entry_ids(&next.entries), ["e2", "late"], "expected the late entry after e2, in commit order");
+    assert!(!next.cursor.has_more, "expected no more after the late entry");
+    let end = next.cursor.next_after_seq.expect("nextAfterSeq");
+    assert!(end > cursor, "expected the cursor to move forward: {cursor} then {end}");
+    assert_eq!(next.origin.as_deref(), Some(origin.as_str()), "expected one origin for one database");
+
+    let empty = by_seq(end, 100);
+    assert!(empty.entries.is_empty(), "expected nothing after the last entry");
+    assert_eq!(empty.cursor.next_after_seq, Some(end), "expected an empty page to keep the cursor");
+    append_all(store, &[ledger_entry(MESH, "after", "note", at(2))]);
+    assert_eq!(entry_ids(&by_seq(end, 100).entries), ["after"], "expected only the newest entry");
+
+    // The original's cursor keeps the original's (timestamp, id) order.
+    let by_time = slice(store, MESH, SliceQuery::default());
+    assert_eq!(
+        entry_ids(&by_time.entries),
+        ["late", "after", "e0", "e1", "e2"],
+        "expected afterId paging in (timestamp, id) order"
+    );
+    assert_eq!(by_time.cursor.next_after_seq, None, "expected no sequence cursor on a page by time");
+}
+
 /// An `afterId` that is not in the mesh's ledger gives an empty page.
 pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn CompatStore) {
     append_all(

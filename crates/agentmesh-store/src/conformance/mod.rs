@@ -195,6 +195,7 @@ macro_rules! conformance_tests {
             ledger_slice_orders_by_timestamp_then_id_after_the_cursor,
             ledger_slice_pages_every_entry_exactly_once,
             ledger_slice_unknown_after_id_gives_an_empty_page,
+            ledger_slice_by_sequence_sees_an_entry_committed_late,
             ledger_slice_filters_by_kind,
             ledger_is_isolated_by_mesh,
             // Direct dispatches.
