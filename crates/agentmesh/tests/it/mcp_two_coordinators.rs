@@ -6,7 +6,7 @@
 //! (a unicast for another run on the drainer's machine is handed to the drainer)
 //! applies only once the addressed run has ended or gone quiet.
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::time::Duration;
 

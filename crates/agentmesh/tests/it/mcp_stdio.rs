@@ -2,7 +2,7 @@
 //! Unix socketpairs (what Node.js gives a child process) and files, and the
 //! official TypeScript SDK's stdio client, run with Node.
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::fs::File;
 use std::io::{Read, Write};

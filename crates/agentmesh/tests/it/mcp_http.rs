@@ -1,6 +1,6 @@
 //! MCP over streamable HTTP at `/mcp` on a real daemon, behind its token.
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::sync::Arc;
 

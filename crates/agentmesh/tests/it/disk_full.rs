@@ -11,7 +11,7 @@
 //! namespace (`unshare --user --map-root-user --mount`); without either it fails
 //! saying so. The mount is undone when the test ends, however it ends.
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,6 +1,6 @@
 //! What the MCP tests share: spawning `agentmesh mcp`, calling tools with rmcp's
 //! client, and the walk through every tool that both transports must pass.
-#![allow(dead_code)] // Each test binary uses its own part of this module.
+#![allow(dead_code)] // Not every test module uses every helper.
 
 use std::path::Path;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! arguments, the rate guard, a coordinator and workers in separate processes,
 //! the texts a coordinator reads, and the documented values of every schema.
 
-mod mcp_support;
+use crate::mcp_support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -1,0 +1,22 @@
+//! The `agentmesh` binary's end-to-end tests, as one test binary (one link, one
+//! process per `cargo test` run). Each module drives the real executable, a real
+//! daemon on loopback or a real MCP client against a data dir of its own, so the
+//! modules' tests run side by side.
+//!
+//! Two suites keep binaries of their own: `dashboard` measures a browser's first
+//! paint and `serve_process` holds thousands of connections against a lowered
+//! file limit; both time what they observe, so they run apart from the rest.
+
+mod cli;
+mod conventions;
+mod disk_full;
+mod first_start;
+mod import_adhdev;
+mod mcp;
+mod mcp_http;
+mod mcp_stdio;
+mod mcp_support;
+mod mcp_two_coordinators;
+mod records;
+mod tls;
+mod work;
