@@ -76,21 +76,21 @@ pub(crate) fn mesh_summaries(conn: &Connection) -> Res<Vec<MeshSummary>> {
     }
     drop(statuses);
     for (mesh_id, count) in
-        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_inbox_queue GROUP BY mesh_id")?
+        counts_by_mesh(tx, "SELECT mesh_id, COUNT(*) FROM mesh_inbox_queue GROUP BY mesh_id")?
     {
         if let Some(summary) = meshes.get_mut(&mesh_id) {
             summary.pending_events = count;
         }
     }
     for (mesh_id, count) in
-        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_event_ledger GROUP BY mesh_id")?
+        counts_by_mesh(tx, "SELECT mesh_id, COUNT(*) FROM mesh_event_ledger GROUP BY mesh_id")?
     {
         if let Some(summary) = meshes.get_mut(&mesh_id) {
             summary.ledger_entries = count;
         }
     }
     for (mesh_id, count) in
-        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_missions GROUP BY mesh_id")?
+        counts_by_mesh(tx, "SELECT mesh_id, COUNT(*) FROM mesh_missions GROUP BY mesh_id")?
     {
         if let Some(summary) = meshes.get_mut(&mesh_id) {
             summary.missions = count;

@@ -88,7 +88,11 @@ impl Writes {
     /// Starts the writer thread on `conn`, the write connection to the database
     /// file at `path`.
     pub(crate) fn new(conn: Connection, path: &Path) -> Res<Writes> {
-        let shared = Arc::new(Shared { stats: Mutex::new(WriteStats::default()), group_commit: AtomicBool::new(true), queued: AtomicUsize::new(0) });
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(WriteStats::default()),
+            group_commit: AtomicBool::new(true),
+            queued: AtomicUsize::new(0),
+        });
         let (requests, queue) = mpsc::channel();
         let db = Db { conn, shared: Arc::clone(&shared), path: path.to_owned() };
         let writer = thread::Builder::new()
@@ -171,7 +175,12 @@ impl Writes {
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<T> {
         let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
-        self.send(Request::Write(Box::new(Queued { f: Some(f), result: None, panic: None, reply: Arc::clone(&reply) })))?;
+        self.send(Request::Write(Box::new(Queued {
+            f: Some(f),
+            result: None,
+            panic: None,
+            reply: Arc::clone(&reply),
+        })))?;
         loop {
             if let Some(outcome) = reply.take() {
                 return outcome.answer();
@@ -188,7 +197,12 @@ impl Writes {
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<Submitted<T>> {
         let reply = Arc::new(Reply::new(None));
-        self.send(Request::Write(Box::new(Queued { f: Some(f), result: None, panic: None, reply: Arc::clone(&reply) })))?;
+        self.send(Request::Write(Box::new(Queued {
+            f: Some(f),
+            result: None,
+            panic: None,
+            reply: Arc::clone(&reply),
+        })))?;
         Ok(Submitted { reply })
     }
 
@@ -352,7 +366,9 @@ where
         let outcome = match (panic, end) {
             (Some(payload), _) => Outcome::Panicked(payload),
             (None, End::Failed(err)) => Outcome::Done(Err(Fail(err))),
-            (None, End::Ran) => Outcome::Done(result.unwrap_or_else(|| Err(Fail(Failure::rolled_back().error())))),
+            (None, End::Ran) => {
+                Outcome::Done(result.unwrap_or_else(|| Err(Fail(Failure::rolled_back().error()))))
+            }
         };
         reply.give(outcome);
     }
@@ -501,7 +517,9 @@ impl Db {
                     job.end(End::Ran);
                     continue;
                 }
-                (false, Some(_)) => exec(&self.conn, "ROLLBACK TO op").and_then(|()| exec(&self.conn, "RELEASE op")),
+                (false, Some(_)) => {
+                    exec(&self.conn, "ROLLBACK TO op").and_then(|()| exec(&self.conn, "RELEASE op"))
+                }
             };
             txn.jobs.push(job);
             match ended {
@@ -597,7 +615,12 @@ impl std::ops::Deref for Reader<'_> {
 
 impl Readers {
     fn new(path: &Path) -> Readers {
-        Readers { path: path.to_owned(), idle: Mutex::new(Vec::new()), open: Mutex::new(0), returned: Condvar::new() }
+        Readers {
+            path: path.to_owned(),
+            idle: Mutex::new(Vec::new()),
+            open: Mutex::new(0),
+            returned: Condvar::new(),
+        }
     }
 
     /// An idle connection, a new one while fewer than [`MAX_READERS`] are open,
@@ -643,7 +666,8 @@ impl Drop for Reader<'_> {
 
 /// A read-only connection to `path` with the store's per-connection settings.
 fn open_reader(path: &Path) -> Res<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(path, flags)?;
     crate::configure_connection(&conn)?;
     Ok(conn)
@@ -798,7 +822,7 @@ mod tests {
                 .map(|(i, n)| {
                     let writes = &writes;
                     let h = s.spawn(move || writes.write_queued(move |c| note(c, n)));
-                    until_queued(&writes, i + 1);
+                    until_queued(writes, i + 1);
                     h
                 })
                 .collect();
@@ -892,7 +916,9 @@ mod tests {
         let a = writes.submit_queued(|c| note(c, "a")).unwrap();
         // A deferred foreign key is checked by COMMIT, so b's operation succeeds
         // and the COMMIT of the batch fails.
-        let b = writes.submit_queued(|c| Ok(c.execute("INSERT INTO children (parent) VALUES (42)", [])?)).unwrap();
+        let b = writes
+            .submit_queued(|c| Ok(c.execute("INSERT INTO children (parent) VALUES (42)", [])?))
+            .unwrap();
         drop(release);
         wait(held).unwrap();
         let a_err = wait(a).expect_err("a's write shared the failed commit");
@@ -912,9 +938,13 @@ mod tests {
         // The writer is inside its transaction, holding SQLite's write lock, with
         // "held" written and not committed.
         let read = thread::scope(|s| {
-            s.spawn(|| writes.read(|c| Ok(c.query_row("SELECT group_concat(note) FROM notes", [], |r| r.get::<_, String>(0))?)))
-                .join()
-                .unwrap()
+            s.spawn(|| {
+                writes.read(|c| {
+                    Ok(c.query_row("SELECT group_concat(note) FROM notes", [], |r| r.get::<_, String>(0))?)
+                })
+            })
+            .join()
+            .unwrap()
         });
         assert_eq!(read.unwrap(), "before", "the read saw what was committed, and did not wait");
         drop(release);
@@ -925,7 +955,9 @@ mod tests {
     #[test]
     fn a_write_is_seen_by_every_read_once_it_returned() {
         let (_dir, writes) = writes();
-        let count = |w: &Writes| w.read(|c| Ok(c.query_row("SELECT count(*) FROM notes", [], |r| r.get::<_, i64>(0))?));
+        let count = |w: &Writes| {
+            w.read(|c| Ok(c.query_row("SELECT count(*) FROM notes", [], |r| r.get::<_, i64>(0))?))
+        };
         let stop = AtomicBool::new(false);
         thread::scope(|s| {
             // Readers busy beside the writes, so the pool holds several connections.
@@ -962,7 +994,10 @@ mod tests {
         drop(writes);
         wait(submitted).expect("a write queued before the drop is still run");
         assert_eq!(committed_notes(&dir), ["last"]);
-        assert!(!dir.path().join("notes.db-wal").exists(), "the last connection checkpointed and removed the WAL");
+        assert!(
+            !dir.path().join("notes.db-wal").exists(),
+            "the last connection checkpointed and removed the WAL"
+        );
     }
 
     #[test]
@@ -970,7 +1005,8 @@ mod tests {
         let (dir, writes) = writes();
         writes.set_group_commit(false);
         let (release, held) = hold_writer(&writes);
-        let queued: Vec<_> = ["a", "b", "c"].into_iter().map(|n| writes.submit_queued(move |c| note(c, n)).unwrap()).collect();
+        let queued: Vec<_> =
+            ["a", "b", "c"].into_iter().map(|n| writes.submit_queued(move |c| note(c, n)).unwrap()).collect();
         drop(release);
         wait(held).unwrap();
         for q in queued {

@@ -27,8 +27,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agentmesh_daemon::{
-    ApiToken, AppState, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp,
-    ServeOptions, TlsTransport, UpkeepConfig,
+    ApiToken, AppState, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp, ServeOptions,
+    TlsTransport, UpkeepConfig,
 };
 use agentmesh_sqlite::SqliteStore;
 use anyhow::Context as _;
