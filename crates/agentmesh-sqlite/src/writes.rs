@@ -57,11 +57,11 @@ use crate::{Fail, Res, WriteStats};
 
 /// A transaction holds at most this many operations.
 const MAX_BATCH_WRITES: usize = 32;
-/// How long the writer keeps looking for the next request after a batch before
+/// How long the writer keeps looking for the next request after a write before
 /// it sleeps. Waking a sleeping thread costs tens of microseconds on a virtual
 /// machine, paid on every write when writes come one after the other; a writer
-/// that just ran a batch looks a little longer, yielding its core meanwhile.
-/// An idle store never lingers.
+/// that just wrote looks a little longer, yielding its core meanwhile. An idle
+/// store never lingers.
 const WRITER_LINGER: Duration = Duration::from_millis(1);
 /// Read-only connections a store opens at most.
 const MAX_READERS: usize = 4;
@@ -267,10 +267,8 @@ impl Drop for Lent {
 /// the connection.
 fn run_writer(mut db: Db, queue: &Receiver<Request>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH_WRITES);
-    let mut lingering = false;
     loop {
-        let first = if lingering { linger(queue) } else { queue.recv().ok() };
-        let Some(first) = first else { break };
+        let Some(first) = linger(queue) else { break };
         db.shared.queued.fetch_sub(1, Ordering::Relaxed);
         let mut lend = None;
         match first {
@@ -288,8 +286,7 @@ fn run_writer(mut db: Db, queue: &Receiver<Request>) {
                 Request::Lend(loan) => lend = Some(loan),
             }
         }
-        lingering = !batch.is_empty();
-        if lingering {
+        if !batch.is_empty() {
             db.run_batch(std::mem::take(&mut batch));
         }
         if let Some(loan) = lend {
