@@ -601,6 +601,15 @@ mod tests {
     }
 
     #[test]
+    fn the_write_connection_truncates_a_wal_that_starts_over_to_64_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("limit.db")).unwrap();
+        let limit: i64 =
+            store.writes.write(|c| Ok(c.query_row("PRAGMA journal_size_limit", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(limit, 64 * 1024 * 1024);
+    }
+
+    #[test]
     fn a_probe_write_commits_and_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("probe.db")).unwrap();
