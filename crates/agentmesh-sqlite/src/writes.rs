@@ -220,9 +220,10 @@ impl Drop for Writes {
     fn drop(&mut self) {
         lock(&self.readers.idle).clear();
         drop(self.requests.take());
-        if let Some(writer) = self.writer.take()
-            && writer.join().is_err()
-        {
+        let Some(writer) = self.writer.take() else { return };
+        // The last handle may go from the writer thread itself (a woken task
+        // dropped there): it then ends on its own, once this drop returns.
+        if writer.thread().id() != thread::current().id() && writer.join().is_err() {
             tracing::error!("the SQLite writer thread panicked");
         }
     }
