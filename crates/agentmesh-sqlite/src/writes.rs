@@ -63,6 +63,11 @@ const MAX_BATCH_WRITES: usize = 32;
 /// that just wrote looks a little longer, yielding its core meanwhile. An idle
 /// store never lingers.
 const WRITER_LINGER: Duration = Duration::from_millis(1);
+/// How long a caller that found nobody else waiting for the writer looks for its
+/// answer, yielding its core, before it sleeps: its write is answered within
+/// tens of microseconds, and a core that went idle meanwhile takes about as long
+/// again to wake on a virtual machine.
+const CALLER_LINGER: Duration = Duration::from_micros(100);
 /// Read-only connections a store opens at most.
 const MAX_READERS: usize = 4;
 
@@ -133,7 +138,7 @@ impl Writes {
         let (give, given) = mpsc::sync_channel(1);
         let (back, taken_back) = mpsc::sync_channel(1);
         self.send(Request::Lend(Lend { give, back: taken_back }))?;
-        let db = given.recv().map_err(|_| writer_gone())?;
+        let db = recv_lingering(&given, CALLER_LINGER).ok_or_else(writer_gone)?;
         let lent = Lent { db: Some(db), back };
         let db = lent.db.as_ref().expect("lent until dropped");
         exec(&db.conn, "BEGIN IMMEDIATE")?;
@@ -175,12 +180,22 @@ impl Writes {
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<T> {
         let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
+        let alone = self.shared.queued.load(Ordering::Relaxed) == 0;
         self.send(Request::Write(Box::new(Queued {
             f: Some(f),
             result: None,
             panic: None,
             reply: Arc::clone(&reply),
         })))?;
+        if alone {
+            let began = Instant::now();
+            while began.elapsed() < CALLER_LINGER {
+                if let Some(outcome) = reply.take() {
+                    return outcome.answer();
+                }
+                thread::yield_now();
+            }
+        }
         loop {
             if let Some(outcome) = reply.take() {
                 return outcome.answer();
@@ -269,7 +284,7 @@ impl Drop for Lent {
 fn run_writer(mut db: Db, queue: &Receiver<Request>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH_WRITES);
     loop {
-        let Some(first) = linger(queue) else { break };
+        let Some(first) = recv_lingering(queue, WRITER_LINGER) else { break };
         db.shared.queued.fetch_sub(1, Ordering::Relaxed);
         let mut lend = None;
         match first {
@@ -301,24 +316,24 @@ fn run_writer(mut db: Db, queue: &Receiver<Request>) {
     crate::space::before_close(&db.conn, &db.path);
 }
 
-/// The next request within [`WRITER_LINGER`], else the next one whenever it
-/// comes; `None` once the store is dropped.
-fn linger(queue: &Receiver<Request>) -> Option<Request> {
-    let until = Instant::now() + WRITER_LINGER;
-    while Instant::now() < until {
-        match queue.try_recv() {
-            Ok(request) => return Some(request),
+/// The next message, looked for during `linger` while yielding the core, then
+/// waited for asleep; `None` once the sender is gone.
+fn recv_lingering<T>(rx: &Receiver<T>, linger: Duration) -> Option<T> {
+    let began = Instant::now();
+    while began.elapsed() < linger {
+        match rx.try_recv() {
+            Ok(message) => return Some(message),
             Err(TryRecvError::Disconnected) => return None,
             Err(TryRecvError::Empty) => thread::yield_now(),
         }
     }
-    queue.recv().ok()
+    rx.recv().ok()
 }
 
 /// Lends the connection and waits for it back.
 fn lend_out(db: Db, loan: Lend) -> Option<Db> {
     match loan.give.send(db) {
-        Ok(()) => loan.back.recv().ok(),
+        Ok(()) => recv_lingering(&loan.back, WRITER_LINGER),
         // The borrower stopped waiting: the connection came straight back.
         Err(mpsc::SendError(db)) => Some(db),
     }
