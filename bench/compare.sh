@@ -10,8 +10,10 @@
 #                 with one complete-and-claim per task, its store under 8
 #                 threads, and the same HTTP load with no store behind it),
 #                 floor (ours only: what a bare SQLite commit and a bare
-#                 drain cost on this machine); the seed side skips the last
-#                 two and their rows show with empty seed columns
+#                 drain cost on this machine), reads (ours only: claims of 8
+#                 threads on a 100k queue alone and beside a reader looping
+#                 status and the pending list); the seed side skips the last
+#                 three and their rows show with empty seed columns
 #   --shared DIR  folder holding bench/seed-harness and reference/seeds
 #                 (default: ../shared relative to the repo root)
 #
@@ -34,7 +36,7 @@ while [ $# -gt 0 ]; do
         --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
                   shared=$2; shift ;;
         --shared=*) shared=${1#--shared=} ;;
-        -h | --help) sed -n '2,23s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift

@@ -31,7 +31,7 @@ use harness::{Harness, Options};
 type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, RunGroup); 8] = [
+const GROUPS: [(&str, RunGroup); 9] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
@@ -40,10 +40,11 @@ const GROUPS: [(&str, RunGroup); 8] = [
     ("fingerprints", cases::fingerprints::run),
     ("http", cases::http::run),
     ("floor", cases::floor::run),
+    ("reads", cases::reads::run),
 ];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor";
+                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor, reads";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {

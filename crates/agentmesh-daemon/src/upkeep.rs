@@ -27,8 +27,9 @@
 //! - `inbox_retention`: drained events older than 7 days are deleted, undrained
 //!   ones older than 30 days move to the ledger (`event_held`, recoverable), as
 //!   the original swept.
-//! - `checkpoint`: the WAL is checkpointed and truncated through a hook the
-//!   binary installs (the store trait knows nothing of WAL files).
+//! - `checkpoint`: the WAL is checkpointed and truncated through a hook, when
+//!   one is installed (the store trait knows nothing of WAL files; the SQLite
+//!   store keeps its WAL by itself, so `agentmesh serve` installs none).
 //!
 //! `deliveries` and `dispatches` are per-mesh store calls; they visit every mesh
 //! that has deliveries or dispatches in the store. The other jobs sweep every mesh.

@@ -1,4 +1,5 @@
-//! WAL checkpoints off the writers' path.
+//! The store's one WAL policy: checkpoints off the writer's path, and how big
+//! the WAL file may stay.
 //!
 //! A checkpoint copies the WAL's pages back into the database file and syncs
 //! both files. Run by the committing writer (SQLite's autocheckpoint), it holds
@@ -22,6 +23,13 @@
 //! Should the thread fall behind (or be gone), a COMMIT that finds the WAL at
 //! [`MAX_PAGES`] checkpoints at once, as an autocheckpoint would.
 //!
+//! The WAL file is reused from its start, not shrunk, after a checkpoint: the
+//! writer connection's `journal_size_limit` ([`WAL_KEEP_BYTES`]) makes SQLite
+//! truncate it to that size whenever it starts over, so a WAL that grew while
+//! checkpoints could not keep up (a reader of another process held it) gives
+//! the space back at the next restart. The file is removed when the last
+//! connection closes, after a full checkpoint.
+//!
 //! A checkpoint needs room: pages it copies past the database file's end make
 //! the file grow (see the `space` module). When the filesystem has no room for
 //! that growth the thread does not start, and neither the next COMMITs nor one
@@ -35,7 +43,7 @@
 //! and with `synchronous = NORMAL` it syncs the WAL before it writes the
 //! database file and the database file before the WAL is reused.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread;
@@ -54,6 +62,10 @@ const MAX_PAGES: i32 = 4 * START_PAGES;
 /// How many pages the WAL grows by before the room for a postponed checkpoint is
 /// looked at again (about 4 MB).
 const RECHECK_PAGES: i32 = 1_000;
+/// The size the WAL file is truncated to when it starts over: above the
+/// [`START_PAGES`] it keeps to (4 KiB pages), so a WAL of the usual size is
+/// reused, not cut and grown again.
+const WAL_KEEP_BYTES: i64 = 64 * 1024 * 1024;
 
 /// What the thread is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +114,10 @@ impl Shared {
 /// The checkpointer thread of one store; ends when dropped.
 pub(crate) struct Checkpointer {
     shared: Arc<Shared>,
+    /// The thread's connection, also for a checkpoint asked for by a caller.
+    conn: Arc<Mutex<Connection>>,
+    /// The database file.
+    path: PathBuf,
 }
 
 impl Checkpointer {
@@ -110,19 +126,42 @@ impl Checkpointer {
     pub(crate) fn start(path: &Path, writer: &mut Connection) -> Res<Checkpointer> {
         let conn = Connection::open(path)?;
         crate::configure(&conn)?;
+        let conn = Arc::new(Mutex::new(conn));
         let shared = Arc::new(Shared::new(Phase::Idle));
-        let ours = Arc::clone(&shared);
-        let path = path.to_owned();
+        let (ours, thread_conn, db) = (Arc::clone(&shared), Arc::clone(&conn), path.to_owned());
         thread::Builder::new()
             .name("agentmesh-sqlite-checkpoint".into())
-            .spawn(move || run(&conn, &path, &ours))
+            .spawn(move || run(&thread_conn, &db, &ours))
             .map_err(crate::backend)?;
+        writer.pragma_update(None, "journal_size_limit", WAL_KEEP_BYTES)?;
         let hook = Arc::clone(&shared);
         writer.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
             after_commit(&hook, pages, || wal.checkpoint_v2(CheckpointMode::PASSIVE).map(drop))
         }))?;
-        Ok(Checkpointer { shared })
+        Ok(Checkpointer { shared, conn, path: path.to_owned() })
     }
+
+    /// Checkpoints the whole WAL and truncates it to nothing when it is larger
+    /// than `max_bytes` and the filesystem has room for the checkpoint; returns
+    /// whether it did. Waits for the writer (up to the busy timeout) to finish
+    /// its transaction.
+    pub(crate) fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> Res<bool> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let size = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        let conn = lock_conn(&self.conn);
+        if size <= max_bytes || !crate::space::room_for_checkpoint(&conn, &self.path, "WAL truncation") {
+            return Ok(false);
+        }
+        tracing::info!(wal_bytes = size, "WAL past its threshold; checkpointing");
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(true)
+    }
+}
+
+fn lock_conn(conn: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    // Nothing panics while holding it: a checkpoint's failure is an error value.
+    conn.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Drop for Checkpointer {
@@ -185,20 +224,21 @@ fn log_failure(err: &rusqlite::Error, what: &str) {
 /// The thread: waits to be asked, then checkpoints until it has caught up, when
 /// the filesystem has room for it. At the end, keeps its connection, should it be
 /// the file's last, from a checkpoint at close without room.
-fn run(conn: &Connection, db: &Path, shared: &Shared) {
+fn run(conn: &Mutex<Connection>, db: &Path, shared: &Shared) {
     loop {
         {
             let mut phase = shared.phase();
             while *phase != Phase::Busy {
                 if *phase == Phase::Closed {
                     drop(phase);
-                    crate::space::before_close(conn, db);
+                    crate::space::before_close(&lock_conn(conn), db);
                     return;
                 }
                 phase = shared.changed.wait(phase).unwrap_or_else(|e| e.into_inner());
             }
         }
-        if !crate::space::room_for_checkpoint(conn, db, "background WAL checkpoint") {
+        let conn = lock_conn(conn);
+        if !crate::space::room_for_checkpoint(&conn, db, "background WAL checkpoint") {
             let mut phase = shared.phase();
             if *phase == Phase::Busy {
                 let recheck_at = shared.asked_at.load(Ordering::Relaxed).saturating_add(RECHECK_PAGES);
@@ -207,6 +247,7 @@ fn run(conn: &Connection, db: &Path, shared: &Shared) {
             continue;
         }
         let caught_up = catch_up(|| conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE));
+        drop(conn);
         let mut phase = shared.phase();
         if *phase == Phase::Busy {
             // Stuck (a reader of another process holds the WAL's end, or another

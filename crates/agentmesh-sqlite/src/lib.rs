@@ -8,11 +8,12 @@
 //! - `tasks` holds the queue, claims and task lifecycle; `ledger` the event ledger;
 //!   `migrations` the schema steps.
 //!
-//! Every write runs in a `BEGIN IMMEDIATE` transaction on one connection, so the
-//! write lock is taken up front and a lock upgrade can never fail halfway. Writers
-//! that arrive together share a transaction and its COMMIT (group commit; see the
-//! `writes` module). Several processes may open the same file; SQLite's file locks
-//! and the busy timeout serialize their writers.
+//! Every write runs in a `BEGIN IMMEDIATE` transaction on one connection, owned by
+//! one writer thread, so the write lock is taken up front and a lock upgrade can
+//! never fail halfway. Writes that arrive together share a transaction and its
+//! COMMIT (group commit); reads run on read-only connections beside it (see the
+//! `writes` module). Several processes may open the same file; SQLite's file
+//! locks and the busy timeout serialize their writers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -50,10 +51,10 @@ pub const PROBE_HEADROOM_BYTES: u64 = 1024 * 1024;
 /// A mesh runtime store on one SQLite file.
 pub struct SqliteStore {
     path: PathBuf,
-    /// The one connection, and the writers waiting for it.
-    writes: Arc<Writes>,
-    /// Checkpoints the WAL beside the writers.
-    _checkpointer: checkpointer::Checkpointer,
+    /// Checkpoints the WAL beside the writer: the store's one WAL policy.
+    checkpointer: checkpointer::Checkpointer,
+    /// The writer thread with the write connection, and the read connections.
+    writes: Writes,
     /// Where legacy `<mesh>.queue.json` files are looked for, when opened on a
     /// directory.
     legacy_dir: Option<PathBuf>,
@@ -121,9 +122,9 @@ impl SqliteStore {
         migrations::migrate(&mut conn)?;
         let checkpointer = checkpointer::Checkpointer::start(path, &mut conn)?;
         Ok(SqliteStore {
-            _checkpointer: checkpointer,
+            checkpointer,
             path: path.to_owned(),
-            writes: Arc::new(Writes::new(conn, path)),
+            writes: Writes::new(conn, path)?,
             legacy_dir,
             legacy_checked: Mutex::new(HashMap::new()),
             tool_calls: AtomicU64::new(0),
@@ -194,33 +195,34 @@ impl SqliteStore {
         self.writes.stats()
     }
 
-    /// Runs `f` in an immediate transaction, possibly shared with queued writes
-    /// (see the `writes` module), and returns once that transaction is committed
-    /// (with `f`'s result) or has failed (with the failure). `f` runs again when
-    /// its batch has to run again, from the same state.
-    fn write<T>(&self, f: impl FnMut(&Connection) -> Res<T>) -> StoreResult<T> {
+    /// Runs `f` in an immediate transaction of its own, on this thread with the
+    /// connection the writer lends it (see the `writes` module), and returns once
+    /// that transaction is committed (with `f`'s result) or has failed (with the
+    /// failure).
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
         self.writes.write(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
     /// Like [`SqliteStore::write`], for an operation that owns what it needs, so
-    /// that whichever writer holds the connection can run it in its transaction:
-    /// the hot paths, where writers arrive together.
+    /// that the writer thread runs it, in one transaction with the writes queued
+    /// beside it: the hot paths, where writers arrive together.
     fn write_queued<T: Send + 'static>(
         &self,
-        f: impl FnMut(&Connection) -> Res<T> + Send + 'static,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> StoreResult<T> {
         self.writes.write_queued(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
     /// Like [`SqliteStore::write_queued`], for an async caller: the write is queued
     /// at once and the future resolves once its transaction is closed, with what
-    /// `write_queued` would have returned. The store's combiner thread runs it, so
-    /// no thread of the caller waits. The first write to a mesh whose legacy queue
-    /// file was not considered yet runs on a thread of its own, which imports it.
+    /// `write_queued` would have returned. The writer thread runs it and wakes
+    /// the future, so no thread of the caller waits. The first write to a mesh
+    /// whose legacy queue file was not considered yet runs on a thread of its
+    /// own, which imports it.
     fn submit_queued<T: Send + 'static>(
         self: Arc<Self>,
         mesh_id: String,
-        mut f: impl FnMut(&Connection, &str) -> Res<T> + Send + 'static,
+        f: impl FnOnce(&Connection, &str) -> Res<T> + Send + 'static,
     ) -> Submitted<T> {
         if !self.legacy_considered(&mesh_id) {
             return agentmesh_store::submit::on_thread(move || {
@@ -237,8 +239,8 @@ impl SqliteStore {
         }
     }
 
-    /// Runs `f` on the connection outside any write transaction, so `f` sees only
-    /// committed data.
+    /// Runs `f` on a read-only connection, in one snapshot holding every write
+    /// that returned; it waits for no write.
     fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
         self.writes.read(f).map_err(|e| settle_io(e.0, &self.path))
     }
@@ -299,14 +301,14 @@ impl SqliteStore {
     }
 
     /// Checkpoints and truncates the WAL when it is larger than `max_bytes`; returns
-    /// whether it did. (The store also does this by itself every few hundred
-    /// writes, for a WAL past 200 MB.)
+    /// whether it did. (The store's checkpointer keeps the WAL small by itself;
+    /// this is for tools and tests.)
     ///
     /// A checkpoint the filesystem has no room for is not started: one that ran
     /// out of space half way would use up the space writes need. The answer is
     /// then `false`, and writes go on appending to the WAL until there is room.
     pub fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> StoreResult<bool> {
-        self.writes.checkpoint_if_wal_exceeds(max_bytes).map_err(|e| settle_io(e.0, &self.path))
+        self.checkpointer.checkpoint_if_wal_exceeds(max_bytes).map_err(|e| settle_io(e.0, &self.path))
     }
 
     /// Commits a transaction that rewrites the database header's `user_version`
@@ -344,18 +346,22 @@ pub struct WriteStats {
 /// Sets the connection's pragmas. The settings are read back by tests, because
 /// SQLite silently ignores a misspelled pragma.
 fn configure(conn: &Connection) -> Res<()> {
-    let busy_timeout = std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS));
-    conn.busy_timeout(busy_timeout)?;
-    switch_to_wal(conn, busy_timeout)?;
+    configure_connection(conn)?;
+    switch_to_wal(conn, std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
+    // The store's write connection replaces the autocheckpoint with the
+    // `checkpointer` module's WAL hook; the pragma holds for the other
+    // connections configured here (the benchmark's bare ones).
+    conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
+    Ok(())
+}
+
+/// The settings each of the store's connections has, the read-only ones too.
+fn configure_connection(conn: &Connection) -> Res<()> {
+    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Performance, not durability: a page cache that holds the hot index pages
-    // across transactions, memory-mapped reads, and a WAL that is checkpointed
-    // every ~40 MB instead of every 4 MB, so a page rewritten by many small commits
-    // is copied back to the database once per checkpoint. (A store's own
-    // connection replaces the autocheckpoint with the `checkpointer` module's WAL
-    // hook, which checkpoints at the same size on a thread of its own; the pragma
-    // still holds for the other connections configured here.)
+    // across transactions, and memory-mapped reads.
     //
     // The cache is kept small (2 MiB, 512 pages) on purpose. When a b-tree split
     // leaves its new pages out of order, SQLite swaps their numbers through a
@@ -369,7 +375,6 @@ fn configure(conn: &Connection) -> Res<()> {
     // 0.14 per task, under the same load).
     conn.pragma_update(None, "cache_size", -2_048)?;
     conn.pragma_update(None, "mmap_size", 268_435_456)?;
-    conn.pragma_update(None, "wal_autocheckpoint", 10_000)?;
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
@@ -571,7 +576,7 @@ mod tests {
     fn cap(store: &SqliteStore, extra_pages: i64) {
         store
             .writes
-            .read(|c| {
+            .write(|c| {
                 let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
                 c.pragma_update(None, "max_page_count", pages + extra_pages)?;
                 Ok(())
@@ -593,6 +598,15 @@ mod tests {
         assert!(store.find_task("m", "kept").unwrap().is_some());
         cap(&store, 1_000_000);
         store.enqueue("m", &task("big", 200_000), NOW).expect("writes go on once there is room");
+    }
+
+    #[test]
+    fn the_write_connection_truncates_a_wal_that_starts_over_to_64_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("limit.db")).unwrap();
+        let limit: i64 =
+            store.writes.write(|c| Ok(c.query_row("PRAGMA journal_size_limit", [], |r| r.get(0))?)).unwrap();
+        assert_eq!(limit, 64 * 1024 * 1024);
     }
 
     #[test]

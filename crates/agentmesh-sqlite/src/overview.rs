@@ -38,11 +38,11 @@ pub(crate) fn pending_by_addressee(conn: &Connection, mesh_id: &str) -> Res<Vec<
 
 /// Every mesh with a row in any mesh-scoped table, with its counts, by mesh id.
 ///
-/// The reads share one read transaction, so the counts are of one moment. Each
+/// The reads share the store's read transaction, so the counts are of one moment. Each
 /// count walks an index led by `mesh_id` (tasks by status, the inbox queue, the
 /// ledger's slice index, missions by status), never a payload.
 pub(crate) fn mesh_summaries(conn: &Connection) -> Res<Vec<MeshSummary>> {
-    let tx = conn.unchecked_transaction()?;
+    let tx = conn;
     let mut meshes: BTreeMap<String, MeshSummary> = BTreeMap::new();
     let mut ids = tx.prepare_cached(
         "SELECT mesh_id FROM mesh_queue UNION SELECT mesh_id FROM mesh_event_ledger
@@ -76,21 +76,21 @@ pub(crate) fn mesh_summaries(conn: &Connection) -> Res<Vec<MeshSummary>> {
     }
     drop(statuses);
     for (mesh_id, count) in
-        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_inbox_queue GROUP BY mesh_id")?
+        counts_by_mesh(tx, "SELECT mesh_id, COUNT(*) FROM mesh_inbox_queue GROUP BY mesh_id")?
     {
         if let Some(summary) = meshes.get_mut(&mesh_id) {
             summary.pending_events = count;
         }
     }
     for (mesh_id, count) in
-        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_event_ledger GROUP BY mesh_id")?
+        counts_by_mesh(tx, "SELECT mesh_id, COUNT(*) FROM mesh_event_ledger GROUP BY mesh_id")?
     {
         if let Some(summary) = meshes.get_mut(&mesh_id) {
             summary.ledger_entries = count;
         }
     }
     for (mesh_id, count) in
-        counts_by_mesh(&tx, "SELECT mesh_id, COUNT(*) FROM mesh_missions GROUP BY mesh_id")?
+        counts_by_mesh(tx, "SELECT mesh_id, COUNT(*) FROM mesh_missions GROUP BY mesh_id")?
     {
         if let Some(summary) = meshes.get_mut(&mesh_id) {
             summary.missions = count;

@@ -569,7 +569,8 @@ impl CompatStore for SqliteStore {
                 "must not be blank",
             )));
         }
-        self.write(|tx| ledger::append(tx, entry))
+        let entry = entry.clone();
+        self.write_queued(move |tx| ledger::append(tx, &entry))
     }
 
     fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {

@@ -1,718 +1,560 @@
-//! The one connection, and how writers share its transactions (group commit by
-//! combining).
+//! The writer: one thread that owns the store's write connection, and the
+//! read-only connections beside it.
 //!
-//! A COMMIT costs more than most operations (it appends the transaction's pages to
-//! the WAL, and writes that touch the same pages share them), so writers that
-//! arrive together share one. They do it by *combining*: whoever holds the
-//! connection runs, back to back in its transaction, the operations other writers
-//! queued for it, instead of the connection being passed from thread to thread
-//! (each pass a wake-up on the critical path).
+//! Every write is a request on one channel. The writer thread takes what is
+//! queued (at most [`MAX_BATCH_WRITES`]), runs it in one `BEGIN IMMEDIATE`
+//! transaction, COMMITs, and only then answers each caller: a thread blocked on
+//! its reply, or the [`Submitted`] future of an async caller, woken from the
+//! writer thread. Writers that arrive together so share one COMMIT (group
+//! commit), which costs more than most operations, and the connection never
+//! moves between threads on the hot paths. Each operation runs exactly once.
 //!
-//! There are two kinds of writes:
+//! The first operation of a transaction runs without a savepoint; each further
+//! one runs inside `SAVEPOINT op`. A failing (or panicking) operation is undone
+//! alone: `ROLLBACK TO op`, or, when it ran first, the whole transaction, which
+//! then held nothing else. A savepoint is paid only when writers arrive
+//! together, never by an uncontended write.
 //!
-//! - A *queued* write ([`Writes::write_queued`]) owns what its operation needs
-//!   (`'static`), so any thread may run it. It puts its operation in a *slot* on the
-//!   `pending` queue and tries to take the connection. If it gets it, it becomes the
-//!   *combiner* and runs queued slots, oldest first, a batch at a time, until its
-//!   own is done; otherwise it sleeps until its slot is done. The hot paths (claim,
-//!   completion, heartbeat, enqueue, event queue and drain) are queued writes.
-//! - A *submitted* write ([`Writes::submit_queued`]) is a queued write whose
-//!   writer is an async task, not a thread: its slot is queued the same way, and
-//!   the store's *combiner thread* (started on the first submission) takes the
-//!   connection on its behalf and runs queued slots until none is left (and none
-//!   came for [`COMBINER_LINGER`]). The task
-//!   awaits a [`Submitted`] future, woken when its slot is done; no thread is held
-//!   while it waits.
-//! - A *direct* write ([`Writes::write`]) borrows from its caller, so only its own
-//!   thread runs it. It waits for the connection, runs its operation first, and
-//!   then the slots queued meanwhile, in the same transaction.
+//! A write whose operation borrows from its caller ([`Writes::write`]) cannot
+//! travel to another thread: it is queued like the others, and when its turn
+//! comes the writer lends it the connection, waits for it back and goes on. It
+//! runs in a transaction of its own. These are the rare writes (imports,
+//! cancels, upkeep); the hot paths own their arguments.
 //!
-//! A batch's operations first run back to back with no savepoint between them,
-//! and commit together: the usual case. When one of them fails (or panics), the
-//! whole transaction is rolled back and the batch runs again from the same state,
-//! the first operation directly and each further one inside `SAVEPOINT op`. So an
-//! operation may run more than once (operations are `FnMut`, and nothing they do
-//! outside the transaction may depend on how often they ran). A failed operation
-//! is then undone alone (`ROLLBACK TO op`, or the whole transaction when it ran
-//! first), so it leaves nothing and its batch-mates are unaffected.
-//!
-//! Whoever lets go of the connection (a combiner, a direct writer or a reader)
-//! then wakes the writer of the oldest slot still queued (the combiner thread,
-//! for a submitted one), which tries to take the connection in turn; so a writer
-//! never sleeps on a queue nobody is working on.
-//!
-//! Every [`WAL_CHECK_INTERVAL`] committed writes, whoever holds the connection
-//! checks the WAL file's size after the COMMIT and truncates a WAL past
-//! [`WAL_MAX_BYTES`].
+//! Reads ([`Writes::read`]) never wait for the writer: they run on a small pool
+//! of read-only connections, opened as needed, each read in one deferred
+//! transaction so that it sees one snapshot. WAL lets them run beside the
+//! writer's transaction.
 //!
 //! **Invariant:** a write returns only once the transaction it ran in is closed:
 //! committed (the caller gets its operation's own result) or failed (every caller
 //! in it gets the error, whatever its operation returned). So when a write returns
 //! `Ok`, its change is committed exactly as durably as a transaction of its own
-//! would be, and an answer computed from another writer's uncommitted change (a
-//! refused claim, say) is never handed out unless that change committed too.
-//!
-//! **Invariant:** no transaction is open while nobody holds the connection: whoever
-//! runs a batch commits it before letting go. So a read, which takes the connection
-//! like anybody else, sees only committed data.
+//! would be, an answer computed from another writer's uncommitted change (a
+//! refused claim, say) is never handed out unless that change committed too, and
+//! a read that starts after a write returned sees it.
 //!
 //! Other processes sharing the file see a batch as one transaction. It holds
 //! SQLite's write lock for at most `MAX_BATCH_WRITES` operations, far within their
 //! busy timeout.
 
 use std::any::Any;
-use std::collections::VecDeque;
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::thread::{self, Thread};
+use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
 use agentmesh_store::{FullStorage, StoreError};
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 use crate::{Fail, Res, WriteStats};
 
 /// A transaction holds at most this many operations.
 const MAX_BATCH_WRITES: usize = 32;
-/// How long the combiner thread keeps looking for submitted writes after its
-/// queue ran empty before it sleeps. Waking a sleeping thread costs tens of
-/// microseconds on a virtual machine, paid twice per request when the daemon's
-/// writes come one round trip apart; measured under the HTTP claim/complete load
-/// on two cores, lingering 1 ms served about 15% more pairs than sleeping at once.
-/// An idle store never lingers: only a pass that ran writes is followed by one.
-const COMBINER_LINGER: Duration = Duration::from_millis(1);
-/// Committed writes between two checks of the WAL file's size.
-const WAL_CHECK_INTERVAL: u64 = 500;
-/// A WAL file larger than this is checkpointed and truncated: well past the
-/// ~41 MB (10,000 pages) at which the checkpointer keeps it, and past the 40,000
-/// pages at which a writer checkpoints by itself, so only a WAL that checkpoints
-/// cannot reset (readers of other processes holding it) gets here.
-const WAL_MAX_BYTES: u64 = 200 * 1024 * 1024;
+/// How long the writer keeps looking for the next request after a write before
+/// it sleeps. Waking a sleeping thread costs tens of microseconds on a virtual
+/// machine, paid on every write when writes come one after the other; a writer
+/// that just wrote looks a little longer, yielding its core meanwhile. An idle
+/// store never lingers.
+const WRITER_LINGER: Duration = Duration::from_millis(1);
+/// How long a caller that found nobody else waiting for the writer looks for its
+/// answer, yielding its core, before it sleeps: its write is answered within
+/// tens of microseconds, and a core that went idle meanwhile takes about as long
+/// again to wake on a virtual machine.
+const CALLER_LINGER: Duration = Duration::from_micros(100);
+/// Read-only connections a store opens at most.
+const MAX_READERS: usize = 4;
 
-/// An operation as a batch runs it: `None` when it succeeded, why it failed
-/// otherwise. Its own result goes wherever its writer looks for it.
-type Op<'a> = dyn FnMut(&Connection) -> Option<Failure> + 'a;
-
-/// A queued write's operation: it runs on whichever thread holds the connection,
-/// again if its batch has to run again.
-type QueuedOp = dyn FnMut(&Connection) -> Option<Failure> + Send;
-
-/// The store's connection and the writers waiting for it.
+/// The store's writer thread, the channel that feeds it, and the readers.
 pub(crate) struct Writes {
-    db: Mutex<Db>,
-    /// Slots of queued writes waiting to run, oldest first.
-    pending: Mutex<VecDeque<Arc<Slot>>>,
+    /// The writer's queue; `None` once the store is dropped.
+    requests: Option<Sender<Request>>,
+    writer: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    readers: Readers,
+}
+
+/// What the writer thread and the store's handle share.
+struct Shared {
+    stats: Mutex<WriteStats>,
     /// Whether operations may share a transaction; when off, each commits alone.
     group_commit: AtomicBool,
-    /// The thread that runs submitted writes, once one was submitted.
-    combiner: Mutex<Option<Thread>>,
+    /// Requests sent and not yet taken by the writer.
+    queued: AtomicUsize,
 }
 
 impl Writes {
-    /// The writes of `conn`, the connection to the database file at `path`.
-    pub(crate) fn new(conn: Connection, path: &Path) -> Writes {
-        let mut wal = path.to_owned().into_os_string();
-        wal.push("-wal");
-        Writes {
-            db: Mutex::new(Db { conn, stats: WriteStats::default(), path: path.to_owned(), wal: wal.into() }),
-            pending: Mutex::new(VecDeque::new()),
+    /// Starts the writer thread on `conn`, the write connection to the database
+    /// file at `path`.
+    pub(crate) fn new(conn: Connection, path: &Path) -> Res<Writes> {
+        let shared = Arc::new(Shared {
+            stats: Mutex::new(WriteStats::default()),
             group_commit: AtomicBool::new(true),
-            combiner: Mutex::new(None),
-        }
+            queued: AtomicUsize::new(0),
+        });
+        let (requests, queue) = mpsc::channel();
+        let db = Db { conn, shared: Arc::clone(&shared), path: path.to_owned() };
+        let writer = thread::Builder::new()
+            .name("agentmesh-sqlite-writer".into())
+            .spawn(move || run_writer(db, &queue))
+            .map_err(crate::backend)?;
+        Ok(Writes { requests: Some(requests), writer: Some(writer), shared, readers: Readers::new(path) })
     }
 
     pub(crate) fn set_group_commit(&self, enabled: bool) {
-        self.group_commit.store(enabled, Ordering::Relaxed);
+        self.shared.group_commit.store(enabled, Ordering::Relaxed);
     }
 
     pub(crate) fn stats(&self) -> WriteStats {
-        self.lock().stats
+        *lock(&self.shared.stats)
     }
 
-    /// Runs `f` on the connection outside any write transaction, so it sees only
-    /// committed data.
+    /// Runs `f` on a read-only connection, in one deferred transaction: it sees
+    /// everything committed when it starts (every write that returned), and
+    /// waits for no writer.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
-        let db = self.lock();
-        db.undo_stray_transaction();
-        f(&db.conn)
-    }
-
-    /// A direct write: runs `f` on this thread in an immediate transaction, with
-    /// the writes queued meanwhile, and returns once that transaction is committed
-    /// (with `f`'s result) or has failed (with the failure). A panic in `f` reaches
-    /// the caller, after its changes are undone.
-    pub(crate) fn write<T>(&self, mut f: impl FnMut(&Connection) -> Res<T>) -> Res<T> {
-        let mut result = None;
-        let mut op = |conn: &Connection| settle(f(conn), &mut result);
-        let mut end = None;
-        {
-            let mut db = self.lock();
-            db.undo_stray_transaction();
-            let mut jobs = vec![Job::Direct { op: &mut op, end: &mut end }];
-            jobs.extend(self.take_queued(MAX_BATCH_WRITES - 1).into_iter().map(Job::Queued));
-            self.run_batch(&mut db, jobs);
+        let reader = self.readers.take()?;
+        exec(&reader, "BEGIN")?;
+        let out = f(&reader);
+        // A read changes nothing: ending it either way only lets its snapshot go.
+        if let Err(err) = exec(&reader, "COMMIT") {
+            tracing::debug!(err = %err.0, "a read's transaction did not end cleanly");
         }
-        answer(end.expect("a direct write ends in its own batch"), result)
+        out
     }
 
-    /// A queued write: like [`Writes::write`], but `f` may run on whichever thread
-    /// holds the connection, so writers that arrive together share a transaction
-    /// without handing the connection from one to the next.
+    /// A write that borrows from its caller: the writer lends this thread the
+    /// connection when the write's turn comes, and `f` runs here in an immediate
+    /// transaction of its own. Returns once that transaction is committed (with
+    /// `f`'s result) or has failed (with the failure). A panic in `f` reaches the
+    /// caller, after its changes are undone.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
+        let (give, given) = mpsc::sync_channel(1);
+        let (back, taken_back) = mpsc::sync_channel(1);
+        self.send(Request::Lend(Lend { give, back: taken_back }))?;
+        let db = recv_lingering(&given, CALLER_LINGER).ok_or_else(writer_gone)?;
+        let lent = Lent { db: Some(db), back };
+        let db = lent.db.as_ref().expect("lent until dropped");
+        exec(&db.conn, "BEGIN IMMEDIATE")?;
+        let out = match panic::catch_unwind(AssertUnwindSafe(|| f(&db.conn))) {
+            Ok(out) => out,
+            Err(payload) => {
+                db.rollback();
+                drop(lent);
+                panic::resume_unwind(payload);
+            }
+        };
+        if db.conn.is_autocommit() {
+            // SQLite rolled the transaction back (some errors do).
+            return Err(out.err().unwrap_or_else(|| Fail(Failure::rolled_back().error())));
+        }
+        match out {
+            Ok(value) => match exec(&db.conn, "COMMIT") {
+                Ok(()) => {
+                    db.count_committed(1);
+                    Ok(value)
+                }
+                Err(Fail(err)) => {
+                    db.rollback();
+                    Err(Fail(Failure::of(&err).error()))
+                }
+            },
+            Err(err) => {
+                db.rollback();
+                Err(err)
+            }
+        }
+    }
+
+    /// A write that owns what it needs: the writer thread runs it, in one
+    /// transaction with the writes queued beside it, and this thread waits for
+    /// the answer, given after the COMMIT.
     pub(crate) fn write_queued<T: Send + 'static>(
         &self,
-        f: impl FnMut(&Connection) -> Res<T> + Send + 'static,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<T> {
-        let (slot, result) = Slot::new(f, Waiter::Thread(thread::current()));
-        self.pending_queue().push_back(Arc::clone(&slot));
-        while !slot.done.load(Ordering::Acquire) {
-            let db = match self.db.try_lock() {
-                Ok(db) => db,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    thread::park();
-                    continue;
+        let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
+        let alone = self.shared.queued.load(Ordering::Relaxed) == 0;
+        self.send(Request::Write(Box::new(Queued {
+            f: Some(f),
+            result: None,
+            panic: None,
+            reply: Arc::clone(&reply),
+        })))?;
+        if alone {
+            let began = Instant::now();
+            while began.elapsed() < CALLER_LINGER {
+                if let Some(outcome) = reply.take() {
+                    return outcome.answer();
                 }
-            };
-            let mut db = Held { db: Some(db), writes: self };
-            db.undo_stray_transaction();
-            while !slot.done.load(Ordering::Acquire) {
-                let batch = self.take_queued(MAX_BATCH_WRITES);
-                if batch.is_empty() {
-                    break;
-                }
-                self.run_batch(&mut db, batch.into_iter().map(Job::Queued).collect());
+                thread::yield_now();
             }
         }
-        let end = lock(&slot.end).take().expect("a done slot has its end");
-        let result = lock(&result).take();
-        answer(end, result)
-    }
-
-    /// A submitted write: like [`Writes::write_queued`], for an async caller. The
-    /// write is queued at once and run by the combiner thread (or by any other
-    /// writer holding the connection); the returned future resolves once its
-    /// transaction is closed, with what `write_queued` would have returned. A
-    /// panic of `f` goes on in whoever polls the future.
-    pub(crate) fn submit_queued<T: Send + 'static>(
-        self: &Arc<Self>,
-        f: impl FnMut(&Connection) -> Res<T> + Send + 'static,
-    ) -> Res<Submitted<T>> {
-        let combiner = self.combiner()?;
-        let (slot, result) = Slot::new(f, Waiter::Task(Mutex::new(None)));
-        self.pending_queue().push_back(Arc::clone(&slot));
-        combiner.unpark();
-        Ok(Submitted { slot, result })
-    }
-
-    /// The combiner thread, started if it is not running yet.
-    fn combiner(self: &Arc<Self>) -> Res<Thread> {
-        let mut combiner = lock(&self.combiner);
-        if let Some(thread) = &*combiner {
-            return Ok(thread.clone());
-        }
-        let writes = Arc::downgrade(self);
-        let spawned = thread::Builder::new()
-            .name("agentmesh-sqlite-writer".into())
-            .spawn(move || combine_submitted(&writes))
-            .map_err(|err| Fail(StoreError::Backend(Box::new(err))))?;
-        let thread = spawned.thread().clone();
-        *combiner = Some(thread.clone());
-        Ok(thread)
-    }
-
-    /// The combiner thread's turn: unless somebody else holds the connection (and
-    /// will wake it when letting go, if a submitted slot is then the oldest), runs
-    /// queued slots until none is left.
-    fn run_submitted(&self) {
-        let db = match self.db.try_lock() {
-            Ok(db) => db,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return,
-        };
-        let mut db = Held { db: Some(db), writes: self };
-        db.undo_stray_transaction();
         loop {
-            let batch = self.take_queued(MAX_BATCH_WRITES);
-            if batch.is_empty() {
-                break;
+            if let Some(outcome) = reply.take() {
+                return outcome.answer();
             }
-            self.run_batch(&mut db, batch.into_iter().map(Job::Queued).collect());
+            thread::park();
         }
     }
 
-    /// Checkpoints and truncates the WAL when it is larger than `max_bytes`;
-    /// returns whether it did.
-    pub(crate) fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> Res<bool> {
-        let db = self.lock();
-        db.undo_stray_transaction();
-        db.checkpoint_if_wal_exceeds(max_bytes)
+    /// Like [`Writes::write_queued`], for an async caller: the returned future
+    /// resolves, woken from the writer thread, with what `write_queued` would
+    /// have returned. A panic of `f` goes on in whoever polls the future.
+    pub(crate) fn submit_queued<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+    ) -> Res<Submitted<T>> {
+        let reply = Arc::new(Reply::new(None));
+        self.send(Request::Write(Box::new(Queued {
+            f: Some(f),
+            result: None,
+            panic: None,
+            reply: Arc::clone(&reply),
+        })))?;
+        Ok(Submitted { reply })
     }
 
-    /// Takes the connection, waiting for it.
-    fn lock(&self) -> Held<'_> {
-        // A panic while the connection is held can only come from this module's
-        // bookkeeping (operations run under `catch_unwind`), and the next holder
-        // undoes a transaction such a panic left open, so a poisoned lock is safe
-        // to reuse.
-        Held { db: Some(lock(&self.db)), writes: self }
+    fn send(&self, request: Request) -> Res<()> {
+        let requests = self.requests.as_ref().ok_or_else(writer_gone)?;
+        self.shared.queued.fetch_add(1, Ordering::Relaxed);
+        requests.send(request).map_err(|_| writer_gone())
     }
-
-    fn pending_queue(&self) -> MutexGuard<'_, VecDeque<Arc<Slot>>> {
-        lock(&self.pending)
-    }
-
-    /// Up to `max` queued slots, oldest first.
-    fn take_queued(&self, max: usize) -> Vec<Arc<Slot>> {
-        let mut pending = self.pending_queue();
-        let n = pending.len().min(max);
-        pending.drain(..n).collect()
-    }
-
-    /// Runs `jobs` in as few transactions as their outcomes allow, and ends each
-    /// once the transaction it ran in is closed.
-    fn run_batch(&self, db: &mut Db, jobs: Vec<Job<'_>>) {
-        if jobs.len() < 2 || !self.group_commit.load(Ordering::Relaxed) {
-            return self.run_isolated(db, jobs);
-        }
-        if let Err(jobs) = run_together(db, jobs) {
-            self.run_isolated(db, jobs);
-        }
-    }
-
-    /// Runs `jobs` one `SAVEPOINT` each, so that a failed one is undone alone.
-    fn run_isolated(&self, db: &mut Db, jobs: Vec<Job<'_>>) {
-        let group = self.group_commit.load(Ordering::Relaxed);
-        let mut txn = Txn::default();
-        for mut job in jobs {
-            if !txn.open {
-                if let Err(Fail(err)) = db.exec("BEGIN IMMEDIATE") {
-                    job.end(End::Failed(err));
-                    continue;
-                }
-                txn.open = true;
-            }
-            let first = txn.jobs.is_empty();
-            if !first && let Err(Fail(err)) = db.exec("SAVEPOINT op") {
-                job.end(End::Failed(err));
-                continue;
-            }
-            let failure = match panic::catch_unwind(AssertUnwindSafe(|| job.run(&db.conn))) {
-                Ok(failure) => failure,
-                Err(payload) => {
-                    job.panicked(payload);
-                    Some(Failure::panicked())
-                }
-            };
-            let succeeded = failure.is_none();
-            txn.jobs.push(job);
-            if db.conn.is_autocommit() {
-                // SQLite rolled the whole transaction back (some errors do).
-                txn.fail(db, &failure.unwrap_or_else(Failure::rolled_back));
-                continue;
-            }
-            let ended = match (first, failure) {
-                (true, None) => Ok(()),
-                (false, None) => db.exec("RELEASE op"),
-                (true, Some(_)) => {
-                    // Alone in its transaction: undo all of it; the operation's own
-                    // result (an error) is its answer.
-                    db.rollback();
-                    txn.close();
-                    continue;
-                }
-                (false, Some(_)) => db.exec("ROLLBACK TO op").and_then(|()| db.exec("RELEASE op")),
-            };
-            match ended {
-                Ok(()) => txn.succeeded += u32::from(succeeded),
-                Err(Fail(err)) => {
-                    txn.fail(db, &Failure::of(&err));
-                    continue;
-                }
-            }
-            if !group {
-                txn.commit(db);
-            }
-        }
-        if txn.open {
-            txn.commit(db);
-        }
-    }
-}
-
-/// Runs `jobs` back to back in one transaction, with no savepoint between them,
-/// and commits: the usual case, where every operation succeeds. A savepoint is
-/// not free: SQLite copies every page an operation then changes into a journal
-/// first (measured: an eighth of the writer's instructions under batched
-/// claims and completions). When an operation fails, or panics, nothing of the
-/// batch is kept: the transaction is rolled back, and the jobs are handed back to
-/// run again, one savepoint each, from the same state.
-fn run_together<'a>(db: &mut Db, jobs: Vec<Job<'a>>) -> Result<(), Vec<Job<'a>>> {
-    if db.exec("BEGIN IMMEDIATE").is_err() {
-        return Err(jobs);
-    }
-    let mut txn = Txn { open: true, jobs: Vec::with_capacity(jobs.len()), succeeded: 0 };
-    let mut rest = jobs.into_iter();
-    while let Some(mut job) = rest.next() {
-        let failed = match panic::catch_unwind(AssertUnwindSafe(|| job.run(&db.conn))) {
-            Ok(failure) => failure.is_some(),
-            Err(payload) => {
-                job.panicked(payload);
-                true
-            }
-        };
-        txn.jobs.push(job);
-        if failed || db.conn.is_autocommit() {
-            db.rollback();
-            let mut jobs = std::mem::take(&mut txn.jobs);
-            txn.open = false;
-            jobs.extend(rest);
-            return Err(jobs);
-        }
-        txn.succeeded += 1;
-    }
-    txn.commit(db);
-    Ok(())
 }
 
 impl Drop for Writes {
-    /// Lets the combiner thread see that the store is gone, and end; and keeps
-    /// the connection, should it be the file's last, from a checkpoint at close
-    /// that the filesystem has no room for.
+    /// Closes the readers, then lets the writer thread finish what is queued and
+    /// close the write connection (should it be the file's last, SQLite then
+    /// checkpoints and removes the WAL, unless there is no room for it).
     fn drop(&mut self) {
-        if let Some(thread) = lock(&self.combiner).take() {
-            thread.unpark();
+        lock(&self.readers.idle).clear();
+        drop(self.requests.take());
+        let Some(writer) = self.writer.take() else { return };
+        // The last handle may go from the writer thread itself (a woken task
+        // dropped there): it then ends on its own, once this drop returns.
+        if writer.thread().id() != thread::current().id() && writer.join().is_err() {
+            tracing::error!("the SQLite writer thread panicked");
         }
-        let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner());
-        crate::space::before_close(&db.conn, &db.path);
     }
 }
 
-/// The combiner thread: sleeps until a write is submitted (or the connection is
-/// let go with a submitted write oldest in the queue), then runs queued writes;
-/// ends once the store is gone.
-fn combine_submitted(writes: &Weak<Writes>) {
+fn writer_gone() -> Fail {
+    Fail(StoreError::Backend("the store's writer thread is gone".into()))
+}
+
+/// What the writer thread is asked to do.
+enum Request {
+    /// Run a write that owns its operation.
+    Write(Box<dyn Job>),
+    /// Lend the connection to the thread of a write that borrows.
+    Lend(Lend),
+}
+
+/// A loan of the connection: the writer gives it through `give` and waits for it
+/// on `back`.
+struct Lend {
+    give: SyncSender<Db>,
+    back: Receiver<Db>,
+}
+
+/// The connection on loan; given back when dropped, also by a panic.
+struct Lent {
+    db: Option<Db>,
+    back: SyncSender<Db>,
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(db) = self.db.take() {
+            // The writer waits for it; it is gone only when the store is.
+            let _ = self.back.send(db);
+        }
+    }
+}
+
+/// The writer thread: takes a request, and what else is queued, runs the batch
+/// and answers; ends once the store is dropped and the queue is empty, closing
+/// the connection.
+fn run_writer(mut db: Db, queue: &Receiver<Request>) {
+    let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH_WRITES);
     loop {
-        thread::park();
-        let Some(writes) = writes.upgrade() else { return };
-        writes.run_submitted();
-        // Under load the next submission usually comes within a request's round
-        // trip: look for it a little longer before sleeping, yielding the core to
-        // any thread that wants it meanwhile.
-        let mut until = Instant::now() + COMBINER_LINGER;
-        while Instant::now() < until {
-            if !writes.pending_queue().is_empty() {
-                writes.run_submitted();
-                until = Instant::now() + COMBINER_LINGER;
-            }
-            thread::yield_now();
+        let Some(first) = recv_lingering(queue, WRITER_LINGER) else { break };
+        db.shared.queued.fetch_sub(1, Ordering::Relaxed);
+        let mut lend = None;
+        match first {
+            Request::Write(job) => batch.push(job),
+            Request::Lend(loan) => lend = Some(loan),
         }
+        while lend.is_none() && batch.len() < MAX_BATCH_WRITES {
+            let request = match queue.try_recv() {
+                Ok(request) => request,
+                Err(_) => break,
+            };
+            db.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            match request {
+                Request::Write(job) => batch.push(job),
+                Request::Lend(loan) => lend = Some(loan),
+            }
+        }
+        if !batch.is_empty() {
+            db.run_batch(std::mem::take(&mut batch));
+        }
+        if let Some(loan) = lend {
+            match lend_out(db, loan) {
+                Some(back) => db = back,
+                // The borrower's thread is gone without giving the connection back.
+                None => return,
+            }
+        }
+    }
+    crate::space::before_close(&db.conn, &db.path);
+}
+
+/// The next message, looked for during `linger` while yielding the core, then
+/// waited for asleep; `None` once the sender is gone.
+fn recv_lingering<T>(rx: &Receiver<T>, linger: Duration) -> Option<T> {
+    let began = Instant::now();
+    while began.elapsed() < linger {
+        match rx.try_recv() {
+            Ok(message) => return Some(message),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => thread::yield_now(),
+        }
+    }
+    rx.recv().ok()
+}
+
+/// Lends the connection and waits for it back.
+fn lend_out(db: Db, loan: Lend) -> Option<Db> {
+    match loan.give.send(db) {
+        Ok(()) => recv_lingering(&loan.back, WRITER_LINGER),
+        // The borrower stopped waiting: the connection came straight back.
+        Err(mpsc::SendError(db)) => Some(db),
     }
 }
 
-/// One operation of a batch.
-enum Job<'a> {
-    /// A direct write's, run on its own thread; its end is read there.
-    Direct { op: &'a mut Op<'a>, end: &'a mut Option<End> },
-    /// A queued write's.
-    Queued(Arc<Slot>),
+/// A write's operation and the way to its caller.
+trait Job: Send {
+    /// Runs the operation; `None` when it succeeded, why it failed otherwise.
+    fn run(&mut self, conn: &Connection) -> Option<Failure>;
+    /// Answers the caller, once the operation's transaction is closed.
+    fn end(self: Box<Self>, end: End);
 }
 
-impl Job<'_> {
+struct Queued<F, T> {
+    f: Option<F>,
+    result: Option<Res<T>>,
+    panic: Option<Box<dyn Any + Send>>,
+    reply: Arc<Reply<T>>,
+}
+
+impl<F, T> Job for Queued<F, T>
+where
+    F: FnOnce(&Connection) -> Res<T> + Send,
+    T: Send,
+{
     fn run(&mut self, conn: &Connection) -> Option<Failure> {
-        match self {
-            Job::Direct { op, .. } => op(conn),
-            Job::Queued(slot) => {
-                // The operation stays in its slot until the slot ends, in case its
-                // batch has to run again; only one that panicked is gone.
-                let mut op = lock(&slot.op).take();
-                let failure = op.as_mut().map_or_else(|| Some(Failure::rolled_back()), |op| op(conn));
-                *lock(&slot.op) = op;
+        let f = self.f.take()?;
+        match panic::catch_unwind(AssertUnwindSafe(|| f(conn))) {
+            Ok(out) => {
+                let failure = out.as_ref().err().map(|e| Failure::of(&e.0));
+                self.result = Some(out);
                 failure
             }
-        }
-    }
-
-    /// Records the panic of its operation: it goes on in the writer's thread.
-    fn panicked(&mut self, payload: Box<dyn Any + Send>) {
-        match self {
-            Job::Direct { end, .. } => **end = Some(End::Panicked(payload)),
-            Job::Queued(slot) => *lock(&slot.end) = Some(End::Panicked(payload)),
-        }
-    }
-
-    /// Ends the job with `end`, unless its operation panicked (the panic stays its
-    /// answer), and wakes a queued write's writer.
-    fn end(self, end: End) {
-        match self {
-            Job::Direct { end: slot_end, .. } => {
-                if !matches!(slot_end, Some(End::Panicked(_))) {
-                    *slot_end = Some(end);
-                }
-            }
-            Job::Queued(slot) => {
-                lock(&slot.op).take();
-                {
-                    let mut slot_end = lock(&slot.end);
-                    if !matches!(*slot_end, Some(End::Panicked(_))) {
-                        *slot_end = Some(end);
-                    }
-                }
-                slot.done.store(true, Ordering::Release);
-                slot.wake_writer();
+            Err(payload) => {
+                self.panic = Some(payload);
+                Some(Failure::panicked())
             }
         }
     }
-}
 
-/// The transaction a batch has open, and the jobs that ran in it.
-#[derive(Default)]
-struct Txn<'a> {
-    open: bool,
-    jobs: Vec<Job<'a>>,
-    /// Jobs whose operation succeeded: their changes commit with the transaction.
-    succeeded: u32,
-}
-
-impl Txn<'_> {
-    /// Commits, and gives every job its own result; if the COMMIT fails, rolls back
-    /// and gives every job the failure.
-    fn commit(&mut self, db: &mut Db) {
-        match db.exec("COMMIT") {
-            Ok(()) => {
-                db.count_committed(self.succeeded);
-                self.close();
+    fn end(self: Box<Self>, end: End) {
+        let Queued { result, panic, reply, .. } = *self;
+        let outcome = match (panic, end) {
+            (Some(payload), _) => Outcome::Panicked(payload),
+            (None, End::Failed(err)) => Outcome::Done(Err(Fail(err))),
+            (None, End::Ran) => {
+                Outcome::Done(result.unwrap_or_else(|| Err(Fail(Failure::rolled_back().error()))))
             }
-            Err(Fail(err)) => self.fail(db, &Failure::of(&err)),
-        }
-    }
-
-    /// Rolls back (unless SQLite already did) and gives every job the failure.
-    fn fail(&mut self, db: &mut Db, failure: &Failure) {
-        db.rollback();
-        for job in self.jobs.drain(..) {
-            job.end(End::Failed(failure.error()));
-        }
-        self.open = false;
-        self.succeeded = 0;
-    }
-
-    /// Closes the transaction (committed, or rolled back with only a job that
-    /// failed alone in it) and gives every job its own result.
-    fn close(&mut self) {
-        for job in self.jobs.drain(..) {
-            job.end(End::Ran);
-        }
-        self.open = false;
-        self.succeeded = 0;
-    }
-}
-
-/// A queued write's operation and how it ended, shared by its writer and
-/// whichever thread runs it.
-struct Slot {
-    /// The operation, until it runs.
-    op: Mutex<Option<Box<QueuedOp>>>,
-    /// The writer, to wake when the slot is done.
-    waiter: Waiter,
-    /// Set once `end` is final.
-    done: AtomicBool,
-    end: Mutex<Option<End>>,
-}
-
-/// Who waits for a slot.
-enum Waiter {
-    /// A writer thread, parked until its slot is done or it may take the
-    /// connection.
-    Thread(Thread),
-    /// An async task, woken through the waker it last polled with; the combiner
-    /// thread takes the connection on its behalf.
-    Task(Mutex<Option<Waker>>),
-}
-
-/// Where a queued write's operation leaves its result for its writer.
-type ResultCell<T> = Arc<Mutex<Option<Res<T>>>>;
-
-impl Slot {
-    /// A slot for `f`, and the cell its result will be in.
-    fn new<T: Send + 'static>(
-        mut f: impl FnMut(&Connection) -> Res<T> + Send + 'static,
-        waiter: Waiter,
-    ) -> (Arc<Slot>, ResultCell<T>) {
-        let result = Arc::new(Mutex::new(None));
-        let cell = Arc::clone(&result);
-        let op = move |conn: &Connection| settle(f(conn), &mut lock(&cell));
-        let slot = Slot {
-            op: Mutex::new(Some(Box::new(op))),
-            waiter,
-            done: AtomicBool::new(false),
-            end: Mutex::new(None),
         };
-        (Arc::new(slot), result)
+        reply.give(outcome);
+    }
+}
+
+/// How a write's transaction ended.
+enum End {
+    /// It ran and its transaction committed (or it failed alone): its own result
+    /// is the answer.
+    Ran,
+    /// It did not run, or its transaction failed.
+    Failed(StoreError),
+}
+
+/// A write's answer, on its way from the writer thread to its caller.
+enum Outcome<T> {
+    Done(Res<T>),
+    /// The operation panicked; the panic goes on in the caller.
+    Panicked(Box<dyn Any + Send>),
+}
+
+impl<T> Outcome<T> {
+    fn answer(self) -> Res<T> {
+        match self {
+            Outcome::Done(out) => out,
+            Outcome::Panicked(payload) => panic::resume_unwind(payload),
+        }
+    }
+}
+
+/// Who waits for a reply.
+enum Waiter {
+    /// A thread, parked until the reply is there.
+    Thread(Thread),
+    /// An async task, through the waker it last polled with.
+    Task(Waker),
+}
+
+/// Where the writer leaves a write's answer.
+struct Reply<T> {
+    state: Mutex<(Option<Outcome<T>>, Option<Waiter>)>,
+}
+
+impl<T> Reply<T> {
+    fn new(waiter: Option<Waiter>) -> Reply<T> {
+        Reply { state: Mutex::new((None, waiter)) }
     }
 
-    /// Wakes the writer of a done slot.
-    fn wake_writer(&self) {
-        match &self.waiter {
-            Waiter::Thread(thread) => thread.unpark(),
-            Waiter::Task(waker) => {
-                let waker = lock(waker).take();
-                if let Some(waker) = waker {
-                    waker.wake();
-                }
-            }
+    fn give(&self, outcome: Outcome<T>) {
+        let waiter = {
+            let mut state = lock(&self.state);
+            state.0 = Some(outcome);
+            state.1.take()
+        };
+        match waiter {
+            Some(Waiter::Thread(thread)) => thread.unpark(),
+            Some(Waiter::Task(waker)) => waker.wake(),
+            None => {}
         }
     }
 
-    /// Whom to wake so that somebody takes the connection for this slot.
-    fn taker(&self, writes: &Writes) -> Option<Thread> {
-        match &self.waiter {
-            Waiter::Thread(thread) => Some(thread.clone()),
-            Waiter::Task(_) => lock(&writes.combiner).clone(),
-        }
+    fn take(&self) -> Option<Outcome<T>> {
+        lock(&self.state).0.take()
     }
 }
 
 /// A submitted write, until its transaction is closed.
 pub(crate) struct Submitted<T> {
-    slot: Arc<Slot>,
-    result: ResultCell<T>,
+    reply: Arc<Reply<T>>,
 }
 
 impl<T> Future for Submitted<T> {
     type Output = Res<T>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Res<T>> {
-        if !self.slot.done.load(Ordering::Acquire) {
-            if let Waiter::Task(waker) = &self.slot.waiter {
-                *lock(waker) = Some(cx.waker().clone());
+        let mut state = lock(&self.reply.state);
+        match state.0.take() {
+            Some(outcome) => {
+                drop(state);
+                Poll::Ready(outcome.answer())
             }
-            // Looked at again after the waker is in place: a slot that ended in
-            // between took no waker to wake.
-            if !self.slot.done.load(Ordering::Acquire) {
-                return Poll::Pending;
+            None => {
+                state.1 = Some(Waiter::Task(cx.waker().clone()));
+                Poll::Pending
             }
         }
-        let end = lock(&self.slot.end).take().expect("a done slot has its end, taken once");
-        let result = lock(&self.result).take();
-        Poll::Ready(answer(end, result))
-    }
-}
-
-/// How a write ended.
-enum End {
-    /// The operation ran and its transaction committed (or it failed alone): its
-    /// own result is the answer.
-    Ran,
-    /// It did not run, or its transaction failed.
-    Failed(StoreError),
-    /// The operation panicked; the panic goes on in its writer.
-    Panicked(Box<dyn Any + Send>),
-}
-
-/// Keeps an operation's result for its writer; returns why it failed, if it did.
-fn settle<T>(out: Res<T>, result: &mut Option<Res<T>>) -> Option<Failure> {
-    let failure = out.as_ref().err().map(|e| Failure::of(&e.0));
-    *result = Some(out);
-    failure
-}
-
-/// A write's answer: its operation's result, unless its transaction failed or it
-/// panicked.
-fn answer<T>(end: End, result: Option<Res<T>>) -> Res<T> {
-    match end {
-        End::Panicked(payload) => panic::resume_unwind(payload),
-        End::Failed(err) => Err(Fail(err)),
-        End::Ran => result.expect("an operation that ran has its result"),
     }
 }
 
 /// Locks `mutex`, also when poisoned: nothing holding these locks leaves them
-/// inconsistent (operations run under `catch_unwind`, and a transaction a panic
-/// left open is undone by the next holder of the connection).
+/// inconsistent (operations run under `catch_unwind`, outside every lock).
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The connection, held; letting go wakes the writer of the oldest queued slot.
-struct Held<'a> {
-    db: Option<MutexGuard<'a, Db>>,
-    writes: &'a Writes,
+/// Runs one statement through the statement cache: `Transaction` would parse
+/// BEGIN and COMMIT again for every write.
+fn exec(conn: &Connection, sql: &str) -> Res<()> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
 }
 
-impl Deref for Held<'_> {
-    type Target = Db;
-    fn deref(&self) -> &Db {
-        self.db.as_ref().expect("held until dropped")
-    }
-}
-
-impl DerefMut for Held<'_> {
-    fn deref_mut(&mut self) -> &mut Db {
-        self.db.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        drop(self.db.take());
-        // After letting go, so that a writer that queued while the connection was
-        // held either is woken here or finds the connection free.
-        let next = self.writes.pending_queue().front().and_then(|slot| slot.taker(self.writes));
-        if let Some(thread) = next {
-            thread.unpark();
-        }
-    }
-}
-
-/// The connection and its commit counts: what the mutex guards.
-pub(crate) struct Db {
-    pub(crate) conn: Connection,
-    stats: WriteStats,
+/// The write connection, owned by the writer thread (or lent for a moment).
+struct Db {
+    conn: Connection,
+    shared: Arc<Shared>,
     /// The database file.
     path: PathBuf,
-    /// The WAL file.
-    wal: PathBuf,
 }
 
 impl Db {
-    /// Counts a COMMIT of `writes` writes; each time the committed writes pass a
-    /// multiple of [`WAL_CHECK_INTERVAL`], truncates a WAL past [`WAL_MAX_BYTES`].
-    /// Called between transactions.
-    fn count_committed(&mut self, writes: u32) {
-        let before = self.stats.writes;
-        self.stats.commits += 1;
-        self.stats.writes += u64::from(writes);
-        if self.stats.writes / WAL_CHECK_INTERVAL > before / WAL_CHECK_INTERVAL
-            && let Err(Fail(err)) = self.checkpoint_if_wal_exceeds(WAL_MAX_BYTES)
-        {
-            tracing::warn!(%err, "WAL checkpoint failed");
+    /// Runs `jobs` in as few transactions as their outcomes allow, and answers
+    /// each once the transaction it ran in is closed.
+    fn run_batch(&self, jobs: Vec<Box<dyn Job>>) {
+        let group = self.shared.group_commit.load(Ordering::Relaxed);
+        let mut txn = Txn::default();
+        for mut job in jobs {
+            if !txn.open {
+                if let Err(Fail(err)) = exec(&self.conn, "BEGIN IMMEDIATE") {
+                    job.end(End::Failed(err));
+                    continue;
+                }
+                txn.open = true;
+            }
+            let first = txn.jobs.is_empty();
+            if !first && let Err(Fail(err)) = exec(&self.conn, "SAVEPOINT op") {
+                job.end(End::Failed(err));
+                continue;
+            }
+            let failure = job.run(&self.conn);
+            let succeeded = failure.is_none();
+            if self.conn.is_autocommit() {
+                // SQLite rolled the whole transaction back (some errors do).
+                txn.jobs.push(job);
+                txn.fail(self, &failure.unwrap_or_else(Failure::rolled_back));
+                continue;
+            }
+            let ended = match (first, failure) {
+                (true, None) => Ok(()),
+                (false, None) => exec(&self.conn, "RELEASE op"),
+                (true, Some(_)) => {
+                    // Alone in its transaction: undo all of it; the operation's own
+                    // result (an error) is its answer.
+                    self.rollback();
+                    txn.open = false;
+                    job.end(End::Ran);
+                    continue;
+                }
+                (false, Some(_)) => {
+                    exec(&self.conn, "ROLLBACK TO op").and_then(|()| exec(&self.conn, "RELEASE op"))
+                }
+            };
+            txn.jobs.push(job);
+            match ended {
+                Ok(()) => txn.succeeded += u64::from(succeeded),
+                Err(Fail(err)) => {
+                    txn.fail(self, &Failure::of(&err));
+                    continue;
+                }
+            }
+            if !group {
+                txn.commit(self);
+            }
+        }
+        if txn.open {
+            txn.commit(self);
         }
     }
 
-    /// Checkpoints and truncates the WAL when it is larger than `max_bytes` and
-    /// the filesystem has room for the checkpoint; returns whether it did. Called
-    /// between transactions.
-    fn checkpoint_if_wal_exceeds(&self, max_bytes: u64) -> Res<bool> {
-        let size = std::fs::metadata(&self.wal).map(|m| m.len()).unwrap_or(0);
-        if size <= max_bytes || !crate::space::room_for_checkpoint(&self.conn, &self.path, "WAL truncation") {
-            return Ok(false);
-        }
-        tracing::info!(wal_bytes = size, "WAL past its threshold; checkpointing");
-        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
-        Ok(true)
-    }
-
-    /// Runs one statement through the statement cache: `Transaction` would parse
-    /// BEGIN and COMMIT again for every write.
-    fn exec(&self, sql: &str) -> Res<()> {
-        self.conn.prepare_cached(sql)?.execute([])?;
-        Ok(())
+    fn count_committed(&self, writes: u64) {
+        let mut stats = lock(&self.shared.stats);
+        stats.commits += 1;
+        stats.writes += writes;
     }
 
     /// Rolls back the open transaction, unless SQLite already did.
@@ -723,12 +565,125 @@ impl Db {
             tracing::error!(%err, "rollback failed");
         }
     }
+}
 
-    /// Undoes a transaction nobody owns: one a panic in this module's bookkeeping
-    /// left open.
-    fn undo_stray_transaction(&self) {
-        self.rollback();
+/// The transaction a batch has open, and the jobs that ran in it.
+#[derive(Default)]
+struct Txn {
+    open: bool,
+    jobs: Vec<Box<dyn Job>>,
+    /// Jobs whose operation succeeded: their changes commit with the transaction.
+    succeeded: u64,
+}
+
+impl Txn {
+    /// Commits, and gives every job its own result; if the COMMIT fails, rolls back
+    /// and gives every job the failure.
+    fn commit(&mut self, db: &Db) {
+        match exec(&db.conn, "COMMIT") {
+            Ok(()) => {
+                db.count_committed(self.succeeded);
+                for job in self.jobs.drain(..) {
+                    job.end(End::Ran);
+                }
+                self.open = false;
+                self.succeeded = 0;
+            }
+            Err(Fail(err)) => self.fail(db, &Failure::of(&err)),
+        }
     }
+
+    /// Rolls back (unless SQLite already did) and gives every job the failure.
+    fn fail(&mut self, db: &Db, failure: &Failure) {
+        db.rollback();
+        for job in self.jobs.drain(..) {
+            job.end(End::Failed(failure.error()));
+        }
+        self.open = false;
+        self.succeeded = 0;
+    }
+}
+
+/// The read-only connections, opened as reads need them.
+struct Readers {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+    /// Connections open, idle or lent to a read.
+    open: Mutex<usize>,
+    returned: Condvar,
+}
+
+/// A read-only connection lent to one read; back to the pool when dropped.
+struct Reader<'a> {
+    conn: Option<Connection>,
+    readers: &'a Readers,
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn.as_ref().expect("held until dropped")
+    }
+}
+
+impl Readers {
+    fn new(path: &Path) -> Readers {
+        Readers {
+            path: path.to_owned(),
+            idle: Mutex::new(Vec::new()),
+            open: Mutex::new(0),
+            returned: Condvar::new(),
+        }
+    }
+
+    /// An idle connection, a new one while fewer than [`MAX_READERS`] are open,
+    /// or the first one given back.
+    fn take(&self) -> Res<Reader<'_>> {
+        loop {
+            if let Some(conn) = lock(&self.idle).pop() {
+                return Ok(Reader { conn: Some(conn), readers: self });
+            }
+            let mut open = lock(&self.open);
+            if *open < MAX_READERS {
+                *open += 1;
+                drop(open);
+                return match open_reader(&self.path) {
+                    Ok(conn) => Ok(Reader { conn: Some(conn), readers: self }),
+                    Err(err) => {
+                        *lock(&self.open) -= 1;
+                        Err(err)
+                    }
+                };
+            }
+            // Given back connections go to `idle` under `open`'s lock, so none is
+            // missed between the look above and this wait.
+            if lock(&self.idle).is_empty() {
+                drop(self.returned.wait(open).unwrap_or_else(|e| e.into_inner()));
+            }
+        }
+    }
+}
+
+impl Drop for Reader<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        // A read that panicked may have left its transaction open.
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        let _open = lock(&self.readers.open);
+        lock(&self.readers.idle).push(conn);
+        self.readers.returned.notify_one();
+    }
+}
+
+/// A read-only connection to `path` with the store's per-connection settings.
+fn open_reader(path: &Path) -> Res<Connection> {
+    let flags =
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)?;
+    crate::configure_connection(&conn)?;
+    Ok(conn)
 }
 
 /// Why an operation or a transaction failed, kept to tell each writer in it.
@@ -804,12 +759,11 @@ pub(crate) struct BatchNotCommitted {
 
 #[cfg(test)]
 mod tests {
-    //! The combining protocol, step by step. Each test holds the connection while
-    //! its writers queue up, so which writes share a transaction is decided by the
-    //! test, never by timing.
+    //! The writer step by step. A test that needs writes to share a batch holds
+    //! the writer inside an operation until they are queued, so which writes share
+    //! a transaction is decided by the test, never by timing.
 
     use std::sync::atomic::AtomicUsize;
-    use std::thread;
 
     use agentmesh_store::submit::wait;
 
@@ -820,7 +774,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("notes.db")).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE notes (note TEXT PRIMARY KEY)").unwrap();
-        let writes = Writes::new(conn, &dir.path().join("notes.db"));
+        let writes = Writes::new(conn, &dir.path().join("notes.db")).unwrap();
         (dir, writes)
     }
 
@@ -836,301 +790,242 @@ mod tests {
         stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
     }
 
-    /// Spawns a queued write of `op` and returns once it is queued behind the
-    /// `queued` writes before it (the connection must be held meanwhile).
-    fn queue<'scope, T: Send + 'static>(
-        s: &'scope thread::Scope<'scope, '_>,
-        writes: &'scope Writes,
-        queued: usize,
-        op: impl FnMut(&Connection) -> Res<T> + Send + 'static,
-    ) -> thread::ScopedJoinHandle<'scope, Res<T>> {
-        let handle = s.spawn(move || writes.write_queued(op));
-        while writes.pending_queue().len() <= queued {
-            thread::yield_now();
-        }
-        handle
+    /// Holds the writer thread inside an operation (which notes `held`) until the
+    /// returned sender is used or dropped.
+    fn hold_writer(writes: &Writes) -> (SyncSender<()>, Submitted<()>) {
+        let (release, released) = mpsc::sync_channel(0);
+        let (started, running) = mpsc::sync_channel(0);
+        let held = writes
+            .submit_queued(move |c| {
+                note(c, "held")?;
+                started.send(()).unwrap();
+                let _ = released.recv();
+                Ok(())
+            })
+            .unwrap();
+        running.recv().unwrap();
+        (release, held)
     }
 
-    /// Queues one write noting each of `notes`, in that order (the connection must be
-    /// held meanwhile).
-    fn queue_notes<'scope>(
-        s: &'scope thread::Scope<'scope, '_>,
-        writes: &'scope Writes,
-        notes: [&'static str; 3],
-    ) -> Vec<thread::ScopedJoinHandle<'scope, Res<()>>> {
-        notes.into_iter().enumerate().map(|(i, n)| queue(s, writes, i, move |c| note(c, n))).collect()
+    /// Waits until `n` requests are queued for the writer.
+    fn until_queued(writes: &Writes, n: usize) {
+        while writes.shared.queued.load(Ordering::Relaxed) < n {
+            thread::yield_now();
+        }
     }
 
     #[test]
     fn an_uncontended_writer_commits_every_write_on_its_own() {
         let (dir, writes) = writes();
         writes.write(|c| note(c, "a")).unwrap();
-        assert_eq!(committed_notes(&dir), ["a"], "a direct write is committed when it returns");
+        assert_eq!(committed_notes(&dir), ["a"], "a lent write is committed when it returns");
         writes.write_queued(|c| note(c, "b")).unwrap();
         assert_eq!(committed_notes(&dir), ["a", "b"], "a queued write is committed when it returns");
         assert_eq!(writes.stats(), WriteStats { writes: 2, commits: 2 });
     }
 
     #[test]
-    fn writes_queued_while_the_connection_is_held_share_one_commit() {
+    fn writes_queued_behind_a_running_batch_share_the_next_commit() {
         let (dir, writes) = writes();
+        let (release, held) = hold_writer(&writes);
         thread::scope(|s| {
-            let held = writes.lock();
-            let handles = queue_notes(s, &writes, ["a", "b", "c"]);
-            assert!(committed_notes(&dir).is_empty(), "nothing runs while the connection is held");
-            drop(held);
+            let handles: Vec<_> = ["a", "b", "c"]
+                .into_iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    let writes = &writes;
+                    let h = s.spawn(move || writes.write_queued(move |c| note(c, n)));
+                    until_queued(writes, i + 1);
+                    h
+                })
+                .collect();
+            assert!(committed_notes(&dir).is_empty(), "nothing is committed while the writer is held");
+            drop(release);
+            wait(held).unwrap();
             for h in handles {
                 h.join().unwrap().unwrap();
             }
         });
-        assert_eq!(committed_notes(&dir), ["a", "b", "c"]);
-        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 1 });
+        assert_eq!(committed_notes(&dir), ["a", "b", "c", "held"]);
+        assert_eq!(writes.stats(), WriteStats { writes: 4, commits: 2 });
     }
 
     #[test]
-    fn a_failed_write_inside_a_batch_leaves_nothing_and_its_batch_mates_commit() {
-        let (dir, writes) = writes();
-        writes.write(|c| note(c, "taken")).unwrap();
-        let failing = |c: &Connection| -> Res<()> {
-            note(c, "half")?;
-            note(c, "taken") // A duplicate: the operation fails after writing.
-        };
-        let (first, a, second, c) = thread::scope(|s| {
-            let held = writes.lock();
-            let first = queue(s, &writes, 0, failing);
-            let a = queue(s, &writes, 1, |c| note(c, "a"));
-            let second = queue(s, &writes, 2, failing);
-            let c = queue(s, &writes, 3, |c| note(c, "c"));
-            drop(held);
-            (first.join().unwrap(), a.join().unwrap(), second.join().unwrap(), c.join().unwrap())
-        });
-        assert!(first.is_err(), "the first write of the batch fails alone");
-        assert!(second.is_err(), "a later write of the batch fails alone");
-        assert!(a.is_ok() && c.is_ok());
-        assert_eq!(committed_notes(&dir), ["a", "c", "taken"], "no half of a failed write is left");
-        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 2 }, "a and c shared one commit");
-    }
-
-    #[test]
-    fn a_batch_runs_without_savepoints_and_again_with_them_when_a_write_fails() {
+    fn a_failing_write_in_a_batch_is_undone_alone_and_every_operation_runs_once() {
         let (dir, writes) = writes();
         writes.write(|c| note(c, "taken")).unwrap();
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = |name: &'static str| {
             let runs = Arc::clone(&runs);
-            move |c: &Connection| {
+            move |c: &Connection| -> Res<()> {
                 runs.fetch_add(1, Ordering::Relaxed);
-                note(c, name)
+                note(c, name)?;
+                if name.starts_with("fail") {
+                    note(c, "taken")?; // A duplicate: the operation fails after writing.
+                }
+                Ok(())
             }
         };
-        // Every write succeeds: each runs once, and they commit together.
-        thread::scope(|s| {
-            let held = writes.lock();
-            let a = queue(s, &writes, 0, counted("a"));
-            let b = queue(s, &writes, 1, counted("b"));
-            drop(held);
-            assert!(a.join().unwrap().is_ok() && b.join().unwrap().is_ok());
-        });
-        assert_eq!(runs.load(Ordering::Relaxed), 2);
-        // The last write fails after the others ran: they run again, once more
-        // each, and commit exactly once.
-        let (c, d, failing) = thread::scope(|s| {
-            let held = writes.lock();
-            let c = queue(s, &writes, 0, counted("c"));
-            let d = queue(s, &writes, 1, counted("d"));
-            let failing = queue(s, &writes, 2, |c| note(c, "taken"));
-            drop(held);
-            (c.join().unwrap(), d.join().unwrap(), failing.join().unwrap())
-        });
-        assert!(c.is_ok() && d.is_ok() && failing.is_err());
-        assert_eq!(
-            runs.load(Ordering::Relaxed),
-            2 + 4,
-            "c and d ran together, then again one savepoint each"
-        );
-        assert_eq!(committed_notes(&dir), ["a", "b", "c", "d", "taken"]);
-        assert_eq!(writes.stats(), WriteStats { writes: 5, commits: 3 });
+        let (release, held) = hold_writer(&writes);
+        // The batch after the held one: a failing write first (undone with the
+        // whole transaction, then empty), then a, a failing one, and c.
+        let batch: Vec<_> = ["fail first", "a", "fail later", "c"]
+            .into_iter()
+            .map(|n| writes.submit_queued(counted(n)).unwrap())
+            .collect();
+        drop(release);
+        wait(held).unwrap();
+        let results: Vec<_> = batch.into_iter().map(wait).collect();
+        assert!(results[0].is_err(), "the first write of the batch fails alone");
+        assert!(results[1].is_ok() && results[3].is_ok(), "its batch-mates commit: {results:?}");
+        assert!(results[2].is_err(), "a later write of the batch fails alone");
+        assert_eq!(runs.load(Ordering::Relaxed), 4, "no operation ran twice");
+        assert_eq!(committed_notes(&dir), ["a", "c", "held", "taken"], "no half of a failed write is left");
+        assert_eq!(writes.stats(), WriteStats { writes: 4, commits: 3 }, "a and c shared one commit");
     }
 
     #[test]
     fn a_panicking_write_is_undone_alone_and_its_panic_reaches_its_caller() {
         let (dir, writes) = writes();
-        thread::scope(|s| {
-            let held = writes.lock();
-            let a = queue(s, &writes, 0, |c| note(c, "a"));
-            let b = queue(s, &writes, 1, |c| -> Res<()> {
+        let (release, held) = hold_writer(&writes);
+        let a = writes.submit_queued(|c| note(c, "a")).unwrap();
+        let b = writes
+            .submit_queued(|c| -> Res<()> {
                 note(c, "b")?;
                 panic!("b's operation panics inside a's batch");
-            });
-            let c = queue(s, &writes, 2, |c| note(c, "c"));
-            drop(held);
-            assert!(b.join().is_err(), "the panic reaches b's caller");
-            assert!(a.join().unwrap().is_ok() && c.join().unwrap().is_ok());
-        });
-        assert_eq!(committed_notes(&dir), ["a", "c"]);
+            })
+            .unwrap();
+        let c = writes.submit_queued(|c| note(c, "c")).unwrap();
+        drop(release);
+        wait(held).unwrap();
+        assert!(panic::catch_unwind(AssertUnwindSafe(|| wait(b))).is_err(), "the panic reaches b's caller");
+        assert!(wait(a).is_ok() && wait(c).is_ok());
+        assert_eq!(committed_notes(&dir), ["a", "c", "held"]);
 
         let alone = panic::catch_unwind(AssertUnwindSafe(|| {
             writes.write(|c| -> Res<()> {
                 note(c, "d")?;
-                panic!("d's operation panics alone");
+                panic!("d's operation panics on its caller's thread");
             })
         }));
         assert!(alone.is_err());
-        assert!(!writes.db.is_poisoned(), "a panicking operation does not poison the connection's lock");
-        writes.write(|c| note(c, "e")).unwrap();
-        assert_eq!(committed_notes(&dir), ["a", "c", "e"]);
+        writes.write(|c| note(c, "e")).expect("the connection came back to the writer");
+        writes.write_queued(|c| note(c, "f")).unwrap();
+        assert_eq!(committed_notes(&dir), ["a", "c", "e", "f", "held"]);
     }
 
     #[test]
     fn a_failed_commit_fails_every_write_of_its_batch() {
-        let (dir, writes) = writes();
-        writes
-            .write(|c| {
-                Ok(c.execute_batch(
-                    "CREATE TABLE parents (id INTEGER PRIMARY KEY);
-                     CREATE TABLE children (parent INTEGER REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED);
-                     PRAGMA foreign_keys = ON;",
-                )?)
-            })
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join("notes.db")).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; CREATE TABLE notes (note TEXT PRIMARY KEY);
+             CREATE TABLE parents (id INTEGER PRIMARY KEY);
+             CREATE TABLE children (parent INTEGER REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED);",
+        )
+        .unwrap();
+        let writes = Writes::new(conn, &dir.path().join("notes.db")).unwrap();
+        let (release, held) = hold_writer(&writes);
+        let a = writes.submit_queued(|c| note(c, "a")).unwrap();
+        // A deferred foreign key is checked by COMMIT, so b's operation succeeds
+        // and the COMMIT of the batch fails.
+        let b = writes
+            .submit_queued(|c| Ok(c.execute("INSERT INTO children (parent) VALUES (42)", [])?))
             .unwrap();
-        writes.read(|c| Ok(c.execute_batch("PRAGMA foreign_keys = ON")?)).unwrap();
-        let (a, b) = thread::scope(|s| {
-            let held = writes.lock();
-            let a = queue(s, &writes, 0, |c| note(c, "a"));
-            // A deferred foreign key is checked by COMMIT, so b's operation succeeds
-            // and the COMMIT of the batch fails.
-            let b = queue(s, &writes, 1, |c| Ok(c.execute("INSERT INTO children (parent) VALUES (42)", [])?));
-            drop(held);
-            (a.join().unwrap(), b.join().unwrap())
-        });
-        let a_err = a.expect_err("a's write shared the failed commit");
-        assert!(b.is_err(), "the COMMIT of b's batch failed");
+        drop(release);
+        wait(held).unwrap();
+        let a_err = wait(a).expect_err("a's write shared the failed commit");
+        assert!(wait(b).is_err(), "the COMMIT of b's batch failed");
         let message = std::error::Error::source(&a_err.0).map(ToString::to_string).unwrap_or_default();
         assert!(message.contains("not committed") && message.contains("FOREIGN KEY"), "{message}");
-        assert!(committed_notes(&dir).is_empty());
+        assert_eq!(committed_notes(&dir), ["held"]);
         writes.write_queued(|c| note(c, "after")).unwrap();
-        assert_eq!(committed_notes(&dir), ["after"]);
+        assert_eq!(committed_notes(&dir), ["after", "held"]);
     }
 
     #[test]
-    fn a_direct_write_takes_the_writes_queued_meanwhile_into_its_transaction() {
+    fn a_read_is_answered_while_the_writer_holds_a_transaction_open() {
         let (dir, writes) = writes();
-        let held = writes.lock();
-        thread::scope(|s| {
-            let a = queue(s, &writes, 0, |c| note(c, "a"));
-            let b = queue(s, &writes, 1, |c| note(c, "b"));
-            // Nobody else can take the connection: this thread holds it and hands it
-            // straight to its own direct write.
-            let mut db = held;
-            let mut d = |c: &Connection| settle(note(c, "d"), &mut None);
-            let mut end = None;
-            let mut jobs = vec![Job::Direct { op: &mut d, end: &mut end }];
-            jobs.extend(writes.take_queued(MAX_BATCH_WRITES - 1).into_iter().map(Job::Queued));
-            writes.run_batch(&mut db, jobs);
-            drop(db);
-            assert!(matches!(end, Some(End::Ran)));
-            assert!(a.join().unwrap().is_ok() && b.join().unwrap().is_ok());
-        });
-        assert_eq!(committed_notes(&dir), ["a", "b", "d"]);
-        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 1 });
-    }
-
-    fn shared_writes() -> (tempfile::TempDir, Arc<Writes>) {
-        let (dir, writes) = writes();
-        (dir, Arc::new(writes))
-    }
-
-    #[test]
-    fn a_submitted_write_is_committed_when_its_future_resolves() {
-        let (dir, writes) = shared_writes();
-        let submitted = writes.submit_queued(|c| note(c, "a").map(|()| 7)).unwrap();
-        assert_eq!(wait(submitted).unwrap(), 7);
-        assert_eq!(committed_notes(&dir), ["a"]);
-        let refused = writes.submit_queued(|c| note(c, "a")).unwrap();
-        assert!(wait(refused).is_err(), "a failed operation's error is its future's answer");
-        assert_eq!(writes.stats(), WriteStats { writes: 1, commits: 1 });
-    }
-
-    #[test]
-    fn submitted_and_queued_writes_share_one_commit_and_nothing_runs_before_it() {
-        let (dir, writes) = shared_writes();
-        thread::scope(|s| {
-            let held = writes.lock();
-            let a = writes.submit_queued(|c| note(c, "a")).unwrap();
-            let b = queue(s, &writes, 1, |c| note(c, "b"));
-            let c = writes.submit_queued(|c| note(c, "c")).unwrap();
-            // The combiner thread was woken for a and c, but the connection is held.
-            thread::sleep(std::time::Duration::from_millis(20));
-            assert!(!a.slot.done.load(Ordering::Acquire), "nothing runs while the connection is held");
-            assert!(committed_notes(&dir).is_empty());
-            drop(held);
-            wait(a).unwrap();
-            wait(c).unwrap();
-            b.join().unwrap().unwrap();
-        });
-        assert_eq!(committed_notes(&dir), ["a", "b", "c"]);
-        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 1 });
-    }
-
-    #[test]
-    fn a_submitted_write_oldest_in_the_queue_is_run_once_the_connection_is_let_go() {
-        let (dir, writes) = shared_writes();
-        // Start the combiner thread, then let it go back to sleep.
-        wait(writes.submit_queued(|c| note(c, "warm")).unwrap()).unwrap();
-        let held = writes.lock();
-        let late = writes.submit_queued(|c| note(c, "late")).unwrap();
-        // The wake-up of the submission came while the connection was held, so the
-        // combiner gave up its turn; letting go must wake it again.
-        thread::sleep(std::time::Duration::from_millis(20));
-        drop(held);
-        wait(late).unwrap();
-        assert_eq!(committed_notes(&dir), ["late", "warm"]);
-    }
-
-    #[test]
-    fn the_panic_of_a_submitted_write_reaches_whoever_awaits_it_and_is_undone() {
-        let (dir, writes) = shared_writes();
-        let panicking = writes
-            .submit_queued(|c| -> Res<()> {
-                note(c, "half")?;
-                panic!("the submitted operation panics");
+        writes.write_queued(|c| note(c, "before")).unwrap();
+        let (release, held) = hold_writer(&writes);
+        // The writer is inside its transaction, holding SQLite's write lock, with
+        // "held" written and not committed.
+        let read = thread::scope(|s| {
+            s.spawn(|| {
+                writes.read(|c| {
+                    Ok(c.query_row("SELECT group_concat(note) FROM notes", [], |r| r.get::<_, String>(0))?)
+                })
             })
-            .unwrap();
-        let caught = panic::catch_unwind(AssertUnwindSafe(|| wait(panicking)));
-        assert!(caught.is_err(), "the panic reaches the awaiting side");
-        wait(writes.submit_queued(|c| note(c, "after")).unwrap()).unwrap();
-        assert_eq!(committed_notes(&dir), ["after"]);
+            .join()
+            .unwrap()
+        });
+        assert_eq!(read.unwrap(), "before", "the read saw what was committed, and did not wait");
+        drop(release);
+        wait(held).unwrap();
+        assert_eq!(committed_notes(&dir), ["before", "held"]);
     }
 
     #[test]
-    fn a_store_with_a_combiner_thread_is_freed_when_dropped() {
-        let (_dir, writes) = shared_writes();
-        wait(writes.submit_queued(|c| note(c, "a")).unwrap()).unwrap();
-        assert!(lock(&writes.combiner).is_some(), "the first submission started the combiner thread");
-        let gone = Arc::downgrade(&writes);
+    fn a_write_is_seen_by_every_read_once_it_returned() {
+        let (_dir, writes) = writes();
+        let count = |w: &Writes| {
+            w.read(|c| Ok(c.query_row("SELECT count(*) FROM notes", [], |r| r.get::<_, i64>(0))?))
+        };
+        let stop = AtomicBool::new(false);
+        thread::scope(|s| {
+            // Readers busy beside the writes, so the pool holds several connections.
+            for _ in 0..3 {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        count(&writes).unwrap();
+                    }
+                });
+            }
+            for i in 0..200_i64 {
+                match i % 3 {
+                    0 => writes.write_queued(move |c| note(c, &format!("n{i}"))).unwrap(),
+                    1 => wait(writes.submit_queued(move |c| note(c, &format!("n{i}"))).unwrap()).unwrap(),
+                    _ => writes.write(|c| note(c, &format!("n{i}"))).unwrap(),
+                }
+                assert_eq!(count(&writes).unwrap(), i + 1, "write {i} is seen as soon as it returned");
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+
+    #[test]
+    fn a_read_cannot_write() {
+        let (dir, writes) = writes();
+        assert!(writes.read(|c| note(c, "sneaky")).is_err());
+        assert!(committed_notes(&dir).is_empty());
+    }
+
+    #[test]
+    fn a_dropped_store_finishes_its_queue_and_closes_the_file() {
+        let (dir, writes) = writes();
+        let submitted = writes.submit_queued(|c| note(c, "last")).unwrap();
         drop(writes);
-        // The thread holds the writes only while it runs a pass, so the connection
-        // (and its file) is let go once the last handle is dropped.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while gone.upgrade().is_some() && std::time::Instant::now() < deadline {
-            thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert!(gone.upgrade().is_none(), "the combiner thread does not keep the store alive");
+        wait(submitted).expect("a write queued before the drop is still run");
+        assert_eq!(committed_notes(&dir), ["last"]);
+        assert!(
+            !dir.path().join("notes.db-wal").exists(),
+            "the last connection checkpointed and removed the WAL"
+        );
     }
 
     #[test]
     fn with_group_commit_off_every_write_commits_on_its_own() {
         let (dir, writes) = writes();
         writes.set_group_commit(false);
-        thread::scope(|s| {
-            let held = writes.lock();
-            let handles = queue_notes(s, &writes, ["a", "b", "c"]);
-            drop(held);
-            for h in handles {
-                h.join().unwrap().unwrap();
-            }
-        });
-        assert_eq!(committed_notes(&dir), ["a", "b", "c"]);
-        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 3 });
+        let (release, held) = hold_writer(&writes);
+        let queued: Vec<_> =
+            ["a", "b", "c"].into_iter().map(|n| writes.submit_queued(move |c| note(c, n)).unwrap()).collect();
+        drop(release);
+        wait(held).unwrap();
+        for q in queued {
+            wait(q).unwrap();
+        }
+        assert_eq!(committed_notes(&dir), ["a", "b", "c", "held"]);
+        assert_eq!(writes.stats(), WriteStats { writes: 4, commits: 4 });
     }
 }

@@ -16,6 +16,7 @@ mod http_client;
 pub mod http_floor;
 pub mod ledger;
 pub mod pending_events;
+pub mod reads;
 
 /// A claimant on `node` with `session` and no tags or caps.
 fn claimant(node: String, session: String) -> Claimant {

@@ -27,8 +27,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agentmesh_daemon::{
-    ApiToken, AppState, CheckpointHook, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp,
-    ServeOptions, TlsTransport, UpkeepConfig,
+    ApiToken, AppState, DEFAULT_MAX_CONNECTIONS, DataDirLock, LockError, PlainTcp, ServeOptions,
+    TlsTransport, UpkeepConfig,
 };
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
@@ -36,11 +36,6 @@ use tokio_util::sync::CancellationToken;
 use super::Context;
 use crate::cli::{LogFormat, ServeArgs};
 use crate::failure::AlreadyLogged;
-
-/// The upkeep's periodic checkpoint truncates a WAL past this size. (The store
-/// itself truncates past 50 MB while writing; this catches a WAL left large by a
-/// burst once the daemon is quiet.)
-const UPKEEP_WAL_MAX_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Runs `serve`. With JSON logs, a failure is logged as a JSON line and marked
 /// [`AlreadyLogged`], so stderr carries no plain-text line.
@@ -82,10 +77,9 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let token_path = ctx.token_file();
     let token = ApiToken::load_or_create(&token_path)
         .with_context(|| format!("failed to read or create the token file {}", token_path.display()))?;
-    let wal = Arc::clone(&store);
-    let checkpoint: CheckpointHook =
-        Arc::new(move || wal.checkpoint_if_wal_exceeds(UPKEEP_WAL_MAX_BYTES).map_err(|err| err.to_string()));
-    let upkeep = UpkeepConfig { checkpoint: Some(checkpoint), ..UpkeepConfig::default() };
+    // The store keeps its WAL small by itself (its checkpointer): the upkeep
+    // runs no checkpoint of its own.
+    let upkeep = UpkeepConfig::default();
     let daemon_id = agentmesh_mcp::load_or_create_daemon_id(ctx.data_dir())
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
     let state = AppState::new(store, token)

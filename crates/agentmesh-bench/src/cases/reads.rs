@@ -1,0 +1,122 @@
+//! Group `reads` (ours only): claims of 8 threads on a deep queue, alone and
+//! beside a reader that keeps asking for the mesh's status and the whole pending
+//! list. Reads run on connections of their own, so the claims' p99 with the
+//! reader should stay near the one without, and no claim waits for a read
+//! (stderr prints the longest claim of each case).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use agentmesh_core::TaskStatus;
+use agentmesh_store::{ClaimOptions, ClaimOutcome};
+
+use super::{claimant, enqueue_in_batches};
+use crate::data::{MESH_ID, UuidGen, at, new_task};
+use crate::harness::{CaseStore, Harness};
+use crate::timing::Timer;
+
+/// Claiming threads.
+const CLIENTS: usize = 8;
+/// Tasks per `enqueue_batch` call when filling the queue.
+const PREFILL_BATCH: usize = 5_000;
+
+/// Runs group `reads`.
+pub fn run(h: &mut Harness) {
+    let n = h.opts().scale(100_000);
+    let claims = h.opts().claims() * 5;
+    h.run_case(&format!("claims-without-reader-{n}"), |h, case| {
+        claims_beside_reads(h, case, n, claims, false)
+    });
+    h.run_case(&format!("claims-beside-reader-{n}"), |h, case| claims_beside_reads(h, case, n, claims, true));
+}
+
+/// `claims` claims by each of [`CLIENTS`] threads (each claim by a session of its
+/// own, so none is refused) on a queue of `n` pending tasks; with `reader`, a
+/// thread meanwhile loops over `status` (counts by status) and `task list` (every
+/// pending task, decoded). Reports the claims as `claims-without-reader` or
+/// `claims-beside-reader`, and the reader's calls as `status-and-list`.
+fn claims_beside_reads(
+    h: &mut Harness,
+    case: &CaseStore,
+    n: usize,
+    claims: usize,
+    reader: bool,
+) -> anyhow::Result<()> {
+    let store = case.store();
+    let ids = UuidGen::new(0xf000 + n as u32).take(n);
+    enqueue_in_batches(store, n, PREFILL_BATCH, &mut Timer::default(), |i| new_task(&ids[i], i, None))?;
+    let now = at(n);
+    let done = AtomicBool::new(false);
+    let began = Instant::now();
+    let (claim_latencies, reads) = std::thread::scope(|s| {
+        let reads = reader.then(|| {
+            s.spawn(|| -> anyhow::Result<Vec<Duration>> {
+                let mut calls = Vec::new();
+                while !done.load(Ordering::Relaxed) {
+                    let call = Instant::now();
+                    store.stats_by_status(MESH_ID)?;
+                    let listed = store.queue_entries(MESH_ID, &[TaskStatus::Pending])?;
+                    anyhow::ensure!(
+                        listed.len() + CLIENTS * claims >= n,
+                        "the list lost tasks: {}",
+                        listed.len()
+                    );
+                    calls.push(call.elapsed());
+                }
+                Ok(calls)
+            })
+        });
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                s.spawn(move || -> anyhow::Result<Vec<Duration>> {
+                    let mut latencies = Vec::with_capacity(claims);
+                    for c in 0..claims {
+                        let who = claimant(format!("node-{k}-{c}"), format!("session-{k}-{c}"));
+                        let call = Instant::now();
+                        let outcome = store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?;
+                        latencies.push(call.elapsed());
+                        anyhow::ensure!(
+                            matches!(outcome, ClaimOutcome::Claimed(_)),
+                            "claim refused: {outcome:?}"
+                        );
+                    }
+                    Ok(latencies)
+                })
+            })
+            .collect();
+        let claimed: anyhow::Result<Vec<Vec<Duration>>> =
+            workers.into_iter().map(|w| w.join().expect("a claiming thread panicked")).collect();
+        done.store(true, Ordering::Relaxed);
+        let reads = reads.map(|r| r.join().expect("the reader thread panicked")).transpose();
+        (claimed, reads)
+    });
+    let wall = began.elapsed();
+    let claim_latencies: Vec<Duration> = claim_latencies?.into_iter().flatten().collect();
+    let ops = claim_latencies.len();
+    let name = if reader { "claims-beside-reader" } else { "claims-without-reader" };
+    // A read that held up the claims shows as a few very slow claims, too few
+    // to move the p99: the longest one is printed beside it.
+    let longest = claim_latencies.iter().max().copied().unwrap_or_default();
+    eprintln!("longest {name}-{n}: {:.1} ms", longest.as_secs_f64() * 1e3);
+    h.report(name, n, ops, &Timer::concurrent(claim_latencies, wall));
+    if let Some(reads) = reads? {
+        h.check(
+            &format!("{}: the reader was answered while claims ran", case.label()),
+            !reads.is_empty(),
+            "",
+        );
+        let calls = reads.len();
+        h.report("status-and-list", n, calls, &Timer::concurrent(reads, wall));
+    }
+    let assigned = store
+        .stats_by_status(MESH_ID)?
+        .iter()
+        .find(|s| s.status == TaskStatus::Assigned)
+        .map_or(0, |s| s.count);
+    h.check(
+        &format!("{}: every claim assigned a task", case.label()),
+        assigned == ops as u64,
+        format!("assigned={assigned} claims={ops}"),
+    );
+    Ok(())
+}
