@@ -6,12 +6,15 @@
 //! through `idx_mesh_event_ledger_slice`, seeking straight to the cursor, so a page
 //! costs the same at the start and at the end of a million-entry ledger.
 //!
-//! Every entry also gets a sequence number (`seq`) from the counter in `mesh_meta`,
-//! taken in the transaction that appends it, and the database's id as its
-//! `origin` (migration 0012). Transactions on one file are serial, so numbers
-//! increase in commit order and are never reused; a slice read by sequence
-//! (`afterSeq`) pages through `idx_mesh_event_ledger_seq` and never skips an entry
-//! committed after the page before it, whatever its timestamp.
+//! Every entry also gets a sequence number (`seq`, migration 0012), taken in the
+//! transaction that appends it: one past the mesh's highest number (read from
+//! `idx_mesh_event_ledger_seq`, the index a page by sequence walks, so numbering
+//! writes nothing beyond the entry and its index rows), and past the highest
+//! number a deletion ever removed (`mesh_meta`), so a number is never handed out
+//! twice. Transactions on one file are serial, so numbers increase in commit
+//! order; a slice read by sequence (`afterSeq`) never skips an entry committed
+//! after the page before it, whatever its timestamp. Every page names the
+//! database's id (`mesh_meta`) as its origin.
 
 use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery, Timestamp};
@@ -68,21 +71,30 @@ pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
     })
 }
 
-/// The `mesh_meta` key of the database's id, the `origin` of its entries.
+/// The `mesh_meta` key of the database's id, the `origin` of its pages.
 const DATABASE_ID: &str = "database_id";
-/// The `mesh_meta` key of the last sequence number handed out.
-const LEDGER_SEQ: &str = "ledger_seq";
+
+/// The number a new entry of mesh `?2` takes: one past the mesh's highest, and
+/// past the highest a deletion removed.
+/// (`+?2` keeps SQLite from re-preparing the statement whenever the binding
+/// changes: see `tasks::stream_sql`.)
+const NEXT_SEQ: &str =
+    "MAX(COALESCE((SELECT seq FROM mesh_event_ledger WHERE mesh_id = +?2 ORDER BY seq DESC LIMIT 1), 0),
+                       COALESCE((SELECT value FROM mesh_meta WHERE key = 'ledger_seq_floor:' || ?2), 0)) + 1";
+
+/// The statement [`append`] runs.
+static APPEND_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "INSERT OR IGNORE INTO mesh_event_ledger
+             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, seq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, {NEXT_SEQ})"
+    )
+});
 
 /// Inserts one entry unless its id exists; returns whether it was new. A new entry
-/// takes the next sequence number and the database's id as its origin.
+/// takes the mesh's next sequence number.
 pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT OR IGNORE INTO mesh_event_ledger
-             (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, seq, origin)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
-                 (SELECT value + 1 FROM mesh_meta WHERE key = 'ledger_seq'),
-                 (SELECT value FROM mesh_meta WHERE key = 'database_id'))",
-    )?;
+    let mut stmt = conn.prepare_cached(&APPEND_SQL)?;
     let payload = serde_json::to_string(&entry.payload)?;
     let n = stmt.execute(params![
         entry.id,
@@ -94,49 +106,47 @@ pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
         entry.provider_type,
         payload,
     ])?;
-    if n > 0 {
-        take_sequence_number(conn)?;
-    }
     Ok(n > 0)
 }
 
-/// Moves the counter past the number the row just appended took.
-fn take_sequence_number(conn: &Connection) -> Res<()> {
-    conn.prepare_cached("UPDATE mesh_meta SET value = value + 1 WHERE key = 'ledger_seq'")?.execute([])?;
+/// Numbers a row that was inserted without going through [`append`] (an entry
+/// copied from the original's database): it takes its mesh's next number.
+pub(crate) fn sequence_inserted_row(conn: &Connection, rowid: i64) -> Res<()> {
+    conn.prepare_cached(&format!(
+        "UPDATE mesh_event_ledger SET seq = {}
+          WHERE rowid = ?1",
+        NEXT_SEQ.replace("?2", "mesh_event_ledger.mesh_id")
+    ))?
+    .execute([rowid])?;
     Ok(())
 }
 
-/// Numbers a row that was inserted without going through [`append`] (an entry
-/// copied from the original's database): it takes the next sequence number and
-/// this database as its origin.
-pub(crate) fn sequence_inserted_row(conn: &Connection, rowid: i64) -> Res<()> {
+/// Before entries of `mesh_id` are deleted: keeps the mesh's highest number as
+/// its floor, so the numbers of deleted entries are never handed out again.
+fn keep_sequence_floor(conn: &Connection, mesh_id: &str) -> Res<()> {
     conn.prepare_cached(
-        "UPDATE mesh_event_ledger
-            SET seq = (SELECT value + 1 FROM mesh_meta WHERE key = 'ledger_seq'),
-                origin = (SELECT value FROM mesh_meta WHERE key = 'database_id')
-          WHERE rowid = ?1",
+        "INSERT INTO mesh_meta (key, value)
+         SELECT 'ledger_seq_floor:' || ?1, MAX(seq) FROM mesh_event_ledger WHERE mesh_id = ?1
+         HAVING MAX(seq) IS NOT NULL
+         ON CONFLICT (key) DO UPDATE SET value = MAX(value, excluded.value)",
     )?
-    .execute([rowid])?;
-    take_sequence_number(conn)
+    .execute([mesh_id])?;
+    Ok(())
 }
 
 /// Migration 0012's data step: makes the database's id, numbers the entries
-/// already here in append order, and builds the sequence index.
+/// already here per mesh in append order, and builds the sequence index.
 pub(crate) fn sequence_existing(tx: &rusqlite::Transaction<'_>) -> Res<()> {
     let database_id = agentmesh_store::ids::mint();
     tx.execute("INSERT INTO mesh_meta (key, value) VALUES (?1, ?2)", params![DATABASE_ID, database_id])?;
-    tx.execute(
-        "UPDATE mesh_event_ledger SET seq = numbered.n, origin = ?1
-           FROM (SELECT rowid AS rid, row_number() OVER (ORDER BY timestamp, rowid) AS n
+    tx.execute_batch(
+        "UPDATE mesh_event_ledger SET seq = numbered.n
+           FROM (SELECT rowid AS rid,
+                        row_number() OVER (PARTITION BY mesh_id ORDER BY timestamp, rowid) AS n
                    FROM mesh_event_ledger) AS numbered
-          WHERE mesh_event_ledger.rowid = numbered.rid",
-        [&database_id],
+          WHERE mesh_event_ledger.rowid = numbered.rid;
+         CREATE INDEX idx_mesh_event_ledger_seq ON mesh_event_ledger(mesh_id, seq);",
     )?;
-    tx.execute(
-        "INSERT INTO mesh_meta (key, value) VALUES (?1, (SELECT COUNT(*) FROM mesh_event_ledger))",
-        [LEDGER_SEQ],
-    )?;
-    tx.execute_batch("CREATE INDEX idx_mesh_event_ledger_seq ON mesh_event_ledger(mesh_id, seq);")?;
     Ok(())
 }
 
@@ -213,6 +223,7 @@ pub(crate) fn read_ordered(conn: &Connection, mesh_id: &str, query: &LedgerQuery
 
 /// Deletes entries by id.
 pub(crate) fn delete(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
+    keep_sequence_floor(conn, mesh_id)?;
     let mut stmt = conn.prepare_cached("DELETE FROM mesh_event_ledger WHERE mesh_id = ?1 AND id = ?2")?;
     let mut n = 0;
     for id in ids {
@@ -223,6 +234,7 @@ pub(crate) fn delete(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u6
 
 /// Deletes every entry of a mesh.
 pub(crate) fn clear(conn: &Connection, mesh_id: &str) -> Res<u64> {
+    keep_sequence_floor(conn, mesh_id)?;
     Ok(conn.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = ?1", [mesh_id])? as u64)
 }
 
@@ -371,6 +383,48 @@ fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An append is planned once: appends to several meshes never force SQLite
+    /// to re-prepare the statement that numbers them, and the number is read
+    /// from the sequence index (its last entry), not by a scan of the mesh.
+    #[test]
+    fn appends_number_entries_without_re_preparing_or_scanning() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::migrations::migrate(&mut conn).unwrap();
+        for i in 0..40 {
+            let entry = LedgerEntry {
+                id: format!("e{i}"),
+                mesh_id: format!("m{}", i % 4),
+                timestamp: "2025-01-01T00:00:00.000Z".into(),
+                kind: "note".into(),
+                node_id: None,
+                session_id: None,
+                provider_type: None,
+                payload: serde_json::json!({}),
+            };
+            assert!(append(&conn, &entry).unwrap());
+        }
+        let seqs: Vec<(String, i64)> = conn
+            .prepare("SELECT id, seq FROM mesh_event_ledger WHERE mesh_id = 'm3' ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(seqs.iter().map(|(_, s)| *s).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+        let stmt = conn.prepare_cached(&APPEND_SQL).unwrap();
+        assert_eq!(stmt.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        drop(stmt);
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN SELECT {NEXT_SEQ}"))
+            .unwrap()
+            .query_map(params!["x", "m0"], |r| r.get::<_, String>(3))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("COVERING INDEX idx_mesh_event_ledger_seq"), "{plan}");
+    }
 
     /// The condition a filter adds is the kind index's own, and leaves out exactly
     /// the unindexed kinds.

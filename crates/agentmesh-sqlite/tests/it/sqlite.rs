@@ -337,7 +337,7 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     assert_eq!(empty.cursor.next_after_seq, Some(5), "an empty page keeps the cursor");
 
     // The sequence and the origin survive a reopen; another mesh's entries are
-    // numbered from the same counter and never seen here.
+    // numbered on their own and never seen here.
     drop(store);
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
     let mut other = note("elsewhere", NOW);
@@ -346,7 +346,9 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     assert!(store.append_ledger(&note("reopened", NOW)).unwrap());
     let page = store.ledger_slice("m", &by_seq(5)).unwrap();
     assert_eq!(ids(&page), ["reopened"]);
-    assert_eq!(page.cursor.next_after_seq, Some(7));
+    assert_eq!(page.cursor.next_after_seq, Some(6));
+    let elsewhere = store.ledger_slice("n", &by_seq(0)).unwrap();
+    assert_eq!((ids(&elsewhere), elsewhere.cursor.next_after_seq), (vec!["elsewhere"], Some(1)));
     assert_eq!(page.origin.as_deref(), Some(origin.as_str()));
 
     // A page by sequence walks the sequence index from the cursor: no sort.
