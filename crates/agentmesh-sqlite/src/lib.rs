@@ -119,6 +119,12 @@ impl SqliteStore {
         paths::create_private_file(path).map_err(io_error)?;
         let mut conn = Connection::open(path)?;
         configure(&conn)?;
+        // The write connection reads through its page cache, not the memory map:
+        // inside a write transaction SQLite maps only the pages a read-only
+        // cursor fetches, and looks each one up in the WAL's hash tables first, a
+        // search that grows with the WAL and that a cached page skips. Reads that
+        // gain from the map run on the read connections.
+        conn.pragma_update(None, "mmap_size", 0)?;
         migrations::migrate(&mut conn)?;
         let checkpointer = checkpointer::Checkpointer::start(path, &mut conn)?;
         Ok(SqliteStore {
@@ -607,6 +613,17 @@ mod tests {
         let limit: i64 =
             store.writes.write(|c| Ok(c.query_row("PRAGMA journal_size_limit", [], |r| r.get(0))?)).unwrap();
         assert_eq!(limit, 64 * 1024 * 1024);
+    }
+
+    /// The write connection reads through its page cache; the read connections
+    /// map the file.
+    #[test]
+    fn only_the_read_connections_map_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("mmap.db")).unwrap();
+        let mmap = |c: &Connection| c.query_row("PRAGMA mmap_size", [], |r| r.get::<_, i64>(0));
+        assert_eq!(store.writes.write(|c| Ok(mmap(c)?)).unwrap(), 0);
+        assert_eq!(store.writes.read(|c| Ok(mmap(c)?)).unwrap(), 268_435_456);
     }
 
     #[test]
