@@ -160,6 +160,13 @@ impl SqliteStore {
         rusqlite::version()
     }
 
+    /// Sends an operation that does nothing through the writer thread, as every
+    /// hot-path write is sent, and returns after its (empty) transaction: what a
+    /// write costs here beyond its own SQL (the benchmark's writer floor case).
+    pub fn writer_round_trip(&self) -> StoreResult<()> {
+        self.write_queued(|_| Ok(()))
+    }
+
     /// A connection to the database file at `path` with the store's pragmas and no
     /// schema: for measuring what SQLite itself costs on a machine (the
     /// benchmark's floor cases), never for storing mesh data.

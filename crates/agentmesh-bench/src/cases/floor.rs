@@ -17,6 +17,9 @@
 //!   owned strings), deletes them and commits, until the table is empty. Ops are
 //!   rows and latency is per drain, as in `pending-events-drain`; a real drain also
 //!   routes, deduplicates and records what it took.
+//! - `writer-round-trip-floor`: an operation that does nothing, sent through a
+//!   store's writer thread as every hot-path write is and answered after its empty
+//!   transaction: the hand-off each such write pays on top of its SQL.
 
 use std::time::Instant;
 
@@ -34,6 +37,17 @@ pub fn run(h: &mut Harness) {
         h.run_case(&format!("{label}-{n}"), |h, case| floor(h, case, label, indexed, n));
     }
     h.run_case(&format!("sqlite-drain-floor-{n}"), |h, case| drain_floor(h, case, n));
+    h.run_case(&format!("writer-round-trip-floor-{n}"), |h, case| writer_round_trip(h, case, n));
+}
+
+fn writer_round_trip(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
+    let store = SqliteStore::open(case.dir().join("round-trip.db"))?;
+    let mut timer = Timer::default();
+    for _ in 0..n {
+        timer.time(|| store.writer_round_trip())?;
+    }
+    h.report("writer-round-trip-floor", n, n, &timer);
+    Ok(())
 }
 
 fn floor(h: &mut Harness, case: &CaseStore, label: &str, indexed: bool, n: usize) -> anyhow::Result<()> {
