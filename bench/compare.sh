@@ -9,8 +9,9 @@
 #                 daemon under 8 HTTP clients, with two requests per task and
 #                 with one complete-and-claim per task, its store under 8
 #                 threads, and the same HTTP load with no store behind it),
-#                 floor (ours only: what a bare SQLite commit and a bare
-#                 drain cost on this machine), reads (ours only: claims of 8
+#                 floor (ours only: what a bare SQLite commit, a bare
+#                 drain and a round trip through the store's writer thread
+#                 cost on this machine), reads (ours only: claims of 8
 #                 threads on a 100k queue alone and beside a reader looping
 #                 status and the pending list); the seed side skips the last
 #                 three and their rows show with empty seed columns
