@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
         --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
                   shared=$2; shift ;;
         --shared=*) shared=${1#--shared=} ;;
-        -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
