@@ -162,6 +162,11 @@ pub struct SliceCursor {
     /// `afterSeq` on an empty page); on a page read by sequence only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after_seq: Option<u64>,
+    /// The mesh's highest sequence number when the page was read (of any kind,
+    /// whatever the filters); on a page read by sequence only. A reader that only
+    /// wants what comes next starts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_seq: Option<u64>,
 }
 
 /// Where a slice was read from.

@@ -312,6 +312,11 @@ fn slice_by_sequence(
         page(mesh_id, rows.into_iter().map(|(e, _)| e).collect(), None, next_after_id, limit, has_more);
     page.cursor.after_seq = Some(after_seq);
     page.cursor.next_after_seq = Some(next_after_seq);
+    let head: Option<i64> = conn
+        .prepare_cached("SELECT seq FROM mesh_event_ledger WHERE mesh_id = +?1 ORDER BY seq DESC LIMIT 1")?
+        .query_row([mesh_id], |r| r.get(0))
+        .optional()?;
+    page.cursor.head_seq = Some(head.and_then(|h| u64::try_from(h).ok()).unwrap_or(0).max(next_after_seq));
     Ok(page)
 }
 
@@ -369,6 +374,7 @@ fn page(
             has_more,
             after_seq: None,
             next_after_seq: None,
+            head_seq: None,
         },
         source_of_truth: SliceSource {
             kind: "local_sqlite".to_owned(),

@@ -1,14 +1,16 @@
 //! `GET /v1/meshes/{mesh}/stream`: Server-Sent Events telling the dashboard
 //! that its mesh changed.
 //!
-//! The stream opens with a `ready` event carrying the ledger cursor (the newest
-//! entry's id, or `after` when the client names one). Then, whenever the daemon
-//! commits a write, or the fallback interval passes (writes by other processes
-//! on the same database file), it reads the mesh's ledger slice after the cursor;
-//! new entries go out as one `changed` event (`{"cursor": ..., "entries": [...]}`)
-//! and move the cursor. Every state change writes a ledger entry in its own
-//! transaction, so a change is never missed and an idle mesh sends nothing but a
-//! keep-alive comment now and then. The stream ends when the client goes away or
+//! The stream opens with a `ready` event carrying the ledger cursor: a sequence
+//! number, the mesh's newest entry's, or `afterSeq` when the client names one.
+//! Then, whenever the daemon commits a write, or the fallback interval passes
+//! (writes by other processes on the same database file), it reads the mesh's
+//! ledger slice by sequence after the cursor; new entries go out as one `changed`
+//! event (`{"cursor": ..., "entries": [...]}`) and move the cursor. Every state
+//! change writes a ledger entry in its own transaction, and pages by sequence are
+//! in commit order, so a change is never missed (also one stamped before an entry
+//! already sent) and an idle mesh sends nothing but a keep-alive comment now and
+//! then. The stream ends when the client goes away or
 //! the daemon shuts down.
 
 use std::convert::Infallible;
@@ -18,7 +20,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentmesh_api::MeshApi;
-use agentmesh_api::wire::{LedgerParams, SliceParams};
+use agentmesh_api::wire::SliceParams;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
@@ -59,10 +61,11 @@ struct MeshPath {
 
 /// Query of the stream.
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct StreamParams {
-    /// The ledger entry the client has seen last (the newest entry when absent).
-    after: Option<String>,
+    /// The sequence number of the ledger entry the client has seen last (the
+    /// mesh's newest entry when absent).
+    after_seq: Option<u64>,
 }
 
 /// A future that completes at the next write that concerns `mesh` (the mesh's
@@ -93,12 +96,13 @@ async fn stream(
     shutdown: CancellationToken,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let cursor = match params.after.map(|a| a.trim().to_owned()).filter(|a| !a.is_empty()) {
-        Some(after) => Some(after),
+    let cursor = match params.after_seq {
+        Some(after_seq) => after_seq,
         None => {
             let query = mesh.clone();
-            let tail = LedgerParams { tail: Some(1), ..LedgerParams::default() };
-            state.with_mesh(move |m| m.ledger_tail(&query, tail)).await?.pop().map(|entry| entry.id)
+            let head = SliceParams { after_seq: Some(0), limit: Some(1), ..SliceParams::default() };
+            let slice = state.with_mesh(move |m| m.ledger_slice(&query, head)).await?;
+            slice.cursor.head_seq.unwrap_or(0)
         }
     };
     let (tx, rx) = mpsc::channel::<Bytes>(16);
@@ -117,7 +121,7 @@ async fn stream(
 async fn follow(
     state: AppState,
     mesh: String,
-    mut cursor: Option<String>,
+    mut cursor: u64,
     tx: mpsc::Sender<Bytes>,
     shutdown: CancellationToken,
 ) {
@@ -127,12 +131,13 @@ async fn follow(
         // Catch up: page through everything after the cursor.
         loop {
             let query = mesh.clone();
-            let params =
-                SliceParams { after_id: cursor.clone(), limit: Some(PAGE), ..SliceParams::default() };
+            let params = SliceParams { after_seq: Some(cursor), limit: Some(PAGE), ..SliceParams::default() };
             let Ok(slice) = state.with_mesh(move |m| m.ledger_slice(&query, params)).await else { break };
-            let Some(last) = slice.entries.last() else { break };
-            cursor = Some(last.id.clone());
-            let full = slice.entries.len() >= PAGE as usize;
+            if slice.entries.is_empty() {
+                break;
+            }
+            cursor = slice.cursor.next_after_seq.unwrap_or(cursor);
+            let full = slice.cursor.has_more;
             let changed = serde_json::json!({ "cursor": cursor, "entries": slice.entries });
             if tx.send(event("changed", &changed)).await.is_err() {
                 return;

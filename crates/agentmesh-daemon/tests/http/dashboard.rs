@@ -391,7 +391,8 @@ async fn the_stream_tells_of_a_change_within_a_second_with_its_ledger_entries() 
     assert_eq!(response.headers()[header::CONTENT_TYPE], "text/event-stream");
     let mut buffer = String::new();
     let ready = next_event(&mut response, &mut buffer, "ready").await;
-    assert!(ready["cursor"].is_string(), "{ready}");
+    let start = ready["cursor"].as_u64().unwrap_or_else(|| panic!("a sequence cursor: {ready}"));
+    assert!(start > 0, "{ready}");
 
     let started = Instant::now();
     let task = daemon.enqueue(json!({"message": "after the stream"})).await;
@@ -407,7 +408,23 @@ async fn the_stream_tells_of_a_change_within_a_second_with_its_ledger_entries() 
         entries.iter().any(|e| e["kind"] == "task_dispatched" && e["payload"]["taskId"] == task["id"]),
         "{changed}"
     );
-    assert_eq!(changed["cursor"], entries.last().unwrap()["id"]);
+    let cursor = changed["cursor"].as_u64().unwrap_or_else(|| panic!("a sequence cursor: {changed}"));
+    assert!(cursor > start, "{changed}");
+
+    // An entry committed now but stamped years ago (imported from another
+    // daemon) still comes down the stream: it pages in commit order.
+    let old = json!({"entries": [{
+        "id": "imported-late", "meshId": "default", "timestamp": "2020-01-01T00:00:00.000Z",
+        "kind": "task_dispatched", "payload": {"taskId": "elsewhere-1"}
+    }]});
+    let (status, body) = daemon.api(Method::POST, "/v1/meshes/default/ledger/import", old).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let late =
+        tokio::time::timeout(Duration::from_secs(5), next_event(&mut response, &mut buffer, "changed"))
+            .await
+            .expect("the late entry streamed");
+    assert_eq!(late["entries"][0]["id"], "imported-late", "{late}");
+    assert!(late["cursor"].as_u64().unwrap() > cursor, "{late}");
 
     // Another mesh's write moves nothing here.
     let (status, _) =
@@ -419,9 +436,12 @@ async fn the_stream_tells_of_a_change_within_a_second_with_its_ledger_entries() 
     assert!(quiet.is_err(), "{quiet:?}");
 
     // A bad query names the field.
-    let (status, body) = daemon.api(Method::GET, "/v1/meshes/default/stream?since=x", Value::Null).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("since"), "{body}");
+    for (query, field) in [("since=x", "since"), ("afterSeq=x", "afterSeq"), ("after=abc", "after")] {
+        let (status, body) =
+            daemon.api(Method::GET, &format!("/v1/meshes/default/stream?{query}"), Value::Null).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(field), "{query}: {body}");
+    }
 }
 
 #[tokio::test]

@@ -438,7 +438,8 @@ pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn CompatStore) {
 /// after a page was read is on the next page even when its timestamp is older
 /// than everything read so far (committed late, or imported). The sequence
 /// numbers only grow, an empty page keeps the cursor, every page names the same
-/// origin, and another mesh's entries never show.
+/// origin and the mesh's head (whatever the filters), and another mesh's
+/// entries never show.
 pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatStore) {
     append_all(
         store,
@@ -463,6 +464,15 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatS
     let cursor = first.cursor.next_after_seq.expect("a page by sequence carries nextAfterSeq");
     assert!(cursor > 0, "expected nextAfterSeq past the start, got {cursor}");
     let origin = first.origin.clone().expect("a page by sequence names its origin");
+    let head = first.cursor.head_seq.expect("a page by sequence names the head");
+    assert!(head > cursor, "expected the head ({head}) past a page that has more ({cursor})");
+    let kinds = slice(
+        store,
+        MESH,
+        SliceQuery { after_seq: Some(0), kind: Some("other-kind".into()), ..SliceQuery::default() },
+    );
+    assert!(kinds.entries.is_empty(), "expected no entry of another kind");
+    assert_eq!(kinds.cursor.head_seq, Some(head), "expected the head whatever the filters");
 
     // Committed now, stamped before everything the reader has seen.
     append_all(store, &[ledger_entry(MESH, "late", "note", at(1))]);
@@ -472,6 +482,7 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatS
     let end = next.cursor.next_after_seq.expect("nextAfterSeq");
     assert!(end > cursor, "expected the cursor to move forward: {cursor} then {end}");
     assert_eq!(next.origin.as_deref(), Some(origin.as_str()), "expected one origin for one database");
+    assert_eq!(next.cursor.head_seq, Some(end), "expected the head at the last entry read");
 
     let empty = by_seq(end, 100);
     assert!(empty.entries.is_empty(), "expected nothing after the last entry");
@@ -487,6 +498,7 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatS
         "expected afterId paging in (timestamp, id) order"
     );
     assert_eq!(by_time.cursor.next_after_seq, None, "expected no sequence cursor on a page by time");
+    assert_eq!(by_time.cursor.head_seq, None, "expected no head on a page by time");
 }
 
 /// An `afterId` that is not in the mesh's ledger gives an empty page.
