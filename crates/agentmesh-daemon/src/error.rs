@@ -34,6 +34,13 @@ pub enum ApiError {
     /// The bearer token is missing or wrong.
     #[error("missing or invalid bearer token")]
     Unauthorized,
+    /// A request authenticated by the dashboard's session cookie alone changes
+    /// something without the dashboard's request header, or from another origin.
+    #[error(
+        "a request authenticated by the session cookie must send the {} header from the daemon's own origin",
+        crate::dashboard::REQUEST_HEADER
+    )]
+    CrossSite,
     /// No route has this path.
     #[error("no such route")]
     RouteNotFound,
@@ -69,6 +76,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::CrossSite => StatusCode::FORBIDDEN,
             ApiError::RouteNotFound => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -82,6 +90,7 @@ impl ApiError {
             ApiError::BadRequest(_) => "invalid_input",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::CrossSite => "forbidden",
             ApiError::RouteNotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::Internal(_) => "internal_error",

@@ -114,15 +114,10 @@ fn same_origin(headers: &HeaderMap) -> bool {
     matches!((origin, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
 }
 
-/// What a refused cookie request is answered: 403 with the API's error shape.
+/// What a refused cookie request is answered: 403 (`forbidden`), in the API's
+/// error shape.
 pub fn forbidden_cross_site() -> Response {
-    let body = serde_json::json!({
-        "error": {
-            "code": "forbidden",
-            "message": format!("a request authenticated by the session cookie must send the {REQUEST_HEADER} header from the daemon's own origin"),
-        }
-    });
-    (StatusCode::FORBIDDEN, axum::Json(body)).into_response()
+    crate::error::ApiError::CrossSite.into_response()
 }
 
 /// Whether the request wants a page rather than JSON (a browser's navigation).
