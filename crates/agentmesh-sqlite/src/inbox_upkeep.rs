@@ -17,6 +17,7 @@
 //! - an undrained event that expires is removed in the same transaction that
 //!   writes its `event_held` ledger entry.
 
+use agentmesh_store::ids::mint_at;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
@@ -191,7 +192,7 @@ fn import_claimed(store: &SqliteStore, dir: &Path, original: &str, now: Timestam
     let imported = store.write(|tx| {
         let mut imported = 0;
         for event in &parsed.events {
-            if crate::inbox::insert_row(tx, &ledger::new_entry_id(now), event)? {
+            if crate::inbox::insert_row(tx, &mint_at(now), event)? {
                 imported += 1;
             }
         }
@@ -448,7 +449,7 @@ fn expire_chunk(
     let mut expired = 0;
     for row in &rows {
         if delete.execute(params![mesh_id, row.id, row.lane, row.queued_at])? == 1 {
-            let id = ledger::new_entry_id(now);
+            let id = mint_at(now);
             ledger::append(
                 conn,
                 &retention_entry(mesh_id, &row.id, &row.event, &row.payload, row.queued_at, id, now),

@@ -17,7 +17,7 @@
 //! database's id (`mesh_meta`) as its origin.
 
 use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
-use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery, Timestamp};
+use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
@@ -47,13 +47,6 @@ fn push_kind_index_term<'a>(sql: &mut String, kinds: impl IntoIterator<Item = &'
         sql.push_str(" AND ");
         sql.push_str(INDEXED_KIND);
     }
-}
-
-/// A fresh entry id from the one minter (`agentmesh_store::ids`): time-ordered, so
-/// entries written in the same millisecond keep their order in every
-/// `(timestamp, id)` ordering.
-pub(crate) fn new_entry_id(now: Timestamp) -> String {
-    agentmesh_store::ids::mint_at(now)
 }
 
 pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {

@@ -3,6 +3,7 @@
 
 use agentmesh_core::effects::mission::{MissionRefusal, mission_id, upsert_mission};
 use agentmesh_core::{Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
+use agentmesh_store::ids::mint_at;
 use agentmesh_store::{StoreError, UpsertedMission};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -36,7 +37,7 @@ pub(crate) fn upsert(
     now: Timestamp,
 ) -> Res<UpsertedMission> {
     let existing = by_id(conn, mission_id(m))?;
-    let decision = upsert_mission(mesh_id, m, existing.as_ref(), now, || ledger::new_entry_id(now)).map_err(
+    let decision = upsert_mission(mesh_id, m, existing.as_ref(), now, || mint_at(now)).map_err(
         |refusal| match refusal {
             MissionRefusal::Invalid(err) => Fail(StoreError::InvalidInput(err)),
             MissionRefusal::InOtherMesh { id } => Fail(StoreError::IdInOtherMesh { kind: "mission", id }),

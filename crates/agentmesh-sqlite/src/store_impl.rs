@@ -1,6 +1,7 @@
 //! The store traits for `SqliteStore`, one impl per group: each operation is one transaction (writes) or one
 //! read on the connection, delegating to `tasks`, `ledger`, `runtime` and `missions`.
 
+use agentmesh_store::ids::mint_at;
 use std::sync::Arc;
 
 use agentmesh_core::TaskPriority;
@@ -21,10 +22,6 @@ use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, Upse
 
 use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, runtime, tasks};
 
-fn fresh_task_id(now: Timestamp) -> String {
-    ledger::new_entry_id(now)
-}
-
 impl Store for SqliteStore {
     fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
         self.read(crate::overview::mesh_summaries)
@@ -39,7 +36,7 @@ impl QueueStore for SqliteStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, new) = (mesh_id.to_owned(), new.clone());
-        self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, &fresh_task_id(now), now))
+        self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, &mint_at(now), now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
@@ -48,7 +45,7 @@ impl QueueStore for SqliteStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    tasks::enqueue(tx, mesh_id, n, &fresh_task_id(now), now).map_err(|Fail(err)| match err {
+                    tasks::enqueue(tx, mesh_id, n, &mint_at(now), now).map_err(|Fail(err)| match err {
                         StoreError::InvalidInput(e) => {
                             Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
                         }

@@ -1,6 +1,7 @@
 //! Drains, peeks and acks: the walk's events routed by the core, the delivered,
 //! deduplicated and quarantined ones taken off the queue.
 
+use agentmesh_store::ids::mint_at;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -121,7 +122,7 @@ pub(crate) fn drain(
             RouteDecision::DedupSkipped => taken.push(Taken::of(&c)),
             RouteDecision::Quarantine { reason } => {
                 taken.push(Taken::of(&c));
-                let id = ledger::new_entry_id(now);
+                let id = mint_at(now);
                 ledger::append(conn, &quarantine_entry(mesh_id, &c.id, &raw, reason, c.queued_at, id, now))?;
                 out.quarantined.push(c.id);
             }

@@ -3,6 +3,7 @@
 use agentmesh_core::Timestamp;
 use agentmesh_core::events::held::{held_event, held_row_id, requeued_entry};
 use agentmesh_core::events::{EmitHint, PendingEvent};
+use agentmesh_store::ids::mint_at;
 use agentmesh_store::{QueueOutcome, StoreError};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -58,6 +59,6 @@ pub(crate) fn requeue_held(
             QueueOutcome::Queued { .. }
         );
     }
-    ledger::append(conn, &requeued_entry(mesh_id, &entry, requeued, ledger::new_entry_id(now), now))?;
+    ledger::append(conn, &requeued_entry(mesh_id, &entry, requeued, mint_at(now), now))?;
     Ok(requeued)
 }

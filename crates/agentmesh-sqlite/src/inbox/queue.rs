@@ -6,12 +6,13 @@ use agentmesh_core::events::{
     refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{InvalidInput, Timestamp};
+use agentmesh_store::ids::mint_at;
 use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
 use rusqlite::{Connection, params};
 
 use super::columns::RouteColumns;
 use super::walk::parse;
-use crate::{Fail, Res, ledger};
+use crate::{Fail, Res};
 
 /// Queues one event for a coordinator (stamped on the way in).
 pub(crate) fn queue(
@@ -31,11 +32,11 @@ pub(crate) fn queue(
             format!("the event belongs to mesh {:?}, not {mesh_id:?}", ev.mesh_id),
         ))));
     }
-    stamp_event(&mut ev, hint, &ledger::new_entry_id(now), self_machine_id);
+    stamp_event(&mut ev, hint, &mint_at(now), self_machine_id);
     if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(conn, &ev)? {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
     }
-    let id = ledger::new_entry_id(now);
+    let id = mint_at(now);
     let inserted = insert_row(conn, &id, &ev)?;
     if !inserted {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));

@@ -4,13 +4,14 @@
 use agentmesh_core::claim::check_gates;
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TaskMode, Timestamp, daemon_id};
+use agentmesh_store::ids::mint_at;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
 
 use super::persist::persist;
 use super::rows::{Loaded, corrupt, decode};
-use crate::{Fail, Res, ledger};
+use crate::{Fail, Res};
 
 /// How many candidates a refusal diagnosis looks at per stream.
 const DIAGNOSIS_LIMIT: usize = 256;
@@ -280,8 +281,7 @@ pub(crate) fn claim(
         }
     }
     if let Some(before) = winner {
-        let decision =
-            decide::claim(&before.task, claimant, opts.lease_ms, now, || ledger::new_entry_id(now))?;
+        let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
         return Ok(ClaimOutcome::Claimed(persist(conn, &before, decision, now)?));
     }
     Ok(ClaimOutcome::Refused(diagnose(conn, &scope, load, now, best)?))

@@ -3,6 +3,7 @@
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{NewTask, Task, TaskStatus, Timestamp, enqueue};
 use agentmesh_store::StoreError;
+use agentmesh_store::ids::mint_at;
 use rusqlite::Connection;
 
 use super::rows::{
@@ -39,7 +40,7 @@ pub(crate) fn enqueue(
     }
     let unmet = if task.dependencies().is_empty() { 0 } else { add_edges(conn, &task)? };
     insert_row(conn, &task, unmet)?;
-    ledger::append(conn, &decide::dispatched(&task, ledger::new_entry_id(now), now))?;
+    ledger::append(conn, &decide::dispatched(&task, mint_at(now), now))?;
     Ok(task)
 }
 

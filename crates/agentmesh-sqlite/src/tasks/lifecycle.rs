@@ -4,6 +4,7 @@
 use agentmesh_core::effects::task::{self as decide, HolderRefusal, Refused, Report};
 use agentmesh_core::lifecycle::{self, match_completion};
 use agentmesh_core::{RequeueOptions, Requeued, Task, TaskPriority, Timestamp};
+use agentmesh_store::ids::mint_at;
 use agentmesh_store::{CompletionReport, Outcome, StoreError};
 use rusqlite::Connection;
 
@@ -63,7 +64,7 @@ pub(crate) fn complete(
         Outcome::Completed { summary } => Report::Completed { summary: summary.as_deref() },
         Outcome::Failed { reason, summary } => Report::Failed { reason, summary: summary.as_deref() },
     };
-    let mint = || ledger::new_entry_id(now);
+    let mint = || mint_at(now);
     match decide::complete(&before.task, &report.session_id, report.epoch, outcome, now, mint)? {
         Ok(decision) => Ok(Ok(persist(conn, &before, decision, now)?)),
         Err(refusal) => Ok(Err(refused(conn, &before.task, &report.session_id, refusal)?)),
@@ -81,7 +82,7 @@ pub(crate) fn heartbeat(
     now: Timestamp,
 ) -> Res<Result<Task, StoreError>> {
     let before = load_required(conn, mesh_id, task_id)?;
-    match decide::heartbeat(&before.task, session_id, epoch, lease_ms, now, || ledger::new_entry_id(now))? {
+    match decide::heartbeat(&before.task, session_id, epoch, lease_ms, now, || mint_at(now))? {
         Ok(decision) => Ok(Ok(persist(conn, &before, decision, now)?)),
         Err(refusal) => Ok(Err(refused(conn, &before.task, session_id, refusal)?)),
     }
@@ -95,7 +96,7 @@ pub(crate) fn cancel(
     now: Timestamp,
 ) -> Res<Task> {
     let before = load_required(conn, mesh_id, task_id)?;
-    let decision = decide::cancel(&before.task, reason, now, || ledger::new_entry_id(now))?;
+    let decision = decide::cancel(&before.task, reason, now, || mint_at(now))?;
     persist(conn, &before, decision, now)
 }
 
@@ -108,7 +109,7 @@ pub(crate) fn set_priority(
     now: Timestamp,
 ) -> Res<Task> {
     let before = load_required(conn, mesh_id, task_id)?;
-    let decision = decide::set_priority(&before.task, priority, reason, now, || ledger::new_entry_id(now))?;
+    let decision = decide::set_priority(&before.task, priority, reason, now, || mint_at(now))?;
     persist(conn, &before, decision, now)
 }
 
@@ -120,7 +121,7 @@ pub(crate) fn requeue(
     now: Timestamp,
 ) -> Res<Requeued> {
     let before = load_required(conn, mesh_id, task_id)?;
-    let (decision, kind) = decide::requeue(&before.task, opts, now, || ledger::new_entry_id(now))?;
+    let (decision, kind) = decide::requeue(&before.task, opts, now, || mint_at(now))?;
     Ok(kind.of(persist(conn, &before, decision, now)?))
 }
 
@@ -132,7 +133,7 @@ pub(crate) fn reclaim(
     now: Timestamp,
 ) -> Res<Task> {
     let before = load_required(conn, mesh_id, task_id)?;
-    let decision = decide::reclaim(&before.task, reason, now, || ledger::new_entry_id(now))?;
+    let decision = decide::reclaim(&before.task, reason, now, || mint_at(now))?;
     persist(conn, &before, decision, now)
 }
 
@@ -150,7 +151,6 @@ pub(crate) fn reclaim_if_lease_expired(
     if !decide::lease_lapsed(&current.task, now) {
         return Ok(None);
     }
-    let decision =
-        decide::reclaim(&current.task, lifecycle::LEASE_EXPIRED_REASON, now, || ledger::new_entry_id(now))?;
+    let decision = decide::reclaim(&current.task, lifecycle::LEASE_EXPIRED_REASON, now, || mint_at(now))?;
     persist(conn, &current, decision, now).map(Some)
 }

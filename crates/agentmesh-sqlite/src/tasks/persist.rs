@@ -4,6 +4,7 @@
 use agentmesh_core::effects::task::{self as decide, Decision, Dependents};
 use agentmesh_core::events::EventToQueue;
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
+use agentmesh_store::ids::mint_at;
 use rusqlite::Connection;
 
 use super::rows::{Loaded, dependents, load, save};
@@ -20,12 +21,12 @@ pub(super) fn persist(conn: &Connection, before: &Loaded, decision: Decision, no
     }
     match dependents {
         Dependents::Keep => {}
-        Dependents::Block => each_dependent(conn, &task, |dep| {
-            decide::block_dependent(dep, &task, now, || ledger::new_entry_id(now))
-        })?,
-        Dependents::Unblock => each_dependent(conn, &task, |dep| {
-            decide::unblock_dependent(dep, &task, now, || ledger::new_entry_id(now))
-        })?,
+        Dependents::Block => {
+            each_dependent(conn, &task, |dep| decide::block_dependent(dep, &task, now, || mint_at(now)))?
+        }
+        Dependents::Unblock => {
+            each_dependent(conn, &task, |dep| decide::unblock_dependent(dep, &task, now, || mint_at(now)))?
+        }
     }
     if let Some(EventToQueue { event, hint }) = event {
         crate::inbox::queue(conn, &task.mesh_id, event, &hint, None, now)?;
