@@ -31,20 +31,21 @@ const LONG_AGO: &str = "2000-01-01T00:00:00.000Z";
 /// The environment switch of v2 enforce mode, scrubbed from every run.
 const ENFORCE_ENV: &str = "MESH_PROTOCOL_V2_ENFORCE";
 
-/// One isolated data dir and helpers to run the binary against it.
-struct Mesh {
+/// One isolated data dir and helpers to run the binary against it (the other
+/// CLI suites of this binary use it too).
+pub(super) struct Mesh {
     dir: TempDir,
 }
 
 /// What one run of the binary produced.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(super) struct Run {
+    pub(super) code: i32,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 impl Run {
-    fn from_output(output: Output) -> Run {
+    pub(super) fn from_output(output: Output) -> Run {
         Run {
             code: output.status.code().expect("the binary exited normally"),
             stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
@@ -54,13 +55,13 @@ impl Run {
 
     /// Stdout as the one JSON document it must be.
     #[track_caller]
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
     }
 
     #[track_caller]
-    fn assert_code(&self, expected: i32) -> &Run {
+    pub(super) fn assert_code(&self, expected: i32) -> &Run {
         assert_eq!(
             self.code, expected,
             "unexpected exit code\n--- stdout\n{}\n--- stderr\n{}",
@@ -71,7 +72,7 @@ impl Run {
 }
 
 impl Mesh {
-    fn new() -> Mesh {
+    pub(super) fn new() -> Mesh {
         // Private, as agentmesh makes a data dir it creates: one that other users
         // can read gets a warning on stderr.
         let mut builder = tempfile::Builder::new();
@@ -81,12 +82,12 @@ impl Mesh {
         Mesh { dir }
     }
 
-    fn data_dir(&self) -> &Path {
+    pub(super) fn data_dir(&self) -> &Path {
         self.dir.path()
     }
 
     /// The binary with a scrubbed environment and no data dir chosen.
-    fn bare_command(&self) -> Command {
+    pub(super) fn bare_command(&self) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
         for var in [
             "AGENTMESH_HOME",
@@ -102,19 +103,27 @@ impl Mesh {
     }
 
     /// `agentmesh --data-dir <tmp> <args>`, not yet run.
-    fn command(&self, args: &[&str]) -> Command {
+    pub(super) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = self.bare_command();
         cmd.arg("--data-dir").arg(self.data_dir()).args(args);
         cmd
     }
 
     /// Runs `agentmesh --data-dir <tmp> <args>`.
-    fn run(&self, args: &[&str]) -> Run {
+    pub(super) fn run(&self, args: &[&str]) -> Run {
         Run::from_output(self.command(args).output().expect("the binary runs"))
     }
 
+    /// Runs `agentmesh --data-dir <tmp> <args>`, requires exit 0 and returns the run.
+    #[track_caller]
+    pub(super) fn succeeds(&self, args: &[&str]) -> Run {
+        let run = self.run(args);
+        run.assert_code(0);
+        run
+    }
+
     /// Runs `agentmesh --data-dir <tmp> <args>` with `input` on stdin.
-    fn run_with_stdin(&self, args: &[&str], input: &str) -> Run {
+    pub(super) fn run_with_stdin(&self, args: &[&str], input: &str) -> Run {
         let mut child = self
             .command(args)
             .stdin(Stdio::piped())
@@ -128,7 +137,7 @@ impl Mesh {
 
     /// Runs with `--json`, requires exit 0 and returns the document.
     #[track_caller]
-    fn json(&self, args: &[&str]) -> Value {
+    pub(super) fn json(&self, args: &[&str]) -> Value {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         self.run(&all).assert_code(0).json()
@@ -137,7 +146,7 @@ impl Mesh {
     /// Runs with `--json`, requires the given failing exit code and returns the
     /// error object's code (after checking its shape and the stderr report).
     #[track_caller]
-    fn json_error(&self, args: &[&str], exit_code: i32) -> String {
+    pub(super) fn json_error(&self, args: &[&str], exit_code: i32) -> String {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let run = self.run(&all);
@@ -149,19 +158,19 @@ impl Mesh {
         doc["error"]["code"].as_str().expect("error.code is a string").to_owned()
     }
 
-    fn ledger_kinds(&self) -> Vec<String> {
+    pub(super) fn ledger_kinds(&self) -> Vec<String> {
         let entries = self.json(&["ledger", "tail", "--limit", "500"]);
         entries.as_array().expect("an array").iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
     }
 
-    fn task_ids(&self) -> Vec<String> {
+    pub(super) fn task_ids(&self) -> Vec<String> {
         let tasks = self.json(&["task", "list"]);
         tasks.as_array().expect("an array").iter().map(|t| t["id"].as_str().unwrap().to_owned()).collect()
     }
 
     /// Writes rows the way the daemon would: through the store, on the same data
     /// dir, closed again before the binary runs.
-    fn seed(&self, write: impl FnOnce(&dyn CompatStore)) {
+    pub(super) fn seed(&self, write: impl FnOnce(&dyn CompatStore)) {
         let store = SqliteStore::open_data_dir(self.data_dir()).expect("the store opens");
         write(&store);
     }

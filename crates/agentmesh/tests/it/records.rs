@@ -8,98 +8,25 @@
 //! with the SQLite store; everything else goes through the binary. No test
 //! sleeps: instants are fixed far in the past or the future.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
 use agentmesh_core::{
     CompletionConflict, IdleSession, NewDirectDispatch, NewSessionDelivery, RateGuard, Timestamp,
 };
-use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::ToolCall;
-use agentmesh_store::prelude::*;
 use serde_json::{Value, json};
-use tempfile::TempDir;
+
+use super::cli::Mesh;
 
 /// 2025-01-01T00:00:00Z: when seeded rows were written.
 const SEEDED_AT: Timestamp = Timestamp::from_millis(1_735_689_600_000);
 /// An instant no test run reaches.
 const FAR_FUTURE: &str = "2999-01-01T00:00:00.000Z";
 
-/// One isolated data dir and helpers to run the binary against it.
-struct Mesh {
-    dir: TempDir,
-}
-
-/// What one run of the binary produced.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn from_output(output: Output) -> Run {
-        Run {
-            code: output.status.code().expect("the binary exited normally"),
-            stdout: String::from_utf8(output.stdout).expect("stdout is UTF-8"),
-            stderr: String::from_utf8(output.stderr).expect("stderr is UTF-8"),
-        }
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
-    }
-
-    #[track_caller]
-    fn assert_code(self, expected: i32) -> Run {
-        assert_eq!(
-            self.code, expected,
-            "unexpected exit code\n--- stdout\n{}\n--- stderr\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-}
-
+/// What the records suites add to the CLI suite's harness.
 impl Mesh {
-    fn new() -> Mesh {
-        Mesh { dir: tempfile::tempdir().expect("a temp dir") }
-    }
-
-    fn data_dir(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Runs `agentmesh --data-dir <tmp> <args>` in a scrubbed environment.
-    fn run(&self, args: &[&str]) -> Run {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-        for var in [
-            "AGENTMESH_HOME",
-            "AGENTMESH_MESH",
-            "AGENTMESH_SERVER",
-            "AGENTMESH_TOKEN",
-            "MESH_PROTOCOL_V2_ENFORCE",
-        ] {
-            cmd.env_remove(var);
-        }
-        Run::from_output(
-            cmd.arg("--data-dir").arg(self.data_dir()).args(args).output().expect("the binary runs"),
-        )
-    }
-
-    /// Runs with `--json`, requires exit 0 and returns the document.
+    /// Runs with `--json`, requires a failure (any exit code); returns the
+    /// error's code and message.
     #[track_caller]
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        self.run(&all).assert_code(0).json()
-    }
-
-    /// Runs with `--json`, requires a failure; returns the error's code and message.
-    #[track_caller]
-    fn json_error(&self, args: &[&str]) -> (String, String) {
+    fn refused(&self, args: &[&str]) -> (String, String) {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let run = self.run(&all);
@@ -107,12 +34,6 @@ impl Mesh {
         let doc = run.json();
         let text = |key: &str| doc["error"][key].as_str().expect("an error field").to_owned();
         (text("code"), text("message"))
-    }
-
-    /// Writes rows the way the daemon would, through the store on the same data dir.
-    fn seed(&self, write: impl FnOnce(&dyn CompatStore)) {
-        let store = SqliteStore::open_data_dir(self.data_dir()).expect("the store opens");
-        write(&store);
     }
 
     /// Quarantines one unversioned event about `task` on `node` through an
@@ -165,15 +86,15 @@ fn held_events_are_listed_by_filter_and_requeued_by_id_or_filter() {
         args.extend_from_slice(filter);
         assert_eq!(strings(&mesh.json(&args), "heldEntryId"), expected, "{filter:?}");
     }
-    let (code, message) = mesh.json_error(&["events", "held", "--reason", "bored"]);
+    let (code, message) = mesh.refused(&["events", "held", "--reason", "bored"]);
     assert_eq!(code, "invalid_input");
     assert!(message.contains("reason"), "{message}");
 
     // Naming nothing is refused, and so is an id that is not held; neither moves anything.
-    let (code, message) = mesh.json_error(&["events", "requeue-held"]);
+    let (code, message) = mesh.refused(&["events", "requeue-held"]);
     assert_eq!(code, "invalid_input");
     assert!(message.contains("all"), "{message}");
-    let (code, _) = mesh.json_error(&["events", "requeue-held", &t1, "nope"]);
+    let (code, _) = mesh.refused(&["events", "requeue-held", &t1, "nope"]);
     assert_eq!(code, "not_found");
     assert_eq!(mesh.json(&["events", "held"]).as_array().map(Vec::len), Some(2), "nothing was requeued");
 
@@ -191,9 +112,9 @@ fn held_events_are_listed_by_filter_and_requeued_by_id_or_filter() {
         "the requeued event is delivered: {drain}"
     );
 
-    let human = mesh.run(&["events", "requeue-held", "--all"]).assert_code(0);
+    let human = mesh.succeeds(&["events", "requeue-held", "--all"]);
     assert!(human.stdout.contains("requeued 1 of 1 held event(s)"), "{}", human.stdout);
-    let empty = mesh.run(&["events", "held"]).assert_code(0);
+    let empty = mesh.succeeds(&["events", "held"]);
     assert_eq!(empty.stdout.trim(), "no held events");
 }
 
@@ -213,7 +134,7 @@ fn events_the_retention_sweep_held_are_requeued_by_their_reason() {
     let held = mesh.json(&["events", "held", "--reason", "pending_retention_expired", "--older-than", "1d"]);
     assert_eq!(strings(&held, "taskId"), ["t-old"], "{held}");
     assert_eq!(held[0]["queuedAt"], 946_684_800_000_i64);
-    let table = mesh.run(&["events", "held"]).assert_code(0);
+    let table = mesh.succeeds(&["events", "held"]);
     assert!(
         table.stdout.starts_with("ID ") && table.stdout.contains("pending_retention_expired"),
         "{}",
@@ -267,7 +188,7 @@ fn completion_fingerprints_and_conflicts_are_read_by_task_and_session() {
     assert_eq!((&t1[0]["durable"], &t1[0]["strength"]), (&json!(true), &json!("genuine")));
     assert_eq!(strings(&mesh.json(&["fingerprints", "--session", "s7"]), "taskId"), ["t3"]);
     assert_eq!(mesh.json(&["fingerprints", "--limit", "1"]).as_array().map(Vec::len), Some(1));
-    assert_eq!(mesh.json_error(&["fingerprints", "--limit", "0"]).0, "invalid_input");
+    assert_eq!(mesh.refused(&["fingerprints", "--limit", "0"]).0, "invalid_input");
 
     assert_eq!(strings(&mesh.json(&["conflicts"]), "id"), ["c1"], "one hour back by default");
     let long = mesh.json(&["conflicts", "--within", "100000d"]);
@@ -277,9 +198,9 @@ fn completion_fingerprints_and_conflicts_are_read_by_task_and_session() {
     assert_eq!(strings(&by_task, "id"), ["c2"], "a task on either side");
     let by_session = mesh.json(&["conflicts", "--within", "100000d", "--session", "s-first"]);
     assert_eq!(strings(&by_session, "id"), ["c1", "c2"]);
-    let table = mesh.run(&["conflicts"]).assert_code(0);
+    let table = mesh.succeeds(&["conflicts"]);
     assert!(table.stdout.contains("SUPPRESSED") && table.stdout.contains("t1-copy"), "{}", table.stdout);
-    let none = mesh.run(&["--mesh", "gamma", "fingerprints"]).assert_code(0);
+    let none = mesh.succeeds(&["--mesh", "gamma", "fingerprints"]);
     assert_eq!(none.stdout.trim(), "no completion fingerprints");
 }
 
@@ -329,12 +250,12 @@ fn a_delivery_moves_through_its_lifecycle_and_is_read_whatever_its_status() {
         (&shown["status"], &shown["lastError"], &shown["attemptCount"]),
         (&json!("failed"), &json!("session gone"), &json!(1))
     );
-    let human = mesh.run(&["deliveries", "show", "d1"]).assert_code(0);
+    let human = mesh.succeeds(&["deliveries", "show", "d1"]);
     assert!(human.stdout.contains("status") && human.stdout.contains("failed"), "{}", human.stdout);
 
-    assert_eq!(mesh.json_error(&["deliveries", "mark", "d1", "read"]).0, "invalid_input");
-    assert_eq!(mesh.json_error(&["deliveries", "show", "nope"]).0, "not_found");
-    assert_eq!(mesh.json_error(&["--mesh", "beta", "deliveries", "show", "d1"]).0, "not_found");
+    assert_eq!(mesh.refused(&["deliveries", "mark", "d1", "read"]).0, "invalid_input");
+    assert_eq!(mesh.refused(&["deliveries", "show", "nope"]).0, "not_found");
+    assert_eq!(mesh.refused(&["--mesh", "beta", "deliveries", "show", "d1"]).0, "not_found");
 }
 
 #[test]
@@ -373,16 +294,16 @@ fn dispatches_are_shown_marked_made_stale_and_removed() {
     assert_eq!(strings(&mesh.json(&["dispatches"]), "taskId"), ["t2"]);
 
     assert_eq!(mesh.json(&["dispatches", "remove", "t1", "t3", "nope"])["removed"], 2);
-    assert_eq!(mesh.json_error(&["dispatches", "show", "t1"]).0, "not_found");
-    assert_eq!(mesh.json_error(&["dispatches", "mark", "done", "--task", "t2"]).0, "invalid_input");
-    assert_eq!(mesh.json_error(&["dispatches", "mark", "acked"]).0, "invalid_input", "a task or a session");
-    assert_eq!(mesh.json_error(&["dispatches", "remove", " "]).0, "invalid_input");
+    assert_eq!(mesh.refused(&["dispatches", "show", "t1"]).0, "not_found");
+    assert_eq!(mesh.refused(&["dispatches", "mark", "done", "--task", "t2"]).0, "invalid_input");
+    assert_eq!(mesh.refused(&["dispatches", "mark", "acked"]).0, "invalid_input", "a task or a session");
+    assert_eq!(mesh.refused(&["dispatches", "remove", " "]).0, "invalid_input");
     assert_eq!(
         mesh.json(&["dispatches", "show", "t2"])["status"],
         "acked",
         "refused requests changed nothing"
     );
-    let human = mesh.run(&["dispatches", "remove", "t2"]).assert_code(0);
+    let human = mesh.succeeds(&["dispatches", "remove", "t2"]);
     assert_eq!(human.stdout.trim(), "1 dispatch(es) removed");
 }
 
@@ -411,8 +332,8 @@ fn sessions_remove_forgets_an_idle_report() {
         json!({ "removed": false })
     );
     assert_eq!(strings(&mesh.json(&["sessions"]), "sessionId"), ["s2"]);
-    assert_eq!(mesh.json_error(&["sessions", "remove", "--node", " ", "--session", "s2"]).0, "invalid_input");
-    let human = mesh.run(&["sessions", "remove", "--node", "n1", "--session", "s2"]).assert_code(0);
+    assert_eq!(mesh.refused(&["sessions", "remove", "--node", " ", "--session", "s2"]).0, "invalid_input");
+    let human = mesh.succeeds(&["sessions", "remove", "--node", "n1", "--session", "s2"]);
     assert!(human.stdout.contains("removed the idle report of s2 on n1"), "{}", human.stdout);
 }
 
@@ -456,14 +377,14 @@ fn tool_calls_are_counted_per_caller_role() {
         Some(2)
     );
     assert_eq!(mesh.json(&["tool-calls"])["calls"], json!([]), "the default window is the log's last 100 s");
-    assert_eq!(mesh.json_error(&["tool-calls", "--role", "boss"]).0, "invalid_input");
-    let human = mesh.run(&["tool-calls", "--within", "100000d"]).assert_code(0);
+    assert_eq!(mesh.refused(&["tool-calls", "--role", "boss"]).0, "invalid_input");
+    let human = mesh.succeeds(&["tool-calls", "--within", "100000d"]);
     assert!(
         human.stdout.starts_with("coordinator: 3 call(s) (list_tasks 2, mesh_status 1)"),
         "{}",
         human.stdout
     );
-    let none = mesh.run(&["tool-calls"]).assert_code(0);
+    let none = mesh.succeeds(&["tool-calls"]);
     assert_eq!(none.stdout.trim(), "no recent tool calls");
 }
 
@@ -486,7 +407,7 @@ fn help_reads_for_every_new_command() {
     ] {
         let mut all = args.to_vec();
         all.push("--help");
-        let run = mesh.run(&all).assert_code(0);
+        let run = mesh.succeeds(&all);
         assert!(run.stdout.contains("Usage: agentmesh"), "{args:?}: {}", run.stdout);
     }
 }
