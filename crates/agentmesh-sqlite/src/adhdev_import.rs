@@ -150,19 +150,23 @@ impl SqliteStore {
         } else {
             ""
         };
-        let order = if ledger { " ORDER BY timestamp, rowid" } else { "" };
+        let order = if ledger { " ORDER BY timestamp, seq" } else { "" };
         let rows =
             read_rows(src, &format!("SELECT {list}{queued} FROM \"{table}\" AS t{order}")).map_err(legacy)?;
         let marks = (1..=shared.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
-        let insert = format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})");
+        let insert = match shared.iter().position(|c| *c == "mesh_id") {
+            // A ledger entry takes its mesh's next number here.
+            Some(mesh) if ledger => format!(
+                "INSERT OR IGNORE INTO \"{table}\" ({list}, seq) VALUES ({marks}, {})",
+                ledger::NEXT_SEQ.replace("?2", &format!("?{}", mesh + 1))
+            ),
+            _ => format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})"),
+        };
         let imported = self.write(|tx| -> Res<u64> {
             let mut stmt = tx.prepare(&insert)?;
             let mut added = 0;
             for row in &rows {
                 let inserted = stmt.execute(params_from_iter(row[..shared.len()].iter()))? as u64;
-                if ledger && inserted > 0 {
-                    ledger::sequence_inserted_row(tx, tx.last_insert_rowid())?;
-                }
                 if events && inserted > 0 {
                     let rowid = tx.last_insert_rowid();
                     if row.last() == Some(&SqlValue::Integer(1)) {

@@ -1,20 +1,20 @@
 //! The event ledger table `mesh_event_ledger`: append-only entries, newest-first
 //! and append-order reads, and slice paging.
 //!
-//! Append order is (timestamp, rowid): entries written in the same millisecond keep
-//! the order they were written in. The slice protocol pages in (timestamp, id) order
-//! through `idx_mesh_event_ledger_slice`, seeking straight to the cursor, so a page
-//! costs the same at the start and at the end of a million-entry ledger.
+//! Every entry has a sequence number (`seq`), taken in the transaction that
+//! appends it: one past the mesh's highest number, and past the highest number a
+//! deletion ever removed (`mesh_meta`), so a number is never handed out twice.
+//! Transactions on one file are serial, so numbers increase in commit order. The
+//! table is keyed by (mesh_id, seq) (migration 0013), so a slice read by sequence
+//! (`afterSeq`) walks the table from its cursor; such a page never skips an entry
+//! committed after the page before it, whatever its timestamp. Every page names
+//! the database's id (`mesh_meta`) as its origin.
 //!
-//! Every entry also gets a sequence number (`seq`, migration 0012), taken in the
-//! transaction that appends it: one past the mesh's highest number (read from
-//! `idx_mesh_event_ledger_seq`, the index a page by sequence walks, so numbering
-//! writes nothing beyond the entry and its index rows), and past the highest
-//! number a deletion ever removed (`mesh_meta`), so a number is never handed out
-//! twice. Transactions on one file are serial, so numbers increase in commit
-//! order; a slice read by sequence (`afterSeq`) never skips an entry committed
-//! after the page before it, whatever its timestamp. Every page names the
-//! database's id (`mesh_meta`) as its origin.
+//! Append order is (timestamp, seq): entries written in the same millisecond
+//! keep the order they were written in. The slice protocol of the original's
+//! peers pages in (timestamp, id) order through `idx_mesh_event_ledger_slice`,
+//! seeking straight to the cursor, so a page costs the same at the start and at
+//! the end of a million-entry ledger.
 
 use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
@@ -71,11 +71,11 @@ const DATABASE_ID: &str = "database_id";
 /// past the highest a deletion removed.
 /// (`+?2` keeps SQLite from re-preparing the statement whenever the binding
 /// changes: see `tasks::stream_sql`.)
-const NEXT_SEQ: &str =
+pub(crate) const NEXT_SEQ: &str =
     "MAX(COALESCE((SELECT seq FROM mesh_event_ledger WHERE mesh_id = +?2 ORDER BY seq DESC LIMIT 1), 0),
                        COALESCE((SELECT value FROM mesh_meta WHERE key = 'ledger_seq_floor:' || ?2), 0)) + 1";
 
-/// The statement [`append`] runs.
+/// The statement [`append`] runs where no number is known: it takes the next.
 static APPEND_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "INSERT OR IGNORE INTO mesh_event_ledger
@@ -84,12 +84,58 @@ static APPEND_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
+/// The statement [`append`] runs with a remembered number (`?9`). Only a taken
+/// id is ignored: a taken number fails the statement, and the entry is then
+/// numbered by SQLite, so a number remembered wrong can never drop an entry.
+const APPEND_NUMBERED_SQL: &str = "INSERT INTO mesh_event_ledger
+         (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, seq)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+     ON CONFLICT (id) DO NOTHING";
+
+/// The last number handed out, per mesh, kept with the write connection.
+///
+/// Numbering reads the mesh's last entry and its deletion floor: two lookups per
+/// append. The write connection remembers the numbers it handed out instead,
+/// and lends them to the thread that writes with it for as long as it does
+/// ([`numbers_to_thread`], [`numbers_from_thread`]); an append on a thread that
+/// holds none lets SQLite number the entry. What is remembered is exact as long
+/// as nothing else changed the ledger, so it is forgotten whenever something
+/// else may have ([`forget_numbers`]): another connection committed (the writer
+/// compares `PRAGMA data_version` when it begins a transaction), or a
+/// transaction or an operation's savepoint was rolled back. Deletions keep the
+/// floor at the highest number, so they leave it exact.
+pub(crate) type Numbers = std::collections::HashMap<String, i64>;
+
+thread_local! {
+    static NUMBERS: std::cell::RefCell<Option<Numbers>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Lends the calling thread, which now writes with the write connection, the
+/// numbers the connection remembers.
+pub(crate) fn numbers_to_thread(numbers: Numbers) {
+    NUMBERS.set(Some(numbers));
+}
+
+/// Takes back the numbers lent to the calling thread, with what it added.
+pub(crate) fn numbers_from_thread() -> Numbers {
+    NUMBERS.take().unwrap_or_default()
+}
+
+/// Forgets the numbers lent to the calling thread (see [`Numbers`]).
+pub(crate) fn forget_numbers() {
+    NUMBERS.with_borrow_mut(|numbers| {
+        if let Some(numbers) = numbers {
+            numbers.clear();
+        }
+    });
+}
+
 /// Inserts one entry unless its id exists; returns whether it was new. A new entry
 /// takes the mesh's next sequence number.
 pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(&APPEND_SQL)?;
     let payload = serde_json::to_string(&entry.payload)?;
-    let n = stmt.execute(params![
+    let remembered = NUMBERS.with_borrow(|last| last.as_ref().map(|m| m.get(&entry.mesh_id).copied()));
+    let columns = params![
         entry.id,
         entry.mesh_id,
         entry.timestamp,
@@ -98,20 +144,41 @@ pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
         entry.session_id,
         entry.provider_type,
         payload,
-    ])?;
-    Ok(n > 0)
-}
-
-/// Numbers a row that was inserted without going through [`append`] (an entry
-/// copied from the original's database): it takes its mesh's next number.
-pub(crate) fn sequence_inserted_row(conn: &Connection, rowid: i64) -> Res<()> {
-    conn.prepare_cached(&format!(
-        "UPDATE mesh_event_ledger SET seq = {}
-          WHERE rowid = ?1",
-        NEXT_SEQ.replace("?2", "mesh_event_ledger.mesh_id")
-    ))?
-    .execute([rowid])?;
-    Ok(())
+    ];
+    let Some(remembered) = remembered else {
+        // Not a thread that writes with the write connection: SQLite numbers it.
+        return Ok(conn.prepare_cached(&APPEND_SQL)?.execute(columns)? > 0);
+    };
+    let seq = match remembered {
+        Some(last) => last + 1,
+        None => conn
+            .prepare_cached(&format!("SELECT {NEXT_SEQ}"))?
+            .query_row(params![entry.id, entry.mesh_id], |r| r.get::<_, i64>(0))?,
+    };
+    let mut stmt = conn.prepare_cached(APPEND_NUMBERED_SQL)?;
+    for (i, value) in columns.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, value)?;
+    }
+    stmt.raw_bind_parameter(9, seq)?;
+    let added = match stmt.raw_execute() {
+        Ok(n) => n > 0,
+        Err(err) if err.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) => {
+            // The number is taken: what was remembered is stale.
+            tracing::warn!(mesh_id = %entry.mesh_id, seq, "ledger number taken; numbering from the table");
+            forget_numbers();
+            return Ok(conn.prepare_cached(&APPEND_SQL)?.execute(columns)? > 0);
+        }
+        Err(err) => return Err(err.into()),
+    };
+    if added || remembered.is_none() {
+        let last = if added { seq } else { seq - 1 };
+        NUMBERS.with_borrow_mut(|m| {
+            if let Some(m) = m {
+                m.insert(entry.mesh_id.clone(), last);
+            }
+        });
+    }
+    Ok(added)
 }
 
 /// Before entries of `mesh_id` are deleted: keeps the mesh's highest number as
@@ -188,7 +255,7 @@ pub(crate) fn read_newest_first(
 
 fn newest_first_sql(filter: &str) -> String {
     format!(
-        "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp DESC, rowid DESC LIMIT ?"
+        "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp DESC, seq DESC LIMIT ?"
     )
 }
 
@@ -200,14 +267,14 @@ pub(crate) fn read_ordered(conn: &Connection, mesh_id: &str, query: &LedgerQuery
             args.push(Value::Integer(i64::from(tail)));
             format!(
                 "SELECT {COLUMNS} FROM (
-                     SELECT rowid AS rid, * FROM mesh_event_ledger WHERE {filter}
-                     ORDER BY timestamp DESC, rowid DESC LIMIT ?
-                 ) ORDER BY timestamp ASC, rid ASC"
+                     SELECT * FROM mesh_event_ledger WHERE {filter}
+                     ORDER BY timestamp DESC, seq DESC LIMIT ?
+                 ) ORDER BY timestamp ASC, seq ASC"
             )
         }
-        _ => format!(
-            "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp ASC, rowid ASC"
-        ),
+        _ => {
+            format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp ASC, seq ASC")
+        }
     };
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params_from_iter(args.iter()), entry_from_row)?;
@@ -404,7 +471,7 @@ mod tests {
             assert!(append(&conn, &entry).unwrap());
         }
         let seqs: Vec<(String, i64)> = conn
-            .prepare("SELECT id, seq FROM mesh_event_ledger WHERE mesh_id = 'm3' ORDER BY rowid")
+            .prepare("SELECT id, seq FROM mesh_event_ledger WHERE mesh_id = 'm3' ORDER BY seq")
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
@@ -422,7 +489,8 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         let plan = plan.join("\n");
-        assert!(plan.contains("COVERING INDEX idx_mesh_event_ledger_seq"), "{plan}");
+        assert!(plan.contains("SEARCH mesh_event_ledger USING PRIMARY KEY (mesh_id=?)"), "{plan}");
+        assert!(!plan.contains("SCAN mesh_event_ledger"), "{plan}");
     }
 
     /// The condition a filter adds is the kind index's own, and leaves out exactly

@@ -68,6 +68,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0012_ledger_sequence.sql"),
         after: Some(ledger::sequence_existing),
     },
+    Migration {
+        name: "0013_ledger_by_sequence",
+        sql: include_str!("../migrations/0013_ledger_by_sequence.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
@@ -331,6 +336,70 @@ mod tests {
         let seq: i64 =
             conn.query_row("SELECT seq FROM mesh_event_ledger WHERE id = 'next'", [], |r| r.get(0)).unwrap();
         assert_eq!(seq, 4);
+    }
+
+    /// Version 13 keys the ledger by (mesh_id, seq): every entry is kept with its
+    /// number, an entry some other program wrote without a number takes the next
+    /// of its mesh, and the indexes the reads use are there again.
+    #[test]
+    fn the_ledger_is_rebuilt_keyed_by_sequence_with_every_entry() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        migrate_to(&mut conn, 12).unwrap();
+        conn.execute_batch(
+            "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, payload, seq)
+             VALUES ('a1', 'm', '2025-01-01T00:00:01.000Z', 'note', '{\"n\":1}', 1),
+                    ('a2', 'm', '2025-01-01T00:00:02.000Z', 'task_claimed', '{}', 2),
+                    ('b1', 'n', '2025-01-01T00:00:01.000Z', 'note', '{}', 1),
+                    ('unnumbered', 'm', '2024-12-31T00:00:00.000Z', 'note', '{}', NULL);
+             INSERT INTO mesh_meta (key, value) VALUES ('ledger_seq_floor:n', 7);
+             INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, payload)
+             VALUES ('b-unnumbered', 'n', '2025-01-01T00:00:00.000Z', 'note', '{}');",
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        let rows: Vec<(String, String, i64, String)> = conn
+            .prepare("SELECT mesh_id, id, seq, payload FROM mesh_event_ledger")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let row = |mesh: &str, id: &str, seq: i64, payload: &str| {
+            (mesh.to_owned(), id.to_owned(), seq, payload.to_owned())
+        };
+        assert_eq!(
+            rows,
+            [
+                row("m", "a1", 1, "{\"n\":1}"),
+                row("m", "a2", 2, "{}"),
+                row("m", "unnumbered", 3, "{}"),
+                row("n", "b1", 1, "{}"),
+                row("n", "b-unnumbered", 8, "{}"),
+            ],
+            "in key order, numbers kept, the unnumbered past their mesh's highest and floor"
+        );
+        assert!(conn.prepare("SELECT rowid FROM mesh_event_ledger").is_err(), "keyed by sequence");
+        let indexes: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'mesh_event_ledger' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            indexes,
+            [
+                "idx_mesh_event_ledger_mesh_kind",
+                "idx_mesh_event_ledger_slice",
+                // The entry id's; the key is the table itself.
+                "sqlite_autoindex_mesh_event_ledger_1",
+            ]
+        );
+        let taken = conn.execute(
+            "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, seq) VALUES ('a1', 'o', 'x', 'note', 1)",
+            [],
+        );
+        assert!(taken.is_err(), "an entry id stays unique across meshes");
     }
 
     /// The error chain of `err`, joined as `{:#}` prints it.

@@ -622,7 +622,7 @@ impl CompatStore for SqliteStore {
         fingerprint: &str,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        self.read(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
+        self.read_point(|c| runtime::has_fingerprint(c, mesh_id, fingerprint, now))
     }
 
     fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool> {

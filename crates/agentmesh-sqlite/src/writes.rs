@@ -6,8 +6,27 @@
 //! transaction, COMMITs, and only then answers each caller: a thread blocked on
 //! its reply, or the [`Submitted`] future of an async caller, woken from the
 //! writer thread. Writers that arrive together so share one COMMIT (group
-//! commit), which costs more than most operations, and the connection never
-//! moves between threads on the hot paths. Each operation runs exactly once.
+//! commit), which costs more than most operations. Each operation runs exactly
+//! once.
+//!
+//! The connection sits behind a lock, held by whoever uses it: the writer thread
+//! for a batch, and two kinds of caller while nobody else does.
+//!
+//! - **An uncontended synchronous write** ([`Writes::write_queued`] with nothing
+//!   queued and the connection free) would be a batch of one: it runs on its
+//!   caller's thread, in a transaction of its own, sparing the two hand-offs
+//!   between threads (which cost as much as the SQL of a small write). A write
+//!   that finds the connection held or others queued goes to the channel and
+//!   shares their commit. Async callers always go to the channel: their
+//!   threads run other tasks.
+//! - **A point read** ([`Writes::read_point`]: a few rows by key, in one
+//!   statement) runs on the write connection between its transactions, whose
+//!   page cache holds what the last writes touched; a read-only connection
+//!   starts with a cold cache after every write of another connection.
+//!
+//! Neither waits: a caller that finds the connection held takes the channel or
+//! a read-only connection. The writer waits for them at most as long as one
+//! small write or one point read takes.
 //!
 //! The first operation of a transaction runs without a savepoint; each further
 //! one runs inside `SAVEPOINT op`. A failing (or panicking) operation is undone
@@ -25,6 +44,9 @@
 //! of read-only connections, opened as needed, each read in one deferred
 //! transaction so that it sees one snapshot. WAL lets them run beside the
 //! writer's transaction.
+//!
+//! The connection also keeps the last ledger number it handed out per mesh
+//! (`ledger::Numbers`), lent to the thread that holds the lock while it writes.
 //!
 //! **Invariant:** a write returns only once the transaction it ran in is closed:
 //! committed (the caller gets its operation's own result) or failed (every caller
@@ -78,6 +100,10 @@ pub(crate) struct Writes {
     writer: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
     readers: Readers,
+    /// The write connection, for a write or a point read on the caller's thread
+    /// while nobody else uses it; `None` once the store is dropped, so that the
+    /// writer thread closes it.
+    conn: Option<Arc<Mutex<WriteConn>>>,
 }
 
 /// What the writer thread and the store's handle share.
@@ -99,12 +125,23 @@ impl Writes {
             queued: AtomicUsize::new(0),
         });
         let (requests, queue) = mpsc::channel();
-        let db = Db { conn, shared: Arc::clone(&shared), path: path.to_owned() };
+        let conn = Arc::new(Mutex::new(WriteConn {
+            conn,
+            data_version: std::cell::Cell::new(-1),
+            numbers: crate::ledger::Numbers::default(),
+        }));
+        let db = Db { conn: Arc::clone(&conn), shared: Arc::clone(&shared), path: path.to_owned() };
         let writer = thread::Builder::new()
             .name("agentmesh-sqlite-writer".into())
             .spawn(move || run_writer(db, &queue))
             .map_err(crate::backend)?;
-        Ok(Writes { requests: Some(requests), writer: Some(writer), shared, readers: Readers::new(path) })
+        Ok(Writes {
+            requests: Some(requests),
+            writer: Some(writer),
+            shared,
+            readers: Readers::new(path),
+            conn: Some(conn),
+        })
     }
 
     pub(crate) fn set_group_commit(&self, enabled: bool) {
@@ -129,6 +166,20 @@ impl Writes {
         out
     }
 
+    /// Runs `f`, a read of a few rows by key in one statement, on the write
+    /// connection when nobody is writing with it (its page cache holds what the
+    /// last writes touched, where a read-only connection starts cold after every
+    /// write), else like [`Writes::read`]. It never waits for the writer; the
+    /// writer waits for it at most as long as such a read takes.
+    pub(crate) fn read_point<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
+        match self.conn.as_deref().and_then(try_lock) {
+            // Between transactions the connection is in autocommit mode: the one
+            // statement sees everything committed.
+            Some(idle) if idle.conn.is_autocommit() => f(&idle.conn),
+            _ => self.read(f),
+        }
+    }
+
     /// A write that borrows from its caller: the writer lends this thread the
     /// connection when the write's turn comes, and `f` runs here in an immediate
     /// transaction of its own. Returns once that transaction is committed (with
@@ -141,35 +192,8 @@ impl Writes {
         let db = recv_lingering(&given, CALLER_LINGER).ok_or_else(writer_gone)?;
         let lent = Lent { db: Some(db), back };
         let db = lent.db.as_ref().expect("lent until dropped");
-        exec(&db.conn, "BEGIN IMMEDIATE")?;
-        let out = match panic::catch_unwind(AssertUnwindSafe(|| f(&db.conn))) {
-            Ok(out) => out,
-            Err(payload) => {
-                db.rollback();
-                drop(lent);
-                panic::resume_unwind(payload);
-            }
-        };
-        if db.conn.is_autocommit() {
-            // SQLite rolled the transaction back (some errors do).
-            return Err(out.err().unwrap_or_else(|| Fail(Failure::rolled_back().error())));
-        }
-        match out {
-            Ok(value) => match exec(&db.conn, "COMMIT") {
-                Ok(()) => {
-                    db.count_committed(1);
-                    Ok(value)
-                }
-                Err(Fail(err)) => {
-                    db.rollback();
-                    Err(Fail(Failure::of(&err).error()))
-                }
-            },
-            Err(err) => {
-                db.rollback();
-                Err(err)
-            }
-        }
+        let writing = Writing::new(lock(&db.conn));
+        alone(&writing, &db.shared, f)
     }
 
     /// A write that owns what it needs: the writer thread runs it, in one
@@ -179,6 +203,14 @@ impl Writes {
         &self,
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<T> {
+        // Nothing queued and the connection free: the writer thread is idle, and
+        // this write would be a batch of one. It runs here, sparing the two
+        // hand-offs between threads.
+        if self.shared.queued.load(Ordering::Relaxed) == 0
+            && let Some(idle) = self.conn.as_deref().and_then(try_lock)
+        {
+            return alone(&Writing::new(idle), &self.shared, f);
+        }
         let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
         let alone = self.shared.queued.load(Ordering::Relaxed) == 0;
         self.send(Request::Write(Box::new(Queued {
@@ -234,6 +266,7 @@ impl Drop for Writes {
     /// checkpoints and removes the WAL, unless there is no room for it).
     fn drop(&mut self) {
         lock(&self.readers.idle).clear();
+        drop(self.conn.take());
         drop(self.requests.take());
         let Some(writer) = self.writer.take() else { return };
         // The last handle may go from the writer thread itself (a woken task
@@ -303,7 +336,7 @@ fn run_writer(mut db: Db, queue: &Receiver<Request>) {
             }
         }
         if !batch.is_empty() {
-            db.run_batch(std::mem::take(&mut batch));
+            db.run_batch(&Writing::new(lock(&db.conn)), std::mem::take(&mut batch));
         }
         if let Some(loan) = lend {
             match lend_out(db, loan) {
@@ -313,7 +346,7 @@ fn run_writer(mut db: Db, queue: &Receiver<Request>) {
             }
         }
     }
-    crate::space::before_close(&db.conn, &db.path);
+    crate::space::before_close(&lock(&db.conn).conn, &db.path);
 }
 
 /// The next message, looked for during `linger` while yielding the core, then
@@ -486,7 +519,10 @@ fn exec(conn: &Connection, sql: &str) -> Res<()> {
 
 /// The write connection, owned by the writer thread (or lent for a moment).
 struct Db {
-    conn: Connection,
+    /// Locked by whoever uses it: the writer thread for a batch, a borrowing
+    /// write for its transaction, an uncontended write or a point read while
+    /// nobody else does.
+    conn: Arc<Mutex<WriteConn>>,
     shared: Arc<Shared>,
     /// The database file.
     path: PathBuf,
@@ -495,75 +531,188 @@ struct Db {
 impl Db {
     /// Runs `jobs` in as few transactions as their outcomes allow, and answers
     /// each once the transaction it ran in is closed.
-    fn run_batch(&self, jobs: Vec<Box<dyn Job>>) {
+    fn run_batch(&self, conn: &Writing<'_>, jobs: Vec<Box<dyn Job>>) {
         let group = self.shared.group_commit.load(Ordering::Relaxed);
         let mut txn = Txn::default();
         for mut job in jobs {
             if !txn.open {
-                if let Err(Fail(err)) = exec(&self.conn, "BEGIN IMMEDIATE") {
+                if let Err(Fail(err)) = begin(conn) {
                     job.end(End::Failed(err));
                     continue;
                 }
                 txn.open = true;
             }
             let first = txn.jobs.is_empty();
-            if !first && let Err(Fail(err)) = exec(&self.conn, "SAVEPOINT op") {
+            if !first && let Err(Fail(err)) = exec(conn, "SAVEPOINT op") {
                 job.end(End::Failed(err));
                 continue;
             }
-            let failure = job.run(&self.conn);
+            let failure = job.run(conn);
             let succeeded = failure.is_none();
-            if self.conn.is_autocommit() {
+            if conn.is_autocommit() {
                 // SQLite rolled the whole transaction back (some errors do).
                 txn.jobs.push(job);
-                txn.fail(self, &failure.unwrap_or_else(Failure::rolled_back));
+                txn.fail(conn, &failure.unwrap_or_else(Failure::rolled_back));
                 continue;
             }
             let ended = match (first, failure) {
                 (true, None) => Ok(()),
-                (false, None) => exec(&self.conn, "RELEASE op"),
+                (false, None) => exec(conn, "RELEASE op"),
                 (true, Some(_)) => {
                     // Alone in its transaction: undo all of it; the operation's own
                     // result (an error) is its answer.
-                    self.rollback();
+                    rollback(conn);
                     txn.open = false;
                     job.end(End::Ran);
                     continue;
                 }
                 (false, Some(_)) => {
-                    exec(&self.conn, "ROLLBACK TO op").and_then(|()| exec(&self.conn, "RELEASE op"))
+                    crate::ledger::forget_numbers();
+                    exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
                 }
             };
             txn.jobs.push(job);
             match ended {
                 Ok(()) => txn.succeeded += u64::from(succeeded),
                 Err(Fail(err)) => {
-                    txn.fail(self, &Failure::of(&err));
+                    txn.fail(conn, &Failure::of(&err));
                     continue;
                 }
             }
             if !group {
-                txn.commit(self);
+                txn.commit(self, conn);
             }
         }
         if txn.open {
-            txn.commit(self);
+            txn.commit(self, conn);
         }
     }
+}
 
+impl Shared {
     fn count_committed(&self, writes: u64) {
-        let mut stats = lock(&self.shared.stats);
+        let mut stats = lock(&self.stats);
         stats.commits += 1;
         stats.writes += writes;
     }
+}
 
-    /// Rolls back the open transaction, unless SQLite already did.
-    fn rollback(&self) {
-        if !self.conn.is_autocommit()
-            && let Err(err) = self.conn.execute_batch("ROLLBACK")
-        {
-            tracing::error!(%err, "rollback failed");
+/// Begins a write transaction. When another connection committed since the
+/// last one began, the ledger numbers remembered are forgotten.
+fn begin(writing: &Writing<'_>) -> Res<()> {
+    let conn: &Connection = writing;
+    exec(conn, "BEGIN IMMEDIATE")?;
+    match conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get::<_, i64>(0)) {
+        Ok(version) => {
+            if version != writing.data_version().replace(version) {
+                crate::ledger::forget_numbers();
+            }
+            Ok(())
         }
+        Err(err) => {
+            rollback(conn);
+            Err(Fail::from(err))
+        }
+    }
+}
+
+/// Runs `f` in an immediate transaction of its own on the connection held, and
+/// commits it. Returns once that transaction is committed (with `f`'s result) or
+/// has failed (with the failure). A panic in `f` goes on, after its changes are
+/// undone.
+fn alone<T>(writing: &Writing<'_>, shared: &Shared, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
+    let conn: &Connection = writing;
+    begin(writing)?;
+    let out = match panic::catch_unwind(AssertUnwindSafe(|| f(conn))) {
+        Ok(out) => out,
+        Err(payload) => {
+            rollback(conn);
+            panic::resume_unwind(payload);
+        }
+    };
+    if conn.is_autocommit() {
+        // SQLite rolled the transaction back (some errors do).
+        crate::ledger::forget_numbers();
+        return Err(out.err().unwrap_or_else(|| Fail(Failure::rolled_back().error())));
+    }
+    match out {
+        Ok(value) => match exec(conn, "COMMIT") {
+            Ok(()) => {
+                shared.count_committed(1);
+                Ok(value)
+            }
+            Err(Fail(err)) => {
+                rollback(conn);
+                Err(Fail(Failure::of(&err).error()))
+            }
+        },
+        Err(err) => {
+            rollback(conn);
+            Err(err)
+        }
+    }
+}
+
+/// The write connection and what is kept with it.
+struct WriteConn {
+    conn: Connection,
+    /// `PRAGMA data_version` when the last write transaction began.
+    data_version: std::cell::Cell<i64>,
+    /// The ledger numbers remembered (see `ledger::Numbers`), with the thread
+    /// that writes while it writes.
+    numbers: crate::ledger::Numbers,
+}
+
+/// The write connection, locked by the thread that writes with it: the ledger
+/// numbers remembered are that thread's until it lets the connection go.
+struct Writing<'a> {
+    held: MutexGuard<'a, WriteConn>,
+}
+
+impl<'a> Writing<'a> {
+    fn new(mut held: MutexGuard<'a, WriteConn>) -> Writing<'a> {
+        crate::ledger::numbers_to_thread(std::mem::take(&mut held.numbers));
+        Writing { held }
+    }
+}
+
+impl Drop for Writing<'_> {
+    fn drop(&mut self) {
+        self.held.numbers = crate::ledger::numbers_from_thread();
+    }
+}
+
+impl std::ops::Deref for Writing<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        &self.held.conn
+    }
+}
+
+impl Writing<'_> {
+    fn data_version(&self) -> &std::cell::Cell<i64> {
+        &self.held.data_version
+    }
+}
+
+/// The write connection if nobody holds it (a lock poisoned by a panic is
+/// taken over: every transaction is closed before the lock is let go).
+fn try_lock(conn: &Mutex<WriteConn>) -> Option<MutexGuard<'_, WriteConn>> {
+    match conn.try_lock() {
+        Ok(held) => Some(held),
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Rolls back the open transaction of the write connection, unless SQLite
+/// already did, and forgets the ledger numbers remembered.
+fn rollback(conn: &Connection) {
+    crate::ledger::forget_numbers();
+    if !conn.is_autocommit()
+        && let Err(err) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::error!(%err, "rollback failed");
     }
 }
 
@@ -579,23 +728,23 @@ struct Txn {
 impl Txn {
     /// Commits, and gives every job its own result; if the COMMIT fails, rolls back
     /// and gives every job the failure.
-    fn commit(&mut self, db: &Db) {
-        match exec(&db.conn, "COMMIT") {
+    fn commit(&mut self, db: &Db, conn: &Connection) {
+        match exec(conn, "COMMIT") {
             Ok(()) => {
-                db.count_committed(self.succeeded);
+                db.shared.count_committed(self.succeeded);
                 for job in self.jobs.drain(..) {
                     job.end(End::Ran);
                 }
                 self.open = false;
                 self.succeeded = 0;
             }
-            Err(Fail(err)) => self.fail(db, &Failure::of(&err)),
+            Err(Fail(err)) => self.fail(conn, &Failure::of(&err)),
         }
     }
 
     /// Rolls back (unless SQLite already did) and gives every job the failure.
-    fn fail(&mut self, db: &Db, failure: &Failure) {
-        db.rollback();
+    fn fail(&mut self, conn: &Connection, failure: &Failure) {
+        rollback(conn);
         for job in self.jobs.drain(..) {
             job.end(End::Failed(failure.error()));
         }
@@ -822,6 +971,51 @@ mod tests {
         writes.write_queued(|c| note(c, "b")).unwrap();
         assert_eq!(committed_notes(&dir), ["a", "b"], "a queued write is committed when it returns");
         assert_eq!(writes.stats(), WriteStats { writes: 2, commits: 2 });
+    }
+
+    #[test]
+    fn an_uncontended_write_runs_on_its_callers_thread_and_a_contended_one_on_the_writers() {
+        let (dir, writes) = writes();
+        let on = |name: &'static str| {
+            move |c: &Connection| -> Res<thread::ThreadId> {
+                note(c, name)?;
+                Ok(thread::current().id())
+            }
+        };
+        assert_eq!(writes.write_queued(on("alone")).unwrap(), thread::current().id());
+        let (release, held) = hold_writer(&writes);
+        thread::scope(|s| {
+            let caller = s.spawn(|| (thread::current().id(), writes.write_queued(on("queued"))));
+            until_queued(&writes, 1);
+            drop(release);
+            wait(held).unwrap();
+            let (caller, ran_on) = caller.join().unwrap();
+            assert_ne!(ran_on.unwrap(), caller, "it found the connection held, so the writer ran it");
+        });
+        assert_eq!(committed_notes(&dir), ["alone", "held", "queued"]);
+        assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 3 });
+    }
+
+    #[test]
+    fn a_point_read_takes_the_idle_write_connection_and_never_waits_for_a_held_one() {
+        let (_dir, writes) = writes();
+        writes.write_queued(|c| note(c, "a")).unwrap();
+        let read = |c: &Connection| -> Res<(bool, i64)> {
+            let writable = !c.is_readonly(rusqlite::MAIN_DB)?;
+            Ok((writable, c.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get(0))?))
+        };
+        assert_eq!(writes.read_point(read).unwrap(), (true, 1), "the idle write connection");
+        let (release, held) = hold_writer(&writes);
+        assert_eq!(
+            writes.read_point(read).unwrap(),
+            (false, 1),
+            "a read-only connection, without the held transaction's note"
+        );
+        drop(release);
+        wait(held).unwrap();
+        // The writer may still hold the connection for a moment after answering:
+        // either connection sees the committed note.
+        assert_eq!(writes.read_point(read).unwrap().1, 2);
     }
 
     #[test]

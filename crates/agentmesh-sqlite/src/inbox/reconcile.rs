@@ -33,7 +33,7 @@ pub(super) fn reconcile_refine(
               WHERE mesh_id = ?1 AND kind IN ('task_completed', 'task_failed') AND json_valid(payload)
                 AND json_extract(payload, '$.source') = ?2
                 AND TRIM(json_extract(payload, '$.refineJob.jobId')) = ?3
-              ORDER BY timestamp DESC, rowid DESC LIMIT 1",
+              ORDER BY timestamp DESC, seq DESC LIMIT 1",
         )?;
         let entry = stmt
             .query_row(params![mesh_id, refine::REFINE_SOURCE, job], ledger::entry_from_row)
