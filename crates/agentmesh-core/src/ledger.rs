@@ -158,13 +158,18 @@ pub struct SliceCursor {
     /// The sequence the page was read after, on a page read by sequence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub after_seq: Option<u64>,
-    /// Pass this as `afterSeq` for the next page (the last entry's sequence, or
-    /// `afterSeq` on an empty page); on a page read by sequence only.
+    /// Pass this as `afterSeq` for the next page: the last entry's sequence on a
+    /// page that has more; on the last page, a number at or past it (up to the
+    /// head) after which no entry of the mesh matching the filters was read, so
+    /// the next page need not walk what this one did; on a page read by
+    /// sequence only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_after_seq: Option<u64>,
-    /// The mesh's highest sequence number when the page was read (of any kind,
-    /// whatever the filters); on a page read by sequence only. A reader that only
-    /// wants what comes next starts from here.
+    /// The highest sequence number handed out when the page was read (at or
+    /// past the mesh's last entry, of any kind, whatever the filters; a backend
+    /// numbering every mesh in one sequence gives its highest); on a page read
+    /// by sequence only. A reader that only wants what comes next starts from
+    /// here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_seq: Option<u64>,
 }

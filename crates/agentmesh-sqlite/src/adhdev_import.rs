@@ -154,13 +154,11 @@ impl SqliteStore {
         let rows =
             read_rows(src, &format!("SELECT {list}{queued} FROM \"{table}\" AS t{order}")).map_err(legacy)?;
         let marks = (1..=shared.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
-        let insert = match shared.iter().position(|c| *c == "mesh_id") {
-            // A ledger entry takes its mesh's next number here.
-            Some(mesh) if ledger => format!(
-                "INSERT OR IGNORE INTO \"{table}\" ({list}, seq) VALUES ({marks}, {})",
-                ledger::NEXT_SEQ.replace("?2", &format!("?{}", mesh + 1))
-            ),
-            _ => format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})"),
+        let insert = if ledger {
+            // A ledger entry takes the next number here.
+            format!("INSERT OR IGNORE INTO \"{table}\" ({list}, seq) VALUES ({marks}, {})", ledger::NEXT_SEQ)
+        } else {
+            format!("INSERT OR IGNORE INTO \"{table}\" ({list}) VALUES ({marks})")
         };
         let imported = self.write(|tx| -> Res<u64> {
             let mut stmt = tx.prepare(&insert)?;

@@ -71,7 +71,7 @@ const MIGRATIONS: &[Migration] = &[
     Migration {
         name: "0013_ledger_by_sequence",
         sql: include_str!("../migrations/0013_ledger_by_sequence.sql"),
-        after: None,
+        after: Some(ledger::renumbered),
     },
 ];
 
@@ -310,7 +310,7 @@ mod tests {
                     ('second', 'm', '2025-01-01T00:00:01.000Z', 'note', '{}');",
         )
         .unwrap();
-        migrate(&mut conn).unwrap();
+        migrate_to(&mut conn, 12).unwrap();
         let rows: Vec<(String, i64)> = conn
             .prepare("SELECT id, seq FROM mesh_event_ledger ORDER BY mesh_id, seq")
             .unwrap()
@@ -338,47 +338,52 @@ mod tests {
         assert_eq!(seq, 4);
     }
 
-    /// Version 13 keys the ledger by (mesh_id, seq): every entry is kept with its
-    /// number, an entry some other program wrote without a number takes the next
-    /// of its mesh, and the indexes the reads use are there again.
+    /// Version 13 makes `seq` the ledger's integer key, one sequence for the
+    /// database: every entry is kept with its rowid (its append order) as its
+    /// number, the indexes the reads use are there again, the per-mesh floors go,
+    /// and the database takes a new id (the numbers are of a new kind).
     #[test]
-    fn the_ledger_is_rebuilt_keyed_by_sequence_with_every_entry() {
+    fn the_ledger_is_renumbered_in_append_order_under_a_new_origin() {
         let mut conn = Connection::open_in_memory().unwrap();
         migrate_to(&mut conn, 12).unwrap();
         conn.execute_batch(
             "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, payload, seq)
-             VALUES ('a1', 'm', '2025-01-01T00:00:01.000Z', 'note', '{\"n\":1}', 1),
-                    ('a2', 'm', '2025-01-01T00:00:02.000Z', 'task_claimed', '{}', 2),
+             VALUES ('a1', 'm', '2025-01-01T00:00:02.000Z', 'note', '{\"n\":1}', 1),
                     ('b1', 'n', '2025-01-01T00:00:01.000Z', 'note', '{}', 1),
+                    ('a2', 'm', '2025-01-01T00:00:03.000Z', 'task_claimed', '{}', 2),
                     ('unnumbered', 'm', '2024-12-31T00:00:00.000Z', 'note', '{}', NULL);
-             INSERT INTO mesh_meta (key, value) VALUES ('ledger_seq_floor:n', 7);
-             INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, payload)
-             VALUES ('b-unnumbered', 'n', '2025-01-01T00:00:00.000Z', 'note', '{}');",
+             INSERT INTO mesh_meta (key, value) VALUES ('ledger_seq_floor:n', 7);",
         )
         .unwrap();
+        let origin = ledger::database_id(&conn).unwrap();
         migrate(&mut conn).unwrap();
-        let rows: Vec<(String, String, i64, String)> = conn
-            .prepare("SELECT mesh_id, id, seq, payload FROM mesh_event_ledger")
+        let rows: Vec<(i64, String, String, String)> = conn
+            .prepare("SELECT seq, mesh_id, id, payload FROM mesh_event_ledger ORDER BY seq")
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        let row = |mesh: &str, id: &str, seq: i64, payload: &str| {
-            (mesh.to_owned(), id.to_owned(), seq, payload.to_owned())
+        let row = |seq: i64, mesh: &str, id: &str, payload: &str| {
+            (seq, mesh.to_owned(), id.to_owned(), payload.to_owned())
         };
         assert_eq!(
             rows,
             [
-                row("m", "a1", 1, "{\"n\":1}"),
-                row("m", "a2", 2, "{}"),
-                row("m", "unnumbered", 3, "{}"),
-                row("n", "b1", 1, "{}"),
-                row("n", "b-unnumbered", 8, "{}"),
-            ],
-            "in key order, numbers kept, the unnumbered past their mesh's highest and floor"
+                row(1, "m", "a1", "{\"n\":1}"),
+                row(2, "n", "b1", "{}"),
+                row(3, "m", "a2", "{}"),
+                row(4, "m", "unnumbered", "{}"),
+            ]
         );
-        assert!(conn.prepare("SELECT rowid FROM mesh_event_ledger").is_err(), "keyed by sequence");
+        let rowids: Vec<i64> = conn
+            .prepare("SELECT rowid FROM mesh_event_ledger ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rowids, [1, 2, 3, 4], "seq is the rowid");
         let indexes: Vec<String> = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'mesh_event_ledger' ORDER BY name")
             .unwrap()
@@ -391,12 +396,17 @@ mod tests {
             [
                 "idx_mesh_event_ledger_mesh_kind",
                 "idx_mesh_event_ledger_slice",
-                // The entry id's; the key is the table itself.
-                "sqlite_autoindex_mesh_event_ledger_1",
+                "sqlite_autoindex_mesh_event_ledger_1"
             ]
         );
+        let floors: i64 = conn
+            .query_row("SELECT COUNT(*) FROM mesh_meta WHERE key LIKE 'ledger_seq_floor%'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(floors, 0);
+        let now = ledger::database_id(&conn).unwrap();
+        assert!(now.is_some() && now != origin, "a new origin: {origin:?} then {now:?}");
         let taken = conn.execute(
-            "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, seq) VALUES ('a1', 'o', 'x', 'note', 1)",
+            "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind) VALUES ('a1', 'o', 'x', 'note')",
             [],
         );
         assert!(taken.is_err(), "an entry id stays unique across meshes");

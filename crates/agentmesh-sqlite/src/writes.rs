@@ -125,11 +125,7 @@ impl Writes {
             queued: AtomicUsize::new(0),
         });
         let (requests, queue) = mpsc::channel();
-        let conn = Arc::new(Mutex::new(WriteConn {
-            conn,
-            data_version: std::cell::Cell::new(-1),
-            numbers: crate::ledger::Numbers::default(),
-        }));
+        let conn = Arc::new(Mutex::new(WriteConn { conn, numbers: crate::ledger::Numbers::default() }));
         let db = Db { conn: Arc::clone(&conn), shared: Arc::clone(&shared), path: path.to_owned() };
         let writer = thread::Builder::new()
             .name("agentmesh-sqlite-writer".into())
@@ -597,23 +593,11 @@ impl Shared {
     }
 }
 
-/// Begins a write transaction. When another connection committed since the
-/// last one began, the ledger numbers remembered are forgotten.
-fn begin(writing: &Writing<'_>) -> Res<()> {
-    let conn: &Connection = writing;
+/// Begins a write transaction on the connection held.
+fn begin(conn: &Connection) -> Res<()> {
     exec(conn, "BEGIN IMMEDIATE")?;
-    match conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get::<_, i64>(0)) {
-        Ok(version) => {
-            if version != writing.data_version().replace(version) {
-                crate::ledger::forget_numbers();
-            }
-            Ok(())
-        }
-        Err(err) => {
-            rollback(conn);
-            Err(Fail::from(err))
-        }
-    }
+    crate::ledger::transaction_began();
+    Ok(())
 }
 
 /// Runs `f` in an immediate transaction of its own on the connection held, and
@@ -622,7 +606,7 @@ fn begin(writing: &Writing<'_>) -> Res<()> {
 /// undone.
 fn alone<T>(writing: &Writing<'_>, shared: &Shared, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
     let conn: &Connection = writing;
-    begin(writing)?;
+    begin(conn)?;
     let out = match panic::catch_unwind(AssertUnwindSafe(|| f(conn))) {
         Ok(out) => out,
         Err(payload) => {
@@ -656,9 +640,7 @@ fn alone<T>(writing: &Writing<'_>, shared: &Shared, f: impl FnOnce(&Connection) 
 /// The write connection and what is kept with it.
 struct WriteConn {
     conn: Connection,
-    /// `PRAGMA data_version` when the last write transaction began.
-    data_version: std::cell::Cell<i64>,
-    /// The ledger numbers remembered (see `ledger::Numbers`), with the thread
+    /// The ledger number remembered (see `ledger::Numbers`), with the thread
     /// that writes while it writes.
     numbers: crate::ledger::Numbers,
 }
@@ -686,12 +668,6 @@ impl std::ops::Deref for Writing<'_> {
     type Target = Connection;
     fn deref(&self) -> &Connection {
         &self.held.conn
-    }
-}
-
-impl Writing<'_> {
-    fn data_version(&self) -> &std::cell::Cell<i64> {
-        &self.held.data_version
     }
 }
 

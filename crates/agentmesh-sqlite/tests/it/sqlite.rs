@@ -371,8 +371,9 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     assert!(empty.entries.is_empty());
     assert_eq!(empty.cursor.next_after_seq, Some(5), "an empty page keeps the cursor");
 
-    // The sequence and the origin survive a reopen; another mesh's entries are
-    // numbered on their own and never seen here.
+    // The sequence and the origin survive a reopen. One sequence numbers every
+    // mesh: another mesh's entry takes a number here, and is never on this
+    // mesh's pages; the last page's cursor moves past it, to the head.
     drop(store);
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
     let mut other = note("elsewhere", NOW);
@@ -381,16 +382,17 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     assert!(store.append_ledger(&note("reopened", NOW)).unwrap());
     let page = store.ledger_slice("m", &by_seq(5)).unwrap();
     assert_eq!(ids(&page), ["reopened"]);
-    assert_eq!(page.cursor.next_after_seq, Some(6));
+    assert_eq!((page.cursor.next_after_seq, page.cursor.head_seq), (Some(7), Some(7)));
     let elsewhere = store.ledger_slice("n", &by_seq(0)).unwrap();
-    assert_eq!((ids(&elsewhere), elsewhere.cursor.next_after_seq), (vec!["elsewhere"], Some(1)));
+    assert_eq!(ids(&elsewhere), ["elsewhere"]);
+    assert_eq!(elsewhere.cursor.next_after_seq, Some(7), "past this mesh's entries, to the head");
     assert_eq!(page.origin.as_deref(), Some(origin.as_str()));
 
-    // A page by sequence walks the sequence index from the cursor: no sort.
+    // A page by sequence walks the table's key from the cursor: no index, no sort.
     let conn = rusqlite::Connection::open(store.path()).unwrap();
     let plan: Vec<String> = conn
         .prepare(
-            "EXPLAIN QUERY PLAN SELECT id FROM mesh_event_ledger WHERE mesh_id = +?1 AND seq > +?2
+            "EXPLAIN QUERY PLAN SELECT id FROM mesh_event_ledger NOT INDEXED WHERE seq > ?2 AND mesh_id = ?1
               ORDER BY seq ASC LIMIT 501",
         )
         .unwrap()
@@ -399,7 +401,7 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
         .collect::<Result<_, _>>()
         .unwrap();
     let plan = plan.join(" | ");
-    assert!(plan.contains("USING PRIMARY KEY (mesh_id=? AND seq>?)"), "{plan}");
+    assert!(plan.contains("USING INTEGER PRIMARY KEY (rowid>?)"), "{plan}");
     assert!(!plan.contains("TEMP B-TREE"), "{plan}");
 }
 
