@@ -12,13 +12,13 @@
 //! The connection sits behind a lock, held by whoever uses it: the writer thread
 //! for a batch, and two kinds of caller while nobody else does.
 //!
-//! - **An uncontended synchronous write** ([`Writes::write_queued`] with nothing
-//!   queued and the connection free) would be a batch of one: it runs on its
-//!   caller's thread, in a transaction of its own, sparing the two hand-offs
-//!   between threads (which cost as much as the SQL of a small write). A write
-//!   that finds the connection held or others queued goes to the channel and
-//!   shares their commit. Async callers always go to the channel: their
-//!   threads run other tasks.
+//! - **An uncontended synchronous write** ([`Writes::write_queued`] when no other
+//!   thread is inside it, nothing is queued and the connection is free) would
+//!   be a batch of one: it runs on its caller's thread, in a transaction of its
+//!   own, sparing the two hand-offs between threads (which cost as much as the
+//!   SQL of a small write). Writes that arrive together go to the channel and
+//!   share a commit. Async callers always go to the channel: their threads run
+//!   other tasks.
 //! - **A point read** ([`Writes::read_point`]: a few rows by key, in one
 //!   statement) runs on the write connection between its transactions, whose
 //!   page cache holds what the last writes touched; a read-only connection
@@ -113,6 +113,8 @@ struct Shared {
     group_commit: AtomicBool,
     /// Requests sent and not yet taken by the writer.
     queued: AtomicUsize,
+    /// Threads inside [`Writes::write_queued`].
+    sync_writers: AtomicUsize,
 }
 
 impl Writes {
@@ -123,6 +125,7 @@ impl Writes {
             stats: Mutex::new(WriteStats::default()),
             group_commit: AtomicBool::new(true),
             queued: AtomicUsize::new(0),
+            sync_writers: AtomicUsize::new(0),
         });
         let (requests, queue) = mpsc::channel();
         let conn = Arc::new(Mutex::new(WriteConn { conn, numbers: crate::ledger::Numbers::default() }));
@@ -199,10 +202,13 @@ impl Writes {
         &self,
         f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
     ) -> Res<T> {
-        // Nothing queued and the connection free: the writer thread is idle, and
-        // this write would be a batch of one. It runs here, sparing the two
-        // hand-offs between threads.
-        if self.shared.queued.load(Ordering::Relaxed) == 0
+        // The only write in flight, nothing queued and the connection free: this
+        // write would be a batch of one. It runs here, sparing the two hand-offs
+        // between threads. Writers that arrive together go to the writer
+        // thread, which gives them one commit.
+        let _inside = Inside::enter(&self.shared.sync_writers);
+        if _inside.alone
+            && self.shared.queued.load(Ordering::Relaxed) == 0
             && let Some(idle) = self.conn.as_deref().and_then(try_lock)
         {
             return alone(&Writing::new(idle), &self.shared, f);
@@ -634,6 +640,26 @@ fn alone<T>(writing: &Writing<'_>, shared: &Shared, f: impl FnOnce(&Connection) 
             rollback(conn);
             Err(err)
         }
+    }
+}
+
+/// A thread counted in [`Shared::sync_writers`] while it holds this.
+struct Inside<'a> {
+    count: &'a AtomicUsize,
+    /// Whether no other thread was counted when this one entered.
+    alone: bool,
+}
+
+impl<'a> Inside<'a> {
+    fn enter(count: &'a AtomicUsize) -> Inside<'a> {
+        let before = count.fetch_add(1, Ordering::AcqRel);
+        Inside { count, alone: before == 0 }
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
