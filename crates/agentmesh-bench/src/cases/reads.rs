@@ -1,8 +1,10 @@
-//! Group `reads` (ours only): claims of 8 threads on a deep queue, alone and
-//! beside a reader that keeps asking for the mesh's status and the whole pending
-//! list. Reads run on connections of their own, so the claims' p99 with the
-//! reader should stay near the one without, and no claim waits for a read
-//! (stderr prints the longest claim of each case).
+//! Group `reads` (ours only): claims of 8 threads on a deep queue, alone, beside
+//! a reader that keeps asking for the mesh's status and the whole pending list,
+//! and beside a thread that only spins on the CPU. Reads run on connections of
+//! their own, so no claim waits for a read (stderr prints the longest claim of
+//! each case); what the reader still takes from the claims is CPU time, and the
+//! spinning thread, which takes as much and touches no lock, is the floor of
+//! that: the claims' p99 beside the reader is to be read against it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -28,6 +30,69 @@ pub fn run(h: &mut Harness) {
         claims_beside_reads(h, case, n, claims, false)
     });
     h.run_case(&format!("claims-beside-reader-{n}"), |h, case| claims_beside_reads(h, case, n, claims, true));
+    h.run_case(&format!("claims-beside-spinner-{n}"), |h, case| claims_beside_spinner(h, case, n, claims));
+}
+
+/// `claims` claims by each of [`CLIENTS`] threads on a queue of `n` pending
+/// tasks while another thread spins on the CPU, touching no lock and no file;
+/// reports them as `claims-beside-spinner`.
+fn claims_beside_spinner(h: &mut Harness, case: &CaseStore, n: usize, claims: usize) -> anyhow::Result<()> {
+    let store = case.store();
+    let ids = UuidGen::new(0xf000 + n as u32).take(n);
+    enqueue_in_batches(store, n, PREFILL_BATCH, &mut Timer::default(), |i| new_task(&ids[i], i, None))?;
+    let now = at(n);
+    let done = AtomicBool::new(false);
+    let began = Instant::now();
+    let claimed = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut x = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                for i in 0..10_000u64 {
+                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
+                }
+            }
+            x
+        });
+        let claimed = claim_in_threads(store, claims, now);
+        done.store(true, Ordering::Relaxed);
+        claimed
+    });
+    let wall = began.elapsed();
+    let latencies: Vec<Duration> = claimed?.into_iter().flatten().collect();
+    let longest = latencies.iter().max().copied().unwrap_or_default();
+    eprintln!("longest claims-beside-spinner-{n}: {:.1} ms", longest.as_secs_f64() * 1e3);
+    h.report("claims-beside-spinner", n, latencies.len(), &Timer::concurrent(latencies, wall));
+    Ok(())
+}
+
+/// Each of [`CLIENTS`] threads claims `claims` times, each claim by a session of
+/// its own; returns every thread's latencies.
+fn claim_in_threads(
+    store: &dyn agentmesh_store::Store,
+    claims: usize,
+    now: agentmesh_core::Timestamp,
+) -> anyhow::Result<Vec<Vec<Duration>>> {
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..CLIENTS)
+            .map(|k| {
+                s.spawn(move || -> anyhow::Result<Vec<Duration>> {
+                    let mut latencies = Vec::with_capacity(claims);
+                    for c in 0..claims {
+                        let who = claimant(format!("node-{k}-{c}"), format!("session-{k}-{c}"));
+                        let call = Instant::now();
+                        let outcome = store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?;
+                        latencies.push(call.elapsed());
+                        anyhow::ensure!(
+                            matches!(outcome, ClaimOutcome::Claimed(_)),
+                            "claim refused: {outcome:?}"
+                        );
+                    }
+                    Ok(latencies)
+                })
+            })
+            .collect();
+        workers.into_iter().map(|w| w.join().expect("a claiming thread panicked")).collect()
+    })
 }
 
 /// `claims` claims by each of [`CLIENTS`] threads (each claim by a session of its
@@ -66,26 +131,7 @@ fn claims_beside_reads(
                 Ok(calls)
             })
         });
-        let workers: Vec<_> = (0..CLIENTS)
-            .map(|k| {
-                s.spawn(move || -> anyhow::Result<Vec<Duration>> {
-                    let mut latencies = Vec::with_capacity(claims);
-                    for c in 0..claims {
-                        let who = claimant(format!("node-{k}-{c}"), format!("session-{k}-{c}"));
-                        let call = Instant::now();
-                        let outcome = store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?;
-                        latencies.push(call.elapsed());
-                        anyhow::ensure!(
-                            matches!(outcome, ClaimOutcome::Claimed(_)),
-                            "claim refused: {outcome:?}"
-                        );
-                    }
-                    Ok(latencies)
-                })
-            })
-            .collect();
-        let claimed: anyhow::Result<Vec<Vec<Duration>>> =
-            workers.into_iter().map(|w| w.join().expect("a claiming thread panicked")).collect();
+        let claimed = claim_in_threads(store, claims, now);
         done.store(true, Ordering::Relaxed);
         let reads = reads.map(|r| r.join().expect("the reader thread panicked")).transpose();
         (claimed, reads)
