@@ -12,9 +12,10 @@
 #                 floor (ours only: what a bare SQLite commit, a bare
 #                 drain and a round trip through the store's writer thread
 #                 cost on this machine), reads (ours only: claims of 8
-#                 threads on a 100k queue alone and beside a reader looping
-#                 status and the pending list); the seed side skips the last
-#                 three and their rows show with empty seed columns
+#                 threads on a 100k queue alone, beside a reader looping
+#                 status and the pending list, and beside a thread that only
+#                 spins on the CPU); the seed side skips the last three and
+#                 their rows show with empty seed columns
 #   --shared DIR  folder holding bench/seed-harness and reference/seeds
 #                 (default: ../shared relative to the repo root)
 #
@@ -37,7 +38,7 @@ while [ $# -gt 0 ]; do
         --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
                   shared=$2; shift ;;
         --shared=*) shared=${1#--shared=} ;;
-        -h | --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
