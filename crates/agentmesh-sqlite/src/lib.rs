@@ -258,6 +258,15 @@ impl SqliteStore {
         self.writes.read(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
+    /// Like [`SqliteStore::read`], for a read of many rows: it runs on the store's
+    /// bulk-read thread, below the writers' CPU priority (see `Writes::read_bulk`).
+    fn read_bulk<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        self.writes.read_bulk(f).map_err(|e| settle_io(e.0, &self.path))
+    }
+
     /// Like [`SqliteStore::read`], for a read of a few rows by key in one
     /// statement: it runs on the write connection when nobody writes with it
     /// (see `Writes::read_point`).

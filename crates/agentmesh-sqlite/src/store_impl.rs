@@ -58,7 +58,8 @@ impl QueueStore for SqliteStore {
 
     fn queue_entries(&self, mesh_id: &str, statuses: &[TaskStatus]) -> StoreResult<Vec<Task>> {
         self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::entries(c, mesh_id, statuses))
+        let (mesh_id, statuses) = (mesh_id.to_owned(), statuses.to_vec());
+        self.read_bulk(move |c| tasks::entries(c, &mesh_id, &statuses))
     }
 
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
@@ -73,7 +74,8 @@ impl QueueStore for SqliteStore {
 
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>> {
         self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::stats(c, mesh_id))
+        let mesh_id = mesh_id.to_owned();
+        self.read_bulk(move |c| tasks::stats(c, &mesh_id))
     }
 
     fn oldest_pending_created_at(&self, mesh_id: &str) -> StoreResult<Option<Timestamp>> {

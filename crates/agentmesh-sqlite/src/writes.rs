@@ -99,7 +99,10 @@ pub(crate) struct Writes {
     requests: Option<Sender<Request>>,
     writer: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
-    readers: Readers,
+    readers: Arc<Readers>,
+    /// The thread that runs bulk reads ([`Writes::read_bulk`]); `None` once the
+    /// store is dropped.
+    bulk: Option<(Sender<BulkRead>, JoinHandle<()>)>,
     /// The write connection, for a write or a point read on the caller's thread
     /// while nobody else uses it; `None` once the store is dropped, so that the
     /// writer thread closes it.
@@ -128,6 +131,12 @@ impl Writes {
             sync_writers: AtomicUsize::new(0),
         });
         let (requests, queue) = mpsc::channel();
+        let readers = Arc::new(Readers::new(path));
+        let (bulk, bulk_queue) = mpsc::channel::<BulkRead>();
+        let bulk_thread = thread::Builder::new()
+            .name("agentmesh-sqlite-bulk-reads".into())
+            .spawn(move || run_bulk_reads(&bulk_queue))
+            .map_err(crate::backend)?;
         let conn = Arc::new(Mutex::new(WriteConn { conn, numbers: crate::ledger::Numbers::default() }));
         let db = Db { conn: Arc::clone(&conn), shared: Arc::clone(&shared), path: path.to_owned() };
         let writer = thread::Builder::new()
@@ -138,7 +147,8 @@ impl Writes {
             requests: Some(requests),
             writer: Some(writer),
             shared,
-            readers: Readers::new(path),
+            readers: Arc::clone(&readers),
+            bulk: Some((bulk, bulk_thread)),
             conn: Some(conn),
         })
     }
@@ -155,16 +165,66 @@ impl Writes {
     /// everything committed when it starts (every write that returned), and
     /// waits for no writer.
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
-        let reader = self.readers.take()?;
-        exec(&reader, "BEGIN")?;
-        let out = f(&reader);
-        // A read changes nothing: ending it either way only lets its snapshot go.
-        if let Err(err) = exec(&reader, "COMMIT") {
-            tracing::debug!(err = %err.0, "a read's transaction did not end cleanly");
-        }
-        out
+        read_on(&self.readers, f)
     }
 
+    /// Like [`Writes::read`], for a read of many rows (a whole queue listed, the
+    /// counts by status): it runs on the store's bulk-read thread, whose CPU
+    /// priority is below the writers' ([`BULK_READ_NICENESS`]), and this thread
+    /// waits for its answer. Where busy threads outnumber cores, the writer and
+    /// the callers it answers then get the CPU first, and the read takes what is
+    /// left. A panic in `f` goes on in this thread.
+    pub(crate) fn read_bulk<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Res<T> + Send + 'static,
+    ) -> Res<T> {
+        let Some((bulk, _)) = &self.bulk else { return Err(writer_gone()) };
+        let (answer, answered) = mpsc::sync_channel(1);
+        let readers = Arc::clone(&self.readers);
+        let job: BulkRead = Box::new(move || {
+            let out = panic::catch_unwind(AssertUnwindSafe(|| read_on(&readers, f)));
+            let _ = answer.send(out);
+        });
+        bulk.send(job).map_err(|_| writer_gone())?;
+        match answered.recv().map_err(|_| writer_gone())? {
+            Ok(out) => out,
+            Err(payload) => panic::resume_unwind(payload),
+        }
+    }
+}
+
+/// A read handed to the bulk-read thread.
+type BulkRead = Box<dyn FnOnce() + Send>;
+
+/// The nice value of the bulk-read thread (0 is the writers'): the kernel gives
+/// it about a tenth of the CPU share of a thread at 0 when both want a core.
+const BULK_READ_NICENESS: i32 = 10;
+
+/// The bulk-read thread: lowers its own CPU priority, then runs the reads handed
+/// to it until the store is dropped.
+fn run_bulk_reads(queue: &Receiver<BulkRead>) {
+    #[cfg(target_os = "linux")]
+    if let Err(err) = rustix::process::setpriority_process(None, BULK_READ_NICENESS) {
+        tracing::debug!(%err, "the bulk-read thread keeps the writers' CPU priority");
+    }
+    while let Ok(read) = queue.recv() {
+        read();
+    }
+}
+
+/// Runs `f` on one of `readers`, in one deferred transaction.
+fn read_on<T>(readers: &Readers, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
+    let reader = readers.take()?;
+    exec(&reader, "BEGIN")?;
+    let out = f(&reader);
+    // A read changes nothing: ending it either way only lets its snapshot go.
+    if let Err(err) = exec(&reader, "COMMIT") {
+        tracing::debug!(err = %err.0, "a read's transaction did not end cleanly");
+    }
+    out
+}
+
+impl Writes {
     /// Runs `f`, a read of a few rows by key in one statement, on the write
     /// connection when nobody is writing with it (its page cache holds what the
     /// last writes touched, where a read-only connection starts cold after every
@@ -267,6 +327,12 @@ impl Drop for Writes {
     /// close the write connection (should it be the file's last, SQLite then
     /// checkpoints and removes the WAL, unless there is no room for it).
     fn drop(&mut self) {
+        if let Some((bulk, thread)) = self.bulk.take() {
+            drop(bulk);
+            if thread.thread().id() != thread::current().id() && thread.join().is_err() {
+                tracing::error!("the SQLite bulk-read thread panicked");
+            }
+        }
         lock(&self.readers.idle).clear();
         drop(self.conn.take());
         drop(self.requests.take());
@@ -1018,6 +1084,35 @@ mod tests {
         // The writer may still hold the connection for a moment after answering:
         // either connection sees the committed note.
         assert_eq!(writes.read_point(read).unwrap().1, 2);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_bulk_read_runs_on_a_thread_below_the_writers_priority_and_its_panic_reaches_its_caller() {
+        let (_dir, writes) = writes();
+        writes.write_queued(|c| note(c, "a")).unwrap();
+        let (count, ran_on, nice) = writes
+            .read_bulk(|c| {
+                let count: i64 = c.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get(0))?;
+                Ok((count, thread::current().id(), rustix::process::getpriority_process(None).ok()))
+            })
+            .unwrap();
+        assert_eq!(count, 1, "it sees what was committed");
+        assert_ne!(ran_on, thread::current().id());
+        if cfg!(target_os = "linux") {
+            let nice = nice.expect("the thread's nice value");
+            assert!(nice >= BULK_READ_NICENESS, "nice {nice}");
+        }
+        let panicked = panic::catch_unwind(AssertUnwindSafe(|| {
+            writes.read_bulk(|_| -> Res<()> { panic!("a bulk read that panics") })
+        }));
+        assert!(panicked.is_err(), "the panic reaches the caller");
+        assert_eq!(
+            writes
+                .read_bulk(|c| Ok(c.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get::<_, i64>(0))?))
+                .unwrap(),
+            1
+        );
     }
 
     #[test]
