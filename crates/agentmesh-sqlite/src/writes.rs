@@ -116,7 +116,7 @@ struct Shared {
     group_commit: AtomicBool,
     /// Requests sent and not yet taken by the writer.
     queued: AtomicUsize,
-    /// Threads inside [`Writes::write_queued`].
+    /// Threads inside [`Writes::write_queued`] or [`Writes::write`].
     sync_writers: AtomicUsize,
 }
 
@@ -240,11 +240,16 @@ impl Writes {
     }
 
     /// A write that borrows from its caller: the writer lends this thread the
-    /// connection when the write's turn comes, and `f` runs here in an immediate
-    /// transaction of its own. Returns once that transaction is committed (with
-    /// `f`'s result) or has failed (with the failure). A panic in `f` reaches the
-    /// caller, after its changes are undone.
+    /// connection when the write's turn comes (at once, when it is the only write
+    /// in flight, as in [`Writes::write_queued`]), and `f` runs here in an
+    /// immediate transaction of its own. Returns once that transaction is
+    /// committed (with `f`'s result) or has failed (with the failure). A panic in
+    /// `f` reaches the caller, after its changes are undone.
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
+        let inside = Inside::enter(&self.shared.sync_writers);
+        if let Some(idle) = self.uncontended(&inside) {
+            return alone(&Writing::new(idle), &self.shared, f);
+        }
         let (give, given) = mpsc::sync_channel(1);
         let (back, taken_back) = mpsc::sync_channel(1);
         self.send(Request::Lend(Lend { give, back: taken_back }))?;
@@ -266,11 +271,8 @@ impl Writes {
         // write would be a batch of one. It runs here, sparing the two hand-offs
         // between threads. Writers that arrive together go to the writer
         // thread, which gives them one commit.
-        let _inside = Inside::enter(&self.shared.sync_writers);
-        if _inside.alone
-            && self.shared.queued.load(Ordering::Relaxed) == 0
-            && let Some(idle) = self.conn.as_deref().and_then(try_lock)
-        {
+        let inside = Inside::enter(&self.shared.sync_writers);
+        if let Some(idle) = self.uncontended(&inside) {
             return alone(&Writing::new(idle), &self.shared, f);
         }
         let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
@@ -313,6 +315,16 @@ impl Writes {
             reply: Arc::clone(&reply),
         })))?;
         Ok(Submitted { reply })
+    }
+
+    /// The write connection, when the write of the thread `inside` is the only
+    /// one in flight: no other thread is writing, nothing is queued and nobody
+    /// holds the connection.
+    fn uncontended(&self, inside: &Inside<'_>) -> Option<MutexGuard<'_, WriteConn>> {
+        if !inside.alone || self.shared.queued.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.conn.as_deref().and_then(try_lock)
     }
 
     fn send(&self, request: Request) -> Res<()> {
