@@ -43,7 +43,10 @@
 //! Reads ([`Writes::read`]) never wait for the writer: they run on a small pool
 //! of read-only connections, opened as needed, each read in one deferred
 //! transaction so that it sees one snapshot. WAL lets them run beside the
-//! writer's transaction.
+//! writer's transaction. A bulk read ([`Writes::read_bulk`]: a whole queue
+//! listed, the counts by status) runs on the store's bulk-read thread, below the
+//! writers' CPU priority, so that on a machine with fewer cores than busy
+//! threads it takes the CPU the writes leave.
 //!
 //! The connection also keeps the last ledger number it handed out per mesh
 //! (`ledger::Numbers`), lent to the thread that holds the lock while it writes.
