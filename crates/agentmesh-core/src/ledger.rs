@@ -153,7 +153,9 @@ pub struct SliceCursor {
     pub next_after_id: Option<String>,
     /// The effective page size.
     pub limit: u32,
-    /// More entries follow.
+    /// More entries may follow: read the next page. A page by sequence may say
+    /// so with fewer entries than its limit, or none, when it stopped after
+    /// walking a bounded stretch of the sequence (other meshes' entries).
     pub has_more: bool,
     /// The sequence the page was read after, on a page read by sequence.
     #[serde(default, skip_serializing_if = "Option::is_none")]

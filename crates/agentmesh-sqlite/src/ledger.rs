@@ -402,9 +402,15 @@ fn read_page(conn: &Connection, sql: &str, args: &[Value], limit: u32) -> Res<(S
     Ok((rows, has_more))
 }
 
-/// A page in commit order: the entries of the mesh numbered after `after_seq`.
-/// The last page's cursor moves to the head: nothing of the mesh was found up to
-/// there, so the next page walks only what is committed after it.
+/// Numbers a page by sequence walks at most: a page of a mesh whose entries are
+/// few among many of other meshes stops there, says more may follow, and the
+/// next page goes on from there, so no page walks the whole ledger.
+const SEQ_WINDOW: u64 = 10_000;
+
+/// A page in commit order: the entries of the mesh numbered after `after_seq`,
+/// walking at most [`SEQ_WINDOW`] numbers. The last page's cursor moves to the
+/// head: nothing of the mesh was found up to there, so the next page walks only
+/// what is committed after it.
 fn slice_by_sequence(
     conn: &Connection,
     mesh_id: &str,
@@ -412,29 +418,35 @@ fn slice_by_sequence(
     after_seq: u64,
 ) -> Res<LedgerSlice> {
     let limit = query.effective_limit();
+    let window_end = after_seq.saturating_add(SEQ_WINDOW);
     // The table's key order is the sequence: the page walks it from the cursor
     // (no index, so no plan sorts), skipping other meshes' entries.
-    let mut sql =
-        format!("SELECT {COLUMNS}, seq FROM mesh_event_ledger NOT INDEXED WHERE seq > ? AND mesh_id = ?");
-    let mut args: Vec<Value> =
-        vec![Value::Integer(i64::try_from(after_seq).unwrap_or(i64::MAX)), text(mesh_id)];
+    let mut sql = format!(
+        "SELECT {COLUMNS}, seq FROM mesh_event_ledger NOT INDEXED WHERE seq > ? AND seq <= ? AND mesh_id = ?"
+    );
+    let number = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+    let mut args: Vec<Value> = vec![number(after_seq), number(window_end), text(mesh_id)];
     push_slice_filters(&mut sql, &mut args, query);
     sql.push_str(" ORDER BY seq ASC LIMIT ?");
     args.push(Value::Integer(i64::from(limit) + 1));
-    let (rows, has_more) = read_page(conn, &sql, &args, limit)?;
-    let next_after_seq = rows.last().and_then(|(_, seq)| *seq).unwrap_or(after_seq);
+    let (rows, full) = read_page(conn, &sql, &args, limit)?;
+    let last_read = rows.last().and_then(|(_, seq)| *seq).unwrap_or(after_seq);
+    let head: Option<i64> =
+        conn.prepare_cached("SELECT MAX(seq) FROM mesh_event_ledger")?.query_row([], |r| r.get(0))?;
+    let head = head.and_then(|h| u64::try_from(h).ok()).unwrap_or(0).max(last_read);
+    let (next_after_seq, has_more) = if full {
+        (last_read, true)
+    } else if window_end < head {
+        (window_end, true)
+    } else {
+        (head, false)
+    };
     let next_after_id = rows.last().map(|(e, _)| e.id.clone());
     let mut page =
         page(mesh_id, rows.into_iter().map(|(e, _)| e).collect(), None, next_after_id, limit, has_more);
     page.cursor.after_seq = Some(after_seq);
     page.cursor.next_after_seq = Some(next_after_seq);
-    let head: Option<i64> =
-        conn.prepare_cached("SELECT MAX(seq) FROM mesh_event_ledger")?.query_row([], |r| r.get(0))?;
-    let head = head.and_then(|h| u64::try_from(h).ok()).unwrap_or(0).max(next_after_seq);
     page.cursor.head_seq = Some(head);
-    if !has_more {
-        page.cursor.next_after_seq = Some(head);
-    }
     Ok(page)
 }
 

@@ -133,17 +133,19 @@ async fn follow(
             let query = mesh.clone();
             let params = SliceParams { after_seq: Some(cursor), limit: Some(PAGE), ..SliceParams::default() };
             let Ok(slice) = state.with_mesh(move |m| m.ledger_slice(&query, params)).await else { break };
-            if slice.entries.is_empty() {
-                break;
-            }
+            // A page may hold nothing of this mesh and still move the cursor (past
+            // other meshes' entries), with more to come.
+            let before = cursor;
             cursor = slice.cursor.next_after_seq.unwrap_or(cursor);
-            let full = slice.cursor.has_more;
-            let changed = serde_json::json!({ "cursor": cursor, "entries": slice.entries });
-            if tx.send(event("changed", &changed)).await.is_err() {
-                return;
+            let more = slice.cursor.has_more && cursor > before;
+            if !slice.entries.is_empty() {
+                let changed = serde_json::json!({ "cursor": cursor, "entries": slice.entries });
+                if tx.send(event("changed", &changed)).await.is_err() {
+                    return;
+                }
+                quiet = Duration::ZERO;
             }
-            quiet = Duration::ZERO;
-            if !full {
+            if !more {
                 break;
             }
         }

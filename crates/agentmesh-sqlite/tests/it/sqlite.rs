@@ -293,6 +293,43 @@ fn ids(slice: &agentmesh_core::LedgerSlice) -> Vec<&str> {
     slice.entries.iter().map(|e| e.id.as_str()).collect()
 }
 
+/// A page by sequence walks a bounded stretch of the sequence: following a mesh
+/// whose few entries sit among many of another mesh's takes several bounded
+/// pages, each saying more may follow, and ends at the head with every entry of
+/// the mesh seen once.
+#[test]
+fn a_page_by_sequence_walks_a_bounded_stretch_past_other_meshes_entries() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let entry =
+        |mesh: &str, id: String| agentmesh_core::LedgerEntry { mesh_id: mesh.into(), ..note(&id, NOW) };
+    store.append_ledger(&entry("quiet", "q-first".into())).unwrap();
+    let busy: Vec<_> = (0..25_000).map(|i| entry("busy", format!("b{i}"))).collect();
+    assert_eq!(store.import_ledger(&busy).unwrap(), 25_000);
+    store.append_ledger(&entry("quiet", "q-last".into())).unwrap();
+
+    let mut cursor = 0;
+    let (mut seen, mut pages) = (Vec::new(), Vec::new());
+    loop {
+        let page = store
+            .ledger_slice(
+                "quiet",
+                &SliceQuery { after_seq: Some(cursor), limit: Some(100), ..SliceQuery::default() },
+            )
+            .unwrap();
+        seen.extend(page.entries.iter().map(|e| e.id.clone()));
+        let next = page.cursor.next_after_seq.unwrap();
+        pages.push((page.entries.len(), next, page.cursor.has_more));
+        assert!(next > cursor || !page.cursor.has_more, "the cursor moves while more may follow");
+        cursor = next;
+        if !page.cursor.has_more {
+            break;
+        }
+    }
+    assert_eq!(seen, ["q-first", "q-last"]);
+    assert_eq!(pages, [(1, 10_000, true), (0, 20_000, true), (1, 25_002, false)]);
+}
+
 /// The write connection remembers the last ledger number of each mesh. Entries
 /// appended in between through other connections (a second store on the file,
 /// as another process would, and a bare connection that numbers its own) are
