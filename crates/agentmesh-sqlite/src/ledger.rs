@@ -74,7 +74,7 @@ const DATABASE_ID: &str = "database_id";
 pub(crate) const NEXT_SEQ: &str = "MAX(COALESCE((SELECT MAX(seq) FROM mesh_event_ledger), 0),
                        COALESCE((SELECT value FROM mesh_meta WHERE key = 'ledger_seq_floor'), 0)) + 1";
 
-/// The statement [`append`] runs where no number is remembered: it takes the next.
+/// The statement [`append`] runs: a new entry takes the next number.
 static APPEND_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "INSERT OR IGNORE INTO mesh_event_ledger
@@ -83,111 +83,11 @@ static APPEND_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     )
 });
 
-/// The statement [`append`] runs with a remembered number (`?9`). Only a taken
-/// id is ignored: a taken number fails the statement, and the entry is then
-/// numbered from the table, so a number remembered wrong can never drop an entry.
-const APPEND_NUMBERED_SQL: &str = "INSERT INTO mesh_event_ledger
-         (id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, seq)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-     ON CONFLICT (id) DO NOTHING";
-
-/// The last number handed out, kept with the write connection.
-///
-/// Numbering from the table reads its last row and the deletion floor. The
-/// write connection remembers the last number it handed out instead, and lends
-/// it to the thread that writes with it for as long as it does
-/// ([`numbers_to_thread`], [`numbers_from_thread`]); an append on a thread that
-/// holds none numbers from the table. What is remembered is exact as long as
-/// nothing else changed the ledger, so it is forgotten whenever something else
-/// may have: a transaction or an operation's savepoint was rolled back
-/// ([`forget_numbers`]), or another connection committed, which the first
-/// append of a transaction asks `PRAGMA data_version` about (a transaction that
-/// appends nothing does not ask). Deletions keep the floor at the highest
-/// number, so they leave it exact.
-#[derive(Debug, Default)]
-pub(crate) struct Numbers {
-    /// The last number handed out, when known.
-    last: Option<i64>,
-    /// `PRAGMA data_version` when `last` was last known exact.
-    data_version: i64,
-    /// Whether this transaction has compared `data_version` already.
-    checked: bool,
-}
-
-thread_local! {
-    static NUMBERS: std::cell::RefCell<Option<Numbers>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Lends the calling thread, which now writes with the write connection, the
-/// number the connection remembers.
-pub(crate) fn numbers_to_thread(numbers: Numbers) {
-    NUMBERS.set(Some(numbers));
-}
-
-/// Takes back the number lent to the calling thread, as it left it.
-pub(crate) fn numbers_from_thread() -> Numbers {
-    NUMBERS.take().unwrap_or_default()
-}
-
-/// A write transaction began on the calling thread: its first append compares
-/// `PRAGMA data_version` again.
-pub(crate) fn transaction_began() {
-    NUMBERS.with_borrow_mut(|numbers| {
-        if let Some(numbers) = numbers {
-            numbers.checked = false;
-        }
-    });
-}
-
-/// Forgets the number lent to the calling thread (see [`Numbers`]).
-pub(crate) fn forget_numbers() {
-    NUMBERS.with_borrow_mut(|numbers| {
-        if let Some(numbers) = numbers {
-            numbers.last = None;
-        }
-    });
-}
-
-/// The number the next entry takes on a thread that writes with the write
-/// connection: the remembered one, once this transaction knows nobody else
-/// committed since, else the table's. `None` on any other thread.
-fn next_number(conn: &Connection) -> Res<Option<(i64, bool)>> {
-    let Some(checked) = NUMBERS.with_borrow(|n| n.as_ref().map(|n| n.checked)) else { return Ok(None) };
-    if !checked {
-        let version: i64 = conn.prepare_cached("PRAGMA data_version")?.query_row([], |r| r.get(0))?;
-        NUMBERS.with_borrow_mut(|n| {
-            if let Some(n) = n {
-                if n.data_version != version {
-                    n.last = None;
-                    n.data_version = version;
-                }
-                n.checked = true;
-            }
-        });
-    }
-    match NUMBERS.with_borrow(|n| n.as_ref().and_then(|n| n.last)) {
-        Some(last) => Ok(Some((last + 1, true))),
-        None => {
-            let next = conn.prepare_cached(&format!("SELECT {NEXT_SEQ}"))?.query_row([], |r| r.get(0))?;
-            Ok(Some((next, false)))
-        }
-    }
-}
-
-/// Remembers `last` as the last number handed out, on a thread that writes.
-fn remember(last: i64) {
-    NUMBERS.with_borrow_mut(|n| {
-        if let Some(n) = n {
-            n.last = Some(last);
-        }
-    });
-}
-
 /// Inserts one entry unless its id exists; returns whether it was new. A new entry
 /// takes the database's next sequence number.
 pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
     let payload = serde_json::to_string(&entry.payload)?;
-    let columns = params![
+    let n = conn.prepare_cached(&APPEND_SQL)?.execute(params![
         entry.id,
         entry.mesh_id,
         entry.timestamp,
@@ -196,30 +96,8 @@ pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
         entry.session_id,
         entry.provider_type,
         payload,
-    ];
-    let Some((seq, remembered)) = next_number(conn)? else {
-        // Not a thread that writes with the write connection: numbered from the table.
-        return Ok(conn.prepare_cached(&APPEND_SQL)?.execute(columns)? > 0);
-    };
-    let mut stmt = conn.prepare_cached(APPEND_NUMBERED_SQL)?;
-    for (i, value) in columns.iter().enumerate() {
-        stmt.raw_bind_parameter(i + 1, value)?;
-    }
-    stmt.raw_bind_parameter(9, seq)?;
-    let added = match stmt.raw_execute() {
-        Ok(n) => n > 0,
-        Err(err)
-            if remembered && err.sqlite_error_code() == Some(rusqlite::ErrorCode::ConstraintViolation) =>
-        {
-            // The number is taken: what was remembered is stale.
-            tracing::warn!(seq, "ledger number taken; numbering from the table");
-            forget_numbers();
-            return Ok(conn.prepare_cached(&APPEND_SQL)?.execute(columns)? > 0);
-        }
-        Err(err) => return Err(err.into()),
-    };
-    remember(if added { seq } else { seq - 1 });
-    Ok(added)
+    ])?;
+    Ok(n > 0)
 }
 
 /// Before entries are deleted: keeps the highest number as the floor, so the
@@ -521,11 +399,10 @@ mod tests {
     use super::*;
 
     /// Appends number entries 1, 2, 3, ... across meshes in the order they are
-    /// made, both where SQLite numbers them (any thread) and where the write
-    /// connection's thread remembers the last number; taking the next number from
-    /// the table reads its last row and the floor, never scanning.
+    /// made; a taken id takes no number; taking the next number reads the
+    /// table's last row and the floor, never scanning.
     #[test]
-    fn appends_number_entries_in_order_across_meshes_remembered_or_not() {
+    fn appends_number_entries_in_order_across_meshes() {
         let mut conn = Connection::open_in_memory().unwrap();
         crate::migrations::migrate(&mut conn).unwrap();
         let entry = |i: usize| LedgerEntry {
@@ -538,24 +415,19 @@ mod tests {
             provider_type: None,
             payload: serde_json::json!({}),
         };
-        for i in 0..20 {
-            assert!(append(&conn, &entry(i)).unwrap());
-        }
-        numbers_to_thread(Numbers::default());
-        for i in 20..40 {
-            transaction_began();
+        for i in 0..40 {
             assert!(append(&conn, &entry(i)).unwrap());
         }
         assert!(!append(&conn, &entry(3)).unwrap(), "a taken id takes no number");
-        assert_eq!(numbers_from_thread().last, Some(40));
+        assert!(append(&conn, &entry(40)).unwrap());
         let seqs: Vec<(String, i64)> = conn
-            .prepare("SELECT id, seq FROM mesh_event_ledger WHERE mesh_id = 'm3' ORDER BY seq")
+            .prepare("SELECT id, seq FROM mesh_event_ledger WHERE mesh_id = 'm0' ORDER BY seq")
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        let want: Vec<(String, i64)> = (0..10).map(|k| (format!("e{}", 4 * k + 3), 4 * k + 4)).collect();
+        let want: Vec<(String, i64)> = (0..=10).map(|k| (format!("e{}", 4 * k), 4 * k + 1)).collect();
         assert_eq!(seqs, want);
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN SELECT {NEXT_SEQ}"))
@@ -566,44 +438,6 @@ mod tests {
             .unwrap();
         let plan = plan.join("\n");
         assert!(!plan.contains("SCAN mesh_event_ledger"), "{plan}");
-    }
-
-    /// A number remembered wrong (another connection appended behind the write
-    /// connection's back without changing what `PRAGMA data_version` tells it)
-    /// is found taken: the entry is numbered from the table, never dropped.
-    #[test]
-    fn a_number_remembered_wrong_is_found_taken_and_the_entry_kept() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::migrations::migrate(&mut conn).unwrap();
-        let entry = |id: &str| LedgerEntry {
-            id: id.into(),
-            mesh_id: "m".into(),
-            timestamp: "2025-01-01T00:00:00.000Z".into(),
-            kind: "note".into(),
-            node_id: None,
-            session_id: None,
-            provider_type: None,
-            payload: serde_json::json!({}),
-        };
-        numbers_to_thread(Numbers::default());
-        transaction_began();
-        assert!(append(&conn, &entry("a")).unwrap());
-        conn.execute(
-            "INSERT INTO mesh_event_ledger (id, mesh_id, timestamp, kind, seq) VALUES ('b', 'm', 'x', 'note', 2)",
-            [],
-        )
-        .unwrap();
-        assert!(append(&conn, &entry("c")).unwrap(), "c is kept");
-        assert!(append(&conn, &entry("d")).unwrap());
-        numbers_from_thread();
-        let ids: Vec<(String, i64)> = conn
-            .prepare("SELECT id, seq FROM mesh_event_ledger ORDER BY seq")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(ids, [("a".into(), 1), ("b".into(), 2), ("c".into(), 3), ("d".into(), 4)]);
     }
 
     /// The condition a filter adds is the kind index's own, and leaves out exactly

@@ -48,9 +48,6 @@
 //! writers' CPU priority, so that on a machine with fewer cores than busy
 //! threads it takes the CPU the writes leave.
 //!
-//! The connection also keeps the last ledger number it handed out per mesh
-//! (`ledger::Numbers`), lent to the thread that holds the lock while it writes.
-//!
 //! **Invariant:** a write returns only once the transaction it ran in is closed:
 //! committed (the caller gets its operation's own result) or failed (every caller
 //! in it gets the error, whatever its operation returned). So when a write returns
@@ -109,7 +106,7 @@ pub(crate) struct Writes {
     /// The write connection, for a write or a point read on the caller's thread
     /// while nobody else uses it; `None` once the store is dropped, so that the
     /// writer thread closes it.
-    conn: Option<Arc<Mutex<WriteConn>>>,
+    conn: Option<Arc<Mutex<Connection>>>,
 }
 
 /// What the writer thread and the store's handle share.
@@ -140,7 +137,7 @@ impl Writes {
             .name("agentmesh-sqlite-bulk-reads".into())
             .spawn(move || run_bulk_reads(&bulk_queue))
             .map_err(crate::backend)?;
-        let conn = Arc::new(Mutex::new(WriteConn { conn, numbers: crate::ledger::Numbers::default() }));
+        let conn = Arc::new(Mutex::new(conn));
         let db = Db { conn: Arc::clone(&conn), shared: Arc::clone(&shared), path: path.to_owned() };
         let writer = thread::Builder::new()
             .name("agentmesh-sqlite-writer".into())
@@ -237,7 +234,7 @@ impl Writes {
         match self.conn.as_deref().and_then(try_lock) {
             // Between transactions the connection is in autocommit mode: the one
             // statement sees everything committed.
-            Some(idle) if idle.conn.is_autocommit() => f(&idle.conn),
+            Some(idle) if idle.is_autocommit() => f(&idle),
             _ => self.read(f),
         }
     }
@@ -251,16 +248,15 @@ impl Writes {
     pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
         let inside = Inside::enter(&self.shared.sync_writers);
         if let Some(idle) = self.uncontended(&inside) {
-            return alone(&Writing::new(idle), &self.shared, f);
+            return alone(&idle, &self.shared, f);
         }
         let (give, given) = mpsc::sync_channel(1);
         let (back, taken_back) = mpsc::sync_channel(1);
         self.send(Request::Lend(Lend { give, back: taken_back }))?;
-        let db = recv_lingering(&given, CALLER_LINGER).ok_or_else(writer_gone)?;
-        let lent = Lent { db: Some(db), back };
-        let db = lent.db.as_ref().expect("lent until dropped");
-        let writing = Writing::new(lock(&db.conn));
-        alone(&writing, &db.shared, f)
+        recv_lingering(&given, CALLER_LINGER).ok_or_else(writer_gone)?;
+        let _turn = Turn(back);
+        let conn = self.conn.as_deref().ok_or_else(writer_gone)?;
+        alone(&lock(conn), &self.shared, f)
     }
 
     /// A write that owns what it needs: the writer thread runs it, in one
@@ -276,7 +272,7 @@ impl Writes {
         // thread, which gives them one commit.
         let inside = Inside::enter(&self.shared.sync_writers);
         if let Some(idle) = self.uncontended(&inside) {
-            return alone(&Writing::new(idle), &self.shared, f);
+            return alone(&idle, &self.shared, f);
         }
         let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
         let alone = self.shared.queued.load(Ordering::Relaxed) == 0;
@@ -323,7 +319,7 @@ impl Writes {
     /// The write connection, when the write of the thread `inside` is the only
     /// one in flight: no other thread is writing, nothing is queued and nobody
     /// holds the connection.
-    fn uncontended(&self, inside: &Inside<'_>) -> Option<MutexGuard<'_, WriteConn>> {
+    fn uncontended(&self, inside: &Inside<'_>) -> Option<MutexGuard<'_, Connection>> {
         if !inside.alone || self.shared.queued.load(Ordering::Relaxed) != 0 {
             return None;
         }
@@ -372,32 +368,27 @@ enum Request {
     Lend(Lend),
 }
 
-/// A loan of the connection: the writer gives it through `give` and waits for it
-/// on `back`.
+/// A loan of the connection: the writer says through `give` that the
+/// borrower's turn has come, and waits on `back` until it is over.
 struct Lend {
-    give: SyncSender<Db>,
-    back: Receiver<Db>,
+    give: SyncSender<()>,
+    back: Receiver<()>,
 }
 
-/// The connection on loan; given back when dropped, also by a panic.
-struct Lent {
-    db: Option<Db>,
-    back: SyncSender<Db>,
-}
+/// A borrower's turn with the connection; over when dropped, also by a panic.
+struct Turn(SyncSender<()>);
 
-impl Drop for Lent {
+impl Drop for Turn {
     fn drop(&mut self) {
-        if let Some(db) = self.db.take() {
-            // The writer waits for it; it is gone only when the store is.
-            let _ = self.back.send(db);
-        }
+        // The writer waits for it; it is gone only when the store is.
+        let _ = self.0.send(());
     }
 }
 
 /// The writer thread: takes a request, and what else is queued, runs the batch
 /// and answers; ends once the store is dropped and the queue is empty, closing
 /// the connection.
-fn run_writer(mut db: Db, queue: &Receiver<Request>) {
+fn run_writer(db: Db, queue: &Receiver<Request>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(MAX_BATCH_WRITES);
     loop {
         let Some(first) = recv_lingering(queue, WRITER_LINGER) else { break };
@@ -419,17 +410,13 @@ fn run_writer(mut db: Db, queue: &Receiver<Request>) {
             }
         }
         if !batch.is_empty() {
-            db.run_batch(&Writing::new(lock(&db.conn)), std::mem::take(&mut batch));
+            db.run_batch(&lock(&db.conn), std::mem::take(&mut batch));
         }
         if let Some(loan) = lend {
-            match lend_out(db, loan) {
-                Some(back) => db = back,
-                // The borrower's thread is gone without giving the connection back.
-                None => return,
-            }
+            lend_out(&loan);
         }
     }
-    crate::space::before_close(&lock(&db.conn).conn, &db.path);
+    crate::space::before_close(&lock(&db.conn), &db.path);
 }
 
 /// The next message, looked for during `linger` while yielding the core, then
@@ -446,12 +433,11 @@ fn recv_lingering<T>(rx: &Receiver<T>, linger: Duration) -> Option<T> {
     rx.recv().ok()
 }
 
-/// Lends the connection and waits for it back.
-fn lend_out(db: Db, loan: Lend) -> Option<Db> {
-    match loan.give.send(db) {
-        Ok(()) => recv_lingering(&loan.back, WRITER_LINGER),
-        // The borrower stopped waiting: the connection came straight back.
-        Err(mpsc::SendError(db)) => Some(db),
+/// Gives a borrower its turn with the connection and waits until it is over
+/// (or the borrower stopped waiting before it began).
+fn lend_out(loan: &Lend) {
+    if loan.give.send(()).is_ok() {
+        recv_lingering(&loan.back, WRITER_LINGER);
     }
 }
 
@@ -600,12 +586,12 @@ fn exec(conn: &Connection, sql: &str) -> Res<()> {
     Ok(())
 }
 
-/// The write connection, owned by the writer thread (or lent for a moment).
+/// What the writer thread works with.
 struct Db {
     /// Locked by whoever uses it: the writer thread for a batch, a borrowing
     /// write for its transaction, an uncontended write or a point read while
     /// nobody else does.
-    conn: Arc<Mutex<WriteConn>>,
+    conn: Arc<Mutex<Connection>>,
     shared: Arc<Shared>,
     /// The database file.
     path: PathBuf,
@@ -614,12 +600,12 @@ struct Db {
 impl Db {
     /// Runs `jobs` in as few transactions as their outcomes allow, and answers
     /// each once the transaction it ran in is closed.
-    fn run_batch(&self, conn: &Writing<'_>, jobs: Vec<Box<dyn Job>>) {
+    fn run_batch(&self, conn: &Connection, jobs: Vec<Box<dyn Job>>) {
         let group = self.shared.group_commit.load(Ordering::Relaxed);
         let mut txn = Txn::default();
         for mut job in jobs {
             if !txn.open {
-                if let Err(Fail(err)) = begin(conn) {
+                if let Err(Fail(err)) = exec(conn, "BEGIN IMMEDIATE") {
                     job.end(End::Failed(err));
                     continue;
                 }
@@ -649,10 +635,7 @@ impl Db {
                     job.end(End::Ran);
                     continue;
                 }
-                (false, Some(_)) => {
-                    crate::ledger::forget_numbers();
-                    exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op"))
-                }
+                (false, Some(_)) => exec(conn, "ROLLBACK TO op").and_then(|()| exec(conn, "RELEASE op")),
             };
             txn.jobs.push(job);
             match ended {
@@ -680,20 +663,12 @@ impl Shared {
     }
 }
 
-/// Begins a write transaction on the connection held.
-fn begin(conn: &Connection) -> Res<()> {
-    exec(conn, "BEGIN IMMEDIATE")?;
-    crate::ledger::transaction_began();
-    Ok(())
-}
-
 /// Runs `f` in an immediate transaction of its own on the connection held, and
 /// commits it. Returns once that transaction is committed (with `f`'s result) or
 /// has failed (with the failure). A panic in `f` goes on, after its changes are
 /// undone.
-fn alone<T>(writing: &Writing<'_>, shared: &Shared, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
-    let conn: &Connection = writing;
-    begin(conn)?;
+fn alone<T>(conn: &Connection, shared: &Shared, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
+    exec(conn, "BEGIN IMMEDIATE")?;
     let out = match panic::catch_unwind(AssertUnwindSafe(|| f(conn))) {
         Ok(out) => out,
         Err(payload) => {
@@ -703,7 +678,6 @@ fn alone<T>(writing: &Writing<'_>, shared: &Shared, f: impl FnOnce(&Connection) 
     };
     if conn.is_autocommit() {
         // SQLite rolled the transaction back (some errors do).
-        crate::ledger::forget_numbers();
         return Err(out.err().unwrap_or_else(|| Fail(Failure::rolled_back().error())));
     }
     match out {
@@ -744,43 +718,9 @@ impl Drop for Inside<'_> {
     }
 }
 
-/// The write connection and what is kept with it.
-struct WriteConn {
-    conn: Connection,
-    /// The ledger number remembered (see `ledger::Numbers`), with the thread
-    /// that writes while it writes.
-    numbers: crate::ledger::Numbers,
-}
-
-/// The write connection, locked by the thread that writes with it: the ledger
-/// numbers remembered are that thread's until it lets the connection go.
-struct Writing<'a> {
-    held: MutexGuard<'a, WriteConn>,
-}
-
-impl<'a> Writing<'a> {
-    fn new(mut held: MutexGuard<'a, WriteConn>) -> Writing<'a> {
-        crate::ledger::numbers_to_thread(std::mem::take(&mut held.numbers));
-        Writing { held }
-    }
-}
-
-impl Drop for Writing<'_> {
-    fn drop(&mut self) {
-        self.held.numbers = crate::ledger::numbers_from_thread();
-    }
-}
-
-impl std::ops::Deref for Writing<'_> {
-    type Target = Connection;
-    fn deref(&self) -> &Connection {
-        &self.held.conn
-    }
-}
-
 /// The write connection if nobody holds it (a lock poisoned by a panic is
 /// taken over: every transaction is closed before the lock is let go).
-fn try_lock(conn: &Mutex<WriteConn>) -> Option<MutexGuard<'_, WriteConn>> {
+fn try_lock(conn: &Mutex<Connection>) -> Option<MutexGuard<'_, Connection>> {
     match conn.try_lock() {
         Ok(held) => Some(held),
         Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
@@ -789,9 +729,8 @@ fn try_lock(conn: &Mutex<WriteConn>) -> Option<MutexGuard<'_, WriteConn>> {
 }
 
 /// Rolls back the open transaction of the write connection, unless SQLite
-/// already did, and forgets the ledger numbers remembered.
+/// already did.
 fn rollback(conn: &Connection) {
-    crate::ledger::forget_numbers();
     if !conn.is_autocommit()
         && let Err(err) = conn.execute_batch("ROLLBACK")
     {

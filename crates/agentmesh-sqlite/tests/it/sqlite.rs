@@ -330,10 +330,10 @@ fn a_page_by_sequence_walks_a_bounded_stretch_past_other_meshes_entries() {
     assert_eq!(pages, [(1, 10_000, true), (0, 20_000, true), (1, 25_002, false)]);
 }
 
-/// The write connection remembers the last ledger number of each mesh. Entries
-/// appended in between through other connections (a second store on the file,
-/// as another process would, and a bare connection that numbers its own) are
-/// seen: no number is handed out twice, none is skipped, nothing is dropped.
+/// Entries appended between a store's appends through other connections (a
+/// second store on the file, as another process would, and a bare connection
+/// that numbers its own) are seen: no number is handed out twice, none is
+/// skipped, nothing is dropped.
 #[test]
 fn ledger_numbers_stay_unique_when_other_connections_append() {
     let dir = tempfile::tempdir().unwrap();
