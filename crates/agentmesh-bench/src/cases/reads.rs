@@ -22,47 +22,34 @@ const CLIENTS: usize = 8;
 /// Tasks per `enqueue_batch` call when filling the queue.
 const PREFILL_BATCH: usize = 5_000;
 
+/// What runs beside the claims.
+#[derive(Clone, Copy, PartialEq)]
+enum Beside {
+    /// Nothing: `claims-without-reader`.
+    Nothing,
+    /// A thread looping over `status` and the pending list: `claims-beside-reader`.
+    Reader,
+    /// A thread that only spins on the CPU: `claims-beside-spinner`.
+    Spinner,
+}
+
+impl Beside {
+    fn case(self) -> &'static str {
+        match self {
+            Beside::Nothing => "claims-without-reader",
+            Beside::Reader => "claims-beside-reader",
+            Beside::Spinner => "claims-beside-spinner",
+        }
+    }
+}
+
 /// Runs group `reads`.
 pub fn run(h: &mut Harness) {
     let n = h.opts().scale(100_000);
     let claims = h.opts().claims() * 5;
-    h.run_case(&format!("claims-without-reader-{n}"), |h, case| {
-        claims_beside_reads(h, case, n, claims, false)
-    });
-    h.run_case(&format!("claims-beside-reader-{n}"), |h, case| claims_beside_reads(h, case, n, claims, true));
-    h.run_case(&format!("claims-beside-spinner-{n}"), |h, case| claims_beside_spinner(h, case, n, claims));
-}
-
-/// `claims` claims by each of [`CLIENTS`] threads on a queue of `n` pending
-/// tasks while another thread spins on the CPU, touching no lock and no file;
-/// reports them as `claims-beside-spinner`.
-fn claims_beside_spinner(h: &mut Harness, case: &CaseStore, n: usize, claims: usize) -> anyhow::Result<()> {
-    let store = case.store();
-    let ids = UuidGen::new(0xf000 + n as u32).take(n);
-    enqueue_in_batches(store, n, PREFILL_BATCH, &mut Timer::default(), |i| new_task(&ids[i], i, None))?;
-    let now = at(n);
-    let done = AtomicBool::new(false);
-    let began = Instant::now();
-    let claimed = std::thread::scope(|s| {
-        s.spawn(|| {
-            let mut x = 0u64;
-            while !done.load(Ordering::Relaxed) {
-                for i in 0..10_000u64 {
-                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i));
-                }
-            }
-            x
-        });
-        let claimed = claim_in_threads(store, claims, now);
-        done.store(true, Ordering::Relaxed);
-        claimed
-    });
-    let wall = began.elapsed();
-    let latencies: Vec<Duration> = claimed?.into_iter().flatten().collect();
-    let longest = latencies.iter().max().copied().unwrap_or_default();
-    eprintln!("longest claims-beside-spinner-{n}: {:.1} ms", longest.as_secs_f64() * 1e3);
-    h.report("claims-beside-spinner", n, latencies.len(), &Timer::concurrent(latencies, wall));
-    Ok(())
+    for beside in [Beside::Nothing, Beside::Reader, Beside::Spinner] {
+        h.run_case(&format!("{}-{n}", beside.case()), |h, case| claims_beside(h, case, n, claims, beside));
+    }
 }
 
 /// Each of [`CLIENTS`] threads claims `claims` times, each claim by a session of
@@ -96,16 +83,17 @@ fn claim_in_threads(
 }
 
 /// `claims` claims by each of [`CLIENTS`] threads (each claim by a session of its
-/// own, so none is refused) on a queue of `n` pending tasks; with `reader`, a
-/// thread meanwhile loops over `status` (counts by status) and `task list` (every
-/// pending task, decoded). Reports the claims as `claims-without-reader` or
-/// `claims-beside-reader`, and the reader's calls as `status-and-list`.
-fn claims_beside_reads(
+/// own, so none is refused) on a queue of `n` pending tasks, with `beside`
+/// running meanwhile: nothing, a thread looping over `status` (counts by status)
+/// and `task list` (every pending task, decoded), or a thread that only spins on
+/// the CPU, touching no lock and no file. Reports the claims under
+/// [`Beside::case`], and the reader's calls as `status-and-list`.
+fn claims_beside(
     h: &mut Harness,
     case: &CaseStore,
     n: usize,
     claims: usize,
-    reader: bool,
+    beside: Beside,
 ) -> anyhow::Result<()> {
     let store = case.store();
     let ids = UuidGen::new(0xf000 + n as u32).take(n);
@@ -114,10 +102,19 @@ fn claims_beside_reads(
     let done = AtomicBool::new(false);
     let began = Instant::now();
     let (claim_latencies, reads) = std::thread::scope(|s| {
-        let reads = reader.then(|| {
+        let companion = (beside != Beside::Nothing).then(|| {
             s.spawn(|| -> anyhow::Result<Vec<Duration>> {
                 let mut calls = Vec::new();
+                let mut x = 0u64;
                 while !done.load(Ordering::Relaxed) {
+                    if beside == Beside::Spinner {
+                        for i in 0..10_000u64 {
+                            x = std::hint::black_box(
+                                x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i),
+                            );
+                        }
+                        continue;
+                    }
                     let call = Instant::now();
                     store.stats_by_status(MESH_ID)?;
                     let listed = store.queue_entries(MESH_ID, &[TaskStatus::Pending])?;
@@ -133,19 +130,19 @@ fn claims_beside_reads(
         });
         let claimed = claim_in_threads(store, claims, now);
         done.store(true, Ordering::Relaxed);
-        let reads = reads.map(|r| r.join().expect("the reader thread panicked")).transpose();
+        let reads = companion.map(|r| r.join().expect("the thread beside the claims panicked")).transpose();
         (claimed, reads)
     });
     let wall = began.elapsed();
     let claim_latencies: Vec<Duration> = claim_latencies?.into_iter().flatten().collect();
     let ops = claim_latencies.len();
-    let name = if reader { "claims-beside-reader" } else { "claims-without-reader" };
+    let name = beside.case();
     // A read that held up the claims shows as a few very slow claims, too few
     // to move the p99: the longest one is printed beside it.
     let longest = claim_latencies.iter().max().copied().unwrap_or_default();
     eprintln!("longest {name}-{n}: {:.1} ms", longest.as_secs_f64() * 1e3);
     h.report(name, n, ops, &Timer::concurrent(claim_latencies, wall));
-    if let Some(reads) = reads? {
+    if let Some(reads) = reads?.filter(|_| beside == Beside::Reader) {
         h.check(
             &format!("{}: the reader was answered while claims ran", case.label()),
             !reads.is_empty(),
