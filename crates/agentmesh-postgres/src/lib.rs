@@ -1,0 +1,305 @@
+//! The PostgreSQL backend of agentmesh: the [`Store`] on a server database that
+//! several daemons share.
+//!
+//! [`PgStore::open`] connects to a database URL, creates the installation's
+//! schema when it is missing and migrates it (several daemons may start at once:
+//! the migration runs under a session advisory lock). Every statement runs in
+//! that schema, so one database can hold several installations.
+//!
+//! How the isolation contract of [`Store`] holds here: every write that decides
+//! on what it read takes its mesh's advisory transaction lock first
+//! ([`db::Db::lock_mesh`]), so the writes of one mesh run one at a time, as they
+//! do behind the embedded file's one writer, while other meshes go on beside
+//! them. Reads take no lock. ARCHITECTURE.md gives the reasons per operation.
+//!
+//! The trait is synchronous; so is the client (`postgres`), which drives each
+//! connection from the calling thread. The daemon calls the store from blocking
+//! threads, as it does for the embedded file.
+
+use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
+
+mod compat;
+mod db;
+mod inbox;
+mod ledger;
+mod migrations;
+mod missions;
+mod overview;
+mod pool;
+mod runtime;
+mod tasks;
+
+pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
+
+use db::Db;
+use pool::{Pool, Target};
+
+/// The schema a store uses when none is given.
+pub const DEFAULT_SCHEMA: &str = "agentmesh";
+
+/// The connections a store opens at most, when not told otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 16;
+
+/// How to reach an installation.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// `postgres://user@host:port/database` (or key=value form).
+    pub url: String,
+    /// The schema that holds the installation's tables; created when missing.
+    pub schema: String,
+    /// The connections the store opens at most.
+    pub max_connections: usize,
+}
+
+impl PgOptions {
+    /// The defaults for `url`: schema [`DEFAULT_SCHEMA`], [`DEFAULT_MAX_CONNECTIONS`].
+    pub fn new(url: impl Into<String>) -> PgOptions {
+        PgOptions {
+            url: url.into(),
+            schema: DEFAULT_SCHEMA.to_owned(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+
+    /// The same, in `schema`.
+    pub fn schema(mut self, schema: impl Into<String>) -> PgOptions {
+        self.schema = schema.into();
+        self
+    }
+}
+
+/// A mesh runtime store on a PostgreSQL database.
+pub struct PgStore {
+    pool: Pool,
+    schema: String,
+    /// Where the database is, without credentials, for messages.
+    location: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("location", &self.location).field("schema", &self.schema).finish()
+    }
+}
+
+/// Whether `url` names a PostgreSQL database (`postgres://` or `postgresql://`).
+pub fn is_database_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+impl PgStore {
+    /// Connects to the installation `options` names, creating and migrating its
+    /// schema as needed.
+    pub fn open(options: &PgOptions) -> StoreResult<PgStore> {
+        let config: postgres::Config = options.url.parse().map_err(|e: postgres::Error| {
+            StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+                "databaseUrl",
+                format!("is not a PostgreSQL connection string: {e}"),
+            ))
+        })?;
+        validate_schema(&options.schema)?;
+        let location = describe(&config);
+        let target = Target { config, quoted_schema: quote_ident(&options.schema) };
+        let pool = Pool::new(target, options.max_connections);
+        let store = PgStore { pool, schema: options.schema.clone(), location };
+        store.migrate().map_err(|Fail(e)| e)?;
+        Ok(store)
+    }
+
+    /// The schema this store runs in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Where the database is (host, port, database; never a password).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn migrate(&self) -> Res<()> {
+        let mut conn = self.pool.dedicated()?;
+        migrations::migrate(&mut conn, &self.schema)
+    }
+
+    /// Runs `op` with each statement committing by itself: for reads of one
+    /// statement, which see one committed state anyway.
+    pub(crate) fn read<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
+        let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
+        let db = Db::new(&mut conn, &self.schema);
+        op(&db).map_err(|Fail(e)| e)
+    }
+
+    /// Runs `op` in a read-only transaction that sees one snapshot: for reads of
+    /// several statements that must agree.
+    pub(crate) fn snapshot<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
+        self.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None, op)
+    }
+
+    /// Runs `op` in one read-write transaction holding the advisory lock of
+    /// `mesh_id`: all of its effect commits, or none.
+    pub(crate) fn write<T>(&self, mesh_id: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
+        self.transaction("BEGIN", Some(mesh_id), op)
+    }
+
+    /// Runs `op` in one read-write transaction without a mesh lock: for writes
+    /// whose outcome depends on nothing they read, and sweeps that lock each mesh
+    /// they touch themselves ([`Db::lock_mesh`]).
+    pub(crate) fn write_unlocked<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
+        self.transaction("BEGIN", None, op)
+    }
+
+    fn transaction<T>(
+        &self,
+        begin: &str,
+        mesh_id: Option<&str>,
+        op: impl FnOnce(&Db<'_>) -> Res<T>,
+    ) -> StoreResult<T> {
+        let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
+        // BEGIN and the mesh lock go in one round trip.
+        let begin = match mesh_id {
+            Some(mesh_id) => {
+                format!("{begin}; SELECT pg_advisory_xact_lock({})", db::mesh_lock_key(&self.schema, mesh_id))
+            }
+            None => begin.to_owned(),
+        };
+        if let Err(err) = conn.client.batch_execute(&begin) {
+            conn.discard();
+            return Err(classify(err));
+        }
+        let outcome = {
+            let db = Db::new(&mut conn, &self.schema);
+            op(&db)
+        };
+        let end = match &outcome {
+            Ok(_) => conn.client.batch_execute("COMMIT"),
+            Err(_) => conn.client.batch_execute("ROLLBACK"),
+        };
+        match (outcome, end) {
+            (Ok(value), Ok(())) => Ok(value),
+            (Ok(_), Err(err)) => {
+                conn.discard();
+                Err(classify(err))
+            }
+            (Err(Fail(err)), Ok(())) => Err(err),
+            (Err(Fail(err)), Err(_)) => {
+                conn.discard();
+                Err(err)
+            }
+        }
+    }
+
+    /// Commits a transaction that changes no data through the same path as every
+    /// write: whether the database takes writes right now.
+    pub fn probe_write(&self) -> StoreResult<()> {
+        self.write_unlocked(|db| {
+            db.execute(
+                "INSERT INTO agentmesh_meta (key, value) VALUES ('probe', '') ON CONFLICT (key) DO UPDATE SET value = ''",
+                &[],
+            )
+            .map(drop)
+        })
+    }
+}
+
+impl Store for PgStore {
+    fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
+        self.snapshot(overview::mesh_summaries)
+    }
+
+    fn probe_write(&self) -> StoreResult<()> {
+        PgStore::probe_write(self)
+    }
+}
+
+/// A schema name this store accepts: letters, digits and `_`, not starting with
+/// a digit, at most 63 bytes (PostgreSQL's identifier length).
+fn validate_schema(schema: &str) -> StoreResult<()> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && !schema.as_bytes()[0].is_ascii_digit();
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "databaseSchema",
+            "must be 1 to 63 letters, digits or underscores, not starting with a digit",
+        )))
+    }
+}
+
+/// `name` as a quoted SQL identifier.
+pub(crate) fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn describe(config: &postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".to_owned());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().unwrap_or("(default)");
+    format!("postgres://{host}:{port}/{db}")
+}
+
+/// Classifies PostgreSQL errors at the store boundary: serialization failures,
+/// deadlocks, lock timeouts and cancelled statements are contention
+/// ([`StoreError::Busy`]); a full disk is [`StoreError::StorageFull`].
+pub(crate) fn classify(err: postgres::Error) -> StoreError {
+    use postgres::error::SqlState;
+    match err.code() {
+        Some(code)
+            if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::QUERY_CANCELED =>
+        {
+            StoreError::Busy
+        }
+        Some(code) if *code == SqlState::DISK_FULL => StoreError::StorageFull(FullStorage::NoSpace),
+        _ => StoreError::Backend(Box::new(err)),
+    }
+}
+
+/// The crate's internal error: a [`StoreError`] that `?` can build from
+/// PostgreSQL and core errors alike. Public methods unwrap it.
+#[derive(Debug)]
+pub(crate) struct Fail(pub(crate) StoreError);
+
+/// Result of internal operations.
+pub(crate) type Res<T> = Result<T, Fail>;
+
+impl From<postgres::Error> for Fail {
+    fn from(err: postgres::Error) -> Fail {
+        Fail(classify(err))
+    }
+}
+
+impl From<StoreError> for Fail {
+    fn from(err: StoreError) -> Fail {
+        Fail(err)
+    }
+}
+
+impl From<agentmesh_core::InvalidInput> for Fail {
+    fn from(err: agentmesh_core::InvalidInput) -> Fail {
+        Fail(StoreError::InvalidInput(err))
+    }
+}
+
+impl From<agentmesh_core::InvalidTransition> for Fail {
+    fn from(err: agentmesh_core::InvalidTransition) -> Fail {
+        Fail(StoreError::InvalidTransition(err))
+    }
+}
+
+impl From<serde_json::Error> for Fail {
+    fn from(err: serde_json::Error) -> Fail {
+        Fail(StoreError::Corrupt { what: String::from("JSON value"), problem: err.to_string() })
+    }
+}

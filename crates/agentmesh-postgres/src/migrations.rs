@@ -1,0 +1,82 @@
+//! The numbered schema steps of a PostgreSQL installation (`migrations/*.sql`),
+//! applied in order, each in its own transaction with the row that records it.
+//!
+//! Several daemons may open one installation at once: the steps run under a
+//! session advisory lock of the schema, so one daemon applies them and the others
+//! find them applied.
+
+use std::path::PathBuf;
+
+use agentmesh_store::StoreError;
+
+use crate::pool::Conn;
+use crate::{Fail, Res, quote_ident};
+
+/// One schema step.
+struct Migration {
+    version: i64,
+    name: &'static str,
+    sql: &'static str,
+}
+
+const MIGRATIONS: &[Migration] =
+    &[Migration { version: 1, name: "0001_schema", sql: include_str!("../migrations/0001_schema.sql") }];
+
+/// The schema version this build brings an installation to.
+pub const LATEST_VERSION: i64 = 1;
+
+/// Creates the schema when missing and applies the steps it lacks. A schema
+/// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.
+pub(crate) fn migrate(conn: &mut Conn, schema: &str) -> Res<()> {
+    let key = crate::db::mesh_lock_key(schema, "\u{0}migrations");
+    conn.client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
+    let outcome = apply_missing(conn, schema);
+    let unlocked = conn.client.execute("SELECT pg_advisory_unlock($1)", &[&key]);
+    outcome?;
+    unlocked?;
+    Ok(())
+}
+
+fn apply_missing(conn: &mut Conn, schema: &str) -> Res<()> {
+    conn.client.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS {schema};
+         CREATE TABLE IF NOT EXISTS agentmesh_migrations (
+             version BIGINT PRIMARY KEY,
+             name TEXT NOT NULL,
+             applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+         );",
+        schema = quote_ident(schema)
+    ))?;
+    let current: i64 =
+        conn.client.query_one("SELECT COALESCE(MAX(version), 0) FROM agentmesh_migrations", &[])?.get(0);
+    if current > LATEST_VERSION {
+        return Err(Fail(StoreError::SchemaTooNew {
+            path: PathBuf::from(format!("schema {schema}")),
+            found: current,
+            supported: LATEST_VERSION,
+        }));
+    }
+    for step in MIGRATIONS.iter().filter(|m| m.version > current) {
+        let mut tx = conn.client.transaction()?;
+        tx.batch_execute(step.sql).map_err(|e| step_failed(step.name, e))?;
+        tx.execute(
+            "INSERT INTO agentmesh_migrations (version, name) VALUES ($1, $2)",
+            &[&step.version, &step.name],
+        )?;
+        tx.commit()?;
+        tracing::info!(schema, step = step.name, "applied PostgreSQL schema step");
+    }
+    Ok(())
+}
+
+fn step_failed(step: &'static str, err: postgres::Error) -> Fail {
+    Fail(StoreError::Backend(format!("schema step {step} failed: {}", db_message(&err)).into()))
+}
+
+/// The server's message for `err`, or the client's.
+pub(crate) fn db_message(err: &postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => err.to_string(),
+    }
+}

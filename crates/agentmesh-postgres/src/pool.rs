@@ -1,0 +1,151 @@
+//! The connection pool: connections opened as needed up to a bound, each with
+//! its prepared statements, handed out one caller at a time and returned when
+//! the caller is done. A connection the server closed is dropped, not returned.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use postgres::{Client, NoTls, Statement};
+
+use crate::{Fail, Res};
+
+/// One server connection and the statements prepared on it, by SQL text.
+pub(crate) struct Conn {
+    pub(crate) client: Client,
+    pub(crate) statements: HashMap<String, Statement>,
+}
+
+impl Conn {
+    /// The prepared form of `sql`, prepared on first use.
+    pub(crate) fn statement(&mut self, sql: &str) -> Res<Statement> {
+        if let Some(statement) = self.statements.get(sql) {
+            return Ok(statement.clone());
+        }
+        let statement = self.client.prepare(sql)?;
+        self.statements.insert(sql.to_owned(), statement.clone());
+        Ok(statement)
+    }
+}
+
+/// What the pool needs to open a connection.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) config: postgres::Config,
+    /// The schema every statement runs in (`search_path`), quoted.
+    pub(crate) quoted_schema: String,
+}
+
+impl Target {
+    pub(crate) fn connect(&self) -> Res<Conn> {
+        let mut client = self.config.connect(NoTls)?;
+        client.batch_execute(&format!(
+            "SET search_path TO {}; SET statement_timeout = 0; SET lock_timeout = '30s'",
+            self.quoted_schema
+        ))?;
+        Ok(Conn { client, statements: HashMap::new() })
+    }
+}
+
+/// Connections to one database and schema, at most `max` open at once.
+pub(crate) struct Pool {
+    target: Target,
+    max: usize,
+    state: Mutex<State>,
+    returned: Condvar,
+}
+
+struct State {
+    idle: Vec<Conn>,
+    open: usize,
+}
+
+/// How long a caller waits for a connection when all are in use.
+const CHECKOUT_WAIT: Duration = Duration::from_secs(30);
+
+impl Pool {
+    pub(crate) fn new(target: Target, max: usize) -> Pool {
+        Pool {
+            target,
+            max: max.max(1),
+            state: Mutex::new(State { idle: Vec::new(), open: 0 }),
+            returned: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A connection for the caller alone until the guard drops.
+    pub(crate) fn get(&self) -> Res<Pooled<'_>> {
+        let mut state = self.lock();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(Pooled { pool: self, conn: Some(conn) });
+            }
+            if state.open < self.max {
+                state.open += 1;
+                drop(state);
+                return match self.target.connect() {
+                    Ok(conn) => Ok(Pooled { pool: self, conn: Some(conn) }),
+                    Err(err) => {
+                        self.lock().open -= 1;
+                        self.returned.notify_one();
+                        Err(err)
+                    }
+                };
+            }
+            let (next, timeout) =
+                self.returned.wait_timeout(state, CHECKOUT_WAIT).unwrap_or_else(|e| e.into_inner());
+            state = next;
+            if timeout.timed_out() && state.idle.is_empty() && state.open >= self.max {
+                return Err(Fail(agentmesh_store::StoreError::Busy));
+            }
+        }
+    }
+
+    /// Opens a connection outside the pool (for a listener or a leader lock,
+    /// which hold their connection for as long as they live).
+    pub(crate) fn dedicated(&self) -> Res<Conn> {
+        self.target.connect()
+    }
+}
+
+/// A connection checked out of the pool.
+pub(crate) struct Pooled<'p> {
+    pool: &'p Pool,
+    conn: Option<Conn>,
+}
+
+impl std::ops::Deref for Pooled<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        self.conn.as_ref().expect("a pooled connection until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Pooled<'_> {
+    fn deref_mut(&mut self) -> &mut Conn {
+        self.conn.as_mut().expect("a pooled connection until dropped")
+    }
+}
+
+impl Pooled<'_> {
+    /// Closes the connection instead of returning it (its state is unknown).
+    pub(crate) fn discard(mut self) {
+        self.conn = None;
+    }
+}
+
+impl Drop for Pooled<'_> {
+    fn drop(&mut self) {
+        let mut state = self.pool.lock();
+        match self.conn.take() {
+            Some(conn) if !conn.client.is_closed() => state.idle.push(conn),
+            _ => state.open -= 1,
+        }
+        drop(state);
+        self.pool.returned.notify_one();
+    }
+}

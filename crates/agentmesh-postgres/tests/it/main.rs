@@ -1,0 +1,6 @@
+//! Integration tests of the PostgreSQL backend, against the server named by
+//! `AGENTMESH_TEST_DATABASE_URL` (default: the local server's `test` database).
+//! Each test runs in a fresh schema of its own, dropped when it ends.
+
+mod conformance;
+mod support;
