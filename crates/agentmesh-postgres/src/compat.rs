@@ -125,11 +125,11 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("clear_missions"))
+        self.write_unlocked(|db| crate::missions::clear(db, mesh_id))
     }
 
     fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("scheduler_cursor"))
+        self.read(|db| crate::missions::cursor(db, mesh_id))
     }
 
     fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
