@@ -417,3 +417,37 @@ impl agentmesh_store::LedgerStore for PgStore {
         self.snapshot(|db| slice(db, mesh_id, query))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The condition a filter states is the kind index's own, and leaves out
+    /// exactly the unindexed kinds.
+    #[test]
+    fn the_kind_filter_states_the_kind_index_condition() {
+        let stated: Vec<String> = UNINDEXED_KINDS.iter().map(|k| format!("kind <> '{k}'")).collect();
+        assert_eq!(INDEXED_KIND, stated.join(" AND "));
+        let schema = include_str!("../migrations/0001_schema.sql");
+        assert!(schema.contains(&format!("WHERE {INDEXED_KIND};")), "{schema}");
+        let terms = |kinds: &[&str]| Filter::new(false, kinds).terms(2, "= ANY($n)").0;
+        assert_eq!(terms(&["task_failed", "note"]), format!(" AND kind = ANY($2) AND {INDEXED_KIND}"));
+        assert_eq!(terms(&["task_failed", "task_completed"]), " AND kind = ANY($2)");
+        assert_eq!(terms(&[]), "");
+        let (both, next) = Filter::new(true, &["note"]).terms(3, "= $n");
+        assert_eq!(both, format!(" AND timestamp >= $3 AND kind = $4 AND {INDEXED_KIND}"));
+        assert_eq!(next, 5);
+    }
+
+    /// Every statement reads one mesh.
+    #[test]
+    fn every_statement_filters_by_mesh() {
+        for statements in
+            [&NEWEST_FIRST, &ORDERED, &ORDERED_TAIL, &SLICE_BY_SEQ, &SLICE_FROM_START, &SLICE_AFTER_ID]
+        {
+            for sql in statements.iter() {
+                assert!(sql.contains("WHERE mesh_id = $1"), "{sql}");
+            }
+        }
+    }
+}
