@@ -258,6 +258,7 @@ CREATE TABLE mesh_coordinator_presence (
 CREATE TABLE mesh_missions (
     mesh_id TEXT COLLATE "C" NOT NULL,
     id TEXT COLLATE "C" NOT NULL,
+    row_id BIGINT GENERATED ALWAYS AS IDENTITY,
     title TEXT NOT NULL,
     goal TEXT NOT NULL DEFAULT '',
     status TEXT COLLATE "C" NOT NULL DEFAULT 'active',
