@@ -74,6 +74,8 @@ pub struct PgStore {
     schema: String,
     /// Where the database is, without credentials, for messages.
     location: String,
+    /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
+    tool_calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -101,7 +103,12 @@ impl PgStore {
         let location = describe(&config);
         let target = Target { config, quoted_schema: quote_ident(&options.schema) };
         let pool = Pool::new(target, options.max_connections);
-        let store = PgStore { pool, schema: options.schema.clone(), location };
+        let store = PgStore {
+            pool,
+            schema: options.schema.clone(),
+            location,
+            tool_calls: std::sync::atomic::AtomicU64::new(0),
+        };
         store.migrate().map_err(|Fail(e)| e)?;
         Ok(store)
     }
