@@ -216,6 +216,10 @@ impl Store for PgStore {
     fn probe_write(&self) -> StoreResult<()> {
         PgStore::probe_write(self)
     }
+
+    fn id_scope(&self) -> agentmesh_store::IdScope {
+        agentmesh_store::IdScope::Mesh
+    }
 }
 
 /// A schema name this store accepts: letters, digits and `_`, not starting with
