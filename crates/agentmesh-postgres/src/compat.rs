@@ -86,19 +86,19 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>> {
-        Err(crate::compat::pending("sole_active_direct_dispatch"))
+        self.read(|db| crate::runtime::sole_active_dispatch(db, mesh_id, session_id))
     }
 
     fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_direct_dispatches"))
+        self.write(mesh_id, |db| crate::runtime::delete_dispatches(db, mesh_id))
     }
 
     fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        Err(crate::compat::pending("task_has_confirmed_delivery"))
+        self.read(|db| crate::runtime::task_has_confirmed_delivery(db, mesh_id, task_id))
     }
 
     fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_session_deliveries"))
+        self.write(mesh_id, |db| crate::runtime::delete_deliveries(db, mesh_id))
     }
 
     fn record_completion_fingerprint(
@@ -108,7 +108,7 @@ impl agentmesh_store::CompatStore for PgStore {
         ttl_ms: i64,
         now: Timestamp,
     ) -> StoreResult<()> {
-        Err(crate::compat::pending("record_completion_fingerprint"))
+        self.write_unlocked(|db| crate::runtime::record_fingerprint(db, mesh_id, fingerprint, ttl_ms, now))
     }
 
     fn has_completion_fingerprint(
@@ -117,11 +117,11 @@ impl agentmesh_store::CompatStore for PgStore {
         fingerprint: &str,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        Err(crate::compat::pending("has_completion_fingerprint"))
+        self.read(|db| crate::runtime::has_fingerprint(db, mesh_id, fingerprint, now))
     }
 
     fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool> {
-        Err(crate::compat::pending("record_completion_conflict"))
+        self.write_unlocked(|db| crate::runtime::record_conflict(db, conflict))
     }
 
     fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64> {

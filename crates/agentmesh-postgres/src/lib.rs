@@ -78,6 +78,8 @@ pub struct PgStore {
     channel: String,
     /// Where the database is, without credentials, for messages.
     location: String,
+    /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
+    tool_calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -106,7 +108,13 @@ impl PgStore {
         let target = Target { config, quoted_schema: quote_ident(&options.schema) };
         let pool = Pool::new(target, options.max_connections);
         let channel = cluster::channel(&options.schema);
-        let store = PgStore { pool, schema: options.schema.clone(), channel, location };
+        let store = PgStore {
+            pool,
+            schema: options.schema.clone(),
+            channel,
+            location,
+            tool_calls: std::sync::atomic::AtomicU64::new(0),
+        };
         store.migrate().map_err(|Fail(e)| e)?;
         Ok(store)
     }
