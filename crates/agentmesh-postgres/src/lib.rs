@@ -97,7 +97,7 @@ impl PgStore {
                 format!("is not a PostgreSQL connection string: {e}"),
             ))
         })?;
-        validate_schema(&options.schema)?;
+        validate_schema(&options.schema).map_err(StoreError::InvalidInput)?;
         let location = describe(&config);
         let target = Target { config, quoted_schema: quote_ident(&options.schema) };
         let pool = Pool::new(target, options.max_connections);
@@ -209,11 +209,15 @@ impl Store for PgStore {
     fn probe_write(&self) -> StoreResult<()> {
         PgStore::probe_write(self)
     }
+
+    fn id_scope(&self) -> agentmesh_store::IdScope {
+        agentmesh_store::IdScope::Mesh
+    }
 }
 
-/// A schema name this store accepts: letters, digits and `_`, not starting with
-/// a digit, at most 63 bytes (PostgreSQL's identifier length).
-fn validate_schema(schema: &str) -> StoreResult<()> {
+/// Checks a schema name: letters, digits and `_`, not starting with a digit, at
+/// most 63 bytes (PostgreSQL's identifier length).
+pub fn validate_schema(schema: &str) -> Result<(), agentmesh_core::InvalidInput> {
     let ok = !schema.is_empty()
         && schema.len() <= 63
         && schema.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
@@ -221,10 +225,10 @@ fn validate_schema(schema: &str) -> StoreResult<()> {
     if ok {
         Ok(())
     } else {
-        Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+        Err(agentmesh_core::InvalidInput::new(
             "databaseSchema",
-            "must be 1 to 63 letters, digits or underscores, not starting with a digit",
-        )))
+            format!("{schema:?} must be 1 to 63 letters, digits or underscores, not starting with a digit"),
+        ))
     }
 }
 

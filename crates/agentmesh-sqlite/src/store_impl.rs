@@ -30,6 +30,10 @@ impl Store for SqliteStore {
     fn probe_write(&self) -> StoreResult<()> {
         SqliteStore::probe_write(self)
     }
+
+    fn id_scope(&self) -> agentmesh_store::IdScope {
+        agentmesh_store::IdScope::Database
+    }
 }
 
 impl QueueStore for SqliteStore {

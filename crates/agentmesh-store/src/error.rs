@@ -12,16 +12,17 @@ pub enum StoreError {
     /// The request failed validation; nothing changed.
     #[error(transparent)]
     InvalidInput(#[from] InvalidInput),
-    /// A task with this id exists already. Task ids are unique per database,
-    /// across meshes, so the task that holds the id may be in another mesh.
-    #[error(
-        "task {task_id} already exists (task ids are unique per database; it is in mesh {existing_mesh_id})"
-    )]
+    /// A task with this id exists already. Where ids are unique per database
+    /// (the embedded file), the task that holds the id may be in another mesh;
+    /// where they are unique per mesh (PostgreSQL), it is in the same one.
+    #[error("{}", duplicate_task_message(task_id, existing_mesh_id, *scope))]
     DuplicateTaskId {
         /// The id.
         task_id: String,
         /// The mesh of the task that holds the id.
         existing_mesh_id: String,
+        /// Where the backend keeps task ids unique.
+        scope: IdScope,
     },
     /// Enqueueing would close a dependency cycle.
     #[error("dependency cycle detected: {}", .path.join(" -> "))]
@@ -131,6 +132,29 @@ pub enum StoreError {
     /// Any other backend failure.
     #[error("database error")]
     Backend(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+/// Where a backend keeps the ids of tasks and missions unique
+/// ([`crate::Store::id_scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdScope {
+    /// Across every mesh of the database, as the original did: an id another
+    /// mesh holds is refused. The embedded SQLite file.
+    Database,
+    /// Within one mesh: two meshes may each hold a task of the same id. A server
+    /// database, whose every key starts with the mesh so it can be sharded by mesh.
+    Mesh,
+}
+
+fn duplicate_task_message(task_id: &str, mesh_id: &str, scope: IdScope) -> String {
+    match scope {
+        IdScope::Database => {
+            format!(
+                "task {task_id} already exists (task ids are unique per database; it is in mesh {mesh_id})"
+            )
+        }
+        IdScope::Mesh => format!("task {task_id} already exists in mesh {mesh_id}"),
+    }
 }
 
 impl StoreError {

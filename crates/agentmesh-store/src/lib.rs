@@ -34,7 +34,7 @@ pub mod submit;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use error::{FullStorage, StoreError};
+pub use error::{FullStorage, IdScope, StoreError};
 pub use raw_json::RawJson;
 pub use submit::Submitted;
 
@@ -381,6 +381,11 @@ pub trait Store:
     /// its counts. Rows are read as they are stored: a mesh id no caller could pass
     /// today is listed too.
     fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
+
+    /// Where this backend keeps task and mission ids unique: per database (an
+    /// id another mesh holds is refused, naming that mesh) or per mesh (each
+    /// mesh has its own ids).
+    fn id_scope(&self) -> IdScope;
 
     /// Commits a write that changes no data, through the same path as every
     /// other write: whether the store can write right now. Fails as a real write

@@ -53,11 +53,16 @@ pub struct GlobalArgs {
     /// Directory holding the database (mesh-runtime.db) [default: ~/.agentmesh]
     #[arg(long, global = true, value_name = "DIR", env = "AGENTMESH_HOME", help_heading = GLOBAL)]
     pub data_dir: Option<PathBuf>,
-    /// The database: sqlite:///path/to/mesh-runtime.db or a path (SQLite is this
-    /// build's backend); with --data-dir too, both must name the data dir's
+    /// The database: postgres://user@host:5432/db for a PostgreSQL installation
+    /// that several daemons share, else sqlite:///path/to/mesh-runtime.db or a
+    /// path; a SQLite URL given with --data-dir must name the data dir's
     /// mesh-runtime.db [default: <data-dir>/mesh-runtime.db]
     #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_DATABASE_URL", help_heading = GLOBAL)]
     pub database_url: Option<String>,
+    /// The PostgreSQL schema of the installation, created when missing (one
+    /// database can hold several) [default: agentmesh]
+    #[arg(long, global = true, value_name = "NAME", env = "AGENTMESH_DATABASE_SCHEMA", help_heading = GLOBAL)]
+    pub database_schema: Option<String>,
     /// The mesh to work in; nothing crosses from one mesh to another
     #[arg(
         long,

@@ -266,6 +266,7 @@ pub(super) fn duplicate_id(conn: &Connection, task: &Task) -> Fail {
         Ok(existing) => Fail(StoreError::DuplicateTaskId {
             task_id: task.id.clone(),
             existing_mesh_id: existing.unwrap_or_else(|| task.mesh_id.clone()),
+            scope: agentmesh_store::IdScope::Database,
         }),
         Err(err) => err,
     }

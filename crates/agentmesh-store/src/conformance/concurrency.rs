@@ -77,7 +77,7 @@ fn round_mesh(rule: &str, round: usize) -> String {
     format!("race-{rule}-{round}")
 }
 
-/// A task id unique to one round (task ids are unique per database).
+/// A task id unique to one round (unique in the database, so in the mesh on every backend).
 fn round_id(mesh: &str, name: &str) -> String {
     format!("{mesh}-{name}")
 }

@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::{CompatStore, Store, StoreError};
+use crate::{CompatStore, IdScope, Store, StoreError};
 
 /// Kinds of the mission entries the ledger writes.
 const MISSION_CREATED: &str = "mission_created";
@@ -178,11 +178,27 @@ pub fn missions_are_listed_by_status_most_recently_updated_first(store: &dyn Sto
     assert_eq!(listed, [mc], "expected listed missions to carry every field");
 }
 
-/// A mission id used in another mesh is refused with `IdInOtherMesh`, and neither mesh changes.
-pub fn mission_id_used_in_another_mesh_is_refused(store: &dyn Store) {
+/// A mission id used in another mesh follows the backend's [`IdScope`]: unique per
+/// database, it is refused with `IdInOtherMesh` and neither mesh changes; unique
+/// per mesh, the other mesh creates a mission of its own and the first one stays
+/// as it was.
+pub fn mission_id_used_in_another_mesh_follows_the_id_scope(store: &dyn Store) {
     let m1 = upsert_mission(store, MESH, new_mission("m1", "Mine"), at(1));
     let before = Snapshot::take(store, MESH);
     let theirs = NewMission { goal: Some("take over".into()), ..new_mission("m1", "Theirs") };
+    if store.id_scope() == IdScope::Mesh {
+        let upserted = ok(store.upsert_mission(OTHER_MESH, &theirs, at(2)), "upsert of m1 in B");
+        assert!(upserted.created, "expected B's m1 created as a mission of its own");
+        assert_eq!(upserted.mission.title, "Theirs", "expected B's m1 as given");
+        assert_eq!(
+            ok(store.mission(MESH, "m1"), "mission(A, m1)"),
+            Some(m1),
+            "expected A's mission unchanged"
+        );
+        before.assert_unchanged(store, MESH, "an upsert of the same id in another mesh");
+        assert_eq!(mission_ids(store, OTHER_MESH, &[]), ["m1"], "expected B to list its own m1");
+        return;
+    }
     let err = expect_err(store.upsert_mission(OTHER_MESH, &theirs, at(2)), "upsert of A's mission id in B");
     assert!(
         matches!(&err, StoreError::IdInOtherMesh { kind: "mission", id } if id == "m1"),

@@ -6,7 +6,7 @@ use agentmesh_core::{ClaimRefusal, NewTask, Task, TaskPriority, TaskStatus, ledg
 use serde_json::json;
 
 use super::support::*;
-use crate::{CompatStore, StatusCount, Store, StoreError};
+use crate::{CompatStore, IdScope, StatusCount, Store, StoreError};
 
 /// Enqueue returns a pending task stamped `createdAt = updatedAt = now` and records `task_dispatched`.
 pub fn enqueue_returns_a_pending_task_and_records_task_dispatched(store: &dyn Store) {
@@ -678,34 +678,78 @@ pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn CompatStore) {
     );
 }
 
-/// Task ids are unique per database, across meshes: enqueueing (alone or in a batch) an id another mesh holds is refused with `DuplicateTaskId` naming the mesh that holds it, and its message says so instead of placing the task in the requesting mesh; neither mesh changes.
-pub fn enqueue_of_an_id_held_by_another_mesh_names_that_mesh(store: &dyn Store) {
+/// An id another mesh holds follows the backend's [`IdScope`]. Unique per
+/// database: enqueueing it (alone or in a batch) is refused with `DuplicateTaskId`
+/// naming the mesh that holds it, and its message says so instead of placing the
+/// task in the requesting mesh; neither mesh changes. Unique per mesh: each mesh
+/// holds its own task of that id, and neither sees or changes the other's. Either
+/// way a duplicate within one mesh is refused naming that mesh.
+pub fn enqueue_of_an_id_another_mesh_holds_follows_the_id_scope(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(0));
     let (before_a, before_b) = (Snapshot::take(store, MESH), Snapshot::take(store, OTHER_MESH));
-    let err = expect_err(store.enqueue(OTHER_MESH, &new_task("t1"), at(1)), "enqueue into mesh-b of t1");
-    match &err {
-        StoreError::DuplicateTaskId { task_id, existing_mesh_id } => {
-            assert_eq!(task_id, "t1", "expected the refusal to name the id");
-            assert_eq!(existing_mesh_id, MESH, "expected the refusal to name the mesh that holds t1");
+    match store.id_scope() {
+        IdScope::Database => {
+            let err =
+                expect_err(store.enqueue(OTHER_MESH, &new_task("t1"), at(1)), "enqueue into mesh-b of t1");
+            match &err {
+                StoreError::DuplicateTaskId { task_id, existing_mesh_id, .. } => {
+                    assert_eq!(task_id, "t1", "expected the refusal to name the id");
+                    assert_eq!(existing_mesh_id, MESH, "expected the refusal to name the mesh that holds t1");
+                }
+                other => panic!("expected DuplicateTaskId, got {other:?}"),
+            }
+            let text = err.to_string();
+            assert_eq!(
+                text, "task t1 already exists (task ids are unique per database; it is in mesh mesh-a)",
+                "expected the message to say where the task is"
+            );
+            let batch = [new_task("fresh"), new_task("t1")];
+            let err = expect_err(
+                store.enqueue_batch(OTHER_MESH, &batch, at(2)),
+                "a batch into mesh-b repeating t1",
+            );
+            assert!(
+                matches!(&err, StoreError::DuplicateTaskId { existing_mesh_id, .. } if existing_mesh_id == MESH),
+                "expected the batch refused naming mesh-a, got {err:?}"
+            );
+            before_a.assert_unchanged(store, MESH, "a refused enqueue into another mesh");
+            before_b.assert_unchanged(store, OTHER_MESH, "a refused enqueue of an id mesh-a holds");
+            assert_eq!(
+                ok(store.find_task(OTHER_MESH, "t1"), "find_task in mesh-b"),
+                None,
+                "t1 is not in mesh-b"
+            );
         }
-        other => panic!("expected DuplicateTaskId, got {other:?}"),
+        IdScope::Mesh => {
+            let theirs = NewTask { message: "mesh-b's own t1".into(), ..new_task("t1") };
+            let b1 = enqueue(store, OTHER_MESH, theirs, at(1));
+            assert_eq!((b1.mesh_id.as_str(), b1.message.as_str()), (OTHER_MESH, "mesh-b's own t1"));
+            before_a.assert_unchanged(store, MESH, "an enqueue of the same id into another mesh");
+            let claimed = claim_ok(store, OTHER_MESH, &worker("node-b", "sb"), at(2), "t1");
+            assert_eq!(claimed.message, "mesh-b's own t1", "expected mesh-b to claim its own t1");
+            before_a.assert_unchanged(store, MESH, "a claim of the same id in another mesh");
+            let batch = [new_task("fresh"), new_task("t1")];
+            let err = expect_err(
+                store.enqueue_batch(OTHER_MESH, &batch, at(3)),
+                "a batch into mesh-b repeating t1",
+            );
+            assert!(
+                matches!(&err, StoreError::DuplicateTaskId { existing_mesh_id, .. } if existing_mesh_id == OTHER_MESH),
+                "expected the batch refused naming mesh-b, which holds its own t1, got {err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                "task t1 already exists in mesh mesh-b",
+                "expected the message to name the mesh"
+            );
+            assert_eq!(
+                ok(store.find_task(OTHER_MESH, "fresh"), "find_task in mesh-b"),
+                None,
+                "the batch stored nothing"
+            );
+        }
     }
-    let text = err.to_string();
-    assert_eq!(
-        text, "task t1 already exists (task ids are unique per database; it is in mesh mesh-a)",
-        "expected the message to say where the task is"
-    );
-    let batch = [new_task("fresh"), new_task("t1")];
-    let err = expect_err(store.enqueue_batch(OTHER_MESH, &batch, at(2)), "a batch into mesh-b repeating t1");
-    assert!(
-        matches!(&err, StoreError::DuplicateTaskId { existing_mesh_id, .. } if existing_mesh_id == MESH),
-        "expected the batch refused naming mesh-a, got {err:?}"
-    );
-    before_a.assert_unchanged(store, MESH, "a refused enqueue into another mesh");
-    before_b.assert_unchanged(store, OTHER_MESH, "a refused enqueue of an id mesh-a holds");
-    assert_eq!(ok(store.find_task(OTHER_MESH, "t1"), "find_task in mesh-b"), None, "t1 is not in mesh-b");
-
-    let err = expect_err(store.enqueue(MESH, &new_task("t1"), at(3)), "enqueue into mesh-a of t1 again");
+    let err = expect_err(store.enqueue(MESH, &new_task("t1"), at(4)), "enqueue into mesh-a of t1 again");
     assert!(
         matches!(&err, StoreError::DuplicateTaskId { existing_mesh_id, .. } if existing_mesh_id == MESH),
         "expected a duplicate in the same mesh to name that mesh, got {err:?}"

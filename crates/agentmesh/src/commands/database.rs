@@ -1,41 +1,75 @@
 //! The one place a store is opened: from a data dir, or from a database URL
 //! (`--database-url` / `$AGENTMESH_DATABASE_URL`).
 //!
-//! This build's one backend is SQLite. A database URL is `sqlite://` followed by
-//! the file's path (`sqlite:///srv/mesh/mesh-runtime.db` is absolute,
-//! `sqlite://mesh.db` relative), or a bare path. A `postgres://` or
-//! `postgresql://` URL is refused naming the flag: PostgreSQL is the next
-//! backend, not this build's. Anything else is refused the same way.
+//! Two backends. A `postgres://` or `postgresql://` URL opens the PostgreSQL
+//! installation in the schema `--database-schema` (or
+//! `$AGENTMESH_DATABASE_SCHEMA`, default `agentmesh`), creating and migrating
+//! it as needed. Any other URL names an embedded SQLite file: `sqlite://`
+//! followed by the file's path (`sqlite:///srv/mesh/mesh-runtime.db` is
+//! absolute, `sqlite://mesh.db` relative), or a bare path. Other schemes are
+//! refused naming the flag.
 //!
 //! The data dir still holds what is not the database (the daemon's token, lock
-//! and machine id, the original's legacy files). With only a database URL, the
-//! data dir is the database file's directory. With both a URL and a data dir
-//! (`--data-dir` or `$AGENTMESH_HOME`), they must name the same database, the
-//! data dir's `mesh-runtime.db`; when they disagree, nothing is opened and the
-//! error names both.
+//! and machine id, the original's legacy files). With only a SQLite URL, the
+//! data dir is the database file's directory; with a PostgreSQL URL it is
+//! `--data-dir` (or `$AGENTMESH_HOME`, else `~/.agentmesh`). With both a SQLite
+//! URL and a data dir, they must name the same database, the data dir's
+//! `mesh-runtime.db`; when they disagree, nothing is opened and the error names
+//! both.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agentmesh_core::InvalidInput;
+use agentmesh_postgres::{PgOptions, PgStore};
 use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, SqliteStore};
+use agentmesh_store::Store;
 use anyhow::Context as _;
 
 /// The field a refused database URL is named by.
 const FIELD: &str = "databaseUrl";
 
-/// Where the store lives: the data dir, and the database file when a URL named
-/// one.
+/// Where the store lives: the data dir, and the database file or PostgreSQL
+/// installation when a URL named one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreConfig {
     data_dir: PathBuf,
     database_file: Option<PathBuf>,
+    postgres: Option<PostgresTarget>,
+}
+
+/// A PostgreSQL installation: the server's URL and the schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresTarget {
+    /// The connection URL as given.
+    pub url: String,
+    /// The schema holding the installation.
+    pub schema: String,
+}
+
+/// An opened store, by backend.
+pub enum Opened {
+    /// The embedded file.
+    Sqlite(SqliteStore),
+    /// A PostgreSQL installation.
+    Postgres(PgStore),
+}
+
+impl Opened {
+    /// The store, for the API and the daemon.
+    pub fn into_store(self) -> Arc<dyn Store> {
+        match self {
+            Opened::Sqlite(store) => Arc::new(store),
+            Opened::Postgres(store) => Arc::new(store),
+        }
+    }
 }
 
 impl StoreConfig {
     /// The store of data dir `dir`: its `mesh-runtime.db` (or the legacy
     /// `beads.db`, renamed).
     pub fn data_dir(dir: impl Into<PathBuf>) -> StoreConfig {
-        StoreConfig { data_dir: dir.into(), database_file: None }
+        StoreConfig { data_dir: dir.into(), database_file: None, postgres: None }
     }
 
     /// Resolves the data dir and database URL given (see the module docs).
@@ -44,14 +78,40 @@ impl StoreConfig {
     pub fn resolve(
         given_data_dir: Option<&Path>,
         database_url: Option<&str>,
+        database_schema: Option<&str>,
         default_dir: impl FnOnce() -> anyhow::Result<PathBuf>,
     ) -> anyhow::Result<StoreConfig> {
         let Some(url) = database_url else {
+            if database_schema.is_some() {
+                return Err(InvalidInput::new(
+                    "databaseSchema",
+                    "names a PostgreSQL schema, but no PostgreSQL --database-url (or $AGENTMESH_DATABASE_URL) \
+                     is given",
+                )
+                .into());
+            }
             return Ok(StoreConfig::data_dir(match given_data_dir {
                 Some(dir) => dir.to_owned(),
                 None => default_dir()?,
             }));
         };
+        if agentmesh_postgres::is_database_url(url.trim()) {
+            let data_dir = match given_data_dir {
+                Some(dir) => dir.to_owned(),
+                None => default_dir()?,
+            };
+            let schema = database_schema.unwrap_or(agentmesh_postgres::DEFAULT_SCHEMA).to_owned();
+            agentmesh_postgres::validate_schema(&schema)?;
+            let postgres = PostgresTarget { url: url.trim().to_owned(), schema };
+            return Ok(StoreConfig { data_dir, database_file: None, postgres: Some(postgres) });
+        }
+        if database_schema.is_some() {
+            return Err(InvalidInput::new(
+                "databaseSchema",
+                "names a PostgreSQL schema, but --database-url (or $AGENTMESH_DATABASE_URL) names a SQLite file",
+            )
+            .into());
+        }
         let file = sqlite_path(url)?;
         let parent = file.parent().map(Path::to_owned).unwrap_or_default();
         let data_dir = if parent.as_os_str().is_empty() { PathBuf::from(".") } else { parent };
@@ -72,7 +132,12 @@ impl StoreConfig {
             }
             return Ok(StoreConfig::data_dir(dir));
         }
-        Ok(StoreConfig { data_dir, database_file: Some(file) })
+        Ok(StoreConfig { data_dir, database_file: Some(file), postgres: None })
+    }
+
+    /// The PostgreSQL installation a URL named, if one did.
+    pub fn postgres(&self) -> Option<&PostgresTarget> {
+        self.postgres.as_ref()
     }
 
     /// The data dir: the token, lock and machine id live there.
@@ -87,7 +152,12 @@ impl StoreConfig {
 
     /// Whether a database is there to read: the URL's file, else the data dir's
     /// file under either name.
+    /// A PostgreSQL installation counts as there: opening it creates its schema
+    /// when missing, and a server that cannot be reached fails the command.
     pub fn database_exists(&self) -> bool {
+        if self.postgres.is_some() {
+            return true;
+        }
         match &self.database_file {
             Some(file) => file.is_file(),
             None => {
@@ -98,14 +168,40 @@ impl StoreConfig {
 
     /// What a user reads as the store's place in messages.
     pub fn describe(&self) -> String {
+        if let Some(pg) = &self.postgres {
+            return format!("{} (schema {})", redact(&pg.url), pg.schema);
+        }
         match &self.database_file {
             Some(file) => file.display().to_string(),
             None => self.data_dir.display().to_string(),
         }
     }
 
-    /// Opens (creating when missing) the store.
-    pub fn open(&self) -> anyhow::Result<SqliteStore> {
+    /// Opens (creating when missing) the store, on either backend.
+    pub fn open(&self) -> anyhow::Result<Opened> {
+        match &self.postgres {
+            Some(pg) => {
+                let options = PgOptions::new(pg.url.clone()).schema(pg.schema.clone());
+                let store = PgStore::open(&options)
+                    .with_context(|| format!("failed to open the database {}", self.describe()))?;
+                Ok(Opened::Postgres(store))
+            }
+            None => self.open_sqlite().map(Opened::Sqlite),
+        }
+    }
+
+    /// Opens (creating when missing) the embedded file, for what only it has
+    /// (importing the original's files); a PostgreSQL URL is refused, naming
+    /// what to do instead.
+    pub fn open_sqlite(&self) -> anyhow::Result<SqliteStore> {
+        if self.postgres.is_some() {
+            return Err(InvalidInput::new(
+                FIELD,
+                "names a PostgreSQL database, but this command works on the embedded SQLite file: run it \
+                 with --data-dir, then copy the meshes with `agentmesh migrate --from <data-dir> --to <url>`",
+            )
+            .into());
+        }
         let opened = match &self.database_file {
             // A URL naming a data dir's own file opens it as that data dir, legacy
             // files included.
@@ -134,18 +230,26 @@ fn sqlite_path(url: &str) -> Result<PathBuf, InvalidInput> {
             "names no file: give sqlite:///path/to/mesh-runtime.db (three slashes for an absolute path)",
         )),
         "sqlite" => Ok(PathBuf::from(rest)),
-        "postgres" | "postgresql" => Err(InvalidInput::new(
-            FIELD,
-            "PostgreSQL is not supported by this build, which stores in SQLite only: give --database-url \
-             sqlite:///path/to/mesh-runtime.db or a path, or --data-dir (PostgreSQL is the next backend)",
-        )),
         other => Err(InvalidInput::new(
             FIELD,
             format!(
-                "the scheme {other:?} is not a backend of this build, which stores in SQLite only: give \
-                 --database-url sqlite:///path/to/mesh-runtime.db or a path"
+                "the scheme {other:?} is not a backend: give --database-url \
+                 postgres://user@host:5432/database, sqlite:///path/to/mesh-runtime.db or a path"
             ),
         )),
+    }
+}
+
+/// `url` without its password, for messages.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => url.to_owned(),
     }
 }
 
@@ -177,23 +281,50 @@ mod tests {
     }
 
     #[test]
-    fn postgres_and_other_schemes_are_refused_naming_the_flag() {
-        for url in ["postgres://u@h/db", "postgresql://h/db", "mysql://h/db"] {
+    fn other_schemes_are_refused_naming_the_flag() {
+        for url in ["mysql://h/db", "redis://h"] {
             let err = sqlite_path(url).unwrap_err();
             assert_eq!(err.field, FIELD);
-            assert!(err.problem.contains("--database-url") && err.problem.contains("SQLite"), "{err}");
+            assert!(err.problem.contains("postgres://") && err.problem.contains("sqlite://"), "{err}");
         }
-        assert!(
-            sqlite_path("postgres://h/db").unwrap_err().problem.contains("PostgreSQL is the next backend")
-        );
+    }
+
+    #[test]
+    fn a_postgres_url_names_an_installation_and_keeps_the_data_dir() {
+        let config = StoreConfig::resolve(
+            Some(Path::new("/d")),
+            Some("postgres://u:secret@db.example:5433/mesh"),
+            None,
+            no_default,
+        )
+        .unwrap();
+        assert_eq!(config.dir(), Path::new("/d"));
+        let pg = config.postgres().expect("a PostgreSQL target");
+        assert_eq!(pg.schema, agentmesh_postgres::DEFAULT_SCHEMA);
+        assert_eq!(config.describe(), "postgres://u@db.example:5433/mesh (schema agentmesh)");
+        let config = StoreConfig::resolve(None, Some("postgresql://h/db"), Some("team_a"), || {
+            Ok(PathBuf::from("/home/x/.agentmesh"))
+        })
+        .unwrap();
+        assert_eq!(config.postgres().unwrap().schema, "team_a");
+        assert_eq!(config.dir(), Path::new("/home/x/.agentmesh"));
+    }
+
+    #[test]
+    fn a_schema_needs_a_postgres_url_and_a_valid_name() {
+        for (url, schema) in [(None, "s"), (Some("sqlite:///srv/x.db"), "s"), (Some("postgres://h/db"), "1bad")] {
+            let err = StoreConfig::resolve(Some(Path::new("/d")), url, Some(schema), no_default).unwrap_err();
+            let invalid = err.downcast_ref::<InvalidInput>().expect("invalid input");
+            assert_eq!(invalid.field, "databaseSchema", "{url:?} {schema}");
+        }
     }
 
     #[test]
     fn a_url_alone_puts_the_data_dir_beside_its_file() {
-        let config = StoreConfig::resolve(None, Some("sqlite:///srv/m/other.db"), no_default).unwrap();
+        let config = StoreConfig::resolve(None, Some("sqlite:///srv/m/other.db"), None, no_default).unwrap();
         assert_eq!(config.dir(), Path::new("/srv/m"));
         assert_eq!(config.describe(), "/srv/m/other.db");
-        let config = StoreConfig::resolve(None, Some("other.db"), no_default).unwrap();
+        let config = StoreConfig::resolve(None, Some("other.db"), None, no_default).unwrap();
         assert_eq!(config.dir(), Path::new("."));
     }
 
@@ -202,6 +333,7 @@ mod tests {
         let agreed = StoreConfig::resolve(
             Some(Path::new("/srv/m")),
             Some("sqlite:///srv/m/mesh-runtime.db"),
+            None,
             no_default,
         )
         .unwrap();
@@ -209,6 +341,7 @@ mod tests {
         let err = StoreConfig::resolve(
             Some(Path::new("/srv/m")),
             Some("sqlite:///srv/n/mesh-runtime.db"),
+            None,
             no_default,
         )
         .unwrap_err();
@@ -222,9 +355,9 @@ mod tests {
 
     #[test]
     fn without_a_url_the_data_dir_or_the_default_is_used() {
-        let given = StoreConfig::resolve(Some(Path::new("/d")), None, no_default).unwrap();
+        let given = StoreConfig::resolve(Some(Path::new("/d")), None, None, no_default).unwrap();
         assert_eq!(given, StoreConfig::data_dir("/d"));
-        let default = StoreConfig::resolve(None, None, || Ok(PathBuf::from("/home/x/.agentmesh"))).unwrap();
+        let default = StoreConfig::resolve(None, None, None, || Ok(PathBuf::from("/home/x/.agentmesh"))).unwrap();
         assert_eq!(default.dir(), Path::new("/home/x/.agentmesh"));
     }
 }

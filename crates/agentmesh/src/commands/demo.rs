@@ -448,7 +448,7 @@ struct EmbeddedDaemon {
 impl EmbeddedDaemon {
     /// Opens the data dir and serves it on a free loopback port.
     fn start(data_dir: &Path, mesh: &str, enforce: bool) -> anyhow::Result<EmbeddedDaemon> {
-        let store = super::StoreConfig::data_dir(data_dir).open()?;
+        let store = super::StoreConfig::data_dir(data_dir).open_sqlite()?;
         let token_file = data_dir.join(TOKEN_FILE_NAME);
         let token = ApiToken::load_or_create(&token_file)
             .with_context(|| format!("failed to read or create the token file {}", token_file.display()))?;

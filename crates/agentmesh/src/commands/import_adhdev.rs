@@ -82,7 +82,7 @@ pub fn run(ctx: &Context, args: ImportAdhdevArgs, out: &mut Output) -> anyhow::R
     if !dir.is_dir() {
         return Err(InvalidInput::new("ledgerDir", format!("{} is not a directory", dir.display())).into());
     }
-    let store = ctx.store_config().open()?;
+    let store = ctx.store_config().open_sqlite()?;
 
     let mut databases = Vec::new();
     for name in [DB_FILE_NAME, LEGACY_DB_FILE_NAME] {

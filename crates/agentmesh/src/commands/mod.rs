@@ -131,6 +131,7 @@ impl Context {
         let store_config = StoreConfig::resolve(
             global.data_dir.as_deref(),
             global.database_url.as_deref(),
+            global.database_schema.as_deref(),
             default_data_dir,
         )?;
         let data_dir = store_config.dir();
@@ -322,7 +323,7 @@ impl Context {
         }
         log_warnings();
         let opened = self.store_config.open()?;
-        Ok(self.store.get_or_init(|| Arc::new(opened)))
+        Ok(self.store.get_or_init(|| opened.into_store()))
     }
 }
 

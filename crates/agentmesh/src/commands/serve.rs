@@ -62,7 +62,7 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let max_connections = connection_cap(args.max_connections);
-    let store = ctx.store_config().open()?;
+    let opened = ctx.store_config().open()?;
     let mut lock = if args.allow_second_daemon {
         None
     } else {
@@ -73,7 +73,7 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
             other => anyhow::Error::new(other),
         })?)
     };
-    let store = Arc::new(store);
+    let store = opened.into_store();
     let token_path = ctx.token_file();
     let token = ApiToken::load_or_create(&token_path)
         .with_context(|| format!("failed to read or create the token file {}", token_path.display()))?;
