@@ -258,7 +258,8 @@ pub(crate) fn claim(
     if survey.session_assigned {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
     }
-    let load = NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(db, mesh_id, claimant, &forms)? };
+    let load =
+        NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(db, mesh_id, claimant, &forms)? };
     let scope = ClaimScope { mesh_id, claimant, forms: &forms };
 
     let mut best: Option<ClaimRefusal> = None;

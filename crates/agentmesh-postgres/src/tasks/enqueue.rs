@@ -15,7 +15,13 @@ use crate::{Fail, Res, ledger};
 /// Enqueues one validated task with its ledger entry. The caller holds the
 /// mesh's lock, so the cycle check and the readiness count see every edge and
 /// status a concurrent write of the mesh could change.
-pub(crate) fn enqueue(db: &Db<'_>, mesh_id: &str, new: &NewTask, fresh_id: &str, now: Timestamp) -> Res<Task> {
+pub(crate) fn enqueue(
+    db: &Db<'_>,
+    mesh_id: &str,
+    new: &NewTask,
+    fresh_id: &str,
+    now: Timestamp,
+) -> Res<Task> {
     let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
     if !task.dependencies().is_empty() {
         let mut lookup_error = None;

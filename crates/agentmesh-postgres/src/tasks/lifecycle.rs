@@ -125,13 +125,7 @@ pub(crate) fn requeue(
     Ok(kind.of(persist(db, &before, decision, now)?))
 }
 
-pub(crate) fn reclaim(
-    db: &Db<'_>,
-    mesh_id: &str,
-    task_id: &str,
-    reason: &str,
-    now: Timestamp,
-) -> Res<Task> {
+pub(crate) fn reclaim(db: &Db<'_>, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> Res<Task> {
     let before = load_required(db, mesh_id, task_id)?;
     let decision = decide::reclaim(&before.task, reason, now, || mint_at(now))?;
     persist(db, &before, decision, now)

@@ -20,7 +20,9 @@
 //! - `persist`: the effect writer.
 //! - `reads`: listings, counts and lookups.
 
-use agentmesh_core::{Claimant, NewTask, RequeueOptions, Requeued, Task, TaskPriority, TaskStatus, Timestamp};
+use agentmesh_core::{
+    Claimant, NewTask, RequeueOptions, Requeued, Task, TaskPriority, TaskStatus, Timestamp,
+};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreError, StoreResult,

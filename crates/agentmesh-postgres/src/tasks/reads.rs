@@ -39,8 +39,10 @@ pub(crate) fn entries(db: &Db<'_>, mesh_id: &str, statuses: &[TaskStatus]) -> Re
 /// One line per task (id, status, updatedAt) in id order: changes whenever a
 /// task is added, removed or rewritten.
 pub(crate) fn revision(db: &Db<'_>, mesh_id: &str) -> Res<String> {
-    let rows =
-        db.query("SELECT id, status, updated_at FROM mesh_queue WHERE mesh_id = $1 ORDER BY id ASC", &[&mesh_id])?;
+    let rows = db.query(
+        "SELECT id, status, updated_at FROM mesh_queue WHERE mesh_id = $1 ORDER BY id ASC",
+        &[&mesh_id],
+    )?;
     let lines: Vec<String> = rows
         .iter()
         .map(|r| format!("{}\t{}\t{}", r.get::<_, &str>(0), r.get::<_, &str>(1), r.get::<_, &str>(2)))
@@ -48,7 +50,12 @@ pub(crate) fn revision(db: &Db<'_>, mesh_id: &str) -> Res<String> {
     Ok(lines.join("\n"))
 }
 
-pub(crate) fn has_active_assignment(db: &Db<'_>, mesh_id: &str, session_id: &str, node_id: &str) -> Res<bool> {
+pub(crate) fn has_active_assignment(
+    db: &Db<'_>,
+    mesh_id: &str,
+    session_id: &str,
+    node_id: &str,
+) -> Res<bool> {
     let row = db.query_opt(
         "SELECT 1 FROM mesh_queue
           WHERE mesh_id = $1 AND status = 'assigned'
@@ -67,8 +74,10 @@ pub(crate) fn node_assignment_count(db: &Db<'_>, mesh_id: &str, node_id: &str) -
 }
 
 pub(crate) fn pending_count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    let row =
-        db.query_one("SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending'", &[&mesh_id])?;
+    let row = db.query_one(
+        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending'",
+        &[&mesh_id],
+    )?;
     Ok(unsigned(row.get(0)))
 }
 
@@ -85,7 +94,8 @@ pub(crate) fn oldest_pending_created_at(db: &Db<'_>, mesh_id: &str) -> Res<Optio
 }
 
 pub(crate) fn stats(db: &Db<'_>, mesh_id: &str) -> Res<Vec<StatusCount>> {
-    let rows = db.query("SELECT status, COUNT(*) FROM mesh_queue WHERE mesh_id = $1 GROUP BY status", &[&mesh_id])?;
+    let rows =
+        db.query("SELECT status, COUNT(*) FROM mesh_queue WHERE mesh_id = $1 GROUP BY status", &[&mesh_id])?;
     let counts: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     let mut out = Vec::new();
     for status in TaskStatus::ALL {

@@ -258,7 +258,11 @@ pub(super) fn id_taken(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<bool> {
 
 /// The refusal of `task`, whose id its mesh holds already.
 pub(super) fn duplicate_id(task: &Task) -> Fail {
-    Fail(StoreError::DuplicateTaskId { task_id: task.id.clone(), existing_mesh_id: task.mesh_id.clone() })
+    Fail(StoreError::DuplicateTaskId {
+        task_id: task.id.clone(),
+        existing_mesh_id: task.mesh_id.clone(),
+        scope: agentmesh_store::IdScope::Mesh,
+    })
 }
 
 #[cfg(test)]
