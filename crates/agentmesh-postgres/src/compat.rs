@@ -19,31 +19,31 @@ use crate::PgStore;
 
 impl agentmesh_store::CompatStore for PgStore {
     fn queue_revision(&self, mesh_id: &str) -> StoreResult<String> {
-        Err(crate::compat::pending("queue_revision"))
+        self.read(|db| crate::tasks::revision(db, mesh_id))
     }
 
     fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()> {
-        Err(crate::compat::pending("replace_queue"))
+        self.write(mesh_id, |db| crate::tasks::replace_queue(db, mesh_id, entries))
     }
 
     fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_queue"))
+        self.write(mesh_id, |db| crate::tasks::delete_queue(db, mesh_id))
     }
 
     fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()> {
-        Err(crate::compat::pending("insert_queue_entry"))
+        self.write(&entry.mesh_id, |db| crate::tasks::insert_entry(db, entry))
     }
 
     fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task> {
-        Err(crate::compat::pending("update_queue_entry"))
+        self.write(&entry.mesh_id, |db| crate::tasks::update_entry(db, entry, now))
     }
 
     fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool> {
-        Err(crate::compat::pending("has_active_assignment"))
+        self.read(|db| crate::tasks::has_active_assignment(db, mesh_id, session_id, node_id))
     }
 
     fn pending_count(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("pending_count"))
+        self.read(|db| crate::tasks::pending_count(db, mesh_id))
     }
 
     fn find_assigned_by_session(
@@ -53,11 +53,11 @@ impl agentmesh_store::CompatStore for PgStore {
         occurred_at: Option<&str>,
         task_id: Option<&str>,
     ) -> StoreResult<Option<Task>> {
-        Err(crate::compat::pending("find_assigned_by_session"))
+        self.read(|db| crate::tasks::find_assigned_by_session(db, mesh_id, session_id, occurred_at, task_id))
     }
 
     fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task> {
-        Err(crate::compat::pending("reclaim_task"))
+        self.write(mesh_id, |db| crate::tasks::reclaim(db, mesh_id, task_id, reason, now))
     }
 
     fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
