@@ -28,6 +28,7 @@ mod missions;
 mod overview;
 mod pool;
 mod runtime;
+pub mod shard;
 mod tasks;
 
 pub use cluster::{Listener, UpkeepLeader, database_now};

@@ -22,6 +22,7 @@ impl Conn {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
+        crate::shard::record(sql);
         let statement = self.client.prepare(sql)?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)

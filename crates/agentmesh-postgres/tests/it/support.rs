@@ -55,6 +55,28 @@ impl TestDb {
     }
 }
 
+/// Every statement a test prepared must name its mesh (see
+/// `agentmesh_postgres::shard`): checked as each test's store goes, so the
+/// statements of every rule run in this process are checked.
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            assert_statements_shardable();
+        }
+    }
+}
+
+/// Panics naming every prepared statement that would not route to one shard.
+pub fn assert_statements_shardable() {
+    let bad: Vec<String> = agentmesh_postgres::shard::prepared_statements()
+        .into_iter()
+        .filter_map(|sql| {
+            agentmesh_postgres::shard::shard_violation(&sql).map(|why| format!("{why}:\n{sql}"))
+        })
+        .collect();
+    assert!(bad.is_empty(), "statements that cross meshes:\n{}", bad.join("\n\n"));
+}
+
 impl std::ops::Deref for TestDb {
     type Target = PgStore;
 
