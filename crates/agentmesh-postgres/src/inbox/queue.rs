@@ -126,8 +126,8 @@ pub(super) fn enqueue_stored(db: &Db<'_>, mesh_id: &str, row_id: i64) -> Res<boo
         db.execute(
             "DELETE FROM mesh_inbox_drained d
               USING mesh_pending_events e
-              WHERE e.mesh_id = $1 AND e.row_id = $2
-                AND d.mesh_id = e.mesh_id AND d.event_id = e.event_id AND d.id = e.id",
+              WHERE d.mesh_id = $1 AND e.mesh_id = $1 AND e.row_id = $2
+                AND d.event_id = e.event_id AND d.id = e.id",
             &[&mesh_id, &row_id],
         )?;
     }
