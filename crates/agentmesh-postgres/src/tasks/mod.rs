@@ -1,53 +1,114 @@
-//! The work queue: tasks, claims and the task lifecycle.
+//! The work queue: `mesh_queue` rows, their projected columns, dependency edges,
+//! claims and the task lifecycle.
+//!
+//! The JSON `payload` of a row is the task and the source of truth. Every write
+//! also rewrites the row's projected columns from it, so a claim selects
+//! candidates through the partial claim indexes in claim order and decodes only
+//! the winner. Readiness is maintained, not recomputed per claim: `deps_unmet`
+//! counts a task's dependencies that are not completed and is updated whenever
+//! one of them changes status; `hold` folds it together with the block and the
+//! parking into one number (0 = claimable as far as the task goes).
+//!
+//! What a write stores and records is decided by the core
+//! (`agentmesh_core::effects::task`); `persist` writes the decision. Every write
+//! that decides on what it read runs in [`PgStore::write`], under its mesh's lock.
+//!
+//! - `rows`: projection, load and save, edges and readiness.
+//! - `enqueue`: enqueue and the raw queue operations (replace, insert, update).
+//! - `claim`: the claim streams, the survey and the refusal diagnosis.
+//! - `lifecycle`: completion, heartbeat, cancel, requeue, reclaim.
+//! - `persist`: the effect writer.
+//! - `reads`: listings, counts and lookups.
 
-#![allow(unused_imports, unused_variables)]
-use agentmesh_core::TaskPriority;
 use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    Claimant, NewTask, RequeueOptions, Requeued, Task, TaskPriority, TaskStatus, Timestamp,
 };
+use agentmesh_store::ids::mint_at;
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreError, StoreResult,
 };
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
-use std::sync::Arc;
 
-use crate::PgStore;
+use crate::db::Db;
+use crate::{Fail, PgStore, Res};
+
+mod claim;
+mod enqueue;
+mod lifecycle;
+mod persist;
+mod reads;
+mod rows;
+
+pub(crate) use claim::claim;
+pub(crate) use enqueue::{delete_queue, enqueue, insert_entry, replace_queue, update_entry};
+pub(crate) use lifecycle::{
+    cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
+};
+pub(crate) use reads::{
+    active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
+    node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
+};
+
+/// A completion and, unless it was refused, the claim that follows it, in the
+/// caller's transaction. The outer `Res` fails the transaction; the inner `Err`
+/// is the completion's recorded refusal, which must still be committed.
+fn complete_then_claim(
+    db: &Db<'_>,
+    mesh_id: &str,
+    report: &CompletionReport,
+    claimant: &Claimant,
+    opts: &ClaimOptions,
+    now: Timestamp,
+) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
+    let completed = match complete(db, mesh_id, report, now)? {
+        Ok(task) => task,
+        Err(refused) => return Ok(Err(refused)),
+    };
+    Ok(Ok((completed, claim(db, mesh_id, claimant, opts, now)?)))
+}
 
 impl agentmesh_store::QueueStore for PgStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
-        Err(crate::compat::pending("enqueue"))
+        self.write(mesh_id, |db| enqueue(db, mesh_id, new, &mint_at(now), now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
-        Err(crate::compat::pending("enqueue_batch"))
+        self.write(mesh_id, |db| {
+            new.iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    enqueue(db, mesh_id, n, &mint_at(now), now).map_err(|Fail(err)| match err {
+                        StoreError::InvalidInput(e) => {
+                            Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
+                        }
+                        other => Fail(other),
+                    })
+                })
+                .collect()
+        })
     }
 
     fn queue_entries(&self, mesh_id: &str, statuses: &[TaskStatus]) -> StoreResult<Vec<Task>> {
-        Err(crate::compat::pending("queue_entries"))
+        self.read(|db| entries(db, mesh_id, statuses))
     }
 
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
-        Err(crate::compat::pending("find_task"))
+        self.read(|db| find(db, mesh_id, task_id))
     }
 
     fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("node_active_assignment_count"))
+        self.read(|db| node_assignment_count(db, mesh_id, node_id))
     }
 
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>> {
-        Err(crate::compat::pending("stats_by_status"))
+        self.read(|db| stats(db, mesh_id))
     }
 
     fn oldest_pending_created_at(&self, mesh_id: &str) -> StoreResult<Option<Timestamp>> {
-        Err(crate::compat::pending("oldest_pending_created_at"))
+        self.read(|db| oldest_pending_created_at(db, mesh_id))
     }
 
     fn active_assignments(&self, mesh_id: &str) -> StoreResult<Vec<ActiveAssignment>> {
-        Err(crate::compat::pending("active_assignments"))
+        self.read(|db| active_assignments(db, mesh_id))
     }
 
     fn claim_next(
@@ -57,11 +118,11 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<ClaimOutcome> {
-        Err(crate::compat::pending("claim_next"))
+        self.write(mesh_id, |db| claim(db, mesh_id, claimant, opts, now))
     }
 
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
-        Err(crate::compat::pending("complete_task"))
+        self.write(mesh_id, |db| complete(db, mesh_id, report, now))?
     }
 
     fn complete_and_claim(
@@ -72,7 +133,7 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)> {
-        Err(crate::compat::pending("complete_and_claim"))
+        self.write(mesh_id, |db| complete_then_claim(db, mesh_id, report, claimant, opts, now))?
     }
 
     fn heartbeat(
@@ -84,7 +145,7 @@ impl agentmesh_store::QueueStore for PgStore {
         lease_ms: i64,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        Err(crate::compat::pending("heartbeat"))
+        self.write(mesh_id, |db| heartbeat(db, mesh_id, task_id, session_id, epoch, lease_ms, now))?
     }
 
     fn cancel_task(
@@ -94,7 +155,7 @@ impl agentmesh_store::QueueStore for PgStore {
         reason: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        Err(crate::compat::pending("cancel_task"))
+        self.write(mesh_id, |db| cancel(db, mesh_id, task_id, reason, now))
     }
 
     fn set_task_priority(
@@ -105,7 +166,7 @@ impl agentmesh_store::QueueStore for PgStore {
         reason: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        Err(crate::compat::pending("set_task_priority"))
+        self.write(mesh_id, |db| set_priority(db, mesh_id, task_id, priority, reason, now))
     }
 
     fn requeue_task(
@@ -115,11 +176,11 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &RequeueOptions,
         now: Timestamp,
     ) -> StoreResult<Requeued> {
-        Err(crate::compat::pending("requeue_task"))
+        self.write(mesh_id, |db| requeue(db, mesh_id, task_id, opts, now))
     }
 
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
-        Err(crate::compat::pending("expired_leases"))
+        self.read(|db| expired_leases(db, now))
     }
 
     fn reclaim_if_lease_expired(
@@ -128,6 +189,6 @@ impl agentmesh_store::QueueStore for PgStore {
         task_id: &str,
         now: Timestamp,
     ) -> StoreResult<Option<Task>> {
-        Err(crate::compat::pending("reclaim_if_lease_expired"))
+        self.write(mesh_id, |db| reclaim_if_lease_expired(db, mesh_id, task_id, now))
     }
 }

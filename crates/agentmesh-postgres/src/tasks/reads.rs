@@ -1,0 +1,169 @@
+//! Reads of the queue.
+
+use agentmesh_core::lifecycle::match_completion;
+use agentmesh_core::{Task, TaskStatus, Timestamp};
+use agentmesh_store::{ActiveAssignment, StatusCount};
+use postgres::Row;
+
+use super::rows::{decode, load};
+use crate::Res;
+use crate::db::{Db, unsigned};
+
+/// Decodes rows of `(id, payload)`.
+fn decode_rows(rows: &[Row]) -> Res<Vec<Task>> {
+    rows.iter().map(|r| decode(r.get(0), r.get(1))).collect()
+}
+
+pub(crate) fn find(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Task>> {
+    Ok(load(db, mesh_id, task_id)?.map(|l| l.task))
+}
+
+/// The mesh's tasks in enqueue order, of the given statuses (all when none).
+pub(crate) fn entries(db: &Db<'_>, mesh_id: &str, statuses: &[TaskStatus]) -> Res<Vec<Task>> {
+    let rows = if statuses.is_empty() {
+        db.query(
+            "SELECT id, payload FROM mesh_queue WHERE mesh_id = $1 ORDER BY created_at ASC, row_id ASC",
+            &[&mesh_id],
+        )?
+    } else {
+        let statuses: Vec<&str> = statuses.iter().map(|s| s.as_str()).collect();
+        db.query(
+            "SELECT id, payload FROM mesh_queue WHERE mesh_id = $1 AND status = ANY($2)
+              ORDER BY created_at ASC, row_id ASC",
+            &[&mesh_id, &statuses],
+        )?
+    };
+    decode_rows(&rows)
+}
+
+/// One line per task (id, status, updatedAt) in id order: changes whenever a
+/// task is added, removed or rewritten.
+pub(crate) fn revision(db: &Db<'_>, mesh_id: &str) -> Res<String> {
+    let rows = db.query(
+        "SELECT id, status, updated_at FROM mesh_queue WHERE mesh_id = $1 ORDER BY id ASC",
+        &[&mesh_id],
+    )?;
+    let lines: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{}\t{}\t{}", r.get::<_, &str>(0), r.get::<_, &str>(1), r.get::<_, &str>(2)))
+        .collect();
+    Ok(lines.join("\n"))
+}
+
+pub(crate) fn has_active_assignment(
+    db: &Db<'_>,
+    mesh_id: &str,
+    session_id: &str,
+    node_id: &str,
+) -> Res<bool> {
+    let row = db.query_opt(
+        "SELECT 1 FROM mesh_queue
+          WHERE mesh_id = $1 AND status = 'assigned'
+            AND (assigned_session_id = $2 OR assigned_node_id = $3) LIMIT 1",
+        &[&mesh_id, &session_id, &node_id],
+    )?;
+    Ok(row.is_some())
+}
+
+pub(crate) fn node_assignment_count(db: &Db<'_>, mesh_id: &str, node_id: &str) -> Res<u64> {
+    let row = db.query_one(
+        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = $2",
+        &[&mesh_id, &node_id],
+    )?;
+    Ok(unsigned(row.get(0)))
+}
+
+pub(crate) fn pending_count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    let row = db.query_one(
+        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending'",
+        &[&mesh_id],
+    )?;
+    Ok(unsigned(row.get(0)))
+}
+
+/// When the mesh's oldest pending task was enqueued. `created_at` is the ISO form
+/// every writer uses (see `Timestamp::iso`), so the smallest string is the
+/// earliest instant; a value that does not parse counts as no answer.
+pub(crate) fn oldest_pending_created_at(db: &Db<'_>, mesh_id: &str) -> Res<Option<Timestamp>> {
+    let row = db.query_one(
+        "SELECT MIN(created_at) FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending'",
+        &[&mesh_id],
+    )?;
+    let oldest: Option<String> = row.get(0);
+    Ok(oldest.as_deref().and_then(Timestamp::parse_iso))
+}
+
+pub(crate) fn stats(db: &Db<'_>, mesh_id: &str) -> Res<Vec<StatusCount>> {
+    let rows =
+        db.query("SELECT status, COUNT(*) FROM mesh_queue WHERE mesh_id = $1 GROUP BY status", &[&mesh_id])?;
+    let counts: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let mut out = Vec::new();
+    for status in TaskStatus::ALL {
+        if let Some((_, n)) = counts.iter().find(|(s, _)| s == status.as_str()) {
+            out.push(StatusCount { status, count: unsigned(*n) });
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn active_assignments(db: &Db<'_>, mesh_id: &str) -> Res<Vec<ActiveAssignment>> {
+    let rows = db.query(
+        "SELECT id, payload FROM mesh_queue WHERE mesh_id = $1 AND status = 'assigned'
+          ORDER BY dispatch_ts ASC NULLS FIRST, row_id ASC",
+        &[&mesh_id],
+    )?;
+    Ok(decode_rows(&rows)?
+        .into_iter()
+        .map(|t| ActiveAssignment {
+            epoch: t.epoch(),
+            id: t.id,
+            node_id: t.assigned_node_id,
+            session_id: t.assigned_session_id,
+            provider_type: t.assigned_provider_type,
+            message: t.message,
+            dispatch_timestamp: t.dispatch_timestamp,
+            lease_expires_at: t.lease_expires_at,
+        })
+        .collect())
+}
+
+/// The tasks assigned to `session_id` in a mesh. Session ids match after
+/// trimming ASCII whitespace, as the original compared them: a row written with
+/// its session padded still belongs to that session.
+pub(super) fn assigned_to_session(db: &Db<'_>, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
+    let session = session_id.trim();
+    if session.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = db.query(
+        "SELECT id, payload FROM mesh_queue
+          WHERE mesh_id = $1 AND status = 'assigned'
+            AND btrim(assigned_session_id, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = $2
+          ORDER BY row_id ASC",
+        &[&mesh_id, &session],
+    )?;
+    decode_rows(&rows)
+}
+
+pub(crate) fn find_assigned_by_session(
+    db: &Db<'_>,
+    mesh_id: &str,
+    session_id: &str,
+    occurred_at: Option<&str>,
+    task_id: Option<&str>,
+) -> Res<Option<Task>> {
+    let assigned = assigned_to_session(db, mesh_id, session_id)?;
+    Ok(match_completion(&assigned, task_id, occurred_at).cloned())
+}
+
+/// The (mesh, task) of every assigned task whose lease ran out before `now`, in
+/// every mesh, soonest expired first.
+pub(crate) fn expired_leases(db: &Db<'_>, now: Timestamp) -> Res<Vec<(String, String)>> {
+    let rows = db.query(
+        "/* all meshes */ SELECT mesh_id, id FROM mesh_queue
+          WHERE status = 'assigned' AND lease_expires_ms IS NOT NULL AND lease_expires_ms < $1
+          ORDER BY lease_expires_ms, mesh_id, id",
+        &[&now.millis()],
+    )?;
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+}

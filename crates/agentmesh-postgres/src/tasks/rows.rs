@@ -1,0 +1,279 @@
+//! Task rows: the projected columns written from the payload, loading and
+//! saving a row, dependency edges and the readiness they maintain.
+
+use agentmesh_core::{Task, TaskMode, TaskStatus, Timestamp};
+use agentmesh_store::StoreError;
+use postgres::types::ToSql;
+
+use crate::db::Db;
+use crate::{Fail, Res};
+
+/// The claim hold of a task: 1 when a dependency is unmet or it is blocked, 2 when
+/// parked, else 0 (9, an unreadable payload, is never written here).
+/// Mirrored by the `CASE` of [`REFRESH_READINESS`].
+pub(super) fn hold_of(deps_unmet: i64, blocked: bool, parked: bool) -> i64 {
+    if deps_unmet > 0 || blocked {
+        1
+    } else if parked {
+        2
+    } else {
+        0
+    }
+}
+
+/// The projected columns of a task row.
+struct Projection {
+    payload: String,
+    priority_rank: i64,
+    blocked: bool,
+    parked: bool,
+    readonly: bool,
+    task_mode: Option<&'static str>,
+    required_tags: Option<String>,
+    not_before_ms: Option<i64>,
+    lease_expires_ms: Option<i64>,
+}
+
+impl Projection {
+    fn of(task: &Task) -> Projection {
+        Projection {
+            payload: task.to_json(),
+            priority_rank: task.priority_rank(),
+            blocked: task.blocked_reason.as_deref().is_some_and(|r| !r.is_empty()),
+            parked: task.is_parked(),
+            readonly: task.is_readonly(),
+            task_mode: task.task_mode.map(TaskMode::as_str),
+            required_tags: (!task.tags_required().is_empty())
+                .then(|| serde_json::to_string(task.tags_required()).expect("strings serialize")),
+            not_before_ms: task.not_before_millis(),
+            lease_expires_ms: task
+                .lease_expires_at
+                .as_deref()
+                .and_then(Timestamp::parse_iso)
+                .map(Timestamp::millis),
+        }
+    }
+}
+
+pub(super) fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
+    Fail(StoreError::Corrupt { what: format!("task {id}"), problem: err.to_string() })
+}
+
+pub(super) fn decode(id: &str, payload: &str) -> Res<Task> {
+    Task::from_json(payload).map_err(|e| corrupt(id, e))
+}
+
+pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
+    Fail(StoreError::TaskNotFound { mesh_id: mesh_id.to_owned(), task_id: task_id.to_owned() })
+}
+
+/// A task as loaded for a change, with the readiness count the change keeps.
+pub(super) struct Loaded {
+    pub(super) task: Task,
+    pub(super) deps_unmet: i64,
+    /// Where the row is (its `row_id`), so that writing it back needs no id lookup.
+    pub(super) row_id: i64,
+}
+
+pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
+    let row = db.query_opt(
+        "SELECT payload, deps_unmet, row_id FROM mesh_queue WHERE mesh_id = $1 AND id = $2",
+        &[&mesh_id, &task_id],
+    )?;
+    match row {
+        Some(row) => Ok(Some(Loaded {
+            task: decode(task_id, row.get(0))?,
+            deps_unmet: row.get(1),
+            row_id: row.get(2),
+        })),
+        None => Ok(None),
+    }
+}
+
+pub(super) fn load_required(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Loaded> {
+    load(db, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
+}
+
+/// The values of a task row in column order, `$1` id through `$24` mission_id,
+/// as both the insert and the update take them; `extra` binds after them.
+fn write_row(db: &Db<'_>, sql: &str, task: &Task, deps_unmet: i64, extra: Option<&i64>) -> Res<u64> {
+    let p = Projection::of(task);
+    let hold = hold_of(deps_unmet, p.blocked, p.parked);
+    let (blocked, parked, readonly) = (i64::from(p.blocked), i64::from(p.parked), i64::from(p.readonly));
+    let epoch = i64::try_from(task.epoch()).unwrap_or(i64::MAX);
+    let status = task.status.as_str();
+    let mut values: Vec<&(dyn ToSql + Sync)> = vec![
+        &task.id,
+        &task.mesh_id,
+        &status,
+        &task.target_node_id,
+        &task.target_session_id,
+        &task.assigned_node_id,
+        &task.assigned_session_id,
+        &task.created_at,
+        &task.updated_at,
+        &p.payload,
+        &p.priority_rank,
+        &deps_unmet,
+        &blocked,
+        &parked,
+        &hold,
+        &readonly,
+        &p.task_mode,
+        &p.required_tags,
+        &p.not_before_ms,
+        &task.assigned_provider_type,
+        &task.dispatch_timestamp,
+        &epoch,
+        &p.lease_expires_ms,
+        &task.mission_id,
+    ];
+    if let Some(extra) = extra {
+        values.push(extra);
+    }
+    db.execute(sql, &values)
+}
+
+/// Inserts a row; the caller has written its dependency edges and counted them.
+/// An id its mesh holds already is refused ([`StoreError::DuplicateTaskId`]).
+pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
+    let n = write_row(
+        db,
+        "INSERT INTO mesh_queue (
+             id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
+             assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
+             blocked, parked, hold, readonly, task_mode, required_tags, not_before_ms,
+             assigned_provider_type, dispatch_ts, epoch, lease_expires_ms, mission_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+                 $19, $20, $21, $22, $23, $24)
+         ON CONFLICT (mesh_id, id) DO NOTHING",
+        task,
+        deps_unmet,
+        None,
+    )?;
+    if n == 0 {
+        return Err(duplicate_id(task));
+    }
+    Ok(())
+}
+
+/// Rewrites a row by its `row_id` (`$25`); the id and mesh still have to match.
+const UPDATE_AT: &str = "UPDATE mesh_queue SET
+         status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
+         assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
+         priority_rank = $11, deps_unmet = $12, blocked = $13, parked = $14, hold = $15,
+         readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
+         assigned_provider_type = $20, dispatch_ts = $21, epoch = $22, lease_expires_ms = $23,
+         mission_id = $24
+     WHERE mesh_id = $2 AND row_id = $25 AND id = $1";
+
+/// Rewrites a loaded row from its task, with its readiness count.
+pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) -> Res<()> {
+    let n = write_row(db, UPDATE_AT, task, deps_unmet, Some(&row_id))?;
+    if n == 0 {
+        return Err(not_found(&task.mesh_id, &task.id));
+    }
+    Ok(())
+}
+
+/// Replaces a task's dependency edges with its `dependsOn` and returns how many of
+/// them are not completed (a missing task counts as not completed).
+pub(super) fn write_edges(db: &Db<'_>, task: &Task) -> Res<i64> {
+    db.execute("DELETE FROM mesh_task_deps WHERE mesh_id = $1 AND task_id = $2", &[&task.mesh_id, &task.id])?;
+    if task.dependencies().is_empty() {
+        return Ok(0);
+    }
+    add_edges(db, task)
+}
+
+/// Adds a new task's dependency edges and counts the unmet ones.
+pub(super) fn add_edges(db: &Db<'_>, task: &Task) -> Res<i64> {
+    let deps: Vec<&str> = task.dependencies().iter().map(String::as_str).collect();
+    db.execute(
+        "INSERT INTO mesh_task_deps (mesh_id, task_id, depends_on_id)
+         SELECT $1, $2, dep FROM unnest($3::text[]) AS dep
+         ON CONFLICT (mesh_id, task_id, depends_on_id) DO NOTHING",
+        &[&task.mesh_id, &task.id, &deps],
+    )?;
+    count_unmet(db, &task.mesh_id, &task.id)
+}
+
+pub(super) fn count_unmet(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<i64> {
+    let row = db.query_one(
+        "SELECT COUNT(*) FROM mesh_task_deps d
+           LEFT JOIN mesh_queue q ON q.mesh_id = d.mesh_id AND q.id = d.depends_on_id
+          WHERE d.mesh_id = $1 AND d.task_id = $2 AND (q.status IS NULL OR q.status <> 'completed')",
+        &[&mesh_id, &task_id],
+    )?;
+    Ok(row.get(0))
+}
+
+/// Ids of the tasks that depend on `task_id`.
+pub(super) fn dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Vec<String>> {
+    let rows = db.query(
+        "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2",
+        &[&mesh_id, &task_id],
+    )?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Sets a task's unmet count (`$3`) and recomputes its hold as [`hold_of`] does,
+/// keeping an unreadable row's hold (9).
+const REFRESH_READINESS: &str = "UPDATE mesh_queue SET deps_unmet = $3::BIGINT,
+         hold = CASE WHEN hold = 9 THEN 9 WHEN $3::BIGINT > 0 OR blocked = 1 THEN 1
+                     WHEN parked = 1 THEN 2 ELSE 0 END
+     WHERE mesh_id = $1 AND id = $2";
+
+/// Recounts the unmet dependencies of one task and its hold.
+pub(super) fn refresh_readiness(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<()> {
+    let unmet = count_unmet(db, mesh_id, task_id)?;
+    db.execute(REFRESH_READINESS, &[&mesh_id, &task_id, &unmet])?;
+    Ok(())
+}
+
+/// Keeps the dependents of `task_id` current after its completed-ness changed.
+pub(super) fn refresh_dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<()> {
+    for dependent in dependents(db, mesh_id, task_id)? {
+        refresh_readiness(db, mesh_id, &dependent)?;
+    }
+    Ok(())
+}
+
+/// Writes a task after a lifecycle change, keeping dependents current.
+pub(super) fn save(db: &Db<'_>, before: &Loaded, after: &Task) -> Res<()> {
+    update_row(db, after, before.deps_unmet, before.row_id)?;
+    let was_completed = before.task.status == TaskStatus::Completed;
+    if was_completed != (after.status == TaskStatus::Completed) {
+        refresh_dependents(db, &after.mesh_id, &after.id)?;
+    }
+    Ok(())
+}
+
+/// Whether the mesh holds a task `task_id` (task ids are unique per mesh).
+pub(super) fn id_taken(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<bool> {
+    let row =
+        db.query_opt("SELECT 1 FROM mesh_queue WHERE mesh_id = $1 AND id = $2", &[&mesh_id, &task_id])?;
+    Ok(row.is_some())
+}
+
+/// The refusal of `task`, whose id its mesh holds already.
+pub(super) fn duplicate_id(task: &Task) -> Fail {
+    Fail(StoreError::DuplicateTaskId {
+        task_id: task.id.clone(),
+        existing_mesh_id: task.mesh_id.clone(),
+        scope: agentmesh_store::IdScope::Mesh,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_of_orders_unmet_and_blocked_before_parked() {
+        assert_eq!(hold_of(0, false, false), 0);
+        assert_eq!(hold_of(2, false, true), 1);
+        assert_eq!(hold_of(0, true, true), 1);
+        assert_eq!(hold_of(0, false, true), 2);
+    }
+}
