@@ -3,4 +3,5 @@
 //! Each test runs in a fresh schema of its own, dropped when it ends.
 
 mod conformance;
+mod inbox;
 mod support;
