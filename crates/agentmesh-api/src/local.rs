@@ -91,6 +91,13 @@ impl LocalMesh {
         }
     }
 
+    /// Reads the time from `clock` instead (a server database's clock, so that
+    /// several daemons stamp leases, presence and the ledger by one clock).
+    pub fn with_clock(mut self, clock: Clock) -> LocalMesh {
+        self.clock = clock;
+        self
+    }
+
     /// Runs every drain in v2 enforce mode when `enforce` is set (a drain body
     /// may ask for it too); off unless set.
     pub fn with_enforce(mut self, enforce: bool) -> LocalMesh {

@@ -78,7 +78,7 @@ pub use server::{
     RESERVED_FILE_DESCRIPTORS, ServeOptions, Transport, connections_allowed_by, raise_open_file_limit,
 };
 pub use tls::{TlsError, TlsTransport};
-pub use upkeep::{CheckpointHook, UpkeepConfig};
+pub use upkeep::{CheckpointHook, LeaderHook, UpkeepConfig};
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -139,6 +139,12 @@ impl AppState {
     /// ([`DEFAULT_READY_LOCK_WAIT`] otherwise).
     pub fn with_ready_lock_wait(self, wait: Duration) -> AppState {
         self.readiness.set_lock_wait(wait);
+        self
+    }
+
+    /// Reads the time from `clock` (see [`LocalMesh::with_clock`]).
+    pub fn with_clock(mut self, clock: agentmesh_api::Clock) -> AppState {
+        self.mesh = self.mesh.with_clock(clock);
         self
     }
 

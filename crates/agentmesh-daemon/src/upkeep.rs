@@ -31,6 +31,12 @@
 //!   one is installed (the store trait knows nothing of WAL files; the SQLite
 //!   store keeps its WAL by itself, so `agentmesh serve` installs none).
 //!
+//! Several daemons on one database run the upkeep in one of them at a time:
+//! with a [`UpkeepConfig::leader`] hook, a pass runs only while the hook says
+//! this daemon leads (a PostgreSQL installation's upkeep lock), and is skipped
+//! otherwise; the next tick asks again, so a daemon takes over within one
+//! interval of the leader's death.
+//!
 //! `deliveries` and `dispatches` are per-mesh store calls; they visit every mesh
 //! that has deliveries or dispatches in the store. The other jobs sweep every mesh.
 
@@ -49,6 +55,10 @@ use crate::AppState;
 /// Checkpoints the database's WAL; `Ok(true)` when it did, `Ok(false)` when
 /// there was nothing worth doing.
 pub type CheckpointHook = Arc<dyn Fn() -> Result<bool, String> + Send + Sync>;
+
+/// Whether this daemon runs the upkeep now (blocking; asked before every pass).
+/// Several daemons on one database run it in one of them at a time.
+pub type LeaderHook = Arc<dyn Fn() -> bool + Send + Sync>;
 
 const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(60 * 60);
@@ -84,6 +94,9 @@ pub struct UpkeepConfig {
     pub undrained_events_kept_for: Duration,
     /// Checkpoints the WAL; `None` skips the checkpoint job.
     pub checkpoint: Option<CheckpointHook>,
+    /// Asked before every pass; a pass runs only when it says this daemon leads.
+    /// Without one, every pass runs (one daemon per database).
+    pub leader: Option<LeaderHook>,
 }
 
 impl Default for UpkeepConfig {
@@ -102,6 +115,7 @@ impl Default for UpkeepConfig {
             drained_events_kept_for: 7 * DAY,
             undrained_events_kept_for: 30 * DAY,
             checkpoint: None,
+            leader: None,
         }
     }
 }
@@ -122,6 +136,7 @@ impl std::fmt::Debug for UpkeepConfig {
             .field("drained_events_kept_for", &self.drained_events_kept_for)
             .field("undrained_events_kept_for", &self.undrained_events_kept_for)
             .field("checkpoint", &self.checkpoint.as_ref().map(|_| "<hook>"))
+            .field("leader", &self.leader.as_ref().map(|_| "<hook>"))
             .finish()
     }
 }
@@ -383,8 +398,16 @@ async fn job_loop(
         }
         let started = Instant::now();
         let (s, c) = (state.clone(), Arc::clone(&config));
-        let outcome = match tokio::task::spawn_blocking(move || job.pass(&s, &c)).await {
-            Ok(outcome) => outcome,
+        let led = move || match &c.leader {
+            Some(leads) if !leads() => None,
+            _ => Some(job.pass(&s, &c)),
+        };
+        let outcome = match tokio::task::spawn_blocking(led).await {
+            Ok(Some(outcome)) => outcome,
+            Ok(None) => {
+                tracing::debug!(job = job.name(), "upkeep pass left to the daemon that leads the upkeep");
+                continue;
+            }
             // A panic in the pass is the loop's: the supervisor restarts it.
             Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
             Err(join) => Err(format!("the pass did not finish: {join}")),

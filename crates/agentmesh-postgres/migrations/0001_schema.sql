@@ -85,6 +85,7 @@ CREATE INDEX idx_mesh_completion_fingerprints_expires ON mesh_completion_fingerp
 CREATE TABLE mesh_direct_dispatches (
     mesh_id TEXT COLLATE "C" NOT NULL,
     task_id TEXT COLLATE "C" NOT NULL,
+    row_id BIGINT GENERATED ALWAYS AS IDENTITY,
     node_id TEXT COLLATE "C",
     session_id TEXT COLLATE "C",
     provider_type TEXT COLLATE "C",
@@ -95,7 +96,8 @@ CREATE TABLE mesh_direct_dispatches (
     dispatched_to_idle_session BIGINT NOT NULL DEFAULT 0,
     dispatched_at TEXT COLLATE "C" NOT NULL,
     updated_at TEXT COLLATE "C" NOT NULL,
-    PRIMARY KEY (mesh_id, task_id)
+    PRIMARY KEY (mesh_id, task_id),
+    UNIQUE (mesh_id, row_id)
 );
 CREATE INDEX idx_direct_dispatches_mesh_session ON mesh_direct_dispatches (mesh_id, session_id, status);
 CREATE INDEX idx_direct_dispatches_mesh_status_time ON mesh_direct_dispatches (mesh_id, status, dispatched_at);
@@ -258,6 +260,7 @@ CREATE TABLE mesh_coordinator_presence (
 CREATE TABLE mesh_missions (
     mesh_id TEXT COLLATE "C" NOT NULL,
     id TEXT COLLATE "C" NOT NULL,
+    row_id BIGINT GENERATED ALWAYS AS IDENTITY,
     title TEXT NOT NULL,
     goal TEXT NOT NULL DEFAULT '',
     status TEXT COLLATE "C" NOT NULL DEFAULT 'active',

@@ -61,43 +61,44 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
-        Err(crate::compat::pending("append_ledger"))
+        crate::ledger::check_kind(entry)?;
+        self.write(&entry.mesh_id, |db| crate::ledger::append(db, entry))
     }
 
     fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
-        Err(crate::compat::pending("read_ledger"))
+        self.read(|db| crate::ledger::read_newest_first(db, mesh_id, query))
     }
 
     fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_ledger_entries"))
+        self.write_unlocked(|db| crate::ledger::delete(db, mesh_id, ids))
     }
 
     fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("clear_ledger"))
+        self.write_unlocked(|db| crate::ledger::clear(db, mesh_id))
     }
 
     fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool> {
-        Err(crate::compat::pending("has_ledger_entry"))
+        self.read(|db| crate::ledger::has(db, mesh_id, id))
     }
 
     fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("ledger_count"))
+        self.read(|db| crate::ledger::count(db, mesh_id))
     }
 
     fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>> {
-        Err(crate::compat::pending("sole_active_direct_dispatch"))
+        self.read(|db| crate::runtime::sole_active_dispatch(db, mesh_id, session_id))
     }
 
     fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_direct_dispatches"))
+        self.write(mesh_id, |db| crate::runtime::delete_dispatches(db, mesh_id))
     }
 
     fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        Err(crate::compat::pending("task_has_confirmed_delivery"))
+        self.read(|db| crate::runtime::task_has_confirmed_delivery(db, mesh_id, task_id))
     }
 
     fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_session_deliveries"))
+        self.write(mesh_id, |db| crate::runtime::delete_deliveries(db, mesh_id))
     }
 
     fn record_completion_fingerprint(
@@ -107,7 +108,7 @@ impl agentmesh_store::CompatStore for PgStore {
         ttl_ms: i64,
         now: Timestamp,
     ) -> StoreResult<()> {
-        Err(crate::compat::pending("record_completion_fingerprint"))
+        self.write_unlocked(|db| crate::runtime::record_fingerprint(db, mesh_id, fingerprint, ttl_ms, now))
     }
 
     fn has_completion_fingerprint(
@@ -116,19 +117,19 @@ impl agentmesh_store::CompatStore for PgStore {
         fingerprint: &str,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        Err(crate::compat::pending("has_completion_fingerprint"))
+        self.read(|db| crate::runtime::has_fingerprint(db, mesh_id, fingerprint, now))
     }
 
     fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool> {
-        Err(crate::compat::pending("record_completion_conflict"))
+        self.write_unlocked(|db| crate::runtime::record_conflict(db, conflict))
     }
 
     fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("clear_missions"))
+        self.write_unlocked(|db| crate::missions::clear(db, mesh_id))
     }
 
     fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("scheduler_cursor"))
+        self.read(|db| crate::missions::cursor(db, mesh_id))
     }
 
     fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {

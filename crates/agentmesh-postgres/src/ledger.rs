@@ -1,33 +1,195 @@
-//! The event ledger.
+//! The event ledger (`mesh_event_ledger`): append-only entries, newest-first and
+//! append-order reads, and slice paging.
+//!
+//! Every entry has a sequence number (`seq`) from one database sequence, taken
+//! while the appending transaction holds the entry's mesh lock, so within a mesh
+//! the numbers rise in commit order: an entry not yet committed always takes a
+//! number above every committed entry of its mesh. A sequence never hands out a
+//! number twice, so the numbers of deleted entries are never reused. A page by
+//! sequence (`afterSeq`) reads the mesh's entries past its cursor through the
+//! primary key (mesh_id, seq). Every page names the database's id
+//! (`agentmesh_meta`'s `database_id`) as its origin.
+//!
+//! Append order is (timestamp, seq). The slice protocol of the original's peers
+//! pages in (timestamp, id) order through `idx_mesh_event_ledger_slice`.
 
-#![allow(unused_imports, unused_variables)]
-use agentmesh_core::TaskPriority;
-use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
-};
-use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
-};
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
-use std::sync::Arc;
+use std::sync::LazyLock;
 
-use crate::PgStore;
+use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
+use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
+use agentmesh_store::{StoreError, StoreResult};
+use postgres::Row;
+use postgres::types::ToSql;
 
-impl agentmesh_store::LedgerStore for PgStore {
-    fn read_ledger_ordered(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
-        Err(crate::compat::pending("read_ledger_ordered"))
+use crate::db::{Db, unsigned};
+use crate::{PgStore, Res};
+
+/// Newest-first reads return this many entries when no tail is given.
+const DEFAULT_TAIL: u32 = 200;
+
+const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
+
+/// The kinds the kind index leaves out: one entry per task enqueued, claimed or
+/// completed. They are most of a ledger, so a filter on them walks the mesh's
+/// time order instead.
+const UNINDEXED_KINDS: [&str; 3] = [kinds::TASK_DISPATCHED, kinds::TASK_CLAIMED, kinds::TASK_COMPLETED];
+
+/// The kind index's condition, word for word: the planner uses a partial index
+/// only for a query whose `WHERE` implies its condition, which a bound list of
+/// kinds cannot show, so a filter on indexed kinds states it.
+const INDEXED_KIND: &str =
+    "kind <> 'task_dispatched' AND kind <> 'task_claimed' AND kind <> 'task_completed'";
+
+/// Which filters a read applies; each combination has its own fixed statement.
+#[derive(Clone, Copy)]
+struct Filter {
+    /// `timestamp >= since`.
+    since: bool,
+    /// A kind filter.
+    kind: bool,
+    /// Every kind asked for is in the kind index.
+    indexed: bool,
+}
+
+impl Filter {
+    /// Every combination, in the order of [`Filter::index`].
+    fn all() -> impl Iterator<Item = Filter> {
+        (0..8).map(|i| Filter { since: i & 1 != 0, kind: i & 2 != 0, indexed: i & 4 != 0 })
     }
 
-    fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
-        Err(crate::compat::pending("import_ledger"))
+    fn index(self) -> usize {
+        usize::from(self.since) | usize::from(self.kind) << 1 | usize::from(self.indexed) << 2
     }
 
-    fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
-        Err(crate::compat::pending("ledger_slice"))
+    fn new(since: bool, kinds: &[&str]) -> Filter {
+        Filter {
+            since,
+            kind: !kinds.is_empty(),
+            indexed: !kinds.is_empty() && kinds.iter().all(|k| !UNINDEXED_KINDS.contains(k)),
+        }
+    }
+
+    /// The `WHERE` terms after `mesh_id = $1`, numbering parameters from `$next`
+    /// (the kind term binds `kind_op`: `= ANY($n)` or `= $n`); returns the terms
+    /// and the next free parameter number.
+    fn terms(self, mut next: usize, kind_op: &str) -> (String, usize) {
+        let mut sql = String::new();
+        if self.since {
+            sql.push_str(&format!(" AND timestamp >= ${next}"));
+            next += 1;
+        }
+        if self.kind {
+            sql.push_str(&format!(" AND kind {}", kind_op.replace("$n", &format!("${next}"))));
+            next += 1;
+            if self.indexed {
+                sql.push_str(" AND ");
+                sql.push_str(INDEXED_KIND);
+            }
+        }
+        (sql, next)
+    }
+}
+
+/// One fixed statement per [`Filter`], built once.
+type Statements = LazyLock<Vec<String>>;
+
+static NEWEST_FIRST: Statements = LazyLock::new(|| {
+    Filter::all()
+        .map(|f| {
+            let (terms, limit) = f.terms(2, "= ANY($n)");
+            format!(
+                "SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = $1{terms}
+                 ORDER BY timestamp DESC, seq DESC LIMIT ${limit}"
+            )
+        })
+        .collect()
+});
+
+static ORDERED: Statements = LazyLock::new(|| {
+    Filter::all()
+        .map(|f| {
+            let (terms, _) = f.terms(2, "= ANY($n)");
+            format!(
+                "SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = $1{terms}
+                 ORDER BY timestamp ASC, seq ASC"
+            )
+        })
+        .collect()
+});
+
+static ORDERED_TAIL: Statements = LazyLock::new(|| {
+    Filter::all()
+        .map(|f| {
+            let (terms, limit) = f.terms(2, "= ANY($n)");
+            format!(
+                "SELECT {COLUMNS} FROM (
+                     SELECT {COLUMNS}, seq FROM mesh_event_ledger WHERE mesh_id = $1{terms}
+                     ORDER BY timestamp DESC, seq DESC LIMIT ${limit}
+                 ) AS tail ORDER BY timestamp ASC, seq ASC"
+            )
+        })
+        .collect()
+});
+
+/// A page by sequence: `$2` is the cursor; the last parameter the limit.
+static SLICE_BY_SEQ: Statements = LazyLock::new(|| {
+    Filter::all()
+        .map(|f| {
+            let (terms, limit) = f.terms(3, "= $n");
+            format!(
+                "SELECT {COLUMNS}, seq FROM mesh_event_ledger WHERE mesh_id = $1 AND seq > $2{terms}
+                 ORDER BY seq ASC LIMIT ${limit}"
+            )
+        })
+        .collect()
+});
+
+/// A page by time from the start of the mesh's ledger.
+static SLICE_FROM_START: Statements = LazyLock::new(|| {
+    Filter::all()
+        .map(|f| {
+            let (terms, limit) = f.terms(2, "= $n");
+            format!(
+                "SELECT {COLUMNS}, seq FROM mesh_event_ledger WHERE mesh_id = $1{terms}
+                 ORDER BY timestamp ASC, id ASC LIMIT ${limit}"
+            )
+        })
+        .collect()
+});
+
+/// A page by time after the entry `$2` (none when the mesh has no such entry:
+/// the row comparison with NULL is never true).
+static SLICE_AFTER_ID: Statements = LazyLock::new(|| {
+    Filter::all()
+        .map(|f| {
+            let (terms, limit) = f.terms(3, "= $n");
+            format!(
+                "SELECT {COLUMNS}, seq FROM mesh_event_ledger
+                 WHERE mesh_id = $1
+                   AND (timestamp, id) > (SELECT c.timestamp, c.id FROM mesh_event_ledger c
+                                           WHERE c.mesh_id = $1 AND c.id = $2){terms}
+                 ORDER BY timestamp ASC, id ASC LIMIT ${limit}"
+            )
+        })
+        .collect()
+});
+
+/// The mesh's highest number and the database's id, the origin of its pages.
+const HEAD_AND_ORIGIN: &str = "SELECT (SELECT MAX(seq) FROM mesh_event_ledger WHERE mesh_id = $1),
+        (SELECT value FROM agentmesh_meta WHERE key = 'database_id')";
+
+fn entry_from_row(row: &Row) -> LedgerEntry {
+    let payload: String = row.get(7);
+    LedgerEntry {
+        id: row.get(0),
+        mesh_id: row.get(1),
+        timestamp: row.get(2),
+        kind: row.get(3),
+        node_id: row.get(4),
+        session_id: row.get(5),
+        provider_type: row.get(6),
+        // An unparsable payload reads as `{}`, as in the original.
+        payload: serde_json::from_str(&payload).unwrap_or_else(|_| serde_json::json!({})),
     }
 }
 
@@ -52,4 +214,240 @@ pub(crate) fn append(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<
         ],
     )?;
     Ok(n > 0)
+}
+
+/// The kinds a query asks for, blank ones left out.
+fn query_kinds(query: &LedgerQuery) -> Vec<String> {
+    query.kinds.iter().filter(|k| !k.trim().is_empty()).cloned().collect()
+}
+
+/// Runs one of `statements` for `query`'s filters, with `limit` bound last when
+/// given.
+fn read_filtered(
+    db: &Db<'_>,
+    statements: &Statements,
+    mesh_id: &str,
+    query: &LedgerQuery,
+    limit: Option<i64>,
+) -> Res<Vec<LedgerEntry>> {
+    let kinds = query_kinds(query);
+    let kind_refs: Vec<&str> = kinds.iter().map(String::as_str).collect();
+    let filter = Filter::new(query.since.is_some(), &kind_refs);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&mesh_id];
+    if let Some(since) = &query.since {
+        params.push(since);
+    }
+    if filter.kind {
+        params.push(&kinds);
+    }
+    if let Some(limit) = &limit {
+        params.push(limit);
+    }
+    let rows = db.query(&statements[filter.index()], &params)?;
+    Ok(rows.iter().map(entry_from_row).collect())
+}
+
+/// Newest first, at most `tail` entries (200 when not given).
+pub(crate) fn read_newest_first(db: &Db<'_>, mesh_id: &str, query: &LedgerQuery) -> Res<Vec<LedgerEntry>> {
+    let tail = i64::from(query.tail.unwrap_or(DEFAULT_TAIL));
+    read_filtered(db, &NEWEST_FIRST, mesh_id, query, Some(tail))
+}
+
+/// Append order; with a tail, the newest `tail` entries in append order.
+pub(crate) fn read_ordered(db: &Db<'_>, mesh_id: &str, query: &LedgerQuery) -> Res<Vec<LedgerEntry>> {
+    match query.tail {
+        Some(tail) if tail > 0 => read_filtered(db, &ORDERED_TAIL, mesh_id, query, Some(i64::from(tail))),
+        _ => read_filtered(db, &ORDERED, mesh_id, query, None),
+    }
+}
+
+/// Deletes entries by id.
+pub(crate) fn delete(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {
+    db.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = $1 AND id = ANY($2)", &[&mesh_id, &ids])
+}
+
+/// Deletes every entry of a mesh.
+pub(crate) fn clear(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    db.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = $1", &[&mesh_id])
+}
+
+/// Whether an entry exists.
+pub(crate) fn has(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<bool> {
+    Ok(db
+        .query_opt("SELECT 1 FROM mesh_event_ledger WHERE mesh_id = $1 AND id = $2", &[&mesh_id, &id])?
+        .is_some())
+}
+
+/// Entries in a mesh.
+pub(crate) fn count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    let row = db.query_one("SELECT COUNT(*) FROM mesh_event_ledger WHERE mesh_id = $1", &[&mesh_id])?;
+    Ok(unsigned(row.get(0)))
+}
+
+/// Imports entries in the order given, each taking the next number; an id
+/// already in its mesh is skipped. Takes the lock of every mesh named, in mesh
+/// order. Returns how many were new.
+pub(crate) fn import(db: &Db<'_>, entries: &[LedgerEntry]) -> Res<u64> {
+    let mut meshes: Vec<&str> = entries.iter().map(|e| e.mesh_id.as_str()).collect();
+    meshes.sort_unstable();
+    meshes.dedup();
+    for mesh_id in meshes {
+        db.lock_mesh(mesh_id)?;
+    }
+    let mut imported = 0;
+    for entry in entries {
+        imported += u64::from(append(db, entry)?);
+    }
+    Ok(imported)
+}
+
+/// One slice page: by sequence with `after_seq`, else in (timestamp, id) order.
+/// Its statements must see one snapshot (the page and the head agree).
+pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<LedgerSlice> {
+    let kind = query.kind.as_deref().filter(|k| !k.trim().is_empty());
+    let filter = Filter::new(query.since.is_some(), kind.as_slice());
+    let limit = query.effective_limit();
+    let fetch = i64::from(limit) + 1;
+    let after_id = query.after_id.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    let after_seq = query.after_seq.map(|s| i64::try_from(s).unwrap_or(i64::MAX));
+
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&mesh_id];
+    let statement = match (&after_seq, &after_id) {
+        (Some(seq), _) => {
+            params.push(seq);
+            &SLICE_BY_SEQ[filter.index()]
+        }
+        (None, Some(id)) => {
+            params.push(id);
+            &SLICE_AFTER_ID[filter.index()]
+        }
+        (None, None) => &SLICE_FROM_START[filter.index()],
+    };
+    if let Some(since) = &query.since {
+        params.push(since);
+    }
+    if let Some(kind) = &kind {
+        params.push(kind);
+    }
+    params.push(&fetch);
+    let mut rows: Vec<(LedgerEntry, i64)> =
+        db.query(statement, &params)?.iter().map(|r| (entry_from_row(r), r.get(8))).collect();
+    let full = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+
+    let head_and_origin = db.query_one(HEAD_AND_ORIGIN, &[&mesh_id])?;
+    let head: Option<i64> = head_and_origin.get(0);
+    let origin: Option<String> = head_and_origin.get(1);
+
+    let next_after_id = rows.last().map(|(e, _)| e.id.clone());
+    let mut page = match query.after_seq {
+        Some(after) => {
+            let last_read = rows.last().map_or(after, |(_, seq)| unsigned(*seq));
+            let head = head.map_or(0, unsigned).max(last_read);
+            let next_after_seq = if full { last_read } else { head };
+            let entries = rows.into_iter().map(|(e, _)| e).collect();
+            let mut page = page(mesh_id, entries, None, next_after_id, limit, full);
+            page.cursor.after_seq = Some(after);
+            page.cursor.next_after_seq = Some(next_after_seq);
+            page.cursor.head_seq = Some(head);
+            page
+        }
+        None => {
+            let next = next_after_id.or_else(|| after_id.clone());
+            let entries = rows.into_iter().map(|(e, _)| e).collect();
+            page(mesh_id, entries, after_id, next, limit, full)
+        }
+    };
+    page.origin = origin;
+    Ok(page)
+}
+
+fn page(
+    mesh_id: &str,
+    entries: Vec<LedgerEntry>,
+    after_id: Option<String>,
+    next_after_id: Option<String>,
+    limit: u32,
+    has_more: bool,
+) -> LedgerSlice {
+    LedgerSlice {
+        protocol: SLICE_PROTOCOL.to_owned(),
+        mesh_id: mesh_id.to_owned(),
+        entries,
+        cursor: SliceCursor {
+            after_id,
+            next_after_id,
+            limit,
+            has_more,
+            after_seq: None,
+            next_after_seq: None,
+            head_seq: None,
+        },
+        source_of_truth: SliceSource {
+            kind: "postgres".to_owned(),
+            table: "mesh_event_ledger".to_owned(),
+            bounded: true,
+            max_limit: SLICE_MAX_LIMIT,
+        },
+        origin: None,
+    }
+}
+
+/// Refuses an entry appended with a blank kind, as the embedded store does.
+pub(crate) fn check_kind(entry: &LedgerEntry) -> StoreResult<()> {
+    if entry.kind.trim().is_empty() {
+        return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new("kind", "must not be blank")));
+    }
+    Ok(())
+}
+
+impl agentmesh_store::LedgerStore for PgStore {
+    fn read_ledger_ordered(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
+        self.read(|db| read_ordered(db, mesh_id, query))
+    }
+
+    fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
+        for (i, entry) in entries.iter().enumerate() {
+            entry.validate().map_err(|e| StoreError::InvalidInput(e.within(format_args!("entries[{i}]"))))?;
+        }
+        self.write_unlocked(|db| import(db, entries))
+    }
+
+    fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
+        self.snapshot(|db| slice(db, mesh_id, query))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The condition a filter states is the kind index's own, and leaves out
+    /// exactly the unindexed kinds.
+    #[test]
+    fn the_kind_filter_states_the_kind_index_condition() {
+        let stated: Vec<String> = UNINDEXED_KINDS.iter().map(|k| format!("kind <> '{k}'")).collect();
+        assert_eq!(INDEXED_KIND, stated.join(" AND "));
+        let schema = include_str!("../migrations/0001_schema.sql");
+        assert!(schema.contains(&format!("WHERE {INDEXED_KIND};")), "{schema}");
+        let terms = |kinds: &[&str]| Filter::new(false, kinds).terms(2, "= ANY($n)").0;
+        assert_eq!(terms(&["task_failed", "note"]), format!(" AND kind = ANY($2) AND {INDEXED_KIND}"));
+        assert_eq!(terms(&["task_failed", "task_completed"]), " AND kind = ANY($2)");
+        assert_eq!(terms(&[]), "");
+        let (both, next) = Filter::new(true, &["note"]).terms(3, "= $n");
+        assert_eq!(both, format!(" AND timestamp >= $3 AND kind = $4 AND {INDEXED_KIND}"));
+        assert_eq!(next, 5);
+    }
+
+    /// Every statement reads one mesh.
+    #[test]
+    fn every_statement_filters_by_mesh() {
+        for statements in
+            [&NEWEST_FIRST, &ORDERED, &ORDERED_TAIL, &SLICE_BY_SEQ, &SLICE_FROM_START, &SLICE_AFTER_ID]
+        {
+            for sql in statements.iter() {
+                assert!(sql.contains("WHERE mesh_id = $1"), "{sql}");
+            }
+        }
+    }
 }

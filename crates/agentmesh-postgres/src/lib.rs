@@ -18,6 +18,7 @@
 
 use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
+mod cluster;
 mod compat;
 mod db;
 mod inbox;
@@ -29,6 +30,7 @@ mod pool;
 mod runtime;
 mod tasks;
 
+pub use cluster::{Listener, UpkeepLeader, database_now};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 
 use db::Db;
@@ -72,8 +74,12 @@ impl PgOptions {
 pub struct PgStore {
     pool: Pool,
     schema: String,
+    /// The channel commits are announced on (see `cluster`).
+    channel: String,
     /// Where the database is, without credentials, for messages.
     location: String,
+    /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
+    tool_calls: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -101,7 +107,14 @@ impl PgStore {
         let location = describe(&config);
         let target = Target { config, quoted_schema: quote_ident(&options.schema) };
         let pool = Pool::new(target, options.max_connections);
-        let store = PgStore { pool, schema: options.schema.clone(), location };
+        let channel = cluster::channel(&options.schema);
+        let store = PgStore {
+            pool,
+            schema: options.schema.clone(),
+            channel,
+            location,
+            tool_calls: std::sync::atomic::AtomicU64::new(0),
+        };
         store.migrate().map_err(|Fail(e)| e)?;
         Ok(store)
     }
@@ -170,9 +183,13 @@ impl PgStore {
             let db = Db::new(&mut conn, &self.schema);
             op(&db)
         };
-        let end = match &outcome {
-            Ok(_) => conn.client.batch_execute("COMMIT"),
-            Err(_) => conn.client.batch_execute("ROLLBACK"),
+        // A write of a mesh announces itself to every listener as it commits.
+        let end = match (&outcome, mesh_id) {
+            (Ok(_), Some(mesh_id)) => {
+                conn.client.batch_execute(&cluster::notify_and_commit(&self.channel, mesh_id))
+            }
+            (Ok(_), None) => conn.client.batch_execute("COMMIT"),
+            (Err(_), _) => conn.client.batch_execute("ROLLBACK"),
         };
         match (outcome, end) {
             (Ok(value), Ok(())) => Ok(value),

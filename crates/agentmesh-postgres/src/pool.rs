@@ -105,6 +105,11 @@ impl Pool {
         }
     }
 
+    /// What the pool connects to.
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// Opens a connection outside the pool (for a listener or a leader lock,
     /// which hold their connection for as long as they live).
     pub(crate) fn dedicated(&self) -> Res<Conn> {

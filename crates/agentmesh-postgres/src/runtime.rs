@@ -1,21 +1,617 @@
-//! Direct dispatches, session deliveries, idle sessions, completion fingerprints and conflicts, the tool-call log.
+//! The runtime tables around the queue: direct dispatches, the session delivery
+//! queue, idle sessions, completion fingerprints and conflicts, and the tool-call
+//! log of the rate guard.
+//!
+//! Ids of these tables are keys within a mesh: a row of another mesh with the
+//! same id is a different row, never replaced.
 
-#![allow(unused_imports, unused_variables)]
-use agentmesh_core::TaskPriority;
+use std::sync::atomic::Ordering;
+
 use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
+    NewDirectDispatch, NewSessionDelivery, RateGuard, RateVerdict, SessionDelivery, Timestamp,
 };
-use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
-};
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
-use std::sync::Arc;
+use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, StoreResult, ToolCall};
+use postgres::Row;
 
-use crate::PgStore;
+use crate::db::{Db, corrupt, unsigned};
+use crate::{Fail, PgStore, Res};
+
+fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
+    Fail(StoreError::NotFound { kind, mesh_id: mesh_id.to_owned(), id: id.to_owned() })
+}
+
+fn blank(field: &str) -> Fail {
+    Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(field, "must not be blank")))
+}
+
+// ── Direct dispatches ───────────────────────────────────────────────────────
+
+fn dispatch_from_row(row: &Row) -> Res<DirectDispatch> {
+    let status: String = row.try_get(8)?;
+    let to_idle: i64 = row.try_get(9)?;
+    Ok(DirectDispatch {
+        task_id: row.try_get(0)?,
+        mesh_id: row.try_get(1)?,
+        node_id: row.try_get(2)?,
+        session_id: row.try_get(3)?,
+        provider_type: row.try_get(4)?,
+        message: row.try_get(5)?,
+        task_mode: row.try_get(6)?,
+        via: row.try_get(7)?,
+        status: status.parse().map_err(|e| corrupt("dispatch status", e))?,
+        dispatched_to_idle_session: to_idle != 0,
+        dispatched_at: row.try_get(10)?,
+        updated_at: row.try_get(11)?,
+    })
+}
+
+/// Records a dispatch; one for the same task id in the mesh is replaced, and the
+/// replacement lists as the newest row among equal dispatch times.
+pub(crate) fn record_dispatch(
+    db: &Db<'_>,
+    mesh_id: &str,
+    d: &NewDirectDispatch,
+    now: Timestamp,
+) -> Res<DirectDispatch> {
+    d.validate()?;
+    let row = d.record(mesh_id, now);
+    db.execute(
+        "INSERT INTO mesh_direct_dispatches (task_id, mesh_id, node_id, session_id, provider_type, message,
+                                             task_mode, via, status, dispatched_to_idle_session,
+                                             dispatched_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (mesh_id, task_id) DO UPDATE SET
+             row_id = DEFAULT, node_id = EXCLUDED.node_id, session_id = EXCLUDED.session_id,
+             provider_type = EXCLUDED.provider_type, message = EXCLUDED.message,
+             task_mode = EXCLUDED.task_mode, via = EXCLUDED.via, status = EXCLUDED.status,
+             dispatched_to_idle_session = EXCLUDED.dispatched_to_idle_session,
+             dispatched_at = EXCLUDED.dispatched_at, updated_at = EXCLUDED.updated_at",
+        &[
+            &row.task_id,
+            &row.mesh_id,
+            &row.node_id,
+            &row.session_id,
+            &row.provider_type,
+            &row.message,
+            &row.task_mode,
+            &row.via,
+            &row.status.as_str(),
+            &i64::from(row.dispatched_to_idle_session),
+            &row.dispatched_at,
+            &row.updated_at,
+        ],
+    )?;
+    Ok(row)
+}
+
+pub(crate) fn dispatch(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<DirectDispatch>> {
+    db.query_opt(
+        "SELECT task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via,
+                status, dispatched_to_idle_session, dispatched_at, updated_at
+           FROM mesh_direct_dispatches WHERE mesh_id = $1 AND task_id = $2",
+        &[&mesh_id, &task_id.trim()],
+    )?
+    .as_ref()
+    .map(dispatch_from_row)
+    .transpose()
+}
+
+pub(crate) fn active_dispatches(db: &Db<'_>, mesh_id: &str) -> Res<Vec<DirectDispatch>> {
+    db.query(
+        "SELECT task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via,
+                status, dispatched_to_idle_session, dispatched_at, updated_at
+           FROM mesh_direct_dispatches
+          WHERE mesh_id = $1 AND status NOT IN ('completed', 'failed', 'stale')
+          ORDER BY dispatched_at ASC, row_id ASC",
+        &[&mesh_id],
+    )?
+    .iter()
+    .map(dispatch_from_row)
+    .collect()
+}
+
+/// Moves the dispatch of `task_id`, or without one every dispatch of `session_id`
+/// (never rows without a session); completed and failed rows never move.
+pub(crate) fn set_dispatch_status(
+    db: &Db<'_>,
+    mesh_id: &str,
+    session_id: Option<&str>,
+    task_id: Option<&str>,
+    status: DispatchStatus,
+    now: Timestamp,
+) -> Res<u64> {
+    let task_id = task_id.map(str::trim).filter(|s| !s.is_empty());
+    let session_id = session_id.map(str::trim).filter(|s| !s.is_empty());
+    let now = now.iso();
+    match (task_id, session_id) {
+        (Some(task_id), _) => db.execute(
+            "UPDATE mesh_direct_dispatches SET status = $1, updated_at = $2
+              WHERE mesh_id = $3 AND task_id = $4 AND status NOT IN ('completed', 'failed')",
+            &[&status.as_str(), &now, &mesh_id, &task_id],
+        ),
+        (None, Some(session_id)) => db.execute(
+            "UPDATE mesh_direct_dispatches SET status = $1, updated_at = $2
+              WHERE mesh_id = $3 AND session_id = $4 AND status NOT IN ('completed', 'failed')",
+            &[&status.as_str(), &now, &mesh_id, &session_id],
+        ),
+        (None, None) => Ok(0),
+    }
+}
+
+/// The task id of the session's one active dispatch; none for none or several.
+pub(crate) fn sole_active_dispatch(db: &Db<'_>, mesh_id: &str, session_id: &str) -> Res<Option<String>> {
+    if session_id.trim().is_empty() {
+        return Ok(None);
+    }
+    let rows = db.query(
+        "SELECT task_id FROM mesh_direct_dispatches
+          WHERE mesh_id = $1 AND session_id = $2 AND status NOT IN ('completed', 'failed', 'stale') LIMIT 2",
+        &[&mesh_id, &session_id],
+    )?;
+    Ok(match rows.as_slice() {
+        [only] => Some(only.try_get::<_, String>(0)?.trim().to_owned()).filter(|s| !s.is_empty()),
+        _ => None,
+    })
+}
+
+pub(crate) fn mark_stale_dispatches(
+    db: &Db<'_>,
+    mesh_id: &str,
+    cutoff: Timestamp,
+    now: Timestamp,
+) -> Res<u64> {
+    db.execute(
+        "UPDATE mesh_direct_dispatches SET status = 'stale', updated_at = $1
+          WHERE mesh_id = $2 AND status = 'dispatched' AND dispatched_at < $3",
+        &[&now.iso(), &mesh_id, &cutoff.iso()],
+    )
+}
+
+/// Deletes ended dispatches of every mesh last changed before `cutoff`.
+pub(crate) fn cleanup_terminal_dispatches(db: &Db<'_>, cutoff: Timestamp) -> Res<u64> {
+    db.execute(
+        "DELETE FROM mesh_direct_dispatches /* all meshes */
+          WHERE status IN ('completed', 'failed', 'stale') AND updated_at < $1",
+        &[&cutoff.iso()],
+    )
+}
+
+pub(crate) fn delete_dispatches(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    db.execute("DELETE FROM mesh_direct_dispatches WHERE mesh_id = $1", &[&mesh_id])
+}
+
+pub(crate) fn delete_dispatches_by_task(db: &Db<'_>, mesh_id: &str, task_ids: &[String]) -> Res<u64> {
+    let ids: Vec<&str> = task_ids.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    db.execute(
+        "DELETE FROM mesh_direct_dispatches WHERE mesh_id = $1 AND task_id = ANY($2)",
+        &[&mesh_id, &ids],
+    )
+}
+
+// ── Session deliveries ──────────────────────────────────────────────────────
+
+fn delivery_from_row(row: &Row) -> Res<SessionDelivery> {
+    let status: String = row.try_get(9)?;
+    let attempts: i64 = row.try_get(12)?;
+    Ok(SessionDelivery {
+        id: row.try_get(0)?,
+        mesh_id: row.try_get(1)?,
+        node_id: row.try_get(2)?,
+        session_id: row.try_get(3)?,
+        provider_type: row.try_get(4)?,
+        task_id: row.try_get(5)?,
+        kind: row.try_get(6)?,
+        priority: row.try_get(7)?,
+        message: row.try_get(8)?,
+        status: status.parse().map_err(|e| corrupt("delivery status", e))?,
+        deliver_after: row.try_get(10)?,
+        expires_at: row.try_get(11)?,
+        attempt_count: u32::try_from(attempts).map_err(|e| corrupt("delivery attempt count", e))?,
+        source_coordinator_session_id: row.try_get(13)?,
+        source_coordinator_daemon_id: row.try_get(14)?,
+        last_error: row.try_get(15)?,
+        created_at: row.try_get(16)?,
+        updated_at: row.try_get(17)?,
+    })
+}
+
+pub(crate) fn load_delivery(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
+    db.query_opt(
+        "SELECT id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message,
+                status, deliver_after, expires_at, attempt_count, source_coordinator_session_id,
+                source_coordinator_daemon_id, last_error, created_at, updated_at
+           FROM mesh_session_delivery WHERE mesh_id = $1 AND id = $2",
+        &[&mesh_id, &id],
+    )?
+    .as_ref()
+    .map(delivery_from_row)
+    .transpose()
+}
+
+/// Stores a delivery; one with the same id in the mesh is replaced, and the
+/// replacement lists after its equals in priority and creation time.
+pub(crate) fn insert_delivery(
+    db: &Db<'_>,
+    mesh_id: &str,
+    d: &NewSessionDelivery,
+    now: Timestamp,
+) -> Res<SessionDelivery> {
+    d.validate()?;
+    let row = d.record(mesh_id, now);
+    db.execute(
+        "INSERT INTO mesh_session_delivery (id, mesh_id, node_id, session_id, provider_type, task_id, kind,
+                                            priority, message, status, deliver_after, expires_at,
+                                            attempt_count, source_coordinator_session_id,
+                                            source_coordinator_daemon_id, last_error, created_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+         ON CONFLICT (mesh_id, id) DO UPDATE SET
+             row_id = DEFAULT, node_id = EXCLUDED.node_id, session_id = EXCLUDED.session_id,
+             provider_type = EXCLUDED.provider_type, task_id = EXCLUDED.task_id, kind = EXCLUDED.kind,
+             priority = EXCLUDED.priority, message = EXCLUDED.message, status = EXCLUDED.status,
+             deliver_after = EXCLUDED.deliver_after, expires_at = EXCLUDED.expires_at,
+             attempt_count = EXCLUDED.attempt_count,
+             source_coordinator_session_id = EXCLUDED.source_coordinator_session_id,
+             source_coordinator_daemon_id = EXCLUDED.source_coordinator_daemon_id,
+             last_error = EXCLUDED.last_error, created_at = EXCLUDED.created_at,
+             updated_at = EXCLUDED.updated_at",
+        &[
+            &row.id,
+            &row.mesh_id,
+            &row.node_id,
+            &row.session_id,
+            &row.provider_type,
+            &row.task_id,
+            &row.kind,
+            &row.priority,
+            &row.message,
+            &row.status.as_str(),
+            &row.deliver_after,
+            &row.expires_at,
+            &i64::from(row.attempt_count),
+            &row.source_coordinator_session_id,
+            &row.source_coordinator_daemon_id,
+            &row.last_error,
+            &row.created_at,
+            &row.updated_at,
+        ],
+    )?;
+    Ok(row)
+}
+
+/// Moves a delivery to `status` when [`DeliveryStatus::may_update`] allows it;
+/// returns whether it moved. The caller holds the mesh lock, so the status read
+/// is the one the update replaces.
+pub(crate) fn set_delivery_status(
+    db: &Db<'_>,
+    mesh_id: &str,
+    id: &str,
+    status: DeliveryStatus,
+    update: &DeliveryUpdate,
+    now: Timestamp,
+) -> Res<bool> {
+    let current = load_delivery(db, mesh_id, id)?.ok_or_else(|| not_found("delivery", mesh_id, id))?;
+    if !current.status.may_update(status, update.increment_attempt) {
+        return Ok(false);
+    }
+    db.execute(
+        "UPDATE mesh_session_delivery
+            SET status = $1, last_error = $2, attempt_count = attempt_count + $3, updated_at = $4
+          WHERE mesh_id = $5 AND id = $6",
+        &[
+            &status.as_str(),
+            &update.last_error,
+            &i64::from(update.increment_attempt),
+            &now.iso(),
+            &mesh_id,
+            &id,
+        ],
+    )?;
+    Ok(true)
+}
+
+/// Waiting, unexpired deliveries, highest priority first, then oldest first.
+pub(crate) fn active_deliveries(
+    db: &Db<'_>,
+    mesh_id: &str,
+    session_id: Option<&str>,
+    now: Timestamp,
+) -> Res<Vec<SessionDelivery>> {
+    let now = now.iso();
+    let rows = match session_id {
+        None => db.query(
+            "SELECT id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message,
+                    status, deliver_after, expires_at, attempt_count, source_coordinator_session_id,
+                    source_coordinator_daemon_id, last_error, created_at, updated_at
+               FROM mesh_session_delivery
+              WHERE mesh_id = $1 AND status IN ('delivering', 'queued', 'acked')
+                AND (expires_at IS NULL OR expires_at > $2)
+              ORDER BY priority DESC, created_at ASC, row_id ASC",
+            &[&mesh_id, &now],
+        )?,
+        Some(session) => db.query(
+            "SELECT id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message,
+                    status, deliver_after, expires_at, attempt_count, source_coordinator_session_id,
+                    source_coordinator_daemon_id, last_error, created_at, updated_at
+               FROM mesh_session_delivery
+              WHERE mesh_id = $1 AND status IN ('delivering', 'queued', 'acked')
+                AND (expires_at IS NULL OR expires_at > $2) AND session_id = $3
+              ORDER BY priority DESC, created_at ASC, row_id ASC",
+            &[&mesh_id, &now, &session],
+        )?,
+    };
+    rows.iter().map(delivery_from_row).collect()
+}
+
+pub(crate) fn task_has_confirmed_delivery(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<bool> {
+    Ok(db
+        .query_opt(
+            "SELECT 1 FROM mesh_session_delivery
+              WHERE mesh_id = $1 AND task_id = $2 AND status IN ('delivered', 'acked', 'completed') LIMIT 1",
+            &[&mesh_id, &task_id],
+        )?
+        .is_some())
+}
+
+/// Expires the waiting deliveries of the mesh whose expiry has come.
+pub(crate) fn expire_deliveries(db: &Db<'_>, mesh_id: &str, now: Timestamp) -> Res<u64> {
+    db.execute(
+        "UPDATE mesh_session_delivery SET status = 'expired', updated_at = $1
+          WHERE mesh_id = $2 AND expires_at IS NOT NULL AND expires_at <= $1
+            AND status IN ('delivering', 'queued', 'acked')",
+        &[&now.iso(), &mesh_id],
+    )
+}
+
+/// Every mesh with a delivery or a dispatch, once each, in id order.
+pub(crate) fn meshes_with_deliveries_or_dispatches(db: &Db<'_>) -> Res<Vec<String>> {
+    db.query(
+        "SELECT mesh_id FROM mesh_session_delivery /* all meshes */
+         UNION SELECT mesh_id FROM mesh_direct_dispatches
+          ORDER BY mesh_id",
+        &[],
+    )?
+    .iter()
+    .map(|r| Ok(r.try_get(0)?))
+    .collect()
+}
+
+pub(crate) fn delete_deliveries(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    db.execute("DELETE FROM mesh_session_delivery WHERE mesh_id = $1", &[&mesh_id])
+}
+
+// ── Idle sessions ───────────────────────────────────────────────────────────
+
+pub(crate) fn set_idle(db: &Db<'_>, s: &IdleSession) -> Res<()> {
+    s.validate()?;
+    let metadata = s.metadata.as_ref().map(serde_json::to_string).transpose()?;
+    db.execute(
+        "INSERT INTO remote_idle_sessions (mesh_id, node_id, session_id, provider_type, expires_at, metadata)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT (mesh_id, node_id, session_id) DO UPDATE SET
+             provider_type = EXCLUDED.provider_type, expires_at = EXCLUDED.expires_at,
+             metadata = EXCLUDED.metadata",
+        &[
+            &s.mesh_id.trim(),
+            &s.node_id.trim(),
+            &s.session_id.trim(),
+            &s.provider_type.trim(),
+            &s.expires_at_ms,
+            &metadata,
+        ],
+    )?;
+    Ok(())
+}
+
+pub(crate) fn idle_sessions(db: &Db<'_>, mesh_id: &str, now: Timestamp) -> Res<Vec<IdleSession>> {
+    db.query(
+        "SELECT mesh_id, node_id, session_id, provider_type, expires_at, metadata FROM remote_idle_sessions
+          WHERE mesh_id = $1 AND expires_at > $2 ORDER BY node_id, session_id",
+        &[&mesh_id, &now.millis()],
+    )?
+    .iter()
+    .map(|r| {
+        let metadata: Option<String> = r.try_get(5)?;
+        Ok(IdleSession {
+            mesh_id: r.try_get(0)?,
+            node_id: r.try_get(1)?,
+            session_id: r.try_get(2)?,
+            provider_type: r.try_get(3)?,
+            expires_at_ms: r.try_get(4)?,
+            metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
+        })
+    })
+    .collect()
+}
+
+pub(crate) fn delete_idle(db: &Db<'_>, mesh_id: &str, node_id: &str, session_id: &str) -> Res<bool> {
+    Ok(db.execute(
+        "DELETE FROM remote_idle_sessions WHERE mesh_id = $1 AND node_id = $2 AND session_id = $3",
+        &[&mesh_id, &node_id, &session_id],
+    )? > 0)
+}
+
+/// Deletes the expired idle sessions of every mesh.
+pub(crate) fn prune_idle(db: &Db<'_>, now: Timestamp) -> Res<u64> {
+    db.execute("DELETE FROM remote_idle_sessions /* all meshes */ WHERE expires_at <= $1", &[&now.millis()])
+}
+
+// ── Completion fingerprints and conflicts ───────────────────────────────────
+
+/// Records a fingerprint in force for `ttl_ms` from `now`; recording it again
+/// sets its expiry anew.
+pub(crate) fn record_fingerprint(
+    db: &Db<'_>,
+    mesh_id: &str,
+    fingerprint: &str,
+    ttl_ms: i64,
+    now: Timestamp,
+) -> Res<()> {
+    if fingerprint.trim().is_empty() {
+        return Err(blank("fingerprint"));
+    }
+    db.execute(
+        "INSERT INTO mesh_completion_fingerprints (mesh_id, fingerprint, expires_at) VALUES ($1, $2, $3)
+         ON CONFLICT (mesh_id, fingerprint) DO UPDATE SET expires_at = EXCLUDED.expires_at",
+        &[&mesh_id, &fingerprint, &now.plus_millis(ttl_ms).millis()],
+    )?;
+    Ok(())
+}
+
+pub(crate) fn has_fingerprint(db: &Db<'_>, mesh_id: &str, fingerprint: &str, now: Timestamp) -> Res<bool> {
+    Ok(db
+        .query_opt(
+            "SELECT 1 FROM mesh_completion_fingerprints WHERE mesh_id = $1 AND fingerprint = $2 AND expires_at > $3",
+            &[&mesh_id, &fingerprint, &now.millis()],
+        )?
+        .is_some())
+}
+
+pub(crate) fn fingerprints(
+    db: &Db<'_>,
+    mesh_id: &str,
+    now: Timestamp,
+    limit: u32,
+) -> Res<Vec<CompletionFingerprint>> {
+    db.query(
+        "SELECT fingerprint, expires_at FROM mesh_completion_fingerprints
+          WHERE mesh_id = $1 AND expires_at > $2 ORDER BY expires_at DESC, fingerprint ASC LIMIT $3",
+        &[&mesh_id, &now.millis(), &i64::from(limit)],
+    )?
+    .iter()
+    .map(|r| Ok(CompletionFingerprint { fingerprint: r.try_get(0)?, expires_at_ms: r.try_get(1)? }))
+    .collect()
+}
+
+/// Deletes the expired fingerprints of every mesh.
+pub(crate) fn sweep_fingerprints(db: &Db<'_>, now: Timestamp) -> Res<u64> {
+    db.execute(
+        "DELETE FROM mesh_completion_fingerprints /* all meshes */ WHERE expires_at <= $1",
+        &[&now.millis()],
+    )
+}
+
+/// Records a conflict unless its id exists in its mesh; returns whether it was new.
+pub(crate) fn record_conflict(db: &Db<'_>, c: &CompletionConflict) -> Res<bool> {
+    Ok(db.execute(
+        "INSERT INTO mesh_completion_conflicts
+             (id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id,
+              original_task_id, original_session_id, event, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (mesh_id, id) DO NOTHING",
+        &[
+            &c.id,
+            &c.mesh_id,
+            &c.fingerprint,
+            &c.conflicting_task_id,
+            &c.conflicting_session_id,
+            &c.original_task_id,
+            &c.original_session_id,
+            &c.event,
+            &c.created_at,
+        ],
+    )? > 0)
+}
+
+/// The mesh's conflicts of the last `window_ms`, newest first, at most
+/// [`agentmesh_core::sessions::CONFLICT_LIMIT`].
+pub(crate) fn recent_conflicts(
+    db: &Db<'_>,
+    mesh_id: &str,
+    window_ms: i64,
+    now: Timestamp,
+) -> Res<Vec<CompletionConflict>> {
+    let cutoff = now.plus_millis(-window_ms).iso();
+    db.query(
+        "SELECT id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id, original_task_id,
+                original_session_id, event, created_at
+           FROM mesh_completion_conflicts WHERE mesh_id = $1 AND created_at >= $2
+          ORDER BY created_at DESC, row_id DESC LIMIT $3",
+        &[&mesh_id, &cutoff, &i64::from(agentmesh_core::sessions::CONFLICT_LIMIT)],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(CompletionConflict {
+            id: r.try_get(0)?,
+            mesh_id: r.try_get(1)?,
+            fingerprint: r.try_get(2)?,
+            conflicting_task_id: r.try_get(3)?,
+            conflicting_session_id: r.try_get(4)?,
+            original_task_id: r.try_get(5)?,
+            original_session_id: r.try_get(6)?,
+            event: r.try_get(7)?,
+            created_at: r.try_get(8)?,
+        })
+    })
+    .collect()
+}
+
+// ── Tool-call rate guard ────────────────────────────────────────────────────
+
+/// Records a call and counts the tool's calls in the guard's window, this one
+/// included. The caller holds the mesh lock, so each call counts those recorded
+/// before it in the mesh.
+pub(crate) fn record_tool_call(
+    db: &Db<'_>,
+    call: &ToolCall,
+    role: Option<&str>,
+    guard: RateGuard,
+    now: Timestamp,
+) -> Res<RateVerdict> {
+    db.execute(
+        "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at, caller_role)
+         VALUES ($1, $2, $3, $4, $5)",
+        &[&call.mesh_id, &call.tool, &call.session_id, &now.millis(), &role],
+    )?;
+    let calls: i64 = db
+        .query_one(
+            "SELECT COUNT(*) FROM mesh_tool_call_log WHERE mesh_id = $1 AND tool = $2 AND called_at >= $3",
+            &[&call.mesh_id, &call.tool, &(now.millis() - guard.window_ms)],
+        )?
+        .try_get(0)?;
+    Ok(guard.verdict(&call.mesh_id, &call.tool, unsigned(calls)))
+}
+
+pub(crate) fn recent_tool_calls(
+    db: &Db<'_>,
+    mesh_id: &str,
+    since: Timestamp,
+    limit: u32,
+) -> Res<Vec<RecordedToolCall>> {
+    db.query(
+        "SELECT tool, session_id, caller_role, called_at FROM mesh_tool_call_log
+          WHERE mesh_id = $1 AND called_at >= $2 ORDER BY called_at DESC, id DESC LIMIT $3",
+        &[&mesh_id, &since.millis(), &i64::from(limit)],
+    )?
+    .iter()
+    .map(|r| {
+        Ok(RecordedToolCall {
+            tool: r.try_get(0)?,
+            session_id: r.try_get(1)?,
+            caller_role: r.try_get(2)?,
+            called_at_ms: r.try_get(3)?,
+        })
+    })
+    .collect()
+}
+
+/// Deletes the tool calls of every mesh made before `cutoff`.
+pub(crate) fn prune_tool_calls(db: &Db<'_>, cutoff: Timestamp) -> Res<u64> {
+    db.execute("DELETE FROM mesh_tool_call_log /* all meshes */ WHERE called_at < $1", &[&cutoff.millis()])
+}
+
+// ── The trait ───────────────────────────────────────────────────────────────
+
+impl PgStore {
+    /// Whether this tool call is due for the rate guard's sweep of old rows.
+    fn tool_call_sweep_due(&self) -> bool {
+        (self.tool_calls.fetch_add(1, Ordering::Relaxed) + 1)
+            .is_multiple_of(agentmesh_core::rate_guard::SWEEP_EVERY_CALLS)
+    }
+}
 
 impl agentmesh_store::RuntimeStore for PgStore {
     fn record_direct_dispatch(
@@ -24,11 +620,11 @@ impl agentmesh_store::RuntimeStore for PgStore {
         dispatch: &NewDirectDispatch,
         now: Timestamp,
     ) -> StoreResult<DirectDispatch> {
-        Err(crate::compat::pending("record_direct_dispatch"))
+        self.write(mesh_id, |db| record_dispatch(db, mesh_id, dispatch, now))
     }
 
     fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>> {
-        Err(crate::compat::pending("active_direct_dispatches"))
+        self.read(|db| active_dispatches(db, mesh_id))
     }
 
     fn set_direct_dispatch_status(
@@ -39,7 +635,7 @@ impl agentmesh_store::RuntimeStore for PgStore {
         status: DispatchStatus,
         now: Timestamp,
     ) -> StoreResult<u64> {
-        Err(crate::compat::pending("set_direct_dispatch_status"))
+        self.write(mesh_id, |db| set_dispatch_status(db, mesh_id, session_id, task_id, status, now))
     }
 
     fn mark_stale_direct_dispatches(
@@ -48,19 +644,21 @@ impl agentmesh_store::RuntimeStore for PgStore {
         cutoff: Timestamp,
         now: Timestamp,
     ) -> StoreResult<u64> {
-        Err(crate::compat::pending("mark_stale_direct_dispatches"))
+        self.write(mesh_id, |db| mark_stale_dispatches(db, mesh_id, cutoff, now))
     }
 
     fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64> {
-        Err(crate::compat::pending("cleanup_terminal_direct_dispatches"))
+        // Each row is deleted only if it still qualifies when its row lock is
+        // taken, so a dispatch recorded again meanwhile stays.
+        self.write_unlocked(|db| cleanup_terminal_dispatches(db, cutoff))
     }
 
     fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>> {
-        Err(crate::compat::pending("direct_dispatch"))
+        self.read(|db| dispatch(db, mesh_id, task_id))
     }
 
     fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_direct_dispatches_by_task"))
+        self.write(mesh_id, |db| delete_dispatches_by_task(db, mesh_id, task_ids))
     }
 
     fn insert_session_delivery(
@@ -69,7 +667,7 @@ impl agentmesh_store::RuntimeStore for PgStore {
         delivery: &NewSessionDelivery,
         now: Timestamp,
     ) -> StoreResult<SessionDelivery> {
-        Err(crate::compat::pending("insert_session_delivery"))
+        self.write(mesh_id, |db| insert_delivery(db, mesh_id, delivery, now))
     }
 
     fn set_session_delivery_status(
@@ -80,11 +678,11 @@ impl agentmesh_store::RuntimeStore for PgStore {
         update: &DeliveryUpdate,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        Err(crate::compat::pending("set_session_delivery_status"))
+        self.write(mesh_id, |db| set_delivery_status(db, mesh_id, id, status, update, now))
     }
 
     fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>> {
-        Err(crate::compat::pending("session_delivery"))
+        self.read(|db| load_delivery(db, mesh_id, id.trim()))
     }
 
     fn active_session_deliveries(
@@ -93,31 +691,33 @@ impl agentmesh_store::RuntimeStore for PgStore {
         session_id: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<Vec<SessionDelivery>> {
-        Err(crate::compat::pending("active_session_deliveries"))
+        self.read(|db| active_deliveries(db, mesh_id, session_id, now))
     }
 
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64> {
-        Err(crate::compat::pending("expire_stale_session_deliveries"))
+        self.write(mesh_id, |db| expire_deliveries(db, mesh_id, now))
     }
 
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>> {
-        Err(crate::compat::pending("meshes_with_deliveries_or_dispatches"))
+        self.read(meshes_with_deliveries_or_dispatches)
     }
 
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {
-        Err(crate::compat::pending("set_idle_session"))
+        self.write_unlocked(|db| set_idle(db, session))
     }
 
     fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>> {
-        Err(crate::compat::pending("idle_sessions"))
+        self.read(|db| idle_sessions(db, mesh_id, now))
     }
 
     fn delete_idle_session(&self, mesh_id: &str, node_id: &str, session_id: &str) -> StoreResult<bool> {
-        Err(crate::compat::pending("delete_idle_session"))
+        self.write_unlocked(|db| delete_idle(db, mesh_id, node_id, session_id))
     }
 
     fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64> {
-        Err(crate::compat::pending("prune_idle_sessions"))
+        // An idle session refreshed meanwhile no longer qualifies when its row
+        // lock is taken, and stays.
+        self.write_unlocked(|db| prune_idle(db, now))
     }
 
     fn completion_fingerprints(
@@ -126,11 +726,11 @@ impl agentmesh_store::RuntimeStore for PgStore {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<CompletionFingerprint>> {
-        Err(crate::compat::pending("completion_fingerprints"))
+        self.read(|db| fingerprints(db, mesh_id, now, limit))
     }
 
     fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64> {
-        Err(crate::compat::pending("sweep_completion_fingerprints"))
+        self.write_unlocked(|db| sweep_fingerprints(db, now))
     }
 
     fn recent_completion_conflicts(
@@ -139,7 +739,8 @@ impl agentmesh_store::RuntimeStore for PgStore {
         window_ms: Option<i64>,
         now: Timestamp,
     ) -> StoreResult<Vec<CompletionConflict>> {
-        Err(crate::compat::pending("recent_completion_conflicts"))
+        let window = window_ms.unwrap_or(agentmesh_core::sessions::CONFLICT_WINDOW_MS);
+        self.read(|db| recent_conflicts(db, mesh_id, window, now))
     }
 
     fn record_tool_call(
@@ -148,7 +749,22 @@ impl agentmesh_store::RuntimeStore for PgStore {
         guard: RateGuard,
         now: Timestamp,
     ) -> StoreResult<RateVerdict> {
-        Err(crate::compat::pending("record_tool_call"))
+        if call.tool.trim().is_empty() {
+            return Err(blank("tool").0);
+        }
+        let role = call
+            .caller_role
+            .as_deref()
+            .map(|r| agentmesh_core::rate_guard::caller_role("callerRole", r))
+            .transpose()
+            .map_err(StoreError::InvalidInput)?;
+        if self.tool_call_sweep_due() {
+            // Its own transaction, before the call: it deletes rows of every mesh
+            // older than any window counts, and holds no mesh lock meanwhile.
+            let cutoff = now.plus_millis(-guard.retention_ms());
+            self.write_unlocked(|db| prune_tool_calls(db, cutoff))?;
+        }
+        self.write(&call.mesh_id, |db| record_tool_call(db, call, role.as_deref(), guard, now))
     }
 
     fn recent_tool_calls(
@@ -157,10 +773,10 @@ impl agentmesh_store::RuntimeStore for PgStore {
         since: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<RecordedToolCall>> {
-        Err(crate::compat::pending("recent_tool_calls"))
+        self.read(|db| recent_tool_calls(db, mesh_id, since, limit))
     }
 
     fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {
-        Err(crate::compat::pending("prune_tool_calls"))
+        self.write_unlocked(|db| prune_tool_calls(db, cutoff))
     }
 }

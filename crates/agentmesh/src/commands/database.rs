@@ -135,6 +135,15 @@ impl StoreConfig {
         Ok(StoreConfig { data_dir, database_file: Some(file), postgres: None })
     }
 
+    /// The clock commands read the time from: the database's for PostgreSQL
+    /// (shared by every daemon on it), else this machine's.
+    pub fn clock(&self) -> agentmesh_api::Clock {
+        match self.postgres {
+            Some(_) => agentmesh_postgres::database_now,
+            None => crate::now,
+        }
+    }
+
     /// The PostgreSQL installation a URL named, if one did.
     pub fn postgres(&self) -> Option<&PostgresTarget> {
         self.postgres.as_ref()
@@ -184,6 +193,10 @@ impl StoreConfig {
                 let options = PgOptions::new(pg.url.clone()).schema(pg.schema.clone());
                 let store = PgStore::open(&options)
                     .with_context(|| format!("failed to open the database {}", self.describe()))?;
+                // Time is read from the database's clock from here on.
+                store
+                    .sync_clock()
+                    .with_context(|| format!("failed to read the clock of {}", self.describe()))?;
                 Ok(Opened::Postgres(store))
             }
             None => self.open_sqlite().map(Opened::Sqlite),
@@ -312,7 +325,9 @@ mod tests {
 
     #[test]
     fn a_schema_needs_a_postgres_url_and_a_valid_name() {
-        for (url, schema) in [(None, "s"), (Some("sqlite:///srv/x.db"), "s"), (Some("postgres://h/db"), "1bad")] {
+        for (url, schema) in
+            [(None, "s"), (Some("sqlite:///srv/x.db"), "s"), (Some("postgres://h/db"), "1bad")]
+        {
             let err = StoreConfig::resolve(Some(Path::new("/d")), url, Some(schema), no_default).unwrap_err();
             let invalid = err.downcast_ref::<InvalidInput>().expect("invalid input");
             assert_eq!(invalid.field, "databaseSchema", "{url:?} {schema}");
@@ -357,7 +372,8 @@ mod tests {
     fn without_a_url_the_data_dir_or_the_default_is_used() {
         let given = StoreConfig::resolve(Some(Path::new("/d")), None, None, no_default).unwrap();
         assert_eq!(given, StoreConfig::data_dir("/d"));
-        let default = StoreConfig::resolve(None, None, None, || Ok(PathBuf::from("/home/x/.agentmesh"))).unwrap();
+        let default =
+            StoreConfig::resolve(None, None, None, || Ok(PathBuf::from("/home/x/.agentmesh"))).unwrap();
         assert_eq!(default.dir(), Path::new("/home/x/.agentmesh"));
     }
 }

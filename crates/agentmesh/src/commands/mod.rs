@@ -201,9 +201,10 @@ impl Context {
         }
         let api: Arc<dyn MeshApi> = match &self.server {
             Some(url) => Arc::new(RemoteMesh::trusting(url, &self.client_token()?, self.ca_cert.as_deref())?),
-            None => {
-                Arc::new(LocalMesh::new(Arc::clone(self.store()?), crate::now).with_enforce(self.enforce))
-            }
+            None => Arc::new(
+                LocalMesh::new(Arc::clone(self.store()?), self.store_config.clock())
+                    .with_enforce(self.enforce),
+            ),
         };
         Ok(self.api.get_or_init(|| api))
     }

@@ -34,6 +34,7 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use super::Context;
+use super::database::Opened;
 use crate::cli::{LogFormat, ServeArgs};
 use crate::failure::AlreadyLogged;
 
@@ -73,20 +74,56 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
             other => anyhow::Error::new(other),
         })?)
     };
-    let store = opened.into_store();
+    // A PostgreSQL installation may be served by several daemons: each learns
+    // of the others' commits, one at a time runs the upkeep, and all read the
+    // database's clock.
+    let postgres = match &opened {
+        Opened::Postgres(_) => true,
+        Opened::Sqlite(_) => false,
+    };
+    let (store, pg) = match opened {
+        Opened::Postgres(pg) => {
+            let pg = Arc::new(pg);
+            (Arc::clone(&pg) as Arc<dyn agentmesh_store::Store>, Some(pg))
+        }
+        sqlite => (sqlite.into_store(), None),
+    };
     let token_path = ctx.token_file();
     let token = ApiToken::load_or_create(&token_path)
         .with_context(|| format!("failed to read or create the token file {}", token_path.display()))?;
     // The store keeps its WAL small by itself (its checkpointer): the upkeep
     // runs no checkpoint of its own.
-    let upkeep = UpkeepConfig::default();
+    let mut upkeep = UpkeepConfig::default();
+    if let Some(pg) = &pg {
+        let leader = pg.upkeep_leader();
+        let clock_of = Arc::clone(pg);
+        upkeep.leader = Some(Arc::new(move || {
+            if let Err(err) = clock_of.sync_clock() {
+                tracing::warn!(error = %err, "could not read the database's clock");
+            }
+            leader.holds()
+        }));
+    }
     let daemon_id = agentmesh_mcp::load_or_create_daemon_id(ctx.data_dir())
         .with_context(|| format!("failed to read or create the daemon id in {}", ctx.data_dir().display()))?;
     let state = AppState::new(store, token)
         .with_upkeep(upkeep)
         .with_daemon_id(daemon_id)
         .with_mcp_mesh(ctx.mesh_id().clone())
-        .with_enforce(ctx.enforce());
+        .with_enforce(ctx.enforce())
+        .with_clock(ctx.store_config().clock());
+    // Kept to the end: it wakes this daemon's watches on every daemon's commits.
+    let _listener = match &pg {
+        Some(pg) => {
+            let signal = Arc::clone(state.mesh().signal());
+            Some(
+                pg.listen(move |_mesh| signal.bump())
+                    .context("failed to listen for the database's commits")?,
+            )
+        }
+        None => None,
+    };
+    tracing::info!(database = %ctx.store_config().describe(), postgres, "store opened");
     let options = ServeOptions {
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,

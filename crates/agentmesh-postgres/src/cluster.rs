@@ -1,0 +1,233 @@
+//! Several daemons on one installation: what one daemon commits wakes the
+//! others' watches ([`PgStore::listen`], LISTEN/NOTIFY), the background upkeep
+//! runs in one daemon at a time ([`UpkeepLeader`], a session advisory lock), and
+//! time is read from the database's clock ([`database_now`]).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use agentmesh_core::Timestamp;
+use agentmesh_store::StoreResult;
+use postgres::fallible_iterator::FallibleIterator;
+
+use crate::pool::{Conn, Target};
+use crate::{Fail, PgStore, Res, quote_ident};
+
+/// How long a listener waits for a notification before it looks whether it was
+/// asked to stop.
+const LISTEN_TICK: Duration = Duration::from_millis(200);
+/// How long a listener waits before connecting again after its connection broke.
+const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+
+/// The notification channel of the installation in `schema`: `agentmesh_`
+/// and the schema, or a hash of it where that would pass PostgreSQL's 63-byte
+/// identifier limit.
+pub(crate) fn channel(schema: &str) -> String {
+    let name = format!("agentmesh_{schema}");
+    if name.len() <= 63 {
+        name
+    } else {
+        format!("agentmesh_{:016x}", crate::db::mesh_lock_key(schema, "\u{0}channel") as u64)
+    }
+}
+
+/// The statements that end a write of `mesh_id`: the notification, delivered to
+/// every listener when (and only if) the transaction commits, then the COMMIT.
+pub(crate) fn notify_and_commit(channel: &str, mesh_id: &str) -> String {
+    format!("SELECT pg_notify('{}', '{}'); COMMIT", channel.replace('\'', "''"), mesh_id.replace('\'', "''"))
+}
+
+/// A thread that listens for the installation's commits; stops when dropped.
+pub struct Listener {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl PgStore {
+    /// Calls `on_commit` with the mesh id of every write any store on this
+    /// installation commits (this process's included), from a thread of its own
+    /// with a connection of its own. When that connection breaks, it connects
+    /// again and calls `on_commit("")` once it listens again: commits in between
+    /// were missed, so a caller should look at everything again.
+    pub fn listen(&self, on_commit: impl Fn(&str) + Send + 'static) -> StoreResult<Listener> {
+        let target = self.pool.target().clone();
+        let channel = channel(&self.schema);
+        // The first connection is made here, so a server that cannot be reached
+        // fails the caller instead of a thread's log.
+        let first = listening(&target, &channel).map_err(|Fail(e)| e)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("agentmesh-pg-listen".into())
+            .spawn(move || listen_loop(first, &target, &channel, &stopped, &on_commit))
+            .map_err(|e| agentmesh_store::StoreError::Backend(Box::new(e)))?;
+        Ok(Listener { stop, thread: Some(thread) })
+    }
+
+    /// The upkeep leadership of this installation, for one daemon.
+    pub fn upkeep_leader(&self) -> UpkeepLeader {
+        UpkeepLeader {
+            target: self.pool.target().clone(),
+            key: crate::db::mesh_lock_key(&self.schema, "\u{0}upkeep-leader"),
+            session: Mutex::new(None),
+        }
+    }
+
+    /// Measures how far the database's clock is from this machine's and makes
+    /// [`database_now`] follow it; returns the offset in milliseconds.
+    pub fn sync_clock(&self) -> StoreResult<i64> {
+        self.read(|db| {
+            let before = system_millis();
+            let server: i64 =
+                db.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT", &[])?.get(0);
+            let after = system_millis();
+            let offset = server - (before + (after - before) / 2);
+            CLOCK_OFFSET_MS.store(offset, Ordering::Relaxed);
+            Ok(offset)
+        })
+    }
+}
+
+fn listening(target: &Target, channel: &str) -> Res<Conn> {
+    let mut conn = target.connect()?;
+    conn.client.batch_execute(&format!("LISTEN {}", quote_ident(channel)))?;
+    Ok(conn)
+}
+
+fn listen_loop(first: Conn, target: &Target, channel: &str, stop: &AtomicBool, on_commit: &dyn Fn(&str)) {
+    let mut conn = Some(first);
+    while !stop.load(Ordering::Relaxed) {
+        let Some(live) = conn.as_mut() else {
+            std::thread::sleep(RECONNECT_AFTER);
+            match listening(target, channel) {
+                Ok(fresh) => {
+                    tracing::info!(channel, "listening for commits again");
+                    conn = Some(fresh);
+                    on_commit("");
+                }
+                Err(Fail(err)) => tracing::warn!(channel, error = %err, "could not listen for commits"),
+            }
+            continue;
+        };
+        if !drain_notifications(live, channel, on_commit) || live.client.is_closed() {
+            conn = None;
+        }
+    }
+}
+
+/// Hands on what arrives within one tick; `false` when the connection broke.
+fn drain_notifications(conn: &mut Conn, channel: &str, on_commit: &dyn Fn(&str)) -> bool {
+    let mut notifications = conn.client.notifications();
+    let mut iter = notifications.timeout_iter(LISTEN_TICK);
+    loop {
+        match iter.next() {
+            Ok(Some(note)) => on_commit(note.payload()),
+            Ok(None) => return true,
+            Err(err) => {
+                tracing::warn!(channel, error = %err, "the connection listening for commits broke");
+                return false;
+            }
+        }
+    }
+}
+
+/// Whether this daemon runs the installation's background upkeep: it does while
+/// it holds a session advisory lock on a connection of its own. A daemon that
+/// dies loses its connection and the server releases the lock, so the next
+/// daemon to ask takes it over.
+pub struct UpkeepLeader {
+    target: Target,
+    key: i64,
+    /// The connection that holds (or tries for) the lock, and whether it holds it.
+    session: Mutex<Option<(Conn, bool)>>,
+}
+
+impl std::fmt::Debug for UpkeepLeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpkeepLeader").field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+impl UpkeepLeader {
+    /// Whether this daemon leads now: keeps the lock it holds (checking its
+    /// connection is alive), or tries to take it. Blocks for a round trip.
+    pub fn holds(&self) -> bool {
+        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        match self.check(&mut session) {
+            Ok(leads) => leads,
+            Err(Fail(err)) => {
+                tracing::warn!(error = %err, "lost the connection of the upkeep leadership");
+                *session = None;
+                false
+            }
+        }
+    }
+
+    fn check(&self, session: &mut Option<(Conn, bool)>) -> Res<bool> {
+        if session.as_ref().is_none_or(|(conn, _)| conn.client.is_closed()) {
+            *session = Some((self.target.connect()?, false));
+        }
+        let Some((conn, held)) = session.as_mut() else { return Ok(false) };
+        if *held {
+            conn.client.batch_execute("SELECT 1")?;
+        } else {
+            *held = conn.client.query_one("SELECT pg_try_advisory_lock($1)", &[&self.key])?.get(0);
+            if *held {
+                tracing::info!("this daemon now runs the installation's upkeep");
+            }
+        }
+        Ok(*held)
+    }
+
+    /// Gives the leadership up (another daemon takes it at its next try).
+    pub fn resign(&self) {
+        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// How far the database's clock is ahead of this machine's, in milliseconds, as
+/// last measured by [`PgStore::sync_clock`].
+static CLOCK_OFFSET_MS: AtomicI64 = AtomicI64::new(0);
+
+#[allow(clippy::disallowed_methods)] // The offset is applied to this machine's clock.
+fn system_millis() -> i64 {
+    let millis = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    i64::try_from(millis).unwrap_or(i64::MAX)
+}
+
+/// The time by the database's clock: this machine's clock corrected by the
+/// offset [`PgStore::sync_clock`] last measured. Daemons on several machines
+/// that read time here stamp leases, presence and ledger entries by one clock.
+pub fn database_now() -> Timestamp {
+    Timestamp::from_millis(system_millis().saturating_add(CLOCK_OFFSET_MS.load(Ordering::Relaxed)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_stay_within_the_identifier_limit() {
+        assert_eq!(channel("agentmesh"), "agentmesh_agentmesh");
+        let long = "s".repeat(63);
+        let named = channel(&long);
+        assert!(named.len() <= 63 && named.starts_with("agentmesh_"), "{named}");
+        assert_ne!(named, channel(&"t".repeat(63)));
+    }
+
+    #[test]
+    fn the_notification_quotes_its_literals() {
+        assert_eq!(notify_and_commit("c", "it's"), "SELECT pg_notify('c', 'it''s'); COMMIT");
+    }
+}
