@@ -1,6 +1,5 @@
 //! The operations no transport reaches ([`agentmesh_store::CompatStore`]).
 
-#![allow(unused_imports, unused_variables)]
 use agentmesh_core::TaskPriority;
 use agentmesh_core::{
     Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
@@ -141,7 +140,3 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 }
 
-/// The error of an operation this backend does not have yet.
-pub(crate) fn pending(operation: &str) -> StoreError {
-    StoreError::Backend(format!("{operation} is not available on PostgreSQL yet").into())
-}
