@@ -1,18 +1,7 @@
 //! The operations no transport reaches ([`agentmesh_store::CompatStore`]).
 
-use agentmesh_core::TaskPriority;
-use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
-};
-use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
-};
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
-use std::sync::Arc;
+use agentmesh_core::{CompletionConflict, LedgerEntry, LedgerQuery, Task, Timestamp};
+use agentmesh_store::StoreResult;
 
 use crate::PgStore;
 
@@ -139,4 +128,3 @@ impl agentmesh_store::CompatStore for PgStore {
         self.write(mesh_id, |db| crate::inbox::clear(db, mesh_id))
     }
 }
-
