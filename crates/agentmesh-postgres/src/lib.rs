@@ -18,6 +18,7 @@
 
 use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
+mod batch;
 mod cluster;
 mod compat;
 mod db;
@@ -79,6 +80,8 @@ pub struct PgStore {
     channel: String,
     /// Where the database is, without credentials, for messages.
     location: String,
+    /// The open write batch of each mesh (group commit per mesh).
+    batches: batch::Batches,
     /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
     tool_calls: std::sync::atomic::AtomicU64,
 }
@@ -114,6 +117,7 @@ impl PgStore {
             schema: options.schema.clone(),
             channel,
             location,
+            batches: batch::Batches::default(),
             tool_calls: std::sync::atomic::AtomicU64::new(0),
         };
         store.migrate().map_err(|Fail(e)| e)?;
@@ -149,10 +153,12 @@ impl PgStore {
         self.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None, op)
     }
 
-    /// Runs `op` in one read-write transaction holding the advisory lock of
-    /// `mesh_id`: all of its effect commits, or none.
+    /// Runs `op` in a read-write transaction holding the advisory lock of
+    /// `mesh_id`, shared with the other writes of the mesh that arrive together
+    /// (see `batch`): all of its effect commits, or none.
     pub(crate) fn write<T>(&self, mesh_id: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction("BEGIN", Some(mesh_id), op)
+        let scope = batch::Scope { pool: &self.pool, schema: &self.schema, channel: &self.channel };
+        self.batches.write(&scope, mesh_id, op)
     }
 
     /// Runs `op` in one read-write transaction without a mesh lock: for writes

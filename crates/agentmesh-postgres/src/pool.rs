@@ -80,19 +80,24 @@ impl Pool {
 
     /// A connection for the caller alone until the guard drops.
     pub(crate) fn get(&self) -> Res<Pooled<'_>> {
+        Ok(Pooled { pool: self, conn: Some(self.checkout()?) })
+    }
+
+    /// A connection the caller owns until it gives it back ([`Pool::checkin`]) or
+    /// drops it ([`Pool::forget`]).
+    pub(crate) fn checkout(&self) -> Res<Conn> {
         let mut state = self.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
-                return Ok(Pooled { pool: self, conn: Some(conn) });
+                return Ok(conn);
             }
             if state.open < self.max {
                 state.open += 1;
                 drop(state);
                 return match self.target.connect() {
-                    Ok(conn) => Ok(Pooled { pool: self, conn: Some(conn) }),
+                    Ok(conn) => Ok(conn),
                     Err(err) => {
-                        self.lock().open -= 1;
-                        self.returned.notify_one();
+                        self.forget();
                         Err(err)
                     }
                 };
@@ -104,6 +109,24 @@ impl Pool {
                 return Err(Fail(agentmesh_store::StoreError::Busy));
             }
         }
+    }
+
+    /// Gives a checked-out connection back; one the server closed is dropped.
+    pub(crate) fn checkin(&self, conn: Conn) {
+        if conn.client.is_closed() {
+            drop(conn);
+            self.forget();
+            return;
+        }
+        self.lock().idle.push(conn);
+        self.returned.notify_one();
+    }
+
+    /// Counts a checked-out connection as closed (its state is unknown, and it
+    /// was dropped).
+    pub(crate) fn forget(&self) {
+        self.lock().open -= 1;
+        self.returned.notify_one();
     }
 
     /// What the pool connects to.
@@ -146,12 +169,9 @@ impl Pooled<'_> {
 
 impl Drop for Pooled<'_> {
     fn drop(&mut self) {
-        let mut state = self.pool.lock();
         match self.conn.take() {
-            Some(conn) if !conn.client.is_closed() => state.idle.push(conn),
-            _ => state.open -= 1,
+            Some(conn) => self.pool.checkin(conn),
+            None => self.pool.forget(),
         }
-        drop(state);
-        self.pool.returned.notify_one();
     }
 }

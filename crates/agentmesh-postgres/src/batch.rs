@@ -1,0 +1,290 @@
+//! Group commit per mesh: the writes of one mesh that arrive together in one
+//! store share one transaction, and so one mesh lock and one COMMIT.
+//!
+//! A COMMIT waits for the server to flush its WAL, and the writes of a mesh run
+//! one at a time under its advisory lock, so one transaction per write would
+//! bound a mesh to one flush per write. Here the first write of a mesh opens a
+//! batch: it begins a transaction, takes the mesh lock and runs its operation.
+//! Writes of the same mesh that arrive meanwhile join the open batch and run,
+//! one after another on the same connection, each inside a savepoint (one that
+//! fails is undone alone). When every write that joined has run, the first one
+//! closes the batch and commits it; each write returns its own result once that
+//! COMMIT succeeded, or the COMMIT's error. A write that finds the batch full or
+//! closing opens the next one, which waits for the mesh lock. Uncontended, a
+//! write is exactly one transaction of its own.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+use agentmesh_store::{StoreError, StoreResult};
+
+use crate::db::Db;
+use crate::pool::{Conn, Pool};
+use crate::{Fail, Res, classify, cluster};
+
+/// The most writes one batch takes.
+const MAX_BATCH: usize = 32;
+/// How many ended batches a mesh remembers, for the writes still to read how
+/// their batch ended.
+const ENDED_KEPT: u64 = 1024;
+
+/// The open batches of one store, by mesh.
+#[derive(Default)]
+pub(crate) struct Batches {
+    slots: Mutex<HashMap<String, Arc<Slot>>>,
+}
+
+/// One mesh's batch: its state, and the connection of its open transaction.
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    changed: Condvar,
+    conn: Mutex<Option<Conn>>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// A batch is open and takes more writes.
+    open: bool,
+    /// The number of the latest batch opened.
+    batch: u64,
+    /// Writes that joined the open batch, its opener included.
+    joined: usize,
+    /// Writes that joined the open batch and have not run yet.
+    running: usize,
+    /// How ended batches ended: `None` committed, else why not.
+    ended: HashMap<u64, Option<Ended>>,
+}
+
+/// Why a batch did not commit, for every write in it.
+#[derive(Clone)]
+enum Ended {
+    Busy,
+    Failed(String),
+}
+
+impl Ended {
+    fn of(err: &StoreError) -> Ended {
+        match err {
+            StoreError::Busy => Ended::Busy,
+            other => Ended::Failed(other.to_string()),
+        }
+    }
+
+    fn error(&self) -> StoreError {
+        match self {
+            Ended::Busy => StoreError::Busy,
+            Ended::Failed(why) => StoreError::Backend(format!("the transaction was not committed: {why}").into()),
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a batch needs of its store.
+pub(crate) struct Scope<'a> {
+    pub(crate) pool: &'a Pool,
+    pub(crate) schema: &'a str,
+    pub(crate) channel: &'a str,
+}
+
+impl Batches {
+    fn slot(&self, mesh_id: &str) -> Arc<Slot> {
+        let mut slots = lock(&self.slots);
+        match slots.get(mesh_id) {
+            Some(slot) => Arc::clone(slot),
+            None => {
+                let slot = Arc::new(Slot::default());
+                slots.insert(mesh_id.to_owned(), Arc::clone(&slot));
+                slot
+            }
+        }
+    }
+
+    /// Runs `op` in the mesh's open batch, or in a new one; returns once the
+    /// batch committed (see the module docs).
+    pub(crate) fn write<T>(
+        &self,
+        scope: &Scope<'_>,
+        mesh_id: &str,
+        op: impl FnOnce(&Db<'_>) -> Res<T>,
+    ) -> StoreResult<T> {
+        let slot = self.slot(mesh_id);
+        let mut state = lock(&slot.state);
+        loop {
+            if !state.open {
+                return lead(scope, &slot, state, mesh_id, op);
+            }
+            if state.joined < MAX_BATCH {
+                return join(scope, &slot, state, op);
+            }
+            // Full: wait for it to close, then open the next.
+            state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// `BEGIN` and the mesh lock, in one round trip.
+fn begin(conn: &mut Conn, schema: &str, mesh_id: &str) -> Result<(), StoreError> {
+    let key = crate::db::mesh_lock_key(schema, mesh_id);
+    conn.client.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({key})")).map_err(classify)
+}
+
+/// Opens a batch, runs `op` first in it, lets the writes that joined run, and
+/// commits.
+fn lead<T>(
+    scope: &Scope<'_>,
+    slot: &Slot,
+    mut state: MutexGuard<'_, SlotState>,
+    mesh_id: &str,
+    op: impl FnOnce(&Db<'_>) -> Res<T>,
+) -> StoreResult<T> {
+    state.open = true;
+    state.batch += 1;
+    state.joined = 1;
+    state.running = 0;
+    let batch = state.batch;
+    // Taken before the state is let go: writes that join wait for it.
+    let mut conn_slot = lock(&slot.conn);
+    drop(state);
+
+    let opened = scope.pool.checkout().map_err(|Fail(e)| e).and_then(|mut conn| match begin(&mut conn, scope.schema, mesh_id) {
+        Ok(()) => Ok(conn),
+        Err(err) => {
+            drop(conn);
+            scope.pool.forget();
+            Err(err)
+        }
+    });
+    let mut conn = match opened {
+        Ok(conn) => conn,
+        Err(err) => {
+            // The writes that joined find no transaction, and the batch's error.
+            drop(conn_slot);
+            end(slot, batch, Some(Ended::of(&err)));
+            return Err(err);
+        }
+    };
+    let outcome = op(&Db::new(&mut conn, scope.schema));
+    if outcome.is_err() {
+        // The opener ran without a savepoint: undo its work, and begin again
+        // for the writes that joined, if any did.
+        let reopened = conn.client.batch_execute("ROLLBACK").map_err(classify).and_then(|()| {
+            let mut state = lock(&slot.state);
+            if state.joined == 1 {
+                state.open = false;
+                return Ok(false);
+            }
+            drop(state);
+            begin(&mut conn, scope.schema, mesh_id).map(|()| true)
+        });
+        match reopened {
+            Ok(true) => {}
+            Ok(false) => {
+                drop(conn_slot);
+                scope.pool.checkin(conn);
+                end(slot, batch, None);
+                return outcome.map_err(|Fail(e)| e);
+            }
+            Err(err) => {
+                drop(conn);
+                scope.pool.forget();
+                drop(conn_slot);
+                end(slot, batch, Some(Ended::of(&err)));
+                return outcome.map_err(|Fail(e)| e);
+            }
+        }
+    }
+    *conn_slot = Some(conn);
+    drop(conn_slot);
+
+    // Every write that joined runs; then no more may join.
+    {
+        let mut state = lock(&slot.state);
+        while state.running > 0 {
+            state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        state.open = false;
+    }
+    slot.changed.notify_all();
+    let Some(mut conn) = lock(&slot.conn).take() else {
+        let err = StoreError::Backend("the batch's connection was lost".into());
+        end(slot, batch, Some(Ended::of(&err)));
+        return Err(err);
+    };
+    // A write of a mesh announces itself to every listener as it commits.
+    let committed =
+        conn.client.batch_execute(&cluster::notify_and_commit(scope.channel, mesh_id)).map_err(classify);
+    match committed {
+        Ok(()) => {
+            scope.pool.checkin(conn);
+            end(slot, batch, None);
+            outcome.map_err(|Fail(e)| e)
+        }
+        Err(err) => {
+            drop(conn);
+            scope.pool.forget();
+            end(slot, batch, Some(Ended::of(&err)));
+            Err(err)
+        }
+    }
+}
+
+/// Runs `op` in the open batch, inside a savepoint, and waits for the batch to end.
+fn join<T>(
+    scope: &Scope<'_>,
+    slot: &Slot,
+    mut state: MutexGuard<'_, SlotState>,
+    op: impl FnOnce(&Db<'_>) -> Res<T>,
+) -> StoreResult<T> {
+    state.joined += 1;
+    state.running += 1;
+    let batch = state.batch;
+    drop(state);
+    let outcome = {
+        let mut conn_slot = lock(&slot.conn);
+        match conn_slot.as_mut() {
+            Some(conn) => in_savepoint(conn, scope.schema, op),
+            // The opener could not begin: the batch's error is below.
+            None => Err(Fail(StoreError::Busy)),
+        }
+    };
+    let mut state = lock(&slot.state);
+    state.running -= 1;
+    slot.changed.notify_all();
+    loop {
+        if let Some(ended) = state.ended.get(&batch) {
+            return match ended {
+                None => outcome.map_err(|Fail(e)| e),
+                Some(why) => Err(why.error()),
+            };
+        }
+        state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+fn in_savepoint<T>(conn: &mut Conn, schema: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> Res<T> {
+    conn.client.batch_execute("SAVEPOINT op")?;
+    let outcome = op(&Db::new(conn, schema));
+    if outcome.is_err() {
+        conn.client.batch_execute("ROLLBACK TO SAVEPOINT op")?;
+    }
+    outcome
+}
+
+/// Records how `batch` ended and wakes the writes waiting for it.
+fn end(slot: &Slot, batch: u64, ended: Option<Ended>) {
+    let mut state = lock(&slot.state);
+    if state.batch == batch && state.open {
+        state.open = false;
+    }
+    state.ended.insert(batch, ended);
+    if batch > ENDED_KEPT {
+        let oldest = batch - ENDED_KEPT;
+        state.ended.retain(|b, _| *b > oldest);
+    }
+    drop(state);
+    slot.changed.notify_all();
+}
