@@ -133,11 +133,11 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_pending_events"))
+        self.write(mesh_id, |db| crate::inbox::delete(db, mesh_id, ids))
     }
 
     fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("clear_pending_events"))
+        self.write(mesh_id, |db| crate::inbox::clear(db, mesh_id))
     }
 }
 
