@@ -13,7 +13,7 @@
 //! the same schema, then drops it.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
@@ -96,12 +96,13 @@ fn parent() -> ExitCode {
         let mut child = Command::new(&exe)
             .args(["--writer", &schema, &round.to_string()])
             .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("spawn writer");
         let lines = BufReader::new(child.stdout.take().unwrap());
         // Let the writer get going, then kill it wherever it is: between two
         // round trips, or with a statement or a COMMIT on its way.
-        let target = 50 + rng.below(500) as usize;
+        let target = 30 + rng.below(300) as usize;
         let started = Instant::now();
         let mut seen = 0;
         for line in lines.lines() {
@@ -120,7 +121,9 @@ fn parent() -> ExitCode {
         // SIGKILL: no destructors, no ROLLBACK, the connections just drop.
         child.kill().expect("kill the writer");
         child.wait().unwrap();
-        assert!(seen >= target, "the writer stopped early in round {round}");
+        let mut stderr = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        assert!(seen >= target, "the writer stopped early in round {round}:\n{stderr}");
         kills_at.push(seen);
 
         let store = PgStore::open(&support::options(&schema)).expect("the installation opens after kill -9");
@@ -170,7 +173,8 @@ fn parent() -> ExitCode {
     }
     // The last writer's leftovers and the tasks reclaimed above are claimable
     // and completable by a new session.
-    let survivor = Claimant { node_id: "n-after".into(), session_id: "s-after".into(), ..Claimant::default() };
+    let survivor =
+        Claimant { node_id: "n-after".into(), session_id: "s-after".into(), ..Claimant::default() };
     let mut finished = 0;
     while let ClaimOutcome::Claimed(task) =
         db.claim_next(MESH, &survivor, &ClaimOptions::default(), NOW).unwrap()

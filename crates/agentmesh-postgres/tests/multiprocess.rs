@@ -23,7 +23,7 @@ mod support;
 
 const MESH: &str = "race";
 const WORKERS: usize = 16;
-const TASKS: usize = 1_600;
+const TASKS: usize = 800;
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 
 fn main() -> ExitCode {
