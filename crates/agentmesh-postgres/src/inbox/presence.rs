@@ -56,12 +56,13 @@ pub(crate) fn touch_coordinator(
 ) -> Res<()> {
     let address = Address::of(identity);
     db.execute(
-        "INSERT INTO mesh_coordinator_presence AS p
+        "INSERT INTO mesh_coordinator_presence
              (mesh_id, coordinator_key, machine, daemon_id, run_id, session_id, last_seen_ms, ended_at_ms)
          VALUES ($1, $2, $3, $4, $5, $6, $7, NULL)
          ON CONFLICT (mesh_id, coordinator_key) DO UPDATE
-            SET last_seen_ms = GREATEST(p.last_seen_ms, EXCLUDED.last_seen_ms),
-                ended_at_ms = CASE WHEN p.ended_at_ms >= EXCLUDED.last_seen_ms THEN p.ended_at_ms END,
+            SET last_seen_ms = GREATEST(mesh_coordinator_presence.last_seen_ms, EXCLUDED.last_seen_ms),
+                ended_at_ms = CASE WHEN mesh_coordinator_presence.ended_at_ms >= EXCLUDED.last_seen_ms
+                                THEN mesh_coordinator_presence.ended_at_ms END,
                 daemon_id = EXCLUDED.daemon_id",
         &[
             &mesh_id,

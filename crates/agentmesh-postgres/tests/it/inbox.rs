@@ -65,7 +65,7 @@ fn a_quarantined_event_requeued_is_delivered_again() {
     let (id, _) = queue_event(store, "m1", (bare, agentmesh_core::events::EmitHint::default()), at(1));
     let enforce = DrainRequest { enforce: true, ..drain_request(&me) };
     let held = drain(store, "m1", &enforce, at(2));
-    assert_eq!(held.quarantined, [id.clone()]);
+    assert_eq!(held.quarantined, std::slice::from_ref(&id));
     assert_eq!(store.pending_event_count("m1").unwrap(), 0);
 
     let held_kind = LedgerQuery { kinds: vec!["event_held".to_owned()], ..LedgerQuery::default() };
