@@ -359,8 +359,10 @@ ledger that the source did not hold.
 A record the target already holds (by its id or key) is left as it is, so running the
 command again copies nothing new, and a copy that was interrupted completes. A record
 whose id the target keeps for another mesh (a SQLite file keeps task and mission ids
-unique across its meshes) is not copied: it is counted and named as a conflict. The
-source is only read. Stop daemons writing to the source first, or run it again after.
+unique across its meshes) is not copied: it is counted and named as a conflict.
+Nothing is written to the source beyond what opening it with this agentmesh does (a
+schema upgrade, importing legacy queue files). Stop the daemons writing to the source
+first, or run the command again after them.
 
 Progress goes to stderr, per mesh and kind of record; the counts go to stdout when it
 ends (one JSON document with --json). --data-dir, --database-url and --mesh are not
@@ -501,7 +503,7 @@ pub struct ImportAdhdevArgs {
 #[derive(Debug, Args)]
 pub struct MigrateArgs {
     /// Where the meshes are: a data dir, sqlite:///path/to/mesh-runtime.db, or
-    /// postgres://user@host:5432/db (it must hold a database; it is only read)
+    /// postgres://user@host:5432/db (it must hold a database; nothing is copied into it)
     #[arg(long, value_name = "DATA_DIR|URL")]
     pub from: String,
     /// Where they go: a data dir, a sqlite:// file URL or a postgres:// URL
