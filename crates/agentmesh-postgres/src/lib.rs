@@ -31,9 +31,11 @@ mod pool;
 mod runtime;
 pub mod shard;
 mod tasks;
+mod transfer;
 
 pub use cluster::{Listener, UpkeepLeader, database_now};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
+pub use transfer::{installation_exists, same_installation};
 
 use db::Db;
 use pool::{Pool, Target};

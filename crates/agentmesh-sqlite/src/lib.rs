@@ -36,6 +36,7 @@ mod runtime;
 mod space;
 mod store_impl;
 mod tasks;
+mod transfer;
 mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};

@@ -10,9 +10,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::{Fail, Res, ledger};
 
-const COLUMNS: &str = "id, mesh_id, title, goal, status, created_at, updated_at";
+pub(crate) const COLUMNS: &str = "id, mesh_id, title, goal, status, created_at, updated_at";
 
-fn from_row(r: &Row<'_>) -> rusqlite::Result<Mission> {
+pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Mission> {
     Ok(Mission {
         id: r.get(0)?,
         mesh_id: r.get(1)?,

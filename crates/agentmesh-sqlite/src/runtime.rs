@@ -36,10 +36,10 @@ fn refuse_other_mesh(conn: &Connection, sql: &str, id: &str, mesh_id: &str, kind
 
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
-const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via, \
+pub(crate) const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via, \
                                 status, dispatched_to_idle_session, dispatched_at, updated_at";
 
-fn dispatch_from_row(row: &Row<'_>) -> rusqlite::Result<DirectDispatch> {
+pub(crate) fn dispatch_from_row(row: &Row<'_>) -> rusqlite::Result<DirectDispatch> {
     let status: String = row.get(8)?;
     Ok(DirectDispatch {
         task_id: row.get(0)?,
@@ -199,14 +199,14 @@ pub(crate) fn delete_dispatches_by_task(conn: &Connection, mesh_id: &str, task_i
 
 // ── Session deliveries ──────────────────────────────────────────────────────
 
-const DELIVERY_COLUMNS: &str = "id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message, \
+pub(crate) const DELIVERY_COLUMNS: &str = "id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message, \
                                 status, deliver_after, expires_at, attempt_count, source_coordinator_session_id, \
                                 source_coordinator_daemon_id, last_error, created_at, updated_at";
 
 /// Statuses a waiting delivery has, as SQL.
 const ACTIVE_DELIVERY_SQL: &str = "status IN ('delivering', 'queued', 'acked')";
 
-fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<SessionDelivery> {
+pub(crate) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<SessionDelivery> {
     let status: String = row.get(9)?;
     Ok(SessionDelivery {
         id: row.get(0)?,

@@ -30,6 +30,7 @@ pub mod placement;
 mod raw_json;
 pub mod retry;
 pub mod submit;
+pub mod transfer;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -41,6 +42,7 @@ pub use submit::Submitted;
 /// The store traits, for `use agentmesh_store::prelude::*`: calling an operation
 /// needs the trait of its group in scope.
 pub mod prelude {
+    pub use crate::transfer::TransferStore;
     pub use crate::{CompatStore, InboxStore, LedgerStore, MissionStore, QueueStore, RuntimeStore, Store};
 }
 

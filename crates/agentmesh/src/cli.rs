@@ -164,6 +164,10 @@ pub enum Command {
     /// Import an original ADHDev ledger directory (database, queue and inbox files)
     #[command(name = "import-adhdev", after_help = IMPORT_ADHDEV_EXAMPLES)]
     ImportAdhdev(ImportAdhdevArgs),
+    /// Copy every mesh from one database to another (SQLite to PostgreSQL or back),
+    /// losslessly; running it again copies only what is missing
+    #[command(after_help = MIGRATE_EXAMPLES, after_long_help = MIGRATE_LONG_HELP)]
+    Migrate(MigrateArgs),
     /// Serve the MCP tools over stdin/stdout, for an agent's MCP configuration
     #[command(after_help = MCP_EXAMPLES)]
     Mcp(McpArgs),
@@ -335,6 +339,42 @@ Examples:
   agentmesh import-adhdev ~/.adhdev/ledger
   agentmesh --data-dir /srv/agentmesh import-adhdev /tmp/adhdev-ledger --json";
 
+/// Shown after `agentmesh migrate -h`.
+const MIGRATE_EXAMPLES: &str = "\
+Examples:
+  agentmesh migrate --from ~/.agentmesh --to postgres://mesh@db.internal:5432/mesh
+  agentmesh --database-schema team_a migrate --from /srv/agentmesh --to postgres://db/mesh --json
+  agentmesh migrate --from postgres://db/mesh --from-schema team_a --to /srv/agentmesh-copy";
+
+/// Shown after `agentmesh migrate --help`.
+const MIGRATE_LONG_HELP: &str = "\
+Every mesh of the source is copied as stored: tasks with their status, epoch, lease,
+assignment, dependencies and unknown fields; the ledger, whose entries keep their ids
+and are appended in the source's order; inbox events, drained or not, with their
+fingerprints, queue times and routing; missions; the scheduler cursor; and the runtime
+records (direct dispatches, session deliveries, idle sessions, completion fingerprints
+and conflicts, the tool-call log, coordinator presence). Nothing is recorded in the
+ledger that the source did not hold.
+
+A record the target already holds (by its id or key) is left as it is, so running the
+command again copies nothing new, and a copy that was interrupted completes. A record
+whose id the target keeps for another mesh (a SQLite file keeps task and mission ids
+unique across its meshes) is not copied: it is counted and named as a conflict.
+Nothing is written to the source beyond what opening it with this agentmesh does (a
+schema upgrade, importing legacy queue files). Stop the daemons writing to the source
+first, or run the command again after them.
+
+Progress goes to stderr, per mesh and kind of record; the counts go to stdout when it
+ends (one JSON document with --json). --data-dir, --database-url and --mesh are not
+used; --database-schema names the schema of a PostgreSQL side that has no
+--from-schema or --to-schema of its own.
+
+Examples:
+  agentmesh migrate --from ~/.agentmesh --to postgres://mesh@db.internal:5432/mesh
+  agentmesh --database-schema team_a migrate --from /srv/agentmesh --to postgres://db/mesh --json
+  agentmesh migrate --from postgres://db/mesh --from-schema team_a --to /srv/agentmesh-copy
+  agentmesh migrate --from sqlite:///srv/old/mesh-runtime.db --to sqlite:///srv/new/mesh-runtime.db";
+
 /// Shown after `agentmesh mcp --help`.
 const MCP_EXAMPLES: &str = "\
 Examples:
@@ -457,6 +497,28 @@ pub struct ImportAdhdevArgs {
     /// <mesh>.queue.json and *.pending-events.jsonl files)
     #[arg(value_name = "LEDGER_DIR")]
     pub ledger_dir: PathBuf,
+}
+
+/// Arguments of `migrate`.
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Where the meshes are: a data dir, sqlite:///path/to/mesh-runtime.db, or
+    /// postgres://user@host:5432/db (it must hold a database; nothing is copied into it)
+    #[arg(long, value_name = "DATA_DIR|URL")]
+    pub from: String,
+    /// Where they go: a data dir, a sqlite:// file URL or a postgres:// URL
+    /// (created when missing)
+    #[arg(long, value_name = "URL|DATA_DIR")]
+    pub to: String,
+    /// The PostgreSQL schema of --from [default: --database-schema, else agentmesh]
+    #[arg(long, value_name = "NAME")]
+    pub from_schema: Option<String>,
+    /// The PostgreSQL schema of --to [default: --database-schema, else agentmesh]
+    #[arg(long, value_name = "NAME")]
+    pub to_schema: Option<String>,
+    /// Records copied per transaction (at most this many are held in memory)
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub page_size: u32,
 }
 
 /// Arguments of `mcp`.

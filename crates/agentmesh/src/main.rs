@@ -42,8 +42,13 @@ fn main() -> ExitCode {
     };
     let json = cli.global.json;
     let mut out = output::Output::stdout(json);
-    let result =
-        commands::Context::resolve(&cli.global).and_then(|ctx| commands::run(&ctx, cli.command, &mut out));
+    let result = match cli.command {
+        // Names its two databases itself, so the global store options do not apply.
+        cli::Command::Migrate(args) => commands::migrate(&cli.global, args, &mut out),
+        command => {
+            commands::Context::resolve(&cli.global).and_then(|ctx| commands::run(&ctx, command, &mut out))
+        }
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => failure::report(&err, json),

@@ -48,6 +48,26 @@ pub(crate) fn enqueue(
     Ok(task)
 }
 
+/// Inserts tasks as they are, skipping ids the mesh holds; returns how many were
+/// new. Readiness is counted after every row is in, since the tasks may name each
+/// other in any order.
+pub(crate) fn import_entries(db: &Db<'_>, entries: &[Task]) -> Res<u64> {
+    let mut imported = Vec::new();
+    for task in entries {
+        if id_taken(db, &task.mesh_id, &task.id)? {
+            continue;
+        }
+        write_edges(db, task)?;
+        insert_row(db, task, 0)?;
+        imported.push(task);
+    }
+    for task in &imported {
+        refresh_readiness(db, &task.mesh_id, &task.id)?;
+        refresh_dependents(db, &task.mesh_id, &task.id)?;
+    }
+    Ok(imported.len() as u64)
+}
+
 /// Replaces the whole queue of a mesh.
 pub(crate) fn replace_queue(db: &Db<'_>, mesh_id: &str, entries: &[Task]) -> Res<()> {
     delete_queue(db, mesh_id)?;

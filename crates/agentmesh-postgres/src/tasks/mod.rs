@@ -39,7 +39,7 @@ mod reads;
 mod rows;
 
 pub(crate) use claim::claim;
-pub(crate) use enqueue::{delete_queue, enqueue, insert_entry, replace_queue, update_entry};
+pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
 pub(crate) use lifecycle::{
     cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
 };

@@ -61,6 +61,7 @@ pub mod missions;
 pub mod sessions;
 pub mod support;
 pub mod tasks;
+pub mod transfer;
 
 pub use claims::*;
 pub use concurrency::*;

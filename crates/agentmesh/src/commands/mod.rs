@@ -26,6 +26,7 @@ use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME};
 use agentmesh_store::Store;
 pub use database::StoreConfig;
+pub use migrate::run as migrate;
 
 use crate::cli::{Command, GlobalArgs};
 use crate::output::Output;
@@ -34,7 +35,7 @@ mod claim;
 mod complete;
 mod completion_records;
 mod completions;
-mod database;
+pub(crate) mod database;
 mod deliveries;
 mod demo;
 mod dispatches;
@@ -44,6 +45,7 @@ mod ledger;
 mod man;
 mod mcp;
 mod meshes;
+mod migrate;
 mod mission;
 mod serve;
 mod sessions;
@@ -352,7 +354,7 @@ impl fmt::Display for TokenSource {
 /// Sends the store's warnings (a data dir open to other users, a legacy file left
 /// unimported) to stderr, filtered by `RUST_LOG` (default `warn`). `serve` and
 /// `mcp` install their own logging before this runs, and theirs stays.
-fn log_warnings() {
+pub(super) fn log_warnings() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     // Fails only when a subscriber is installed already.
@@ -416,6 +418,8 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Meshes => meshes::run(ctx, out),
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
+        // `main` runs it before any context is resolved (see `migrate`).
+        Command::Migrate(_) => Err(anyhow::anyhow!("migrate names its databases itself; main runs it")),
         Command::Mcp(args) => mcp::run(ctx, args),
         Command::Completions(args) => completions::run(args, out),
         Command::Man(args) => man::run(args, out),

@@ -17,6 +17,7 @@ mod mcp_http;
 mod mcp_stdio;
 mod mcp_support;
 mod mcp_two_coordinators;
+mod migrate;
 mod postgres_daemons;
 mod records;
 mod tls;
