@@ -145,7 +145,6 @@ impl StoreConfig {
     }
 
     /// The PostgreSQL installation a URL named, if one did.
-    #[cfg(test)]
     pub fn postgres(&self) -> Option<&PostgresTarget> {
         self.postgres.as_ref()
     }
