@@ -1,19 +1,7 @@
 //! The operations no transport reaches ([`agentmesh_store::CompatStore`]).
 
-#![allow(unused_imports, unused_variables)]
-use agentmesh_core::TaskPriority;
-use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
-};
-use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
-};
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
-use std::sync::Arc;
+use agentmesh_core::{CompletionConflict, LedgerEntry, LedgerQuery, Task, Timestamp};
+use agentmesh_store::StoreResult;
 
 use crate::PgStore;
 
@@ -133,15 +121,10 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        Err(crate::compat::pending("delete_pending_events"))
+        self.write(mesh_id, |db| crate::inbox::delete(db, mesh_id, ids))
     }
 
     fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("clear_pending_events"))
+        self.write(mesh_id, |db| crate::inbox::clear(db, mesh_id))
     }
-}
-
-/// The error of an operation this backend does not have yet.
-pub(crate) fn pending(operation: &str) -> StoreError {
-    StoreError::Backend(format!("{operation} is not available on PostgreSQL yet").into())
 }

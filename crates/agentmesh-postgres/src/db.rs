@@ -54,11 +54,6 @@ impl<'c> Db<'c> {
         Ok(conn.client.execute(&statement, params)?)
     }
 
-    /// Runs statements without parameters, unprepared.
-    pub(crate) fn batch(&self, sql: &str) -> Res<()> {
-        Ok(self.conn.borrow_mut().client.batch_execute(sql)?)
-    }
-
     /// Takes the advisory lock of `mesh_id` until the transaction ends: the
     /// writes of one mesh that decide on what they read run one at a time (see
     /// ARCHITECTURE.md). Taking it again in the same transaction is free.

@@ -56,9 +56,18 @@ pub fn shard_violation(sql: &str) -> Option<String> {
         return None;
     }
     let mut conditions = text.matches("mesh_id = ").count();
-    // An insert names the mesh in its column list.
-    conditions += tokens.windows(3).filter(|w| w[0] == "into" && is_mesh_table(w[1]) && w[2] == "(").count()
-        * usize::from(text.contains("mesh_id,") || text.contains("mesh_id )"));
+    // An insert names the mesh in its column list (after an optional alias).
+    for (i, pair) in tokens.windows(2).enumerate() {
+        if pair[0] != "into" || !is_mesh_table(pair[1]) {
+            continue;
+        }
+        let rest = &tokens[i + 2..];
+        let Some(open) = rest.iter().take(3).position(|t| *t == "(") else { continue };
+        let columns = rest[open + 1..].iter().take_while(|t| **t != ")");
+        if columns.into_iter().any(|t| t.trim_end_matches(',') == "mesh_id") {
+            conditions += 1;
+        }
+    }
     if conditions < tables.len() {
         return Some(format!(
             "{} reference(s) to mesh tables ({}) but {} mesh_id condition(s)",
@@ -117,6 +126,8 @@ mod tests {
         for sql in [
             "SELECT payload FROM mesh_queue WHERE mesh_id = $1 AND id = $2",
             "INSERT INTO mesh_task_deps (mesh_id, task_id, depends_on_id) VALUES ($1, $2, $3)",
+            "INSERT INTO mesh_coordinator_presence AS p (coordinator_key, mesh_id) VALUES ($1, $2)
+             ON CONFLICT (mesh_id, coordinator_key) DO UPDATE SET last_seen_ms = EXCLUDED.last_seen_ms",
             "UPDATE mesh_queue SET hold = 0 WHERE mesh_id=$1 AND id = ANY($2)",
             "SELECT q.id FROM mesh_queue q JOIN mesh_task_deps d ON d.mesh_id = q.mesh_id AND d.task_id = q.id
               WHERE q.mesh_id = $1",
@@ -133,6 +144,7 @@ mod tests {
             "SELECT payload FROM mesh_queue WHERE id = $1",
             "SELECT q.id FROM mesh_queue q JOIN mesh_task_deps d ON d.task_id = q.id WHERE q.mesh_id = $1",
             "DELETE FROM mesh_pending_events WHERE queued_at < $1",
+            "INSERT INTO mesh_queue AS q (id, payload) VALUES ($1, $2)",
             "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = mesh_id",
         ] {
             assert!(shard_violation(sql).is_some(), "{sql}");

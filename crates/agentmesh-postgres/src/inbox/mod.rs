@@ -1,32 +1,64 @@
-//! The coordinator inbox.
+//! The coordinator inbox: `mesh_pending_events` holds every queued event (the
+//! fingerprint and event-id history), `mesh_inbox_queue` the undrained ones in
+//! drain-walk order, `mesh_inbox_drained` the event ids of the drained ones.
+//! Queueing stamps and deduplicates; a drain routes every event inside its
+//! transaction.
+//!
+//! Every write here (queueing, drains, acks, presence, requeues, the sweep's
+//! steps) runs under its mesh's advisory lock, so two drains of one mesh run one
+//! after the other and each event is handed to one of them; peeks read one
+//! snapshot.
+//!
+//! A drain walks the mesh's queue entries oldest first, lane by lane, in pages
+//! keyed by (queued_at, id). The daemon target and the `onlyEvents` filter are
+//! applied in SQL from the queue entries; the v2 routing decision
+//! (`agentmesh_core::events::route_event`) is taken per event. Only delivered,
+//! deduplicated and quarantined events are taken off the queue; routed-away ones
+//! are stepped over and stay queued.
+//!
+//! - `queue`: queueing an event (stamp, dedup, the row and its queue entry).
+//! - `columns`: an event row's routing columns and lane.
+//! - `walk`: the lanes a drain reads and its oldest-first walk over them.
+//! - `drain`: drain, peek and ack.
+//! - `presence`: coordinator presence records.
+//! - `reconcile`: refine terminals and stale alerts in what a drain hands out.
+//! - `held`: requeueing a held event.
+//! - `admin`: delete, retract, clear, count, the overview by addressee.
+//! - `prune`: the retention sweep.
+//!
+//! Every ledger entry and event text is the core's (`agentmesh_core::events`).
 
-#![allow(unused_imports, unused_variables)]
-use agentmesh_core::TaskPriority;
-use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
-};
+use agentmesh_core::Timestamp;
+use agentmesh_core::events::{CoordinatorIdentity, EmitHint, PendingEvent};
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
+    DrainOutcome, DrainRequest, InboxEvent, PendingAddressee, PruneReport, QueueOutcome, StoreResult,
 };
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
-use std::sync::Arc;
 
 use crate::PgStore;
+
+mod admin;
+mod columns;
+mod drain;
+mod held;
+mod presence;
+mod prune;
+mod queue;
+mod reconcile;
+mod walk;
+
+pub(crate) use admin::{clear, delete};
+pub(crate) use queue::queue;
 
 impl agentmesh_store::InboxStore for PgStore {
     fn queue_pending_event(
         &self,
         mesh_id: &str,
-        event: &agentmesh_core::events::PendingEvent,
-        hint: &agentmesh_core::events::EmitHint,
+        event: &PendingEvent,
+        hint: &EmitHint,
         self_machine_id: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<QueueOutcome> {
-        Err(crate::compat::pending("queue_pending_event"))
+        self.write(mesh_id, |db| queue(db, mesh_id, event.clone(), hint, self_machine_id, now))
     }
 
     fn drain_pending_events(
@@ -35,41 +67,42 @@ impl agentmesh_store::InboxStore for PgStore {
         request: &DrainRequest,
         now: Timestamp,
     ) -> StoreResult<DrainOutcome> {
-        Err(crate::compat::pending("drain_pending_events"))
+        self.write(mesh_id, |db| drain::drain(db, mesh_id, request, now))
     }
 
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
-        Err(crate::compat::pending("peek_pending_events"))
+        self.snapshot(|db| drain::peek(db, mesh_id, request))
     }
 
     fn ack_pending_events(&self, mesh_id: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
-        Err(crate::compat::pending("ack_pending_events"))
+        // No acknowledgement time is kept: retention goes by queue time.
+        self.write(mesh_id, |db| drain::ack(db, mesh_id, ids))
     }
 
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("retract_dispatch_blocked"))
+        self.write(mesh_id, |db| admin::retract_dispatch_blocked(db, mesh_id, task_id))
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
-        Err(crate::compat::pending("pending_event_count"))
+        self.read(|db| admin::count(db, mesh_id))
     }
 
     fn touch_coordinator(
         &self,
         mesh_id: &str,
-        identity: &agentmesh_core::events::CoordinatorIdentity,
+        identity: &CoordinatorIdentity,
         now: Timestamp,
     ) -> StoreResult<()> {
-        Err(crate::compat::pending("touch_coordinator"))
+        self.write(mesh_id, |db| presence::touch_coordinator(db, mesh_id, identity, now))
     }
 
     fn end_coordinator(
         &self,
         mesh_id: &str,
-        identity: &agentmesh_core::events::CoordinatorIdentity,
+        identity: &CoordinatorIdentity,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        Err(crate::compat::pending("end_coordinator"))
+        self.write(mesh_id, |db| presence::end_coordinator(db, mesh_id, identity, now))
     }
 
     fn prune_pending_events(
@@ -77,31 +110,15 @@ impl agentmesh_store::InboxStore for PgStore {
         drained_older_than: Timestamp,
         undrained_older_than: Timestamp,
         now: Timestamp,
-    ) -> StoreResult<agentmesh_store::PruneReport> {
-        Err(crate::compat::pending("prune_pending_events"))
+    ) -> StoreResult<PruneReport> {
+        prune::prune(self, drained_older_than, undrained_older_than, now)
     }
 
     fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool> {
-        Err(crate::compat::pending("requeue_held_event"))
+        self.write(mesh_id, |db| held::requeue_held(db, mesh_id, held_entry_id, now))
     }
 
-    fn pending_events_by_addressee(
-        &self,
-        mesh_id: &str,
-    ) -> StoreResult<Vec<agentmesh_store::PendingAddressee>> {
-        Err(crate::compat::pending("pending_events_by_addressee"))
+    fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>> {
+        self.read(|db| admin::pending_by_addressee(db, mesh_id))
     }
-}
-
-/// Stamps and queues an event in the caller's transaction (what the SQLite
-/// backend's `inbox::queue` does).
-pub(crate) fn queue(
-    _db: &crate::db::Db<'_>,
-    _mesh_id: &str,
-    _event: agentmesh_core::events::PendingEvent,
-    _hint: &agentmesh_core::events::EmitHint,
-    _self_machine_id: Option<&str>,
-    _now: Timestamp,
-) -> crate::Res<QueueOutcome> {
-    Err(crate::Fail(crate::compat::pending("queue_pending_event")))
 }

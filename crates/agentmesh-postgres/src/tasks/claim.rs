@@ -338,3 +338,28 @@ fn diagnose(
     }
     Ok(best.unwrap_or(ClaimRefusal::NoPendingCandidates))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every stream reads one mesh's pending rows and states the condition of
+    /// its partial claim index, so the planner can walk that index.
+    #[test]
+    fn streams_state_their_claim_index_conditions() {
+        for tier in TIERS {
+            for readonly_only in [false, true] {
+                let sql = &STREAMS[stream_index(tier, readonly_only)];
+                assert!(sql.contains("mesh_id = $1 AND status = 'pending'"), "{sql}");
+                assert_eq!(sql.contains("readonly = 1"), readonly_only, "{sql}");
+                let pin = match tier {
+                    Tier::Session => "target_session_id = $7",
+                    Tier::Node => "target_session_id IS NULL AND target_node_id IS NOT NULL",
+                    Tier::Open => "target_session_id IS NULL AND target_node_id IS NULL",
+                };
+                assert!(sql.contains(pin), "{sql}");
+            }
+        }
+        assert!(SURVEY.matches("mesh_id = $1").count() == 4, "{SURVEY}");
+    }
+}

@@ -11,7 +11,7 @@
 //!
 //! What a write stores and records is decided by the core
 //! (`agentmesh_core::effects::task`); `persist` writes the decision. Every write
-//! that decides on what it read runs in [`PgStore::write`], under its mesh's lock.
+//! that decides on what it read runs in `PgStore::write`, under its mesh's lock.
 //!
 //! - `rows`: projection, load and save, edges and readiness.
 //! - `enqueue`: enqueue and the raw queue operations (replace, insert, update).

@@ -56,7 +56,7 @@ impl Projection {
 }
 
 pub(super) fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
-    Fail(StoreError::Corrupt { what: format!("task {id}"), problem: err.to_string() })
+    crate::db::corrupt(format!("task {id}"), err)
 }
 
 pub(super) fn decode(id: &str, payload: &str) -> Res<Task> {

@@ -3,5 +3,6 @@
 //! Each test runs in a fresh schema of its own, dropped when it ends.
 
 mod conformance;
+mod inbox;
 mod shard;
 mod support;

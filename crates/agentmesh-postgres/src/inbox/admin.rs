@@ -1,0 +1,93 @@
+//! Deletes, retracts, clears, counts, and the undrained events by addressee.
+
+use agentmesh_store::PendingAddressee;
+
+use super::walk::parse;
+use crate::Res;
+use crate::db::{Db, unsigned};
+
+/// Deletes the events of `ids` (drained or not); how many there were.
+pub(crate) fn delete(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {
+    db.execute("DELETE FROM mesh_pending_events WHERE mesh_id = $1 AND id = ANY($2)", &[&mesh_id, &ids])
+}
+
+/// Deletes the undrained `mesh:dispatch_blocked` events about `task_id`.
+pub(crate) fn retract_dispatch_blocked(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<u64> {
+    let task_id = task_id.trim();
+    if task_id.is_empty() {
+        return Ok(0);
+    }
+    // The payloads are matched here rather than in SQL, so a payload that is not
+    // JSON is passed over instead of failing the statement.
+    let rows = db.query(
+        "SELECT e.id, e.payload FROM mesh_inbox_queue q
+           JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
+          WHERE q.mesh_id = $1 AND q.event = 'mesh:dispatch_blocked'",
+        &[&mesh_id],
+    )?;
+    let ids: Vec<String> = rows
+        .iter()
+        .filter(|r| {
+            let payload = parse(r.get(1));
+            match payload.pointer("/metadataEvent/taskId") {
+                Some(serde_json::Value::String(id)) => id.trim() == task_id,
+                Some(serde_json::Value::Number(n)) => task_id == n.to_string(),
+                _ => false,
+            }
+        })
+        .map(|r| r.get(0))
+        .collect();
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    delete(db, mesh_id, &ids)
+}
+
+/// Deletes every event of the mesh, drained or not, with the mesh's durable
+/// completion dedup records; how many events there were.
+pub(crate) fn clear(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    db.execute(
+        "DELETE FROM mesh_completion_fingerprints WHERE mesh_id = $1 AND fingerprint LIKE 'pending::%'",
+        &[&mesh_id],
+    )?;
+    // Queue entries and dedup records first, so the delete trigger finds none.
+    db.execute("DELETE FROM mesh_inbox_queue WHERE mesh_id = $1", &[&mesh_id])?;
+    db.execute("DELETE FROM mesh_inbox_drained WHERE mesh_id = $1", &[&mesh_id])?;
+    db.execute("DELETE FROM mesh_pending_events WHERE mesh_id = $1", &[&mesh_id])
+}
+
+/// The mesh's undrained events.
+pub(crate) fn count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
+    let n: i64 =
+        db.query_one("SELECT COUNT(*) FROM mesh_inbox_queue WHERE mesh_id = $1", &[&mesh_id])?.get(0);
+    Ok(unsigned(n))
+}
+
+/// The mesh's undrained events counted by addressee (daemon, run, session), the
+/// 50 largest counts. The identity columns and payloads are JSON (queueing
+/// serializes them).
+pub(crate) fn pending_by_addressee(db: &Db<'_>, mesh_id: &str) -> Res<Vec<PendingAddressee>> {
+    let rows = db.query(
+        "SELECT COALESCE(e.intended_for::jsonb ->> 'daemonId', e.coordinator_daemon_id) AS daemon,
+                e.intended_for::jsonb ->> 'coordinatorRunId' AS run,
+                COALESCE(e.intended_for::jsonb ->> 'sessionId',
+                         e.payload::jsonb ->> 'targetCoordinatorSessionId') AS session,
+                COUNT(*) AS n
+           FROM mesh_inbox_queue q
+           JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
+          WHERE q.mesh_id = $1
+          GROUP BY daemon, run, session
+          ORDER BY n DESC, daemon NULLS FIRST, run NULLS FIRST, session NULLS FIRST
+          LIMIT 50",
+        &[&mesh_id],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| PendingAddressee {
+            daemon_id: r.get(0),
+            run_id: r.get(1),
+            session_id: r.get(2),
+            count: unsigned(r.get(3)),
+        })
+        .collect())
+}
