@@ -26,6 +26,8 @@
 #                 (graphile-worker, pg-boss, procrastinate; --peers=a,b picks,
 #                 --peers=none skips them), on the same server, one after the
 #                 other, joined into one table by bench/compare_pg.py
+#   --pg-depths=N,... --pg-tasks=N  other sizes for agentmesh's pg-claim-depth
+#                 and pg-throughput (the peers keep theirs: bench/peers/sizes.json)
 #   --database-url=URL  the database of --pg (default
 #                 postgres://postgres@127.0.0.1:5432/test); every case and
 #                 peer works in a schema of its own and drops it
@@ -47,20 +49,21 @@ set -uo pipefail
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel) || exit 2
 shared=$root/../shared
 bench_args=()
-pg=0 quick=() only='' peers='' database_url=postgres://postgres@127.0.0.1:5432/test
+pg=0 quick=() pg_sizes=() only='' peers='' database_url=postgres://postgres@127.0.0.1:5432/test
 while [ $# -gt 0 ]; do
     case $1 in
         --quick) bench_args+=("$1"); quick=(--quick) ;;
         --only=*) bench_args+=("$1"); only=${1#--only=} ;;
         --pg) pg=1 ;;
         --peers=*) peers=${1#--peers=} ;;
+        --pg-depths=* | --pg-tasks=*) pg_sizes+=("$1") ;;
         --database-url) [ $# -ge 2 ] || { echo "compare.sh: --database-url needs a URL" >&2; exit 2; }
                         database_url=$2; shift ;;
         --database-url=*) database_url=${1#--database-url=} ;;
         --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
                   shared=$2; shift ;;
         --shared=*) shared=${1#--shared=} ;;
-        -h | --help) sed -n '2,47s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,49s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -74,7 +77,7 @@ if [ $pg -eq 1 ]; then
     mkdir -p "$out"
     groups=${only:-pg-claim-depth,pg-throughput,pg-floor}
     note "agentmesh bench --only=$groups ${quick[*]} ..."
-    (cd "$root" && cargo run --release -q -p agentmesh-bench -- "${quick[@]}" --only="$groups" \
+    (cd "$root" && cargo run --release -q -p agentmesh-bench -- "${quick[@]}" "${pg_sizes[@]}" --only="$groups" \
         --database-url="$database_url") > "$out/agentmesh-pg.jsonl"
     ours_rc=$?
     [ $ours_rc -eq 0 ] || note "agentmesh side FAILED (exit $ours_rc); see stderr above"

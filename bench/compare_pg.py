@@ -12,9 +12,13 @@ One row per (case, n, system): agentmesh first, then the peers, in the order
 agentmesh printed its cases (cases only the peers have come last). On a peer's
 row, `agentmesh ÷ peer ops/s` is agentmesh's throughput over the peer's and
 `peer ÷ agentmesh p50` the peer's median over agentmesh's: above 1 agentmesh is
-ahead. On agentmesh's rows, `p50 ÷ insert floor` is the median over that of
-`pg-insert-floor` (one bare INSERT + COMMIT round trip) of the same run.
+ahead. Against the server's floor of the same run (`pg-floor`, whose rows show
+as system `postgres`): `p50 ÷ insert floor` is a single-client claim case's
+median over that of `pg-insert-floor` (one bare INSERT + COMMIT round trip),
+and `ops/s ÷ insert floor` a K-client case's throughput over that of
+`pg-insert-floor-K-clients` (the HTTP case has 8 clients).
 """
+import re
 import json
 import sys
 
@@ -29,7 +33,8 @@ def load(path, default_system):
                 except ValueError:
                     continue
                 if isinstance(r, dict) and "case" in r and "n" in r:
-                    r.setdefault("system", default_system)
+                    floor = r["case"].startswith(("pg-select-floor", "pg-insert-floor", "pgbench-"))
+                    r.setdefault("system", "postgres" if floor else default_system)
                     rows.append(r)
     except FileNotFoundError:
         pass
@@ -58,21 +63,25 @@ def main():
     for r in ours + peers:
         if (r["case"], r["n"]) not in keys:
             keys.append((r["case"], r["n"]))
-    floor = next((r.get("p50_us") for r in ours if r["case"] == "pg-insert-floor"), None)
-    print("| case | n | system | ops/s | p50 µs | p99 µs "
-          "| agentmesh ÷ peer ops/s | peer ÷ agentmesh p50 | p50 ÷ insert floor |")
-    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    floors = {r["case"]: r for r in ours if r["case"].startswith("pg-insert-floor")}
+    print("| case | n | system | ops/s | p50 µs | p99 µs | agentmesh ÷ peer ops/s "
+          "| peer ÷ agentmesh p50 | p50 ÷ insert floor | ops/s ÷ insert floor |")
+    print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for case, n in keys:
         mine = [r for r in ours if (r["case"], r["n"]) == (case, n)]
         theirs = [r for r in peers if (r["case"], r["n"]) == (case, n)]
-        am = mine[-1] if mine else {}
+        am = next((r for r in mine if r["system"] == "agentmesh"), {})
+        clients = re.search(r"-(\d+)-clients", case)
+        clients = int(clients.group(1)) if clients else 8 if case == "pg-http-claim-complete" else 1
+        floor = floors.get("pg-insert-floor" if clients == 1 else f"pg-insert-floor-{clients}-clients", {})
         for r in mine + theirs:
-            is_ours = r in mine
+            is_ours, is_peer = r["system"] == "agentmesh", r in theirs
             cells = [case, f"{n:,}", r["system"],
                      num(r.get("ops_per_s")), num(r.get("p50_us")), num(r.get("p99_us")),
-                     "" if is_ours else ratio(am.get("ops_per_s"), r.get("ops_per_s")),
-                     "" if is_ours else ratio(r.get("p50_us"), am.get("p50_us")),
-                     ratio(r.get("p50_us"), floor) if is_ours and case.startswith("pg-claim") else ""]
+                     ratio(am.get("ops_per_s"), r.get("ops_per_s")) if is_peer else "",
+                     ratio(r.get("p50_us"), am.get("p50_us")) if is_peer else "",
+                     ratio(r.get("p50_us"), floor.get("p50_us")) if is_ours and clients == 1 else "",
+                     ratio(r.get("ops_per_s"), floor.get("ops_per_s")) if is_ours and clients > 1 else ""]
             print("| " + " | ".join(cells) + " |")
 
 

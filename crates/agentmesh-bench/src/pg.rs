@@ -148,3 +148,21 @@ pub fn redact(url: &str) -> String {
         _ => url.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_valid_identifiers() {
+        let name = schema_name("pg-claim-complete-32-clients-own-store-1000000");
+        assert!(name.starts_with("agentmesh_bench_"));
+        agentmesh_postgres::validate_schema(&name).unwrap();
+    }
+
+    #[test]
+    fn redacts_the_password() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u@h:5432/db");
+        assert_eq!(redact("postgres://postgres@127.0.0.1/test"), "postgres://postgres@127.0.0.1/test");
+    }
+}

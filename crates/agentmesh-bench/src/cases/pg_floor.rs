@@ -238,3 +238,34 @@ fn logged_latencies(dir: &Path, name: &str) -> anyhow::Result<Vec<Duration>> {
     }
     Ok(latencies)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_pgbench_tps_without_connection_time() {
+        let out = "number of failed transactions: 0 (0.000%)\n\
+                   latency average = 0.094 ms\n\
+                   initial connection time = 2.345 ms\n\
+                   tps = 10623.4 (without initial connection time)\n";
+        assert_eq!(tps_of(out), Some(10623.4));
+        assert_eq!(tps_of("tps = 12 (including connections establishing)\n"), None);
+    }
+
+    #[test]
+    fn reads_the_logs_of_one_run_only() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("pgbench-select-only.77"),
+            "0 0 70 0 1700000000 1\n0 1 90 0 1700000000 2\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("pgbench-select-only.77.1"), "1 0 80 0 1700000000 3\n").unwrap();
+        std::fs::write(dir.path().join("pgbench-select-only-8-clients.78"), "0 0 999 0 1700000000 1\n")
+            .unwrap();
+        let mut got = logged_latencies(dir.path(), "pgbench-select-only").unwrap();
+        got.sort();
+        assert_eq!(got, [70, 80, 90].map(Duration::from_micros));
+    }
+}
