@@ -2,6 +2,8 @@
 # Benchmark the original TypeScript store (seed harness) and agentmesh side by side.
 #
 # Usage: bench/compare.sh [--quick] [--only=a,b] [--shared DIR]
+#        bench/compare.sh --pg [--quick] [--only=pg-a,pg-b] [--peers=a,b|none]
+#                         [--database-url=URL]
 #
 #   --quick       every N divided by 10 (smoke run), passed to both benchmarks
 #   --only=a,b    run only these groups: enqueue, claim-depth, claim-with-deps,
@@ -18,6 +20,17 @@
 #                 their rows show with empty seed columns
 #   --shared DIR  folder holding bench/seed-harness and reference/seeds
 #                 (default: ../shared relative to the repo root)
+#   --pg          PostgreSQL instead of the seed: agentmesh's groups
+#                 pg-claim-depth, pg-throughput and pg-floor (or those --only
+#                 names) and, when bench/peers/run.sh exists, the peers
+#                 (graphile-worker, pg-boss, procrastinate; --peers=a,b picks,
+#                 --peers=none skips them), on the same server, one after the
+#                 other, joined into one table by bench/compare_pg.py
+#   --pg-depths=N,... --pg-tasks=N  other sizes for agentmesh's pg-claim-depth
+#                 and pg-throughput (the peers keep theirs: bench/peers/sizes.json)
+#   --database-url=URL  the database of --pg (default
+#                 postgres://postgres@127.0.0.1:5432/test); every case and
+#                 peer works in a schema of its own and drops it
 #
 # The seed harness is copied to target/seed-harness/ (git-ignored) and run there;
 # its node_modules is kept between runs, so only the first run pays for
@@ -27,32 +40,75 @@
 #   seed.jsonl       seed harness JSON lines
 #   agentmesh.jsonl  `cargo run --release -p agentmesh-bench` JSON lines
 #   compare.md       Markdown table joined on (case, n), also printed to stdout
+# and with --pg:
+#   agentmesh-pg.jsonl  agentmesh's pg-* lines
+#   peers/all.jsonl     the peers' lines (and peers/<system>.jsonl, by run.sh)
+#   compare-pg.md       one table: agentmesh and every peer per (case, n)
 set -uo pipefail
 
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel) || exit 2
 shared=$root/../shared
 bench_args=()
+pg=0 quick=() pg_sizes=() only='' peers='' database_url=postgres://postgres@127.0.0.1:5432/test
 while [ $# -gt 0 ]; do
     case $1 in
-        --quick | --only=*) bench_args+=("$1") ;;
+        --quick) bench_args+=("$1"); quick=(--quick) ;;
+        --only=*) bench_args+=("$1"); only=${1#--only=} ;;
+        --pg) pg=1 ;;
+        --peers=*) peers=${1#--peers=} ;;
+        --pg-depths=* | --pg-tasks=*) pg_sizes+=("$1") ;;
+        --database-url) [ $# -ge 2 ] || { echo "compare.sh: --database-url needs a URL" >&2; exit 2; }
+                        database_url=$2; shift ;;
+        --database-url=*) database_url=${1#--database-url=} ;;
         --shared) [ $# -ge 2 ] || { echo "compare.sh: --shared needs a DIR" >&2; exit 2; }
                   shared=$2; shift ;;
         --shared=*) shared=${1#--shared=} ;;
-        -h | --help) sed -n '2,29s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,49s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) echo "compare.sh: unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 
+out=$root/target/bench
+note() { echo "compare.sh: $*" >&2; }
+
+# ── PostgreSQL: agentmesh's pg groups and the peers on one server ────────────
+if [ $pg -eq 1 ]; then
+    mkdir -p "$out"
+    groups=${only:-pg-claim-depth,pg-throughput,pg-floor}
+    note "agentmesh bench --only=$groups ${quick[*]} ..."
+    (cd "$root" && cargo run --release -q -p agentmesh-bench -- "${quick[@]}" "${pg_sizes[@]}" --only="$groups" \
+        --database-url="$database_url") > "$out/agentmesh-pg.jsonl"
+    ours_rc=$?
+    [ $ours_rc -eq 0 ] || note "agentmesh side FAILED (exit $ours_rc); see stderr above"
+    peers_rc=0
+    mkdir -p "$out/peers"
+    : > "$out/peers/all.jsonl"
+    if [ "$peers" = none ]; then
+        note "peers skipped (--peers=none)"
+    elif [ -x "$root/bench/peers/run.sh" ]; then
+        peer_args=("${quick[@]}")
+        [ -z "$peers" ] || peer_args+=(--only="$peers")
+        note "peers ${peer_args[*]:-(full)} ..."
+        PEERS_DATABASE_URL=$database_url "$root/bench/peers/run.sh" "${peer_args[@]}" > /dev/null
+        peers_rc=$?
+        [ $peers_rc -eq 0 ] || note "peers FAILED (exit $peers_rc); see stderr above"
+    else
+        note "no bench/peers/run.sh: agentmesh's lines only"
+    fi
+    python3 "$root/bench/compare_pg.py" "$out/agentmesh-pg.jsonl" "$out/peers/all.jsonl" | tee "$out/compare-pg.md"
+    note "wrote $out/{agentmesh-pg.jsonl,peers/all.jsonl,compare-pg.md}"
+    [ $ours_rc -eq 0 ] && [ $peers_rc -eq 0 ]
+    exit
+fi
+
 harness_src=$shared/bench/seed-harness
 seeds=$shared/reference/seeds
 harness=$root/target/seed-harness
-out=$root/target/bench
 for d in "$harness_src" "$seeds"; do
     [ -d "$d" ] || { echo "compare.sh: not a directory: $d" >&2; exit 2; }
 done
 mkdir -p "$harness" "$out"
-note() { echo "compare.sh: $*" >&2; }
 
 # ── Seed side ─────────────────────────────────────────────────────────────────
 run_seed() {

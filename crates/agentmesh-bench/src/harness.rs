@@ -16,6 +16,9 @@ use tempfile::TempDir;
 
 use crate::timing::{self, Timer};
 
+/// The database of the PostgreSQL groups when `--database-url` is not given.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
 /// Command-line options.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -23,8 +26,14 @@ pub struct Options {
     pub quick: bool,
     /// Keep the temp dirs and print where they are.
     pub keep: bool,
-    /// Run only these groups (all when `None`).
+    /// Run only these groups (all but the `pg-*` ones when `None`).
     pub only: Option<Vec<String>>,
+    /// The PostgreSQL database the `pg-*` groups run in.
+    pub database_url: String,
+    /// The depths of `pg-claim-depth` instead of its own (`--pg-depths=`).
+    pub pg_depths: Option<Vec<usize>>,
+    /// The tasks of each `pg-throughput` load instead of its own (`--pg-tasks=`).
+    pub pg_tasks: Option<usize>,
 }
 
 impl Options {
@@ -38,9 +47,13 @@ impl Options {
         if self.quick { 20 } else { 200 }
     }
 
-    /// Whether the group runs.
+    /// Whether the group runs: a `pg-*` group only when `--only=` names it (it
+    /// needs a server), any other when `--only=` is absent or names it.
     pub fn wants(&self, group: &str) -> bool {
-        self.only.as_ref().is_none_or(|only| only.iter().any(|g| g == group))
+        match &self.only {
+            Some(only) => only.iter().any(|g| g == group),
+            None => !group.starts_with("pg-"),
+        }
     }
 }
 
@@ -121,9 +134,14 @@ impl Harness {
             outcome
         });
         if let Err(err) = result {
-            eprintln!("FAIL {label}: {err:#}");
-            self.failures.push(format!("{label}: {err:#}"));
+            self.fail(label, &err);
         }
+    }
+
+    /// Records that case `label` stopped on `err`; the run goes on.
+    pub fn fail(&mut self, label: &str, err: &anyhow::Error) {
+        eprintln!("FAIL {label}: {err:#}");
+        self.failures.push(format!("{label}: {err:#}"));
     }
 
     /// Opens a fresh store in a new dir named after `label`, logs the environment

@@ -1,7 +1,7 @@
 //! `agentmesh-bench`: the seed harness's benchmark, run against our store.
 //!
 //! ```text
-//! cargo run --release -p agentmesh-bench -- [--quick] [--only=a,b] [--keep]
+//! cargo run --release -p agentmesh-bench -- [--quick] [--only=a,b] [--keep] [--database-url=URL]
 //! ```
 //!
 //! stdout carries one JSON line per case in the seed harness's format
@@ -12,7 +12,10 @@
 //! status is 1 when any check failed, and every case still runs.
 //!
 //! `--quick` divides every N by 10 (at least 10); `--only=` takes group names;
-//! `--keep` keeps each case's temp dir.
+//! `--keep` keeps each case's temp dir. The PostgreSQL groups (`pg-*`) run only
+//! when `--only=` names them, against `--database-url` (default
+//! [`harness::DEFAULT_DATABASE_URL`]), each case in a schema of its own that it
+//! drops at the end.
 
 use std::process::ExitCode;
 
@@ -23,6 +26,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cases;
 mod data;
 mod harness;
+mod pg;
 mod timing;
 
 use harness::{Harness, Options};
@@ -30,8 +34,9 @@ use harness::{Harness, Options};
 /// Runs every case of one group.
 type RunGroup = fn(&mut Harness);
 
-/// Groups this bench runs, in order, with the function that runs each.
-const GROUPS: [(&str, RunGroup); 9] = [
+/// Groups this bench runs, in order, with the function that runs each. The `pg-*`
+/// groups need a PostgreSQL server and run only when `--only=` names them.
+const GROUPS: [(&str, RunGroup); 12] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
@@ -41,10 +46,18 @@ const GROUPS: [(&str, RunGroup); 9] = [
     ("http", cases::http::run),
     ("floor", cases::floor::run),
     ("reads", cases::reads::run),
+    ("pg-claim-depth", cases::pg_claim::run_depth),
+    ("pg-throughput", cases::pg_claim::run_throughput),
+    ("pg-floor", cases::pg_floor::run),
 ];
 
-const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor, reads";
+const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep] [--database-url=URL]\n\
+                     [--pg-depths=N,...] [--pg-tasks=N]\n\
+                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor, reads\n\
+                     PostgreSQL groups (only when named): pg-claim-depth, pg-throughput, pg-floor\n\
+                     --database-url: the PostgreSQL database of the pg groups\n\
+                     (default postgres://postgres@127.0.0.1:5432/test)\n\
+                     --pg-depths, --pg-tasks: other sizes for pg-claim-depth and pg-throughput";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -80,18 +93,30 @@ fn main() -> ExitCode {
 
 /// Parses the arguments; `None` asks for the usage text.
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, String> {
-    let mut opts = Options::default();
-    for arg in args {
+    let mut opts = Options { database_url: harness::DEFAULT_DATABASE_URL.to_owned(), ..Options::default() };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => opts.quick = true,
             "--keep" => opts.keep = true,
             "-h" | "--help" => return Ok(None),
-            _ => match arg.strip_prefix("--only=") {
-                Some(list) => {
+            "--database-url" => {
+                opts.database_url = args.next().ok_or("--database-url needs a URL")?;
+            }
+            _ => {
+                if let Some(list) = arg.strip_prefix("--only=") {
                     opts.only = Some(list.split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect());
+                } else if let Some(url) = arg.strip_prefix("--database-url=") {
+                    opts.database_url = url.to_owned();
+                } else if let Some(list) = arg.strip_prefix("--pg-depths=") {
+                    let depths = list.split(',').map(|d| d.parse().map_err(|_| format!("bad depth {d:?}")));
+                    opts.pg_depths = Some(depths.collect::<Result<_, _>>()?);
+                } else if let Some(n) = arg.strip_prefix("--pg-tasks=") {
+                    opts.pg_tasks = Some(n.parse().map_err(|_| format!("bad task count {n:?}"))?);
+                } else {
+                    return Err(format!("unknown argument {arg:?}"));
                 }
-                None => return Err(format!("unknown argument {arg:?}")),
-            },
+            }
         }
     }
     Ok(Some(opts))

@@ -49,7 +49,7 @@ use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
 
 /// Concurrent HTTP clients (worker sessions).
-const CLIENTS: usize = 8;
+pub(super) const CLIENTS: usize = 8;
 /// The daemon's token, for this run only.
 pub(super) const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
@@ -128,14 +128,14 @@ fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::
 
 /// What one client did: the tasks it completed and how long each pair took.
 #[derive(Default)]
-struct ClientRun {
-    completed: Vec<String>,
-    pairs: Vec<Duration>,
+pub(super) struct ClientRun {
+    pub(super) completed: Vec<String>,
+    pub(super) pairs: Vec<Duration>,
 }
 
 /// How a client goes through its tasks.
 #[derive(Clone, Copy)]
-enum Loop {
+pub(super) enum Loop {
     /// A claim, then a completion: two requests per task.
     Pairs,
     /// One claim, then `complete-and-claim` per task: each request completes one
@@ -224,7 +224,7 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
 
 /// Serves `store` on `127.0.0.1:0` and runs the clients against it until the queue
 /// is empty. Returns what each client did and the wall-clock time of the load.
-async fn load(store: Arc<dyn Store>, shape: Loop) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
+pub(super) async fn load(store: Arc<dyn Store>, shape: Loop) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
     let daemon = Daemon::start(store).await?;
     let addr = daemon.addr;
     let (runs, wall) = run_clients(|k, start| async move {

@@ -16,6 +16,8 @@ mod http_client;
 pub mod http_floor;
 pub mod ledger;
 pub mod pending_events;
+pub mod pg_claim;
+pub mod pg_floor;
 pub mod reads;
 
 /// A claimant on `node` with `session` and no tags or caps.

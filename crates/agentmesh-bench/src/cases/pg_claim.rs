@@ -1,0 +1,344 @@
+//! Groups `pg-claim-depth` and `pg-throughput`: the PostgreSQL store under the
+//! loop the peers of `bench/peers` run (a task is enqueued, claimed by exactly one
+//! worker, and completed), with their case names and sizes so the lines join.
+//!
+//! `pg-claim-depth`, at depths N = 100, 10k, 100k and 1M (`--quick` stops at 100k):
+//! the queue is filled with N tasks by `enqueue_batch`, 10,000 a call (the store's
+//! own enqueue, every task with its ledger entry, so the fill costs what
+//! production enqueues cost), then `VACUUM (ANALYZE)`d, as the peers do. Then one
+//! worker session claims and completes one task at a time: 20 warm-up pairs, then
+//! up to 1,000 timed pairs (200 under `--quick`) within 30 s (8 s), at least 5.
+//! After each pair one more task is enqueued outside the clock, so every claim
+//! sees N pending tasks. Three lines per depth:
+//!
+//! - `pg-claim-depth`: one claim + complete pair (joins the peers' fetch +
+//!   complete sample);
+//! - `pg-claim-depth-claim-only`: the `claim_next` call of the pair;
+//! - `pg-claim-depth-complete-only`: the `complete_task` call of the pair.
+//!
+//! `pg-throughput`: N tasks (10,000; 5,000 under `--quick`, the peers' sizes) are
+//! enqueued and the schema vacuumed; then K = 8 and 32 OS threads, one worker
+//! session each, loop claim → complete until a claim finds no pending task.
+//! `ops_per_s` is tasks per second over the wall-clock time of the whole run,
+//! the percentiles are those of one pair. Two ways to hold the store:
+//!
+//! - `pg-claim-complete-K-clients`: one `PgStore` shared by the K threads, with a
+//!   pool of K + 2 connections (one process, as the peers run their clients);
+//! - `pg-claim-complete-K-clients-own-store`: every thread opens its own `PgStore`
+//!   (its own pool, of which it uses one connection), as K daemons would.
+//!
+//! `pg-http-claim-complete`: the `http` group's load (8 HTTP clients, claim then
+//! complete over keep-alive connections) against a daemon serving one `PgStore`
+//! with the default pool.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use agentmesh_core::{ClaimRefusal, TaskStatus};
+use agentmesh_postgres::PgStore;
+use agentmesh_store::prelude::*;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
+use anyhow::Context as _;
+
+use super::http::{self, ClientRun, Loop};
+use super::{claimant, count_of, show_stats};
+use crate::data::{MESH_ID, UuidGen, at, new_task};
+use crate::harness::Harness;
+use crate::pg::{self, PgCase};
+use crate::timing::Timer;
+
+/// Tasks per `enqueue_batch` call when filling a queue (the peers fill 10,000 a call).
+const FILL_BATCH: usize = 10_000;
+/// Untimed pairs before the timed ones of a depth.
+const WARMUP: usize = 20;
+/// Timed pairs at least, whatever the time budget.
+const MIN_SAMPLES: usize = 5;
+
+/// Runs group `pg-claim-depth`.
+pub fn run_depth(h: &mut Harness) {
+    let quick = h.opts().quick;
+    let depths = match &h.opts().pg_depths {
+        Some(depths) => depths.clone(),
+        None if quick => vec![100, 10_000, 100_000],
+        None => vec![100, 10_000, 100_000, 1_000_000],
+    };
+    let (samples, budget) =
+        if quick { (200, Duration::from_secs(8)) } else { (1_000, Duration::from_secs(30)) };
+    for n in depths {
+        pg::run_case(h, &format!("pg-claim-depth-{n}"), |h, case| claim_depth(h, case, n, samples, budget));
+    }
+}
+
+/// Runs group `pg-throughput`.
+pub fn run_throughput(h: &mut Harness) {
+    let n = h.opts().pg_tasks.unwrap_or(if h.opts().quick { 5_000 } else { 10_000 });
+    for clients in [8, 32] {
+        for shared in [true, false] {
+            let name = if shared {
+                format!("pg-claim-complete-{clients}-clients")
+            } else {
+                format!("pg-claim-complete-{clients}-clients-own-store")
+            };
+            pg::run_case(h, &format!("{name}-{n}"), |h, case| throughput(h, case, &name, n, clients, shared));
+        }
+    }
+    pg::run_case(h, &format!("pg-http-claim-complete-{n}"), |h, case| http_claim_complete(h, case, n));
+}
+
+/// Fills the case's mesh with `n` untargeted tasks by `enqueue_batch`, then
+/// vacuums the schema. Returns their ids in enqueue order.
+fn fill(case: &PgCase, store: &dyn Store, ids: &mut UuidGen, n: usize) -> anyhow::Result<Vec<String>> {
+    let created = ids.take(n);
+    let began = Instant::now();
+    let mut timer = Timer::default();
+    super::enqueue_in_batches(store, n, FILL_BATCH, &mut timer, |i| new_task(&created[i], i, None))?;
+    let took = began.elapsed().as_secs_f64();
+    eprintln!(
+        "  {}: filled {n} tasks in {took:.1}s ({:.0} tasks/s) with enqueue_batch, {FILL_BATCH} a call",
+        case.label(),
+        n as f64 / took.max(1e-9),
+    );
+    case.vacuum_analyze()?;
+    Ok(created)
+}
+
+/// A completion of `task` by `session`.
+fn report_for(session: &str, task: &agentmesh_core::Task) -> CompletionReport {
+    CompletionReport {
+        session_id: session.to_owned(),
+        task_id: Some(task.id.clone()),
+        epoch: Some(task.epoch()),
+        occurred_at: None,
+        outcome: Outcome::Completed { summary: Some("done".to_owned()) },
+    }
+}
+
+fn claim_depth(
+    h: &mut Harness,
+    case: &PgCase,
+    n: usize,
+    samples: usize,
+    budget: Duration,
+) -> anyhow::Result<()> {
+    let label = case.label();
+    let store = case.open_store(2)?;
+    let mut ids = UuidGen::new(0xd000 + n as u32);
+    let mut created = fill(case, &store, &mut ids, n)?;
+
+    let who = claimant("node-0".to_owned(), "session-0".to_owned());
+    let (mut claims, mut completions, mut pairs) = (Vec::new(), Vec::new(), Vec::new());
+    let mut claimed = Vec::new();
+    let mut refusals = Vec::new();
+    let mut not_completed = 0;
+    let mut seq = n;
+    let began = Instant::now();
+    let mut k = 0;
+    while k < WARMUP + samples && (k < WARMUP + MIN_SAMPLES || began.elapsed() < budget) {
+        let timed = k >= WARMUP;
+        let claim_began = Instant::now();
+        let outcome = store.claim_next(MESH_ID, &who, &ClaimOptions::default(), at(seq))?;
+        let claim_took = claim_began.elapsed();
+        let task = match outcome {
+            ClaimOutcome::Claimed(task) => task,
+            ClaimOutcome::Refused(reason) => {
+                refusals.push(reason);
+                break;
+            }
+        };
+        let complete_began = Instant::now();
+        let done = store.complete_task(MESH_ID, &report_for(&who.session_id, &task), at(seq + 1))?;
+        let complete_took = complete_began.elapsed();
+        if done.status != TaskStatus::Completed {
+            not_completed += 1;
+        }
+        if timed {
+            claims.push(claim_took);
+            completions.push(complete_took);
+            pairs.push(claim_took + complete_took);
+        }
+        claimed.push(task.id);
+        let id = ids.next_id();
+        store.enqueue(MESH_ID, &new_task(&id, seq, None), at(seq))?;
+        created.push(id);
+        seq += 2;
+        k += 1;
+    }
+    let timed = pairs.len();
+    if timed < samples {
+        eprintln!("  {label}: the {}s budget cut the samples to {timed} of {samples}", budget.as_secs());
+    }
+    for (name, latencies) in [
+        ("pg-claim-depth", pairs),
+        ("pg-claim-depth-claim-only", claims),
+        ("pg-claim-depth-complete-only", completions),
+    ] {
+        h.report(name, n, timed, &sequential(latencies));
+    }
+
+    h.check(
+        &format!("{label}: every claim returned a task"),
+        refusals.is_empty(),
+        format!("refusals={refusals:?}"),
+    );
+    h.check(
+        &format!("{label}: every completion completed its task"),
+        not_completed == 0,
+        format!("not completed={not_completed}"),
+    );
+    let distinct = claimed.iter().collect::<HashSet<_>>().len();
+    h.check(
+        &format!("{label}: claimed ids distinct"),
+        distinct == claimed.len(),
+        format!("{distinct} distinct of {}", claimed.len()),
+    );
+    let out_of_order = claimed.iter().zip(&created).filter(|(got, want)| got != want).count();
+    h.check(
+        &format!("{label}: FIFO by createdAt"),
+        out_of_order == 0,
+        format!("out-of-order={out_of_order}"),
+    );
+    let stats = store.stats_by_status(MESH_ID)?;
+    let held = count_of(&stats, TaskStatus::Pending) == n as u64
+        && count_of(&stats, TaskStatus::Completed) == claimed.len() as u64
+        && count_of(&stats, TaskStatus::Assigned) == 0;
+    h.check(&format!("{label}: depth held at N, every claim completed"), held, show_stats(&stats));
+    Ok(())
+}
+
+/// A timer of calls made one after another: their time is their sum.
+fn sequential(latencies: Vec<Duration>) -> Timer {
+    let total = latencies.iter().sum();
+    Timer::concurrent(latencies, total)
+}
+
+/// What one worker thread did: the tasks it completed and each pair's time.
+type WorkerRun = ClientRun;
+
+fn throughput(
+    h: &mut Harness,
+    case: &PgCase,
+    name: &str,
+    n: usize,
+    clients: usize,
+    shared: bool,
+) -> anyhow::Result<()> {
+    let store = case.open_store(clients + 2)?;
+    fill(case, &store, &mut UuidGen::new(0xd100 + n as u32), n)?;
+    // Every store is open (and its first connection made) before the clock starts.
+    let own: Vec<PgStore> = if shared {
+        Vec::new()
+    } else {
+        (0..clients)
+            .map(|_| {
+                let store = case.open_store(agentmesh_postgres::DEFAULT_MAX_CONNECTIONS)?;
+                store.probe_write()?;
+                Ok(store)
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let start = Barrier::new(clients + 1);
+    let now = at(n);
+    let (runs, wall) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..clients)
+            .map(|k| {
+                let (store, start) = (own.get(k).unwrap_or(&store), &start);
+                s.spawn(move || worker(store, k, now, start))
+            })
+            .collect();
+        start.wait();
+        let began = Instant::now();
+        let runs = workers
+            .into_iter()
+            .map(|w| w.join().expect("a worker thread panicked"))
+            .collect::<anyhow::Result<Vec<_>>>();
+        (runs, began.elapsed())
+    });
+    let what = if shared {
+        format!("{clients} threads on one store with a pool of {}", clients + 2)
+    } else {
+        format!("{clients} threads, each on its own store")
+    };
+    finish(h, case, &store, name, n, runs?, wall, &what)
+}
+
+/// One worker session on its own thread: claim → complete until a claim finds
+/// no pending task. The clock of each pair starts after `start` releases all.
+fn worker(
+    store: &PgStore,
+    k: usize,
+    now: agentmesh_core::Timestamp,
+    start: &Barrier,
+) -> anyhow::Result<WorkerRun> {
+    let who = claimant(format!("node-{k}"), format!("session-{k}"));
+    let mut run = WorkerRun::default();
+    start.wait();
+    loop {
+        let began = Instant::now();
+        let task = match store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)? {
+            ClaimOutcome::Claimed(task) => task,
+            ClaimOutcome::Refused(ClaimRefusal::NoPendingCandidates) => return Ok(run),
+            ClaimOutcome::Refused(other) => anyhow::bail!("session-{k}: claim refused: {other}"),
+        };
+        let done = store.complete_task(MESH_ID, &report_for(&who.session_id, &task), now)?;
+        anyhow::ensure!(done.status == TaskStatus::Completed, "task {} not completed", task.id);
+        run.pairs.push(began.elapsed());
+        run.completed.push(task.id);
+    }
+}
+
+/// Reports a load's pairs and checks that every task was claimed and completed
+/// once and the queue is drained.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    h: &mut Harness,
+    case: &PgCase,
+    store: &PgStore,
+    name: &str,
+    n: usize,
+    runs: Vec<WorkerRun>,
+    wall: Duration,
+    what: &str,
+) -> anyhow::Result<()> {
+    let label = case.label();
+    let mut latencies = Vec::with_capacity(n);
+    let mut completed = Vec::with_capacity(n);
+    for run in runs {
+        latencies.extend(run.pairs);
+        completed.extend(run.completed);
+    }
+    let pairs = completed.len();
+    h.report(name, n, pairs, &Timer::concurrent(latencies, wall));
+    eprintln!("  {label}: {what}");
+    let distinct = completed.iter().collect::<HashSet<_>>().len();
+    h.check(
+        &format!("{label}: every task claimed and completed once"),
+        pairs == n && distinct == n,
+        format!("{pairs} pairs, {distinct} distinct, of {n}"),
+    );
+    let stats = store.stats_by_status(MESH_ID)?;
+    h.check(
+        &format!("{label}: queue drained, every task completed"),
+        count_of(&stats, TaskStatus::Completed) == n as u64 && count_of(&stats, TaskStatus::Pending) == 0,
+        show_stats(&stats),
+    );
+    Ok(())
+}
+
+fn http_claim_complete(h: &mut Harness, case: &PgCase, n: usize) -> anyhow::Result<()> {
+    let store = Arc::new(case.open_store(agentmesh_postgres::DEFAULT_MAX_CONNECTIONS)?);
+    fill(case, store.as_ref(), &mut UuidGen::new(0xd200 + n as u32), n)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("failed to start the Tokio runtime")?;
+    let served: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
+    let (runs, wall) = runtime.block_on(http::load(served, Loop::Pairs))?;
+    drop(runtime);
+    let what = format!(
+        "{} HTTP clients against a daemon on one store with a pool of {}",
+        http::CLIENTS,
+        agentmesh_postgres::DEFAULT_MAX_CONNECTIONS
+    );
+    finish(h, case, &store, "pg-http-claim-complete", n, runs, wall, &what)
+}
