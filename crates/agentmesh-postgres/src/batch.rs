@@ -14,6 +14,7 @@
 //! write is exactly one transaction of its own.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use agentmesh_store::{StoreError, StoreResult};
@@ -32,6 +33,9 @@ const ENDED_KEPT: u64 = 1024;
 #[derive(Default)]
 pub(crate) struct Batches {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
+    /// Writes run, and transactions committed, for [`crate::PgStore::write_stats`].
+    writes: AtomicU64,
+    commits: AtomicU64,
 }
 
 /// One mesh's batch: its state, and the connection of its open transaction.
@@ -74,7 +78,9 @@ impl Ended {
     fn error(&self) -> StoreError {
         match self {
             Ended::Busy => StoreError::Busy,
-            Ended::Failed(why) => StoreError::Backend(format!("the transaction was not committed: {why}").into()),
+            Ended::Failed(why) => {
+                StoreError::Backend(format!("the transaction was not committed: {why}").into())
+            }
         }
     }
 }
@@ -103,6 +109,11 @@ impl Batches {
         }
     }
 
+    /// Writes run and transactions committed so far.
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        (self.writes.load(Ordering::Relaxed), self.commits.load(Ordering::Relaxed))
+    }
+
     /// Runs `op` in the mesh's open batch, or in a new one; returns once the
     /// batch committed (see the module docs).
     pub(crate) fn write<T>(
@@ -111,11 +122,12 @@ impl Batches {
         mesh_id: &str,
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
         let slot = self.slot(mesh_id);
         let mut state = lock(&slot.state);
         loop {
             if !state.open {
-                return lead(scope, &slot, state, mesh_id, op);
+                return lead(scope, &slot, state, mesh_id, op, &self.commits);
             }
             if state.joined < MAX_BATCH {
                 return join(scope, &slot, state, op);
@@ -140,6 +152,7 @@ fn lead<T>(
     mut state: MutexGuard<'_, SlotState>,
     mesh_id: &str,
     op: impl FnOnce(&Db<'_>) -> Res<T>,
+    commits: &AtomicU64,
 ) -> StoreResult<T> {
     state.open = true;
     state.batch += 1;
@@ -150,12 +163,14 @@ fn lead<T>(
     let mut conn_slot = lock(&slot.conn);
     drop(state);
 
-    let opened = scope.pool.checkout().map_err(|Fail(e)| e).and_then(|mut conn| match begin(&mut conn, scope.schema, mesh_id) {
-        Ok(()) => Ok(conn),
-        Err(err) => {
-            drop(conn);
-            scope.pool.forget();
-            Err(err)
+    let opened = scope.pool.checkout().map_err(|Fail(e)| e).and_then(|mut conn| {
+        match begin(&mut conn, scope.schema, mesh_id) {
+            Ok(()) => Ok(conn),
+            Err(err) => {
+                drop(conn);
+                scope.pool.forget();
+                Err(err)
+            }
         }
     });
     let mut conn = match opened {
@@ -219,6 +234,7 @@ fn lead<T>(
         conn.client.batch_execute(&cluster::notify_and_commit(scope.channel, mesh_id)).map_err(classify);
     match committed {
         Ok(()) => {
+            commits.fetch_add(1, Ordering::Relaxed);
             scope.pool.checkin(conn);
             end(slot, batch, None);
             outcome.map_err(|Fail(e)| e)

@@ -214,6 +214,12 @@ impl PgStore {
         }
     }
 
+    /// How the writes of a mesh were committed: `(writes, commits)` through this
+    /// store so far. Fewer commits than writes means writes shared a COMMIT.
+    pub fn write_stats(&self) -> (u64, u64) {
+        self.batches.stats()
+    }
+
     /// Commits a transaction that changes no data through the same path as every
     /// write: whether the database takes writes right now.
     pub fn probe_write(&self) -> StoreResult<()> {

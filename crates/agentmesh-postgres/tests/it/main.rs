@@ -2,6 +2,7 @@
 //! `AGENTMESH_TEST_DATABASE_URL` (default: the local server's `test` database).
 //! Each test runs in a fresh schema of its own, dropped when it ends.
 
+mod batch;
 mod conformance;
 mod inbox;
 mod shard;
