@@ -19,7 +19,11 @@ use crate::db::Db;
 /// How many candidates a refusal diagnosis looks at per stream.
 const DIAGNOSIS_LIMIT: usize = 256;
 
-/// How many candidates one fetch of a stream reads.
+/// How many candidates the first fetch of a stream reads: the first candidate
+/// usually wins, and each row read carries its payload.
+const FIRST_PAGE: usize = 4;
+
+/// How many candidates each later fetch of a stream reads.
 const PAGE: usize = 64;
 
 /// The candidate columns a claim reads, without the payload.
@@ -155,7 +159,7 @@ fn scan(
     let mut after: (i64, String, i64) = (i64::MAX, String::new(), 0);
     let mut seen = 0;
     while seen < limit {
-        let want = PAGE.min(limit - seen);
+        let want = if seen == 0 { FIRST_PAGE } else { PAGE }.min(limit - seen);
         let page = i64::try_from(want).unwrap_or(i64::MAX);
         let mut params: Vec<&(dyn ToSql + Sync)> =
             vec![&scope.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
