@@ -1506,11 +1506,11 @@ fn meshes_lists_every_mesh_of_the_data_dir_with_its_counts() {
 }
 
 /// `--database-url` (or `$AGENTMESH_DATABASE_URL`) names the database file; a
-/// data dir given too must name the same file; a PostgreSQL URL is refused
+/// data dir given too must name the same file; a URL of no backend is refused
 /// naming the flag, by every command, `serve` and `mcp` included, and nothing is
 /// created anywhere.
 #[test]
-fn the_database_url_names_the_store_and_a_postgres_url_is_refused_naming_the_flag() {
+fn the_database_url_names_the_store_and_an_unknown_scheme_is_refused_naming_the_flag() {
     let mesh = Mesh::new();
     let home = Mesh::new();
     let file = mesh.data_dir().join("elsewhere").join("custom.db");
@@ -1574,7 +1574,7 @@ fn the_database_url_names_the_store_and_a_postgres_url_is_refused_naming_the_fla
     );
     assert!(!missing.parent().expect("a parent").exists());
 
-    // PostgreSQL is the next backend, not this build's.
+    // A scheme that is no backend.
     let fresh = Mesh::new();
     for args in [
         &["--json", "task", "add", "x"][..],
@@ -1584,11 +1584,11 @@ fn the_database_url_names_the_store_and_a_postgres_url_is_refused_naming_the_fla
     ] {
         let mut cmd = fresh.bare_command();
         cmd.current_dir(fresh.data_dir())
-            .env("AGENTMESH_DATABASE_URL", "postgres://agent@localhost/mesh")
+            .env("AGENTMESH_DATABASE_URL", "mysql://agent@localhost/mesh")
             .args(args);
         let refused = run(cmd.stdin(Stdio::null()));
         refused.assert_code(2);
-        for needle in ["databaseUrl", "--database-url", "PostgreSQL", "SQLite"] {
+        for needle in ["databaseUrl", "--database-url", "postgres://", "sqlite://", "mysql"] {
             assert!(refused.stderr.contains(needle), "{args:?}: {needle} in {}", refused.stderr);
         }
     }
