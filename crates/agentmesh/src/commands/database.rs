@@ -47,7 +47,9 @@ pub struct PostgresTarget {
     pub schema: String,
 }
 
-/// An opened store, by backend.
+/// An opened store, by backend. (Opened once per process and moved into an
+/// `Arc` at once, so the variants' sizes do not matter.)
+#[allow(clippy::large_enum_variant)]
 pub enum Opened {
     /// The embedded file.
     Sqlite(SqliteStore),
