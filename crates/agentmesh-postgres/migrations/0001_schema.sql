@@ -47,16 +47,16 @@ CREATE TABLE mesh_queue (
 );
 CREATE INDEX idx_mesh_queue_mesh_status_created ON mesh_queue (mesh_id, status, created_at);
 CREATE INDEX idx_mesh_queue_claim_open
-    ON mesh_queue (mesh_id, hold, priority_rank DESC, created_at)
+    ON mesh_queue (mesh_id, hold, priority_rank DESC, created_at, row_id)
     WHERE status = 'pending' AND target_session_id IS NULL AND target_node_id IS NULL;
 CREATE INDEX idx_mesh_queue_claim_open_readonly
-    ON mesh_queue (mesh_id, hold, priority_rank DESC, created_at)
+    ON mesh_queue (mesh_id, hold, priority_rank DESC, created_at, row_id)
     WHERE status = 'pending' AND readonly = 1 AND target_session_id IS NULL AND target_node_id IS NULL;
 CREATE INDEX idx_mesh_queue_claim_node
-    ON mesh_queue (mesh_id, target_node_id, hold, priority_rank DESC, created_at)
+    ON mesh_queue (mesh_id, target_node_id, hold, priority_rank DESC, created_at, row_id)
     WHERE status = 'pending' AND target_session_id IS NULL AND target_node_id IS NOT NULL;
 CREATE INDEX idx_mesh_queue_claim_session
-    ON mesh_queue (mesh_id, target_session_id, hold, priority_rank DESC, created_at)
+    ON mesh_queue (mesh_id, target_session_id, hold, priority_rank DESC, created_at, row_id)
     WHERE status = 'pending' AND target_session_id IS NOT NULL;
 CREATE INDEX idx_mesh_queue_mission
     ON mesh_queue (mesh_id, mission_id, status) WHERE mission_id IS NOT NULL;

@@ -366,4 +366,37 @@ mod tests {
         }
         assert!(SURVEY.matches("mesh_id = $1").count() == 4, "{SURVEY}");
     }
+
+    /// The open stream reads its first page straight from its index, in claim
+    /// order, however deep the queue: no sort of the pending tasks (what kept a
+    /// claim's cost growing with the queue before the index carried `row_id`).
+    #[test]
+    fn the_open_stream_walks_its_index_without_sorting() {
+        use agentmesh_store::prelude::*;
+        let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let schema = format!("am_test_{}", uuid::Uuid::new_v4().simple());
+        let store = crate::PgStore::open(&crate::PgOptions::new(url.clone()).schema(schema.clone()))
+            .expect("a fresh PostgreSQL store");
+        let now = Timestamp::from_millis(1_780_000_000_000);
+        let tasks: Vec<agentmesh_core::NewTask> = (0..3000)
+            .map(|i| agentmesh_core::NewTask { message: format!("task {i}"), ..Default::default() })
+            .collect();
+        store.enqueue_batch("m", &tasks, now).expect("a deep queue");
+        let plan = store
+            .read(|db| {
+                db.query("ANALYZE mesh_queue", &[])?;
+                let rows = db.query(
+                    &format!("EXPLAIN {}", STREAMS[stream_index(Tier::Open, false)]),
+                    &[&"m", &0i64, &i64::MAX, &"", &0i64, &(FIRST_PAGE as i64)],
+                )?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
+            })
+            .expect("the plan");
+        drop(store);
+        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
+        client.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).expect("the schema dropped");
+        assert!(plan.contains("idx_mesh_queue_claim_open"), "expected the claim index walked:\n{plan}");
+        assert!(!plan.contains("Sort"), "expected no sort of the pending tasks:\n{plan}");
+    }
 }
