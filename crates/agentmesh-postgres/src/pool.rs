@@ -38,10 +38,15 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    /// Opens a connection in the installation's schema. A statement of a client
+    /// that went away (a daemon killed while its transaction waits for a lock)
+    /// is cancelled within a second, so the locks it holds are not kept until
+    /// its own wait ends.
     pub(crate) fn connect(&self) -> Res<Conn> {
         let mut client = self.config.connect(NoTls)?;
         client.batch_execute(&format!(
-            "SET search_path TO {}; SET statement_timeout = 0; SET lock_timeout = '30s'",
+            "SET search_path TO {}; SET statement_timeout = 0; SET lock_timeout = '30s';
+             SET client_connection_check_interval = '1s'",
             self.quoted_schema
         ))?;
         Ok(Conn { client, statements: HashMap::new() })
