@@ -29,6 +29,7 @@ pub mod legacy;
 pub mod placement;
 mod raw_json;
 pub mod retry;
+pub mod route_columns;
 pub mod submit;
 pub mod transfer;
 

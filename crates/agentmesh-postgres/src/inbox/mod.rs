@@ -37,7 +37,6 @@ use agentmesh_store::{
 use crate::PgStore;
 
 mod admin;
-mod columns;
 mod drain;
 mod held;
 mod presence;

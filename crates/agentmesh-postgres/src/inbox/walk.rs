@@ -10,9 +10,9 @@ use agentmesh_store::{DrainRequest, InboxEvent, RawJson};
 use postgres::Row;
 use serde_json::json;
 
-use super::columns::{CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE};
 use crate::Res;
 use crate::db::Db;
+use agentmesh_store::route_columns::{CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE};
 
 /// Candidate rows read per page of a drain's walk.
 const PAGE: i64 = 256;

@@ -1,89 +1,15 @@
-//! The routing columns of an event row and its lane: who may take it.
+//! Migration 0007's projection of the routing columns (their encoding is
+//! `agentmesh_store::route_columns`).
 
-use agentmesh_core::daemon_id::machine_core;
-use agentmesh_core::events::{Address, ProjectedRoute, RouteClass, project_route};
+use agentmesh_core::events::project_route;
 use rusqlite::params;
 
 use super::walk::parse;
 use crate::Res;
 
-/// `route_class` values (see migration 0007).
-pub(super) const CLASS_PAYLOAD: i64 = 0;
-pub(super) const CLASS_BROADCAST: i64 = 1;
-pub(super) const CLASS_SYSTEM: i64 = 2;
-pub(super) const CLASS_UNICAST: i64 = 3;
-pub(super) const CLASS_UNADDRESSED: i64 = 4;
-
-/// The lane prefix of a unicast: the addressee's key follows, which starts with
-/// its machine core and `|`.
-pub(super) const UNICAST_LANE: &str = "u:";
-
-/// The lane prefix of any other event targeted at a daemon: the target's machine
-/// core follows.
-pub(super) const TARGET_LANE: &str = "@";
-
-/// A [`ProjectedRoute`] as the columns of `mesh_pending_events` hold it (the
-/// event id lives in `event_id`).
-#[derive(Debug, Default, PartialEq)]
-pub(super) struct RouteColumns {
-    pub(super) class: i64,
-    pub(super) machine: Option<String>,
-    pub(super) key: Option<String>,
-    pub(super) fallback: bool,
-    pub(super) session: Option<String>,
-}
-
-impl RouteColumns {
-    pub(super) fn of(projected: Option<&ProjectedRoute>) -> RouteColumns {
-        let Some(projected) = projected else { return RouteColumns::default() };
-        let class = match &projected.class {
-            RouteClass::Broadcast => CLASS_BROADCAST,
-            RouteClass::System => CLASS_SYSTEM,
-            RouteClass::Unaddressed => CLASS_UNADDRESSED,
-            RouteClass::Unicast(to) => {
-                return RouteColumns {
-                    class: CLASS_UNICAST,
-                    // A daemon id that names no machine matches no drainer: '' is
-                    // no drainer's machine.
-                    machine: Some(to.machine.clone().unwrap_or_default()),
-                    key: Some(to.key.clone()),
-                    fallback: to.run_is_daemon_fallback,
-                    session: to.session.clone(),
-                };
-            }
-        };
-        RouteColumns { class, ..RouteColumns::default() }
-    }
-
-    /// The row's lane (see migration 0007): who may take it. `target` is the
-    /// row's daemon target (trimmed, non-blank).
-    pub(super) fn lane(&self, target: Option<&str>) -> String {
-        match (&self.key, target) {
-            (Some(key), _) if self.class == CLASS_UNICAST => format!("{UNICAST_LANE}{key}"),
-            (_, Some(target)) => format!("{TARGET_LANE}{}", machine_core(target).unwrap_or(target)),
-            _ => String::new(),
-        }
-    }
-
-    /// The projection back, given the row's event id; `None` for rows routed
-    /// from their payload.
-    pub(super) fn projected(self, event_id: Option<String>) -> Option<ProjectedRoute> {
-        let event_id = event_id?;
-        let class = match self.class {
-            CLASS_BROADCAST => RouteClass::Broadcast,
-            CLASS_SYSTEM => RouteClass::System,
-            CLASS_UNADDRESSED => RouteClass::Unaddressed,
-            CLASS_UNICAST => RouteClass::Unicast(Address {
-                machine: self.machine.filter(|m| !m.is_empty()),
-                key: self.key?,
-                run_is_daemon_fallback: self.fallback,
-                session: self.session,
-            }),
-            _ => return None,
-        };
-        Some(ProjectedRoute { event_id, class })
-    }
-}
+pub(super) use agentmesh_store::route_columns::{
+    CLASS_PAYLOAD, CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE,
+};
 
 /// Migration 0007's data step: projects the routing inputs of every stored event.
 pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> {
