@@ -158,6 +158,28 @@ fn duplicate_task_message(task_id: &str, mesh_id: &str, scope: IdScope) -> Strin
 }
 
 impl StoreError {
+    /// The error of a report or heartbeat on `task_id` by `session_id` that the
+    /// core refused ([`agentmesh_core::effects::task::HolderRefusal`]).
+    pub fn of_holder_refusal(
+        task_id: &str,
+        session_id: &str,
+        refusal: agentmesh_core::effects::task::HolderRefusal,
+    ) -> StoreError {
+        use agentmesh_core::effects::task::HolderRefusal;
+        match refusal {
+            HolderRefusal::StaleEpoch { presented, current } => {
+                StoreError::StaleEpoch { task_id: task_id.to_owned(), presented, current }
+            }
+            HolderRefusal::NotAssigned { from, action } => {
+                StoreError::InvalidTransition(InvalidTransition { task_id: task_id.to_owned(), from, action })
+            }
+            HolderRefusal::OtherSession => StoreError::NotAssignedToSession {
+                task_id: task_id.to_owned(),
+                session_id: session_id.to_owned(),
+            },
+        }
+    }
+
     /// A stable machine-readable code for wire errors.
     pub fn code(&self) -> &'static str {
         match self {

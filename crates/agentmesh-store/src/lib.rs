@@ -27,6 +27,7 @@ mod error;
 pub mod ids;
 pub mod legacy;
 pub mod placement;
+pub mod projection;
 mod raw_json;
 pub mod retry;
 pub mod route_columns;

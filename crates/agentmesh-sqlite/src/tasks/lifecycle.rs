@@ -1,7 +1,7 @@
 //! The lifecycle writes: each loads its task, asks the core what to store
 //! ([`agentmesh_core::effects::task`]) and persists the decision.
 
-use agentmesh_core::effects::task::{self as decide, HolderRefusal, Refused, Report};
+use agentmesh_core::effects::task::{self as decide, Refused, Report};
 use agentmesh_core::lifecycle::{self, match_completion};
 use agentmesh_core::{RequeueOptions, Requeued, Task, TaskPriority, Timestamp};
 use agentmesh_store::ids::mint_at;
@@ -13,29 +13,10 @@ use super::reads::assigned_to_session;
 use super::rows::{load, load_required};
 use crate::{Res, ledger};
 
-/// The store's error for a refused report or heartbeat on `task` by `session_id`.
-fn refusal_error(task: &Task, session_id: &str, refusal: HolderRefusal) -> StoreError {
-    match refusal {
-        HolderRefusal::StaleEpoch { presented, current } => {
-            StoreError::StaleEpoch { task_id: task.id.clone(), presented, current }
-        }
-        HolderRefusal::NotAssigned { from, action } => {
-            StoreError::InvalidTransition(agentmesh_core::InvalidTransition {
-                task_id: task.id.clone(),
-                from,
-                action,
-            })
-        }
-        HolderRefusal::OtherSession => {
-            StoreError::NotAssignedToSession { task_id: task.id.clone(), session_id: session_id.to_owned() }
-        }
-    }
-}
-
 /// Records a refusal (committed with the transaction) and returns its error.
 fn refused(conn: &Connection, task: &Task, session_id: &str, refused: Refused) -> Res<StoreError> {
     ledger::append(conn, &refused.ledger)?;
-    Ok(refusal_error(task, session_id, refused.refusal))
+    Ok(StoreError::of_holder_refusal(&task.id, session_id, refused.refusal))
 }
 
 /// Records a completion or failure. The outer `Res` fails the transaction; the

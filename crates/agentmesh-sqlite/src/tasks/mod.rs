@@ -3,7 +3,7 @@
 //!
 //! The JSON `payload` of a row is the task (the original's queue entry) and the
 //! source of truth. Every write also rewrites the row's projected columns from it
-//! (`rows::Projection`), so a claim selects candidates through indexes in claim order
+//! (`agentmesh_store::projection`), so a claim selects candidates through indexes in claim order
 //! and decodes only the winner. Readiness is maintained, not recomputed per claim:
 //! `deps_unmet` counts a task's dependencies that are not completed and is updated
 //! whenever one of them changes status; `hold` folds it together with the block and

@@ -1,7 +1,7 @@
 //! Task rows: the projected columns written from the payload, loading and
 //! saving a row by rowid, dependency edges and the readiness they maintain.
 
-use agentmesh_core::{Task, TaskMode, TaskStatus, Timestamp};
+use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Statement, ToSql, params};
 
@@ -9,55 +9,11 @@ use crate::{Fail, Res};
 
 /// A row whose payload cannot be decoded is parked here and never claimed.
 pub(super) const HOLD_UNREADABLE: i64 = 9;
-/// The SQL form of [`hold_of`], for updates that recompute it in place.
+/// The SQL form of `hold_of`, for updates that recompute it in place.
 pub(super) const HOLD_SQL: &str = "CASE WHEN hold = 9 THEN 9 WHEN deps_unmet > 0 OR blocked = 1 THEN 1 \
                         WHEN parked = 1 THEN 2 ELSE 0 END";
 
-/// The claim hold of a task: 1 when a dependency is unmet or it is blocked, 2 when
-/// parked, else 0. Mirrored by [`HOLD_SQL`].
-pub(super) fn hold_of(deps_unmet: i64, blocked: bool, parked: bool) -> i64 {
-    if deps_unmet > 0 || blocked {
-        1
-    } else if parked {
-        2
-    } else {
-        0
-    }
-}
-
-/// The projected columns of a task row.
-pub(super) struct Projection {
-    payload: String,
-    priority_rank: i64,
-    blocked: bool,
-    parked: bool,
-    readonly: bool,
-    task_mode: Option<&'static str>,
-    required_tags: Option<String>,
-    not_before_ms: Option<i64>,
-    lease_expires_ms: Option<i64>,
-}
-
-impl Projection {
-    fn of(task: &Task) -> Projection {
-        Projection {
-            payload: task.to_json(),
-            priority_rank: task.priority_rank(),
-            blocked: task.blocked_reason.as_deref().is_some_and(|r| !r.is_empty()),
-            parked: task.is_parked(),
-            readonly: task.is_readonly(),
-            task_mode: task.task_mode.map(TaskMode::as_str),
-            required_tags: (!task.tags_required().is_empty())
-                .then(|| serde_json::to_string(task.tags_required()).expect("strings serialize")),
-            not_before_ms: task.not_before_millis(),
-            lease_expires_ms: task
-                .lease_expires_at
-                .as_deref()
-                .and_then(Timestamp::parse_iso)
-                .map(Timestamp::millis),
-        }
-    }
-}
+pub(super) use agentmesh_store::projection::{Projection, hold_of};
 
 pub(super) fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
     Fail(StoreError::Corrupt { what: format!("task {id}"), problem: err.to_string() })
