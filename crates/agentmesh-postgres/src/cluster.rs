@@ -189,11 +189,6 @@ impl UpkeepLeader {
         }
         Ok(*held)
     }
-
-    /// Gives the leadership up (another daemon takes it at its next try).
-    pub fn resign(&self) {
-        *self.session.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    }
 }
 
 /// How far the database's clock is ahead of this machine's, in milliseconds, as

@@ -77,10 +77,6 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     // A PostgreSQL installation may be served by several daemons: each learns
     // of the others' commits, one at a time runs the upkeep, and all read the
     // database's clock.
-    let postgres = match &opened {
-        Opened::Postgres(_) => true,
-        Opened::Sqlite(_) => false,
-    };
     let (store, pg) = match opened {
         Opened::Postgres(pg) => {
             let pg = Arc::new(pg);
@@ -123,7 +119,7 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    tracing::info!(database = %ctx.store_config().describe(), postgres, "store opened");
+    tracing::info!(database = %ctx.store_config().describe(), postgres = pg.is_some(), "store opened");
     let options = ServeOptions {
         header_timeout: args.header_timeout,
         idle_timeout: args.idle_timeout,
