@@ -1595,3 +1595,38 @@ fn the_database_url_names_the_store_and_an_unknown_scheme_is_refused_naming_the_
     assert_eq!(std::fs::read_dir(fresh.data_dir()).unwrap().count(), 0, "the refusals created nothing");
     assert_eq!(std::fs::read_dir(home.data_dir()).unwrap().count(), 0, "nothing in the home dir either");
 }
+
+/// A malformed PostgreSQL URL or schema name is refused naming its flag's field,
+/// before anything connects; a server that cannot be reached fails the command
+/// naming where it looked (never its password). Nothing is created either way.
+#[test]
+fn a_bad_postgres_url_or_schema_is_refused_and_an_unreachable_server_named() {
+    let mesh = Mesh::new();
+    let run = |args: &[&str]| {
+        let mut cmd = mesh.bare_command();
+        cmd.current_dir(mesh.data_dir()).args(args);
+        Run::from_output(cmd.stdin(Stdio::null()).output().expect("runs"))
+    };
+    let bad_url = run(&["--json", "--database-url", "postgres://u@h:notaport/db", "task", "list"]);
+    bad_url.assert_code(2);
+    let message = bad_url.json()["error"]["message"].as_str().expect("a message").to_owned();
+    assert!(message.contains("invalid databaseUrl"), "{message}");
+    let bad_schema = run(&[
+        "--json",
+        "--database-url",
+        "postgres://postgres@127.0.0.1:5432/test",
+        "--database-schema",
+        "no-dashes",
+        "task",
+        "list",
+    ]);
+    bad_schema.assert_code(2);
+    let message = bad_schema.json()["error"]["message"].as_str().expect("a message").to_owned();
+    assert!(message.contains("invalid databaseSchema"), "{message}");
+    // Port 1 on loopback: nothing listens there.
+    let unreachable = run(&["--database-url", "postgres://agent:s3cret@127.0.0.1:1/mesh", "task", "list"]);
+    unreachable.assert_code(1);
+    assert!(unreachable.stderr.contains("127.0.0.1:1/mesh"), "{}", unreachable.stderr);
+    assert!(!unreachable.stderr.contains("s3cret"), "the password is never printed: {}", unreachable.stderr);
+    assert_eq!(std::fs::read_dir(mesh.data_dir()).unwrap().count(), 0, "the refusals created nothing");
+}
