@@ -138,10 +138,16 @@ impl Batches {
     }
 }
 
-/// `BEGIN` and the mesh lock, in one round trip.
-fn begin(conn: &mut Conn, schema: &str, mesh_id: &str) -> Result<(), StoreError> {
-    let key = crate::db::mesh_lock_key(schema, mesh_id);
-    conn.client.batch_execute(&format!("BEGIN; SELECT pg_advisory_xact_lock({key})")).map_err(classify)
+/// `BEGIN` and the mesh lock, as one text sent in one round trip.
+fn begin_sql(schema: &str, mesh_id: &str) -> String {
+    format!("BEGIN; SELECT pg_advisory_xact_lock({})", crate::db::mesh_lock_key(schema, mesh_id))
+}
+
+/// Runs `op` on `db` and sends what it left pending; returns its outcome and
+/// whether it began anything on the server (see [`Db::finish`]).
+fn run_op<T>(db: &Db<'_>, op: impl FnOnce(&Db<'_>) -> Res<T>) -> (Res<T>, bool) {
+    let outcome = op(db).and_then(|value| db.finish(None).map(|_| value));
+    (outcome, db.began())
 }
 
 /// Opens a batch, runs `op` first in it, lets the writes that joined run, and
@@ -163,53 +169,49 @@ fn lead<T>(
     let mut conn_slot = lock(&slot.conn);
     drop(state);
 
-    let opened = scope.pool.checkout().map_err(|Fail(e)| e).and_then(|mut conn| {
-        match begin(&mut conn, scope.schema, mesh_id) {
-            Ok(()) => Ok(conn),
-            Err(err) => {
-                drop(conn);
-                scope.pool.forget();
-                Err(err)
-            }
-        }
-    });
-    let mut conn = match opened {
+    let mut conn = match scope.pool.checkout() {
         Ok(conn) => conn,
-        Err(err) => {
+        Err(Fail(err)) => {
             // The writes that joined find no transaction, and the batch's error.
             drop(conn_slot);
             end(slot, batch, Some(Ended::of(&err)));
             return Err(err);
         }
     };
-    let outcome = op(&Db::new(&mut conn, scope.schema));
-    if outcome.is_err() {
-        // The opener ran without a savepoint: undo its work, and begin again
-        // for the writes that joined, if any did.
-        let reopened = conn.client.batch_execute("ROLLBACK").map_err(classify).and_then(|()| {
-            let mut state = lock(&slot.state);
-            if state.joined == 1 {
-                state.open = false;
-                return Ok(false);
-            }
+    // BEGIN and the lock go out with the operation's first statement.
+    let (outcome, began) =
+        run_op(&Db::with_prefix(&mut conn, scope.schema, begin_sql(scope.schema, mesh_id)), op);
+    let mut in_transaction = began;
+    if outcome.is_err() && began {
+        // The opener ran without a savepoint: undo its work.
+        if let Err(err) = conn.batch_execute("ROLLBACK").map_err(classify) {
+            drop(conn);
+            scope.pool.forget();
+            drop(conn_slot);
+            end(slot, batch, Some(Ended::of(&err)));
+            return outcome.map_err(|Fail(e)| e);
+        }
+        in_transaction = false;
+    }
+    if !in_transaction {
+        // Nothing is open on the server: close the batch when nobody joined it,
+        // else begin again for the writes that did.
+        let mut state = lock(&slot.state);
+        if state.joined == 1 {
+            state.open = false;
             drop(state);
-            begin(&mut conn, scope.schema, mesh_id).map(|()| true)
-        });
-        match reopened {
-            Ok(true) => {}
-            Ok(false) => {
-                drop(conn_slot);
-                scope.pool.checkin(conn);
-                end(slot, batch, None);
-                return outcome.map_err(|Fail(e)| e);
-            }
-            Err(err) => {
-                drop(conn);
-                scope.pool.forget();
-                drop(conn_slot);
-                end(slot, batch, Some(Ended::of(&err)));
-                return outcome.map_err(|Fail(e)| e);
-            }
+            drop(conn_slot);
+            scope.pool.checkin(conn);
+            end(slot, batch, None);
+            return outcome.map_err(|Fail(e)| e);
+        }
+        drop(state);
+        if let Err(err) = conn.batch_execute(&begin_sql(scope.schema, mesh_id)).map_err(classify) {
+            drop(conn);
+            scope.pool.forget();
+            drop(conn_slot);
+            end(slot, batch, Some(Ended::of(&err)));
+            return outcome.map_err(|Fail(e)| e);
         }
     }
     *conn_slot = Some(conn);
@@ -224,14 +226,13 @@ fn lead<T>(
         state.open = false;
     }
     slot.changed.notify_all();
-    let Some(mut conn) = lock(&slot.conn).take() else {
+    let Some(conn) = lock(&slot.conn).take() else {
         let err = StoreError::Backend("the batch's connection was lost".into());
         end(slot, batch, Some(Ended::of(&err)));
         return Err(err);
     };
     // A write of a mesh announces itself to every listener as it commits.
-    let committed =
-        conn.client.batch_execute(&cluster::notify_and_commit(scope.channel, mesh_id)).map_err(classify);
+    let committed = conn.batch_execute(&cluster::notify_and_commit(scope.channel, mesh_id)).map_err(classify);
     match committed {
         Ok(()) => {
             commits.fetch_add(1, Ordering::Relaxed);
@@ -282,10 +283,10 @@ fn join<T>(
 }
 
 fn in_savepoint<T>(conn: &mut Conn, schema: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> Res<T> {
-    conn.client.batch_execute("SAVEPOINT op")?;
-    let outcome = op(&Db::new(conn, schema));
-    if outcome.is_err() {
-        conn.client.batch_execute("ROLLBACK TO SAVEPOINT op")?;
+    // The savepoint goes out with the operation's first statement.
+    let (outcome, began) = run_op(&Db::with_prefix(conn, schema, String::from("SAVEPOINT op")), op);
+    if outcome.is_err() && began {
+        conn.batch_execute("ROLLBACK TO SAVEPOINT op")?;
     }
     outcome
 }

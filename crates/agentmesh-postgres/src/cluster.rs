@@ -10,9 +10,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agentmesh_core::Timestamp;
 use agentmesh_store::StoreResult;
+use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
-use crate::pool::{Conn, Target};
+use crate::pool::Target;
 use crate::{Fail, PgStore, Res, quote_ident};
 
 /// How long a listener waits for a notification before it looks whether it was
@@ -99,13 +100,13 @@ impl PgStore {
     }
 }
 
-fn listening(target: &Target, channel: &str) -> Res<Conn> {
-    let mut conn = target.connect()?;
-    conn.client.batch_execute(&format!("LISTEN {}", quote_ident(channel)))?;
+fn listening(target: &Target, channel: &str) -> Res<Client> {
+    let mut conn = target.session()?;
+    conn.batch_execute(&format!("LISTEN {}", quote_ident(channel)))?;
     Ok(conn)
 }
 
-fn listen_loop(first: Conn, target: &Target, channel: &str, stop: &AtomicBool, on_commit: &dyn Fn(&str)) {
+fn listen_loop(first: Client, target: &Target, channel: &str, stop: &AtomicBool, on_commit: &dyn Fn(&str)) {
     let mut conn = Some(first);
     while !stop.load(Ordering::Relaxed) {
         let Some(live) = conn.as_mut() else {
@@ -120,15 +121,15 @@ fn listen_loop(first: Conn, target: &Target, channel: &str, stop: &AtomicBool, o
             }
             continue;
         };
-        if !drain_notifications(live, channel, on_commit) || live.client.is_closed() {
+        if !drain_notifications(live, channel, on_commit) || live.is_closed() {
             conn = None;
         }
     }
 }
 
 /// Hands on what arrives within one tick; `false` when the connection broke.
-fn drain_notifications(conn: &mut Conn, channel: &str, on_commit: &dyn Fn(&str)) -> bool {
-    let mut notifications = conn.client.notifications();
+fn drain_notifications(conn: &mut Client, channel: &str, on_commit: &dyn Fn(&str)) -> bool {
+    let mut notifications = conn.notifications();
     let mut iter = notifications.timeout_iter(LISTEN_TICK);
     loop {
         match iter.next() {
@@ -150,7 +151,7 @@ pub struct UpkeepLeader {
     target: Target,
     key: i64,
     /// The connection that holds (or tries for) the lock, and whether it holds it.
-    session: Mutex<Option<(Conn, bool)>>,
+    session: Mutex<Option<(Client, bool)>>,
 }
 
 impl std::fmt::Debug for UpkeepLeader {
@@ -174,15 +175,15 @@ impl UpkeepLeader {
         }
     }
 
-    fn check(&self, session: &mut Option<(Conn, bool)>) -> Res<bool> {
-        if session.as_ref().is_none_or(|(conn, _)| conn.client.is_closed()) {
-            *session = Some((self.target.connect()?, false));
+    fn check(&self, session: &mut Option<(Client, bool)>) -> Res<bool> {
+        if session.as_ref().is_none_or(|(conn, _)| conn.is_closed()) {
+            *session = Some((self.target.session()?, false));
         }
         let Some((conn, held)) = session.as_mut() else { return Ok(false) };
         if *held {
-            conn.client.batch_execute("SELECT 1")?;
+            conn.batch_execute("SELECT 1")?;
         } else {
-            *held = conn.client.query_one("SELECT pg_try_advisory_lock($1)", &[&self.key])?.get(0);
+            *held = conn.query_one("SELECT pg_try_advisory_lock($1)", &[&self.key])?.get(0);
             if *held {
                 tracing::info!("this daemon now runs the installation's upkeep");
             }

@@ -197,23 +197,35 @@ fn entry_from_row(row: &Row) -> LedgerEntry {
 /// new. The caller's transaction holds the entry's mesh lock, so within a mesh
 /// the numbers the sequence hands out rise in commit order.
 pub(crate) fn append(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<bool> {
-    let payload = serde_json::to_string(&entry.payload)?;
-    let n = db.execute(
-        "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-         ON CONFLICT (mesh_id, id) DO NOTHING",
-        &[
-            &entry.mesh_id,
-            &entry.id,
-            &entry.timestamp,
-            &entry.kind,
-            &entry.node_id,
-            &entry.session_id,
-            &entry.provider_type,
-            &payload,
-        ],
-    )?;
-    Ok(n > 0)
+    let values = append_values(entry)?;
+    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect();
+    Ok(db.execute(APPEND, &params)? > 0)
+}
+
+/// Appends as [`append`] does, for a caller that does not read whether the
+/// entry was new: the row goes out with the operation's next statement (see
+/// [`crate::db::Db::defer`]), in the order of the appends.
+pub(crate) fn append_later(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<()> {
+    db.defer(APPEND, append_values(entry)?, None);
+    Ok(())
+}
+
+const APPEND: &str =
+    "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+     ON CONFLICT (mesh_id, id) DO NOTHING";
+
+fn append_values(entry: &LedgerEntry) -> crate::Res<Vec<crate::db::Owned>> {
+    Ok(vec![
+        Box::new(entry.mesh_id.clone()),
+        Box::new(entry.id.clone()),
+        Box::new(entry.timestamp.clone()),
+        Box::new(entry.kind.clone()),
+        Box::new(entry.node_id.clone()),
+        Box::new(entry.session_id.clone()),
+        Box::new(entry.provider_type.clone()),
+        Box::new(serde_json::to_string(&entry.payload)?),
+    ])
 }
 
 /// The kinds a query asks for, blank ones left out.

@@ -12,9 +12,10 @@
 //! do behind the embedded file's one writer, while other meshes go on beside
 //! them. Reads take no lock. ARCHITECTURE.md gives the reasons per operation.
 //!
-//! The trait is synchronous; so is the client (`postgres`), which drives each
-//! connection from the calling thread. The daemon calls the store from blocking
-//! threads, as it does for the embedded file.
+//! The trait is synchronous. Each pooled connection (`tokio-postgres`) is driven
+//! from the calling thread by a runtime of its own, so that an operation can
+//! send several statements in one round trip (see `db`). The daemon calls the
+//! store from blocking threads, as it does for the embedded file.
 
 use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
@@ -111,7 +112,13 @@ impl PgStore {
         })?;
         validate_schema(&options.schema).map_err(StoreError::InvalidInput)?;
         let location = describe(&config);
-        let target = Target { config, quoted_schema: quote_ident(&options.schema) };
+        let async_config: tokio_postgres::Config = options.url.parse().map_err(|e: postgres::Error| {
+            StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+                "databaseUrl",
+                format!("is not a PostgreSQL connection string: {e}"),
+            ))
+        })?;
+        let target = Target { config, async_config, quoted_schema: quote_ident(&options.schema) };
         let pool = Pool::new(target, options.max_connections);
         let channel = cluster::channel(&options.schema);
         let store = PgStore {
@@ -137,7 +144,7 @@ impl PgStore {
     }
 
     fn migrate(&self) -> Res<()> {
-        let mut conn = self.pool.dedicated()?;
+        let mut conn = self.pool.target().session()?;
         migrations::migrate(&mut conn, &self.schema)
     }
 
@@ -177,38 +184,32 @@ impl PgStore {
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
         let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
-        // BEGIN and the mesh lock go in one round trip.
+        // BEGIN (and the mesh lock) go out with the first statement, the COMMIT
+        // with the last writes; a write of a mesh announces itself to every
+        // listener as it commits.
         let begin = match mesh_id {
             Some(mesh_id) => {
                 format!("{begin}; SELECT pg_advisory_xact_lock({})", db::mesh_lock_key(&self.schema, mesh_id))
             }
             None => begin.to_owned(),
         };
-        if let Err(err) = conn.client.batch_execute(&begin) {
-            conn.discard();
-            return Err(classify(err));
-        }
-        let outcome = {
-            let db = Db::new(&mut conn, &self.schema);
-            op(&db)
+        let commit = match mesh_id {
+            Some(mesh_id) => cluster::notify_and_commit(&self.channel, mesh_id),
+            None => String::from("COMMIT"),
         };
-        // A write of a mesh announces itself to every listener as it commits.
-        let end = match (&outcome, mesh_id) {
-            (Ok(_), Some(mesh_id)) => {
-                conn.client.batch_execute(&cluster::notify_and_commit(&self.channel, mesh_id))
-            }
-            (Ok(_), None) => conn.client.batch_execute("COMMIT"),
-            (Err(_), _) => conn.client.batch_execute("ROLLBACK"),
+        let (outcome, began) = {
+            let db = Db::with_prefix(&mut conn, &self.schema, begin);
+            let outcome = op(&db).and_then(|value| db.finish(Some(&commit)).map(|_| value));
+            (outcome, db.began())
         };
-        match (outcome, end) {
-            (Ok(value), Ok(())) => Ok(value),
-            (Ok(_), Err(err)) => {
-                conn.discard();
-                Err(classify(err))
-            }
-            (Err(Fail(err)), Ok(())) => Err(err),
-            (Err(Fail(err)), Err(_)) => {
-                conn.discard();
+        match outcome {
+            Ok(value) => Ok(value),
+            Err(Fail(err)) => {
+                // Whatever was begun is undone (a ROLLBACK after a COMMIT that
+                // failed only warns); a connection that cannot say so is closed.
+                if began && conn.batch_execute("ROLLBACK").is_err() {
+                    conn.discard();
+                }
                 Err(err)
             }
         }

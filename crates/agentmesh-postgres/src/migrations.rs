@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use agentmesh_store::StoreError;
 
-use crate::pool::Conn;
 use crate::{Fail, Res, quote_ident};
+use postgres::Client;
 
 /// One schema step.
 struct Migration {
@@ -27,18 +27,18 @@ pub const LATEST_VERSION: i64 = 1;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.
-pub(crate) fn migrate(conn: &mut Conn, schema: &str) -> Res<()> {
+pub(crate) fn migrate(conn: &mut Client, schema: &str) -> Res<()> {
     let key = crate::db::mesh_lock_key(schema, "\u{0}migrations");
-    conn.client.execute("SELECT pg_advisory_lock($1)", &[&key])?;
+    conn.execute("SELECT pg_advisory_lock($1)", &[&key])?;
     let outcome = apply_missing(conn, schema);
-    let unlocked = conn.client.execute("SELECT pg_advisory_unlock($1)", &[&key]);
+    let unlocked = conn.execute("SELECT pg_advisory_unlock($1)", &[&key]);
     outcome?;
     unlocked?;
     Ok(())
 }
 
-fn apply_missing(conn: &mut Conn, schema: &str) -> Res<()> {
-    conn.client.batch_execute(&format!(
+fn apply_missing(conn: &mut Client, schema: &str) -> Res<()> {
+    conn.batch_execute(&format!(
         "CREATE SCHEMA IF NOT EXISTS {schema};
          CREATE TABLE IF NOT EXISTS agentmesh_migrations (
              version BIGINT PRIMARY KEY,
@@ -48,7 +48,7 @@ fn apply_missing(conn: &mut Conn, schema: &str) -> Res<()> {
         schema = quote_ident(schema)
     ))?;
     let current: i64 =
-        conn.client.query_one("SELECT COALESCE(MAX(version), 0) FROM agentmesh_migrations", &[])?.get(0);
+        conn.query_one("SELECT COALESCE(MAX(version), 0) FROM agentmesh_migrations", &[])?.get(0);
     if current > LATEST_VERSION {
         return Err(Fail(StoreError::SchemaTooNew {
             path: PathBuf::from(format!("schema {schema}")),
@@ -57,7 +57,7 @@ fn apply_missing(conn: &mut Conn, schema: &str) -> Res<()> {
         }));
     }
     for step in MIGRATIONS.iter().filter(|m| m.version > current) {
-        let mut tx = conn.client.transaction()?;
+        let mut tx = conn.transaction()?;
         tx.batch_execute(step.sql).map_err(|e| step_failed(step.name, e))?;
         tx.execute(
             "INSERT INTO agentmesh_migrations (version, name) VALUES ($1, $2)",

@@ -1,29 +1,53 @@
 //! The connection pool: connections opened as needed up to a bound, each with
 //! its prepared statements, handed out one caller at a time and returned when
 //! the caller is done. A connection the server closed is dropped, not returned.
+//!
+//! A pooled connection is asynchronous underneath (`tokio-postgres`), driven by
+//! a runtime of its own on the calling thread, so that several statements can
+//! go to the server in one round trip ([`Conn::block_on`] over joined futures):
+//! the store's operations send what they can together (see `db`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-use postgres::{Client, NoTls, Statement};
+use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::{Fail, Res};
 
-/// One server connection and the statements prepared on it, by SQL text.
+/// One server connection, the runtime that drives it, and the statements
+/// prepared on it, by SQL text.
 pub(crate) struct Conn {
+    runtime: tokio::runtime::Runtime,
     pub(crate) client: Client,
-    pub(crate) statements: HashMap<String, Statement>,
+    statements: HashMap<String, Statement>,
 }
 
 impl Conn {
+    /// Runs `future` (statements on [`Conn::client`]) to its end on this thread.
+    pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+
+    /// Runs `sql` (one or more statements without parameters) by the simple
+    /// query protocol.
+    pub(crate) fn batch_execute(&self, sql: &str) -> Result<(), postgres::Error> {
+        self.block_on(self.client.batch_execute(sql))
+    }
+
+    /// Whether the server closed the connection.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
     /// The prepared form of `sql`, prepared on first use.
     pub(crate) fn statement(&mut self, sql: &str) -> Res<Statement> {
         if let Some(statement) = self.statements.get(sql) {
             return Ok(statement.clone());
         }
         crate::shard::record(sql);
-        let statement = self.client.prepare(sql)?;
+        let statement = self.block_on(self.client.prepare(sql))?;
         self.statements.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
@@ -33,23 +57,51 @@ impl Conn {
 #[derive(Clone)]
 pub(crate) struct Target {
     pub(crate) config: postgres::Config,
+    /// The same connection string, for the asynchronous client.
+    pub(crate) async_config: tokio_postgres::Config,
     /// The schema every statement runs in (`search_path`), quoted.
     pub(crate) quoted_schema: String,
 }
 
 impl Target {
-    /// Opens a connection in the installation's schema. A statement of a client
-    /// that went away (a daemon killed while its transaction waits for a lock)
-    /// is cancelled within a second, so the locks it holds are not kept until
-    /// its own wait ends.
-    pub(crate) fn connect(&self) -> Res<Conn> {
-        let mut client = self.config.connect(NoTls)?;
-        client.batch_execute(&format!(
+    /// The settings every connection starts with: the installation's schema, and
+    /// a statement of a client that went away (a daemon killed while its
+    /// transaction waits for a lock) cancelled within a second, so the locks it
+    /// holds are not kept until its own wait ends.
+    fn settings(&self) -> String {
+        format!(
             "SET search_path TO {}; SET statement_timeout = 0; SET lock_timeout = '30s';
              SET client_connection_check_interval = '1s'",
             self.quoted_schema
-        ))?;
-        Ok(Conn { client, statements: HashMap::new() })
+        )
+    }
+
+    /// Opens a pooled connection in the installation's schema.
+    pub(crate) fn connect(&self) -> Res<Conn> {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
+            Fail(agentmesh_store::StoreError::Backend(
+                format!("could not start a connection runtime: {e}").into(),
+            ))
+        })?;
+        let (client, connection) = runtime.block_on(self.async_config.connect(NoTls))?;
+        // The connection's socket is driven whenever its runtime runs a statement.
+        runtime.spawn(async move {
+            if let Err(err) = connection.await {
+                tracing::debug!(error = %err, "a pooled PostgreSQL connection ended");
+            }
+        });
+        let conn = Conn { runtime, client, statements: HashMap::new() };
+        conn.batch_execute(&self.settings())?;
+        Ok(conn)
+    }
+
+    /// Opens a blocking connection in the installation's schema, for a
+    /// listener, a leader lock or the migrations, which hold their connection
+    /// for as long as they live.
+    pub(crate) fn session(&self) -> Res<postgres::Client> {
+        let mut client = self.config.connect(postgres::NoTls)?;
+        client.batch_execute(&self.settings())?;
+        Ok(client)
     }
 }
 
@@ -118,7 +170,7 @@ impl Pool {
 
     /// Gives a checked-out connection back; one the server closed is dropped.
     pub(crate) fn checkin(&self, conn: Conn) {
-        if conn.client.is_closed() {
+        if conn.is_closed() {
             drop(conn);
             self.forget();
             return;
@@ -137,12 +189,6 @@ impl Pool {
     /// What the pool connects to.
     pub(crate) fn target(&self) -> &Target {
         &self.target
-    }
-
-    /// Opens a connection outside the pool (for a listener or a leader lock,
-    /// which hold their connection for as long as they live).
-    pub(crate) fn dedicated(&self) -> Res<Conn> {
-        self.target.connect()
     }
 }
 

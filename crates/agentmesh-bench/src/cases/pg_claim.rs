@@ -255,7 +255,11 @@ fn throughput(
         (runs, began.elapsed())
     });
     let what = if shared {
-        format!("{clients} threads on one store with a pool of {}", clients + 2)
+        let (writes, commits) = store.write_stats();
+        format!(
+            "{clients} threads on one store with a pool of {}; {writes} writes in {commits} commits",
+            clients + 2
+        )
     } else {
         format!("{clients} threads, each on its own store")
     };

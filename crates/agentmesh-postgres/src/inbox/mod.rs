@@ -46,7 +46,7 @@ mod reconcile;
 mod walk;
 
 pub(crate) use admin::{clear, delete};
-pub(crate) use queue::queue;
+pub(crate) use queue::{queue, queue_later};
 
 impl agentmesh_store::InboxStore for PgStore {
     fn queue_pending_event(

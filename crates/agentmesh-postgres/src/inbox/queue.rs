@@ -10,20 +10,60 @@ use agentmesh_store::ids::mint_at;
 use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
 
 use super::walk::parse;
-use crate::db::Db;
+use crate::db::{Db, Owned};
 use crate::{Fail, Res};
 use agentmesh_store::route_columns::RouteColumns;
+use postgres::types::ToSql;
 
 /// Queues one event for a coordinator (stamped on the way in), in the caller's
 /// transaction, which holds the mesh's lock.
 pub(crate) fn queue(
     db: &Db<'_>,
     mesh_id: &str,
-    mut ev: PendingEvent,
+    ev: PendingEvent,
     hint: &EmitHint,
     self_machine_id: Option<&str>,
     now: Timestamp,
 ) -> Res<QueueOutcome> {
+    let (id, ev) = match prepare(db, mesh_id, ev, hint, self_machine_id, now)? {
+        Ok(prepared) => prepared,
+        Err(reason) => return Ok(QueueOutcome::Duplicate(reason)),
+    };
+    let values = row_values(&id, &ev);
+    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect();
+    if db.execute(INSERT_EVENT, &params)? == 0 {
+        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
+    }
+    Ok(QueueOutcome::Queued { id, event: ev })
+}
+
+/// Queues one event as [`queue`] does, for a caller that does not read the
+/// outcome: the event's row goes out with the operation's next statement (see
+/// [`Db::defer`]), and a duplicate is dropped as [`queue`] drops it.
+pub(crate) fn queue_later(
+    db: &Db<'_>,
+    mesh_id: &str,
+    ev: PendingEvent,
+    hint: &EmitHint,
+    self_machine_id: Option<&str>,
+    now: Timestamp,
+) -> Res<()> {
+    if let Ok((id, ev)) = prepare(db, mesh_id, ev, hint, self_machine_id, now)? {
+        db.defer(INSERT_EVENT, row_values(&id, &ev), None);
+    }
+    Ok(())
+}
+
+/// Checks and stamps an event and mints its id; a refine outcome already
+/// queued is the duplicate it names.
+fn prepare(
+    db: &Db<'_>,
+    mesh_id: &str,
+    mut ev: PendingEvent,
+    hint: &EmitHint,
+    self_machine_id: Option<&str>,
+    now: Timestamp,
+) -> Res<Result<(String, PendingEvent), DuplicateReason>> {
     if ev.event.trim().is_empty() {
         return Err(Fail(StoreError::InvalidInput(InvalidInput::new("event", "must not be blank"))));
     }
@@ -35,21 +75,28 @@ pub(crate) fn queue(
     }
     stamp_event(&mut ev, hint, &mint_at(now), self_machine_id);
     if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(db, &ev)? {
-        return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
+        return Ok(Err(DuplicateReason::RefineTerminal));
     }
-    let id = mint_at(now);
-    let inserted = insert_row(db, &id, &ev)?;
-    if !inserted {
-        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
-    }
-    Ok(QueueOutcome::Queued { id, event: ev })
+    Ok(Ok((mint_at(now), ev)))
 }
 
-/// Stores an event, as it is, under `id`, with its queue entry: the whole event
-/// in `payload`, its daemon target, fingerprint, v2 envelope and projected
-/// routing inputs in their columns. `false` when its fingerprint (or id) is
-/// already used in the mesh (nothing is written).
-pub(super) fn insert_row(db: &Db<'_>, id: &str, ev: &PendingEvent) -> Res<bool> {
+/// Stores an event, as it is, with its queue entry, in one statement: the whole
+/// event in `payload`, its daemon target, fingerprint, v2 envelope and projected
+/// routing inputs in their columns. Changes no row when its fingerprint (or id)
+/// is already used in the mesh: neither is an error.
+const INSERT_EVENT: &str = "WITH stored AS (
+         INSERT INTO mesh_pending_events
+             (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
+              protocol_version, event_id, scope, dispatched_by, intended_for,
+              route_class, to_machine, to_key, to_fallback, to_session, lane)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+         ON CONFLICT DO NOTHING
+         RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id)
+     INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
+     SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored";
+
+/// The parameters of [`INSERT_EVENT`] for the event `ev` stored under `id`.
+fn row_values(id: &str, ev: &PendingEvent) -> Vec<Owned> {
     let fingerprint = pending_event_fingerprint(ev);
     let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
     let envelope = &ev.envelope;
@@ -59,56 +106,31 @@ pub(super) fn insert_row(db: &Db<'_>, id: &str, ev: &PendingEvent) -> Res<bool> 
     let projected = project_route(&value);
     let columns = RouteColumns::of(projected.as_ref());
     let event_id = match &projected {
-        Some(p) => Some(p.event_id.as_str()),
-        None => envelope.event_id.as_deref(),
+        Some(p) => Some(p.event_id.clone()),
+        None => envelope.event_id.clone(),
     };
     let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
     let lane = columns.lane(target);
-    let payload = value.to_string();
-    let queued_at = ev.queued_at.millis();
-    let protocol_version = envelope.protocol_version.map(|v| v.as_str());
-    let scope = envelope.scope.map(|s| s.as_str());
-    let dispatched_by = identity(&envelope.dispatched_by);
-    let intended_for = identity(&envelope.intended_for);
-    let fallback = i64::from(columns.fallback);
-    // Neither a used fingerprint nor a used id is an error: nothing is written.
-    let row = db.query_opt(
-        "INSERT INTO mesh_pending_events
-             (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-              protocol_version, event_id, scope, dispatched_by, intended_for,
-              route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
-         ON CONFLICT DO NOTHING
-         RETURNING row_id",
-        &[
-            &id,
-            &ev.mesh_id,
-            &target,
-            &ev.event,
-            &payload,
-            &fingerprint,
-            &queued_at,
-            &protocol_version,
-            &event_id,
-            &scope,
-            &dispatched_by,
-            &intended_for,
-            &columns.class,
-            &columns.machine,
-            &columns.key,
-            &fallback,
-            &columns.session,
-            &lane,
-        ],
-    )?;
-    let Some(row) = row else { return Ok(false) };
-    let row_id: i64 = row.get(0);
-    db.execute(
-        "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-        &[&ev.mesh_id, &lane, &queued_at, &id, &target, &ev.event, &row_id],
-    )?;
-    Ok(true)
+    vec![
+        Box::new(id.to_owned()),
+        Box::new(ev.mesh_id.clone()),
+        Box::new(target.map(str::to_owned)),
+        Box::new(ev.event.clone()),
+        Box::new(value.to_string()),
+        Box::new(fingerprint),
+        Box::new(ev.queued_at.millis()),
+        Box::new(envelope.protocol_version.map(|v| v.as_str())),
+        Box::new(event_id),
+        Box::new(envelope.scope.map(|s| s.as_str())),
+        Box::new(identity(&envelope.dispatched_by)),
+        Box::new(identity(&envelope.intended_for)),
+        Box::new(columns.class),
+        Box::new(columns.machine.clone()),
+        Box::new(columns.key.clone()),
+        Box::new(i64::from(columns.fallback)),
+        Box::new(columns.session.clone()),
+        Box::new(lane),
+    ]
 }
 
 /// Puts the stored event row `row_id` of the mesh (back) on the queue; `false`

@@ -126,32 +126,42 @@ enum Visit {
     Take,
 }
 
-fn candidate(row: &Row) -> Res<Candidate> {
-    let id: String = row.get(0);
-    let tags: Option<String> = row.get(1);
-    let mode: Option<String> = row.get(3);
+/// The candidate in `row`, whose stream columns start at `base`.
+fn candidate(row: &Row, base: usize) -> Res<Candidate> {
+    let id: String = row.get(base);
+    let tags: Option<String> = row.get(base + 1);
+    let mode: Option<String> = row.get(base + 3);
     Ok(Candidate {
         required_tags: match tags {
             Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(&id, e))?,
             None => Vec::new(),
         },
-        not_before_ms: row.get(2),
+        not_before_ms: row.get(base + 2),
         task_mode: mode.and_then(|m| m.parse().ok()),
-        readonly: row.get::<_, i64>(4) != 0,
-        target_node_id: row.get(5),
-        target_session_id: row.get(6),
+        readonly: row.get::<_, i64>(base + 4) != 0,
+        target_node_id: row.get(base + 5),
+        target_session_id: row.get(base + 6),
         id,
     })
+}
+
+/// A page of a stream read ahead, by the survey: its rows, whose stream
+/// columns start at `base`.
+struct Page {
+    rows: Vec<Row>,
+    base: usize,
 }
 
 /// Walks one stream in claim order, a page at a time, calling `visit` until it
 /// stops the walk or `limit` rows were seen. Returns the candidate `visit` took,
 /// loaded from the row the walk already read (its payload is the only one decoded).
+/// `first`, when given, is the stream's first page, already read.
 fn scan(
     db: &Db<'_>,
     scope: &ClaimScope<'_>,
     (tier, hold, readonly_only): (Tier, i64, bool),
     limit: usize,
+    mut first: Option<Page>,
     mut visit: impl FnMut(&Candidate) -> Visit,
 ) -> Res<Option<Loaded>> {
     let sql = &STREAMS[stream_index(tier, readonly_only)];
@@ -160,29 +170,41 @@ fn scan(
     let mut seen = 0;
     while seen < limit {
         let want = if seen == 0 { FIRST_PAGE } else { PAGE }.min(limit - seen);
-        let page = i64::try_from(want).unwrap_or(i64::MAX);
-        let mut params: Vec<&(dyn ToSql + Sync)> =
-            vec![&scope.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
-        match tier {
-            Tier::Session => params.push(&scope.claimant.session_id),
-            Tier::Node => params.push(&scope.forms),
-            Tier::Open => {}
-        }
-        let rows = db.query(sql, &params)?;
+        let Page { rows, base } = match first.take() {
+            Some(page) => page,
+            None => {
+                let page = i64::try_from(want).unwrap_or(i64::MAX);
+                let mut params: Vec<&(dyn ToSql + Sync)> =
+                    vec![&scope.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
+                match tier {
+                    Tier::Session => params.push(&scope.claimant.session_id),
+                    Tier::Node => params.push(&scope.forms),
+                    Tier::Open => {}
+                }
+                Page { rows: db.query(sql, &params)?, base: 0 }
+            }
+        };
         for row in &rows {
-            let candidate = candidate(row)?;
+            let candidate = candidate(row, base)?;
             seen += 1;
             match visit(&candidate) {
                 Visit::Take => {
-                    let task = decode(&candidate.id, row.get(8))?;
-                    return Ok(Some(Loaded { task, deps_unmet: row.get(9), row_id: row.get(7) }));
+                    let task = decode(&candidate.id, row.get(base + 8))?;
+                    return Ok(Some(Loaded {
+                        task,
+                        deps_unmet: row.get(base + 9),
+                        row_id: row.get(base + 7),
+                        dependents: None,
+                    }));
                 }
                 Visit::Stop => return Ok(None),
                 Visit::Next => {}
             }
         }
         match rows.last() {
-            Some(last) if rows.len() == want => after = (last.get(10), last.get(11), last.get(7)),
+            Some(last) if rows.len() == want => {
+                after = (last.get(base + 10), last.get(base + 11), last.get(base + 7))
+            }
             _ => break,
         }
     }
@@ -201,27 +223,56 @@ struct Survey {
     node_pinned: bool,
 }
 
-/// `$1` mesh, `$2` session, `$3` the node's id forms.
-const SURVEY: &str = "SELECT
+/// `$1` mesh, `$2` session, `$3` the node's id forms. One
+/// row of the four facts, joined with the first page of the open stream at
+/// hold 0 when that is the stream the claim walks first (nothing is assigned to
+/// the session or its node, and nothing is pinned to either): the common claim
+/// reads everything it needs in this one statement. The page size is written
+/// out ([`FIRST_PAGE`]): with it a parameter, the server would plan the
+/// statement anew for every claim, which costs more than running it.
+const SURVEY: &str = "SELECT s.session_assigned, s.node_busy, s.session_pinned, s.node_pinned,
+       c.id, c.required_tags, c.not_before_ms, c.task_mode, c.readonly, c.target_node_id,
+       c.target_session_id, c.row_id, c.payload, c.deps_unmet, c.priority_rank, c.created_at
+  FROM (SELECT
        EXISTS (SELECT 1 FROM mesh_queue
-                WHERE mesh_id = $1 AND status = 'assigned' AND assigned_session_id = $2),
+                WHERE mesh_id = $1 AND status = 'assigned' AND assigned_session_id = $2) AS session_assigned,
        EXISTS (SELECT 1 FROM mesh_queue
-                WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = ANY($3)),
+                WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = ANY($3)) AS node_busy,
        EXISTS (SELECT 1 FROM mesh_queue
-                WHERE mesh_id = $1 AND status = 'pending' AND hold = 0 AND target_session_id = $2),
+                WHERE mesh_id = $1 AND status = 'pending' AND hold = 0 AND target_session_id = $2)
+           AS session_pinned,
        EXISTS (SELECT 1 FROM mesh_queue
                 WHERE mesh_id = $1 AND status = 'pending' AND hold = 0
                   AND target_session_id IS NULL AND target_node_id IS NOT NULL
-                  AND target_node_id = ANY($3))";
+                  AND target_node_id = ANY($3)) AS node_pinned) s
+  LEFT JOIN LATERAL (
+       SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id,
+              row_id, payload, deps_unmet, priority_rank, created_at
+         FROM mesh_queue
+        WHERE NOT (s.session_assigned OR s.node_busy OR s.session_pinned OR s.node_pinned)
+          AND mesh_id = $1 AND status = 'pending' AND hold = 0
+          AND target_session_id IS NULL AND target_node_id IS NULL
+        ORDER BY priority_rank DESC, created_at ASC, row_id ASC LIMIT 4) c ON TRUE";
 
-fn survey(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<Survey> {
-    let row = db.query_one(SURVEY, &[&mesh_id, &claimant.session_id, &forms])?;
-    Ok(Survey {
-        session_assigned: row.get(0),
-        node_busy: row.get(1),
-        session_pinned: row.get(2),
-        node_pinned: row.get(3),
-    })
+/// Where the open stream's columns start in a [`SURVEY`] row.
+const SURVEY_OPEN_BASE: usize = 4;
+
+fn survey(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<(Survey, Option<Page>)> {
+    let mut rows = db.query(SURVEY, &[&mesh_id, &claimant.session_id, &forms])?;
+    let Some(first) = rows.first() else {
+        return Err(crate::db::corrupt("the claim survey", "returned no row"));
+    };
+    let survey = Survey {
+        session_assigned: first.get(0),
+        node_busy: first.get(1),
+        session_pinned: first.get(2),
+        node_pinned: first.get(3),
+    };
+    let open_read =
+        !(survey.session_assigned || survey.node_busy || survey.session_pinned || survey.node_pinned);
+    // No candidate joins as one row of NULLs.
+    rows.retain(|row| row.get::<_, Option<&str>>(SURVEY_OPEN_BASE).is_some());
+    Ok((survey, open_read.then_some(Page { rows, base: SURVEY_OPEN_BASE })))
 }
 
 /// Whether the provider's parallel cap is reached on the claimant's node. All id
@@ -258,7 +309,7 @@ pub(crate) fn claim(
 ) -> Res<ClaimOutcome> {
     decide::check_claimant(claimant)?;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
-    let survey = survey(db, mesh_id, claimant, &forms)?;
+    let (survey, mut open_page) = survey(db, mesh_id, claimant, &forms)?;
     if survey.session_assigned {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
     }
@@ -278,7 +329,8 @@ pub(crate) fn claim(
             if empty {
                 continue;
             }
-            winner = scan(db, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
+            let first = if matches!(tier, Tier::Open) { open_page.take() } else { None };
+            winner = scan(db, &scope, (tier, 0, load.node_busy), usize::MAX, first, |c| {
                 // The streams select only this claimant's rows; gate 6 still
                 // checks every pin exactly.
                 match check_gates(&c.facts(0), claimant, load, now) {
@@ -329,7 +381,7 @@ fn diagnose(
             continue;
         }
         for tier in TIERS {
-            scan(db, scope, (tier, hold, false), DIAGNOSIS_LIMIT, |c| {
+            scan(db, scope, (tier, hold, false), DIAGNOSIS_LIMIT, None, |c| {
                 if let Err(reason) = check_gates(&c.facts(hold), scope.claimant, load, now) {
                     best = Some(ClaimRefusal::furthest(best, reason));
                 }
@@ -364,7 +416,9 @@ mod tests {
                 assert!(sql.contains(pin), "{sql}");
             }
         }
-        assert!(SURVEY.matches("mesh_id = $1").count() == 4, "{SURVEY}");
+        assert!(SURVEY.matches("mesh_id = $1").count() == 5, "{SURVEY}");
+        // The survey's page of the open stream is the size a stream's first page is.
+        assert!(SURVEY.contains(&format!("LIMIT {FIRST_PAGE})")), "{SURVEY}");
     }
 
     /// The open stream reads its first page straight from its index, in claim

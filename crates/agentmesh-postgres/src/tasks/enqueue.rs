@@ -38,13 +38,19 @@ pub(crate) fn enqueue(
             return Err(Fail(StoreError::DependencyCycle { path }));
         }
     }
-    // Checked before any write: an error inside the transaction would abort it.
-    if id_taken(db, &task.mesh_id, &task.id)? {
-        return Err(duplicate_id(&task));
-    }
-    let unmet = if task.dependencies().is_empty() { 0 } else { add_edges(db, &task)? };
+    // A task with dependencies writes its edges first, so its id is checked
+    // before them; a task without any is refused by its insert, which changes
+    // nothing when the id is taken.
+    let unmet = if task.dependencies().is_empty() {
+        0
+    } else {
+        if id_taken(db, &task.mesh_id, &task.id)? {
+            return Err(duplicate_id(&task));
+        }
+        add_edges(db, &task)?
+    };
     insert_row(db, &task, unmet)?;
-    ledger::append(db, &decide::dispatched(&task, mint_at(now), now))?;
+    ledger::append_later(db, &decide::dispatched(&task, mint_at(now), now))?;
     Ok(task)
 }
 

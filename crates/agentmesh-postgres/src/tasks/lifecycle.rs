@@ -15,7 +15,7 @@ use crate::{Res, ledger};
 
 /// Records a refusal (committed with the transaction) and returns its error.
 fn refused(db: &Db<'_>, task: &Task, session_id: &str, refused: Refused) -> Res<StoreError> {
-    ledger::append(db, &refused.ledger)?;
+    ledger::append_later(db, &refused.ledger)?;
     Ok(StoreError::of_holder_refusal(&task.id, session_id, refused.refusal))
 }
 

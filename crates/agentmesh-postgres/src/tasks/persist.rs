@@ -6,7 +6,7 @@ use agentmesh_core::events::EventToQueue;
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
 use agentmesh_store::ids::mint_at;
 
-use super::rows::{Loaded, dependents, load, save};
+use super::rows::{Loaded, load, save};
 use crate::db::Db;
 use crate::{Res, ledger};
 
@@ -17,19 +17,19 @@ pub(super) fn persist(db: &Db<'_>, before: &Loaded, decision: Decision, now: Tim
     let Decision { task, ledger: entry, dependents, event } = decision;
     save(db, before, &task)?;
     if let Some(entry) = &entry {
-        ledger::append(db, entry)?;
+        ledger::append_later(db, entry)?;
     }
     match dependents {
         Dependents::Keep => {}
-        Dependents::Block => {
-            each_dependent(db, &task, |dep| decide::block_dependent(dep, &task, now, || mint_at(now)))?
-        }
-        Dependents::Unblock => {
-            each_dependent(db, &task, |dep| decide::unblock_dependent(dep, &task, now, || mint_at(now)))?
-        }
+        Dependents::Block => each_dependent(db, before, &task, |dep| {
+            decide::block_dependent(dep, &task, now, || mint_at(now))
+        })?,
+        Dependents::Unblock => each_dependent(db, before, &task, |dep| {
+            decide::unblock_dependent(dep, &task, now, || mint_at(now))
+        })?,
     }
     if let Some(EventToQueue { event, hint }) = event {
-        crate::inbox::queue(db, &task.mesh_id, event, &hint, None, now)?;
+        crate::inbox::queue_later(db, &task.mesh_id, event, &hint, None, now)?;
     }
     Ok(task)
 }
@@ -37,14 +37,15 @@ pub(super) fn persist(db: &Db<'_>, before: &Loaded, decision: Decision, now: Tim
 /// Loads each dependent of `task` and stores what `change` makes of it.
 fn each_dependent(
     db: &Db<'_>,
+    before: &Loaded,
     task: &Task,
     mut change: impl FnMut(&Task) -> Option<(Task, LedgerEntry)>,
 ) -> Res<()> {
-    for id in dependents(db, &task.mesh_id, &task.id)? {
+    for id in before.dependents(db)? {
         let Some(dep) = load(db, &task.mesh_id, &id)? else { continue };
         if let Some((changed, entry)) = change(&dep.task) {
             save(db, &dep, &changed)?;
-            ledger::append(db, &entry)?;
+            ledger::append_later(db, &entry)?;
         }
     }
     Ok(())

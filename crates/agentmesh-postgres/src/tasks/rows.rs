@@ -5,7 +5,7 @@ use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 use postgres::types::ToSql;
 
-use crate::db::Db;
+use crate::db::{Db, Owned};
 use crate::{Fail, Res};
 
 pub(super) use agentmesh_store::projection::{Projection, hold_of};
@@ -28,11 +28,28 @@ pub(super) struct Loaded {
     pub(super) deps_unmet: i64,
     /// Where the row is (its `row_id`), so that writing it back needs no id lookup.
     pub(super) row_id: i64,
+    /// The ids of the tasks that depend on it, when read with it.
+    pub(super) dependents: Option<Vec<String>>,
 }
 
+impl Loaded {
+    /// The ids of the tasks that depend on this one: those read with it, or
+    /// read now.
+    pub(super) fn dependents(&self, db: &Db<'_>) -> Res<Vec<String>> {
+        match &self.dependents {
+            Some(ids) => Ok(ids.clone()),
+            None => dependents(db, &self.task.mesh_id, &self.task.id),
+        }
+    }
+}
+
+/// Loads a task for a change, with the ids of its dependents, in one statement.
 pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
     let row = db.query_opt(
-        "SELECT payload, deps_unmet, row_id FROM mesh_queue WHERE mesh_id = $1 AND id = $2",
+        "SELECT q.payload, q.deps_unmet, q.row_id,
+                ARRAY(SELECT d.task_id FROM mesh_task_deps d
+                       WHERE d.mesh_id = $1 AND d.depends_on_id = $2)
+           FROM mesh_queue q WHERE q.mesh_id = $1 AND q.id = $2",
         &[&mesh_id, &task_id],
     )?;
     match row {
@@ -40,6 +57,7 @@ pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Load
             task: decode(task_id, row.get(0))?,
             deps_unmet: row.get(1),
             row_id: row.get(2),
+            dependents: Some(row.get(3)),
         })),
         None => Ok(None),
     }
@@ -50,50 +68,45 @@ pub(super) fn load_required(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Lo
 }
 
 /// The values of a task row in column order, `$1` id through `$24` mission_id,
-/// as both the insert and the update take them; `extra` binds after them.
-fn write_row(db: &Db<'_>, sql: &str, task: &Task, deps_unmet: i64, extra: Option<&i64>) -> Res<u64> {
+/// as both the insert and the update take them.
+fn row_values(task: &Task, deps_unmet: i64) -> Vec<Owned> {
     let p = Projection::of(task);
     let hold = hold_of(deps_unmet, p.blocked, p.parked);
-    let (blocked, parked, readonly) = (i64::from(p.blocked), i64::from(p.parked), i64::from(p.readonly));
     let epoch = i64::try_from(task.epoch()).unwrap_or(i64::MAX);
-    let status = task.status.as_str();
-    let mut values: Vec<&(dyn ToSql + Sync)> = vec![
-        &task.id,
-        &task.mesh_id,
-        &status,
-        &task.target_node_id,
-        &task.target_session_id,
-        &task.assigned_node_id,
-        &task.assigned_session_id,
-        &task.created_at,
-        &task.updated_at,
-        &p.payload,
-        &p.priority_rank,
-        &deps_unmet,
-        &blocked,
-        &parked,
-        &hold,
-        &readonly,
-        &p.task_mode,
-        &p.required_tags,
-        &p.not_before_ms,
-        &task.assigned_provider_type,
-        &task.dispatch_timestamp,
-        &epoch,
-        &p.lease_expires_ms,
-        &task.mission_id,
-    ];
-    if let Some(extra) = extra {
-        values.push(extra);
-    }
-    db.execute(sql, &values)
+    vec![
+        Box::new(task.id.clone()),
+        Box::new(task.mesh_id.clone()),
+        Box::new(task.status.as_str()),
+        Box::new(task.target_node_id.clone()),
+        Box::new(task.target_session_id.clone()),
+        Box::new(task.assigned_node_id.clone()),
+        Box::new(task.assigned_session_id.clone()),
+        Box::new(task.created_at.clone()),
+        Box::new(task.updated_at.clone()),
+        Box::new(p.payload),
+        Box::new(p.priority_rank),
+        Box::new(deps_unmet),
+        Box::new(i64::from(p.blocked)),
+        Box::new(i64::from(p.parked)),
+        Box::new(hold),
+        Box::new(i64::from(p.readonly)),
+        Box::new(p.task_mode),
+        Box::new(p.required_tags),
+        Box::new(p.not_before_ms),
+        Box::new(task.assigned_provider_type.clone()),
+        Box::new(task.dispatch_timestamp.clone()),
+        Box::new(epoch),
+        Box::new(p.lease_expires_ms),
+        Box::new(task.mission_id.clone()),
+    ]
 }
 
 /// Inserts a row; the caller has written its dependency edges and counted them.
 /// An id its mesh holds already is refused ([`StoreError::DuplicateTaskId`]).
 pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
-    let n = write_row(
-        db,
+    let values = row_values(task, deps_unmet);
+    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect();
+    let n = db.execute(
         "INSERT INTO mesh_queue (
              id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
              assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
@@ -102,9 +115,7 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
                  $19, $20, $21, $22, $23, $24)
          ON CONFLICT (mesh_id, id) DO NOTHING",
-        task,
-        deps_unmet,
-        None,
+        &params,
     )?;
     if n == 0 {
         return Err(duplicate_id(task));
@@ -122,13 +133,12 @@ const UPDATE_AT: &str = "UPDATE mesh_queue SET
          mission_id = $24
      WHERE mesh_id = $2 AND row_id = $25 AND id = $1";
 
-/// Rewrites a loaded row from its task, with its readiness count.
-pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) -> Res<()> {
-    let n = write_row(db, UPDATE_AT, task, deps_unmet, Some(&row_id))?;
-    if n == 0 {
-        return Err(not_found(&task.mesh_id, &task.id));
-    }
-    Ok(())
+/// Rewrites a loaded row from its task, with its readiness count. The write
+/// goes out with the operation's next statement (see [`Db::defer`]).
+pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) {
+    let mut values = row_values(task, deps_unmet);
+    values.push(Box::new(row_id));
+    db.defer(UPDATE_AT, values, Some(not_found(&task.mesh_id, &task.id).0));
 }
 
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
@@ -196,10 +206,12 @@ pub(super) fn refresh_dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> R
 
 /// Writes a task after a lifecycle change, keeping dependents current.
 pub(super) fn save(db: &Db<'_>, before: &Loaded, after: &Task) -> Res<()> {
-    update_row(db, after, before.deps_unmet, before.row_id)?;
+    update_row(db, after, before.deps_unmet, before.row_id);
     let was_completed = before.task.status == TaskStatus::Completed;
     if was_completed != (after.status == TaskStatus::Completed) {
-        refresh_dependents(db, &after.mesh_id, &after.id)?;
+        for dependent in before.dependents(db)? {
+            refresh_readiness(db, &after.mesh_id, &dependent)?;
+        }
     }
     Ok(())
 }

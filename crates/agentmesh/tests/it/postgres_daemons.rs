@@ -598,7 +598,12 @@ fn killing_a_daemon_under_load_loses_no_acknowledged_write_and_the_other_takes_o
     // The clients go on through B a while longer.
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
-    let runs: Vec<ClientRun> = clients.into_iter().map(|c| c.join().expect("a client thread")).collect();
+    let runs: Vec<ClientRun> = clients
+        .into_iter()
+        .map(|c| {
+            c.join().unwrap_or_else(|_| panic!("a client failed; the second daemon's log:\n{}", b.log_text()))
+        })
+        .collect();
     let load_took = load_began.elapsed();
 
     // No acknowledged write lost.
