@@ -123,18 +123,33 @@ impl Batches {
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
         self.writes.fetch_add(1, Ordering::Relaxed);
+        // An operation that panics fails like one that returned an error, so the
+        // batch ends as always (its work undone, its batch-mates' kept) and no
+        // later write of the mesh waits for a batch nobody closes; the panic goes
+        // on in the caller once the batch has ended.
+        let mut panicked = None;
+        let guarded = |db: &Db<'_>| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(db))).unwrap_or_else(|payload| {
+                panicked = Some(payload);
+                Err(Fail(StoreError::Backend("the operation panicked".into())))
+            })
+        };
         let slot = self.slot(mesh_id);
         let mut state = lock(&slot.state);
-        loop {
+        let outcome = loop {
             if !state.open {
-                return lead(scope, &slot, state, mesh_id, op, &self.commits);
+                break lead(scope, &slot, state, mesh_id, guarded, &self.commits);
             }
             if state.joined < MAX_BATCH {
-                return join(scope, &slot, state, op);
+                break join(scope, &slot, state, guarded);
             }
             // Full: wait for it to close, then open the next.
             state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
+        };
+        if let Some(payload) = panicked {
+            std::panic::resume_unwind(payload);
         }
+        outcome
     }
 }
 
@@ -304,4 +319,67 @@ fn end(slot: &Slot, batch: u64, ended: Option<Ended>) {
     }
     drop(state);
     slot.changed.notify_all();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use crate::{PgOptions, PgStore};
+
+    fn fresh_store() -> (PgStore, String, String) {
+        let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+        let schema = format!("am_test_{}", uuid::Uuid::new_v4().simple());
+        let store =
+            PgStore::open(&PgOptions::new(url.clone()).schema(schema.clone())).expect("a fresh store");
+        (store, url, schema)
+    }
+
+    fn drop_schema(url: &str, schema: &str) {
+        let mut client = postgres::Client::connect(url, postgres::NoTls).expect("a connection");
+        client.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).expect("the schema dropped");
+    }
+
+    /// A write whose operation panics leaves nothing behind, and the mesh's next
+    /// write runs (it does not wait for a batch nobody closes).
+    #[test]
+    fn a_panicking_write_is_undone_and_the_mesh_goes_on() {
+        let (store, url, schema) = fresh_store();
+        let store = std::sync::Arc::new(store);
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            store.write("m", |db| {
+                db.execute(
+                    "INSERT INTO agentmesh_meta (key, value) VALUES ('written-before-a-panic', '')",
+                    &[],
+                )?;
+                if db.began() {
+                    panic!("an operation panics after its first statement");
+                }
+                Ok(())
+            })
+        }));
+        assert!(panicked.is_err(), "the panic reaches the caller");
+
+        let (sent, received) = mpsc::channel();
+        let next = std::sync::Arc::clone(&store);
+        std::thread::spawn(move || {
+            let count = next.write("m", |db| {
+                let row = db.query_one(
+                    "SELECT COUNT(*) FROM agentmesh_meta WHERE key = 'written-before-a-panic'",
+                    &[],
+                )?;
+                Ok(row.get::<_, i64>(0))
+            });
+            let _ = sent.send(count);
+        });
+        let count = received
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the next write of the mesh ran")
+            .expect("the next write succeeded");
+        drop(store);
+        drop_schema(&url, &schema);
+        assert_eq!(count, 0, "the panicking write was rolled back");
+    }
 }
