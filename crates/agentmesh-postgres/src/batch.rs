@@ -232,16 +232,22 @@ fn lead<T>(
     *conn_slot = Some(conn);
     drop(conn_slot);
 
-    // Every write that joined runs; then no more may join.
-    {
+    // Every write that joined runs; then no more may join. The connection
+    // leaves the slot before the batch closes: the next batch's opener holds
+    // the slot while it waits for the mesh lock, which this batch holds until
+    // it commits, so taking the connection after the close could wait for the
+    // opener while the opener waits for the commit.
+    let conn = {
         let mut state = lock(&slot.state);
         while state.running > 0 {
             state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
+        let conn = lock(&slot.conn).take();
         state.open = false;
-    }
+        conn
+    };
     slot.changed.notify_all();
-    let Some(conn) = lock(&slot.conn).take() else {
+    let Some(conn) = conn else {
         let err = StoreError::Backend("the batch's connection was lost".into());
         end(slot, batch, Some(Ended::of(&err)));
         return Err(err);

@@ -121,6 +121,10 @@ struct State {
 /// How long a caller waits for a connection when all are in use.
 const CHECKOUT_WAIT: Duration = Duration::from_secs(30);
 
+/// A wait for a connection longer than this is logged: the pool is too small
+/// for the load, or connections are held for long.
+const SLOW_CHECKOUT: Duration = Duration::from_secs(1);
+
 impl Pool {
     pub(crate) fn new(target: Target, max: usize) -> Pool {
         Pool {
@@ -143,9 +147,19 @@ impl Pool {
     /// A connection the caller owns until it gives it back ([`Pool::checkin`]) or
     /// drops it ([`Pool::forget`]).
     pub(crate) fn checkout(&self) -> Res<Conn> {
+        let began = std::time::Instant::now();
         let mut state = self.lock();
         loop {
             if let Some(conn) = state.idle.pop() {
+                let waited = began.elapsed();
+                if waited > SLOW_CHECKOUT {
+                    tracing::warn!(
+                        waited_ms = waited.as_millis() as u64,
+                        open = state.open,
+                        max = self.max,
+                        "waited for a free PostgreSQL connection"
+                    );
+                }
                 return Ok(conn);
             }
             if state.open < self.max {
