@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use agentmesh_store::{StoreError, StoreResult};
 
-use crate::db::Db;
+use crate::db::{Carried, CarryFailed, Db};
 use crate::pool::{Conn, Pool};
 use crate::{Fail, Res, classify, cluster};
 
@@ -44,6 +44,9 @@ struct Slot {
     state: Mutex<SlotState>,
     changed: Condvar,
     conn: Mutex<Option<Conn>>,
+    /// The writes the last operation left pending, for the next one (or the
+    /// opener's COMMIT) to send first. Touched only by the holder of `conn`.
+    carried: Mutex<Option<Carried>>,
 }
 
 #[derive(Default)]
@@ -58,6 +61,11 @@ struct SlotState {
     running: usize,
     /// How ended batches ended: `None` committed, else why not.
     ended: HashMap<u64, Option<Ended>>,
+    /// The number of the latest write that joined a batch (its savepoint's name).
+    write: u64,
+    /// Joined writes whose carried writes failed, by number: they were undone,
+    /// and this is their error.
+    failed: HashMap<u64, StoreError>,
 }
 
 /// Why a batch did not commit, for every write in it.
@@ -237,21 +245,40 @@ fn lead<T>(
     // the slot while it waits for the mesh lock, which this batch holds until
     // it commits, so taking the connection after the close could wait for the
     // opener while the opener waits for the commit.
-    let conn = {
+    let (conn, carried) = {
         let mut state = lock(&slot.state);
         while state.running > 0 {
             state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
         let conn = lock(&slot.conn).take();
+        let carried = lock(&slot.carried).take();
         state.open = false;
-        conn
+        (conn, carried)
     };
     slot.changed.notify_all();
-    let Some(conn) = conn else {
+    let Some(mut conn) = conn else {
         let err = StoreError::Backend("the batch's connection was lost".into());
         end(slot, batch, Some(Ended::of(&err)));
         return Err(err);
     };
+    // The last joined write's pending writes go out before the COMMIT, not with
+    // it: one that failed is undone alone, and the batch still commits.
+    if carried.is_some() {
+        let (flushed, failed) = {
+            let db = Db::new(&mut conn, scope.schema).carrying(carried);
+            let flushed = db.finish(None);
+            (flushed, db.take_carry_failed())
+        };
+        if let Some(CarryFailed { owner, error }) = failed {
+            lock(&slot.state).failed.insert(owner, error);
+        }
+        if let Err(Fail(err)) = flushed {
+            drop(conn);
+            scope.pool.forget();
+            end(slot, batch, Some(Ended::of(&err)));
+            return Err(err);
+        }
+    }
     // A write of a mesh announces itself to every listener as it commits.
     let committed = conn.batch_execute(&cluster::notify_and_commit(scope.channel, mesh_id)).map_err(classify);
     match committed {
@@ -279,37 +306,82 @@ fn join<T>(
 ) -> StoreResult<T> {
     state.joined += 1;
     state.running += 1;
-    let batch = state.batch;
+    state.write += 1;
+    let (batch, write) = (state.batch, state.write);
     drop(state);
-    let outcome = {
+    let (outcome, failed) = {
         let mut conn_slot = lock(&slot.conn);
         match conn_slot.as_mut() {
-            Some(conn) => in_savepoint(conn, scope.schema, op),
+            Some(conn) => {
+                let carried = lock(&slot.carried).take();
+                let (outcome, failed, pass_on) = in_savepoint(conn, scope.schema, write, carried, op);
+                *lock(&slot.carried) = pass_on;
+                (outcome, failed)
+            }
             // The opener could not begin: the batch's error is below.
-            None => Err(Fail(StoreError::Busy)),
+            None => (Err(Fail(StoreError::Busy)), None),
         }
     };
     let mut state = lock(&slot.state);
+    if let Some(CarryFailed { owner, error }) = failed {
+        state.failed.insert(owner, error);
+    }
     state.running -= 1;
     slot.changed.notify_all();
     loop {
         if let Some(ended) = state.ended.get(&batch) {
-            return match ended {
-                None => outcome.map_err(|Fail(e)| e),
-                Some(why) => Err(why.error()),
+            let ended = ended.clone();
+            let failed = state.failed.remove(&write);
+            return match (ended, failed) {
+                (None, None) => outcome.map_err(|Fail(e)| e),
+                (None, Some(error)) => Err(error),
+                (Some(why), _) => Err(why.error()),
             };
         }
         state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
     }
 }
 
-fn in_savepoint<T>(conn: &mut Conn, schema: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> Res<T> {
-    // The savepoint goes out with the operation's first statement.
-    let (outcome, began) = run_op(&Db::with_prefix(conn, schema, String::from("SAVEPOINT op")), op);
-    if outcome.is_err() && began {
-        conn.batch_execute("ROLLBACK TO SAVEPOINT op")?;
+/// Runs a joined write's operation inside its own savepoint (`op<write>`), with
+/// the previous operation's pending writes sent ahead of its first statement.
+/// Returns its outcome, what became of the carried writes when they failed, and
+/// the writes to hand on to the next operation: its own pending ones when it
+/// succeeded (they go out with the next statement on the connection, after its
+/// savepoint), or the carried ones when it sent nothing.
+fn in_savepoint<T>(
+    conn: &mut Conn,
+    schema: &str,
+    write: u64,
+    carried: Option<Carried>,
+    op: impl FnOnce(&Db<'_>) -> Res<T>,
+) -> (Res<T>, Option<CarryFailed>, Option<Carried>) {
+    let savepoint = format!("op{write}");
+    let db = Db::with_prefix(conn, schema, format!("SAVEPOINT {savepoint}")).carrying(carried);
+    let mut pass_on = None;
+    let outcome = match op(&db) {
+        Ok(value) if db.began() => {
+            let writes = db.take_deferred();
+            if !writes.is_empty() {
+                pass_on = Some(Carried { owner: write, savepoint: savepoint.clone(), writes });
+            }
+            Ok(value)
+        }
+        // Nothing went out yet: what it left (and what it carries) goes now,
+        // behind its savepoint.
+        Ok(value) => db.finish(None).map(|_| value),
+        Err(err) => Err(err),
+    };
+    let began = db.began();
+    let failed = db.take_carry_failed();
+    let unsent = db.take_carried();
+    drop(db);
+    if outcome.is_err()
+        && began
+        && let Err(err) = conn.batch_execute(&format!("ROLLBACK TO SAVEPOINT {savepoint}"))
+    {
+        return (Err(Fail(crate::classify(err))), failed, unsent);
     }
-    outcome
+    (outcome, failed, unsent.or(pass_on))
 }
 
 /// Records how `batch` ended and wakes the writes waiting for it.
@@ -387,5 +459,77 @@ mod tests {
         drop(store);
         drop_schema(&url, &schema);
         assert_eq!(count, 0, "the panicking write was rolled back");
+    }
+
+    /// The writes a joined operation leaves pending go out with the next
+    /// operation's first statement; one of them that fails there undoes its
+    /// own operation alone, which reports the error, and the batch commits the
+    /// rest.
+    #[test]
+    fn a_carried_write_that_fails_undoes_its_own_operation_alone() {
+        let (store, url, schema) = fresh_store();
+        let store = std::sync::Arc::new(store);
+        store
+            .write("m", |db| {
+                db.execute("INSERT INTO agentmesh_meta (key, value) VALUES ('taken', 'first')", &[]).map(drop)
+            })
+            .expect("the first row");
+        let (opened, open) = mpsc::channel();
+        let leader = {
+            let store = std::sync::Arc::clone(&store);
+            std::thread::spawn(move || {
+                store.write("m", |db| {
+                    db.execute("SELECT 1", &[])?;
+                    let _ = opened.send(());
+                    // Long enough for the others to join this batch.
+                    std::thread::sleep(Duration::from_millis(500));
+                    Ok(())
+                })
+            })
+        };
+        open.recv().expect("the batch is open");
+        let joiners: Vec<_> = ["a", "taken", "c"]
+            .into_iter()
+            .map(|key| {
+                let store = std::sync::Arc::clone(&store);
+                std::thread::spawn(move || {
+                    store.write("m", |db| {
+                        db.execute("SELECT 1", &[])?;
+                        // No ON CONFLICT: the key taken fails when it goes out.
+                        db.defer(
+                            "INSERT INTO agentmesh_meta (key, value) VALUES ($1, 'joined')",
+                            vec![std::sync::Arc::new(key.to_owned())],
+                            None,
+                        );
+                        Ok(())
+                    })
+                })
+            })
+            .collect();
+        leader.join().expect("the leader").expect("the leader's write");
+        let outcomes: Vec<_> = joiners.into_iter().map(|j| j.join().expect("a joiner")).collect();
+        let rows = store
+            .write("m", |db| {
+                let rows = db.query(
+                    "SELECT key, value FROM agentmesh_meta WHERE key IN ('a', 'taken', 'c') ORDER BY key",
+                    &[],
+                )?;
+                Ok(rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, String>(1))).collect::<Vec<_>>())
+            })
+            .expect("the rows");
+        let (writes, commits) = store.write_stats();
+        drop(store);
+        drop_schema(&url, &schema);
+        assert!(outcomes[0].is_ok(), "{:?}", outcomes[0].as_ref().err());
+        assert!(outcomes[1].is_err(), "the write of a taken key fails");
+        assert!(outcomes[2].is_ok(), "{:?}", outcomes[2].as_ref().err());
+        let expected = [("a", "joined"), ("c", "joined"), ("taken", "first")];
+        let expected: Vec<(String, String)> =
+            expected.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        assert_eq!(rows, expected);
+        assert!(
+            commits < writes,
+            "the joiners shared the leader's batch: {writes} writes in {commits} commits"
+        );
     }
 }

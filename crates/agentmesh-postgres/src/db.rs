@@ -5,9 +5,13 @@
 //! A `Db` sends what it can in one round trip: the transaction's opening (or a
 //! savepoint) goes out with the operation's first statement, and writes whose
 //! outcome nothing later reads ([`Db::defer`]) go out with the next statement,
-//! or with [`Db::finish`] at the end of the operation.
+//! or with [`Db::finish`] at the end of the operation. In a batch (see `batch`)
+//! the writes an operation leaves pending may go out with the next operation's
+//! first statement instead ([`Carried`]), each operation inside a savepoint of
+//! its own, so one that fails there is undone alone.
 
 use std::cell::RefCell;
+use std::sync::Arc;
 
 use agentmesh_store::StoreError;
 use futures_util::future::join_all;
@@ -21,14 +25,34 @@ use crate::{Fail, Res};
 pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 /// An owned parameter of a deferred statement.
-pub(crate) type Owned = Box<dyn ToSql + Sync + Send>;
+pub(crate) type Owned = Arc<dyn ToSql + Sync + Send>;
+
+/// The error of a deferred write that had to change a row and changed none.
+pub(crate) type Missing = Arc<dyn Fn() -> StoreError + Send + Sync>;
 
 /// A write sent later: its SQL, its parameters, and the error to report when it
 /// changes no row (`None`: changing none is fine).
-struct Deferred {
+#[derive(Clone)]
+pub(crate) struct Deferred {
     sql: &'static str,
     params: Vec<Owned>,
-    unless_none: Option<StoreError>,
+    unless_none: Option<Missing>,
+}
+
+/// The pending writes of an operation of a batch, handed on to go out with the
+/// next operation's first statement: whose they are (`owner`) and the savepoint
+/// that undoes them when one of them fails.
+pub(crate) struct Carried {
+    pub(crate) owner: u64,
+    pub(crate) savepoint: String,
+    pub(crate) writes: Vec<Deferred>,
+}
+
+/// Carried writes that failed: whose they were, and why. Their owner's savepoint
+/// was rolled back.
+pub(crate) struct CarryFailed {
+    pub(crate) owner: u64,
+    pub(crate) error: StoreError,
 }
 
 /// What the statement that carries the pending work returns.
@@ -55,11 +79,22 @@ pub(crate) struct Db<'c> {
     prefix: RefCell<Option<String>>,
     /// Writes waiting to go out with the next statement.
     deferred: RefCell<Vec<Deferred>>,
+    /// A previous operation's writes, to go out ahead of everything else.
+    carried: RefCell<Option<Carried>>,
+    /// What became of carried writes that failed.
+    carry_failed: RefCell<Option<CarryFailed>>,
 }
 
 impl<'c> Db<'c> {
     pub(crate) fn new(conn: &'c mut Conn, salt: &'c str) -> Db<'c> {
-        Db { conn: RefCell::new(conn), salt, prefix: RefCell::new(None), deferred: RefCell::new(Vec::new()) }
+        Db {
+            conn: RefCell::new(conn),
+            salt,
+            prefix: RefCell::new(None),
+            deferred: RefCell::new(Vec::new()),
+            carried: RefCell::new(None),
+            carry_failed: RefCell::new(None),
+        }
     }
 
     /// The same, with `prefix` sent ahead of the first statement the operation
@@ -68,6 +103,12 @@ impl<'c> Db<'c> {
         let db = Db::new(conn, salt);
         *db.prefix.borrow_mut() = Some(prefix);
         db
+    }
+
+    /// The same, with a previous operation's writes sent ahead of the prefix.
+    pub(crate) fn carrying(mut self, carried: Option<Carried>) -> Db<'c> {
+        self.carried = RefCell::new(carried);
+        self
     }
 
     /// Every row `sql` returns.
@@ -106,8 +147,8 @@ impl<'c> Db<'c> {
 
     /// Queues a write whose outcome nothing in the operation reads: it goes out
     /// with the next statement, or with [`Db::finish`]. When it changes no row
-    /// and `unless_none` is given, that error is the operation's.
-    pub(crate) fn defer(&self, sql: &'static str, params: Vec<Owned>, unless_none: Option<StoreError>) {
+    /// and `unless_none` is given, its error is the operation's.
+    pub(crate) fn defer(&self, sql: &'static str, params: Vec<Owned>, unless_none: Option<Missing>) {
         self.deferred.borrow_mut().push(Deferred { sql, params, unless_none });
     }
 
@@ -125,7 +166,8 @@ impl<'c> Db<'c> {
             let deferred = self.deferred.borrow();
             (!deferred.is_empty(), deferred.iter().any(|d| d.unless_none.is_some()))
         };
-        if pending && checked {
+        let carried = self.carried.borrow().is_some();
+        if (pending && checked) || carried {
             self.exchange(Want::Nothing, None)?;
         }
         let pending = !self.deferred.borrow().is_empty();
@@ -140,36 +182,102 @@ impl<'c> Db<'c> {
         self.prefix.borrow().is_none()
     }
 
-    /// Sends the prefix, the deferred writes, `want`'s statement and `suffix`,
-    /// in that order and in one round trip, and returns what `want` asked for.
-    /// The first error among them is the exchange's.
+    /// The writes still pending, taken out to be carried by the next operation.
+    pub(crate) fn take_deferred(&self) -> Vec<Deferred> {
+        std::mem::take(&mut *self.deferred.borrow_mut())
+    }
+
+    /// The carried writes not sent (the operation sent nothing), handed back.
+    pub(crate) fn take_carried(&self) -> Option<Carried> {
+        self.carried.borrow_mut().take()
+    }
+
+    /// Carried writes that failed, if any did.
+    pub(crate) fn take_carry_failed(&self) -> Option<CarryFailed> {
+        self.carry_failed.borrow_mut().take()
+    }
+
+    /// Sends the carried writes, the prefix, the deferred writes, `want`'s
+    /// statement and `suffix`, in that order and in one round trip, and returns
+    /// what `want` asked for. The first error among them is the exchange's.
+    ///
+    /// When a carried write fails, its owner's savepoint is rolled back (which
+    /// undoes everything sent after it too), the failure is kept for the batch,
+    /// and the rest goes out again.
     fn exchange(&self, want: Want<'_>, suffix: Option<&str>) -> Res<Reply> {
+        let carried = self.carried.borrow_mut().take();
+        let Some(carried) = carried else {
+            let prefix = self.prefix.borrow_mut().take();
+            let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
+            let (_, rest) = self.send(&[], prefix.as_deref(), &deferred, &want, suffix)?;
+            return rest;
+        };
+        let prefix = self.prefix.borrow().clone();
+        let deferred = self.deferred.borrow().clone();
+        let (carry_outcome, rest) =
+            match self.send(&carried.writes, prefix.as_deref(), &deferred, &want, suffix) {
+                Ok(sent) => sent,
+                Err(Fail(err)) => {
+                    // Nothing went out: the owner's writes are not in the transaction.
+                    let error = StoreError::Backend(format!("the write was not sent: {err}").into());
+                    *self.carry_failed.borrow_mut() = Some(CarryFailed { owner: carried.owner, error });
+                    return Err(Fail(err));
+                }
+            };
+        match carry_outcome {
+            Ok(()) => {
+                self.prefix.borrow_mut().take();
+                self.deferred.borrow_mut().clear();
+                rest
+            }
+            Err(error) => {
+                *self.carry_failed.borrow_mut() = Some(CarryFailed { owner: carried.owner, error });
+                self.conn.borrow().batch_execute(&format!("ROLLBACK TO SAVEPOINT {}", carried.savepoint))?;
+                let prefix = self.prefix.borrow_mut().take();
+                let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
+                let (_, rest) = self.send(&[], prefix.as_deref(), &deferred, &want, suffix)?;
+                rest
+            }
+        }
+    }
+
+    /// One round trip. Returns how the carried writes went, and the rest's
+    /// outcome (an error of the rest is the first one among them; when a
+    /// carried write failed, the rest's errors follow from it).
+    #[allow(clippy::type_complexity)]
+    fn send(
+        &self,
+        carried: &[Deferred],
+        prefix: Option<&str>,
+        deferred: &[Deferred],
+        want: &Want<'_>,
+        suffix: Option<&str>,
+    ) -> Res<(Result<(), StoreError>, Res<Reply>)> {
         let mut conn = self.conn.borrow_mut();
-        let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
+        let mut carried_statements = Vec::with_capacity(carried.len());
+        for d in carried {
+            carried_statements.push(conn.statement(d.sql)?);
+        }
         let mut statements = Vec::with_capacity(deferred.len());
-        for d in &deferred {
+        for d in deferred {
             statements.push(conn.statement(d.sql)?);
         }
-        let main = match &want {
+        let main = match want {
             Want::Rows(sql, _) | Want::Count(sql, _) => Some(conn.statement(sql)?),
             Want::Nothing => None,
         };
-        let prefix = self.prefix.borrow_mut().take();
         let client = &conn.client;
-        let (first, counts, reply, last) = conn.block_on(async {
+        let (carried_counts, first, counts, reply, last) = conn.block_on(async {
+            let carried_writes = execute_all(client, carried, &carried_statements);
             let first = async {
-                match &prefix {
+                match prefix {
                     Some(p) => client.batch_execute(p).await,
                     None => Ok(()),
                 }
             };
-            let writes = join_all(deferred.iter().zip(&statements).map(|(d, statement)| {
-                let params: Vec<&(dyn ToSql + Sync)> =
-                    d.params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
-                async move { client.execute(statement, &params).await }
-            }));
+            let writes = execute_all(client, deferred, &statements);
             let reply = async {
-                match (&want, &main) {
+                match (want, &main) {
                     (Want::Rows(_, params), Some(statement)) => {
                         client.query(statement, params).await.map(Reply::Rows)
                     }
@@ -185,19 +293,17 @@ impl<'c> Db<'c> {
                     None => Ok(()),
                 }
             };
-            futures_util::join!(first, writes, reply, last)
+            futures_util::join!(carried_writes, first, writes, reply, last)
         });
-        first?;
-        for (d, count) in deferred.into_iter().zip(counts) {
-            if count? == 0
-                && let Some(err) = d.unless_none
-            {
-                return Err(Fail(err));
-            }
-        }
-        let reply = reply?;
-        last?;
-        Ok(reply)
+        let carry_outcome = checked(carried, carried_counts);
+        let rest = (|| {
+            first?;
+            checked(deferred, counts).map_err(Fail)?;
+            let reply = reply?;
+            last?;
+            Ok(reply)
+        })();
+        Ok((carry_outcome, rest))
     }
 
     /// Takes the advisory lock of `mesh_id` until the transaction ends: the
@@ -207,6 +313,32 @@ impl<'c> Db<'c> {
         let key = mesh_lock_key(self.salt, mesh_id);
         self.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).map(drop)
     }
+}
+
+/// Runs `writes` (prepared as `statements`), each sent as soon as it is polled.
+fn execute_all<'a>(
+    client: &'a tokio_postgres::Client,
+    writes: &'a [Deferred],
+    statements: &'a [tokio_postgres::Statement],
+) -> impl std::future::Future<Output = Vec<Result<u64, postgres::Error>>> + 'a {
+    join_all(writes.iter().zip(statements).map(move |(d, statement)| {
+        let params: Vec<&(dyn ToSql + Sync)> = d.params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+        async move { client.execute(statement, &params).await }
+    }))
+}
+
+/// The first error among the answers to `writes`: a failed statement, or a
+/// checked write that changed no row.
+fn checked(writes: &[Deferred], counts: Vec<Result<u64, postgres::Error>>) -> Result<(), StoreError> {
+    for (d, count) in writes.iter().zip(counts) {
+        let count = count.map_err(crate::classify)?;
+        if count == 0
+            && let Some(missing) = &d.unless_none
+        {
+            return Err(missing());
+        }
+    }
+    Ok(())
 }
 
 /// The advisory lock key of a mesh: a 64-bit FNV-1a hash of the installation's

@@ -13,7 +13,7 @@
 //! Append order is (timestamp, seq). The slice protocol of the original's peers
 //! pages in (timestamp, id) order through `idx_mesh_event_ledger_slice`.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
@@ -217,14 +217,14 @@ const APPEND: &str =
 
 fn append_values(entry: &LedgerEntry) -> crate::Res<Vec<crate::db::Owned>> {
     Ok(vec![
-        Box::new(entry.mesh_id.clone()),
-        Box::new(entry.id.clone()),
-        Box::new(entry.timestamp.clone()),
-        Box::new(entry.kind.clone()),
-        Box::new(entry.node_id.clone()),
-        Box::new(entry.session_id.clone()),
-        Box::new(entry.provider_type.clone()),
-        Box::new(serde_json::to_string(&entry.payload)?),
+        Arc::new(entry.mesh_id.clone()),
+        Arc::new(entry.id.clone()),
+        Arc::new(entry.timestamp.clone()),
+        Arc::new(entry.kind.clone()),
+        Arc::new(entry.node_id.clone()),
+        Arc::new(entry.session_id.clone()),
+        Arc::new(entry.provider_type.clone()),
+        Arc::new(serde_json::to_string(&entry.payload)?),
     ])
 }
 

@@ -1,6 +1,8 @@
 //! Queueing: stamping an event, the refine-terminal and fingerprint dedup, and
 //! the event row with its queue entry.
 
+use std::sync::Arc;
+
 use agentmesh_core::events::{
     EmitHint, PendingEvent, pending_event_fingerprint, project_route, refine_job_id,
     refine_terminal_fingerprint, stamp_event,
@@ -112,24 +114,24 @@ fn row_values(id: &str, ev: &PendingEvent) -> Vec<Owned> {
     let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
     let lane = columns.lane(target);
     vec![
-        Box::new(id.to_owned()),
-        Box::new(ev.mesh_id.clone()),
-        Box::new(target.map(str::to_owned)),
-        Box::new(ev.event.clone()),
-        Box::new(value.to_string()),
-        Box::new(fingerprint),
-        Box::new(ev.queued_at.millis()),
-        Box::new(envelope.protocol_version.map(|v| v.as_str())),
-        Box::new(event_id),
-        Box::new(envelope.scope.map(|s| s.as_str())),
-        Box::new(identity(&envelope.dispatched_by)),
-        Box::new(identity(&envelope.intended_for)),
-        Box::new(columns.class),
-        Box::new(columns.machine.clone()),
-        Box::new(columns.key.clone()),
-        Box::new(i64::from(columns.fallback)),
-        Box::new(columns.session.clone()),
-        Box::new(lane),
+        Arc::new(id.to_owned()),
+        Arc::new(ev.mesh_id.clone()),
+        Arc::new(target.map(str::to_owned)),
+        Arc::new(ev.event.clone()),
+        Arc::new(value.to_string()),
+        Arc::new(fingerprint),
+        Arc::new(ev.queued_at.millis()),
+        Arc::new(envelope.protocol_version.map(|v| v.as_str())),
+        Arc::new(event_id),
+        Arc::new(envelope.scope.map(|s| s.as_str())),
+        Arc::new(identity(&envelope.dispatched_by)),
+        Arc::new(identity(&envelope.intended_for)),
+        Arc::new(columns.class),
+        Arc::new(columns.machine.clone()),
+        Arc::new(columns.key.clone()),
+        Arc::new(i64::from(columns.fallback)),
+        Arc::new(columns.session.clone()),
+        Arc::new(lane),
     ]
 }
 

@@ -1,6 +1,8 @@
 //! Task rows: the projected columns written from the payload, loading and
 //! saving a row, dependency edges and the readiness they maintain.
 
+use std::sync::Arc;
+
 use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 use postgres::types::ToSql;
@@ -74,30 +76,30 @@ fn row_values(task: &Task, deps_unmet: i64) -> Vec<Owned> {
     let hold = hold_of(deps_unmet, p.blocked, p.parked);
     let epoch = i64::try_from(task.epoch()).unwrap_or(i64::MAX);
     vec![
-        Box::new(task.id.clone()),
-        Box::new(task.mesh_id.clone()),
-        Box::new(task.status.as_str()),
-        Box::new(task.target_node_id.clone()),
-        Box::new(task.target_session_id.clone()),
-        Box::new(task.assigned_node_id.clone()),
-        Box::new(task.assigned_session_id.clone()),
-        Box::new(task.created_at.clone()),
-        Box::new(task.updated_at.clone()),
-        Box::new(p.payload),
-        Box::new(p.priority_rank),
-        Box::new(deps_unmet),
-        Box::new(i64::from(p.blocked)),
-        Box::new(i64::from(p.parked)),
-        Box::new(hold),
-        Box::new(i64::from(p.readonly)),
-        Box::new(p.task_mode),
-        Box::new(p.required_tags),
-        Box::new(p.not_before_ms),
-        Box::new(task.assigned_provider_type.clone()),
-        Box::new(task.dispatch_timestamp.clone()),
-        Box::new(epoch),
-        Box::new(p.lease_expires_ms),
-        Box::new(task.mission_id.clone()),
+        Arc::new(task.id.clone()),
+        Arc::new(task.mesh_id.clone()),
+        Arc::new(task.status.as_str()),
+        Arc::new(task.target_node_id.clone()),
+        Arc::new(task.target_session_id.clone()),
+        Arc::new(task.assigned_node_id.clone()),
+        Arc::new(task.assigned_session_id.clone()),
+        Arc::new(task.created_at.clone()),
+        Arc::new(task.updated_at.clone()),
+        Arc::new(p.payload),
+        Arc::new(p.priority_rank),
+        Arc::new(deps_unmet),
+        Arc::new(i64::from(p.blocked)),
+        Arc::new(i64::from(p.parked)),
+        Arc::new(hold),
+        Arc::new(i64::from(p.readonly)),
+        Arc::new(p.task_mode),
+        Arc::new(p.required_tags),
+        Arc::new(p.not_before_ms),
+        Arc::new(task.assigned_provider_type.clone()),
+        Arc::new(task.dispatch_timestamp.clone()),
+        Arc::new(epoch),
+        Arc::new(p.lease_expires_ms),
+        Arc::new(task.mission_id.clone()),
     ]
 }
 
@@ -137,8 +139,9 @@ const UPDATE_AT: &str = "UPDATE mesh_queue SET
 /// goes out with the operation's next statement (see [`Db::defer`]).
 pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) {
     let mut values = row_values(task, deps_unmet);
-    values.push(Box::new(row_id));
-    db.defer(UPDATE_AT, values, Some(not_found(&task.mesh_id, &task.id).0));
+    values.push(Arc::new(row_id));
+    let (mesh_id, task_id) = (task.mesh_id.clone(), task.id.clone());
+    db.defer(UPDATE_AT, values, Some(Arc::new(move || not_found(&mesh_id, &task_id).0)));
 }
 
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
