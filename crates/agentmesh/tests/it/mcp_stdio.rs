@@ -231,8 +231,8 @@ fn install_node_packages() {
     );
 }
 
-#[test]
-fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
+/// Runs the Node client against `agentmesh [globals] mcp` and returns its report.
+fn node_client_report(data_dir: &Path, globals: &[&str]) -> Value {
     install_node_packages();
     let dir = tempfile::tempdir().unwrap();
     // Files, not pipes: the server the client spawns inherits them, and a pipe
@@ -241,7 +241,8 @@ fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
     let mut child = Command::new("node")
         .arg(node_dir().join("mcp_client.mjs"))
         .arg(env!("CARGO_BIN_EXE_agentmesh"))
-        .arg(dir.path().join("data"))
+        .arg(data_dir)
+        .args(globals)
         .stdout(File::create(&out_path).unwrap())
         .stderr(File::create(&err_path).unwrap())
         .spawn()
@@ -250,8 +251,12 @@ fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
     let stderr = std::fs::read_to_string(&err_path).unwrap();
     assert!(status.success(), "the Node client failed ({status}):\n{stderr}");
     let report = std::fs::read_to_string(&out_path).unwrap();
-    let report: Value = serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}\n{stderr}"));
+    serde_json::from_str(&report).unwrap_or_else(|e| panic!("{e}: {report}\n{stderr}"))
+}
 
+/// What every run of the Node client must report: the server, its tools, schemas
+/// that compile, and the task its call enqueued.
+fn assert_node_report(report: &Value) {
     assert_eq!(report["server"]["name"], "agentmesh");
     assert_eq!(report["tools"], json!(mcp_support::TOOLS));
     // Every tool schema compiles under ajv's defaults, draft-07 and 2020-12, and
@@ -261,4 +266,41 @@ fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
     assert_ne!(result["isError"], true, "{result}");
     assert_eq!(result["structuredContent"]["task"]["message"], "written by the Node client");
     assert_eq!(result["structuredContent"]["task"]["taskMode"], "code_change");
+}
+
+#[test]
+fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = node_client_report(&dir.path().join("data"), &[]);
+    assert_node_report(&report);
+}
+
+/// The same host against an installation on PostgreSQL (`--database-url`,
+/// `--database-schema`): the tools answer alike, and the task the call enqueued
+/// is a row of the installation's schema on the server.
+#[test]
+fn the_typescript_sdk_stdio_client_works_on_a_postgresql_installation() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = crate::migrate::Schema::fresh();
+    let url = crate::migrate::database_url();
+    let report = node_client_report(
+        &dir.path().join("data"),
+        &["--database-url", &url, "--database-schema", &schema.0],
+    );
+    assert_node_report(&report);
+    let task_id =
+        report["result"]["structuredContent"]["task"]["id"].as_str().expect("the task's id").to_owned();
+    let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
+    let stored: Vec<String> = client
+        .query(&format!("SELECT payload FROM \"{}\".mesh_queue WHERE id = $1", schema.0), &[&task_id])
+        .expect("the queue of the schema")
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(stored.len(), 1, "the task is one row of schema {}", schema.0);
+    assert!(stored[0].contains("written by the Node client"), "{}", stored[0]);
+    assert!(
+        !dir.path().join("data").join("mesh-runtime.db").exists(),
+        "nothing was written to an embedded file"
+    );
 }

@@ -12,16 +12,16 @@ use agentmesh_store::conformance::transfer::snapshot;
 use agentmesh_store::prelude::*;
 use serde_json::Value;
 
-fn database_url() -> String {
+pub(crate) fn database_url() -> String {
     std::env::var("AGENTMESH_TEST_DATABASE_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
 }
 
 /// A fresh schema name, dropped with everything in it when the guard drops.
-struct Schema(String);
+pub(crate) struct Schema(pub(crate) String);
 
 impl Schema {
-    fn fresh() -> Schema {
+    pub(crate) fn fresh() -> Schema {
         Schema(format!("am_migrate_{}", uuid_like()))
     }
 }

@@ -4,7 +4,8 @@
 // schema is compiled by ajv with its default options, once as draft-07 and once
 // as draft 2020-12, and the call's arguments are validated against its schema.
 //
-// Usage: node mcp_client.mjs <agentmesh binary> <data dir>
+// Usage: node mcp_client.mjs <agentmesh binary> <data dir> [global option ...]
+// The global options (such as --database-url URL) go before `mcp`.
 // Prints one JSON report on stdout; the Rust test reads it.
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -12,15 +13,15 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import Ajv from "ajv";
 import Ajv2020 from "ajv/dist/2020.js";
 
-const [binary, dataDir] = process.argv.slice(2);
+const [binary, dataDir, ...globals] = process.argv.slice(2);
 if (!binary || !dataDir) {
-  console.error("usage: node mcp_client.mjs <agentmesh binary> <data dir>");
+  console.error("usage: node mcp_client.mjs <agentmesh binary> <data dir> [global option ...]");
   process.exit(2);
 }
 
 const transport = new StdioClientTransport({
   command: binary,
-  args: ["--data-dir", dataDir, "mcp"],
+  args: ["--data-dir", dataDir, ...globals, "mcp"],
   stderr: "inherit",
 });
 const client = new Client({ name: "agentmesh-node-test", version: "0.0.0" });
