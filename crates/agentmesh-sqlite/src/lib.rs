@@ -41,7 +41,7 @@ mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
-pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, resolve_db_path};
+pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, create_private_dir, resolve_db_path};
 use writes::Writes;
 
 /// How long a writer waits for another process's lock before giving up.

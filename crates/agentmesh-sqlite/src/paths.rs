@@ -75,7 +75,7 @@ pub fn resolve_db_path(dir: &Path, mut rename: impl FnMut(&Path, &Path) -> io::R
 /// owner only (mode 0700 whatever the umask). Returns whether `dir` was created
 /// here; when it existed already and is open to other users, logs a warning: its
 /// database holds every task message, summary and ledger entry.
-pub(crate) fn create_private_dir(dir: &Path) -> io::Result<bool> {
+pub fn create_private_dir(dir: &Path) -> io::Result<bool> {
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
         private_dir_builder(true).create(parent)?;
     }

@@ -98,6 +98,34 @@ fn serve(data_dir: &Path, extra: &[&str]) -> Serve {
 
 #[test]
 fn the_dashboard_in_headless_chromium() {
+    drive_the_dashboard(&[], "dashboard");
+}
+
+/// The same page on a daemon whose installation is on PostgreSQL: the live
+/// stream is woken by the database's commit notifications, and the big board is
+/// read from the server.
+#[test]
+fn the_dashboard_in_headless_chromium_on_a_postgresql_installation() {
+    let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let nanos = std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.subsec_nanos());
+    let schema = format!("am_dashboard_{}_{nanos}", std::process::id());
+    struct Dropped<'a>(&'a str, &'a str);
+    impl Drop for Dropped<'_> {
+        fn drop(&mut self) {
+            if let Ok(mut client) = postgres::Client::connect(self.0, postgres::NoTls) {
+                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.1));
+            }
+        }
+    }
+    let _dropped = Dropped(&url, &schema);
+    drive_the_dashboard(&["--database-url", &url, "--database-schema", &schema], "dashboard-postgres");
+}
+
+/// Serves a fresh installation (`globals` name where it lives), drives its
+/// dashboard in Chromium through `dashboard_browser.mjs`, and checks what the
+/// page showed and how fast; screenshots go to `shots_dir`.
+fn drive_the_dashboard(globals: &[&str], shots_dir: &str) {
     assert!(
         Path::new(CHROMIUM).exists(),
         "{CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium; .ci/run does)"
@@ -105,9 +133,9 @@ fn the_dashboard_in_headless_chromium() {
     install_node_packages();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let daemon = serve(&data_dir, &[]);
+    let daemon = serve(&data_dir, globals);
     let token = std::fs::read_to_string(data_dir.join("daemon.token")).unwrap().trim().to_owned();
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join(shots_dir);
 
     let (out_path, err_path) = (dir.path().join("report.json"), dir.path().join("stderr.txt"));
     let mut child = Command::new("node")

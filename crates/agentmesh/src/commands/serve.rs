@@ -64,6 +64,12 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let max_connections = connection_cap(args.max_connections);
     let opened = ctx.store_config().open()?;
+    // The data dir holds the daemon's lock and token file whatever the backend;
+    // a PostgreSQL installation does not create it the way the embedded file does.
+    if matches!(opened, Opened::Postgres(_)) {
+        agentmesh_sqlite::create_private_dir(ctx.data_dir())
+            .with_context(|| format!("cannot create the data directory {}", ctx.data_dir().display()))?;
+    }
     let mut lock = if args.allow_second_daemon {
         None
     } else {
