@@ -154,6 +154,22 @@ pub struct UpkeepLeader {
     session: Mutex<Option<(Client, bool)>>,
 }
 
+/// The leader's connection may be let go from an asynchronous task (the daemon
+/// drops its upkeep there), where the blocking client may not close itself: it
+/// is closed on a thread of its own.
+impl Drop for UpkeepLeader {
+    fn drop(&mut self) {
+        let session = self.session.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some((client, _)) = session {
+            let closing =
+                std::thread::Builder::new().name("agentmesh-pg-close".to_owned()).spawn(move || drop(client));
+            if let Err(err) = closing {
+                tracing::warn!(error = %err, "could not close the upkeep leader's connection");
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for UpkeepLeader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpkeepLeader").field("key", &self.key).finish_non_exhaustive()

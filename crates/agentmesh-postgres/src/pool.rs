@@ -19,15 +19,30 @@ use crate::{Fail, Res};
 /// One server connection, the runtime that drives it, and the statements
 /// prepared on it, by SQL text.
 pub(crate) struct Conn {
-    runtime: tokio::runtime::Runtime,
+    /// `None` only while the connection is dropped.
+    runtime: Option<tokio::runtime::Runtime>,
     pub(crate) client: Client,
     statements: HashMap<String, Statement>,
+}
+
+/// A store may be dropped from an asynchronous task (the daemon's last handle
+/// goes at shutdown), where a runtime may not wait for its tasks: the
+/// connection's runtime stops without waiting, which closes its socket.
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 impl Conn {
     /// Runs `future` (statements on [`Conn::client`]) to its end on this thread.
     pub(crate) fn block_on<F: Future>(&self, future: F) -> F::Output {
-        self.runtime.block_on(future)
+        match &self.runtime {
+            Some(runtime) => runtime.block_on(future),
+            None => unreachable!("a connection's runtime lives until the connection is dropped"),
+        }
     }
 
     /// Runs `sql` (one or more statements without parameters) by the simple
@@ -90,7 +105,7 @@ impl Target {
                 tracing::debug!(error = %err, "a pooled PostgreSQL connection ended");
             }
         });
-        let conn = Conn { runtime, client, statements: HashMap::new() };
+        let conn = Conn { runtime: Some(runtime), client, statements: HashMap::new() };
         conn.batch_execute(&self.settings())?;
         Ok(conn)
     }

@@ -313,8 +313,35 @@ fn enqueue_and_claim(addr: SocketAddr, token: &str, id: &str, lease_ms: u32) {
 #[test]
 fn a_daemon_whose_stderr_pipe_is_closed_still_reclaims_leases_and_stops_on_sigterm() {
     let dir = TempDir::new().expect("a temp dir");
-    let mut daemon = Daemon::start(dir.path(), Stderr::ClosedPipe, &[]);
-    let token = token(dir.path());
+    closed_stderr_pipe(dir.path(), &[]);
+}
+
+/// The same on a PostgreSQL installation, where the daemon also logs taking the
+/// installation's upkeep over before its reaper runs.
+#[test]
+fn a_daemon_on_postgresql_whose_stderr_pipe_is_closed_still_reclaims_leases_and_stops_on_sigterm() {
+    let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
+    let nanos = std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.subsec_nanos());
+    let schema = format!("am_closed_pipe_{}_{nanos}", std::process::id());
+    struct Dropped<'a>(&'a str, &'a str);
+    impl Drop for Dropped<'_> {
+        fn drop(&mut self) {
+            if let Ok(mut client) = postgres::Client::connect(self.0, postgres::NoTls) {
+                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.1));
+            }
+        }
+    }
+    let _dropped = Dropped(&url, &schema);
+    let dir = TempDir::new().expect("a temp dir");
+    closed_stderr_pipe(&dir.path().join("data"), &["--database-url", &url, "--database-schema", &schema]);
+}
+
+/// Serves on `data_dir` with stderr a pipe nobody reads (closed): leases are
+/// still reclaimed (each reclaim logged into the pipe), and SIGTERM stops it.
+fn closed_stderr_pipe(data_dir: &Path, extra: &[&str]) {
+    let mut daemon = Daemon::start(data_dir, Stderr::ClosedPipe, extra);
+    let token = token(data_dir);
     enqueue_and_claim(daemon.addr, &token, "t1", 200);
     // The reaper runs every 5 s and logs each reclaim, into the closed pipe.
     let task = wait_for(daemon.addr, &token, "/v1/meshes/default/tasks/t1", DEADLINE, |task| {
