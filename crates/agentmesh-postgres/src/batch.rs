@@ -43,10 +43,15 @@ pub(crate) struct Batches {
 struct Slot {
     state: Mutex<SlotState>,
     changed: Condvar,
-    conn: Mutex<Option<Conn>>,
-    /// The writes the last operation left pending, for the next one (or the
-    /// opener's COMMIT) to send first. Touched only by the holder of `conn`.
-    carried: Mutex<Option<Carried>>,
+    conn: Mutex<Option<Open>>,
+}
+
+/// The open batch's transaction: its connection, and the writes the last
+/// operation left pending, for the next one (or the opener's COMMIT) to send
+/// first.
+struct Open {
+    conn: Conn,
+    carried: Option<Carried>,
 }
 
 #[derive(Default)]
@@ -237,7 +242,7 @@ fn lead<T>(
             return outcome.map_err(|Fail(e)| e);
         }
     }
-    *conn_slot = Some(conn);
+    *conn_slot = Some(Open { conn, carried: None });
     drop(conn_slot);
 
     // Every write that joined runs; then no more may join. The connection
@@ -245,18 +250,17 @@ fn lead<T>(
     // the slot while it waits for the mesh lock, which this batch holds until
     // it commits, so taking the connection after the close could wait for the
     // opener while the opener waits for the commit.
-    let (conn, carried) = {
+    let open = {
         let mut state = lock(&slot.state);
         while state.running > 0 {
             state = slot.changed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
-        let conn = lock(&slot.conn).take();
-        let carried = lock(&slot.carried).take();
+        let open = lock(&slot.conn).take();
         state.open = false;
-        (conn, carried)
+        open
     };
     slot.changed.notify_all();
-    let Some(mut conn) = conn else {
+    let Some(Open { mut conn, carried }) = open else {
         let err = StoreError::Backend("the batch's connection was lost".into());
         end(slot, batch, Some(Ended::of(&err)));
         return Err(err);
@@ -312,10 +316,11 @@ fn join<T>(
     let (outcome, failed) = {
         let mut conn_slot = lock(&slot.conn);
         match conn_slot.as_mut() {
-            Some(conn) => {
-                let carried = lock(&slot.carried).take();
-                let (outcome, failed, pass_on) = in_savepoint(conn, scope.schema, write, carried, op);
-                *lock(&slot.carried) = pass_on;
+            Some(open) => {
+                let carried = open.carried.take();
+                let (outcome, failed, pass_on) =
+                    in_savepoint(&mut open.conn, scope.schema, write, carried, op);
+                open.carried = pass_on;
                 (outcome, failed)
             }
             // The opener could not begin: the batch's error is below.

@@ -32,7 +32,6 @@ pub(crate) type Missing = Arc<dyn Fn() -> StoreError + Send + Sync>;
 
 /// A write sent later: its SQL, its parameters, and the error to report when it
 /// changes no row (`None`: changing none is fine).
-#[derive(Clone)]
 pub(crate) struct Deferred {
     sql: &'static str,
     params: Vec<Owned>,
@@ -145,6 +144,12 @@ impl<'c> Db<'c> {
         }
     }
 
+    /// Runs `sql` with owned parameters (as [`Db::defer`] takes them); returns
+    /// how many rows it changed.
+    pub(crate) fn execute_owned(&self, sql: &str, params: &[Owned]) -> Res<u64> {
+        self.execute(sql, &refs(params))
+    }
+
     /// Queues a write whose outcome nothing in the operation reads: it goes out
     /// with the next statement, or with [`Db::finish`]. When it changes no row
     /// and `unless_none` is given, its error is the operation's.
@@ -203,42 +208,27 @@ impl<'c> Db<'c> {
     ///
     /// When a carried write fails, its owner's savepoint is rolled back (which
     /// undoes everything sent after it too), the failure is kept for the batch,
-    /// and the rest goes out again.
+    /// and the rest goes out again. When nothing could go out (a statement
+    /// failed to prepare), everything pending stays pending.
     fn exchange(&self, want: Want<'_>, suffix: Option<&str>) -> Res<Reply> {
         let carried = self.carried.borrow_mut().take();
-        let Some(carried) = carried else {
-            let prefix = self.prefix.borrow_mut().take();
-            let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
-            let (_, rest) = self.send(&[], prefix.as_deref(), &deferred, &want, suffix)?;
-            return rest;
+        let prefix = self.prefix.borrow_mut().take();
+        let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
+        let writes = carried.as_ref().map_or(&[][..], |c| c.writes.as_slice());
+        let (carry_outcome, rest) = match self.send(writes, prefix.as_deref(), &deferred, &want, suffix) {
+            Ok(sent) => sent,
+            Err(err) => {
+                *self.carried.borrow_mut() = carried;
+                *self.prefix.borrow_mut() = prefix;
+                *self.deferred.borrow_mut() = deferred;
+                return Err(err);
+            }
         };
-        let prefix = self.prefix.borrow().clone();
-        let deferred = self.deferred.borrow().clone();
-        let (carry_outcome, rest) =
-            match self.send(&carried.writes, prefix.as_deref(), &deferred, &want, suffix) {
-                Ok(sent) => sent,
-                Err(Fail(err)) => {
-                    // Nothing went out: the owner's writes are not in the transaction.
-                    let error = StoreError::Backend(format!("the write was not sent: {err}").into());
-                    *self.carry_failed.borrow_mut() = Some(CarryFailed { owner: carried.owner, error });
-                    return Err(Fail(err));
-                }
-            };
-        match carry_outcome {
-            Ok(()) => {
-                self.prefix.borrow_mut().take();
-                self.deferred.borrow_mut().clear();
-                rest
-            }
-            Err(error) => {
-                *self.carry_failed.borrow_mut() = Some(CarryFailed { owner: carried.owner, error });
-                self.conn.borrow().batch_execute(&format!("ROLLBACK TO SAVEPOINT {}", carried.savepoint))?;
-                let prefix = self.prefix.borrow_mut().take();
-                let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
-                let (_, rest) = self.send(&[], prefix.as_deref(), &deferred, &want, suffix)?;
-                rest
-            }
-        }
+        let (Some(carried), Err(error)) = (carried, carry_outcome) else { return rest };
+        *self.carry_failed.borrow_mut() = Some(CarryFailed { owner: carried.owner, error });
+        self.conn.borrow().batch_execute(&format!("ROLLBACK TO SAVEPOINT {}", carried.savepoint))?;
+        let (_, rest) = self.send(&[], prefix.as_deref(), &deferred, &want, suffix)?;
+        rest
     }
 
     /// One round trip. Returns how the carried writes went, and the rest's
@@ -315,6 +305,11 @@ impl<'c> Db<'c> {
     }
 }
 
+/// Owned parameters as a statement takes them.
+fn refs(params: &[Owned]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect()
+}
+
 /// Runs `writes` (prepared as `statements`), each sent as soon as it is polled.
 fn execute_all<'a>(
     client: &'a tokio_postgres::Client,
@@ -322,7 +317,7 @@ fn execute_all<'a>(
     statements: &'a [tokio_postgres::Statement],
 ) -> impl std::future::Future<Output = Vec<Result<u64, postgres::Error>>> + 'a {
     join_all(writes.iter().zip(statements).map(move |(d, statement)| {
-        let params: Vec<&(dyn ToSql + Sync)> = d.params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect();
+        let params = refs(&d.params);
         async move { client.execute(statement, &params).await }
     }))
 }

@@ -197,9 +197,7 @@ fn entry_from_row(row: &Row) -> LedgerEntry {
 /// new. The caller's transaction holds the entry's mesh lock, so within a mesh
 /// the numbers the sequence hands out rise in commit order.
 pub(crate) fn append(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<bool> {
-    let values = append_values(entry)?;
-    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect();
-    Ok(db.execute(APPEND, &params)? > 0)
+    Ok(db.execute_owned(APPEND, &append_values(entry)?)? > 0)
 }
 
 /// Appends as [`append`] does, for a caller that does not read whether the

@@ -15,7 +15,6 @@ use super::walk::parse;
 use crate::db::{Db, Owned};
 use crate::{Fail, Res};
 use agentmesh_store::route_columns::RouteColumns;
-use postgres::types::ToSql;
 
 /// Queues one event for a coordinator (stamped on the way in), in the caller's
 /// transaction, which holds the mesh's lock.
@@ -31,9 +30,7 @@ pub(crate) fn queue(
         Ok(prepared) => prepared,
         Err(reason) => return Ok(QueueOutcome::Duplicate(reason)),
     };
-    let values = row_values(&id, &ev);
-    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect();
-    if db.execute(INSERT_EVENT, &params)? == 0 {
+    if db.execute_owned(INSERT_EVENT, &row_values(&id, &ev))? == 0 {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
     }
     Ok(QueueOutcome::Queued { id, event: ev })

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
-use postgres::types::ToSql;
 
 use crate::db::{Db, Owned};
 use crate::{Fail, Res};
@@ -106,9 +105,7 @@ fn row_values(task: &Task, deps_unmet: i64) -> Vec<Owned> {
 /// Inserts a row; the caller has written its dependency edges and counted them.
 /// An id its mesh holds already is refused ([`StoreError::DuplicateTaskId`]).
 pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
-    let values = row_values(task, deps_unmet);
-    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| &**v as &(dyn ToSql + Sync)).collect();
-    let n = db.execute(
+    let n = db.execute_owned(
         "INSERT INTO mesh_queue (
              id, mesh_id, status, target_node_id, target_session_id, assigned_node_id,
              assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
@@ -117,7 +114,7 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
                  $19, $20, $21, $22, $23, $24)
          ON CONFLICT (mesh_id, id) DO NOTHING",
-        &params,
+        &row_values(task, deps_unmet),
     )?;
     if n == 0 {
         return Err(duplicate_id(task));
