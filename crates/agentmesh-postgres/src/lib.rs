@@ -104,21 +104,10 @@ impl PgStore {
     /// Connects to the installation `options` names, creating and migrating its
     /// schema as needed.
     pub fn open(options: &PgOptions) -> StoreResult<PgStore> {
-        let config: postgres::Config = options.url.parse().map_err(|e: postgres::Error| {
-            StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-                "databaseUrl",
-                format!("is not a PostgreSQL connection string: {e}"),
-            ))
-        })?;
+        let config = parse_url(&options.url)?;
         validate_schema(&options.schema).map_err(StoreError::InvalidInput)?;
         let location = describe(&config);
-        let async_config: tokio_postgres::Config = options.url.parse().map_err(|e: postgres::Error| {
-            StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-                "databaseUrl",
-                format!("is not a PostgreSQL connection string: {e}"),
-            ))
-        })?;
-        let target = Target { config, async_config, quoted_schema: quote_ident(&options.schema) };
+        let target = Target { config, quoted_schema: quote_ident(&options.schema) };
         let pool = Pool::new(target, options.max_connections);
         let channel = cluster::channel(&options.schema);
         let store = PgStore {
@@ -270,13 +259,24 @@ pub(crate) fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-fn describe(config: &postgres::Config) -> String {
+/// Parses a database URL (`postgres://…` or key=value form); a bad one is
+/// refused naming `databaseUrl`.
+pub(crate) fn parse_url(url: &str) -> StoreResult<tokio_postgres::Config> {
+    url.parse().map_err(|e: postgres::Error| {
+        StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
+            "databaseUrl",
+            format!("is not a PostgreSQL connection string: {e}"),
+        ))
+    })
+}
+
+fn describe(config: &tokio_postgres::Config) -> String {
     let host = config
         .get_hosts()
         .first()
         .map(|h| match h {
-            postgres::config::Host::Tcp(name) => name.clone(),
-            postgres::config::Host::Unix(path) => path.display().to_string(),
+            tokio_postgres::config::Host::Tcp(name) => name.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
         })
         .unwrap_or_else(|| "localhost".to_owned());
     let port = config.get_ports().first().copied().unwrap_or(5432);

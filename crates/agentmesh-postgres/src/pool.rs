@@ -71,9 +71,7 @@ impl Conn {
 /// What the pool needs to open a connection.
 #[derive(Clone)]
 pub(crate) struct Target {
-    pub(crate) config: postgres::Config,
-    /// The same connection string, for the asynchronous client.
-    pub(crate) async_config: tokio_postgres::Config,
+    pub(crate) config: tokio_postgres::Config,
     /// The schema every statement runs in (`search_path`), quoted.
     pub(crate) quoted_schema: String,
 }
@@ -98,7 +96,7 @@ impl Target {
                 format!("could not start a connection runtime: {e}").into(),
             ))
         })?;
-        let (client, connection) = runtime.block_on(self.async_config.connect(NoTls))?;
+        let (client, connection) = runtime.block_on(self.config.connect(NoTls))?;
         // The connection's socket is driven whenever its runtime runs a statement.
         runtime.spawn(async move {
             if let Err(err) = connection.await {
@@ -114,7 +112,7 @@ impl Target {
     /// listener, a leader lock or the migrations, which hold their connection
     /// for as long as they live.
     pub(crate) fn session(&self) -> Res<postgres::Client> {
-        let mut client = self.config.connect(postgres::NoTls)?;
+        let mut client = postgres::Config::from(self.config.clone()).connect(postgres::NoTls)?;
         client.batch_execute(&self.settings())?;
         Ok(client)
     }

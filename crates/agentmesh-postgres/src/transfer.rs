@@ -653,12 +653,7 @@ impl TransferStore for PgStore {
 /// agentmesh schema (what [`PgStore::open`] would otherwise create). Creates
 /// nothing.
 pub fn installation_exists(options: &PgOptions) -> StoreResult<bool> {
-    let config: postgres::Config = options.url.parse().map_err(|e: postgres::Error| {
-        StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-            "databaseUrl",
-            format!("is not a PostgreSQL connection string: {e}"),
-        ))
-    })?;
+    let config = postgres::Config::from(crate::parse_url(&options.url)?);
     crate::validate_schema(&options.schema).map_err(StoreError::InvalidInput)?;
     let mut client = config.connect(postgres::NoTls).map_err(crate::classify)?;
     let row = client
@@ -675,7 +670,7 @@ pub fn installation_exists(options: &PgOptions) -> StoreResult<bool> {
 /// and schema (compared as parsed, so spellings of one URL agree).
 pub fn same_installation(a: &PgOptions, b: &PgOptions) -> bool {
     let place = |o: &PgOptions| -> Option<(String, String)> {
-        let config: postgres::Config = o.url.parse().ok()?;
+        let config = crate::parse_url(&o.url).ok()?;
         Some((crate::describe(&config), o.schema.clone()))
     };
     match (place(a), place(b)) {
