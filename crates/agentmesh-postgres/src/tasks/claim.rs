@@ -66,26 +66,35 @@ const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
 /// (priority rank, created_at, row_id) the page starts after, `$6` the page
 /// size, and `$7` the session (session tier) or the node's id forms (node tier).
 fn stream_sql(tier: Tier, readonly_only: bool) -> String {
-    let mut sql = String::from(
-        "SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id,
-                row_id, payload, deps_unmet, priority_rank, created_at
-           FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending' AND hold = $2 AND ",
+    let mut sql = format!(
+        "SELECT {CANDIDATE_COLUMNS} FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending' AND hold = $2 AND "
     );
     sql.push_str(match tier {
         Tier::Session => "target_session_id = $7",
         Tier::Node => "target_session_id IS NULL AND target_node_id IS NOT NULL AND target_node_id = ANY($7)",
-        Tier::Open => "target_session_id IS NULL AND target_node_id IS NULL",
+        Tier::Open => OPEN_PIN,
     });
     if readonly_only {
         sql.push_str(" AND readonly = 1");
     }
-    sql.push_str(
+    sql.push_str(&format!(
         " AND (priority_rank < $3 OR (priority_rank = $3
                AND (created_at > $4 OR (created_at = $4 AND row_id > $5))))
-         ORDER BY priority_rank DESC, created_at ASC, row_id ASC LIMIT $6",
-    );
+         ORDER BY {CLAIM_ORDER} LIMIT $6"
+    ));
     sql
 }
+
+/// The columns a stream reads of a candidate, in the order [`candidate`] and
+/// [`scan`] read them.
+const CANDIDATE_COLUMNS: &str = "id, required_tags, not_before_ms, task_mode, readonly, target_node_id, \
+     target_session_id, row_id, payload, deps_unmet, priority_rank, created_at";
+
+/// The pin condition of the open stream (neither a session nor a node).
+const OPEN_PIN: &str = "target_session_id IS NULL AND target_node_id IS NULL";
+
+/// Claim order: priority, then age, then insertion.
+const CLAIM_ORDER: &str = "priority_rank DESC, created_at ASC, row_id ASC";
 
 /// Every stream's SQL, by [`stream_index`].
 static STREAMS: LazyLock<[String; 6]> = LazyLock::new(|| {
@@ -230,9 +239,9 @@ struct Survey {
 /// reads everything it needs in this one statement. The page size is written
 /// out ([`FIRST_PAGE`]): with it a parameter, the server would plan the
 /// statement anew for every claim, which costs more than running it.
-const SURVEY: &str = "SELECT s.session_assigned, s.node_busy, s.session_pinned, s.node_pinned,
-       c.id, c.required_tags, c.not_before_ms, c.task_mode, c.readonly, c.target_node_id,
-       c.target_session_id, c.row_id, c.payload, c.deps_unmet, c.priority_rank, c.created_at
+static SURVEY: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT s.session_assigned, s.node_busy, s.session_pinned, s.node_pinned, c.*
   FROM (SELECT
        EXISTS (SELECT 1 FROM mesh_queue
                 WHERE mesh_id = $1 AND status = 'assigned' AND assigned_session_id = $2) AS session_assigned,
@@ -246,19 +255,18 @@ const SURVEY: &str = "SELECT s.session_assigned, s.node_busy, s.session_pinned, 
                   AND target_session_id IS NULL AND target_node_id IS NOT NULL
                   AND target_node_id = ANY($3)) AS node_pinned) s
   LEFT JOIN LATERAL (
-       SELECT id, required_tags, not_before_ms, task_mode, readonly, target_node_id, target_session_id,
-              row_id, payload, deps_unmet, priority_rank, created_at
-         FROM mesh_queue
+       SELECT {CANDIDATE_COLUMNS} FROM mesh_queue
         WHERE NOT (s.session_assigned OR s.node_busy OR s.session_pinned OR s.node_pinned)
-          AND mesh_id = $1 AND status = 'pending' AND hold = 0
-          AND target_session_id IS NULL AND target_node_id IS NULL
-        ORDER BY priority_rank DESC, created_at ASC, row_id ASC LIMIT 4) c ON TRUE";
+          AND mesh_id = $1 AND status = 'pending' AND hold = 0 AND {OPEN_PIN}
+        ORDER BY {CLAIM_ORDER} LIMIT {FIRST_PAGE}) c ON TRUE"
+    )
+});
 
 /// Where the open stream's columns start in a [`SURVEY`] row.
 const SURVEY_OPEN_BASE: usize = 4;
 
 fn survey(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<(Survey, Option<Page>)> {
-    let mut rows = db.query(SURVEY, &[&mesh_id, &claimant.session_id, &forms])?;
+    let mut rows = db.query(&SURVEY, &[&mesh_id, &claimant.session_id, &forms])?;
     let Some(first) = rows.first() else {
         return Err(crate::db::corrupt("the claim survey", "returned no row"));
     };
@@ -416,9 +424,9 @@ mod tests {
                 assert!(sql.contains(pin), "{sql}");
             }
         }
-        assert!(SURVEY.matches("mesh_id = $1").count() == 5, "{SURVEY}");
-        // The survey's page of the open stream is the size a stream's first page is.
-        assert!(SURVEY.contains(&format!("LIMIT {FIRST_PAGE})")), "{SURVEY}");
+        assert!(SURVEY.matches("mesh_id = $1").count() == 5, "{}", *SURVEY);
+        // The page size is written out, not a parameter (see SURVEY).
+        assert!(SURVEY.contains(&format!("LIMIT {FIRST_PAGE})")), "{}", *SURVEY);
     }
 
     /// The open stream reads its first page straight from its index, in claim
