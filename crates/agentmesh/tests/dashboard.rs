@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "support/postgres.rs"]
+mod postgres_support;
+
 /// How long the browser script may take, 10,000 enqueued tasks included.
 const NODE_DEADLINE: Duration = Duration::from_secs(240);
 
@@ -106,20 +109,9 @@ fn the_dashboard_in_headless_chromium() {
 /// read from the server.
 #[test]
 fn the_dashboard_in_headless_chromium_on_a_postgresql_installation() {
-    let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let nanos = std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.subsec_nanos());
-    let schema = format!("am_dashboard_{}_{nanos}", std::process::id());
-    struct Dropped<'a>(&'a str, &'a str);
-    impl Drop for Dropped<'_> {
-        fn drop(&mut self) {
-            if let Ok(mut client) = postgres::Client::connect(self.0, postgres::NoTls) {
-                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.1));
-            }
-        }
-    }
-    let _dropped = Dropped(&url, &schema);
-    drive_the_dashboard(&["--database-url", &url, "--database-schema", &schema], "dashboard-postgres");
+    let url = postgres_support::database_url();
+    let schema = postgres_support::Schema::fresh("am_dashboard");
+    drive_the_dashboard(&["--database-url", &url, "--database-schema", &schema.0], "dashboard-postgres");
 }
 
 /// Serves a fresh installation (`globals` name where it lives), drives its

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
+#[path = "support/postgres.rs"]
+mod postgres_support;
+
 /// How long anything a test waits for may take before the test fails.
 const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -320,21 +323,10 @@ fn a_daemon_whose_stderr_pipe_is_closed_still_reclaims_leases_and_stops_on_sigte
 /// installation's upkeep over before its reaper runs.
 #[test]
 fn a_daemon_on_postgresql_whose_stderr_pipe_is_closed_still_reclaims_leases_and_stops_on_sigterm() {
-    let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-    let nanos = std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.subsec_nanos());
-    let schema = format!("am_closed_pipe_{}_{nanos}", std::process::id());
-    struct Dropped<'a>(&'a str, &'a str);
-    impl Drop for Dropped<'_> {
-        fn drop(&mut self) {
-            if let Ok(mut client) = postgres::Client::connect(self.0, postgres::NoTls) {
-                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.1));
-            }
-        }
-    }
-    let _dropped = Dropped(&url, &schema);
+    let url = postgres_support::database_url();
+    let schema = postgres_support::Schema::fresh("am_closed_pipe");
     let dir = TempDir::new().expect("a temp dir");
-    closed_stderr_pipe(&dir.path().join("data"), &["--database-url", &url, "--database-schema", &schema]);
+    closed_stderr_pipe(&dir.path().join("data"), &["--database-url", &url, "--database-schema", &schema.0]);
 }
 
 /// Serves on `data_dir` with stderr a pipe nobody reads (closed): leases are

@@ -19,6 +19,8 @@ mod mcp_support;
 mod mcp_two_coordinators;
 mod migrate;
 mod postgres_daemons;
+#[path = "../support/postgres.rs"]
+mod postgres_support;
 mod records;
 mod tls;
 mod work;

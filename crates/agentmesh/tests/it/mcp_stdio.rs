@@ -281,8 +281,8 @@ fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
 #[test]
 fn the_typescript_sdk_stdio_client_works_on_a_postgresql_installation() {
     let dir = tempfile::tempdir().unwrap();
-    let schema = crate::migrate::Schema::fresh();
-    let url = crate::migrate::database_url();
+    let schema = crate::postgres_support::Schema::fresh("am_mcp_stdio");
+    let url = crate::postgres_support::database_url();
     let report = node_client_report(
         &dir.path().join("data"),
         &["--database-url", &url, "--database-schema", &schema.0],

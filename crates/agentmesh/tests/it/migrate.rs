@@ -12,35 +12,7 @@ use agentmesh_store::conformance::transfer::snapshot;
 use agentmesh_store::prelude::*;
 use serde_json::Value;
 
-pub(crate) fn database_url() -> String {
-    std::env::var("AGENTMESH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
-
-/// A fresh schema name, dropped with everything in it when the guard drops.
-pub(crate) struct Schema(pub(crate) String);
-
-impl Schema {
-    pub(crate) fn fresh() -> Schema {
-        Schema(format!("am_migrate_{}", uuid_like()))
-    }
-}
-
-impl Drop for Schema {
-    fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&database_url(), postgres::NoTls) {
-            let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0));
-        }
-    }
-}
-
-/// A name part no other test run uses: the process id and a per-process count.
-fn uuid_like() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::UNIX_EPOCH.elapsed().map_or(0, |d| d.subsec_nanos());
-    format!("{}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
-}
+use crate::postgres_support::{Schema, database_url};
 
 /// Runs the binary; returns the exit code, stdout and stderr.
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -122,7 +94,7 @@ fn a_sqlite_data_dir_goes_to_postgres_and_back_losing_nothing() {
     let back = tmp.path().join("back");
     let (src, back) = (src.to_str().unwrap(), back.to_str().unwrap());
     fill(src);
-    let schema = Schema::fresh();
+    let schema = Schema::fresh("am_migrate");
     let url = database_url();
 
     // SQLite to PostgreSQL.

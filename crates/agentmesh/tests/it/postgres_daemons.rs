@@ -35,10 +35,7 @@ const REAPER_EVERY: Duration = Duration::from_secs(5);
 /// What a daemon logs when it takes the upkeep leadership.
 const LEADS: &str = "this daemon now runs the installation's upkeep";
 
-fn database_url() -> String {
-    std::env::var("AGENTMESH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
-}
+use crate::postgres_support::database_url;
 
 /// A fresh installation: a schema no other test uses, dropped when this drops
 /// (after the daemons, which the tests drop first).
