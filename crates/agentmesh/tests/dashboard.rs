@@ -10,12 +10,14 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+#[path = "support/node.rs"]
+mod node_support;
 #[path = "support/postgres.rs"]
 mod postgres_support;
 
@@ -24,28 +26,6 @@ const NODE_DEADLINE: Duration = Duration::from_secs(240);
 
 /// The browser the script drives: Debian's `chromium` package (`.ci/run` installs it).
 const CHROMIUM: &str = "/usr/bin/chromium";
-
-fn node_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("node")
-}
-
-/// Installs the Node packages (`npm ci`, from the committed lock file) unless a
-/// finished install with `playwright-core` is there.
-fn install_node_packages() {
-    let dir = node_dir();
-    let installed = ["node_modules/.package-lock.json", "node_modules/playwright-core", "node_modules/ajv"]
-        .iter()
-        .all(|p| dir.join(p).exists());
-    if installed {
-        return;
-    }
-    let output = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&dir)
-        .output()
-        .expect("npm runs (Node.js and npm are needed for this test; .ci/run installs them)");
-    assert!(output.status.success(), "npm ci failed: {}", String::from_utf8_lossy(&output.stderr));
-}
 
 fn wait_exit(child: &mut Child, what: &str, deadline: Duration) -> ExitStatus {
     let started = Instant::now();
@@ -122,7 +102,7 @@ fn drive_the_dashboard(globals: &[&str], shots_dir: &str) {
         Path::new(CHROMIUM).exists(),
         "{CHROMIUM} is missing: install Debian's chromium package (apt-get install -y chromium; .ci/run does)"
     );
-    install_node_packages();
+    let node = node_support::install_packages();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let daemon = serve(&data_dir, globals);
@@ -131,7 +111,7 @@ fn drive_the_dashboard(globals: &[&str], shots_dir: &str) {
 
     let (out_path, err_path) = (dir.path().join("report.json"), dir.path().join("stderr.txt"));
     let mut child = Command::new("node")
-        .arg(node_dir().join("dashboard_browser.mjs"))
+        .arg(node.join("dashboard_browser.mjs"))
         .arg(&daemon.url)
         .arg(env!("CARGO_BIN_EXE_agentmesh"))
         .arg(&shots)

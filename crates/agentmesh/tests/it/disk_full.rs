@@ -11,12 +11,11 @@
 //! namespace (`unshare --user --map-root-user --mount`); without either it fails
 //! saying so. The mount is undone when the test ends, however it ends.
 
+use crate::daemon_log::DaemonLog;
 use crate::mcp_support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -90,17 +89,8 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("serve starts");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = mpsc::channel();
-        // Reads stderr for the daemon's whole life, so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
-                }
-            }
-        });
-        let url = rx.recv_timeout(DEADLINE).expect("the daemon prints the address it listens on");
+        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let url = log.address(DEADLINE);
         let token = std::fs::read_to_string(data_dir.join("daemon.token")).expect("the token file");
         Daemon { child, url, token: token.trim().to_owned() }
     }

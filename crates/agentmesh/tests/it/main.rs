@@ -9,15 +9,19 @@
 
 mod cli;
 mod conventions;
+mod daemon_log;
 mod disk_full;
 mod first_start;
 mod import_adhdev;
 mod mcp;
 mod mcp_http;
+mod mcp_python;
 mod mcp_stdio;
 mod mcp_support;
 mod mcp_two_coordinators;
 mod migrate;
+#[path = "../support/node.rs"]
+mod node_support;
 mod postgres_daemons;
 #[path = "../support/postgres.rs"]
 mod postgres_support;

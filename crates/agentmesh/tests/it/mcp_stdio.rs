@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ fn mcp_command(data_dir: &Path) -> Command {
 }
 
 /// Waits for `child` to exit; kills it and fails the test after `deadline`.
-fn wait_exit(child: &mut Child, what: &str, deadline: Duration) -> ExitStatus {
+pub(crate) fn wait_exit(child: &mut Child, what: &str, deadline: Duration) -> ExitStatus {
     let started = Instant::now();
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {
@@ -202,44 +202,15 @@ async fn every_tool_answers_over_one_unix_socketpair() {
     assert!(status.success(), "{status}");
 }
 
-/// The directory of the Node client and its npm packages.
-fn node_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("node")
-}
-
-/// Installs the Node client's packages (`npm ci`, from the committed lock file)
-/// unless a finished install is there.
-fn install_node_packages() {
-    let dir = node_dir();
-    let installed =
-        ["node_modules/.package-lock.json", "node_modules/@modelcontextprotocol/sdk", "node_modules/ajv"]
-            .iter()
-            .all(|p| dir.join(p).exists());
-    if installed {
-        return;
-    }
-    let output = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(&dir)
-        .output()
-        .expect("npm runs (Node.js and npm are needed for this test; .ci/run installs them)");
-    assert!(
-        output.status.success(),
-        "npm ci failed in {}: {}",
-        dir.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
-
 /// Runs the Node client against `agentmesh [globals] mcp` and returns its report.
 fn node_client_report(data_dir: &Path, globals: &[&str]) -> Value {
-    install_node_packages();
+    let node = crate::node_support::install_packages();
     let dir = tempfile::tempdir().unwrap();
     // Files, not pipes: the server the client spawns inherits them, and a pipe
     // it held open would keep a reader waiting after the client is gone.
     let (out_path, err_path) = (dir.path().join("report.json"), dir.path().join("stderr.txt"));
     let mut child = Command::new("node")
-        .arg(node_dir().join("mcp_client.mjs"))
+        .arg(node.join("mcp_client.mjs"))
         .arg(env!("CARGO_BIN_EXE_agentmesh"))
         .arg(data_dir)
         .args(globals)

@@ -15,12 +15,12 @@
 //! `postgres://postgres@127.0.0.1:5432/test`. The measured numbers are printed
 //! (run with `--nocapture` to see them).
 
+use crate::daemon_log::DaemonLog;
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -172,7 +172,7 @@ struct Daemon {
     dir: TempDir,
     child: Child,
     endpoint: Endpoint,
-    log: Arc<Mutex<Vec<(Instant, String)>>>,
+    log: DaemonLog,
 }
 
 impl Daemon {
@@ -191,23 +191,8 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("serve starts");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = mpsc::channel();
-        let kept = Arc::clone(&log);
-        // Reads stderr for the daemon's whole life, so it never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                    let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
-                }
-                kept.lock().unwrap().push((Instant::now(), line));
-            }
-        });
-        let url = rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
-            let log = log.lock().unwrap().iter().map(|(_, l)| l.clone()).collect::<Vec<_>>().join("\n");
-            panic!("the daemon printed no address:\n{log}")
-        });
+        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let url = log.address(DEADLINE);
         let token = std::fs::read_to_string(dir.path().join("daemon.token")).expect("the token file");
         Daemon { dir, child, endpoint: Endpoint { url, token: token.trim().to_owned() }, log }
     }
@@ -218,8 +203,7 @@ impl Daemon {
 
     /// When the daemon first logged a line holding every one of `needles`.
     fn logged(&self, needles: &[&str]) -> Option<Instant> {
-        let log = self.log.lock().unwrap();
-        log.iter().find(|(_, line)| needles.iter().all(|n| line.contains(n))).map(|(at, _)| *at)
+        self.log.logged(needles)
     }
 
     /// Waits until [`Daemon::logged`] finds a line, up to `until`.
@@ -236,7 +220,7 @@ impl Daemon {
     }
 
     fn log_text(&self) -> String {
-        self.log.lock().unwrap().iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n")
+        self.log.text()
     }
 
     /// SIGKILL: no shutdown, no ROLLBACK; the connections just drop.

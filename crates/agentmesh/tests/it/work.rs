@@ -5,12 +5,13 @@
 //! Nothing here asserts on timing. Waits have generous deadlines and end as soon
 //! as what they wait for has happened; signals are sent with the system's `kill`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::daemon_log::DaemonLog;
+use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -119,20 +120,8 @@ impl Daemon {
             .stderr(Stdio::piped())
             .spawn()
             .expect("serve starts");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = mpsc::channel();
-        // Keeps reading stderr for the daemon's whole life, so it never blocks on a
-        // full pipe; hands over the bound address when it is printed.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                // `listening on http://ADDR (token file: PATH)`
-                if let Some(rest) = line.trim().strip_prefix("listening on ") {
-                    let url = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = tx.send(url.to_owned());
-                }
-            }
-        });
-        let url = rx.recv_timeout(DEADLINE).expect("the daemon prints the address it listens on");
+        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let url = log.address(DEADLINE);
         Daemon { dir, child, url }
     }
 
