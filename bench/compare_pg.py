@@ -12,8 +12,9 @@ One row per (case, n, system): agentmesh first, then the peers, in the order
 agentmesh printed its cases (cases only the peers have come last). On a peer's
 row, `agentmesh ÷ peer ops/s` is agentmesh's throughput over the peer's and
 `peer ÷ agentmesh p50` the peer's median over agentmesh's: above 1 agentmesh is
-ahead. Against the server's floor of the same run (`pg-floor`, whose rows show
-as system `postgres`): `p50 ÷ insert floor` is a single-client claim case's
+ahead. The floors of the same run (`pg-floor`, and `pg-throughput`'s
+`pg-task-writes-floor-*`, the loop's writes without its rules) show as system
+`postgres`. Against `pg-floor`: `p50 ÷ insert floor` is a single-client claim case's
 median over that of `pg-insert-floor` (one bare INSERT + COMMIT round trip),
 and `ops/s ÷ insert floor` a K-client case's throughput over that of
 `pg-insert-floor-K-clients` (the HTTP case has 8 clients).
@@ -33,7 +34,7 @@ def load(path, default_system):
                 except ValueError:
                     continue
                 if isinstance(r, dict) and "case" in r and "n" in r:
-                    floor = r["case"].startswith(("pg-select-floor", "pg-insert-floor", "pgbench-"))
+                    floor = r["case"].startswith(("pg-select-floor", "pg-insert-floor", "pg-task-writes-floor", "pgbench-"))
                     r.setdefault("system", "postgres" if floor else default_system)
                     rows.append(r)
     except FileNotFoundError:

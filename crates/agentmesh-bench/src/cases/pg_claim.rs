@@ -30,6 +30,12 @@
 //! `pg-http-claim-complete`: the `http` group's load (8 HTTP clients, claim then
 //! complete over keep-alive connections) against a daemon serving one `PgStore`
 //! with the default pool.
+//!
+//! `pg-task-writes-floor-*`: the server's floor for the rows the loop must write
+//! (see [`task_writes_floor`]), on the store's own schema, in the same run: one
+//! task a statement with 8 and 32 clients, and 8 tasks a statement with 1, 2
+//! and 4 clients. The 1-client batched case is the floor of any store that keeps
+//! a mesh's writes in one serial order on one connection, as this one does.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
@@ -84,6 +90,16 @@ pub fn run_throughput(h: &mut Harness) {
         }
     }
     pg::run_case(h, &format!("pg-http-claim-complete-{n}"), |h, case| http_claim_complete(h, case, n));
+    for (clients, per_statement) in [(8, 1), (32, 1), (1, 8), (2, 8), (4, 8)] {
+        let name = if per_statement == 1 {
+            format!("pg-task-writes-floor-{clients}-clients")
+        } else {
+            format!("pg-task-writes-floor-{clients}-clients-{per_statement}-per-statement")
+        };
+        pg::run_case(h, &format!("{name}-{n}"), |h, case| {
+            task_writes_floor(h, case, &name, n, clients, per_statement)
+        });
+    }
 }
 
 /// Fills the case's mesh with `n` untargeted tasks by `enqueue_batch`, then
@@ -327,6 +343,126 @@ fn finish(
         show_stats(&stats),
     );
     Ok(())
+}
+
+/// The claim of the write floor, in one statement: the first `{limit}` open pending
+/// tasks taken with `SKIP LOCKED` (no mesh lock, no gate, no decision), their
+/// rows rewritten as a claim rewrites one, and a `task_claimed` ledger entry
+/// each. `$1` mesh, `$2` session, `$3` node, `$4` now, `$5` lease expiry, `$6`
+/// the rewritten payload. Returns the tasks' ids. The limit is written out, not
+/// a parameter: with it a parameter the server plans the statement anew for
+/// every call (see the store's claim survey).
+const FLOOR_CLAIM: &str = "WITH picked AS (
+       SELECT mesh_id, id FROM mesh_queue
+        WHERE mesh_id = $1 AND status = 'pending' AND hold = 0
+          AND target_session_id IS NULL AND target_node_id IS NULL
+        ORDER BY priority_rank DESC, created_at, row_id LIMIT {limit} FOR UPDATE SKIP LOCKED),
+     taken AS (
+       UPDATE mesh_queue q SET status = 'assigned', assigned_session_id = $2, assigned_node_id = $3,
+              updated_at = $4, dispatch_ts = $4, epoch = q.epoch + 1, lease_expires_ms = $5, payload = $6
+         FROM picked WHERE q.mesh_id = picked.mesh_id AND q.id = picked.id
+       RETURNING q.id),
+     entries AS (
+       INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, payload)
+       SELECT $1, gen_random_uuid()::text, $4, 'task_claimed', $3, $2, $6 FROM taken)
+     SELECT id FROM taken";
+
+/// The completion of the write floor, in one statement: the rows of the tasks
+/// `$2` rewritten as a completion rewrites one, a `task_completed` ledger entry
+/// each, and each one's coordinator event with its inbox queue entry. `$1`
+/// mesh, `$3` session, `$4` now, `$5` the rewritten payload, `$6` the event's
+/// payload. Returns how many inbox entries it wrote.
+const FLOOR_COMPLETE: &str = "WITH done AS (
+       UPDATE mesh_queue SET status = 'completed', updated_at = $4, lease_expires_ms = NULL, payload = $5
+        WHERE mesh_id = $1 AND id = ANY($2) RETURNING id),
+     entries AS (
+       INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, session_id, payload)
+       SELECT $1, gen_random_uuid()::text, $4, 'task_completed', $3, $5 FROM done),
+     events AS (
+       INSERT INTO mesh_pending_events (id, mesh_id, event, payload, queued_at, event_id, lane)
+       SELECT gen_random_uuid()::text, $1, 'task_completed', $6, 0, gen_random_uuid()::text, ''
+         FROM done
+       RETURNING mesh_id, lane, queued_at, id, event, row_id)
+     INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, event, event_row_id)
+     SELECT mesh_id, lane, queued_at, id, event, row_id FROM events";
+
+/// `pg-task-writes-floor-K-clients[-B-per-statement]`: the rows the store's
+/// claim + complete pair writes for one task (the task row twice, two ledger
+/// entries, the event and its inbox entry), on the store's own schema and
+/// indexes, by K threads with a connection each. Each step is one autocommit
+/// statement for B tasks at a time: one round trip and one durable commit, with
+/// none of the rules (no mesh order, no gates, no decision; the server's `SKIP
+/// LOCKED` alone keeps two workers off one task). With B = 1 it is what this
+/// server allows for the writes of the store's loop done one task at a time;
+/// with B > 1, what it allows when a statement carries several tasks' writes.
+fn task_writes_floor(
+    h: &mut Harness,
+    case: &PgCase,
+    name: &str,
+    n: usize,
+    clients: usize,
+    per_statement: usize,
+) -> anyhow::Result<()> {
+    let store = case.open_store(2)?;
+    let created = fill(case, &store, &mut UuidGen::new(0xd300 + n as u32), n)?;
+    let sample = store.find_task(MESH_ID, &created[0])?.context("a filled task")?;
+    let payload = serde_json::to_string(&sample)?;
+    let event = format!("{{\"event\":\"task_completed\",\"taskId\":{:?},\"summary\":\"done\"}}", sample.id);
+    let mut conns = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        let mut client = case.client()?;
+        let claim = client.prepare(&FLOOR_CLAIM.replace("{limit}", &per_statement.to_string()))?;
+        let complete = client.prepare(FLOOR_COMPLETE)?;
+        conns.push((client, claim, complete));
+    }
+    let start = Barrier::new(clients + 1);
+    let (runs, wall) = std::thread::scope(|s| {
+        let workers: Vec<_> = conns
+            .into_iter()
+            .enumerate()
+            .map(|(k, (mut client, claim, complete))| {
+                let (start, payload, event) = (&start, &payload, &event);
+                s.spawn(move || -> anyhow::Result<WorkerRun> {
+                    let (session, node) = (format!("session-{k}"), format!("node-{k}"));
+                    let (now, lease) = ("2026-01-01T00:00:00.000Z", 1_800_000_000_000i64);
+                    let mut run = WorkerRun::default();
+                    start.wait();
+                    loop {
+                        let began = Instant::now();
+                        let ids: Vec<String> = client
+                            .query(&claim, &[&MESH_ID, &session, &node, &now, &lease, payload])?
+                            .iter()
+                            .map(|row| row.get(0))
+                            .collect();
+                        if ids.is_empty() {
+                            return Ok(run);
+                        }
+                        let done =
+                            client.execute(&complete, &[&MESH_ID, &ids, &session, &now, payload, event])?;
+                        anyhow::ensure!(
+                            done == ids.len() as u64,
+                            "{} tasks completed with {done} events",
+                            ids.len()
+                        );
+                        let took = began.elapsed();
+                        run.pairs.extend(std::iter::repeat_n(took, ids.len()));
+                        run.completed.extend(ids);
+                    }
+                })
+            })
+            .collect();
+        start.wait();
+        let began = Instant::now();
+        let runs = workers
+            .into_iter()
+            .map(|w| w.join().expect("a floor thread panicked"))
+            .collect::<anyhow::Result<Vec<_>>>();
+        (runs, began.elapsed())
+    });
+    let what = format!(
+        "{clients} threads, a connection each, {per_statement} task(s) a statement: the store's writes without its rules"
+    );
+    finish(h, case, &store, name, n, runs?, wall, &what)
 }
 
 fn http_claim_complete(h: &mut Harness, case: &PgCase, n: usize) -> anyhow::Result<()> {
