@@ -7,12 +7,17 @@
 //! and the daemon is restarted, writes succeed again and `/readyz` is 200, and
 //! every write acknowledged before the disk filled is there, and none refused.
 //!
-//! The test mounts a tmpfs, which needs root (CI runs as root) or a private mount
+//! The PostgreSQL twin puts the installation's tables in a tablespace on such a
+//! tmpfs, so the database server's disk fills: writes are refused the same way,
+//! and once space is freed the same daemon writes again, with nothing
+//! acknowledged lost.
+//!
+//! The tests mount a tmpfs, which needs root (CI runs as root) or a private mount
 //! namespace (`unshare --user --map-root-user --mount`); without either it fails
 //! saying so. The mount is undone when the test ends, however it ends.
 
 use crate::daemon_log::DaemonLog;
-use crate::mcp_support;
+use crate::{mcp_support, postgres_support};
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -81,7 +86,13 @@ struct Daemon {
 
 impl Daemon {
     fn start(data_dir: &Path) -> Daemon {
+        Daemon::start_with(&[], data_dir)
+    }
+
+    /// The daemon with `globals` (such as `--database-url URL`) before `serve`.
+    fn start_with(globals: &[&str], data_dir: &Path) -> Daemon {
         let mut child = agentmesh()
+            .args(globals)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .stdin(Stdio::null())
@@ -119,6 +130,24 @@ impl Daemon {
             .send()
             .expect("the daemon answers");
         (response.status(), response.json().expect("a JSON body"))
+    }
+
+    /// The ids of the mesh's tasks, sorted.
+    fn task_ids(&self, http: &Client) -> Vec<String> {
+        let listed = http
+            .get(format!("{}/v1/meshes/default/tasks", self.url))
+            .bearer_auth(&self.token)
+            .send()
+            .and_then(|r| r.json::<Value>())
+            .expect("the tasks are listed");
+        let mut ids: Vec<String> = listed
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|t| t["id"].as_str().map(str::to_owned))
+            .collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// GETs an unauthenticated path; the status and the JSON body.
@@ -262,17 +291,132 @@ fn a_full_disk_refuses_writes_as_storage_full_and_a_few_freed_mb_let_a_restarted
     assert_eq!(daemon.probe(&http, "/readyz"), (StatusCode::OK, json!({ "status": "ready" })));
 
     // Every acknowledged write is there; no refused one left anything.
-    let listed = http
-        .get(format!("{}/v1/meshes/default/tasks", daemon.url))
-        .bearer_auth(&daemon.token)
-        .send()
-        .and_then(|r| r.json::<Value>())
-        .expect("the tasks are listed");
-    let mut ids: Vec<&str> =
-        listed.as_array().expect("a list").iter().filter_map(|t| t["id"].as_str()).collect();
-    ids.sort_unstable();
-    let mut expected: Vec<&str> = acknowledged.iter().map(String::as_str).collect();
-    expected.sort_unstable();
-    assert_eq!(ids, expected, "exactly the acknowledged writes (refused first: {refused})");
+    acknowledged.sort_unstable();
+    assert_eq!(
+        daemon.task_ids(&http),
+        acknowledged,
+        "exactly the acknowledged writes (refused first: {refused})"
+    );
+    daemon.stop();
+}
+
+/// A PostgreSQL tablespace on a directory of the tmpfs, dropped when the guard
+/// drops (after the schema whose tables it holds, which is declared later).
+struct Tablespace(String);
+
+impl Tablespace {
+    /// Creates it on `dir`, which the server's user gets to own.
+    fn create(dir: &Path) -> Tablespace {
+        std::fs::create_dir(dir).expect("the tablespace dir");
+        let chown =
+            Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status().expect("chown runs");
+        assert!(chown.success(), "the server's user (postgres) owns {}", dir.display());
+        let name = format!("am_full_{}", std::process::id());
+        let mut client = postgres::Client::connect(&postgres_support::database_url(), postgres::NoTls)
+            .expect("a connection to the test server");
+        client
+            .batch_execute(&format!("CREATE TABLESPACE {name} LOCATION '{}'", dir.display()))
+            .expect("a tablespace on the tmpfs (the test server's user must be a superuser)");
+        Tablespace(name)
+    }
+}
+
+impl Drop for Tablespace {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&postgres_support::database_url(), postgres::NoTls)
+        {
+            let _ = client.batch_execute(&format!("DROP TABLESPACE IF EXISTS {}", self.0));
+        }
+    }
+}
+
+/// The PostgreSQL twin: the installation's tables live in a tablespace on the
+/// small tmpfs (its WAL stays on the server's own disk), so the database server's
+/// disk is what fills up. Writes are refused as `storage_full` on HTTP and the
+/// CLI while `/healthz` stays 200, and once space is freed the same daemon writes
+/// again with no restart: the server, not the daemon, held the fault. Every
+/// acknowledged write is there, and no refused one.
+#[test]
+fn a_full_database_disk_on_postgresql_refuses_writes_as_storage_full_and_freed_space_lets_the_same_daemon_write_again()
+ {
+    let fs = Tmpfs::mount(FS_BYTES);
+    // The server's processes reach the tablespace through the mount's root.
+    let opened = Command::new("chmod").arg("755").arg(fs.path()).status().expect("chmod runs");
+    assert!(opened.success());
+    let filler: PathBuf = fs.path().join("filler");
+    fill_file(&filler, FILLER_BYTES);
+    let tablespace = Tablespace::create(&fs.path().join("tablespace"));
+    let schema = postgres_support::Schema::fresh("am_disk_full");
+    // Every table of the installation is made in the tablespace.
+    let url =
+        format!("{}?options=-c%20default_tablespace%3D{}", postgres_support::database_url(), tablespace.0);
+    let globals = ["--database-url", url.as_str(), "--database-schema", schema.0.as_str()];
+    let data_dir = tempfile::tempdir().expect("a data dir");
+    let http = Client::builder().timeout(DEADLINE).build().expect("an HTTP client");
+
+    let daemon = Daemon::start_with(&globals, data_dir.path());
+    let mut client = postgres::Client::connect(&postgres_support::database_url(), postgres::NoTls)
+        .expect("a connection to the test server");
+    let elsewhere: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablespace IS DISTINCT FROM $2",
+            &[&schema.0, &tablespace.0],
+        )
+        .expect("the installation's tables")
+        .get(0);
+    assert_eq!(elsewhere, 0, "every table of the installation is in the tablespace on the tmpfs");
+    // The server compresses a long value that repeats itself, so each message
+    // differs throughout.
+    let big = |seed: usize| -> String {
+        let mut x = seed as u64 ^ 0x9e37_79b9_7f4a_7c15;
+        (0..FILL_MESSAGE_BYTES)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'!' + (x % 94) as u8)
+            })
+            .collect()
+    };
+    let mut acknowledged = Vec::new();
+    let refused = loop {
+        let id = format!("fill-{}", acknowledged.len());
+        let (status, body) = daemon.add(&http, &id, &big(acknowledged.len()));
+        if status == StatusCode::CREATED {
+            acknowledged.push(id);
+            assert!(acknowledged.len() < 2_000, "the disk never filled up");
+            continue;
+        }
+        assert_storage_full(status, &body);
+        break id;
+    };
+    assert!(acknowledged.len() > 50, "the disk filled only after {} writes", acknowledged.len());
+
+    let (status, body) = daemon.add(&http, "http-refused", &big(usize::MAX));
+    assert_storage_full(status, &body);
+    assert_eq!(daemon.probe(&http, "/healthz"), (StatusCode::OK, json!({ "status": "ok" })));
+    let data = data_dir.path().to_str().expect("a UTF-8 path");
+    let mut local = globals.to_vec();
+    let message = big(usize::MAX - 1);
+    local.extend(["--data-dir", data, "--json", "task", "add", &message, "--id", "cli-refused"]);
+    let (code, doc, stderr) = run(&local);
+    assert_eq!((code, &doc["error"]["code"]), (1, &json!("storage_full")), "{doc} {stderr}");
+
+    // A few MB are freed: the same daemon writes again.
+    let file = std::fs::OpenOptions::new().write(true).open(&filler).expect("the filler opens");
+    file.set_len(FILLER_BYTES - FREED_BYTES).expect("part of the filler is deleted");
+    drop(file);
+    for i in 0..20 {
+        let id = format!("after-{i}");
+        let (status, body) = daemon.add(&http, &id, "a task after space was freed");
+        assert_eq!(status, StatusCode::CREATED, "write {i} after freeing {FREED_BYTES} bytes: {body}");
+        acknowledged.push(id);
+    }
+    acknowledged.sort_unstable();
+    assert_eq!(
+        daemon.task_ids(&http),
+        acknowledged,
+        "exactly the acknowledged writes (refused first: {refused})"
+    );
     daemon.stop();
 }
