@@ -362,7 +362,9 @@ whose id the target keeps for another mesh (a SQLite file keeps task and mission
 unique across its meshes) is not copied: it is counted and named as a conflict.
 Nothing is written to the source beyond what opening it with this agentmesh does (a
 schema upgrade, importing legacy queue files). Stop the daemons writing to the source
-first, or run the command again after them.
+first: a later run copies the records added since, but a record already copied keeps
+the state it was copied in (a task completed in the source afterwards stays pending in
+the target).
 
 Progress goes to stderr, per mesh and kind of record; the counts go to stdout when it
 ends (one JSON document with --json). --data-dir, --database-url and --mesh are not
