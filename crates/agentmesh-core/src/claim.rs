@@ -8,6 +8,8 @@
 
 use std::fmt;
 
+pub mod walk;
+
 use crate::{TaskMode, Timestamp, daemon_id, tags};
 
 /// The worker session asking for work.

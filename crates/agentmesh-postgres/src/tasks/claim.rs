@@ -1,11 +1,12 @@
-//! Claims: the claim streams (partial-index walks in claim order), the survey
-//! that precedes them, and the diagnosis of a refusal.
+//! Claims: the claim streams (partial-index walks in claim order) and the
+//! survey that precedes them, for the core's claim walk
+//! ([`agentmesh_core::claim::walk`]).
 
 use std::sync::LazyLock;
 
-use agentmesh_core::claim::check_gates;
+use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
-use agentmesh_core::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TaskMode, Timestamp, daemon_id};
+use agentmesh_core::{ClaimRefusal, Claimant, NodeLoad, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{ClaimOptions, ClaimOutcome};
 use postgres::Row;
@@ -13,11 +14,8 @@ use postgres::types::ToSql;
 
 use super::persist::persist;
 use super::rows::{Loaded, corrupt, decode};
-use crate::Res;
 use crate::db::Db;
-
-/// How many candidates a refusal diagnosis looks at per stream.
-const DIAGNOSIS_LIMIT: usize = 256;
+use crate::{Fail, Res};
 
 /// How many candidates the first fetch of a stream reads: the first candidate
 /// usually wins, and each row read carries its payload.
@@ -25,42 +23,6 @@ const FIRST_PAGE: usize = 4;
 
 /// How many candidates each later fetch of a stream reads.
 const PAGE: usize = 64;
-
-/// The candidate columns a claim reads, without the payload.
-struct Candidate {
-    id: String,
-    required_tags: Vec<String>,
-    not_before_ms: Option<i64>,
-    task_mode: Option<TaskMode>,
-    readonly: bool,
-    target_node_id: Option<String>,
-    target_session_id: Option<String>,
-}
-
-impl Candidate {
-    fn facts(&self, hold: i64) -> CandidateFacts<'_> {
-        CandidateFacts {
-            required_tags: &self.required_tags,
-            dependencies_met: hold != 1,
-            not_before_ms: self.not_before_ms,
-            parked: hold == 2,
-            task_mode: self.task_mode,
-            readonly: self.readonly,
-            target_node_id: self.target_node_id.as_deref(),
-            target_session_id: self.target_session_id.as_deref(),
-        }
-    }
-}
-
-/// One ordered stream of candidates: a claim tier at one hold value.
-#[derive(Clone, Copy)]
-enum Tier {
-    Session,
-    Node,
-    Open,
-}
-
-const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
 
 /// The SQL of one stream: `$1` mesh, `$2` hold, `$3`..`$5` the claim-order key
 /// (priority rank, created_at, row_id) the page starts after, `$6` the page
@@ -117,41 +79,21 @@ fn stream_index(tier: Tier, readonly_only: bool) -> usize {
     t + usize::from(readonly_only)
 }
 
-/// What every stream of one claim shares.
-struct ClaimScope<'a> {
-    mesh_id: &'a str,
-    claimant: &'a Claimant,
-    /// The claimant's node in every id form.
-    forms: &'a [String],
-}
-
-/// What a stream's visitor says of a candidate.
-enum Visit {
-    /// Go on to the next candidate.
-    Next,
-    /// Stop the walk.
-    Stop,
-    /// Stop the walk and load this candidate.
-    Take,
-}
-
 /// The candidate in `row`, whose stream columns start at `base`.
 fn candidate(row: &Row, base: usize) -> Res<Candidate> {
     let id: String = row.get(base);
-    let tags: Option<String> = row.get(base + 1);
-    let mode: Option<String> = row.get(base + 3);
-    Ok(Candidate {
-        required_tags: match tags {
-            Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(&id, e))?,
-            None => Vec::new(),
-        },
-        not_before_ms: row.get(base + 2),
-        task_mode: mode.and_then(|m| m.parse().ok()),
-        readonly: row.get::<_, i64>(base + 4) != 0,
-        target_node_id: row.get(base + 5),
-        target_session_id: row.get(base + 6),
-        id,
-    })
+    let tags: Option<&str> = row.get(base + 1);
+    let mode: Option<&str> = row.get(base + 3);
+    Candidate::from_columns(
+        id.clone(),
+        tags,
+        row.get(base + 2),
+        mode,
+        row.get::<_, i64>(base + 4) != 0,
+        row.get(base + 5),
+        row.get(base + 6),
+    )
+    .map_err(|e| corrupt(&id, e))
 }
 
 /// A page of a stream read ahead, by the survey: its rows, whose stream
@@ -161,75 +103,79 @@ struct Page {
     base: usize,
 }
 
-/// Walks one stream in claim order, a page at a time, calling `visit` until it
-/// stops the walk or `limit` rows were seen. Returns the candidate `visit` took,
-/// loaded from the row the walk already read (its payload is the only one decoded).
-/// `first`, when given, is the stream's first page, already read.
-fn scan(
-    db: &Db<'_>,
-    scope: &ClaimScope<'_>,
-    (tier, hold, readonly_only): (Tier, i64, bool),
-    limit: usize,
-    mut first: Option<Page>,
-    mut visit: impl FnMut(&Candidate) -> Visit,
-) -> Res<Option<Loaded>> {
-    let sql = &STREAMS[stream_index(tier, readonly_only)];
-    // The key before every row: ranks are small, so every row comes after i64::MAX.
-    let mut after: (i64, String, i64) = (i64::MAX, String::new(), 0);
-    let mut seen = 0;
-    while seen < limit {
-        let want = if seen == 0 { FIRST_PAGE } else { PAGE }.min(limit - seen);
-        let Page { rows, base } = match first.take() {
-            Some(page) => page,
-            None => {
-                let page = i64::try_from(want).unwrap_or(i64::MAX);
-                let mut params: Vec<&(dyn ToSql + Sync)> =
-                    vec![&scope.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
-                match tier {
-                    Tier::Session => params.push(&scope.claimant.session_id),
-                    Tier::Node => params.push(&scope.forms),
-                    Tier::Open => {}
-                }
-                Page { rows: db.query(sql, &params)?, base: 0 }
-            }
-        };
-        for row in &rows {
-            let candidate = candidate(row, base)?;
-            seen += 1;
-            match visit(&candidate) {
-                Visit::Take => {
-                    let task = decode(&candidate.id, row.get(base + 8))?;
-                    return Ok(Some(Loaded {
-                        task,
-                        deps_unmet: row.get(base + 9),
-                        row_id: row.get(base + 7),
-                        dependents: None,
-                    }));
-                }
-                Visit::Stop => return Ok(None),
-                Visit::Next => {}
-            }
-        }
-        match rows.last() {
-            Some(last) if rows.len() == want => {
-                after = (last.get(base + 10), last.get(base + 11), last.get(base + 7))
-            }
-            _ => break,
-        }
-    }
-    Ok(None)
+/// The claim streams of one claim, in the caller's transaction, with the
+/// survey's read-ahead of the open stream.
+struct Streams<'a, 'c> {
+    db: &'a Db<'c>,
+    mesh_id: &'a str,
+    claimant: &'a Claimant,
+    /// The claimant's node in every id form.
+    forms: &'a [String],
+    /// The open stream's first page at hold 0, when the survey read it.
+    open_page: Option<Page>,
 }
 
-/// What a claim learns before it walks any candidates, in one statement.
-struct Survey {
-    /// The session holds an assigned task (the claim's first gate).
-    session_assigned: bool,
-    /// Some assigned task runs on the claimant's node (any id form).
-    node_busy: bool,
-    /// The session-pinned and node-pinned streams hold a candidate at hold 0:
-    /// a stream without one is not walked.
-    session_pinned: bool,
-    node_pinned: bool,
+impl walk::Streams for Streams<'_, '_> {
+    type Taken = Loaded;
+    type Error = Fail;
+
+    /// Reads the stream a page at a time ([`FIRST_PAGE`], then [`PAGE`]), the
+    /// open stream's first page from the survey when it read it; only the taken
+    /// candidate's payload is decoded, from the row the walk already read.
+    fn scan(
+        &mut self,
+        Stream { tier, hold, readonly_only }: Stream,
+        limit: usize,
+        visit: &mut dyn FnMut(&Candidate) -> Visit,
+    ) -> Res<Option<Loaded>> {
+        let sql = &STREAMS[stream_index(tier, readonly_only)];
+        let mut first =
+            if tier == Tier::Open && hold == 0 && !readonly_only { self.open_page.take() } else { None };
+        // The key before every row: ranks are small, so every row comes after i64::MAX.
+        let mut after: (i64, String, i64) = (i64::MAX, String::new(), 0);
+        let mut seen = 0;
+        while seen < limit {
+            let want = if seen == 0 { FIRST_PAGE } else { PAGE }.min(limit - seen);
+            let Page { rows, base } = match first.take() {
+                Some(page) => page,
+                None => {
+                    let page = i64::try_from(want).unwrap_or(i64::MAX);
+                    let mut params: Vec<&(dyn ToSql + Sync)> =
+                        vec![&self.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
+                    match tier {
+                        Tier::Session => params.push(&self.claimant.session_id),
+                        Tier::Node => params.push(&self.forms),
+                        Tier::Open => {}
+                    }
+                    Page { rows: self.db.query(sql, &params)?, base: 0 }
+                }
+            };
+            for row in &rows {
+                let candidate = candidate(row, base)?;
+                seen += 1;
+                match visit(&candidate) {
+                    Visit::Take => {
+                        let task = decode(&candidate.id, row.get(base + 8))?;
+                        return Ok(Some(Loaded {
+                            task,
+                            deps_unmet: row.get(base + 9),
+                            row_id: row.get(base + 7),
+                            dependents: None,
+                        }));
+                    }
+                    Visit::Stop => return Ok(None),
+                    Visit::Next => {}
+                }
+            }
+            match rows.last() {
+                Some(last) if rows.len() == want => {
+                    after = (last.get(base + 10), last.get(base + 11), last.get(base + 7))
+                }
+                _ => break,
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// `$1` mesh, `$2` session, `$3` the node's id forms. One
@@ -265,12 +211,17 @@ static SURVEY: LazyLock<String> = LazyLock::new(|| {
 /// Where the open stream's columns start in a [`SURVEY`] row.
 const SURVEY_OPEN_BASE: usize = 4;
 
-fn survey(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<(Survey, Option<Page>)> {
+fn survey(
+    db: &Db<'_>,
+    mesh_id: &str,
+    claimant: &Claimant,
+    forms: &[String],
+) -> Res<(walk::Survey, Option<Page>)> {
     let mut rows = db.query(&SURVEY, &[&mesh_id, &claimant.session_id, &forms])?;
     let Some(first) = rows.first() else {
         return Err(crate::db::corrupt("the claim survey", "returned no row"));
     };
-    let survey = Survey {
+    let survey = walk::Survey {
         session_assigned: first.get(0),
         node_busy: first.get(1),
         session_pinned: first.get(2),
@@ -301,13 +252,9 @@ fn cap_reached(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]
 }
 
 /// Claims the next task for `claimant` in the caller's transaction, which holds
-/// the mesh's lock.
-///
-/// Candidates come tier by tier (session-pinned, node-pinned, open), each in
-/// priority then age order, from the claim indexes and only among tasks whose
-/// hold is 0. The first candidate that passes every gate wins; only its payload
-/// is decoded. When none passes, a bounded look at the other candidates names
-/// the reason of the one that got furthest.
+/// the mesh's lock: the survey (which reads the open stream's first page too),
+/// the node's load, then the core's walk over the streams; the winner's claim
+/// is decided by the core and persisted, or the walk's refusal returned.
 pub(crate) fn claim(
     db: &Db<'_>,
     mesh_id: &str,
@@ -317,90 +264,20 @@ pub(crate) fn claim(
 ) -> Res<ClaimOutcome> {
     decide::check_claimant(claimant)?;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
-    let (survey, mut open_page) = survey(db, mesh_id, claimant, &forms)?;
+    let (survey, open_page) = survey(db, mesh_id, claimant, &forms)?;
     if survey.session_assigned {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
     }
     let load =
         NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(db, mesh_id, claimant, &forms)? };
-    let scope = ClaimScope { mesh_id, claimant, forms: &forms };
-
-    let mut best: Option<ClaimRefusal> = None;
-    let mut winner: Option<Loaded> = None;
-    if !load.cap_reached {
-        for tier in TIERS {
-            let empty = match tier {
-                Tier::Session => !survey.session_pinned,
-                Tier::Node => !survey.node_pinned,
-                Tier::Open => false,
-            };
-            if empty {
-                continue;
-            }
-            let first = if matches!(tier, Tier::Open) { open_page.take() } else { None };
-            winner = scan(db, &scope, (tier, 0, load.node_busy), usize::MAX, first, |c| {
-                // The streams select only this claimant's rows; gate 6 still
-                // checks every pin exactly.
-                match check_gates(&c.facts(0), claimant, load, now) {
-                    Ok(()) => Visit::Take,
-                    Err(reason) => {
-                        best = Some(ClaimRefusal::furthest(best, reason));
-                        Visit::Next
-                    }
-                }
-            })?;
-            if winner.is_some() {
-                break;
-            }
+    let mut streams = Streams { db, mesh_id, claimant, forms: &forms, open_page };
+    match walk::walk(&mut streams, &survey, claimant, load, now)? {
+        Walked::Take(before) => {
+            let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
+            Ok(ClaimOutcome::Claimed(persist(db, &before, decision, now)?))
         }
+        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),
     }
-    if let Some(before) = winner {
-        let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
-        return Ok(ClaimOutcome::Claimed(persist(db, &before, decision, now)?));
-    }
-    Ok(ClaimOutcome::Refused(diagnose(db, &scope, load, now, best)?))
-}
-
-/// Names the refusal when no candidate passed: the reason of the candidate that got
-/// furthest through the gates, looking at up to [`DIAGNOSIS_LIMIT`] candidates of
-/// each stream the winner scan did not fully cover, deepest possible first.
-fn diagnose(
-    db: &Db<'_>,
-    scope: &ClaimScope<'_>,
-    load: NodeLoad,
-    now: Timestamp,
-    mut best: Option<ClaimRefusal>,
-) -> Res<ClaimRefusal> {
-    let depth = |b: &Option<ClaimRefusal>| b.map_or(0, |r| r.depth());
-    // Streams by hold, with the deepest gate a candidate in them can reach.
-    let ready_max = if load.cap_reached {
-        ClaimRefusal::ParallelCapReached.depth()
-    } else {
-        ClaimRefusal::NodeBusyWithActiveAssignment.depth()
-    };
-    let ready_covered = !load.cap_reached && !load.node_busy;
-    let streams = [
-        (0, ready_max, ready_covered),
-        (2, ClaimRefusal::TaskParked.depth(), false),
-        (1, ClaimRefusal::DependenciesUnsatisfied.depth(), false),
-    ];
-    for (hold, max_depth, covered) in streams {
-        if covered || depth(&best) >= max_depth {
-            continue;
-        }
-        for tier in TIERS {
-            scan(db, scope, (tier, hold, false), DIAGNOSIS_LIMIT, None, |c| {
-                if let Err(reason) = check_gates(&c.facts(hold), scope.claimant, load, now) {
-                    best = Some(ClaimRefusal::furthest(best, reason));
-                }
-                if depth(&best) >= max_depth { Visit::Stop } else { Visit::Next }
-            })?;
-            if depth(&best) >= max_depth {
-                break;
-            }
-        }
-    }
-    Ok(best.unwrap_or(ClaimRefusal::NoPendingCandidates))
 }
 
 #[cfg(test)]
@@ -411,7 +288,7 @@ mod tests {
     /// its partial claim index, so the planner can walk that index.
     #[test]
     fn streams_state_their_claim_index_conditions() {
-        for tier in TIERS {
+        for tier in walk::TIERS {
             for readonly_only in [false, true] {
                 let sql = &STREAMS[stream_index(tier, readonly_only)];
                 assert!(sql.contains("mesh_id = $1 AND status = 'pending'"), "{sql}");

@@ -1,9 +1,9 @@
-//! Claims: the claim streams (index walks in claim order), the survey that
-//! precedes them, and the diagnosis of a refusal.
+//! Claims: the claim streams (index walks in claim order) and the survey that
+//! precedes them, for the core's claim walk ([`agentmesh_core::claim::walk`]).
 
-use agentmesh_core::claim::check_gates;
+use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
-use agentmesh_core::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TaskMode, Timestamp, daemon_id};
+use agentmesh_core::{Claimant, NodeLoad, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
 use rusqlite::types::Value;
@@ -12,46 +12,6 @@ use rusqlite::{Connection, params_from_iter};
 use super::persist::persist;
 use super::rows::{Loaded, corrupt, decode};
 use crate::{Fail, Res};
-
-/// How many candidates a refusal diagnosis looks at per stream.
-const DIAGNOSIS_LIMIT: usize = 256;
-
-/// The candidate columns a claim reads, without the payload.
-struct Candidate {
-    id: String,
-    rowid: i64,
-    required_tags: Vec<String>,
-    not_before_ms: Option<i64>,
-    task_mode: Option<TaskMode>,
-    readonly: bool,
-    target_node_id: Option<String>,
-    target_session_id: Option<String>,
-}
-
-impl Candidate {
-    fn facts(&self, hold: i64) -> CandidateFacts<'_> {
-        CandidateFacts {
-            required_tags: &self.required_tags,
-            dependencies_met: hold != 1,
-            not_before_ms: self.not_before_ms,
-            parked: hold == 2,
-            task_mode: self.task_mode,
-            readonly: self.readonly,
-            target_node_id: self.target_node_id.as_deref(),
-            target_session_id: self.target_session_id.as_deref(),
-        }
-    }
-}
-
-/// One ordered stream of candidates: a claim tier at one hold value.
-#[derive(Clone, Copy)]
-enum Tier {
-    Session,
-    Node,
-    Open,
-}
-
-const TIERS: [Tier; 3] = [Tier::Session, Tier::Node, Tier::Open];
 
 /// The SQL of one stream.
 ///
@@ -82,91 +42,70 @@ fn stream_sql(tier: Tier, hold: i64, readonly_only: bool, forms: usize) -> Strin
     sql
 }
 
-/// What every stream of one claim shares.
-struct ClaimScope<'a> {
+/// The claim streams of one claim, on the caller's connection.
+struct Streams<'a> {
+    conn: &'a Connection,
     mesh_id: &'a str,
     claimant: &'a Claimant,
     /// The claimant's node in every id form.
     forms: &'a [String],
 }
 
-/// What a stream's visitor says of a candidate.
-enum Visit {
-    /// Go on to the next candidate.
-    Next,
-    /// Stop the walk.
-    Stop,
-    /// Stop the walk and load this candidate.
-    Take,
-}
+impl walk::Streams for Streams<'_> {
+    type Taken = Loaded;
+    type Error = Fail;
 
-/// Walks one stream in claim order, calling `visit` until it stops the walk or
-/// `limit` rows were seen. Returns the candidate `visit` took, loaded from the row
-/// the walk already read (its payload is the only one decoded).
-fn scan(
-    conn: &Connection,
-    scope: &ClaimScope<'_>,
-    (tier, hold, readonly_only): (Tier, i64, bool),
-    limit: usize,
-    mut visit: impl FnMut(&Candidate) -> Visit,
-) -> Res<Option<Loaded>> {
-    let sql = stream_sql(tier, hold, readonly_only, scope.forms.len());
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let mut args: Vec<Value> = vec![Value::Text(scope.mesh_id.to_owned())];
-    match tier {
-        Tier::Session => args.push(Value::Text(scope.claimant.session_id.clone())),
-        Tier::Node => args.extend(scope.forms.iter().map(|f| Value::Text(f.clone()))),
-        Tier::Open => {}
-    }
-    let mut rows = stmt.query(params_from_iter(args.iter()))?;
-    let mut seen = 0;
-    while let Some(row) = rows.next()? {
-        let id: String = row.get(0)?;
-        let tags: Option<String> = row.get(1)?;
-        let mode: Option<String> = row.get(3)?;
-        let candidate = Candidate {
-            required_tags: match tags {
-                Some(t) => serde_json::from_str(&t).map_err(|e| corrupt(&id, e))?,
-                None => Vec::new(),
-            },
-            not_before_ms: row.get(2)?,
-            task_mode: mode.and_then(|m| m.parse().ok()),
-            readonly: row.get(4)?,
-            target_node_id: row.get(5)?,
-            target_session_id: row.get(6)?,
-            rowid: row.get(7)?,
-            id,
-        };
-        seen += 1;
-        match visit(&candidate) {
-            Visit::Take => {
-                let payload: String = row.get(8)?;
-                let task = decode(&candidate.id, &payload)?;
-                return Ok(Some(Loaded { task, deps_unmet: row.get(9)?, rowid: candidate.rowid }));
-            }
-            Visit::Stop => break,
-            Visit::Next if seen >= limit => break,
-            Visit::Next => {}
+    /// Reads the stream in one query; only the taken candidate's payload is
+    /// decoded, from the row the walk already read.
+    fn scan(
+        &mut self,
+        Stream { tier, hold, readonly_only }: Stream,
+        limit: usize,
+        visit: &mut dyn FnMut(&Candidate) -> Visit,
+    ) -> Res<Option<Loaded>> {
+        let sql = stream_sql(tier, hold, readonly_only, self.forms.len());
+        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let mut args: Vec<Value> = vec![Value::Text(self.mesh_id.to_owned())];
+        match tier {
+            Tier::Session => args.push(Value::Text(self.claimant.session_id.clone())),
+            Tier::Node => args.extend(self.forms.iter().map(|f| Value::Text(f.clone()))),
+            Tier::Open => {}
         }
+        let mut rows = stmt.query(params_from_iter(args.iter()))?;
+        let mut seen = 0;
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(0)?;
+            let tags: Option<String> = row.get(1)?;
+            let mode: Option<String> = row.get(3)?;
+            let candidate = Candidate::from_columns(
+                id.clone(),
+                tags.as_deref(),
+                row.get(2)?,
+                mode.as_deref(),
+                row.get(4)?,
+                row.get(5)?,
+                row.get(6)?,
+            )
+            .map_err(|e| corrupt(&id, e))?;
+            seen += 1;
+            match visit(&candidate) {
+                Visit::Take => {
+                    let payload: String = row.get(8)?;
+                    let task = decode(&id, &payload)?;
+                    return Ok(Some(Loaded { task, deps_unmet: row.get(9)?, rowid: row.get(7)? }));
+                }
+                Visit::Stop => break,
+                Visit::Next if seen >= limit => break,
+                Visit::Next => {}
+            }
+        }
+        Ok(None)
     }
-    Ok(None)
 }
 
 /// `+?start, +?start+1, ...`: parameters for an `IN` list (see [`stream_sql`] for the `+`).
 fn in_list(start: usize, n: usize) -> String {
     (0..n).map(|i| format!("+?{}", start + i)).collect::<Vec<_>>().join(", ")
-}
-
-/// What a claim learns before it walks any candidates, in one statement.
-struct Survey {
-    /// The session holds an assigned task (the claim's first gate).
-    session_assigned: bool,
-    /// Some assigned task runs on the claimant's node (any id form).
-    node_busy: bool,
-    /// The session-pinned and node-pinned streams hold a candidate at hold 0:
-    /// a stream without one is not walked.
-    session_pinned: bool,
-    node_pinned: bool,
 }
 
 /// The SQL of [`survey`] for a node with `forms` id forms: `?1` mesh, `?2`
@@ -187,7 +126,7 @@ fn survey_sql(forms: usize) -> String {
     )
 }
 
-fn survey(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<Survey> {
+fn survey(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<walk::Survey> {
     let mut stmt = conn.prepare_cached(&survey_sql(forms.len()))?;
     stmt.raw_bind_parameter(1, mesh_id)?;
     stmt.raw_bind_parameter(2, &claimant.session_id)?;
@@ -197,7 +136,7 @@ fn survey(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String
     let mut rows = stmt.raw_query();
     let row =
         rows.next()?.ok_or_else(|| Fail(StoreError::Backend("the claim survey returned no row".into())))?;
-    Ok(Survey {
+    Ok(walk::Survey {
         session_assigned: row.get(0)?,
         node_busy: row.get(1)?,
         session_pinned: row.get(2)?,
@@ -228,13 +167,9 @@ fn cap_reached(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[S
     Ok(active >= i64::from(max))
 }
 
-/// Claims the next task for `claimant` in one transaction.
-///
-/// Candidates come tier by tier (session-pinned, node-pinned, open), each in
-/// priority then age order, straight from the claim indexes and only among tasks
-/// whose hold is 0. The first candidate that passes every gate wins; only its
-/// payload is decoded. When none passes, a bounded look at the other candidates
-/// names the reason of the one that got furthest.
+/// Claims the next task for `claimant` in one transaction: the survey, the
+/// node's load, then the core's walk over the streams; the winner's claim is
+/// decided by the core and persisted, or the walk's refusal returned.
 pub(crate) fn claim(
     conn: &Connection,
     mesh_id: &str,
@@ -246,87 +181,18 @@ pub(crate) fn claim(
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
     let survey = survey(conn, mesh_id, claimant, &forms)?;
     if survey.session_assigned {
-        return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
+        return Ok(ClaimOutcome::Refused(agentmesh_core::ClaimRefusal::SessionAlreadyAssigned));
     }
     let load =
         NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(conn, mesh_id, claimant, &forms)? };
-    let scope = ClaimScope { mesh_id, claimant, forms: &forms };
-
-    let mut best: Option<ClaimRefusal> = None;
-    let mut winner: Option<Loaded> = None;
-    if !load.cap_reached {
-        for tier in TIERS {
-            let empty = match tier {
-                Tier::Session => !survey.session_pinned,
-                Tier::Node => !survey.node_pinned,
-                Tier::Open => false,
-            };
-            if empty {
-                continue;
-            }
-            winner = scan(conn, &scope, (tier, 0, load.node_busy), usize::MAX, |c| {
-                // The tier queries select only this claimant's rows; gate 6 still
-                // checks every pin exactly.
-                match check_gates(&c.facts(0), claimant, load, now) {
-                    Ok(()) => Visit::Take,
-                    Err(reason) => {
-                        best = Some(ClaimRefusal::furthest(best, reason));
-                        Visit::Next
-                    }
-                }
-            })?;
-            if winner.is_some() {
-                break;
-            }
+    let mut streams = Streams { conn, mesh_id, claimant, forms: &forms };
+    match walk::walk(&mut streams, &survey, claimant, load, now)? {
+        Walked::Take(before) => {
+            let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
+            Ok(ClaimOutcome::Claimed(persist(conn, &before, decision, now)?))
         }
+        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),
     }
-    if let Some(before) = winner {
-        let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
-        return Ok(ClaimOutcome::Claimed(persist(conn, &before, decision, now)?));
-    }
-    Ok(ClaimOutcome::Refused(diagnose(conn, &scope, load, now, best)?))
-}
-
-/// Names the refusal when no candidate passed: the reason of the candidate that got
-/// furthest through the gates, looking at up to [`DIAGNOSIS_LIMIT`] candidates of
-/// each stream the winner scan did not fully cover, deepest possible first.
-fn diagnose(
-    conn: &Connection,
-    scope: &ClaimScope<'_>,
-    load: NodeLoad,
-    now: Timestamp,
-    mut best: Option<ClaimRefusal>,
-) -> Res<ClaimRefusal> {
-    let depth = |b: &Option<ClaimRefusal>| b.map_or(0, |r| r.depth());
-    // Streams by hold, with the deepest gate a candidate in them can reach.
-    let ready_max = if load.cap_reached {
-        ClaimRefusal::ParallelCapReached.depth()
-    } else {
-        ClaimRefusal::NodeBusyWithActiveAssignment.depth()
-    };
-    let ready_covered = !load.cap_reached && !load.node_busy;
-    let streams = [
-        (0, ready_max, ready_covered),
-        (2, ClaimRefusal::TaskParked.depth(), false),
-        (1, ClaimRefusal::DependenciesUnsatisfied.depth(), false),
-    ];
-    for (hold, max_depth, covered) in streams {
-        if covered || depth(&best) >= max_depth {
-            continue;
-        }
-        for tier in TIERS {
-            scan(conn, scope, (tier, hold, false), DIAGNOSIS_LIMIT, |c| {
-                if let Err(reason) = check_gates(&c.facts(hold), scope.claimant, load, now) {
-                    best = Some(ClaimRefusal::furthest(best, reason));
-                }
-                if depth(&best) >= max_depth { Visit::Stop } else { Visit::Next }
-            })?;
-            if depth(&best) >= max_depth {
-                break;
-            }
-        }
-    }
-    Ok(best.unwrap_or(ClaimRefusal::NoPendingCandidates))
 }
 
 #[cfg(test)]
