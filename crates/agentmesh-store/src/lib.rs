@@ -32,6 +32,7 @@ mod raw_json;
 pub mod retry;
 pub mod route_columns;
 pub mod submit;
+pub mod task_writes;
 pub mod transfer;
 
 #[cfg(feature = "conformance")]

@@ -8,11 +8,11 @@ use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{ClaimRefusal, Claimant, NodeLoad, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::task_writes::persist;
 use agentmesh_store::{ClaimOptions, ClaimOutcome};
 use postgres::Row;
 use postgres::types::ToSql;
 
-use super::persist::persist;
 use super::rows::{Loaded, corrupt, decode};
 use crate::db::Db;
 use crate::{Fail, Res};

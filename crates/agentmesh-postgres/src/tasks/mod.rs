@@ -10,14 +10,17 @@
 //! parking into one number (0 = claimable as far as the task goes).
 //!
 //! What a write stores and records is decided by the core
-//! (`agentmesh_core::effects::task`); `persist` writes the decision. Every write
-//! that decides on what it read runs in `PgStore::write`, under its mesh's lock.
+//! (`agentmesh_core::effects::task`); the writes that load a task, ask the core
+//! and persist its decision are shared with the other store
+//! (`agentmesh_store::task_writes`), over this store's rows (`persist`), and so is
+//! the claim walk (`agentmesh_core::claim::walk`). Every write that decides on
+//! what it read runs in `PgStore::write`, under its mesh's lock.
 //!
 //! - `rows`: projection, load and save, edges and readiness.
 //! - `enqueue`: enqueue and the raw queue operations (replace, insert, update).
-//! - `claim`: the claim streams, the survey and the refusal diagnosis.
-//! - `lifecycle`: completion, heartbeat, cancel, requeue, reclaim.
-//! - `persist`: the effect writer.
+//! - `claim`: the claim streams and the survey.
+//! - `persist`: the rows the shared task writes (completion, heartbeat, cancel,
+//!   requeue, reclaim, and the effect writer) work on.
 //! - `reads`: listings, counts and lookups.
 
 use agentmesh_core::{
@@ -33,16 +36,15 @@ use crate::{Fail, PgStore, Res};
 
 mod claim;
 mod enqueue;
-mod lifecycle;
 mod persist;
 mod reads;
 mod rows;
 
-pub(crate) use claim::claim;
-pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
-pub(crate) use lifecycle::{
+pub(crate) use agentmesh_store::task_writes::{
     cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
 };
+pub(crate) use claim::claim;
+pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
 pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
     node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,

@@ -1,52 +1,46 @@
-//! The effect writer: persists what the core decided about a task
-//! ([`agentmesh_core::effects::task::Decision`]) in the caller's transaction.
+//! This store's rows for the task writes both stores share
+//! ([`agentmesh_store::task_writes`]): load, save and the ledger and event
+//! writes, the last three deferred to go out with the next statement.
 
-use agentmesh_core::effects::task::{self as decide, Decision, Dependents};
-use agentmesh_core::events::EventToQueue;
+use agentmesh_core::events::{EmitHint, PendingEvent};
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
-use agentmesh_store::ids::mint_at;
+use agentmesh_store::task_writes::TaskRows;
 
+use super::reads::assigned_to_session;
 use super::rows::{Loaded, load, save};
 use crate::db::Db;
-use crate::{Res, ledger};
+use crate::{Fail, Res, ledger};
 
-/// Writes a decision about the loaded `before`, in the order the core states
-/// it: the row, its ledger entry, the changes to its dependents (each with its
-/// entry), then the event for its coordinator. Returns the task as stored.
-pub(super) fn persist(db: &Db<'_>, before: &Loaded, decision: Decision, now: Timestamp) -> Res<Task> {
-    let Decision { task, ledger: entry, dependents, event } = decision;
-    save(db, before, &task)?;
-    if let Some(entry) = &entry {
-        ledger::append_later(db, entry)?;
-    }
-    match dependents {
-        Dependents::Keep => {}
-        Dependents::Block => each_dependent(db, before, &task, |dep| {
-            decide::block_dependent(dep, &task, now, || mint_at(now))
-        })?,
-        Dependents::Unblock => each_dependent(db, before, &task, |dep| {
-            decide::unblock_dependent(dep, &task, now, || mint_at(now))
-        })?,
-    }
-    if let Some(EventToQueue { event, hint }) = event {
-        crate::inbox::queue_later(db, &task.mesh_id, event, &hint, None, now)?;
-    }
-    Ok(task)
-}
+impl TaskRows for Db<'_> {
+    type Loaded = Loaded;
+    type Error = Fail;
 
-/// Loads each dependent of `task` and stores what `change` makes of it.
-fn each_dependent(
-    db: &Db<'_>,
-    before: &Loaded,
-    task: &Task,
-    mut change: impl FnMut(&Task) -> Option<(Task, LedgerEntry)>,
-) -> Res<()> {
-    for id in before.dependents(db)? {
-        let Some(dep) = load(db, &task.mesh_id, &id)? else { continue };
-        if let Some((changed, entry)) = change(&dep.task) {
-            save(db, &dep, &changed)?;
-            ledger::append_later(db, &entry)?;
-        }
+    fn task(loaded: &Loaded) -> &Task {
+        &loaded.task
     }
-    Ok(())
+
+    fn load(&self, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
+        load(self, mesh_id, task_id)
+    }
+
+    fn assigned_to_session(&self, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
+        assigned_to_session(self, mesh_id, session_id)
+    }
+
+    /// The ids the load read with the task, else read now.
+    fn dependents(&self, loaded: &Loaded) -> Res<Vec<String>> {
+        loaded.dependents(self)
+    }
+
+    fn save(&self, before: &Loaded, task: &Task) -> Res<()> {
+        save(self, before, task)
+    }
+
+    fn append(&self, entry: &LedgerEntry) -> Res<()> {
+        ledger::append_later(self, entry)
+    }
+
+    fn queue_event(&self, mesh_id: &str, event: PendingEvent, hint: &EmitHint, now: Timestamp) -> Res<()> {
+        crate::inbox::queue_later(self, mesh_id, event, hint, None, now)
+    }
 }

@@ -5,11 +5,12 @@ use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{Claimant, NodeLoad, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::task_writes::persist;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params_from_iter};
 
-use super::persist::persist;
+use super::persist::Rows;
 use super::rows::{Loaded, corrupt, decode};
 use crate::{Fail, Res};
 
@@ -189,7 +190,7 @@ pub(crate) fn claim(
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(before) => {
             let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
-            Ok(ClaimOutcome::Claimed(persist(conn, &before, decision, now)?))
+            Ok(ClaimOutcome::Claimed(persist(&Rows(conn), &before, decision, now)?))
         }
         Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),
     }

@@ -1,23 +1,13 @@
-//! The lifecycle writes: each loads its task, asks the core what to store
-//! ([`agentmesh_core::effects::task`]) and persists the decision.
+//! The lifecycle writes on a connection: each is the shared task write
+//! ([`agentmesh_store::task_writes`]) over this store's [`Rows`].
 
-use agentmesh_core::effects::task::{self as decide, Refused, Report};
-use agentmesh_core::lifecycle::{self, match_completion};
 use agentmesh_core::{RequeueOptions, Requeued, Task, TaskPriority, Timestamp};
-use agentmesh_store::ids::mint_at;
-use agentmesh_store::{CompletionReport, Outcome, StoreError};
+use agentmesh_store::task_writes;
+use agentmesh_store::{CompletionReport, StoreError};
 use rusqlite::Connection;
 
-use super::persist::persist;
-use super::reads::assigned_to_session;
-use super::rows::{load, load_required};
-use crate::{Res, ledger};
-
-/// Records a refusal (committed with the transaction) and returns its error.
-fn refused(conn: &Connection, task: &Task, session_id: &str, refused: Refused) -> Res<StoreError> {
-    ledger::append(conn, &refused.ledger)?;
-    Ok(StoreError::of_holder_refusal(&task.id, session_id, refused.refusal))
-}
+use super::persist::Rows;
+use crate::Res;
 
 /// Records a completion or failure. The outer `Res` fails the transaction; the
 /// inner `Err` is a refusal that was recorded and must still be committed.
@@ -27,29 +17,7 @@ pub(crate) fn complete(
     report: &CompletionReport,
     now: Timestamp,
 ) -> Res<Result<Task, StoreError>> {
-    decide::check_session(&report.session_id)?;
-    let before = match &report.task_id {
-        Some(id) => load_required(conn, mesh_id, id)?,
-        None => {
-            let assigned = assigned_to_session(conn, mesh_id, &report.session_id)?;
-            let Some(task) = match_completion(&assigned, None, report.occurred_at.as_deref()) else {
-                return Ok(Err(StoreError::NoAssignedTask {
-                    mesh_id: mesh_id.to_owned(),
-                    session_id: report.session_id.clone(),
-                }));
-            };
-            load_required(conn, mesh_id, &task.id)?
-        }
-    };
-    let outcome = match &report.outcome {
-        Outcome::Completed { summary } => Report::Completed { summary: summary.as_deref() },
-        Outcome::Failed { reason, summary } => Report::Failed { reason, summary: summary.as_deref() },
-    };
-    let mint = || mint_at(now);
-    match decide::complete(&before.task, &report.session_id, report.epoch, outcome, now, mint)? {
-        Ok(decision) => Ok(Ok(persist(conn, &before, decision, now)?)),
-        Err(refusal) => Ok(Err(refused(conn, &before.task, &report.session_id, refusal)?)),
-    }
+    task_writes::complete(&Rows(conn), mesh_id, report, now)
 }
 
 /// Extends a lease; refusals are recorded like completion refusals.
@@ -62,11 +30,7 @@ pub(crate) fn heartbeat(
     lease_ms: i64,
     now: Timestamp,
 ) -> Res<Result<Task, StoreError>> {
-    let before = load_required(conn, mesh_id, task_id)?;
-    match decide::heartbeat(&before.task, session_id, epoch, lease_ms, now, || mint_at(now))? {
-        Ok(decision) => Ok(Ok(persist(conn, &before, decision, now)?)),
-        Err(refusal) => Ok(Err(refused(conn, &before.task, session_id, refusal)?)),
-    }
+    task_writes::heartbeat(&Rows(conn), mesh_id, task_id, session_id, epoch, lease_ms, now)
 }
 
 pub(crate) fn cancel(
@@ -76,9 +40,7 @@ pub(crate) fn cancel(
     reason: Option<&str>,
     now: Timestamp,
 ) -> Res<Task> {
-    let before = load_required(conn, mesh_id, task_id)?;
-    let decision = decide::cancel(&before.task, reason, now, || mint_at(now))?;
-    persist(conn, &before, decision, now)
+    task_writes::cancel(&Rows(conn), mesh_id, task_id, reason, now)
 }
 
 pub(crate) fn set_priority(
@@ -89,9 +51,7 @@ pub(crate) fn set_priority(
     reason: Option<&str>,
     now: Timestamp,
 ) -> Res<Task> {
-    let before = load_required(conn, mesh_id, task_id)?;
-    let decision = decide::set_priority(&before.task, priority, reason, now, || mint_at(now))?;
-    persist(conn, &before, decision, now)
+    task_writes::set_priority(&Rows(conn), mesh_id, task_id, priority, reason, now)
 }
 
 pub(crate) fn requeue(
@@ -101,9 +61,7 @@ pub(crate) fn requeue(
     opts: &RequeueOptions,
     now: Timestamp,
 ) -> Res<Requeued> {
-    let before = load_required(conn, mesh_id, task_id)?;
-    let (decision, kind) = decide::requeue(&before.task, opts, now, || mint_at(now))?;
-    Ok(kind.of(persist(conn, &before, decision, now)?))
+    task_writes::requeue(&Rows(conn), mesh_id, task_id, opts, now)
 }
 
 pub(crate) fn reclaim(
@@ -113,9 +71,7 @@ pub(crate) fn reclaim(
     reason: &str,
     now: Timestamp,
 ) -> Res<Task> {
-    let before = load_required(conn, mesh_id, task_id)?;
-    let decision = decide::reclaim(&before.task, reason, now, || mint_at(now))?;
-    persist(conn, &before, decision, now)
+    task_writes::reclaim(&Rows(conn), mesh_id, task_id, reason, now)
 }
 
 /// Reclaims the task when, in this transaction, it is assigned and its lease ran
@@ -126,12 +82,5 @@ pub(crate) fn reclaim_if_lease_expired(
     task_id: &str,
     now: Timestamp,
 ) -> Res<Option<Task>> {
-    let Some(current) = load(conn, mesh_id, task_id)? else {
-        return Ok(None);
-    };
-    if !decide::lease_lapsed(&current.task, now) {
-        return Ok(None);
-    }
-    let decision = decide::reclaim(&current.task, lifecycle::LEASE_EXPIRED_REASON, now, || mint_at(now))?;
-    persist(conn, &current, decision, now).map(Some)
+    task_writes::reclaim_if_lease_expired(&Rows(conn), mesh_id, task_id, now)
 }

@@ -10,13 +10,16 @@
 //! the parking into one indexed number (0 = claimable as far as the task goes).
 //!
 //! What a write stores and records is decided by the core
-//! (`agentmesh_core::effects::task`); `persist` writes the decision.
+//! (`agentmesh_core::effects::task`); the writes that load a task, ask the core
+//! and persist its decision are shared with the other store
+//! (`agentmesh_store::task_writes`), over this store's rows (`persist`), and so is
+//! the claim walk (`agentmesh_core::claim::walk`).
 //!
 //! - `rows`: projection, load and save by rowid, edges and readiness.
 //! - `enqueue`: enqueue and the raw queue operations (import, replace, insert, update).
-//! - `claim`: the claim streams, the survey and the refusal diagnosis.
-//! - `lifecycle`: completion, heartbeat, cancel, requeue, reclaim.
-//! - `persist`: the effect writer.
+//! - `claim`: the claim streams and the survey.
+//! - `lifecycle`: completion, heartbeat, cancel, requeue, reclaim, on a connection.
+//! - `persist`: the rows the shared task writes work on.
 //! - `reads`: listings, counts and lookups.
 
 mod claim;

@@ -1,51 +1,48 @@
-//! The effect writer: persists what the core decided about a task
-//! ([`agentmesh_core::effects::task::Decision`]) in the caller's transaction.
+//! This store's rows for the task writes both stores share
+//! ([`agentmesh_store::task_writes`]): load, save, the ledger and the event,
+//! on the caller's connection.
 
-use agentmesh_core::effects::task::{self as decide, Decision, Dependents};
-use agentmesh_core::events::EventToQueue;
+use agentmesh_core::events::{EmitHint, PendingEvent};
 use agentmesh_core::{LedgerEntry, Task, Timestamp};
-use agentmesh_store::ids::mint_at;
+use agentmesh_store::task_writes::TaskRows;
 use rusqlite::Connection;
 
+use super::reads::assigned_to_session;
 use super::rows::{Loaded, dependents, load, save};
-use crate::{Res, ledger};
+use crate::{Fail, Res, ledger};
 
-/// Writes a decision about the loaded `before`, in the order the core states
-/// it: the row, its ledger entry, the changes to its dependents (each with its
-/// entry), then the event for its coordinator. Returns the task as stored.
-pub(super) fn persist(conn: &Connection, before: &Loaded, decision: Decision, now: Timestamp) -> Res<Task> {
-    let Decision { task, ledger: entry, dependents, event } = decision;
-    save(conn, before, &task)?;
-    if let Some(entry) = &entry {
-        ledger::append(conn, entry)?;
-    }
-    match dependents {
-        Dependents::Keep => {}
-        Dependents::Block => {
-            each_dependent(conn, &task, |dep| decide::block_dependent(dep, &task, now, || mint_at(now)))?
-        }
-        Dependents::Unblock => {
-            each_dependent(conn, &task, |dep| decide::unblock_dependent(dep, &task, now, || mint_at(now)))?
-        }
-    }
-    if let Some(EventToQueue { event, hint }) = event {
-        crate::inbox::queue(conn, &task.mesh_id, event, &hint, None, now)?;
-    }
-    Ok(task)
-}
+/// The task rows of one write transaction.
+pub(crate) struct Rows<'a>(pub(crate) &'a Connection);
 
-/// Loads each dependent of `task` and stores what `change` makes of it.
-fn each_dependent(
-    conn: &Connection,
-    task: &Task,
-    mut change: impl FnMut(&Task) -> Option<(Task, LedgerEntry)>,
-) -> Res<()> {
-    for id in dependents(conn, &task.mesh_id, &task.id)? {
-        let Some(dep) = load(conn, &task.mesh_id, &id)? else { continue };
-        if let Some((changed, entry)) = change(&dep.task) {
-            save(conn, &dep, &changed)?;
-            ledger::append(conn, &entry)?;
-        }
+impl TaskRows for Rows<'_> {
+    type Loaded = Loaded;
+    type Error = Fail;
+
+    fn task(loaded: &Loaded) -> &Task {
+        &loaded.task
     }
-    Ok(())
+
+    fn load(&self, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
+        load(self.0, mesh_id, task_id)
+    }
+
+    fn assigned_to_session(&self, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
+        assigned_to_session(self.0, mesh_id, session_id)
+    }
+
+    fn dependents(&self, loaded: &Loaded) -> Res<Vec<String>> {
+        dependents(self.0, &loaded.task.mesh_id, &loaded.task.id)
+    }
+
+    fn save(&self, before: &Loaded, task: &Task) -> Res<()> {
+        save(self.0, before, task)
+    }
+
+    fn append(&self, entry: &LedgerEntry) -> Res<()> {
+        ledger::append(self.0, entry).map(drop)
+    }
+
+    fn queue_event(&self, mesh_id: &str, event: PendingEvent, hint: &EmitHint, now: Timestamp) -> Res<()> {
+        crate::inbox::queue(self.0, mesh_id, event, hint, None, now).map(drop)
+    }
 }

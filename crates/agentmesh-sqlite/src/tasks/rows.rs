@@ -28,7 +28,7 @@ pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
 }
 
 /// A task as loaded for a change, with the readiness count the change keeps.
-pub(super) struct Loaded {
+pub(crate) struct Loaded {
     pub(super) task: Task,
     pub(super) deps_unmet: i64,
     /// Where the row is, so that writing it back seeks the table alone.
