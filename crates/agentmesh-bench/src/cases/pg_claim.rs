@@ -33,9 +33,10 @@
 //!
 //! `pg-task-writes-floor-*`: the server's floor for the rows the loop must write
 //! (see [`task_writes_floor`]), on the store's own schema, in the same run: one
-//! task a statement with 8 and 32 clients, and 8 tasks a statement with 1, 2
-//! and 4 clients. The 1-client batched case is the floor of any store that keeps
-//! a mesh's writes in one serial order on one connection, as this one does.
+//! task a statement with 8 and 32 clients, 8 tasks a statement with 1, 2 and 4
+//! clients, and 32 with 1. The 1-client batched cases are the floors of a store
+//! that keeps a mesh's writes in one serial order on one connection, as this one
+//! does, and groups the writes of 8 or 32 clients (each with one write in flight).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
@@ -90,7 +91,7 @@ pub fn run_throughput(h: &mut Harness) {
         }
     }
     pg::run_case(h, &format!("pg-http-claim-complete-{n}"), |h, case| http_claim_complete(h, case, n));
-    for (clients, per_statement) in [(8, 1), (32, 1), (1, 8), (2, 8), (4, 8)] {
+    for (clients, per_statement) in [(8, 1), (32, 1), (1, 8), (2, 8), (4, 8), (1, 32)] {
         let name = if per_statement == 1 {
             format!("pg-task-writes-floor-{clients}-clients")
         } else {
