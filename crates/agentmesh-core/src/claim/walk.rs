@@ -35,6 +35,15 @@ pub struct Candidate {
     pub target_session_id: Option<String>,
 }
 
+/// A stored candidate whose required tags are not a JSON array of strings.
+#[derive(Debug)]
+pub struct BadCandidate {
+    /// The task's id.
+    pub id: String,
+    /// Why its tags did not parse.
+    pub error: serde_json::Error,
+}
+
 impl Candidate {
     /// A candidate from a store's columns: the required tags as their stored
     /// JSON array (`None` for none) and the mode as its name (one this version
@@ -47,11 +56,11 @@ impl Candidate {
         readonly: bool,
         target_node_id: Option<String>,
         target_session_id: Option<String>,
-    ) -> Result<Candidate, serde_json::Error> {
+    ) -> Result<Candidate, BadCandidate> {
         Ok(Candidate {
-            required_tags: match required_tags {
-                Some(json) => serde_json::from_str(json)?,
-                None => Vec::new(),
+            required_tags: match required_tags.map(serde_json::from_str).transpose() {
+                Ok(tags) => tags.unwrap_or_default(),
+                Err(error) => return Err(BadCandidate { id, error }),
             },
             not_before_ms,
             task_mode: task_mode.and_then(|m| m.parse().ok()),
@@ -368,6 +377,24 @@ mod tests {
         let mut fake = Fake::default();
         let refused = run(&mut fake, Survey::default(), NodeLoad::default());
         assert!(matches!(refused, Walked::Refused(ClaimRefusal::NoPendingCandidates)), "{refused:?}");
+    }
+
+    #[test]
+    fn stored_tags_that_are_not_a_list_of_strings_name_the_task() {
+        let bad = Candidate::from_columns("t1".into(), Some("{\"gpu\":1}"), None, None, false, None, None)
+            .expect_err("an object is not a tag list");
+        assert_eq!(bad.id, "t1");
+        let good = Candidate::from_columns(
+            "t2".into(),
+            Some("[\"gpu\"]"),
+            None,
+            Some("no-such-mode"),
+            true,
+            None,
+            None,
+        )
+        .expect("a tag list");
+        assert_eq!((good.required_tags, good.task_mode, good.readonly), (vec!["gpu".to_owned()], None, true));
     }
 
     #[test]

@@ -81,19 +81,16 @@ fn stream_index(tier: Tier, readonly_only: bool) -> usize {
 
 /// The candidate in `row`, whose stream columns start at `base`.
 fn candidate(row: &Row, base: usize) -> Res<Candidate> {
-    let id: String = row.get(base);
-    let tags: Option<&str> = row.get(base + 1);
-    let mode: Option<&str> = row.get(base + 3);
     Candidate::from_columns(
-        id.clone(),
-        tags,
+        row.get(base),
+        row.get(base + 1),
         row.get(base + 2),
-        mode,
+        row.get(base + 3),
         row.get::<_, i64>(base + 4) != 0,
         row.get(base + 5),
         row.get(base + 6),
     )
-    .map_err(|e| corrupt(&id, e))
+    .map_err(|bad| corrupt(&bad.id, bad.error))
 }
 
 /// A page of a stream read ahead, by the survey: its rows, whose stream

@@ -75,11 +75,10 @@ impl walk::Streams for Streams<'_> {
         let mut rows = stmt.query(params_from_iter(args.iter()))?;
         let mut seen = 0;
         while let Some(row) = rows.next()? {
-            let id: String = row.get(0)?;
             let tags: Option<String> = row.get(1)?;
             let mode: Option<String> = row.get(3)?;
             let candidate = Candidate::from_columns(
-                id.clone(),
+                row.get(0)?,
                 tags.as_deref(),
                 row.get(2)?,
                 mode.as_deref(),
@@ -87,12 +86,12 @@ impl walk::Streams for Streams<'_> {
                 row.get(5)?,
                 row.get(6)?,
             )
-            .map_err(|e| corrupt(&id, e))?;
+            .map_err(|bad| corrupt(&bad.id, bad.error))?;
             seen += 1;
             match visit(&candidate) {
                 Visit::Take => {
                     let payload: String = row.get(8)?;
-                    let task = decode(&id, &payload)?;
+                    let task = decode(&candidate.id, &payload)?;
                     return Ok(Some(Loaded { task, deps_unmet: row.get(9)?, rowid: row.get(7)? }));
                 }
                 Visit::Stop => break,
