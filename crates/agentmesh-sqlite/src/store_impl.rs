@@ -20,6 +20,7 @@ use agentmesh_store::{
 use agentmesh_store::prelude::*;
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
 
+use crate::tasks::Rows;
 use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, runtime, tasks};
 
 impl Store for SqliteStore {
@@ -107,7 +108,7 @@ impl QueueStore for SqliteStore {
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, report) = (mesh_id.to_owned(), report.clone());
-        self.write_queued(move |tx| tasks::complete(tx, &mesh_id, &report, now))?
+        self.write_queued(move |tx| tasks::complete(&Rows(tx), &mesh_id, &report, now))?
     }
 
     fn complete_and_claim(
@@ -136,7 +137,7 @@ impl QueueStore for SqliteStore {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, task_id, session_id) = (mesh_id.to_owned(), task_id.to_owned(), session_id.to_owned());
         self.write_queued(move |tx| {
-            tasks::heartbeat(tx, &mesh_id, &task_id, &session_id, epoch, lease_ms, now)
+            tasks::heartbeat(&Rows(tx), &mesh_id, &task_id, &session_id, epoch, lease_ms, now)
         })?
     }
 
@@ -156,7 +157,9 @@ impl QueueStore for SqliteStore {
         report: CompletionReport,
         now: Timestamp,
     ) -> Submitted<Task> {
-        refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| tasks::complete(tx, mesh, &report, now)))
+        refusal_as_error(
+            self.submit_queued(mesh_id, move |tx, mesh| tasks::complete(&Rows(tx), mesh, &report, now)),
+        )
     }
 
     fn submit_complete_and_claim(
@@ -179,7 +182,7 @@ impl QueueStore for SqliteStore {
         now: Timestamp,
     ) -> Submitted<Task> {
         refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| {
-            tasks::heartbeat(tx, mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
+            tasks::heartbeat(&Rows(tx), mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
         }))
     }
 
@@ -191,7 +194,7 @@ impl QueueStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::cancel(tx, mesh_id, task_id, reason, now))
+        self.write(|tx| tasks::cancel(&Rows(tx), mesh_id, task_id, reason, now))
     }
 
     fn set_task_priority(
@@ -203,7 +206,7 @@ impl QueueStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::set_priority(tx, mesh_id, task_id, priority, reason, now))
+        self.write(|tx| tasks::set_priority(&Rows(tx), mesh_id, task_id, priority, reason, now))
     }
 
     fn requeue_task(
@@ -214,7 +217,7 @@ impl QueueStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<Requeued> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::requeue(tx, mesh_id, task_id, opts, now))
+        self.write(|tx| tasks::requeue(&Rows(tx), mesh_id, task_id, opts, now))
     }
 
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
@@ -228,7 +231,7 @@ impl QueueStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<Option<Task>> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::reclaim_if_lease_expired(tx, mesh_id, task_id, now))
+        self.write(|tx| tasks::reclaim_if_lease_expired(&Rows(tx), mesh_id, task_id, now))
     }
 }
 
@@ -562,7 +565,7 @@ impl CompatStore for SqliteStore {
 
     fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::reclaim(tx, mesh_id, task_id, reason, now))
+        self.write(|tx| tasks::reclaim(&Rows(tx), mesh_id, task_id, reason, now))
     }
 
     fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
@@ -663,7 +666,7 @@ fn complete_then_claim(
     opts: &ClaimOptions,
     now: Timestamp,
 ) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
-    let completed = match tasks::complete(tx, mesh_id, report, now)? {
+    let completed = match tasks::complete(&Rows(tx), mesh_id, report, now)? {
         Ok(task) => task,
         Err(refused) => return Ok(Err(refused)),
     };

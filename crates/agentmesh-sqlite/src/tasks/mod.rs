@@ -18,22 +18,22 @@
 //! - `rows`: projection, load and save by rowid, edges and readiness.
 //! - `enqueue`: enqueue and the raw queue operations (import, replace, insert, update).
 //! - `claim`: the claim streams and the survey.
-//! - `lifecycle`: completion, heartbeat, cancel, requeue, reclaim, on a connection.
-//! - `persist`: the rows the shared task writes work on.
+//! - `persist`: the rows ([`Rows`], over a connection) the shared task writes
+//!   (completion, heartbeat, cancel, requeue, reclaim, and the effect writer) work on.
 //! - `reads`: listings, counts and lookups.
 
 mod claim;
 mod enqueue;
-mod lifecycle;
 mod persist;
 mod reads;
 mod rows;
 
-pub(crate) use claim::claim;
-pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
-pub(crate) use lifecycle::{
+pub(crate) use agentmesh_store::task_writes::{
     cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
 };
+pub(crate) use claim::claim;
+pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
+pub(crate) use persist::Rows;
 pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
     mesh_task_count, node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
