@@ -132,6 +132,26 @@ impl Daemon {
         (response.status(), response.json().expect("a JSON body"))
     }
 
+    /// POSTs tasks until one is refused for want of space: the ids acknowledged
+    /// before, and the refused one (which must say `storage_full`).
+    #[track_caller]
+    fn fill_disk(&self, http: &Client) -> (Vec<String>, String) {
+        let mut acknowledged = Vec::new();
+        let refused = loop {
+            let id = format!("fill-{}", acknowledged.len());
+            let (status, body) = self.add(http, &id, &incompressible(acknowledged.len()));
+            if status == StatusCode::CREATED {
+                acknowledged.push(id);
+                assert!(acknowledged.len() < 2_000, "the disk never filled up");
+                continue;
+            }
+            assert_storage_full(status, &body);
+            break id;
+        };
+        assert!(acknowledged.len() > 50, "the disk filled only after {} writes", acknowledged.len());
+        (acknowledged, refused)
+    }
+
     /// The ids of the mesh's tasks, sorted.
     fn task_ids(&self, http: &Client) -> Vec<String> {
         let listed = http
@@ -194,6 +214,27 @@ fn fill_file(path: &Path, bytes: u64) {
     file.sync_all().expect("the filler is synced");
 }
 
+/// Deletes [`FREED_BYTES`] of the filler file.
+fn free_space(filler: &Path) {
+    let file = std::fs::OpenOptions::new().write(true).open(filler).expect("the filler opens");
+    file.set_len(FILLER_BYTES - FREED_BYTES).expect("part of the filler is deleted");
+}
+
+/// A message of [`FILL_MESSAGE_BYTES`] printable characters that differ
+/// throughout, by `seed`: a database that compresses long values (PostgreSQL's
+/// TOAST) stores it at its full size.
+fn incompressible(seed: usize) -> String {
+    let mut x = seed as u64 ^ 0x9e37_79b9_7f4a_7c15;
+    (0..FILL_MESSAGE_BYTES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b'!' + (x % 94) as u8)
+        })
+        .collect()
+}
+
 #[track_caller]
 fn assert_storage_full(status: StatusCode, body: &Value) {
     assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{body}");
@@ -213,20 +254,8 @@ fn a_full_disk_refuses_writes_as_storage_full_and_a_few_freed_mb_let_a_restarted
 
     // The daemon's writes fill the rest of the disk.
     let daemon = Daemon::start(&data_dir);
-    let big = "x".repeat(FILL_MESSAGE_BYTES);
-    let mut acknowledged = Vec::new();
-    let refused = loop {
-        let id = format!("fill-{}", acknowledged.len());
-        let (status, body) = daemon.add(&http, &id, &big);
-        if status == StatusCode::CREATED {
-            acknowledged.push(id);
-            assert!(acknowledged.len() < 2_000, "the disk never filled up");
-            continue;
-        }
-        assert_storage_full(status, &body);
-        break id;
-    };
-    assert!(acknowledged.len() > 50, "the disk filled only after {} writes", acknowledged.len());
+    let (mut acknowledged, refused) = daemon.fill_disk(&http);
+    let big = incompressible(usize::MAX);
 
     // Every transport says storage_full; the process is healthy but not ready.
     let (status, body) = daemon.add(&http, "http-refused", &big);
@@ -278,9 +307,7 @@ fn a_full_disk_refuses_writes_as_storage_full_and_a_few_freed_mb_let_a_restarted
     daemon.stop();
 
     // A few MB are freed: a restarted daemon writes again.
-    let file = std::fs::OpenOptions::new().write(true).open(&filler).expect("the filler opens");
-    file.set_len(FILLER_BYTES - FREED_BYTES).expect("part of the filler is deleted");
-    drop(file);
+    free_space(&filler);
     let daemon = Daemon::start(&data_dir);
     for i in 0..20 {
         let id = format!("after-{i}");
@@ -365,47 +392,20 @@ fn a_full_database_disk_on_postgresql_refuses_writes_as_storage_full_and_freed_s
         .expect("the installation's tables")
         .get(0);
     assert_eq!(elsewhere, 0, "every table of the installation is in the tablespace on the tmpfs");
-    // The server compresses a long value that repeats itself, so each message
-    // differs throughout.
-    let big = |seed: usize| -> String {
-        let mut x = seed as u64 ^ 0x9e37_79b9_7f4a_7c15;
-        (0..FILL_MESSAGE_BYTES)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                char::from(b'!' + (x % 94) as u8)
-            })
-            .collect()
-    };
-    let mut acknowledged = Vec::new();
-    let refused = loop {
-        let id = format!("fill-{}", acknowledged.len());
-        let (status, body) = daemon.add(&http, &id, &big(acknowledged.len()));
-        if status == StatusCode::CREATED {
-            acknowledged.push(id);
-            assert!(acknowledged.len() < 2_000, "the disk never filled up");
-            continue;
-        }
-        assert_storage_full(status, &body);
-        break id;
-    };
-    assert!(acknowledged.len() > 50, "the disk filled only after {} writes", acknowledged.len());
+    let (mut acknowledged, refused) = daemon.fill_disk(&http);
 
-    let (status, body) = daemon.add(&http, "http-refused", &big(usize::MAX));
+    let (status, body) = daemon.add(&http, "http-refused", &incompressible(usize::MAX));
     assert_storage_full(status, &body);
     assert_eq!(daemon.probe(&http, "/healthz"), (StatusCode::OK, json!({ "status": "ok" })));
     let data = data_dir.path().to_str().expect("a UTF-8 path");
     let mut local = globals.to_vec();
-    let message = big(usize::MAX - 1);
+    let message = incompressible(usize::MAX - 1);
     local.extend(["--data-dir", data, "--json", "task", "add", &message, "--id", "cli-refused"]);
     let (code, doc, stderr) = run(&local);
     assert_eq!((code, &doc["error"]["code"]), (1, &json!("storage_full")), "{doc} {stderr}");
 
     // A few MB are freed: the same daemon writes again.
-    let file = std::fs::OpenOptions::new().write(true).open(&filler).expect("the filler opens");
-    file.set_len(FILLER_BYTES - FREED_BYTES).expect("part of the filler is deleted");
-    drop(file);
+    free_space(&filler);
     for i in 0..20 {
         let id = format!("after-{i}");
         let (status, body) = daemon.add(&http, &id, "a task after space was freed");
