@@ -83,6 +83,36 @@ pub fn result_line(case: &str, n: usize, ops: usize, timer: &Timer) -> String {
     line
 }
 
+/// Runs `work(k, input)` for every input on an OS thread of its own, all
+/// released together once every thread is up. Returns the results in input
+/// order, and the wall-clock time from the release until the last one ended.
+pub fn released_together<I: Send, R: Send>(
+    inputs: Vec<I>,
+    work: impl Fn(usize, I) -> anyhow::Result<R> + Sync,
+) -> (anyhow::Result<Vec<R>>, Duration) {
+    let start = std::sync::Barrier::new(inputs.len() + 1);
+    std::thread::scope(|s| {
+        let threads: Vec<_> = inputs
+            .into_iter()
+            .enumerate()
+            .map(|(k, input)| {
+                let (start, work) = (&start, &work);
+                s.spawn(move || {
+                    start.wait();
+                    work(k, input)
+                })
+            })
+            .collect();
+        start.wait();
+        let began = Instant::now();
+        let results = threads
+            .into_iter()
+            .map(|t| t.join().expect("a load thread panicked"))
+            .collect::<anyhow::Result<_>>();
+        (results, began.elapsed())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,7 +39,7 @@
 //! does, and groups the writes of 8 or 32 clients (each with one write in flight).
 
 use std::collections::HashSet;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentmesh_core::{ClaimRefusal, TaskStatus};
@@ -53,7 +53,7 @@ use super::{claimant, count_of, show_stats};
 use crate::data::{MESH_ID, UuidGen, at, new_task};
 use crate::harness::Harness;
 use crate::pg::{self, PgCase};
-use crate::timing::Timer;
+use crate::timing::{Timer, released_together};
 
 /// Tasks per `enqueue_batch` call when filling a queue (the peers fill 10,000 a call).
 const FILL_BATCH: usize = 10_000;
@@ -254,23 +254,9 @@ fn throughput(
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let start = Barrier::new(clients + 1);
     let now = at(n);
-    let (runs, wall) = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..clients)
-            .map(|k| {
-                let (store, start) = (own.get(k).unwrap_or(&store), &start);
-                s.spawn(move || worker(store, k, now, start))
-            })
-            .collect();
-        start.wait();
-        let began = Instant::now();
-        let runs = workers
-            .into_iter()
-            .map(|w| w.join().expect("a worker thread panicked"))
-            .collect::<anyhow::Result<Vec<_>>>();
-        (runs, began.elapsed())
-    });
+    let stores: Vec<&PgStore> = (0..clients).map(|k| own.get(k).unwrap_or(&store)).collect();
+    let (runs, wall) = released_together(stores, |k, store| worker(store, k, now));
     let what = if shared {
         let (writes, commits) = store.write_stats();
         format!(
@@ -283,17 +269,10 @@ fn throughput(
     finish(h, case, &store, name, n, runs?, wall, &what)
 }
 
-/// One worker session on its own thread: claim → complete until a claim finds
-/// no pending task. The clock of each pair starts after `start` releases all.
-fn worker(
-    store: &PgStore,
-    k: usize,
-    now: agentmesh_core::Timestamp,
-    start: &Barrier,
-) -> anyhow::Result<WorkerRun> {
+/// One worker session: claim → complete until a claim finds no pending task.
+fn worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) -> anyhow::Result<WorkerRun> {
     let who = claimant(format!("node-{k}"), format!("session-{k}"));
     let mut run = WorkerRun::default();
-    start.wait();
     loop {
         let began = Instant::now();
         let task = match store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)? {
@@ -416,49 +395,26 @@ fn task_writes_floor(
         let complete = client.prepare(FLOOR_COMPLETE)?;
         conns.push((client, claim, complete));
     }
-    let start = Barrier::new(clients + 1);
-    let (runs, wall) = std::thread::scope(|s| {
-        let workers: Vec<_> = conns
-            .into_iter()
-            .enumerate()
-            .map(|(k, (mut client, claim, complete))| {
-                let (start, payload, event) = (&start, &payload, &event);
-                s.spawn(move || -> anyhow::Result<WorkerRun> {
-                    let (session, node) = (format!("session-{k}"), format!("node-{k}"));
-                    let (now, lease) = ("2026-01-01T00:00:00.000Z", 1_800_000_000_000i64);
-                    let mut run = WorkerRun::default();
-                    start.wait();
-                    loop {
-                        let began = Instant::now();
-                        let ids: Vec<String> = client
-                            .query(&claim, &[&MESH_ID, &session, &node, &now, &lease, payload])?
-                            .iter()
-                            .map(|row| row.get(0))
-                            .collect();
-                        if ids.is_empty() {
-                            return Ok(run);
-                        }
-                        let done =
-                            client.execute(&complete, &[&MESH_ID, &ids, &session, &now, payload, event])?;
-                        anyhow::ensure!(
-                            done == ids.len() as u64,
-                            "{} tasks completed with {done} events",
-                            ids.len()
-                        );
-                        let took = began.elapsed();
-                        run.pairs.extend(std::iter::repeat_n(took, ids.len()));
-                        run.completed.extend(ids);
-                    }
-                })
-            })
-            .collect();
-        start.wait();
-        let began = Instant::now();
-        let runs = workers
-            .into_iter()
-            .map(|w| w.join().expect("a floor thread panicked"))
-            .collect::<anyhow::Result<Vec<_>>>();
-        (runs, began.elapsed())
+    let (runs, wall) = released_together(conns, |k, (mut client, claim, complete)| {
+        let (session, node) = (format!("session-{k}"), format!("node-{k}"));
+        let (now, lease) = ("2026-01-01T00:00:00.000Z", 1_800_000_000_000i64);
+        let mut run = WorkerRun::default();
+        loop {
+            let began = Instant::now();
+            let ids: Vec<String> = client
+                .query(&claim, &[&MESH_ID, &session, &node, &now, &lease, &payload])?
+                .iter()
+                .map(|row| row.get(0))
+                .collect();
+            if ids.is_empty() {
+                return Ok(run);
+            }
+            let done = client.execute(&complete, &[&MESH_ID, &ids, &session, &now, &payload, &event])?;
+            anyhow::ensure!(done == ids.len() as u64, "{} tasks completed with {done} events", ids.len());
+            let took = began.elapsed();
+            run.pairs.extend(std::iter::repeat_n(took, ids.len()));
+            run.completed.extend(ids);
+        }
     });
     let what = format!(
         "{clients} threads, a connection each, {per_statement} task(s) a statement: the store's writes without its rules"

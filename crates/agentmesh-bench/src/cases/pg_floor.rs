@@ -21,7 +21,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -29,7 +28,7 @@ use anyhow::Context as _;
 use crate::data::message;
 use crate::harness::Harness;
 use crate::pg::{self, PgCase};
-use crate::timing::Timer;
+use crate::timing::{Timer, released_together};
 
 /// Concurrent clients of the multi-client floors and pgbench runs.
 const CLIENTS: [usize; 3] = [1, 8, 32];
@@ -97,41 +96,23 @@ fn bare(
         };
         conns.push((client, statement));
     }
-    let start = Barrier::new(clients + 1);
-    let (runs, wall) = std::thread::scope(|s| {
-        let workers: Vec<_> = conns
-            .into_iter()
-            .enumerate()
-            .map(|(k, (mut client, statement))| {
-                let (start, payload) = (&start, &payload);
-                let ops = per_client.min(n.saturating_sub(k * per_client));
-                s.spawn(move || -> anyhow::Result<Vec<Duration>> {
-                    let mut latencies = Vec::with_capacity(ops);
-                    start.wait();
-                    for i in 0..ops {
-                        let began = Instant::now();
-                        match floor {
-                            Floor::Select => {
-                                let one: i32 = client.query_one(&statement, &[])?.get(0);
-                                anyhow::ensure!(one == 1, "SELECT 1 gave {one}");
-                            }
-                            Floor::Insert => {
-                                client.execute(&statement, &[&format!("{k}-{i}"), payload])?;
-                            }
-                        }
-                        latencies.push(began.elapsed());
-                    }
-                    Ok(latencies)
-                })
-            })
-            .collect();
-        start.wait();
-        let began = Instant::now();
-        let runs = workers
-            .into_iter()
-            .map(|w| w.join().expect("a floor thread panicked"))
-            .collect::<anyhow::Result<Vec<_>>>();
-        (runs, began.elapsed())
+    let (runs, wall) = released_together(conns, |k, (mut client, statement)| {
+        let ops = per_client.min(n.saturating_sub(k * per_client));
+        let mut latencies = Vec::with_capacity(ops);
+        for i in 0..ops {
+            let began = Instant::now();
+            match floor {
+                Floor::Select => {
+                    let one: i32 = client.query_one(&statement, &[])?.get(0);
+                    anyhow::ensure!(one == 1, "SELECT 1 gave {one}");
+                }
+                Floor::Insert => {
+                    client.execute(&statement, &[&format!("{k}-{i}"), &payload])?;
+                }
+            }
+            latencies.push(began.elapsed());
+        }
+        Ok(latencies)
     });
     let latencies: Vec<Duration> = runs?.into_iter().flatten().collect();
     let ops = latencies.len();
