@@ -140,7 +140,6 @@ pub fn complete<R: TaskRows>(
 }
 
 /// Extends a lease; refusals are recorded like completion refusals.
-#[allow(clippy::too_many_arguments)]
 pub fn heartbeat<R: TaskRows>(
     rows: &R,
     mesh_id: &str,
