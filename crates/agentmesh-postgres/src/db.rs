@@ -31,11 +31,12 @@ pub(crate) type Owned = Arc<dyn ToSql + Sync + Send>;
 pub(crate) type Missing = Arc<dyn Fn() -> StoreError + Send + Sync>;
 
 /// A write sent later: its SQL, its parameters, and the error to report when it
-/// changes no row (`None`: changing none is fine).
+/// changes fewer rows than `at_least` (`None`: any count is fine).
 pub(crate) struct Deferred {
     sql: &'static str,
     params: Vec<Owned>,
     unless_none: Option<Missing>,
+    at_least: u64,
 }
 
 /// The pending writes of an operation of a batch, handed on to go out with the
@@ -154,7 +155,13 @@ impl<'c> Db<'c> {
     /// with the next statement, or with [`Db::finish`]. When it changes no row
     /// and `unless_none` is given, its error is the operation's.
     pub(crate) fn defer(&self, sql: &'static str, params: Vec<Owned>, unless_none: Option<Missing>) {
-        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none });
+        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none, at_least: 1 });
+    }
+
+    /// Queues a write as [`Db::defer`] does, whose error is `missing`'s when it
+    /// changes fewer than `rows` rows.
+    pub(crate) fn defer_expecting(&self, sql: &'static str, params: Vec<Owned>, rows: u64, missing: Missing) {
+        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none: Some(missing), at_least: rows });
     }
 
     /// Sends what is still pending, with `suffix` (statements without
@@ -323,11 +330,11 @@ fn execute_all<'a>(
 }
 
 /// The first error among the answers to `writes`: a failed statement, or a
-/// checked write that changed no row.
+/// checked write that changed fewer rows than it had to.
 fn checked(writes: &[Deferred], counts: Vec<Result<u64, postgres::Error>>) -> Result<(), StoreError> {
     for (d, count) in writes.iter().zip(counts) {
         let count = count.map_err(crate::classify)?;
-        if count == 0
+        if count < d.at_least
             && let Some(missing) = &d.unless_none
         {
             return Err(missing());

@@ -226,6 +226,65 @@ fn append_values(entry: &LedgerEntry) -> crate::Res<Vec<crate::db::Owned>> {
     ])
 }
 
+/// Ledger entries of one mesh gathered column by column, to be appended in one
+/// statement ([`LedgerColumns::defer`]), in the order they were pushed.
+#[derive(Default)]
+pub(crate) struct LedgerColumns {
+    id: Vec<String>,
+    timestamp: Vec<String>,
+    kind: Vec<String>,
+    node_id: Vec<Option<String>>,
+    session_id: Vec<Option<String>>,
+    provider_type: Vec<Option<String>>,
+    payload: Vec<String>,
+}
+
+impl LedgerColumns {
+    pub(crate) fn push(&mut self, entry: &LedgerEntry) -> crate::Res<()> {
+        let payload = serde_json::to_string(&entry.payload)?;
+        self.id.push(entry.id.clone());
+        self.timestamp.push(entry.timestamp.clone());
+        self.kind.push(entry.kind.clone());
+        self.node_id.push(entry.node_id.clone());
+        self.session_id.push(entry.session_id.clone());
+        self.provider_type.push(entry.provider_type.clone());
+        self.payload.push(payload);
+        Ok(())
+    }
+
+    /// Queues the entries of `mesh_id` as one write of the operation (see
+    /// [`crate::db::Db::defer`]): appended as [`append_later`] appends one, in
+    /// push order, so their sequence numbers rise in it.
+    pub(crate) fn defer(self, db: &crate::db::Db<'_>, mesh_id: &str) {
+        if self.id.is_empty() {
+            return;
+        }
+        db.defer(
+            APPEND_MANY,
+            vec![
+                Arc::new(mesh_id.to_owned()),
+                Arc::new(self.id),
+                Arc::new(self.timestamp),
+                Arc::new(self.kind),
+                Arc::new(self.node_id),
+                Arc::new(self.session_id),
+                Arc::new(self.provider_type),
+                Arc::new(self.payload),
+            ],
+            None,
+        );
+    }
+}
+
+/// [`APPEND`] for many entries of mesh `$1`, one array per column from `$2` on.
+const APPEND_MANY: &str =
+    "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
+     SELECT $1, v.id, v.timestamp, v.kind, v.node_id, v.session_id, v.provider_type, v.payload
+       FROM unnest((SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]), (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::text[]), (SELECT $8::text[]))
+            WITH ORDINALITY AS v(id, timestamp, kind, node_id, session_id, provider_type, payload, ord)
+      ORDER BY v.ord
+     ON CONFLICT (mesh_id, id) DO NOTHING";
+
 /// The kinds a query asks for, blank ones left out.
 fn query_kinds(query: &LedgerQuery) -> Vec<String> {
     query.kinds.iter().filter(|k| !k.trim().is_empty()).cloned().collect()

@@ -36,6 +36,7 @@ mod transfer;
 
 pub use cluster::{Listener, UpkeepLeader, database_now};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
+pub use tasks::GroupStats;
 pub use transfer::{installation_exists, same_installation};
 
 use db::Db;
@@ -85,6 +86,8 @@ pub struct PgStore {
     location: String,
     /// The open write batch of each mesh (group commit per mesh).
     batches: batch::Batches,
+    /// The claims and completions waiting to be decided together, by mesh.
+    groups: tasks::Groups,
     /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
     tool_calls: std::sync::atomic::AtomicU64,
 }
@@ -116,6 +119,7 @@ impl PgStore {
             channel,
             location,
             batches: batch::Batches::default(),
+            groups: tasks::Groups::default(),
             tool_calls: std::sync::atomic::AtomicU64::new(0),
         };
         store.migrate().map_err(|Fail(e)| e)?;

@@ -46,7 +46,7 @@ mod reconcile;
 mod walk;
 
 pub(crate) use admin::{clear, delete};
-pub(crate) use queue::{queue, queue_later};
+pub(crate) use queue::{EventColumns, EventRow, insert_later, needs_refine_check, queue, queue_later, stamp};
 
 impl agentmesh_store::InboxStore for PgStore {
     fn queue_pending_event(

@@ -48,9 +48,15 @@ pub(crate) fn queue_later(
     now: Timestamp,
 ) -> Res<()> {
     if let Ok((id, ev)) = prepare(db, mesh_id, ev, hint, self_machine_id, now)? {
-        db.defer(INSERT_EVENT, row_values(&id, &ev), None);
+        insert_later(db, &id, &ev);
     }
     Ok(())
+}
+
+/// Stores a stamped event under `id` with its queue entry, with the
+/// operation's next statement; a duplicate is dropped.
+pub(crate) fn insert_later(db: &Db<'_>, id: &str, ev: &PendingEvent) {
+    db.defer(INSERT_EVENT, row_values(id, ev), None);
 }
 
 /// Checks and stamps an event and mints its id; a refine outcome already
@@ -58,11 +64,26 @@ pub(crate) fn queue_later(
 fn prepare(
     db: &Db<'_>,
     mesh_id: &str,
-    mut ev: PendingEvent,
+    ev: PendingEvent,
     hint: &EmitHint,
     self_machine_id: Option<&str>,
     now: Timestamp,
 ) -> Res<Result<(String, PendingEvent), DuplicateReason>> {
+    let ev = stamp(mesh_id, ev, hint, self_machine_id, now)?;
+    if needs_refine_check(&ev) && refine_terminal_pending(db, &ev)? {
+        return Ok(Err(DuplicateReason::RefineTerminal));
+    }
+    Ok(Ok((mint_at(now), ev)))
+}
+
+/// Checks an event for `mesh_id` and stamps it, reading nothing.
+pub(crate) fn stamp(
+    mesh_id: &str,
+    mut ev: PendingEvent,
+    hint: &EmitHint,
+    self_machine_id: Option<&str>,
+    now: Timestamp,
+) -> Res<PendingEvent> {
     if ev.event.trim().is_empty() {
         return Err(Fail(StoreError::InvalidInput(InvalidInput::new("event", "must not be blank"))));
     }
@@ -73,10 +94,13 @@ fn prepare(
         ))));
     }
     stamp_event(&mut ev, hint, &mint_at(now), self_machine_id);
-    if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(db, &ev)? {
-        return Ok(Err(DuplicateReason::RefineTerminal));
-    }
-    Ok(Ok((mint_at(now), ev)))
+    Ok(ev)
+}
+
+/// Whether queueing the stamped `ev` has to look for a refine outcome already
+/// queued (a duplicate that is dropped).
+pub(crate) fn needs_refine_check(ev: &PendingEvent) -> bool {
+    refine_terminal_fingerprint(ev).is_some()
 }
 
 /// Stores an event, as it is, with its queue entry, in one statement: the whole
@@ -94,43 +118,198 @@ const INSERT_EVENT: &str = "WITH stored AS (
      INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
      SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored";
 
+/// One event row with its queue entry's inputs, in [`INSERT_EVENT`]'s column
+/// order: what the single insert and the grouped one ([`EventColumns`]) store.
+pub(crate) struct EventRow {
+    id: String,
+    mesh_id: String,
+    target: Option<String>,
+    event: String,
+    payload: String,
+    fingerprint: Option<String>,
+    queued_at: i64,
+    protocol_version: Option<String>,
+    event_id: Option<String>,
+    scope: Option<String>,
+    dispatched_by: Option<String>,
+    intended_for: Option<String>,
+    route_class: i64,
+    to_machine: Option<String>,
+    to_key: Option<String>,
+    to_fallback: i64,
+    to_session: Option<String>,
+    lane: String,
+}
+
+impl EventRow {
+    /// The row of the event `ev` stored under `id`.
+    pub(crate) fn of(id: &str, ev: &PendingEvent) -> EventRow {
+        let fingerprint = pending_event_fingerprint(ev);
+        let envelope = &ev.envelope;
+        let identity = |i: &Option<agentmesh_core::events::CoordinatorIdentity>| {
+            i.as_ref().map(|i| i.to_json().to_string())
+        };
+        let value = ev.to_value();
+        let projected = project_route(&value);
+        let columns = RouteColumns::of(projected.as_ref());
+        let event_id = match &projected {
+            Some(p) => Some(p.event_id.clone()),
+            None => envelope.event_id.clone(),
+        };
+        let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let lane = columns.lane(target);
+        EventRow {
+            id: id.to_owned(),
+            mesh_id: ev.mesh_id.clone(),
+            target: target.map(str::to_owned),
+            event: ev.event.clone(),
+            payload: value.to_string(),
+            fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
+            queued_at: ev.queued_at.millis(),
+            protocol_version: envelope.protocol_version.map(|v| v.as_str().to_owned()),
+            event_id,
+            scope: envelope.scope.map(|s| s.as_str().to_owned()),
+            dispatched_by: identity(&envelope.dispatched_by),
+            intended_for: identity(&envelope.intended_for),
+            route_class: columns.class,
+            to_machine: columns.machine,
+            to_key: columns.key,
+            to_fallback: i64::from(columns.fallback),
+            to_session: columns.session,
+            lane,
+        }
+    }
+
+    /// The parameters of [`INSERT_EVENT`].
+    fn values(self) -> Vec<Owned> {
+        vec![
+            Arc::new(self.id),
+            Arc::new(self.mesh_id),
+            Arc::new(self.target),
+            Arc::new(self.event),
+            Arc::new(self.payload),
+            Arc::new(self.fingerprint),
+            Arc::new(self.queued_at),
+            Arc::new(self.protocol_version),
+            Arc::new(self.event_id),
+            Arc::new(self.scope),
+            Arc::new(self.dispatched_by),
+            Arc::new(self.intended_for),
+            Arc::new(self.route_class),
+            Arc::new(self.to_machine),
+            Arc::new(self.to_key),
+            Arc::new(self.to_fallback),
+            Arc::new(self.to_session),
+            Arc::new(self.lane),
+        ]
+    }
+}
+
 /// The parameters of [`INSERT_EVENT`] for the event `ev` stored under `id`.
 fn row_values(id: &str, ev: &PendingEvent) -> Vec<Owned> {
-    let fingerprint = pending_event_fingerprint(ev);
-    let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
-    let envelope = &ev.envelope;
-    let identity =
-        |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
-    let value = ev.to_value();
-    let projected = project_route(&value);
-    let columns = RouteColumns::of(projected.as_ref());
-    let event_id = match &projected {
-        Some(p) => Some(p.event_id.clone()),
-        None => envelope.event_id.clone(),
-    };
-    let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let lane = columns.lane(target);
-    vec![
-        Arc::new(id.to_owned()),
-        Arc::new(ev.mesh_id.clone()),
-        Arc::new(target.map(str::to_owned)),
-        Arc::new(ev.event.clone()),
-        Arc::new(value.to_string()),
-        Arc::new(fingerprint),
-        Arc::new(ev.queued_at.millis()),
-        Arc::new(envelope.protocol_version.map(|v| v.as_str())),
-        Arc::new(event_id),
-        Arc::new(envelope.scope.map(|s| s.as_str())),
-        Arc::new(identity(&envelope.dispatched_by)),
-        Arc::new(identity(&envelope.intended_for)),
-        Arc::new(columns.class),
-        Arc::new(columns.machine.clone()),
-        Arc::new(columns.key.clone()),
-        Arc::new(i64::from(columns.fallback)),
-        Arc::new(columns.session.clone()),
-        Arc::new(lane),
-    ]
+    EventRow::of(id, ev).values()
 }
+
+/// Event rows of one mesh gathered column by column, to be stored in one
+/// statement ([`EventColumns::defer`]), in the order they were pushed.
+#[derive(Default)]
+pub(crate) struct EventColumns {
+    id: Vec<String>,
+    target: Vec<Option<String>>,
+    event: Vec<String>,
+    payload: Vec<String>,
+    fingerprint: Vec<Option<String>>,
+    queued_at: Vec<i64>,
+    protocol_version: Vec<Option<String>>,
+    event_id: Vec<Option<String>>,
+    scope: Vec<Option<String>>,
+    dispatched_by: Vec<Option<String>>,
+    intended_for: Vec<Option<String>>,
+    route_class: Vec<i64>,
+    to_machine: Vec<Option<String>>,
+    to_key: Vec<Option<String>>,
+    to_fallback: Vec<i64>,
+    to_session: Vec<Option<String>>,
+    lane: Vec<String>,
+}
+
+impl EventColumns {
+    pub(crate) fn push(&mut self, row: EventRow) {
+        self.id.push(row.id);
+        self.target.push(row.target);
+        self.event.push(row.event);
+        self.payload.push(row.payload);
+        self.fingerprint.push(row.fingerprint);
+        self.queued_at.push(row.queued_at);
+        self.protocol_version.push(row.protocol_version);
+        self.event_id.push(row.event_id);
+        self.scope.push(row.scope);
+        self.dispatched_by.push(row.dispatched_by);
+        self.intended_for.push(row.intended_for);
+        self.route_class.push(row.route_class);
+        self.to_machine.push(row.to_machine);
+        self.to_key.push(row.to_key);
+        self.to_fallback.push(row.to_fallback);
+        self.to_session.push(row.to_session);
+        self.lane.push(row.lane);
+    }
+
+    /// Queues the rows of `mesh_id` as one write of the operation (see
+    /// [`Db::defer`]): each stored with its queue entry as [`INSERT_EVENT`]
+    /// stores one, in push order, a duplicate fingerprint or id dropped.
+    pub(crate) fn defer(self, db: &Db<'_>, mesh_id: &str) {
+        if self.id.is_empty() {
+            return;
+        }
+        db.defer(
+            INSERT_EVENTS,
+            vec![
+                Arc::new(mesh_id.to_owned()),
+                Arc::new(self.id),
+                Arc::new(self.target),
+                Arc::new(self.event),
+                Arc::new(self.payload),
+                Arc::new(self.fingerprint),
+                Arc::new(self.queued_at),
+                Arc::new(self.protocol_version),
+                Arc::new(self.event_id),
+                Arc::new(self.scope),
+                Arc::new(self.dispatched_by),
+                Arc::new(self.intended_for),
+                Arc::new(self.route_class),
+                Arc::new(self.to_machine),
+                Arc::new(self.to_key),
+                Arc::new(self.to_fallback),
+                Arc::new(self.to_session),
+                Arc::new(self.lane),
+            ],
+            None,
+        );
+    }
+}
+
+/// [`INSERT_EVENT`] for many rows of mesh `$1`, one array per column from `$2`
+/// on: stored in array order (so their `row_id`s rise in it), and queued in
+/// that order.
+const INSERT_EVENTS: &str = "WITH stored AS (
+         INSERT INTO mesh_pending_events
+             (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
+              protocol_version, event_id, scope, dispatched_by, intended_for,
+              route_class, to_machine, to_key, to_fallback, to_session, lane)
+         SELECT v.id, $1, v.target, v.event, v.payload, v.fingerprint, v.queued_at,
+                v.protocol_version, v.event_id, v.scope, v.dispatched_by, v.intended_for,
+                v.route_class, v.to_machine, v.to_key, v.to_fallback, v.to_session, v.lane
+           FROM unnest((SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]), (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::bigint[]),
+                       (SELECT $8::text[]), (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::text[]), (SELECT $12::text[]), (SELECT $13::bigint[]),
+                       (SELECT $14::text[]), (SELECT $15::text[]), (SELECT $16::bigint[]), (SELECT $17::text[]), (SELECT $18::text[]))
+                WITH ORDINALITY AS v(id, target, event, payload, fingerprint, queued_at,
+                       protocol_version, event_id, scope, dispatched_by, intended_for, route_class,
+                       to_machine, to_key, to_fallback, to_session, lane, ord)
+          ORDER BY v.ord
+         ON CONFLICT DO NOTHING
+         RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id)
+     INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
+     SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored ORDER BY row_id";
 
 /// Puts the stored event row `row_id` of the mesh (back) on the queue; `false`
 /// when it was queued already or there is no such row.

@@ -19,7 +19,7 @@ use crate::{Fail, Res};
 
 /// How many candidates the first fetch of a stream reads: the first candidate
 /// usually wins, and each row read carries its payload.
-const FIRST_PAGE: usize = 4;
+pub(super) const FIRST_PAGE: usize = 4;
 
 /// How many candidates each later fetch of a stream reads.
 const PAGE: usize = 64;
@@ -49,14 +49,14 @@ fn stream_sql(tier: Tier, readonly_only: bool) -> String {
 
 /// The columns a stream reads of a candidate, in the order [`candidate`] and
 /// [`scan`] read them.
-const CANDIDATE_COLUMNS: &str = "id, required_tags, not_before_ms, task_mode, readonly, target_node_id, \
+pub(super) const CANDIDATE_COLUMNS: &str = "id, required_tags, not_before_ms, task_mode, readonly, target_node_id, \
      target_session_id, row_id, payload, deps_unmet, priority_rank, created_at";
 
 /// The pin condition of the open stream (neither a session nor a node).
-const OPEN_PIN: &str = "target_session_id IS NULL AND target_node_id IS NULL";
+pub(super) const OPEN_PIN: &str = "target_session_id IS NULL AND target_node_id IS NULL";
 
 /// Claim order: priority, then age, then insertion.
-const CLAIM_ORDER: &str = "priority_rank DESC, created_at ASC, row_id ASC";
+pub(super) const CLAIM_ORDER: &str = "priority_rank DESC, created_at ASC, row_id ASC";
 
 /// Every stream's SQL, by [`stream_index`].
 static STREAMS: LazyLock<[String; 6]> = LazyLock::new(|| {
@@ -80,7 +80,7 @@ fn stream_index(tier: Tier, readonly_only: bool) -> usize {
 }
 
 /// The candidate in `row`, whose stream columns start at `base`.
-fn candidate(row: &Row, base: usize) -> Res<Candidate> {
+pub(super) fn candidate(row: &Row, base: usize) -> Res<Candidate> {
     Candidate::from_columns(
         row.get(base),
         row.get(base + 1),
@@ -231,14 +231,18 @@ fn survey(
     Ok((survey, open_read.then_some(Page { rows, base: SURVEY_OPEN_BASE })))
 }
 
+/// The claimant's provider and its parallel cap, when a cap applies to it: it
+/// names both and has a node.
+pub(super) fn parallel_cap<'a>(claimant: &'a Claimant, forms: &[String]) -> Option<(&'a str, u32)> {
+    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty())?;
+    let max = claimant.provider_max_parallel?;
+    (!forms.is_empty()).then_some((provider, max))
+}
+
 /// Whether the provider's parallel cap is reached on the claimant's node. All id
 /// forms of the node count as one node.
 fn cap_reached(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<bool> {
-    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty());
-    let (Some(provider), Some(max)) = (provider, claimant.provider_max_parallel) else { return Ok(false) };
-    if forms.is_empty() {
-        return Ok(false);
-    }
+    let Some((provider, max)) = parallel_cap(claimant, forms) else { return Ok(false) };
     let row = db.query_one(
         "SELECT COUNT(*) FROM mesh_queue
           WHERE mesh_id = $1 AND status = 'assigned'

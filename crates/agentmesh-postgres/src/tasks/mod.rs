@@ -36,6 +36,7 @@ use crate::{Fail, PgStore, Res};
 
 mod claim;
 mod enqueue;
+mod group;
 mod persist;
 mod reads;
 mod rows;
@@ -45,6 +46,9 @@ pub(crate) use agentmesh_store::task_writes::{
 };
 pub(crate) use claim::claim;
 pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
+pub use group::GroupStats;
+pub(crate) use group::Groups;
+use group::Request;
 pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
     node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
@@ -120,11 +124,12 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<ClaimOutcome> {
-        self.write(mesh_id, |db| claim(db, mesh_id, claimant, opts, now))
+        let request = Request::Claim { claimant: claimant.clone(), opts: opts.clone(), now };
+        self.grouped(mesh_id, request)?.into_claim()
     }
 
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
-        self.write(mesh_id, |db| complete(db, mesh_id, report, now))?
+        self.grouped(mesh_id, Request::Complete { report: report.clone(), now })?.into_completed()
     }
 
     fn complete_and_claim(

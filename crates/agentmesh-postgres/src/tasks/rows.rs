@@ -141,6 +141,136 @@ pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64)
     db.defer(UPDATE_AT, values, Some(Arc::new(move || not_found(&mesh_id, &task_id).0)));
 }
 
+/// Task rows of one mesh gathered column by column, to be rewritten in one
+/// statement ([`RowColumns::defer`]), each by its `row_id` as [`update_row`]
+/// rewrites one.
+#[derive(Default)]
+pub(super) struct RowColumns {
+    id: Vec<String>,
+    status: Vec<&'static str>,
+    target_node_id: Vec<Option<String>>,
+    target_session_id: Vec<Option<String>>,
+    assigned_node_id: Vec<Option<String>>,
+    assigned_session_id: Vec<Option<String>>,
+    created_at: Vec<String>,
+    updated_at: Vec<String>,
+    payload: Vec<String>,
+    priority_rank: Vec<i64>,
+    deps_unmet: Vec<i64>,
+    blocked: Vec<i64>,
+    parked: Vec<i64>,
+    hold: Vec<i64>,
+    readonly: Vec<i64>,
+    task_mode: Vec<Option<&'static str>>,
+    required_tags: Vec<Option<String>>,
+    not_before_ms: Vec<Option<i64>>,
+    assigned_provider_type: Vec<Option<String>>,
+    dispatch_ts: Vec<Option<String>>,
+    epoch: Vec<i64>,
+    lease_expires_ms: Vec<Option<i64>>,
+    mission_id: Vec<Option<String>>,
+    row_id: Vec<i64>,
+}
+
+impl RowColumns {
+    /// Adds the row `row_id` as `task` with its readiness count. A row is
+    /// added at most once: the caller keeps the latest version of each.
+    pub(super) fn push(&mut self, task: &Task, deps_unmet: i64, row_id: i64) {
+        let p = Projection::of(task);
+        self.hold.push(hold_of(deps_unmet, p.blocked, p.parked));
+        self.id.push(task.id.clone());
+        self.status.push(task.status.as_str());
+        self.target_node_id.push(task.target_node_id.clone());
+        self.target_session_id.push(task.target_session_id.clone());
+        self.assigned_node_id.push(task.assigned_node_id.clone());
+        self.assigned_session_id.push(task.assigned_session_id.clone());
+        self.created_at.push(task.created_at.clone());
+        self.updated_at.push(task.updated_at.clone());
+        self.payload.push(p.payload);
+        self.priority_rank.push(p.priority_rank);
+        self.deps_unmet.push(deps_unmet);
+        self.blocked.push(i64::from(p.blocked));
+        self.parked.push(i64::from(p.parked));
+        self.readonly.push(i64::from(p.readonly));
+        self.task_mode.push(p.task_mode);
+        self.required_tags.push(p.required_tags);
+        self.not_before_ms.push(p.not_before_ms);
+        self.assigned_provider_type.push(task.assigned_provider_type.clone());
+        self.dispatch_ts.push(task.dispatch_timestamp.clone());
+        self.epoch.push(i64::try_from(task.epoch()).unwrap_or(i64::MAX));
+        self.lease_expires_ms.push(p.lease_expires_ms);
+        self.mission_id.push(task.mission_id.clone());
+        self.row_id.push(row_id);
+    }
+
+    /// Queues the rewrite of every row of `mesh_id` as one write of the
+    /// operation (see [`Db::defer`]); a row missing from the mesh fails it.
+    pub(super) fn defer(self, db: &Db<'_>, mesh_id: &str) {
+        let rows = self.id.len();
+        if rows == 0 {
+            return;
+        }
+        let mesh = mesh_id.to_owned();
+        let missing: crate::db::Missing = Arc::new(move || StoreError::Corrupt {
+            what: format!("the task rows of mesh {mesh}"),
+            problem: String::from("a row the write had loaded was gone"),
+        });
+        db.defer_expecting(
+            UPDATE_MANY,
+            vec![
+                Arc::new(mesh_id.to_owned()),
+                Arc::new(self.id),
+                Arc::new(self.status),
+                Arc::new(self.target_node_id),
+                Arc::new(self.target_session_id),
+                Arc::new(self.assigned_node_id),
+                Arc::new(self.assigned_session_id),
+                Arc::new(self.created_at),
+                Arc::new(self.updated_at),
+                Arc::new(self.payload),
+                Arc::new(self.priority_rank),
+                Arc::new(self.deps_unmet),
+                Arc::new(self.blocked),
+                Arc::new(self.parked),
+                Arc::new(self.hold),
+                Arc::new(self.readonly),
+                Arc::new(self.task_mode),
+                Arc::new(self.required_tags),
+                Arc::new(self.not_before_ms),
+                Arc::new(self.assigned_provider_type),
+                Arc::new(self.dispatch_ts),
+                Arc::new(self.epoch),
+                Arc::new(self.lease_expires_ms),
+                Arc::new(self.mission_id),
+                Arc::new(self.row_id),
+            ],
+            rows as u64,
+            missing,
+        );
+    }
+}
+
+/// [`UPDATE_AT`] for many rows of mesh `$1`, one array per column from `$2`
+/// (id) to `$25` (row_id).
+const UPDATE_MANY: &str = "UPDATE mesh_queue AS q SET
+         status = v.status, target_node_id = v.target_node_id, target_session_id = v.target_session_id,
+         assigned_node_id = v.assigned_node_id, assigned_session_id = v.assigned_session_id,
+         created_at = v.created_at, updated_at = v.updated_at, payload = v.payload,
+         priority_rank = v.priority_rank, deps_unmet = v.deps_unmet, blocked = v.blocked,
+         parked = v.parked, hold = v.hold, readonly = v.readonly, task_mode = v.task_mode,
+         required_tags = v.required_tags, not_before_ms = v.not_before_ms,
+         assigned_provider_type = v.assigned_provider_type, dispatch_ts = v.dispatch_ts,
+         epoch = v.epoch, lease_expires_ms = v.lease_expires_ms, mission_id = v.mission_id
+     FROM unnest((SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]), (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::text[]), (SELECT $8::text[]),
+                 (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::bigint[]), (SELECT $12::bigint[]), (SELECT $13::bigint[]), (SELECT $14::bigint[]),
+                 (SELECT $15::bigint[]), (SELECT $16::bigint[]), (SELECT $17::text[]), (SELECT $18::text[]), (SELECT $19::bigint[]), (SELECT $20::text[]),
+                 (SELECT $21::text[]), (SELECT $22::bigint[]), (SELECT $23::bigint[]), (SELECT $24::text[]), (SELECT $25::bigint[]))
+          AS v(id, status, target_node_id, target_session_id, assigned_node_id, assigned_session_id,
+               created_at, updated_at, payload, priority_rank, deps_unmet, blocked, parked, hold,
+               readonly, task_mode, required_tags, not_before_ms, assigned_provider_type, dispatch_ts,
+               epoch, lease_expires_ms, mission_id, row_id)
+     WHERE q.mesh_id = $1 AND q.row_id = v.row_id AND q.id = v.id";
+
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
 /// them are not completed (a missing task counts as not completed).
 pub(super) fn write_edges(db: &Db<'_>, task: &Task) -> Res<i64> {

@@ -88,3 +88,64 @@ fn a_batch_that_commits_never_waits_for_the_batch_that_opens_after_it() {
     let tasks = db.queue_entries("m", &[]).expect("the queue");
     assert_eq!(tasks.len(), threads * per_thread, "every task is there");
 }
+
+/// Claims and completions of many threads on one store are decided in groups:
+/// each task is claimed by one session and completed once, every claim and
+/// completion is in the ledger once and in order, and the groups decided
+/// requests in memory without one failing as a whole.
+#[test]
+fn concurrent_claims_and_completions_are_decided_in_groups_and_each_task_runs_once() {
+    use agentmesh_core::{Claimant, TaskStatus};
+    use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
+
+    let db = Arc::new(TestDb::new());
+    let tasks = 400;
+    let batch: Vec<NewTask> = (0..tasks).map(|i| task(&format!("t{i:03}"))).collect();
+    db.enqueue_batch("m", &batch, NOW).expect("the tasks");
+    let threads = 12;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || {
+                let who = Claimant {
+                    node_id: format!("node-{t}"),
+                    session_id: format!("session-{t}"),
+                    ..Claimant::default()
+                };
+                let mut done = Vec::new();
+                loop {
+                    let task = match db.claim_next("m", &who, &ClaimOptions::default(), NOW).expect("a claim")
+                    {
+                        ClaimOutcome::Claimed(task) => task,
+                        ClaimOutcome::Refused(_) => return done,
+                    };
+                    assert_eq!(task.assigned_session_id.as_deref(), Some(who.session_id.as_str()));
+                    let report = CompletionReport {
+                        session_id: who.session_id.clone(),
+                        task_id: Some(task.id.clone()),
+                        epoch: Some(task.epoch()),
+                        occurred_at: None,
+                        outcome: Outcome::Completed { summary: None },
+                    };
+                    let stored = db.complete_task("m", &report, NOW).expect("a completion");
+                    assert_eq!(stored.status, TaskStatus::Completed);
+                    done.push(task.id);
+                }
+            })
+        })
+        .collect();
+    let mut done: Vec<String> =
+        handles.into_iter().flat_map(|h| h.join().expect("a worker thread")).collect();
+    assert_eq!(done.len(), tasks, "every claim was of a task not claimed before");
+    done.sort();
+    done.dedup();
+    assert_eq!(done.len(), tasks, "no task was claimed twice");
+    let completed = db.queue_entries("m", &[TaskStatus::Completed]).expect("the queue");
+    assert_eq!(completed.len(), tasks);
+    // Dispatched, claimed and completed: three entries a task.
+    assert_eq!(db.ledger_count("m").expect("the ledger count"), 3 * tasks as u64);
+    let stats = db.group_stats();
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    assert!(stats.in_memory >= 2 * tasks as u64, "{stats:?}");
+    assert!(stats.groups < stats.in_memory + stats.alone, "requests shared groups: {stats:?}");
+}
