@@ -31,12 +31,11 @@ pub(crate) type Owned = Arc<dyn ToSql + Sync + Send>;
 pub(crate) type Missing = Arc<dyn Fn() -> StoreError + Send + Sync>;
 
 /// A write sent later: its SQL, its parameters, and the error to report when it
-/// changes fewer rows than `at_least` (`None`: any count is fine).
+/// changes no row (`None`: changing none is fine).
 pub(crate) struct Deferred {
     sql: &'static str,
     params: Vec<Owned>,
     unless_none: Option<Missing>,
-    at_least: u64,
 }
 
 /// The pending writes of an operation of a batch, handed on to go out with the
@@ -58,12 +57,15 @@ pub(crate) struct CarryFailed {
 /// What the statement that carries the pending work returns.
 enum Want<'a> {
     Rows(&'a str, Params<'a>),
+    /// Two queries, sent together.
+    Pair(&'a str, Params<'a>, &'a str, Params<'a>),
     Count(&'a str, Params<'a>),
     Nothing,
 }
 
 enum Reply {
     Rows(Vec<Row>),
+    Pair(Vec<Row>, Vec<Row>),
     Count(u64),
     Nothing,
 }
@@ -119,6 +121,19 @@ impl<'c> Db<'c> {
         }
     }
 
+    /// Every row each of two queries returns, both sent in one round trip
+    /// (the second runs after the first).
+    pub(crate) fn query_pair(
+        &self,
+        first: (&str, Params<'_>),
+        second: (&str, Params<'_>),
+    ) -> Res<(Vec<Row>, Vec<Row>)> {
+        match self.exchange(Want::Pair(first.0, first.1, second.0, second.1), None)? {
+            Reply::Pair(a, b) => Ok((a, b)),
+            _ => unreachable!("a pair of queries replies with two row sets"),
+        }
+    }
+
     /// The one row `sql` returns, if any (more than one is an error).
     pub(crate) fn query_opt(&self, sql: &str, params: Params<'_>) -> Res<Option<Row>> {
         let mut rows = self.query(sql, params)?;
@@ -155,13 +170,7 @@ impl<'c> Db<'c> {
     /// with the next statement, or with [`Db::finish`]. When it changes no row
     /// and `unless_none` is given, its error is the operation's.
     pub(crate) fn defer(&self, sql: &'static str, params: Vec<Owned>, unless_none: Option<Missing>) {
-        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none, at_least: 1 });
-    }
-
-    /// Queues a write as [`Db::defer`] does, whose error is `missing`'s when it
-    /// changes fewer than `rows` rows.
-    pub(crate) fn defer_expecting(&self, sql: &'static str, params: Vec<Owned>, rows: u64, missing: Missing) {
-        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none: Some(missing), at_least: rows });
+        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none });
     }
 
     /// Sends what is still pending, with `suffix` (statements without
@@ -260,8 +269,12 @@ impl<'c> Db<'c> {
             statements.push(conn.statement(d.sql)?);
         }
         let main = match want {
-            Want::Rows(sql, _) | Want::Count(sql, _) => Some(conn.statement(sql)?),
+            Want::Rows(sql, _) | Want::Count(sql, _) | Want::Pair(sql, ..) => Some(conn.statement(sql)?),
             Want::Nothing => None,
+        };
+        let paired = match want {
+            Want::Pair(_, _, sql, _) => Some(conn.statement(sql)?),
+            _ => None,
         };
         let client = &conn.client;
         let (carried_counts, first, counts, reply, last) = conn.block_on(async {
@@ -280,6 +293,12 @@ impl<'c> Db<'c> {
                     }
                     (Want::Count(_, params), Some(statement)) => {
                         client.execute(statement, params).await.map(Reply::Count)
+                    }
+                    (Want::Pair(_, first, _, second), Some(statement)) => {
+                        let Some(other) = &paired else { unreachable!("a pair prepares both statements") };
+                        let (a, b) =
+                            futures_util::join!(client.query(statement, first), client.query(other, second));
+                        Ok(Reply::Pair(a?, b?))
                     }
                     _ => Ok(Reply::Nothing),
                 }
@@ -330,11 +349,11 @@ fn execute_all<'a>(
 }
 
 /// The first error among the answers to `writes`: a failed statement, or a
-/// checked write that changed fewer rows than it had to.
+/// checked write that changed no row.
 fn checked(writes: &[Deferred], counts: Vec<Result<u64, postgres::Error>>) -> Result<(), StoreError> {
     for (d, count) in writes.iter().zip(counts) {
         let count = count.map_err(crate::classify)?;
-        if count < d.at_least
+        if count == 0
             && let Some(missing) = &d.unless_none
         {
             return Err(missing());

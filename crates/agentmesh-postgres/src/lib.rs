@@ -163,6 +163,14 @@ impl PgStore {
         self.batches.write(&scope, mesh_id, op)
     }
 
+    /// Runs `op` in a read-write transaction of its own holding the advisory
+    /// lock of `mesh_id`, outside the mesh's batches: for claim groups, which
+    /// gather the mesh's waiting requests themselves. Its last writes go out
+    /// with the COMMIT.
+    pub(crate) fn write_own<T>(&self, mesh_id: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
+        self.transaction("BEGIN", Some(mesh_id), op)
+    }
+
     /// Runs `op` in one read-write transaction without a mesh lock: for writes
     /// whose outcome depends on nothing they read, and sweeps that lock each mesh
     /// they touch themselves ([`Db::lock_mesh`]).

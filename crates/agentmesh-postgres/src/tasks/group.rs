@@ -41,9 +41,10 @@ use agentmesh_store::ids::mint_at;
 use agentmesh_store::task_writes::{TaskRows, complete, persist};
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError, StoreResult};
 use postgres::Row;
+use postgres::types::ToSql;
 
 use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candidate, parallel_cap};
-use super::rows::{Loaded, RowColumns, decode, update_row};
+use super::rows::{Loaded, RowColumns, decode, update_row_or_fail};
 use crate::db::Db;
 use crate::inbox::{EventColumns, EventRow};
 use crate::ledger::LedgerColumns;
@@ -243,7 +244,7 @@ impl PgStore {
     fn run_group(&self, mesh_id: &str, requests: &[&Request]) -> Vec<StoreResult<Response>> {
         let groups = &self.groups;
         groups.groups.fetch_add(1, Ordering::Relaxed);
-        match self.write(mesh_id, |db| decide_group(db, mesh_id, requests, groups)) {
+        match self.write_own(mesh_id, |db| decide_group(db, mesh_id, requests, groups)) {
             Ok(answers) => answers,
             Err(err) => {
                 groups.failed.fetch_add(1, Ordering::Relaxed);
@@ -409,9 +410,22 @@ impl<'a, 'c> Stretch<'a, 'c> {
         forms.dedup();
         ids.sort_unstable();
         ids.dedup();
-        let claims =
-            if claims > 0 { Some(read_claim_facts(db, mesh_id, &sessions, &forms, claims)?) } else { None };
-        let loaded = if ids.is_empty() { HashMap::new() } else { read_rows(db, mesh_id, &ids)? };
+        // Both reads go out in one round trip when the stretch needs both.
+        let size = page_size(claims);
+        let facts_params: [&(dyn ToSql + Sync); 3] = [&mesh_id, &sessions, &forms];
+        let rows_params: [&(dyn ToSql + Sync); 2] = [&mesh_id, &ids];
+        let (facts, rows) = match (claims > 0, !ids.is_empty()) {
+            (true, true) => {
+                let (facts, rows) =
+                    db.query_pair((&CLAIM_FACTS[size], &facts_params), (READ_ROWS, &rows_params))?;
+                (Some(facts), rows)
+            }
+            (true, false) => (Some(db.query(&CLAIM_FACTS[size], &facts_params)?), Vec::new()),
+            (false, true) => (None, db.query(READ_ROWS, &rows_params)?),
+            (false, false) => (None, Vec::new()),
+        };
+        let claims = facts.map(|rows| claim_facts(rows, PAGE_SIZES[size])).transpose()?;
+        let loaded = loaded_rows(rows)?;
         Ok(Stretch {
             db,
             mesh_id,
@@ -543,7 +557,7 @@ impl<'a, 'c> Stretch<'a, 'c> {
         let mut seen = HashSet::new();
         let latest: Vec<&Written> = written.iter().rev().filter(|w| seen.insert(w.row_id)).collect();
         if let [only] = latest[..] {
-            update_row(self.db, &only.task, only.deps_unmet, only.row_id);
+            update_row_or_fail(self.db, &only.task, only.deps_unmet, only.row_id);
         } else {
             let mut rows = RowColumns::default();
             for w in latest {
@@ -756,16 +770,14 @@ static CLAIM_FACTS: LazyLock<Vec<String>> = LazyLock::new(|| {
 /// Where the open page's columns start in a [`CLAIM_FACTS`] row.
 const FACTS_PAGE_BASE: usize = 6;
 
-fn read_claim_facts(
-    db: &Db<'_>,
-    mesh_id: &str,
-    sessions: &[&str],
-    forms: &[String],
-    claims: usize,
-) -> Res<ClaimFacts> {
+/// The index in [`PAGE_SIZES`] of the page that `claims` claims read.
+fn page_size(claims: usize) -> usize {
     let want = claims + FIRST_PAGE;
-    let size = PAGE_SIZES.iter().position(|&p| p >= want).unwrap_or(PAGE_SIZES.len() - 1);
-    let rows = db.query(&CLAIM_FACTS[size], &[&mesh_id, &sessions, &forms])?;
+    PAGE_SIZES.iter().position(|&p| p >= want).unwrap_or(PAGE_SIZES.len() - 1)
+}
+
+/// The claim facts in the rows of a [`CLAIM_FACTS`] read with page size `limit`.
+fn claim_facts(rows: Vec<Row>, limit: usize) -> Res<ClaimFacts> {
     let Some(first) = rows.first() else {
         return Err(crate::db::corrupt("the claim group's read", "returned no row"));
     };
@@ -787,28 +799,26 @@ fn read_claim_facts(
         let candidate = candidate(&row, FACTS_PAGE_BASE)?;
         page.push((candidate, row));
     }
-    let page_full = page.len() == PAGE_SIZES[size];
+    let page_full = page.len() == limit;
     Ok(ClaimFacts { by_session, by_node, pinned_sessions, pinned_nodes, page, page_full })
 }
 
-/// The rows `ids` name, each with the ids of its dependents, by id.
-fn read_rows(db: &Db<'_>, mesh_id: &str, ids: &[&str]) -> Res<HashMap<String, Loaded>> {
-    let rows = db.query(
-        "SELECT q.id, q.payload, q.deps_unmet, q.row_id,
-                ARRAY(SELECT d.task_id FROM mesh_task_deps d
-                       WHERE d.mesh_id = $1 AND d.depends_on_id = q.id)
-           FROM unnest((SELECT $2::text[])) AS k(id)
-           JOIN mesh_queue q ON q.mesh_id = $1 AND q.id = k.id",
-        &[&mesh_id, &ids],
-    )?;
+/// The rows of the tasks `$2` of mesh `$1`, each with the ids of its
+/// dependents.
+const READ_ROWS: &str = "SELECT q.id, q.payload, q.deps_unmet, q.row_id,
+            ARRAY(SELECT d.task_id FROM mesh_task_deps d
+                   WHERE d.mesh_id = $1 AND d.depends_on_id = q.id)
+       FROM unnest((SELECT $2::text[])) AS k(id)
+       JOIN mesh_queue q ON q.mesh_id = $1 AND q.id = k.id";
+
+/// The rows of a [`READ_ROWS`] read, by id.
+fn loaded_rows(rows: Vec<Row>) -> Res<HashMap<String, Loaded>> {
     let mut loaded = HashMap::with_capacity(rows.len());
     for row in rows {
         let id: String = row.get(0);
         let task = decode(&id, row.get(1))?;
-        loaded.insert(
-            id,
-            Loaded { task, deps_unmet: row.get(2), row_id: row.get(3), dependents: Some(row.get(4)) },
-        );
+        let dependents = Some(row.get(4));
+        loaded.insert(id, Loaded { task, deps_unmet: row.get(2), row_id: row.get(3), dependents });
     }
     Ok(loaded)
 }

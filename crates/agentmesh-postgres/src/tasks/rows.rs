@@ -1,7 +1,7 @@
 //! Task rows: the projected columns written from the payload, loading and
 //! saving a row, dependency edges and the readiness they maintain.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
@@ -204,18 +204,15 @@ impl RowColumns {
     }
 
     /// Queues the rewrite of every row of `mesh_id` as one write of the
-    /// operation (see [`Db::defer`]); a row missing from the mesh fails it.
+    /// operation (see [`Db::defer`]). A row missing from the mesh fails the
+    /// statement, and so the transaction, on the server ([`UPDATE_MANY`]): the
+    /// write needs no check of its count, and may go out with the COMMIT.
     pub(super) fn defer(self, db: &Db<'_>, mesh_id: &str) {
         let rows = self.id.len();
         if rows == 0 {
             return;
         }
-        let mesh = mesh_id.to_owned();
-        let missing: crate::db::Missing = Arc::new(move || StoreError::Corrupt {
-            what: format!("the task rows of mesh {mesh}"),
-            problem: String::from("a row the write had loaded was gone"),
-        });
-        db.defer_expecting(
+        db.defer(
             UPDATE_MANY,
             vec![
                 Arc::new(mesh_id.to_owned()),
@@ -243,16 +240,17 @@ impl RowColumns {
                 Arc::new(self.lease_expires_ms),
                 Arc::new(self.mission_id),
                 Arc::new(self.row_id),
+                Arc::new(i64::try_from(rows).unwrap_or(i64::MAX)),
             ],
-            rows as u64,
-            missing,
+            None,
         );
     }
 }
 
 /// [`UPDATE_AT`] for many rows of mesh `$1`, one array per column from `$2`
-/// (id) to `$25` (row_id).
-const UPDATE_MANY: &str = "UPDATE mesh_queue AS q SET
+/// (id) to `$25` (row_id). Unless it rewrote `$26` rows it fails (a division
+/// by zero), which aborts the transaction.
+const UPDATE_MANY: &str = "WITH updated AS (UPDATE mesh_queue AS q SET
          status = v.status, target_node_id = v.target_node_id, target_session_id = v.target_session_id,
          assigned_node_id = v.assigned_node_id, assigned_session_id = v.assigned_session_id,
          created_at = v.created_at, updated_at = v.updated_at, payload = v.payload,
@@ -269,7 +267,24 @@ const UPDATE_MANY: &str = "UPDATE mesh_queue AS q SET
                created_at, updated_at, payload, priority_rank, deps_unmet, blocked, parked, hold,
                readonly, task_mode, required_tags, not_before_ms, assigned_provider_type, dispatch_ts,
                epoch, lease_expires_ms, mission_id, row_id)
-     WHERE q.mesh_id = $1 AND q.row_id = v.row_id AND q.id = v.id";
+     WHERE q.mesh_id = $1 AND q.row_id = v.row_id AND q.id = v.id
+     RETURNING 1)
+     SELECT 1 / (CASE WHEN count(*) = $26::BIGINT THEN 1 ELSE 0 END) FROM updated";
+
+/// [`UPDATE_AT`] failing (a division by zero, which aborts the transaction)
+/// when it rewrote no row.
+static UPDATE_AT_OR_FAIL: LazyLock<String> = LazyLock::new(|| {
+    format!("WITH updated AS ({UPDATE_AT} RETURNING 1) SELECT 1 / count(*)::INT FROM updated")
+});
+
+/// Rewrites a loaded row as [`update_row`] does, with no check of the count
+/// on the client: a missing row fails the transaction on the server, so the
+/// write may go out with the COMMIT.
+pub(super) fn update_row_or_fail(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) {
+    let mut values = row_values(task, deps_unmet);
+    values.push(Arc::new(row_id));
+    db.defer(LazyLock::force(&UPDATE_AT_OR_FAIL).as_str(), values, None);
+}
 
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
 /// them are not completed (a missing task counts as not completed).
