@@ -258,14 +258,28 @@ fn throughput(
     let stores: Vec<&PgStore> = (0..clients).map(|k| own.get(k).unwrap_or(&store)).collect();
     let (runs, wall) = released_together(stores, |k, store| worker(store, k, now));
     let what = if shared {
-        let (writes, commits) = store.write_stats();
+        let groups = store.group_stats();
         format!(
-            "{clients} threads on one store with a pool of {}; {writes} writes in {commits} commits",
-            clients + 2
+            "{clients} threads on one store with a pool of {}; {} claims and completions in {} groups \
+             ({} decided from their group's read, {} run alone, {} groups failed)",
+            clients + 2,
+            groups.in_memory + groups.alone,
+            groups.groups,
+            groups.in_memory,
+            groups.alone,
+            groups.failed,
         )
     } else {
         format!("{clients} threads, each on its own store")
     };
+    if shared {
+        let groups = store.group_stats();
+        h.check(
+            &format!("{}: no claim group failed as a whole", case.label()),
+            groups.failed == 0,
+            format!("{groups:?}"),
+        );
+    }
     finish(h, case, &store, name, n, runs?, wall, &what)
 }
 

@@ -6,7 +6,8 @@
 //! completion on its own would cost the server a survey, a row rewrite and its
 //! ledger and event inserts, one after another. Here the first request of a
 //! mesh leads: it takes every claim and completion waiting at that moment (up
-//! to [`MAX_GROUP`]) and runs them as one write of the mesh (see `batch`):
+//! to [`MAX_GROUP`]) and runs them in one transaction of their own under the
+//! mesh lock (not in the mesh's write batch), in two round trips:
 //!
 //! 1. One read gathers what the group's decisions need: each claimant's
 //!    assigned tasks (by session and by node) and pinned work, the first page
@@ -15,8 +16,8 @@
 //!    code as a lone request (`agentmesh_core::claim::walk`, the core's claim
 //!    and completion decisions, `agentmesh_store::task_writes`), over rows that
 //!    show what the requests before it in the group wrote ([`Stretch`]).
-//! 3. The rows the decisions wrote go out as one rewrite of the task rows, one
-//!    ledger append and one event insert, in decision order.
+//! 3. The rows the decisions wrote go out with the COMMIT, as one rewrite of
+//!    the task rows, one ledger append and one event insert, in decision order.
 //!
 //! A decision the gathered rows cannot answer exactly (a pinned task, a
 //! parallel cap, dependents to update, a refusal to diagnose, a page read to
@@ -25,8 +26,8 @@
 //! on the database, inside a savepoint of its own; the requests after it start
 //! a new stretch with a fresh read. So every request gets exactly the outcome
 //! it would have got running alone in that order, and a request that fails is
-//! undone alone. When the group's write fails as a whole (its transaction did
-//! not commit), each of its requests runs again alone.
+//! undone alone. When the group's transaction fails as a whole, each of its
+//! requests runs again alone.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet, VecDeque};
