@@ -7,7 +7,8 @@
 //! ledger and event inserts, one after another. Here the first request of a
 //! mesh leads: it takes every claim and completion waiting at that moment (up
 //! to [`MAX_GROUP`]) and runs them in one transaction of their own under the
-//! mesh lock (not in the mesh's write batch), in two round trips:
+//! mesh lock (not in the mesh's write batch), in two round trips (a request
+//! that finds nothing else waiting runs alone, in the batch, as before):
 //!
 //! 1. One read gathers what the group's decisions need: each claimant's
 //!    assigned tasks (by session and by node) and pinned work, the first page
@@ -101,12 +102,13 @@ pub(crate) struct Groups {
 /// [`PgStore::group_stats`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GroupStats {
-    /// Groups run.
+    /// Groups of two requests or more run.
     pub groups: u64,
     /// Requests decided in memory, from what their group read.
     pub in_memory: u64,
-    /// Requests run alone on the database inside their group (see the
-    /// module docs for when).
+    /// Requests run alone on the database: one that found no other request
+    /// waiting, or one its group's read could not answer (see the module
+    /// docs).
     pub alone: u64,
     /// Groups whose transaction failed as a whole, so that each of their
     /// requests ran again alone.
@@ -240,10 +242,18 @@ impl PgStore {
         own.unwrap_or_else(|| Err(StoreError::Backend("the group lost its leader's request".into())))
     }
 
-    /// Decides `requests` as one write of the mesh; when that write fails as a
-    /// whole, runs each alone.
+    /// Decides `requests` in one transaction of the mesh; when that
+    /// transaction fails as a whole, runs each alone. A request that found
+    /// nothing else waiting runs alone straight away.
     fn run_group(&self, mesh_id: &str, requests: &[&Request]) -> Vec<StoreResult<Response>> {
         let groups = &self.groups;
+        if let [request] = requests {
+            // Nothing else was waiting: the request runs as every other write
+            // of the mesh does, in its batch, which costs a lone request less
+            // than a group's read.
+            groups.alone.fetch_add(1, Ordering::Relaxed);
+            return vec![self.write(mesh_id, |db| alone(db, mesh_id, request)).and_then(|answer| answer)];
+        }
         groups.groups.fetch_add(1, Ordering::Relaxed);
         match self.write_own(mesh_id, |db| decide_group(db, mesh_id, requests, groups)) {
             Ok(answers) => answers,
