@@ -8,7 +8,8 @@
 //! mesh leads: it takes every claim and completion waiting at that moment (up
 //! to [`MAX_GROUP`]) and runs them in one transaction of their own under the
 //! mesh lock (not in the mesh's write batch), in two round trips (a request
-//! that finds nothing else waiting runs alone, in the batch, as before):
+//! that finds nothing else waiting runs alone, in the batch, as every other
+//! write of the mesh does):
 //!
 //! 1. One read gathers what the group's decisions need: each claimant's
 //!    assigned tasks (by session and by node) and pinned work, the first page
