@@ -93,6 +93,17 @@ pub(super) fn candidate(row: &Row, base: usize) -> Res<Candidate> {
     .map_err(|bad| corrupt(&bad.id, bad.error))
 }
 
+/// The task of `candidate`, taken by a walk, from its stream row (whose stream
+/// columns start at `base`): only the taken candidate's payload is decoded.
+pub(super) fn taken(candidate: &Candidate, row: &Row, base: usize) -> Res<Loaded> {
+    Ok(Loaded {
+        task: decode(&candidate.id, row.get(base + 8))?,
+        deps_unmet: row.get(base + 9),
+        row_id: row.get(base + 7),
+        dependents: None,
+    })
+}
+
 /// A page of a stream read ahead, by the survey: its rows, whose stream
 /// columns start at `base`.
 struct Page {
@@ -151,15 +162,7 @@ impl walk::Streams for Streams<'_, '_> {
                 let candidate = candidate(row, base)?;
                 seen += 1;
                 match visit(&candidate) {
-                    Visit::Take => {
-                        let task = decode(&candidate.id, row.get(base + 8))?;
-                        return Ok(Some(Loaded {
-                            task,
-                            deps_unmet: row.get(base + 9),
-                            row_id: row.get(base + 7),
-                            dependents: None,
-                        }));
-                    }
+                    Visit::Take => return taken(&candidate, row, base).map(Some),
                     Visit::Stop => return Ok(None),
                     Visit::Next => {}
                 }

@@ -46,7 +46,7 @@ use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError, 
 use postgres::Row;
 use postgres::types::ToSql;
 
-use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candidate, parallel_cap};
+use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candidate, parallel_cap, taken};
 use super::rows::{Loaded, RowColumns, decode, update_row_or_fail};
 use crate::db::Db;
 use crate::inbox::{EventColumns, EventRow};
@@ -711,14 +711,7 @@ impl walk::Streams for Page<'_, '_, '_> {
             }
             seen += 1;
             match visit(candidate) {
-                Visit::Take => {
-                    return Ok(Some(Loaded {
-                        task: decode(&candidate.id, row.get(FACTS_PAGE_BASE + 8))?,
-                        deps_unmet: row.get(FACTS_PAGE_BASE + 9),
-                        row_id: row.get(FACTS_PAGE_BASE + 7),
-                        dependents: None,
-                    }));
-                }
+                Visit::Take => return taken(candidate, row, FACTS_PAGE_BASE).map(Some),
                 Visit::Stop => return Ok(None),
                 Visit::Next => {}
             }
