@@ -30,7 +30,7 @@ pub(crate) fn queue(
         Ok(prepared) => prepared,
         Err(reason) => return Ok(QueueOutcome::Duplicate(reason)),
     };
-    if db.execute_owned(INSERT_EVENT, &row_values(&id, &ev))? == 0 {
+    if db.execute_owned(INSERT_EVENT, &EventRow::of(&id, &ev).values())? == 0 {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
     }
     Ok(QueueOutcome::Queued { id, event: ev })
@@ -56,7 +56,7 @@ pub(crate) fn queue_later(
 /// Stores a stamped event under `id` with its queue entry, with the
 /// operation's next statement; a duplicate is dropped.
 pub(crate) fn insert_later(db: &Db<'_>, id: &str, ev: &PendingEvent) {
-    db.defer(INSERT_EVENT, row_values(id, ev), None);
+    db.defer(INSERT_EVENT, EventRow::of(id, ev).values(), None);
 }
 
 /// Checks and stamps an event and mints its id; a refine outcome already
@@ -203,11 +203,6 @@ impl EventRow {
             Arc::new(self.lane),
         ]
     }
-}
-
-/// The parameters of [`INSERT_EVENT`] for the event `ev` stored under `id`.
-fn row_values(id: &str, ev: &PendingEvent) -> Vec<Owned> {
-    EventRow::of(id, ev).values()
 }
 
 /// Event rows of one mesh gathered column by column, to be stored in one

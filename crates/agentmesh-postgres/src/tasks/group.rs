@@ -180,6 +180,9 @@ impl Groups {
 
     fn queue(&self, mesh_id: &str) -> Arc<Queue> {
         let mut queues = lock(&self.queues);
+        if let Some(queue) = queues.get(mesh_id) {
+            return Arc::clone(queue);
+        }
         Arc::clone(queues.entry(mesh_id.to_owned()).or_default())
     }
 }
