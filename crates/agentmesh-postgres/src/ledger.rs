@@ -13,7 +13,7 @@
 //! Append order is (timestamp, seq). The slice protocol of the original's peers
 //! pages in (timestamp, id) order through `idx_mesh_event_ledger_slice`.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
@@ -21,6 +21,7 @@ use agentmesh_store::{StoreError, StoreResult};
 use postgres::Row;
 use postgres::types::ToSql;
 
+use crate::columns::row_and_columns;
 use crate::db::{Db, unsigned};
 use crate::{PgStore, Res};
 
@@ -214,65 +215,48 @@ const APPEND: &str =
      ON CONFLICT (mesh_id, id) DO NOTHING";
 
 fn append_values(entry: &LedgerEntry) -> crate::Res<Vec<crate::db::Owned>> {
-    Ok(vec![
-        Arc::new(entry.mesh_id.clone()),
-        Arc::new(entry.id.clone()),
-        Arc::new(entry.timestamp.clone()),
-        Arc::new(entry.kind.clone()),
-        Arc::new(entry.node_id.clone()),
-        Arc::new(entry.session_id.clone()),
-        Arc::new(entry.provider_type.clone()),
-        Arc::new(serde_json::to_string(&entry.payload)?),
-    ])
+    Ok(LedgerRow::of(entry)?.values(&entry.mesh_id))
 }
 
-/// Ledger entries of one mesh gathered column by column, to be appended in one
-/// statement ([`LedgerColumns::defer`]), in the order they were pushed.
-#[derive(Default)]
-pub(crate) struct LedgerColumns {
-    id: Vec<String>,
-    timestamp: Vec<String>,
-    kind: Vec<String>,
-    node_id: Vec<Option<String>>,
-    session_id: Vec<Option<String>>,
-    provider_type: Vec<Option<String>>,
-    payload: Vec<String>,
+row_and_columns! {
+    /// One ledger entry's columns after its mesh, in [`APPEND`]'s parameter
+    /// order: what the single append and the grouped one ([`LedgerColumns`],
+    /// [`APPEND_MANY`]) write.
+    pub(crate) struct LedgerRow / LedgerColumns {
+        id: String,
+        timestamp: String,
+        kind: String,
+        node_id: Option<String>,
+        session_id: Option<String>,
+        provider_type: Option<String>,
+        payload: String,
+    }
+}
+
+impl LedgerRow {
+    /// The row of `entry`.
+    pub(crate) fn of(entry: &LedgerEntry) -> crate::Res<LedgerRow> {
+        Ok(LedgerRow {
+            id: entry.id.clone(),
+            timestamp: entry.timestamp.clone(),
+            kind: entry.kind.clone(),
+            node_id: entry.node_id.clone(),
+            session_id: entry.session_id.clone(),
+            provider_type: entry.provider_type.clone(),
+            payload: serde_json::to_string(&entry.payload)?,
+        })
+    }
 }
 
 impl LedgerColumns {
-    pub(crate) fn push(&mut self, entry: &LedgerEntry) -> crate::Res<()> {
-        let payload = serde_json::to_string(&entry.payload)?;
-        self.id.push(entry.id.clone());
-        self.timestamp.push(entry.timestamp.clone());
-        self.kind.push(entry.kind.clone());
-        self.node_id.push(entry.node_id.clone());
-        self.session_id.push(entry.session_id.clone());
-        self.provider_type.push(entry.provider_type.clone());
-        self.payload.push(payload);
-        Ok(())
-    }
-
     /// Queues the entries of `mesh_id` as one write of the operation (see
     /// [`crate::db::Db::defer`]): appended as [`append_later`] appends one, in
     /// push order, so their sequence numbers rise in it.
     pub(crate) fn defer(self, db: &crate::db::Db<'_>, mesh_id: &str) {
-        if self.id.is_empty() {
+        if self.len() == 0 {
             return;
         }
-        db.defer(
-            APPEND_MANY,
-            vec![
-                Arc::new(mesh_id.to_owned()),
-                Arc::new(self.id),
-                Arc::new(self.timestamp),
-                Arc::new(self.kind),
-                Arc::new(self.node_id),
-                Arc::new(self.session_id),
-                Arc::new(self.provider_type),
-                Arc::new(self.payload),
-            ],
-            None,
-        );
+        db.defer(APPEND_MANY, self.arrays(mesh_id), None);
     }
 }
 

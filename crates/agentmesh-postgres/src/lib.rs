@@ -21,6 +21,7 @@ use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
 mod batch;
 mod cluster;
+mod columns;
 mod compat;
 mod db;
 mod inbox;

@@ -1,8 +1,6 @@
 //! Queueing: stamping an event, the refine-terminal and fingerprint dedup, and
 //! the event row with its queue entry.
 
-use std::sync::Arc;
-
 use agentmesh_core::events::{
     EmitHint, PendingEvent, pending_event_fingerprint, project_route, refine_job_id,
     refine_terminal_fingerprint, stamp_event,
@@ -12,7 +10,8 @@ use agentmesh_store::ids::mint_at;
 use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
 
 use super::walk::parse;
-use crate::db::{Db, Owned};
+use crate::columns::row_and_columns;
+use crate::db::Db;
 use crate::{Fail, Res};
 use agentmesh_store::route_columns::RouteColumns;
 
@@ -30,7 +29,7 @@ pub(crate) fn queue(
         Ok(prepared) => prepared,
         Err(reason) => return Ok(QueueOutcome::Duplicate(reason)),
     };
-    if db.execute_owned(INSERT_EVENT, &EventRow::of(&id, &ev).values())? == 0 {
+    if db.execute_owned(INSERT_EVENT, &EventRow::of(&id, &ev).values(mesh_id))? == 0 {
         return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
     }
     Ok(QueueOutcome::Queued { id, event: ev })
@@ -56,7 +55,7 @@ pub(crate) fn queue_later(
 /// Stores a stamped event under `id` with its queue entry, with the
 /// operation's next statement; a duplicate is dropped.
 pub(crate) fn insert_later(db: &Db<'_>, id: &str, ev: &PendingEvent) {
-    db.defer(INSERT_EVENT, EventRow::of(id, ev).values(), None);
+    db.defer(INSERT_EVENT, EventRow::of(id, ev).values(&ev.mesh_id), None);
 }
 
 /// Checks and stamps an event and mints its id; a refine outcome already
@@ -106,39 +105,42 @@ pub(crate) fn needs_refine_check(ev: &PendingEvent) -> bool {
 /// Stores an event, as it is, with its queue entry, in one statement: the whole
 /// event in `payload`, its daemon target, fingerprint, v2 envelope and projected
 /// routing inputs in their columns. Changes no row when its fingerprint (or id)
-/// is already used in the mesh: neither is an error.
+/// is already used in the mesh: neither is an error. `$1` is the mesh, the rest
+/// an [`EventRow`]'s values.
 const INSERT_EVENT: &str = "WITH stored AS (
          INSERT INTO mesh_pending_events
              (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
               protocol_version, event_id, scope, dispatched_by, intended_for,
               route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+         VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
          ON CONFLICT DO NOTHING
          RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id)
      INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
      SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored";
 
-/// One event row with its queue entry's inputs, in [`INSERT_EVENT`]'s column
-/// order: what the single insert and the grouped one ([`EventColumns`]) store.
-pub(crate) struct EventRow {
-    id: String,
-    mesh_id: String,
-    target: Option<String>,
-    event: String,
-    payload: String,
-    fingerprint: Option<String>,
-    queued_at: i64,
-    protocol_version: Option<String>,
-    event_id: Option<String>,
-    scope: Option<String>,
-    dispatched_by: Option<String>,
-    intended_for: Option<String>,
-    route_class: i64,
-    to_machine: Option<String>,
-    to_key: Option<String>,
-    to_fallback: i64,
-    to_session: Option<String>,
-    lane: String,
+row_and_columns! {
+    /// One event row with its queue entry's inputs, in [`INSERT_EVENT`]'s
+    /// parameter order: what the single insert and the grouped one
+    /// ([`EventColumns`], [`INSERT_EVENTS`]) store.
+    pub(crate) struct EventRow / EventColumns {
+        id: String,
+        target: Option<String>,
+        event: String,
+        payload: String,
+        fingerprint: Option<String>,
+        queued_at: i64,
+        protocol_version: Option<String>,
+        event_id: Option<String>,
+        scope: Option<String>,
+        dispatched_by: Option<String>,
+        intended_for: Option<String>,
+        route_class: i64,
+        to_machine: Option<String>,
+        to_key: Option<String>,
+        to_fallback: i64,
+        to_session: Option<String>,
+        lane: String,
+    }
 }
 
 impl EventRow {
@@ -160,7 +162,6 @@ impl EventRow {
         let lane = columns.lane(target);
         EventRow {
             id: id.to_owned(),
-            mesh_id: ev.mesh_id.clone(),
             target: target.map(str::to_owned),
             event: ev.event.clone(),
             payload: value.to_string(),
@@ -179,107 +180,17 @@ impl EventRow {
             lane,
         }
     }
-
-    /// The parameters of [`INSERT_EVENT`].
-    fn values(self) -> Vec<Owned> {
-        vec![
-            Arc::new(self.id),
-            Arc::new(self.mesh_id),
-            Arc::new(self.target),
-            Arc::new(self.event),
-            Arc::new(self.payload),
-            Arc::new(self.fingerprint),
-            Arc::new(self.queued_at),
-            Arc::new(self.protocol_version),
-            Arc::new(self.event_id),
-            Arc::new(self.scope),
-            Arc::new(self.dispatched_by),
-            Arc::new(self.intended_for),
-            Arc::new(self.route_class),
-            Arc::new(self.to_machine),
-            Arc::new(self.to_key),
-            Arc::new(self.to_fallback),
-            Arc::new(self.to_session),
-            Arc::new(self.lane),
-        ]
-    }
-}
-
-/// Event rows of one mesh gathered column by column, to be stored in one
-/// statement ([`EventColumns::defer`]), in the order they were pushed.
-#[derive(Default)]
-pub(crate) struct EventColumns {
-    id: Vec<String>,
-    target: Vec<Option<String>>,
-    event: Vec<String>,
-    payload: Vec<String>,
-    fingerprint: Vec<Option<String>>,
-    queued_at: Vec<i64>,
-    protocol_version: Vec<Option<String>>,
-    event_id: Vec<Option<String>>,
-    scope: Vec<Option<String>>,
-    dispatched_by: Vec<Option<String>>,
-    intended_for: Vec<Option<String>>,
-    route_class: Vec<i64>,
-    to_machine: Vec<Option<String>>,
-    to_key: Vec<Option<String>>,
-    to_fallback: Vec<i64>,
-    to_session: Vec<Option<String>>,
-    lane: Vec<String>,
 }
 
 impl EventColumns {
-    pub(crate) fn push(&mut self, row: EventRow) {
-        self.id.push(row.id);
-        self.target.push(row.target);
-        self.event.push(row.event);
-        self.payload.push(row.payload);
-        self.fingerprint.push(row.fingerprint);
-        self.queued_at.push(row.queued_at);
-        self.protocol_version.push(row.protocol_version);
-        self.event_id.push(row.event_id);
-        self.scope.push(row.scope);
-        self.dispatched_by.push(row.dispatched_by);
-        self.intended_for.push(row.intended_for);
-        self.route_class.push(row.route_class);
-        self.to_machine.push(row.to_machine);
-        self.to_key.push(row.to_key);
-        self.to_fallback.push(row.to_fallback);
-        self.to_session.push(row.to_session);
-        self.lane.push(row.lane);
-    }
-
     /// Queues the rows of `mesh_id` as one write of the operation (see
     /// [`Db::defer`]): each stored with its queue entry as [`INSERT_EVENT`]
     /// stores one, in push order, a duplicate fingerprint or id dropped.
     pub(crate) fn defer(self, db: &Db<'_>, mesh_id: &str) {
-        if self.id.is_empty() {
+        if self.len() == 0 {
             return;
         }
-        db.defer(
-            INSERT_EVENTS,
-            vec![
-                Arc::new(mesh_id.to_owned()),
-                Arc::new(self.id),
-                Arc::new(self.target),
-                Arc::new(self.event),
-                Arc::new(self.payload),
-                Arc::new(self.fingerprint),
-                Arc::new(self.queued_at),
-                Arc::new(self.protocol_version),
-                Arc::new(self.event_id),
-                Arc::new(self.scope),
-                Arc::new(self.dispatched_by),
-                Arc::new(self.intended_for),
-                Arc::new(self.route_class),
-                Arc::new(self.to_machine),
-                Arc::new(self.to_key),
-                Arc::new(self.to_fallback),
-                Arc::new(self.to_session),
-                Arc::new(self.lane),
-            ],
-            None,
-        );
+        db.defer(INSERT_EVENTS, self.arrays(mesh_id), None);
     }
 }
 

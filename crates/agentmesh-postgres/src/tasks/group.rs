@@ -50,7 +50,7 @@ use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candida
 use super::rows::{Loaded, RowColumns, decode, update_row_or_fail};
 use crate::db::Db;
 use crate::inbox::{EventColumns, EventRow};
-use crate::ledger::LedgerColumns;
+use crate::ledger::{LedgerColumns, LedgerRow};
 use crate::{Fail, PgStore, Res};
 
 /// The most requests one group takes.
@@ -586,7 +586,7 @@ impl<'a, 'c> Stretch<'a, 'c> {
         } else {
             let mut ledger = LedgerColumns::default();
             for entry in &entries {
-                ledger.push(entry)?;
+                ledger.push(LedgerRow::of(entry)?);
             }
             ledger.defer(self.db, self.mesh_id);
         }

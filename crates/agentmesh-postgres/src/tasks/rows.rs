@@ -6,6 +6,7 @@ use std::sync::{Arc, LazyLock};
 use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 
+use crate::columns::row_and_columns;
 use crate::db::{Db, Owned};
 use crate::{Fail, Res};
 
@@ -68,38 +69,72 @@ pub(super) fn load_required(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Lo
     load(db, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
 }
 
-/// The values of a task row in column order, `$1` id through `$24` mission_id,
-/// as both the insert and the update take them.
+row_and_columns! {
+    /// A task row's columns after its mesh, `$2` id through `$24` mission_id,
+    /// as the insert and the updates take them, one row ([`TaskRow::values`])
+    /// or many ([`TaskColumns`]).
+    pub(super) struct TaskRow / TaskColumns {
+        id: String,
+        status: &'static str,
+        target_node_id: Option<String>,
+        target_session_id: Option<String>,
+        assigned_node_id: Option<String>,
+        assigned_session_id: Option<String>,
+        created_at: String,
+        updated_at: String,
+        payload: String,
+        priority_rank: i64,
+        deps_unmet: i64,
+        blocked: i64,
+        parked: i64,
+        hold: i64,
+        readonly: i64,
+        task_mode: Option<&'static str>,
+        required_tags: Option<String>,
+        not_before_ms: Option<i64>,
+        assigned_provider_type: Option<String>,
+        dispatch_ts: Option<String>,
+        epoch: i64,
+        lease_expires_ms: Option<i64>,
+        mission_id: Option<String>,
+    }
+}
+
+impl TaskRow {
+    /// The row of `task` with its readiness count.
+    pub(super) fn of(task: &Task, deps_unmet: i64) -> TaskRow {
+        let p = Projection::of(task);
+        TaskRow {
+            id: task.id.clone(),
+            status: task.status.as_str(),
+            target_node_id: task.target_node_id.clone(),
+            target_session_id: task.target_session_id.clone(),
+            assigned_node_id: task.assigned_node_id.clone(),
+            assigned_session_id: task.assigned_session_id.clone(),
+            created_at: task.created_at.clone(),
+            updated_at: task.updated_at.clone(),
+            payload: p.payload,
+            priority_rank: p.priority_rank,
+            deps_unmet,
+            blocked: i64::from(p.blocked),
+            parked: i64::from(p.parked),
+            hold: hold_of(deps_unmet, p.blocked, p.parked),
+            readonly: i64::from(p.readonly),
+            task_mode: p.task_mode,
+            required_tags: p.required_tags,
+            not_before_ms: p.not_before_ms,
+            assigned_provider_type: task.assigned_provider_type.clone(),
+            dispatch_ts: task.dispatch_timestamp.clone(),
+            epoch: i64::try_from(task.epoch()).unwrap_or(i64::MAX),
+            lease_expires_ms: p.lease_expires_ms,
+            mission_id: task.mission_id.clone(),
+        }
+    }
+}
+
+/// The parameters of a one-row statement of `task`: its mesh, then its row.
 fn row_values(task: &Task, deps_unmet: i64) -> Vec<Owned> {
-    let p = Projection::of(task);
-    let hold = hold_of(deps_unmet, p.blocked, p.parked);
-    let epoch = i64::try_from(task.epoch()).unwrap_or(i64::MAX);
-    vec![
-        Arc::new(task.id.clone()),
-        Arc::new(task.mesh_id.clone()),
-        Arc::new(task.status.as_str()),
-        Arc::new(task.target_node_id.clone()),
-        Arc::new(task.target_session_id.clone()),
-        Arc::new(task.assigned_node_id.clone()),
-        Arc::new(task.assigned_session_id.clone()),
-        Arc::new(task.created_at.clone()),
-        Arc::new(task.updated_at.clone()),
-        Arc::new(p.payload),
-        Arc::new(p.priority_rank),
-        Arc::new(deps_unmet),
-        Arc::new(i64::from(p.blocked)),
-        Arc::new(i64::from(p.parked)),
-        Arc::new(hold),
-        Arc::new(i64::from(p.readonly)),
-        Arc::new(p.task_mode),
-        Arc::new(p.required_tags),
-        Arc::new(p.not_before_ms),
-        Arc::new(task.assigned_provider_type.clone()),
-        Arc::new(task.dispatch_timestamp.clone()),
-        Arc::new(epoch),
-        Arc::new(p.lease_expires_ms),
-        Arc::new(task.mission_id.clone()),
-    ]
+    TaskRow::of(task, deps_unmet).values(&task.mesh_id)
 }
 
 /// Inserts a row; the caller has written its dependency edges and counted them.
@@ -111,7 +146,7 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
              assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
              blocked, parked, hold, readonly, task_mode, required_tags, not_before_ms,
              assigned_provider_type, dispatch_ts, epoch, lease_expires_ms, mission_id)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
+         VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
                  $19, $20, $21, $22, $23, $24)
          ON CONFLICT (mesh_id, id) DO NOTHING",
         &row_values(task, deps_unmet),
@@ -122,7 +157,8 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
     Ok(())
 }
 
-/// Rewrites a row by its `row_id` (`$25`); the id and mesh still have to match.
+/// Rewrites a row by its `row_id` (`$25`); the mesh (`$1`) and id (`$2`) still
+/// have to match.
 const UPDATE_AT: &str = "UPDATE mesh_queue SET
          status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
          assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
@@ -130,7 +166,7 @@ const UPDATE_AT: &str = "UPDATE mesh_queue SET
          readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
          assigned_provider_type = $20, dispatch_ts = $21, epoch = $22, lease_expires_ms = $23,
          mission_id = $24
-     WHERE mesh_id = $2 AND row_id = $25 AND id = $1";
+     WHERE mesh_id = $1 AND row_id = $25 AND id = $2";
 
 /// Rewrites a loaded row from its task, with its readiness count. The write
 /// goes out with the operation's next statement (see [`Db::defer`]).
@@ -146,29 +182,7 @@ pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64)
 /// rewrites one.
 #[derive(Default)]
 pub(super) struct RowColumns {
-    id: Vec<String>,
-    status: Vec<&'static str>,
-    target_node_id: Vec<Option<String>>,
-    target_session_id: Vec<Option<String>>,
-    assigned_node_id: Vec<Option<String>>,
-    assigned_session_id: Vec<Option<String>>,
-    created_at: Vec<String>,
-    updated_at: Vec<String>,
-    payload: Vec<String>,
-    priority_rank: Vec<i64>,
-    deps_unmet: Vec<i64>,
-    blocked: Vec<i64>,
-    parked: Vec<i64>,
-    hold: Vec<i64>,
-    readonly: Vec<i64>,
-    task_mode: Vec<Option<&'static str>>,
-    required_tags: Vec<Option<String>>,
-    not_before_ms: Vec<Option<i64>>,
-    assigned_provider_type: Vec<Option<String>>,
-    dispatch_ts: Vec<Option<String>>,
-    epoch: Vec<i64>,
-    lease_expires_ms: Vec<Option<i64>>,
-    mission_id: Vec<Option<String>>,
+    rows: TaskColumns,
     row_id: Vec<i64>,
 }
 
@@ -176,30 +190,7 @@ impl RowColumns {
     /// Adds the row `row_id` as `task` with its readiness count. A row is
     /// added at most once: the caller keeps the latest version of each.
     pub(super) fn push(&mut self, task: &Task, deps_unmet: i64, row_id: i64) {
-        let p = Projection::of(task);
-        self.hold.push(hold_of(deps_unmet, p.blocked, p.parked));
-        self.id.push(task.id.clone());
-        self.status.push(task.status.as_str());
-        self.target_node_id.push(task.target_node_id.clone());
-        self.target_session_id.push(task.target_session_id.clone());
-        self.assigned_node_id.push(task.assigned_node_id.clone());
-        self.assigned_session_id.push(task.assigned_session_id.clone());
-        self.created_at.push(task.created_at.clone());
-        self.updated_at.push(task.updated_at.clone());
-        self.payload.push(p.payload);
-        self.priority_rank.push(p.priority_rank);
-        self.deps_unmet.push(deps_unmet);
-        self.blocked.push(i64::from(p.blocked));
-        self.parked.push(i64::from(p.parked));
-        self.readonly.push(i64::from(p.readonly));
-        self.task_mode.push(p.task_mode);
-        self.required_tags.push(p.required_tags);
-        self.not_before_ms.push(p.not_before_ms);
-        self.assigned_provider_type.push(task.assigned_provider_type.clone());
-        self.dispatch_ts.push(task.dispatch_timestamp.clone());
-        self.epoch.push(i64::try_from(task.epoch()).unwrap_or(i64::MAX));
-        self.lease_expires_ms.push(p.lease_expires_ms);
-        self.mission_id.push(task.mission_id.clone());
+        self.rows.push(TaskRow::of(task, deps_unmet));
         self.row_id.push(row_id);
     }
 
@@ -208,42 +199,14 @@ impl RowColumns {
     /// statement, and so the transaction, on the server ([`UPDATE_MANY`]): the
     /// write needs no check of its count, and may go out with the COMMIT.
     pub(super) fn defer(self, db: &Db<'_>, mesh_id: &str) {
-        let rows = self.id.len();
+        let rows = self.rows.len();
         if rows == 0 {
             return;
         }
-        db.defer(
-            UPDATE_MANY,
-            vec![
-                Arc::new(mesh_id.to_owned()),
-                Arc::new(self.id),
-                Arc::new(self.status),
-                Arc::new(self.target_node_id),
-                Arc::new(self.target_session_id),
-                Arc::new(self.assigned_node_id),
-                Arc::new(self.assigned_session_id),
-                Arc::new(self.created_at),
-                Arc::new(self.updated_at),
-                Arc::new(self.payload),
-                Arc::new(self.priority_rank),
-                Arc::new(self.deps_unmet),
-                Arc::new(self.blocked),
-                Arc::new(self.parked),
-                Arc::new(self.hold),
-                Arc::new(self.readonly),
-                Arc::new(self.task_mode),
-                Arc::new(self.required_tags),
-                Arc::new(self.not_before_ms),
-                Arc::new(self.assigned_provider_type),
-                Arc::new(self.dispatch_ts),
-                Arc::new(self.epoch),
-                Arc::new(self.lease_expires_ms),
-                Arc::new(self.mission_id),
-                Arc::new(self.row_id),
-                Arc::new(i64::try_from(rows).unwrap_or(i64::MAX)),
-            ],
-            None,
-        );
+        let mut params = self.rows.arrays(mesh_id);
+        params.push(Arc::new(self.row_id));
+        params.push(Arc::new(i64::try_from(rows).unwrap_or(i64::MAX)));
+        db.defer(UPDATE_MANY, params, None);
     }
 }
 
