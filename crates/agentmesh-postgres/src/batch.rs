@@ -11,7 +11,8 @@
 //! closes the batch and commits it; each write returns its own result once that
 //! COMMIT succeeded, or the COMMIT's error. A write that finds the batch full or
 //! closing opens the next one, which waits for the mesh lock. Uncontended, a
-//! write is exactly one transaction of its own.
+//! write is exactly one transaction of its own: when nobody joined its batch,
+//! the opener's writes go out with its COMMIT, in one round trip.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,13 +172,6 @@ fn begin_sql(schema: &str, mesh_id: &str) -> String {
     format!("BEGIN; SELECT pg_advisory_xact_lock({})", crate::db::mesh_lock_key(schema, mesh_id))
 }
 
-/// Runs `op` on `db` and sends what it left pending; returns its outcome and
-/// whether it began anything on the server (see [`Db::finish`]).
-fn run_op<T>(db: &Db<'_>, op: impl FnOnce(&Db<'_>) -> Res<T>) -> (Res<T>, bool) {
-    let outcome = op(db).and_then(|value| db.finish(None).map(|_| value));
-    (outcome, db.began())
-}
-
 /// Opens a batch, runs `op` first in it, lets the writes that joined run, and
 /// commits.
 fn lead<T>(
@@ -207,8 +201,54 @@ fn lead<T>(
         }
     };
     // BEGIN and the lock go out with the operation's first statement.
-    let (outcome, began) =
-        run_op(&Db::with_prefix(&mut conn, scope.schema, begin_sql(scope.schema, mesh_id)), op);
+    let db = Db::with_prefix(&mut conn, scope.schema, begin_sql(scope.schema, mesh_id));
+    let outcome = op(&db);
+    let alone = outcome.is_ok() && {
+        let mut state = lock(&slot.state);
+        // Nobody joined while the operation ran: close the batch, so that its
+        // writes may go out with the COMMIT.
+        let alone = state.joined == 1;
+        if alone {
+            state.open = false;
+        }
+        alone
+    };
+    if alone {
+        // A write that arrives now opens the next batch, whose BEGIN may wait
+        // on the server for this one's mesh lock.
+        drop(conn_slot);
+        let finished = db.finish(Some(&cluster::notify_and_commit(scope.channel, mesh_id)));
+        let began = db.began();
+        drop(db);
+        let ended = match finished {
+            Ok(committed) => {
+                if committed {
+                    commits.fetch_add(1, Ordering::Relaxed);
+                }
+                scope.pool.checkin(conn);
+                None
+            }
+            Err(Fail(err)) => {
+                // Whatever was begun is undone; a connection that cannot say so
+                // is closed.
+                if began && conn.batch_execute("ROLLBACK").is_ok() {
+                    scope.pool.checkin(conn);
+                } else {
+                    drop(conn);
+                    scope.pool.forget();
+                }
+                Some(err)
+            }
+        };
+        end(slot, batch, ended.as_ref().map(Ended::of));
+        return match ended {
+            None => outcome.map_err(|Fail(e)| e),
+            Some(err) => Err(err),
+        };
+    }
+    let outcome = outcome.and_then(|value| db.finish(None).map(|_| value));
+    let began = db.began();
+    drop(db);
     let mut in_transaction = began;
     if outcome.is_err() && began {
         // The opener ran without a savepoint: undo its work.
@@ -409,6 +449,8 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
+    use agentmesh_store::StoreError;
+
     use crate::{PgOptions, PgStore};
 
     fn fresh_store() -> (PgStore, String, String) {
@@ -464,6 +506,59 @@ mod tests {
         drop(store);
         drop_schema(&url, &schema);
         assert_eq!(count, 0, "the panicking write was rolled back");
+    }
+
+    /// A lone write's deferred writes go out with its COMMIT. A checked one that
+    /// changes no row fails the transaction on the server: the operation gets
+    /// the check's own error, and nothing of it is committed, in the mesh's
+    /// batch and in a transaction of its own alike.
+    #[test]
+    fn a_checked_write_that_changes_no_row_fails_its_operation_with_its_own_error() {
+        let (store, url, schema) = fresh_store();
+        let op = |key: &'static str| {
+            move |db: &crate::db::Db<'_>| {
+                db.defer(
+                    "INSERT INTO agentmesh_meta (key, value) VALUES ($1, 'written')",
+                    vec![std::sync::Arc::new(key.to_owned())],
+                    None,
+                );
+                db.defer(
+                    "WITH w AS (UPDATE agentmesh_meta SET value = 'changed' WHERE key = 'absent' RETURNING 1)
+                     SELECT 1 / count(*)::INT FROM w",
+                    Vec::new(),
+                    Some(std::sync::Arc::new(|| StoreError::TaskNotFound {
+                        mesh_id: "m".into(),
+                        task_id: "absent".into(),
+                    })),
+                );
+                Ok(())
+            }
+        };
+        let batched = store.write("m", op("batched"));
+        let own = store.write_own("m", op("own"));
+        let ok = store.write("m", |db| {
+            db.defer("INSERT INTO agentmesh_meta (key, value) VALUES ('kept', 'written')", Vec::new(), None);
+            Ok(())
+        });
+        let keys = store
+            .write("m", |db| {
+                let rows = db.query(
+                    "SELECT key FROM agentmesh_meta WHERE key IN ('batched', 'own', 'kept') ORDER BY key",
+                    &[],
+                )?;
+                Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+            })
+            .expect("the rows");
+        drop(store);
+        drop_schema(&url, &schema);
+        for outcome in [&batched, &own] {
+            assert!(
+                matches!(outcome, Err(StoreError::TaskNotFound { task_id, .. }) if task_id == "absent"),
+                "{outcome:?}"
+            );
+        }
+        assert!(ok.is_ok(), "{ok:?}");
+        assert_eq!(keys, ["kept"], "only the write that succeeded committed");
     }
 
     /// The writes a joined operation leaves pending go out with the next

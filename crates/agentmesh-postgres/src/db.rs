@@ -16,6 +16,7 @@ use std::sync::Arc;
 use agentmesh_store::StoreError;
 use futures_util::future::join_all;
 use postgres::Row;
+use postgres::error::SqlState;
 use postgres::types::ToSql;
 
 use crate::pool::Conn;
@@ -31,7 +32,9 @@ pub(crate) type Owned = Arc<dyn ToSql + Sync + Send>;
 pub(crate) type Missing = Arc<dyn Fn() -> StoreError + Send + Sync>;
 
 /// A write sent later: its SQL, its parameters, and the error to report when it
-/// changes no row (`None`: changing none is fine).
+/// changes no row (`None`: changing none is fine). Such a write's statement
+/// fails on the server when it changes no row, by a division by zero (see
+/// [`Db::defer`]).
 pub(crate) struct Deferred {
     sql: &'static str,
     params: Vec<Owned>,
@@ -167,8 +170,11 @@ impl<'c> Db<'c> {
     }
 
     /// Queues a write whose outcome nothing in the operation reads: it goes out
-    /// with the next statement, or with [`Db::finish`]. When it changes no row
-    /// and `unless_none` is given, its error is the operation's.
+    /// with the next statement, or with [`Db::finish`]. With `unless_none`, the
+    /// statement must fail by a division by zero when it changes no row
+    /// (`WITH w AS (... RETURNING 1) SELECT 1 / count(*)::INT FROM w`): that
+    /// failure aborts the transaction on the server, and is reported as
+    /// `unless_none`'s error.
     pub(crate) fn defer(&self, sql: &'static str, params: Vec<Owned>, unless_none: Option<Missing>) {
         self.deferred.borrow_mut().push(Deferred { sql, params, unless_none });
     }
@@ -178,17 +184,14 @@ impl<'c> Db<'c> {
     /// the prefix went out at some point: whether the operation began anything
     /// that has to be ended.
     ///
-    /// A COMMIT on a transaction a failed statement aborted rolls it back, so
-    /// a suffix goes out with the deferred writes only when none of them is
-    /// checked for the rows it changed: a check that fails after its COMMIT
-    /// would report an error for a committed write.
+    /// The suffix goes out with the deferred writes: a write that fails, a
+    /// checked one that changed no row included (see [`Db::defer`]), aborts
+    /// the transaction on the server, and a COMMIT on an aborted transaction
+    /// does not commit it. Carried writes go out first, by themselves: one
+    /// that fails is undone alone, by its owner's savepoint, and the rest still
+    /// commits.
     pub(crate) fn finish(&self, suffix: Option<&str>) -> Res<bool> {
-        let (pending, checked) = {
-            let deferred = self.deferred.borrow();
-            (!deferred.is_empty(), deferred.iter().any(|d| d.unless_none.is_some()))
-        };
-        let carried = self.carried.borrow().is_some();
-        if (pending && checked) || carried {
+        if self.carried.borrow().is_some() {
             self.exchange(Want::Nothing, None)?;
         }
         let pending = !self.deferred.borrow().is_empty();
@@ -349,14 +352,14 @@ fn execute_all<'a>(
 }
 
 /// The first error among the answers to `writes`: a failed statement, or a
-/// checked write that changed no row.
+/// checked write that changed no row (its statement's division by zero).
 fn checked(writes: &[Deferred], counts: Vec<Result<u64, postgres::Error>>) -> Result<(), StoreError> {
     for (d, count) in writes.iter().zip(counts) {
-        let count = count.map_err(crate::classify)?;
-        if count == 0
-            && let Some(missing) = &d.unless_none
-        {
-            return Err(missing());
+        if let Err(err) = count {
+            return Err(match &d.unless_none {
+                Some(missing) if err.code() == Some(&SqlState::DIVISION_BY_ZERO) => missing(),
+                _ => crate::classify(err),
+            });
         }
     }
     Ok(())

@@ -47,7 +47,7 @@ use postgres::Row;
 use postgres::types::ToSql;
 
 use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candidate, parallel_cap, taken};
-use super::rows::{Loaded, RowColumns, decode, update_row_or_fail};
+use super::rows::{Loaded, RowColumns, decode, update_row};
 use crate::db::Db;
 use crate::inbox::{EventColumns, EventRow};
 use crate::ledger::{LedgerColumns, LedgerRow};
@@ -572,7 +572,7 @@ impl<'a, 'c> Stretch<'a, 'c> {
         let mut seen = HashSet::new();
         let latest: Vec<&Written> = written.iter().rev().filter(|w| seen.insert(w.row_id)).collect();
         if let [only] = latest[..] {
-            update_row_or_fail(self.db, &only.task, only.deps_unmet, only.row_id);
+            update_row(self.db, &only.task, only.deps_unmet, only.row_id);
         } else {
             let mut rows = RowColumns::default();
             for w in latest {

@@ -169,12 +169,19 @@ const UPDATE_AT: &str = "UPDATE mesh_queue SET
      WHERE mesh_id = $1 AND row_id = $25 AND id = $2";
 
 /// Rewrites a loaded row from its task, with its readiness count. The write
-/// goes out with the operation's next statement (see [`Db::defer`]).
+/// goes out with the operation's next statement (see [`Db::defer`]); a row
+/// missing from the mesh fails it on the server ([`UPDATE_AT_OR_FAIL`]), as
+/// [`StoreError::TaskNotFound`], so it needs no check on the client and may go
+/// out with the COMMIT.
 pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) {
     let mut values = row_values(task, deps_unmet);
     values.push(Arc::new(row_id));
     let (mesh_id, task_id) = (task.mesh_id.clone(), task.id.clone());
-    db.defer(UPDATE_AT, values, Some(Arc::new(move || not_found(&mesh_id, &task_id).0)));
+    db.defer(
+        LazyLock::force(&UPDATE_AT_OR_FAIL).as_str(),
+        values,
+        Some(Arc::new(move || not_found(&mesh_id, &task_id).0)),
+    );
 }
 
 /// Task rows of one mesh gathered column by column, to be rewritten in one
@@ -239,15 +246,6 @@ const UPDATE_MANY: &str = "WITH updated AS (UPDATE mesh_queue AS q SET
 static UPDATE_AT_OR_FAIL: LazyLock<String> = LazyLock::new(|| {
     format!("WITH updated AS ({UPDATE_AT} RETURNING 1) SELECT 1 / count(*)::INT FROM updated")
 });
-
-/// Rewrites a loaded row as [`update_row`] does, with no check of the count
-/// on the client: a missing row fails the transaction on the server, so the
-/// write may go out with the COMMIT.
-pub(super) fn update_row_or_fail(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) {
-    let mut values = row_values(task, deps_unmet);
-    values.push(Arc::new(row_id));
-    db.defer(LazyLock::force(&UPDATE_AT_OR_FAIL).as_str(), values, None);
-}
 
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
 /// them are not completed (a missing task counts as not completed).
