@@ -231,7 +231,7 @@ fn lead<T>(
             Err(Fail(err)) => {
                 // Whatever was begun is undone; a connection that cannot say so
                 // is closed.
-                if began && conn.batch_execute("ROLLBACK").is_ok() {
+                if conn.undo(began) {
                     scope.pool.checkin(conn);
                 } else {
                     drop(conn);

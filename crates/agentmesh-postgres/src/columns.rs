@@ -38,7 +38,6 @@ macro_rules! row_and_columns {
         impl $row {
             /// The parameters of the one-row statement: the mesh, then the
             /// row's columns.
-            #[allow(dead_code)]
             $vis fn values(self, mesh_id: &str) -> Vec<$crate::db::Owned> {
                 vec![std::sync::Arc::new(mesh_id.to_owned()), $(std::sync::Arc::new(self.$field)),+]
             }

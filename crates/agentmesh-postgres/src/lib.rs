@@ -207,9 +207,9 @@ impl PgStore {
         match outcome {
             Ok(value) => Ok(value),
             Err(Fail(err)) => {
-                // Whatever was begun is undone (a ROLLBACK after a COMMIT that
-                // failed only warns); a connection that cannot say so is closed.
-                if began && conn.batch_execute("ROLLBACK").is_err() {
+                // Whatever was begun is undone; a connection that cannot say
+                // so is closed.
+                if !conn.undo(began) {
                     conn.discard();
                 }
                 Err(err)

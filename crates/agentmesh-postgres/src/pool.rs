@@ -51,6 +51,13 @@ impl Conn {
         self.block_on(self.client.batch_execute(sql))
     }
 
+    /// Undoes what an operation that failed had begun (`began`) on this
+    /// connection; a ROLLBACK after a COMMIT that failed only warns. `false`
+    /// when the connection could not say so: it has to be closed.
+    pub(crate) fn undo(&self, began: bool) -> bool {
+        !began || self.batch_execute("ROLLBACK").is_ok()
+    }
+
     /// Whether the server closed the connection.
     pub(crate) fn is_closed(&self) -> bool {
         self.client.is_closed()
