@@ -27,6 +27,11 @@
 //! - `pg-claim-complete-K-clients-own-store`: every thread opens its own `PgStore`
 //!   (its own pool, of which it uses one connection), as K daemons would.
 //!
+//! `pg-complete-and-claim-K-clients`: the same load on one shared `PgStore`, with
+//! the worker loop a worker of this product runs (`POST .../complete-and-claim`):
+//! one claim, then one `complete_and_claim` per task, which reports the task done
+//! and claims the next in one call, until it claims nothing.
+//!
 //! `pg-http-claim-complete`: the `http` group's load (8 HTTP clients, claim then
 //! complete over keep-alive connections) against a daemon serving one `PgStore`
 //! with the default pool.
@@ -81,13 +86,15 @@ pub fn run_depth(h: &mut Harness) {
 pub fn run_throughput(h: &mut Harness) {
     let n = h.opts().pg_tasks.unwrap_or(if h.opts().quick { 5_000 } else { 10_000 });
     for clients in [8, 32] {
-        for shared in [true, false] {
-            let name = if shared {
-                format!("pg-claim-complete-{clients}-clients")
-            } else {
-                format!("pg-claim-complete-{clients}-clients-own-store")
+        for (shared, calls) in [(true, Calls::Two), (false, Calls::Two), (true, Calls::One)] {
+            let name = match (shared, calls) {
+                (true, Calls::Two) => format!("pg-claim-complete-{clients}-clients"),
+                (false, _) => format!("pg-claim-complete-{clients}-clients-own-store"),
+                (true, Calls::One) => format!("pg-complete-and-claim-{clients}-clients"),
             };
-            pg::run_case(h, &format!("{name}-{n}"), |h, case| throughput(h, case, &name, n, clients, shared));
+            pg::run_case(h, &format!("{name}-{n}"), |h, case| {
+                throughput(h, case, &name, n, clients, shared, calls)
+            });
         }
     }
     pg::run_case(h, &format!("pg-http-claim-complete-{n}"), |h, case| http_claim_complete(h, case, n));
@@ -232,6 +239,15 @@ fn sequential(latencies: Vec<Duration>) -> Timer {
 /// What one worker thread did: the tasks it completed and each pair's time.
 type WorkerRun = ClientRun;
 
+/// How a worker claims and completes: `claim_next` then `complete_task` for
+/// each task, or one `complete_and_claim` for each (after a first claim).
+#[derive(Clone, Copy)]
+enum Calls {
+    Two,
+    One,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn throughput(
     h: &mut Harness,
     case: &PgCase,
@@ -239,6 +255,7 @@ fn throughput(
     n: usize,
     clients: usize,
     shared: bool,
+    calls: Calls,
 ) -> anyhow::Result<()> {
     let store = case.open_store(clients + 2)?;
     fill(case, &store, &mut UuidGen::new(0xd100 + n as u32), n)?;
@@ -256,7 +273,10 @@ fn throughput(
     };
     let now = at(n);
     let stores: Vec<&PgStore> = (0..clients).map(|k| own.get(k).unwrap_or(&store)).collect();
-    let (runs, wall) = released_together(stores, |k, store| worker(store, k, now));
+    let (runs, wall) = released_together(stores, |k, store| match calls {
+        Calls::Two => worker(store, k, now),
+        Calls::One => combined_worker(store, k, now),
+    });
     let what = if shared {
         let groups = store.group_stats();
         format!(
@@ -298,6 +318,31 @@ fn worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) -> anyhow::
         anyhow::ensure!(done.status == TaskStatus::Completed, "task {} not completed", task.id);
         run.pairs.push(began.elapsed());
         run.completed.push(task.id);
+    }
+}
+
+/// One worker session: claim once, then complete → claim in one call until it
+/// claims nothing. A pair's time is the call that completes its task (and
+/// claims the next), plus the first claim for the first task.
+fn combined_worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) -> anyhow::Result<WorkerRun> {
+    let who = claimant(format!("node-{k}"), format!("session-{k}"));
+    let mut run = WorkerRun::default();
+    let mut began = Instant::now();
+    let mut next = store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?;
+    loop {
+        let task = match next {
+            ClaimOutcome::Claimed(task) => task,
+            ClaimOutcome::Refused(ClaimRefusal::NoPendingCandidates) => return Ok(run),
+            ClaimOutcome::Refused(other) => anyhow::bail!("session-{k}: claim refused: {other}"),
+        };
+        let report = report_for(&who.session_id, &task);
+        let (done, outcome) =
+            store.complete_and_claim(MESH_ID, &report, &who, &ClaimOptions::default(), now)?;
+        anyhow::ensure!(done.status == TaskStatus::Completed, "task {} not completed", task.id);
+        run.pairs.push(began.elapsed());
+        run.completed.push(task.id);
+        began = Instant::now();
+        next = outcome;
     }
 }
 

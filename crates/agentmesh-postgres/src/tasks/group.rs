@@ -1,6 +1,8 @@
 //! Claim groups: the claims and completions of one mesh that wait together are
 //! decided together, in the order they arrived, and their rows written in a few
-//! statements.
+//! statements. A completion that claims the next task (`complete_and_claim`,
+//! the worker loop's call) is one request: its completion, then its claim only
+//! if the completion was accepted, in its place in that order.
 //!
 //! Under load, the writes of a mesh queue up behind its lock, and each claim or
 //! completion on its own would cost the server a survey, a row rewrite and its
@@ -61,30 +63,41 @@ const MAX_GROUP: usize = 32;
 /// whatever the group does.
 const ASSIGNED_READ: usize = MAX_GROUP + 1;
 
-/// A claim or a completion, as a group takes it.
+/// A claim, a completion, or a completion and the claim that follows it, as a
+/// group takes it.
 pub(crate) enum Request {
     Claim { claimant: Claimant, opts: ClaimOptions, now: Timestamp },
     Complete { report: CompletionReport, now: Timestamp },
+    CompleteAndClaim { report: CompletionReport, claimant: Claimant, opts: ClaimOptions, now: Timestamp },
 }
 
-/// What a request got: a claim's outcome, or the task a completion stored.
+/// What a request got: a claim's outcome, the task a completion stored, or
+/// both.
 pub(crate) enum Response {
     Claim(ClaimOutcome),
     Complete(Task),
+    CompleteAndClaim(Box<(Task, ClaimOutcome)>),
 }
 
 impl Response {
     pub(crate) fn into_claim(self) -> StoreResult<ClaimOutcome> {
         match self {
             Response::Claim(outcome) => Ok(outcome),
-            Response::Complete(_) => Err(StoreError::Backend("a claim was answered as a completion".into())),
+            _ => Err(StoreError::Backend("a claim was answered as another request".into())),
         }
     }
 
     pub(crate) fn into_completed(self) -> StoreResult<Task> {
         match self {
             Response::Complete(task) => Ok(task),
-            Response::Claim(_) => Err(StoreError::Backend("a completion was answered as a claim".into())),
+            _ => Err(StoreError::Backend("a completion was answered as another request".into())),
+        }
+    }
+
+    pub(crate) fn into_completed_and_claimed(self) -> StoreResult<(Task, ClaimOutcome)> {
+        match self {
+            Response::CompleteAndClaim(both) => Ok(*both),
+            _ => Err(StoreError::Backend("a completion and claim was answered as another request".into())),
         }
     }
 }
@@ -299,6 +312,10 @@ fn alone(db: &Db<'_>, mesh_id: &str, request: &Request) -> Res<StoreResult<Respo
             Ok(Ok(Response::Claim(super::claim(db, mesh_id, claimant, opts, *now)?)))
         }
         Request::Complete { report, now } => Ok(complete(db, mesh_id, report, *now)?.map(Response::Complete)),
+        Request::CompleteAndClaim { report, claimant, opts, now } => {
+            Ok(super::complete_then_claim(db, mesh_id, report, claimant, opts, *now)?
+                .map(|both| Response::CompleteAndClaim(Box::new(both))))
+        }
     }
 }
 
@@ -406,17 +423,18 @@ impl<'a, 'c> Stretch<'a, 'c> {
         let mut claims = 0;
         let mut ids: Vec<&str> = Vec::new();
         for request in requests {
-            match request {
-                Request::Claim { claimant, .. } => {
-                    claims += 1;
-                    sessions.push(&claimant.session_id);
-                    forms.extend(daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]));
-                }
-                Request::Complete { report, .. } => {
-                    if let Some(id) = &report.task_id {
-                        ids.push(id);
-                    }
-                }
+            let (report, claimant) = match request {
+                Request::Claim { claimant, .. } => (None, Some(claimant)),
+                Request::Complete { report, .. } => (Some(report), None),
+                Request::CompleteAndClaim { report, claimant, .. } => (Some(report), Some(claimant)),
+            };
+            if let Some(id) = report.and_then(|r| r.task_id.as_ref()) {
+                ids.push(id);
+            }
+            if let Some(claimant) = claimant {
+                claims += 1;
+                sessions.push(&claimant.session_id);
+                forms.extend(daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]));
             }
         }
         sessions.sort_unstable();
@@ -465,6 +483,14 @@ impl<'a, 'c> Stretch<'a, 'c> {
             }
             Request::Complete { report, now } => {
                 complete(self, self.mesh_id, report, *now).map(|answer| answer.map(Response::Complete))
+            }
+            Request::CompleteAndClaim { report, claimant, opts, now } => {
+                complete(self, self.mesh_id, report, *now).and_then(|answer| match answer {
+                    Ok(task) => self
+                        .claim(claimant, opts, *now)
+                        .map(|outcome| Ok(Response::CompleteAndClaim(Box::new((task, outcome))))),
+                    Err(refused) => Ok(Err(refused)),
+                })
             }
         };
         if self.unanswerable.get() {
@@ -882,27 +908,41 @@ mod tests {
     }
 
     fn complete(session: &str, task_id: Option<&str>, failed: bool) -> Request {
+        Request::Complete { report: report(session, task_id, failed), now: NOW }
+    }
+
+    fn complete_and_claim(session: &str, node: &str, task_id: Option<&str>) -> Request {
+        let Request::Claim { claimant, opts, now } = claim(session, node) else { unreachable!() };
+        Request::CompleteAndClaim { report: report(session, task_id, false), claimant, opts, now }
+    }
+
+    fn report(session: &str, task_id: Option<&str>, failed: bool) -> CompletionReport {
         let outcome = if failed {
             Outcome::Failed { reason: "broken".to_owned(), summary: None }
         } else {
             Outcome::Completed { summary: Some("done".to_owned()) }
         };
-        let report = CompletionReport {
+        CompletionReport {
             session_id: session.to_owned(),
             task_id: task_id.map(str::to_owned),
             epoch: None,
             occurred_at: None,
             outcome,
-        };
-        Request::Complete { report, now: NOW }
+        }
     }
 
     /// What a request got, without the ids and times a run mints.
     fn shape(answer: &StoreResult<Response>) -> String {
+        let claimed = |outcome: &ClaimOutcome| match outcome {
+            ClaimOutcome::Claimed(task) => format!("claimed {}", task.id),
+            ClaimOutcome::Refused(reason) => format!("refused {reason:?}"),
+        };
         match answer {
-            Ok(Response::Claim(ClaimOutcome::Claimed(task))) => format!("claimed {}", task.id),
-            Ok(Response::Claim(ClaimOutcome::Refused(reason))) => format!("refused {reason:?}"),
+            Ok(Response::Claim(outcome)) => claimed(outcome),
             Ok(Response::Complete(task)) => format!("{} {:?}", task.id, task.status),
+            Ok(Response::CompleteAndClaim(both)) => {
+                format!("{} {:?}, {}", both.0.id, both.0.status, claimed(&both.1))
+            }
             Err(err) => format!("error {err}"),
         }
     }
@@ -1032,6 +1072,47 @@ mod tests {
                 "claimed d-pinned",
                 "refused SessionAlreadyAssigned",
                 "claimed b",
+            ]
+        );
+    }
+
+    /// A completion that claims the next task in the same request is decided
+    /// in a group as the two would be one after the other alone: the claim
+    /// sees its own completion (the session is free again) and every request
+    /// before it; a refused completion claims nothing.
+    #[test]
+    fn a_group_decides_completions_that_claim_the_next_task_as_alone() {
+        let tasks: Vec<NewTask> = ["a", "b", "c", "d", "e", "f"].iter().map(|id| task(id, |_| {})).collect();
+        let rounds = vec![
+            vec![claim("s1", "n1"), claim("s2", "n2"), claim("s3", "n3")],
+            vec![
+                complete_and_claim("s1", "n1", Some("a")),
+                complete_and_claim("s2", "n2", Some("b")),
+                complete_and_claim("s9", "n9", Some("c")),
+                claim("s1", "n1"),
+                complete_and_claim("s3", "n3", Some("c")),
+                complete_and_claim("s1", "n1", Some("nope")),
+                complete_and_claim("s2", "n2", Some("e")),
+                complete_and_claim("s3", "n3", Some("f")),
+            ],
+        ];
+        let (alone_answers, alone_state, _) = run(&tasks, &rounds, false);
+        let (group_answers, group_state, stats) = run(&tasks, &rounds, true);
+        assert_eq!(group_answers, alone_answers);
+        assert_eq!(group_state, alone_state);
+        assert!(stats.in_memory >= 8, "{stats:?}");
+        assert_eq!(stats.failed, 0);
+        assert_eq!(
+            alone_answers[3..],
+            [
+                "a Completed, claimed d",
+                "b Completed, claimed e",
+                "error task c is not assigned to session s9",
+                "refused SessionAlreadyAssigned",
+                "c Completed, claimed f",
+                "error task nope not found in mesh m",
+                "e Completed, refused NoPendingCandidates",
+                "f Completed, refused NoPendingCandidates",
             ]
         );
     }

@@ -140,7 +140,13 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)> {
-        self.write(mesh_id, |db| complete_then_claim(db, mesh_id, report, claimant, opts, now))?
+        let request = Request::CompleteAndClaim {
+            report: report.clone(),
+            claimant: claimant.clone(),
+            opts: opts.clone(),
+            now,
+        };
+        self.grouped(mesh_id, request)?.into_completed_and_claimed()
     }
 
     fn heartbeat(

@@ -149,3 +149,64 @@ fn concurrent_claims_and_completions_are_decided_in_groups_and_each_task_runs_on
     assert_eq!(stats.in_memory + stats.alone, 2 * tasks as u64 + threads as u64, "{stats:?}");
     assert!(stats.groups > 0 && stats.in_memory > stats.groups, "requests shared groups: {stats:?}");
 }
+
+#[test]
+fn concurrent_completions_that_claim_the_next_are_grouped_and_each_task_runs_once() {
+    use agentmesh_core::{Claimant, TaskStatus};
+    use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
+
+    let db = Arc::new(TestDb::new());
+    let tasks = 400;
+    let batch: Vec<NewTask> = (0..tasks).map(|i| task(&format!("t{i:03}"))).collect();
+    db.enqueue_batch("m", &batch, NOW).expect("the tasks");
+    let threads = 12;
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let db = Arc::clone(&db);
+            std::thread::spawn(move || {
+                let who = Claimant {
+                    node_id: format!("node-{t}"),
+                    session_id: format!("session-{t}"),
+                    ..Claimant::default()
+                };
+                let mut done = Vec::new();
+                let mut next = db.claim_next("m", &who, &ClaimOptions::default(), NOW).expect("a claim");
+                while let ClaimOutcome::Claimed(task) = next {
+                    assert_eq!(task.assigned_session_id.as_deref(), Some(who.session_id.as_str()));
+                    let report = CompletionReport {
+                        session_id: who.session_id.clone(),
+                        task_id: Some(task.id.clone()),
+                        epoch: Some(task.epoch()),
+                        occurred_at: None,
+                        outcome: Outcome::Completed { summary: None },
+                    };
+                    let (stored, outcome) = db
+                        .complete_and_claim("m", &report, &who, &ClaimOptions::default(), NOW)
+                        .expect("a completion and claim");
+                    assert_eq!(
+                        (stored.id.as_str(), stored.status),
+                        (task.id.as_str(), TaskStatus::Completed)
+                    );
+                    done.push(task.id);
+                    next = outcome;
+                }
+                done
+            })
+        })
+        .collect();
+    let mut done: Vec<String> =
+        handles.into_iter().flat_map(|h| h.join().expect("a worker thread")).collect();
+    assert_eq!(done.len(), tasks, "every claim was of a task not claimed before");
+    done.sort();
+    done.dedup();
+    assert_eq!(done.len(), tasks, "no task was claimed twice");
+    let completed = db.queue_entries("m", &[TaskStatus::Completed]).expect("the queue");
+    assert_eq!(completed.len(), tasks);
+    // Dispatched, claimed and completed: three entries a task.
+    assert_eq!(db.ledger_count("m").expect("the ledger count"), 3 * tasks as u64);
+    let stats = db.group_stats();
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    // One first claim a thread, then one request a task.
+    assert_eq!(stats.in_memory + stats.alone, tasks as u64 + threads as u64, "{stats:?}");
+    assert!(stats.groups > 0 && stats.in_memory > stats.groups, "requests shared groups: {stats:?}");
+}
