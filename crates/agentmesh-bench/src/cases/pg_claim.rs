@@ -42,6 +42,14 @@
 //! clients, and 32 with 1. The 1-client batched cases are the floors of a store
 //! that keeps a mesh's writes in one serial order on one connection, as this one
 //! does, and groups the writes of 8 or 32 clients (each with one write in flight).
+//!
+//! `pg-task-writes-floor-mesh-order-P-connections-B-per-transaction`: the floor of
+//! the worker loop (`complete_and_claim`) for a store that keeps a mesh's writes
+//! in one serial order but overlaps its round trips (see [`mesh_order_floor`]):
+//! P connections, each with one transaction in flight that takes the mesh's
+//! advisory lock, completes the B tasks it claimed last and claims B more, sent
+//! in one round trip. P × B is the requests a K-client load has in flight: 8
+//! (1 × 8, 2 × 4, 8 × 1) and 32 (1 × 32, 2 × 16, 4 × 8).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -52,6 +60,7 @@ use agentmesh_postgres::PgStore;
 use agentmesh_store::prelude::*;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
+use tokio_postgres::types::ToSql;
 
 use super::http::{self, ClientRun, Loop};
 use super::{claimant, count_of, show_stats};
@@ -98,6 +107,14 @@ pub fn run_throughput(h: &mut Harness) {
         }
     }
     pg::run_case(h, &format!("pg-http-claim-complete-{n}"), |h, case| http_claim_complete(h, case, n));
+    for (connections, per_transaction) in [(1, 8), (2, 4), (8, 1), (1, 32), (2, 16), (4, 8)] {
+        let name = format!(
+            "pg-task-writes-floor-mesh-order-{connections}-connections-{per_transaction}-per-transaction"
+        );
+        pg::run_case(h, &format!("{name}-{n}"), |h, case| {
+            mesh_order_floor(h, case, &name, n, connections, per_transaction)
+        });
+    }
     for (clients, per_statement) in [(8, 1), (32, 1), (1, 8), (2, 8), (4, 8), (1, 32)] {
         let name = if per_statement == 1 {
             format!("pg-task-writes-floor-{clients}-clients")
@@ -477,6 +494,116 @@ fn task_writes_floor(
     });
     let what = format!(
         "{clients} threads, a connection each, {per_statement} task(s) a statement: the store's writes without its rules"
+    );
+    finish(h, case, &store, name, n, runs?, wall, &what)
+}
+
+/// One connection of [`mesh_order_floor`]: its runtime (which drives the
+/// connection), the client, and its prepared statements.
+struct Pipelined {
+    runtime: tokio::runtime::Runtime,
+    client: tokio_postgres::Client,
+    begin: tokio_postgres::Statement,
+    lock: tokio_postgres::Statement,
+    complete: tokio_postgres::Statement,
+    claim: tokio_postgres::Statement,
+    commit: tokio_postgres::Statement,
+}
+
+impl Pipelined {
+    fn open(case: &PgCase, per_transaction: usize) -> anyhow::Result<Pipelined> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("failed to start a Tokio runtime")?;
+        let (client, statements) = runtime.block_on(async {
+            let (client, connection) = tokio_postgres::connect(case.url(), tokio_postgres::NoTls).await?;
+            tokio::spawn(connection);
+            client.batch_execute(&format!("SET search_path TO {}", case.schema())).await?;
+            let statements = (
+                client.prepare("BEGIN").await?,
+                client.prepare("SELECT pg_advisory_xact_lock($1)").await?,
+                client.prepare(FLOOR_COMPLETE).await?,
+                client.prepare(&FLOOR_CLAIM.replace("{limit}", &per_transaction.to_string())).await?,
+                client.prepare("COMMIT").await?,
+            );
+            anyhow::Ok((client, statements))
+        })?;
+        let (begin, lock, complete, claim, commit) = statements;
+        Ok(Pipelined { runtime, client, begin, lock, complete, claim, commit })
+    }
+}
+
+/// `pg-task-writes-floor-mesh-order-P-connections-B-per-transaction`: the rows the
+/// worker loop writes for a task (as [`task_writes_floor`]), in one serial order
+/// per mesh, with the round trips overlapped. P threads with a connection each
+/// loop over one transaction: `BEGIN`, the mesh's advisory lock, the completion
+/// of the B tasks the previous transaction claimed, the claim of B more,
+/// `COMMIT`, all sent at once (pipelined), so the server runs them as soon as
+/// the lock is free and a connection waits for no reply before it asks. The
+/// lock makes the server run the transactions of the mesh one at a time, as a
+/// store that keeps a mesh's rules in one order must; none of the store's
+/// reads, decisions or rules run. With P × B the requests K clients have in
+/// flight, the best of the splits is what such a store could reach under K
+/// clients' worker loop on this server.
+fn mesh_order_floor(
+    h: &mut Harness,
+    case: &PgCase,
+    name: &str,
+    n: usize,
+    connections: usize,
+    per_transaction: usize,
+) -> anyhow::Result<()> {
+    let store = case.open_store(2)?;
+    let created = fill(case, &store, &mut UuidGen::new(0xd400 + n as u32), n)?;
+    let sample = store.find_task(MESH_ID, &created[0])?.context("a filled task")?;
+    let payload = serde_json::to_string(&sample)?;
+    let event = format!("{{\"event\":\"task_completed\",\"taskId\":{:?},\"summary\":\"done\"}}", sample.id);
+    let conns =
+        (0..connections).map(|_| Pipelined::open(case, per_transaction)).collect::<anyhow::Result<_>>()?;
+    let mesh_lock: i64 = 0x6167_656e_746d_6573;
+    let (runs, wall) = released_together(conns, |k, conn: Pipelined| {
+        let (session, node) = (format!("session-{k}"), format!("node-{k}"));
+        let (now, lease) = ("2026-01-01T00:00:00.000Z", 1_800_000_000_000i64);
+        let Pipelined { runtime, client, begin, lock, complete, claim, commit } = conn;
+        runtime.block_on(async {
+            let mut run = WorkerRun::default();
+            let mut held: Vec<String> = Vec::new();
+            let mut claimed_at = Instant::now();
+            loop {
+                let began = Instant::now();
+                let lock_params: [&(dyn ToSql + Sync); 1] = [&mesh_lock];
+                let complete_params: [&(dyn ToSql + Sync); 6] =
+                    [&MESH_ID, &held, &session, &now, &payload, &event];
+                let claim_params: [&(dyn ToSql + Sync); 6] =
+                    [&MESH_ID, &session, &node, &now, &lease, &payload];
+                let (opened, locked, done, taken, committed) = tokio::join!(
+                    client.execute(&begin, &[]),
+                    client.execute(&lock, &lock_params),
+                    client.execute(&complete, &complete_params),
+                    client.query(&claim, &claim_params),
+                    client.execute(&commit, &[]),
+                );
+                let (_, _, done, taken, _) = (opened?, locked?, done?, taken?, committed?);
+                anyhow::ensure!(
+                    done == held.len() as u64,
+                    "{} tasks completed with {done} events",
+                    held.len()
+                );
+                let took = claimed_at.elapsed();
+                run.pairs.extend(std::iter::repeat_n(took, held.len()));
+                run.completed.append(&mut held);
+                held = taken.iter().map(|row| row.get(0)).collect();
+                claimed_at = began;
+                if held.is_empty() {
+                    return Ok(run);
+                }
+            }
+        })
+    });
+    let what = format!(
+        "{connections} connection(s), {per_transaction} task(s) a transaction, one mesh lock, pipelined: \
+         the worker loop's writes in one serial order without the store's rules"
     );
     finish(h, case, &store, name, n, runs?, wall, &what)
 }
