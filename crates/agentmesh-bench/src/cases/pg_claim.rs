@@ -442,6 +442,18 @@ const FLOOR_COMPLETE: &str = "WITH done AS (
      INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, event, event_row_id)
      SELECT mesh_id, lane, queued_at, id, event, row_id FROM events";
 
+/// A store on the case's schema whose mesh holds `n` filled tasks (ids from
+/// `seed`), with the payload a floor writes into a task row (one filled task's)
+/// and the event it queues for a completion.
+fn floor_queue(case: &PgCase, n: usize, seed: u32) -> anyhow::Result<(PgStore, String, String)> {
+    let store = case.open_store(2)?;
+    let created = fill(case, &store, &mut UuidGen::new(seed + n as u32), n)?;
+    let sample = store.find_task(MESH_ID, &created[0])?.context("a filled task")?;
+    let payload = serde_json::to_string(&sample)?;
+    let event = format!("{{\"event\":\"task_completed\",\"taskId\":{:?},\"summary\":\"done\"}}", sample.id);
+    Ok((store, payload, event))
+}
+
 /// `pg-task-writes-floor-K-clients[-B-per-statement]`: the rows the store's
 /// claim + complete pair writes for one task (the task row twice, two ledger
 /// entries, the event and its inbox entry), on the store's own schema and
@@ -459,11 +471,7 @@ fn task_writes_floor(
     clients: usize,
     per_statement: usize,
 ) -> anyhow::Result<()> {
-    let store = case.open_store(2)?;
-    let created = fill(case, &store, &mut UuidGen::new(0xd300 + n as u32), n)?;
-    let sample = store.find_task(MESH_ID, &created[0])?.context("a filled task")?;
-    let payload = serde_json::to_string(&sample)?;
-    let event = format!("{{\"event\":\"task_completed\",\"taskId\":{:?},\"summary\":\"done\"}}", sample.id);
+    let (store, payload, event) = floor_queue(case, n, 0xd300)?;
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
         let mut client = case.client()?;
@@ -554,11 +562,7 @@ fn mesh_order_floor(
     connections: usize,
     per_transaction: usize,
 ) -> anyhow::Result<()> {
-    let store = case.open_store(2)?;
-    let created = fill(case, &store, &mut UuidGen::new(0xd400 + n as u32), n)?;
-    let sample = store.find_task(MESH_ID, &created[0])?.context("a filled task")?;
-    let payload = serde_json::to_string(&sample)?;
-    let event = format!("{{\"event\":\"task_completed\",\"taskId\":{:?},\"summary\":\"done\"}}", sample.id);
+    let (store, payload, event) = floor_queue(case, n, 0xd400)?;
     let conns =
         (0..connections).map(|_| Pipelined::open(case, per_transaction)).collect::<anyhow::Result<_>>()?;
     let mesh_lock: i64 = 0x6167_656e_746d_6573;

@@ -3,9 +3,10 @@
 
 use std::sync::Arc;
 
-use agentmesh_core::{NewTask, Timestamp};
-use agentmesh_store::StoreError;
+use agentmesh_core::{Claimant, NewTask, TaskStatus, Timestamp};
+use agentmesh_postgres::PgStore;
 use agentmesh_store::prelude::*;
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, StoreError};
 
 use crate::support::TestDb;
 
@@ -93,16 +94,37 @@ fn a_batch_that_commits_never_waits_for_the_batch_that_opens_after_it() {
 /// each task is claimed by one session and completed once, every claim and
 /// completion is in the ledger once and in order, and the groups decided
 /// requests in memory without one failing as a whole.
-#[test]
-fn concurrent_claims_and_completions_are_decided_in_groups_and_each_task_runs_once() {
-    use agentmesh_core::{Claimant, TaskStatus};
-    use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
+/// The task a worker's claim got, checked to be held by it.
+fn claimed(outcome: ClaimOutcome, who: &Claimant) -> Option<agentmesh_core::Task> {
+    let ClaimOutcome::Claimed(task) = outcome else { return None };
+    assert_eq!(task.assigned_session_id.as_deref(), Some(who.session_id.as_str()));
+    Some(task)
+}
 
+fn done(who: &Claimant, task: &agentmesh_core::Task) -> CompletionReport {
+    CompletionReport {
+        session_id: who.session_id.clone(),
+        task_id: Some(task.id.clone()),
+        epoch: Some(task.epoch()),
+        occurred_at: None,
+        outcome: Outcome::Completed { summary: None },
+    }
+}
+
+/// Fills mesh `m` with `tasks` tasks, runs `threads` workers (a session and a
+/// node each) through `work` until it returns the ids it completed, and checks
+/// that every task was claimed and completed exactly once, with its ledger
+/// entries, that no group failed, and that the store decided `requests` claims
+/// and completions, in groups.
+fn workers_run_every_task_once(
+    tasks: usize,
+    threads: usize,
+    requests: u64,
+    work: fn(&PgStore, &Claimant) -> Vec<String>,
+) {
     let db = Arc::new(TestDb::new());
-    let tasks = 400;
     let batch: Vec<NewTask> = (0..tasks).map(|i| task(&format!("t{i:03}"))).collect();
     db.enqueue_batch("m", &batch, NOW).expect("the tasks");
-    let threads = 12;
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let db = Arc::clone(&db);
@@ -112,25 +134,7 @@ fn concurrent_claims_and_completions_are_decided_in_groups_and_each_task_runs_on
                     session_id: format!("session-{t}"),
                     ..Claimant::default()
                 };
-                let mut done = Vec::new();
-                loop {
-                    let task = match db.claim_next("m", &who, &ClaimOptions::default(), NOW).expect("a claim")
-                    {
-                        ClaimOutcome::Claimed(task) => task,
-                        ClaimOutcome::Refused(_) => return done,
-                    };
-                    assert_eq!(task.assigned_session_id.as_deref(), Some(who.session_id.as_str()));
-                    let report = CompletionReport {
-                        session_id: who.session_id.clone(),
-                        task_id: Some(task.id.clone()),
-                        epoch: Some(task.epoch()),
-                        occurred_at: None,
-                        outcome: Outcome::Completed { summary: None },
-                    };
-                    let stored = db.complete_task("m", &report, NOW).expect("a completion");
-                    assert_eq!(stored.status, TaskStatus::Completed);
-                    done.push(task.id);
-                }
+                work(&db, &who)
             })
         })
         .collect();
@@ -146,67 +150,40 @@ fn concurrent_claims_and_completions_are_decided_in_groups_and_each_task_runs_on
     assert_eq!(db.ledger_count("m").expect("the ledger count"), 3 * tasks as u64);
     let stats = db.group_stats();
     assert_eq!(stats.failed, 0, "{stats:?}");
-    assert_eq!(stats.in_memory + stats.alone, 2 * tasks as u64 + threads as u64, "{stats:?}");
+    assert_eq!(stats.in_memory + stats.alone, requests, "{stats:?}");
     assert!(stats.groups > 0 && stats.in_memory > stats.groups, "requests shared groups: {stats:?}");
 }
 
 #[test]
-fn concurrent_completions_that_claim_the_next_are_grouped_and_each_task_runs_once() {
-    use agentmesh_core::{Claimant, TaskStatus};
-    use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
+fn concurrent_claims_and_completions_are_decided_in_groups_and_each_task_runs_once() {
+    // A claim and a completion a task, and each worker's last claim, refused.
+    workers_run_every_task_once(400, 12, 2 * 400 + 12, |db, who| {
+        let mut done = Vec::new();
+        while let Some(task) =
+            claimed(db.claim_next("m", who, &ClaimOptions::default(), NOW).expect("a claim"), who)
+        {
+            let stored = db.complete_task("m", &self::done(who, &task), NOW).expect("a completion");
+            assert_eq!(stored.status, TaskStatus::Completed);
+            done.push(task.id);
+        }
+        done
+    });
+}
 
-    let db = Arc::new(TestDb::new());
-    let tasks = 400;
-    let batch: Vec<NewTask> = (0..tasks).map(|i| task(&format!("t{i:03}"))).collect();
-    db.enqueue_batch("m", &batch, NOW).expect("the tasks");
-    let threads = 12;
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let db = Arc::clone(&db);
-            std::thread::spawn(move || {
-                let who = Claimant {
-                    node_id: format!("node-{t}"),
-                    session_id: format!("session-{t}"),
-                    ..Claimant::default()
-                };
-                let mut done = Vec::new();
-                let mut next = db.claim_next("m", &who, &ClaimOptions::default(), NOW).expect("a claim");
-                while let ClaimOutcome::Claimed(task) = next {
-                    assert_eq!(task.assigned_session_id.as_deref(), Some(who.session_id.as_str()));
-                    let report = CompletionReport {
-                        session_id: who.session_id.clone(),
-                        task_id: Some(task.id.clone()),
-                        epoch: Some(task.epoch()),
-                        occurred_at: None,
-                        outcome: Outcome::Completed { summary: None },
-                    };
-                    let (stored, outcome) = db
-                        .complete_and_claim("m", &report, &who, &ClaimOptions::default(), NOW)
-                        .expect("a completion and claim");
-                    assert_eq!(
-                        (stored.id.as_str(), stored.status),
-                        (task.id.as_str(), TaskStatus::Completed)
-                    );
-                    done.push(task.id);
-                    next = outcome;
-                }
-                done
-            })
-        })
-        .collect();
-    let mut done: Vec<String> =
-        handles.into_iter().flat_map(|h| h.join().expect("a worker thread")).collect();
-    assert_eq!(done.len(), tasks, "every claim was of a task not claimed before");
-    done.sort();
-    done.dedup();
-    assert_eq!(done.len(), tasks, "no task was claimed twice");
-    let completed = db.queue_entries("m", &[TaskStatus::Completed]).expect("the queue");
-    assert_eq!(completed.len(), tasks);
-    // Dispatched, claimed and completed: three entries a task.
-    assert_eq!(db.ledger_count("m").expect("the ledger count"), 3 * tasks as u64);
-    let stats = db.group_stats();
-    assert_eq!(stats.failed, 0, "{stats:?}");
-    // One first claim a thread, then one request a task.
-    assert_eq!(stats.in_memory + stats.alone, tasks as u64 + threads as u64, "{stats:?}");
-    assert!(stats.groups > 0 && stats.in_memory > stats.groups, "requests shared groups: {stats:?}");
+#[test]
+fn concurrent_completions_that_claim_the_next_are_grouped_and_each_task_runs_once() {
+    // Each worker's first claim, then one request a task.
+    workers_run_every_task_once(400, 12, 400 + 12, |db, who| {
+        let mut done = Vec::new();
+        let mut next = db.claim_next("m", who, &ClaimOptions::default(), NOW).expect("a claim");
+        while let Some(task) = claimed(next, who) {
+            let (stored, outcome) = db
+                .complete_and_claim("m", &self::done(who, &task), who, &ClaimOptions::default(), NOW)
+                .expect("a completion and claim");
+            assert_eq!((stored.id.as_str(), stored.status), (task.id.as_str(), TaskStatus::Completed));
+            done.push(task.id);
+            next = outcome;
+        }
+        done
+    });
 }
