@@ -93,6 +93,22 @@ pub(super) fn candidate(row: &Row, base: usize) -> Res<Candidate> {
     .map_err(|bad| corrupt(&bad.id, bad.error))
 }
 
+/// Shows `candidate` (from its stream row, whose stream columns start at
+/// `base`) to a walk's `visit`: `Some` with the scan's answer when the walk took
+/// it or stopped, `None` to go on to the next.
+pub(super) fn show(
+    candidate: &Candidate,
+    row: &Row,
+    base: usize,
+    visit: &mut dyn FnMut(&Candidate) -> Visit,
+) -> Option<Res<Option<Loaded>>> {
+    match visit(candidate) {
+        Visit::Take => Some(taken(candidate, row, base).map(Some)),
+        Visit::Stop => Some(Ok(None)),
+        Visit::Next => None,
+    }
+}
+
 /// The task of `candidate`, taken by a walk, from its stream row (whose stream
 /// columns start at `base`): only the taken candidate's payload is decoded.
 pub(super) fn taken(candidate: &Candidate, row: &Row, base: usize) -> Res<Loaded> {
@@ -159,12 +175,9 @@ impl walk::Streams for Streams<'_, '_> {
                 }
             };
             for row in &rows {
-                let candidate = candidate(row, base)?;
                 seen += 1;
-                match visit(&candidate) {
-                    Visit::Take => return taken(&candidate, row, base).map(Some),
-                    Visit::Stop => return Ok(None),
-                    Visit::Next => {}
+                if let Some(answer) = show(&candidate(row, base)?, row, base, visit) {
+                    return answer;
                 }
             }
             match rows.last() {

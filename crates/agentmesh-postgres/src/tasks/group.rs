@@ -48,7 +48,7 @@ use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError, 
 use postgres::Row;
 use postgres::types::ToSql;
 
-use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candidate, parallel_cap, taken};
+use super::claim::{CANDIDATE_COLUMNS, CLAIM_ORDER, FIRST_PAGE, OPEN_PIN, candidate, parallel_cap, show};
 use super::rows::{Loaded, RowColumns, decode, update_row};
 use crate::db::Db;
 use crate::inbox::{EventColumns, EventRow};
@@ -739,10 +739,8 @@ impl walk::Streams for Page<'_, '_, '_> {
                 continue;
             }
             seen += 1;
-            match visit(candidate) {
-                Visit::Take => return taken(candidate, row, FACTS_PAGE_BASE).map(Some),
-                Visit::Stop => return Ok(None),
-                Visit::Next => {}
+            if let Some(answer) = show(candidate, row, FACTS_PAGE_BASE, visit) {
+                return answer;
             }
         }
         if self.facts.page_full {
