@@ -666,11 +666,9 @@ fn complete_then_claim(
     opts: &ClaimOptions,
     now: Timestamp,
 ) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
-    let completed = match tasks::complete(&Rows(tx), mesh_id, report, now)? {
-        Ok(task) => task,
-        Err(refused) => return Ok(Err(refused)),
-    };
-    Ok(Ok((completed, tasks::claim(tx, mesh_id, claimant, opts, now)?)))
+    agentmesh_store::task_writes::complete_then_claim(&Rows(tx), mesh_id, report, now, || {
+        tasks::claim(tx, mesh_id, claimant, opts, now)
+    })
 }
 
 /// A submitted write whose operation may end in a refusal that was recorded (and

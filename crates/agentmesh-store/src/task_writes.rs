@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use crate::ids::mint_at;
-use crate::{CompletionReport, Outcome, StoreError};
+use crate::{ClaimOutcome, CompletionReport, Outcome, StoreError};
 
 /// A store's task rows, inside one write transaction.
 pub trait TaskRows {
@@ -136,6 +136,22 @@ pub fn complete<R: TaskRows>(
     match decide::complete(task, &report.session_id, report.epoch, outcome, now, || mint_at(now))? {
         Ok(decision) => Ok(Ok(persist(rows, &before, decision, now)?)),
         Err(refusal) => Ok(Err(refused(rows, task, &report.session_id, refusal)?)),
+    }
+}
+
+/// A completion, then the claim that follows it (`complete_and_claim`): `claim`
+/// runs only when the completion was accepted; a refused one is recorded and
+/// claims nothing. The claim is the store's own (it reads streams, not rows).
+pub fn complete_then_claim<R: TaskRows>(
+    rows: &R,
+    mesh_id: &str,
+    report: &CompletionReport,
+    now: Timestamp,
+    claim: impl FnOnce() -> Result<ClaimOutcome, R::Error>,
+) -> Result<Result<(Task, ClaimOutcome), StoreError>, R::Error> {
+    match complete(rows, mesh_id, report, now)? {
+        Ok(task) => Ok(Ok((task, claim()?))),
+        Err(refused) => Ok(Err(refused)),
     }
 }
 

@@ -326,10 +326,8 @@ fn worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) -> anyhow::
     let mut run = WorkerRun::default();
     loop {
         let began = Instant::now();
-        let task = match store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)? {
-            ClaimOutcome::Claimed(task) => task,
-            ClaimOutcome::Refused(ClaimRefusal::NoPendingCandidates) => return Ok(run),
-            ClaimOutcome::Refused(other) => anyhow::bail!("session-{k}: claim refused: {other}"),
+        let Some(task) = claimed(store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?, k)? else {
+            return Ok(run);
         };
         let done = store.complete_task(MESH_ID, &report_for(&who.session_id, &task), now)?;
         anyhow::ensure!(done.status == TaskStatus::Completed, "task {} not completed", task.id);
@@ -346,12 +344,7 @@ fn combined_worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) ->
     let mut run = WorkerRun::default();
     let mut began = Instant::now();
     let mut next = store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?;
-    loop {
-        let task = match next {
-            ClaimOutcome::Claimed(task) => task,
-            ClaimOutcome::Refused(ClaimRefusal::NoPendingCandidates) => return Ok(run),
-            ClaimOutcome::Refused(other) => anyhow::bail!("session-{k}: claim refused: {other}"),
-        };
+    while let Some(task) = claimed(next, k)? {
         let report = report_for(&who.session_id, &task);
         let (done, outcome) =
             store.complete_and_claim(MESH_ID, &report, &who, &ClaimOptions::default(), now)?;
@@ -360,6 +353,17 @@ fn combined_worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) ->
         run.completed.push(task.id);
         began = Instant::now();
         next = outcome;
+    }
+    Ok(run)
+}
+
+/// The task worker `k`'s claim got; `None` once no task is pending, and any
+/// other refusal an error (each worker has a session and a node of its own).
+fn claimed(outcome: ClaimOutcome, k: usize) -> anyhow::Result<Option<agentmesh_core::Task>> {
+    match outcome {
+        ClaimOutcome::Claimed(task) => Ok(Some(task)),
+        ClaimOutcome::Refused(ClaimRefusal::NoPendingCandidates) => Ok(None),
+        ClaimOutcome::Refused(other) => anyhow::bail!("session-{k}: claim refused: {other}"),
     }
 }
 

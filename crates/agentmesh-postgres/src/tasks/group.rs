@@ -43,7 +43,7 @@ use agentmesh_core::effects::task as decide;
 use agentmesh_core::events::{EmitHint, PendingEvent};
 use agentmesh_core::{ClaimRefusal, Claimant, LedgerEntry, NodeLoad, Task, TaskStatus, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::task_writes::{TaskRows, complete, persist};
+use agentmesh_store::task_writes::{TaskRows, complete, complete_then_claim, persist};
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError, StoreResult};
 use postgres::Row;
 use postgres::types::ToSql;
@@ -485,12 +485,8 @@ impl<'a, 'c> Stretch<'a, 'c> {
                 complete(self, self.mesh_id, report, *now).map(|answer| answer.map(Response::Complete))
             }
             Request::CompleteAndClaim { report, claimant, opts, now } => {
-                complete(self, self.mesh_id, report, *now).and_then(|answer| match answer {
-                    Ok(task) => self
-                        .claim(claimant, opts, *now)
-                        .map(|outcome| Ok(Response::CompleteAndClaim(Box::new((task, outcome))))),
-                    Err(refused) => Ok(Err(refused)),
-                })
+                complete_then_claim(self, self.mesh_id, report, *now, || self.claim(claimant, opts, *now))
+                    .map(|answer| answer.map(|both| Response::CompleteAndClaim(Box::new(both))))
             }
         };
         if self.unanswerable.get() {
@@ -899,10 +895,12 @@ mod tests {
         new
     }
 
+    fn claimant(session: &str, node: &str) -> Claimant {
+        Claimant { node_id: node.to_owned(), session_id: session.to_owned(), ..Claimant::default() }
+    }
+
     fn claim(session: &str, node: &str) -> Request {
-        let claimant =
-            Claimant { node_id: node.to_owned(), session_id: session.to_owned(), ..Claimant::default() };
-        Request::Claim { claimant, opts: ClaimOptions::default(), now: NOW }
+        Request::Claim { claimant: claimant(session, node), opts: ClaimOptions::default(), now: NOW }
     }
 
     fn complete(session: &str, task_id: Option<&str>, failed: bool) -> Request {
@@ -910,8 +908,12 @@ mod tests {
     }
 
     fn complete_and_claim(session: &str, node: &str, task_id: Option<&str>) -> Request {
-        let Request::Claim { claimant, opts, now } = claim(session, node) else { unreachable!() };
-        Request::CompleteAndClaim { report: report(session, task_id, false), claimant, opts, now }
+        Request::CompleteAndClaim {
+            report: report(session, task_id, false),
+            claimant: claimant(session, node),
+            opts: ClaimOptions::default(),
+            now: NOW,
+        }
     }
 
     fn report(session: &str, task_id: Option<&str>, failed: bool) -> CompletionReport {
@@ -1077,7 +1079,8 @@ mod tests {
     /// A completion that claims the next task in the same request is decided
     /// in a group as the two would be one after the other alone: the claim
     /// sees its own completion (the session is free again) and every request
-    /// before it; a refused completion claims nothing.
+    /// before it; a refused completion claims nothing, and one whose claim is
+    /// malformed keeps nothing of its completion.
     #[test]
     fn a_group_decides_completions_that_claim_the_next_task_as_alone() {
         let tasks: Vec<NewTask> = ["a", "b", "c", "d", "e", "f"].iter().map(|id| task(id, |_| {})).collect();
@@ -1090,6 +1093,7 @@ mod tests {
                 claim("s1", "n1"),
                 complete_and_claim("s3", "n3", Some("c")),
                 complete_and_claim("s1", "n1", Some("nope")),
+                complete_and_claim("s2", " ", Some("e")),
                 complete_and_claim("s2", "n2", Some("e")),
                 complete_and_claim("s3", "n3", Some("f")),
             ],
@@ -1098,7 +1102,7 @@ mod tests {
         let (group_answers, group_state, stats) = run(&tasks, &rounds, true);
         assert_eq!(group_answers, alone_answers);
         assert_eq!(group_state, alone_state);
-        assert!(stats.in_memory >= 8, "{stats:?}");
+        assert!(stats.in_memory >= 9, "{stats:?}");
         assert_eq!(stats.failed, 0);
         assert_eq!(
             alone_answers[3..],
@@ -1109,6 +1113,7 @@ mod tests {
                 "refused SessionAlreadyAssigned",
                 "c Completed, claimed f",
                 "error task nope not found in mesh m",
+                "error invalid nodeId: must not be blank",
                 "e Completed, refused NoPendingCandidates",
                 "f Completed, refused NoPendingCandidates",
             ]

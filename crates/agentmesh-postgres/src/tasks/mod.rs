@@ -41,8 +41,9 @@ mod persist;
 mod reads;
 mod rows;
 
+use agentmesh_store::task_writes;
 pub(crate) use agentmesh_store::task_writes::{
-    cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
+    cancel, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
 };
 pub(crate) use claim::claim;
 pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
@@ -65,11 +66,7 @@ fn complete_then_claim(
     opts: &ClaimOptions,
     now: Timestamp,
 ) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
-    let completed = match complete(db, mesh_id, report, now)? {
-        Ok(task) => task,
-        Err(refused) => return Ok(Err(refused)),
-    };
-    Ok(Ok((completed, claim(db, mesh_id, claimant, opts, now)?)))
+    task_writes::complete_then_claim(db, mesh_id, report, now, || claim(db, mesh_id, claimant, opts, now))
 }
 
 impl agentmesh_store::QueueStore for PgStore {

@@ -221,6 +221,26 @@ pub fn complete_and_claim_with_a_refused_report_claims_nothing(store: &dyn Store
     assert_status(store, MESH, "t2", TaskStatus::Pending);
 }
 
+/// Complete-and-claim whose claim names a blank node is refused as invalid input
+/// naming `nodeId`, and changes nothing: the completion that would have gone
+/// before the claim is not kept either.
+pub fn complete_and_claim_with_a_blank_node_changes_nothing(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    enqueue(store, MESH, new_task("t2"), at(2));
+    let s1 = worker("node-1", "s1");
+    let task = claim_ok(store, MESH, &s1, at(3), "t1");
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let blank = worker("  ", "s1");
+    assert_invalid_input(
+        store.complete_and_claim(MESH, &report(&task, done("shipped")), &blank, &lease(), at(4)),
+        "nodeId",
+        "a complete-and-claim with a blank node",
+    );
+    ledger.assert_new(store, "a malformed complete-and-claim", &[]);
+    assert_eq!(find(store, MESH, "t1"), task, "expected t1 left as it was");
+    assert_status(store, MESH, "t2", TaskStatus::Pending);
+}
+
 /// A completion from a session that does not hold the task is refused with `NotAssignedToSession` and recorded.
 pub fn completion_from_another_session_is_refused(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));

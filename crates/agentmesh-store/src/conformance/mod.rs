@@ -158,6 +158,7 @@ macro_rules! conformance_tests {
             complete_with_matching_session_and_epoch_completes,
             complete_and_claim_completes_then_claims_the_next,
             complete_and_claim_with_a_refused_report_claims_nothing,
+            complete_and_claim_with_a_blank_node_changes_nothing,
             repeated_completion_is_refused_and_recorded,
             completion_matching_uses_dispatch_time_under_clock_skew,
             completion_matching_prefers_the_exact_task_id,
