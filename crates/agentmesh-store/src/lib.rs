@@ -37,6 +37,8 @@ pub mod transfer;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+#[cfg(feature = "conformance")]
+pub mod model;
 
 pub use error::{FullStorage, IdScope, StoreError};
 pub use raw_json::RawJson;

@@ -222,6 +222,10 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
         return Ok(events);
     }
     let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+    // As a drain: a limit of 0 hands out nothing.
+    if limit == 0 {
+        return Ok(events);
+    }
     let newest: Option<i64> = conn
         .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
         .query_row([mesh_id], |r| r.get(0))?;

@@ -167,10 +167,12 @@ pub(super) fn count_unmet(conn: &Connection, mesh_id: &str, task_id: &str) -> Re
     Ok(stmt.query_row(params![mesh_id, task_id], |r| r.get(0))?)
 }
 
-/// Ids of the tasks that depend on `task_id`.
+/// Ids of the tasks that depend on `task_id`, in id order (the order a change
+/// visits them; the index holds them so).
 pub(super) fn dependents(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Vec<String>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT task_id FROM mesh_task_deps WHERE mesh_id = ?1 AND depends_on_id = ?2")?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT task_id FROM mesh_task_deps WHERE mesh_id = ?1 AND depends_on_id = ?2 ORDER BY task_id",
+    )?;
     let ids = stmt.query_map(params![mesh_id, task_id], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
     Ok(ids)
 }
