@@ -451,28 +451,14 @@ mod tests {
 
     use agentmesh_store::StoreError;
 
-    use crate::{PgOptions, PgStore};
-
-    fn fresh_store() -> (PgStore, String, String) {
-        let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-        let schema = format!("am_test_{}", uuid::Uuid::new_v4().simple());
-        let store =
-            PgStore::open(&PgOptions::new(url.clone()).schema(schema.clone())).expect("a fresh store");
-        (store, url, schema)
-    }
-
-    fn drop_schema(url: &str, schema: &str) {
-        let mut client = postgres::Client::connect(url, postgres::NoTls).expect("a connection");
-        client.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).expect("the schema dropped");
-    }
+    use crate::testing::FreshStore;
 
     /// A write whose operation panics leaves nothing behind, and the mesh's next
     /// write runs (it does not wait for a batch nobody closes).
     #[test]
     fn a_panicking_write_is_undone_and_the_mesh_goes_on() {
-        let (store, url, schema) = fresh_store();
-        let store = std::sync::Arc::new(store);
+        let url = agentmesh_test_support::require_postgres!();
+        let store = std::sync::Arc::new(FreshStore::new(&url));
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             store.write("m", |db| {
                 db.execute(
@@ -489,7 +475,7 @@ mod tests {
 
         let (sent, received) = mpsc::channel();
         let next = std::sync::Arc::clone(&store);
-        std::thread::spawn(move || {
+        let writer = std::thread::spawn(move || {
             let count = next.write("m", |db| {
                 let row = db.query_one(
                     "SELECT COUNT(*) FROM agentmesh_meta WHERE key = 'written-before-a-panic'",
@@ -503,8 +489,7 @@ mod tests {
             .recv_timeout(Duration::from_secs(20))
             .expect("the next write of the mesh ran")
             .expect("the next write succeeded");
-        drop(store);
-        drop_schema(&url, &schema);
+        writer.join().expect("the next writer");
         assert_eq!(count, 0, "the panicking write was rolled back");
     }
 
@@ -514,7 +499,8 @@ mod tests {
     /// batch and in a transaction of its own alike.
     #[test]
     fn a_checked_write_that_changes_no_row_fails_its_operation_with_its_own_error() {
-        let (store, url, schema) = fresh_store();
+        let url = agentmesh_test_support::require_postgres!();
+        let store = FreshStore::new(&url);
         let op = |key: &'static str| {
             move |db: &crate::db::Db<'_>| {
                 db.defer(
@@ -549,8 +535,6 @@ mod tests {
                 Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
             })
             .expect("the rows");
-        drop(store);
-        drop_schema(&url, &schema);
         for outcome in [&batched, &own] {
             assert!(
                 matches!(outcome, Err(StoreError::TaskNotFound { task_id, .. }) if task_id == "absent"),
@@ -567,8 +551,8 @@ mod tests {
     /// rest.
     #[test]
     fn a_carried_write_that_fails_undoes_its_own_operation_alone() {
-        let (store, url, schema) = fresh_store();
-        let store = std::sync::Arc::new(store);
+        let url = agentmesh_test_support::require_postgres!();
+        let store = std::sync::Arc::new(FreshStore::new(&url));
         store
             .write("m", |db| {
                 db.execute("INSERT INTO agentmesh_meta (key, value) VALUES ('taken', 'first')", &[]).map(drop)
@@ -618,8 +602,6 @@ mod tests {
             })
             .expect("the rows");
         let (writes, commits) = store.write_stats();
-        drop(store);
-        drop_schema(&url, &schema);
         assert!(outcomes[0].is_ok(), "{:?}", outcomes[0].as_ref().err());
         assert!(outcomes[1].is_err(), "the write of a taken key fails");
         assert!(outcomes[2].is_ok(), "{:?}", outcomes[2].as_ref().err());

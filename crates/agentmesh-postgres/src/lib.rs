@@ -33,6 +33,8 @@ mod pool;
 mod runtime;
 pub mod shard;
 mod tasks;
+#[cfg(test)]
+mod testing;
 mod transfer;
 
 pub use cluster::{Listener, UpkeepLeader, database_now};

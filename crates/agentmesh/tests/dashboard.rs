@@ -18,8 +18,6 @@ use serde_json::Value;
 
 #[path = "support/node.rs"]
 mod node_support;
-#[path = "support/postgres.rs"]
-mod postgres_support;
 
 /// How long the browser script may take, 10,000 enqueued tasks included.
 const NODE_DEADLINE: Duration = Duration::from_secs(240);
@@ -89,9 +87,9 @@ fn the_dashboard_in_headless_chromium() {
 /// read from the server.
 #[test]
 fn the_dashboard_in_headless_chromium_on_a_postgresql_installation() {
-    let url = postgres_support::database_url();
-    let schema = postgres_support::Schema::fresh("am_dashboard");
-    drive_the_dashboard(&["--database-url", &url, "--database-schema", &schema.0], "dashboard-postgres");
+    let url = agentmesh_test_support::require_postgres!();
+    let schema = agentmesh_test_support::postgres::Schema::fresh(&url, "am_dashboard");
+    drive_the_dashboard(&["--database-url", &url, "--database-schema", schema.name()], "dashboard-postgres");
 }
 
 /// Serves a fresh installation (`globals` name where it lives), drives its

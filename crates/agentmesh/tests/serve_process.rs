@@ -22,9 +22,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
-#[path = "support/postgres.rs"]
-mod postgres_support;
-
 /// How long anything a test waits for may take before the test fails.
 const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -323,10 +320,13 @@ fn a_daemon_whose_stderr_pipe_is_closed_still_reclaims_leases_and_stops_on_sigte
 /// installation's upkeep over before its reaper runs.
 #[test]
 fn a_daemon_on_postgresql_whose_stderr_pipe_is_closed_still_reclaims_leases_and_stops_on_sigterm() {
-    let url = postgres_support::database_url();
-    let schema = postgres_support::Schema::fresh("am_closed_pipe");
+    let url = agentmesh_test_support::require_postgres!();
+    let schema = agentmesh_test_support::postgres::Schema::fresh(&url, "am_closed_pipe");
     let dir = TempDir::new().expect("a temp dir");
-    closed_stderr_pipe(&dir.path().join("data"), &["--database-url", &url, "--database-schema", &schema.0]);
+    closed_stderr_pipe(
+        &dir.path().join("data"),
+        &["--database-url", &url, "--database-schema", schema.name()],
+    );
 }
 
 /// Serves on `data_dir` with stderr a pipe nobody reads (closed): leases are

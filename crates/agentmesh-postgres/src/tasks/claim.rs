@@ -329,11 +329,8 @@ mod tests {
     #[test]
     fn the_open_stream_walks_its_index_without_sorting() {
         use agentmesh_store::prelude::*;
-        let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-        let schema = format!("am_test_{}", uuid::Uuid::new_v4().simple());
-        let store = crate::PgStore::open(&crate::PgOptions::new(url.clone()).schema(schema.clone()))
-            .expect("a fresh PostgreSQL store");
+        let url = agentmesh_test_support::require_postgres!();
+        let store = crate::testing::FreshStore::new(&url);
         let now = Timestamp::from_millis(1_780_000_000_000);
         let tasks: Vec<agentmesh_core::NewTask> = (0..3000)
             .map(|i| agentmesh_core::NewTask { message: format!("task {i}"), ..Default::default() })
@@ -349,9 +346,6 @@ mod tests {
                 Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>().join("\n"))
             })
             .expect("the plan");
-        drop(store);
-        let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
-        client.batch_execute(&format!("DROP SCHEMA \"{schema}\" CASCADE")).expect("the schema dropped");
         assert!(plan.contains("idx_mesh_queue_claim_open"), "expected the claim index walked:\n{plan}");
         assert!(!plan.contains("Sort"), "expected no sort of the pending tasks:\n{plan}");
     }

@@ -18,7 +18,8 @@ fn task(id: &str) -> NewTask {
 
 #[test]
 fn concurrent_writes_of_one_mesh_share_commits_and_a_failure_stays_alone() {
-    let db = Arc::new(TestDb::new());
+    let url = agentmesh_test_support::require_postgres!();
+    let db = Arc::new(TestDb::new(&url));
     db.enqueue("m", &task("taken"), NOW).expect("the first enqueue");
     let threads = 16;
     let per_thread = 25;
@@ -62,7 +63,8 @@ fn concurrent_writes_of_one_mesh_share_commits_and_a_failure_stays_alone() {
 /// timeout (30 s) broke it.
 #[test]
 fn a_batch_that_commits_never_waits_for_the_batch_that_opens_after_it() {
-    let db = Arc::new(TestDb::new());
+    let url = agentmesh_test_support::require_postgres!();
+    let db = Arc::new(TestDb::new(&url));
     // More writers than a batch takes (32), so writers wait for a full batch
     // to close and open the next one the moment it does.
     let threads = 48;
@@ -122,7 +124,8 @@ fn workers_run_every_task_once(
     requests: u64,
     work: fn(&PgStore, &Claimant) -> Vec<String>,
 ) {
-    let db = Arc::new(TestDb::new());
+    let url = agentmesh_test_support::require_postgres!();
+    let db = Arc::new(TestDb::new(&url));
     let batch: Vec<NewTask> = (0..tasks).map(|i| task(&format!("t{i:03}"))).collect();
     db.enqueue_batch("m", &batch, NOW).expect("the tasks");
     let handles: Vec<_> = (0..threads)

@@ -15,7 +15,8 @@ use crate::support::TestDb;
 /// event requeued comes back once.
 #[test]
 fn the_retention_sweep_holds_expired_events_and_a_requeue_brings_one_back() {
-    let db = TestDb::new();
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
     let store = &db.store;
     let me = coordinator("mach_A", "run_1", None);
     let one = DrainRequest { limit: Some(1), ..drain_request(&me) };
@@ -57,7 +58,8 @@ fn the_retention_sweep_holds_expired_events_and_a_requeue_brings_one_back() {
 /// that row back on the queue, and an accept-mode drain then delivers it.
 #[test]
 fn a_quarantined_event_requeued_is_delivered_again() {
-    let db = TestDb::new();
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
     let store = &db.store;
     let me = coordinator("mach_A", "run_1", None);
     let mut bare = inbox_event("m1", "task_completed", "bare", at(1));

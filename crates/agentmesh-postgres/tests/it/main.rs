@@ -1,6 +1,7 @@
 //! Integration tests of the PostgreSQL backend, against the server named by
-//! `AGENTMESH_TEST_DATABASE_URL` (default: the local server's `test` database).
-//! Each test runs in a fresh schema of its own, dropped when it ends.
+//! `AGENTMESH_TEST_DATABASE_URL`; without it they are skipped (one line on
+//! stderr says so, see `agentmesh_test_support`). Each test runs in a fresh
+//! schema of its own, dropped when it ends.
 
 mod batch;
 mod conformance;

@@ -5,16 +5,17 @@ use agentmesh_core::NewTask;
 use agentmesh_postgres::shard::UNSHARDED_TABLES;
 use agentmesh_store::prelude::*;
 
-use crate::support::{TestDb, assert_statements_shardable, database_url};
+use crate::support::{TestDb, assert_statements_shardable};
 
-fn catalog() -> postgres::Client {
-    postgres::Client::connect(&database_url(), postgres::NoTls).expect("a connection to the test database")
+fn catalog(url: &str) -> postgres::Client {
+    postgres::Client::connect(url, postgres::NoTls).expect("a connection to the test database")
 }
 
 #[test]
 fn every_table_carries_mesh_id_first_in_its_primary_key_and_unique_indexes() {
-    let db = TestDb::new();
-    let mut client = catalog();
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
+    let mut client = catalog(&url);
     let schema = db.schema().to_owned();
     let tables: Vec<String> = client
         .query(
@@ -71,7 +72,8 @@ fn every_table_carries_mesh_id_first_in_its_primary_key_and_unique_indexes() {
 
 #[test]
 fn the_statements_of_a_task_s_life_each_name_their_mesh() {
-    let db = TestDb::new();
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
     let now = agentmesh_core::Timestamp::from_millis(1_700_000_000_000);
     let new = NewTask { message: "work".into(), ..NewTask::default() };
     db.enqueue("mesh-a", &new, now).expect("enqueue");

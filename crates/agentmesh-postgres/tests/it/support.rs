@@ -1,57 +1,37 @@
-//! A fresh installation per test: a schema of its own in the test database,
-//! dropped (with everything in it) when the test's handle drops.
+//! A fresh installation per test: a schema of its own on the server of
+//! `agentmesh_test_support` (each test starts with
+//! `agentmesh_test_support::require_postgres!()`), dropped with everything in
+//! it when the test's handle drops.
 
 use agentmesh_postgres::{PgOptions, PgStore};
+use agentmesh_test_support::postgres::Schema;
 
-/// The server the tests use.
-pub fn database_url() -> String {
-    std::env::var("AGENTMESH_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+/// A schema no other test uses on the server at `url`.
+pub fn fresh_schema(url: &str) -> Schema {
+    Schema::fresh(url, "am_test")
 }
 
-/// A schema name no other test uses.
-pub fn fresh_schema() -> String {
-    format!("am_test_{}", uuid::Uuid::new_v4().simple())
-}
-
-/// The options of a store in `schema`, with a small pool (tests open many).
-pub fn options(schema: &str) -> PgOptions {
-    let mut options = PgOptions::new(database_url()).schema(schema);
+/// The options of a store in `schema` on the server at `url`, with a small pool
+/// (tests open many).
+pub fn options(url: &str, schema: &str) -> PgOptions {
+    let mut options = PgOptions::new(url).schema(schema);
     options.max_connections = 4;
     options
-}
-
-/// Drops `schema` when dropped.
-pub struct SchemaGuard(pub String);
-
-impl Drop for SchemaGuard {
-    fn drop(&mut self) {
-        match postgres::Client::connect(&database_url(), postgres::NoTls) {
-            Ok(mut client) => {
-                if let Err(err) =
-                    client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.0))
-                {
-                    eprintln!("could not drop test schema {}: {err}", self.0);
-                }
-            }
-            Err(err) => eprintln!("could not connect to drop test schema {}: {err}", self.0),
-        }
-    }
 }
 
 /// A store in a fresh schema; the schema is dropped after the store.
 pub struct TestDb {
     pub store: PgStore,
     // Dropped after the store (fields drop in order), so its connections close first.
-    _schema: SchemaGuard,
+    _schema: Schema,
 }
 
 impl TestDb {
-    pub fn new() -> TestDb {
-        let schema = fresh_schema();
-        let guard = SchemaGuard(schema.clone());
-        let store = PgStore::open(&options(&schema)).expect("a fresh PostgreSQL store");
-        TestDb { store, _schema: guard }
+    /// A store in a fresh schema on the server at `url`.
+    pub fn new(url: &str) -> TestDb {
+        let schema = fresh_schema(url);
+        let store = PgStore::open(&options(url, schema.name())).expect("a fresh PostgreSQL store");
+        TestDb { store, _schema: schema }
     }
 }
 

@@ -17,7 +17,7 @@
 //! saying so. The mount is undone when the test ends, however it ends.
 
 use crate::daemon_log::DaemonLog;
-use crate::{mcp_support, postgres_support};
+use crate::mcp_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -327,32 +327,35 @@ fn a_full_disk_refuses_writes_as_storage_full_and_a_few_freed_mb_let_a_restarted
     daemon.stop();
 }
 
-/// A PostgreSQL tablespace on a directory of the tmpfs, dropped when the guard
-/// drops (after the schema whose tables it holds, which is declared later).
-struct Tablespace(String);
+/// A PostgreSQL tablespace on a directory of the tmpfs, on the server at a URL,
+/// dropped when the guard drops (after the schema whose tables it holds, which
+/// is declared later).
+struct Tablespace {
+    name: String,
+    url: String,
+}
 
 impl Tablespace {
     /// Creates it on `dir`, which the server's user gets to own.
-    fn create(dir: &Path) -> Tablespace {
+    fn create(url: &str, dir: &Path) -> Tablespace {
         std::fs::create_dir(dir).expect("the tablespace dir");
         let chown =
             Command::new("chown").args(["-R", "postgres:postgres"]).arg(dir).status().expect("chown runs");
         assert!(chown.success(), "the server's user (postgres) owns {}", dir.display());
         let name = format!("am_full_{}", std::process::id());
-        let mut client = postgres::Client::connect(&postgres_support::database_url(), postgres::NoTls)
-            .expect("a connection to the test server");
+        let mut client =
+            postgres::Client::connect(url, postgres::NoTls).expect("a connection to the test server");
         client
             .batch_execute(&format!("CREATE TABLESPACE {name} LOCATION '{}'", dir.display()))
             .expect("a tablespace on the tmpfs (the test server's user must be a superuser)");
-        Tablespace(name)
+        Tablespace { name, url: url.to_owned() }
     }
 }
 
 impl Drop for Tablespace {
     fn drop(&mut self) {
-        if let Ok(mut client) = postgres::Client::connect(&postgres_support::database_url(), postgres::NoTls)
-        {
-            let _ = client.batch_execute(&format!("DROP TABLESPACE IF EXISTS {}", self.0));
+        if let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP TABLESPACE IF EXISTS {}", self.name));
         }
     }
 }
@@ -366,28 +369,28 @@ impl Drop for Tablespace {
 #[test]
 fn a_full_database_disk_on_postgresql_refuses_writes_as_storage_full_and_freed_space_lets_the_same_daemon_write_again()
  {
+    let server = agentmesh_test_support::require_postgres!();
     let fs = Tmpfs::mount(FS_BYTES);
     // The server's processes reach the tablespace through the mount's root.
     let opened = Command::new("chmod").arg("755").arg(fs.path()).status().expect("chmod runs");
     assert!(opened.success());
     let filler: PathBuf = fs.path().join("filler");
     fill_file(&filler, FILLER_BYTES);
-    let tablespace = Tablespace::create(&fs.path().join("tablespace"));
-    let schema = postgres_support::Schema::fresh("am_disk_full");
+    let tablespace = Tablespace::create(&server, &fs.path().join("tablespace"));
+    let schema = agentmesh_test_support::postgres::Schema::fresh(&server, "am_disk_full");
     // Every table of the installation is made in the tablespace.
-    let url =
-        format!("{}?options=-c%20default_tablespace%3D{}", postgres_support::database_url(), tablespace.0);
-    let globals = ["--database-url", url.as_str(), "--database-schema", schema.0.as_str()];
+    let url = format!("{server}?options=-c%20default_tablespace%3D{}", tablespace.name);
+    let globals = ["--database-url", url.as_str(), "--database-schema", schema.name()];
     let data_dir = tempfile::tempdir().expect("a data dir");
     let http = Client::builder().timeout(DEADLINE).build().expect("an HTTP client");
 
     let daemon = Daemon::start_with(&globals, data_dir.path());
-    let mut client = postgres::Client::connect(&postgres_support::database_url(), postgres::NoTls)
-        .expect("a connection to the test server");
+    let mut client =
+        postgres::Client::connect(&server, postgres::NoTls).expect("a connection to the test server");
     let elsewhere: i64 = client
         .query_one(
             "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablespace IS DISTINCT FROM $2",
-            &[&schema.0, &tablespace.0],
+            &[&schema.name(), &tablespace.name],
         )
         .expect("the installation's tables")
         .get(0);

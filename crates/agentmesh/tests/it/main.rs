@@ -23,8 +23,6 @@ mod migrate;
 #[path = "../support/node.rs"]
 mod node_support;
 mod postgres_daemons;
-#[path = "../support/postgres.rs"]
-mod postgres_support;
 mod records;
 mod tls;
 mod work;

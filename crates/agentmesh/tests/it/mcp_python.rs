@@ -199,20 +199,20 @@ fn the_python_sdk_stdio_client_lists_the_tools_enqueues_a_task_and_reads_it_back
 /// installation's schema on the server.
 #[test]
 fn the_python_sdk_stdio_client_works_on_a_postgresql_installation() {
+    let url = agentmesh_test_support::require_postgres!();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let schema = crate::postgres_support::Schema::fresh("am_mcp_python");
-    let url = crate::postgres_support::database_url();
-    let report = stdio_report(&data_dir, &["--database-url", &url, "--database-schema", &schema.0]);
+    let schema = agentmesh_test_support::postgres::Schema::fresh(&url, "am_mcp_python");
+    let report = stdio_report(&data_dir, &["--database-url", &url, "--database-schema", schema.name()]);
     let id = assert_python_report(&report);
     let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
     let rows = client
         .query(
-            &format!("SELECT mesh_id, status, payload FROM \"{}\".mesh_queue WHERE id = $1", schema.0),
+            &format!("SELECT mesh_id, status, payload FROM \"{}\".mesh_queue WHERE id = $1", schema.name()),
             &[&id],
         )
         .expect("the queue of the schema");
-    assert_eq!(rows.len(), 1, "the task is one row of schema {}", schema.0);
+    assert_eq!(rows.len(), 1, "the task is one row of schema {}", schema.name());
     let (mesh, status, payload): (String, String, String) = (rows[0].get(0), rows[0].get(1), rows[0].get(2));
     assert_eq!((mesh.as_str(), status.as_str()), ("default", "pending"));
     assert!(payload.contains(MESSAGE), "{payload}");

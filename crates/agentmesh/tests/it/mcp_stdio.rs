@@ -251,24 +251,24 @@ fn the_typescript_sdk_stdio_client_lists_the_tools_and_calls_one() {
 /// is a row of the installation's schema on the server.
 #[test]
 fn the_typescript_sdk_stdio_client_works_on_a_postgresql_installation() {
+    let url = agentmesh_test_support::require_postgres!();
     let dir = tempfile::tempdir().unwrap();
-    let schema = crate::postgres_support::Schema::fresh("am_mcp_stdio");
-    let url = crate::postgres_support::database_url();
+    let schema = agentmesh_test_support::postgres::Schema::fresh(&url, "am_mcp_stdio");
     let report = node_client_report(
         &dir.path().join("data"),
-        &["--database-url", &url, "--database-schema", &schema.0],
+        &["--database-url", &url, "--database-schema", schema.name()],
     );
     assert_node_report(&report);
     let task_id =
         report["result"]["structuredContent"]["task"]["id"].as_str().expect("the task's id").to_owned();
     let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
     let stored: Vec<String> = client
-        .query(&format!("SELECT payload FROM \"{}\".mesh_queue WHERE id = $1", schema.0), &[&task_id])
+        .query(&format!("SELECT payload FROM \"{}\".mesh_queue WHERE id = $1", schema.name()), &[&task_id])
         .expect("the queue of the schema")
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(stored.len(), 1, "the task is one row of schema {}", schema.0);
+    assert_eq!(stored.len(), 1, "the task is one row of schema {}", schema.name());
     assert!(stored[0].contains("written by the Node client"), "{}", stored[0]);
     assert!(
         !dir.path().join("data").join("mesh-runtime.db").exists(),

@@ -1,6 +1,6 @@
 //! `agentmesh migrate` end to end: a SQLite data dir filled through the CLI is
 //! copied into a fresh PostgreSQL schema (the server of
-//! `AGENTMESH_TEST_DATABASE_URL`, default the local `test` database), read back
+//! `AGENTMESH_TEST_DATABASE_URL`; skipped without it), read back
 //! there through the CLI, copied again (nothing new), and copied back into a
 //! fresh SQLite data dir, whose every record is compared with the original's.
 
@@ -12,7 +12,8 @@ use agentmesh_store::conformance::transfer::snapshot;
 use agentmesh_store::prelude::*;
 use serde_json::Value;
 
-use crate::postgres_support::{Schema, database_url};
+use agentmesh_test_support::postgres::{Schema, database_url};
+use agentmesh_test_support::require_postgres;
 
 /// Runs the binary; returns the exit code, stdout and stderr.
 fn run(args: &[&str]) -> (i32, String, String) {
@@ -89,17 +90,17 @@ fn fill(dir: &str) {
 
 #[test]
 fn a_sqlite_data_dir_goes_to_postgres_and_back_losing_nothing() {
+    let url = require_postgres!();
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src");
     let back = tmp.path().join("back");
     let (src, back) = (src.to_str().unwrap(), back.to_str().unwrap());
     fill(src);
-    let schema = Schema::fresh("am_migrate");
-    let url = database_url();
+    let schema = Schema::fresh(&url, "am_migrate");
 
     // SQLite to PostgreSQL.
     let (code, stdout, stderr) =
-        run(&["--json", "migrate", "--from", src, "--to", &url, "--to-schema", &schema.0]);
+        run(&["--json", "migrate", "--from", src, "--to", &url, "--to-schema", schema.name()]);
     assert_eq!(code, 0, "{stderr}");
     let summary: Value = serde_json::from_str(&stdout).unwrap();
     let totals = &summary["totals"];
@@ -116,7 +117,7 @@ fn a_sqlite_data_dir_goes_to_postgres_and_back_losing_nothing() {
     assert!(stderr.contains("mesh m2 (2/2): tasks: 1 copied"), "{stderr}");
 
     // The CLI on PostgreSQL reads what it read on SQLite.
-    let pg = ["--database-url", url.as_str(), "--database-schema", schema.0.as_str()];
+    let pg = ["--database-url", url.as_str(), "--database-schema", schema.name()];
     let on = |base: &[&str], mesh: &str, args: &[&str]| -> Value {
         let mut all: Vec<&str> = base.to_vec();
         all.extend_from_slice(&["--mesh", mesh, "--json"]);
@@ -151,13 +152,13 @@ fn a_sqlite_data_dir_goes_to_postgres_and_back_losing_nothing() {
     assert_eq!(on(&pg, "m1", &["meshes"]), on(&sqlite, "m1", &["meshes"]));
 
     // Again: nothing is copied, nothing changes.
-    let again = json(&["--json", "migrate", "--from", src, "--to", &url, "--to-schema", &schema.0]);
+    let again = json(&["--json", "migrate", "--from", src, "--to", &url, "--to-schema", schema.name()]);
     assert_eq!(again["totals"]["copied"], 0);
     assert_eq!(again["totals"]["existing"], totals["read"]);
     assert_eq!(ledger(&pg), ledger(&sqlite));
 
     // Back into a fresh SQLite data dir, through the global --database-schema.
-    let home = json(&["--database-schema", &schema.0, "--json", "migrate", "--from", &url, "--to", back]);
+    let home = json(&["--database-schema", schema.name(), "--json", "migrate", "--from", &url, "--to", back]);
     assert_eq!(home["totals"]["copied"], totals["read"]);
     let original = SqliteStore::open_data_dir(src).unwrap();
     let copy = SqliteStore::open_data_dir(back).unwrap();
@@ -184,16 +185,25 @@ fn bad_sides_are_refused_naming_the_flag_and_create_nothing() {
     let missing = tmp.path().join("missing");
     let missing = missing.to_str().unwrap();
     let file = format!("sqlite://{src}/mesh-runtime.db");
-    let url = database_url();
-    for (args, field) in [
+    // Refused before anything connects: no server listens on port 1.
+    let unreached = "postgres://postgres@127.0.0.1:1/test";
+    let mut cases = vec![
         (vec!["migrate", "--from", src, "--to", src], "to"),
         (vec!["migrate", "--from", src, "--to", file.as_str()], "to"),
         (vec!["migrate", "--from", missing, "--to", src], "from"),
         (vec!["migrate", "--from", src, "--to", "mysql://h/db"], "to"),
-        (vec!["migrate", "--from", src, "--from-schema", "s", "--to", url.as_str()], "fromSchema"),
-        (vec!["migrate", "--from", src, "--to", url.as_str(), "--to-schema", "1bad"], "toSchema"),
-        (vec!["migrate", "--from", url.as_str(), "--from-schema", "am_never_made", "--to", missing], "from"),
-    ] {
+        (vec!["migrate", "--from", src, "--from-schema", "s", "--to", unreached], "fromSchema"),
+        (vec!["migrate", "--from", src, "--to", unreached, "--to-schema", "1bad"], "toSchema"),
+    ];
+    // A schema the server does not hold: checked only where there is a server.
+    let server = database_url();
+    if let Some(url) = &server {
+        cases.push((
+            vec!["migrate", "--from", url, "--from-schema", "am_never_made", "--to", missing],
+            "from",
+        ));
+    }
+    for (args, field) in cases {
         let mut all = vec!["--json"];
         all.extend_from_slice(&args);
         let (code, stdout, stderr) = run(&all);

@@ -11,8 +11,8 @@
 //!   holders, and the survivor takes the upkeep over and reclaims the leases the
 //!   dead daemon's sessions left.
 //!
-//! The server is `$AGENTMESH_TEST_DATABASE_URL`, else
-//! `postgres://postgres@127.0.0.1:5432/test`. The measured numbers are printed
+//! The server is `$AGENTMESH_TEST_DATABASE_URL`; without it the tests are
+//! skipped (see `agentmesh_test_support`). The measured numbers are printed
 //! (run with `--nocapture` to see them).
 
 use crate::daemon_log::DaemonLog;
@@ -35,26 +35,35 @@ const REAPER_EVERY: Duration = Duration::from_secs(5);
 /// What a daemon logs when it takes the upkeep leadership.
 const LEADS: &str = "this daemon now runs the installation's upkeep";
 
-use crate::postgres_support::database_url;
+use agentmesh_test_support::postgres::Schema;
+use agentmesh_test_support::require_postgres;
 
-/// A fresh installation: a schema no other test uses, dropped when this drops
-/// (after the daemons, which the tests drop first).
+/// A fresh installation on the server at a URL: a schema no other test uses,
+/// dropped when this drops (after the daemons, which the tests drop first).
 struct Installation {
-    schema: String,
+    schema: Schema,
 }
 
 impl Installation {
-    fn new() -> Installation {
-        Installation { schema: format!("am_test_{}", uuid::Uuid::new_v4().simple()) }
+    fn new(url: &str) -> Installation {
+        Installation { schema: Schema::fresh(url, "am_daemons") }
+    }
+
+    fn url(&self) -> &str {
+        self.schema.url()
+    }
+
+    fn name(&self) -> &str {
+        self.schema.name()
     }
 
     fn client(&self) -> postgres::Client {
-        postgres::Client::connect(&database_url(), postgres::NoTls).expect("the test database")
+        postgres::Client::connect(self.url(), postgres::NoTls).expect("the test database")
     }
 
     /// Every task of the mesh: id → status.
     fn statuses(&self) -> HashMap<String, String> {
-        let sql = format!("SELECT id, status FROM \"{}\".mesh_queue WHERE mesh_id = $1", self.schema);
+        let sql = format!("SELECT id, status FROM \"{}\".mesh_queue WHERE mesh_id = $1", self.name());
         self.client()
             .query(&sql, &[&MESH])
             .expect("read the queue")
@@ -66,7 +75,7 @@ impl Installation {
     fn completed(&self) -> i64 {
         let sql = format!(
             "SELECT count(*) FROM \"{}\".mesh_queue WHERE mesh_id = $1 AND status = 'completed'",
-            self.schema
+            self.name()
         );
         self.client().query_one(&sql, &[&MESH]).expect("count").get(0)
     }
@@ -75,7 +84,7 @@ impl Installation {
     fn ledger(&self) -> Vec<(String, String, Value)> {
         let sql = format!(
             "SELECT kind, payload FROM \"{}\".mesh_event_ledger WHERE mesh_id = $1 ORDER BY seq",
-            self.schema
+            self.name()
         );
         self.client()
             .query(&sql, &[&MESH])
@@ -87,16 +96,6 @@ impl Installation {
                 Some((row.get(0), task, payload))
             })
             .collect()
-    }
-}
-
-impl Drop for Installation {
-    fn drop(&mut self) {
-        let dropped = postgres::Client::connect(&database_url(), postgres::NoTls)
-            .and_then(|mut c| c.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema)));
-        if let Err(err) = dropped {
-            eprintln!("could not drop test schema {}: {err}", self.schema);
-        }
     }
 }
 
@@ -182,8 +181,8 @@ impl Daemon {
             // The leadership and the reaper's reclaims are logged at info.
             .env("RUST_LOG", "warn,agentmesh_postgres=info,agentmesh_daemon::upkeep=info")
             .arg("--database-url")
-            .arg(database_url())
-            .args(["--database-schema", &installation.schema, "--data-dir"])
+            .arg(installation.url())
+            .args(["--database-schema", installation.name(), "--data-dir"])
             .arg(dir.path())
             .args(["serve", "--listen", "127.0.0.1:0"])
             .stdin(Stdio::null())
@@ -261,9 +260,10 @@ fn millis(d: Duration) -> f64 {
 
 #[test]
 fn sixteen_worker_processes_on_two_daemons_take_each_task_exactly_once() {
+    let url = require_postgres!();
     const TASKS: usize = 480;
     const WORKERS: usize = 16;
-    let installation = Installation::new();
+    let installation = Installation::new(&url);
     let daemons = [Daemon::start(&installation), Daemon::start(&installation)];
     let http = http_client();
     // Enqueued through both daemons, a batch at a time.
@@ -345,8 +345,9 @@ fn sixteen_worker_processes_on_two_daemons_take_each_task_exactly_once() {
 
 #[test]
 fn a_watch_on_one_daemon_wakes_within_100ms_of_a_completion_through_the_other() {
+    let url = require_postgres!();
     const TRIES: usize = 9;
-    let installation = Installation::new();
+    let installation = Installation::new(&url);
     let (a, b) = (Daemon::start(&installation), Daemon::start(&installation));
     let http = http_client();
     let coordinator = json!({ "daemonId": "mach_X", "runId": "run-1" });
@@ -523,10 +524,11 @@ fn failover_client(
 
 #[test]
 fn killing_a_daemon_under_load_loses_no_acknowledged_write_and_the_other_takes_over_the_upkeep() {
+    let url = require_postgres!();
     const CLIENTS: usize = 8;
     const STRANDED: usize = 4;
     const LEASE: Duration = Duration::from_secs(3);
-    let installation = Installation::new();
+    let installation = Installation::new(&url);
     let mut a = Daemon::start(&installation);
     // A started first and leads the upkeep; B waits for the lock.
     a.wait_logged(&[LEADS], Instant::now() + DEADLINE).expect("the first daemon leads the upkeep");
