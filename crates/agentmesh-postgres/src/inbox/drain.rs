@@ -181,6 +181,10 @@ pub(crate) fn peek(db: &Db<'_>, mesh_id: &str, request: &DrainRequest) -> Res<Ve
         return Ok(events);
     }
     let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+    // As a drain: a limit of 0 hands out nothing.
+    if limit == 0 {
+        return Ok(events);
+    }
     let newest: Option<i64> = db
         .query_one("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = $1", &[&mesh_id])?
         .get(0);

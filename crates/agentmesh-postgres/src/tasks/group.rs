@@ -835,7 +835,7 @@ fn claim_facts(rows: Vec<Row>, limit: usize) -> Res<ClaimFacts> {
 /// dependents.
 const READ_ROWS: &str = "SELECT q.id, q.payload, q.deps_unmet, q.row_id,
             ARRAY(SELECT d.task_id FROM mesh_task_deps d
-                   WHERE d.mesh_id = $1 AND d.depends_on_id = q.id)
+                   WHERE d.mesh_id = $1 AND d.depends_on_id = q.id ORDER BY d.task_id)
        FROM unnest((SELECT $2::text[])) AS k(id)
        JOIN mesh_queue q ON q.mesh_id = $1 AND q.id = k.id";
 
@@ -861,32 +861,6 @@ mod tests {
 
     const MESH: &str = "m";
     const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
-
-    /// A store in a fresh schema, dropped afterwards.
-    struct Fresh {
-        store: PgStore,
-        url: String,
-        schema: String,
-    }
-
-    impl Fresh {
-        fn new() -> Fresh {
-            let url = std::env::var("AGENTMESH_TEST_DATABASE_URL")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-            let schema = format!("am_test_{}", uuid::Uuid::new_v4().simple());
-            let store = PgStore::open(&crate::PgOptions::new(url.clone()).schema(schema.clone()))
-                .expect("a fresh PostgreSQL store");
-            Fresh { store, url, schema }
-        }
-    }
-
-    impl Drop for Fresh {
-        fn drop(&mut self) {
-            if let Ok(mut client) = postgres::Client::connect(&self.url, postgres::NoTls) {
-                let _ = client.batch_execute(&format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema));
-            }
-        }
-    }
 
     fn task(id: &str, edit: impl FnOnce(&mut NewTask)) -> NewTask {
         let mut new =
@@ -983,14 +957,16 @@ mod tests {
             .expect("the mesh's state")
     }
 
-    /// Runs `rounds` of requests on a fresh mesh holding `tasks`: each round as
-    /// one group, or each request alone; returns every answer and the end state.
+    /// Runs `rounds` of requests on a fresh mesh holding `tasks`, on the server
+    /// at `url`: each round as one group, or each request alone; returns every
+    /// answer and the end state.
     fn run(
+        url: &str,
         tasks: &[NewTask],
         rounds: &[Vec<Request>],
         grouped: bool,
     ) -> (Vec<String>, Vec<String>, GroupStats) {
-        let fresh = Fresh::new();
+        let fresh = crate::testing::FreshStore::new(url);
         let store = &fresh.store;
         store.enqueue_batch(MESH, tasks, NOW).expect("the tasks");
         let mut answers = Vec::new();
@@ -1018,6 +994,7 @@ mod tests {
     /// session or unblock a dependent, a failure that blocks one, refusals.
     #[test]
     fn a_group_decides_every_request_as_it_would_be_decided_alone_in_order() {
+        let url = agentmesh_test_support::require_postgres!();
         let tasks = vec![
             task("a-urgent", |t| t.priority = Some("high".to_owned())),
             task("b", |_| {}),
@@ -1056,8 +1033,8 @@ mod tests {
                 claim("s8", "n8"),
             ],
         ];
-        let (alone_answers, alone_state, _) = run(&tasks, &rounds, false);
-        let (group_answers, group_state, stats) = run(&tasks, &rounds, true);
+        let (alone_answers, alone_state, _) = run(&url, &tasks, &rounds, false);
+        let (group_answers, group_state, stats) = run(&url, &tasks, &rounds, true);
         assert_eq!(group_answers, alone_answers);
         assert_eq!(group_state, alone_state);
         assert!(stats.in_memory > 0 && stats.alone > 0, "{stats:?}");
@@ -1083,6 +1060,7 @@ mod tests {
     /// malformed keeps nothing of its completion.
     #[test]
     fn a_group_decides_completions_that_claim_the_next_task_as_alone() {
+        let url = agentmesh_test_support::require_postgres!();
         let tasks: Vec<NewTask> = ["a", "b", "c", "d", "e", "f"].iter().map(|id| task(id, |_| {})).collect();
         let rounds = vec![
             vec![claim("s1", "n1"), claim("s2", "n2"), claim("s3", "n3")],
@@ -1098,8 +1076,8 @@ mod tests {
                 complete_and_claim("s3", "n3", Some("f")),
             ],
         ];
-        let (alone_answers, alone_state, _) = run(&tasks, &rounds, false);
-        let (group_answers, group_state, stats) = run(&tasks, &rounds, true);
+        let (alone_answers, alone_state, _) = run(&url, &tasks, &rounds, false);
+        let (group_answers, group_state, stats) = run(&url, &tasks, &rounds, true);
         assert_eq!(group_answers, alone_answers);
         assert_eq!(group_state, alone_state);
         assert!(stats.in_memory >= 9, "{stats:?}");

@@ -50,7 +50,7 @@ pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Load
     let row = db.query_opt(
         "SELECT q.payload, q.deps_unmet, q.row_id,
                 ARRAY(SELECT d.task_id FROM mesh_task_deps d
-                       WHERE d.mesh_id = $1 AND d.depends_on_id = $2)
+                       WHERE d.mesh_id = $1 AND d.depends_on_id = $2 ORDER BY d.task_id)
            FROM mesh_queue q WHERE q.mesh_id = $1 AND q.id = $2",
         &[&mesh_id, &task_id],
     )?;
@@ -279,10 +279,11 @@ pub(super) fn count_unmet(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<i64>
     Ok(row.get(0))
 }
 
-/// Ids of the tasks that depend on `task_id`.
+/// Ids of the tasks that depend on `task_id`, in id order (the order a change
+/// visits them).
 pub(super) fn dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Vec<String>> {
     let rows = db.query(
-        "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2",
+        "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2 ORDER BY task_id",
         &[&mesh_id, &task_id],
     )?;
     Ok(rows.iter().map(|r| r.get(0)).collect())

@@ -22,8 +22,9 @@
 use serde_json::{Value, json};
 
 use super::Model;
-use super::ops::{self as o, Op, Renamer};
+use super::ops::{self as o, Op, Renamer, TaskRef};
 use crate::{Store, StoreResult};
+use agentmesh_core::events::EmitHint;
 use agentmesh_core::{LedgerQuery, TaskStatus, Timestamp};
 
 /// A store under test.
@@ -37,11 +38,11 @@ pub trait Subject {
     fn reopen(&mut self) {}
 }
 
-/// What one side knows between steps: the ids it minted for the events pushed
-/// by hand, in push order.
+/// What one side knows between steps: the events it queued by hand (row id and
+/// the event as stamped), in push order.
 #[derive(Default)]
 struct Side {
-    pushed: Vec<String>,
+    pushed: Vec<(String, agentmesh_core::events::PendingEvent)>,
     names: Renamer,
 }
 
@@ -61,13 +62,9 @@ pub fn run<S: Subject>(subject: &mut S, ops: &[Op]) -> Result<(), String> {
             subject.reopen();
         }
         // Epochs are resolved before either side runs the step, from the model.
-        let current = match op {
-            Op::Complete(r) | Op::CompleteAndClaim(r, _) => current_epoch(&model, r.task, r.session),
-            Op::Heartbeat { task, session, .. } => current_epoch(&model, Some(*task), *session),
-            _ => None,
-        };
-        let want = on_model(&mut model, &mut ms, op, current, now);
-        let got = on_store(subject.store(), &mut ss, op, current, now);
+        let (task, current) = resolve(&model, op);
+        let want = on_model(&mut model, &mut ms, op, task, current, now);
+        let got = on_store(subject.store(), &mut ss, op, task, current, now);
         let (want, got) = (ms.names.canonical(&want), ss.names.canonical(&got));
         if want != got {
             return Err(difference(ops, step, "the answer", &want, &got));
@@ -126,24 +123,40 @@ fn view_of_store<S: Store>(store: &S, mesh: &str) -> Value {
     })
 }
 
-/// The epoch a report or heartbeat on `task` (or, without one, on the task the
-/// session holds) resolves against: the model's, which both sides must share.
-fn current_epoch(model: &Model, task: Option<usize>, session: usize) -> Option<u64> {
+/// The task a report or heartbeat names and the epoch it resolves against,
+/// from the model, before either side runs the step (both must share them).
+fn resolve(model: &Model, op: &Op) -> (Option<&'static str>, Option<u64>) {
+    let (task, session) = match op {
+        Op::Complete(r) | Op::CompleteAndClaim(r, _) => (r.task, r.session),
+        Op::Heartbeat { task, session, .. } => (*task, *session),
+        _ => return (None, None),
+    };
     let mesh = o::MESHES[0];
-    match task {
-        Some(t) => model.find_task(mesh, o::TASKS[t]).map(|t| t.epoch()),
-        None => model
-            .queue_entries(mesh)
-            .into_iter()
-            .find(|t| {
-                t.status == TaskStatus::Assigned
-                    && t.assigned_session_id.as_deref() == Some(o::SESSIONS[session])
-            })
-            .map(|t| t.epoch()),
-    }
+    let held = || {
+        model.queue_entries(mesh).into_iter().find(|t| {
+            t.status == TaskStatus::Assigned && t.assigned_session_id.as_deref() == Some(o::SESSIONS[session])
+        })
+    };
+    let named = match task {
+        TaskRef::Id(i) => Some(o::TASKS[i]),
+        TaskRef::Held => held().and_then(|t| o::TASKS.iter().copied().find(|id| *id == t.id)),
+        TaskRef::Unnamed => None,
+    };
+    let current = match named {
+        Some(id) => model.find_task(mesh, id).map(|t| t.epoch()),
+        None => held().map(|t| t.epoch()),
+    };
+    (named, current)
 }
 
-fn on_model(model: &mut Model, side: &mut Side, op: &Op, current: Option<u64>, now: Timestamp) -> Value {
+fn on_model(
+    model: &mut Model,
+    side: &mut Side,
+    op: &Op,
+    task: Option<&str>,
+    current: Option<u64>,
+    now: Timestamp,
+) -> Value {
     let mesh = o::MESHES[0];
     match op {
         Op::Enqueue(m, spec) => o::answer(&model.enqueue(o::MESHES[*m], &o::new_task(spec), now), o::task),
@@ -155,17 +168,25 @@ fn on_model(model: &mut Model, side: &mut Side, op: &Op, current: Option<u64>, n
             &model.claim_next(o::MESHES[*m], &o::claimant(spec), &o::claim_options(spec), now),
             o::claimed,
         ),
-        Op::Complete(spec) => o::answer(&model.complete_task(mesh, &o::report(spec, current), now), o::task),
+        Op::Complete(spec) => {
+            o::answer(&model.complete_task(mesh, &o::report(spec, task, current), now), o::task)
+        }
         Op::CompleteAndClaim(spec, claim) => {
-            let report = o::report(spec, current);
+            let report = o::report(spec, task, current);
             let result =
                 model.complete_and_claim(mesh, &report, &o::claimant(claim), &o::claim_options(claim), now);
             o::answer(&result, |(t, c)| json!([o::task(t), o::claimed(c)]))
         }
-        Op::Heartbeat { task, session, epoch, lease_s } => {
+        Op::Heartbeat { session, epoch, lease_s, .. } => {
             let presented = o::epoch(*epoch, current).unwrap_or(0);
-            let result =
-                model.heartbeat(mesh, o::TASKS[*task], o::SESSIONS[*session], presented, lease_s * 1000, now);
+            let result = model.heartbeat(
+                mesh,
+                task.unwrap_or(o::TASKS[0]),
+                o::SESSIONS[*session],
+                presented,
+                lease_s * 1000,
+                now,
+            );
             o::answer(&result, o::task)
         }
         Op::Cancel(t) => o::answer(&model.cancel_task(mesh, o::TASKS[*t], Some("not needed"), now), o::task),
@@ -189,11 +210,18 @@ fn on_model(model: &mut Model, side: &mut Side, op: &Op, current: Option<u64>, n
         Op::Push(spec) => {
             let (ev, hint, machine) = o::event(spec, now);
             let result = model.queue_pending_event(mesh, &ev, &hint, machine, now);
-            if let Ok(crate::QueueOutcome::Queued { id, .. }) = &result {
-                side.pushed.push(id.clone());
+            if let Ok(crate::QueueOutcome::Queued { id, event }) = &result {
+                side.pushed.push((id.clone(), event.clone()));
             }
             o::answer(&result, o::queued)
         }
+        Op::Repush(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
+            Some((_, event)) => {
+                let copy = o::replayed(event, *k, now);
+                o::answer(&model.queue_pending_event(mesh, &copy, &EmitHint::default(), None, now), o::queued)
+            }
+            None => Value::Null,
+        },
         Op::Drain(spec) => {
             o::answer(&model.drain_pending_events(mesh, &o::drain_request(spec), now), o::drained)
         }
@@ -205,7 +233,7 @@ fn on_model(model: &mut Model, side: &mut Side, op: &Op, current: Option<u64>, n
                 .collect::<Vec<_>>()
         ),
         Op::Ack(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
-            Some(id) => json!(model.ack_pending_events(mesh, std::slice::from_ref(id))),
+            Some((id, _)) => json!(model.ack_pending_events(mesh, std::slice::from_ref(id))),
             None => Value::Null,
         },
         Op::Touch(c) => {
@@ -224,7 +252,14 @@ fn on_model(model: &mut Model, side: &mut Side, op: &Op, current: Option<u64>, n
     }
 }
 
-fn on_store<S: Store>(store: &S, side: &mut Side, op: &Op, current: Option<u64>, now: Timestamp) -> Value {
+fn on_store<S: Store>(
+    store: &S,
+    side: &mut Side,
+    op: &Op,
+    task: Option<&str>,
+    current: Option<u64>,
+    now: Timestamp,
+) -> Value {
     let mesh = o::MESHES[0];
     match op {
         Op::Enqueue(m, spec) => o::answer(&store.enqueue(o::MESHES[*m], &o::new_task(spec), now), o::task),
@@ -236,17 +271,25 @@ fn on_store<S: Store>(store: &S, side: &mut Side, op: &Op, current: Option<u64>,
             &store.claim_next(o::MESHES[*m], &o::claimant(spec), &o::claim_options(spec), now),
             o::claimed,
         ),
-        Op::Complete(spec) => o::answer(&store.complete_task(mesh, &o::report(spec, current), now), o::task),
+        Op::Complete(spec) => {
+            o::answer(&store.complete_task(mesh, &o::report(spec, task, current), now), o::task)
+        }
         Op::CompleteAndClaim(spec, claim) => {
-            let report = o::report(spec, current);
+            let report = o::report(spec, task, current);
             let result =
                 store.complete_and_claim(mesh, &report, &o::claimant(claim), &o::claim_options(claim), now);
             o::answer(&result, |(t, c)| json!([o::task(t), o::claimed(c)]))
         }
-        Op::Heartbeat { task, session, epoch, lease_s } => {
+        Op::Heartbeat { session, epoch, lease_s, .. } => {
             let presented = o::epoch(*epoch, current).unwrap_or(0);
-            let result =
-                store.heartbeat(mesh, o::TASKS[*task], o::SESSIONS[*session], presented, lease_s * 1000, now);
+            let result = store.heartbeat(
+                mesh,
+                task.unwrap_or(o::TASKS[0]),
+                o::SESSIONS[*session],
+                presented,
+                lease_s * 1000,
+                now,
+            );
             o::answer(&result, o::task)
         }
         Op::Cancel(t) => o::answer(&store.cancel_task(mesh, o::TASKS[*t], Some("not needed"), now), o::task),
@@ -275,11 +318,18 @@ fn on_store<S: Store>(store: &S, side: &mut Side, op: &Op, current: Option<u64>,
         Op::Push(spec) => {
             let (ev, hint, machine) = o::event(spec, now);
             let result = store.queue_pending_event(mesh, &ev, &hint, machine, now);
-            if let Ok(crate::QueueOutcome::Queued { id, .. }) = &result {
-                side.pushed.push(id.clone());
+            if let Ok(crate::QueueOutcome::Queued { id, event }) = &result {
+                side.pushed.push((id.clone(), event.clone()));
             }
             o::answer(&result, o::queued)
         }
+        Op::Repush(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
+            Some((_, event)) => {
+                let copy = o::replayed(event, *k, now);
+                o::answer(&store.queue_pending_event(mesh, &copy, &EmitHint::default(), None, now), o::queued)
+            }
+            None => Value::Null,
+        },
         Op::Drain(spec) => {
             o::answer(&store.drain_pending_events(mesh, &o::drain_request(spec), now), o::drained)
         }
@@ -287,7 +337,7 @@ fn on_store<S: Store>(store: &S, side: &mut Side, op: &Op, current: Option<u64>,
             json!(events.iter().map(o::inbox_event).collect::<Vec<_>>())
         }),
         Op::Ack(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
-            Some(id) => {
+            Some((id, _)) => {
                 o::answer(&store.ack_pending_events(mesh, std::slice::from_ref(id), now), |n| json!(n))
             }
             None => Value::Null,
@@ -329,4 +379,74 @@ fn page(
         after_id = slice.cursor.next_after_id.clone().or(after_id);
     }
     json!({ "error": "the ledger did not end after 1000 pages" })
+}
+
+/// Runs `ops` on a fresh model alone and names what each step did (the
+/// operation and how it ended: `claim: refused parallel_cap_reached`,
+/// `complete: error stale epoch`, `drain: delivered`, ...), so a test can
+/// check that generated sequences reach every outcome worth comparing.
+pub fn outcomes(ops: &[Op]) -> Vec<String> {
+    let mut model = Model::new(crate::IdScope::Database);
+    let mut side = Side::default();
+    let mut now = o::T0;
+    let mut out = Vec::new();
+    for op in ops {
+        now = now.plus_millis(o::STEP_MS);
+        if let Op::Wait(ms) = op {
+            now = now.plus_millis(*ms);
+        }
+        let (task, current) = resolve(&model, op);
+        let answer = on_model(&mut model, &mut side, op, task, current, now);
+        let name = format!("{op:?}");
+        let name = name.split(['(', ' ', '{']).next().unwrap_or_default().to_owned();
+        out.push(format!("{name}: {}", label(&answer)));
+    }
+    out
+}
+
+/// A short name for an answer's outcome.
+fn label(answer: &Value) -> String {
+    let words = |s: &str, n: usize| s.split_whitespace().take(n).collect::<Vec<_>>().join(" ");
+    if let Some(e) = answer.get("error").and_then(Value::as_str) {
+        return format!("error {}", words(e, 3));
+    }
+    if let Some(r) = answer.get("refused").and_then(Value::as_str) {
+        return format!("refused {r}");
+    }
+    if answer.get("claimed").is_some() {
+        return "claimed".to_owned();
+    }
+    if let Some(list) = answer.as_array()
+        && list.len() == 2
+        && list[1].is_object()
+    {
+        return format!("completed, then {}", label(&list[1]));
+    }
+    for key in ["pending", "exhausted", "duplicate", "queued"] {
+        if answer.get(key).is_some() {
+            return key.to_owned();
+        }
+    }
+    if let Some(events) = answer.get("events").and_then(Value::as_array) {
+        let quarantined = answer.get("quarantined").and_then(Value::as_array).is_some_and(|q| !q.is_empty());
+        let dedup = answer.pointer("/counters/v2DedupSkipped").and_then(Value::as_u64).unwrap_or(0) > 0;
+        return match (events.is_empty(), quarantined, dedup) {
+            (_, true, _) => "quarantined".to_owned(),
+            (_, _, true) => "dedup skipped".to_owned(),
+            (false, _, _) => "delivered".to_owned(),
+            (true, _, _) => "nothing".to_owned(),
+        };
+    }
+    if let Some(reclaimed) = answer.get("reclaimed").and_then(Value::as_array) {
+        return if reclaimed.is_empty() { "nothing".to_owned() } else { "reclaimed".to_owned() };
+    }
+    match answer {
+        Value::Array(a) if a.is_empty() => "nothing".to_owned(),
+        Value::Array(_) => "some".to_owned(),
+        Value::Object(o) if o.contains_key("status") => format!("ok {}", o["status"].as_str().unwrap_or("")),
+        Value::String(s) if s.contains("created: true") => "created".to_owned(),
+        Value::String(s) if s.contains("created: false") => "updated".to_owned(),
+        Value::Null => "none".to_owned(),
+        other => format!("{}", other).chars().take(20).collect(),
+    }
 }

@@ -550,7 +550,7 @@ fn replay(ledger: &[LedgerEntry], tasks: &BTreeMap<String, Task>, plan: &Plan, e
                 holder.insert(task, (node, provider));
             }
             kinds::TASK_COMPLETED | kinds::TASK_FAILED => {
-                let via_requeue = holder.get(&task).is_none();
+                let via_requeue = !holder.contains_key(&task);
                 if !via_requeue && payload_epoch(e) != epochs.get(&task).copied() {
                     errors.push(format!(
                         "entry {seq}: {task} ended at epoch {:?}, held at {:?}",

@@ -42,8 +42,9 @@ use agentmesh_core::events::held::quarantine_entry;
 use agentmesh_core::events::presence::{drain_refreshes_presence, live_since};
 use agentmesh_core::events::stale::{alert_is_stale, droppable_alert_task_id};
 use agentmesh_core::events::{
-    Address, CoordinatorIdentity, DrainRouter, EmitHint, EventToQueue, PendingEvent, RouteDecision,
-    pending_event_fingerprint, project_route, refine_job_id, refine_terminal_fingerprint, stamp_event,
+    Address, CoordinatorIdentity, DrainRouter, EmitHint, EventToQueue, PendingEvent, ProjectedRoute,
+    RouteClass, RouteDecision, pending_event_fingerprint, project_route, refine_job_id,
+    refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::lifecycle::{LEASE_EXPIRED_REASON, match_completion};
 use agentmesh_core::{
@@ -874,6 +875,15 @@ impl Model {
                 continue;
             }
             if !request.drainer.takes_target(q.target.as_deref()) {
+                continue;
+            }
+            // A unicast is looked at only by a drain that takes its addressee's
+            // events (by address, or by re-attribution): it is left to its own
+            // coordinator, which alone deduplicates it by event id.
+            if let Some(ProjectedRoute { class: RouteClass::Unicast(addressee), .. }) =
+                project_route(&q.value)
+                && !router.takes_unicast(&addressee)
+            {
                 continue;
             }
             let routed = router.route(&q.value, |id| mesh.drained_ids.contains(id));

@@ -109,6 +109,17 @@ pub struct ClaimSpec {
     pub lease_s: Option<i64>,
 }
 
+/// The task a report or heartbeat names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskRef {
+    /// This one (index into [`TASKS`]).
+    Id(usize),
+    /// The task the reporting session holds, as the model says (none: unnamed).
+    Held,
+    /// None: the store matches the session's task.
+    Unnamed,
+}
+
 /// Which epoch a report presents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EpochSpec {
@@ -125,8 +136,8 @@ pub enum EpochSpec {
 pub struct ReportSpec {
     /// Index into [`SESSIONS`].
     pub session: usize,
-    /// Index into [`TASKS`]; `None` lets the store match the session's task.
-    pub task: Option<usize>,
+    /// The task the report names.
+    pub task: TaskRef,
     /// The epoch presented.
     pub epoch: EpochSpec,
     /// A failure rather than a completion.
@@ -180,8 +191,8 @@ pub enum Op {
     CompleteAndClaim(ReportSpec, ClaimSpec),
     /// A heartbeat with a lease in seconds.
     Heartbeat {
-        /// Index into [`TASKS`].
-        task: usize,
+        /// The task.
+        task: TaskRef,
         /// Index into [`SESSIONS`].
         session: usize,
         /// The epoch presented (an omitted one presents 0).
@@ -205,6 +216,10 @@ pub enum Op {
     Peek(DrainSpec),
     /// Ack the k-th event ever queued (modulo how many there are).
     Ack(usize),
+    /// Queue again a copy of the k-th event pushed by hand (modulo how many
+    /// there are), as stamped, with new content: the same event id, another
+    /// fingerprint (a relayed or replayed event).
+    Repush(usize),
     /// A coordinator's presence heartbeat.
     Touch(usize),
     /// A coordinator ends.
@@ -237,7 +252,11 @@ pub const T0: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 fn task_spec() -> impl Strategy<Value = TaskSpec> {
     (
         (0..TASKS.len(), prop_oneof![8 => Just(0usize), 1 => Just(1usize), 1 => Just(2usize)]),
-        proptest::collection::vec(0..TASKS.len(), 0..3),
+        prop_oneof![
+            6 => Just(Vec::new()),
+            3 => proptest::collection::vec(0..TASKS.len(), 1..2),
+            1 => proptest::collection::vec(0..TASKS.len(), 2..3),
+        ],
         prop_oneof![4 => Just(0usize), 1 => 1..TAGS.len()],
         proptest::option::weighted(0.15, 0..NODES.len()),
         proptest::option::weighted(0.1, 0..SESSIONS.len()),
@@ -309,13 +328,12 @@ fn epoch_spec() -> impl Strategy<Value = EpochSpec> {
     prop_oneof![6 => Just(EpochSpec::Current), 1 => Just(EpochSpec::Stale), 2 => Just(EpochSpec::Omitted)]
 }
 
+fn task_ref() -> impl Strategy<Value = TaskRef> {
+    prop_oneof![3 => (0..TASKS.len()).prop_map(TaskRef::Id), 5 => Just(TaskRef::Held), 1 => Just(TaskRef::Unnamed)]
+}
+
 fn report_spec() -> impl Strategy<Value = ReportSpec> {
-    (
-        0..SESSIONS.len(),
-        proptest::option::weighted(0.7, 0..TASKS.len()),
-        epoch_spec(),
-        proptest::bool::weighted(0.25),
-    )
+    (0..SESSIONS.len(), task_ref(), epoch_spec(), proptest::bool::weighted(0.25))
         .prop_map(|(session, task, epoch, failed)| ReportSpec { session, task, epoch, failed })
 }
 
@@ -355,14 +373,15 @@ fn drain_spec() -> impl Strategy<Value = DrainSpec> {
 
 /// One random step. `reopen` allows [`Op::Reopen`].
 pub fn op(reopen: bool) -> impl Strategy<Value = Op> {
-    let reopen_weight = if reopen { 1 } else { 0 };
+    // Without reopens, the step a reopen would take lets a second pass.
+    let reopen_step = if reopen { Op::Reopen } else { Op::Wait(1_000) };
     prop_oneof![
         14 => (prop_oneof![9 => Just(0usize), 1 => Just(1usize)], task_spec()).prop_map(|(m, t)| Op::Enqueue(m, t)),
         2 => proptest::collection::vec(task_spec(), 1..4).prop_map(Op::EnqueueBatch),
         14 => (prop_oneof![9 => Just(0usize), 1 => Just(1usize)], claim_spec()).prop_map(|(m, c)| Op::Claim(m, c)),
         10 => report_spec().prop_map(Op::Complete),
         4 => (report_spec(), claim_spec()).prop_map(|(r, c)| Op::CompleteAndClaim(r, c)),
-        3 => (0..TASKS.len(), 0..SESSIONS.len(), epoch_spec(), prop_oneof![Just(30i64), Just(600i64)])
+        3 => (task_ref(), 0..SESSIONS.len(), epoch_spec(), prop_oneof![Just(30i64), Just(600i64)])
             .prop_map(|(task, session, epoch, lease_s)| Op::Heartbeat { task, session, epoch, lease_s }),
         3 => (0..TASKS.len()).prop_map(Op::Cancel),
         3 => (0..TASKS.len(), any::<bool>()).prop_map(|(t, f)| Op::Requeue(t, f)),
@@ -372,13 +391,14 @@ pub fn op(reopen: bool) -> impl Strategy<Value = Op> {
         6 => drain_spec().prop_map(Op::Drain),
         2 => drain_spec().prop_map(Op::Peek),
         1 => (0usize..16).prop_map(Op::Ack),
+        2 => (0usize..16).prop_map(Op::Repush),
         2 => (0..COORDINATORS.len()).prop_map(Op::Touch),
         1 => (0..COORDINATORS.len()).prop_map(Op::End),
         2 => (0..MISSIONS.len(), prop_oneof![6 => 0..2usize, 1 => Just(2usize)]).prop_map(|(m, s)| Op::Mission(m, s)),
         1 => (0..MISSIONS.len()).prop_map(Op::Progress),
         2 => (any::<bool>(), 1u32..7).prop_map(|(by_seq, limit)| Op::Page { by_seq, limit }),
         3 => prop_oneof![Just(1_000i64), Just(40_000i64), Just(200_000i64), Just(700_000i64)].prop_map(Op::Wait),
-        reopen_weight => Just(Op::Reopen),
+        1 => Just(reopen_step),
     ]
 }
 
@@ -442,9 +462,9 @@ pub fn epoch(spec: EpochSpec, current: Option<u64>) -> Option<u64> {
     }
 }
 
-/// The report of a spec, presenting the epoch `current` resolves to.
-pub fn report(spec: &ReportSpec, current: Option<u64>) -> CompletionReport {
-    let task = spec.task.map(|i| TASKS[i]);
+/// The report of a spec about `task` (resolved from its [`TaskRef`]),
+/// presenting the epoch `current` resolves to.
+pub fn report(spec: &ReportSpec, task: Option<&str>, current: Option<u64>) -> CompletionReport {
     CompletionReport {
         session_id: SESSIONS[spec.session].to_owned(),
         task_id: task.map(str::to_owned),
@@ -472,6 +492,14 @@ pub fn drain_request(spec: &DrainSpec) -> DrainRequest {
         enforce: spec.enforce,
         limit: spec.limit,
     }
+}
+
+/// A copy of a stamped event, queued again at `now` with other content.
+pub fn replayed(event: &PendingEvent, k: usize, now: Timestamp) -> PendingEvent {
+    let mut copy = event.clone();
+    copy.metadata_event.insert("timestamp".to_owned(), json!(9_000 + k as i64));
+    copy.queued_at = now;
+    copy
 }
 
 /// The event, hint and machine id of an event spec, queued at `now`.
