@@ -1,14 +1,22 @@
 //! The event ledger (`mesh_event_ledger`): append-only entries, newest-first and
 //! append-order reads, and slice paging.
 //!
-//! Every entry has a sequence number (`seq`) from one database sequence, taken
-//! while the appending transaction holds the entry's mesh lock, so within a mesh
-//! the numbers rise in commit order: an entry not yet committed always takes a
-//! number above every committed entry of its mesh. A sequence never hands out a
-//! number twice, so the numbers of deleted entries are never reused. A page by
-//! sequence (`afterSeq`) reads the mesh's entries past its cursor through the
-//! primary key (mesh_id, seq). Every page names the database's id
-//! (`agentmesh_meta`'s `database_id`) as its origin.
+//! Every entry has a sequence number (`seq`) from one database sequence and the
+//! id of the transaction that wrote it (`txid`). Writers of one mesh run at once
+//! and take no lock for the ledger, so numbers are handed out in one order and
+//! become visible in another: a reader that moved past 101 could miss 100
+//! committing after it. A page by sequence (`afterSeq`) therefore reads the
+//! mesh's entries in `(txid, seq)` order, and only those written by
+//! transactions older than the oldest one still running
+//! (`pg_snapshot_xmin(pg_current_snapshot())`): every such transaction has
+//! ended, and every transaction that may still commit has a larger id, so
+//! that prefix of the order only ever grows at its end. A reader paging it
+//! sees every committed entry exactly once, in one order; a transaction that
+//! stays open holds back what comes after it (never skips it). The cursor a
+//! page hands out is the `seq` of the last entry it read (the entry's place in
+//! that order); the first page starts after 0. A sequence never hands out a
+//! number twice, so the numbers of deleted entries are never reused. Every page
+//! names the database's id (`agentmesh_meta`'s `database_id`) as its origin.
 //!
 //! Append order is (timestamp, seq). The slice protocol of the original's peers
 //! pages in (timestamp, id) order through `idx_mesh_event_ledger_slice`.
@@ -132,18 +140,28 @@ static ORDERED_TAIL: Statements = LazyLock::new(|| {
         .collect()
 });
 
-/// A page by sequence: `$2` is the cursor; the last parameter the limit.
+/// A page by sequence: `$2` is the cursor (the `seq` of the last entry read, 0
+/// before the first); the last parameter the limit. Entries come in `(txid,
+/// seq)` order below the horizon (see the module docs); a cursor whose entry is
+/// gone stands for the last entry numbered below it.
 static SLICE_BY_SEQ: Statements = LazyLock::new(|| {
     Filter::all()
         .map(|f| {
             let (terms, limit) = f.terms(3, "= $n");
             format!(
-                "SELECT {COLUMNS}, seq FROM mesh_event_ledger WHERE mesh_id = $1 AND seq > $2{terms}
-                 ORDER BY seq ASC LIMIT ${limit}"
+                "SELECT {COLUMNS}, seq FROM mesh_event_ledger
+                 WHERE mesh_id = $1
+                   AND (txid, seq) > ({CURSOR_TXID}, $2)
+                   AND txid < pg_snapshot_xmin(pg_current_snapshot()){terms}
+                 ORDER BY txid ASC, seq ASC LIMIT ${limit}"
             )
         })
         .collect()
 });
+
+/// The `txid` of the cursor `$2`'s entry in mesh `$1` (`0` for the start).
+const CURSOR_TXID: &str = "COALESCE((SELECT c.txid FROM mesh_event_ledger c
+                            WHERE c.mesh_id = $1 AND c.seq <= $2 ORDER BY c.seq DESC LIMIT 1), '0'::xid8)";
 
 /// A page by time from the start of the mesh's ledger.
 static SLICE_FROM_START: Statements = LazyLock::new(|| {
@@ -175,9 +193,26 @@ static SLICE_AFTER_ID: Statements = LazyLock::new(|| {
         .collect()
 });
 
-/// The mesh's highest number and the database's id, the origin of its pages.
-const HEAD_AND_ORIGIN: &str = "SELECT (SELECT MAX(seq) FROM mesh_event_ledger WHERE mesh_id = $1),
-        (SELECT value FROM agentmesh_meta WHERE key = 'database_id')";
+/// The mesh's head (the `seq` of the last entry below the horizon, in page
+/// order), the database's id (the origin of its pages), and whether committed
+/// entries after the cursor `$2` wait above the horizon (held back by a
+/// transaction still running).
+static HEAD_AND_ORIGIN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT (SELECT seq FROM mesh_event_ledger
+                  WHERE mesh_id = $1 AND txid < pg_snapshot_xmin(pg_current_snapshot())
+                  ORDER BY txid DESC, seq DESC LIMIT 1),
+                (SELECT value FROM agentmesh_meta WHERE key = 'database_id'),
+                EXISTS (SELECT 1 FROM mesh_event_ledger
+                         WHERE mesh_id = $1 AND (txid, seq) > ({CURSOR_TXID}, $2)
+                           AND txid >= pg_snapshot_xmin(pg_current_snapshot()))"
+    )
+});
+
+/// How long a page by sequence waits, at most, for entries held back by
+/// transactions still running (those are short: a write of another daemon)
+/// before it answers with what is final.
+const HELD_BACK_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn entry_from_row(row: &Row) -> LedgerEntry {
     let payload: String = row.get(7);
@@ -195,8 +230,8 @@ fn entry_from_row(row: &Row) -> LedgerEntry {
 }
 
 /// Inserts one entry unless its id exists in its mesh; returns whether it was
-/// new. The caller's transaction holds the entry's mesh lock, so within a mesh
-/// the numbers the sequence hands out rise in commit order.
+/// new. Its number and transaction id place it in the page order (see the
+/// module docs).
 pub(crate) fn append(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<bool> {
     Ok(db.execute_owned(APPEND, &append_values(entry)?)? > 0)
 }
@@ -354,9 +389,11 @@ pub(crate) fn import(db: &Db<'_>, entries: &[LedgerEntry]) -> Res<u64> {
     Ok(imported)
 }
 
-/// One slice page: by sequence with `after_seq`, else in (timestamp, id) order.
-/// Its statements must see one snapshot (the page and the head agree).
-pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<LedgerSlice> {
+/// One slice page: by sequence with `after_seq`, else in (timestamp, id) order,
+/// and whether a page by sequence ended short of committed entries a running
+/// transaction holds back. Its statements must see one snapshot (the page and
+/// the head agree).
+pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<(LedgerSlice, bool)> {
     let kind = query.kind.as_deref().filter(|k| !k.trim().is_empty());
     let filter = Filter::new(query.since.is_some(), kind.as_slice());
     let limit = query.effective_limit();
@@ -388,15 +425,18 @@ pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<Ledge
     let full = rows.len() > limit as usize;
     rows.truncate(limit as usize);
 
-    let head_and_origin = db.query_one(HEAD_AND_ORIGIN, &[&mesh_id])?;
+    let cursor = after_seq.unwrap_or(0);
+    let head_and_origin = db.query_one(&HEAD_AND_ORIGIN, &[&mesh_id, &cursor])?;
     let head: Option<i64> = head_and_origin.get(0);
     let origin: Option<String> = head_and_origin.get(1);
+    let held_back: bool = after_seq.is_some() && !full && head_and_origin.get(2);
 
     let next_after_id = rows.last().map(|(e, _)| e.id.clone());
     let mut page = match query.after_seq {
         Some(after) => {
+            // Positions are places in the page order, not numbers to compare.
             let last_read = rows.last().map_or(after, |(_, seq)| unsigned(*seq));
-            let head = head.map_or(0, unsigned).max(last_read);
+            let head = head.map_or(last_read, unsigned);
             let next_after_seq = if full { last_read } else { head };
             let entries = rows.into_iter().map(|(e, _)| e).collect();
             let mut page = page(mesh_id, entries, None, next_after_id, limit, full);
@@ -412,7 +452,7 @@ pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<Ledge
         }
     };
     page.origin = origin;
-    Ok(page)
+    Ok((page, held_back))
 }
 
 fn page(
@@ -466,8 +506,21 @@ impl agentmesh_store::LedgerStore for PgStore {
         self.write_unlocked(|db| import(db, entries))
     }
 
+    /// A page by sequence that ended short of committed entries held back by a
+    /// running transaction is read again after a short pause, for up to
+    /// [`HELD_BACK_WAIT`]: a reader then sees what was committed before it asked
+    /// (its own writes included) unless some transaction stays open longer.
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
-        self.snapshot(|db| slice(db, mesh_id, query))
+        let started = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_micros(200);
+        loop {
+            let (page, held_back) = self.snapshot(|db| slice(db, mesh_id, query))?;
+            if !held_back || started.elapsed() >= HELD_BACK_WAIT {
+                return Ok(page);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        }
     }
 }
 

@@ -19,11 +19,17 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] =
-    &[Migration { version: 1, name: "0001_schema", sql: include_str!("../migrations/0001_schema.sql") }];
+const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "0001_schema", sql: include_str!("../migrations/0001_schema.sql") },
+    Migration {
+        version: 2,
+        name: "0002_ledger_horizon",
+        sql: include_str!("../migrations/0002_ledger_horizon.sql"),
+    },
+];
 
 /// The schema version this build brings an installation to.
-pub const LATEST_VERSION: i64 = 1;
+pub const LATEST_VERSION: i64 = 2;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.

@@ -6,5 +6,6 @@
 mod batch;
 mod conformance;
 mod inbox;
+mod ledger;
 mod shard;
 mod support;
