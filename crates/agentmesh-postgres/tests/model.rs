@@ -5,7 +5,7 @@
 //!   steps (a daemon's restart), run on the model and on a fresh schema side by
 //!   side, every answer and view compared after each step. A failing sequence
 //!   is shrunk and kept in `tests/model.proptest-regressions`.
-//!   `PROPTEST_CASES` sets how many sequences (default 32).
+//!   `PROPTEST_CASES` sets how many sequences (default 64).
 //! - `history_*`: several stores on one schema, each as a daemon would hold it
 //!   (a pool of its own), run random work on one mesh at once from threads
 //!   while a follower pages the ledger by sequence; the history is checked
@@ -60,7 +60,7 @@ impl check::Subject for FreshSchema {
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(64)
 }
 
 proptest! {

@@ -5,7 +5,7 @@
 //! step. A failing sequence is shrunk and kept in
 //! `tests/proptest-regressions/model.txt`, which later runs replay first.
 //!
-//! `PROPTEST_CASES` sets how many sequences a run tries (default 48, each up
+//! `PROPTEST_CASES` sets how many sequences a run tries (default 96, each up
 //! to 60 steps).
 
 use std::path::PathBuf;
@@ -45,7 +45,7 @@ impl check::Subject for FreshFile {
 }
 
 fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(48)
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96)
 }
 
 proptest! {
