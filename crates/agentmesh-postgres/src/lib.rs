@@ -93,6 +93,9 @@ pub struct PgStore {
     groups: tasks::Groups,
     /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
     tool_calls: std::sync::atomic::AtomicU64,
+    /// The threads that run the submitted writes (`submit_*`), one per pooled
+    /// connection: a write in flight never starts a thread of its own.
+    workers: agentmesh_store::submit::Workers,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -124,6 +127,7 @@ impl PgStore {
             batches: batch::Batches::default(),
             groups: tasks::Groups::default(),
             tool_calls: std::sync::atomic::AtomicU64::new(0),
+            workers: agentmesh_store::submit::Workers::new("agentmesh-pg-write", options.max_connections),
         };
         store.migrate().map_err(|Fail(e)| e)?;
         Ok(store)

@@ -31,6 +31,64 @@ fn handoff<T>() -> (Giver<T>, Taker<T>) {
     (Giver { shared: Arc::clone(&shared), given: false }, Taker { shared })
 }
 
+/// A fixed set of threads that run submitted writes, for a backend whose
+/// writes block their thread (a server round trip): however many writes are in
+/// flight, no more threads than this run them, and none is started per write.
+/// The threads start on the first write and end once the set is dropped and
+/// the writes already handed over ran.
+pub struct Workers {
+    name: &'static str,
+    size: usize,
+    queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>>,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+impl Workers {
+    /// A set of `size` threads (at least one) named `name`.
+    pub const fn new(name: &'static str, size: usize) -> Workers {
+        Workers { name, size, queue: std::sync::OnceLock::new() }
+    }
+
+    /// Hands `write` to the next free thread; the future resolves with its
+    /// result, as [`on_thread`]'s does.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        write: impl FnOnce() -> StoreResult<T> + Send + 'static,
+    ) -> Submitted<T> {
+        let (giver, taker) = handoff();
+        let job: Job = Box::new(move || giver.give(panic::catch_unwind(AssertUnwindSafe(write))));
+        match self.queue.get_or_init(|| self.start()) {
+            Some(queue) if queue.send(job).is_ok() => Box::pin(taker),
+            _ => Box::pin(std::future::ready(Err(crate::StoreError::Backend(
+                format!("no {} thread could be started", self.name).into(),
+            )))),
+        }
+    }
+
+    /// Starts the threads; `None` when not one could be started.
+    fn start(&self) -> Option<std::sync::mpsc::Sender<Job>> {
+        let (send, receive) = std::sync::mpsc::channel::<Job>();
+        let receive = Arc::new(Mutex::new(receive));
+        let mut started = 0;
+        for _ in 0..self.size.max(1) {
+            let receive = Arc::clone(&receive);
+            let spawned = std::thread::Builder::new().name(self.name.to_owned()).spawn(move || {
+                loop {
+                    // The lock is held only while waiting for the next job.
+                    let job = receive.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                }
+            });
+            started += usize::from(spawned.is_ok());
+        }
+        (started > 0).then_some(send)
+    }
+}
+
 /// Runs `write` on a new thread and resolves to what it returned: how a store
 /// without a writer of its own submits a write.
 pub fn on_thread<T: Send + 'static>(write: impl FnOnce() -> StoreResult<T> + Send + 'static) -> Submitted<T> {
@@ -138,6 +196,41 @@ impl<T> Future for Taker<T> {
 
 #[cfg(test)]
 mod tests {
+    /// Many writes run on at most the set's threads, each answered with its
+    /// own result, none on a thread of its own.
+    #[test]
+    fn workers_run_every_write_on_a_fixed_set_of_threads() {
+        let workers = Workers::new("agentmesh-test-write", 3);
+        let threads = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+        let futures: Vec<_> = (0..200u64)
+            .map(|n| {
+                let threads = Arc::clone(&threads);
+                workers.submit(move || {
+                    let me = std::thread::current();
+                    assert_eq!(me.name(), Some("agentmesh-test-write"));
+                    threads.lock().unwrap().insert(format!("{:?}", me.id()));
+                    Ok(n * 2)
+                })
+            })
+            .collect();
+        let results: Vec<u64> = futures.into_iter().map(|f| wait(f).unwrap()).collect();
+        assert_eq!(results, (0..200u64).map(|n| n * 2).collect::<Vec<_>>());
+        let used = threads.lock().unwrap().len();
+        assert!((1..=3).contains(&used), "{used} threads ran the writes");
+    }
+
+    /// A write that panics goes on panicking in whoever awaits it, and the set
+    /// keeps running the next writes.
+    #[test]
+    fn a_panicking_write_leaves_the_workers_running() {
+        let workers = Workers::new("agentmesh-test-write", 1);
+        let panicked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            wait(workers.submit::<()>(|| panic!("the write broke")))
+        }));
+        assert!(panicked.is_err());
+        assert_eq!(wait(workers.submit(|| Ok(7))).unwrap(), 7);
+    }
+
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;

@@ -190,3 +190,62 @@ fn concurrent_completions_that_claim_the_next_are_grouped_and_each_task_runs_onc
         done
     });
 }
+
+/// Claims and completions submitted without waiting (as the daemon submits
+/// them) all run, on the store's own threads, each task once.
+#[test]
+fn submitted_claims_and_completions_run_each_task_once() {
+    use agentmesh_core::{Claimant, NewTask, Timestamp};
+    use agentmesh_store::submit::wait;
+    use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
+    use std::sync::Arc;
+
+    let url = agentmesh_test_support::require_postgres!();
+    let db = crate::support::TestDb::new(&url);
+    let store = Arc::new(
+        agentmesh_postgres::PgStore::open(&crate::support::options(&url, db.store.schema())).unwrap(),
+    );
+    let now = Timestamp::from_millis(1_780_000_000_000);
+    let tasks: Vec<NewTask> = (0..40)
+        .map(|i| NewTask { id: Some(format!("t{i}")), message: format!("task {i}"), ..NewTask::default() })
+        .collect();
+    store.enqueue_batch("m", &tasks, now).unwrap();
+    let claimant = |i: usize| Claimant {
+        node_id: format!("node-{i}"),
+        session_id: format!("s{i}"),
+        ..Claimant::default()
+    };
+    let claims: Vec<_> = (0..40)
+        .map(|i| Arc::clone(&store).submit_claim("m".into(), claimant(i), ClaimOptions::default(), now))
+        .collect();
+    let claimed: Vec<(usize, agentmesh_core::Task)> = claims
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| match wait(f).expect("a claim") {
+            ClaimOutcome::Claimed(t) => (i, t),
+            ClaimOutcome::Refused(r) => panic!("claim {i} refused: {r}"),
+        })
+        .collect();
+    let mut ids: Vec<String> = claimed.iter().map(|(_, t)| t.id.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40, "every task claimed once");
+    let completions: Vec<_> = claimed
+        .iter()
+        .map(|(i, t)| {
+            let report = CompletionReport {
+                session_id: format!("s{i}"),
+                task_id: Some(t.id.clone()),
+                epoch: Some(t.epoch()),
+                occurred_at: None,
+                outcome: Outcome::Completed { summary: None },
+            };
+            Arc::clone(&store).submit_completion("m".into(), report, now)
+        })
+        .collect();
+    for f in completions {
+        wait(f).expect("a completion");
+    }
+    let done = store.queue_entries("m", &[agentmesh_core::TaskStatus::Completed]).unwrap();
+    assert_eq!(done.len(), 40);
+}
