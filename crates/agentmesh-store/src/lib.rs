@@ -478,8 +478,15 @@ pub trait QueueStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Task>;
 
+    /// The threads the `submit_*` defaults run a write on ([`submit::run`]):
+    /// `None`, the default, starts a thread per write; a backend whose writes
+    /// block their thread hands a fixed set.
+    fn submit_workers(&self) -> Option<submit::Workers> {
+        None
+    }
+
     /// [`QueueStore::claim_next`], submitted without holding the caller's thread (see
-    /// [`submit`]). The default runs it on a thread of its own.
+    /// [`submit`]). The default runs it on [`QueueStore::submit_workers`].
     fn submit_claim(
         self: Arc<Self>,
         mesh_id: String,
@@ -487,35 +494,38 @@ pub trait QueueStore: Send + Sync + 'static {
         opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<ClaimOutcome> {
-        submit::on_thread(move || self.claim_next(&mesh_id, &claimant, &opts, now))
+        let workers = self.submit_workers();
+        submit::run(workers.as_ref(), move || self.claim_next(&mesh_id, &claimant, &opts, now))
     }
 
     /// [`QueueStore::complete_task`], submitted without holding the caller's thread
-    /// (see [`submit`]). The default runs it on a thread of its own.
+    /// (see [`submit`]). The default runs it on [`QueueStore::submit_workers`].
     fn submit_completion(
         self: Arc<Self>,
         mesh_id: String,
         report: CompletionReport,
         now: Timestamp,
     ) -> Submitted<Task> {
-        submit::on_thread(move || self.complete_task(&mesh_id, &report, now))
+        let workers = self.submit_workers();
+        submit::run(workers.as_ref(), move || self.complete_task(&mesh_id, &report, now))
     }
 
     /// [`QueueStore::heartbeat`], submitted without holding the caller's thread (see
-    /// [`submit`]). The default runs it on a thread of its own.
+    /// [`submit`]). The default runs it on [`QueueStore::submit_workers`].
     fn submit_heartbeat(
         self: Arc<Self>,
         mesh_id: String,
         beat: Heartbeat,
         now: Timestamp,
     ) -> Submitted<Task> {
-        submit::on_thread(move || {
+        let workers = self.submit_workers();
+        submit::run(workers.as_ref(), move || {
             self.heartbeat(&mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
         })
     }
 
     /// [`QueueStore::complete_and_claim`], submitted without holding the caller's thread
-    /// (see [`submit`]). The default runs it on a thread of its own.
+    /// (see [`submit`]). The default runs it on [`QueueStore::submit_workers`].
     fn submit_complete_and_claim(
         self: Arc<Self>,
         mesh_id: String,
@@ -524,7 +534,10 @@ pub trait QueueStore: Send + Sync + 'static {
         opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<(Task, ClaimOutcome)> {
-        submit::on_thread(move || self.complete_and_claim(&mesh_id, &report, &claimant, &opts, now))
+        let workers = self.submit_workers();
+        submit::run(workers.as_ref(), move || {
+            self.complete_and_claim(&mesh_id, &report, &claimant, &opts, now)
+        })
     }
 
     /// Changes the pull priority of a pending or assigned task (ledger

@@ -34,9 +34,12 @@ fn handoff<T>() -> (Giver<T>, Taker<T>) {
 /// A fixed set of threads that run submitted writes, for a backend whose
 /// writes block their thread (a server round trip): however many writes are in
 /// flight, no more threads than this run them, and none is started per write.
-/// The threads start on the first write and end once the set is dropped and
-/// the writes already handed over ran.
-pub struct Workers {
+/// The threads start on the first write and end once every clone of the set is
+/// dropped and the writes already handed over ran.
+#[derive(Clone)]
+pub struct Workers(Arc<Threads>);
+
+struct Threads {
     name: &'static str,
     size: usize,
     queue: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>>,
@@ -46,8 +49,8 @@ type Job = Box<dyn FnOnce() + Send>;
 
 impl Workers {
     /// A set of `size` threads (at least one) named `name`.
-    pub const fn new(name: &'static str, size: usize) -> Workers {
-        Workers { name, size, queue: std::sync::OnceLock::new() }
+    pub fn new(name: &'static str, size: usize) -> Workers {
+        Workers(Arc::new(Threads { name, size, queue: std::sync::OnceLock::new() }))
     }
 
     /// Hands `write` to the next free thread; the future resolves with its
@@ -58,14 +61,29 @@ impl Workers {
     ) -> Submitted<T> {
         let (giver, taker) = handoff();
         let job: Job = Box::new(move || giver.give(panic::catch_unwind(AssertUnwindSafe(write))));
-        match self.queue.get_or_init(|| self.start()) {
+        match self.0.queue.get_or_init(|| self.0.start()) {
             Some(queue) if queue.send(job).is_ok() => Box::pin(taker),
             _ => Box::pin(std::future::ready(Err(crate::StoreError::Backend(
-                format!("no {} thread could be started", self.name).into(),
+                format!("no {} thread could be started", self.0.name).into(),
             )))),
         }
     }
+}
 
+/// Runs `write` on `workers` when given, else on a thread of its own: what the
+/// store traits' `submit_*` defaults do with a backend's
+/// [`QueueStore::submit_workers`](crate::QueueStore::submit_workers).
+pub fn run<T: Send + 'static>(
+    workers: Option<&Workers>,
+    write: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> Submitted<T> {
+    match workers {
+        Some(workers) => workers.submit(write),
+        None => on_thread(write),
+    }
+}
+
+impl Threads {
     /// Starts the threads; `None` when not one could be started.
     fn start(&self) -> Option<std::sync::mpsc::Sender<Job>> {
         let (send, receive) = std::sync::mpsc::channel::<Job>();

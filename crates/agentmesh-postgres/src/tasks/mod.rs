@@ -27,11 +27,8 @@ use agentmesh_core::{
     Claimant, NewTask, RequeueOptions, Requeued, Task, TaskPriority, TaskStatus, Timestamp,
 };
 use agentmesh_store::ids::mint_at;
-use std::sync::Arc;
-
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, Heartbeat, StatusCount, StoreError,
-    StoreResult, Submitted,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreError, StoreResult,
 };
 
 use crate::db::Db;
@@ -192,49 +189,8 @@ impl agentmesh_store::QueueStore for PgStore {
         self.write(mesh_id, |db| requeue(db, mesh_id, task_id, opts, now))
     }
 
-    fn submit_claim(
-        self: Arc<Self>,
-        mesh_id: String,
-        claimant: Claimant,
-        opts: ClaimOptions,
-        now: Timestamp,
-    ) -> Submitted<ClaimOutcome> {
-        let store = Arc::clone(&self);
-        self.workers.submit(move || store.claim_next(&mesh_id, &claimant, &opts, now))
-    }
-
-    fn submit_completion(
-        self: Arc<Self>,
-        mesh_id: String,
-        report: CompletionReport,
-        now: Timestamp,
-    ) -> Submitted<Task> {
-        let store = Arc::clone(&self);
-        self.workers.submit(move || store.complete_task(&mesh_id, &report, now))
-    }
-
-    fn submit_heartbeat(
-        self: Arc<Self>,
-        mesh_id: String,
-        beat: Heartbeat,
-        now: Timestamp,
-    ) -> Submitted<Task> {
-        let store = Arc::clone(&self);
-        self.workers.submit(move || {
-            store.heartbeat(&mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
-        })
-    }
-
-    fn submit_complete_and_claim(
-        self: Arc<Self>,
-        mesh_id: String,
-        report: CompletionReport,
-        claimant: Claimant,
-        opts: ClaimOptions,
-        now: Timestamp,
-    ) -> Submitted<(Task, ClaimOutcome)> {
-        let store = Arc::clone(&self);
-        self.workers.submit(move || store.complete_and_claim(&mesh_id, &report, &claimant, &opts, now))
+    fn submit_workers(&self) -> Option<agentmesh_store::submit::Workers> {
+        Some(self.workers.clone())
     }
 
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
