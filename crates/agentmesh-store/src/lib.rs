@@ -304,6 +304,17 @@ pub struct DrainRequest {
     pub limit: Option<u32>,
 }
 
+/// Events a drain or peek hands out at most when the request sets no limit.
+pub const DEFAULT_DRAIN_LIMIT: u32 = 100;
+
+impl DrainRequest {
+    /// The most events this drain or peek hands out ([`DEFAULT_DRAIN_LIMIT`]
+    /// when unset; 0 hands out none).
+    pub fn effective_limit(&self) -> usize {
+        self.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize
+    }
+}
+
 /// What a drain did.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct DrainOutcome {

@@ -42,9 +42,6 @@ fn warn_once(routed: &Routed, mesh_id: &str) {
     }
 }
 
-/// Delivered events per drain when the request sets no limit.
-const DEFAULT_DRAIN_LIMIT: u32 = 100;
-
 /// The lanes and the router of one drain or peek judged at `now_ms`.
 fn router_for<'a>(
     db: &Db<'_>,
@@ -80,7 +77,7 @@ pub(crate) fn drain(db: &Db<'_>, mesh_id: &str, request: &DrainRequest, now: Tim
     if request.only_events.as_ref().is_some_and(Vec::is_empty) {
         return Ok(out);
     }
-    let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+    let limit = request.effective_limit();
     if limit == 0 {
         return Ok(out);
     }
@@ -180,7 +177,7 @@ pub(crate) fn peek(db: &Db<'_>, mesh_id: &str, request: &DrainRequest) -> Res<Ve
     if request.only_events.as_ref().is_some_and(Vec::is_empty) {
         return Ok(events);
     }
-    let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+    let limit = request.effective_limit();
     // As a drain: a limit of 0 hands out nothing.
     if limit == 0 {
         return Ok(events);

@@ -42,9 +42,6 @@ pub(super) fn warn_once(routed: &agentmesh_core::events::Routed, mesh_id: &str) 
     }
 }
 
-/// Delivered events per drain when the request sets no limit.
-pub(super) const DEFAULT_DRAIN_LIMIT: u32 = 100;
-
 /// The lanes and the router of one drain or peek judged at `now_ms`.
 pub(super) fn router_for<'a>(
     conn: &Connection,
@@ -88,7 +85,7 @@ pub(crate) fn drain(
     if request.only_events.as_ref().is_some_and(Vec::is_empty) {
         return Ok(out);
     }
-    let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+    let limit = request.effective_limit();
     if limit == 0 {
         return Ok(out);
     }
@@ -221,7 +218,7 @@ pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> 
     if request.only_events.as_ref().is_some_and(Vec::is_empty) {
         return Ok(events);
     }
-    let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+    let limit = request.effective_limit();
     // As a drain: a limit of 0 hands out nothing.
     if limit == 0 {
         return Ok(events);

@@ -21,11 +21,18 @@
 
 use serde_json::{Value, json};
 
+use agentmesh_core::events::{CoordinatorIdentity, EmitHint, PendingEvent};
+use agentmesh_core::{
+    Claimant, LedgerEntry, LedgerQuery, LedgerSlice, MissionProgress, NewMission, NewTask, RequeueOptions,
+    Requeued, SliceQuery, Task, TaskPriority, TaskStatus, Timestamp,
+};
+
 use super::Model;
 use super::ops::{self as o, Op, Renamer, TaskRef};
-use crate::{Store, StoreResult};
-use agentmesh_core::events::EmitHint;
-use agentmesh_core::{LedgerQuery, TaskStatus, Timestamp};
+use crate::{
+    ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest, InboxEvent, QueueOutcome,
+    Store, StoreResult, UpsertedMission,
+};
 
 /// A store under test.
 pub trait Subject {
@@ -63,15 +70,15 @@ pub fn run<S: Subject>(subject: &mut S, ops: &[Op]) -> Result<(), String> {
         }
         // Epochs are resolved before either side runs the step, from the model.
         let (task, current) = resolve(&model, op);
-        let want = on_model(&mut model, &mut ms, op, task, current, now);
-        let got = on_store(subject.store(), &mut ss, op, task, current, now);
+        let want = apply(&mut model, &mut ms, op, task, current, now);
+        let got = apply(&mut Real(subject.store()), &mut ss, op, task, current, now);
         let (want, got) = (ms.names.canonical(&want), ss.names.canonical(&got));
         if want != got {
             return Err(difference(ops, step, "the answer", &want, &got));
         }
         for mesh in o::MESHES {
-            let want = view_of_model(&model, mesh);
-            let got = view_of_store(subject.store(), mesh);
+            let want = view(&mut model, mesh);
+            let got = view(&mut Real(subject.store()), mesh);
             let (want, got) = (ms.names.canonical(&want), ss.names.canonical(&got));
             if want != got {
                 return Err(difference(
@@ -106,20 +113,299 @@ fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-/// What a reader sees of a mesh: its tasks, its ledger, how many events wait.
-fn view_of_model(model: &Model, mesh: &str) -> Value {
-    json!({
-        "tasks": o::tasks(&model.queue_entries(mesh)),
-        "ledger": o::entries(&model.read_ledger_ordered(mesh, &LedgerQuery::default())),
-        "pending": model.pending_event_count(mesh),
-    })
+/// The operations a step runs, as the model and a store both answer them: one
+/// dispatcher ([`apply`]) drives either side.
+trait Target {
+    fn enqueue(&mut self, mesh: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task>;
+    fn enqueue_batch(&mut self, mesh: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>>;
+    fn claim(
+        &mut self,
+        mesh: &str,
+        c: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<ClaimOutcome>;
+    fn complete(&mut self, mesh: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task>;
+    fn complete_and_claim(
+        &mut self,
+        mesh: &str,
+        report: &CompletionReport,
+        c: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<(Task, ClaimOutcome)>;
+    fn heartbeat(
+        &mut self,
+        mesh: &str,
+        task: &str,
+        session: &str,
+        epoch: u64,
+        lease_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<Task>;
+    fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task>;
+    fn requeue(
+        &mut self,
+        mesh: &str,
+        task: &str,
+        opts: &RequeueOptions,
+        now: Timestamp,
+    ) -> StoreResult<Requeued>;
+    fn priority(&mut self, mesh: &str, task: &str, p: TaskPriority, now: Timestamp) -> StoreResult<Task>;
+    fn expired_leases(&mut self, now: Timestamp) -> StoreResult<Vec<(String, String)>>;
+    fn reclaim(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Option<Task>>;
+    fn queue(
+        &mut self,
+        mesh: &str,
+        ev: &PendingEvent,
+        hint: &EmitHint,
+        machine: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<QueueOutcome>;
+    fn drain(&mut self, mesh: &str, request: &DrainRequest, now: Timestamp) -> StoreResult<DrainOutcome>;
+    fn peek(&mut self, mesh: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>>;
+    fn ack(&mut self, mesh: &str, ids: &[String], now: Timestamp) -> StoreResult<u64>;
+    fn touch(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<()>;
+    fn end(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<bool>;
+    fn mission(&mut self, mesh: &str, m: &NewMission, now: Timestamp) -> StoreResult<UpsertedMission>;
+    fn progress(&mut self, mesh: &str, id: &str) -> StoreResult<MissionProgress>;
+    fn slice(&mut self, mesh: &str, query: &SliceQuery) -> StoreResult<LedgerSlice>;
+    fn tasks(&mut self, mesh: &str) -> StoreResult<Vec<Task>>;
+    fn ledger(&mut self, mesh: &str) -> StoreResult<Vec<LedgerEntry>>;
+    fn pending(&mut self, mesh: &str) -> StoreResult<u64>;
 }
 
-fn view_of_store<S: Store>(store: &S, mesh: &str) -> Value {
+impl Target for Model {
+    fn enqueue(&mut self, mesh: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
+        Model::enqueue(self, mesh, new, now)
+    }
+    fn enqueue_batch(&mut self, mesh: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
+        Model::enqueue_batch(self, mesh, new, now)
+    }
+    fn claim(
+        &mut self,
+        mesh: &str,
+        c: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<ClaimOutcome> {
+        self.claim_next(mesh, c, opts, now)
+    }
+    fn complete(&mut self, mesh: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
+        self.complete_task(mesh, report, now)
+    }
+    fn complete_and_claim(
+        &mut self,
+        mesh: &str,
+        report: &CompletionReport,
+        c: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<(Task, ClaimOutcome)> {
+        Model::complete_and_claim(self, mesh, report, c, opts, now)
+    }
+    fn heartbeat(
+        &mut self,
+        mesh: &str,
+        task: &str,
+        session: &str,
+        epoch: u64,
+        lease_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<Task> {
+        Model::heartbeat(self, mesh, task, session, epoch, lease_ms, now)
+    }
+    fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task> {
+        self.cancel_task(mesh, task, Some(CANCEL_REASON), now)
+    }
+    fn requeue(
+        &mut self,
+        mesh: &str,
+        task: &str,
+        opts: &RequeueOptions,
+        now: Timestamp,
+    ) -> StoreResult<Requeued> {
+        self.requeue_task(mesh, task, opts, now)
+    }
+    fn priority(&mut self, mesh: &str, task: &str, p: TaskPriority, now: Timestamp) -> StoreResult<Task> {
+        self.set_task_priority(mesh, task, p, Some(PRIORITY_REASON), now)
+    }
+    fn expired_leases(&mut self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
+        Ok(Model::expired_leases(self, now))
+    }
+    fn reclaim(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Option<Task>> {
+        self.reclaim_if_lease_expired(mesh, task, now)
+    }
+    fn queue(
+        &mut self,
+        mesh: &str,
+        ev: &PendingEvent,
+        hint: &EmitHint,
+        machine: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<QueueOutcome> {
+        self.queue_pending_event(mesh, ev, hint, machine, now)
+    }
+    fn drain(&mut self, mesh: &str, request: &DrainRequest, now: Timestamp) -> StoreResult<DrainOutcome> {
+        self.drain_pending_events(mesh, request, now)
+    }
+    fn peek(&mut self, mesh: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
+        Ok(self.peek_pending_events(mesh, request))
+    }
+    fn ack(&mut self, mesh: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
+        Ok(self.ack_pending_events(mesh, ids))
+    }
+    fn touch(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<()> {
+        self.touch_coordinator(mesh, who, now);
+        Ok(())
+    }
+    fn end(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<bool> {
+        Ok(self.end_coordinator(mesh, who, now))
+    }
+    fn mission(&mut self, mesh: &str, m: &NewMission, now: Timestamp) -> StoreResult<UpsertedMission> {
+        self.upsert_mission(mesh, m, now)
+    }
+    fn progress(&mut self, mesh: &str, id: &str) -> StoreResult<MissionProgress> {
+        self.mission_progress(mesh, id)
+    }
+    fn slice(&mut self, mesh: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
+        Ok(self.ledger_slice(mesh, query))
+    }
+    fn tasks(&mut self, mesh: &str) -> StoreResult<Vec<Task>> {
+        Ok(self.queue_entries(mesh))
+    }
+    fn ledger(&mut self, mesh: &str) -> StoreResult<Vec<LedgerEntry>> {
+        Ok(self.read_ledger_ordered(mesh, &LedgerQuery::default()))
+    }
+    fn pending(&mut self, mesh: &str) -> StoreResult<u64> {
+        Ok(self.pending_event_count(mesh))
+    }
+}
+
+/// A store as a [`Target`].
+struct Real<'a, S>(&'a S);
+
+impl<S: Store> Target for Real<'_, S> {
+    fn enqueue(&mut self, mesh: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
+        self.0.enqueue(mesh, new, now)
+    }
+    fn enqueue_batch(&mut self, mesh: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
+        self.0.enqueue_batch(mesh, new, now)
+    }
+    fn claim(
+        &mut self,
+        mesh: &str,
+        c: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<ClaimOutcome> {
+        self.0.claim_next(mesh, c, opts, now)
+    }
+    fn complete(&mut self, mesh: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
+        self.0.complete_task(mesh, report, now)
+    }
+    fn complete_and_claim(
+        &mut self,
+        mesh: &str,
+        report: &CompletionReport,
+        c: &Claimant,
+        opts: &ClaimOptions,
+        now: Timestamp,
+    ) -> StoreResult<(Task, ClaimOutcome)> {
+        self.0.complete_and_claim(mesh, report, c, opts, now)
+    }
+    fn heartbeat(
+        &mut self,
+        mesh: &str,
+        task: &str,
+        session: &str,
+        epoch: u64,
+        lease_ms: i64,
+        now: Timestamp,
+    ) -> StoreResult<Task> {
+        self.0.heartbeat(mesh, task, session, epoch, lease_ms, now)
+    }
+    fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task> {
+        self.0.cancel_task(mesh, task, Some(CANCEL_REASON), now)
+    }
+    fn requeue(
+        &mut self,
+        mesh: &str,
+        task: &str,
+        opts: &RequeueOptions,
+        now: Timestamp,
+    ) -> StoreResult<Requeued> {
+        self.0.requeue_task(mesh, task, opts, now)
+    }
+    fn priority(&mut self, mesh: &str, task: &str, p: TaskPriority, now: Timestamp) -> StoreResult<Task> {
+        self.0.set_task_priority(mesh, task, p, Some(PRIORITY_REASON), now)
+    }
+    fn expired_leases(&mut self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
+        // Listed in any order; the model's is sorted.
+        self.0.expired_leases(now).map(|mut list| {
+            list.sort();
+            list
+        })
+    }
+    fn reclaim(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Option<Task>> {
+        self.0.reclaim_if_lease_expired(mesh, task, now)
+    }
+    fn queue(
+        &mut self,
+        mesh: &str,
+        ev: &PendingEvent,
+        hint: &EmitHint,
+        machine: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<QueueOutcome> {
+        self.0.queue_pending_event(mesh, ev, hint, machine, now)
+    }
+    fn drain(&mut self, mesh: &str, request: &DrainRequest, now: Timestamp) -> StoreResult<DrainOutcome> {
+        self.0.drain_pending_events(mesh, request, now)
+    }
+    fn peek(&mut self, mesh: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
+        self.0.peek_pending_events(mesh, request)
+    }
+    fn ack(&mut self, mesh: &str, ids: &[String], now: Timestamp) -> StoreResult<u64> {
+        self.0.ack_pending_events(mesh, ids, now)
+    }
+    fn touch(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<()> {
+        self.0.touch_coordinator(mesh, who, now)
+    }
+    fn end(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<bool> {
+        self.0.end_coordinator(mesh, who, now)
+    }
+    fn mission(&mut self, mesh: &str, m: &NewMission, now: Timestamp) -> StoreResult<UpsertedMission> {
+        self.0.upsert_mission(mesh, m, now)
+    }
+    fn progress(&mut self, mesh: &str, id: &str) -> StoreResult<MissionProgress> {
+        self.0.mission_progress(mesh, id)
+    }
+    fn slice(&mut self, mesh: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
+        self.0.ledger_slice(mesh, query)
+    }
+    fn tasks(&mut self, mesh: &str) -> StoreResult<Vec<Task>> {
+        self.0.queue_entries(mesh, &[])
+    }
+    fn ledger(&mut self, mesh: &str) -> StoreResult<Vec<LedgerEntry>> {
+        self.0.read_ledger_ordered(mesh, &LedgerQuery::default())
+    }
+    fn pending(&mut self, mesh: &str) -> StoreResult<u64> {
+        self.0.pending_event_count(mesh)
+    }
+}
+
+/// The reason every cancel of a sequence gives.
+const CANCEL_REASON: &str = "not needed";
+/// The reason every priority change of a sequence gives.
+const PRIORITY_REASON: &str = "reordered";
+
+/// What a reader sees of a mesh: its tasks, its ledger, how many events wait.
+fn view<T: Target>(target: &mut T, mesh: &str) -> Value {
     json!({
-        "tasks": o::answer(&store.queue_entries(mesh, &[]), |t| o::tasks(t)),
-        "ledger": o::answer(&store.read_ledger_ordered(mesh, &LedgerQuery::default()), |e| o::entries(e)),
-        "pending": o::answer(&store.pending_event_count(mesh), |n| json!(n)),
+        "tasks": o::answer(&target.tasks(mesh), |t| o::tasks(t)),
+        "ledger": o::answer(&target.ledger(mesh), |e| o::entries(e)),
+        "pending": o::answer(&target.pending(mesh), |n| json!(n)),
     })
 }
 
@@ -149,8 +435,10 @@ fn resolve(model: &Model, op: &Op) -> (Option<&'static str>, Option<u64>) {
     (named, current)
 }
 
-fn on_model(
-    model: &mut Model,
+/// Runs one step on `target`, with the task and epoch [`resolve`] gave; its
+/// answer.
+fn apply<T: Target>(
+    target: &mut T,
     side: &mut Side,
     op: &Op,
     task: Option<&str>,
@@ -159,157 +447,42 @@ fn on_model(
 ) -> Value {
     let mesh = o::MESHES[0];
     match op {
-        Op::Enqueue(m, spec) => o::answer(&model.enqueue(o::MESHES[*m], &o::new_task(spec), now), o::task),
+        Op::Enqueue(m, spec) => o::answer(&target.enqueue(o::MESHES[*m], &o::new_task(spec), now), o::task),
         Op::EnqueueBatch(specs) => {
             let new: Vec<_> = specs.iter().map(o::new_task).collect();
-            o::answer(&model.enqueue_batch(mesh, &new, now), |t| o::tasks(t))
+            o::answer(&target.enqueue_batch(mesh, &new, now), |t| o::tasks(t))
         }
         Op::Claim(m, spec) => o::answer(
-            &model.claim_next(o::MESHES[*m], &o::claimant(spec), &o::claim_options(spec), now),
+            &target.claim(o::MESHES[*m], &o::claimant(spec), &o::claim_options(spec), now),
             o::claimed,
         ),
         Op::Complete(spec) => {
-            o::answer(&model.complete_task(mesh, &o::report(spec, task, current), now), o::task)
+            o::answer(&target.complete(mesh, &o::report(spec, task, current), now), o::task)
         }
         Op::CompleteAndClaim(spec, claim) => {
             let report = o::report(spec, task, current);
             let result =
-                model.complete_and_claim(mesh, &report, &o::claimant(claim), &o::claim_options(claim), now);
+                target.complete_and_claim(mesh, &report, &o::claimant(claim), &o::claim_options(claim), now);
             o::answer(&result, |(t, c)| json!([o::task(t), o::claimed(c)]))
         }
         Op::Heartbeat { session, epoch, lease_s, .. } => {
             let presented = o::epoch(*epoch, current).unwrap_or(0);
-            let result = model.heartbeat(
-                mesh,
-                task.unwrap_or(o::TASKS[0]),
-                o::SESSIONS[*session],
-                presented,
-                lease_s * 1000,
-                now,
-            );
-            o::answer(&result, o::task)
+            let task = task.unwrap_or(o::TASKS[0]);
+            o::answer(
+                &target.heartbeat(mesh, task, o::SESSIONS[*session], presented, lease_s * 1000, now),
+                o::task,
+            )
         }
-        Op::Cancel(t) => o::answer(&model.cancel_task(mesh, o::TASKS[*t], Some("not needed"), now), o::task),
+        Op::Cancel(t) => o::answer(&target.cancel(mesh, o::TASKS[*t], now), o::task),
         Op::Requeue(t, force) => {
-            o::answer(&model.requeue_task(mesh, o::TASKS[*t], &o::requeue_options(*force), now), o::requeued)
+            o::answer(&target.requeue(mesh, o::TASKS[*t], &o::requeue_options(*force), now), o::requeued)
         }
-        Op::Priority(t, p) => o::answer(
-            &model.set_task_priority(mesh, o::TASKS[*t], o::priority(*p), Some("reordered"), now),
-            o::task,
-        ),
-        Op::Reap => {
-            let expired = model.expired_leases(now);
-            let reclaimed: Vec<Value> = expired
-                .iter()
-                .map(|(m, t)| {
-                    o::answer(&model.reclaim_if_lease_expired(m, t, now), |t| json!(t.as_ref().map(o::task)))
-                })
-                .collect();
-            json!({ "expired": expired, "reclaimed": reclaimed })
-        }
-        Op::Push(spec) => {
-            let (ev, hint, machine) = o::event(spec, now);
-            let result = model.queue_pending_event(mesh, &ev, &hint, machine, now);
-            if let Ok(crate::QueueOutcome::Queued { id, event }) = &result {
-                side.pushed.push((id.clone(), event.clone()));
-            }
-            o::answer(&result, o::queued)
-        }
-        Op::Repush(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
-            Some((_, event)) => {
-                let copy = o::replayed(event, *k, now);
-                o::answer(&model.queue_pending_event(mesh, &copy, &EmitHint::default(), None, now), o::queued)
-            }
-            None => Value::Null,
-        },
-        Op::Drain(spec) => {
-            o::answer(&model.drain_pending_events(mesh, &o::drain_request(spec), now), o::drained)
-        }
-        Op::Peek(spec) => json!(
-            model
-                .peek_pending_events(mesh, &o::drain_request(spec))
-                .iter()
-                .map(o::inbox_event)
-                .collect::<Vec<_>>()
-        ),
-        Op::Ack(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
-            Some((id, _)) => json!(model.ack_pending_events(mesh, std::slice::from_ref(id))),
-            None => Value::Null,
-        },
-        Op::Touch(c) => {
-            model.touch_coordinator(mesh, &o::coordinator(*c), now);
-            json!(null)
-        }
-        Op::End(c) => json!(model.end_coordinator(mesh, &o::coordinator(*c), now)),
-        Op::Mission(m, s) => {
-            o::answer(&model.upsert_mission(mesh, &o::mission(*m, *s), now), |u| json!(format!("{:?}", u)))
-        }
-        Op::Progress(m) => {
-            o::answer(&model.mission_progress(mesh, o::MISSIONS[*m]), |p| json!(format!("{p:?}")))
-        }
-        Op::Page { by_seq, limit } => page(|query| Ok(model.ledger_slice(mesh, query)), *by_seq, *limit),
-        Op::Wait(_) | Op::Reopen => Value::Null,
-    }
-}
-
-fn on_store<S: Store>(
-    store: &S,
-    side: &mut Side,
-    op: &Op,
-    task: Option<&str>,
-    current: Option<u64>,
-    now: Timestamp,
-) -> Value {
-    let mesh = o::MESHES[0];
-    match op {
-        Op::Enqueue(m, spec) => o::answer(&store.enqueue(o::MESHES[*m], &o::new_task(spec), now), o::task),
-        Op::EnqueueBatch(specs) => {
-            let new: Vec<_> = specs.iter().map(o::new_task).collect();
-            o::answer(&store.enqueue_batch(mesh, &new, now), |t| o::tasks(t))
-        }
-        Op::Claim(m, spec) => o::answer(
-            &store.claim_next(o::MESHES[*m], &o::claimant(spec), &o::claim_options(spec), now),
-            o::claimed,
-        ),
-        Op::Complete(spec) => {
-            o::answer(&store.complete_task(mesh, &o::report(spec, task, current), now), o::task)
-        }
-        Op::CompleteAndClaim(spec, claim) => {
-            let report = o::report(spec, task, current);
-            let result =
-                store.complete_and_claim(mesh, &report, &o::claimant(claim), &o::claim_options(claim), now);
-            o::answer(&result, |(t, c)| json!([o::task(t), o::claimed(c)]))
-        }
-        Op::Heartbeat { session, epoch, lease_s, .. } => {
-            let presented = o::epoch(*epoch, current).unwrap_or(0);
-            let result = store.heartbeat(
-                mesh,
-                task.unwrap_or(o::TASKS[0]),
-                o::SESSIONS[*session],
-                presented,
-                lease_s * 1000,
-                now,
-            );
-            o::answer(&result, o::task)
-        }
-        Op::Cancel(t) => o::answer(&store.cancel_task(mesh, o::TASKS[*t], Some("not needed"), now), o::task),
-        Op::Requeue(t, force) => {
-            o::answer(&store.requeue_task(mesh, o::TASKS[*t], &o::requeue_options(*force), now), o::requeued)
-        }
-        Op::Priority(t, p) => o::answer(
-            &store.set_task_priority(mesh, o::TASKS[*t], o::priority(*p), Some("reordered"), now),
-            o::task,
-        ),
-        Op::Reap => match store.expired_leases(now) {
-            Ok(mut expired) => {
-                expired.sort();
+        Op::Priority(t, p) => o::answer(&target.priority(mesh, o::TASKS[*t], o::priority(*p), now), o::task),
+        Op::Reap => match target.expired_leases(now) {
+            Ok(expired) => {
                 let reclaimed: Vec<Value> = expired
                     .iter()
-                    .map(|(m, t)| {
-                        o::answer(&store.reclaim_if_lease_expired(m, t, now), |t| {
-                            json!(t.as_ref().map(o::task))
-                        })
-                    })
+                    .map(|(m, t)| o::answer(&target.reclaim(m, t, now), |t| json!(t.as_ref().map(o::task))))
                     .collect();
                 json!({ "expired": expired, "reclaimed": reclaimed })
             }
@@ -317,8 +490,8 @@ fn on_store<S: Store>(
         },
         Op::Push(spec) => {
             let (ev, hint, machine) = o::event(spec, now);
-            let result = store.queue_pending_event(mesh, &ev, &hint, machine, now);
-            if let Ok(crate::QueueOutcome::Queued { id, event }) = &result {
+            let result = target.queue(mesh, &ev, &hint, machine, now);
+            if let Ok(QueueOutcome::Queued { id, event }) = &result {
                 side.pushed.push((id.clone(), event.clone()));
             }
             o::answer(&result, o::queued)
@@ -326,31 +499,25 @@ fn on_store<S: Store>(
         Op::Repush(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
             Some((_, event)) => {
                 let copy = o::replayed(event, *k, now);
-                o::answer(&store.queue_pending_event(mesh, &copy, &EmitHint::default(), None, now), o::queued)
+                o::answer(&target.queue(mesh, &copy, &EmitHint::default(), None, now), o::queued)
             }
             None => Value::Null,
         },
-        Op::Drain(spec) => {
-            o::answer(&store.drain_pending_events(mesh, &o::drain_request(spec), now), o::drained)
-        }
-        Op::Peek(spec) => o::answer(&store.peek_pending_events(mesh, &o::drain_request(spec)), |events| {
+        Op::Drain(spec) => o::answer(&target.drain(mesh, &o::drain_request(spec), now), o::drained),
+        Op::Peek(spec) => o::answer(&target.peek(mesh, &o::drain_request(spec)), |events| {
             json!(events.iter().map(o::inbox_event).collect::<Vec<_>>())
         }),
         Op::Ack(k) => match side.pushed.get(k % side.pushed.len().max(1)) {
-            Some((id, _)) => {
-                o::answer(&store.ack_pending_events(mesh, std::slice::from_ref(id), now), |n| json!(n))
-            }
+            Some((id, _)) => o::answer(&target.ack(mesh, std::slice::from_ref(id), now), |n| json!(n)),
             None => Value::Null,
         },
-        Op::Touch(c) => o::answer(&store.touch_coordinator(mesh, &o::coordinator(*c), now), |_| json!(null)),
-        Op::End(c) => o::answer(&store.end_coordinator(mesh, &o::coordinator(*c), now), |b| json!(b)),
+        Op::Touch(c) => o::answer(&target.touch(mesh, &o::coordinator(*c), now), |_| json!(null)),
+        Op::End(c) => o::answer(&target.end(mesh, &o::coordinator(*c), now), |b| json!(b)),
         Op::Mission(m, s) => {
-            o::answer(&store.upsert_mission(mesh, &o::mission(*m, *s), now), |u| json!(format!("{:?}", u)))
+            o::answer(&target.mission(mesh, &o::mission(*m, *s), now), |u| json!(format!("{u:?}")))
         }
-        Op::Progress(m) => {
-            o::answer(&store.mission_progress(mesh, o::MISSIONS[*m]), |p| json!(format!("{p:?}")))
-        }
-        Op::Page { by_seq, limit } => page(|query| store.ledger_slice(mesh, query), *by_seq, *limit),
+        Op::Progress(m) => o::answer(&target.progress(mesh, o::MISSIONS[*m]), |p| json!(format!("{p:?}"))),
+        Op::Page { by_seq, limit } => page(|query| target.slice(mesh, query), *by_seq, *limit),
         Op::Wait(_) | Op::Reopen => Value::Null,
     }
 }
@@ -396,7 +563,7 @@ pub fn outcomes(ops: &[Op]) -> Vec<String> {
             now = now.plus_millis(*ms);
         }
         let (task, current) = resolve(&model, op);
-        let answer = on_model(&mut model, &mut side, op, task, current, now);
+        let answer = apply(&mut model, &mut side, op, task, current, now);
         let name = format!("{op:?}");
         let name = name.split(['(', ' ', '{']).next().unwrap_or_default().to_owned();
         out.push(format!("{name}: {}", label(&answer)));

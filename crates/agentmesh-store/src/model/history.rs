@@ -139,7 +139,8 @@ impl Rng {
     }
 }
 
-/// The wall clock, as the daemon's operations take it.
+/// The wall clock, as the daemon's operations take it: workers on several
+/// stores share real time, as daemons do.
 #[allow(clippy::disallowed_methods, reason = "concurrent workers share real time, as daemons do")]
 pub fn wall_clock() -> Timestamp {
     let ms = std::time::SystemTime::now()
@@ -367,7 +368,9 @@ pub fn worker<S: Store + ?Sized>(store: &S, plan: &Plan, index: usize) -> Vec<Re
 /// nothing is left for it.
 pub fn settle<S: Store + ?Sized>(store: &S, plan: &Plan) -> Vec<Record> {
     let mut records = Vec::new();
-    for round in 0..3 {
+    // A coordinator's drain can leave events for another that it takes over
+    // later (re-attribution), so the coordinators drain in turn, three times.
+    for _ in 0..3 {
         for c in 0..COORDINATORS.len() {
             loop {
                 let mut r = Record::new(plan.workers, "drain");
@@ -382,7 +385,6 @@ pub fn settle<S: Store + ?Sized>(store: &S, plan: &Plan) -> Vec<Record> {
                 }
             }
         }
-        let _ = round;
     }
     records
 }

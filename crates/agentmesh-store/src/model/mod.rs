@@ -60,9 +60,6 @@ use crate::{
     InboxEvent, Outcome, QueueOutcome, RawJson, StoreError, StoreResult, UpsertedMission,
 };
 
-/// Delivered events per drain when the request sets no limit (as the stores).
-pub const DEFAULT_DRAIN_LIMIT: u32 = 100;
-
 /// A task as the model keeps it: the task, and its place in enqueue order.
 #[derive(Debug, Clone)]
 struct Row {
@@ -413,18 +410,10 @@ impl Model {
         report: &CompletionReport,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        let mut refusal = None;
-        let result = self.atomically(|m| match m.complete_one(mesh_id, report, now)? {
+        // A refusal changed nothing before it; its entry is committed on its own.
+        match self.atomically(|m| m.complete_one(mesh_id, report, now))? {
             Ok(task) => Ok(task),
-            Err(refused) => {
-                refusal = Some(refused);
-                Err(StoreError::Busy)
-            }
-        });
-        match refusal {
-            // A refusal is an answer whose entry is committed.
-            Some(refused) => Err(refused.commit(self)),
-            None => result,
+            Err(refused) => Err(refused.commit(self)),
         }
     }
 
@@ -478,18 +467,11 @@ impl Model {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)> {
-        let mut refusal = None;
-        let result = self.atomically(|m| match m.complete_one(mesh_id, report, now)? {
-            Ok(task) => Ok((task, m.claim_one(mesh_id, claimant, opts, now)?)),
-            Err(refused) => {
-                refusal = Some(refused);
-                Err(StoreError::Busy)
-            }
-        });
-        match refusal {
-            Some(refused) => Err(refused.commit(self)),
-            None => result,
-        }
+        let claimed = self.atomically(|m| match m.complete_one(mesh_id, report, now)? {
+            Ok(task) => Ok(Ok((task, m.claim_one(mesh_id, claimant, opts, now)?))),
+            Err(refused) => Ok(Err(refused)),
+        })?;
+        claimed.map_err(|refused| refused.commit(self))
     }
 
     /// A heartbeat.
@@ -854,7 +836,7 @@ impl Model {
         request: &DrainRequest,
         now_ms: i64,
     ) -> (Vec<(usize, RouteDecision)>, agentmesh_core::events::DrainCounters) {
-        let limit = request.limit.unwrap_or(DEFAULT_DRAIN_LIMIT) as usize;
+        let limit = request.effective_limit();
         let (live, _) = self.presence(mesh_id, request, now_ms);
         let mut router =
             DrainRouter::with_live(&request.drainer, request.enforce, live.into_iter().collect());
@@ -937,7 +919,7 @@ impl Model {
         now: Timestamp,
     ) -> StoreResult<DrainOutcome> {
         let mut out = DrainOutcome::default();
-        if request.only_events.as_ref().is_some_and(Vec::is_empty) || request.limit == Some(0) {
+        if request.only_events.as_ref().is_some_and(Vec::is_empty) || request.effective_limit() == 0 {
             return Ok(out);
         }
         let (_, my_last_seen) = self.presence(mesh_id, request, now.millis());

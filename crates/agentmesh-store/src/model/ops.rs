@@ -674,10 +674,5 @@ impl Renamer {
 
 /// Whether `s` is an id the minter made (a hyphenated UUID).
 fn is_minted(s: &str) -> bool {
-    let b = s.as_bytes();
-    b.len() == 36
-        && b.iter().enumerate().all(|(i, c)| match i {
-            8 | 13 | 18 | 23 => *c == b'-',
-            _ => c.is_ascii_hexdigit(),
-        })
+    s.len() == 36 && uuid::Uuid::try_parse(s).is_ok()
 }
