@@ -30,14 +30,19 @@ pub(crate) fn channel(schema: &str) -> String {
     if name.len() <= 63 {
         name
     } else {
-        format!("agentmesh_{:016x}", crate::db::mesh_lock_key(schema, "\u{0}channel") as u64)
+        format!("agentmesh_{:016x}", crate::locks::hash(schema, &["channel"]) as u64)
     }
 }
 
-/// The statements that end a write of `mesh_id`: the notification, delivered to
-/// every listener when (and only if) the transaction commits, then the COMMIT.
-pub(crate) fn notify_and_commit(channel: &str, mesh_id: &str) -> String {
-    format!("SELECT pg_notify('{}', '{}'); COMMIT", channel.replace('\'', "''"), mesh_id.replace('\'', "''"))
+/// The statements that end a write of `mesh_id`: the COMMIT, then the
+/// notification in a transaction of its own, sent only when the COMMIT did not
+/// fail. A notification sent inside the write would hold the server's one
+/// notification lock (database-wide) while the COMMIT waits for its WAL flush,
+/// one writer after another; on its own it writes no WAL and holds that lock
+/// for an instant. A COMMIT that rolled back an aborted transaction still
+/// notifies: a wake-up with nothing new, which listeners take as a look.
+pub(crate) fn commit_and_notify(channel: &str, mesh_id: &str) -> String {
+    format!("COMMIT; SELECT pg_notify('{}', '{}')", channel.replace('\'', "''"), mesh_id.replace('\'', "''"))
 }
 
 /// A thread that listens for the installation's commits; stops when dropped.
@@ -80,7 +85,7 @@ impl PgStore {
     pub fn upkeep_leader(&self) -> UpkeepLeader {
         UpkeepLeader {
             target: self.pool.target().clone(),
-            key: crate::db::mesh_lock_key(&self.schema, "\u{0}upkeep-leader"),
+            key: crate::locks::hash(&self.schema, &["upkeep-leader"]),
             session: Mutex::new(None),
         }
     }
@@ -240,6 +245,6 @@ mod tests {
 
     #[test]
     fn the_notification_quotes_its_literals() {
-        assert_eq!(notify_and_commit("c", "it's"), "SELECT pg_notify('c', 'it''s'); COMMIT");
+        assert_eq!(commit_and_notify("c", "it's"), "COMMIT; SELECT pg_notify('c', 'it''s')");
     }
 }

@@ -1,32 +1,25 @@
-//! Rows that are written both one to a statement and many to a statement,
-//! with their columns listed once ([`row_and_columns!`]).
-//!
-//! Both forms bind the mesh as `$1` and then the row's columns in the order
-//! they are declared: a one-row statement takes one value per column, a
-//! many-row statement one array per column (read with `unnest`). So the two
-//! statements of a table number their parameters alike.
+//! Rows a statement writes, with their columns listed once ([`statement_row!`]):
+//! the statement binds the mesh as `$1`, then the row's columns in the order
+//! they are declared.
 
-/// Declares a row type and, beside it, the same columns gathered row by row
-/// into one array each:
+/// Declares a row type whose `values(self, mesh_id)` are a one-row
+/// statement's parameters (the mesh, then each column's value):
 ///
 /// ```text
-/// row_and_columns! {
+/// statement_row! {
 ///     /// One ledger entry's columns.
-///     pub(crate) struct LedgerRow / LedgerColumns {
+///     pub(crate) struct LedgerRow {
 ///         id: String,
 ///         kind: String,
 ///     }
 /// }
 /// ```
 ///
-/// gives `LedgerRow { id, kind }` with `values(self, mesh_id)` (the mesh, then
-/// each column's value) and `LedgerColumns` (`Default`) with `push(row)`,
-/// `len()` and `arrays(self, mesh_id)` (the mesh, then each column's array).
 /// The fields stay private to the module that declares them.
-macro_rules! row_and_columns {
+macro_rules! statement_row {
     (
         $(#[$meta:meta])*
-        $vis:vis struct $row:ident / $columns:ident {
+        $vis:vis struct $row:ident {
             $($field:ident: $ty:ty),+ $(,)?
         }
     ) => {
@@ -42,31 +35,7 @@ macro_rules! row_and_columns {
                 vec![std::sync::Arc::new(mesh_id.to_owned()), $(std::sync::Arc::new(self.$field)),+]
             }
         }
-
-        #[doc = concat!("Rows of one mesh as [`", stringify!($row), "`] declares them, gathered column by column, in the order they were pushed.")]
-        #[derive(Default)]
-        $vis struct $columns {
-            $($field: Vec<$ty>),+
-        }
-
-        impl $columns {
-            /// Adds a row after those pushed before it.
-            $vis fn push(&mut self, row: $row) {
-                $(self.$field.push(row.$field);)+
-            }
-
-            /// How many rows were pushed.
-            $vis fn len(&self) -> usize {
-                [$(self.$field.len()),+][0]
-            }
-
-            /// The parameters of the many-row statement: the mesh, then one
-            /// array per column.
-            $vis fn arrays(self, mesh_id: &str) -> Vec<$crate::db::Owned> {
-                vec![std::sync::Arc::new(mesh_id.to_owned()), $(std::sync::Arc::new(self.$field)),+]
-            }
-        }
     };
 }
 
-pub(crate) use row_and_columns;
+pub(crate) use statement_row;

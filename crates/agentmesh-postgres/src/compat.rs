@@ -11,19 +11,19 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()> {
-        self.write(mesh_id, |db| crate::tasks::replace_queue(db, mesh_id, entries))
+        self.write_exclusive(mesh_id, |db| crate::tasks::replace_queue(db, mesh_id, entries))
     }
 
     fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(mesh_id, |db| crate::tasks::delete_queue(db, mesh_id))
+        self.write_exclusive(mesh_id, |db| crate::tasks::delete_queue(db, mesh_id))
     }
 
     fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()> {
-        self.write(&entry.mesh_id, |db| crate::tasks::insert_entry(db, entry))
+        self.write_exclusive(&entry.mesh_id, |db| crate::tasks::insert_entry(db, entry))
     }
 
     fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task> {
-        self.write(&entry.mesh_id, |db| crate::tasks::update_entry(db, entry, now))
+        self.write_exclusive(&entry.mesh_id, |db| crate::tasks::update_entry(db, entry, now))
     }
 
     fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool> {
@@ -45,7 +45,7 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task> {
-        self.write(mesh_id, |db| crate::tasks::reclaim(db, mesh_id, task_id, reason, now))
+        self.write_with(mesh_id, &[], |db| crate::tasks::reclaim(db, mesh_id, task_id, reason, now))
     }
 
     fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
@@ -121,10 +121,10 @@ impl agentmesh_store::CompatStore for PgStore {
     }
 
     fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        self.write(mesh_id, |db| crate::inbox::delete(db, mesh_id, ids))
+        self.write_inbox(mesh_id, |db| crate::inbox::delete(db, mesh_id, ids))
     }
 
     fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64> {
-        self.write(mesh_id, |db| crate::inbox::clear(db, mesh_id))
+        self.write_inbox(mesh_id, |db| crate::inbox::clear(db, mesh_id))
     }
 }

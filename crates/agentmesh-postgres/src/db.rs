@@ -5,10 +5,7 @@
 //! A `Db` sends what it can in one round trip: the transaction's opening (or a
 //! savepoint) goes out with the operation's first statement, and writes whose
 //! outcome nothing later reads ([`Db::defer`]) go out with the next statement,
-//! or with [`Db::finish`] at the end of the operation. In a batch (see `batch`)
-//! the writes an operation leaves pending may go out with the next operation's
-//! first statement instead ([`Carried`]), each operation inside a savepoint of
-//! its own, so one that fails there is undone alone.
+//! or with [`Db::finish`] at the end of the operation, with its COMMIT.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -41,22 +38,6 @@ pub(crate) struct Deferred {
     unless_none: Option<Missing>,
 }
 
-/// The pending writes of an operation of a batch, handed on to go out with the
-/// next operation's first statement: whose they are (`owner`) and the savepoint
-/// that undoes them when one of them fails.
-pub(crate) struct Carried {
-    pub(crate) owner: u64,
-    pub(crate) savepoint: String,
-    pub(crate) writes: Vec<Deferred>,
-}
-
-/// Carried writes that failed: whose they were, and why. Their owner's savepoint
-/// was rolled back.
-pub(crate) struct CarryFailed {
-    pub(crate) owner: u64,
-    pub(crate) error: StoreError,
-}
-
 /// What the statement that carries the pending work returns.
 enum Want<'a> {
     Rows(&'a str, Params<'a>),
@@ -84,22 +65,11 @@ pub(crate) struct Db<'c> {
     prefix: RefCell<Option<String>>,
     /// Writes waiting to go out with the next statement.
     deferred: RefCell<Vec<Deferred>>,
-    /// A previous operation's writes, to go out ahead of everything else.
-    carried: RefCell<Option<Carried>>,
-    /// What became of carried writes that failed.
-    carry_failed: RefCell<Option<CarryFailed>>,
 }
 
 impl<'c> Db<'c> {
     pub(crate) fn new(conn: &'c mut Conn, salt: &'c str) -> Db<'c> {
-        Db {
-            conn: RefCell::new(conn),
-            salt,
-            prefix: RefCell::new(None),
-            deferred: RefCell::new(Vec::new()),
-            carried: RefCell::new(None),
-            carry_failed: RefCell::new(None),
-        }
+        Db { conn: RefCell::new(conn), salt, prefix: RefCell::new(None), deferred: RefCell::new(Vec::new()) }
     }
 
     /// The same, with `prefix` sent ahead of the first statement the operation
@@ -108,12 +78,6 @@ impl<'c> Db<'c> {
         let db = Db::new(conn, salt);
         *db.prefix.borrow_mut() = Some(prefix);
         db
-    }
-
-    /// The same, with a previous operation's writes sent ahead of the prefix.
-    pub(crate) fn carrying(mut self, carried: Option<Carried>) -> Db<'c> {
-        self.carried = RefCell::new(carried);
-        self
     }
 
     /// Every row `sql` returns.
@@ -187,13 +151,8 @@ impl<'c> Db<'c> {
     /// The suffix goes out with the deferred writes: a write that fails, a
     /// checked one that changed no row included (see [`Db::defer`]), aborts
     /// the transaction on the server, and a COMMIT on an aborted transaction
-    /// does not commit it. Carried writes go out first, by themselves: one
-    /// that fails is undone alone, by its owner's savepoint, and the rest still
-    /// commits.
+    /// does not commit it.
     pub(crate) fn finish(&self, suffix: Option<&str>) -> Res<bool> {
-        if self.carried.borrow().is_some() {
-            self.exchange(Want::Nothing, None)?;
-        }
         let pending = !self.deferred.borrow().is_empty();
         if pending || (suffix.is_some() && self.began()) {
             self.exchange(Want::Nothing, suffix)?;
@@ -206,67 +165,35 @@ impl<'c> Db<'c> {
         self.prefix.borrow().is_none()
     }
 
-    /// The writes still pending, taken out to be carried by the next operation.
-    pub(crate) fn take_deferred(&self) -> Vec<Deferred> {
-        std::mem::take(&mut *self.deferred.borrow_mut())
-    }
-
-    /// The carried writes not sent (the operation sent nothing), handed back.
-    pub(crate) fn take_carried(&self) -> Option<Carried> {
-        self.carried.borrow_mut().take()
-    }
-
-    /// Carried writes that failed, if any did.
-    pub(crate) fn take_carry_failed(&self) -> Option<CarryFailed> {
-        self.carry_failed.borrow_mut().take()
-    }
-
-    /// Sends the carried writes, the prefix, the deferred writes, `want`'s
-    /// statement and `suffix`, in that order and in one round trip, and returns
-    /// what `want` asked for. The first error among them is the exchange's.
-    ///
-    /// When a carried write fails, its owner's savepoint is rolled back (which
-    /// undoes everything sent after it too), the failure is kept for the batch,
-    /// and the rest goes out again. When nothing could go out (a statement
-    /// failed to prepare), everything pending stays pending.
+    /// Sends the prefix, the deferred writes, `want`'s statement and `suffix`,
+    /// in that order and in one round trip, and returns what `want` asked
+    /// for. The first error among them is the exchange's. When nothing could
+    /// go out (a statement failed to prepare), everything pending stays
+    /// pending.
     fn exchange(&self, want: Want<'_>, suffix: Option<&str>) -> Res<Reply> {
-        let carried = self.carried.borrow_mut().take();
         let prefix = self.prefix.borrow_mut().take();
         let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
-        let writes = carried.as_ref().map_or(&[][..], |c| c.writes.as_slice());
-        let (carry_outcome, rest) = match self.send(writes, prefix.as_deref(), &deferred, &want, suffix) {
-            Ok(sent) => sent,
+        match self.send(prefix.as_deref(), &deferred, &want, suffix) {
+            Ok(reply) => reply,
             Err(err) => {
-                *self.carried.borrow_mut() = carried;
                 *self.prefix.borrow_mut() = prefix;
                 *self.deferred.borrow_mut() = deferred;
-                return Err(err);
+                Err(err)
             }
-        };
-        let (Some(carried), Err(error)) = (carried, carry_outcome) else { return rest };
-        *self.carry_failed.borrow_mut() = Some(CarryFailed { owner: carried.owner, error });
-        self.conn.borrow().batch_execute(&format!("ROLLBACK TO SAVEPOINT {}", carried.savepoint))?;
-        let (_, rest) = self.send(&[], prefix.as_deref(), &deferred, &want, suffix)?;
-        rest
+        }
     }
 
-    /// One round trip. Returns how the carried writes went, and the rest's
-    /// outcome (an error of the rest is the first one among them; when a
-    /// carried write failed, the rest's errors follow from it).
-    #[allow(clippy::type_complexity)]
+    /// One round trip. The outer `Res` fails when a statement could not be
+    /// prepared (nothing was sent); the inner one is the first error among
+    /// what was sent.
     fn send(
         &self,
-        carried: &[Deferred],
         prefix: Option<&str>,
         deferred: &[Deferred],
         want: &Want<'_>,
         suffix: Option<&str>,
-    ) -> Res<(Result<(), StoreError>, Res<Reply>)> {
+    ) -> Res<Res<Reply>> {
         let mut conn = self.conn.borrow_mut();
-        let mut carried_statements = Vec::with_capacity(carried.len());
-        for d in carried {
-            carried_statements.push(conn.statement(d.sql)?);
-        }
         let mut statements = Vec::with_capacity(deferred.len());
         for d in deferred {
             statements.push(conn.statement(d.sql)?);
@@ -280,8 +207,7 @@ impl<'c> Db<'c> {
             _ => None,
         };
         let client = &conn.client;
-        let (carried_counts, first, counts, reply, last) = conn.block_on(async {
-            let carried_writes = execute_all(client, carried, &carried_statements);
+        let (first, counts, reply, last) = conn.block_on(async {
             let first = async {
                 match prefix {
                     Some(p) => client.batch_execute(p).await,
@@ -312,25 +238,28 @@ impl<'c> Db<'c> {
                     None => Ok(()),
                 }
             };
-            futures_util::join!(carried_writes, first, writes, reply, last)
+            futures_util::join!(first, writes, reply, last)
         });
-        let carry_outcome = checked(carried, carried_counts);
-        let rest = (|| {
+        Ok((|| {
             first?;
             checked(deferred, counts).map_err(Fail)?;
             let reply = reply?;
             last?;
             Ok(reply)
-        })();
-        Ok((carry_outcome, rest))
+        })())
     }
 
-    /// Takes the advisory lock of `mesh_id` until the transaction ends: the
-    /// writes of one mesh that decide on what they read run one at a time (see
-    /// ARCHITECTURE.md). Taking it again in the same transaction is free.
-    pub(crate) fn lock_mesh(&self, mesh_id: &str) -> Res<()> {
-        let key = mesh_lock_key(self.salt, mesh_id);
-        self.execute("SELECT pg_advisory_xact_lock($1)", &[&key]).map(drop)
+    /// Takes `lock` of `mesh_id` until the transaction ends, for a write that
+    /// learns what to lock as it goes (see `locks`). Taking it again in the
+    /// same transaction is free.
+    pub(crate) fn lock(&self, mesh_id: &str, lock: crate::Lock<'_>) -> Res<()> {
+        let (key, exclusive) = lock.key(self.salt, mesh_id);
+        let sql = if exclusive {
+            "SELECT pg_advisory_xact_lock($1)"
+        } else {
+            "SELECT pg_advisory_xact_lock_shared($1)"
+        };
+        self.execute(sql, &[&key]).map(drop)
     }
 }
 
@@ -365,18 +294,6 @@ fn checked(writes: &[Deferred], counts: Vec<Result<u64, postgres::Error>>) -> Re
     Ok(())
 }
 
-/// The advisory lock key of a mesh: a 64-bit FNV-1a hash of the installation's
-/// schema and the mesh id, the same in every daemon. Two meshes that share a key
-/// only share a lock, which costs concurrency, never correctness.
-pub(crate) fn mesh_lock_key(salt: &str, mesh_id: &str) -> i64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in salt.bytes().chain([0u8]).chain(mesh_id.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash as i64
-}
-
 /// A stored non-negative count or number as `u64`.
 pub(crate) fn unsigned(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
@@ -385,19 +302,4 @@ pub(crate) fn unsigned(value: i64) -> u64 {
 /// `Fail` from a decode problem of a stored row.
 pub(crate) fn corrupt(what: impl Into<String>, problem: impl std::fmt::Display) -> Fail {
     Fail(agentmesh_store::StoreError::Corrupt { what: what.into(), problem: problem.to_string() })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lock_keys_differ_by_mesh_and_installation_and_are_stable() {
-        let a = mesh_lock_key("agentmesh", "mesh-a");
-        assert_eq!(a, mesh_lock_key("agentmesh", "mesh-a"));
-        assert_ne!(a, mesh_lock_key("agentmesh", "mesh-b"));
-        assert_ne!(a, mesh_lock_key("other", "mesh-a"));
-        // The separator keeps ("ab", "c") and ("a", "bc") apart.
-        assert_ne!(mesh_lock_key("ab", "c"), mesh_lock_key("a", "bc"));
-    }
 }

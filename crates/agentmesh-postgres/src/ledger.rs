@@ -29,7 +29,7 @@ use agentmesh_store::{StoreError, StoreResult};
 use postgres::Row;
 use postgres::types::ToSql;
 
-use crate::columns::row_and_columns;
+use crate::columns::statement_row;
 use crate::db::{Db, unsigned};
 use crate::{PgStore, Res};
 
@@ -253,11 +253,10 @@ fn append_values(entry: &LedgerEntry) -> crate::Res<Vec<crate::db::Owned>> {
     Ok(LedgerRow::of(entry)?.values(&entry.mesh_id))
 }
 
-row_and_columns! {
+statement_row! {
     /// One ledger entry's columns after its mesh, in [`APPEND`]'s parameter
-    /// order: what the single append and the grouped one ([`LedgerColumns`],
-    /// [`APPEND_MANY`]) write.
-    pub(crate) struct LedgerRow / LedgerColumns {
+    /// order.
+    pub(crate) struct LedgerRow {
         id: String,
         timestamp: String,
         kind: String,
@@ -282,27 +281,6 @@ impl LedgerRow {
         })
     }
 }
-
-impl LedgerColumns {
-    /// Queues the entries of `mesh_id` as one write of the operation (see
-    /// [`crate::db::Db::defer`]): appended as [`append_later`] appends one, in
-    /// push order, so their sequence numbers rise in it.
-    pub(crate) fn defer(self, db: &crate::db::Db<'_>, mesh_id: &str) {
-        if self.len() == 0 {
-            return;
-        }
-        db.defer(APPEND_MANY, self.arrays(mesh_id), None);
-    }
-}
-
-/// [`APPEND`] for many entries of mesh `$1`, one array per column from `$2` on.
-const APPEND_MANY: &str =
-    "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
-     SELECT $1, v.id, v.timestamp, v.kind, v.node_id, v.session_id, v.provider_type, v.payload
-       FROM unnest((SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]), (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::text[]), (SELECT $8::text[]))
-            WITH ORDINALITY AS v(id, timestamp, kind, node_id, session_id, provider_type, payload, ord)
-      ORDER BY v.ord
-     ON CONFLICT (mesh_id, id) DO NOTHING";
 
 /// The kinds a query asks for, blank ones left out.
 fn query_kinds(query: &LedgerQuery) -> Vec<String> {
@@ -380,7 +358,7 @@ pub(crate) fn import(db: &Db<'_>, entries: &[LedgerEntry]) -> Res<u64> {
     meshes.sort_unstable();
     meshes.dedup();
     for mesh_id in meshes {
-        db.lock_mesh(mesh_id)?;
+        db.lock(mesh_id, crate::Lock::Mesh)?;
     }
     let mut imported = 0;
     for entry in entries {

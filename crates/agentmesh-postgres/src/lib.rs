@@ -6,11 +6,13 @@
 //! the migration runs under a session advisory lock). Every statement runs in
 //! that schema, so one database can hold several installations.
 //!
-//! How the isolation contract of [`Store`] holds here: every write that decides
-//! on what it read takes its mesh's advisory transaction lock first
-//! ([`db::Db::lock_mesh`]), so the writes of one mesh run one at a time, as they
-//! do behind the embedded file's one writer, while other meshes go on beside
-//! them. Reads take no lock. ARCHITECTURE.md gives the reasons per operation.
+//! How the isolation contract of [`Store`] holds here: each write locks what
+//! its rule needs and nothing more (see `locks`): the task rows it changes,
+//! the claimant's session and node for a claim, the dependency graph for an
+//! enqueue with dependencies, the inbox for a drain. Writes that need none of
+//! the same locks run at once, in one mesh as across meshes; PostgreSQL's own
+//! group commit shares a WAL flush between them. Reads take no lock.
+//! ARCHITECTURE.md gives the lock of each operation and why.
 //!
 //! The trait is synchronous. Each pooled connection (`tokio-postgres`) is driven
 //! from the calling thread by a runtime of its own, so that an operation can
@@ -19,13 +21,13 @@
 
 use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
-mod batch;
 mod cluster;
 mod columns;
 mod compat;
 mod db;
 mod inbox;
 mod ledger;
+mod locks;
 mod migrations;
 mod missions;
 mod overview;
@@ -39,10 +41,10 @@ mod transfer;
 
 pub use cluster::{Listener, UpkeepLeader, database_now};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
-pub use tasks::GroupStats;
 pub use transfer::{installation_exists, same_installation};
 
-use db::Db;
+pub(crate) use db::Db;
+pub(crate) use locks::Lock;
 use pool::{Pool, Target};
 
 /// The schema a store uses when none is given.
@@ -87,10 +89,6 @@ pub struct PgStore {
     channel: String,
     /// Where the database is, without credentials, for messages.
     location: String,
-    /// The open write batch of each mesh (group commit per mesh).
-    batches: batch::Batches,
-    /// The claims and completions waiting to be decided together, by mesh.
-    groups: tasks::Groups,
     /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
     tool_calls: std::sync::atomic::AtomicU64,
     /// The threads that run the submitted writes (`submit_*`), one per pooled
@@ -124,8 +122,6 @@ impl PgStore {
             schema: options.schema.clone(),
             channel,
             location,
-            batches: batch::Batches::default(),
-            groups: tasks::Groups::default(),
             tool_calls: std::sync::atomic::AtomicU64::new(0),
             workers: agentmesh_store::submit::Workers::new("agentmesh-pg-write", options.max_connections),
         };
@@ -159,50 +155,58 @@ impl PgStore {
     /// Runs `op` in a read-only transaction that sees one snapshot: for reads of
     /// several statements that must agree.
     pub(crate) fn snapshot<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None, op)
+        self.transaction(String::from("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), None, op)
     }
 
     /// Runs `op` in a read-write transaction holding the advisory lock of
-    /// `mesh_id`, shared with the other writes of the mesh that arrive together
-    /// (see `batch`): all of its effect commits, or none.
+    /// `mesh_id` ([`Lock::Mesh`]): all of its effect commits, or none. For the
+    /// runtime records, missions and the administrative writes.
     pub(crate) fn write<T>(&self, mesh_id: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        let scope = batch::Scope { pool: &self.pool, schema: &self.schema, channel: &self.channel };
-        self.batches.write(&scope, mesh_id, op)
+        self.write_with(mesh_id, &[Lock::Mesh], op)
     }
 
-    /// Runs `op` in a read-write transaction of its own holding the advisory
-    /// lock of `mesh_id`, outside the mesh's batches: for claim groups, which
-    /// gather the mesh's waiting requests themselves. Its last writes go out
-    /// with the COMMIT.
-    pub(crate) fn write_own<T>(&self, mesh_id: &str, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction("BEGIN", Some(mesh_id), op)
+    /// Runs `op` in a read-write transaction holding every lock of `mesh_id`
+    /// ([`Lock::Mesh`], [`Lock::Inbox`], the graph exclusively): for the
+    /// administrative writes that replace a mesh's tasks or events wholesale.
+    pub(crate) fn write_exclusive<T>(
+        &self,
+        mesh_id: &str,
+        op: impl FnOnce(&Db<'_>) -> Res<T>,
+    ) -> StoreResult<T> {
+        self.write_with(mesh_id, &[Lock::Mesh, Lock::Inbox, Lock::Graph { exclusive: true }], op)
     }
 
-    /// Runs `op` in one read-write transaction without a mesh lock: for writes
-    /// whose outcome depends on nothing they read, and sweeps that lock each mesh
-    /// they touch themselves ([`Db::lock_mesh`]).
+    /// Runs `op` in a read-write transaction of `mesh_id` holding `locks`
+    /// (taken in key order as the transaction begins, with its first
+    /// statement). The COMMIT goes out with its last writes, and the commit is
+    /// announced to every listener right after it (see `cluster`).
+    pub(crate) fn write_with<T>(
+        &self,
+        mesh_id: &str,
+        locks: &[Lock<'_>],
+        op: impl FnOnce(&Db<'_>) -> Res<T>,
+    ) -> StoreResult<T> {
+        self.transaction(locks::begin(&self.schema, mesh_id, locks), Some(mesh_id), op)
+    }
+
+    /// Runs `op` in one read-write transaction without a lock of its own: for
+    /// writes whose outcome depends on nothing they read, and sweeps that lock
+    /// each mesh they touch themselves.
     pub(crate) fn write_unlocked<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction("BEGIN", None, op)
+        self.transaction(String::from("BEGIN"), None, op)
     }
 
     fn transaction<T>(
         &self,
-        begin: &str,
-        mesh_id: Option<&str>,
+        begin: String,
+        notify: Option<&str>,
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
         let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
-        // BEGIN (and the mesh lock) go out with the first statement, the COMMIT
-        // with the last writes; a write of a mesh announces itself to every
-        // listener as it commits.
-        let begin = match mesh_id {
-            Some(mesh_id) => {
-                format!("{begin}; SELECT pg_advisory_xact_lock({})", db::mesh_lock_key(&self.schema, mesh_id))
-            }
-            None => begin.to_owned(),
-        };
-        let commit = match mesh_id {
-            Some(mesh_id) => cluster::notify_and_commit(&self.channel, mesh_id),
+        // BEGIN (and the locks) go out with the first statement, the COMMIT
+        // with the last writes.
+        let commit = match notify {
+            Some(mesh_id) => cluster::commit_and_notify(&self.channel, mesh_id),
             None => String::from("COMMIT"),
         };
         let (outcome, began) = {
@@ -221,12 +225,6 @@ impl PgStore {
                 Err(err)
             }
         }
-    }
-
-    /// How the writes of a mesh were committed: `(writes, commits)` through this
-    /// store so far. Fewer commits than writes means writes shared a COMMIT.
-    pub fn write_stats(&self) -> (u64, u64) {
-        self.batches.stats()
     }
 
     /// Commits a transaction that changes no data through the same path as every

@@ -34,7 +34,7 @@ pub const LATEST_VERSION: i64 = 2;
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.
 pub(crate) fn migrate(conn: &mut Client, schema: &str) -> Res<()> {
-    let key = crate::db::mesh_lock_key(schema, "\u{0}migrations");
+    let key = crate::locks::hash(schema, &["migrations"]);
     conn.execute("SELECT pg_advisory_lock($1)", &[&key])?;
     let outcome = apply_missing(conn, schema);
     let unlocked = conn.execute("SELECT pg_advisory_unlock($1)", &[&key]);

@@ -5,9 +5,9 @@
 //! tie-break; the tables without one (idle sessions, fingerprints, presence,
 //! the cursor) page by their key. Ids are unique per mesh here, so the only
 //! conflict an import meets is an inbox event whose fingerprint another event of
-//! the mesh holds. An import runs under the mesh's lock ([`PgStore::write`]), so
-//! the ledger entries it appends take sequence numbers in the page's order,
-//! above every committed entry of the mesh.
+//! the mesh holds. An import runs under every lock of the mesh
+//! ([`PgStore::write_exclusive`]); the ledger entries it appends take sequence
+//! numbers in the page's order.
 
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DirectDispatch, IdleSession, LedgerEntry, Mission,
@@ -645,7 +645,7 @@ impl TransferStore for PgStore {
         if records.is_empty() {
             return Ok(ImportReport::default());
         }
-        self.write(mesh_id, |db| import(db, mesh_id, records))
+        self.write_exclusive(mesh_id, |db| import(db, mesh_id, records))
     }
 }
 

@@ -60,7 +60,6 @@ use agentmesh_postgres::PgStore;
 use agentmesh_store::prelude::*;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Store};
 use anyhow::Context as _;
-use tokio_postgres::types::ToSql;
 
 use super::http::{self, ClientRun, Loop};
 use super::{claimant, count_of, show_stats};
@@ -95,35 +94,15 @@ pub fn run_depth(h: &mut Harness) {
 pub fn run_throughput(h: &mut Harness) {
     let n = h.opts().pg_tasks.unwrap_or(if h.opts().quick { 5_000 } else { 10_000 });
     for clients in [8, 32] {
-        for (shared, calls) in [(true, Calls::Two), (false, Calls::Two), (true, Calls::One)] {
-            let name = match (shared, calls) {
-                (true, Calls::Two) => format!("pg-claim-complete-{clients}-clients"),
-                (false, _) => format!("pg-claim-complete-{clients}-clients-own-store"),
-                (true, Calls::One) => format!("pg-complete-and-claim-{clients}-clients"),
-            };
-            pg::run_case(h, &format!("{name}-{n}"), |h, case| {
-                throughput(h, case, &name, n, clients, shared, calls)
-            });
+        for shape in [Shape::Shared, Shape::OwnStores, Shape::Combined, Shape::Meshes] {
+            let name = shape.name(clients);
+            pg::run_case(h, &format!("{name}-{n}"), |h, case| throughput(h, case, &name, n, clients, shape));
         }
     }
     pg::run_case(h, &format!("pg-http-claim-complete-{n}"), |h, case| http_claim_complete(h, case, n));
-    for (connections, per_transaction) in [(1, 8), (2, 4), (8, 1), (1, 32), (2, 16), (4, 8)] {
-        let name = format!(
-            "pg-task-writes-floor-mesh-order-{connections}-connections-{per_transaction}-per-transaction"
-        );
-        pg::run_case(h, &format!("{name}-{n}"), |h, case| {
-            mesh_order_floor(h, case, &name, n, connections, per_transaction)
-        });
-    }
-    for (clients, per_statement) in [(8, 1), (32, 1), (1, 8), (2, 8), (4, 8), (1, 32)] {
-        let name = if per_statement == 1 {
-            format!("pg-task-writes-floor-{clients}-clients")
-        } else {
-            format!("pg-task-writes-floor-{clients}-clients-{per_statement}-per-statement")
-        };
-        pg::run_case(h, &format!("{name}-{n}"), |h, case| {
-            task_writes_floor(h, case, &name, n, clients, per_statement)
-        });
+    for clients in [8, 32] {
+        let name = format!("pg-task-writes-floor-{clients}-clients");
+        pg::run_case(h, &format!("{name}-{n}"), |h, case| task_writes_floor(h, case, &name, n, clients));
     }
 }
 
@@ -256,80 +235,121 @@ fn sequential(latencies: Vec<Duration>) -> Timer {
 /// What one worker thread did: the tasks it completed and each pair's time.
 type WorkerRun = ClientRun;
 
-/// How a worker claims and completes: `claim_next` then `complete_task` for
-/// each task, or one `complete_and_claim` for each (after a first claim).
+/// How a throughput load holds its stores and meshes.
 #[derive(Clone, Copy)]
-enum Calls {
-    Two,
-    One,
+enum Shape {
+    /// K threads on one store, claim then complete.
+    Shared,
+    /// K threads with a store each (K daemons), claim then complete.
+    OwnStores,
+    /// K threads on one store, the worker loop's `complete_and_claim`.
+    Combined,
+    /// K threads on one store, each on a mesh of its own, claim then complete.
+    Meshes,
 }
 
-#[allow(clippy::too_many_arguments)]
+impl Shape {
+    fn name(self, clients: usize) -> String {
+        match self {
+            Shape::Shared => format!("pg-claim-complete-{clients}-clients"),
+            Shape::OwnStores => format!("pg-claim-complete-{clients}-clients-own-store"),
+            Shape::Combined => format!("pg-complete-and-claim-{clients}-clients"),
+            Shape::Meshes => format!("pg-claim-complete-{clients}-meshes-1-client-each"),
+        }
+    }
+}
+
+/// The mesh worker `k` of a `shape` load works in.
+fn mesh_of(shape: Shape, k: usize) -> String {
+    match shape {
+        Shape::Meshes => format!("{MESH_ID}-{k}"),
+        _ => MESH_ID.to_owned(),
+    }
+}
+
 fn throughput(
     h: &mut Harness,
     case: &PgCase,
     name: &str,
     n: usize,
     clients: usize,
-    shared: bool,
-    calls: Calls,
+    shape: Shape,
 ) -> anyhow::Result<()> {
     let store = case.open_store(clients + 2)?;
-    fill(case, &store, &mut UuidGen::new(0xd100 + n as u32), n)?;
-    // Every store is open (and its first connection made) before the clock starts.
-    let own: Vec<PgStore> = if shared {
-        Vec::new()
+    if let Shape::Meshes = shape {
+        fill_meshes(case, &store, &mut UuidGen::new(0xd500 + n as u32), n, clients)?;
     } else {
-        (0..clients)
+        fill(case, &store, &mut UuidGen::new(0xd100 + n as u32), n)?;
+    }
+    // Every store is open (and its first connection made) before the clock starts.
+    let own: Vec<PgStore> = match shape {
+        Shape::OwnStores => (0..clients)
             .map(|_| {
                 let store = case.open_store(agentmesh_postgres::DEFAULT_MAX_CONNECTIONS)?;
                 store.probe_write()?;
                 Ok(store)
             })
-            .collect::<anyhow::Result<_>>()?
+            .collect::<anyhow::Result<_>>()?,
+        _ => Vec::new(),
     };
     let now = at(n);
     let stores: Vec<&PgStore> = (0..clients).map(|k| own.get(k).unwrap_or(&store)).collect();
-    let (runs, wall) = released_together(stores, |k, store| match calls {
-        Calls::Two => worker(store, k, now),
-        Calls::One => combined_worker(store, k, now),
+    let (runs, wall) = released_together(stores, |k, store| match shape {
+        Shape::Combined => combined_worker(store, k, now),
+        _ => worker(store, &mesh_of(shape, k), k, now),
     });
-    let what = if shared {
-        let groups = store.group_stats();
-        format!(
-            "{clients} threads on one store with a pool of {}; {} claims and completions in {} groups \
-             ({} decided from their group's read, {} run alone, {} groups failed)",
-            clients + 2,
-            groups.in_memory + groups.alone,
-            groups.groups,
-            groups.in_memory,
-            groups.alone,
-            groups.failed,
-        )
-    } else {
-        format!("{clients} threads, each on its own store")
+    let what = match shape {
+        Shape::OwnStores => format!("{clients} threads, each on its own store"),
+        Shape::Meshes => {
+            format!("{clients} threads on one store with a pool of {}, a mesh each", clients + 2)
+        }
+        _ => format!("{clients} threads on one store with a pool of {}", clients + 2),
     };
-    if shared {
-        let groups = store.group_stats();
-        h.check(
-            &format!("{}: no claim group failed as a whole", case.label()),
-            groups.failed == 0,
-            format!("{groups:?}"),
-        );
-    }
-    finish(h, case, &store, name, n, runs?, wall, &what)
+    let meshes: Vec<String> = match shape {
+        Shape::Meshes => (0..clients).map(|k| mesh_of(shape, k)).collect(),
+        _ => vec![MESH_ID.to_owned()],
+    };
+    finish(h, case, &store, &meshes, name, n, runs?, wall, &what)
 }
 
-/// One worker session: claim → complete until a claim finds no pending task.
-fn worker(store: &PgStore, k: usize, now: agentmesh_core::Timestamp) -> anyhow::Result<WorkerRun> {
+/// Fills `meshes` meshes (`MESH_ID-0`, ...) with `n` untargeted tasks between
+/// them, then vacuums the schema.
+fn fill_meshes(
+    case: &PgCase,
+    store: &dyn Store,
+    ids: &mut UuidGen,
+    n: usize,
+    meshes: usize,
+) -> anyhow::Result<()> {
+    let created = ids.take(n);
+    for (k, chunk) in created.chunks(n.div_ceil(meshes)).enumerate() {
+        let mesh = format!("{MESH_ID}-{k}");
+        for (b, ids) in chunk.chunks(FILL_BATCH).enumerate() {
+            let tasks: Vec<_> =
+                ids.iter().enumerate().map(|(i, id)| new_task(id, b * FILL_BATCH + i, None)).collect();
+            store.enqueue_batch(&mesh, &tasks, at(b * FILL_BATCH))?;
+        }
+    }
+    case.vacuum_analyze()?;
+    Ok(())
+}
+
+/// One worker session in `mesh`: claim → complete until a claim finds no
+/// pending task.
+fn worker(
+    store: &PgStore,
+    mesh: &str,
+    k: usize,
+    now: agentmesh_core::Timestamp,
+) -> anyhow::Result<WorkerRun> {
     let who = claimant(format!("node-{k}"), format!("session-{k}"));
     let mut run = WorkerRun::default();
     loop {
         let began = Instant::now();
-        let Some(task) = claimed(store.claim_next(MESH_ID, &who, &ClaimOptions::default(), now)?, k)? else {
+        let Some(task) = claimed(store.claim_next(mesh, &who, &ClaimOptions::default(), now)?, k)? else {
             return Ok(run);
         };
-        let done = store.complete_task(MESH_ID, &report_for(&who.session_id, &task), now)?;
+        let done = store.complete_task(mesh, &report_for(&who.session_id, &task), now)?;
         anyhow::ensure!(done.status == TaskStatus::Completed, "task {} not completed", task.id);
         run.pairs.push(began.elapsed());
         run.completed.push(task.id);
@@ -368,12 +388,13 @@ fn claimed(outcome: ClaimOutcome, k: usize) -> anyhow::Result<Option<agentmesh_c
 }
 
 /// Reports a load's pairs and checks that every task was claimed and completed
-/// once and the queue is drained.
+/// once and the queues of `meshes` are drained.
 #[allow(clippy::too_many_arguments)]
 fn finish(
     h: &mut Harness,
     case: &PgCase,
     store: &PgStore,
+    meshes: &[String],
     name: &str,
     n: usize,
     runs: Vec<WorkerRun>,
@@ -396,10 +417,18 @@ fn finish(
         pairs == n && distinct == n,
         format!("{pairs} pairs, {distinct} distinct, of {n}"),
     );
-    let stats = store.stats_by_status(MESH_ID)?;
+    let mut stats = Vec::new();
+    for mesh in meshes {
+        stats.extend(store.stats_by_status(mesh)?);
+    }
+    let (done, pending) = stats.iter().fold((0, 0), |(d, p), s| match s.status {
+        TaskStatus::Completed => (d + s.count, p),
+        TaskStatus::Pending => (d, p + s.count),
+        _ => (d, p),
+    });
     h.check(
         &format!("{label}: queue drained, every task completed"),
-        count_of(&stats, TaskStatus::Completed) == n as u64 && count_of(&stats, TaskStatus::Pending) == 0,
+        done == n as u64 && pending == 0,
         show_stats(&stats),
     );
     Ok(())
@@ -473,8 +502,8 @@ fn task_writes_floor(
     name: &str,
     n: usize,
     clients: usize,
-    per_statement: usize,
 ) -> anyhow::Result<()> {
+    let per_statement = 1;
     let (store, payload, event) = floor_queue(case, n, 0xd300)?;
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
@@ -505,115 +534,9 @@ fn task_writes_floor(
         }
     });
     let what = format!(
-        "{clients} threads, a connection each, {per_statement} task(s) a statement: the store's writes without its rules"
+        "{clients} threads, a connection each, two transactions a task: the store's writes without its rules"
     );
-    finish(h, case, &store, name, n, runs?, wall, &what)
-}
-
-/// One connection of [`mesh_order_floor`]: its runtime (which drives the
-/// connection), the client, and its prepared statements.
-struct Pipelined {
-    runtime: tokio::runtime::Runtime,
-    client: tokio_postgres::Client,
-    begin: tokio_postgres::Statement,
-    lock: tokio_postgres::Statement,
-    complete: tokio_postgres::Statement,
-    claim: tokio_postgres::Statement,
-    commit: tokio_postgres::Statement,
-}
-
-impl Pipelined {
-    fn open(case: &PgCase, per_transaction: usize) -> anyhow::Result<Pipelined> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .context("failed to start a Tokio runtime")?;
-        let (client, statements) = runtime.block_on(async {
-            let (client, connection) = tokio_postgres::connect(case.url(), tokio_postgres::NoTls).await?;
-            tokio::spawn(connection);
-            client.batch_execute(&format!("SET search_path TO {}", case.schema())).await?;
-            let statements = (
-                client.prepare("BEGIN").await?,
-                client.prepare("SELECT pg_advisory_xact_lock($1)").await?,
-                client.prepare(FLOOR_COMPLETE).await?,
-                client.prepare(&FLOOR_CLAIM.replace("{limit}", &per_transaction.to_string())).await?,
-                client.prepare("COMMIT").await?,
-            );
-            anyhow::Ok((client, statements))
-        })?;
-        let (begin, lock, complete, claim, commit) = statements;
-        Ok(Pipelined { runtime, client, begin, lock, complete, claim, commit })
-    }
-}
-
-/// `pg-task-writes-floor-mesh-order-P-connections-B-per-transaction`: the rows the
-/// worker loop writes for a task (as [`task_writes_floor`]), in one serial order
-/// per mesh, with the round trips overlapped. P threads with a connection each
-/// loop over one transaction: `BEGIN`, the mesh's advisory lock, the completion
-/// of the B tasks the previous transaction claimed, the claim of B more,
-/// `COMMIT`, all sent at once (pipelined), so the server runs them as soon as
-/// the lock is free and a connection waits for no reply before it asks. The
-/// lock makes the server run the transactions of the mesh one at a time, as a
-/// store that keeps a mesh's rules in one order must; none of the store's
-/// reads, decisions or rules run. With P × B the requests K clients have in
-/// flight, the best of the splits is what such a store could reach under K
-/// clients' worker loop on this server.
-fn mesh_order_floor(
-    h: &mut Harness,
-    case: &PgCase,
-    name: &str,
-    n: usize,
-    connections: usize,
-    per_transaction: usize,
-) -> anyhow::Result<()> {
-    let (store, payload, event) = floor_queue(case, n, 0xd400)?;
-    let conns =
-        (0..connections).map(|_| Pipelined::open(case, per_transaction)).collect::<anyhow::Result<_>>()?;
-    let mesh_lock: i64 = 0x6167_656e_746d_6573;
-    let (runs, wall) = released_together(conns, |k, conn: Pipelined| {
-        let (session, node) = (format!("session-{k}"), format!("node-{k}"));
-        let (now, lease) = ("2026-01-01T00:00:00.000Z", 1_800_000_000_000i64);
-        let Pipelined { runtime, client, begin, lock, complete, claim, commit } = conn;
-        runtime.block_on(async {
-            let mut run = WorkerRun::default();
-            let mut held: Vec<String> = Vec::new();
-            let mut claimed_at = Instant::now();
-            loop {
-                let began = Instant::now();
-                let lock_params: [&(dyn ToSql + Sync); 1] = [&mesh_lock];
-                let complete_params: [&(dyn ToSql + Sync); 6] =
-                    [&MESH_ID, &held, &session, &now, &payload, &event];
-                let claim_params: [&(dyn ToSql + Sync); 6] =
-                    [&MESH_ID, &session, &node, &now, &lease, &payload];
-                let (opened, locked, done, taken, committed) = tokio::join!(
-                    client.execute(&begin, &[]),
-                    client.execute(&lock, &lock_params),
-                    client.execute(&complete, &complete_params),
-                    client.query(&claim, &claim_params),
-                    client.execute(&commit, &[]),
-                );
-                let (_, _, done, taken, _) = (opened?, locked?, done?, taken?, committed?);
-                anyhow::ensure!(
-                    done == held.len() as u64,
-                    "{} tasks completed with {done} events",
-                    held.len()
-                );
-                let took = claimed_at.elapsed();
-                run.pairs.extend(std::iter::repeat_n(took, held.len()));
-                run.completed.append(&mut held);
-                held = taken.iter().map(|row| row.get(0)).collect();
-                claimed_at = began;
-                if held.is_empty() {
-                    return Ok(run);
-                }
-            }
-        })
-    });
-    let what = format!(
-        "{connections} connection(s), {per_transaction} task(s) a transaction, one mesh lock, pipelined: \
-         the worker loop's writes in one serial order without the store's rules"
-    );
-    finish(h, case, &store, name, n, runs?, wall, &what)
+    finish(h, case, &store, &[MESH_ID.to_owned()], name, n, runs?, wall, &what)
 }
 
 fn http_claim_complete(h: &mut Harness, case: &PgCase, n: usize) -> anyhow::Result<()> {
@@ -631,5 +554,5 @@ fn http_claim_complete(h: &mut Harness, case: &PgCase, n: usize) -> anyhow::Resu
         http::CLIENTS,
         agentmesh_postgres::DEFAULT_MAX_CONNECTIONS
     );
-    finish(h, case, &store, "pg-http-claim-complete", n, runs, wall, &what)
+    finish(h, case, &store, &[MESH_ID.to_owned()], "pg-http-claim-complete", n, runs, wall, &what)
 }

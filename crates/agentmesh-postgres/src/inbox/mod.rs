@@ -5,9 +5,12 @@
 //! transaction.
 //!
 //! Every write here (queueing, drains, acks, presence, requeues, the sweep's
-//! steps) runs under its mesh's advisory lock, so two drains of one mesh run one
-//! after the other and each event is handed to one of them; peeks read one
-//! snapshot.
+//! steps) runs under its mesh's inbox lock (`Lock::Inbox`), so two drains of
+//! one mesh run one after the other and each event is handed to one of them;
+//! peeks read one snapshot. Task writes queue their events without it: an
+//! insert that a unique fingerprint or event id makes a no-op when it repeats
+//! one, and that a drain after its commit finds. Only an event that needs the
+//! refine-terminal check (it reads the queue) takes the inbox lock first.
 //!
 //! A drain walks the mesh's queue entries oldest first, lane by lane, in pages
 //! keyed by (queued_at, id). The daemon target and the `onlyEvents` filter are
@@ -46,7 +49,18 @@ mod reconcile;
 mod walk;
 
 pub(crate) use admin::{clear, delete};
-pub(crate) use queue::{EventColumns, EventRow, insert_later, needs_refine_check, queue, queue_later, stamp};
+pub(crate) use queue::{queue, queue_later};
+
+impl PgStore {
+    /// Runs `op` as a write of `mesh_id`'s inbox (see the module).
+    pub(crate) fn write_inbox<T>(
+        &self,
+        mesh_id: &str,
+        op: impl FnOnce(&crate::Db<'_>) -> crate::Res<T>,
+    ) -> StoreResult<T> {
+        self.write_with(mesh_id, &[crate::Lock::Inbox], op)
+    }
+}
 
 impl agentmesh_store::InboxStore for PgStore {
     fn queue_pending_event(
@@ -57,7 +71,7 @@ impl agentmesh_store::InboxStore for PgStore {
         self_machine_id: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<QueueOutcome> {
-        self.write(mesh_id, |db| queue(db, mesh_id, event.clone(), hint, self_machine_id, now))
+        self.write_inbox(mesh_id, |db| queue(db, mesh_id, event.clone(), hint, self_machine_id, now))
     }
 
     fn drain_pending_events(
@@ -66,7 +80,7 @@ impl agentmesh_store::InboxStore for PgStore {
         request: &DrainRequest,
         now: Timestamp,
     ) -> StoreResult<DrainOutcome> {
-        self.write(mesh_id, |db| drain::drain(db, mesh_id, request, now))
+        self.write_inbox(mesh_id, |db| drain::drain(db, mesh_id, request, now))
     }
 
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
@@ -75,11 +89,11 @@ impl agentmesh_store::InboxStore for PgStore {
 
     fn ack_pending_events(&self, mesh_id: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
         // No acknowledgement time is kept: retention goes by queue time.
-        self.write(mesh_id, |db| drain::ack(db, mesh_id, ids))
+        self.write_inbox(mesh_id, |db| drain::ack(db, mesh_id, ids))
     }
 
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
-        self.write(mesh_id, |db| admin::retract_dispatch_blocked(db, mesh_id, task_id))
+        self.write_inbox(mesh_id, |db| admin::retract_dispatch_blocked(db, mesh_id, task_id))
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
@@ -92,7 +106,7 @@ impl agentmesh_store::InboxStore for PgStore {
         identity: &CoordinatorIdentity,
         now: Timestamp,
     ) -> StoreResult<()> {
-        self.write(mesh_id, |db| presence::touch_coordinator(db, mesh_id, identity, now))
+        self.write_inbox(mesh_id, |db| presence::touch_coordinator(db, mesh_id, identity, now))
     }
 
     fn end_coordinator(
@@ -101,7 +115,7 @@ impl agentmesh_store::InboxStore for PgStore {
         identity: &CoordinatorIdentity,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        self.write(mesh_id, |db| presence::end_coordinator(db, mesh_id, identity, now))
+        self.write_inbox(mesh_id, |db| presence::end_coordinator(db, mesh_id, identity, now))
     }
 
     fn prune_pending_events(
@@ -114,7 +128,7 @@ impl agentmesh_store::InboxStore for PgStore {
     }
 
     fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool> {
-        self.write(mesh_id, |db| held::requeue_held(db, mesh_id, held_entry_id, now))
+        self.write_inbox(mesh_id, |db| held::requeue_held(db, mesh_id, held_entry_id, now))
     }
 
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>> {

@@ -42,7 +42,7 @@ const EXEMPT_COUNT: &str = "SELECT COUNT(*) FROM mesh_inbox_queue
 
 /// The sweep over every mesh; see [`agentmesh_store::InboxStore::prune_pending_events`].
 ///
-/// Each mesh is swept in transactions holding its lock: the first deletes its
+/// Each mesh is swept in transactions holding its inbox lock: the first deletes its
 /// drained events, each one expires at most [`PRUNE_CHUNK`] undrained events
 /// with their ledger entries. If the sweep stops halfway, every transaction that
 /// committed did so with its ledger entries.
@@ -58,12 +58,13 @@ pub(crate) fn prune(
     let never_expire: Vec<&str> = NEVER_EXPIRE_EVENTS.to_vec();
     let mut report = PruneReport::default();
     for mesh_id in &meshes {
-        report.drained_expired += store
-            .write(mesh_id, |db| db.execute(DELETE_DRAINED, &[&mesh_id, &drained_older_than.millis()]))?;
+        report.drained_expired += store.write_inbox(mesh_id, |db| {
+            db.execute(DELETE_DRAINED, &[&mesh_id, &drained_older_than.millis()])
+        })?;
         let mut cursor: ExpireCursor = (String::new(), i64::MIN, String::new());
         let mut mesh_expired = 0;
         loop {
-            let (expired, last) = store.write(mesh_id, |db| {
+            let (expired, last) = store.write_inbox(mesh_id, |db| {
                 expire_chunk(db, mesh_id, undrained_older_than, &cursor, &never_expire, now)
             })?;
             mesh_expired += expired;

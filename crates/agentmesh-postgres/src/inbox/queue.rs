@@ -10,13 +10,13 @@ use agentmesh_store::ids::mint_at;
 use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
 
 use super::walk::parse;
-use crate::columns::row_and_columns;
+use crate::columns::statement_row;
 use crate::db::Db;
 use crate::{Fail, Res};
 use agentmesh_store::route_columns::RouteColumns;
 
 /// Queues one event for a coordinator (stamped on the way in), in the caller's
-/// transaction, which holds the mesh's lock.
+/// transaction, which holds the mesh's inbox lock.
 pub(crate) fn queue(
     db: &Db<'_>,
     mesh_id: &str,
@@ -69,7 +69,12 @@ fn prepare(
     now: Timestamp,
 ) -> Res<Result<(String, PendingEvent), DuplicateReason>> {
     let ev = stamp(mesh_id, ev, hint, self_machine_id, now)?;
-    if needs_refine_check(&ev) && refine_terminal_pending(db, &ev)? {
+    if needs_refine_check(&ev) && {
+        // The check reads the queue: it runs under the inbox lock (free when
+        // the caller holds it already).
+        db.lock(mesh_id, crate::Lock::Inbox)?;
+        refine_terminal_pending(db, &ev)?
+    } {
         return Ok(Err(DuplicateReason::RefineTerminal));
     }
     Ok(Ok((mint_at(now), ev)))
@@ -118,11 +123,10 @@ const INSERT_EVENT: &str = "WITH stored AS (
      INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
      SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored";
 
-row_and_columns! {
+statement_row! {
     /// One event row with its queue entry's inputs, in [`INSERT_EVENT`]'s
-    /// parameter order: what the single insert and the grouped one
-    /// ([`EventColumns`], [`INSERT_EVENTS`]) store.
-    pub(crate) struct EventRow / EventColumns {
+    /// parameter order.
+    pub(crate) struct EventRow {
         id: String,
         target: Option<String>,
         event: String,
@@ -181,41 +185,6 @@ impl EventRow {
         }
     }
 }
-
-impl EventColumns {
-    /// Queues the rows of `mesh_id` as one write of the operation (see
-    /// [`Db::defer`]): each stored with its queue entry as [`INSERT_EVENT`]
-    /// stores one, in push order, a duplicate fingerprint or id dropped.
-    pub(crate) fn defer(self, db: &Db<'_>, mesh_id: &str) {
-        if self.len() == 0 {
-            return;
-        }
-        db.defer(INSERT_EVENTS, self.arrays(mesh_id), None);
-    }
-}
-
-/// [`INSERT_EVENT`] for many rows of mesh `$1`, one array per column from `$2`
-/// on: stored in array order (so their `row_id`s rise in it), and queued in
-/// that order.
-const INSERT_EVENTS: &str = "WITH stored AS (
-         INSERT INTO mesh_pending_events
-             (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-              protocol_version, event_id, scope, dispatched_by, intended_for,
-              route_class, to_machine, to_key, to_fallback, to_session, lane)
-         SELECT v.id, $1, v.target, v.event, v.payload, v.fingerprint, v.queued_at,
-                v.protocol_version, v.event_id, v.scope, v.dispatched_by, v.intended_for,
-                v.route_class, v.to_machine, v.to_key, v.to_fallback, v.to_session, v.lane
-           FROM unnest((SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]), (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::bigint[]),
-                       (SELECT $8::text[]), (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::text[]), (SELECT $12::text[]), (SELECT $13::bigint[]),
-                       (SELECT $14::text[]), (SELECT $15::text[]), (SELECT $16::bigint[]), (SELECT $17::text[]), (SELECT $18::text[]))
-                WITH ORDINALITY AS v(id, target, event, payload, fingerprint, queued_at,
-                       protocol_version, event_id, scope, dispatched_by, intended_for, route_class,
-                       to_machine, to_key, to_fallback, to_session, lane, ord)
-          ORDER BY v.ord
-         ON CONFLICT DO NOTHING
-         RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id)
-     INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
-     SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored ORDER BY row_id";
 
 /// Puts the stored event row `row_id` of the mesh (back) on the queue; `false`
 /// when it was queued already or there is no such row.

@@ -1,25 +1,43 @@
 //! Claims: the claim streams (partial-index walks in claim order) and the
 //! survey that precedes them, for the core's claim walk
 //! ([`agentmesh_core::claim::walk`]).
+//!
+//! What makes a claim safe beside other writes of its mesh:
+//!
+//! - The claim's transaction holds the advisory locks of the claimant's session
+//!   and node (see `locks`): the gates (the session holds nothing, the node is
+//!   not busy, the per-(node, provider) cap) count assigned rows, and only a
+//!   claim adds one, so what the survey counted stays true until the commit.
+//! - The task it takes is locked `FOR NO KEY UPDATE SKIP LOCKED` and read again
+//!   as it is locked: a row another claim holds is stepped over, never waited
+//!   for, and a row that changed since the walk read it is not taken.
+//! - The ledger pages in the order of the writing transactions' ids (see
+//!   `ledger`), so a claim acts only on what committed before its transaction
+//!   took an id: the gates are counted by a statement that runs before its
+//!   first write, and a task whose current row was written by a younger
+//!   transaction is stepped over. A claim that follows a completion in the same
+//!   transaction (`complete_and_claim`) took its id with the completion; it
+//!   counts its gates before the completion and takes the completed task out
+//!   of them ([`Gates::without`]).
 
 use std::sync::LazyLock;
 
 use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
-use agentmesh_core::{ClaimRefusal, Claimant, NodeLoad, Timestamp, daemon_id};
+use agentmesh_core::{ClaimRefusal, Claimant, NodeLoad, Task, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::task_writes::persist;
-use agentmesh_store::{ClaimOptions, ClaimOutcome};
+use agentmesh_store::task_writes::{self, persist};
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError};
 use postgres::Row;
 use postgres::types::ToSql;
 
 use super::rows::{Loaded, corrupt, decode};
 use crate::db::Db;
-use crate::{Fail, Res};
+use crate::{Fail, Lock, Res};
 
 /// How many candidates the first fetch of a stream reads: the first candidate
 /// usually wins, and each row read carries its payload.
-pub(super) const FIRST_PAGE: usize = 4;
+const FIRST_PAGE: usize = 4;
 
 /// How many candidates each later fetch of a stream reads.
 const PAGE: usize = 64;
@@ -49,14 +67,14 @@ fn stream_sql(tier: Tier, readonly_only: bool) -> String {
 
 /// The columns a stream reads of a candidate, in the order [`candidate`] and
 /// [`scan`] read them.
-pub(super) const CANDIDATE_COLUMNS: &str = "id, required_tags, not_before_ms, task_mode, readonly, target_node_id, \
+const CANDIDATE_COLUMNS: &str = "id, required_tags, not_before_ms, task_mode, readonly, target_node_id, \
      target_session_id, row_id, payload, deps_unmet, priority_rank, created_at";
 
 /// The pin condition of the open stream (neither a session nor a node).
-pub(super) const OPEN_PIN: &str = "target_session_id IS NULL AND target_node_id IS NULL";
+const OPEN_PIN: &str = "target_session_id IS NULL AND target_node_id IS NULL";
 
 /// Claim order: priority, then age, then insertion.
-pub(super) const CLAIM_ORDER: &str = "priority_rank DESC, created_at ASC, row_id ASC";
+const CLAIM_ORDER: &str = "priority_rank DESC, created_at ASC, row_id ASC";
 
 /// Every stream's SQL, by [`stream_index`].
 static STREAMS: LazyLock<[String; 6]> = LazyLock::new(|| {
@@ -80,7 +98,7 @@ fn stream_index(tier: Tier, readonly_only: bool) -> usize {
 }
 
 /// The candidate in `row`, whose stream columns start at `base`.
-pub(super) fn candidate(row: &Row, base: usize) -> Res<Candidate> {
+fn candidate(row: &Row, base: usize) -> Res<Candidate> {
     Candidate::from_columns(
         row.get(base),
         row.get(base + 1),
@@ -93,59 +111,84 @@ pub(super) fn candidate(row: &Row, base: usize) -> Res<Candidate> {
     .map_err(|bad| corrupt(&bad.id, bad.error))
 }
 
-/// Shows `candidate` (from its stream row, whose stream columns start at
-/// `base`) to a walk's `visit`: `Some` with the scan's answer when the walk took
-/// it or stopped, `None` to go on to the next.
-pub(super) fn show(
+/// Whether the row a statement locked was written by a transaction younger
+/// than the locking one (see the module): such a row is not taken. `age()`
+/// counts back from the next transaction id, so a younger one is less old; a
+/// frozen row is as old as can be.
+const YOUNGER: &str = "age(xmin) < age(pg_current_xact_id()::xid)";
+
+/// Locks a candidate the walk took, by its `row_id` (`$2`) in mesh `$1`, if it
+/// is still pending at hold `$3` and nobody holds it: its payload and
+/// readiness count as locked, and whether a younger transaction wrote it.
+static LOCK_CANDIDATE: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT payload, deps_unmet, {YOUNGER} FROM mesh_queue
+          WHERE mesh_id = $1 AND row_id = $2 AND status = 'pending' AND hold = $3
+          FOR NO KEY UPDATE SKIP LOCKED"
+    )
+});
+
+/// The task of `candidate` from its stream row (whose stream columns start at
+/// `base`), when this transaction may take it: locked already by the survey
+/// (`locked`: whether a younger transaction wrote it), or locked now. `None`
+/// when another claim holds it, it changed since the walk read it, or a younger
+/// transaction wrote it. Only a taken candidate's payload is decoded.
+fn take(
+    db: &Db<'_>,
+    mesh_id: &str,
+    hold: i64,
     candidate: &Candidate,
     row: &Row,
     base: usize,
-    visit: &mut dyn FnMut(&Candidate) -> Visit,
-) -> Option<Res<Option<Loaded>>> {
-    match visit(candidate) {
-        Visit::Take => Some(taken(candidate, row, base).map(Some)),
-        Visit::Stop => Some(Ok(None)),
-        Visit::Next => None,
-    }
+    locked: Option<bool>,
+) -> Res<Option<Loaded>> {
+    let payload: &str = row.get(base + 8);
+    let row_id: i64 = row.get(base + 7);
+    let deps_unmet = match locked {
+        Some(true) => return Ok(None),
+        Some(false) => row.get(base + 9),
+        None => {
+            let Some(now) = db.query_opt(&LOCK_CANDIDATE, &[&mesh_id, &row_id, &hold])? else {
+                return Ok(None);
+            };
+            if now.get::<_, bool>(2) || now.get::<_, &str>(0) != payload {
+                return Ok(None);
+            }
+            now.get(1)
+        }
+    };
+    Ok(Some(Loaded { task: decode(&candidate.id, payload)?, deps_unmet, row_id, dependents: None }))
 }
 
-/// The task of `candidate`, taken by a walk, from its stream row (whose stream
-/// columns start at `base`): only the taken candidate's payload is decoded.
-pub(super) fn taken(candidate: &Candidate, row: &Row, base: usize) -> Res<Loaded> {
-    Ok(Loaded {
-        task: decode(&candidate.id, row.get(base + 8))?,
-        deps_unmet: row.get(base + 9),
-        row_id: row.get(base + 7),
-        dependents: None,
-    })
-}
-
-/// A page of a stream read ahead, by the survey: its rows, whose stream
-/// columns start at `base`.
-struct Page {
-    rows: Vec<Row>,
+/// The survey's head of the open stream: its one row, whose stream columns
+/// start at `base`, locked by the survey, and whether a younger transaction
+/// wrote it.
+struct Head {
+    row: Row,
     base: usize,
+    younger: bool,
 }
 
 /// The claim streams of one claim, in the caller's transaction, with the
-/// survey's read-ahead of the open stream.
+/// survey's locked head of the open stream.
 struct Streams<'a, 'c> {
     db: &'a Db<'c>,
     mesh_id: &'a str,
     claimant: &'a Claimant,
     /// The claimant's node in every id form.
     forms: &'a [String],
-    /// The open stream's first page at hold 0, when the survey read it.
-    open_page: Option<Page>,
+    /// The open stream's first ready row, when the survey locked it.
+    head: Option<Head>,
 }
 
 impl walk::Streams for Streams<'_, '_> {
     type Taken = Loaded;
     type Error = Fail;
 
-    /// Reads the stream a page at a time ([`FIRST_PAGE`], then [`PAGE`]), the
-    /// open stream's first page from the survey when it read it; only the taken
-    /// candidate's payload is decoded, from the row the walk already read.
+    /// Reads the stream a page at a time ([`FIRST_PAGE`], then [`PAGE`]),
+    /// after the survey's head when this is its stream; a candidate the walk
+    /// takes is locked (see [`take`]), and when it cannot be, the walk goes on
+    /// with the next one.
     fn scan(
         &mut self,
         Stream { tier, hold, readonly_only }: Stream,
@@ -153,37 +196,54 @@ impl walk::Streams for Streams<'_, '_> {
         visit: &mut dyn FnMut(&Candidate) -> Visit,
     ) -> Res<Option<Loaded>> {
         let sql = &STREAMS[stream_index(tier, readonly_only)];
-        let mut first =
-            if tier == Tier::Open && hold == 0 && !readonly_only { self.open_page.take() } else { None };
         // The key before every row: ranks are small, so every row comes after i64::MAX.
         let mut after: (i64, String, i64) = (i64::MAX, String::new(), 0);
         let mut seen = 0;
+        if tier == Tier::Open
+            && hold == 0
+            && !readonly_only
+            && let Some(Head { row, base, younger }) = self.head.take()
+        {
+            seen += 1;
+            let candidate = candidate(&row, base)?;
+            match visit(&candidate) {
+                Visit::Take => {
+                    let taken = take(self.db, self.mesh_id, hold, &candidate, &row, base, Some(younger))?;
+                    if taken.is_some() {
+                        return Ok(taken);
+                    }
+                }
+                Visit::Stop => return Ok(None),
+                Visit::Next => {}
+            }
+            after = (row.get(base + 10), row.get(base + 11), row.get(base + 7));
+        }
         while seen < limit {
             let want = if seen == 0 { FIRST_PAGE } else { PAGE }.min(limit - seen);
-            let Page { rows, base } = match first.take() {
-                Some(page) => page,
-                None => {
-                    let page = i64::try_from(want).unwrap_or(i64::MAX);
-                    let mut params: Vec<&(dyn ToSql + Sync)> =
-                        vec![&self.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
-                    match tier {
-                        Tier::Session => params.push(&self.claimant.session_id),
-                        Tier::Node => params.push(&self.forms),
-                        Tier::Open => {}
-                    }
-                    Page { rows: self.db.query(sql, &params)?, base: 0 }
-                }
-            };
+            let page = i64::try_from(want).unwrap_or(i64::MAX);
+            let mut params: Vec<&(dyn ToSql + Sync)> =
+                vec![&self.mesh_id, &hold, &after.0, &after.1, &after.2, &page];
+            match tier {
+                Tier::Session => params.push(&self.claimant.session_id),
+                Tier::Node => params.push(&self.forms),
+                Tier::Open => {}
+            }
+            let rows = self.db.query(sql, &params)?;
             for row in &rows {
                 seen += 1;
-                if let Some(answer) = show(&candidate(row, base)?, row, base, visit) {
-                    return answer;
+                let candidate = candidate(row, 0)?;
+                match visit(&candidate) {
+                    Visit::Take => {
+                        if let Some(taken) = take(self.db, self.mesh_id, hold, &candidate, row, 0, None)? {
+                            return Ok(Some(taken));
+                        }
+                    }
+                    Visit::Stop => return Ok(None),
+                    Visit::Next => {}
                 }
             }
             match rows.last() {
-                Some(last) if rows.len() == want => {
-                    after = (last.get(base + 10), last.get(base + 11), last.get(base + 7))
-                }
+                Some(last) if rows.len() == want => after = (last.get(10), last.get(11), last.get(7)),
                 _ => break,
             }
         }
@@ -191,21 +251,56 @@ impl walk::Streams for Streams<'_, '_> {
     }
 }
 
-/// `$1` mesh, `$2` session, `$3` the node's id forms. One
-/// row of the four facts, joined with the first page of the open stream at
-/// hold 0 when that is the stream the claim walks first (nothing is assigned to
-/// the session or its node, and nothing is pinned to either): the common claim
-/// reads everything it needs in this one statement. The page size is written
-/// out ([`FIRST_PAGE`]): with it a parameter, the server would plan the
-/// statement anew for every claim, which costs more than running it.
+/// A claim's gates as counts of assigned rows: of the claimant's session, of
+/// its node (every id form), and of its node with its provider.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Gates {
+    session: i64,
+    node: i64,
+    provider: i64,
+}
+
+impl Gates {
+    /// The gates of the assigned rows `rows` of [`ASSIGNED`], leaving out the
+    /// task `completed` (which the caller's transaction has just ended).
+    fn without(rows: &[Row], completed: &str) -> Gates {
+        let mut gates = Gates::default();
+        for row in rows.iter().filter(|r| r.get::<_, &str>(0) != completed) {
+            gates.session += i64::from(row.get::<_, bool>(1));
+            gates.node += i64::from(row.get::<_, bool>(2));
+            gates.provider += i64::from(row.get::<_, bool>(3));
+        }
+        gates
+    }
+}
+
+/// `$1` mesh, `$2` session, `$3` the node's id forms, `$4` the provider (or
+/// NULL): the assigned rows of the session or the node, each with whether it
+/// is the session's, the node's, and the node's of the provider.
+const ASSIGNED: &str = "SELECT id, assigned_session_id = $2, COALESCE(assigned_node_id = ANY($3), FALSE),
+        COALESCE(assigned_node_id = ANY($3) AND assigned_provider_type = $4, FALSE)
+   FROM mesh_queue
+  WHERE mesh_id = $1 AND status = 'assigned' AND (assigned_session_id = $2 OR assigned_node_id = ANY($3))";
+
+/// `$1` mesh, `$2` session, `$3` the node's id forms, `$4` the provider (or
+/// NULL), `$5` its cap (or NULL). One row: the gates' counts and whether each
+/// pinned stream holds a ready task, joined with the open stream's first ready
+/// row, locked `FOR NO KEY UPDATE SKIP LOCKED`, when that is the stream the
+/// claim walks first (no gate is shut and nothing is pinned to the session or
+/// node): the common claim reads and locks what it takes in this one
+/// statement, before its transaction has an id.
 static SURVEY: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "SELECT s.session_assigned, s.node_busy, s.session_pinned, s.node_pinned, c.*
+        "SELECT s.session_assigned, s.node_assigned, s.provider_assigned, s.session_pinned, s.node_pinned,
+        c.younger, c.*
   FROM (SELECT
-       EXISTS (SELECT 1 FROM mesh_queue
-                WHERE mesh_id = $1 AND status = 'assigned' AND assigned_session_id = $2) AS session_assigned,
-       EXISTS (SELECT 1 FROM mesh_queue
-                WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = ANY($3)) AS node_busy,
+       (SELECT COUNT(*) FROM mesh_queue
+         WHERE mesh_id = $1 AND status = 'assigned' AND assigned_session_id = $2) AS session_assigned,
+       (SELECT COUNT(*) FROM mesh_queue
+         WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = ANY($3)) AS node_assigned,
+       (SELECT COUNT(*) FROM mesh_queue
+         WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = ANY($3)
+           AND assigned_provider_type = $4) AS provider_assigned,
        EXISTS (SELECT 1 FROM mesh_queue
                 WHERE mesh_id = $1 AND status = 'pending' AND hold = 0 AND target_session_id = $2)
            AS session_pinned,
@@ -214,86 +309,126 @@ static SURVEY: LazyLock<String> = LazyLock::new(|| {
                   AND target_session_id IS NULL AND target_node_id IS NOT NULL
                   AND target_node_id = ANY($3)) AS node_pinned) s
   LEFT JOIN LATERAL (
-       SELECT {CANDIDATE_COLUMNS} FROM mesh_queue
-        WHERE NOT (s.session_assigned OR s.node_busy OR s.session_pinned OR s.node_pinned)
+       SELECT {YOUNGER} AS younger, {CANDIDATE_COLUMNS} FROM mesh_queue
+        WHERE s.session_assigned = 0 AND s.node_assigned = 0 AND NOT s.session_pinned AND NOT s.node_pinned
+          AND NOT COALESCE(s.provider_assigned >= $5::BIGINT, FALSE)
           AND mesh_id = $1 AND status = 'pending' AND hold = 0 AND {OPEN_PIN}
-        ORDER BY {CLAIM_ORDER} LIMIT {FIRST_PAGE}) c ON TRUE"
+        ORDER BY {CLAIM_ORDER} LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED) c ON TRUE"
     )
 });
 
 /// Where the open stream's columns start in a [`SURVEY`] row.
-const SURVEY_OPEN_BASE: usize = 4;
+const SURVEY_OPEN_BASE: usize = 7;
+
+/// What the survey saw: the gates' counts, the pinned streams, the locked head.
+struct Surveyed {
+    gates: Gates,
+    session_pinned: bool,
+    node_pinned: bool,
+    head: Option<Head>,
+}
 
 fn survey(
     db: &Db<'_>,
     mesh_id: &str,
     claimant: &Claimant,
     forms: &[String],
-) -> Res<(walk::Survey, Option<Page>)> {
-    let mut rows = db.query(&SURVEY, &[&mesh_id, &claimant.session_id, &forms])?;
-    let Some(first) = rows.first() else {
+    cap: Option<(&str, u32)>,
+) -> Res<Surveyed> {
+    let provider = cap.map(|(p, _)| p);
+    let max = cap.map(|(_, m)| i64::from(m));
+    let mut rows = db.query(&SURVEY, &[&mesh_id, &claimant.session_id, &forms, &provider, &max])?;
+    let Some(row) = rows.pop() else {
         return Err(crate::db::corrupt("the claim survey", "returned no row"));
     };
-    let survey = walk::Survey {
-        session_assigned: first.get(0),
-        node_busy: first.get(1),
-        session_pinned: first.get(2),
-        node_pinned: first.get(3),
-    };
-    let open_read =
-        !(survey.session_assigned || survey.node_busy || survey.session_pinned || survey.node_pinned);
+    let gates = Gates { session: row.get(0), node: row.get(1), provider: row.get(2) };
     // No candidate joins as one row of NULLs.
-    rows.retain(|row| row.get::<_, Option<&str>>(SURVEY_OPEN_BASE).is_some());
-    Ok((survey, open_read.then_some(Page { rows, base: SURVEY_OPEN_BASE })))
+    let younger: Option<bool> = row.get(5);
+    let (session_pinned, node_pinned) = (row.get(3), row.get(4));
+    let head = younger.map(|younger| Head { row, base: SURVEY_OPEN_BASE, younger });
+    Ok(Surveyed { gates, session_pinned, node_pinned, head })
 }
 
 /// The claimant's provider and its parallel cap, when a cap applies to it: it
 /// names both and has a node.
-pub(super) fn parallel_cap<'a>(claimant: &'a Claimant, forms: &[String]) -> Option<(&'a str, u32)> {
+fn parallel_cap<'a>(claimant: &'a Claimant, forms: &[String]) -> Option<(&'a str, u32)> {
     let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty())?;
     let max = claimant.provider_max_parallel?;
     (!forms.is_empty()).then_some((provider, max))
 }
 
-/// Whether the provider's parallel cap is reached on the claimant's node. All id
-/// forms of the node count as one node.
-fn cap_reached(db: &Db<'_>, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<bool> {
-    let Some((provider, max)) = parallel_cap(claimant, forms) else { return Ok(false) };
-    let row = db.query_one(
-        "SELECT COUNT(*) FROM mesh_queue
-          WHERE mesh_id = $1 AND status = 'assigned'
-            AND assigned_node_id = ANY($2) AND assigned_provider_type = $3",
-        &[&mesh_id, &forms, &provider],
-    )?;
-    Ok(row.get::<_, i64>(0) >= i64::from(max))
+/// The locks a claim of `claimant` holds: its session's and its node's.
+pub(crate) fn claim_locks(claimant: &Claimant) -> [Lock<'_>; 2] {
+    [Lock::Session(&claimant.session_id), Lock::Node(&claimant.node_id)]
 }
 
 /// Claims the next task for `claimant` in the caller's transaction, which holds
-/// the mesh's lock: the survey (which reads the open stream's first page too),
-/// the node's load, then the core's walk over the streams; the winner's claim
-/// is decided by the core and persisted, or the walk's refusal returned.
+/// [`claim_locks`]: the survey (which locks the open stream's first ready row
+/// too), then the core's walk over the streams; the winner's claim is decided
+/// by the core and persisted, or the walk's refusal returned. `gates`, when
+/// given, were counted before the transaction took an id, and stand for the
+/// survey's.
 pub(crate) fn claim(
     db: &Db<'_>,
     mesh_id: &str,
     claimant: &Claimant,
     opts: &ClaimOptions,
     now: Timestamp,
+    gates: Option<Gates>,
 ) -> Res<ClaimOutcome> {
     decide::check_claimant(claimant)?;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
-    let (survey, open_page) = survey(db, mesh_id, claimant, &forms)?;
-    if survey.session_assigned {
+    let cap = parallel_cap(claimant, &forms);
+    let surveyed = survey(db, mesh_id, claimant, &forms, cap)?;
+    let gates = gates.unwrap_or(surveyed.gates);
+    if gates.session > 0 {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
     }
-    let load =
-        NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(db, mesh_id, claimant, &forms)? };
-    let mut streams = Streams { db, mesh_id, claimant, forms: &forms, open_page };
+    let load = NodeLoad {
+        node_busy: gates.node > 0,
+        cap_reached: cap.is_some_and(|(_, max)| gates.provider >= i64::from(max)),
+    };
+    let survey = walk::Survey {
+        session_assigned: false,
+        node_busy: load.node_busy,
+        session_pinned: surveyed.session_pinned,
+        node_pinned: surveyed.node_pinned,
+    };
+    let mut streams = Streams { db, mesh_id, claimant, forms: &forms, head: surveyed.head };
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(before) => {
             let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
             Ok(ClaimOutcome::Claimed(persist(db, &before, decision, now)?))
         }
         Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),
+    }
+}
+
+/// A completion and, unless it was refused, the claim that follows it, in the
+/// caller's transaction, which holds [`claim_locks`]. The claim's gates are
+/// counted first, before the completion gives the transaction an id (see the
+/// module), without the completed task. The outer `Res` fails the
+/// transaction; the inner `Err` is the completion's recorded refusal, which
+/// must still be committed.
+pub(crate) fn complete_then_claim(
+    db: &Db<'_>,
+    mesh_id: &str,
+    report: &CompletionReport,
+    claimant: &Claimant,
+    opts: &ClaimOptions,
+    now: Timestamp,
+) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
+    decide::check_claimant(claimant)?;
+    let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
+    let provider = parallel_cap(claimant, &forms).map(|(p, _)| p);
+    let assigned = db.query(ASSIGNED, &[&mesh_id, &claimant.session_id, &forms, &provider])?;
+    match task_writes::complete(db, mesh_id, report, now)? {
+        Ok(task) => {
+            let gates = Gates::without(&assigned, &task.id);
+            let claimed = claim(db, mesh_id, claimant, opts, now, Some(gates))?;
+            Ok(Ok((task, claimed)))
+        }
+        Err(refused) => Ok(Err(refused)),
     }
 }
 
@@ -318,9 +453,9 @@ mod tests {
                 assert!(sql.contains(pin), "{sql}");
             }
         }
-        assert!(SURVEY.matches("mesh_id = $1").count() == 5, "{}", *SURVEY);
-        // The page size is written out, not a parameter (see SURVEY).
-        assert!(SURVEY.contains(&format!("LIMIT {FIRST_PAGE})")), "{}", *SURVEY);
+        assert!(SURVEY.matches("mesh_id = $1").count() == 6, "{}", *SURVEY);
+        // The head is one row, locked, stepping over rows other claims hold.
+        assert!(SURVEY.contains("LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED)"), "{}", *SURVEY);
     }
 
     /// The open stream reads its first page straight from its index, in claim

@@ -13,8 +13,9 @@
 //! (`agentmesh_core::effects::task`); the writes that load a task, ask the core
 //! and persist its decision are shared with the other store
 //! (`agentmesh_store::task_writes`), over this store's rows (`persist`), and so is
-//! the claim walk (`agentmesh_core::claim::walk`). Every write that decides on
-//! what it read runs in `PgStore::write`, under its mesh's lock.
+//! the claim walk (`agentmesh_core::claim::walk`). Each write locks the rows it
+//! changes; a claim holds its session's and node's locks as well, an enqueue
+//! the mesh's dependency graph (see `locks` and `claim`).
 //!
 //! - `rows`: projection, load and save, edges and readiness.
 //! - `enqueue`: enqueue and the raw queue operations (replace, insert, update).
@@ -31,12 +32,10 @@ use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreError, StoreResult,
 };
 
-use crate::db::Db;
-use crate::{Fail, PgStore, Res};
+use crate::{Fail, Lock, PgStore};
 
 mod claim;
 mod enqueue;
-mod group;
 mod persist;
 mod reads;
 mod rows;
@@ -45,37 +44,27 @@ use agentmesh_store::task_writes;
 pub(crate) use agentmesh_store::task_writes::{
     cancel, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
 };
-pub(crate) use claim::claim;
+use claim::{claim, claim_locks, complete_then_claim};
 pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
-pub use group::GroupStats;
-pub(crate) use group::Groups;
-use group::Request;
 pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
     node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
 };
 
-/// A completion and, unless it was refused, the claim that follows it, in the
-/// caller's transaction. The outer `Res` fails the transaction; the inner `Err`
-/// is the completion's recorded refusal, which must still be committed.
-fn complete_then_claim(
-    db: &Db<'_>,
-    mesh_id: &str,
-    report: &CompletionReport,
-    claimant: &Claimant,
-    opts: &ClaimOptions,
-    now: Timestamp,
-) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
-    task_writes::complete_then_claim(db, mesh_id, report, now, || claim(db, mesh_id, claimant, opts, now))
+/// The dependency graph's lock for an enqueue of `tasks`: exclusive when one
+/// of them adds edges, shared otherwise (see `locks`).
+fn graph_lock(tasks: &[NewTask]) -> Lock<'static> {
+    Lock::Graph { exclusive: tasks.iter().any(|t| !t.depends_on.is_empty()) }
 }
 
 impl agentmesh_store::QueueStore for PgStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
-        self.write(mesh_id, |db| enqueue(db, mesh_id, new, &mint_at(now), now))
+        let graph = graph_lock(std::slice::from_ref(new));
+        self.write_with(mesh_id, &[graph], |db| enqueue(db, mesh_id, new, &mint_at(now), now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
-        self.write(mesh_id, |db| {
+        self.write_with(mesh_id, &[graph_lock(new)], |db| {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
@@ -121,12 +110,11 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<ClaimOutcome> {
-        let request = Request::Claim { claimant: claimant.clone(), opts: opts.clone(), now };
-        self.grouped(mesh_id, request)?.into_claim()
+        self.write_with(mesh_id, &claim_locks(claimant), |db| claim(db, mesh_id, claimant, opts, now, None))
     }
 
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
-        self.grouped(mesh_id, Request::Complete { report: report.clone(), now })?.into_completed()
+        self.write_with(mesh_id, &[], |db| task_writes::complete(db, mesh_id, report, now))?
     }
 
     fn complete_and_claim(
@@ -137,13 +125,9 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)> {
-        let request = Request::CompleteAndClaim {
-            report: report.clone(),
-            claimant: claimant.clone(),
-            opts: opts.clone(),
-            now,
-        };
-        self.grouped(mesh_id, request)?.into_completed_and_claimed()
+        self.write_with(mesh_id, &claim_locks(claimant), |db| {
+            complete_then_claim(db, mesh_id, report, claimant, opts, now)
+        })?
     }
 
     fn heartbeat(
@@ -155,7 +139,7 @@ impl agentmesh_store::QueueStore for PgStore {
         lease_ms: i64,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write(mesh_id, |db| heartbeat(db, mesh_id, task_id, session_id, epoch, lease_ms, now))?
+        self.write_with(mesh_id, &[], |db| heartbeat(db, mesh_id, task_id, session_id, epoch, lease_ms, now))?
     }
 
     fn cancel_task(
@@ -165,7 +149,7 @@ impl agentmesh_store::QueueStore for PgStore {
         reason: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write(mesh_id, |db| cancel(db, mesh_id, task_id, reason, now))
+        self.write_with(mesh_id, &[], |db| cancel(db, mesh_id, task_id, reason, now))
     }
 
     fn set_task_priority(
@@ -176,7 +160,7 @@ impl agentmesh_store::QueueStore for PgStore {
         reason: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write(mesh_id, |db| set_priority(db, mesh_id, task_id, priority, reason, now))
+        self.write_with(mesh_id, &[], |db| set_priority(db, mesh_id, task_id, priority, reason, now))
     }
 
     fn requeue_task(
@@ -186,7 +170,7 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &RequeueOptions,
         now: Timestamp,
     ) -> StoreResult<Requeued> {
-        self.write(mesh_id, |db| requeue(db, mesh_id, task_id, opts, now))
+        self.write_with(mesh_id, &[], |db| requeue(db, mesh_id, task_id, opts, now))
     }
 
     fn submit_workers(&self) -> Option<agentmesh_store::submit::Workers> {
@@ -203,6 +187,6 @@ impl agentmesh_store::QueueStore for PgStore {
         task_id: &str,
         now: Timestamp,
     ) -> StoreResult<Option<Task>> {
-        self.write(mesh_id, |db| reclaim_if_lease_expired(db, mesh_id, task_id, now))
+        self.write_with(mesh_id, &[], |db| reclaim_if_lease_expired(db, mesh_id, task_id, now))
     }
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 
-use crate::columns::row_and_columns;
+use crate::columns::statement_row;
 use crate::db::{Db, Owned};
 use crate::{Fail, Res};
 
@@ -45,35 +45,43 @@ impl Loaded {
     }
 }
 
-/// Loads a task for a change, with the ids of its dependents, in one statement.
+/// Loads a task for a change, locking its row until the transaction ends,
+/// with the ids of its dependents. Both go out in one round trip; the
+/// dependents are read by a statement of their own that starts once the lock
+/// is held, so an enqueue that added a dependent while this waited for the
+/// row is seen (its `FOR KEY SHARE` on this row is what this waited for).
 pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
-    let row = db.query_opt(
-        "SELECT q.payload, q.deps_unmet, q.row_id,
-                ARRAY(SELECT d.task_id FROM mesh_task_deps d
-                       WHERE d.mesh_id = $1 AND d.depends_on_id = $2 ORDER BY d.task_id)
-           FROM mesh_queue q WHERE q.mesh_id = $1 AND q.id = $2",
-        &[&mesh_id, &task_id],
+    let (mut rows, dependents) = db.query_pair(
+        (
+            "SELECT payload, deps_unmet, row_id FROM mesh_queue WHERE mesh_id = $1 AND id = $2 FOR UPDATE",
+            &[&mesh_id, &task_id],
+        ),
+        (DEPENDENTS, &[&mesh_id, &task_id]),
     )?;
-    match row {
+    match rows.pop() {
         Some(row) => Ok(Some(Loaded {
             task: decode(task_id, row.get(0))?,
             deps_unmet: row.get(1),
             row_id: row.get(2),
-            dependents: Some(row.get(3)),
+            dependents: Some(dependents.iter().map(|r| r.get(0)).collect()),
         })),
         None => Ok(None),
     }
 }
 
+/// The ids of the tasks that depend on `$2`, in id order (the order a change
+/// visits and locks them).
+const DEPENDENTS: &str =
+    "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2 ORDER BY task_id";
+
 pub(super) fn load_required(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Loaded> {
     load(db, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
 }
 
-row_and_columns! {
+statement_row! {
     /// A task row's columns after its mesh, `$2` id through `$24` mission_id,
-    /// as the insert and the updates take them, one row ([`TaskRow::values`])
-    /// or many ([`TaskColumns`]).
-    pub(super) struct TaskRow / TaskColumns {
+    /// as the insert and the update take them ([`TaskRow::values`]).
+    pub(super) struct TaskRow {
         id: String,
         status: &'static str,
         target_node_id: Option<String>,
@@ -184,63 +192,6 @@ pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64)
     );
 }
 
-/// Task rows of one mesh gathered column by column, to be rewritten in one
-/// statement ([`RowColumns::defer`]), each by its `row_id` as [`update_row`]
-/// rewrites one.
-#[derive(Default)]
-pub(super) struct RowColumns {
-    rows: TaskColumns,
-    row_id: Vec<i64>,
-}
-
-impl RowColumns {
-    /// Adds the row `row_id` as `task` with its readiness count. A row is
-    /// added at most once: the caller keeps the latest version of each.
-    pub(super) fn push(&mut self, task: &Task, deps_unmet: i64, row_id: i64) {
-        self.rows.push(TaskRow::of(task, deps_unmet));
-        self.row_id.push(row_id);
-    }
-
-    /// Queues the rewrite of every row of `mesh_id` as one write of the
-    /// operation (see [`Db::defer`]). A row missing from the mesh fails the
-    /// statement, and so the transaction, on the server ([`UPDATE_MANY`]): the
-    /// write needs no check of its count, and may go out with the COMMIT.
-    pub(super) fn defer(self, db: &Db<'_>, mesh_id: &str) {
-        let rows = self.rows.len();
-        if rows == 0 {
-            return;
-        }
-        let mut params = self.rows.arrays(mesh_id);
-        params.push(Arc::new(self.row_id));
-        params.push(Arc::new(i64::try_from(rows).unwrap_or(i64::MAX)));
-        db.defer(UPDATE_MANY, params, None);
-    }
-}
-
-/// [`UPDATE_AT`] for many rows of mesh `$1`, one array per column from `$2`
-/// (id) to `$25` (row_id). Unless it rewrote `$26` rows it fails (a division
-/// by zero), which aborts the transaction.
-const UPDATE_MANY: &str = "WITH updated AS (UPDATE mesh_queue AS q SET
-         status = v.status, target_node_id = v.target_node_id, target_session_id = v.target_session_id,
-         assigned_node_id = v.assigned_node_id, assigned_session_id = v.assigned_session_id,
-         created_at = v.created_at, updated_at = v.updated_at, payload = v.payload,
-         priority_rank = v.priority_rank, deps_unmet = v.deps_unmet, blocked = v.blocked,
-         parked = v.parked, hold = v.hold, readonly = v.readonly, task_mode = v.task_mode,
-         required_tags = v.required_tags, not_before_ms = v.not_before_ms,
-         assigned_provider_type = v.assigned_provider_type, dispatch_ts = v.dispatch_ts,
-         epoch = v.epoch, lease_expires_ms = v.lease_expires_ms, mission_id = v.mission_id
-     FROM unnest((SELECT $2::text[]), (SELECT $3::text[]), (SELECT $4::text[]), (SELECT $5::text[]), (SELECT $6::text[]), (SELECT $7::text[]), (SELECT $8::text[]),
-                 (SELECT $9::text[]), (SELECT $10::text[]), (SELECT $11::bigint[]), (SELECT $12::bigint[]), (SELECT $13::bigint[]), (SELECT $14::bigint[]),
-                 (SELECT $15::bigint[]), (SELECT $16::bigint[]), (SELECT $17::text[]), (SELECT $18::text[]), (SELECT $19::bigint[]), (SELECT $20::text[]),
-                 (SELECT $21::text[]), (SELECT $22::bigint[]), (SELECT $23::bigint[]), (SELECT $24::text[]), (SELECT $25::bigint[]))
-          AS v(id, status, target_node_id, target_session_id, assigned_node_id, assigned_session_id,
-               created_at, updated_at, payload, priority_rank, deps_unmet, blocked, parked, hold,
-               readonly, task_mode, required_tags, not_before_ms, assigned_provider_type, dispatch_ts,
-               epoch, lease_expires_ms, mission_id, row_id)
-     WHERE q.mesh_id = $1 AND q.row_id = v.row_id AND q.id = v.id
-     RETURNING 1)
-     SELECT 1 / (CASE WHEN count(*) = $26::BIGINT THEN 1 ELSE 0 END) FROM updated";
-
 /// [`UPDATE_AT`] failing (a division by zero, which aborts the transaction)
 /// when it rewrote no row.
 static UPDATE_AT_OR_FAIL: LazyLock<String> = LazyLock::new(|| {
@@ -257,15 +208,27 @@ pub(super) fn write_edges(db: &Db<'_>, task: &Task) -> Res<i64> {
     add_edges(db, task)
 }
 
-/// Adds a new task's dependency edges and counts the unmet ones.
+/// Adds a new task's dependency edges and counts the unmet ones. The
+/// dependencies that exist are locked `FOR KEY SHARE` first, and counted by the
+/// next statement: a completion of one of them (which locks it `FOR UPDATE`)
+/// either committed before the count, which sees it, or waits for this
+/// transaction and then finds the new edge among the dependents it refreshes.
+/// One that does not exist yet counts as unmet; its enqueue waits for the
+/// graph lock this one holds. All three statements go out in one round trip.
 pub(super) fn add_edges(db: &Db<'_>, task: &Task) -> Res<i64> {
-    let deps: Vec<&str> = task.dependencies().iter().map(String::as_str).collect();
-    db.execute(
+    let deps: Vec<String> = task.dependencies().to_vec();
+    db.defer(
         "INSERT INTO mesh_task_deps (mesh_id, task_id, depends_on_id)
          SELECT $1, $2, dep FROM unnest($3::text[]) AS dep
          ON CONFLICT (mesh_id, task_id, depends_on_id) DO NOTHING",
-        &[&task.mesh_id, &task.id, &deps],
-    )?;
+        vec![Arc::new(task.mesh_id.clone()), Arc::new(task.id.clone()), Arc::new(deps.clone())],
+        None,
+    );
+    db.defer(
+        "SELECT 1 FROM mesh_queue WHERE mesh_id = $1 AND id = ANY($2::text[]) ORDER BY id FOR KEY SHARE",
+        vec![Arc::new(task.mesh_id.clone()), Arc::new(deps)],
+        None,
+    );
     count_unmet(db, &task.mesh_id, &task.id)
 }
 
@@ -282,24 +245,29 @@ pub(super) fn count_unmet(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<i64>
 /// Ids of the tasks that depend on `task_id`, in id order (the order a change
 /// visits them).
 pub(super) fn dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Vec<String>> {
-    let rows = db.query(
-        "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2 ORDER BY task_id",
-        &[&mesh_id, &task_id],
-    )?;
+    let rows = db.query(DEPENDENTS, &[&mesh_id, &task_id])?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }
 
-/// Sets a task's unmet count (`$3`) and recomputes its hold as [`hold_of`] does,
-/// keeping an unreadable row's hold (9).
-const REFRESH_READINESS: &str = "UPDATE mesh_queue SET deps_unmet = $3::BIGINT,
-         hold = CASE WHEN hold = 9 THEN 9 WHEN $3::BIGINT > 0 OR blocked = 1 THEN 1
+/// Recounts a task's unmet dependencies and recomputes its hold as
+/// [`hold_of`] does, keeping an unreadable row's hold (9).
+const REFRESH_READINESS: &str = "UPDATE mesh_queue SET deps_unmet = c.unmet,
+         hold = CASE WHEN hold = 9 THEN 9 WHEN c.unmet > 0 OR blocked = 1 THEN 1
                      WHEN parked = 1 THEN 2 ELSE 0 END
+     FROM (SELECT COUNT(*) AS unmet FROM mesh_task_deps d
+             LEFT JOIN mesh_queue q ON q.mesh_id = d.mesh_id AND q.id = d.depends_on_id
+            WHERE d.mesh_id = $1 AND d.task_id = $2 AND (q.status IS NULL OR q.status <> 'completed')) c
      WHERE mesh_id = $1 AND id = $2";
 
-/// Recounts the unmet dependencies of one task and its hold.
+/// Recounts the unmet dependencies of one task and its hold. The row is locked
+/// first and counted by the next statement (both in one round trip), so two
+/// completions of its dependencies count one after the other, the second
+/// seeing the first.
 pub(super) fn refresh_readiness(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<()> {
-    let unmet = count_unmet(db, mesh_id, task_id)?;
-    db.execute(REFRESH_READINESS, &[&mesh_id, &task_id, &unmet])?;
+    db.query_pair(
+        ("SELECT 1 FROM mesh_queue WHERE mesh_id = $1 AND id = $2 FOR UPDATE", &[&mesh_id, &task_id]),
+        (REFRESH_READINESS, &[&mesh_id, &task_id]),
+    )?;
     Ok(())
 }
 

@@ -1,0 +1,143 @@
+//! The advisory locks a write takes: for each rule, only what that rule needs
+//! run one at a time (ARCHITECTURE.md has the table).
+//!
+//! Task rows are guarded by row locks (`FOR UPDATE`, `FOR NO KEY UPDATE SKIP
+//! LOCKED` for claims, `FOR KEY SHARE` for an enqueue's dependencies). What a
+//! row lock cannot guard is a fact about a set of rows, and those are the
+//! advisory locks here:
+//!
+//! - [`Lock::Session`] and [`Lock::Node`]: a claim's gates (the session holds
+//!   nothing, the node is not busy, the per-(node, provider) cap) are counts of
+//!   assigned rows; only a claim adds to them, so claims of one session, and of
+//!   one node, run one at a time. All daemon-id forms of a node share one key.
+//! - [`Lock::Graph`]: an enqueue that adds dependency edges checks for a cycle
+//!   over every edge, so those run one at a time (exclusive). An enqueue
+//!   without edges takes it shared: it still waits for one with edges, which
+//!   may have counted one of its tasks as missing.
+//! - [`Lock::Inbox`]: drains hand each event to one drainer and route over the
+//!   coordinators' presence; the inbox's writes of a mesh run one at a time.
+//! - [`Lock::Mesh`]: the runtime records (dispatches, deliveries, tool calls,
+//!   missions) and the administrative writes.
+//!
+//! A transaction takes all of its keys at its start, in ascending key order,
+//! so two writes never wait on each other's keys in a cycle. Keys are 64-bit
+//! FNV-1a hashes of the installation's schema, the kind, the mesh and the id:
+//! two that collide only share a lock, which costs concurrency, never
+//! correctness.
+
+use agentmesh_core::daemon_id;
+
+/// One advisory lock of a write, within its mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lock<'a> {
+    /// The mesh's runtime records and the administrative writes.
+    Mesh,
+    /// The mesh's coordinator inbox.
+    Inbox,
+    /// The mesh's dependency graph: exclusive for writes that add edges,
+    /// shared for enqueues that add none.
+    Graph { exclusive: bool },
+    /// One claimant session.
+    Session(&'a str),
+    /// One node, in any of its daemon-id forms.
+    Node(&'a str),
+}
+
+impl Lock<'_> {
+    /// The key of this lock in `mesh_id` of the installation salted `salt`,
+    /// and whether it is taken exclusively.
+    pub(crate) fn key(&self, salt: &str, mesh_id: &str) -> (i64, bool) {
+        match self {
+            Lock::Mesh => (hash(salt, &[mesh_id]), true),
+            Lock::Inbox => (hash(salt, &["inbox", mesh_id]), true),
+            Lock::Graph { exclusive } => (hash(salt, &["graph", mesh_id]), *exclusive),
+            Lock::Session(session) => (hash(salt, &["session", mesh_id, session.trim()]), true),
+            Lock::Node(node) => {
+                let canonical = daemon_id::canonical_daemon_id(node).unwrap_or_default();
+                (hash(salt, &["node", mesh_id, &canonical]), true)
+            }
+        }
+    }
+}
+
+/// The statements that begin a transaction holding `locks` of `mesh_id`: the
+/// keys in ascending order, each once (exclusive when any asks for it so).
+pub(crate) fn begin(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> String {
+    let mut keys: Vec<(i64, bool)> = locks.iter().map(|l| l.key(salt, mesh_id)).collect();
+    keys.sort_unstable();
+    let mut sql = String::from("BEGIN");
+    let mut i = 0;
+    while i < keys.len() {
+        let key = keys[i].0;
+        let mut exclusive = false;
+        while i < keys.len() && keys[i].0 == key {
+            exclusive |= keys[i].1;
+            i += 1;
+        }
+        let function = if exclusive { "pg_advisory_xact_lock" } else { "pg_advisory_xact_lock_shared" };
+        sql.push_str(&format!("; SELECT {function}({key})"));
+    }
+    sql
+}
+
+/// 64-bit FNV-1a over the parts, each followed by a zero byte (so that
+/// ("ab", "c") and ("a", "bc") differ).
+pub(crate) fn hash(salt: &str, parts: &[&str]) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in std::iter::once(salt).chain(parts.iter().copied()) {
+        for byte in part.bytes().chain([0u8]) {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    hash as i64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_differ_by_kind_mesh_installation_and_id_and_are_stable() {
+        let a = Lock::Mesh.key("agentmesh", "mesh-a");
+        assert_eq!(a, Lock::Mesh.key("agentmesh", "mesh-a"));
+        assert_ne!(a, Lock::Mesh.key("agentmesh", "mesh-b"));
+        assert_ne!(a, Lock::Mesh.key("other", "mesh-a"));
+        assert_ne!(a.0, Lock::Inbox.key("agentmesh", "mesh-a").0);
+        assert_ne!(Lock::Session("s1").key("x", "m"), Lock::Session("s2").key("x", "m"));
+        assert_ne!(Lock::Session("n1").key("x", "m").0, Lock::Node("n1").key("x", "m").0);
+        assert_ne!(hash("ab", &["c"]), hash("a", &["bc"]));
+    }
+
+    #[test]
+    fn every_form_of_a_node_shares_one_key() {
+        let key = Lock::Node("mach_A").key("x", "m");
+        assert_eq!(key, Lock::Node("daemon_mach_A").key("x", "m"));
+        assert_eq!(key, Lock::Node(" standalone_mach_A ").key("x", "m"));
+        assert_ne!(key, Lock::Node("mach_B").key("x", "m"));
+    }
+
+    #[test]
+    fn a_transaction_takes_its_keys_once_in_ascending_order() {
+        let locks = [
+            Lock::Node("mach_A"),
+            Lock::Session("w1"),
+            Lock::Graph { exclusive: false },
+            Lock::Graph { exclusive: true },
+            Lock::Session("w1"),
+        ];
+        let sql = begin("x", "m", &locks);
+        let keys: Vec<i64> = sql
+            .split("; ")
+            .skip(1)
+            .map(|s| s.rsplit('(').next().unwrap().trim_end_matches(')').parse().unwrap())
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(keys, sorted, "{sql}");
+        assert_eq!(keys.len(), 3, "{sql}");
+        assert!(!sql.contains("_shared"), "the graph is taken exclusively when any asks: {sql}");
+        assert_eq!(begin("x", "m", &[]), "BEGIN");
+    }
+}
