@@ -18,38 +18,30 @@
 //!
 //! `pg-throughput`: N tasks (10,000; 5,000 under `--quick`, the peers' sizes) are
 //! enqueued and the schema vacuumed; then K = 8 and 32 OS threads, one worker
-//! session each, loop claim → complete until a claim finds no pending task.
-//! `ops_per_s` is tasks per second over the wall-clock time of the whole run,
-//! the percentiles are those of one pair. Two ways to hold the store:
+//! session and node each, loop claim → complete until a claim finds no pending
+//! task. `ops_per_s` is tasks per second over the wall-clock time of the whole
+//! run, the percentiles are those of one pair. The loads:
 //!
 //! - `pg-claim-complete-K-clients`: one `PgStore` shared by the K threads, with a
 //!   pool of K + 2 connections (one process, as the peers run their clients);
 //! - `pg-claim-complete-K-clients-own-store`: every thread opens its own `PgStore`
-//!   (its own pool, of which it uses one connection), as K daemons would.
-//!
-//! `pg-complete-and-claim-K-clients`: the same load on one shared `PgStore`, with
-//! the worker loop a worker of this product runs (`POST .../complete-and-claim`):
-//! one claim, then one `complete_and_claim` per task, which reports the task done
-//! and claims the next in one call, until it claims nothing.
+//!   (its own pool, of which it uses one connection), as K daemons would;
+//! - `pg-complete-and-claim-K-clients`: one shared `PgStore`, with the worker
+//!   loop of this product (`POST .../complete-and-claim`): one claim, then one
+//!   `complete_and_claim` per task, which reports the task done and claims the
+//!   next in one transaction, until it claims nothing;
+//! - `pg-claim-complete-K-meshes-1-client-each`: one shared `PgStore`, every
+//!   thread on a mesh of its own holding N / K of the tasks (no write of one
+//!   mesh waits for another's).
 //!
 //! `pg-http-claim-complete`: the `http` group's load (8 HTTP clients, claim then
 //! complete over keep-alive connections) against a daemon serving one `PgStore`
 //! with the default pool.
 //!
-//! `pg-task-writes-floor-*`: the server's floor for the rows the loop must write
-//! (see [`task_writes_floor`]), on the store's own schema, in the same run: one
-//! task a statement with 8 and 32 clients, 8 tasks a statement with 1, 2 and 4
-//! clients, and 32 with 1. The 1-client batched cases are the floors of a store
-//! that keeps a mesh's writes in one serial order on one connection, as this one
-//! does, and groups the writes of 8 or 32 clients (each with one write in flight).
-//!
-//! `pg-task-writes-floor-mesh-order-P-connections-B-per-transaction`: the floor of
-//! the worker loop (`complete_and_claim`) for a store that keeps a mesh's writes
-//! in one serial order but overlaps its round trips (see [`mesh_order_floor`]):
-//! P connections, each with one transaction in flight that takes the mesh's
-//! advisory lock, completes the B tasks it claimed last and claims B more, sent
-//! in one round trip. P × B is the requests a K-client load has in flight: 8
-//! (1 × 8, 2 × 4, 8 × 1) and 32 (1 × 32, 2 × 16, 4 × 8).
+//! `pg-task-writes-floor-K-clients`: the server's floor for the rows the loop
+//! must write (see [`task_writes_floor`]), on the store's own schema, in the same
+//! run: two transactions a task (a claim, a completion), `SKIP LOCKED` picking,
+//! with 8 and 32 clients.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -487,15 +479,14 @@ fn floor_queue(case: &PgCase, n: usize, seed: u32) -> anyhow::Result<(PgStore, S
     Ok((store, payload, event))
 }
 
-/// `pg-task-writes-floor-K-clients[-B-per-statement]`: the rows the store's
-/// claim + complete pair writes for one task (the task row twice, two ledger
-/// entries, the event and its inbox entry), on the store's own schema and
-/// indexes, by K threads with a connection each. Each step is one autocommit
-/// statement for B tasks at a time: one round trip and one durable commit, with
-/// none of the rules (no mesh order, no gates, no decision; the server's `SKIP
-/// LOCKED` alone keeps two workers off one task). With B = 1 it is what this
-/// server allows for the writes of the store's loop done one task at a time;
-/// with B > 1, what it allows when a statement carries several tasks' writes.
+/// `pg-task-writes-floor-K-clients`: the rows the store's claim + complete pair
+/// writes for one task (the task row twice, two ledger entries, the event and
+/// its inbox entry), on the store's own schema and indexes, by K threads with a
+/// connection each. Each step is one autocommit statement: one round trip and
+/// one durable commit, with none of the rules (no gates, no decision, no
+/// advisory lock; the server's `SKIP LOCKED` alone keeps two workers off one
+/// task). What this server allows for the store's writes done in two
+/// transactions a task.
 fn task_writes_floor(
     h: &mut Harness,
     case: &PgCase,
