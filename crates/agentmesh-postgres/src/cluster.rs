@@ -34,15 +34,18 @@ pub(crate) fn channel(schema: &str) -> String {
     }
 }
 
-/// The statements that end a write of `mesh_id`: the COMMIT, then the
-/// notification in a transaction of its own, sent only when the COMMIT did not
-/// fail. A notification sent inside the write would hold the server's one
-/// notification lock (database-wide) while the COMMIT waits for its WAL flush,
-/// one writer after another; on its own it writes no WAL and holds that lock
-/// for an instant. A COMMIT that rolled back an aborted transaction still
-/// notifies: a wake-up with nothing new, which listeners take as a look.
-pub(crate) fn commit_and_notify(channel: &str, mesh_id: &str) -> String {
-    format!("COMMIT; SELECT pg_notify('{}', '{}')", channel.replace('\'', "''"), mesh_id.replace('\'', "''"))
+/// The notification of a write of `mesh_id`, sent right after its COMMIT in a
+/// transaction of its own. A notification sent inside the write would make its
+/// COMMIT take the server's one notification lock (per database) and hold it
+/// through the WAL flush, so notifying writes would commit one at a time; on its
+/// own it writes no WAL and holds that lock for an instant. A COMMIT that
+/// rolled back an aborted transaction still notifies: a wake-up with nothing
+/// new, which listeners take as a look.
+pub(crate) fn notification(channel: &str, mesh_id: &str) -> crate::db::Deferred {
+    crate::db::statement(
+        "SELECT pg_notify($1, $2)",
+        vec![std::sync::Arc::new(channel.to_owned()), std::sync::Arc::new(mesh_id.to_owned())],
+    )
 }
 
 /// A thread that listens for the installation's commits; stops when dropped.
@@ -241,10 +244,5 @@ mod tests {
         let named = channel(&long);
         assert!(named.len() <= 63 && named.starts_with("agentmesh_"), "{named}");
         assert_ne!(named, channel(&"t".repeat(63)));
-    }
-
-    #[test]
-    fn the_notification_quotes_its_literals() {
-        assert_eq!(commit_and_notify("c", "it's"), "COMMIT; SELECT pg_notify('c', 'it''s')");
     }
 }

@@ -22,6 +22,11 @@ use crate::{Fail, Res};
 /// Parameters of one statement.
 pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
+/// A statement with owned parameters, sent later (see [`Db::defer`]).
+pub(crate) fn statement(sql: &'static str, params: Vec<Owned>) -> Deferred {
+    Deferred { sql, params, unless_none: None }
+}
+
 /// An owned parameter of a deferred statement.
 pub(crate) type Owned = Arc<dyn ToSql + Sync + Send>;
 
@@ -63,13 +68,22 @@ pub(crate) struct Db<'c> {
     /// Statements without parameters (`BEGIN` and a lock, a `SAVEPOINT`) that
     /// go out ahead of the operation's first statement; `None` once sent.
     prefix: RefCell<Option<String>>,
+    /// Statements that go out right after the prefix, and only with it (the
+    /// transaction's advisory locks).
+    opening: RefCell<Vec<Deferred>>,
     /// Writes waiting to go out with the next statement.
     deferred: RefCell<Vec<Deferred>>,
 }
 
 impl<'c> Db<'c> {
     pub(crate) fn new(conn: &'c mut Conn, salt: &'c str) -> Db<'c> {
-        Db { conn: RefCell::new(conn), salt, prefix: RefCell::new(None), deferred: RefCell::new(Vec::new()) }
+        Db {
+            conn: RefCell::new(conn),
+            salt,
+            prefix: RefCell::new(None),
+            opening: RefCell::new(Vec::new()),
+            deferred: RefCell::new(Vec::new()),
+        }
     }
 
     /// The same, with `prefix` sent ahead of the first statement the operation
@@ -78,6 +92,13 @@ impl<'c> Db<'c> {
         let db = Db::new(conn, salt);
         *db.prefix.borrow_mut() = Some(prefix);
         db
+    }
+
+    /// The same, with `opening` (prepared statements) sent right after the
+    /// prefix, in order, and only with it.
+    pub(crate) fn opening(self, opening: Vec<Deferred>) -> Db<'c> {
+        *self.opening.borrow_mut() = opening;
+        self
     }
 
     /// Every row `sql` returns.
@@ -152,10 +173,14 @@ impl<'c> Db<'c> {
     /// checked one that changed no row included (see [`Db::defer`]), aborts
     /// the transaction on the server, and a COMMIT on an aborted transaction
     /// does not commit it.
-    pub(crate) fn finish(&self, suffix: Option<&str>) -> Res<bool> {
+    ///
+    /// `after`, when given, is a statement that goes out after the suffix, in
+    /// the same round trip and outside the transaction (a notification sent
+    /// once the COMMIT is done); its outcome is not read.
+    pub(crate) fn finish(&self, suffix: Option<&str>, after: Option<Deferred>) -> Res<bool> {
         let pending = !self.deferred.borrow().is_empty();
         if pending || (suffix.is_some() && self.began()) {
-            self.exchange(Want::Nothing, suffix)?;
+            self.exchange_then(Want::Nothing, suffix, after.as_ref())?;
         }
         Ok(self.began())
     }
@@ -171,12 +196,23 @@ impl<'c> Db<'c> {
     /// go out (a statement failed to prepare), everything pending stays
     /// pending.
     fn exchange(&self, want: Want<'_>, suffix: Option<&str>) -> Res<Reply> {
+        self.exchange_then(want, suffix, None)
+    }
+
+    fn exchange_then(&self, want: Want<'_>, suffix: Option<&str>, after: Option<&Deferred>) -> Res<Reply> {
         let prefix = self.prefix.borrow_mut().take();
-        let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
-        match self.send(prefix.as_deref(), &deferred, &want, suffix) {
+        let opening =
+            if prefix.is_some() { std::mem::take(&mut *self.opening.borrow_mut()) } else { Vec::new() };
+        let mut deferred = std::mem::take(&mut *self.deferred.borrow_mut());
+        let split = opening.len();
+        let mut writes = opening;
+        writes.append(&mut deferred);
+        match self.send(prefix.as_deref(), &writes, &want, suffix, after) {
             Ok(reply) => reply,
             Err(err) => {
                 *self.prefix.borrow_mut() = prefix;
+                let deferred = writes.split_off(split);
+                *self.opening.borrow_mut() = writes;
                 *self.deferred.borrow_mut() = deferred;
                 Err(err)
             }
@@ -192,12 +228,17 @@ impl<'c> Db<'c> {
         deferred: &[Deferred],
         want: &Want<'_>,
         suffix: Option<&str>,
+        after: Option<&Deferred>,
     ) -> Res<Res<Reply>> {
         let mut conn = self.conn.borrow_mut();
         let mut statements = Vec::with_capacity(deferred.len());
         for d in deferred {
             statements.push(conn.statement(d.sql)?);
         }
+        let after = match after {
+            Some(d) => Some((d, conn.statement(d.sql)?)),
+            None => None,
+        };
         let main = match want {
             Want::Rows(sql, _) | Want::Count(sql, _) | Want::Pair(sql, ..) => Some(conn.statement(sql)?),
             Want::Nothing => None,
@@ -238,7 +279,14 @@ impl<'c> Db<'c> {
                     None => Ok(()),
                 }
             };
-            futures_util::join!(first, writes, reply, last)
+            let trailer = async {
+                if let Some((d, statement)) = &after {
+                    // Not read: the transaction's outcome is the suffix's.
+                    let _ = client.execute(statement, &refs(&d.params)).await;
+                }
+            };
+            let (first, counts, reply, last, ()) = futures_util::join!(first, writes, reply, last, trailer);
+            (first, counts, reply, last)
         });
         Ok((|| {
             first?;

@@ -155,7 +155,12 @@ impl PgStore {
     /// Runs `op` in a read-only transaction that sees one snapshot: for reads of
     /// several statements that must agree.
     pub(crate) fn snapshot<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction(String::from("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), None, op)
+        self.transaction(
+            String::from("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+            Vec::new(),
+            None,
+            op,
+        )
     }
 
     /// Runs `op` in a read-write transaction holding the advisory lock of
@@ -186,32 +191,31 @@ impl PgStore {
         locks: &[Lock<'_>],
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
-        self.transaction(locks::begin(&self.schema, mesh_id, locks), Some(mesh_id), op)
+        let opening = locks::opening(&self.schema, mesh_id, locks);
+        self.transaction(String::from("BEGIN"), opening, Some(mesh_id), op)
     }
 
     /// Runs `op` in one read-write transaction without a lock of its own: for
     /// writes whose outcome depends on nothing they read, and sweeps that lock
     /// each mesh they touch themselves.
     pub(crate) fn write_unlocked<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction(String::from("BEGIN"), None, op)
+        self.transaction(String::from("BEGIN"), Vec::new(), None, op)
     }
 
     fn transaction<T>(
         &self,
         begin: String,
+        opening: Vec<db::Deferred>,
         notify: Option<&str>,
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
         let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
         // BEGIN (and the locks) go out with the first statement, the COMMIT
-        // with the last writes.
-        let commit = match notify {
-            Some(mesh_id) => cluster::commit_and_notify(&self.channel, mesh_id),
-            None => String::from("COMMIT"),
-        };
+        // with the last writes, and the notification after the COMMIT.
+        let notification = notify.map(|mesh_id| cluster::notification(&self.channel, mesh_id));
         let (outcome, began) = {
-            let db = Db::with_prefix(&mut conn, &self.schema, begin);
-            let outcome = op(&db).and_then(|value| db.finish(Some(&commit)).map(|_| value));
+            let db = Db::with_prefix(&mut conn, &self.schema, begin).opening(opening);
+            let outcome = op(&db).and_then(|value| db.finish(Some("COMMIT"), notification).map(|_| value));
             (outcome, db.began())
         };
         match outcome {

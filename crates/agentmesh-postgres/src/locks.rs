@@ -25,7 +25,11 @@
 //! two that collide only share a lock, which costs concurrency, never
 //! correctness.
 
+use std::sync::Arc;
+
 use agentmesh_core::daemon_id;
+
+use crate::db::Deferred;
 
 /// One advisory lock of a write, within its mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,24 +64,36 @@ impl Lock<'_> {
     }
 }
 
-/// The statements that begin a transaction holding `locks` of `mesh_id`: the
-/// keys in ascending order, each once (exclusive when any asks for it so).
-pub(crate) fn begin(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> String {
+/// The statements that take `locks` of `mesh_id` as a transaction begins:
+/// the keys in ascending order, each once (exclusive when any asks for it
+/// so), one prepared statement a key.
+pub(crate) fn opening(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> Vec<Deferred> {
+    ordered(salt, mesh_id, locks)
+        .into_iter()
+        .map(|(key, exclusive)| {
+            let sql = if exclusive {
+                "SELECT pg_advisory_xact_lock($1)"
+            } else {
+                "SELECT pg_advisory_xact_lock_shared($1)"
+            };
+            crate::db::statement(sql, vec![Arc::new(key)])
+        })
+        .collect()
+}
+
+/// The keys of `locks` in ascending order, each once, exclusive when any of
+/// its locks asks for it so.
+fn ordered(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> Vec<(i64, bool)> {
     let mut keys: Vec<(i64, bool)> = locks.iter().map(|l| l.key(salt, mesh_id)).collect();
     keys.sort_unstable();
-    let mut sql = String::from("BEGIN");
-    let mut i = 0;
-    while i < keys.len() {
-        let key = keys[i].0;
-        let mut exclusive = false;
-        while i < keys.len() && keys[i].0 == key {
-            exclusive |= keys[i].1;
-            i += 1;
+    let mut out: Vec<(i64, bool)> = Vec::with_capacity(keys.len());
+    for (key, exclusive) in keys {
+        match out.last_mut() {
+            Some(last) if last.0 == key => last.1 |= exclusive,
+            _ => out.push((key, exclusive)),
         }
-        let function = if exclusive { "pg_advisory_xact_lock" } else { "pg_advisory_xact_lock_shared" };
-        sql.push_str(&format!("; SELECT {function}({key})"));
     }
-    sql
+    out
 }
 
 /// 64-bit FNV-1a over the parts, each followed by a zero byte (so that
@@ -126,18 +142,16 @@ mod tests {
             Lock::Graph { exclusive: true },
             Lock::Session("w1"),
         ];
-        let sql = begin("x", "m", &locks);
-        let keys: Vec<i64> = sql
-            .split("; ")
-            .skip(1)
-            .map(|s| s.rsplit('(').next().unwrap().trim_end_matches(')').parse().unwrap())
-            .collect();
+        let taken = ordered("x", "m", &locks);
+        assert_eq!(taken.len(), 3);
+        let keys: Vec<i64> = taken.iter().map(|k| k.0).collect();
         let mut sorted = keys.clone();
         sorted.sort_unstable();
-        sorted.dedup();
-        assert_eq!(keys, sorted, "{sql}");
-        assert_eq!(keys.len(), 3, "{sql}");
-        assert!(!sql.contains("_shared"), "the graph is taken exclusively when any asks: {sql}");
-        assert_eq!(begin("x", "m", &[]), "BEGIN");
+        assert_eq!(keys, sorted);
+        assert!(taken.iter().all(|k| k.1), "the graph is taken exclusively when any asks");
+        assert_eq!(ordered("x", "m", &[Lock::Graph { exclusive: false }]).len(), 1);
+        assert!(!ordered("x", "m", &[Lock::Graph { exclusive: false }])[0].1);
+        assert_eq!(opening("x", "m", &[Lock::Session("a"), Lock::Node("b")]).len(), 2);
+        assert!(opening("x", "m", &[]).is_empty());
     }
 }

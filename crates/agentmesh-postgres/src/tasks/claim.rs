@@ -288,7 +288,8 @@ const ASSIGNED: &str = "SELECT id, assigned_session_id = $2, COALESCE(assigned_n
 /// row, locked `FOR NO KEY UPDATE SKIP LOCKED`, when that is the stream the
 /// claim walks first (no gate is shut and nothing is pinned to the session or
 /// node): the common claim reads and locks what it takes in this one
-/// statement, before its transaction has an id.
+/// statement, before its transaction has an id. (`OFFSET 0` keeps the
+/// counts one subquery, run once, instead of repeated in the lateral's filter.)
 static SURVEY: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT s.session_assigned, s.node_assigned, s.provider_assigned, s.session_pinned, s.node_pinned,
@@ -307,7 +308,8 @@ static SURVEY: LazyLock<String> = LazyLock::new(|| {
        EXISTS (SELECT 1 FROM mesh_queue
                 WHERE mesh_id = $1 AND status = 'pending' AND hold = 0
                   AND target_session_id IS NULL AND target_node_id IS NOT NULL
-                  AND target_node_id = ANY($3)) AS node_pinned) s
+                  AND target_node_id = ANY($3)) AS node_pinned
+       OFFSET 0) s
   LEFT JOIN LATERAL (
        SELECT {YOUNGER} AS younger, {CANDIDATE_COLUMNS} FROM mesh_queue
         WHERE s.session_assigned = 0 AND s.node_assigned = 0 AND NOT s.session_pinned AND NOT s.node_pinned
