@@ -3,8 +3,9 @@
 //! runs in one daemon at a time ([`UpkeepLeader`], a session advisory lock), and
 //! time is read from the database's clock ([`database_now`]).
 
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -13,7 +14,7 @@ use agentmesh_store::StoreResult;
 use postgres::Client;
 use postgres::fallible_iterator::FallibleIterator;
 
-use crate::pool::Target;
+use crate::pool::{Pool, Target};
 use crate::{Fail, PgStore, Res, quote_ident};
 
 /// How long a listener waits for a notification before it looks whether it was
@@ -34,18 +35,94 @@ pub(crate) fn channel(schema: &str) -> String {
     }
 }
 
-/// The notification of a write of `mesh_id`, sent right after its COMMIT in a
-/// transaction of its own. A notification sent inside the write would make its
-/// COMMIT take the server's one notification lock (per database) and hold it
-/// through the WAL flush, so notifying writes would commit one at a time; on its
-/// own it writes no WAL and holds that lock for an instant. A COMMIT that
-/// rolled back an aborted transaction still notifies: a wake-up with nothing
-/// new, which listeners take as a look.
-pub(crate) fn notification(channel: &str, mesh_id: &str) -> crate::db::Deferred {
-    crate::db::statement(
-        "SELECT pg_notify($1, $2)",
-        vec![std::sync::Arc::new(channel.to_owned()), std::sync::Arc::new(mesh_id.to_owned())],
-    )
+/// Announces the commits of one store to every listener of the installation
+/// (`pg_notify` on its channel, the mesh id as the payload), from a thread of
+/// its own, after the commits.
+///
+/// Not in the write's transaction: a notification sent there makes its COMMIT
+/// take the server's one notification lock (per database) and hold it through
+/// the WAL flush, so notifying writes would commit one at a time. Nor in a
+/// transaction per write: a notifying transaction takes an id and flushes a
+/// commit record of its own, which would double the durable commits of every
+/// write. So a write marks its mesh once it committed, and the thread sends
+/// every mesh marked since its last send in one statement: one commit for many
+/// writes while writes are frequent, one round trip after the write while they
+/// are not. Dropping the announcer sends what is marked before it returns.
+pub(crate) struct Announcer {
+    shared: Arc<Marks>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// The meshes written since the last announcement, and whether the store is
+/// closing.
+#[derive(Default)]
+struct Marks {
+    pending: Mutex<(BTreeSet<String>, bool)>,
+    wake: Condvar,
+}
+
+/// Sends one announcement of every mesh in `$2` on channel `$1`.
+const ANNOUNCE: &str = "SELECT pg_notify($1, mesh_id) FROM unnest($2::TEXT[]) AS mesh_id";
+
+impl Announcer {
+    pub(crate) fn start(pool: Arc<Pool>, channel: String) -> Announcer {
+        let shared = Arc::new(Marks::default());
+        let marks = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("agentmesh-pg-announce".into())
+            .spawn(move || announce_loop(&pool, &channel, &marks))
+            .ok();
+        if thread.is_none() {
+            tracing::warn!("could not start the thread announcing commits; other daemons wake on their own");
+        }
+        Announcer { shared, thread }
+    }
+
+    /// Marks a committed write of `mesh_id` for the next announcement.
+    pub(crate) fn mark(&self, mesh_id: &str) {
+        let mut pending = self.shared.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        if !pending.0.contains(mesh_id) {
+            pending.0.insert(mesh_id.to_owned());
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
+impl Drop for Announcer {
+    fn drop(&mut self) {
+        self.shared.pending.lock().unwrap_or_else(PoisonError::into_inner).1 = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn announce_loop(pool: &Pool, channel: &str, marks: &Marks) {
+    loop {
+        let (meshes, closing) = {
+            let mut pending = marks.pending.lock().unwrap_or_else(PoisonError::into_inner);
+            while pending.0.is_empty() && !pending.1 {
+                pending = marks.wake.wait(pending).unwrap_or_else(PoisonError::into_inner);
+            }
+            (std::mem::take(&mut pending.0), pending.1)
+        };
+        if !meshes.is_empty() {
+            let meshes: Vec<String> = meshes.into_iter().collect();
+            let sent = pool.get().and_then(|mut conn| {
+                let db = crate::Db::new(&mut conn, "");
+                db.query(ANNOUNCE, &[&channel, &meshes]).map(drop)
+            });
+            // Nothing is lost with an announcement but a prompt wake-up: a
+            // daemon's watches poll the store as well.
+            if let Err(Fail(err)) = sent {
+                tracing::warn!(channel, error = %err, meshes = meshes.len(), "could not announce commits");
+            }
+        }
+        if closing {
+            return;
+        }
+    }
 }
 
 /// A thread that listens for the installation's commits; stops when dropped.

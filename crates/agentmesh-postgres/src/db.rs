@@ -173,14 +173,10 @@ impl<'c> Db<'c> {
     /// checked one that changed no row included (see [`Db::defer`]), aborts
     /// the transaction on the server, and a COMMIT on an aborted transaction
     /// does not commit it.
-    ///
-    /// `after`, when given, is a statement that goes out after the suffix, in
-    /// the same round trip and outside the transaction (a notification sent
-    /// once the COMMIT is done); its outcome is not read.
-    pub(crate) fn finish(&self, suffix: Option<&str>, after: Option<Deferred>) -> Res<bool> {
+    pub(crate) fn finish(&self, suffix: Option<&str>) -> Res<bool> {
         let pending = !self.deferred.borrow().is_empty();
         if pending || (suffix.is_some() && self.began()) {
-            self.exchange_then(Want::Nothing, suffix, after.as_ref())?;
+            self.exchange(Want::Nothing, suffix)?;
         }
         Ok(self.began())
     }
@@ -196,10 +192,6 @@ impl<'c> Db<'c> {
     /// go out (a statement failed to prepare), everything pending stays
     /// pending.
     fn exchange(&self, want: Want<'_>, suffix: Option<&str>) -> Res<Reply> {
-        self.exchange_then(want, suffix, None)
-    }
-
-    fn exchange_then(&self, want: Want<'_>, suffix: Option<&str>, after: Option<&Deferred>) -> Res<Reply> {
         let prefix = self.prefix.borrow_mut().take();
         let opening =
             if prefix.is_some() { std::mem::take(&mut *self.opening.borrow_mut()) } else { Vec::new() };
@@ -207,7 +199,7 @@ impl<'c> Db<'c> {
         let split = opening.len();
         let mut writes = opening;
         writes.append(&mut deferred);
-        match self.send(prefix.as_deref(), &writes, &want, suffix, after) {
+        match self.send(prefix.as_deref(), &writes, &want, suffix) {
             Ok(reply) => reply,
             Err(err) => {
                 *self.prefix.borrow_mut() = prefix;
@@ -228,17 +220,12 @@ impl<'c> Db<'c> {
         deferred: &[Deferred],
         want: &Want<'_>,
         suffix: Option<&str>,
-        after: Option<&Deferred>,
     ) -> Res<Res<Reply>> {
         let mut conn = self.conn.borrow_mut();
         let mut statements = Vec::with_capacity(deferred.len());
         for d in deferred {
             statements.push(conn.statement(d.sql)?);
         }
-        let after = match after {
-            Some(d) => Some((d, conn.statement(d.sql)?)),
-            None => None,
-        };
         let main = match want {
             Want::Rows(sql, _) | Want::Count(sql, _) | Want::Pair(sql, ..) => Some(conn.statement(sql)?),
             Want::Nothing => None,
@@ -279,14 +266,7 @@ impl<'c> Db<'c> {
                     None => Ok(()),
                 }
             };
-            let trailer = async {
-                if let Some((d, statement)) = &after {
-                    // Not read: the transaction's outcome is the suffix's.
-                    let _ = client.execute(statement, &refs(&d.params)).await;
-                }
-            };
-            let (first, counts, reply, last, ()) = futures_util::join!(first, writes, reply, last, trailer);
-            (first, counts, reply, last)
+            futures_util::join!(first, writes, reply, last)
         });
         Ok((|| {
             first?;

@@ -19,6 +19,8 @@
 //! send several statements in one round trip (see `db`). The daemon calls the
 //! store from blocking threads, as it does for the embedded file.
 
+use std::sync::Arc;
+
 use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
 mod cluster;
@@ -83,10 +85,10 @@ impl PgOptions {
 
 /// A mesh runtime store on a PostgreSQL database.
 pub struct PgStore {
-    pool: Pool,
+    pool: Arc<Pool>,
     schema: String,
-    /// The channel commits are announced on (see `cluster`).
-    channel: String,
+    /// Announces this store's commits to every listener (see `cluster`).
+    announcer: cluster::Announcer,
     /// Where the database is, without credentials, for messages.
     location: String,
     /// Tool calls recorded through this handle, for the rate guard's periodic sweep.
@@ -115,12 +117,12 @@ impl PgStore {
         validate_schema(&options.schema).map_err(StoreError::InvalidInput)?;
         let location = describe(&config);
         let target = Target { config, quoted_schema: quote_ident(&options.schema) };
-        let pool = Pool::new(target, options.max_connections);
+        let pool = Arc::new(Pool::new(target, options.max_connections));
         let channel = cluster::channel(&options.schema);
         let store = PgStore {
+            announcer: cluster::Announcer::start(Arc::clone(&pool), channel),
             pool,
             schema: options.schema.clone(),
-            channel,
             location,
             tool_calls: std::sync::atomic::AtomicU64::new(0),
             workers: agentmesh_store::submit::Workers::new("agentmesh-pg-write", options.max_connections),
@@ -184,7 +186,7 @@ impl PgStore {
     /// Runs `op` in a read-write transaction of `mesh_id` holding `locks`
     /// (taken in key order as the transaction begins, with its first
     /// statement). The COMMIT goes out with its last writes, and the commit is
-    /// announced to every listener right after it (see `cluster`).
+    /// announced to every listener once it is done (see `cluster`).
     pub(crate) fn write_with<T>(
         &self,
         mesh_id: &str,
@@ -211,15 +213,19 @@ impl PgStore {
     ) -> StoreResult<T> {
         let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
         // BEGIN (and the locks) go out with the first statement, the COMMIT
-        // with the last writes, and the notification after the COMMIT.
-        let notification = notify.map(|mesh_id| cluster::notification(&self.channel, mesh_id));
+        // with the last writes.
         let (outcome, began) = {
             let db = Db::with_prefix(&mut conn, &self.schema, begin).opening(opening);
-            let outcome = op(&db).and_then(|value| db.finish(Some("COMMIT"), notification).map(|_| value));
+            let outcome = op(&db).and_then(|value| db.finish(Some("COMMIT")).map(|_| value));
             (outcome, db.began())
         };
         match outcome {
-            Ok(value) => Ok(value),
+            Ok(value) => {
+                if let Some(mesh_id) = notify {
+                    self.announcer.mark(mesh_id);
+                }
+                Ok(value)
+            }
             Err(Fail(err)) => {
                 // Whatever was begun is undone; a connection that cannot say
                 // so is closed.

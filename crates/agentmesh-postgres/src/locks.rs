@@ -64,22 +64,25 @@ impl Lock<'_> {
     }
 }
 
-/// The statements that take `locks` of `mesh_id` as a transaction begins:
-/// the keys in ascending order, each once (exclusive when any asks for it
-/// so), one prepared statement a key.
+/// The statement that takes `locks` of `mesh_id` as a transaction begins (none
+/// when there are none): the keys in ascending order, each once (exclusive
+/// when any asks for it so), in one prepared statement whatever their number.
 pub(crate) fn opening(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> Vec<Deferred> {
-    ordered(salt, mesh_id, locks)
-        .into_iter()
-        .map(|(key, exclusive)| {
-            let sql = if exclusive {
-                "SELECT pg_advisory_xact_lock($1)"
-            } else {
-                "SELECT pg_advisory_xact_lock_shared($1)"
-            };
-            crate::db::statement(sql, vec![Arc::new(key)])
-        })
-        .collect()
+    let keys = ordered(salt, mesh_id, locks);
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let (keys, exclusive): (Vec<i64>, Vec<bool>) = keys.into_iter().unzip();
+    vec![crate::db::statement(TAKE_IN_ORDER, vec![Arc::new(keys), Arc::new(exclusive)])]
 }
+
+/// Takes the advisory lock of each key of `$1` until the transaction ends,
+/// exclusively where `$2` says so, one after the other in the arrays' order (a
+/// function scan hands its rows on in order, and each row's lock is taken as
+/// the row is projected).
+const TAKE_IN_ORDER: &str = "SELECT CASE WHEN exclusive THEN pg_advisory_xact_lock(key)::TEXT
+             ELSE pg_advisory_xact_lock_shared(key)::TEXT END
+   FROM unnest($1::BIGINT[], $2::BOOLEAN[]) AS lock(key, exclusive)";
 
 /// The keys of `locks` in ascending order, each once, exclusive when any of
 /// its locks asks for it so.
@@ -151,7 +154,7 @@ mod tests {
         assert!(taken.iter().all(|k| k.1), "the graph is taken exclusively when any asks");
         assert_eq!(ordered("x", "m", &[Lock::Graph { exclusive: false }]).len(), 1);
         assert!(!ordered("x", "m", &[Lock::Graph { exclusive: false }])[0].1);
-        assert_eq!(opening("x", "m", &[Lock::Session("a"), Lock::Node("b")]).len(), 2);
+        assert_eq!(opening("x", "m", &[Lock::Session("a"), Lock::Node("b")]).len(), 1);
         assert!(opening("x", "m", &[]).is_empty());
     }
 }

@@ -3,6 +3,7 @@
 //! stderr says so, see `agentmesh_test_support`). Each test runs in a fresh
 //! schema of its own, dropped when it ends.
 
+mod announce;
 mod concurrency;
 mod conformance;
 mod inbox;

@@ -1,0 +1,74 @@
+//! Announcements: every write a store commits wakes the listeners of every
+//! store on the installation with its mesh, including a write made just before
+//! its store is dropped (a CLI command that writes and exits).
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use agentmesh_core::{NewTask, Timestamp};
+use agentmesh_postgres::PgStore;
+use agentmesh_store::prelude::*;
+
+use crate::support::{TestDb, options};
+
+const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
+
+fn task(message: &str) -> NewTask {
+    NewTask { message: message.to_owned(), ..NewTask::default() }
+}
+
+/// The meshes heard within `wait`, until every one of `want` was heard.
+fn heard_all(heard: &mpsc::Receiver<String>, want: &[&str], wait: Duration) -> Vec<String> {
+    let until = Instant::now() + wait;
+    let mut got = Vec::new();
+    while !want.iter().all(|w| got.iter().any(|g| g == w)) {
+        let Some(left) = until.checked_duration_since(Instant::now()) else { break };
+        match heard.recv_timeout(left) {
+            Ok(mesh) => got.push(mesh),
+            Err(_) => break,
+        }
+    }
+    got
+}
+
+#[test]
+fn a_listener_hears_the_mesh_of_each_write_of_another_store() {
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
+    let (tx, heard) = mpsc::channel();
+    let _listener = db.store.listen(move |mesh| drop(tx.send(mesh.to_owned()))).expect("a listener");
+
+    let writer = PgStore::open(&options(&url, db.store.schema())).expect("a second store");
+    writer.enqueue("alpha", &task("one"), NOW).expect("an enqueue");
+    writer.enqueue("beta", &task("two"), NOW).expect("an enqueue");
+    let got = heard_all(&heard, &["alpha", "beta"], Duration::from_secs(5));
+    assert!(got.iter().any(|m| m == "alpha") && got.iter().any(|m| m == "beta"), "heard {got:?}");
+
+    // A store dropped right after its write announces it before it goes.
+    writer.enqueue("gamma", &task("three"), NOW).expect("an enqueue");
+    drop(writer);
+    let got = heard_all(&heard, &["gamma"], Duration::from_secs(5));
+    assert!(got.iter().any(|m| m == "gamma"), "heard {got:?}");
+}
+
+#[test]
+fn a_refused_write_is_not_announced() {
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
+    let (tx, heard) = mpsc::channel();
+    let _listener = db.store.listen(move |mesh| drop(tx.send(mesh.to_owned()))).expect("a listener");
+
+    // Refused inside its transaction: the task is looked for, and is not there.
+    let report = agentmesh_store::CompletionReport {
+        session_id: "session-1".to_owned(),
+        task_id: Some("no-such-task".to_owned()),
+        epoch: Some(1),
+        occurred_at: None,
+        outcome: agentmesh_store::Outcome::Completed { summary: None },
+    };
+    db.store.complete_task("refused", &report, NOW).expect_err("no such task");
+    db.store.enqueue("accepted", &task("one"), NOW).expect("an enqueue");
+    let got = heard_all(&heard, &["accepted"], Duration::from_secs(5));
+    assert!(got.iter().any(|m| m == "accepted"), "heard {got:?}");
+    assert!(!got.iter().any(|m| m == "refused"), "a write that changed nothing was announced: {got:?}");
+}
