@@ -27,7 +27,7 @@ pub mod views;
 pub mod watch;
 pub mod wire;
 
-pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, ENFORCE_ENV, LocalMesh};
+pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, DEFAULT_REQUEST_TIMEOUT, ENFORCE_ENV, LocalMesh};
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
@@ -117,6 +117,17 @@ impl MeshError {
         }
     }
 
+    /// Whether the environment is at fault for now and the same request may
+    /// succeed when asked again in a moment: the store's contention, a held
+    /// lock, an unreachable database (a daemon's 503).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            MeshError::Store(err) => err.is_transient(),
+            MeshError::Remote { status, .. } => *status == 503,
+            MeshError::CannotConnect { .. } | MeshError::Unreachable { .. } => false,
+        }
+    }
+
     /// The HTTP status this error is answered with.
     pub fn http_status(&self) -> u16 {
         match self {
@@ -139,7 +150,7 @@ pub fn store_error_status(err: &StoreError) -> u16 {
         | StoreError::StaleEpoch { .. }
         | StoreError::NotAssignedToSession { .. }
         | StoreError::NoAssignedTask { .. } => 409,
-        StoreError::Busy => 503,
+        StoreError::Busy | StoreError::LockTimeout | StoreError::Unavailable(_) => 503,
         StoreError::StorageFull(_) => 507,
         _ => 500,
     }
@@ -148,6 +159,13 @@ pub fn store_error_status(err: &StoreError) -> u16 {
 /// Everything a coordinator or a worker can ask of a mesh. Every operation names
 /// its mesh; ids and bodies are as the HTTP API takes them.
 pub trait MeshApi: Send + Sync {
+    /// The deadline of a request that starts now, when this side bounds its
+    /// requests (the store in this process does; a daemon bounds its own):
+    /// a caller that runs an operation on a thread of its own carries it
+    /// there with [`agentmesh_store::deadline::within`].
+    fn request_deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
     /// Enqueues one task.
     fn enqueue(&self, mesh: &str, body: EnqueueBody) -> MeshResult<Task>;
     /// Enqueues several tasks, all or none; `dependsOn` may name another item's `ref`.

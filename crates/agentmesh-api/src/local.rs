@@ -1,7 +1,7 @@
 //! [`LocalMesh`]: the operations run against a store in this process.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agentmesh_core::events::held;
 use agentmesh_core::{
@@ -57,6 +57,10 @@ const DIAGNOSTIC_SCAN: u32 = 10_000;
 /// wake it at once).
 pub const DEFAULT_CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
 
+/// How long one request may take, across every attempt, before it is answered
+/// with the fault that held it up (see [`LocalMesh::with_request_timeout`]).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The mesh operations over a [`Store`] in this process.
 ///
 /// Every successful write bumps the [`WriteSignal`], which is what wakes a
@@ -70,6 +74,7 @@ pub struct LocalMesh {
     wake_up: Option<Arc<dyn WakeUp>>,
     cross_process_poll: Duration,
     enforce: bool,
+    request_timeout: Duration,
 }
 
 impl std::fmt::Debug for LocalMesh {
@@ -88,7 +93,28 @@ impl LocalMesh {
             wake_up: None,
             cross_process_poll: DEFAULT_CROSS_PROCESS_POLL,
             enforce: false,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
+    }
+
+    /// Sets how long one request may take ([`DEFAULT_REQUEST_TIMEOUT`]
+    /// otherwise; at least 1 ms): the budget of its store calls across every
+    /// attempt ([`agentmesh_store::deadline`]). A request that runs out of it is
+    /// answered with what held it up: `busy`, `lock_timeout` or `unavailable`.
+    /// A watch's wait is not counted: each of its looks has a budget of its own.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> LocalMesh {
+        self.request_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The deadline of a request that starts now.
+    pub fn request_deadline(&self) -> Instant {
+        Instant::now() + self.request_timeout
+    }
+
+    /// Runs `op` with a fresh request deadline (replacing the caller's).
+    fn bounded<T>(&self, op: impl FnOnce() -> T) -> T {
+        agentmesh_store::deadline::within(Some(self.request_deadline()), op)
     }
 
     /// Reads the time from `clock` instead (a server database's clock, so that
@@ -163,8 +189,14 @@ impl LocalMesh {
     /// contention changed nothing and is run again, with a fresh clock reading,
     /// after a short back-off ([`agentmesh_store::retry`]): the one place the API
     /// retries.
+    ///
+    /// Called without a deadline on the thread, the write gets one of its own
+    /// ([`LocalMesh::with_request_timeout`]).
     fn write<T>(&self, mut op: impl FnMut(&dyn Store, Timestamp) -> Result<T, StoreError>) -> MeshResult<T> {
-        let out = agentmesh_store::retry::retrying(|| op(self.store.as_ref(), self.now()))?;
+        let deadline = agentmesh_store::deadline::current().unwrap_or_else(|| self.request_deadline());
+        let out = agentmesh_store::deadline::within(Some(deadline), || {
+            agentmesh_store::retry::retrying(|| op(self.store.as_ref(), self.now()))
+        })?;
         self.wrote();
         Ok(out)
     }
@@ -176,7 +208,7 @@ impl LocalMesh {
         &self,
         submit: impl FnMut() -> agentmesh_store::Submitted<T>,
     ) -> MeshResult<T> {
-        let out = agentmesh_store::retry::retrying_submitted(submit).await?;
+        let out = agentmesh_store::retry::retrying_submitted(Some(self.request_deadline()), submit).await?;
         self.wrote();
         Ok(out)
     }
@@ -312,6 +344,10 @@ fn status_filter(text: Option<&str>) -> MeshResult<Vec<TaskStatus>> {
 }
 
 impl MeshApi for LocalMesh {
+    fn request_deadline(&self) -> Option<Instant> {
+        Some(LocalMesh::request_deadline(self))
+    }
+
     fn enqueue(&self, mesh: &str, body: EnqueueBody) -> MeshResult<Task> {
         let mesh = mesh_id(mesh)?;
         let new = body.into_new_task()?;
@@ -422,12 +458,17 @@ impl MeshApi for LocalMesh {
             // The mark is taken before looking: a write landing after the look
             // moves it, and the wait below returns at once.
             let seen = wake_up.mark(mesh);
+            // Each look is a request of its own, with a deadline of its own.
             let drain = match watch.look() {
                 Look::Drain => true,
-                Look::Peek => watch.peeked(!self.store.peek_pending_events(mesh, &request)?.is_empty()),
+                Look::Peek => {
+                    watch.peeked(!self.bounded(|| self.store.peek_pending_events(mesh, &request))?.is_empty())
+                }
             };
             if drain {
-                let view = DrainView::from(self.store.drain_pending_events(mesh, &request, self.now())?);
+                let view = DrainView::from(
+                    self.bounded(|| self.store.drain_pending_events(mesh, &request, self.now()))?,
+                );
                 if watch.drained(&view) {
                     return Ok(view);
                 }
@@ -437,11 +478,9 @@ impl MeshApi for LocalMesh {
                     wake_up.wait_past(mesh, seen, wait);
                 }
                 None => {
-                    return Ok(DrainView::from(self.store.drain_pending_events(
-                        mesh,
-                        &request,
-                        self.now(),
-                    )?));
+                    return Ok(DrainView::from(
+                        self.bounded(|| self.store.drain_pending_events(mesh, &request, self.now()))?,
+                    ));
                 }
             }
         }

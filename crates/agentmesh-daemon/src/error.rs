@@ -15,6 +15,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// What a 503 tells the client to wait before it asks again, in seconds.
+pub const RETRY_AFTER_SECS: &str = "1";
+
 /// The error of every HTTP handler and extractor.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -112,6 +115,10 @@ impl IntoResponse for ApiError {
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            // A fault of the environment: worth asking again in a moment.
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static(RETRY_AFTER_SECS));
         }
         response
     }

@@ -148,6 +148,14 @@ impl AppState {
         self
     }
 
+    /// Bounds each request's store calls by `timeout`, across every attempt
+    /// (see [`LocalMesh::with_request_timeout`]): one that runs out is answered
+    /// 503 with the code of what held it up, and `Retry-After`.
+    pub fn with_request_timeout(mut self, timeout: Duration) -> AppState {
+        self.mesh = self.mesh.with_request_timeout(timeout);
+        self
+    }
+
     /// Runs every drain in v2 enforce mode when `enforce` is set: what
     /// `MESH_PROTOCOL_V2_ENFORCE` said when the daemon started.
     pub fn with_enforce(mut self, enforce: bool) -> AppState {
@@ -206,7 +214,10 @@ impl AppState {
         F: FnOnce(&LocalMesh) -> MeshResult<T> + Send + 'static,
     {
         let mesh = self.mesh.clone();
-        match tokio::task::spawn_blocking(move || op(&mesh)).await {
+        // The request's budget starts now, not when a blocking thread is free.
+        let deadline = mesh.request_deadline();
+        let run = move || agentmesh_store::deadline::within(Some(deadline), || op(&mesh));
+        match tokio::task::spawn_blocking(run).await {
             Ok(result) => result.map_err(|err| self.failed(err)),
             Err(join) => Err(ApiError::Internal(format!("store operation did not finish: {join}"))),
         }
@@ -237,6 +248,11 @@ impl AppState {
     /// Tells the readiness that a request failed, and makes the error its answer.
     fn failed(&self, err: agentmesh_api::MeshError) -> ApiError {
         self.readiness.failed(&err);
+        if let agentmesh_api::MeshError::Store(store) = &err
+            && !store.is_caller_error()
+        {
+            self.metrics.store_fault(store.code());
+        }
         ApiError::from(err)
     }
 }

@@ -117,7 +117,14 @@ pub struct Metrics {
     meshes: Mutex<BTreeSet<String>>,
     /// Background loops restarted after a panic, by loop.
     background_restarts: Mutex<BTreeMap<&'static str, u64>>,
+    /// Requests the store failed for a fault of the system, by error code.
+    store_faults: Mutex<BTreeMap<&'static str, u64>>,
 }
+
+/// The codes of the store's faults, counted from zero: what a fault of the
+/// system (not of the request) answers.
+const FAULT_CODES: [&str; 6] =
+    ["busy", "lock_timeout", "unavailable", "storage_full", "database_error", "corrupt_row"];
 
 /// Locks a registry map; a panic elsewhere never poisons the counters for good.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -155,7 +162,13 @@ impl Metrics {
             upkeep_passes: Mutex::default(),
             background_restarts: Mutex::default(),
             meshes: Mutex::default(),
+            store_faults: zeros(FAULT_CODES),
         }
+    }
+
+    /// Counts a request the store failed for a fault of the system, by its code.
+    pub fn store_fault(&self, code: &'static str) {
+        *lock(&self.store_faults).entry(code).or_default() += 1;
     }
 
     /// Counts one HTTP request and its latency.
@@ -312,6 +325,16 @@ impl Metrics {
                 &[("operation", operation), ("code", code)],
                 *n,
             );
+        }
+
+        family(
+            &mut out,
+            "agentmesh_store_faults_total",
+            "counter",
+            "Requests the store failed for a fault of the system, by code (busy, lock_timeout, unavailable, ...).",
+        );
+        for (code, n) in lock(&self.store_faults).iter() {
+            sample(&mut out, "agentmesh_store_faults_total", &[("code", code)], *n);
         }
 
         family(&mut out, "agentmesh_drains_total", "counter", "Drain and watch requests answered.");
@@ -586,11 +609,12 @@ fn percent_decode(text: &str) -> Option<String> {
 
 /// `GET /metrics`: the exposition. The figures of every remembered mesh are read
 /// on the blocking pool, one store call per mesh and figure (each an index
-/// lookup), and the process figures beside them.
+/// lookup), and the process figures beside them. A store that cannot be read
+/// leaves the mesh figures out (the fault is counted): the rest is answered.
 pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
     let meshes = state.metrics.meshes();
     let now = crate::now();
-    let (process, depth) = state
+    let read = state
         .with_mesh(move |api| {
             let store = api.store();
             let mut depth = Vec::with_capacity(meshes.len());
@@ -607,9 +631,20 @@ pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError>
                 let oldest_pending_age = oldest.map_or(0.0, |since| age_seconds(since, now));
                 depth.push(MeshDepth { mesh, tasks, pending_events, oldest_pending_age });
             }
-            Ok((ProcessStats::read(), depth))
+            Ok(depth)
         })
-        .await?;
+        .await;
+    let depth = match read {
+        Ok(depth) => depth,
+        Err(err @ ApiError::Internal(_)) => return Err(err),
+        Err(err) => {
+            tracing::debug!(error = %err, "the mesh figures of /metrics could not be read");
+            Vec::new()
+        }
+    };
+    let process = tokio::task::spawn_blocking(ProcessStats::read)
+        .await
+        .map_err(|join| ApiError::Internal(format!("the process figures could not be read: {join}")))?;
     let body = state.metrics.render(&process, &depth);
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())

@@ -47,7 +47,7 @@ pub(crate) enum Verdict {
     /// Writes fail, or wait too long.
     NotReady {
         /// A stable code: the write error's (`storage_full`, `busy`,
-        /// `database_error`) or `lock_wait`.
+        /// `lock_timeout`, `unavailable`, `database_error`) or `lock_wait`.
         reason: &'static str,
         /// The reason in words.
         message: String,
@@ -59,7 +59,10 @@ impl Verdict {
     /// for a caller's mistake, which says nothing about the store.
     fn of(err: &StoreError) -> Option<Verdict> {
         let message = match err {
-            StoreError::StorageFull(_) | StoreError::Busy => err.to_string(),
+            StoreError::StorageFull(_)
+            | StoreError::Busy
+            | StoreError::LockTimeout
+            | StoreError::Unavailable(_) => err.to_string(),
             // Its text may hold paths or SQL: the log has it.
             StoreError::Backend(_) => {
                 String::from("a write failed with a database error; the daemon's log has it")
@@ -76,6 +79,7 @@ impl IntoResponse for Verdict {
             Verdict::Ready => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
             Verdict::NotReady { reason, message } => (
                 StatusCode::SERVICE_UNAVAILABLE,
+                [(axum::http::header::RETRY_AFTER, crate::error::RETRY_AFTER_SECS)],
                 Json(json!({ "status": "not_ready", "reason": reason, "message": message })),
             )
                 .into_response(),
@@ -158,8 +162,13 @@ impl Readiness {
             return verdict;
         }
         let readiness = Arc::clone(self);
+        // The probe may outlast the answer (`lock_wait` at `wait`), up to a
+        // request's default budget.
+        let deadline = asked + wait.max(agentmesh_api::DEFAULT_REQUEST_TIMEOUT);
         let probe = tokio::task::spawn_blocking(move || {
-            let outcome = store.probe_write();
+            // Bounded like a request: a database that does not answer makes the
+            // probe fail (`unavailable`, `busy`), and frees the probe's turn.
+            let outcome = agentmesh_store::deadline::within(Some(deadline), || store.probe_write());
             let verdict = match &outcome {
                 Ok(()) => Verdict::Ready,
                 Err(err) => Verdict::of(err).unwrap_or_else(|| Verdict::NotReady {

@@ -64,7 +64,14 @@ impl From<MeshError> for ToolError {
             MeshError::Store(StoreError::InvalidInput(input)) => Some(input.field.clone()),
             _ => None,
         };
-        ToolError { code: err.code().to_owned(), message: err.to_string(), field }
+        let message = if err.is_transient() {
+            // A fault of the environment, not of the call: the agent should
+            // call again rather than change its arguments or give up.
+            format!("{err} (a fault of the environment, not of this call): call the tool again in a moment")
+        } else {
+            err.to_string()
+        };
+        ToolError { code: err.code().to_owned(), message, field }
     }
 }
 

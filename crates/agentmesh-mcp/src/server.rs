@@ -229,7 +229,10 @@ impl MeshTools {
     {
         let api = Arc::clone(&self.api);
         let mesh = Arc::clone(&self.mesh);
-        match tokio::task::spawn_blocking(move || op(api.as_ref(), &mesh)).await {
+        // The request's budget starts now, not when a blocking thread is free.
+        let deadline = api.request_deadline();
+        let run = move || agentmesh_store::deadline::within(deadline, || op(api.as_ref(), &mesh));
+        match tokio::task::spawn_blocking(run).await {
             Ok(result) => result.map_err(ToolError::from),
             Err(err) => Err(ToolError::internal(format!("the mesh operation did not finish: {err}"))),
         }

@@ -22,6 +22,15 @@ use crate::{Fail, PgStore, Res, quote_ident};
 const LISTEN_TICK: Duration = Duration::from_millis(200);
 /// How long a listener waits before connecting again after its connection broke.
 const RECONNECT_AFTER: Duration = Duration::from_secs(1);
+/// How often a listener makes sure its link is alive (a notification that
+/// cannot arrive looks the same as none being sent), and how long the server
+/// has to answer.
+const LINK_CHECK_EVERY: Duration = Duration::from_secs(2);
+const LINK_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+/// The upkeep leader's lease: the server ends the leader's session once it has
+/// been silent this long (`idle_session_timeout`), which frees the leadership
+/// for another daemon; a leader renews it with each check, every upkeep tick.
+pub const LEADER_LEASE: Duration = Duration::from_secs(15);
 
 /// The notification channel of the installation in `schema`: `agentmesh_`
 /// and the schema, or a hash of it where that would pass PostgreSQL's 63-byte
@@ -191,8 +200,13 @@ fn listening(target: &Target, channel: &str) -> Res<Client> {
     Ok(conn)
 }
 
+/// Hands on notifications until `stop`. A connection that breaks, or whose
+/// link stops answering, is replaced; meanwhile the watches that wait go on
+/// polling the store at their own pace, and every one is woken once the
+/// listener is back (it may have missed commits).
 fn listen_loop(first: Client, target: &Target, channel: &str, stop: &AtomicBool, on_commit: &dyn Fn(&str)) {
     let mut conn = Some(first);
+    let mut checked = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
         let Some(live) = conn.as_mut() else {
             std::thread::sleep(RECONNECT_AFTER);
@@ -200,6 +214,7 @@ fn listen_loop(first: Client, target: &Target, channel: &str, stop: &AtomicBool,
                 Ok(fresh) => {
                     tracing::info!(channel, "listening for commits again");
                     conn = Some(fresh);
+                    checked = std::time::Instant::now();
                     on_commit("");
                 }
                 Err(Fail(err)) => tracing::warn!(channel, error = %err, "could not listen for commits"),
@@ -207,7 +222,17 @@ fn listen_loop(first: Client, target: &Target, channel: &str, stop: &AtomicBool,
             continue;
         };
         if !drain_notifications(live, channel, on_commit) || live.is_closed() {
-            conn = None;
+            if let Some(dead) = conn.take() {
+                let_go(dead);
+            }
+        } else if checked.elapsed() >= LINK_CHECK_EVERY {
+            checked = std::time::Instant::now();
+            if let Err(err) = live.is_valid(LINK_CHECK_TIMEOUT) {
+                tracing::warn!(channel, error = %err, "the connection listening for commits stopped answering");
+                if let Some(dead) = conn.take() {
+                    let_go(dead);
+                }
+            }
         }
     }
 }
@@ -246,12 +271,19 @@ impl Drop for UpkeepLeader {
     fn drop(&mut self) {
         let session = self.session.get_mut().unwrap_or_else(PoisonError::into_inner).take();
         if let Some((client, _)) = session {
-            let closing =
-                std::thread::Builder::new().name("agentmesh-pg-close".to_owned()).spawn(move || drop(client));
-            if let Err(err) = closing {
-                tracing::warn!(error = %err, "could not close the upkeep leader's connection");
-            }
+            let_go(client);
         }
+    }
+}
+
+/// Closes a blocking connection on a thread of its own: closing waits for the
+/// connection to end, which on a dead link lasts until the server or the TCP
+/// stack gives up, and the caller may be an asynchronous task.
+fn let_go(client: Client) {
+    let closing =
+        std::thread::Builder::new().name("agentmesh-pg-close".to_owned()).spawn(move || drop(client));
+    if let Err(err) = closing {
+        tracing::warn!(error = %err, "could not close a PostgreSQL connection");
     }
 }
 
@@ -270,20 +302,36 @@ impl UpkeepLeader {
             Ok(leads) => leads,
             Err(Fail(err)) => {
                 tracing::warn!(error = %err, "lost the connection of the upkeep leadership");
-                *session = None;
+                if let Some((client, _)) = session.take() {
+                    let_go(client);
+                }
                 false
             }
         }
     }
 
+    /// Renews the lease on the connection that holds it, or takes a fresh
+    /// connection and tries for the lock. A connection that does not answer in
+    /// time is let go: if it held the lock, the server frees it once the lease
+    /// runs out.
     fn check(&self, session: &mut Option<(Client, bool)>) -> Res<bool> {
-        if session.as_ref().is_none_or(|(conn, _)| conn.is_closed()) {
-            *session = Some((self.target.session()?, false));
+        if let Some((conn, held)) = session.as_mut()
+            && let Err(err) = conn.is_valid(LINK_CHECK_TIMEOUT)
+        {
+            if *held {
+                tracing::warn!(error = %err, "this daemon lost the upkeep leadership with its connection");
+            }
+            if let Some((client, _)) = session.take() {
+                let_go(client);
+            }
+        }
+        if session.is_none() {
+            let mut conn = self.target.session()?;
+            conn.batch_execute(&format!("SET idle_session_timeout = {}", LEADER_LEASE.as_millis()))?;
+            *session = Some((conn, false));
         }
         let Some((conn, held)) = session.as_mut() else { return Ok(false) };
-        if *held {
-            conn.batch_execute("SELECT 1")?;
-        } else {
+        if !*held {
             *held = conn.query_one("SELECT pg_try_advisory_lock($1)", &[&self.key])?.get(0);
             if *held {
                 tracing::info!("this daemon now runs the installation's upkeep");

@@ -235,7 +235,7 @@ impl<'c> Db<'c> {
             _ => None,
         };
         let client = &conn.client;
-        let (first, counts, reply, last) = conn.block_on(async {
+        let joined = conn.block_on(async {
             let first = async {
                 match prefix {
                     Some(p) => client.batch_execute(p).await,
@@ -268,6 +268,11 @@ impl<'c> Db<'c> {
             };
             futures_util::join!(first, writes, reply, last)
         });
+        // A round trip given up at the deadline had (maybe) sent everything.
+        let (first, counts, reply, last) = match joined {
+            Ok(answers) => answers,
+            Err(err) => return Ok(Err(err)),
+        };
         Ok((|| {
             first?;
             checked(deferred, counts).map_err(Fail)?;

@@ -20,6 +20,7 @@
 //! store from blocking threads, as it does for the embedded file.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
 
@@ -41,7 +42,7 @@ mod tasks;
 mod testing;
 mod transfer;
 
-pub use cluster::{Listener, UpkeepLeader, database_now};
+pub use cluster::{LEADER_LEASE, Listener, UpkeepLeader, database_now};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use transfer::{installation_exists, same_installation};
 
@@ -64,16 +65,63 @@ pub struct PgOptions {
     pub schema: String,
     /// The connections the store opens at most.
     pub max_connections: usize,
+    /// What the server gives up on, set on every pooled connection.
+    pub timeouts: ServerTimeouts,
+}
+
+/// The server's side of a request's deadline, set on each pooled connection
+/// (`lock_timeout`, `statement_timeout`, `idle_in_transaction_session_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerTimeouts {
+    /// How long a statement waits for a lock before it fails `lock_timeout`:
+    /// shorter than the request's deadline, so the answer names the lock.
+    pub lock: Duration,
+    /// How long one statement may run.
+    pub statement: Duration,
+    /// How long a transaction may sit idle between its statements before the
+    /// server ends its session and gives its locks back: a client whose link
+    /// died mid-transaction holds them no longer.
+    pub idle_in_transaction: Duration,
+}
+
+/// The request deadline the defaults of [`ServerTimeouts`] follow.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl ServerTimeouts {
+    /// The timeouts for requests of `request_timeout`: a lock wait gives up at
+    /// four fifths of it; a statement after 60 s; an idle transaction after 15 s.
+    pub fn for_requests_of(request_timeout: Duration) -> ServerTimeouts {
+        ServerTimeouts {
+            lock: (request_timeout * 4 / 5).max(Duration::from_millis(1)),
+            statement: Duration::from_secs(60),
+            idle_in_transaction: Duration::from_secs(15),
+        }
+    }
+}
+
+impl Default for ServerTimeouts {
+    fn default() -> ServerTimeouts {
+        ServerTimeouts::for_requests_of(DEFAULT_REQUEST_TIMEOUT)
+    }
 }
 
 impl PgOptions {
-    /// The defaults for `url`: schema [`DEFAULT_SCHEMA`], [`DEFAULT_MAX_CONNECTIONS`].
+    /// The defaults for `url`: schema [`DEFAULT_SCHEMA`], [`DEFAULT_MAX_CONNECTIONS`],
+    /// [`ServerTimeouts::default`].
     pub fn new(url: impl Into<String>) -> PgOptions {
         PgOptions {
             url: url.into(),
             schema: DEFAULT_SCHEMA.to_owned(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            timeouts: ServerTimeouts::default(),
         }
+    }
+
+    /// The same, with the server's timeouts following requests of `timeout`
+    /// ([`ServerTimeouts::for_requests_of`]).
+    pub fn request_timeout(mut self, timeout: Duration) -> PgOptions {
+        self.timeouts = ServerTimeouts::for_requests_of(timeout);
+        self
     }
 
     /// The same, in `schema`.
@@ -113,10 +161,11 @@ impl PgStore {
     /// Connects to the installation `options` names, creating and migrating its
     /// schema as needed.
     pub fn open(options: &PgOptions) -> StoreResult<PgStore> {
-        let config = parse_url(&options.url)?;
+        let config = pool::with_link_timeouts(parse_url(&options.url)?);
         validate_schema(&options.schema).map_err(StoreError::InvalidInput)?;
         let location = describe(&config);
-        let target = Target { config, quoted_schema: quote_ident(&options.schema) };
+        let target =
+            Target { config, quoted_schema: quote_ident(&options.schema), timeouts: options.timeouts };
         let pool = Arc::new(Pool::new(target, options.max_connections));
         let channel = cluster::channel(&options.schema);
         let store = PgStore {
@@ -312,21 +361,46 @@ fn describe(config: &tokio_postgres::Config) -> String {
 }
 
 /// Classifies PostgreSQL errors at the store boundary: serialization failures,
-/// deadlocks, lock timeouts and cancelled statements are contention
-/// ([`StoreError::Busy`]); a full disk is [`StoreError::StorageFull`].
+/// deadlocks and cancelled statements are contention ([`StoreError::Busy`]); a
+/// lock wait past `lock_timeout` is [`StoreError::LockTimeout`]; a server that
+/// cannot be reached, is shutting down or starting up, refuses more
+/// connections or closed the connection is [`StoreError::Unavailable`]; a full
+/// disk is [`StoreError::StorageFull`].
 pub(crate) fn classify(err: postgres::Error) -> StoreError {
     use postgres::error::SqlState;
     match err.code() {
         Some(code)
             if *code == SqlState::T_R_SERIALIZATION_FAILURE
                 || *code == SqlState::T_R_DEADLOCK_DETECTED
-                || *code == SqlState::LOCK_NOT_AVAILABLE
                 || *code == SqlState::QUERY_CANCELED =>
         {
             StoreError::Busy
         }
+        Some(code) if *code == SqlState::LOCK_NOT_AVAILABLE => StoreError::LockTimeout,
         Some(code) if *code == SqlState::DISK_FULL => StoreError::StorageFull(FullStorage::NoSpace),
-        _ => StoreError::Backend(Box::new(err)),
+        Some(code)
+            if code.code().starts_with("08")
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+                || *code == SqlState::TOO_MANY_CONNECTIONS
+                || *code == SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT =>
+        {
+            StoreError::Unavailable(err.to_string())
+        }
+        Some(_) => StoreError::Backend(Box::new(err)),
+        None if link_failed(&err) => StoreError::Unavailable(err.to_string()),
+        None => StoreError::Backend(Box::new(err)),
+    }
+}
+
+/// Whether an error the server did not send is the link's: the connection
+/// closed, a socket error, or no answer to a connection attempt in time.
+fn link_failed(err: &postgres::Error) -> bool {
+    use std::error::Error as _;
+    err.is_closed() || err.source().is_some_and(|source| source.is::<std::io::Error>()) || {
+        let text = err.to_string();
+        text.starts_with("timeout waiting for server") || text.starts_with("error connecting to server")
     }
 }
 

@@ -124,8 +124,8 @@ impl Checkpointer {
     /// Starts the thread on a connection of its own to `path`, and installs the WAL
     /// hook on `writer`, the store's connection.
     pub(crate) fn start(path: &Path, writer: &mut Connection) -> Res<Checkpointer> {
-        let conn = Connection::open(path)?;
-        crate::configure(&conn)?;
+        let mut conn = Connection::open(path)?;
+        crate::configure(&mut conn)?;
         let conn = Arc::new(Mutex::new(conn));
         let shared = Arc::new(Shared::new(Phase::Idle));
         let (ours, thread_conn, db) = (Arc::clone(&shared), Arc::clone(&conn), path.to_owned());

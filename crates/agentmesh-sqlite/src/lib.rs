@@ -44,7 +44,8 @@ pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, create_private_dir, resolve_db_path};
 use writes::Writes;
 
-/// How long a writer waits for another process's lock before giving up.
+/// How long a writer waits for another process's lock before giving up
+/// (sooner when the request it serves has a deadline that comes first).
 const BUSY_TIMEOUT_MS: u32 = 5_000;
 /// The free space under which [`SqliteStore::probe_write`] reports the storage
 /// nearly full, though its own write went through.
@@ -119,7 +120,7 @@ impl SqliteStore {
         migrations::refuse_newer_file(path)?;
         paths::create_private_file(path).map_err(io_error)?;
         let mut conn = Connection::open(path)?;
-        configure(&conn)?;
+        configure(&mut conn)?;
         // The write connection reads through its page cache, not the memory map:
         // inside a write transaction SQLite maps only the pages a read-only
         // cursor fetches, and looks each one up in the WAL's hash tables first, a
@@ -172,8 +173,8 @@ impl SqliteStore {
     /// schema: for measuring what SQLite itself costs on a machine (the
     /// benchmark's floor cases), never for storing mesh data.
     pub fn open_bare_connection(path: &Path) -> StoreResult<Connection> {
-        let conn = Connection::open(path).map_err(classify)?;
-        configure(&conn).map_err(|Fail(err)| err)?;
+        let mut conn = Connection::open(path).map_err(classify)?;
+        configure(&mut conn).map_err(|Fail(err)| err)?;
         Ok(conn)
     }
 
@@ -375,7 +376,7 @@ pub struct WriteStats {
 
 /// Sets the connection's pragmas. The settings are read back by tests, because
 /// SQLite silently ignores a misspelled pragma.
-fn configure(conn: &Connection) -> Res<()> {
+fn configure(conn: &mut Connection) -> Res<()> {
     configure_connection(conn)?;
     switch_to_wal(conn, std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
     // The store's write connection replaces the autocheckpoint with the
@@ -386,8 +387,8 @@ fn configure(conn: &Connection) -> Res<()> {
 }
 
 /// The settings each of the store's connections has, the read-only ones too.
-fn configure_connection(conn: &Connection) -> Res<()> {
-    conn.busy_timeout(std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
+fn configure_connection(conn: &mut Connection) -> Res<()> {
+    conn.busy_handler(Some(wait_while_busy))?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Performance, not durability: a page cache that holds the hot index pages
@@ -408,6 +409,36 @@ fn configure_connection(conn: &Connection) -> Res<()> {
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     conn.set_prepared_statement_cache_capacity(128);
     Ok(())
+}
+
+/// SQLite's busy handler: whether to wait and try again for a lock another
+/// connection holds, the `attempt`-th time in a row. It waits as SQLite's own
+/// busy timeout does (short pauses growing to 100 ms), for up to
+/// [`BUSY_TIMEOUT_MS`] in all, and never past the deadline of the request on
+/// this thread ([`agentmesh_store::deadline`]): a writer frozen while it holds
+/// the lock (a stopped process) costs a request its own budget, not more.
+fn wait_while_busy(attempt: i32) -> bool {
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
+    thread_local! {
+        static SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    const PAUSES_MS: [u64; 12] = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+    let now = Instant::now();
+    if attempt == 0 {
+        SINCE.with(|since| since.set(Some(now)));
+    }
+    let waited = SINCE.with(Cell::get).map_or(Duration::ZERO, |since| now.duration_since(since));
+    let mut left = Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)).saturating_sub(waited);
+    if let Some(budget) = agentmesh_store::deadline::remaining() {
+        left = left.min(budget);
+    }
+    if left.is_zero() {
+        return false;
+    }
+    let index = usize::try_from(attempt).unwrap_or(usize::MAX).min(PAUSES_MS.len() - 1);
+    std::thread::sleep(Duration::from_millis(PAUSES_MS[index]).min(left));
+    true
 }
 
 /// Puts the database in WAL mode (a no-op once it is).

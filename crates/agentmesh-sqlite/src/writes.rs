@@ -277,6 +277,7 @@ impl Writes {
         let reply = Arc::new(Reply::new(Some(Waiter::Thread(thread::current()))));
         let alone = self.shared.queued.load(Ordering::Relaxed) == 0;
         self.send(Request::Write(Box::new(Queued {
+            deadline: agentmesh_store::deadline::current(),
             f: Some(f),
             result: None,
             panic: None,
@@ -308,6 +309,7 @@ impl Writes {
     ) -> Res<Submitted<T>> {
         let reply = Arc::new(Reply::new(None));
         self.send(Request::Write(Box::new(Queued {
+            deadline: agentmesh_store::deadline::current(),
             f: Some(f),
             result: None,
             panic: None,
@@ -447,9 +449,13 @@ trait Job: Send {
     fn run(&mut self, conn: &Connection) -> Option<Failure>;
     /// Answers the caller, once the operation's transaction is closed.
     fn end(self: Box<Self>, end: End);
+    /// The deadline of the request the write serves, if it has one.
+    fn deadline(&self) -> Option<Instant>;
 }
 
 struct Queued<F, T> {
+    /// The submitting thread's deadline ([`agentmesh_store::deadline`]).
+    deadline: Option<Instant>,
     f: Option<F>,
     result: Option<Res<T>>,
     panic: Option<Box<dyn Any + Send>>,
@@ -474,6 +480,10 @@ where
                 Some(Failure::panicked())
             }
         }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.deadline
     }
 
     fn end(self: Box<Self>, end: End) {
@@ -605,7 +615,11 @@ impl Db {
         let mut txn = Txn::default();
         for mut job in jobs {
             if !txn.open {
-                if let Err(Fail(err)) = exec(conn, "BEGIN IMMEDIATE") {
+                // The wait for another process's write lock ends with the
+                // deadline of the request this write serves.
+                let began =
+                    agentmesh_store::deadline::within(job.deadline(), || exec(conn, "BEGIN IMMEDIATE"));
+                if let Err(Fail(err)) = began {
                     job.end(End::Failed(err));
                     continue;
                 }
@@ -852,8 +866,8 @@ impl Drop for Reader<'_> {
 fn open_reader(path: &Path) -> Res<Connection> {
     let flags =
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-    let conn = Connection::open_with_flags(path, flags)?;
-    crate::configure_connection(&conn)?;
+    let mut conn = Connection::open_with_flags(path, flags)?;
+    crate::configure_connection(&mut conn)?;
     Ok(conn)
 }
 

@@ -125,6 +125,18 @@ pub enum StoreError {
     /// the caller may run it again as it was ([`StoreError::is_retryable`]).
     #[error("database is busy")]
     Busy,
+    /// A lock the operation needed stayed held past the backend's lock timeout
+    /// (another transaction, an operator's `LOCK TABLE`, a long migration). The
+    /// operation changed nothing; a retry after a while may succeed.
+    #[error("a lock the operation needed stayed held past the lock timeout")]
+    LockTimeout,
+    /// The database could not be reached, or did not answer within the
+    /// request's [deadline](crate::deadline): the server is down or the link to
+    /// it is cut. When the answer to a write was what got lost, the write may
+    /// have committed; the request is safe to retry where it is idempotent
+    /// (a report with its epoch, an enqueue with its id).
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     /// The write needed disk space the database's filesystem does not have; it
     /// was not kept, and writes succeed again once space is freed.
     #[error("storage full: {0}")]
@@ -197,6 +209,8 @@ impl StoreError {
             StoreError::Corrupt { .. } => "corrupt_row",
             StoreError::SchemaTooNew { .. } => "schema_too_new",
             StoreError::Busy => "busy",
+            StoreError::LockTimeout => "lock_timeout",
+            StoreError::Unavailable(_) => "unavailable",
             StoreError::StorageFull(_) => "storage_full",
             StoreError::Backend(_) => "database_error",
         }
@@ -210,6 +224,13 @@ impl StoreError {
         matches!(self, StoreError::Busy)
     }
 
+    /// Whether the environment is at fault for now and the client should try
+    /// again later (HTTP 503 with `Retry-After`): contention, a held lock, an
+    /// unreachable database.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, StoreError::Busy | StoreError::LockTimeout | StoreError::Unavailable(_))
+    }
+
     /// Whether the caller's request was at fault (as opposed to the system).
     pub fn is_caller_error(&self) -> bool {
         !matches!(
@@ -217,6 +238,8 @@ impl StoreError {
             StoreError::Corrupt { .. }
                 | StoreError::SchemaTooNew { .. }
                 | StoreError::Busy
+                | StoreError::LockTimeout
+                | StoreError::Unavailable(_)
                 | StoreError::StorageFull(_)
                 | StoreError::Backend(_)
         )

@@ -23,6 +23,7 @@ use agentmesh_core::{
     Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 
+pub mod deadline;
 mod error;
 pub mod ids;
 pub mod legacy;

@@ -4,12 +4,13 @@
 //! changed nothing and may be run again as it was. [`retrying`] and
 //! [`retrying_submitted`] do that a bounded number of times, waiting a little
 //! longer before each new attempt ([`BACKOFF`]); the last error is returned when
-//! every attempt met contention. Callers that act for a client (the API's
+//! every attempt met contention, or as soon as the next wait would end past the
+//! request's [deadline](crate::deadline): one budget for every attempt. Callers that act for a client (the API's
 //! `LocalMesh`) and the daemon's upkeep passes go through here; nothing else
 //! retries, so one request is never retried twice over.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{StoreResult, Submitted, submit};
 
@@ -21,13 +22,14 @@ pub const BACKOFF: [Duration; 3] =
     [Duration::from_millis(10), Duration::from_millis(40), Duration::from_millis(160)];
 
 /// Runs `op`, and again after each wait of [`BACKOFF`] while it fails with a
-/// retryable error. Blocks the calling thread while it waits.
+/// retryable error and the wait ends before this thread's
+/// [deadline](crate::deadline). Blocks the calling thread while it waits.
 pub fn retrying<T>(mut op: impl FnMut() -> StoreResult<T>) -> StoreResult<T> {
     let mut waits = BACKOFF.iter();
     loop {
         match op() {
-            Err(err) if err.is_retryable() => match waits.next() {
-                Some(wait) => std::thread::sleep(*wait),
+            Err(err) if err.is_retryable() => match next_wait(&mut waits, crate::deadline::current()) {
+                Some(wait) => std::thread::sleep(wait),
                 None => return Err(err),
             },
             done => return done,
@@ -35,17 +37,29 @@ pub fn retrying<T>(mut op: impl FnMut() -> StoreResult<T>) -> StoreResult<T> {
     }
 }
 
+/// The next wait of `waits`, unless there is none left or it would end past
+/// `deadline`.
+fn next_wait(waits: &mut std::slice::Iter<'_, Duration>, deadline: Option<Instant>) -> Option<Duration> {
+    let wait = *waits.next()?;
+    match deadline {
+        Some(at) if Instant::now() + wait >= at => None,
+        _ => Some(wait),
+    }
+}
+
 /// [`retrying`] for submitted writes: `submit` hands the write to the store
-/// afresh for each attempt, and the waits hold no executor thread (each is a
-/// short sleep on a thread of its own, only when contention happened).
+/// afresh for each attempt, with `deadline` as the write's, and the waits hold
+/// no executor thread (each is a short sleep on a thread of its own, only when
+/// contention happened).
 pub async fn retrying_submitted<T: Send + 'static>(
+    deadline: Option<Instant>,
     mut submit: impl FnMut() -> Submitted<T>,
 ) -> StoreResult<T> {
     let mut waits = BACKOFF.iter();
     loop {
-        match submit().await {
-            Err(err) if err.is_retryable() => match waits.next() {
-                Some(wait) => sleep(*wait).await?,
+        match crate::deadline::within(deadline, &mut submit).await {
+            Err(err) if err.is_retryable() => match next_wait(&mut waits, deadline) {
+                Some(wait) => sleep(wait).await?,
                 None => return Err(err),
             },
             done => return done,
@@ -92,6 +106,37 @@ mod tests {
     }
 
     #[test]
+    fn no_attempt_starts_whose_wait_would_end_past_the_deadline() {
+        let calls = Cell::new(0);
+        let deadline = Instant::now() + Duration::from_millis(30);
+        let began = Instant::now();
+        let out: StoreResult<()> = crate::deadline::within(Some(deadline), || {
+            retrying(|| {
+                calls.set(calls.get() + 1);
+                Err(StoreError::Busy)
+            })
+        });
+        assert!(matches!(out, Err(StoreError::Busy)));
+        // 10 ms, then 40 ms would pass the deadline: two attempts, one wait.
+        assert_eq!(calls.get(), 2);
+        assert!(began.elapsed() < Duration::from_millis(30), "waited {:?}", began.elapsed());
+    }
+
+    #[test]
+    fn a_submitted_write_runs_with_the_deadline_it_was_submitted_with() {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let seen = submit::wait(retrying_submitted(Some(deadline), || {
+            submit::on_thread(|| Ok(crate::deadline::current()))
+        }));
+        assert_eq!(seen.unwrap(), Some(deadline));
+        let workers = submit::Workers::new("deadline-test", 1);
+        let seen = submit::wait(crate::deadline::within(Some(deadline), || {
+            workers.submit(|| Ok(crate::deadline::current()))
+        }));
+        assert_eq!(seen.unwrap(), Some(deadline));
+    }
+
+    #[test]
     fn a_final_error_is_never_retried() {
         let calls = Cell::new(0);
         let out: StoreResult<()> = retrying(|| {
@@ -106,7 +151,7 @@ mod tests {
     fn submitted_writes_are_submitted_again_after_contention() {
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = std::sync::Arc::clone(&calls);
-        let out = submit::wait(retrying_submitted(move || {
+        let out = submit::wait(retrying_submitted(None, move || {
             let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
             submit::on_thread(move || if n < 2 { Err(StoreError::Busy) } else { Ok(n) })
         }));

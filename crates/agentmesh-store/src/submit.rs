@@ -11,6 +11,7 @@
 //!
 //! The future is independent of any executor: it only stores the waker it was
 //! polled with and is woken through it. Dropping it does not cancel the write.
+//! The submitting thread's [deadline](crate::deadline) goes with the write.
 
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
@@ -60,7 +61,10 @@ impl Workers {
         write: impl FnOnce() -> StoreResult<T> + Send + 'static,
     ) -> Submitted<T> {
         let (giver, taker) = handoff();
-        let job: Job = Box::new(move || giver.give(panic::catch_unwind(AssertUnwindSafe(write))));
+        let deadline = crate::deadline::current();
+        let job: Job = Box::new(move || {
+            giver.give(panic::catch_unwind(AssertUnwindSafe(|| crate::deadline::within(deadline, write))));
+        });
         match self.0.queue.get_or_init(|| self.0.start()) {
             Some(queue) if queue.send(job).is_ok() => Box::pin(taker),
             _ => Box::pin(std::future::ready(Err(crate::StoreError::Backend(
@@ -111,8 +115,9 @@ impl Threads {
 /// without a writer of its own submits a write.
 pub fn on_thread<T: Send + 'static>(write: impl FnOnce() -> StoreResult<T> + Send + 'static) -> Submitted<T> {
     let (giver, taker) = handoff();
+    let deadline = crate::deadline::current();
     let spawned = std::thread::Builder::new().name("agentmesh-write".into()).spawn(move || {
-        giver.give(panic::catch_unwind(AssertUnwindSafe(write)));
+        giver.give(panic::catch_unwind(AssertUnwindSafe(|| crate::deadline::within(deadline, write))));
     });
     match spawned {
         Ok(_) => Box::pin(taker),

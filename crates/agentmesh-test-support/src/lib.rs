@@ -1,5 +1,7 @@
 //! What the agentmesh tests share. Used only as a dev-dependency.
 //!
+//! [`cluster`]: a PostgreSQL server of a test's own, to stop and start again.
+//!
 //! [`postgres`]: the PostgreSQL server of the tests that need one. It is named by
 //! `AGENTMESH_TEST_DATABASE_URL`; without it those tests return at once (after one
 //! `skipped: ...` line per test binary on stderr) and the rest of the suite runs,
@@ -14,4 +16,5 @@
 //! }
 //! ```
 
+pub mod cluster;
 pub mod postgres;

@@ -76,6 +76,19 @@ pub struct GlobalArgs {
     /// Print exactly one JSON document on stdout (errors included)
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
+    /// How long one request to the store may take, retries included, before it
+    /// is answered with what held it up (busy, lock_timeout, unavailable; exit
+    /// status 75); `serve` bounds every request it answers by it
+    #[arg(
+        long,
+        global = true,
+        value_name = "DURATION",
+        env = "AGENTMESH_REQUEST_TIMEOUT",
+        default_value = "5s",
+        value_parser = duration::server_timeout,
+        help_heading = GLOBAL
+    )]
+    pub request_timeout: std::time::Duration,
     /// Talk to the daemon at this URL instead of opening the data dir
     /// (e.g. http://127.0.0.1:7433)
     #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_SERVER", help_heading = GLOBAL)]

@@ -3,7 +3,9 @@
 //!
 //! [`classify`] is the one place that decides exit codes: 2 when the caller's
 //! input was at fault (a clap error, an [`InvalidInput`] raised here or in the
-//! core, a [`StoreError`] whose `is_caller_error()` holds), 1 for everything else
+//! core, a [`StoreError`] whose `is_caller_error()` holds), 75 (`EX_TEMPFAIL`)
+//! when the store was busy, a lock stayed held or the database could not be
+//! reached within the request's deadline (run it again in a moment), 1 for everything else
 //! (a read-only command on a data dir with no database among them: `no_database`).
 //! A full disk or quota is `storage_full` also where the command's own file
 //! handling (not the store) met it.
@@ -24,6 +26,9 @@ use crate::commands::NoDatabase;
 pub const EXIT_BAD_INPUT: u8 = 2;
 /// Exit code for every other failure.
 pub const EXIT_FAILURE: u8 = 1;
+/// Exit code for a fault of the environment that the same command, run again
+/// in a moment, may get past (`busy`, `lock_timeout`, `unavailable`): sysexits' `EX_TEMPFAIL`.
+pub const EXIT_TRY_AGAIN: u8 = 75;
 
 /// What an error means for the process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,13 +42,23 @@ pub struct Classified {
 /// Decides the exit code and wire code of `err`, from the first error in its chain
 /// that this crate knows.
 pub fn classify(err: &anyhow::Error) -> Classified {
-    let exit = |caller: bool| if caller { EXIT_BAD_INPUT } else { EXIT_FAILURE };
+    let exit = |caller: bool, transient: bool| match (caller, transient) {
+        (true, _) => EXIT_BAD_INPUT,
+        (false, true) => EXIT_TRY_AGAIN,
+        (false, false) => EXIT_FAILURE,
+    };
     for cause in err.chain() {
         if let Some(mesh) = cause.downcast_ref::<MeshError>() {
-            return Classified { exit_code: exit(mesh.is_caller_error()), code: mesh.code().to_owned() };
+            return Classified {
+                exit_code: exit(mesh.is_caller_error(), mesh.is_transient()),
+                code: mesh.code().to_owned(),
+            };
         }
         if let Some(store) = cause.downcast_ref::<StoreError>() {
-            return Classified { exit_code: exit(store.is_caller_error()), code: store.code().to_owned() };
+            return Classified {
+                exit_code: exit(store.is_caller_error(), store.is_transient()),
+                code: store.code().to_owned(),
+            };
         }
         if cause.downcast_ref::<InvalidInput>().is_some() {
             return Classified { exit_code: EXIT_BAD_INPUT, code: "invalid_input".to_owned() };
@@ -140,9 +155,21 @@ mod tests {
     }
 
     #[test]
-    fn system_errors_exit_1() {
+    fn faults_of_the_environment_exit_75() {
         let err = anyhow::Error::new(StoreError::Busy);
-        assert_eq!(classify(&err), Classified { exit_code: 1, code: "busy".to_owned() });
+        assert_eq!(classify(&err), Classified { exit_code: EXIT_TRY_AGAIN, code: "busy".to_owned() });
+        let err = anyhow::Error::new(StoreError::Unavailable(String::from("the server is gone")));
+        assert_eq!(classify(&err), Classified { exit_code: EXIT_TRY_AGAIN, code: "unavailable".to_owned() });
+        let err = anyhow::Error::new(MeshError::Remote {
+            status: 503,
+            code: String::from("lock_timeout"),
+            message: String::from("a lock stayed held"),
+        });
+        assert_eq!(classify(&err), Classified { exit_code: EXIT_TRY_AGAIN, code: "lock_timeout".to_owned() });
+    }
+
+    #[test]
+    fn system_errors_exit_1() {
         let err: anyhow::Error =
             Err::<(), _>(io::Error::other("disk on fire")).context("writing").unwrap_err();
         assert_eq!(classify(&err), Classified { exit_code: 1, code: "internal_error".to_owned() });

@@ -42,9 +42,28 @@ fn pragmas_are_set_and_read_back() {
     assert_eq!(store.pragma("journal_mode").unwrap(), "wal");
     assert_eq!(store.pragma("synchronous").unwrap(), "1", "NORMAL");
     assert_eq!(store.pragma("foreign_keys").unwrap(), "1");
-    assert_eq!(store.pragma("busy_timeout").unwrap(), "5000");
     assert_eq!(store.pragma("cache_size").unwrap(), "-2048", "2 MiB");
     assert_eq!(store.pragma("user_version").unwrap(), SCHEMA_VERSION.to_string());
+}
+
+#[test]
+fn a_write_waits_for_another_processs_lock_no_longer_than_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh-runtime.db");
+    let store = SqliteStore::open(&path).unwrap();
+    // Another connection, as a stopped process's would, holds the write lock.
+    let holder = rusqlite::Connection::open(&path).unwrap();
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let task = NewTask { message: "waits".into(), ..NewTask::default() };
+    let budget = std::time::Duration::from_millis(300);
+    let began = std::time::Instant::now();
+    let out = agentmesh_store::deadline::within(Some(began + budget), || store.enqueue("m", &task, NOW));
+    let took = began.elapsed();
+    assert!(matches!(out, Err(StoreError::Busy)), "{out:?}");
+    assert!(took >= budget && took < budget * 3, "gave up after {took:?} with a budget of {budget:?}");
+    // Once the lock is let go the same write goes through.
+    holder.execute_batch("COMMIT").unwrap();
+    store.enqueue("m", &task, NOW).unwrap();
 }
 
 #[test]

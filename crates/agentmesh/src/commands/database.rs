@@ -19,6 +19,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use agentmesh_core::InvalidInput;
 use agentmesh_postgres::{PgOptions, PgStore};
@@ -36,6 +37,9 @@ pub struct StoreConfig {
     data_dir: PathBuf,
     database_file: Option<PathBuf>,
     postgres: Option<PostgresTarget>,
+    /// The budget of one request (`--request-timeout`): a PostgreSQL store's
+    /// lock timeout follows it.
+    request_timeout: Duration,
 }
 
 /// A PostgreSQL installation: the server's URL and the schema.
@@ -71,7 +75,12 @@ impl StoreConfig {
     /// The store of data dir `dir`: its `mesh-runtime.db` (or the legacy
     /// `beads.db`, renamed).
     pub fn data_dir(dir: impl Into<PathBuf>) -> StoreConfig {
-        StoreConfig { data_dir: dir.into(), database_file: None, postgres: None }
+        StoreConfig {
+            data_dir: dir.into(),
+            database_file: None,
+            postgres: None,
+            request_timeout: agentmesh_api::DEFAULT_REQUEST_TIMEOUT,
+        }
     }
 
     /// Resolves the data dir and database URL given (see the module docs).
@@ -105,7 +114,12 @@ impl StoreConfig {
             let schema = database_schema.unwrap_or(agentmesh_postgres::DEFAULT_SCHEMA).to_owned();
             agentmesh_postgres::validate_schema(&schema)?;
             let postgres = PostgresTarget { url: url.trim().to_owned(), schema };
-            return Ok(StoreConfig { data_dir, database_file: None, postgres: Some(postgres) });
+            return Ok(StoreConfig {
+                data_dir,
+                database_file: None,
+                postgres: Some(postgres),
+                request_timeout: agentmesh_api::DEFAULT_REQUEST_TIMEOUT,
+            });
         }
         if database_schema.is_some() {
             return Err(InvalidInput::new(
@@ -134,7 +148,12 @@ impl StoreConfig {
             }
             return Ok(StoreConfig::data_dir(dir));
         }
-        Ok(StoreConfig { data_dir, database_file: Some(file), postgres: None })
+        Ok(StoreConfig {
+            data_dir,
+            database_file: Some(file),
+            postgres: None,
+            request_timeout: agentmesh_api::DEFAULT_REQUEST_TIMEOUT,
+        })
     }
 
     /// The clock commands read the time from: the database's for PostgreSQL
@@ -149,6 +168,18 @@ impl StoreConfig {
     /// The PostgreSQL installation a URL named, if one did.
     pub fn postgres(&self) -> Option<&PostgresTarget> {
         self.postgres.as_ref()
+    }
+
+    /// The same, with requests of `timeout` (see [`StoreConfig::request_timeout`]).
+    pub fn with_request_timeout(mut self, timeout: Duration) -> StoreConfig {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// The budget of one request: how long a store call may take, across
+    /// every attempt, before it is answered with what held it up.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
     }
 
     /// The data dir: the token, lock and machine id live there.
@@ -192,7 +223,9 @@ impl StoreConfig {
     pub fn open(&self) -> anyhow::Result<Opened> {
         match &self.postgres {
             Some(pg) => {
-                let options = PgOptions::new(pg.url.clone()).schema(pg.schema.clone());
+                let options = PgOptions::new(pg.url.clone())
+                    .schema(pg.schema.clone())
+                    .request_timeout(self.request_timeout);
                 let store = PgStore::open(&options)
                     .with_context(|| format!("failed to open the database {}", self.describe()))?;
                 // Time is read from the database's clock from here on.

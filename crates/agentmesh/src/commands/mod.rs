@@ -135,7 +135,8 @@ impl Context {
             global.database_url.as_deref(),
             global.database_schema.as_deref(),
             default_data_dir,
-        )?;
+        )?
+        .with_request_timeout(global.request_timeout);
         let data_dir = store_config.dir();
         if std::fs::metadata(data_dir).is_ok_and(|meta| !meta.is_dir()) {
             return Err(InvalidInput::new(
@@ -205,7 +206,8 @@ impl Context {
             Some(url) => Arc::new(RemoteMesh::trusting(url, &self.client_token()?, self.ca_cert.as_deref())?),
             None => Arc::new(
                 LocalMesh::new(Arc::clone(self.store()?), self.store_config.clock())
-                    .with_enforce(self.enforce),
+                    .with_enforce(self.enforce)
+                    .with_request_timeout(self.store_config.request_timeout()),
             ),
         };
         Ok(self.api.get_or_init(|| api))
@@ -394,8 +396,32 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
 
 /// Runs one parsed command; a failure comes back with advice when the user can
 /// fix its cause ([`Context::advise`]).
+///
+/// A command that is one request (a task added, a claim, a list) runs within
+/// `--request-timeout`, across its store calls: a store that cannot answer in
+/// time fails it with `busy`, `lock_timeout` or `unavailable` (exit status
+/// 75). Commands that run on (`serve`, `work`, `mcp`, a watch's wait) or move
+/// data in bulk (the ledger, imports, migrations) bound each of their own
+/// requests instead, or wait as long as the store's timeouts let them.
 pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
-    dispatch(ctx, command, out).map_err(|err| ctx.advise(err))
+    let one_request = matches!(
+        command,
+        Command::Task(_)
+            | Command::Claim(_)
+            | Command::Complete(_)
+            | Command::Events(_)
+            | Command::Fingerprints(_)
+            | Command::Conflicts(_)
+            | Command::Status
+            | Command::Mission(_)
+            | Command::Sessions(_)
+            | Command::Deliveries(_)
+            | Command::Dispatches(_)
+            | Command::ToolCalls(_)
+            | Command::Meshes
+    );
+    let deadline = one_request.then(|| std::time::Instant::now() + ctx.store_config().request_timeout());
+    agentmesh_store::deadline::within(deadline, || dispatch(ctx, command, out)).map_err(|err| ctx.advise(err))
 }
 
 fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {

@@ -97,10 +97,14 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     // runs no checkpoint of its own.
     let mut upkeep = UpkeepConfig::default();
     if let Some(pg) = &pg {
+        let ctx_timeout = ctx.store_config().request_timeout();
         let leader = pg.upkeep_leader();
         let clock_of = Arc::clone(pg);
         upkeep.leader = Some(Arc::new(move || {
-            if let Err(err) = clock_of.sync_clock() {
+            // Bounded like a request: a database that does not answer costs the
+            // upkeep tick a few seconds, not the tick itself.
+            let deadline = std::time::Instant::now() + ctx_timeout;
+            if let Err(err) = agentmesh_store::deadline::within(Some(deadline), || clock_of.sync_clock()) {
                 tracing::warn!(error = %err, "could not read the database's clock");
             }
             leader.holds()
@@ -113,6 +117,7 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         .with_daemon_id(daemon_id)
         .with_mcp_mesh(ctx.mesh_id().clone())
         .with_enforce(ctx.enforce())
+        .with_request_timeout(ctx.store_config().request_timeout())
         .with_clock(ctx.store_config().clock());
     // Kept to the end: it wakes this daemon's watches on every daemon's commits.
     let _listener = match &pg {

@@ -1624,8 +1624,10 @@ fn a_bad_postgres_url_or_schema_is_refused_and_an_unreachable_server_named() {
     let message = bad_schema.json()["error"]["message"].as_str().expect("a message").to_owned();
     assert!(message.contains("invalid databaseSchema"), "{message}");
     // Port 1 on loopback: nothing listens there.
+    // A fault of the environment: exit status 75, worth running again later.
     let unreachable = run(&["--database-url", "postgres://agent:s3cret@127.0.0.1:1/mesh", "task", "list"]);
-    unreachable.assert_code(1);
+    unreachable.assert_code(75);
+    assert!(unreachable.stderr.contains("unavailable"), "{}", unreachable.stderr);
     assert!(unreachable.stderr.contains("127.0.0.1:1/mesh"), "{}", unreachable.stderr);
     assert!(!unreachable.stderr.contains("s3cret"), "the password is never printed: {}", unreachable.stderr);
     assert_eq!(std::fs::read_dir(mesh.data_dir()).unwrap().count(), 0, "the refusals created nothing");

@@ -11,6 +11,7 @@ mod cli;
 mod conventions;
 mod daemon_log;
 mod disk_full;
+mod faults;
 mod first_start;
 mod import_adhdev;
 mod mcp;
