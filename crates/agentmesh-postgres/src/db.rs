@@ -6,6 +6,15 @@
 //! savepoint) goes out with the operation's first statement, and writes whose
 //! outcome nothing later reads ([`Db::defer`]) go out with the next statement,
 //! or with [`Db::finish`] at the end of the operation, with its COMMIT.
+//!
+//! So an operation pays at most one round trip per statement whose answer it
+//! reads (two that must run in order and whose answers are both needed go out
+//! together: [`Db::query_pair`]). A claim that takes the open stream's first
+//! ready task takes two round trips: the survey, which also locks that task,
+//! sent with `BEGIN` and the claim's locks; then its writes with the COMMIT.
+//! A completion takes two as well: the task locked with its dependents' ids;
+//! then its writes with the COMMIT (and one more for each dependent whose
+//! readiness it recounts).
 
 use std::cell::RefCell;
 use std::sync::Arc;

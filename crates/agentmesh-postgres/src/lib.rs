@@ -12,7 +12,7 @@
 //! enqueue with dependencies, the inbox for a drain. Writes that need none of
 //! the same locks run at once, in one mesh as across meshes; PostgreSQL's own
 //! group commit shares a WAL flush between them. Reads take no lock.
-//! ARCHITECTURE.md gives the lock of each operation and why.
+//! `locks` gives the locks of each operation.
 //!
 //! The trait is synchronous. Each pooled connection (`tokio-postgres`) is driven
 //! from the calling thread by a runtime of its own, so that an operation can

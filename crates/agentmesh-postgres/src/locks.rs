@@ -1,5 +1,5 @@
 //! The advisory locks a write takes: for each rule, only what that rule needs
-//! run one at a time (ARCHITECTURE.md has the table).
+//! run one at a time (the list at the end gives each operation's locks).
 //!
 //! Task rows are guarded by row locks (`FOR UPDATE`, `FOR NO KEY UPDATE SKIP
 //! LOCKED` for claims, `FOR KEY SHARE` for an enqueue's dependencies). What a
@@ -24,6 +24,33 @@
 //! FNV-1a hashes of the installation's schema, the kind, the mesh and the id:
 //! two that collide only share a lock, which costs concurrency, never
 //! correctness.
+//!
+//! Each operation's locks:
+//!
+//! - claim: the session and node keys, and the task it takes, locked
+//!   `FOR NO KEY UPDATE SKIP LOCKED` (see `tasks::claim`).
+//! - complete, fail, heartbeat, cancel, requeue, priority, reclaim: the task
+//!   `FOR UPDATE`, and each dependent `FOR UPDATE` before its readiness is
+//!   recounted. The decision reads the row it writes; two completions of one
+//!   task's dependencies recount it one after the other, the second seeing the
+//!   first.
+//! - `complete_and_claim`: the claim's keys, then the row locks of a
+//!   completion and of a claim, in one transaction.
+//! - enqueue without dependencies: the graph key, shared. With dependencies:
+//!   the graph key, exclusive, and its existing dependencies `FOR KEY SHARE`
+//!   before it counts the unmet ones, so a completion of a dependency either
+//!   committed before the count or waits and then finds the new edge.
+//! - drain, ack, presence, held requeue, queueing through the API, the
+//!   retention sweep: the inbox key. An event queued by a task write takes
+//!   none, unless it needs the refine-terminal check (see `inbox`).
+//! - missions, the scheduler cursor, dispatch and delivery records, the rate
+//!   guard: the mesh key.
+//! - replacing or inserting raw queue entries, a transfer import: every key of
+//!   the mesh (`write_exclusive`), and row locks as above.
+//! - writes that decide nothing (idle sessions, fingerprints, deletes by key)
+//!   and sweeps across meshes: none, or each mesh's key in a transaction of
+//!   its own.
+//! - reads: none (one statement, or a snapshot).
 
 use std::sync::Arc;
 

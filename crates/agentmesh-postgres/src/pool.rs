@@ -51,7 +51,7 @@ impl Conn {
     /// on what was sent, or never have received it) and the answer is
     /// [`StoreError::Unavailable`].
     ///
-    /// Without a deadline (the upkeep, the CLI's own commands) a round trip
+    /// Without a deadline (the upkeep, migrations, imports) a round trip
     /// still ends: after its round-trip limit, by when the server would
     /// have cancelled what it was running.
     pub(crate) fn block_on<F: Future>(&self, future: F) -> Res<F::Output> {

@@ -6,7 +6,18 @@
 //! `/* all meshes */` comment; a sharded deployment runs them on every shard.
 //!
 //! [`shard_violation`] is the check; the statements a process prepared are kept
-//! ([`prepared_statements`]), so tests check every statement they ran.
+//! ([`prepared_statements`]), so tests check every statement they ran. The
+//! tests also check the schema from the catalog: `mesh_id` first in every
+//! primary key and unique index, and no foreign keys.
+//!
+//! A sharded deployment therefore distributes every mesh table by `mesh_id`,
+//! co-located, makes the two metadata tables (`agentmesh_meta`,
+//! `agentmesh_migrations`) reference tables, and needs no schema change. The
+//! advisory locks are taken on the coordinator, where every transaction
+//! starts. One caveat: ledger sequence numbers and transaction ids are handed
+//! out per worker there, so a mesh's ledger order holds while its shard stays
+//! on one worker; moving a shard needs a new database id (`agentmesh_meta`'s
+//! `database_id`), so that followers start over.
 
 use std::collections::BTreeSet;
 use std::sync::{Mutex, PoisonError};

@@ -14,6 +14,13 @@
 //! COMMIT (group commit); reads run on read-only connections beside it (see the
 //! `writes` module). Several processes may open the same file; SQLite's file
 //! locks and the busy timeout serialize their writers.
+//!
+//! Every index is paid for by every write, so a table has only the indexes a
+//! read path needs. The ordered statements of the hot paths (the claim
+//! streams, the ledger's filters, the inbox walk) bind their values as `+?`:
+//! SQLite re-prepares an ordered statement whenever a value bound to an
+//! equality term changes, which the statement cache would do on every reuse
+//! (see `tasks::claim`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

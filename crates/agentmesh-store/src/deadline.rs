@@ -6,7 +6,7 @@
 //! thread a submitted write runs on ([`crate::submit`] carries it over), so a
 //! backend can bound each wait by what is left ([`remaining`]): a server round
 //! trip, a wait for a pooled connection or for a lock. An operation run without
-//! one (the CLI's own commands, migrations, the upkeep) waits as long as its
+//! one (migrations, imports, the upkeep) waits as long as its
 //! backend's own timeouts let it.
 
 use std::cell::Cell;

@@ -6,8 +6,10 @@
 //! the write to the store and returns a [`Submitted`] future that resolves once
 //! the write's transaction is closed, exactly when the synchronous call would
 //! have returned, with the same result. A backend that runs writes on a thread
-//! of its own completes the future from there; the trait's default runs the
-//! synchronous call on a fresh thread.
+//! of its own completes the future from there (the SQLite store's writer);
+//! the trait's defaults run the synchronous call on the backend's [`Workers`]
+//! (`QueueStore::submit_workers`: the PostgreSQL store names a fixed set, one
+//! thread per pooled connection), or on a fresh thread when it names none.
 //!
 //! The future is independent of any executor: it only stores the waker it was
 //! polled with and is woken through it. Dropping it does not cancel the write.
