@@ -59,7 +59,7 @@ pub const DEFAULT_CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
 
 /// How long one request may take, across every attempt, before it is answered
 /// with the fault that held it up (see [`LocalMesh::with_request_timeout`]).
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub use agentmesh_store::deadline::DEFAULT_REQUEST_TIMEOUT;
 
 /// The mesh operations over a [`Store`] in this process.
 ///

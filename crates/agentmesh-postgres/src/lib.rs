@@ -85,7 +85,7 @@ pub struct ServerTimeouts {
 }
 
 /// The request deadline the defaults of [`ServerTimeouts`] follow.
-pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+pub use agentmesh_store::deadline::DEFAULT_REQUEST_TIMEOUT;
 
 impl ServerTimeouts {
     /// The timeouts for requests of `request_timeout`: a lock wait gives up at

@@ -12,6 +12,11 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+/// The budget of one request when its caller does not say otherwise: the one
+/// default the API, the daemon and the PostgreSQL backend's lock timeout
+/// follow.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 thread_local! {
     static CURRENT: Cell<Option<Instant>> = const { Cell::new(None) };
 }
