@@ -597,6 +597,10 @@ pub struct StatusView {
     pub idle_sessions: Vec<IdleSessionView>,
     /// The newest ledger entries, oldest first.
     pub recent_ledger: Vec<LedgerEntry>,
+    /// What an acknowledged write of the store survives (`full`,
+    /// `process-crash-only`); absent from a daemon that does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durability: Option<String>,
 }
 
 #[cfg(test)]

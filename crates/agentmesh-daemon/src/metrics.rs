@@ -31,6 +31,7 @@ use std::time::Instant;
 
 use agentmesh_core::events::{DrainCounter, DrainCounters};
 use agentmesh_core::{ClaimRefusal, TaskStatus, Timestamp};
+use agentmesh_store::Durability;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderValue, Method, header};
 use axum::middleware::Next;
@@ -260,7 +261,7 @@ impl Metrics {
 
     /// The whole exposition: the process and build figures, then `depth` (per
     /// mesh, read from the store at scrape time), then the counters.
-    fn render(&self, process: &ProcessStats, depth: &[MeshDepth]) -> String {
+    fn render(&self, process: &ProcessStats, durability: Option<Durability>, depth: &[MeshDepth]) -> String {
         let mut out = String::with_capacity(8192);
 
         render_process(&mut out, process);
@@ -271,6 +272,16 @@ impl Metrics {
             "Always 1; the labels name the version and the commit the daemon was built from.",
         );
         sample(&mut out, "agentmesh_build_info", &[("version", BUILD_VERSION), ("commit", BUILD_COMMIT)], 1);
+        if let Some(mode) = durability {
+            family(
+                &mut out,
+                "agentmesh_store_durability_info",
+                "gauge",
+                "Always 1; the mode label says what an acknowledged write survives (full: a power loss; \
+                 process-crash-only: a crash of the process).",
+            );
+            sample(&mut out, "agentmesh_store_durability_info", &[("mode", mode.as_str())], 1);
+        }
 
         family(&mut out, "agentmesh_tasks", "gauge", "Tasks by mesh and status.");
         for mesh in depth {
@@ -617,6 +628,7 @@ pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError>
     let read = state
         .with_mesh(move |api| {
             let store = api.store();
+            let durability = store.durability();
             let mut depth = Vec::with_capacity(meshes.len());
             for mesh in meshes {
                 let counts = store.stats_by_status(&mesh)?;
@@ -631,21 +643,21 @@ pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError>
                 let oldest_pending_age = oldest.map_or(0.0, |since| age_seconds(since, now));
                 depth.push(MeshDepth { mesh, tasks, pending_events, oldest_pending_age });
             }
-            Ok(depth)
+            Ok((Some(durability), depth))
         })
         .await;
-    let depth = match read {
-        Ok(depth) => depth,
+    let (durability, depth) = match read {
+        Ok(read) => read,
         Err(err @ ApiError::Internal(_)) => return Err(err),
         Err(err) => {
             tracing::debug!(error = %err, "the mesh figures of /metrics could not be read");
-            Vec::new()
+            (None, Vec::new())
         }
     };
     let process = tokio::task::spawn_blocking(ProcessStats::read)
         .await
         .map_err(|join| ApiError::Internal(format!("the process figures could not be read: {join}")))?;
-    let body = state.metrics.render(&process, &depth);
+    let body = state.metrics.render(&process, durability, &depth);
     let content_type = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     Ok(([(header::CONTENT_TYPE, content_type)], body).into_response())
 }
@@ -672,7 +684,7 @@ mod tests {
         metrics.observe_request("/r", "GET", 200, 0.002);
         metrics.observe_request("/r", "GET", 200, 0.2);
         metrics.observe_request("/r", "GET", 200, 500.0);
-        let text = metrics.render(&ProcessStats::default(), &[]);
+        let text = metrics.render(&ProcessStats::default(), Some(Durability::Full), &[]);
         let bucket = |le: &str| {
             let prefix = format!(
                 "agentmesh_http_request_duration_seconds_bucket{{route=\"/r\",method=\"GET\",status=\"200\",le=\"{le}\"}} "

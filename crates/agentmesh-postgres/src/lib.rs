@@ -22,7 +22,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentmesh_store::{FullStorage, Store, StoreError, StoreResult};
+use agentmesh_store::{Durability, FullStorage, Store, StoreError, StoreResult};
 
 mod cluster;
 mod columns;
@@ -144,6 +144,8 @@ pub struct PgStore {
     /// The threads that run the submitted writes (`submit_*`), one per pooled
     /// connection: a write in flight never starts a thread of its own.
     workers: agentmesh_store::submit::Workers,
+    /// What an acknowledged write survives, as the server is set.
+    durability: Durability,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -168,16 +170,33 @@ impl PgStore {
             Target { config, quoted_schema: quote_ident(&options.schema), timeouts: options.timeouts };
         let pool = Arc::new(Pool::new(target, options.max_connections));
         let channel = cluster::channel(&options.schema);
-        let store = PgStore {
+        let mut store = PgStore {
             announcer: cluster::Announcer::start(Arc::clone(&pool), channel),
             pool,
             schema: options.schema.clone(),
             location,
             tool_calls: std::sync::atomic::AtomicU64::new(0),
             workers: agentmesh_store::submit::Workers::new("agentmesh-pg-write", options.max_connections),
+            durability: Durability::Full,
         };
         store.migrate().map_err(|Fail(e)| e)?;
+        let relaxed = store.read(|db| {
+            let row = db.query_one(
+                "SELECT /* all meshes */ current_setting('synchronous_commit') = 'off'
+                     OR current_setting('fsync') = 'off'",
+                &[],
+            )?;
+            Ok(row.get::<_, bool>(0))
+        })?;
+        store.durability = if relaxed { Durability::ProcessCrashOnly } else { Durability::Full };
         Ok(store)
+    }
+
+    /// What an acknowledged write survives, as the server's `synchronous_commit`
+    /// and `fsync` say (read on opening): `off` loses the last commits when the
+    /// server crashes or loses power.
+    pub fn durability(&self) -> Durability {
+        self.durability
     }
 
     /// The schema this store runs in.
@@ -310,6 +329,10 @@ impl Store for PgStore {
 
     fn id_scope(&self) -> agentmesh_store::IdScope {
         agentmesh_store::IdScope::Mesh
+    }
+
+    fn durability(&self) -> Durability {
+        PgStore::durability(self)
     }
 }
 

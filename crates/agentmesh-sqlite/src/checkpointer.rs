@@ -123,9 +123,13 @@ pub(crate) struct Checkpointer {
 impl Checkpointer {
     /// Starts the thread on a connection of its own to `path`, and installs the WAL
     /// hook on `writer`, the store's connection.
-    pub(crate) fn start(path: &Path, writer: &mut Connection) -> Res<Checkpointer> {
-        let mut conn = Connection::open(path)?;
-        crate::configure(&mut conn)?;
+    pub(crate) fn start(
+        path: &Path,
+        writer: &mut Connection,
+        options: &crate::OpenOptions,
+    ) -> Res<Checkpointer> {
+        let mut conn = options.connect_rw(path)?;
+        crate::configure(&mut conn, options)?;
         let conn = Arc::new(Mutex::new(conn));
         let shared = Arc::new(Shared::new(Phase::Idle));
         let (ours, thread_conn, db) = (Arc::clone(&shared), Arc::clone(&conn), path.to_owned());

@@ -32,6 +32,7 @@ use rusqlite::{Connection, ErrorCode};
 
 mod adhdev_import;
 mod checkpointer;
+mod durability;
 mod inbox;
 mod inbox_upkeep;
 mod ledger;
@@ -47,6 +48,7 @@ mod transfer;
 mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};
+pub use durability::{Durability, OpenOptions};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, create_private_dir, resolve_db_path};
 use writes::Writes;
@@ -71,6 +73,10 @@ pub struct SqliteStore {
     legacy_checked: Mutex<HashMap<String, LegacyQueueState>>,
     /// Tool calls recorded, for the rate guard's periodic sweep.
     tool_calls: AtomicU64,
+    /// How the file was opened.
+    options: OpenOptions,
+    /// The numbers a rollback must not hand out twice (see `durability`).
+    ceilings: Arc<durability::Ceilings>,
 }
 
 /// What happened to a mesh's legacy queue file.
@@ -93,7 +99,13 @@ impl std::fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// Opens or creates the database file at `path` and migrates it.
     pub fn open(path: impl AsRef<Path>) -> StoreResult<SqliteStore> {
-        Self::open_inner(path.as_ref(), None)
+        Self::open_with(path, &OpenOptions::default())
+    }
+
+    /// Opens or creates the database file at `path` with `options` (the
+    /// durability, the VFS) and migrates it.
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> StoreResult<SqliteStore> {
+        Self::open_inner(path.as_ref(), None, options)
     }
 
     /// Opens the store of a data directory: its `mesh-runtime.db`, or a legacy
@@ -105,29 +117,38 @@ impl SqliteStore {
     /// new database file likewise (0600, and so its `-wal` and `-shm`); an existing
     /// directory open to other users is used as it is, with a warning.
     pub fn open_data_dir(dir: impl AsRef<Path>) -> StoreResult<SqliteStore> {
+        Self::open_data_dir_with(dir, &OpenOptions::default())
+    }
+
+    /// [`SqliteStore::open_data_dir`] with `options`.
+    pub fn open_data_dir_with(dir: impl AsRef<Path>, options: &OpenOptions) -> StoreResult<SqliteStore> {
         let dir = dir.as_ref();
         paths::create_private_dir(dir).map_err(io_error)?;
         let path = resolve_db_path(dir, |from, to| std::fs::rename(from, to));
-        Self::open_inner(&path, Some(dir.to_owned()))
+        Self::open_inner(&path, Some(dir.to_owned()), options)
     }
 
-    fn open_inner(path: &Path, legacy_dir: Option<PathBuf>) -> StoreResult<SqliteStore> {
-        Self::open_res(path, legacy_dir).map_err(|e| settle_io(e.0, path))
+    fn open_inner(
+        path: &Path,
+        legacy_dir: Option<PathBuf>,
+        options: &OpenOptions,
+    ) -> StoreResult<SqliteStore> {
+        Self::open_res(path, legacy_dir, options).map_err(|e| settle_io(e.0, path))
     }
 
     /// Opens the file at `path`. Several processes may do this at once on a file
     /// that does not exist yet: each step is safe to race (the file is created
     /// with `O_EXCL`, the switch to WAL is retried while another process makes
     /// it, and each migration step reads the version under the write lock).
-    fn open_res(path: &Path, legacy_dir: Option<PathBuf>) -> Res<SqliteStore> {
+    fn open_res(path: &Path, legacy_dir: Option<PathBuf>, options: &OpenOptions) -> Res<SqliteStore> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
             paths::create_private_dir(parent).map_err(io_error)?;
         }
         // A newer agentmesh's database is refused before any write can touch it.
         migrations::refuse_newer_file(path)?;
         paths::create_private_file(path).map_err(io_error)?;
-        let mut conn = Connection::open(path)?;
-        configure(&mut conn)?;
+        let mut conn = options.connect_rw(path)?;
+        configure(&mut conn, options)?;
         // The write connection reads through its page cache, not the memory map:
         // inside a write transaction SQLite maps only the pages a read-only
         // cursor fetches, and looks each one up in the WAL's hash tables first, a
@@ -135,20 +156,28 @@ impl SqliteStore {
         // gain from the map run on the read connections.
         conn.pragma_update(None, "mmap_size", 0)?;
         migrations::migrate(&mut conn)?;
-        let checkpointer = checkpointer::Checkpointer::start(path, &mut conn)?;
+        let ceilings = Arc::new(durability::Ceilings::open(&conn, options.durability)?);
+        let checkpointer = checkpointer::Checkpointer::start(path, &mut conn, options)?;
         Ok(SqliteStore {
             checkpointer,
             path: path.to_owned(),
-            writes: Writes::new(conn, path)?,
+            writes: Writes::new(conn, path, options, Arc::clone(&ceilings))?,
             legacy_dir,
             legacy_checked: Mutex::new(HashMap::new()),
             tool_calls: AtomicU64::new(0),
+            options: options.clone(),
+            ceilings,
         })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// What an acknowledged write of this store survives.
+    pub fn durability(&self) -> Durability {
+        self.options.durability
     }
 
     /// Reads a pragma's current value as text (for checks and diagnostics).
@@ -179,9 +208,10 @@ impl SqliteStore {
     /// A connection to the database file at `path` with the store's pragmas and no
     /// schema: for measuring what SQLite itself costs on a machine (the
     /// benchmark's floor cases), never for storing mesh data.
-    pub fn open_bare_connection(path: &Path) -> StoreResult<Connection> {
-        let mut conn = Connection::open(path).map_err(classify)?;
-        configure(&mut conn).map_err(|Fail(err)| err)?;
+    pub fn open_bare_connection(path: &Path, durability: Durability) -> StoreResult<Connection> {
+        let options = OpenOptions::with_durability(durability);
+        let mut conn = options.connect_rw(path).map_err(classify)?;
+        configure(&mut conn, &options).map_err(|Fail(err)| err)?;
         Ok(conn)
     }
 
@@ -383,8 +413,8 @@ pub struct WriteStats {
 
 /// Sets the connection's pragmas. The settings are read back by tests, because
 /// SQLite silently ignores a misspelled pragma.
-fn configure(conn: &mut Connection) -> Res<()> {
-    configure_connection(conn)?;
+fn configure(conn: &mut Connection, options: &OpenOptions) -> Res<()> {
+    configure_connection(conn, options)?;
     switch_to_wal(conn, std::time::Duration::from_millis(u64::from(BUSY_TIMEOUT_MS)))?;
     // The store's write connection replaces the autocheckpoint with the
     // `checkpointer` module's WAL hook; the pragma holds for the other
@@ -394,9 +424,9 @@ fn configure(conn: &mut Connection) -> Res<()> {
 }
 
 /// The settings each of the store's connections has, the read-only ones too.
-fn configure_connection(conn: &mut Connection) -> Res<()> {
+fn configure_connection(conn: &mut Connection, options: &OpenOptions) -> Res<()> {
     conn.busy_handler(Some(wait_while_busy))?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "synchronous", options.synchronous())?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Performance, not durability: a page cache that holds the hot index pages
     // across transactions, and memory-mapped reads.

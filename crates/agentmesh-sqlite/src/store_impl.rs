@@ -20,6 +20,7 @@ use agentmesh_store::{
 use agentmesh_store::prelude::*;
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
 
+use crate::durability::Ceilings;
 use crate::tasks::Rows;
 use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, runtime, tasks};
 
@@ -34,6 +35,10 @@ impl Store for SqliteStore {
 
     fn id_scope(&self) -> agentmesh_store::IdScope {
         agentmesh_store::IdScope::Database
+    }
+
+    fn durability(&self) -> agentmesh_store::Durability {
+        SqliteStore::durability(self)
     }
 }
 
@@ -102,7 +107,8 @@ impl QueueStore for SqliteStore {
     ) -> StoreResult<ClaimOutcome> {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, claimant, opts) = (mesh_id.to_owned(), claimant.clone(), opts.clone());
-        self.write_queued(move |tx| tasks::claim(tx, &mesh_id, &claimant, &opts, now))
+        let ceilings = Arc::clone(&self.ceilings);
+        self.write_queued(move |tx| tasks::claim(tx, &ceilings, &mesh_id, &claimant, &opts, now))
     }
 
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
@@ -122,7 +128,10 @@ impl QueueStore for SqliteStore {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, report, claimant, opts) =
             (mesh_id.to_owned(), report.clone(), claimant.clone(), opts.clone());
-        self.write_queued(move |tx| complete_then_claim(tx, &mesh_id, &report, &claimant, &opts, now))?
+        let ceilings = Arc::clone(&self.ceilings);
+        self.write_queued(move |tx| {
+            complete_then_claim(tx, &ceilings, &mesh_id, &report, &claimant, &opts, now)
+        })?
     }
 
     fn heartbeat(
@@ -148,7 +157,8 @@ impl QueueStore for SqliteStore {
         opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<ClaimOutcome> {
-        self.submit_queued(mesh_id, move |tx, mesh| tasks::claim(tx, mesh, &claimant, &opts, now))
+        let ceilings = Arc::clone(&self.ceilings);
+        self.submit_queued(mesh_id, move |tx, mesh| tasks::claim(tx, &ceilings, mesh, &claimant, &opts, now))
     }
 
     fn submit_completion(
@@ -170,8 +180,9 @@ impl QueueStore for SqliteStore {
         opts: ClaimOptions,
         now: Timestamp,
     ) -> Submitted<(Task, ClaimOutcome)> {
+        let ceilings = Arc::clone(&self.ceilings);
         refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| {
-            complete_then_claim(tx, mesh, &report, &claimant, &opts, now)
+            complete_then_claim(tx, &ceilings, mesh, &report, &claimant, &opts, now)
         }))
     }
 
@@ -660,6 +671,7 @@ impl CompatStore for SqliteStore {
 /// is the completion's recorded refusal, which must still be committed.
 fn complete_then_claim(
     tx: &rusqlite::Connection,
+    ceilings: &Ceilings,
     mesh_id: &str,
     report: &CompletionReport,
     claimant: &Claimant,
@@ -667,7 +679,7 @@ fn complete_then_claim(
     now: Timestamp,
 ) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
     agentmesh_store::task_writes::complete_then_claim(&Rows(tx), mesh_id, report, now, || {
-        tasks::claim(tx, mesh_id, claimant, opts, now)
+        tasks::claim(tx, ceilings, mesh_id, claimant, opts, now)
     })
 }
 

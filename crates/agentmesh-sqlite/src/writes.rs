@@ -75,7 +75,8 @@ use std::time::{Duration, Instant};
 use agentmesh_store::{FullStorage, StoreError};
 use rusqlite::{Connection, OpenFlags};
 
-use crate::{Fail, Res, WriteStats};
+use crate::durability::Ceilings;
+use crate::{Fail, OpenOptions, Res, WriteStats};
 
 /// A transaction holds at most this many operations.
 const MAX_BATCH_WRITES: usize = 32;
@@ -118,20 +119,28 @@ struct Shared {
     queued: AtomicUsize,
     /// Threads inside [`Writes::write_queued`] or [`Writes::write`].
     sync_writers: AtomicUsize,
+    /// Looked at after every COMMIT, before its callers are answered.
+    ceilings: Arc<Ceilings>,
 }
 
 impl Writes {
     /// Starts the writer thread on `conn`, the write connection to the database
     /// file at `path`.
-    pub(crate) fn new(conn: Connection, path: &Path) -> Res<Writes> {
+    pub(crate) fn new(
+        conn: Connection,
+        path: &Path,
+        options: &OpenOptions,
+        ceilings: Arc<Ceilings>,
+    ) -> Res<Writes> {
         let shared = Arc::new(Shared {
             stats: Mutex::new(WriteStats::default()),
             group_commit: AtomicBool::new(true),
             queued: AtomicUsize::new(0),
             sync_writers: AtomicUsize::new(0),
+            ceilings,
         });
         let (requests, queue) = mpsc::channel();
-        let readers = Arc::new(Readers::new(path));
+        let readers = Arc::new(Readers::new(path, options));
         let (bulk, bulk_queue) = mpsc::channel::<BulkRead>();
         let bulk_thread = thread::Builder::new()
             .name("agentmesh-sqlite-bulk-reads".into())
@@ -698,6 +707,7 @@ fn alone<T>(conn: &Connection, shared: &Shared, f: impl FnOnce(&Connection) -> R
         Ok(value) => match exec(conn, "COMMIT") {
             Ok(()) => {
                 shared.count_committed(1);
+                shared.ceilings.after_commit(conn)?;
                 Ok(value)
             }
             Err(Fail(err)) => {
@@ -768,8 +778,14 @@ impl Txn {
         match exec(conn, "COMMIT") {
             Ok(()) => {
                 db.shared.count_committed(self.succeeded);
+                // Committed, but a number in it may not be below a synced
+                // ceiling yet: nobody is answered before it is.
+                let settled = db.shared.ceilings.after_commit(conn);
                 for job in self.jobs.drain(..) {
-                    job.end(End::Ran);
+                    job.end(match &settled {
+                        Ok(()) => End::Ran,
+                        Err(Fail(err)) => End::Failed(Failure::of(err).error()),
+                    });
                 }
                 self.open = false;
                 self.succeeded = 0;
@@ -792,6 +808,7 @@ impl Txn {
 /// The read-only connections, opened as reads need them.
 struct Readers {
     path: PathBuf,
+    options: OpenOptions,
     idle: Mutex<Vec<Connection>>,
     /// Connections open, idle or lent to a read.
     open: Mutex<usize>,
@@ -812,9 +829,10 @@ impl std::ops::Deref for Reader<'_> {
 }
 
 impl Readers {
-    fn new(path: &Path) -> Readers {
+    fn new(path: &Path, options: &OpenOptions) -> Readers {
         Readers {
             path: path.to_owned(),
+            options: options.clone(),
             idle: Mutex::new(Vec::new()),
             open: Mutex::new(0),
             returned: Condvar::new(),
@@ -832,7 +850,7 @@ impl Readers {
             if *open < MAX_READERS {
                 *open += 1;
                 drop(open);
-                return match open_reader(&self.path) {
+                return match open_reader(&self.path, &self.options) {
                     Ok(conn) => Ok(Reader { conn: Some(conn), readers: self }),
                     Err(err) => {
                         *lock(&self.open) -= 1;
@@ -863,11 +881,11 @@ impl Drop for Reader<'_> {
 }
 
 /// A read-only connection to `path` with the store's per-connection settings.
-fn open_reader(path: &Path) -> Res<Connection> {
+fn open_reader(path: &Path, options: &OpenOptions) -> Res<Connection> {
     let flags =
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
-    let mut conn = Connection::open_with_flags(path, flags)?;
-    crate::configure_connection(&mut conn)?;
+    let mut conn = options.connect(path, flags)?;
+    crate::configure_connection(&mut conn, options)?;
     Ok(conn)
 }
 
@@ -959,7 +977,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("notes.db")).unwrap();
         conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE notes (note TEXT PRIMARY KEY)").unwrap();
-        let writes = Writes::new(conn, &dir.path().join("notes.db")).unwrap();
+        let writes = Writes::new(
+            conn,
+            &dir.path().join("notes.db"),
+            &OpenOptions::default(),
+            Arc::new(Ceilings::none()),
+        )
+        .unwrap();
         (dir, writes)
     }
 
@@ -1183,7 +1207,13 @@ mod tests {
              CREATE TABLE children (parent INTEGER REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED);",
         )
         .unwrap();
-        let writes = Writes::new(conn, &dir.path().join("notes.db")).unwrap();
+        let writes = Writes::new(
+            conn,
+            &dir.path().join("notes.db"),
+            &OpenOptions::default(),
+            Arc::new(Ceilings::none()),
+        )
+        .unwrap();
         let (release, held) = hold_writer(&writes);
         let a = writes.submit_queued(|c| note(c, "a")).unwrap();
         // A deferred foreign key is checked by COMMIT, so b's operation succeeds

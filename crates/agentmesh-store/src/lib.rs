@@ -24,6 +24,7 @@ use agentmesh_core::{
 };
 
 pub mod deadline;
+mod durability;
 mod error;
 pub mod ids;
 pub mod legacy;
@@ -41,6 +42,7 @@ pub mod conformance;
 #[cfg(feature = "conformance")]
 pub mod model;
 
+pub use durability::{Durability, UnknownDurability};
 pub use error::{FullStorage, IdScope, StoreError};
 pub use raw_json::RawJson;
 pub use submit::Submitted;
@@ -412,6 +414,12 @@ pub trait Store:
     /// [`FullStorage::NearlyFull`] when the write went through but the storage
     /// has too little left for more than the smallest writes.
     fn probe_write(&self) -> StoreResult<()>;
+
+    /// What an acknowledged write survives. The default answers
+    /// [`Durability::Full`]: a backend that can run relaxed says so.
+    fn durability(&self) -> Durability {
+        Durability::Full
+    }
 }
 
 /// Tasks: the queue, claims and the lifecycle of a claimed task (completion,

@@ -89,6 +89,20 @@ pub struct GlobalArgs {
         help_heading = GLOBAL
     )]
     pub request_timeout: std::time::Duration,
+    /// What a write the embedded file acknowledged survives: full (it is on
+    /// disk before the answer, so it survives a power loss) or
+    /// process-crash-only (faster; a power loss may roll back the last writes,
+    /// though never hand out an epoch or a ledger number twice). PostgreSQL
+    /// follows its server's synchronous_commit
+    #[arg(
+        long,
+        global = true,
+        value_name = "MODE",
+        env = "AGENTMESH_DURABILITY",
+        default_value = "full",
+        help_heading = GLOBAL
+    )]
+    pub durability: agentmesh_store::Durability,
     /// Talk to the daemon at this URL instead of opening the data dir
     /// (e.g. http://127.0.0.1:7433)
     #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_SERVER", help_heading = GLOBAL)]

@@ -51,7 +51,10 @@ fn writer_round_trip(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Res
 }
 
 fn floor(h: &mut Harness, case: &CaseStore, label: &str, indexed: bool, n: usize) -> anyhow::Result<()> {
-    let conn = SqliteStore::open_bare_connection(&case.dir().join("floor.db"))?;
+    let conn = SqliteStore::open_bare_connection(
+        &case.dir().join("floor.db"),
+        agentmesh_sqlite::Durability::ProcessCrashOnly,
+    )?;
     conn.execute_batch(if indexed {
         "CREATE TABLE t (id TEXT PRIMARY KEY, lane TEXT, queued_at INTEGER, fingerprint TEXT, payload TEXT);
          CREATE UNIQUE INDEX t_fingerprint ON t (fingerprint);
@@ -88,7 +91,10 @@ fn floor(h: &mut Harness, case: &CaseStore, label: &str, indexed: bool, n: usize
 const DRAIN_BATCH: i64 = 100;
 
 fn drain_floor(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
-    let mut conn = SqliteStore::open_bare_connection(&case.dir().join("drain-floor.db"))?;
+    let mut conn = SqliteStore::open_bare_connection(
+        &case.dir().join("drain-floor.db"),
+        agentmesh_sqlite::Durability::ProcessCrashOnly,
+    )?;
     conn.execute_batch("CREATE TABLE q (seq INTEGER PRIMARY KEY, id TEXT NOT NULL, payload TEXT NOT NULL);")?;
     let payload =
         format!("{{\"event\":\"task_completed\",\"summary\":{:?},\"pad\":{:?}}}", message(0), message(1));

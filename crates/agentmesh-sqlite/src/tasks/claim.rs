@@ -12,6 +12,7 @@ use rusqlite::{Connection, params_from_iter};
 
 use super::persist::Rows;
 use super::rows::{Loaded, corrupt, decode};
+use crate::durability::Ceilings;
 use crate::{Fail, Res};
 
 /// The SQL of one stream.
@@ -172,6 +173,7 @@ fn cap_reached(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[S
 /// decided by the core and persisted, or the walk's refusal returned.
 pub(crate) fn claim(
     conn: &Connection,
+    ceilings: &Ceilings,
     mesh_id: &str,
     claimant: &Claimant,
     opts: &ClaimOptions,
@@ -187,8 +189,10 @@ pub(crate) fn claim(
         NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(conn, mesh_id, claimant, &forms)? };
     let mut streams = Streams { conn, mesh_id, claimant, forms: &forms };
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
-        Walked::Take(before) => {
+        Walked::Take(mut before) => {
+            ceilings.lift(&mut before.task);
             let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
+            ceilings.note_epoch(decision.task.epoch());
             Ok(ClaimOutcome::Claimed(persist(&Rows(conn), &before, decision, now)?))
         }
         Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),

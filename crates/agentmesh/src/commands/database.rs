@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use agentmesh_core::InvalidInput;
 use agentmesh_postgres::{PgOptions, PgStore};
-use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, SqliteStore};
+use agentmesh_sqlite::{DB_FILE_NAME, Durability, LEGACY_DB_FILE_NAME, OpenOptions, SqliteStore};
 use agentmesh_store::Store;
 use anyhow::Context as _;
 
@@ -40,6 +40,8 @@ pub struct StoreConfig {
     /// The budget of one request (`--request-timeout`): a PostgreSQL store's
     /// lock timeout follows it.
     request_timeout: Duration,
+    /// What an acknowledged write of the embedded file survives (`--durability`).
+    durability: Durability,
 }
 
 /// A PostgreSQL installation: the server's URL and the schema.
@@ -80,6 +82,7 @@ impl StoreConfig {
             database_file: None,
             postgres: None,
             request_timeout: agentmesh_api::DEFAULT_REQUEST_TIMEOUT,
+            durability: Durability::Full,
         }
     }
 
@@ -119,6 +122,7 @@ impl StoreConfig {
                 database_file: None,
                 postgres: Some(postgres),
                 request_timeout: agentmesh_api::DEFAULT_REQUEST_TIMEOUT,
+                durability: Durability::Full,
             });
         }
         if database_schema.is_some() {
@@ -153,6 +157,7 @@ impl StoreConfig {
             database_file: Some(file),
             postgres: None,
             request_timeout: agentmesh_api::DEFAULT_REQUEST_TIMEOUT,
+            durability: Durability::Full,
         })
     }
 
@@ -173,6 +178,13 @@ impl StoreConfig {
     /// The same, with requests of `timeout` (see [`StoreConfig::request_timeout`]).
     pub fn with_request_timeout(mut self, timeout: Duration) -> StoreConfig {
         self.request_timeout = timeout;
+        self
+    }
+
+    /// The same, with the embedded file opened in `durability` (a PostgreSQL
+    /// store follows its server's `synchronous_commit`).
+    pub fn with_durability(mut self, durability: Durability) -> StoreConfig {
+        self.durability = durability;
         self
     }
 
@@ -250,14 +262,15 @@ impl StoreConfig {
             )
             .into());
         }
+        let options = OpenOptions::with_durability(self.durability);
         let opened = match &self.database_file {
             // A URL naming a data dir's own file opens it as that data dir, legacy
             // files included.
             Some(file) if file.file_name().is_some_and(|n| n == DB_FILE_NAME) => {
-                SqliteStore::open_data_dir(&self.data_dir)
+                SqliteStore::open_data_dir_with(&self.data_dir, &options)
             }
-            Some(file) => SqliteStore::open(file),
-            None => SqliteStore::open_data_dir(&self.data_dir),
+            Some(file) => SqliteStore::open_with(file, &options),
+            None => SqliteStore::open_data_dir_with(&self.data_dir, &options),
         };
         opened.with_context(|| format!("failed to open the database in {}", self.describe()))
     }

@@ -136,7 +136,8 @@ impl Context {
             global.database_schema.as_deref(),
             default_data_dir,
         )?
-        .with_request_timeout(global.request_timeout);
+        .with_request_timeout(global.request_timeout)
+        .with_durability(global.durability);
         let data_dir = store_config.dir();
         if std::fs::metadata(data_dir).is_ok_and(|meta| !meta.is_dir()) {
             return Err(InvalidInput::new(

@@ -10,6 +10,7 @@ use std::io::{self, Write};
 
 use agentmesh_api::views::StatusView;
 use agentmesh_core::Timestamp;
+use agentmesh_store::Durability;
 
 use super::Context;
 use crate::now;
@@ -26,6 +27,10 @@ pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
 fn write_status(w: &mut dyn Write, view: &StatusView, now: Timestamp) -> io::Result<()> {
     let counts: Vec<String> = view.tasks.iter().map(|(status, n)| format!("{n} {status}")).collect();
     writeln!(w, "mesh {}: {}", view.mesh_id, counts.join(", "))?;
+    if let Some(mode) = view.durability.as_deref() {
+        let promise = mode.parse::<Durability>().map_or("", Durability::promise);
+        writeln!(w, "durability {mode}: {promise}")?;
+    }
 
     writeln!(w)?;
     if view.active_assignments.is_empty() {
@@ -140,6 +145,7 @@ mod tests {
             }],
             idle_sessions: vec![],
             recent_ledger: vec![],
+            durability: Some("process-crash-only".into()),
         };
         let mut text = Vec::new();
         write_status(&mut text, &view, now).unwrap();
@@ -148,5 +154,9 @@ mod tests {
         assert!(text.contains("t1") && text.contains("5m") && text.contains("2m"), "{text}");
         assert!(text.contains("inbox: 4 undrained event(s)") && text.contains("mach_A, run run-1"), "{text}");
         assert!(text.contains("no idle sessions") && text.contains("ledger: empty"), "{text}");
+        assert!(
+            text.contains("durability process-crash-only: an acknowledged write survives a process crash, not a power loss"),
+            "{text}"
+        );
     }
 }
