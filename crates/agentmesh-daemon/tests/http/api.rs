@@ -1672,6 +1672,11 @@ async fn metrics_are_a_valid_exposition_with_process_build_and_queue_age_figures
     );
     let build = [("version", env!("CARGO_PKG_VERSION")), ("commit", commit)];
     assert_eq!(sample_value(&families, "agentmesh_build_info", &build), 1.0);
+    assert_eq!(
+        sample_value(&families, "agentmesh_store_durability_info", &[("mode", "full")]),
+        1.0,
+        "the store's default mode, as it runs"
+    );
 
     let kinds = |name: &str| families.get(name).map(|f| f.family_type.clone());
     if cfg!(target_os = "linux") {

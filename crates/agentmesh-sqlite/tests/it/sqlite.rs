@@ -40,7 +40,7 @@ fn pragmas_are_set_and_read_back() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
     assert_eq!(store.pragma("journal_mode").unwrap(), "wal");
-    assert_eq!(store.pragma("synchronous").unwrap(), "1", "NORMAL");
+    assert_eq!(store.pragma("synchronous").unwrap(), "2", "FULL: an acknowledged write is synced");
     assert_eq!(store.pragma("foreign_keys").unwrap(), "1");
     assert_eq!(store.pragma("cache_size").unwrap(), "-2048", "2 MiB");
     assert_eq!(store.pragma("user_version").unwrap(), SCHEMA_VERSION.to_string());

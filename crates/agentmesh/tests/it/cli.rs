@@ -1632,3 +1632,20 @@ fn a_bad_postgres_url_or_schema_is_refused_and_an_unreachable_server_named() {
     assert!(!unreachable.stderr.contains("s3cret"), "the password is never printed: {}", unreachable.stderr);
     assert_eq!(std::fs::read_dir(mesh.data_dir()).unwrap().count(), 0, "the refusals created nothing");
 }
+
+#[test]
+fn durability_is_chosen_by_flag_or_environment_and_shown_by_status() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "kept", "--id", "kept"]);
+    assert_eq!(mesh.json(&["status"])["durability"], "full", "the default syncs every write");
+    let relaxed = mesh.json(&["--durability", "process-crash-only", "status"]);
+    assert_eq!(relaxed["durability"], "process-crash-only");
+    let by_env = mesh.command(&["status"]).env("AGENTMESH_DURABILITY", "process-crash-only").output().unwrap();
+    let text = Run::from_output(by_env).assert_code(0).stdout.clone();
+    assert!(text.contains("durability process-crash-only: an acknowledged write survives a process crash"), "{text}");
+
+    let refused = mesh.run(&["--durability", "normal", "task", "add", "not kept"]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("--durability") && refused.stderr.contains("process-crash-only"), "{}", refused.stderr);
+    assert_eq!(mesh.task_ids(), ["kept"], "a refused flag enqueued something");
+}
