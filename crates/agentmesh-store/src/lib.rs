@@ -1,7 +1,7 @@
 //! The storage boundary of agentmesh.
 //!
-//! [`Store`] is the one interface every backend implements (embedded SQLite today,
-//! PostgreSQL later) and [`StoreError`] the one error type callers match on,
+//! [`Store`] is the one interface every backend implements (the embedded SQLite
+//! file and PostgreSQL) and [`StoreError`] the one error type callers match on,
 //! whatever the backend. The `conformance` feature ships the behaviour suite every
 //! backend must pass ([`conformance`]), expanded into one `#[test]` per rule by
 //! [`conformance_tests!`].

@@ -1,7 +1,8 @@
 //! `agentmesh`: the one binary of the agentmesh coordination runtime.
 //!
-//! This file is the edge: it parses the command line, reads the clock (the only
-//! place in the workspace that does), runs the command and turns a failure into a
+//! This file is the edge: it parses the command line, reads the clock (with the
+//! daemon, the only sanctioned readers of it: the core and the stores are handed
+//! the time), runs the command and turns a failure into a
 //! message and an exit code. Commands live in `commands`, one module each; the
 //! grammar in `cli`; result printing in `output`; exit-code policy in `failure`.
 

@@ -19,8 +19,8 @@
 //! deduplicated and quarantined events are taken off the queue; routed-away ones
 //! are stepped over and stay queued.
 //!
-//! - `queue`: queueing an event (stamp, dedup, the row and its queue entry).
-//! - `columns`: an event row's routing columns and lane.
+//! - `queue`: queueing an event (stamp, dedup, the row and its queue entry,
+//!   with the routing columns and lane of `agentmesh_store::route_columns`).
 //! - `walk`: the lanes a drain reads and its oldest-first walk over them.
 //! - `drain`: drain, peek and ack.
 //! - `presence`: coordinator presence records.
