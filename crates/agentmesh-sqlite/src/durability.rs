@@ -111,8 +111,11 @@ pub(crate) struct Ceilings {
     epoch_handed: AtomicU64,
 }
 
-const EPOCH_CEILING: &str = "epoch_ceiling";
-const SEQ_CEILING: &str = "ledger_seq_ceiling";
+/// The `mesh_meta` keys of the ceilings, and of the ledger's sequence floor
+/// (every number handed out is above it; see `ledger`).
+pub(crate) const EPOCH_CEILING: &str = "epoch_ceiling";
+pub(crate) const SEQ_CEILING: &str = "ledger_seq_ceiling";
+pub(crate) const SEQ_FLOOR: &str = "ledger_seq_floor";
 
 impl Ceilings {
     /// Reads the ceilings on opening `conn` (the write connection, outside any

@@ -31,6 +31,7 @@ use agentmesh_store::{FullStorage, StoreError, StoreResult, Submitted};
 use rusqlite::{Connection, ErrorCode};
 
 mod adhdev_import;
+mod backup;
 mod checkpointer;
 mod durability;
 mod inbox;
@@ -48,6 +49,10 @@ mod transfer;
 mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};
+pub use backup::{
+    BackupProgress, BackupRefusal, BackupReport, BackupTotals, MeshContents, NumbersAbove, RestoreReport,
+    backup_database, restore_database, verify_database,
+};
 pub use durability::{Durability, OpenOptions};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;
 pub use paths::{DB_FILE_NAME, LEGACY_DB_FILE_NAME, create_private_dir, resolve_db_path};

@@ -102,10 +102,27 @@ pub(crate) fn create_private_file(path: &Path) -> io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     match options.open(path) {
-        Ok(_) => set_private(path, 0o600),
+        Ok(_) => {
+            set_private(path, 0o600)?;
+            sync_parent(path)
+        }
         Err(err) if err.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(err) => Err(err),
     }
+}
+
+/// Syncs the directory holding `path`, so that a file just created there is
+/// still named after a power loss (SQLite syncs the directory of the WAL and
+/// journals it creates, not of the database file).
+#[cfg(unix)]
+fn sync_parent(path: &Path) -> io::Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::File::open(parent)?.sync_all()
+}
+
+#[cfg(not(unix))]
+fn sync_parent(_path: &Path) -> io::Result<()> {
+    Ok(())
 }
 
 fn private_dir_builder(recursive: bool) -> std::fs::DirBuilder {

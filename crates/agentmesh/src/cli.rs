@@ -195,6 +195,14 @@ pub enum Command {
     /// losslessly; running it again copies only what is missing
     #[command(after_help = MIGRATE_EXAMPLES, after_long_help = MIGRATE_LONG_HELP)]
     Migrate(MigrateArgs),
+    /// Copy the data dir's database to a file, consistently, while a daemon
+    /// serves it; the copy is verified and its contents printed
+    #[command(after_help = BACKUP_EXAMPLES, after_long_help = BACKUP_LONG_HELP)]
+    Backup(BackupArgs),
+    /// Install a backup as the data dir's database (with the daemon stopped),
+    /// keeping the old database file beside it
+    #[command(after_help = RESTORE_EXAMPLES, after_long_help = RESTORE_LONG_HELP)]
+    Restore(RestoreArgs),
     /// Serve the MCP tools over stdin/stdout, for an agent's MCP configuration
     #[command(after_help = MCP_EXAMPLES)]
     Mcp(McpArgs),
@@ -404,6 +412,70 @@ Examples:
   agentmesh migrate --from postgres://db/mesh --from-schema team_a --to /srv/agentmesh-copy
   agentmesh migrate --from sqlite:///srv/old/mesh-runtime.db --to sqlite:///srv/new/mesh-runtime.db";
 
+/// Shown after `agentmesh backup -h`.
+const BACKUP_EXAMPLES: &str = "\
+Examples:
+  agentmesh backup /backups/mesh-2025-06-01.db
+  agentmesh --data-dir /srv/agentmesh backup /backups/mesh.db --force --json";
+
+/// Shown after `agentmesh backup --help`.
+const BACKUP_LONG_HELP: &str = "\
+The copy is one consistent snapshot of the database, taken while a daemon (or any
+other agentmesh process) goes on writing to it: SQLite's online backup API copies the
+file a few hundred pages at a time under one read transaction, so the copy holds every
+write committed before it began and none after, and it ends however busy the writers
+are. Writers are never blocked; the database's WAL grows by what they write meanwhile.
+
+The copy is written beside DEST under a temporary name, as one self-contained file
+(no -wal beside it), synced, then verified before it is renamed to DEST: SQLite's
+integrity check, the schema version, and the tasks by mesh and status, ledger
+entries, inbox events and missions, which must equal what the database held when the
+copy began. What it holds is printed (one JSON document with --json); progress goes
+to stderr for a copy that takes more than a second. An existing DEST is left alone
+unless --force is given.
+
+It works on the embedded SQLite database of --data-dir (or --database-url
+sqlite://...), not through --server: run it on the daemon's machine. A PostgreSQL
+installation is backed up with PostgreSQL's tools: pg_dump -n <schema> for a logical
+copy, base backups with WAL archiving for point-in-time recovery.
+
+Examples:
+  agentmesh backup /backups/mesh-2025-06-01.db
+  agentmesh --data-dir /srv/agentmesh backup /backups/mesh.db --force --json
+  agentmesh restore /backups/mesh-2025-06-01.db --dry-run";
+
+/// Shown after `agentmesh restore -h`.
+const RESTORE_EXAMPLES: &str = "\
+Examples:
+  agentmesh restore /backups/mesh.db --dry-run
+  agentmesh --data-dir /srv/agentmesh restore /backups/mesh.db";
+
+/// Shown after `agentmesh restore --help`.
+const RESTORE_LONG_HELP: &str = "\
+BACKUP is verified first (SQLite's integrity check, agentmesh's tables, a schema
+version this agentmesh knows; a newer one means upgrading agentmesh first), and
+nothing is changed when it fails. Then the data dir's daemon lock is taken for the
+whole restore, so no daemon starts meanwhile. The restore is refused, naming the
+daemon, while one serves the data dir, and also while any other process (an agentmesh
+mcp or work on the data dir) has the database open: stop them first.
+
+The backup is copied into the data dir under a temporary name, synced and verified.
+The old database is kept: it is moved aside, with its -wal and -shm, to
+mesh-runtime.db.before-restore-<time>, before the copy is renamed into place. The
+restored database gets a new ledger id (a follower paging the ledger by sequence
+starts over), and its ledger numbers and claim epochs continue above the highest the
+old database handed out, so a worker still holding a task from before the restore
+cannot report it. Start the daemon again when it is done; delete the old file once
+the restored data is confirmed.
+
+With --dry-run, BACKUP is only verified and what it holds printed. PostgreSQL
+installations are restored with pg_restore or from a base backup (PITR).
+
+Examples:
+  agentmesh restore /backups/mesh.db --dry-run
+  agentmesh --data-dir /srv/agentmesh restore /backups/mesh.db
+  agentmesh --data-dir /srv/agentmesh serve";
+
 /// Shown after `agentmesh mcp --help`.
 const MCP_EXAMPLES: &str = "\
 Examples:
@@ -548,6 +620,29 @@ pub struct MigrateArgs {
     /// Records copied per transaction (at most this many are held in memory)
     #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub page_size: u32,
+}
+
+/// Arguments of `backup`.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The file to write the backup to (its directory must exist)
+    #[arg(value_name = "DEST")]
+    pub dest: PathBuf,
+    /// Replace DEST if it exists
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Arguments of `restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The backup file to install (written by `agentmesh backup`, or any copy of
+    /// an agentmesh database)
+    #[arg(value_name = "BACKUP")]
+    pub backup: PathBuf,
+    /// Only verify BACKUP and print what it holds; change nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 /// Arguments of `mcp`.

@@ -7,6 +7,8 @@
 //! when the store was busy, a lock stayed held or the database could not be
 //! reached within the request's deadline (run it again in a moment), 1 for everything else
 //! (a read-only command on a data dir with no database among them: `no_database`).
+//! A refused backup or restore ([`BackupRefusal`]) has a code of its own, and
+//! exits 2 when the file named was the wrong one.
 //! A full disk or quota is `storage_full` also where the command's own file
 //! handling (not the store) met it.
 //! Commands never pick an exit code themselves; they return an `anyhow::Error` and
@@ -17,6 +19,7 @@ use std::process::ExitCode;
 
 use agentmesh_api::MeshError;
 use agentmesh_core::InvalidInput;
+use agentmesh_sqlite::BackupRefusal;
 use agentmesh_store::StoreError;
 use serde_json::json;
 
@@ -48,6 +51,15 @@ pub fn classify(err: &anyhow::Error) -> Classified {
         (false, false) => EXIT_FAILURE,
     };
     for cause in err.chain() {
+        let refusal = cause
+            .downcast_ref::<BackupRefusal>()
+            .or_else(|| cause.downcast_ref::<StoreError>().and_then(BackupRefusal::of));
+        if let Some(refusal) = refusal {
+            return Classified {
+                exit_code: exit(refusal.is_caller_error(), false),
+                code: refusal.code().to_owned(),
+            };
+        }
         if let Some(mesh) = cause.downcast_ref::<MeshError>() {
             return Classified {
                 exit_code: exit(mesh.is_caller_error(), mesh.is_transient()),

@@ -31,6 +31,7 @@ pub use migrate::run as migrate;
 use crate::cli::{Command, GlobalArgs};
 use crate::output::Output;
 
+mod backup;
 mod claim;
 mod complete;
 mod completion_records;
@@ -445,6 +446,8 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Meshes => meshes::run(ctx, out),
         Command::Work(args) => work::run(ctx, args, out),
         Command::ImportAdhdev(args) => import_adhdev::run(ctx, args, out),
+        Command::Backup(args) => backup::backup(ctx, args, out),
+        Command::Restore(args) => backup::restore(ctx, args, out),
         // `main` runs it before any context is resolved (see `migrate`).
         Command::Migrate(_) => Err(anyhow::anyhow!("migrate names its databases itself; main runs it")),
         Command::Mcp(args) => mcp::run(ctx, args),

@@ -1640,12 +1640,20 @@ fn durability_is_chosen_by_flag_or_environment_and_shown_by_status() {
     assert_eq!(mesh.json(&["status"])["durability"], "full", "the default syncs every write");
     let relaxed = mesh.json(&["--durability", "process-crash-only", "status"]);
     assert_eq!(relaxed["durability"], "process-crash-only");
-    let by_env = mesh.command(&["status"]).env("AGENTMESH_DURABILITY", "process-crash-only").output().unwrap();
+    let by_env =
+        mesh.command(&["status"]).env("AGENTMESH_DURABILITY", "process-crash-only").output().unwrap();
     let text = Run::from_output(by_env).assert_code(0).stdout.clone();
-    assert!(text.contains("durability process-crash-only: an acknowledged write survives a process crash"), "{text}");
+    assert!(
+        text.contains("durability process-crash-only: an acknowledged write survives a process crash"),
+        "{text}"
+    );
 
     let refused = mesh.run(&["--durability", "normal", "task", "add", "not kept"]);
     refused.assert_code(2);
-    assert!(refused.stderr.contains("--durability") && refused.stderr.contains("process-crash-only"), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("--durability") && refused.stderr.contains("process-crash-only"),
+        "{}",
+        refused.stderr
+    );
     assert_eq!(mesh.task_ids(), ["kept"], "a refused flag enqueued something");
 }
