@@ -12,8 +12,12 @@
 //! **[`Durability::ProcessCrashOnly`].** `synchronous = NORMAL`: a COMMIT
 //! appends to the WAL without a sync (the WAL is synced before a checkpoint
 //! copies it back). A crash of the process loses nothing, since the kernel has
-//! the pages, but a power loss or a kernel panic may roll back the last
-//! transactions, including ones readers saw and callers were answered for.
+//! the pages, but a power loss or a kernel panic may roll back every
+//! transaction since the WAL was last synced (by a checkpoint, which the
+//! `checkpointer` starts every 10,000 pages, or by the kernel writing its cache
+//! back in its own time), including ones readers saw and callers were answered
+//! for. The power-loss test (`tests/powerloss.rs`) loses about half the
+//! acknowledged writes of its runs in this mode, and none by default.
 //! Rolled-back rows are lost; what must not happen is that the numbers they
 //! carried are handed out again with another meaning:
 //!
