@@ -118,6 +118,9 @@ pub(crate) struct Checkpointer {
     conn: Arc<Mutex<Connection>>,
     /// The database file.
     path: PathBuf,
+    /// The thread, joined when dropped: once the store is gone, so is every
+    /// connection it had to the file.
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 impl Checkpointer {
@@ -133,7 +136,7 @@ impl Checkpointer {
         let conn = Arc::new(Mutex::new(conn));
         let shared = Arc::new(Shared::new(Phase::Idle));
         let (ours, thread_conn, db) = (Arc::clone(&shared), Arc::clone(&conn), path.to_owned());
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("agentmesh-sqlite-checkpoint".into())
             .spawn(move || run(&thread_conn, &db, &ours))
             .map_err(crate::backend)?;
@@ -142,7 +145,7 @@ impl Checkpointer {
         writer.wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
             after_commit(&hook, pages, || wal.checkpoint_v2(CheckpointMode::PASSIVE).map(drop))
         }))?;
-        Ok(Checkpointer { shared, conn, path: path.to_owned() })
+        Ok(Checkpointer { shared, conn, path: path.to_owned(), thread: Some(thread) })
     }
 
     /// Checkpoints the whole WAL and truncates it to nothing when it is larger
@@ -172,6 +175,9 @@ impl Drop for Checkpointer {
     fn drop(&mut self) {
         *self.shared.phase() = Phase::Closed;
         self.shared.changed.notify_all();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
