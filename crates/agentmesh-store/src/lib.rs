@@ -27,6 +27,7 @@ pub mod deadline;
 mod durability;
 mod error;
 pub mod ids;
+pub mod inbox_writes;
 pub mod legacy;
 pub mod placement;
 pub mod projection;

@@ -28,7 +28,7 @@ pub const TARGET_LANE: &str = "@";
 
 /// A [`ProjectedRoute`] as the columns of `mesh_pending_events` hold it (the
 /// event id lives in `event_id`).
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RouteColumns {
     /// `route_class`.
     pub class: i64,

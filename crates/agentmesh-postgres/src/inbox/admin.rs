@@ -2,9 +2,9 @@
 
 use agentmesh_store::PendingAddressee;
 
-use super::walk::parse;
 use crate::Res;
 use crate::db::{Db, unsigned};
+use agentmesh_store::inbox_writes::parse;
 
 /// Deletes the events of `ids` (drained or not); how many there were.
 pub(crate) fn delete(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {

@@ -2,7 +2,7 @@
 //! are live is the core's rule (`agentmesh_core::events::presence`).
 
 use agentmesh_core::Timestamp;
-use agentmesh_core::events::presence::{COORDINATOR_PRESENCE_TTL_MS, live_since};
+use agentmesh_core::events::presence::COORDINATOR_PRESENCE_TTL_MS;
 use agentmesh_core::events::{Address, CoordinatorIdentity};
 
 use crate::Res;
@@ -11,38 +11,15 @@ use crate::db::Db;
 // The core's presence rule and the store's promise name the same duration.
 const _: () = assert!(COORDINATOR_PRESENCE_TTL_MS == agentmesh_store::COORDINATOR_PRESENCE_TTL_MS);
 
-/// The presence of the coordinators on one machine in a mesh.
-pub(super) struct Presence {
-    /// Keys of the live coordinators other than `me`.
-    pub(super) live_others: Vec<String>,
-    /// When `me` was last seen, if it is recorded and not ended.
-    pub(super) my_last_seen: Option<i64>,
-}
-
-/// The live coordinators on `machine` at `now_ms`, `me` apart.
-pub(super) fn presence(
-    db: &Db<'_>,
-    mesh_id: &str,
-    machine: Option<&str>,
-    me: &str,
-    now_ms: i64,
-) -> Res<Presence> {
-    let mut out = Presence { live_others: Vec::new(), my_last_seen: None };
-    let Some(machine) = machine else { return Ok(out) };
+/// The coordinators recorded on `machine`, not ended and seen at or after
+/// `since_ms`, as (coordinator key, last seen).
+pub(super) fn live_on(db: &Db<'_>, mesh_id: &str, machine: &str, since_ms: i64) -> Res<Vec<(String, i64)>> {
     let rows = db.query(
         "SELECT coordinator_key, last_seen_ms FROM mesh_coordinator_presence
           WHERE mesh_id = $1 AND machine = $2 AND ended_at_ms IS NULL AND last_seen_ms >= $3",
-        &[&mesh_id, &machine, &live_since(now_ms)],
+        &[&mesh_id, &machine, &since_ms],
     )?;
-    for row in rows {
-        let key: String = row.get(0);
-        if key == me {
-            out.my_last_seen = Some(row.get(1));
-        } else {
-            out.live_others.push(key);
-        }
-    }
-    Ok(out)
+    Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
 /// Records that `identity` is live in the mesh as of `now` (a later record is

@@ -9,10 +9,10 @@ use agentmesh_core::{InvalidInput, Timestamp};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
 
-use super::walk::parse;
 use crate::columns::statement_row;
 use crate::db::Db;
 use crate::{Fail, Res};
+use agentmesh_store::inbox_writes::parse;
 use agentmesh_store::route_columns::RouteColumns;
 
 /// Queues one event for a coordinator (stamped on the way in), in the caller's

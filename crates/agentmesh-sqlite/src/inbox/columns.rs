@@ -4,12 +4,10 @@
 use agentmesh_core::events::project_route;
 use rusqlite::params;
 
-use super::walk::parse;
 use crate::Res;
+use agentmesh_store::inbox_writes::parse;
 
-pub(super) use agentmesh_store::route_columns::{
-    CLASS_PAYLOAD, CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE,
-};
+pub(super) use agentmesh_store::route_columns::{CLASS_PAYLOAD, RouteColumns};
 
 /// Migration 0007's data step: projects the routing inputs of every stored event.
 pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> {
@@ -41,6 +39,7 @@ mod tests {
     use super::*;
     use agentmesh_core::Timestamp;
     use agentmesh_core::events::{EmitHint, PendingEvent, stamp_event};
+    use agentmesh_store::route_columns::CLASS_UNICAST;
     use rusqlite::Connection;
     use rusqlite::types::Value;
     use serde_json::json;

@@ -1,149 +1,118 @@
-//! Drains, peeks and acks: the walk's events routed by the core, the delivered,
-//! deduplicated and quarantined ones taken off the queue.
+//! The SQLite side of drains, peeks and acks (`agentmesh_store::inbox_writes`
+//! decides them): the inbox rows of one transaction, and taking events off the
+//! queue.
 
-use agentmesh_store::ids::mint_at;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use agentmesh_core::Timestamp;
-use agentmesh_core::daemon_id::machine_core;
-use agentmesh_core::events::held::quarantine_entry;
-use agentmesh_core::events::presence::drain_refreshes_presence;
-use agentmesh_core::events::{DrainCounter, DrainRouter, RouteDecision};
+use agentmesh_core::events::CoordinatorIdentity;
+use agentmesh_core::{LedgerEntry, Timestamp};
+use agentmesh_store::inbox_writes::{self, InboxRows, QueuedRow, Taken};
+use agentmesh_store::route_columns::RouteColumns;
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::presence::{Presence, presence, touch_coordinator};
-use super::reconcile::{drop_stale_alerts, reconcile_refine};
-use super::walk::{Candidate, drain_lanes, parse, walk};
-use crate::{Res, ledger};
-
-/// Accept-mode passes of events enforce mode would hold back are logged, once per
-/// kind per process, so a log is told about them without being flooded.
-pub(super) static WARNED_V1_ACCEPTED: AtomicBool = AtomicBool::new(false);
-pub(super) static WARNED_INVALID_ACCEPTED: AtomicBool = AtomicBool::new(false);
-
-pub(super) fn warn_once(routed: &agentmesh_core::events::Routed, mesh_id: &str) {
-    let flag = match routed.counter {
-        Some(DrainCounter::V1BroadcastAccepted) => &WARNED_V1_ACCEPTED,
-        Some(DrainCounter::V2ValidationFailedAccepted) => &WARNED_INVALID_ACCEPTED,
-        _ => return,
-    };
-    if !flag.swap(true, Ordering::Relaxed) {
-        match &routed.violation {
-            Some(violation) => {
-                tracing::warn!(mesh_id, %violation, "accepted an event that fails the v2 contract; enforce mode would hold it")
-            }
-            None => tracing::warn!(
-                mesh_id,
-                "accepted an unversioned event as a broadcast; enforce mode would hold it"
-            ),
-        }
-    }
-}
-
-/// The lanes and the router of one drain or peek judged at `now_ms`.
-pub(super) fn router_for<'a>(
-    conn: &Connection,
-    mesh_id: &str,
-    request: &'a DrainRequest,
-    now_ms: i64,
-) -> Res<(Vec<String>, DrainRouter<'a>, Presence)> {
-    let me = request.drainer.address();
-    let mine = presence(conn, mesh_id, me.machine.as_deref(), &me.key, now_ms)?;
-    let mut live: HashSet<String> = mine.live_others.iter().cloned().collect();
-    // The coordinators live on the machines of the other ids the drainer answers
-    // to keep their unicasts too.
-    for alias in request.drainer.aliases() {
-        let machine = machine_core(&alias.daemon_id);
-        live.extend(presence(conn, mesh_id, machine, &me.key, now_ms)?.live_others);
-    }
-    let router = DrainRouter::with_live(&request.drainer, request.enforce, live);
-    let lanes = drain_lanes(conn, mesh_id, request, &router)?;
-    Ok((lanes, router, mine))
-}
+use super::{presence, reconcile, walk};
+use crate::{Fail, Res, ledger};
 
 /// Drains in the caller's transaction.
-///
-/// Counters: `v2RoutedAway` counts the events this drain's routing examined and
-/// left queued: system events, broadcast terminal events of other
-/// coordinators, and unicasts in a lane it reads that routing
-/// still routes away (its addressee became live between the lane choice and the
-/// routing cannot happen inside one transaction, so in practice: none). Unicasts
-/// in lanes it does not read (for another machine, for a sibling session told
-/// apart by session, for another live coordinator) count nowhere, as events
-/// targeted at another daemon already did: they never reach this drain's
-/// routing. For the same reason such a row is deduplicated by event id (and
-/// marked drained) only by its own coordinator's drain.
 pub(crate) fn drain(
     conn: &Connection,
     mesh_id: &str,
     request: &DrainRequest,
     now: Timestamp,
 ) -> Res<DrainOutcome> {
-    let mut out = DrainOutcome::default();
-    if request.only_events.as_ref().is_some_and(Vec::is_empty) {
-        return Ok(out);
-    }
-    let limit = request.effective_limit();
-    if limit == 0 {
-        return Ok(out);
-    }
-    let (lanes, mut router, presence) = router_for(conn, mesh_id, request, now.millis())?;
-    if drain_refreshes_presence(presence.my_last_seen, now.millis()) {
-        touch_coordinator(conn, mesh_id, request.drainer.identity(), now)?;
-    }
-    let mut taken: Vec<Taken> = Vec::new();
-    walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
-        if let Some(projected) = &c.projected {
-            let routed = router.route_projected(projected, |event_id| drained.contains(event_id));
-            match routed.decision {
-                RouteDecision::RoutedAway { .. } => return Ok(false),
-                RouteDecision::Deliver => {
-                    taken.push(Taken::of(&c));
-                    out.events.push(c.into_inbox_event());
-                }
-                RouteDecision::DedupSkipped | RouteDecision::Quarantine { .. } => taken.push(Taken::of(&c)),
-            }
-            return Ok(out.events.len() >= limit);
-        }
-        let raw = parse(&c.payload);
-        let routed = router.route(&raw, |event_id| drained.contains(event_id));
-        warn_once(&routed, mesh_id);
-        match routed.decision {
-            RouteDecision::RoutedAway { .. } => return Ok(false),
-            RouteDecision::Deliver => {
-                taken.push(Taken::of(&c));
-                out.events.push(c.into_inbox_event());
-            }
-            RouteDecision::DedupSkipped => taken.push(Taken::of(&c)),
-            RouteDecision::Quarantine { reason } => {
-                taken.push(Taken::of(&c));
-                let id = mint_at(now);
-                ledger::append(conn, &quarantine_entry(mesh_id, &c.id, &raw, reason, c.queued_at, id, now))?;
-                out.quarantined.push(c.id);
-            }
-        }
-        Ok(out.events.len() >= limit)
-    })?;
-    take(conn, mesh_id, &taken)?;
-    out.counters = router.counters();
-    out.events = reconcile_refine(conn, mesh_id, std::mem::take(&mut out.events), now)?;
-    out.events = drop_stale_alerts(conn, mesh_id, std::mem::take(&mut out.events))?;
-    Ok(out)
+    inbox_writes::drain(&Inbox(conn), mesh_id, request, now)
 }
 
-/// The queue entry of an event a drain takes, and its event id.
-pub(super) struct Taken {
-    pub(super) lane: String,
-    pub(super) queued_at: i64,
-    pub(super) id: String,
-    pub(super) event_id: Option<String>,
+/// What a drain would deliver, marking and counting nothing.
+pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> Res<Vec<InboxEvent>> {
+    inbox_writes::peek(&Inbox(conn), mesh_id, request)
 }
 
-impl Taken {
-    pub(super) fn of(c: &Candidate) -> Taken {
-        Taken { lane: c.lane.clone(), queued_at: c.queued_at, id: c.id.clone(), event_id: c.event_id.clone() }
+/// Takes the queued events of `ids` off the queue; how many were queued.
+pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
+    inbox_writes::ack(&Inbox(conn), mesh_id, ids)
+}
+
+/// The inbox rows of the transaction open on a connection.
+struct Inbox<'c>(&'c Connection);
+
+impl InboxRows for Inbox<'_> {
+    type Error = Fail;
+
+    fn next_lane(&self, mesh_id: &str, after: &str, before: &str) -> Res<Option<(String, RouteColumns)>> {
+        walk::next_lane(self.0, mesh_id, after, before)
+    }
+
+    fn lane_page(
+        &self,
+        mesh_id: &str,
+        lane: &str,
+        after: (i64, &str),
+        forms: &[String],
+        only: Option<&[String]>,
+        limit: i64,
+    ) -> Res<Vec<QueuedRow>> {
+        walk::lane_page(self.0, mesh_id, lane, after, forms, only, limit)
+    }
+
+    fn drained_among(&self, mesh_id: &str, ids: &[&str]) -> Res<HashSet<String>> {
+        walk::drained_among(self.0, mesh_id, ids)
+    }
+
+    fn take(&self, mesh_id: &str, taken: &[Taken]) -> Res<()> {
+        take(self.0, mesh_id, taken)
+    }
+
+    fn queued(&self, mesh_id: &str, ids: &[&str]) -> Res<Vec<Taken>> {
+        let mut find = self.0.prepare_cached(
+            "SELECT q.lane, q.queued_at, q.id, e.event_id
+               FROM mesh_pending_events e
+               JOIN mesh_inbox_queue q ON q.mesh_id = e.mesh_id AND q.lane = e.lane
+                                      AND q.queued_at = e.queued_at AND q.id = e.id
+              WHERE e.mesh_id = ?1 AND e.id = ?2",
+        )?;
+        let mut taken = Vec::new();
+        for id in ids {
+            let queued = find
+                .query_row(params![mesh_id, id], |r| {
+                    Ok(Taken { lane: r.get(0)?, queued_at: r.get(1)?, id: r.get(2)?, event_id: r.get(3)? })
+                })
+                .optional()?;
+            taken.extend(queued);
+        }
+        Ok(taken)
+    }
+
+    fn presence_on(&self, mesh_id: &str, machine: &str, since_ms: i64) -> Res<Vec<(String, i64)>> {
+        presence::live_on(self.0, mesh_id, machine, since_ms)
+    }
+
+    fn newest_presence(&self, mesh_id: &str) -> Res<Option<i64>> {
+        Ok(self
+            .0
+            .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
+            .query_row([mesh_id], |r| r.get(0))?)
+    }
+
+    fn touch_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<()> {
+        presence::touch_coordinator(self.0, mesh_id, identity, now)
+    }
+
+    fn refine_outcome(&self, mesh_id: &str, job: &str) -> Res<Option<LedgerEntry>> {
+        reconcile::refine_outcome(self.0, mesh_id, job)
+    }
+
+    fn task_status(&self, mesh_id: &str, task_id: &str) -> Res<Option<String>> {
+        Ok(self
+            .0
+            .prepare_cached("SELECT status FROM mesh_queue WHERE mesh_id = ?1 AND id = ?2")?
+            .query_row(params![mesh_id, task_id], |r| r.get(0))
+            .optional()?)
+    }
+
+    fn append(&self, entry: &LedgerEntry) -> Res<()> {
+        ledger::append(self.0, entry).map(drop)
     }
 }
 
@@ -160,7 +129,7 @@ macro_rules! queue_range {
 /// A lane whose taken events are all its queue holds between the first and the
 /// last of them (the usual case: a coordinator taking its own events in a row)
 /// loses them in one range delete; otherwise each entry goes on its own.
-pub(super) fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()> {
+fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()> {
     let mut lanes: Vec<&str> = taken.iter().map(|t| t.lane.as_str()).collect();
     lanes.sort_unstable();
     lanes.dedup();
@@ -206,72 +175,7 @@ pub(super) fn take(conn: &Connection, mesh_id: &str, taken: &[Taken]) -> Res<()>
 }
 
 /// Dedup records one statement of [`take`] inserts at most.
-pub(super) const RECORDS_PER_INSERT: usize = 50;
-
-/// What a drain would deliver, marking and counting nothing.
-///
-/// A peek reads no clock and writes nothing: it judges liveness at the newest
-/// presence instant recorded for the mesh (the latest moment the store knows
-/// of), and it does not refresh the drainer's presence.
-pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> Res<Vec<InboxEvent>> {
-    let mut events = Vec::new();
-    if request.only_events.as_ref().is_some_and(Vec::is_empty) {
-        return Ok(events);
-    }
-    let limit = request.effective_limit();
-    // As a drain: a limit of 0 hands out nothing.
-    if limit == 0 {
-        return Ok(events);
-    }
-    let newest: Option<i64> = conn
-        .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
-        .query_row([mesh_id], |r| r.get(0))?;
-    let (lanes, mut router, _) = router_for(conn, mesh_id, request, newest.unwrap_or(i64::MIN))?;
-    walk(conn, mesh_id, request, lanes, limit as i64, |c, drained| {
-        let decision = match &c.projected {
-            Some(projected) => router.route_projected(projected, |id| drained.contains(id)).decision,
-            None => {
-                let raw = parse(&c.payload);
-                if router.route(&raw, |id| drained.contains(id)).decision == RouteDecision::Deliver {
-                    events.push(c.into_inbox_event());
-                }
-                return Ok(events.len() >= limit);
-            }
-        };
-        if decision == RouteDecision::Deliver {
-            events.push(c.into_inbox_event());
-        }
-        Ok(events.len() >= limit)
-    })?;
-    // A peek reads no clock: a rebuilt terminal is dated like the newest event seen.
-    let at = Timestamp::from_millis(events.iter().map(|e| e.queued_at_ms).max().unwrap_or(0));
-    let events = reconcile_refine(conn, mesh_id, events, at)?;
-    drop_stale_alerts(conn, mesh_id, events)
-}
-
-pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
-    let mut ids: Vec<&str> = ids.iter().map(String::as_str).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let mut find = conn.prepare_cached(
-        "SELECT q.lane, q.queued_at, q.id, e.event_id
-           FROM mesh_pending_events e
-           JOIN mesh_inbox_queue q ON q.mesh_id = e.mesh_id AND q.lane = e.lane
-                                  AND q.queued_at = e.queued_at AND q.id = e.id
-          WHERE e.mesh_id = ?1 AND e.id = ?2",
-    )?;
-    let mut taken = Vec::new();
-    for id in ids {
-        let queued = find
-            .query_row(params![mesh_id, id], |r| {
-                Ok(Taken { lane: r.get(0)?, queued_at: r.get(1)?, id: r.get(2)?, event_id: r.get(3)? })
-            })
-            .optional()?;
-        taken.extend(queued);
-    }
-    take(conn, mesh_id, &taken)?;
-    Ok(taken.len() as u64)
-}
+const RECORDS_PER_INSERT: usize = 50;
 
 #[cfg(test)]
 mod tests {
@@ -281,6 +185,7 @@ mod tests {
 
     use super::super::walk::DEDUP_RANGE_MAX;
     use crate::inbox::{count, insert_row};
+    use agentmesh_core::Timestamp;
 
     /// Event-id dedup holds whether a page's id range holds few dedup records
     /// (read as one range) or many (asked id by id).

@@ -11,8 +11,8 @@ use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
 use rusqlite::{Connection, params};
 
 use super::columns::RouteColumns;
-use super::walk::parse;
 use crate::{Fail, Res};
+use agentmesh_store::inbox_writes::parse;
 
 /// Queues one event for a coordinator (stamped on the way in).
 pub(crate) fn queue(
