@@ -1,7 +1,8 @@
-//! The inbox's drains, peeks and acks, run the same way by both stores: the
-//! store supplies rows through [`InboxRows`] (a lane's next page, the dedup
-//! history, the presence records, the ledger entry of a refine outcome, a
-//! task's status) and takes events off its queue; which lanes a drainer reads,
+//! The inbox's queueing, drains, peeks and acks, run the same way by both
+//! stores: the store supplies rows through [`InboxRows`] (a lane's next page,
+//! the dedup history, the presence records, the ledger entry of a refine
+//! outcome, a task's status), stores event rows and takes events off its
+//! queue; the queueing checks and the refine-terminal dedup, which lanes a drainer reads,
 //! the oldest-first walk over them, the routing (the core's
 //! [`DrainRouter`]), the quarantine entries, the refine reconciliation and the
 //! dropping of stale alerts are decided here, once.
@@ -18,18 +19,19 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agentmesh_core::daemon_id::machine_core;
-use agentmesh_core::events::held::quarantine_entry;
+use agentmesh_core::events::held::{held_event, held_row_id, quarantine_entry, requeued_entry};
 use agentmesh_core::events::names::is_terminal_task_event;
 use agentmesh_core::events::presence::{drain_refreshes_presence, live_since};
 use agentmesh_core::events::{
-    CoordinatorIdentity, DrainCounter, DrainRouter, ProjectedRoute, RouteClass, RouteDecision, Routed,
+    CoordinatorIdentity, DrainCounter, DrainRouter, EmitHint, PendingEvent, ProjectedRoute, RouteClass,
+    RouteDecision, Routed, refine_job_id, refine_terminal_fingerprint, stamp_event,
 };
 use agentmesh_core::{LedgerEntry, TaskStatus, Timestamp};
 use serde_json::json;
 
 use crate::ids::mint_at;
 use crate::route_columns::{CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE};
-use crate::{DrainOutcome, DrainRequest, InboxEvent, RawJson, StoreError};
+use crate::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, RawJson, StoreError};
 
 /// Candidate rows read per page of a drain's walk.
 pub const PAGE: i64 = 256;
@@ -105,6 +107,25 @@ pub trait InboxRows {
 
     /// Appends a ledger entry.
     fn append(&self, entry: &LedgerEntry) -> Result<(), Self::Error>;
+
+    /// The payloads of the undrained events named `name`, for the refine
+    /// terminal check. A store whose queueing otherwise runs beside drains
+    /// makes this read wait for them.
+    fn queued_payloads(&self, mesh_id: &str, name: &str) -> Result<Vec<String>, Self::Error>;
+
+    /// Stores a stamped event under `id` with its queue entry; `false` when its
+    /// fingerprint is already used in the mesh (nothing is written).
+    fn insert_event(&self, id: &str, event: &PendingEvent) -> Result<bool, Self::Error>;
+
+    /// The `event_held` ledger entry `entry_id`.
+    fn held_entry(&self, mesh_id: &str, entry_id: &str) -> Result<Option<LedgerEntry>, Self::Error>;
+
+    /// The store's handle of the event row `id`, while the row exists.
+    fn stored_event(&self, mesh_id: &str, id: &str) -> Result<Option<i64>, Self::Error>;
+
+    /// Puts the stored event row `stored` back on the queue and forgets that
+    /// its event id was drained; `false` when it was queued already.
+    fn requeue_stored(&self, mesh_id: &str, stored: i64) -> Result<bool, Self::Error>;
 }
 
 /// One undrained row as a store reads it for a drain.
@@ -226,6 +247,95 @@ impl Taken {
 /// treats as an unversioned event.
 pub fn parse(payload: &str) -> serde_json::Value {
     serde_json::from_str(payload).unwrap_or_else(|_| json!({}))
+}
+
+/// Queues one event for a coordinator, stamped on the way in: refused whole
+/// when it is not queueable in the mesh; a duplicate (its refine outcome
+/// already queued, or its fingerprint used) is dropped and named.
+pub fn queue<R: InboxRows>(
+    rows: &R,
+    mesh_id: &str,
+    event: PendingEvent,
+    hint: &EmitHint,
+    self_machine_id: Option<&str>,
+    now: Timestamp,
+) -> Result<QueueOutcome, R::Error> {
+    let event = stamp(mesh_id, event, hint, self_machine_id, now)?;
+    if refine_terminal_queued(rows, &event)? {
+        return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
+    }
+    let id = mint_at(now);
+    if !rows.insert_event(&id, &event)? {
+        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
+    }
+    Ok(QueueOutcome::Queued { id, event })
+}
+
+/// Checks an event for `mesh_id` and stamps it (the v2 envelope, from `hint`),
+/// reading nothing.
+pub fn stamp(
+    mesh_id: &str,
+    mut event: PendingEvent,
+    hint: &EmitHint,
+    self_machine_id: Option<&str>,
+    now: Timestamp,
+) -> Result<PendingEvent, StoreError> {
+    event.check_queueable(mesh_id)?;
+    stamp_event(&mut event, hint, &mint_at(now), self_machine_id);
+    Ok(event)
+}
+
+/// Whether the stamped `event` is a refine outcome whose job already has an
+/// undrained event of the same name queued (the duplicate queueing drops).
+pub fn refine_terminal_queued<R: InboxRows>(rows: &R, event: &PendingEvent) -> Result<bool, R::Error> {
+    if refine_terminal_fingerprint(event).is_none() {
+        return Ok(false);
+    }
+    let Some(job) = refine_job_id(&event.metadata_event) else { return Ok(false) };
+    for payload in rows.queued_payloads(&event.mesh_id, &event.event)? {
+        let payload = parse(&payload);
+        let metadata = payload.get("metadataEvent").and_then(|m| m.as_object());
+        if metadata.and_then(refine_job_id) == Some(job) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Puts the event of an `event_held` entry back in the inbox, with its
+/// `event_held_requeued` entry: its row back on the queue, or, when retention
+/// removed the row, the held event queued again (its envelope, and so its
+/// event id, kept). Whether it is queued now.
+pub fn requeue_held<R: InboxRows>(
+    rows: &R,
+    mesh_id: &str,
+    held_entry_id: &str,
+    now: Timestamp,
+) -> Result<bool, R::Error> {
+    let entry = rows.held_entry(mesh_id, held_entry_id)?.ok_or_else(|| StoreError::NotFound {
+        kind: "held event",
+        mesh_id: mesh_id.to_owned(),
+        id: held_entry_id.to_owned(),
+    })?;
+    let stored = match held_row_id(&entry) {
+        Some(row) => rows.stored_event(mesh_id, row)?,
+        None => None,
+    };
+    let requeued = match stored {
+        Some(stored) => rows.requeue_stored(mesh_id, stored)?,
+        None => {
+            let event = PendingEvent::from_value(held_event(&entry)).map_err(|e| StoreError::Corrupt {
+                what: format!("held event of ledger entry {held_entry_id}"),
+                problem: e.to_string(),
+            })?;
+            matches!(
+                queue(rows, mesh_id, event, &EmitHint::default(), None, now)?,
+                QueueOutcome::Queued { .. }
+            )
+        }
+    };
+    rows.append(&requeued_entry(mesh_id, &entry, requeued, mint_at(now), now))?;
+    Ok(requeued)
 }
 
 /// Drains in the caller's transaction, which no other drain of the mesh runs

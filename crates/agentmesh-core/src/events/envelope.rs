@@ -228,6 +228,21 @@ impl PendingEvent {
         }
     }
 
+    /// Whether the event may be queued in `mesh_id`: it has a name and belongs
+    /// to that mesh.
+    pub fn check_queueable(&self, mesh_id: &str) -> Result<(), InvalidInput> {
+        if self.event.trim().is_empty() {
+            return Err(InvalidInput::new("event", "must not be blank"));
+        }
+        if self.mesh_id != mesh_id {
+            return Err(InvalidInput::new(
+                "meshId",
+                format!("the event belongs to mesh {:?}, not {mesh_id:?}", self.mesh_id),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads an event from a JSON object.
     ///
     /// Required: `event` and `meshId` (strings), `metadataEvent` (an object) and

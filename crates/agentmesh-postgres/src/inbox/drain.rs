@@ -5,13 +5,13 @@
 
 use std::collections::HashSet;
 
-use agentmesh_core::events::CoordinatorIdentity;
+use agentmesh_core::events::{CoordinatorIdentity, PendingEvent};
 use agentmesh_core::{LedgerEntry, Timestamp};
 use agentmesh_store::inbox_writes::{self, InboxRows, QueuedRow, Taken};
 use agentmesh_store::route_columns::RouteColumns;
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent};
 
-use super::{presence, reconcile, walk};
+use super::{held, presence, queue, reconcile, walk};
 use crate::db::Db;
 use crate::{Fail, Res, ledger};
 
@@ -31,7 +31,7 @@ pub(crate) fn ack(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {
 }
 
 /// The inbox rows of one transaction.
-struct Inbox<'a, 'c>(&'a Db<'c>);
+pub(super) struct Inbox<'a, 'c>(pub(super) &'a Db<'c>);
 
 impl InboxRows for Inbox<'_, '_> {
     type Error = Fail;
@@ -106,6 +106,26 @@ impl InboxRows for Inbox<'_, '_> {
 
     fn append(&self, entry: &LedgerEntry) -> Res<()> {
         ledger::append(self.0, entry).map(drop)
+    }
+
+    fn queued_payloads(&self, mesh_id: &str, name: &str) -> Res<Vec<String>> {
+        queue::queued_payloads(self.0, mesh_id, name)
+    }
+
+    fn insert_event(&self, id: &str, event: &PendingEvent) -> Res<bool> {
+        queue::insert(self.0, id, event)
+    }
+
+    fn held_entry(&self, mesh_id: &str, entry_id: &str) -> Res<Option<LedgerEntry>> {
+        held::held_entry(self.0, mesh_id, entry_id)
+    }
+
+    fn stored_event(&self, mesh_id: &str, id: &str) -> Res<Option<i64>> {
+        held::stored_event(self.0, mesh_id, id)
+    }
+
+    fn requeue_stored(&self, mesh_id: &str, stored: i64) -> Res<bool> {
+        queue::enqueue_stored(self.0, mesh_id, stored)
     }
 }
 

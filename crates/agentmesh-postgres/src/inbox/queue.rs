@@ -1,18 +1,15 @@
 //! Queueing: stamping an event, the refine-terminal and fingerprint dedup, and
 //! the event row with its queue entry.
 
-use agentmesh_core::events::{
-    EmitHint, PendingEvent, pending_event_fingerprint, project_route, refine_job_id,
-    refine_terminal_fingerprint, stamp_event,
-};
-use agentmesh_core::{InvalidInput, Timestamp};
+use agentmesh_core::Timestamp;
+use agentmesh_core::events::{EmitHint, PendingEvent, pending_event_fingerprint, project_route};
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
+use agentmesh_store::inbox_writes;
+use agentmesh_store::{DuplicateReason, QueueOutcome};
 
+use crate::Res;
 use crate::columns::statement_row;
 use crate::db::Db;
-use crate::{Fail, Res};
-use agentmesh_store::inbox_writes::parse;
 use agentmesh_store::route_columns::RouteColumns;
 
 /// Queues one event for a coordinator (stamped on the way in), in the caller's
@@ -25,14 +22,13 @@ pub(crate) fn queue(
     self_machine_id: Option<&str>,
     now: Timestamp,
 ) -> Res<QueueOutcome> {
-    let (id, ev) = match prepare(db, mesh_id, ev, hint, self_machine_id, now)? {
-        Ok(prepared) => prepared,
-        Err(reason) => return Ok(QueueOutcome::Duplicate(reason)),
-    };
-    if db.execute_owned(INSERT_EVENT, &EventRow::of(&id, &ev).values(mesh_id))? == 0 {
-        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
-    }
-    Ok(QueueOutcome::Queued { id, event: ev })
+    inbox_writes::queue(&super::drain::Inbox(db), mesh_id, ev, hint, self_machine_id, now)
+}
+
+/// Stores a stamped event under `id` with its queue entry; `false` when its
+/// fingerprint is already used in the mesh.
+pub(super) fn insert(db: &Db<'_>, id: &str, ev: &PendingEvent) -> Res<bool> {
+    Ok(db.execute_owned(INSERT_EVENT, &EventRow::of(id, ev).values(&ev.mesh_id))? > 0)
 }
 
 /// Queues one event as [`queue`] does, for a caller that does not read the
@@ -68,43 +64,11 @@ fn prepare(
     self_machine_id: Option<&str>,
     now: Timestamp,
 ) -> Res<Result<(String, PendingEvent), DuplicateReason>> {
-    let ev = stamp(mesh_id, ev, hint, self_machine_id, now)?;
-    if needs_refine_check(&ev) && {
-        // The check reads the queue: it runs under the inbox lock (free when
-        // the caller holds it already).
-        db.lock(mesh_id, crate::Lock::Inbox)?;
-        refine_terminal_pending(db, &ev)?
-    } {
+    let ev = inbox_writes::stamp(mesh_id, ev, hint, self_machine_id, now)?;
+    if inbox_writes::refine_terminal_queued(&super::drain::Inbox(db), &ev)? {
         return Ok(Err(DuplicateReason::RefineTerminal));
     }
     Ok(Ok((mint_at(now), ev)))
-}
-
-/// Checks an event for `mesh_id` and stamps it, reading nothing.
-pub(crate) fn stamp(
-    mesh_id: &str,
-    mut ev: PendingEvent,
-    hint: &EmitHint,
-    self_machine_id: Option<&str>,
-    now: Timestamp,
-) -> Res<PendingEvent> {
-    if ev.event.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(InvalidInput::new("event", "must not be blank"))));
-    }
-    if ev.mesh_id != mesh_id {
-        return Err(Fail(StoreError::InvalidInput(InvalidInput::new(
-            "meshId",
-            format!("the event belongs to mesh {:?}, not {mesh_id:?}", ev.mesh_id),
-        ))));
-    }
-    stamp_event(&mut ev, hint, &mint_at(now), self_machine_id);
-    Ok(ev)
-}
-
-/// Whether queueing the stamped `ev` has to look for a refine outcome already
-/// queued (a duplicate that is dropped).
-pub(crate) fn needs_refine_check(ev: &PendingEvent) -> bool {
-    refine_terminal_fingerprint(ev).is_some()
 }
 
 /// Stores an event, as it is, with its queue entry, in one statement: the whole
@@ -209,21 +173,16 @@ pub(super) fn enqueue_stored(db: &Db<'_>, mesh_id: &str, row_id: i64) -> Res<boo
     Ok(queued > 0)
 }
 
-/// Whether an undrained event of the same refine job and outcome is queued.
-fn refine_terminal_pending(db: &Db<'_>, ev: &PendingEvent) -> Res<bool> {
-    let Some(job) = refine_job_id(&ev.metadata_event) else { return Ok(false) };
+/// The payloads of the undrained events named `name`. The read runs under the
+/// mesh's inbox lock (free when the caller holds it already): a drain beside it
+/// could take the event it looks for.
+pub(super) fn queued_payloads(db: &Db<'_>, mesh_id: &str, name: &str) -> Res<Vec<String>> {
+    db.lock(mesh_id, crate::Lock::Inbox)?;
     let rows = db.query(
         "SELECT e.payload FROM mesh_inbox_queue q
            JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
           WHERE q.mesh_id = $1 AND q.event = $2",
-        &[&ev.mesh_id, &ev.event],
+        &[&mesh_id, &name],
     )?;
-    for row in rows {
-        let payload = parse(row.get(0));
-        let metadata = payload.get("metadataEvent").and_then(|m| m.as_object());
-        if metadata.and_then(refine_job_id) == Some(job) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    Ok(rows.iter().map(|r| r.get(0)).collect())
 }

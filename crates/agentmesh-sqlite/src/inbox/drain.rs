@@ -4,14 +4,14 @@
 
 use std::collections::HashSet;
 
-use agentmesh_core::events::CoordinatorIdentity;
+use agentmesh_core::events::{CoordinatorIdentity, PendingEvent};
 use agentmesh_core::{LedgerEntry, Timestamp};
 use agentmesh_store::inbox_writes::{self, InboxRows, QueuedRow, Taken};
 use agentmesh_store::route_columns::RouteColumns;
 use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{presence, reconcile, walk};
+use super::{held, presence, queue, reconcile, walk};
 use crate::{Fail, Res, ledger};
 
 /// Drains in the caller's transaction.
@@ -35,7 +35,7 @@ pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> 
 }
 
 /// The inbox rows of the transaction open on a connection.
-struct Inbox<'c>(&'c Connection);
+pub(super) struct Inbox<'c>(pub(super) &'c Connection);
 
 impl InboxRows for Inbox<'_> {
     type Error = Fail;
@@ -113,6 +113,26 @@ impl InboxRows for Inbox<'_> {
 
     fn append(&self, entry: &LedgerEntry) -> Res<()> {
         ledger::append(self.0, entry).map(drop)
+    }
+
+    fn queued_payloads(&self, mesh_id: &str, name: &str) -> Res<Vec<String>> {
+        queue::queued_payloads(self.0, mesh_id, name)
+    }
+
+    fn insert_event(&self, id: &str, event: &PendingEvent) -> Res<bool> {
+        queue::insert_row(self.0, id, event)
+    }
+
+    fn held_entry(&self, mesh_id: &str, entry_id: &str) -> Res<Option<LedgerEntry>> {
+        held::held_entry(self.0, mesh_id, entry_id)
+    }
+
+    fn stored_event(&self, mesh_id: &str, id: &str) -> Res<Option<i64>> {
+        held::stored_event(self.0, mesh_id, id)
+    }
+
+    fn requeue_stored(&self, _mesh_id: &str, stored: i64) -> Res<bool> {
+        queue::enqueue_stored(self.0, stored)
     }
 }
 

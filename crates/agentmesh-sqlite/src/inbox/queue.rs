@@ -1,47 +1,24 @@
-//! Queueing: stamping an event, the refine-terminal and fingerprint dedup, and
-//! the event row with its queue entry.
+//! Queueing's SQL (`agentmesh_store::inbox_writes` checks, stamps and
+//! deduplicates): the event row with its queue entry, requeueing a stored row.
 
-use agentmesh_core::events::{
-    EmitHint, PendingEvent, pending_event_fingerprint, project_route, refine_job_id,
-    refine_terminal_fingerprint, stamp_event,
-};
-use agentmesh_core::{InvalidInput, Timestamp};
-use agentmesh_store::ids::mint_at;
-use agentmesh_store::{DuplicateReason, QueueOutcome, StoreError};
+use agentmesh_core::Timestamp;
+use agentmesh_core::events::{EmitHint, PendingEvent, pending_event_fingerprint, project_route};
+use agentmesh_store::QueueOutcome;
 use rusqlite::{Connection, params};
 
 use super::columns::RouteColumns;
-use crate::{Fail, Res};
-use agentmesh_store::inbox_writes::parse;
+use crate::Res;
 
 /// Queues one event for a coordinator (stamped on the way in).
 pub(crate) fn queue(
     conn: &Connection,
     mesh_id: &str,
-    mut ev: PendingEvent,
+    ev: PendingEvent,
     hint: &EmitHint,
     self_machine_id: Option<&str>,
     now: Timestamp,
 ) -> Res<QueueOutcome> {
-    if ev.event.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(InvalidInput::new("event", "must not be blank"))));
-    }
-    if ev.mesh_id != mesh_id {
-        return Err(Fail(StoreError::InvalidInput(InvalidInput::new(
-            "meshId",
-            format!("the event belongs to mesh {:?}, not {mesh_id:?}", ev.mesh_id),
-        ))));
-    }
-    stamp_event(&mut ev, hint, &mint_at(now), self_machine_id);
-    if refine_terminal_fingerprint(&ev).is_some() && refine_terminal_pending(conn, &ev)? {
-        return Ok(QueueOutcome::Duplicate(DuplicateReason::RefineTerminal));
-    }
-    let id = mint_at(now);
-    let inserted = insert_row(conn, &id, &ev)?;
-    if !inserted {
-        return Ok(QueueOutcome::Duplicate(DuplicateReason::Fingerprint));
-    }
-    Ok(QueueOutcome::Queued { id, event: ev })
+    agentmesh_store::inbox_writes::queue(&super::drain::Inbox(conn), mesh_id, ev, hint, self_machine_id, now)
 }
 
 /// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
@@ -133,20 +110,12 @@ pub(crate) fn record_drained_stored(conn: &Connection, rowid: i64) -> Res<()> {
     Ok(())
 }
 
-/// Whether an undrained event of the same refine job and outcome is queued.
-pub(super) fn refine_terminal_pending(conn: &Connection, ev: &PendingEvent) -> Res<bool> {
-    let Some(job) = refine_job_id(&ev.metadata_event) else { return Ok(false) };
+/// The payloads of the undrained events named `name`.
+pub(super) fn queued_payloads(conn: &Connection, mesh_id: &str, name: &str) -> Res<Vec<String>> {
     let mut stmt = conn.prepare_cached(
         "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
           WHERE q.mesh_id = ?1 AND q.event = ?2",
     )?;
-    let rows = stmt.query_map(params![ev.mesh_id, ev.event], |r| r.get::<_, String>(0))?;
-    for payload in rows {
-        let payload = parse(&payload?);
-        let metadata = payload.get("metadataEvent").and_then(|m| m.as_object());
-        if metadata.and_then(refine_job_id) == Some(job) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
+    let rows = stmt.query_map(params![mesh_id, name], |r| r.get::<_, String>(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
