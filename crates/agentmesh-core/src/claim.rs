@@ -30,6 +30,16 @@ pub struct Claimant {
     pub node_is_worktree: bool,
 }
 
+impl Claimant {
+    /// The provider and the parallel cap a claim of this claimant is held to:
+    /// when it names a provider (not blank), a cap and its node.
+    pub fn parallel_cap(&self) -> Option<(&str, u32)> {
+        let provider = self.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty())?;
+        let max = self.provider_max_parallel?;
+        (!self.node_id.trim().is_empty()).then_some((provider, max))
+    }
+}
+
 /// Why a claim returned no task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClaimRefusal {
@@ -147,6 +157,17 @@ pub struct NodeLoad {
     pub cap_reached: bool,
 }
 
+impl NodeLoad {
+    /// The load of `claimant`'s node from what a store counted on it (every id
+    /// form of the node): whether any task is assigned there, and how many of
+    /// its assigned tasks run the claimant's provider (counted only when
+    /// [`Claimant::parallel_cap`] applies; any number otherwise).
+    pub fn from_counts(claimant: &Claimant, node_busy: bool, of_provider: u64) -> NodeLoad {
+        let cap_reached = claimant.parallel_cap().is_some_and(|(_, max)| of_provider >= u64::from(max));
+        NodeLoad { node_busy, cap_reached }
+    }
+}
+
 /// Applies the gates, in order, to one candidate. `Ok` means the claimant may take it.
 pub fn check_gates(
     task: &CandidateFacts<'_>,
@@ -199,6 +220,26 @@ mod tests {
             capability_tags: vec!["os=linux".into()],
             ..Claimant::default()
         }
+    }
+
+    #[test]
+    fn the_parallel_cap_applies_to_a_named_provider_with_a_cap_on_a_node() {
+        let capped = Claimant {
+            provider_type: Some(" claude-cli ".into()),
+            provider_max_parallel: Some(2),
+            ..claimant()
+        };
+        assert_eq!(capped.parallel_cap(), Some(("claude-cli", 2)));
+        let no_provider = Claimant { provider_type: Some("  ".into()), ..capped.clone() };
+        let no_cap = Claimant { provider_max_parallel: None, ..capped.clone() };
+        let no_node = Claimant { node_id: " ".into(), ..capped.clone() };
+        for free in [&no_provider, &no_cap, &no_node] {
+            assert_eq!(free.parallel_cap(), None, "{free:?}");
+            assert!(!NodeLoad::from_counts(free, true, 99).cap_reached);
+        }
+        assert_eq!(NodeLoad::from_counts(&capped, true, 1), NodeLoad { node_busy: true, cap_reached: false });
+        assert_eq!(NodeLoad::from_counts(&capped, true, 2), NodeLoad { node_busy: true, cap_reached: true });
+        assert_eq!(NodeLoad::from_counts(&capped, false, 0), NodeLoad::default());
     }
 
     fn open_task() -> CandidateFacts<'static> {

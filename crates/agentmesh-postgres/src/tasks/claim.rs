@@ -351,14 +351,6 @@ fn survey(
     Ok(Surveyed { gates, session_pinned, node_pinned, head })
 }
 
-/// The claimant's provider and its parallel cap, when a cap applies to it: it
-/// names both and has a node.
-fn parallel_cap<'a>(claimant: &'a Claimant, forms: &[String]) -> Option<(&'a str, u32)> {
-    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty())?;
-    let max = claimant.provider_max_parallel?;
-    (!forms.is_empty()).then_some((provider, max))
-}
-
 /// The locks a claim of `claimant` holds: its session's and its node's.
 pub(crate) fn claim_locks(claimant: &Claimant) -> [Lock<'_>; 2] {
     [Lock::Session(&claimant.session_id), Lock::Node(&claimant.node_id)]
@@ -380,16 +372,13 @@ pub(crate) fn claim(
 ) -> Res<ClaimOutcome> {
     decide::check_claimant(claimant)?;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
-    let cap = parallel_cap(claimant, &forms);
+    let cap = claimant.parallel_cap().filter(|_| !forms.is_empty());
     let surveyed = survey(db, mesh_id, claimant, &forms, cap)?;
     let gates = gates.unwrap_or(surveyed.gates);
     if gates.session > 0 {
         return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
     }
-    let load = NodeLoad {
-        node_busy: gates.node > 0,
-        cap_reached: cap.is_some_and(|(_, max)| gates.provider >= i64::from(max)),
-    };
+    let load = NodeLoad::from_counts(claimant, gates.node > 0, u64::try_from(gates.provider).unwrap_or(0));
     let survey = walk::Survey {
         session_assigned: false,
         node_busy: load.node_busy,
@@ -422,7 +411,7 @@ pub(crate) fn complete_then_claim(
 ) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
     decide::check_claimant(claimant)?;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
-    let provider = parallel_cap(claimant, &forms).map(|(p, _)| p);
+    let provider = claimant.parallel_cap().filter(|_| !forms.is_empty()).map(|(p, _)| p);
     let assigned = db.query(ASSIGNED, &[&mesh_id, &claimant.session_id, &forms, &provider])?;
     match task_writes::complete(db, mesh_id, report, now)? {
         Ok(task) => {

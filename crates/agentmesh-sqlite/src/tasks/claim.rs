@@ -145,13 +145,12 @@ fn survey(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String
     })
 }
 
-/// Whether the provider's parallel cap is reached on the claimant's node. All id
-/// forms of the node count as one node.
-fn cap_reached(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<bool> {
-    let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty());
-    let (Some(provider), Some(max)) = (provider, claimant.provider_max_parallel) else { return Ok(false) };
+/// How many assigned tasks of the claimant's capped provider run on its node
+/// (0 when no cap applies). All id forms of the node count as one node.
+fn of_provider(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[String]) -> Res<u64> {
+    let Some((provider, _)) = claimant.parallel_cap() else { return Ok(0) };
     if forms.is_empty() {
-        return Ok(false);
+        return Ok(0);
     }
     let mut args: Vec<Value> = vec![Value::Text(mesh_id.to_owned())];
     args.extend(forms.iter().map(|f| Value::Text(f.clone())));
@@ -165,7 +164,7 @@ fn cap_reached(conn: &Connection, mesh_id: &str, claimant: &Claimant, forms: &[S
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let active: i64 = stmt.query_row(params_from_iter(args.iter()), |r| r.get(0))?;
-    Ok(active >= i64::from(max))
+    Ok(u64::try_from(active).unwrap_or(0))
 }
 
 /// Claims the next task for `claimant` in one transaction: the survey, the
@@ -186,7 +185,7 @@ pub(crate) fn claim(
         return Ok(ClaimOutcome::Refused(agentmesh_core::ClaimRefusal::SessionAlreadyAssigned));
     }
     let load =
-        NodeLoad { node_busy: survey.node_busy, cap_reached: cap_reached(conn, mesh_id, claimant, &forms)? };
+        NodeLoad::from_counts(claimant, survey.node_busy, of_provider(conn, mesh_id, claimant, &forms)?);
     let mut streams = Streams { conn, mesh_id, claimant, forms: &forms };
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(mut before) => {

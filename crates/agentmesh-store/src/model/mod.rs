@@ -276,16 +276,10 @@ impl Model {
         };
         let assigned: Vec<&Task> =
             self.tasks_in_order(mesh_id).into_iter().map(|r| &r.task).filter(|t| on_node(t)).collect();
-        let provider = claimant.provider_type.as_deref().map(str::trim).filter(|p| !p.is_empty());
-        let cap_reached = match (provider, claimant.provider_max_parallel) {
-            (Some(provider), Some(max)) => {
-                let running =
-                    assigned.iter().filter(|t| t.assigned_provider_type.as_deref() == Some(provider)).count();
-                running as u64 >= u64::from(max)
-            }
-            _ => false,
-        };
-        NodeLoad { node_busy: !assigned.is_empty(), cap_reached }
+        let of_provider = claimant.parallel_cap().map_or(0, |(provider, _)| {
+            assigned.iter().filter(|t| t.assigned_provider_type.as_deref() == Some(provider)).count() as u64
+        });
+        NodeLoad::from_counts(claimant, !assigned.is_empty(), of_provider)
     }
 
     /// The pending tasks a claimant can be handed at all, tier by tier (pinned
