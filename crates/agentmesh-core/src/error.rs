@@ -22,6 +22,15 @@ impl InvalidInput {
         InvalidInput { field: field.into(), problem: problem.into() }
     }
 
+    /// `Ok` when `value` is not blank; else this error, "must not be blank",
+    /// naming `field`.
+    pub fn non_blank(field: &str, value: &str) -> Result<(), InvalidInput> {
+        if value.trim().is_empty() {
+            return Err(InvalidInput::new(field, "must not be blank"));
+        }
+        Ok(())
+    }
+
     /// The same error for a field nested under `path`: `within("tasks[2]")` turns
     /// `message` into `tasks[2].message`.
     pub fn within(self, path: impl fmt::Display) -> InvalidInput {

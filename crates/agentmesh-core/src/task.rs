@@ -429,6 +429,19 @@ impl Task {
         self.required_tags.as_deref().unwrap_or(&[])
     }
 
+    /// Whether the task may be stored as it is in `mesh_id` (an import or a
+    /// queue replaced whole): it has an id and belongs to that mesh.
+    pub fn check_storable_in(&self, mesh_id: &str) -> Result<(), InvalidInput> {
+        InvalidInput::non_blank("id", &self.id)?;
+        if self.mesh_id != mesh_id {
+            return Err(InvalidInput::new(
+                "meshId",
+                format!("belongs to mesh {:?}, not {mesh_id:?}", self.mesh_id),
+            ));
+        }
+        Ok(())
+    }
+
     /// The current fencing epoch (0 before the first claim).
     pub fn epoch(&self) -> u64 {
         self.dispatch_nonce.unwrap_or(0)

@@ -466,9 +466,7 @@ fn page(
 
 /// Refuses an entry appended with a blank kind, as the embedded store does.
 pub(crate) fn check_kind(entry: &LedgerEntry) -> StoreResult<()> {
-    if entry.kind.trim().is_empty() {
-        return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new("kind", "must not be blank")));
-    }
+    agentmesh_core::InvalidInput::non_blank("kind", &entry.kind)?;
     Ok(())
 }
 

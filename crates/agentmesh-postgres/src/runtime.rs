@@ -21,10 +21,6 @@ fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
     Fail(StoreError::NotFound { kind, mesh_id: mesh_id.to_owned(), id: id.to_owned() })
 }
 
-fn blank(field: &str) -> Fail {
-    Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(field, "must not be blank")))
-}
-
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
 fn dispatch_from_row(row: &Row) -> Res<DirectDispatch> {
@@ -450,9 +446,7 @@ pub(crate) fn record_fingerprint(
     ttl_ms: i64,
     now: Timestamp,
 ) -> Res<()> {
-    if fingerprint.trim().is_empty() {
-        return Err(blank("fingerprint"));
-    }
+    agentmesh_core::InvalidInput::non_blank("fingerprint", fingerprint)?;
     db.execute(
         "INSERT INTO mesh_completion_fingerprints (mesh_id, fingerprint, expires_at) VALUES ($1, $2, $3)
          ON CONFLICT (mesh_id, fingerprint) DO UPDATE SET expires_at = EXCLUDED.expires_at",
@@ -749,9 +743,7 @@ impl agentmesh_store::RuntimeStore for PgStore {
         guard: RateGuard,
         now: Timestamp,
     ) -> StoreResult<RateVerdict> {
-        if call.tool.trim().is_empty() {
-            return Err(blank("tool").0);
-        }
+        agentmesh_core::InvalidInput::non_blank("tool", &call.tool)?;
         let role = call
             .caller_role
             .as_deref()

@@ -423,12 +423,7 @@ pub(crate) fn record_fingerprint(
     ttl_ms: i64,
     now: Timestamp,
 ) -> Res<()> {
-    if fingerprint.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-            "fingerprint",
-            "must not be blank",
-        ))));
-    }
+    agentmesh_core::InvalidInput::non_blank("fingerprint", fingerprint)?;
     conn.prepare_cached(
         "INSERT OR REPLACE INTO mesh_completion_fingerprints (fingerprint, expires_at, mesh_id) VALUES (?1, ?2, ?3)",
     )?
@@ -532,12 +527,7 @@ pub(crate) fn record_tool_call(
     sweep: bool,
     now: Timestamp,
 ) -> Res<RateVerdict> {
-    if call.tool.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-            "tool",
-            "must not be blank",
-        ))));
-    }
+    agentmesh_core::InvalidInput::non_blank("tool", &call.tool)?;
     let role = call
         .caller_role
         .as_deref()

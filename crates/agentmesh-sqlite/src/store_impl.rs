@@ -580,12 +580,7 @@ impl CompatStore for SqliteStore {
     }
 
     fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool> {
-        if entry.kind.trim().is_empty() {
-            return Err(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-                "kind",
-                "must not be blank",
-            )));
-        }
+        agentmesh_core::InvalidInput::non_blank("kind", &entry.kind)?;
         let entry = entry.clone();
         self.write_queued(move |tx| ledger::append(tx, &entry))
     }

@@ -78,12 +78,7 @@ pub(crate) fn import_entries(db: &Db<'_>, entries: &[Task]) -> Res<u64> {
 pub(crate) fn replace_queue(db: &Db<'_>, mesh_id: &str, entries: &[Task]) -> Res<()> {
     delete_queue(db, mesh_id)?;
     for (i, task) in entries.iter().enumerate() {
-        if task.mesh_id != mesh_id {
-            return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-                format!("entries[{i}].meshId"),
-                format!("belongs to mesh {:?}, not {mesh_id:?}", task.mesh_id),
-            ))));
-        }
+        task.check_storable_in(mesh_id).map_err(|e| e.within(format_args!("entries[{i}]")))?;
         if id_taken(db, mesh_id, &task.id)? {
             return Err(duplicate_id(task));
         }
@@ -104,12 +99,7 @@ pub(crate) fn delete_queue(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
 
 /// Inserts a task as given.
 pub(crate) fn insert_entry(db: &Db<'_>, task: &Task) -> Res<()> {
-    if task.id.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-            "id",
-            "must not be blank",
-        ))));
-    }
+    agentmesh_core::InvalidInput::non_blank("id", &task.id)?;
     if id_taken(db, &task.mesh_id, &task.id)? {
         return Err(duplicate_id(task));
     }

@@ -67,12 +67,7 @@ pub(crate) fn import_entries(conn: &Connection, entries: &[Task]) -> Res<u64> {
 pub(crate) fn replace_queue(conn: &Connection, mesh_id: &str, entries: &[Task]) -> Res<()> {
     delete_queue(conn, mesh_id)?;
     for (i, task) in entries.iter().enumerate() {
-        if task.mesh_id != mesh_id {
-            return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-                format!("entries[{i}].meshId"),
-                format!("belongs to mesh {:?}, not {mesh_id:?}", task.mesh_id),
-            ))));
-        }
+        task.check_storable_in(mesh_id).map_err(|e| e.within(format_args!("entries[{i}]")))?;
         if id_taken(conn, &task.id)? {
             return Err(duplicate_id(conn, task));
         }
@@ -93,12 +88,7 @@ pub(crate) fn delete_queue(conn: &Connection, mesh_id: &str) -> Res<u64> {
 
 /// Inserts a task as given.
 pub(crate) fn insert_entry(conn: &Connection, task: &Task) -> Res<()> {
-    if task.id.trim().is_empty() {
-        return Err(Fail(StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
-            "id",
-            "must not be blank",
-        ))));
-    }
+    agentmesh_core::InvalidInput::non_blank("id", &task.id)?;
     if id_taken(conn, &task.id)? {
         return Err(duplicate_id(conn, task));
     }
