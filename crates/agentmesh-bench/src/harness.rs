@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentmesh_sqlite::{DB_FILE_NAME, SqliteStore};
+use agentmesh_sqlite::{DB_FILE_NAME, Durability, OpenOptions, SqliteStore};
 use agentmesh_store::CompatStore;
 use anyhow::Context as _;
 use tempfile::TempDir;
@@ -34,6 +34,10 @@ pub struct Options {
     pub pg_depths: Option<Vec<usize>>,
     /// The tasks of each `pg-throughput` load instead of its own (`--pg-tasks=`).
     pub pg_tasks: Option<usize>,
+    /// What an acknowledged write of every SQLite case survives (`--durability=`):
+    /// the stores of the cases, the daemon's store of the `http` group, and the
+    /// bare connections and the writer of the `floor` group.
+    pub durability: Durability,
 }
 
 impl Options {
@@ -144,23 +148,26 @@ impl Harness {
         self.failures.push(format!("{label}: {err:#}"));
     }
 
-    /// Opens a fresh store in a new dir named after `label`, logs the environment
-    /// on first use, and checks that the journal mode, read back through the
-    /// store's own connection, is WAL.
+    /// Opens a fresh store in a new dir named after `label` in the run's durability
+    /// mode, logs the environment on first use, and checks that the journal mode
+    /// and `synchronous`, read back through the store's own connection, are WAL
+    /// and the mode's (FULL, or NORMAL for `process-crash-only`).
     fn fresh_store(&mut self, label: &str) -> anyhow::Result<CaseStore> {
         self.cases_opened += 1;
         let dir = self.root.path().join(format!("{:02}-{label}", self.cases_opened));
         fs::create_dir_all(&dir).with_context(|| format!("failed to create {}", dir.display()))?;
         let path = dir.join(DB_FILE_NAME);
-        let store = SqliteStore::open(&path)
+        let durability = self.opts.durability;
+        let store = SqliteStore::open_with(&path, &OpenOptions::with_durability(durability))
             .with_context(|| format!("failed to open the store at {}", path.display()))?;
         let journal_mode = store.pragma("journal_mode")?;
+        let synchronous = store.pragma("synchronous")?;
         if !self.env_logged {
             self.env_logged = true;
             eprintln!(
-                "env agentmesh-bench sqlite={} journal_mode={journal_mode} synchronous={} platform={}-{} quick={}",
+                "env agentmesh-bench sqlite={} durability={durability} journal_mode={journal_mode} \
+                 synchronous={synchronous} platform={}-{} quick={}",
                 SqliteStore::sqlite_version(),
-                store.pragma("synchronous")?,
                 std::env::consts::OS,
                 std::env::consts::ARCH,
                 self.opts.quick,
@@ -170,6 +177,12 @@ impl Harness {
             &format!("{label}: journal_mode is wal"),
             journal_mode == "wal",
             format!("journal_mode={journal_mode}"),
+        );
+        let expected = synchronous_level(durability);
+        self.check(
+            &format!("{label}: synchronous is {expected} ({durability})"),
+            synchronous == expected,
+            format!("synchronous={synchronous}"),
         );
         Ok(CaseStore { label: label.to_owned(), dir, store: Arc::new(store) })
     }
@@ -207,6 +220,15 @@ impl Harness {
             eprintln!("  FAILED: {failure}");
         }
         self.failures.is_empty()
+    }
+}
+
+/// The `PRAGMA synchronous` value (as a number) a connection of `durability` reads
+/// back: FULL (2) or NORMAL (1).
+pub fn synchronous_level(durability: Durability) -> &'static str {
+    match durability {
+        Durability::Full => "2",
+        Durability::ProcessCrashOnly => "1",
     }
 }
 

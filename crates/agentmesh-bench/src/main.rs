@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p agentmesh-bench -- [--quick] [--only=a,b] [--keep] [--database-url=URL]
+//!     [--durability=full|process-crash-only]
 //! ```
 //!
 //! stdout carries one JSON line per case in the seed harness's format
@@ -12,7 +13,12 @@
 //! status is 1 when any check failed, and every case still runs.
 //!
 //! `--quick` divides every N by 10 (at least 10); `--only=` takes group names;
-//! `--keep` keeps each case's temp dir. The PostgreSQL groups (`pg-*`) run only
+//! `--keep` keeps each case's temp dir. `--durability=` (default `full`) is the
+//! mode every SQLite case runs in: the stores of the cases (and so the daemon of
+//! the `http` group, which serves the case's store in this process), the bare
+//! connections of the `floor` group and the store behind its writer round trip.
+//! The case names do not say the mode, so two runs join on `(case, n)`; the
+//! environment line on stderr does. The PostgreSQL groups (`pg-*`) run only
 //! when `--only=` names them, against `--database-url` (default
 //! [`harness::DEFAULT_DATABASE_URL`]), each case in a schema of its own that it
 //! drops at the end.
@@ -52,12 +58,14 @@ const GROUPS: [(&str, RunGroup); 12] = [
 ];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep] [--database-url=URL]\n\
-                     [--pg-depths=N,...] [--pg-tasks=N]\n\
+                     [--pg-depths=N,...] [--pg-tasks=N] [--durability=full|process-crash-only]\n\
                      groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor, reads\n\
                      PostgreSQL groups (only when named): pg-claim-depth, pg-throughput, pg-floor\n\
                      --database-url: the PostgreSQL database of the pg groups\n\
                      (default postgres://postgres@127.0.0.1:5432/test)\n\
-                     --pg-depths, --pg-tasks: other sizes for pg-claim-depth and pg-throughput";
+                     --pg-depths, --pg-tasks: other sizes for pg-claim-depth and pg-throughput\n\
+                     --durability: the SQLite cases' mode (default full: every commit synced;\n\
+                     process-crash-only: synchronous=NORMAL)";
 
 fn main() -> ExitCode {
     let opts = match parse_args(std::env::args().skip(1)) {
@@ -103,9 +111,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
             "--database-url" => {
                 opts.database_url = args.next().ok_or("--database-url needs a URL")?;
             }
+            "--durability" => {
+                let mode = args.next().ok_or("--durability needs a mode")?;
+                opts.durability = mode.parse().map_err(|err| format!("{err}"))?;
+            }
             _ => {
                 if let Some(list) = arg.strip_prefix("--only=") {
                     opts.only = Some(list.split(',').filter(|g| !g.is_empty()).map(str::to_owned).collect());
+                } else if let Some(mode) = arg.strip_prefix("--durability=") {
+                    opts.durability = mode.parse().map_err(|err| format!("{err}"))?;
                 } else if let Some(url) = arg.strip_prefix("--database-url=") {
                     opts.database_url = url.to_owned();
                 } else if let Some(list) = arg.strip_prefix("--pg-depths=") {
@@ -120,4 +134,32 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
         }
     }
     Ok(Some(opts))
+}
+
+#[cfg(test)]
+mod tests {
+    use agentmesh_sqlite::Durability;
+
+    use super::parse_args;
+
+    fn parse(args: &[&str]) -> Result<Option<super::Options>, String> {
+        parse_args(args.iter().map(|a| (*a).to_owned()))
+    }
+
+    #[test]
+    fn durability_defaults_to_full_and_takes_either_form() {
+        assert_eq!(parse(&[]).unwrap().unwrap().durability, Durability::Full);
+        let relaxed = parse(&["--durability=process-crash-only"]).unwrap().unwrap();
+        assert_eq!(relaxed.durability, Durability::ProcessCrashOnly);
+        let spaced = parse(&["--durability", "process-crash-only", "--quick"]).unwrap().unwrap();
+        assert_eq!((spaced.durability, spaced.quick), (Durability::ProcessCrashOnly, true));
+        assert_eq!(parse(&["--durability=full"]).unwrap().unwrap().durability, Durability::Full);
+    }
+
+    #[test]
+    fn an_unknown_durability_is_refused() {
+        let err = parse(&["--durability=normal"]).unwrap_err();
+        assert!(err.contains("unknown durability"), "{err}");
+        assert!(parse(&["--durability"]).is_err());
+    }
 }

@@ -181,13 +181,21 @@ impl Ceilings {
         self.epoch_handed.fetch_max(epoch, Ordering::Relaxed);
     }
 
-    /// After a COMMIT on `conn`, before its callers are answered: raises a
-    /// ceiling the numbers handed out came within [`HEADROOM`] of.
-    pub(crate) fn after_commit(&self, conn: &Connection) -> Res<()> {
+    /// Before the COMMIT of the transaction open on `conn`: the highest ledger
+    /// number it leaves, read inside it (no transaction of its own), for
+    /// [`Ceilings::after_commit`]. Reads nothing in a store that syncs.
+    pub(crate) fn before_commit(&self, conn: &Connection) -> Res<Seen> {
         if !self.relaxed {
-            return Ok(());
+            return Ok(Seen(None));
         }
-        let seq = highest_seq(conn)?;
+        Ok(Seen(Some(highest_seq(conn)?)))
+    }
+
+    /// After a COMMIT on `conn`, before its callers are answered: raises a
+    /// ceiling the numbers handed out came within [`HEADROOM`] of (`seen` is
+    /// what [`Ceilings::before_commit`] read).
+    pub(crate) fn after_commit(&self, conn: &Connection, seen: Seen) -> Res<()> {
+        let Seen(Some(seq)) = seen else { return Ok(()) };
         let seq_near = seq.saturating_add(headroom_i64()) > self.seq_ceiling.load(Ordering::Relaxed);
         let epoch_near = self.epoch_handed.load(Ordering::Relaxed).saturating_add(HEADROOM)
             > self.epoch_ceiling.load(Ordering::Relaxed);
@@ -212,6 +220,12 @@ impl Ceilings {
         Ok(())
     }
 }
+
+/// What [`Ceilings::before_commit`] read: the highest ledger number, in a
+/// store that keeps the ceilings.
+#[derive(Debug, Clone, Copy)]
+#[must_use]
+pub(crate) struct Seen(Option<i64>);
 
 fn headroom_i64() -> i64 {
     i64::try_from(HEADROOM).unwrap_or(i64::MAX)

@@ -22,6 +22,13 @@
 //! store sets on the HTTP case, and it shows what group commit gives writers that
 //! arrive together.
 //!
+//! `http-claim-complete-32-clients` and `store-claim-complete-32-clients` are
+//! `http-claim-complete` and `store-claim-complete` with [`MANY_CLIENTS`] clients
+//! (threads) instead of `CLIENTS`. With `--durability=full` every commit is synced,
+//! so these four cases say how much of the flush group commit hides when more
+//! writers arrive together: read their throughput against the same cases of a
+//! `--durability=process-crash-only` run.
+//!
 //! Clients and daemon share one Tokio runtime (a worker thread per core) and the
 //! machine, as a daemon and its local workers would; the daemon submits claims and
 //! completions to the store's combiner thread without holding a thread while they
@@ -50,29 +57,47 @@ use crate::timing::Timer;
 
 /// Concurrent HTTP clients (worker sessions).
 pub(super) const CLIENTS: usize = 8;
+/// Concurrent clients of the `-32-clients` cases.
+const MANY_CLIENTS: usize = 32;
 /// The daemon's token, for this run only.
 pub(super) const TOKEN: &str = "bench0000000000000000000000000000000000000000000000000000000000";
 /// Tasks per `enqueue_batch` call when filling the queue before the clock starts.
 const PREFILL_BATCH: usize = 5_000;
 
 /// Runs group `http`: the same load with group commit on, then off, then on the
-/// store without HTTP, then over HTTP without the store (`http-floor`).
+/// store without HTTP, then over HTTP without the store (`http-floor`), then the
+/// HTTP and store loads with [`MANY_CLIENTS`] clients.
 pub fn run(h: &mut Harness) {
     let n = h.opts().scale(20_000);
     for (case, group_commit) in [("http-claim-complete", true), ("http-claim-complete-unbatched", false)] {
         h.run_case(&format!("{case}-{n}"), |h, store| {
-            claim_complete(h, store, case, n, group_commit, Loop::Pairs)
+            claim_complete(h, store, case, n, CLIENTS, group_commit, Loop::Pairs)
         });
     }
     let case = "http-complete-and-claim";
-    h.run_case(&format!("{case}-{n}"), |h, store| claim_complete(h, store, case, n, true, Loop::Chained));
-    h.run_case(&format!("store-claim-complete-{n}"), |h, store| store_claim_complete(h, store, n));
+    h.run_case(&format!("{case}-{n}"), |h, store| {
+        claim_complete(h, store, case, n, CLIENTS, true, Loop::Chained)
+    });
+    let case = "store-claim-complete";
+    h.run_case(&format!("{case}-{n}"), |h, store| store_claim_complete(h, store, case, n, CLIENTS));
     super::http_floor::run(h, n);
+    let case = "http-claim-complete-32-clients";
+    h.run_case(&format!("{case}-{n}"), |h, store| {
+        claim_complete(h, store, case, n, MANY_CLIENTS, true, Loop::Pairs)
+    });
+    let case = "store-claim-complete-32-clients";
+    h.run_case(&format!("{case}-{n}"), |h, store| store_claim_complete(h, store, case, n, MANY_CLIENTS));
 }
 
-/// `store-claim-complete`: `CLIENTS` threads claim and complete on the store
+/// `store-claim-complete`: `clients` threads claim and complete on the store
 /// directly until a claim finds the queue empty.
-fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
+fn store_claim_complete(
+    h: &mut Harness,
+    case: &CaseStore,
+    name: &'static str,
+    n: usize,
+    clients: usize,
+) -> anyhow::Result<()> {
     let store = case.sqlite();
     let ids = UuidGen::new(0xe100 + n as u32).take(n);
     enqueue_in_batches(case.store(), n, PREFILL_BATCH, &mut Timer::default(), |i| {
@@ -82,7 +107,7 @@ fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::
     let now = at(n);
     let began = Instant::now();
     let runs = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..CLIENTS)
+        let workers: Vec<_> = (0..clients)
             .map(|k| {
                 s.spawn(move || -> anyhow::Result<ClientRun> {
                     let who = Claimant {
@@ -122,7 +147,7 @@ fn store_claim_complete(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
     let wall = began.elapsed();
-    let load = Load { name: "store-claim-complete", who: "threads", group_commit: true, runs, wall, before };
+    let load = Load { name, who: "threads", clients, group_commit: true, runs, wall, before };
     finish(h, case, n, load)
 }
 
@@ -148,6 +173,7 @@ fn claim_complete(
     case: &CaseStore,
     name: &'static str,
     n: usize,
+    clients: usize,
     group_commit: bool,
     shape: Loop,
 ) -> anyhow::Result<()> {
@@ -164,10 +190,10 @@ fn claim_complete(
         .build()
         .context("failed to start the Tokio runtime")?;
     let served: Arc<dyn Store> = Arc::clone(store) as Arc<dyn Store>;
-    let (runs, wall) = runtime.block_on(load(served, shape))?;
+    let (runs, wall) = runtime.block_on(load(served, shape, clients))?;
     drop(runtime);
 
-    finish(h, case, n, Load { name, who: "clients", group_commit, runs, wall, before })
+    finish(h, case, n, Load { name, who: "clients", clients, group_commit, runs, wall, before })
 }
 
 /// A load run to the end: which case, what its workers did, and the store's write
@@ -176,6 +202,8 @@ struct Load {
     name: &'static str,
     /// What the workers are ("clients", "threads").
     who: &'static str,
+    /// How many there are.
+    clients: usize,
     group_commit: bool,
     runs: Vec<ClientRun>,
     wall: Duration,
@@ -197,7 +225,8 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
     let pairs = completed.len();
     h.report(load.name, n, pairs, &Timer::concurrent(latencies, load.wall));
     eprintln!(
-        "  {label}: {CLIENTS} {}, group commit {}; {writes} writes in {commits} commits ({:.2} writes per commit)",
+        "  {label}: {} {}, group commit {}; {writes} writes in {commits} commits ({:.2} writes per commit)",
+        load.clients,
         load.who,
         if load.group_commit { "on" } else { "off" },
         writes as f64 / commits.max(1) as f64,
@@ -222,12 +251,16 @@ fn finish(h: &mut Harness, case: &CaseStore, n: usize, load: Load) -> anyhow::Re
     Ok(())
 }
 
-/// Serves `store` on `127.0.0.1:0` and runs the clients against it until the queue
-/// is empty. Returns what each client did and the wall-clock time of the load.
-pub(super) async fn load(store: Arc<dyn Store>, shape: Loop) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
+/// Serves `store` on `127.0.0.1:0` and runs `clients` clients against it until the
+/// queue is empty. Returns what each client did and the wall-clock time of the load.
+pub(super) async fn load(
+    store: Arc<dyn Store>,
+    shape: Loop,
+    clients: usize,
+) -> anyhow::Result<(Vec<ClientRun>, Duration)> {
     let daemon = Daemon::start(store).await?;
     let addr = daemon.addr;
-    let (runs, wall) = run_clients(|k, start| async move {
+    let (runs, wall) = run_clients(clients, |k, start| async move {
         match shape {
             Loop::Pairs => client(k, addr, &start).await,
             Loop::Chained => chained_client(k, addr, &start).await,
@@ -269,21 +302,24 @@ impl Daemon {
     }
 }
 
-/// Spawns `CLIENTS` client tasks (`client(k, start)`), releases them together once
+/// Spawns `clients` client tasks (`client(k, start)`), releases them together once
 /// all are ready, and waits for every one. Returns their results and the
 /// wall-clock time from the release to the end of the last.
-pub(super) async fn run_clients<T, Client, Run>(client: Client) -> anyhow::Result<(Vec<T>, Duration)>
+pub(super) async fn run_clients<T, Client, Run>(
+    clients: usize,
+    client: Client,
+) -> anyhow::Result<(Vec<T>, Duration)>
 where
     T: Send + 'static,
     Client: Fn(usize, Arc<Barrier>) -> Run,
     Run: Future<Output = anyhow::Result<T>> + Send + 'static,
 {
-    let start = Arc::new(Barrier::new(CLIENTS + 1));
-    let clients: Vec<_> = (0..CLIENTS).map(|k| tokio::spawn(client(k, Arc::clone(&start)))).collect();
+    let start = Arc::new(Barrier::new(clients + 1));
+    let tasks: Vec<_> = (0..clients).map(|k| tokio::spawn(client(k, Arc::clone(&start)))).collect();
     start.wait().await;
     let began = Instant::now();
-    let mut results = Vec::with_capacity(CLIENTS);
-    for client in clients {
+    let mut results = Vec::with_capacity(clients);
+    for client in tasks {
         results.push(client.await.context("a client task failed")??);
     }
     Ok((results, began.elapsed()))

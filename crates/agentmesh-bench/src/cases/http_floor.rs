@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use tokio::sync::Barrier;
 use tokio_util::sync::CancellationToken;
 
-use super::http::{Daemon, TOKEN, mesh_route, run_clients};
+use super::http::{CLIENTS, Daemon, TOKEN, mesh_route, run_clients};
 use super::http_client::HttpConn;
 use crate::data::{MESH_ID, UuidGen, new_task};
 use crate::harness::{CaseStore, Harness};
@@ -105,7 +105,7 @@ async fn floor_load(
     });
 
     let left = Arc::new(AtomicUsize::new(n));
-    let (runs, wall) = run_clients(|k, start| {
+    let (runs, wall) = run_clients(CLIENTS, |k, start| {
         let left = Arc::clone(&left);
         async move { client(k, addr, &start, &left).await }
     })

@@ -538,7 +538,7 @@ fn http_claim_complete(h: &mut Harness, case: &PgCase, n: usize) -> anyhow::Resu
         .build()
         .context("failed to start the Tokio runtime")?;
     let served: Arc<dyn Store> = Arc::clone(&store) as Arc<dyn Store>;
-    let (runs, wall) = runtime.block_on(http::load(served, Loop::Pairs))?;
+    let (runs, wall) = runtime.block_on(http::load(served, Loop::Pairs, http::CLIENTS))?;
     drop(runtime);
     let what = format!(
         "{} HTTP clients against a daemon on one store with a pool of {}",
