@@ -10,7 +10,7 @@
 //! the deadline it drains once more, for what a peek does not show (liveness is
 //! judged at drain time), and answers with that.
 //!
-//! [`Watch`] holds these decisions; [`crate::LocalMesh::watch`] drives it on the
+//! [`Watch`] holds these decisions; `LocalMesh`'s [`crate::MeshApi::watch`] drives it on the
 //! calling thread, and the daemon's route drives the same one without holding a
 //! thread while it waits ([`WakeUp::on_wake`]).
 

@@ -484,7 +484,7 @@ impl agentmesh_store::LedgerStore for PgStore {
 
     /// A page by sequence that ended short of committed entries held back by a
     /// running transaction is read again after a short pause, for up to
-    /// [`HELD_BACK_WAIT`]: a reader then sees what was committed before it asked
+    /// `HELD_BACK_WAIT`: a reader then sees what was committed before it asked
     /// (its own writes included) unless some transaction stays open longer.
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
         let started = std::time::Instant::now();

@@ -6,6 +6,10 @@
 //! message and an exit code. Commands live in `commands`, one module each; the
 //! grammar in `cli`; result printing in `output`; exit-code policy in `failure`.
 
+// The doc comments of `cli` are the command line's help text, where `<name>`
+// is a placeholder, not an HTML tag.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,4 +1,4 @@
-//! The isolation contract of [`Store`](crate::Store), raced: each rule runs one
+//! The isolation contract of [`Store`], raced: each rule runs one
 //! racing pair (or trio) of operations on threads released together, many rounds
 //! over, and checks after every round the invariant the contract promises.
 //!

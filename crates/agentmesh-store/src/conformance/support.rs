@@ -226,7 +226,7 @@ pub fn assert_status(store: &dyn Store, mesh: &str, id: &str, expected: TaskStat
     assert_eq!(status, expected, "expected task {id} to be {expected}, it is {status}");
 }
 
-/// Ids of the mesh's tasks in the order [`Store::queue_entries`] returns them.
+/// Ids of the mesh's tasks in the order [`crate::QueueStore::queue_entries`] returns them.
 #[track_caller]
 pub fn queue_ids(store: &dyn Store, mesh: &str, statuses: &[TaskStatus]) -> Vec<String> {
     let what = format!("queue_entries({mesh}, {statuses:?})");
