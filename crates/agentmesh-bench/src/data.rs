@@ -8,13 +8,13 @@
 use agentmesh_core::{NewTask, Timestamp};
 
 /// The mesh every case works in.
-pub const MESH_ID: &str = "bench-mesh";
+pub(crate) const MESH_ID: &str = "bench-mesh";
 
 /// 2025-01-01T00:00:00Z in milliseconds since the epoch.
 const BASE_MS: i64 = 1_735_689_600_000;
 
 /// The instant of item `i`: `BASE + i` milliseconds.
-pub fn at(i: usize) -> Timestamp {
+pub(crate) fn at(i: usize) -> Timestamp {
     let offset = i64::try_from(i).expect("item index fits in i64");
     Timestamp::from_millis(BASE_MS + offset)
 }
@@ -26,14 +26,14 @@ const FILLER: &str = "Refactor the module, keep behaviour identical, run the tes
 ///
 /// The cut can end on a space, which `enqueue` trims away; compare stored messages
 /// with `message(i).trim()`.
-pub fn message(i: usize) -> String {
+pub(crate) fn message(i: usize) -> String {
     let mut text = format!("Task #{i}: {FILLER}{FILLER}");
     text.truncate(200);
     text
 }
 
 /// A pending, untargeted task request with a caller-chosen id.
-pub fn new_task(id: &str, i: usize, depends_on: Option<&str>) -> NewTask {
+pub(crate) fn new_task(id: &str, i: usize, depends_on: Option<&str>) -> NewTask {
     NewTask {
         id: Some(id.to_owned()),
         message: message(i),
@@ -56,11 +56,11 @@ impl Mulberry32 {
 }
 
 /// Deterministic UUID-v4-shaped ids: the seed harness's `uuidGen(seed)`.
-pub struct UuidGen(Mulberry32);
+pub(crate) struct UuidGen(Mulberry32);
 
 impl UuidGen {
     /// The sequence `uuidGen(seed)` produces in `bench.ts`.
-    pub fn new(seed: u32) -> UuidGen {
+    pub(crate) fn new(seed: u32) -> UuidGen {
         UuidGen(Mulberry32(seed))
     }
 
@@ -68,14 +68,14 @@ impl UuidGen {
     ///
     /// Four PRNG words make 32 hex digits `w`; the id is `w[0..8]-w[8..12]-4w[13..16]-
     /// Rw[17..20]-w[20..32]`, where `R` is `w[16]` with its top two bits set to `10`.
-    pub fn next_id(&mut self) -> String {
+    pub(crate) fn next_id(&mut self) -> String {
         let w: String = (0..4).map(|_| format!("{:08x}", self.0.next())).collect();
         let variant = u8::from_str_radix(&w[16..17], 16).expect("a hex digit") & 0x3 | 0x8;
         format!("{}-{}-4{}-{variant:x}{}-{}", &w[0..8], &w[8..12], &w[13..16], &w[17..20], &w[20..32])
     }
 
     /// The next `n` ids.
-    pub fn take(&mut self, n: usize) -> Vec<String> {
+    pub(crate) fn take(&mut self, n: usize) -> Vec<String> {
         (0..n).map(|_| self.next_id()).collect()
     }
 }

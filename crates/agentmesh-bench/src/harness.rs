@@ -17,11 +17,11 @@ use tempfile::TempDir;
 use crate::timing::{self, Timer};
 
 /// The database of the PostgreSQL groups when `--database-url` is not given.
-pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub(crate) const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 /// Command-line options.
 #[derive(Debug, Clone, Default)]
-pub struct Options {
+pub(crate) struct Options {
     /// Every N divided by 10 (at least 10), for a smoke run.
     pub quick: bool,
     /// Keep the temp dirs and print where they are.
@@ -42,18 +42,18 @@ pub struct Options {
 
 impl Options {
     /// `n`, or `n / 10` (rounded, at least 10) under `--quick`.
-    pub fn scale(&self, n: usize) -> usize {
+    pub(crate) fn scale(&self, n: usize) -> usize {
         if self.quick { ((n + 5) / 10).max(10) } else { n }
     }
 
     /// Claims per claim case: 200, or 20 under `--quick`.
-    pub fn claims(&self) -> usize {
+    pub(crate) fn claims(&self) -> usize {
         if self.quick { 20 } else { 200 }
     }
 
     /// Whether the group runs: a `pg-*` group only when `--only=` names it (it
     /// needs a server), any other when `--only=` is absent or names it.
-    pub fn wants(&self, group: &str) -> bool {
+    pub(crate) fn wants(&self, group: &str) -> bool {
         match &self.only {
             Some(only) => only.iter().any(|g| g == group),
             None => !group.starts_with("pg-"),
@@ -62,7 +62,7 @@ impl Options {
 }
 
 /// The store of one case and where it lives.
-pub struct CaseStore {
+pub(crate) struct CaseStore {
     label: String,
     /// The case's own dir, where the store's file lives.
     dir: std::path::PathBuf,
@@ -73,28 +73,28 @@ pub struct CaseStore {
 impl CaseStore {
     /// The store, through the backend-independent interface the cases use (with
     /// the compat operations their checks count and seed with).
-    pub fn store(&self) -> &dyn CompatStore {
+    pub(crate) fn store(&self) -> &dyn CompatStore {
         self.store.as_ref()
     }
 
     /// The SQLite store itself, for cases that serve it or tune it.
-    pub fn sqlite(&self) -> &Arc<SqliteStore> {
+    pub(crate) fn sqlite(&self) -> &Arc<SqliteStore> {
         &self.store
     }
 
     /// The case's label (`enqueue-1000`), used to name its checks.
-    pub fn label(&self) -> &str {
+    pub(crate) fn label(&self) -> &str {
         &self.label
     }
 
     /// The case's own dir (the store's file is in it), for files of its own.
-    pub fn dir(&self) -> &std::path::Path {
+    pub(crate) fn dir(&self) -> &std::path::Path {
         &self.dir
     }
 }
 
 /// State of one bench run.
-pub struct Harness {
+pub(crate) struct Harness {
     opts: Options,
     root: TempDir,
     cases_opened: u32,
@@ -105,7 +105,7 @@ pub struct Harness {
 
 impl Harness {
     /// A run with its own temp root.
-    pub fn new(opts: Options) -> anyhow::Result<Harness> {
+    pub(crate) fn new(opts: Options) -> anyhow::Result<Harness> {
         let root = tempfile::Builder::new()
             .prefix("agentmesh-bench-")
             .tempdir()
@@ -121,13 +121,13 @@ impl Harness {
     }
 
     /// The run's options.
-    pub fn opts(&self) -> &Options {
+    pub(crate) fn opts(&self) -> &Options {
         &self.opts
     }
 
     /// Runs one case on a fresh store labelled `label` (its dir and check names).
     /// An error stops only this case; it counts as a failure and the run goes on.
-    pub fn run_case(
+    pub(crate) fn run_case(
         &mut self,
         label: &str,
         body: impl FnOnce(&mut Harness, &CaseStore) -> anyhow::Result<()>,
@@ -143,7 +143,7 @@ impl Harness {
     }
 
     /// Records that case `label` stopped on `err`; the run goes on.
-    pub fn fail(&mut self, label: &str, err: &anyhow::Error) {
+    pub(crate) fn fail(&mut self, label: &str, err: &anyhow::Error) {
         eprintln!("FAIL {label}: {err:#}");
         self.failures.push(format!("{label}: {err:#}"));
     }
@@ -188,7 +188,7 @@ impl Harness {
     }
 
     /// Records one behaviour check; `detail` is shown when not empty.
-    pub fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) {
+    pub(crate) fn check(&mut self, name: &str, ok: bool, detail: impl Into<String>) {
         let detail = detail.into();
         let shown = if detail.is_empty() { String::new() } else { format!(" ({detail})") };
         eprintln!("check {} {name}{shown}", if ok { "ok  " } else { "FAIL" });
@@ -198,13 +198,13 @@ impl Harness {
     }
 
     /// Prints a case's result line on stdout.
-    pub fn report(&self, case: &str, n: usize, ops: usize, timer: &Timer) {
+    pub(crate) fn report(&self, case: &str, n: usize, ops: usize, timer: &Timer) {
         println!("{}", timing::result_line(case, n, ops, timer));
     }
 
     /// Removes (or keeps) the temp root, prints the summary, and says whether every
     /// check passed.
-    pub fn finish(self) -> bool {
+    pub(crate) fn finish(self) -> bool {
         if self.opts.keep {
             let kept = self.root.keep();
             eprintln!("kept store dirs under {}", kept.display());
@@ -225,7 +225,7 @@ impl Harness {
 
 /// The `PRAGMA synchronous` value (as a number) a connection of `durability` reads
 /// back: FULL (2) or NORMAL (1).
-pub fn synchronous_level(durability: Durability) -> &'static str {
+pub(crate) fn synchronous_level(durability: Durability) -> &'static str {
     match durability {
         Durability::Full => "2",
         Durability::ProcessCrashOnly => "1",

@@ -17,7 +17,7 @@ static CASES_OPENED: AtomicU32 = AtomicU32::new(0);
 static ENV_LOGGED: AtomicBool = AtomicBool::new(false);
 
 /// The schema of one case and how to reach it.
-pub struct PgCase {
+pub(crate) struct PgCase {
     label: String,
     url: String,
     schema: String,
@@ -25,28 +25,28 @@ pub struct PgCase {
 
 impl PgCase {
     /// The case's label (`pg-claim-depth-100`), used to name its checks.
-    pub fn label(&self) -> &str {
+    pub(crate) fn label(&self) -> &str {
         &self.label
     }
 
     /// The database URL.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// The case's schema (unquoted; letters, digits and `_` only).
-    pub fn schema(&self) -> &str {
+    pub(crate) fn schema(&self) -> &str {
         &self.schema
     }
 
     /// A store on the case's schema opening at most `max_connections`.
-    pub fn open_store(&self, max_connections: usize) -> anyhow::Result<PgStore> {
+    pub(crate) fn open_store(&self, max_connections: usize) -> anyhow::Result<PgStore> {
         let options = PgOptions { max_connections, ..PgOptions::new(&self.url).schema(&self.schema) };
         PgStore::open(&options).with_context(|| format!("failed to open a store in schema {}", self.schema))
     }
 
     /// A bare connection with `search_path` set to the case's schema.
-    pub fn client(&self) -> anyhow::Result<Client> {
+    pub(crate) fn client(&self) -> anyhow::Result<Client> {
         let mut client = connect(&self.url)?;
         client.batch_execute(&format!("SET search_path TO {}", self.schema))?;
         Ok(client)
@@ -54,7 +54,7 @@ impl PgCase {
 
     /// `VACUUM (ANALYZE)` of every table of the schema, as the peers do after a
     /// fill, so no case runs on statistics autovacuum has not caught up with.
-    pub fn vacuum_analyze(&self) -> anyhow::Result<()> {
+    pub(crate) fn vacuum_analyze(&self) -> anyhow::Result<()> {
         let began = Instant::now();
         let mut client = self.client()?;
         let tables: Vec<String> = client
@@ -78,7 +78,7 @@ impl PgCase {
 /// Runs one case in a fresh schema of its own, created before and dropped
 /// after `body`, even when it fails. An error stops only this case; it counts
 /// as a failure and the run goes on.
-pub fn run_case(
+pub(crate) fn run_case(
     h: &mut Harness,
     label: &str,
     body: impl FnOnce(&mut Harness, &PgCase) -> anyhow::Result<()>,
@@ -138,7 +138,7 @@ fn drop_schema(case: &PgCase) -> anyhow::Result<()> {
 }
 
 /// The URL without a password, for messages.
-pub fn redact(url: &str) -> String {
+pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(scheme), Some(at)) if at > scheme => {
             let userinfo = &url[scheme + 3..at];

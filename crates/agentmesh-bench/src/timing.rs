@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 /// Latencies of the timed calls of one case.
 #[derive(Debug, Default)]
-pub struct Timer {
+pub(crate) struct Timer {
     latencies: Vec<Duration>,
     total: Duration,
 }
 
 impl Timer {
     /// Runs `call`, adding its wall-clock time to this timer.
-    pub fn time<T>(&mut self, call: impl FnOnce() -> T) -> T {
+    pub(crate) fn time<T>(&mut self, call: impl FnOnce() -> T) -> T {
         let start = Instant::now();
         let out = call();
         let elapsed = start.elapsed();
@@ -28,23 +28,23 @@ impl Timer {
     /// Latencies of calls that ran concurrently, and the wall-clock time they took
     /// together. Its `seconds` is that wall-clock time, so a result line's
     /// `ops_per_s` is the throughput of all callers together.
-    pub fn concurrent(latencies: Vec<Duration>, wall: Duration) -> Timer {
+    pub(crate) fn concurrent(latencies: Vec<Duration>, wall: Duration) -> Timer {
         Timer { latencies, total: wall }
     }
 
     /// Number of timed calls.
-    pub fn calls(&self) -> usize {
+    pub(crate) fn calls(&self) -> usize {
         self.latencies.len()
     }
 
     /// Sum of the timed calls (the wall-clock time of concurrent ones), in seconds.
-    pub fn seconds(&self) -> f64 {
+    pub(crate) fn seconds(&self) -> f64 {
         self.total.as_secs_f64()
     }
 
     /// The `p` quantile (0..=1) of the call latencies in microseconds, by nearest
     /// rank; 0 without calls.
-    pub fn percentile_us(&self, p: f64) -> f64 {
+    pub(crate) fn percentile_us(&self, p: f64) -> f64 {
         if self.latencies.is_empty() {
             return 0.0;
         }
@@ -66,7 +66,7 @@ fn round(x: f64, digits: i32) -> f64 {
 ///
 /// `ops` counts units of work (tasks, entries); the latencies are per timed call.
 /// Numbers print as JavaScript's `JSON.stringify` prints them (`163`, not `163.0`).
-pub fn result_line(case: &str, n: usize, ops: usize, timer: &Timer) -> String {
+pub(crate) fn result_line(case: &str, n: usize, ops: usize, timer: &Timer) -> String {
     let seconds = timer.seconds();
     let ops_per_s = if seconds > 0.0 { ops as f64 / seconds } else { 0.0 };
     let mut line = String::new();
@@ -86,7 +86,7 @@ pub fn result_line(case: &str, n: usize, ops: usize, timer: &Timer) -> String {
 /// Runs `work(k, input)` for every input on an OS thread of its own, all
 /// released together once every thread is up. Returns the results in input
 /// order, and the wall-clock time from the release until the last one ended.
-pub fn released_together<I: Send, R: Send>(
+pub(crate) fn released_together<I: Send, R: Send>(
     inputs: Vec<I>,
     work: impl Fn(usize, I) -> anyhow::Result<R> + Sync,
 ) -> (anyhow::Result<Vec<R>>, Duration) {

@@ -32,7 +32,7 @@ use crate::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::{AppState, auth};
 
 /// The `/v1` routes, behind the bearer-token check.
-pub fn routes(state: AppState) -> Router<AppState> {
+pub(crate) fn routes(state: AppState) -> Router<AppState> {
     Router::new()
         .route("/meshes", get(list_meshes))
         .route("/meshes/{mesh}/tasks", post(enqueue).get(list_tasks))

@@ -142,7 +142,7 @@ fn warn_if_shared(path: &Path) {
 fn warn_if_shared(_path: &Path) {}
 
 /// Middleware of the `/v1` routes: lets a request through only with the token.
-pub async fn require_token(
+pub(crate) async fn require_token(
     State(state): State<AppState>,
     req: Request,
     next: Next,

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 /// What a 503 tells the client to wait before it asks again, in seconds.
-pub const RETRY_AFTER_SECS: &str = "1";
+pub(crate) const RETRY_AFTER_SECS: &str = "1";
 
 /// The error of every HTTP handler and extractor.
 #[derive(Debug, thiserror::Error)]

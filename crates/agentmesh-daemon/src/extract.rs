@@ -18,7 +18,7 @@ use crate::error::ApiError;
 
 /// A JSON request body of type `T`.
 #[derive(Debug)]
-pub struct ApiJson<T>(pub T);
+pub(crate) struct ApiJson<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
@@ -40,7 +40,7 @@ where
 }
 
 /// Decodes one JSON document, naming the offending field on failure.
-pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|err| {
         let path = err.path().to_string();
@@ -58,7 +58,7 @@ pub fn decode_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 
 /// Query-string parameters of type `T`.
 #[derive(Debug)]
-pub struct ApiQuery<T>(pub T);
+pub(crate) struct ApiQuery<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiQuery<T>
 where
@@ -77,7 +77,7 @@ where
 
 /// Path parameters of type `T`.
 #[derive(Debug)]
-pub struct ApiPath<T>(pub T);
+pub(crate) struct ApiPath<T>(pub T);
 
 impl<S, T> FromRequestParts<S> for ApiPath<T>
 where

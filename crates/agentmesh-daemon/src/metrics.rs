@@ -565,7 +565,7 @@ fn label_set(labels: &[(&str, &str)]) -> String {
 /// Middleware around every route: counts and times each request under its
 /// route template (`/v1/meshes/{mesh}/claims`, never the concrete path, so the
 /// series stay few), and remembers the mesh of every request answered 2xx.
-pub async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
+pub(crate) async fn track(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = req.extensions().get::<MatchedPath>().map_or(UNMATCHED_ROUTE, MatchedPath::as_str).to_owned();
     // Standard methods by name, anything else as one series: a client must not be
@@ -622,7 +622,7 @@ fn percent_decode(text: &str) -> Option<String> {
 /// on the blocking pool, one store call per mesh and figure (each an index
 /// lookup), and the process figures beside them. A store that cannot be read
 /// leaves the mesh figures out (the fault is counted): the rest is answered.
-pub async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn render(State(state): State<AppState>) -> Result<Response, ApiError> {
     let meshes = state.metrics.meshes();
     let now = crate::now();
     let read = state

@@ -20,7 +20,7 @@ const USER_HZ: f64 = 100.0;
 /// What the `process_*` metrics report. Each figure is `None` when its source
 /// could not be read or parsed, and that one figure is then left out.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ProcessStats {
+pub(crate) struct ProcessStats {
     /// User and system CPU time spent, in seconds.
     pub cpu_seconds: Option<f64>,
     /// Resident memory, in bytes.
@@ -37,7 +37,7 @@ pub struct ProcessStats {
 
 impl ProcessStats {
     /// The current figures of this process; all `None` where there is no `/proc`.
-    pub fn read() -> ProcessStats {
+    pub(crate) fn read() -> ProcessStats {
         let read = |path: &str| std::fs::read_to_string(path).ok();
         let stat = read("/proc/self/stat").and_then(|text| StatFields::parse(&text));
         let boot_time = read("/proc/stat").and_then(|text| boot_time_seconds(&text));

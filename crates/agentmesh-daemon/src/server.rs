@@ -160,7 +160,7 @@ impl Transport for PlainTcp {
 /// Accepts connections on `listener` and serves `app` on each through
 /// `transport`, under `options`, until `shutdown` is cancelled; then stops
 /// accepting and returns once every connection is closed.
-pub async fn serve_connections<T: Transport>(
+pub(crate) async fn serve_connections<T: Transport>(
     listener: TcpListener,
     transport: T,
     app: Router,

@@ -83,7 +83,7 @@ impl From<agentmesh_core::InvalidInput> for ToolError {
 
 /// An id argument, checked by the core's id rule under the argument's own name
 /// (`taskId`, `missionId`) before it travels on as a path id.
-pub fn id_argument(field: &str, value: String) -> Result<String, ToolError> {
+pub(crate) fn id_argument(field: &str, value: String) -> Result<String, ToolError> {
     Ok(agentmesh_core::ids::validate_owned_id(field, value)?)
 }
 
@@ -94,7 +94,7 @@ impl IntoCallToolResult for ToolError {
 }
 
 /// Deserializes tool arguments; a failure names the argument's path.
-pub fn parse<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ToolError> {
+pub(crate) fn parse<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ToolError> {
     serde_path_to_error::deserialize(Value::Object(arguments)).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner().to_string();
@@ -122,12 +122,12 @@ fn backticked(message: &str) -> Option<String> {
 /// A tool that takes no arguments.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 /// One task to enqueue.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TaskSpec {
+pub(crate) struct TaskSpec {
     /// The instruction for the worker, written so a coding agent with no other
     /// context can do the work: what to change, where, and what "done" means.
     pub message: String,
@@ -205,7 +205,7 @@ impl TaskSpec {
 /// Arguments of `enqueue_tasks`.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct EnqueueTasksArgs {
+pub(crate) struct EnqueueTasksArgs {
     /// The tasks, in order. All are enqueued or none.
     pub tasks: Vec<TaskSpec>,
 }
@@ -213,7 +213,7 @@ pub struct EnqueueTasksArgs {
 /// Arguments of `list_tasks`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ListTasksArgs {
+pub(crate) struct ListTasksArgs {
     /// Only tasks in these statuses, comma-separated: `pending`, `assigned`,
     /// `completed`, `failed`, `cancelled`. Every task when absent.
     #[serde(default)]
@@ -231,7 +231,7 @@ pub struct ListTasksArgs {
 /// A tool that names one task.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct TaskIdArgs {
+pub(crate) struct TaskIdArgs {
     /// The task's id, as `enqueue_task` or `list_tasks` returned it.
     pub task_id: String,
 }
@@ -239,7 +239,7 @@ pub struct TaskIdArgs {
 /// Arguments of `cancel_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CancelTaskArgs {
+pub(crate) struct CancelTaskArgs {
     /// The task to withdraw (pending or assigned).
     pub task_id: String,
     /// Why, for the ledger.
@@ -250,7 +250,7 @@ pub struct CancelTaskArgs {
 /// Arguments of `set_task_priority`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SetPriorityArgs {
+pub(crate) struct SetPriorityArgs {
     /// The task to reorder (pending or assigned).
     pub task_id: String,
     /// The new pull priority: `low`, `normal` or `high`. Higher is claimed first.
@@ -264,7 +264,7 @@ pub struct SetPriorityArgs {
 /// Arguments of `requeue_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RequeueTaskArgs {
+pub(crate) struct RequeueTaskArgs {
     /// The task to put back in the queue.
     pub task_id: String,
     /// Why, for the ledger.
@@ -278,7 +278,7 @@ pub struct RequeueTaskArgs {
 /// Arguments of `get_pending_mesh_events`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DrainArgs {
+pub(crate) struct DrainArgs {
     /// Budget on the characters of event text returned. The oldest events that
     /// fit are returned (always at least one); the rest stay queued for the next
     /// call. Leave it out to take everything (up to `limit`).
@@ -294,7 +294,7 @@ pub struct DrainArgs {
 /// Arguments of `wait_for_mesh_events`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct WaitArgs {
+pub(crate) struct WaitArgs {
     /// How long to wait for an event, in seconds (25 when absent, at most 50).
     #[serde(default)]
     #[schemars(range(min = 1, max = 50))]
@@ -304,7 +304,7 @@ pub struct WaitArgs {
 /// Arguments of `ledger_tail`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct LedgerArgs {
+pub(crate) struct LedgerArgs {
     /// How many of the newest entries (20 when absent).
     #[serde(default)]
     #[schemars(range(min = 1))]
@@ -322,7 +322,7 @@ pub struct LedgerArgs {
 /// Arguments of `upsert_mission`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MissionArgs {
+pub(crate) struct MissionArgs {
     /// The mission's id, chosen by you (e.g. `auth-rewrite`). An existing id updates it.
     #[schemars(example = &"auth-rewrite")]
     pub mission_id: String,
@@ -341,7 +341,7 @@ pub struct MissionArgs {
 /// Arguments of `list_missions`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ListMissionsArgs {
+pub(crate) struct ListMissionsArgs {
     /// Only missions in these statuses, comma-separated (e.g. `active,paused`).
     /// Every mission when absent.
     #[serde(default)]
@@ -352,7 +352,7 @@ pub struct ListMissionsArgs {
 /// Arguments of `show_mission`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct MissionIdArgs {
+pub(crate) struct MissionIdArgs {
     /// The mission's id.
     pub mission_id: String,
 }
@@ -360,7 +360,7 @@ pub struct MissionIdArgs {
 /// Arguments of `suggest_node`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SuggestNodeArgs {
+pub(crate) struct SuggestNodeArgs {
     /// The task to place.
     pub task_id: String,
     /// The nodes to choose from, in your order of preference.
@@ -374,7 +374,7 @@ pub struct SuggestNodeArgs {
 /// How `send_to_session` hands a message over.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum SendMode {
+pub(crate) enum SendMode {
     /// Queue it; the session reads it with `read_deliveries`.
     #[default]
     Queue,
@@ -386,7 +386,7 @@ pub enum SendMode {
 /// Arguments of `send_to_session`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SendArgs {
+pub(crate) struct SendArgs {
     /// The worker session to reach.
     pub session_id: String,
     /// The text to hand over.
@@ -408,7 +408,7 @@ pub struct SendArgs {
 /// Arguments of `claim_task`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ClaimArgs {
+pub(crate) struct ClaimArgs {
     /// The worker session to act as. Leave it out to act as this server's own
     /// session (`--session`, else one made for this server; `mesh_status` shows it
     /// as `you.sessionId`).
@@ -434,7 +434,7 @@ pub struct ClaimArgs {
 /// Arguments of `heartbeat_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HeartbeatArgs {
+pub(crate) struct HeartbeatArgs {
     /// The task you hold.
     pub task_id: String,
     /// The `epoch` that `claim_task` returned with the task.
@@ -453,7 +453,7 @@ pub struct HeartbeatArgs {
 /// Arguments of `complete_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CompleteArgs {
+pub(crate) struct CompleteArgs {
     /// What you did and what the coordinator should know: files changed, tests
     /// run, open questions. The coordinator reads this text.
     pub summary: String,
@@ -473,7 +473,7 @@ pub struct CompleteArgs {
 /// Arguments of `fail_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FailArgs {
+pub(crate) struct FailArgs {
     /// Why the task could not be done, so the coordinator can decide what next.
     pub reason: String,
     /// What you did before giving up, if anything.
@@ -495,7 +495,7 @@ pub struct FailArgs {
 /// A worker tool that needs only the session.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SessionArgs {
+pub(crate) struct SessionArgs {
     /// The worker session to act as. Leave it out to act as this server's own
     /// session (`--session`, else one made for this server; `mesh_status` shows it
     /// as `you.sessionId`).
@@ -506,7 +506,7 @@ pub struct SessionArgs {
 /// Arguments of `report_idle`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct IdleArgs {
+pub(crate) struct IdleArgs {
     /// The worker session to act as. Leave it out to act as this server's own
     /// session (`--session`, else one made for this server; `mesh_status` shows it
     /// as `you.sessionId`).
@@ -529,7 +529,7 @@ pub struct IdleArgs {
 /// Every filter given must match.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HeldArgs {
+pub(crate) struct HeldArgs {
     /// Only events held for this reason: `pending_retention_expired` (never drained,
     /// moved out of the inbox after 30 days), `v2_enforce_unversioned_quarantined`
     /// or `v2_enforce_validation_failed_quarantined` (held back by an enforce-mode
@@ -560,7 +560,7 @@ pub struct HeldArgs {
 /// Arguments of `requeue_held_events`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RequeueHeldArgs {
+pub(crate) struct RequeueHeldArgs {
     /// The held events to put back, by the held entry id list_held_events shows
     /// (instead of filters).
     #[serde(default)]
@@ -588,7 +588,7 @@ pub struct RequeueHeldArgs {
 /// Arguments of `update_delivery`.
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct DeliveryStatusArgs {
+pub(crate) struct DeliveryStatusArgs {
     /// The delivery's `id`, as read_deliveries shows it.
     pub delivery_id: String,
     /// `delivered` (you received it), `acked` (you read it and act on it),

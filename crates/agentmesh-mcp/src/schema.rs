@@ -28,7 +28,7 @@ use serde_json::{Number, Value};
 /// # Panics
 ///
 /// When `T` is not described by an object schema; every argument struct is.
-pub fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+pub(crate) fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
     static CACHE: LazyLock<Mutex<HashMap<TypeId, Arc<JsonObject>>>> = LazyLock::new(Mutex::default);
     let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
     let schema = cache.entry(TypeId::of::<T>()).or_insert_with(|| {

@@ -18,7 +18,7 @@ use crate::duration;
 /// decision is recorded in an append-only ledger.
 #[derive(Debug, Parser)]
 #[command(name = "agentmesh", version = VERSION, max_term_width = 100, after_help = EXAMPLES)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Options every command accepts, before or after the subcommand.
     #[command(flatten)]
     pub global: GlobalArgs,
@@ -30,7 +30,7 @@ pub struct Cli {
 /// What `--version` prints after the name: the version and the commit it was built
 /// from (`unknown` when it was built outside a git checkout; the daemon crate's
 /// `build.rs` finds it, for `agentmesh_build_info` too).
-pub const VERSION: &str = agentmesh_daemon::VERSION_LINE;
+pub(crate) const VERSION: &str = agentmesh_daemon::VERSION_LINE;
 
 /// The help heading of the options every command accepts.
 const GLOBAL: &str = "Global options";
@@ -49,7 +49,7 @@ Examples:
 
 /// Options shared by every command.
 #[derive(Debug, Args)]
-pub struct GlobalArgs {
+pub(crate) struct GlobalArgs {
     /// Directory holding the database (mesh-runtime.db) [default: ~/.agentmesh]
     #[arg(long, global = true, value_name = "DIR", env = "AGENTMESH_HOME", help_heading = GLOBAL)]
     pub data_dir: Option<PathBuf>,
@@ -128,7 +128,7 @@ pub struct GlobalArgs {
 
 /// The top-level commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// See the whole job run once: an embedded daemon, a coordinator enqueueing
     /// dependent tasks, two workers doing them, a summary
     #[command(after_help = DEMO_EXAMPLES, after_long_help = DEMO_HELP)]
@@ -546,7 +546,7 @@ Examples:
 
 /// Arguments of `completions`.
 #[derive(Debug, Args)]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to complete for
     #[arg(value_enum, value_name = "SHELL")]
     pub shell: clap_complete::Shell,
@@ -554,7 +554,7 @@ pub struct CompletionsArgs {
 
 /// Arguments of `man`.
 #[derive(Debug, Args)]
-pub struct ManArgs {
+pub(crate) struct ManArgs {
     /// Write one page per command (agentmesh.1, agentmesh-task-add.1, ...) into this
     /// directory instead of printing one page
     #[arg(long, value_name = "DIR", conflicts_with = "command")]
@@ -566,7 +566,7 @@ pub struct ManArgs {
 
 /// Arguments of `work`.
 #[derive(Debug, Args)]
-pub struct WorkArgs {
+pub(crate) struct WorkArgs {
     /// The node (machine or worktree) the worker runs on
     #[arg(long, value_name = "NODE")]
     pub node: String,
@@ -593,7 +593,7 @@ pub struct WorkArgs {
 
 /// Arguments of `import-adhdev`.
 #[derive(Debug, Args)]
-pub struct ImportAdhdevArgs {
+pub(crate) struct ImportAdhdevArgs {
     /// The ADHDev ledger directory (holding mesh-runtime.db or beads.db,
     /// <mesh>.queue.json and *.pending-events.jsonl files)
     #[arg(value_name = "LEDGER_DIR")]
@@ -602,7 +602,7 @@ pub struct ImportAdhdevArgs {
 
 /// Arguments of `migrate`.
 #[derive(Debug, Args)]
-pub struct MigrateArgs {
+pub(crate) struct MigrateArgs {
     /// Where the meshes are: a data dir, sqlite:///path/to/mesh-runtime.db, or
     /// postgres://user@host:5432/db (it must hold a database; nothing is copied into it)
     #[arg(long, value_name = "DATA_DIR|URL")]
@@ -624,7 +624,7 @@ pub struct MigrateArgs {
 
 /// Arguments of `backup`.
 #[derive(Debug, Args)]
-pub struct BackupArgs {
+pub(crate) struct BackupArgs {
     /// The file to write the backup to (its directory must exist)
     #[arg(value_name = "DEST")]
     pub dest: PathBuf,
@@ -635,7 +635,7 @@ pub struct BackupArgs {
 
 /// Arguments of `restore`.
 #[derive(Debug, Args)]
-pub struct RestoreArgs {
+pub(crate) struct RestoreArgs {
     /// The backup file to install (written by `agentmesh backup`, or any copy of
     /// an agentmesh database)
     #[arg(value_name = "BACKUP")]
@@ -647,7 +647,7 @@ pub struct RestoreArgs {
 
 /// Arguments of `mcp`.
 #[derive(Debug, Args)]
-pub struct McpArgs {
+pub(crate) struct McpArgs {
     /// Pin the agent session this server belongs to: events for a coordinator
     /// session go only to it, and worker tools act as it when called without a
     /// sessionId (without it, each process is a worker session of its own)
@@ -657,7 +657,7 @@ pub struct McpArgs {
 
 /// Arguments of `serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on; port 0 picks a free port (the bound address is printed)
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7433")]
     pub listen: std::net::SocketAddr,
@@ -693,7 +693,7 @@ pub struct ServeArgs {
 
 /// How `serve` writes its log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines
     Text,
     /// One JSON object per line
@@ -702,7 +702,7 @@ pub enum LogFormat {
 
 /// `agentmesh task ...`
 #[derive(Debug, Subcommand)]
-pub enum TaskCommand {
+pub(crate) enum TaskCommand {
     /// Enqueue a task
     #[command(after_help = TASK_ADD_EXAMPLES)]
     Add(Box<TaskAddArgs>),
@@ -762,7 +762,7 @@ Examples:
 
 /// Arguments of `task add`.
 #[derive(Debug, Args)]
-pub struct TaskAddArgs {
+pub(crate) struct TaskAddArgs {
     /// The instruction for the worker
     pub message: String,
     /// Task id [default: a fresh UUID]
@@ -814,7 +814,7 @@ pub struct TaskAddArgs {
 
 /// Arguments of `task list`.
 #[derive(Debug, Args)]
-pub struct TaskListArgs {
+pub(crate) struct TaskListArgs {
     /// Only tasks with this status: pending, assigned, completed, failed or cancelled
     /// (repeatable) [default: every status]
     #[arg(long = "status", value_name = "STATUS")]
@@ -823,14 +823,14 @@ pub struct TaskListArgs {
 
 /// Arguments of `task show`.
 #[derive(Debug, Args)]
-pub struct TaskShowArgs {
+pub(crate) struct TaskShowArgs {
     /// The task id
     pub id: String,
 }
 
 /// Arguments of `task cancel`.
 #[derive(Debug, Args)]
-pub struct TaskCancelArgs {
+pub(crate) struct TaskCancelArgs {
     /// The task id
     pub id: String,
     /// Why the task is withdrawn
@@ -840,7 +840,7 @@ pub struct TaskCancelArgs {
 
 /// Arguments of `task priority`.
 #[derive(Debug, Args)]
-pub struct TaskPriorityArgs {
+pub(crate) struct TaskPriorityArgs {
     /// The task id
     pub id: String,
     /// The new priority: low, normal or high
@@ -852,7 +852,7 @@ pub struct TaskPriorityArgs {
 
 /// Arguments of `task requeue`.
 #[derive(Debug, Args)]
-pub struct TaskRequeueArgs {
+pub(crate) struct TaskRequeueArgs {
     /// The task id
     pub id: String,
     /// Why the task goes back
@@ -871,7 +871,7 @@ pub struct TaskRequeueArgs {
 
 /// Arguments of `claim`.
 #[derive(Debug, Args)]
-pub struct ClaimArgs {
+pub(crate) struct ClaimArgs {
     /// The node (machine or worktree) the session runs on
     #[arg(long, value_name = "NODE")]
     pub node: String,
@@ -898,7 +898,7 @@ pub struct ClaimArgs {
 
 /// Arguments of `complete`.
 #[derive(Debug, Args)]
-pub struct CompleteArgs {
+pub(crate) struct CompleteArgs {
     /// The reporting worker session
     #[arg(long, value_name = "SESSION")]
     pub session: String,
@@ -934,7 +934,7 @@ pub struct CompleteArgs {
 
 /// `agentmesh events ...`
 #[derive(Debug, Subcommand)]
-pub enum EventsCommand {
+pub(crate) enum EventsCommand {
     /// Queue an event for a coordinator, from JSON or from flags
     #[command(after_help = PUSH_EXAMPLES)]
     Push(Box<EventsPushArgs>),
@@ -964,7 +964,7 @@ pub enum EventsCommand {
 
 /// The filters of `events held` and `events requeue-held`; every one given must match.
 #[derive(Debug, Args)]
-pub struct HeldFilterArgs {
+pub(crate) struct HeldFilterArgs {
     /// Held for this reason: pending_retention_expired,
     /// v2_enforce_unversioned_quarantined, v2_enforce_validation_failed_quarantined
     /// or pending_trim_dropped
@@ -987,7 +987,7 @@ pub struct HeldFilterArgs {
 
 /// Arguments of `events requeue-held`.
 #[derive(Debug, Args)]
-pub struct RequeueHeldArgs {
+pub(crate) struct RequeueHeldArgs {
     /// Held entry ids, as `events held` prints them (instead of filters)
     #[arg(value_name = "ID")]
     pub ids: Vec<String>,
@@ -1001,7 +1001,7 @@ pub struct RequeueHeldArgs {
 
 /// Arguments of `fingerprints`.
 #[derive(Debug, Args)]
-pub struct FingerprintsArgs {
+pub(crate) struct FingerprintsArgs {
     /// Only fingerprints of this task's completions
     #[arg(long, value_name = "ID")]
     pub task: Option<String>,
@@ -1015,7 +1015,7 @@ pub struct FingerprintsArgs {
 
 /// Arguments of `conflicts`.
 #[derive(Debug, Args)]
-pub struct ConflictsArgs {
+pub(crate) struct ConflictsArgs {
     /// Only conflicts this task took part in (on either side)
     #[arg(long, value_name = "ID")]
     pub task: Option<String>,
@@ -1082,7 +1082,7 @@ Examples:
 /// Arguments of `events push`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("source").required(true).args(["file", "event"])))]
-pub struct EventsPushArgs {
+pub(crate) struct EventsPushArgs {
     /// Read the event's JSON from this file (`-` for stdin), in the original's shape;
     /// meshId defaults to --mesh and queuedAt to now
     #[arg(long, value_name = "FILE")]
@@ -1119,7 +1119,7 @@ pub struct EventsPushArgs {
 
 /// Arguments of `events drain` and `events peek`.
 #[derive(Debug, Args)]
-pub struct EventsDrainArgs {
+pub(crate) struct EventsDrainArgs {
     /// The draining coordinator's daemon (any of its id forms)
     #[arg(long, value_name = "DAEMON_ID")]
     pub daemon: String,
@@ -1146,7 +1146,7 @@ pub struct EventsDrainArgs {
 
 /// Arguments of `events ack`.
 #[derive(Debug, Args)]
-pub struct EventsAckArgs {
+pub(crate) struct EventsAckArgs {
     /// Event ids, as drain and peek print them
     #[arg(value_name = "ID", required = true)]
     pub ids: Vec<String>,
@@ -1154,7 +1154,7 @@ pub struct EventsAckArgs {
 
 /// Arguments of `events retract`.
 #[derive(Debug, Args)]
-pub struct EventsRetractArgs {
+pub(crate) struct EventsRetractArgs {
     /// The task whose blocked-dispatch alerts are withdrawn
     #[arg(long, value_name = "ID")]
     pub task: String,
@@ -1162,7 +1162,7 @@ pub struct EventsRetractArgs {
 
 /// `agentmesh events watch`
 #[derive(Debug, Args)]
-pub struct EventsWatchArgs {
+pub(crate) struct EventsWatchArgs {
     /// Who is waiting
     #[command(flatten)]
     pub drain: EventsDrainArgs,
@@ -1174,7 +1174,7 @@ pub struct EventsWatchArgs {
 
 /// `agentmesh ledger ...`
 #[derive(Debug, Subcommand)]
-pub enum LedgerCommand {
+pub(crate) enum LedgerCommand {
     /// Print the newest entries, oldest first
     #[command(after_help = LEDGER_TAIL_EXAMPLES)]
     Tail(LedgerTailArgs),
@@ -1216,7 +1216,7 @@ Examples:
 
 /// `agentmesh ledger export`
 #[derive(Debug, Args)]
-pub struct LedgerExportArgs {
+pub(crate) struct LedgerExportArgs {
     /// Write to this file instead of stdout
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -1224,7 +1224,7 @@ pub struct LedgerExportArgs {
 
 /// `agentmesh ledger import`
 #[derive(Debug, Args)]
-pub struct LedgerImportArgs {
+pub(crate) struct LedgerImportArgs {
     /// The JSON-lines file (`-` for stdin), one entry per line, as `ledger export` writes
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
@@ -1232,7 +1232,7 @@ pub struct LedgerImportArgs {
 
 /// Arguments of `ledger tail`.
 #[derive(Debug, Args)]
-pub struct LedgerTailArgs {
+pub(crate) struct LedgerTailArgs {
     /// How many of the newest entries to print
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
@@ -1246,7 +1246,7 @@ pub struct LedgerTailArgs {
 
 /// Arguments of `ledger slice`.
 #[derive(Debug, Args)]
-pub struct LedgerSliceArgs {
+pub(crate) struct LedgerSliceArgs {
     /// Start after this entry id (the previous page's next cursor), in
     /// (timestamp, id) order
     #[arg(long, value_name = "ID", conflicts_with = "after_seq")]
@@ -1268,7 +1268,7 @@ pub struct LedgerSliceArgs {
 
 /// `agentmesh mission ...`
 #[derive(Debug, Subcommand)]
-pub enum MissionCommand {
+pub(crate) enum MissionCommand {
     /// Create a mission, or update the one with this id
     #[command(after_help = MISSION_ADD_EXAMPLES)]
     Add(MissionAddArgs),
@@ -1300,7 +1300,7 @@ Examples:
 
 /// Arguments of `mission add`.
 #[derive(Debug, Args)]
-pub struct MissionAddArgs {
+pub(crate) struct MissionAddArgs {
     /// The mission id; tasks join it with `task add --mission <ID>`
     pub id: String,
     /// Short title
@@ -1317,7 +1317,7 @@ pub struct MissionAddArgs {
 
 /// Arguments of `mission list`.
 #[derive(Debug, Args)]
-pub struct MissionListArgs {
+pub(crate) struct MissionListArgs {
     /// Only missions with this status (repeatable) [default: every status]
     #[arg(long = "status", value_name = "STATUS")]
     pub statuses: Vec<String>,
@@ -1325,7 +1325,7 @@ pub struct MissionListArgs {
 
 /// Arguments of `mission show`.
 #[derive(Debug, Args)]
-pub struct MissionShowArgs {
+pub(crate) struct MissionShowArgs {
     /// The mission id
     pub id: String,
 }
@@ -1333,7 +1333,7 @@ pub struct MissionShowArgs {
 /// Arguments of `deliveries`.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
-pub struct DeliveriesArgs {
+pub(crate) struct DeliveriesArgs {
     /// Without one, the waiting deliveries are listed
     #[command(subcommand)]
     pub command: Option<DeliveriesCommand>,
@@ -1344,7 +1344,7 @@ pub struct DeliveriesArgs {
 
 /// `agentmesh deliveries ...`
 #[derive(Debug, Subcommand)]
-pub enum DeliveriesCommand {
+pub(crate) enum DeliveriesCommand {
     /// Show one delivery with every field, whatever its status
     #[command(after_help = DELIVERY_SHOW_EXAMPLES)]
     Show(DeliveryShowArgs),
@@ -1357,14 +1357,14 @@ pub enum DeliveriesCommand {
 
 /// Arguments of `deliveries show`.
 #[derive(Debug, Args)]
-pub struct DeliveryShowArgs {
+pub(crate) struct DeliveryShowArgs {
     /// The delivery id
     pub id: String,
 }
 
 /// Arguments of `deliveries mark`.
 #[derive(Debug, Args)]
-pub struct DeliveryMarkArgs {
+pub(crate) struct DeliveryMarkArgs {
     /// The delivery id
     pub id: String,
     /// delivering, queued, delivered, acked, completed, failed, expired or cancelled
@@ -1379,7 +1379,7 @@ pub struct DeliveryMarkArgs {
 
 /// Arguments of `dispatches`.
 #[derive(Debug, Args)]
-pub struct DispatchesArgs {
+pub(crate) struct DispatchesArgs {
     /// Without one, the dispatches not yet finished are listed
     #[command(subcommand)]
     pub command: Option<DispatchesCommand>,
@@ -1387,7 +1387,7 @@ pub struct DispatchesArgs {
 
 /// `agentmesh dispatches ...`
 #[derive(Debug, Subcommand)]
-pub enum DispatchesCommand {
+pub(crate) enum DispatchesCommand {
     /// Show the dispatch of one task with every field, whatever its status
     #[command(after_help = DISPATCH_SHOW_EXAMPLES)]
     Show(DispatchShowArgs),
@@ -1405,7 +1405,7 @@ pub enum DispatchesCommand {
 
 /// Arguments of `dispatches show`.
 #[derive(Debug, Args)]
-pub struct DispatchShowArgs {
+pub(crate) struct DispatchShowArgs {
     /// The dispatched task's id
     pub task: String,
 }
@@ -1413,7 +1413,7 @@ pub struct DispatchShowArgs {
 /// Arguments of `dispatches mark`.
 #[derive(Debug, Args)]
 #[command(group(ArgGroup::new("which").required(true).args(["task", "session"])))]
-pub struct DispatchMarkArgs {
+pub(crate) struct DispatchMarkArgs {
     /// dispatched, acked, completed, failed or stale
     pub status: String,
     /// The dispatch of this task
@@ -1426,7 +1426,7 @@ pub struct DispatchMarkArgs {
 
 /// Arguments of `dispatches mark-stale`.
 #[derive(Debug, Args)]
-pub struct DispatchStaleArgs {
+pub(crate) struct DispatchStaleArgs {
     /// Sent at least this long ago: a duration (90s, 10m, 1h30m, 2d; a bare number
     /// is seconds)
     #[arg(long, value_name = "DURATION", value_parser = duration::age)]
@@ -1435,7 +1435,7 @@ pub struct DispatchStaleArgs {
 
 /// Arguments of `dispatches remove`.
 #[derive(Debug, Args)]
-pub struct DispatchRemoveArgs {
+pub(crate) struct DispatchRemoveArgs {
     /// The tasks whose dispatches go
     #[arg(value_name = "TASK", required = true)]
     pub tasks: Vec<String>,
@@ -1443,7 +1443,7 @@ pub struct DispatchRemoveArgs {
 
 /// Arguments of `sessions`.
 #[derive(Debug, Args)]
-pub struct SessionsArgs {
+pub(crate) struct SessionsArgs {
     /// Without one, the idle sessions are listed
     #[command(subcommand)]
     pub command: Option<SessionsCommand>,
@@ -1451,7 +1451,7 @@ pub struct SessionsArgs {
 
 /// `agentmesh sessions ...`
 #[derive(Debug, Subcommand)]
-pub enum SessionsCommand {
+pub(crate) enum SessionsCommand {
     /// Forget a session's idle report (what a session shutting down does)
     #[command(after_help = SESSIONS_REMOVE_EXAMPLES)]
     Remove(SessionRemoveArgs),
@@ -1459,7 +1459,7 @@ pub enum SessionsCommand {
 
 /// Arguments of `sessions remove`.
 #[derive(Debug, Args)]
-pub struct SessionRemoveArgs {
+pub(crate) struct SessionRemoveArgs {
     /// The node the session runs on
     #[arg(long, value_name = "NODE")]
     pub node: String,
@@ -1470,7 +1470,7 @@ pub struct SessionRemoveArgs {
 
 /// Arguments of `tool-calls`.
 #[derive(Debug, Args)]
-pub struct ToolCallsArgs {
+pub(crate) struct ToolCallsArgs {
     /// Only calls of this caller role: coordinator, worker or unknown
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,

@@ -15,7 +15,7 @@ use agentmesh_api::wire::NotBeforeBody;
 
 /// The units a duration may be written in, with their suffixes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unit {
+pub(crate) enum Unit {
     /// `ms`
     Millis,
     /// `s`
@@ -67,7 +67,7 @@ impl Unit {
 
 /// Why a duration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DurationError {
+pub(crate) enum DurationError {
     /// Nothing was written.
     #[error("is empty: write a duration such as 90s, 10m, 500ms or 1h")]
     Empty,
@@ -102,7 +102,7 @@ pub enum DurationError {
 }
 
 /// Parses `text` as a duration; a bare number is counted in `bare`.
-pub fn parse(text: &str, bare: Unit) -> Result<Duration, DurationError> {
+pub(crate) fn parse(text: &str, bare: Unit) -> Result<Duration, DurationError> {
     let text = text.trim();
     if text.is_empty() {
         return Err(DurationError::Empty);
@@ -138,7 +138,7 @@ pub fn parse(text: &str, bare: Unit) -> Result<Duration, DurationError> {
 
 /// Writes `duration` in the form [`parse`] reads, largest unit first (`1h30m`,
 /// `500ms`, `0s`). Parts below a millisecond are left out.
-pub fn format(duration: Duration) -> String {
+pub(crate) fn format(duration: Duration) -> String {
     let mut left = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
     if left == 0 {
         return "0s".to_owned();
@@ -168,35 +168,35 @@ fn within(text: &str, bare: Unit, min: Duration, max: Duration) -> Result<Durati
 }
 
 /// The longest lease a claim can carry: its milliseconds travel as a `u32`.
-pub const MAX_LEASE: Duration = Duration::from_millis(u32::MAX as u64);
+pub(crate) const MAX_LEASE: Duration = Duration::from_millis(u32::MAX as u64);
 
 /// `claim --lease` and `complete --lease`: a bare number is seconds; at least 1s.
-pub fn claim_lease(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn claim_lease(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(1), MAX_LEASE)
 }
 
 /// `work --lease`: a bare number is seconds; at least 3s, so that the heartbeats,
 /// one every third of the lease, come at least a second apart.
-pub fn work_lease(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn work_lease(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(3), MAX_LEASE)
 }
 
 /// `events watch --timeout`: a bare number is seconds; from 1s to 10m, the longest
 /// a watch may wait.
-pub fn watch_timeout(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn watch_timeout(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(1), agentmesh_api::MAX_WATCH_TIMEOUT)
 }
 
 /// `--older-than` and `--within` of the record listings and moves: an age, or
 /// how far back to look; a bare number is seconds. Whole seconds count (the API
 /// takes seconds), so a duration under a second is refused.
-pub fn age(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn age(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(1), Duration::from_secs(u64::MAX / 1000))
 }
 
 /// `serve --header-timeout` and `--idle-timeout`: a bare number is seconds; at
 /// least a millisecond (zero would close every connection at once).
-pub fn server_timeout(text: &str) -> Result<Duration, DurationError> {
+pub(crate) fn server_timeout(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_millis(1), Duration::from_secs(u64::MAX / 1000))
 }
 
@@ -210,7 +210,7 @@ const MAX_NOT_BEFORE_OFFSET: Duration = Duration::from_secs(364 * 86_400);
 /// ISO-8601 instant, which the core checks. Text that starts with a digit and
 /// holds only letters and digits is read as a duration, so `5x` is refused here,
 /// naming the unit, instead of as a malformed instant.
-pub fn not_before(text: &str) -> Result<NotBeforeBody, DurationError> {
+pub(crate) fn not_before(text: &str) -> Result<NotBeforeBody, DurationError> {
     let trimmed = text.trim();
     if let Ok(millis) = trimmed.parse::<i64>() {
         return Ok(NotBeforeBody::Millis(millis));
@@ -226,7 +226,7 @@ pub fn not_before(text: &str) -> Result<NotBeforeBody, DurationError> {
 }
 
 /// The lease of a claim in the milliseconds its body carries.
-pub fn lease_millis(lease: Duration) -> Option<std::num::NonZeroU32> {
+pub(crate) fn lease_millis(lease: Duration) -> Option<std::num::NonZeroU32> {
     u32::try_from(lease.as_millis()).ok().and_then(std::num::NonZeroU32::new)
 }
 

@@ -26,16 +26,16 @@ use serde_json::json;
 use crate::commands::NoDatabase;
 
 /// Exit code for bad input.
-pub const EXIT_BAD_INPUT: u8 = 2;
+pub(crate) const EXIT_BAD_INPUT: u8 = 2;
 /// Exit code for every other failure.
-pub const EXIT_FAILURE: u8 = 1;
+pub(crate) const EXIT_FAILURE: u8 = 1;
 /// Exit code for a fault of the environment that the same command, run again
 /// in a moment, may get past (`busy`, `lock_timeout`, `unavailable`): sysexits' `EX_TEMPFAIL`.
-pub const EXIT_TRY_AGAIN: u8 = 75;
+pub(crate) const EXIT_TRY_AGAIN: u8 = 75;
 
 /// What an error means for the process.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Classified {
+pub(crate) struct Classified {
     /// The process exit code.
     pub exit_code: u8,
     /// The stable code in the JSON error object.
@@ -44,7 +44,7 @@ pub struct Classified {
 
 /// Decides the exit code and wire code of `err`, from the first error in its chain
 /// that this crate knows.
-pub fn classify(err: &anyhow::Error) -> Classified {
+pub(crate) fn classify(err: &anyhow::Error) -> Classified {
     let exit = |caller: bool, transient: bool| match (caller, transient) {
         (true, _) => EXIT_BAD_INPUT,
         (false, true) => EXIT_TRY_AGAIN,
@@ -87,7 +87,7 @@ pub fn classify(err: &anyhow::Error) -> Classified {
 
 /// True when `err` is only the reader of our stdout going away (`agentmesh task
 /// list | head`), which is not worth a complaint.
-pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain()
         .filter_map(|cause| cause.downcast_ref::<io::Error>())
         .any(|io_err| io_err.kind() == io::ErrorKind::BrokenPipe)
@@ -97,7 +97,7 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
 /// its own log format (`serve --log-format json` logs its failure as a JSON
 /// line): [`report`] then adds no plain-text line of its own.
 #[derive(Debug, Clone, Copy)]
-pub struct AlreadyLogged;
+pub(crate) struct AlreadyLogged;
 
 impl std::fmt::Display for AlreadyLogged {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -107,7 +107,7 @@ impl std::fmt::Display for AlreadyLogged {
 
 /// Reports `err` (stderr always, unless it was [`AlreadyLogged`]; stdout too with
 /// `json`) and returns the exit code.
-pub fn report(err: &anyhow::Error, json: bool) -> ExitCode {
+pub(crate) fn report(err: &anyhow::Error, json: bool) -> ExitCode {
     if is_broken_pipe(err) {
         return ExitCode::SUCCESS;
     }
@@ -129,7 +129,7 @@ pub fn report(err: &anyhow::Error, json: bool) -> ExitCode {
 /// Reports a command-line parsing error from clap (its own rendering on stderr,
 /// the JSON object on stdout with `json`) and returns exit code 2. Help and
 /// version requests are printed and exit 0.
-pub fn report_usage(err: &clap::Error, json: bool) -> ExitCode {
+pub(crate) fn report_usage(err: &clap::Error, json: bool) -> ExitCode {
     // `print` writes help and version to stdout and real errors to stderr.
     let _ = err.print();
     if !err.use_stderr() {

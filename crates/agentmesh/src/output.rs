@@ -14,7 +14,7 @@
 
 use std::io::{self, Write};
 
-pub use agentmesh_api::views::{
+pub(crate) use agentmesh_api::views::{
     ConflictView, DeliveryView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleSessionView,
     InboxEventView, MissionDetailView, MissionView, ProgressView, ToolCallLogView,
 };
@@ -25,25 +25,25 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// Where a command's result goes.
-pub struct Output {
+pub(crate) struct Output {
     json: bool,
     out: io::Stdout,
 }
 
 impl Output {
     /// Output to stdout, as JSON when `json`.
-    pub fn stdout(json: bool) -> Output {
+    pub(crate) fn stdout(json: bool) -> Output {
         Output { json, out: io::stdout() }
     }
 
     /// Whether results are printed as JSON.
-    pub fn is_json(&self) -> bool {
+    pub(crate) fn is_json(&self) -> bool {
         self.json
     }
 
     /// Prints the result: `value` as one JSON document with `--json`, else whatever
     /// `human` writes.
-    pub fn emit<T: Serialize + ?Sized>(
+    pub(crate) fn emit<T: Serialize + ?Sized>(
         &mut self,
         value: &T,
         human: impl FnOnce(&mut dyn Write) -> io::Result<()>,
@@ -63,27 +63,27 @@ impl Output {
 }
 
 /// A table with a header row and left-aligned columns, the last one unpadded.
-pub struct Table {
+pub(crate) struct Table {
     header: Vec<&'static str>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// An empty table with these column titles.
-    pub fn new(header: Vec<&'static str>) -> Table {
+    pub(crate) fn new(header: Vec<&'static str>) -> Table {
         Table { header, rows: Vec::new() }
     }
 
     /// Adds a row; it must have one cell per column. A control character in a cell
     /// (a row the original wrote may hold an id with a newline) is shown escaped, so
     /// one row is always one line.
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.header.len(), "a row needs one cell per column");
         self.rows.push(cells.into_iter().map(printable).collect());
     }
 
     /// Writes the table, two spaces between columns.
-    pub fn write(&self, w: &mut dyn Write) -> io::Result<()> {
+    pub(crate) fn write(&self, w: &mut dyn Write) -> io::Result<()> {
         let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {
             for (width, cell) in widths.iter_mut().zip(row) {
@@ -121,13 +121,13 @@ fn printable(cell: String) -> String {
 
 /// What a listing holds, in the singular and the plural (`task`, `tasks`).
 #[derive(Debug, Clone, Copy)]
-pub struct Noun(pub &'static str, pub &'static str);
+pub(crate) struct Noun(pub &'static str, pub &'static str);
 
 /// Writes a listing read from `mesh` and names the mesh: `no tasks in mesh "m"`
 /// when it is empty, else the rows `write_rows` writes and a last line counting
 /// them (`3 tasks in mesh "m"`), so a mistyped `--mesh` never reads as an empty
 /// system.
-pub fn write_listing(
+pub(crate) fn write_listing(
     w: &mut dyn Write,
     mesh: &str,
     noun: Noun,
@@ -142,7 +142,7 @@ pub fn write_listing(
 }
 
 /// The first line of `text`, cut to at most `max` characters (with an ellipsis).
-pub fn excerpt(text: &str, max: usize) -> String {
+pub(crate) fn excerpt(text: &str, max: usize) -> String {
     let first = text.lines().next().unwrap_or_default().trim();
     let multiline = text.trim().contains('\n');
     if first.chars().count() <= max && !multiline {
@@ -153,7 +153,7 @@ pub fn excerpt(text: &str, max: usize) -> String {
 }
 
 /// How long ago `iso` was, compactly (`42s`, `5m`, `3h`, `2d`); `?` when unparsable.
-pub fn age(iso: &str, now: Timestamp) -> String {
+pub(crate) fn age(iso: &str, now: Timestamp) -> String {
     match Timestamp::parse_iso(iso) {
         Some(then) => compact_duration(now.millis() - then.millis()),
         None => "?".to_owned(),
@@ -162,7 +162,7 @@ pub fn age(iso: &str, now: Timestamp) -> String {
 
 /// How long from `now` until `until_ms` (epoch milliseconds), compactly; `0s` once
 /// it has passed.
-pub fn remaining(until_ms: i64, now: Timestamp) -> String {
+pub(crate) fn remaining(until_ms: i64, now: Timestamp) -> String {
     compact_duration(until_ms.saturating_sub(now.millis()))
 }
 
@@ -178,7 +178,7 @@ fn compact_duration(ms: i64) -> String {
 }
 
 /// The compact assignee of a task: `session@node`, or `-`.
-pub fn assignee(task: &Task) -> String {
+pub(crate) fn assignee(task: &Task) -> String {
     match (&task.assigned_session_id, &task.assigned_node_id) {
         (Some(s), Some(n)) => format!("{s}@{n}"),
         (Some(s), None) => s.clone(),
@@ -189,7 +189,7 @@ pub fn assignee(task: &Task) -> String {
 
 /// Writes tasks as a table (or `no tasks`); a pending task held by a failed
 /// dependency shows as `blocked`.
-pub fn write_task_table(w: &mut dyn Write, tasks: &[Task], now: Timestamp) -> io::Result<()> {
+pub(crate) fn write_task_table(w: &mut dyn Write, tasks: &[Task], now: Timestamp) -> io::Result<()> {
     if tasks.is_empty() {
         return writeln!(w, "no tasks");
     }
@@ -212,12 +212,12 @@ pub fn write_task_table(w: &mut dyn Write, tasks: &[Task], now: Timestamp) -> io
 }
 
 /// Writes every set field of a task, one `key: value` per line, in the JSON order.
-pub fn write_task_fields(w: &mut dyn Write, task: &Task) -> io::Result<()> {
+pub(crate) fn write_task_fields(w: &mut dyn Write, task: &Task) -> io::Result<()> {
     write_fields(w, &json_object(task)?)
 }
 
 /// Writes every field of a view, one `key: value` per line, in the JSON order.
-pub fn write_view_fields<T: Serialize>(w: &mut dyn Write, view: &T) -> io::Result<()> {
+pub(crate) fn write_view_fields<T: Serialize>(w: &mut dyn Write, view: &T) -> io::Result<()> {
     write_fields(w, &json_object(view)?)
 }
 
@@ -250,7 +250,7 @@ fn write_fields(w: &mut dyn Write, fields: &Map<String, Value>) -> io::Result<()
 }
 
 /// Writes ledger entries, one line each: time, kind, task, session@node.
-pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::Result<()> {
+pub(crate) fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::Result<()> {
     if entries.is_empty() {
         return writeln!(w, "no ledger entries");
     }
@@ -276,7 +276,7 @@ pub fn write_ledger_entries(w: &mut dyn Write, entries: &[LedgerEntry]) -> io::R
 /// and id, then the text the coordinator reads (rendered by the core from the
 /// event, as the MCP tools show it), indented; an event without that text gets a
 /// one-line summary instead.
-pub fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::Result<()> {
+pub(crate) fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -> io::Result<()> {
     if events.is_empty() {
         return writeln!(w, "no events");
     }
@@ -324,7 +324,7 @@ fn one_line_summary(payload: &Value) -> String {
 /// Writes a drain from `mesh`: the delivered events (or `no events in mesh "m"`),
 /// then one line with how many were delivered and held back and every counter
 /// that is not zero.
-pub fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> io::Result<()> {
+pub(crate) fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> io::Result<()> {
     if drain.events.is_empty() {
         writeln!(w, "no events in mesh {mesh:?}")?;
     } else {
@@ -343,12 +343,16 @@ pub fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> io::Resu
 }
 
 /// A mission's progress in words: `3/5 done (60%)`.
-pub fn progress_summary(p: &ProgressView) -> String {
+pub(crate) fn progress_summary(p: &ProgressView) -> String {
     format!("{}/{} done ({}%)", p.completed, p.total, p.percent_complete)
 }
 
 /// Writes missions as a table (or `no missions`).
-pub fn write_mission_table(w: &mut dyn Write, missions: &[MissionView], now: Timestamp) -> io::Result<()> {
+pub(crate) fn write_mission_table(
+    w: &mut dyn Write,
+    missions: &[MissionView],
+    now: Timestamp,
+) -> io::Result<()> {
     if missions.is_empty() {
         return writeln!(w, "no missions");
     }
@@ -367,7 +371,11 @@ pub fn write_mission_table(w: &mut dyn Write, missions: &[MissionView], now: Tim
 
 /// Writes one mission's fields (progress in words, with the count of every
 /// status), then its tasks as a table.
-pub fn write_mission_detail(w: &mut dyn Write, detail: &MissionDetailView, now: Timestamp) -> io::Result<()> {
+pub(crate) fn write_mission_detail(
+    w: &mut dyn Write,
+    detail: &MissionDetailView,
+    now: Timestamp,
+) -> io::Result<()> {
     let mut fields = json_object(&detail.mission)?;
     let p = &detail.mission.progress;
     let counts = format!(
@@ -386,7 +394,7 @@ pub fn write_mission_detail(w: &mut dyn Write, detail: &MissionDetailView, now: 
 }
 
 /// Writes idle sessions as a table (or `no idle sessions`).
-pub fn write_idle_session_table(
+pub(crate) fn write_idle_session_table(
     w: &mut dyn Write,
     sessions: &[IdleSessionView],
     now: Timestamp,
@@ -408,7 +416,7 @@ pub fn write_idle_session_table(
 }
 
 /// Writes deliveries as a table (or `no active deliveries`).
-pub fn write_delivery_table(
+pub(crate) fn write_delivery_table(
     w: &mut dyn Write,
     deliveries: &[DeliveryView],
     now: Timestamp,
@@ -434,7 +442,7 @@ pub fn write_delivery_table(
 }
 
 /// Writes direct dispatches as a table (or `no active dispatches`).
-pub fn write_dispatch_table(
+pub(crate) fn write_dispatch_table(
     w: &mut dyn Write,
     dispatches: &[DispatchView],
     now: Timestamp,
@@ -458,7 +466,7 @@ pub fn write_dispatch_table(
 }
 
 /// Writes held events as a table (or `no held events`).
-pub fn write_held_table(w: &mut dyn Write, held: &[HeldEventView], now: Timestamp) -> io::Result<()> {
+pub(crate) fn write_held_table(w: &mut dyn Write, held: &[HeldEventView], now: Timestamp) -> io::Result<()> {
     if held.is_empty() {
         return writeln!(w, "no held events");
     }
@@ -477,7 +485,7 @@ pub fn write_held_table(w: &mut dyn Write, held: &[HeldEventView], now: Timestam
 }
 
 /// Writes completion fingerprints as a table (or `no completion fingerprints`).
-pub fn write_fingerprint_table(
+pub(crate) fn write_fingerprint_table(
     w: &mut dyn Write,
     fingerprints: &[FingerprintView],
     now: Timestamp,
@@ -499,7 +507,7 @@ pub fn write_fingerprint_table(
 
 /// Writes completion conflicts as a table (or `no completion conflicts`): the
 /// suppressed task and session beside the ones that held the fingerprint first.
-pub fn write_conflict_table(w: &mut dyn Write, conflicts: &[ConflictView]) -> io::Result<()> {
+pub(crate) fn write_conflict_table(w: &mut dyn Write, conflicts: &[ConflictView]) -> io::Result<()> {
     if conflicts.is_empty() {
         return writeln!(w, "no completion conflicts");
     }
@@ -520,7 +528,7 @@ pub fn write_conflict_table(w: &mut dyn Write, conflicts: &[ConflictView]) -> io
 
 /// Writes the rate guard's log: one line per caller role with its calls by tool,
 /// then the calls, newest first (or `no recent tool calls`).
-pub fn write_tool_call_log(w: &mut dyn Write, log: &ToolCallLogView) -> io::Result<()> {
+pub(crate) fn write_tool_call_log(w: &mut dyn Write, log: &ToolCallLogView) -> io::Result<()> {
     if log.by_role.is_empty() {
         return writeln!(w, "no recent tool calls");
     }

@@ -15,7 +15,7 @@ use crate::timing::Timer;
 const PREFILL_BATCH: usize = 5_000;
 
 /// Runs group `claim-depth`. The 1M depth is ours only; the seed stops at 50k.
-pub fn run_depth(h: &mut Harness) {
+pub(crate) fn run_depth(h: &mut Harness) {
     let claims = h.opts().claims();
     for n in [100, 1_000, 10_000, 50_000, 1_000_000] {
         let n = h.opts().scale(n);
@@ -24,7 +24,7 @@ pub fn run_depth(h: &mut Harness) {
 }
 
 /// Runs group `claim-with-deps`.
-pub fn run_with_deps(h: &mut Harness) {
+pub(crate) fn run_with_deps(h: &mut Harness) {
     let (n, claims) = (h.opts().scale(10_000), h.opts().claims());
     h.run_case(&format!("claim-with-deps-{n}"), |h, case| claim_with_deps(h, case, n, claims));
 }

@@ -12,7 +12,7 @@ use crate::timing::Timer;
 const BATCH: usize = 1_000;
 
 /// Runs the group.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     for n in [1_000, 10_000, 100_000] {
         let n = h.opts().scale(n);
         h.run_case(&format!("enqueue-{n}"), |h, case| enqueue(h, case, n));

@@ -17,7 +17,7 @@ use crate::timing::Timer;
 const TTL_MS: i64 = FINGERPRINT_TTL_MS;
 
 /// Runs the group.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(100_000);
     h.run_case(&format!("fingerprints-{n}"), |h, case| fingerprints(h, case, n));
 }

@@ -83,7 +83,7 @@ const PAGE: usize = 4096;
 const PAGES: usize = 256;
 
 /// Runs the group.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(10_000);
     for (label, append) in [("fdatasync-floor", false), ("fdatasync-append-floor", true)] {
         h.run_case(&format!("{label}-{n}"), |h, case| fdatasync_floor(h, case, label, append, n));

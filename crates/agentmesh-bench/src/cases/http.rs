@@ -67,7 +67,7 @@ const PREFILL_BATCH: usize = 5_000;
 /// Runs group `http`: the same load with group commit on, then off, then on the
 /// store without HTTP, then over HTTP without the store (`http-floor`), then the
 /// HTTP and store loads with [`MANY_CLIENTS`] clients.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(20_000);
     for (case, group_commit) in [("http-claim-complete", true), ("http-claim-complete-unbatched", false)] {
         h.run_case(&format!("{case}-{n}"), |h, store| {

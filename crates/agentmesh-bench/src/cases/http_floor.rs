@@ -30,7 +30,7 @@ use crate::harness::{CaseStore, Harness};
 use crate::timing::Timer;
 
 /// Runs the case.
-pub fn run(h: &mut Harness, n: usize) {
+pub(crate) fn run(h: &mut Harness, n: usize) {
     h.run_case(&format!("http-floor-{n}"), |h, case| http_floor(h, case, n));
 }
 

@@ -16,7 +16,7 @@ const PAGE: usize = 500;
 const KINDS: [&str; 4] = ["task_assigned", "task_progress", "task_completed", "session_idle"];
 
 /// Runs the group.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(100_000);
     h.run_case(&format!("ledger-{n}"), |h, case| ledger(h, case, n));
 }

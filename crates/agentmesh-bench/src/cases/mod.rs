@@ -7,18 +7,18 @@ use agentmesh_store::{StatusCount, Store};
 use crate::data::{MESH_ID, at};
 use crate::timing::Timer;
 
-pub mod claim;
-pub mod enqueue;
-pub mod fingerprints;
-pub mod floor;
-pub mod http;
+pub(crate) mod claim;
+pub(crate) mod enqueue;
+pub(crate) mod fingerprints;
+pub(crate) mod floor;
+pub(crate) mod http;
 mod http_client;
-pub mod http_floor;
-pub mod ledger;
-pub mod pending_events;
-pub mod pg_claim;
-pub mod pg_floor;
-pub mod reads;
+pub(crate) mod http_floor;
+pub(crate) mod ledger;
+pub(crate) mod pending_events;
+pub(crate) mod pg_claim;
+pub(crate) mod pg_floor;
+pub(crate) mod reads;
 
 /// A claimant on `node` with `session` and no tags or caps.
 fn claimant(node: String, session: String) -> Claimant {

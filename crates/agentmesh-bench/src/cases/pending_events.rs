@@ -25,7 +25,7 @@ use crate::timing::Timer;
 const DRAIN_LIMIT: usize = 100;
 
 /// Runs the group.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(10_000);
     h.run_case(&format!("pending-events-{n}"), |h, case| pending_events(h, case, n));
     let (backlog, mine) = (h.opts().scale(10_000), h.opts().scale(1_000));

@@ -68,7 +68,7 @@ const WARMUP: usize = 20;
 const MIN_SAMPLES: usize = 5;
 
 /// Runs group `pg-claim-depth`.
-pub fn run_depth(h: &mut Harness) {
+pub(crate) fn run_depth(h: &mut Harness) {
     let quick = h.opts().quick;
     let depths = match &h.opts().pg_depths {
         Some(depths) => depths.clone(),
@@ -83,7 +83,7 @@ pub fn run_depth(h: &mut Harness) {
 }
 
 /// Runs group `pg-throughput`.
-pub fn run_throughput(h: &mut Harness) {
+pub(crate) fn run_throughput(h: &mut Harness) {
     let n = h.opts().pg_tasks.unwrap_or(if h.opts().quick { 5_000 } else { 10_000 });
     for clients in [8, 32] {
         for shape in [Shape::Shared, Shape::OwnStores, Shape::Combined, Shape::Meshes] {

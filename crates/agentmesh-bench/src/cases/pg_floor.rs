@@ -50,7 +50,7 @@ impl Floor {
 }
 
 /// Runs the group.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(10_000);
     for floor in [Floor::Select, Floor::Insert] {
         for clients in CLIENTS {

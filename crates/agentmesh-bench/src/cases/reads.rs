@@ -44,7 +44,7 @@ impl Beside {
 }
 
 /// Runs group `reads`.
-pub fn run(h: &mut Harness) {
+pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(100_000);
     let claims = h.opts().claims() * 5;
     for beside in [Beside::Nothing, Beside::Reader, Beside::Spinner] {

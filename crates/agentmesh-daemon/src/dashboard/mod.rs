@@ -45,7 +45,7 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
 /// Whether the daemon serves over TLS (then the cookie is `Secure`). Added to
 /// every request by `serve_with`; a router built alone serves plain HTTP.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Secure(pub bool);
+pub(crate) struct Secure(pub bool);
 
 /// One embedded file.
 struct Asset {
@@ -73,7 +73,7 @@ const ASSETS: &[Asset] = &[
 
 /// The page routes: `/`, `/login`, `/logout` and `/assets/{name}` (no token
 /// needed for the assets: they hold code, never data).
-pub fn routes() -> Router<AppState> {
+pub(crate) fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/login", post(login))
@@ -82,12 +82,12 @@ pub fn routes() -> Router<AppState> {
 }
 
 /// The stream route, to nest under `/v1` behind the token check.
-pub fn api_routes(state: AppState, shutdown: tokio_util::sync::CancellationToken) -> Router<AppState> {
+pub(crate) fn api_routes(state: AppState, shutdown: tokio_util::sync::CancellationToken) -> Router<AppState> {
     stream::routes(state, shutdown)
 }
 
 /// The token the request's session cookie carries, if any.
-pub fn session_token(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn session_token(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
@@ -101,7 +101,7 @@ pub fn session_token(headers: &HeaderMap) -> Option<&str> {
 /// Whether a request authenticated by the cookie alone may proceed: a request
 /// that only reads may; one that may change something needs [`REQUEST_HEADER`],
 /// and an `Origin` header, when present, naming the host the request came to.
-pub fn cookie_request_allowed(req: &Request) -> bool {
+pub(crate) fn cookie_request_allowed(req: &Request) -> bool {
     let reads = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     reads || (req.headers().contains_key(REQUEST_HEADER) && same_origin(req.headers()))
 }
@@ -116,12 +116,12 @@ fn same_origin(headers: &HeaderMap) -> bool {
 
 /// What a refused cookie request is answered: 403 (`forbidden`), in the API's
 /// error shape.
-pub fn forbidden_cross_site() -> Response {
+pub(crate) fn forbidden_cross_site() -> Response {
     crate::error::ApiError::CrossSite.into_response()
 }
 
 /// Whether the request wants a page rather than JSON (a browser's navigation).
-pub fn wants_html(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_html(headers: &HeaderMap) -> bool {
     headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -129,7 +129,7 @@ pub fn wants_html(headers: &HeaderMap) -> bool {
 }
 
 /// Adds the dashboard's security headers to `response`.
-pub fn security_headers(mut response: Response) -> Response {
+pub(crate) fn security_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CONTENT_SECURITY_POLICY));
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
@@ -139,7 +139,7 @@ pub fn security_headers(mut response: Response) -> Response {
 }
 
 /// The login page, answered with `status`, with an optional notice.
-pub fn login_page(status: StatusCode, notice: Option<&str>) -> Response {
+pub(crate) fn login_page(status: StatusCode, notice: Option<&str>) -> Response {
     let notice = notice.map_or(String::new(), |n| format!("<p class=\"notice\" role=\"alert\">{n}</p>"));
     let html = LOGIN.replace("<!--notice-->", &notice);
     let response =

@@ -44,7 +44,7 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 const PAGE: u32 = 200;
 
 /// The stream route, behind the token check.
-pub fn routes(state: AppState, shutdown: CancellationToken) -> Router<AppState> {
+pub(crate) fn routes(state: AppState, shutdown: CancellationToken) -> Router<AppState> {
     Router::new()
         .route(
             "/meshes/{mesh}/stream",

@@ -7,20 +7,20 @@ use agentmesh_postgres::{PgOptions, PgStore};
 use agentmesh_test_support::postgres::Schema;
 
 /// A schema no other test uses on the server at `url`.
-pub fn fresh_schema(url: &str) -> Schema {
+pub(crate) fn fresh_schema(url: &str) -> Schema {
     Schema::fresh(url, "am_test")
 }
 
 /// The options of a store in `schema` on the server at `url`, with a small pool
 /// (tests open many).
-pub fn options(url: &str, schema: &str) -> PgOptions {
+pub(crate) fn options(url: &str, schema: &str) -> PgOptions {
     let mut options = PgOptions::new(url).schema(schema);
     options.max_connections = 4;
     options
 }
 
 /// A store in a fresh schema; the schema is dropped after the store.
-pub struct TestDb {
+pub(crate) struct TestDb {
     pub store: PgStore,
     // Dropped after the store (fields drop in order), so its connections close first.
     _schema: Schema,
@@ -28,7 +28,7 @@ pub struct TestDb {
 
 impl TestDb {
     /// A store in a fresh schema on the server at `url`.
-    pub fn new(url: &str) -> TestDb {
+    pub(crate) fn new(url: &str) -> TestDb {
         let schema = fresh_schema(url);
         let store = PgStore::open(&options(url, schema.name())).expect("a fresh PostgreSQL store");
         TestDb { store, _schema: schema }
@@ -47,7 +47,7 @@ impl Drop for TestDb {
 }
 
 /// Panics naming every prepared statement that would not route to one shard.
-pub fn assert_statements_shardable() {
+pub(crate) fn assert_statements_shardable() {
     let bad: Vec<String> = agentmesh_postgres::shard::prepared_statements()
         .into_iter()
         .filter_map(|sql| {

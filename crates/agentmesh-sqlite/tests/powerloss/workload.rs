@@ -27,7 +27,7 @@ use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, Que
 use agentmesh_powercut::Disk;
 
 /// The mesh every operation works in.
-pub const MESH: &str = "powerloss";
+pub(crate) const MESH: &str = "powerloss";
 /// The clock the store is given starts here and follows the real one.
 const T0: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 /// Tasks the producer lets wait for a worker before it queues events instead.
@@ -39,7 +39,7 @@ const CHECKPOINT_WITHIN_MS: u64 = 200;
 
 /// A write the store acknowledged.
 #[derive(Debug, Clone)]
-pub enum Ack {
+pub(crate) enum Ack {
     Enqueued { task: String },
     Claimed { task: String, epoch: u64 },
     Completed { task: String, epoch: u64 },
@@ -50,7 +50,7 @@ pub enum Ack {
 
 impl Ack {
     /// The task the write changed and the least progress it left the task at.
-    pub fn progress(&self) -> Option<(&str, Progress)> {
+    pub(crate) fn progress(&self) -> Option<(&str, Progress)> {
         let (task, epoch, stage) = match self {
             Ack::Enqueued { task } => (task, 0, 0),
             Ack::Claimed { task, epoch } => (task, *epoch, 1),
@@ -65,7 +65,7 @@ impl Ack {
 /// How far a task got. Every change moves a task forward in this order: a
 /// claim or a reclaim raises its epoch, a completion finishes it at its epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Progress {
+pub(crate) struct Progress {
     epoch: u64,
     /// Pending 0, assigned 1, finished 2.
     stage: u8,
@@ -79,7 +79,7 @@ impl fmt::Display for Progress {
 }
 
 impl Progress {
-    pub fn of(task: &Task) -> Progress {
+    pub(crate) fn of(task: &Task) -> Progress {
         let stage = match task.status {
             TaskStatus::Pending => 0,
             TaskStatus::Assigned => 1,
@@ -92,7 +92,7 @@ impl Progress {
 /// What the operations of one stretch between two power cuts acknowledged and
 /// saw.
 #[derive(Debug, Default)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub acks: Vec<Ack>,
     /// The highest epoch any answer carried, by task.
     pub epochs: HashMap<String, u64>,
@@ -108,27 +108,27 @@ pub struct Seen {
 
 impl Seen {
     /// Notes the epoch of a task an answer carried.
-    pub fn task(&mut self, task: &Task) {
+    pub(crate) fn task(&mut self, task: &Task) {
         let epoch = self.epochs.entry(task.id.clone()).or_default();
         *epoch = (*epoch).max(task.epoch());
     }
 
-    pub fn claimed(&mut self, task: &Task) {
+    pub(crate) fn claimed(&mut self, task: &Task) {
         self.task(task);
         self.acks.push(Ack::Claimed { task: task.id.clone(), epoch: task.epoch() });
     }
 
-    pub fn completed(&mut self, task: &Task) {
+    pub(crate) fn completed(&mut self, task: &Task) {
         self.task(task);
         self.acks.push(Ack::Completed { task: task.id.clone(), epoch: task.epoch() });
     }
 
-    pub fn reclaimed(&mut self, task: &Task) {
+    pub(crate) fn reclaimed(&mut self, task: &Task) {
         self.task(task);
         self.acks.push(Ack::Reclaimed { task: task.id.clone(), epoch: task.epoch() });
     }
 
-    pub fn merge(&mut self, other: Seen) {
+    pub(crate) fn merge(&mut self, other: Seen) {
         self.acks.extend(other.acks);
         for (task, epoch) in other.epochs {
             let mine = self.epochs.entry(task).or_default();
@@ -142,7 +142,7 @@ impl Seen {
 
     /// `result`'s value, or `None` after a failure, kept as unexpected when the
     /// power was on.
-    pub fn settle<T>(&mut self, result: StoreResult<T>, disk: &Disk, what: &str) -> Option<T> {
+    pub(crate) fn settle<T>(&mut self, result: StoreResult<T>, disk: &Disk, what: &str) -> Option<T> {
         match result {
             Ok(value) => Some(value),
             Err(err) => {
@@ -169,7 +169,7 @@ struct Shared<'a> {
 /// the dead disk and stop. The coordinator follows the ledger from sequence
 /// number `cursor`; event labels start at `label`. Returns what the threads
 /// acknowledged and saw, and the coordinator's ledger cursor.
-pub fn run(
+pub(crate) fn run(
     store: &SqliteStore,
     disk: &Disk,
     clock: &Clock,
@@ -337,12 +337,12 @@ fn coordinate(shared: &Shared<'_>, rng: &mut Rng, mut cursor: u64) -> (Seen, u64
 }
 
 /// The coordinator the inbox events are for, and who drains them.
-pub fn owner() -> CoordinatorIdentity {
+pub(crate) fn owner() -> CoordinatorIdentity {
     coordinator("powerloss-daemon", "run-1", Some("coord-1"))
 }
 
 /// `claimant`'s report that it completed `task`.
-pub fn report(claimant: &Claimant, task: &Task) -> CompletionReport {
+pub(crate) fn report(claimant: &Claimant, task: &Task) -> CompletionReport {
     CompletionReport {
         session_id: claimant.session_id.clone(),
         task_id: Some(task.id.clone()),
@@ -353,23 +353,23 @@ pub fn report(claimant: &Claimant, task: &Task) -> CompletionReport {
 }
 
 /// The store's clock: [`T0`] plus the real time since the run started.
-pub struct Clock(Instant);
+pub(crate) struct Clock(Instant);
 
 impl Clock {
-    pub fn start() -> Clock {
+    pub(crate) fn start() -> Clock {
         Clock(Instant::now())
     }
 
-    pub fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         T0.plus_millis(i64::try_from(self.0.elapsed().as_millis()).unwrap_or(i64::MAX))
     }
 }
 
 /// SplitMix64: small and seedable, enough to pick moments and operations.
-pub struct Rng(pub u64);
+pub(crate) struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -378,17 +378,17 @@ impl Rng {
     }
 
     /// A number in `0..n`.
-    pub fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
     /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
+    pub(crate) fn chance(&mut self, p: f64) -> bool {
         (self.next() >> 11) as f64 / ((1u64 << 53) as f64) < p
     }
 
     /// A generator of its own, for another thread.
-    pub fn fork(&mut self) -> Rng {
+    pub(crate) fn fork(&mut self) -> Rng {
         Rng(self.next())
     }
 }

@@ -26,7 +26,7 @@ use crate::cli::{BackupArgs, RestoreArgs};
 use crate::output::{Output, Table};
 
 /// Runs `backup`.
-pub fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyhow::Result<()> {
     embedded_only(ctx, "backup")?;
     let config = ctx.store_config();
     let source = existing_database(config).ok_or_else(|| NoDatabase {
@@ -81,7 +81,7 @@ pub fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyhow::Resu
 }
 
 /// Runs `restore`.
-pub fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> anyhow::Result<()> {
     embedded_only(ctx, "restore")?;
     let config = ctx.store_config();
     let backup = &args.backup;

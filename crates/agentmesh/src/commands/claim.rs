@@ -17,7 +17,7 @@ use crate::duration;
 use crate::output::{self, Output};
 
 /// Runs `claim`.
-pub fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::Result<()> {
     let body = ClaimBody {
         node_id: id("nodeId", &args.node)?.to_owned(),
         session_id: id("sessionId", &args.session)?.to_owned(),

@@ -19,7 +19,7 @@ use crate::cli::CompleteArgs;
 use crate::output::Output;
 
 /// Runs `complete`.
-pub fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow::Result<()> {
     let session = id("sessionId", &args.session)?.to_owned();
     let completion = CompletionBody {
         session_id: session.clone(),

@@ -19,7 +19,7 @@ fn optional_id(field: &str, value: Option<String>) -> anyhow::Result<Option<Stri
 }
 
 /// Runs `fingerprints`.
-pub fn fingerprints(ctx: &Context, args: FingerprintsArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn fingerprints(ctx: &Context, args: FingerprintsArgs, out: &mut Output) -> anyhow::Result<()> {
     let params = FingerprintParams {
         task_id: optional_id("taskId", args.task)?,
         session_id: optional_id("sessionId", args.session)?,
@@ -31,7 +31,7 @@ pub fn fingerprints(ctx: &Context, args: FingerprintsArgs, out: &mut Output) -> 
 }
 
 /// Runs `conflicts`.
-pub fn conflicts(ctx: &Context, args: ConflictsArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn conflicts(ctx: &Context, args: ConflictsArgs, out: &mut Output) -> anyhow::Result<()> {
     let params = ConflictParams {
         task_id: optional_id("taskId", args.task)?,
         session_id: optional_id("sessionId", args.session)?,

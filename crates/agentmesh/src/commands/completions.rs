@@ -12,7 +12,7 @@ use crate::cli::{Cli, CompletionsArgs};
 use crate::output::Output;
 
 /// Runs `completions`.
-pub fn run(args: CompletionsArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(args: CompletionsArgs, out: &mut Output) -> anyhow::Result<()> {
     let mut command = Cli::command();
     let name = command.get_name().to_owned();
     let mut script = Vec::new();

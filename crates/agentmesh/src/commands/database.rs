@@ -33,7 +33,7 @@ const FIELD: &str = "databaseUrl";
 /// Where the store lives: the data dir, and the database file or PostgreSQL
 /// installation when a URL named one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoreConfig {
+pub(crate) struct StoreConfig {
     data_dir: PathBuf,
     database_file: Option<PathBuf>,
     postgres: Option<PostgresTarget>,
@@ -46,7 +46,7 @@ pub struct StoreConfig {
 
 /// A PostgreSQL installation: the server's URL and the schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostgresTarget {
+pub(crate) struct PostgresTarget {
     /// The connection URL as given.
     pub url: String,
     /// The schema holding the installation.
@@ -56,7 +56,7 @@ pub struct PostgresTarget {
 /// An opened store, by backend. (Opened once per process and moved into an
 /// `Arc` at once, so the variants' sizes do not matter.)
 #[allow(clippy::large_enum_variant)]
-pub enum Opened {
+pub(crate) enum Opened {
     /// The embedded file.
     Sqlite(SqliteStore),
     /// A PostgreSQL installation.
@@ -65,7 +65,7 @@ pub enum Opened {
 
 impl Opened {
     /// The store, for the API and the daemon.
-    pub fn into_store(self) -> Arc<dyn Store> {
+    pub(crate) fn into_store(self) -> Arc<dyn Store> {
         match self {
             Opened::Sqlite(store) => Arc::new(store),
             Opened::Postgres(store) => Arc::new(store),
@@ -76,7 +76,7 @@ impl Opened {
 impl StoreConfig {
     /// The store of data dir `dir`: its `mesh-runtime.db` (or the legacy
     /// `beads.db`, renamed).
-    pub fn data_dir(dir: impl Into<PathBuf>) -> StoreConfig {
+    pub(crate) fn data_dir(dir: impl Into<PathBuf>) -> StoreConfig {
         StoreConfig {
             data_dir: dir.into(),
             database_file: None,
@@ -89,7 +89,7 @@ impl StoreConfig {
     /// Resolves the data dir and database URL given (see the module docs).
     /// `given_data_dir` is `--data-dir` or `$AGENTMESH_HOME`; `default_dir`
     /// supplies the data dir when neither it nor a URL is given.
-    pub fn resolve(
+    pub(crate) fn resolve(
         given_data_dir: Option<&Path>,
         database_url: Option<&str>,
         database_schema: Option<&str>,
@@ -163,7 +163,7 @@ impl StoreConfig {
 
     /// The clock commands read the time from: the database's for PostgreSQL
     /// (shared by every daemon on it), else this machine's.
-    pub fn clock(&self) -> agentmesh_api::Clock {
+    pub(crate) fn clock(&self) -> agentmesh_api::Clock {
         match self.postgres {
             Some(_) => agentmesh_postgres::database_now,
             None => crate::now,
@@ -171,36 +171,36 @@ impl StoreConfig {
     }
 
     /// The PostgreSQL installation a URL named, if one did.
-    pub fn postgres(&self) -> Option<&PostgresTarget> {
+    pub(crate) fn postgres(&self) -> Option<&PostgresTarget> {
         self.postgres.as_ref()
     }
 
     /// The same, with requests of `timeout` (see [`StoreConfig::request_timeout`]).
-    pub fn with_request_timeout(mut self, timeout: Duration) -> StoreConfig {
+    pub(crate) fn with_request_timeout(mut self, timeout: Duration) -> StoreConfig {
         self.request_timeout = timeout;
         self
     }
 
     /// The same, with the embedded file opened in `durability` (a PostgreSQL
     /// store follows its server's `synchronous_commit`).
-    pub fn with_durability(mut self, durability: Durability) -> StoreConfig {
+    pub(crate) fn with_durability(mut self, durability: Durability) -> StoreConfig {
         self.durability = durability;
         self
     }
 
     /// The budget of one request: how long a store call may take, across
     /// every attempt, before it is answered with what held it up.
-    pub fn request_timeout(&self) -> Duration {
+    pub(crate) fn request_timeout(&self) -> Duration {
         self.request_timeout
     }
 
     /// The data dir: the token, lock and machine id live there.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.data_dir
     }
 
     /// The database file a URL named, if one did.
-    pub fn database_file(&self) -> Option<&Path> {
+    pub(crate) fn database_file(&self) -> Option<&Path> {
         self.database_file.as_deref()
     }
 
@@ -208,7 +208,7 @@ impl StoreConfig {
     /// file under either name.
     /// A PostgreSQL installation counts as there: opening it creates its schema
     /// when missing, and a server that cannot be reached fails the command.
-    pub fn database_exists(&self) -> bool {
+    pub(crate) fn database_exists(&self) -> bool {
         if self.postgres.is_some() {
             return true;
         }
@@ -221,7 +221,7 @@ impl StoreConfig {
     }
 
     /// What a user reads as the store's place in messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if let Some(pg) = &self.postgres {
             return format!("{} (schema {})", redact(&pg.url), pg.schema);
         }
@@ -232,7 +232,7 @@ impl StoreConfig {
     }
 
     /// Opens (creating when missing) the store, on either backend.
-    pub fn open(&self) -> anyhow::Result<Opened> {
+    pub(crate) fn open(&self) -> anyhow::Result<Opened> {
         match &self.postgres {
             Some(pg) => {
                 let options = PgOptions::new(pg.url.clone())
@@ -253,7 +253,7 @@ impl StoreConfig {
     /// Opens (creating when missing) the embedded file, for what only it has
     /// (importing the original's files); a PostgreSQL URL is refused, naming
     /// what to do instead.
-    pub fn open_sqlite(&self) -> anyhow::Result<SqliteStore> {
+    pub(crate) fn open_sqlite(&self) -> anyhow::Result<SqliteStore> {
         if self.postgres.is_some() {
             return Err(InvalidInput::new(
                 FIELD,

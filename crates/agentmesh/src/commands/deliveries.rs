@@ -12,7 +12,7 @@ use crate::now;
 use crate::output::{self, DeliveryView, Noun, Output};
 
 /// Runs `deliveries`.
-pub fn run(ctx: &Context, args: DeliveriesArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: DeliveriesArgs, out: &mut Output) -> anyhow::Result<()> {
     match args.command {
         None => list(ctx, args.session, out),
         Some(DeliveriesCommand::Show(args)) => {

@@ -149,7 +149,7 @@ struct WorkerReport {
 }
 
 /// Runs `demo`.
-pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
     if ctx.store_config().database_file().is_some() {
         return Err(InvalidInput::new(
             "databaseUrl",

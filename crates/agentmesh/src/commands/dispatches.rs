@@ -11,7 +11,7 @@ use crate::now;
 use crate::output::{self, DispatchView, Noun, Output};
 
 /// Runs `dispatches`.
-pub fn run(ctx: &Context, args: DispatchesArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: DispatchesArgs, out: &mut Output) -> anyhow::Result<()> {
     match args.command {
         None => {
             let dispatches: Vec<DispatchView> = ctx.read_api()?.dispatches(ctx.mesh())?;

@@ -35,7 +35,7 @@ use crate::now;
 use crate::output::{self, InboxEventView, Noun, Output};
 
 /// Runs one `events` subcommand.
-pub fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> anyhow::Result<()> {
     match command {
         EventsCommand::Push(args) => push(ctx, *args, out),
         EventsCommand::Drain(args) => drain(ctx, args, out),

@@ -70,7 +70,7 @@ struct QueueFileImport {
 }
 
 /// Runs `import-adhdev`.
-pub fn run(ctx: &Context, args: ImportAdhdevArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: ImportAdhdevArgs, out: &mut Output) -> anyhow::Result<()> {
     if let Some(url) = &ctx.server {
         return Err(InvalidInput::new(
             "server",

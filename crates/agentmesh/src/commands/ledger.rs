@@ -23,7 +23,7 @@ use crate::output::{self, Noun, Output};
 const EXPORT_PAGE: u32 = 500;
 
 /// Runs one `ledger` subcommand.
-pub fn run(ctx: &Context, command: LedgerCommand, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, command: LedgerCommand, out: &mut Output) -> anyhow::Result<()> {
     match command {
         LedgerCommand::Tail(args) => tail(ctx, args, out),
         LedgerCommand::Slice(args) => slice(ctx, args, out),

@@ -17,7 +17,7 @@ use crate::cli::{Cli, ManArgs};
 use crate::output::Output;
 
 /// Runs `man`.
-pub fn run(args: ManArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(args: ManArgs, out: &mut Output) -> anyhow::Result<()> {
     // Building the tree gives every subcommand its full name (`agentmesh task add`),
     // which its page uses for its title and synopsis.
     let mut root = Cli::command().disable_help_subcommand(true);

@@ -21,7 +21,7 @@ use super::Context;
 use crate::cli::McpArgs;
 
 /// Runs `mcp`.
-pub fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: McpArgs) -> anyhow::Result<()> {
     init_logging();
     let session = agentmesh_core::ids::validate_optional_id("session", args.session.as_deref())?;
     // The store first: it creates a new data dir privately, and a database it

@@ -17,7 +17,7 @@ use super::Context;
 use crate::output::{Output, Table};
 
 /// Runs `meshes`.
-pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
     let meshes = ctx.read_api()?.meshes()?;
     out.emit(&meshes, |w| write_meshes(w, &meshes))
 }

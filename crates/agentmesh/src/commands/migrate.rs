@@ -173,7 +173,7 @@ struct Totals {
 }
 
 /// Runs `migrate`.
-pub fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> anyhow::Result<()> {
     if global.server_on_command_line {
         return Err(InvalidInput::new(
             "server",

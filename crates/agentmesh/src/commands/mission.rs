@@ -14,7 +14,7 @@ use crate::now;
 use crate::output::{self, MissionDetailView, MissionView, Noun, Output};
 
 /// Runs one `mission` subcommand.
-pub fn run(ctx: &Context, command: MissionCommand, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, command: MissionCommand, out: &mut Output) -> anyhow::Result<()> {
     match command {
         MissionCommand::Add(args) => add(ctx, args, out),
         MissionCommand::List(args) => list(ctx, args, out),

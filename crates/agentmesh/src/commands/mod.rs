@@ -25,8 +25,8 @@ use agentmesh_core::{InvalidInput, MeshId};
 use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME};
 use agentmesh_store::Store;
-pub use database::StoreConfig;
-pub use migrate::run as migrate;
+pub(crate) use database::StoreConfig;
+pub(crate) use migrate::run as migrate;
 
 use crate::cli::{Command, GlobalArgs};
 use crate::output::Output;
@@ -56,7 +56,7 @@ mod tool_calls;
 mod work;
 
 /// The environment variable a client reads its token from.
-pub const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
+pub(crate) const TOKEN_ENV: &str = "AGENTMESH_TOKEN";
 /// The environment variable `--server` is read from.
 const SERVER_ENV: &str = "AGENTMESH_SERVER";
 /// The message of the daemon's answer to a path it has no route for.
@@ -64,7 +64,7 @@ const ROUTE_NOT_FOUND: &str = "no such route";
 
 /// A command that only reads was pointed at a data dir with no database in it.
 #[derive(Debug)]
-pub struct NoDatabase {
+pub(crate) struct NoDatabase {
     /// The data dir, as given.
     pub data_dir: PathBuf,
     /// The database file `--database-url` named, if it did.
@@ -94,7 +94,7 @@ impl std::fmt::Display for NoDatabase {
 impl std::error::Error for NoDatabase {}
 
 /// What every command shares.
-pub struct Context {
+pub(crate) struct Context {
     /// Where the store lives: the data dir, and the database a URL named.
     store_config: StoreConfig,
     /// Enforce mode for drains (`MESH_PROTOCOL_V2_ENFORCE`), read once here.
@@ -126,7 +126,7 @@ impl Context {
     /// [`StoreConfig::resolve`]); the mesh follows the id rule, and `--server`
     /// must be a daemon's root URL. Enforce mode is read from the environment
     /// here, once, and handed to whatever drains.
-    pub fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
+    pub(crate) fn resolve(global: &GlobalArgs) -> anyhow::Result<Context> {
         let mesh = MeshId::parse(&global.mesh)?;
         if global.data_dir.as_ref().is_some_and(|dir| dir.as_os_str().is_empty()) {
             return Err(InvalidInput::new("dataDir", "must not be blank").into());
@@ -175,19 +175,19 @@ impl Context {
     }
 
     /// The token file `--token-file` names, else the data dir's.
-    pub fn token_file(&self) -> PathBuf {
+    pub(crate) fn token_file(&self) -> PathBuf {
         self.token_file.clone().unwrap_or_else(|| self.data_dir().join(TOKEN_FILE_NAME))
     }
 
     /// The mesh operations: against the daemon of `--server`, else on the data dir.
-    pub fn api(&self) -> anyhow::Result<&dyn MeshApi> {
+    pub(crate) fn api(&self) -> anyhow::Result<&dyn MeshApi> {
         Ok(self.shared_api()?.as_ref())
     }
 
     /// The mesh operations for a command that only reads: [`Context::api`], except
     /// that on a data dir holding no database it fails with [`NoDatabase`] and
     /// creates nothing (no directory, no file). Through a daemon it is `api`.
-    pub fn read_api(&self) -> anyhow::Result<&dyn MeshApi> {
+    pub(crate) fn read_api(&self) -> anyhow::Result<&dyn MeshApi> {
         if self.server.is_none() && self.api.get().is_none() && !self.store_config.database_exists() {
             return Err(NoDatabase {
                 data_dir: self.data_dir().to_owned(),
@@ -200,7 +200,7 @@ impl Context {
 
     /// [`Context::api`], as a handle that can outlive the borrow (for servers that
     /// hand it to other threads).
-    pub fn shared_api(&self) -> anyhow::Result<&Arc<dyn MeshApi>> {
+    pub(crate) fn shared_api(&self) -> anyhow::Result<&Arc<dyn MeshApi>> {
         if let Some(api) = self.api.get() {
             return Ok(api);
         }
@@ -216,31 +216,31 @@ impl Context {
     }
 
     /// The data dir.
-    pub fn data_dir(&self) -> &Path {
+    pub(crate) fn data_dir(&self) -> &Path {
         self.store_config.dir()
     }
 
     /// Where the store lives; [`StoreConfig::open`] is the one way a store is
     /// opened.
-    pub fn store_config(&self) -> &StoreConfig {
+    pub(crate) fn store_config(&self) -> &StoreConfig {
         &self.store_config
     }
 
     /// Whether drains run in enforce mode (`MESH_PROTOCOL_V2_ENFORCE`, read once
     /// at start-up).
-    pub fn enforce(&self) -> bool {
+    pub(crate) fn enforce(&self) -> bool {
         self.enforce
     }
 
     /// Whether `--data-dir` was given on the command line (not only through
     /// `$AGENTMESH_HOME` or the default).
-    pub fn data_dir_on_command_line(&self) -> bool {
+    pub(crate) fn data_dir_on_command_line(&self) -> bool {
         self.data_dir_on_command_line
     }
 
     /// Whether `--server` was given on the command line (not only through
     /// `$AGENTMESH_SERVER`).
-    pub fn server_on_command_line(&self) -> bool {
+    pub(crate) fn server_on_command_line(&self) -> bool {
         self.server_on_command_line
     }
 
@@ -313,18 +313,18 @@ impl Context {
     }
 
     /// The mesh id.
-    pub fn mesh(&self) -> &str {
+    pub(crate) fn mesh(&self) -> &str {
         &self.mesh
     }
 
     /// The mesh id, parsed by the id rule when the command started.
-    pub fn mesh_id(&self) -> &MeshId {
+    pub(crate) fn mesh_id(&self) -> &MeshId {
         &self.mesh
     }
 
     /// The store of the data dir, opening (and creating) the database on first use.
     /// Commands that may run through a daemon use [`Context::api`] instead.
-    pub fn store(&self) -> anyhow::Result<&Arc<dyn Store>> {
+    pub(crate) fn store(&self) -> anyhow::Result<&Arc<dyn Store>> {
         if let Some(store) = self.store.get() {
             return Ok(store);
         }
@@ -405,7 +405,7 @@ fn default_data_dir() -> anyhow::Result<PathBuf> {
 /// 75). Commands that run on (`serve`, `work`, `mcp`, a watch's wait) or move
 /// data in bulk (the ledger, imports, migrations) bound each of their own
 /// requests instead, or wait as long as the store's timeouts let them.
-pub fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
+pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result<()> {
     let one_request = matches!(
         command,
         Command::Task(_)
@@ -457,7 +457,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
 }
 
 /// Refuses a blank value for `field`, returning it trimmed.
-pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
+pub(crate) fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
     let trimmed = value.trim();
     if trimmed.is_empty() { Err(InvalidInput::new(field, "must not be blank")) } else { Ok(trimmed) }
 }
@@ -465,7 +465,7 @@ pub fn required<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput
 /// An id given for `field`, checked by the core's id rule (as every transport
 /// checks it) and returned trimmed. Flags are checked before the store opens, so a
 /// refused id never creates a data dir or a database.
-pub fn id<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
+pub(crate) fn id<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInput> {
     agentmesh_core::validate_id(field, value)
 }
 

@@ -40,7 +40,7 @@ use crate::failure::AlreadyLogged;
 
 /// Runs `serve`. With JSON logs, a failure is logged as a JSON line and marked
 /// [`AlreadyLogged`], so stderr carries no plain-text line.
-pub fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     let format = args.log_format;
     init_logging(format);
     let served = serve(ctx, args);

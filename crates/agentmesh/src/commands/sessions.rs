@@ -10,7 +10,7 @@ use crate::now;
 use crate::output::{self, IdleSessionView, Noun, Output};
 
 /// Runs `sessions`.
-pub fn run(ctx: &Context, args: SessionsArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: SessionsArgs, out: &mut Output) -> anyhow::Result<()> {
     match args.command {
         None => list(ctx, out),
         Some(SessionsCommand::Remove(args)) => remove(ctx, args, out),

@@ -17,7 +17,7 @@ use crate::now;
 use crate::output::{self, Output, Table};
 
 /// Runs `status`.
-pub fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
     let view = ctx.read_api()?.status(ctx.mesh())?;
     let now = now();
     out.emit(&view, |w| write_status(w, &view, now))

@@ -19,7 +19,7 @@ use crate::now;
 use crate::output::{self, Noun, Output};
 
 /// Runs one `task` subcommand.
-pub fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyhow::Result<()> {
     match command {
         TaskCommand::Add(args) => add(ctx, *args, out),
         TaskCommand::List(args) => list(ctx, args, out),

@@ -11,7 +11,7 @@ use crate::cli::ToolCallsArgs;
 use crate::output::{self, Output};
 
 /// Runs `tool-calls`.
-pub fn run(ctx: &Context, args: ToolCallsArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: ToolCallsArgs, out: &mut Output) -> anyhow::Result<()> {
     let role = args.role.as_deref().map(|r| required("role", r).map(str::to_owned)).transpose()?;
     let params =
         ToolCallParams { role, within_secs: args.within.map(|span| span.as_secs()), limit: args.limit };

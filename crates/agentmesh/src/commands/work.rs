@@ -126,7 +126,7 @@ struct Worker<'a> {
 }
 
 /// Runs `work`.
-pub fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()> {
+pub(super) fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Result<()> {
     let node = id("nodeId", &args.node)?.to_owned();
     let session = id("sessionId", &args.session)?.to_owned();
     if args.command.first().is_none_or(|program| program.trim().is_empty()) {

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 /// The lines a daemon wrote to stderr so far, read on a thread of its own for
 /// the daemon's whole life, so the daemon never blocks on a full pipe.
-pub struct DaemonLog {
+pub(crate) struct DaemonLog {
     lines: Arc<Mutex<Vec<(Instant, String)>>>,
     address: mpsc::Receiver<String>,
 }
 
 impl DaemonLog {
     /// Starts reading `stderr`.
-    pub fn watch(stderr: ChildStderr) -> DaemonLog {
+    pub(crate) fn watch(stderr: ChildStderr) -> DaemonLog {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, address) = mpsc::channel();
         let kept = Arc::clone(&lines);
@@ -33,20 +33,20 @@ impl DaemonLog {
 
     /// The URL the daemon listens on, once it printed it; panics with the log
     /// when it did not within `deadline`.
-    pub fn address(&self, deadline: Duration) -> String {
+    pub(crate) fn address(&self, deadline: Duration) -> String {
         self.address
             .recv_timeout(deadline)
             .unwrap_or_else(|_| panic!("the daemon printed no address:\n{}", self.text()))
     }
 
     /// The instant of the first line that contains every one of `needles`.
-    pub fn logged(&self, needles: &[&str]) -> Option<Instant> {
+    pub(crate) fn logged(&self, needles: &[&str]) -> Option<Instant> {
         let lines = self.lines.lock().unwrap();
         lines.iter().find(|(_, line)| needles.iter().all(|n| line.contains(n))).map(|(at, _)| *at)
     }
 
     /// Every line so far, for a failure message.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         self.lines.lock().unwrap().iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n")
     }
 }

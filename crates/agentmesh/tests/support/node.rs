@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The directory of the Node scripts and their packages.
-pub fn node_dir() -> PathBuf {
+pub(crate) fn node_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("node")
 }
 
@@ -25,7 +25,7 @@ const INSTALLED: [&str; 4] = [
 /// would pull the packages from under each other: within a process the first
 /// caller installs while the others wait, and across test binaries an exclusive
 /// `flock` on a file of the target dir does the same.
-pub fn install_packages() -> &'static Path {
+pub(crate) fn install_packages() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let dir = node_dir();

@@ -12,10 +12,10 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::{Value, json};
 
 /// A connected MCP client.
-pub type Client = RunningService<RoleClient, ()>;
+pub(crate) type Client = RunningService<RoleClient, ()>;
 
 /// Every tool, by name.
-pub const TOOLS: [&str; 25] = [
+pub(crate) const TOOLS: [&str; 25] = [
     "cancel_task",
     "claim_task",
     "complete_task",
@@ -44,13 +44,13 @@ pub const TOOLS: [&str; 25] = [
 ];
 
 /// Starts `agentmesh mcp` on `data_dir` (and `--session` when given) and connects.
-pub async fn spawn_stdio(data_dir: &Path, session: Option<&str>) -> Client {
+pub(crate) async fn spawn_stdio(data_dir: &Path, session: Option<&str>) -> Client {
     let session: Vec<&str> = session.map(|s| vec!["--session", s]).unwrap_or_default();
     spawn_stdio_with(data_dir, &[], &session, &[]).await
 }
 
 /// Starts `agentmesh [global...] mcp [args...]` on `data_dir` with `env` and connects.
-pub async fn spawn_stdio_with(
+pub(crate) async fn spawn_stdio_with(
     data_dir: &Path,
     global: &[&str],
     args: &[&str],
@@ -68,7 +68,7 @@ pub async fn spawn_stdio_with(
 }
 
 /// Calls `tool` with `arguments`; a protocol error fails the test.
-pub async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
+pub(crate) async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
     let arguments: JsonObject = arguments.as_object().expect("arguments are an object").clone();
     client
         .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
@@ -77,19 +77,19 @@ pub async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResu
 }
 
 /// The text blocks of a result, joined.
-pub fn text(result: &CallToolResult) -> String {
+pub(crate) fn text(result: &CallToolResult) -> String {
     result.content.iter().filter_map(|b| b.as_text().map(|t| t.text.clone())).collect::<Vec<_>>().join("\n")
 }
 
 /// Calls a tool that must succeed; its structured content.
-pub async fn ok(client: &Client, tool: &str, arguments: Value) -> Value {
+pub(crate) async fn ok(client: &Client, tool: &str, arguments: Value) -> Value {
     let result = call(client, tool, arguments).await;
     assert_ne!(result.is_error, Some(true), "{tool} failed: {}", text(&result));
     result.structured_content.clone().unwrap_or_else(|| panic!("{tool} answered no structured content"))
 }
 
 /// Calls a tool that must fail; the tool error (code, message, field).
-pub async fn tool_error(client: &Client, tool: &str, arguments: Value) -> Value {
+pub(crate) async fn tool_error(client: &Client, tool: &str, arguments: Value) -> Value {
     let result = call(client, tool, arguments).await;
     assert_eq!(result.is_error, Some(true), "{tool} should have failed: {}", text(&result));
     assert!(result.structured_content.is_none(), "errors carry no structured content");
@@ -98,7 +98,7 @@ pub async fn tool_error(client: &Client, tool: &str, arguments: Value) -> Value 
 
 /// Waits (with the wait tool) until `count` events arrived or `within` passed;
 /// every event taken.
-pub async fn wait_for_events(client: &Client, count: usize, within: Duration) -> Vec<Value> {
+pub(crate) async fn wait_for_events(client: &Client, count: usize, within: Duration) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + within;
     let mut events = Vec::new();
     while events.len() < count && tokio::time::Instant::now() < deadline {
@@ -109,7 +109,7 @@ pub async fn wait_for_events(client: &Client, count: usize, within: Duration) ->
 }
 
 /// The task ids of some events.
-pub fn task_ids(events: &[Value]) -> Vec<String> {
+pub(crate) fn task_ids(events: &[Value]) -> Vec<String> {
     let mut ids: Vec<String> =
         events.iter().filter_map(|e| e["taskId"].as_str().map(str::to_owned)).collect();
     ids.sort();
@@ -119,7 +119,7 @@ pub fn task_ids(events: &[Value]) -> Vec<String> {
 /// Lists the tools and calls every one with valid arguments, then bad ones; the
 /// session stays usable throughout. The client is both coordinator and worker
 /// (session `w1`).
-pub async fn exercise_every_tool(client: &Client) {
+pub(crate) async fn exercise_every_tool(client: &Client) {
     let tools = client.list_all_tools().await.expect("tools/list");
     let names: Vec<String> = tools.iter().map(|t| t.name.to_string()).collect();
     assert_eq!(names, TOOLS);
@@ -250,7 +250,7 @@ pub async fn exercise_every_tool(client: &Client) {
 
 /// Polling one tool trips the rate guard: the advisory comes with the result and
 /// points at the wait tool.
-pub async fn polling_gets_the_advisory(client: &Client) {
+pub(crate) async fn polling_gets_the_advisory(client: &Client) {
     let mut last = None;
     for _ in 0..7 {
         last = Some(call(client, "list_missions", json!({})).await);
