@@ -597,7 +597,7 @@ fn hold_unused(path: &Path) -> Res<Result<Held, String>> {
         }
         Err(err) => return Ok(Err(err.to_string())),
     }
-    let numbers = highest_numbers(&conn).map_err(|Fail(err)| describe(&err));
+    let numbers = highest_numbers(&conn).map_err(|Fail(err)| crate::with_causes(&err));
     Ok(Ok(Held { _conn: conn, numbers }))
 }
 
@@ -860,25 +860,14 @@ fn as_refusal(fail: Fail, path: &Path) -> Fail {
     };
     match code {
         Some(ErrorCode::NotADatabase) => {
-            refused(BackupRefusal::NotSqlite { path: path.to_owned(), reason: describe(&fail.0) })
+            refused(BackupRefusal::NotSqlite { path: path.to_owned(), reason: crate::with_causes(&fail.0) })
         }
-        Some(ErrorCode::DatabaseCorrupt) => {
-            refused(BackupRefusal::Damaged { path: path.to_owned(), problems: vec![describe(&fail.0)] })
-        }
+        Some(ErrorCode::DatabaseCorrupt) => refused(BackupRefusal::Damaged {
+            path: path.to_owned(),
+            problems: vec![crate::with_causes(&fail.0)],
+        }),
         _ => fail,
     }
-}
-
-/// An error and its causes, on one line.
-fn describe(err: &StoreError) -> String {
-    let mut text = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn open_read_only(path: &Path) -> Res<Connection> {
@@ -1211,7 +1200,7 @@ mod tests {
         Connection::open(&other).unwrap().execute_batch("CREATE TABLE things (x)").unwrap();
         let (found, err) = code(&other);
         assert_eq!(found, "not_an_agentmesh_database");
-        assert!(describe(&err).contains("mesh_queue"), "{}", describe(&err));
+        assert!(crate::with_causes(&err).contains("mesh_queue"), "{}", crate::with_causes(&err));
 
         // A database whose pages were overwritten in the middle.
         let db = dir.path().join("damaged.db");
@@ -1231,7 +1220,7 @@ mod tests {
         }
         fs::write(&db, bytes).unwrap();
         let (found, err) = code(&db);
-        assert!(found == "integrity_check_failed", "{found}: {}", describe(&err));
+        assert!(found == "integrity_check_failed", "{found}: {}", crate::with_causes(&err));
 
         // A newer agentmesh's.
         let newer = dir.path().join("newer.db");

@@ -552,6 +552,18 @@ fn settle_io(err: StoreError, db: &Path) -> StoreError {
     }
 }
 
+/// An error and its causes, on one line.
+pub(crate) fn with_causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Whether SQLite reported `err` as an I/O error.
 fn is_io_failure(err: &StoreError) -> bool {
     let mut source = std::error::Error::source(err);

@@ -952,13 +952,7 @@ enum FailureKind {
 
 impl Failure {
     fn of(cause: &StoreError) -> Failure {
-        let mut message = cause.to_string();
-        let mut source = std::error::Error::source(cause);
-        while let Some(err) = source {
-            message.push_str(": ");
-            message.push_str(&err.to_string());
-            source = err.source();
-        }
+        let message = crate::with_causes(cause);
         let kind = match cause {
             StoreError::Busy => FailureKind::Busy,
             StoreError::StorageFull(full) => FailureKind::Full(*full),
@@ -1012,16 +1006,17 @@ mod tests {
 
     /// Writes on a temp file with a `notes` table.
     fn writes() -> (tempfile::TempDir, Writes) {
+        writes_with("PRAGMA journal_mode = WAL; CREATE TABLE notes (note TEXT PRIMARY KEY)")
+    }
+
+    /// Writes on a temp file made by `schema`.
+    fn writes_with(schema: &str) -> (tempfile::TempDir, Writes) {
         let dir = tempfile::tempdir().unwrap();
         let conn = Connection::open(dir.path().join("notes.db")).unwrap();
-        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE notes (note TEXT PRIMARY KEY)").unwrap();
-        let writes = Writes::new(
-            conn,
-            &dir.path().join("notes.db"),
-            &OpenOptions::default(),
-            Arc::new(Ceilings::none()),
-        )
-        .unwrap();
+        conn.execute_batch(schema).unwrap();
+        let options = OpenOptions::default();
+        let writes =
+            Writes::new(conn, &dir.path().join("notes.db"), &options, Arc::new(Ceilings::none())).unwrap();
         (dir, writes)
     }
 
@@ -1237,21 +1232,11 @@ mod tests {
 
     #[test]
     fn a_failed_commit_fails_every_write_of_its_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let conn = Connection::open(dir.path().join("notes.db")).unwrap();
-        conn.execute_batch(
+        let (dir, writes) = writes_with(
             "PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON; CREATE TABLE notes (note TEXT PRIMARY KEY);
              CREATE TABLE parents (id INTEGER PRIMARY KEY);
              CREATE TABLE children (parent INTEGER REFERENCES parents (id) DEFERRABLE INITIALLY DEFERRED);",
-        )
-        .unwrap();
-        let writes = Writes::new(
-            conn,
-            &dir.path().join("notes.db"),
-            &OpenOptions::default(),
-            Arc::new(Ceilings::none()),
-        )
-        .unwrap();
+        );
         let (release, held) = hold_writer(&writes);
         let a = writes.submit_queued(|c| note(c, "a")).unwrap();
         // A deferred foreign key is checked by COMMIT, so b's operation succeeds

@@ -12,20 +12,19 @@
 //! one, and that a drain after its commit finds. Only an event that needs the
 //! refine-terminal check (it reads the queue) takes the inbox lock first.
 //!
-//! A drain walks the mesh's queue entries oldest first, lane by lane, in pages
-//! keyed by (queued_at, id). The daemon target and the `onlyEvents` filter are
-//! applied in SQL from the queue entries; the v2 routing decision
-//! (`agentmesh_core::events::route_event`) is taken per event. Only delivered,
-//! deduplicated and quarantined events are taken off the queue; routed-away ones
-//! are stepped over and stay queued.
+//! What queueing, drains, peeks, acks and held requeues decide (the checks and
+//! dedup, the lanes and the oldest-first walk, routing, reconciliation) is
+//! `agentmesh_store::inbox_writes`, over this module's `InboxRows`; here is the
+//! SQL and the row mapping. A drain never rewrites an event row: it deletes
+//! queue entries and adds dedup records, small rows written side by side.
 //!
-//! - `queue`: queueing an event (stamp, dedup, the row and its queue entry,
-//!   with the routing columns and lane of `agentmesh_store::route_columns`).
-//! - `walk`: the lanes a drain reads and its oldest-first walk over them.
-//! - `drain`: drain, peek and ack.
+//! - `queue`: an event row with its queue entry (with the routing columns and
+//!   lane of `agentmesh_store::route_columns`); requeueing a stored row.
+//! - `walk`: the next lane holding events, a lane's page, the dedup history.
+//! - `drain`: the `InboxRows` of a transaction; taking events off the queue.
 //! - `presence`: coordinator presence records.
-//! - `reconcile`: refine terminals and stale alerts in what a drain hands out.
-//! - `held`: requeueing a held event.
+//! - `reconcile`: the ledger entry of a refine job's outcome.
+//! - `held`: the rows a held event's requeue reads.
 //! - `admin`: delete, retract, clear, count, the overview by addressee.
 //! - `prune`: the retention sweep.
 //!

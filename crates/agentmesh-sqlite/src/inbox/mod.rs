@@ -4,23 +4,19 @@
 //! Queueing stamps and deduplicates; a drain routes every event inside its
 //! transaction.
 //!
-//! A drain walks the mesh's queue entries oldest first, lane by lane, in pages
-//! keyed by (queued_at, id). The daemon target and the `onlyEvents` filter are
-//! applied in SQL from the queue entries; the v2 routing decision
-//! (`agentmesh_core::events::route_event`) is taken per event. Only delivered,
-//! deduplicated and quarantined events are taken off the queue; routed-away ones
-//! are stepped over and stay queued, so a backlog for other coordinators costs a
-//! walk over queue entries and never hides the drainer's own events. A drain
-//! never rewrites an event row: it deletes queue entries and adds dedup records,
-//! small rows written side by side.
+//! What queueing, drains, peeks, acks and held requeues decide (the checks and
+//! dedup, the lanes and the oldest-first walk, routing, reconciliation) is
+//! `agentmesh_store::inbox_writes`, over this module's `InboxRows`; here is the
+//! SQL and the row mapping. A drain never rewrites an event row: it deletes
+//! queue entries and adds dedup records, small rows written side by side.
 //!
-//! - `queue`: queueing an event (stamp, dedup, the row and its queue entry).
+//! - `queue`: an event row with its queue entry; requeueing a stored row.
 //! - `columns`: an event row's routing columns and lane.
-//! - `walk`: the lanes a drain reads and its oldest-first walk over them.
-//! - `drain`: drain, peek and ack.
+//! - `walk`: the next lane holding events, a lane's page, the dedup history.
+//! - `drain`: the `InboxRows` of a transaction; taking events off the queue.
 //! - `presence`: coordinator presence records.
-//! - `reconcile`: refine terminals and stale alerts in what a drain hands out.
-//! - `held`: requeueing a held event.
+//! - `reconcile`: the ledger entry of a refine job's outcome.
+//! - `held`: the rows a held event's requeue reads.
 //! - `admin`: delete, retract, clear, count.
 //!
 //! Every ledger entry and event text is the core's (`agentmesh_core::events`).

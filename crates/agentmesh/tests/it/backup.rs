@@ -7,11 +7,13 @@
 //! replaces a file unless given `--force`; a PostgreSQL installation is pointed
 //! to PostgreSQL's own tools.
 
+use super::agentmesh;
+use super::cli::Run;
 use crate::daemon_log::DaemonLog;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -24,62 +26,16 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// The mesh the load runs in.
 const MESH: &str = "load";
 
-/// The binary under test, with an environment that cannot leak a developer's mesh.
-fn agentmesh() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in [
-        "AGENTMESH_HOME",
-        "AGENTMESH_MESH",
-        "AGENTMESH_SERVER",
-        "AGENTMESH_TOKEN",
-        "AGENTMESH_DATABASE_URL",
-        "AGENTMESH_DATABASE_SCHEMA",
-        "MESH_PROTOCOL_V2_ENFORCE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("RUST_LOG", "warn");
-    cmd
-}
-
-/// One finished run of the binary.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-    took: Duration,
-}
-
-impl Run {
-    #[track_caller]
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "command failed\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr);
-        self
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
-    }
-}
-
 /// Runs the binary on `data_dir` with `args`.
 fn run(data_dir: &Path, args: &[&str]) -> Run {
-    let began = Instant::now();
-    let output: Output = agentmesh()
+    let output = agentmesh()
         .arg("--data-dir")
         .arg(data_dir)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .expect("the binary runs");
-    Run {
-        code: output.status.code().expect("the binary exited normally"),
-        stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-        stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-        took: began.elapsed(),
-    }
+    Run::from_output(output)
 }
 
 fn path_str(path: &Path) -> &str {
@@ -253,7 +209,10 @@ fn a_backup_taken_under_load_is_one_snapshot_and_restores_into_a_serving_daemon(
 
     let dest = tmp.path().join("backup.db");
     let before = done.load(Ordering::Relaxed);
-    let backup = run(&data, &["--json", "backup", path_str(&dest)]).ok();
+    let began = Instant::now();
+    let backup = run(&data, &["--json", "backup", path_str(&dest)]);
+    backup.assert_code(0);
+    let took = began.elapsed();
     let during = done.load(Ordering::Relaxed) - before;
     // The load goes on a while after the copy, so the live database moves past it.
     let after_backup = done.load(Ordering::Relaxed);
@@ -268,7 +227,7 @@ fn a_backup_taken_under_load_is_one_snapshot_and_restores_into_a_serving_daemon(
     let summary = backup.json();
     eprintln!(
         "backup under load: {} bytes, {} pages, {} ms (the process: {:?}), {} completions during it; totals {}",
-        summary["bytes"], summary["pages"], summary["elapsedMs"], backup.took, during, summary["totals"]
+        summary["bytes"], summary["pages"], summary["elapsedMs"], took, during, summary["totals"]
     );
 
     // The copy: sound, one self-contained file, and one moment of the database.
@@ -318,7 +277,7 @@ fn a_backup_taken_under_load_is_one_snapshot_and_restores_into_a_serving_daemon(
     // Stop the daemon, restore into a fresh data dir, serve it.
     daemon.stop();
     let fresh = tmp.path().join("fresh");
-    let restored = run(&fresh, &["--json", "restore", path_str(&dest)]).ok().json();
+    let restored = run(&fresh, &["--json", "restore", path_str(&dest)]).assert_code(0).json();
     assert_eq!(restored["restored"]["path"], path_str(&fresh.join("mesh-runtime.db")));
     assert_eq!(restored["restored"]["totals"], summary["totals"]);
     assert_eq!(restored["previous"], Value::Null);
@@ -338,9 +297,9 @@ fn a_backup_taken_under_load_is_one_snapshot_and_restores_into_a_serving_daemon(
 fn a_restore_is_refused_while_a_daemon_serves_the_data_dir_and_changes_nothing() {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let data = tmp.path().join("data");
-    run(&data, &["task", "add", "kept", "--id", "kept", "--mesh", MESH]).ok();
+    run(&data, &["task", "add", "kept", "--id", "kept", "--mesh", MESH]).assert_code(0);
     let dest = tmp.path().join("backup.db");
-    run(&data, &["backup", path_str(&dest)]).ok();
+    run(&data, &["backup", path_str(&dest)]).assert_code(0);
     let daemon = Daemon::start(&data);
     daemon.api.post("tasks", &json!({ "id": "live", "message": "after the backup" }));
     let before = listing(&data, true);
@@ -366,7 +325,7 @@ fn a_restore_refuses_files_that_are_not_usable_agentmesh_databases() {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let data = tmp.path().join("data");
     for i in 0..3 {
-        run(&data, &["task", "add", &"z".repeat(3000), "--id", &format!("big-{i}")]).ok();
+        run(&data, &["task", "add", &"z".repeat(3000), "--id", &format!("big-{i}")]).assert_code(0);
     }
 
     let text = tmp.path().join("notes.txt");
@@ -377,7 +336,7 @@ fn a_restore_refuses_files_that_are_not_usable_agentmesh_databases() {
         .execute_batch("CREATE TABLE things (x); INSERT INTO things VALUES (1)")
         .unwrap();
     let damaged = tmp.path().join("damaged.db");
-    run(&data, &["backup", path_str(&damaged)]).ok();
+    run(&data, &["backup", path_str(&damaged)]).assert_code(0);
     let mut bytes = std::fs::read(&damaged).unwrap();
     let pages = bytes.len() / 4096;
     assert!(pages > 4, "{pages} pages");
@@ -411,7 +370,7 @@ fn a_restore_refuses_files_that_are_not_usable_agentmesh_databases() {
 fn a_backup_never_replaces_a_file_without_force() {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let data = tmp.path().join("data");
-    run(&data, &["task", "add", "one", "--id", "one"]).ok();
+    run(&data, &["task", "add", "one", "--id", "one"]).assert_code(0);
     let dest = tmp.path().join("backup.db");
     std::fs::write(&dest, "an older backup").unwrap();
 
@@ -430,9 +389,9 @@ fn a_backup_never_replaces_a_file_without_force() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 
-    let replaced = run(&data, &["--json", "backup", "--force", path_str(&dest)]).ok().json();
+    let replaced = run(&data, &["--json", "backup", "--force", path_str(&dest)]).assert_code(0).json();
     assert_eq!(replaced["totals"]["tasks"], 1);
-    let checked = run(&data, &["--json", "restore", "--dry-run", path_str(&dest)]).ok().json();
+    let checked = run(&data, &["--json", "restore", "--dry-run", path_str(&dest)]).assert_code(0).json();
     assert_eq!(checked["dryRun"], true);
     assert_eq!(checked["backup"]["totals"]["tasks"], 1);
 }

@@ -21,18 +21,8 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 /// The binary under test, with an environment that cannot leak a developer's mesh.
 fn agentmesh() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in [
-        "AGENTMESH_HOME",
-        "AGENTMESH_DATABASE_URL",
-        "AGENTMESH_MESH",
-        "AGENTMESH_SERVER",
-        "AGENTMESH_TOKEN",
-        "MESH_PROTOCOL_V2_ENFORCE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("RUST_LOG", "warn").stdin(Stdio::null());
+    let mut cmd = super::agentmesh();
+    cmd.stdin(Stdio::null());
     cmd
 }
 

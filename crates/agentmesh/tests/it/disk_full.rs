@@ -16,6 +16,7 @@
 //! namespace (`unshare --user --map-root-user --mount`); without either it fails
 //! saying so. The mount is undone when the test ends, however it ends.
 
+use super::agentmesh;
 use crate::daemon_log::DaemonLog;
 use crate::mcp_support;
 
@@ -182,18 +183,6 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The binary, with an environment that cannot leak a developer's mesh.
-fn agentmesh() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in
-        ["AGENTMESH_HOME", "AGENTMESH_DATABASE_URL", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN"]
-    {
-        cmd.env_remove(var);
-    }
-    cmd.env("RUST_LOG", "warn");
-    cmd
 }
 
 /// Runs the binary with `args`; the exit code, stdout as JSON and stderr.

@@ -40,19 +40,7 @@ const LEADS: &str = "this daemon now runs the installation's upkeep";
 
 /// The binary under test, with an environment that cannot leak a developer's mesh.
 fn agentmesh() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in [
-        "AGENTMESH_HOME",
-        "AGENTMESH_MESH",
-        "AGENTMESH_SERVER",
-        "AGENTMESH_TOKEN",
-        "AGENTMESH_DATABASE_URL",
-        "AGENTMESH_DATABASE_SCHEMA",
-        "AGENTMESH_REQUEST_TIMEOUT",
-        "MESH_PROTOCOL_V2_ENFORCE",
-    ] {
-        cmd.env_remove(var);
-    }
+    let mut cmd = super::agentmesh();
     cmd.env("RUST_LOG", "warn,agentmesh_postgres=info");
     cmd
 }

@@ -28,3 +28,18 @@ mod postgres_daemons;
 mod records;
 mod tls;
 mod work;
+
+/// The binary under test, with an environment that cannot leak a developer's
+/// own settings: every `AGENTMESH_*` variable (the data dir, mesh, server,
+/// token, database, durability, request timeout, ...) and the v2 enforce switch
+/// are removed, and the log kept to warnings (a test sets its own after).
+fn agentmesh() -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_agentmesh"));
+    for (var, _) in std::env::vars_os() {
+        if var.to_str().is_some_and(|v| v.starts_with("AGENTMESH_") || v == "MESH_PROTOCOL_V2_ENFORCE") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.env("RUST_LOG", "warn");
+    cmd
+}

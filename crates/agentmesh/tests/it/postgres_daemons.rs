@@ -15,6 +15,7 @@
 //! skipped (see `agentmesh_test_support`). The measured numbers are printed
 //! (run with `--nocapture` to see them).
 
+use super::agentmesh;
 use crate::daemon_log::DaemonLog;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -97,24 +98,6 @@ impl Installation {
             })
             .collect()
     }
-}
-
-/// The binary under test, with an environment that cannot leak a developer's mesh.
-fn agentmesh() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in [
-        "AGENTMESH_HOME",
-        "AGENTMESH_MESH",
-        "AGENTMESH_SERVER",
-        "AGENTMESH_TOKEN",
-        "AGENTMESH_DATABASE_URL",
-        "AGENTMESH_DATABASE_SCHEMA",
-        "MESH_PROTOCOL_V2_ENFORCE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("RUST_LOG", "warn");
-    cmd
 }
 
 /// Where a daemon answers, and its token.

@@ -5,22 +5,13 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use serde_json::json;
 
-/// The built binary with a clean environment.
-fn agentmesh() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in
-        ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN", "AGENTMESH_CA_CERT"]
-    {
-        command.env_remove(var);
-    }
-    command
-}
+use super::agentmesh;
 
 /// Writes a CA certificate (`ca.pem`) and a server certificate it signed for
 /// `localhost` and `127.0.0.1` (`server.pem`, `server-key.pem`) into `dir`;

@@ -5,6 +5,7 @@
 //! Nothing here asserts on timing. Waits have generous deadlines and end as soon
 //! as what they wait for has happened; signals are sent with the system's `kill`.
 
+use super::agentmesh;
 use crate::daemon_log::DaemonLog;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -19,22 +20,6 @@ use tempfile::TempDir;
 
 /// How long any wait may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// The binary under test, with an environment that cannot leak a developer's mesh.
-fn agentmesh() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_agentmesh"));
-    for var in [
-        "AGENTMESH_HOME",
-        "AGENTMESH_MESH",
-        "AGENTMESH_SERVER",
-        "AGENTMESH_TOKEN",
-        "MESH_PROTOCOL_V2_ENFORCE",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env("RUST_LOG", "warn");
-    cmd
-}
 
 /// One finished run.
 struct Run {
