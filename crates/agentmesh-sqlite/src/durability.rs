@@ -113,6 +113,11 @@ pub(crate) struct Ceilings {
     seq_ceiling: AtomicI64,
     /// The highest epoch a claim of this store handed out.
     epoch_handed: AtomicU64,
+    /// The highest ledger number when it was last read, and the write
+    /// connection's count of changed rows then: each row changed since adds at
+    /// most one number, so the two bound the highest number without a read.
+    seq_read: AtomicI64,
+    changes_read: AtomicU64,
 }
 
 /// The `mesh_meta` keys of the ceilings, and of the ledger's sequence floor
@@ -134,6 +139,8 @@ impl Ceilings {
             epoch_ceiling: AtomicU64::new(epoch_floor),
             seq_ceiling: AtomicI64::new(seq_floor),
             epoch_handed: AtomicU64::new(epoch_floor),
+            seq_read: AtomicI64::new(0),
+            changes_read: AtomicU64::new(0),
         };
         if seq_floor > highest_seq(conn)? {
             synced(conn, |tx| {
@@ -146,7 +153,7 @@ impl Ceilings {
             })?;
         }
         if ceilings.relaxed {
-            ceilings.raise(conn, highest_seq(conn)?)?;
+            ceilings.raise(conn, ceilings.read_seq(conn)?)?;
         }
         Ok(ceilings)
     }
@@ -161,6 +168,8 @@ impl Ceilings {
             epoch_ceiling: AtomicU64::new(0),
             seq_ceiling: AtomicI64::new(0),
             epoch_handed: AtomicU64::new(0),
+            seq_read: AtomicI64::new(0),
+            changes_read: AtomicU64::new(0),
         }
     }
 
@@ -181,14 +190,31 @@ impl Ceilings {
         self.epoch_handed.fetch_max(epoch, Ordering::Relaxed);
     }
 
-    /// Before the COMMIT of the transaction open on `conn`: the highest ledger
-    /// number it leaves, read inside it (no transaction of its own), for
-    /// [`Ceilings::after_commit`]. Reads nothing in a store that syncs.
+    /// Before the COMMIT of the transaction open on `conn`: a bound of the
+    /// highest ledger number it leaves, for [`Ceilings::after_commit`]. The
+    /// number is read (inside the transaction) only when the bound comes within
+    /// [`HEADROOM`] of the ceiling; a store that syncs reads nothing.
     pub(crate) fn before_commit(&self, conn: &Connection) -> Res<Seen> {
         if !self.relaxed {
             return Ok(Seen(None));
         }
-        Ok(Seen(Some(highest_seq(conn)?)))
+        // Far below the ceiling, the bound will do; near it, the number is read.
+        let since = conn.total_changes().saturating_sub(self.changes_read.load(Ordering::Relaxed));
+        let bound =
+            self.seq_read.load(Ordering::Relaxed).saturating_add(i64::try_from(since).unwrap_or(i64::MAX));
+        if bound.saturating_add(headroom_i64()) <= self.seq_ceiling.load(Ordering::Relaxed) {
+            return Ok(Seen(Some(bound)));
+        }
+        Ok(Seen(Some(self.read_seq(conn)?)))
+    }
+
+    /// Reads the highest ledger number on `conn` and notes it with the
+    /// connection's count of changed rows.
+    fn read_seq(&self, conn: &Connection) -> Res<i64> {
+        let seq = highest_seq(conn)?;
+        self.seq_read.store(seq, Ordering::Relaxed);
+        self.changes_read.store(conn.total_changes(), Ordering::Relaxed);
+        Ok(seq)
     }
 
     /// After a COMMIT on `conn`, before its callers are answered: raises a
