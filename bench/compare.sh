@@ -7,7 +7,7 @@
 #
 #   --quick       every N divided by 10 (smoke run), passed to both benchmarks
 #   --only=a,b    run only these groups: enqueue, claim-depth, claim-with-deps,
-#                 pending-events, ledger, fingerprints, http (ours only: the
+#                 pending-events, ledger, http (ours only: the
 #                 daemon under 8 HTTP clients, with two requests per task and
 #                 with one complete-and-claim per task, its store under 8
 #                 threads, the same HTTP load with no store behind it, and

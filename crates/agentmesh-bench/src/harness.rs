@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agentmesh_sqlite::{DB_FILE_NAME, Durability, OpenOptions, SqliteStore};
-use agentmesh_store::CompatStore;
+use agentmesh_store::Store;
 use anyhow::Context as _;
 use tempfile::TempDir;
 
@@ -71,9 +71,8 @@ pub(crate) struct CaseStore {
 }
 
 impl CaseStore {
-    /// The store, through the backend-independent interface the cases use (with
-    /// the compat operations their checks count and seed with).
-    pub(crate) fn store(&self) -> &dyn CompatStore {
+    /// The store, through the backend-independent interface the cases use.
+    pub(crate) fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }
 
@@ -242,4 +241,15 @@ fn close(case: CaseStore) {
 /// A file's size in bytes, -1 when it does not exist (as the seed prints it).
 fn file_size(path: &Path) -> i64 {
     fs::metadata(path).map_or(-1, |m| i64::try_from(m.len()).unwrap_or(i64::MAX))
+}
+
+/// The mesh's pending tasks, for the cases' checks.
+pub(crate) fn pending_count(store: &dyn Store, mesh: &str) -> anyhow::Result<u64> {
+    let counts = store.stats_by_status(mesh)?;
+    Ok(counts.iter().find(|c| c.status == agentmesh_core::TaskStatus::Pending).map_or(0, |c| c.count))
+}
+
+/// The mesh's ledger entries, for the cases' checks.
+pub(crate) fn ledger_count(store: &dyn Store, mesh: &str) -> anyhow::Result<u64> {
+    Ok(store.read_ledger_ordered(mesh, &agentmesh_core::LedgerQuery::default())?.len() as u64)
 }

@@ -42,13 +42,12 @@ type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each. The `pg-*`
 /// groups need a PostgreSQL server and run only when `--only=` names them.
-const GROUPS: [(&str, RunGroup); 12] = [
+const GROUPS: [(&str, RunGroup); 11] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
     ("pending-events", cases::pending_events::run),
     ("ledger", cases::ledger::run),
-    ("fingerprints", cases::fingerprints::run),
     ("http", cases::http::run),
     ("floor", cases::floor::run),
     ("reads", cases::reads::run),
@@ -59,7 +58,7 @@ const GROUPS: [(&str, RunGroup); 12] = [
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep] [--database-url=URL]\n\
                      [--pg-depths=N,...] [--pg-tasks=N] [--durability=full|process-crash-only]\n\
-                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, fingerprints, http, floor, reads\n\
+                     groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, http, floor, reads\n\
                      PostgreSQL groups (only when named): pg-claim-depth, pg-throughput, pg-floor\n\
                      --database-url: the PostgreSQL database of the pg groups\n\
                      (default postgres://postgres@127.0.0.1:5432/test)\n\

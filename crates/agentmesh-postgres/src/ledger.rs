@@ -33,9 +33,6 @@ use crate::columns::statement_row;
 use crate::db::{Db, unsigned};
 use crate::{PgStore, Res};
 
-/// Newest-first reads return this many entries when no tail is given.
-const DEFAULT_TAIL: u32 = 200;
-
 const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
 
 /// The kinds the kind index leaves out: one entry per task enqueued, claimed or
@@ -101,18 +98,6 @@ impl Filter {
 
 /// One fixed statement per [`Filter`], built once.
 type Statements = LazyLock<Vec<String>>;
-
-static NEWEST_FIRST: Statements = LazyLock::new(|| {
-    Filter::all()
-        .map(|f| {
-            let (terms, limit) = f.terms(2, "= ANY($n)");
-            format!(
-                "SELECT {COLUMNS} FROM mesh_event_ledger WHERE mesh_id = $1{terms}
-                 ORDER BY timestamp DESC, seq DESC LIMIT ${limit}"
-            )
-        })
-        .collect()
-});
 
 static ORDERED: Statements = LazyLock::new(|| {
     Filter::all()
@@ -313,41 +298,12 @@ fn read_filtered(
     Ok(rows.iter().map(entry_from_row).collect())
 }
 
-/// Newest first, at most `tail` entries (200 when not given).
-pub(crate) fn read_newest_first(db: &Db<'_>, mesh_id: &str, query: &LedgerQuery) -> Res<Vec<LedgerEntry>> {
-    let tail = i64::from(query.tail.unwrap_or(DEFAULT_TAIL));
-    read_filtered(db, &NEWEST_FIRST, mesh_id, query, Some(tail))
-}
-
 /// Append order; with a tail, the newest `tail` entries in append order.
 pub(crate) fn read_ordered(db: &Db<'_>, mesh_id: &str, query: &LedgerQuery) -> Res<Vec<LedgerEntry>> {
     match query.tail {
         Some(tail) if tail > 0 => read_filtered(db, &ORDERED_TAIL, mesh_id, query, Some(i64::from(tail))),
         _ => read_filtered(db, &ORDERED, mesh_id, query, None),
     }
-}
-
-/// Deletes entries by id.
-pub(crate) fn delete(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {
-    db.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = $1 AND id = ANY($2)", &[&mesh_id, &ids])
-}
-
-/// Deletes every entry of a mesh.
-pub(crate) fn clear(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    db.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = $1", &[&mesh_id])
-}
-
-/// Whether an entry exists.
-pub(crate) fn has(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<bool> {
-    Ok(db
-        .query_opt("SELECT 1 FROM mesh_event_ledger WHERE mesh_id = $1 AND id = $2", &[&mesh_id, &id])?
-        .is_some())
-}
-
-/// Entries in a mesh.
-pub(crate) fn count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    let row = db.query_one("SELECT COUNT(*) FROM mesh_event_ledger WHERE mesh_id = $1", &[&mesh_id])?;
-    Ok(unsigned(row.get(0)))
 }
 
 /// Imports entries in the order given, each taking the next number; an id
@@ -464,12 +420,6 @@ fn page(
     }
 }
 
-/// Refuses an entry appended with a blank kind, as the embedded store does.
-pub(crate) fn check_kind(entry: &LedgerEntry) -> StoreResult<()> {
-    agentmesh_core::InvalidInput::non_blank("kind", &entry.kind)?;
-    Ok(())
-}
-
 impl agentmesh_store::LedgerStore for PgStore {
     fn read_ledger_ordered(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>> {
         self.read(|db| read_ordered(db, mesh_id, query))
@@ -524,9 +474,7 @@ mod tests {
     /// Every statement reads one mesh.
     #[test]
     fn every_statement_filters_by_mesh() {
-        for statements in
-            [&NEWEST_FIRST, &ORDERED, &ORDERED_TAIL, &SLICE_BY_SEQ, &SLICE_FROM_START, &SLICE_AFTER_ID]
-        {
+        for statements in [&ORDERED, &ORDERED_TAIL, &SLICE_BY_SEQ, &SLICE_FROM_START, &SLICE_AFTER_ID] {
             for sql in statements.iter() {
                 assert!(sql.contains("WHERE mesh_id = $1"), "{sql}");
             }

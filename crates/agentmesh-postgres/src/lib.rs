@@ -26,7 +26,6 @@ use agentmesh_store::{Durability, FullStorage, Store, StoreError, StoreResult};
 
 mod cluster;
 mod columns;
-mod compat;
 mod db;
 mod inbox;
 mod ledger;

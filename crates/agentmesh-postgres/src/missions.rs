@@ -106,17 +106,6 @@ pub(crate) fn progress(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<MissionProgr
     })))
 }
 
-/// Deletes every mission of a mesh.
-pub(crate) fn clear(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    db.execute("DELETE FROM mesh_missions WHERE mesh_id = $1", &[&mesh_id])
-}
-
-/// The mesh's scheduler cursor (0 before the first bump).
-pub(crate) fn cursor(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    let row = db.query_opt("SELECT cursor FROM mesh_scheduler_cursor WHERE mesh_id = $1", &[&mesh_id])?;
-    Ok(row.map_or(0, |r| unsigned(r.get(0))))
-}
-
 /// Advances the mesh's scheduler cursor by one; returns the value before.
 pub(crate) fn bump_cursor(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
     let row = db.query_one(

@@ -135,22 +135,6 @@ pub(crate) fn set_dispatch_status(
     }
 }
 
-/// The task id of the session's one active dispatch; none for none or several.
-pub(crate) fn sole_active_dispatch(db: &Db<'_>, mesh_id: &str, session_id: &str) -> Res<Option<String>> {
-    if session_id.trim().is_empty() {
-        return Ok(None);
-    }
-    let rows = db.query(
-        "SELECT task_id FROM mesh_direct_dispatches
-          WHERE mesh_id = $1 AND session_id = $2 AND status NOT IN ('completed', 'failed', 'stale') LIMIT 2",
-        &[&mesh_id, &session_id],
-    )?;
-    Ok(match rows.as_slice() {
-        [only] => Some(only.try_get::<_, String>(0)?.trim().to_owned()).filter(|s| !s.is_empty()),
-        _ => None,
-    })
-}
-
 pub(crate) fn mark_stale_dispatches(
     db: &Db<'_>,
     mesh_id: &str,
@@ -171,10 +155,6 @@ pub(crate) fn cleanup_terminal_dispatches(db: &Db<'_>, cutoff: Timestamp) -> Res
           WHERE status IN ('completed', 'failed', 'stale') AND updated_at < $1",
         &[&cutoff.iso()],
     )
-}
-
-pub(crate) fn delete_dispatches(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    db.execute("DELETE FROM mesh_direct_dispatches WHERE mesh_id = $1", &[&mesh_id])
 }
 
 pub(crate) fn delete_dispatches_by_task(db: &Db<'_>, mesh_id: &str, task_ids: &[String]) -> Res<u64> {
@@ -342,16 +322,6 @@ pub(crate) fn active_deliveries(
     rows.iter().map(delivery_from_row).collect()
 }
 
-pub(crate) fn task_has_confirmed_delivery(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<bool> {
-    Ok(db
-        .query_opt(
-            "SELECT 1 FROM mesh_session_delivery
-              WHERE mesh_id = $1 AND task_id = $2 AND status IN ('delivered', 'acked', 'completed') LIMIT 1",
-            &[&mesh_id, &task_id],
-        )?
-        .is_some())
-}
-
 /// Expires the waiting deliveries of the mesh whose expiry has come.
 pub(crate) fn expire_deliveries(db: &Db<'_>, mesh_id: &str, now: Timestamp) -> Res<u64> {
     db.execute(
@@ -373,10 +343,6 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(db: &Db<'_>) -> Res<Vec<Strin
     .iter()
     .map(|r| Ok(r.try_get(0)?))
     .collect()
-}
-
-pub(crate) fn delete_deliveries(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    db.execute("DELETE FROM mesh_session_delivery WHERE mesh_id = $1", &[&mesh_id])
 }
 
 // ── Idle sessions ───────────────────────────────────────────────────────────
@@ -437,33 +403,6 @@ pub(crate) fn prune_idle(db: &Db<'_>, now: Timestamp) -> Res<u64> {
 
 // ── Completion fingerprints and conflicts ───────────────────────────────────
 
-/// Records a fingerprint in force for `ttl_ms` from `now`; recording it again
-/// sets its expiry anew.
-pub(crate) fn record_fingerprint(
-    db: &Db<'_>,
-    mesh_id: &str,
-    fingerprint: &str,
-    ttl_ms: i64,
-    now: Timestamp,
-) -> Res<()> {
-    agentmesh_core::InvalidInput::non_blank("fingerprint", fingerprint)?;
-    db.execute(
-        "INSERT INTO mesh_completion_fingerprints (mesh_id, fingerprint, expires_at) VALUES ($1, $2, $3)
-         ON CONFLICT (mesh_id, fingerprint) DO UPDATE SET expires_at = EXCLUDED.expires_at",
-        &[&mesh_id, &fingerprint, &now.plus_millis(ttl_ms).millis()],
-    )?;
-    Ok(())
-}
-
-pub(crate) fn has_fingerprint(db: &Db<'_>, mesh_id: &str, fingerprint: &str, now: Timestamp) -> Res<bool> {
-    Ok(db
-        .query_opt(
-            "SELECT 1 FROM mesh_completion_fingerprints WHERE mesh_id = $1 AND fingerprint = $2 AND expires_at > $3",
-            &[&mesh_id, &fingerprint, &now.millis()],
-        )?
-        .is_some())
-}
-
 pub(crate) fn fingerprints(
     db: &Db<'_>,
     mesh_id: &str,
@@ -486,28 +425,6 @@ pub(crate) fn sweep_fingerprints(db: &Db<'_>, now: Timestamp) -> Res<u64> {
         "DELETE FROM mesh_completion_fingerprints /* all meshes */ WHERE expires_at <= $1",
         &[&now.millis()],
     )
-}
-
-/// Records a conflict unless its id exists in its mesh; returns whether it was new.
-pub(crate) fn record_conflict(db: &Db<'_>, c: &CompletionConflict) -> Res<bool> {
-    Ok(db.execute(
-        "INSERT INTO mesh_completion_conflicts
-             (id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id,
-              original_task_id, original_session_id, event, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-         ON CONFLICT (mesh_id, id) DO NOTHING",
-        &[
-            &c.id,
-            &c.mesh_id,
-            &c.fingerprint,
-            &c.conflicting_task_id,
-            &c.conflicting_session_id,
-            &c.original_task_id,
-            &c.original_session_id,
-            &c.event,
-            &c.created_at,
-        ],
-    )? > 0)
 }
 
 /// The mesh's conflicts of the last `window_ms`, newest first, at most

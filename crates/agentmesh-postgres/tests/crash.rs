@@ -55,7 +55,7 @@ fn writer(schema: &str, round: &str) -> ExitCode {
         let task = store.enqueue(MESH, &new, NOW).expect("enqueue");
         println!("enqueued {}", task.id);
         if let ClaimOutcome::Claimed(t) =
-            store.claim_next(MESH, &worker, &ClaimOptions::default(), NOW).expect("claim")
+            store.claim_next(MESH, &worker, &ClaimOptions { lease_ms: Some(1_000) }, NOW).expect("claim")
         {
             let report = CompletionReport {
                 session_id: worker.session_id.clone(),
@@ -169,9 +169,10 @@ fn parent() -> ExitCode {
         let dispatched = ledger.iter().filter(|e| e.kind == "task_dispatched").count();
         assert_eq!(dispatched, all.len(), "a task_dispatched entry exactly for every task there is");
         // A task assigned to the killed writer's session is stranded, not corrupt:
-        // the store can reclaim it and keeps working.
+        // once its lease lapses the store reclaims it and keeps working.
         for task in store.queue_entries(MESH, &[TaskStatus::Assigned]).unwrap() {
-            store.reclaim_task(MESH, &task.id, "writer_killed", NOW).unwrap();
+            let reclaimed = store.reclaim_if_lease_expired(MESH, &task.id, NOW.plus_millis(2_000)).unwrap();
+            assert!(reclaimed.is_some(), "the stranded task {} is reclaimed", task.id);
         }
         let after = store
             .enqueue(MESH, &NewTask { message: "after the crash".into(), ..NewTask::default() }, NOW)

@@ -24,9 +24,6 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::Res;
 
-/// Newest-first reads return this many entries when no tail is given.
-const DEFAULT_TAIL: u32 = 200;
-
 const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
 
 /// The kinds the kind index leaves out (migration 0010): one entry per task
@@ -100,19 +97,6 @@ pub(crate) fn append(conn: &Connection, entry: &LedgerEntry) -> Res<bool> {
     Ok(n > 0)
 }
 
-/// Before entries are deleted: keeps the highest number as the floor, so the
-/// numbers of deleted entries are never handed out again.
-fn keep_sequence_floor(conn: &Connection) -> Res<()> {
-    conn.prepare_cached(
-        "INSERT INTO mesh_meta (key, value)
-         SELECT 'ledger_seq_floor', MAX(seq) FROM mesh_event_ledger
-         HAVING MAX(seq) IS NOT NULL
-         ON CONFLICT (key) DO UPDATE SET value = MAX(value, excluded.value)",
-    )?
-    .execute([])?;
-    Ok(())
-}
-
 /// Migration 0012's data step: makes the database's id, numbers the entries
 /// already here per mesh in append order, and builds the sequence index.
 pub(crate) fn sequence_existing(tx: &rusqlite::Transaction<'_>) -> Res<()> {
@@ -170,74 +154,31 @@ fn filters(mesh_id: &str, query: &LedgerQuery) -> (String, Vec<Value>) {
     (sql, args)
 }
 
-/// Newest first, at most `tail` entries.
-pub(crate) fn read_newest_first(
-    conn: &Connection,
-    mesh_id: &str,
-    query: &LedgerQuery,
-) -> Res<Vec<LedgerEntry>> {
-    let (filter, mut args) = filters(mesh_id, query);
-    args.push(Value::Integer(i64::from(query.tail.unwrap_or(DEFAULT_TAIL))));
-    let mut stmt = conn.prepare_cached(&newest_first_sql(&filter))?;
-    let rows = stmt.query_map(params_from_iter(args.iter()), entry_from_row)?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
-}
-
-fn newest_first_sql(filter: &str) -> String {
-    format!(
-        "SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp DESC, seq DESC LIMIT ?"
-    )
-}
-
 /// Append order; with a tail, the newest `tail` entries in append order.
 pub(crate) fn read_ordered(conn: &Connection, mesh_id: &str, query: &LedgerQuery) -> Res<Vec<LedgerEntry>> {
     let (filter, mut args) = filters(mesh_id, query);
-    let sql = match query.tail {
-        Some(tail) if tail > 0 => {
-            args.push(Value::Integer(i64::from(tail)));
-            format!(
-                "SELECT {COLUMNS} FROM (
-                     SELECT * FROM mesh_event_ledger WHERE {filter}
-                     ORDER BY timestamp DESC, seq DESC LIMIT ?
-                 ) ORDER BY timestamp ASC, seq ASC"
-            )
-        }
-        _ => {
-            format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp ASC, seq ASC")
-        }
-    };
-    let mut stmt = conn.prepare_cached(&sql)?;
+    let tail = query.tail.filter(|&tail| tail > 0);
+    if let Some(tail) = tail {
+        args.push(Value::Integer(i64::from(tail)));
+    }
+    let mut stmt = conn.prepare_cached(&ordered_sql(&filter, tail.is_some()))?;
     let rows = stmt.query_map(params_from_iter(args.iter()), entry_from_row)?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
-/// Deletes entries by id.
-pub(crate) fn delete(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
-    keep_sequence_floor(conn)?;
-    let mut stmt = conn.prepare_cached("DELETE FROM mesh_event_ledger WHERE mesh_id = ?1 AND id = ?2")?;
-    let mut n = 0;
-    for id in ids {
-        n += stmt.execute(params![mesh_id, id])? as u64;
+/// The statement of [`read_ordered`]: the filtered entries in append order, or
+/// with `tail` the newest ones (the last parameter is their number).
+fn ordered_sql(filter: &str, tail: bool) -> String {
+    if tail {
+        format!(
+            "SELECT {COLUMNS} FROM (
+                 SELECT * FROM mesh_event_ledger WHERE {filter}
+                 ORDER BY timestamp DESC, seq DESC LIMIT ?
+             ) ORDER BY timestamp ASC, seq ASC"
+        )
+    } else {
+        format!("SELECT {COLUMNS} FROM mesh_event_ledger WHERE {filter} ORDER BY timestamp ASC, seq ASC")
     }
-    Ok(n)
-}
-
-/// Deletes every entry of a mesh.
-pub(crate) fn clear(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    keep_sequence_floor(conn)?;
-    Ok(conn.execute("DELETE FROM mesh_event_ledger WHERE mesh_id = ?1", [mesh_id])? as u64)
-}
-
-/// Whether an entry exists.
-pub(crate) fn has(conn: &Connection, mesh_id: &str, id: &str) -> Res<bool> {
-    let mut stmt = conn.prepare_cached("SELECT 1 FROM mesh_event_ledger WHERE id = ?1 AND mesh_id = ?2")?;
-    Ok(stmt.query_row(params![id, mesh_id], |_| Ok(())).optional()?.is_some())
-}
-
-/// Entries in a mesh.
-pub(crate) fn count(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    let mut stmt = conn.prepare_cached("SELECT COUNT(*) FROM mesh_event_ledger WHERE mesh_id = ?1")?;
-    Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
 }
 
 /// One slice page: by sequence with `after_seq`, else in (timestamp, id) order.
@@ -473,7 +414,7 @@ mod tests {
             };
             let (filter, mut args) = filters("m", &query);
             args.push(Value::Integer(10));
-            crate::query_plan(&conn, &newest_first_sql(&filter), &args)
+            crate::query_plan(&conn, &ordered_sql(&filter, true), &args)
         };
         let p = plan(&["task_failed"]);
         assert!(p.contains("idx_mesh_event_ledger_mesh_kind"), "{p}");

@@ -311,13 +311,6 @@ impl SqliteStore {
         self.writes.read_bulk(f).map_err(|e| settle_io(e.0, &self.path))
     }
 
-    /// Like [`SqliteStore::read`], for a read of a few rows by key in one
-    /// statement: it runs on the write connection when nobody writes with it
-    /// (see `Writes::read_point`).
-    fn read_point<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> StoreResult<T> {
-        self.writes.read_point(f).map_err(|e| settle_io(e.0, &self.path))
-    }
-
     /// Whether nothing is left to do about the mesh's legacy queue file.
     fn legacy_considered(&self, mesh_id: &str) -> bool {
         self.legacy_dir.is_none()

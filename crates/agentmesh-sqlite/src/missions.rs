@@ -98,7 +98,3 @@ pub(crate) fn progress(conn: &Connection, mesh_id: &str, id: &str) -> Res<Missio
         rows.into_iter().filter_map(|(s, n)| s.parse::<TaskStatus>().ok().map(|s| (s, n as u64))),
     ))
 }
-
-pub(crate) fn clear(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    Ok(conn.execute("DELETE FROM mesh_missions WHERE mesh_id = ?1", [mesh_id])? as u64)
-}

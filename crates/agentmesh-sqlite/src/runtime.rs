@@ -139,27 +139,6 @@ pub(crate) fn set_dispatch_status(
     Ok(n as u64)
 }
 
-pub(crate) fn sole_active_dispatch(
-    conn: &Connection,
-    mesh_id: &str,
-    session_id: &str,
-) -> Res<Option<String>> {
-    if session_id.trim().is_empty() {
-        return Ok(None);
-    }
-    let mut stmt = conn.prepare_cached(
-        "SELECT task_id FROM mesh_direct_dispatches
-          WHERE mesh_id = ?1 AND session_id = ?2 AND status NOT IN ('completed', 'failed', 'stale') LIMIT 2",
-    )?;
-    let ids = stmt
-        .query_map(params![mesh_id, session_id], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(match ids.as_slice() {
-        [only] => Some(only.trim().to_owned()).filter(|s| !s.is_empty()),
-        _ => None,
-    })
-}
-
 pub(crate) fn mark_stale_dispatches(
     conn: &Connection,
     mesh_id: &str,
@@ -181,10 +160,6 @@ pub(crate) fn cleanup_terminal_dispatches(conn: &Connection, cutoff: Timestamp) 
               WHERE status IN ('completed', 'failed', 'stale') AND updated_at < ?1",
         )?
         .execute([cutoff.iso()])? as u64)
-}
-
-pub(crate) fn delete_dispatches(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    Ok(conn.execute("DELETE FROM mesh_direct_dispatches WHERE mesh_id = ?1", [mesh_id])? as u64)
 }
 
 pub(crate) fn delete_dispatches_by_task(conn: &Connection, mesh_id: &str, task_ids: &[String]) -> Res<u64> {
@@ -327,14 +302,6 @@ pub(crate) fn active_deliveries(
     Ok(stmt.query_map(params_from_iter(args.iter()), delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
 }
 
-pub(crate) fn task_has_confirmed_delivery(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT 1 FROM mesh_session_delivery
-          WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed') LIMIT 1",
-    )?;
-    Ok(stmt.query_row(params![mesh_id, task_id], |_| Ok(())).optional()?.is_some())
-}
-
 pub(crate) fn expire_deliveries(conn: &Connection, mesh_id: &str, now: Timestamp) -> Res<u64> {
     let iso = now.iso();
     Ok(conn
@@ -353,10 +320,6 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(conn: &Connection) -> Res<Vec
     )?;
     let meshes = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
     Ok(meshes)
-}
-
-pub(crate) fn delete_deliveries(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    Ok(conn.execute("DELETE FROM mesh_session_delivery WHERE mesh_id = ?1", [mesh_id])? as u64)
 }
 
 // ── Idle sessions ───────────────────────────────────────────────────────────
@@ -416,33 +379,6 @@ pub(crate) fn prune_idle(conn: &Connection, now: Timestamp) -> Res<u64> {
 
 // ── Completion fingerprints and conflicts ───────────────────────────────────
 
-pub(crate) fn record_fingerprint(
-    conn: &Connection,
-    mesh_id: &str,
-    fingerprint: &str,
-    ttl_ms: i64,
-    now: Timestamp,
-) -> Res<()> {
-    agentmesh_core::InvalidInput::non_blank("fingerprint", fingerprint)?;
-    conn.prepare_cached(
-        "INSERT OR REPLACE INTO mesh_completion_fingerprints (fingerprint, expires_at, mesh_id) VALUES (?1, ?2, ?3)",
-    )?
-    .execute(params![fingerprint, now.plus_millis(ttl_ms).millis(), mesh_id])?;
-    Ok(())
-}
-
-pub(crate) fn has_fingerprint(
-    conn: &Connection,
-    mesh_id: &str,
-    fingerprint: &str,
-    now: Timestamp,
-) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT 1 FROM mesh_completion_fingerprints WHERE mesh_id = ?2 AND fingerprint = ?1 AND expires_at > ?3",
-    )?;
-    Ok(stmt.query_row(params![fingerprint, mesh_id, now.millis()], |_| Ok(())).optional()?.is_some())
-}
-
 pub(crate) fn fingerprints(
     conn: &Connection,
     mesh_id: &str,
@@ -463,28 +399,6 @@ pub(crate) fn sweep_fingerprints(conn: &Connection, now: Timestamp) -> Res<u64> 
     Ok(conn
         .prepare_cached("DELETE FROM mesh_completion_fingerprints WHERE expires_at <= ?1")?
         .execute([now.millis()])? as u64)
-}
-
-pub(crate) fn record_conflict(conn: &Connection, c: &CompletionConflict) -> Res<bool> {
-    Ok(conn
-        .prepare_cached(
-            "INSERT OR IGNORE INTO mesh_completion_conflicts
-                 (id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id,
-                  original_task_id, original_session_id, event, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?
-        .execute(params![
-            c.id,
-            c.mesh_id,
-            c.fingerprint,
-            c.conflicting_task_id,
-            c.conflicting_session_id,
-            c.original_task_id,
-            c.original_session_id,
-            c.event,
-            c.created_at,
-        ])?
-        > 0)
 }
 
 pub(crate) fn recent_conflicts(

@@ -252,20 +252,6 @@ fn read_on<T>(readers: &Readers, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T
 }
 
 impl Writes {
-    /// Runs `f`, a read of a few rows by key in one statement, on the write
-    /// connection when nobody is writing with it (its page cache holds what the
-    /// last writes touched, where a read-only connection starts cold after every
-    /// write), else like [`Writes::read`]. It never waits for the writer; the
-    /// writer waits for it at most as long as such a read takes.
-    pub(crate) fn read_point<T>(&self, f: impl FnOnce(&Connection) -> Res<T>) -> Res<T> {
-        match self.conn.as_deref().and_then(try_lock) {
-            // Between transactions the connection is in autocommit mode: the one
-            // statement sees everything committed.
-            Some(idle) if idle.is_autocommit() => f(&idle),
-            _ => self.read(f),
-        }
-    }
-
     /// A write that borrows from its caller: the writer lends this thread the
     /// connection when the write's turn comes (at once, when it is the only write
     /// in flight, as in [`Writes::write_queued`]), and `f` runs here in an
@@ -1087,28 +1073,6 @@ mod tests {
         });
         assert_eq!(committed_notes(&dir), ["alone", "held", "queued"]);
         assert_eq!(writes.stats(), WriteStats { writes: 3, commits: 3 });
-    }
-
-    #[test]
-    fn a_point_read_takes_the_idle_write_connection_and_never_waits_for_a_held_one() {
-        let (_dir, writes) = writes();
-        writes.write_queued(|c| note(c, "a")).unwrap();
-        let read = |c: &Connection| -> Res<(bool, i64)> {
-            let writable = !c.is_readonly(rusqlite::MAIN_DB)?;
-            Ok((writable, c.query_row("SELECT COUNT(*) FROM notes", [], |r| r.get(0))?))
-        };
-        assert_eq!(writes.read_point(read).unwrap(), (true, 1), "the idle write connection");
-        let (release, held) = hold_writer(&writes);
-        assert_eq!(
-            writes.read_point(read).unwrap(),
-            (false, 1),
-            "a read-only connection, without the held transaction's note"
-        );
-        drop(release);
-        wait(held).unwrap();
-        // The writer may still hold the connection for a moment after answering:
-        // either connection sees the committed note.
-        assert_eq!(writes.read_point(read).unwrap().1, 2);
     }
 
     #[cfg(unix)]

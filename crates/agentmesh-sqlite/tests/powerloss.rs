@@ -352,8 +352,9 @@ fn recover(store: &SqliteStore, disk: &Disk, seen: &mut Seen, clock: &Clock, at:
     let stranded = store.queue_entries(MESH, &[TaskStatus::Assigned]);
     for task in seen.settle(stranded, disk, "listing assigned tasks").unwrap_or_default() {
         seen.task(&task);
-        let reclaimed = store.reclaim_task(MESH, &task.id, "power_loss", clock.now());
-        if let Some(task) = seen.settle(reclaimed, disk, "reclaim") {
+        // The workers claim with a lease of a millisecond: by now it has lapsed.
+        let reclaimed = store.reclaim_if_lease_expired(MESH, &task.id, clock.now().plus_millis(2));
+        if let Some(Some(task)) = seen.settle(reclaimed, disk, "reclaim") {
             seen.reclaimed(&task);
         }
     }

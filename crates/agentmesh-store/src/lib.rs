@@ -52,7 +52,7 @@ pub use submit::Submitted;
 /// needs the trait of its group in scope.
 pub mod prelude {
     pub use crate::transfer::TransferStore;
-    pub use crate::{CompatStore, InboxStore, LedgerStore, MissionStore, QueueStore, RuntimeStore, Store};
+    pub use crate::{InboxStore, LedgerStore, MissionStore, QueueStore, RuntimeStore, Store};
 }
 
 /// Result of store operations.
@@ -352,8 +352,7 @@ pub struct PruneReport {
 /// lifecycle), [`LedgerStore`], [`RuntimeStore`] (dispatches, deliveries, idle
 /// sessions, completion records, the rate guard), [`MissionStore`] and
 /// [`InboxStore`] (the coordinator inbox); `Store` itself adds the overview and
-/// the health probe. [`CompatStore`] holds what only import, tests and the
-/// benchmark need. Callers import them all with `use agentmesh_store::prelude::*`.
+/// the health probe. Callers import them all with `use agentmesh_store::prelude::*`.
 ///
 /// # Isolation contract
 ///
@@ -597,9 +596,10 @@ pub trait QueueStore: Send + Sync + 'static {
     /// `(mesh id, task id)`.
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>>;
 
-    /// Reclaims the task (as [`CompatStore::reclaim_task`] does, with reason
-    /// `lease_expired`) only if, inside the same transaction, it is still assigned
-    /// and its lease ran out before `now`; `None` when it is not (a heartbeat
+    /// Reclaims the task (ledger `task_reclaimed`, reason `lease_expired`: back
+    /// to pending with a higher epoch, or failed after more than three reclaims)
+    /// only if, inside the same transaction, it is still assigned and its lease
+    /// ran out before `now`; `None` when it is not (a heartbeat
     /// extended the lease, or it completed, was cancelled or is unknown). A lease
     /// reaper uses this, so a heartbeat that lands after the reaper listed the
     /// task keeps it.
@@ -892,110 +892,4 @@ pub trait InboxStore: Send + Sync + 'static {
     /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and
     /// unaddressed events), largest group first, at most 50 groups.
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>>;
-}
-
-/// Operations no transport reaches: raw queue and ledger edits, counts and
-/// deletions that import, tests, the conformance suite and the benchmark use to
-/// set up and inspect a database. A backend implements them to run the
-/// conformance suite; the daemon never calls them.
-pub trait CompatStore: Store {
-    /// A string that changes whenever any task of the mesh changes: one
-    /// `id\tstatus\tupdatedAt` line per task, ordered by id.
-    fn queue_revision(&self, mesh_id: &str) -> StoreResult<String>;
-
-    /// Replaces every task of the mesh with `entries`, as they are.
-    fn replace_queue(&self, mesh_id: &str, entries: &[Task]) -> StoreResult<()>;
-
-    /// Deletes every task of the mesh; returns how many.
-    fn delete_queue(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Inserts a task as it is (no validation beyond the id being new).
-    fn insert_queue_entry(&self, entry: &Task) -> StoreResult<()>;
-
-    /// Rewrites a task as given, stamping `updatedAt = now`; returns the stored task.
-    fn update_queue_entry(&self, entry: &Task, now: Timestamp) -> StoreResult<Task>;
-
-    /// Some assigned task runs on this session or exactly this node id.
-    fn has_active_assignment(&self, mesh_id: &str, session_id: &str, node_id: &str) -> StoreResult<bool>;
-
-    /// Pending tasks of the mesh.
-    fn pending_count(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// The assigned task a completion event from `session_id` belongs to: the exact
-    /// `task_id` first, then the session's single task, then by dispatch time (see
-    /// [`agentmesh_core::lifecycle::match_completion`]).
-    fn find_assigned_by_session(
-        &self,
-        mesh_id: &str,
-        session_id: &str,
-        occurred_at: Option<&str>,
-        task_id: Option<&str>,
-    ) -> StoreResult<Option<Task>>;
-
-    /// Recovers a stranded assignment (ledger `task_reclaimed`): back to pending, or
-    /// failed after more than three reclaims.
-    fn reclaim_task(&self, mesh_id: &str, task_id: &str, reason: &str, now: Timestamp) -> StoreResult<Task>;
-
-    /// Appends one entry; `false` when its id exists already (nothing changes).
-    fn append_ledger(&self, entry: &LedgerEntry) -> StoreResult<bool>;
-
-    /// Entries newest first (timestamp, then insertion order), filtered by `query`;
-    /// at most `tail` (200 when unset).
-    fn read_ledger(&self, mesh_id: &str, query: &LedgerQuery) -> StoreResult<Vec<LedgerEntry>>;
-
-    /// Deletes entries by id; returns how many.
-    fn delete_ledger_entries(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
-
-    /// Deletes every entry of the mesh; returns how many.
-    fn clear_ledger(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Whether an entry with this id exists in the mesh.
-    fn has_ledger_entry(&self, mesh_id: &str, id: &str) -> StoreResult<bool>;
-
-    /// Number of entries in the mesh.
-    fn ledger_count(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// The task id of the session's only active dispatch; `None` with zero or several.
-    fn sole_active_direct_dispatch(&self, mesh_id: &str, session_id: &str) -> StoreResult<Option<String>>;
-
-    /// Deletes every dispatch of the mesh; returns how many.
-    fn delete_direct_dispatches(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Some delivery of the task was delivered, acked or completed.
-    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
-
-    /// Deletes every delivery of the mesh; returns how many.
-    fn delete_session_deliveries(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Records that a completion with this fingerprint was handled, for `ttl_ms`.
-    fn record_completion_fingerprint(
-        &self,
-        mesh_id: &str,
-        fingerprint: &str,
-        ttl_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<()>;
-
-    /// Whether the fingerprint was recorded in this mesh and has not expired.
-    fn has_completion_fingerprint(
-        &self,
-        mesh_id: &str,
-        fingerprint: &str,
-        now: Timestamp,
-    ) -> StoreResult<bool>;
-
-    /// Records a conflict; `false` when its id was recorded already.
-    fn record_completion_conflict(&self, conflict: &CompletionConflict) -> StoreResult<bool>;
-
-    /// Deletes every mission of the mesh; returns how many.
-    fn clear_missions(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// The mesh's round-robin cursor (0 when unset).
-    fn scheduler_cursor(&self, mesh_id: &str) -> StoreResult<u64>;
-
-    /// Deletes events by row id; returns how many.
-    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
-
-    /// Deletes every event of the mesh, drained ones included; returns how many.
-    fn clear_pending_events(&self, mesh_id: &str) -> StoreResult<u64>;
 }

@@ -47,9 +47,9 @@ fn enqueue_batch(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<
 /// ledger entry each, and the middle task reads back as it was enqueued.
 fn check_enqueued(h: &mut Harness, case: &CaseStore, ids: &[String], batch: usize) -> anyhow::Result<()> {
     let (store, label, n) = (case.store(), case.label(), ids.len());
-    let pending = store.pending_count(MESH_ID)?;
+    let pending = crate::harness::pending_count(store, MESH_ID)?;
     h.check(&format!("{label}: pending count"), pending == n as u64, format!("pending={pending}"));
-    let entries = store.ledger_count(MESH_ID)?;
+    let entries = crate::harness::ledger_count(store, MESH_ID)?;
     h.check(
         &format!("{label}: one ledger entry per task"),
         entries == n as u64,

@@ -303,7 +303,9 @@ fn enqueue_floor(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<
     }
     h.report("sqlite-enqueue-floor", n, n, &timer);
     drop(conn);
-    let (pending, entries) = (case.store().pending_count(MESH_ID)?, case.store().ledger_count(MESH_ID)?);
+    let store = case.store();
+    let (pending, entries) =
+        (crate::harness::pending_count(store, MESH_ID)?, crate::harness::ledger_count(store, MESH_ID)?);
     h.check(
         &format!("{}: every task and ledger entry committed", case.label()),
         pending == n as u64 + 1 && entries == n as u64 + 1,

@@ -9,7 +9,6 @@ use crate::timing::Timer;
 
 pub(crate) mod claim;
 pub(crate) mod enqueue;
-pub(crate) mod fingerprints;
 pub(crate) mod floor;
 pub(crate) mod http;
 mod http_client;

@@ -10,6 +10,7 @@ use agentmesh_core::{NewTask, Timestamp};
 use agentmesh_daemon::{ApiToken, AppState, MAX_BODY_BYTES, UpkeepConfig};
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::prelude::*;
+use agentmesh_store::transfer::{Records, TransferStore};
 use openmetrics_parser::prometheus::parse_prometheus;
 use openmetrics_parser::{MetricFamily, PrometheusType, PrometheusValue};
 use reqwest::{Client, Method, StatusCode};
@@ -1418,7 +1419,7 @@ async fn every_id_follows_the_one_id_rule_and_a_refused_one_changes_nothing() {
     let daemon = TestDaemon::start_on(
         |store| {
             let task = agentmesh_core::Task::new(odd, "m", "from the original", "2025-01-01T00:00:00.000Z");
-            store.insert_queue_entry(&task).expect("a row as the original wrote it");
+            store.import_page("m", &Records::Tasks(vec![task])).expect("a row as the original wrote it");
         },
         |state| state.with_upkeep(upkeep_with(|_| {})),
     )
@@ -2081,11 +2082,13 @@ async fn a_task_id_held_by_another_mesh_is_409_naming_that_mesh() {
 #[tokio::test]
 async fn the_records_around_the_queue_are_read_and_moved_over_http() {
     let far = Timestamp::parse_iso("2999-01-01T00:00:00.000Z").expect("an instant");
-    let seeded = Timestamp::from_millis(1_735_689_600_000);
     let daemon = TestDaemon::start_on(
         |store| {
-            let ttl = far.millis() - seeded.millis();
-            store.record_completion_fingerprint("m", "m::agent:stopped::t1::genuine", ttl, seeded).unwrap();
+            let fingerprint = agentmesh_core::CompletionFingerprint {
+                fingerprint: "m::agent:stopped::t1::genuine".into(),
+                expires_at_ms: far.millis(),
+            };
+            store.import_page("m", &Records::CompletionFingerprints(vec![fingerprint])).unwrap();
             let conflict = agentmesh_core::CompletionConflict {
                 id: "c1".into(),
                 mesh_id: "m".into(),
@@ -2097,7 +2100,7 @@ async fn the_records_around_the_queue_are_read_and_moved_over_http() {
                 event: "agent:stopped".into(),
                 created_at: far.iso(),
             };
-            store.record_completion_conflict(&conflict).unwrap();
+            store.import_page("m", &Records::CompletionConflicts(vec![conflict])).unwrap();
         },
         |state| state.with_upkeep(upkeep_with(|_| {})),
     )

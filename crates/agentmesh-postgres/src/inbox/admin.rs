@@ -43,19 +43,6 @@ pub(crate) fn retract_dispatch_blocked(db: &Db<'_>, mesh_id: &str, task_id: &str
     delete(db, mesh_id, &ids)
 }
 
-/// Deletes every event of the mesh, drained or not, with the mesh's durable
-/// completion dedup records; how many events there were.
-pub(crate) fn clear(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    db.execute(
-        "DELETE FROM mesh_completion_fingerprints WHERE mesh_id = $1 AND fingerprint LIKE 'pending::%'",
-        &[&mesh_id],
-    )?;
-    // Queue entries and dedup records first, so the delete trigger finds none.
-    db.execute("DELETE FROM mesh_inbox_queue WHERE mesh_id = $1", &[&mesh_id])?;
-    db.execute("DELETE FROM mesh_inbox_drained WHERE mesh_id = $1", &[&mesh_id])?;
-    db.execute("DELETE FROM mesh_pending_events WHERE mesh_id = $1", &[&mesh_id])
-}
-
 /// The mesh's undrained events.
 pub(crate) fn count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
     let n: i64 =

@@ -47,7 +47,6 @@ mod queue;
 mod reconcile;
 mod walk;
 
-pub(crate) use admin::{clear, delete};
 pub(crate) use queue::{queue, queue_later};
 
 impl PgStore {

@@ -42,13 +42,13 @@ mod rows;
 
 use agentmesh_store::task_writes;
 pub(crate) use agentmesh_store::task_writes::{
-    cancel, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
+    cancel, heartbeat, reclaim_if_lease_expired, requeue, set_priority,
 };
 use claim::{claim, claim_locks, complete_then_claim};
-pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
+pub(crate) use enqueue::{enqueue, import_entries};
 pub(crate) use reads::{
-    active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
-    node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
+    active_assignments, entries, expired_leases, find, node_assignment_count, oldest_pending_created_at,
+    stats,
 };
 
 /// The dependency graph's lock for an enqueue of `tasks`: exclusive when one

@@ -1,6 +1,5 @@
 //! Reads of the queue.
 
-use agentmesh_core::lifecycle::match_completion;
 use agentmesh_core::{Task, TaskStatus, Timestamp};
 use agentmesh_store::{ActiveAssignment, StatusCount};
 use postgres::Row;
@@ -36,47 +35,10 @@ pub(crate) fn entries(db: &Db<'_>, mesh_id: &str, statuses: &[TaskStatus]) -> Re
     decode_rows(&rows)
 }
 
-/// One line per task (id, status, updatedAt) in id order: changes whenever a
-/// task is added, removed or rewritten.
-pub(crate) fn revision(db: &Db<'_>, mesh_id: &str) -> Res<String> {
-    let rows = db.query(
-        "SELECT id, status, updated_at FROM mesh_queue WHERE mesh_id = $1 ORDER BY id ASC",
-        &[&mesh_id],
-    )?;
-    let lines: Vec<String> = rows
-        .iter()
-        .map(|r| format!("{}\t{}\t{}", r.get::<_, &str>(0), r.get::<_, &str>(1), r.get::<_, &str>(2)))
-        .collect();
-    Ok(lines.join("\n"))
-}
-
-pub(crate) fn has_active_assignment(
-    db: &Db<'_>,
-    mesh_id: &str,
-    session_id: &str,
-    node_id: &str,
-) -> Res<bool> {
-    let row = db.query_opt(
-        "SELECT 1 FROM mesh_queue
-          WHERE mesh_id = $1 AND status = 'assigned'
-            AND (assigned_session_id = $2 OR assigned_node_id = $3) LIMIT 1",
-        &[&mesh_id, &session_id, &node_id],
-    )?;
-    Ok(row.is_some())
-}
-
 pub(crate) fn node_assignment_count(db: &Db<'_>, mesh_id: &str, node_id: &str) -> Res<u64> {
     let row = db.query_one(
         "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = $2",
         &[&mesh_id, &node_id],
-    )?;
-    Ok(unsigned(row.get(0)))
-}
-
-pub(crate) fn pending_count(db: &Db<'_>, mesh_id: &str) -> Res<u64> {
-    let row = db.query_one(
-        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'pending'",
-        &[&mesh_id],
     )?;
     Ok(unsigned(row.get(0)))
 }
@@ -143,17 +105,6 @@ pub(super) fn assigned_to_session(db: &Db<'_>, mesh_id: &str, session_id: &str) 
         &[&mesh_id, &session],
     )?;
     decode_rows(&rows)
-}
-
-pub(crate) fn find_assigned_by_session(
-    db: &Db<'_>,
-    mesh_id: &str,
-    session_id: &str,
-    occurred_at: Option<&str>,
-    task_id: Option<&str>,
-) -> Res<Option<Task>> {
-    let assigned = assigned_to_session(db, mesh_id, session_id)?;
-    Ok(match_completion(&assigned, task_id, occurred_at).cloned())
 }
 
 /// The (mesh, task) of every assigned task whose lease ran out before `now`, in

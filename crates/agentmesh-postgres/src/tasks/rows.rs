@@ -74,10 +74,6 @@ pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Load
 const DEPENDENTS: &str =
     "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2 ORDER BY task_id";
 
-pub(super) fn load_required(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Loaded> {
-    load(db, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
-}
-
 statement_row! {
     /// A task row's columns after its mesh, `$2` id through `$24` mission_id,
     /// as the insert and the update take them ([`TaskRow::values`]).

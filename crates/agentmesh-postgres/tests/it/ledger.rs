@@ -4,7 +4,6 @@
 
 use agentmesh_core::{LedgerEntry, SliceQuery};
 use agentmesh_store::LedgerStore;
-use agentmesh_store::prelude::*;
 use serde_json::json;
 
 use crate::support::TestDb;
@@ -36,7 +35,7 @@ fn page(store: &agentmesh_postgres::PgStore, after: u64) -> (Vec<String>, u64) {
 fn a_late_commit_is_read_after_the_entries_that_committed_before_it() {
     let url = agentmesh_test_support::require_postgres!();
     let db = TestDb::new(&url);
-    db.store.append_ledger(&entry("first")).expect("an entry");
+    db.store.import_ledger(&[entry("first")]).expect("an entry");
     let (ids, cursor) = page(&db.store, 0);
     assert_eq!(ids, ["first"]);
 
@@ -50,7 +49,7 @@ fn a_late_commit_is_read_after_the_entries_that_committed_before_it() {
     ))
     .expect("the late writer appends");
     // This one is numbered after it and commits first.
-    db.store.append_ledger(&entry("early")).expect("an entry");
+    db.store.import_ledger(&[entry("early")]).expect("an entry");
     let (ids, held) = page(&db.store, cursor);
     assert!(ids.is_empty(), "nothing past an open writer's entry may be handed out yet: {ids:?}");
     assert_eq!(held, cursor, "the cursor stays put");

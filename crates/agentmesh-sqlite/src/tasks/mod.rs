@@ -29,13 +29,13 @@ mod reads;
 mod rows;
 
 pub(crate) use agentmesh_store::task_writes::{
-    cancel, complete, heartbeat, reclaim, reclaim_if_lease_expired, requeue, set_priority,
+    cancel, complete, heartbeat, reclaim_if_lease_expired, requeue, set_priority,
 };
 pub(crate) use claim::claim;
-pub(crate) use enqueue::{delete_queue, enqueue, import_entries, insert_entry, replace_queue, update_entry};
+pub(crate) use enqueue::{enqueue, import_entries};
 pub(crate) use persist::Rows;
 pub(crate) use reads::{
-    active_assignments, entries, expired_leases, find, find_assigned_by_session, has_active_assignment,
-    mesh_task_count, node_assignment_count, oldest_pending_created_at, pending_count, revision, stats,
+    active_assignments, entries, expired_leases, find, mesh_task_count, node_assignment_count,
+    oldest_pending_created_at, stats,
 };
 pub(crate) use rows::backfill_projection;

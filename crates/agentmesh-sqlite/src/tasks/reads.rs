@@ -1,10 +1,9 @@
 //! Reads of the queue.
 
-use agentmesh_core::lifecycle::match_completion;
 use agentmesh_core::{Task, TaskStatus, Timestamp};
 use agentmesh_store::{ActiveAssignment, StatusCount};
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+use rusqlite::{Connection, params, params_from_iter};
 
 use super::rows::{decode, load};
 use crate::Res;
@@ -32,43 +31,12 @@ pub(crate) fn entries(conn: &Connection, mesh_id: &str, statuses: &[TaskStatus])
     decode_rows(rows)
 }
 
-pub(crate) fn revision(conn: &Connection, mesh_id: &str) -> Res<String> {
-    let mut stmt = conn
-        .prepare_cached("SELECT id, status, updated_at FROM mesh_queue WHERE mesh_id = ?1 ORDER BY id ASC")?;
-    let lines = stmt
-        .query_map([mesh_id], |r| {
-            Ok(format!("{}\t{}\t{}", r.get::<_, String>(0)?, r.get::<_, String>(1)?, r.get::<_, String>(2)?))
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(lines.join("\n"))
-}
-
-pub(crate) fn has_active_assignment(
-    conn: &Connection,
-    mesh_id: &str,
-    session_id: &str,
-    node_id: &str,
-) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT 1 FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-          WHERE mesh_id = ?1 AND status = 'assigned'
-            AND (assigned_session_id = ?2 OR assigned_node_id = ?3) LIMIT 1",
-    )?;
-    Ok(stmt.query_row(params![mesh_id, session_id, node_id], |_| Ok(())).optional()?.is_some())
-}
-
 pub(crate) fn node_assignment_count(conn: &Connection, mesh_id: &str, node_id: &str) -> Res<u64> {
     let mut stmt = conn.prepare_cached(
         "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
           WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id = ?2",
     )?;
     Ok(stmt.query_row(params![mesh_id, node_id], |r| r.get::<_, i64>(0))? as u64)
-}
-
-pub(crate) fn pending_count(conn: &Connection, mesh_id: &str) -> Res<u64> {
-    let mut stmt =
-        conn.prepare_cached("SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = ?1 AND status = 'pending'")?;
-    Ok(stmt.query_row([mesh_id], |r| r.get::<_, i64>(0))? as u64)
 }
 
 /// The statement of [`oldest_pending_created_at`]: one seek into
@@ -139,17 +107,6 @@ pub(super) fn assigned_to_session(conn: &Connection, mesh_id: &str, session_id: 
         .query_map(params![mesh_id, session], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<Vec<_>, _>>()?;
     decode_rows(rows)
-}
-
-pub(crate) fn find_assigned_by_session(
-    conn: &Connection,
-    mesh_id: &str,
-    session_id: &str,
-    occurred_at: Option<&str>,
-    task_id: Option<&str>,
-) -> Res<Option<Task>> {
-    let assigned = assigned_to_session(conn, mesh_id, session_id)?;
-    Ok(match_completion(&assigned, task_id, occurred_at).cloned())
 }
 
 pub(crate) fn expired_leases(conn: &Connection, now: Timestamp) -> Res<Vec<(String, String)>> {

@@ -48,10 +48,6 @@ pub(super) fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Optio
     }
 }
 
-pub(super) fn load_required(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Loaded> {
-    load(conn, mesh_id, task_id)?.ok_or_else(|| not_found(mesh_id, task_id))
-}
-
 /// Binds the values of a task row, in column order: `?1` id through `?24`
 /// mission_id, as both the insert and the update statements take them. Text is
 /// bound from the task's own strings, without copies of its own.

@@ -4,9 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use agentmesh_core::{Claimant, LedgerQuery, NewTask, SliceQuery, TaskStatus, Timestamp};
+use agentmesh_core::{
+    Claimant, CompletionFingerprint, LedgerQuery, NewTask, SliceQuery, TaskStatus, Timestamp,
+};
 use agentmesh_sqlite::{LegacyQueueState, SCHEMA_VERSION, SqliteStore};
 use agentmesh_store::prelude::*;
+use agentmesh_store::transfer::{Records, TransferStore};
 use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
 use serde_json::Value;
 
@@ -97,8 +100,9 @@ fn the_original_database_opens_and_upgrades_with_every_row_intact() {
     assert_eq!(auto["status"], odd["autoLaunchStatus"]);
 
     let ledger = &m["ledger"];
-    assert_eq!(store.ledger_count("mesh-alpha").unwrap(), ledger["mesh-alpha"].as_u64().unwrap());
-    assert_eq!(store.ledger_count("mesh-beta").unwrap(), ledger["mesh-beta"].as_u64().unwrap());
+    let count = |mesh: &str| store.read_ledger_ordered(mesh, &LedgerQuery::default()).unwrap().len() as u64;
+    assert_eq!(count("mesh-alpha"), ledger["mesh-alpha"].as_u64().unwrap());
+    assert_eq!(count("mesh-beta"), ledger["mesh-beta"].as_u64().unwrap());
     let ordered = store.read_ledger_ordered("mesh-alpha", &LedgerQuery::default()).unwrap();
     let first_any = ["mesh-alpha", "mesh-beta"]
         .iter()
@@ -165,10 +169,16 @@ fn a_legacy_ledger_dir_opens_through_beads_db_and_imports_its_queue_file_once() 
     assert_eq!(first.message, "legacy queue task 1");
     drop(store);
 
-    // Reopening never imports again, even after the mesh was emptied.
+    // Reopening never imports again, even with the file put back.
+    std::fs::copy(
+        dir.path().join("mesh-gamma.queue.json.imported"),
+        dir.path().join("mesh-gamma.queue.json"),
+    )
+    .unwrap();
     let store = SqliteStore::open_data_dir(dir.path()).unwrap();
-    store.delete_queue("mesh-gamma").unwrap();
-    assert!(store.queue_entries("mesh-gamma", &[]).unwrap().is_empty());
+    let again = store.queue_entries("mesh-gamma", &[]).unwrap();
+    assert_eq!(again.len(), gamma.len(), "nothing imported twice");
+    assert!(again.iter().any(|t| t.id == first.id && t.status == TaskStatus::Assigned), "the claim kept");
 }
 
 #[test]
@@ -308,6 +318,11 @@ fn note(id: &str, at: Timestamp) -> agentmesh_core::LedgerEntry {
     }
 }
 
+/// Appends one entry through the ledger import; whether it was new.
+fn append(store: &SqliteStore, entry: agentmesh_core::LedgerEntry) -> bool {
+    store.import_ledger(&[entry]).unwrap() == 1
+}
+
 fn ids(slice: &agentmesh_core::LedgerSlice) -> Vec<&str> {
     slice.entries.iter().map(|e| e.id.as_str()).collect()
 }
@@ -322,10 +337,10 @@ fn a_page_by_sequence_walks_a_bounded_stretch_past_other_meshes_entries() {
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
     let entry =
         |mesh: &str, id: String| agentmesh_core::LedgerEntry { mesh_id: mesh.into(), ..note(&id, NOW) };
-    store.append_ledger(&entry("quiet", "q-first".into())).unwrap();
+    append(&store, entry("quiet", "q-first".into()));
     let busy: Vec<_> = (0..25_000).map(|i| entry("busy", format!("b{i}"))).collect();
     assert_eq!(store.import_ledger(&busy).unwrap(), 25_000);
-    store.append_ledger(&entry("quiet", "q-last".into())).unwrap();
+    append(&store, entry("quiet", "q-last".into()));
 
     let mut cursor = 0;
     let (mut seen, mut pages) = (Vec::new(), Vec::new());
@@ -362,7 +377,7 @@ fn ledger_numbers_stay_unique_when_other_connections_append() {
     for i in 0..30 {
         let id = format!("e{i:02}");
         let store = if i % 3 == 2 { &b } else { &a };
-        assert!(store.append_ledger(&note(&id, NOW)).unwrap(), "{id} is new");
+        assert!(append(store, note(&id, NOW)), "{id} is new");
         want.push(id);
     }
     let raw = rusqlite::Connection::open(&path).unwrap();
@@ -374,7 +389,7 @@ fn ledger_numbers_stay_unique_when_other_connections_append() {
     .unwrap();
     want.push("raw".into());
     for id in ["after-raw", "e00"] {
-        a.append_ledger(&note(id, NOW)).unwrap();
+        append(&a, note(id, NOW));
     }
     want.push("after-raw".into());
     let page = a
@@ -393,7 +408,7 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
     for i in 0..3 {
-        assert!(store.append_ledger(&note(&format!("e{i}"), NOW.plus_millis(i * 1_000))).unwrap());
+        assert!(append(&store, note(&format!("e{i}"), NOW.plus_millis(i * 1_000))));
     }
     let by_seq =
         |after_seq| SliceQuery { after_seq: Some(after_seq), limit: Some(2), ..SliceQuery::default() };
@@ -407,7 +422,7 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     assert_eq!(by_time.cursor.next_after_seq, None, "a page by time carries no sequence cursor");
 
     // Committed now, stamped before everything the peer has read.
-    assert!(store.append_ledger(&note("late", NOW.plus_millis(-60_000))).unwrap());
+    assert!(append(&store, note("late", NOW.plus_millis(-60_000))));
 
     let next = store.ledger_slice("m", &by_seq(first.cursor.next_after_seq.unwrap())).unwrap();
     assert_eq!(ids(&next), ["e2", "late"], "the late entry follows in commit order");
@@ -417,11 +432,10 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     let old_cursor = SliceQuery { after_id: by_time.cursor.next_after_id, ..SliceQuery::default() };
     assert_eq!(ids(&store.ledger_slice("m", &old_cursor).unwrap()), ["e2"], "afterId passes it by");
 
-    // A deleted entry's number is never handed out again.
-    assert_eq!(store.delete_ledger_entries("m", &["late".to_owned()]).unwrap(), 1);
-    assert!(store.append_ledger(&note("after-delete", NOW)).unwrap());
-    let tail = store.ledger_slice("m", &by_seq(3)).unwrap();
-    assert_eq!(ids(&tail), ["after-delete"]);
+    // The next number follows the last one handed out.
+    assert!(append(&store, note("after-late", NOW)));
+    let tail = store.ledger_slice("m", &by_seq(4)).unwrap();
+    assert_eq!(ids(&tail), ["after-late"]);
     assert_eq!(tail.cursor.next_after_seq, Some(5));
     let empty = store.ledger_slice("m", &by_seq(5)).unwrap();
     assert!(empty.entries.is_empty());
@@ -434,8 +448,8 @@ fn an_entry_committed_late_is_on_the_next_page_by_sequence() {
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
     let mut other = note("elsewhere", NOW);
     other.mesh_id = "n".into();
-    assert!(store.append_ledger(&other).unwrap());
-    assert!(store.append_ledger(&note("reopened", NOW)).unwrap());
+    assert!(append(&store, other));
+    assert!(append(&store, note("reopened", NOW)));
     let page = store.ledger_slice("m", &by_seq(5)).unwrap();
     assert_eq!(ids(&page), ["reopened"]);
     assert_eq!((page.cursor.next_after_seq, page.cursor.head_seq), (Some(7), Some(7)));
@@ -516,7 +530,11 @@ fn a_wal_past_its_threshold_is_checkpointed_and_truncated() {
     assert!(!store.checkpoint_if_wal_exceeds(before + 1).unwrap(), "below the threshold nothing happens");
     assert!(store.checkpoint_if_wal_exceeds(0).unwrap());
     assert_eq!(std::fs::metadata(&wal).unwrap().len(), 0, "WAL truncated");
-    assert_eq!(store.pending_count("m").unwrap(), 200, "nothing lost by the checkpoint");
+    assert_eq!(
+        store.queue_entries("m", &[TaskStatus::Pending]).unwrap().len(),
+        200,
+        "nothing lost by the checkpoint"
+    );
 }
 
 #[test]
@@ -566,16 +584,13 @@ fn placement_suggests_eligible_nodes_and_rotates_round_robin_ties() {
 fn the_fingerprint_sweep_walks_the_expiry_index() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
-    for i in 0..100 {
-        store
-            .record_completion_fingerprint(
-                "m",
-                &format!("m::t{i}"),
-                if i % 2 == 0 { 1_000 } else { 60_000 },
-                NOW,
-            )
-            .unwrap();
-    }
+    let fingerprints = (0..100)
+        .map(|i| CompletionFingerprint {
+            fingerprint: format!("m::t{i}"),
+            expires_at_ms: NOW.millis() + if i % 2 == 0 { 1_000 } else { 60_000 },
+        })
+        .collect();
+    store.import_page("m", &Records::CompletionFingerprints(fingerprints)).unwrap();
     assert_eq!(store.sweep_completion_fingerprints(NOW.plus_millis(5_000)).unwrap(), 50);
     let conn = rusqlite::Connection::open(store.path()).unwrap();
     let plan: String = conn
@@ -701,7 +716,7 @@ fn a_held_event_can_be_requeued_and_then_delivered() {
     assert!(held.events.is_empty());
     assert_eq!(held.quarantined.len(), 1);
     let entry = store
-        .read_ledger("m", &LedgerQuery { kinds: vec!["event_held".into()], ..LedgerQuery::default() })
+        .read_ledger_ordered("m", &LedgerQuery { kinds: vec!["event_held".into()], ..LedgerQuery::default() })
         .unwrap()
         .remove(0);
     assert!(matches!(store.requeue_held_event("m", "nope", NOW), Err(StoreError::NotFound { .. })));
@@ -711,7 +726,7 @@ fn a_held_event_can_be_requeued_and_then_delivered() {
     assert_eq!(out.events.len(), 1, "delivered once requeued (accept mode)");
     assert_eq!(out.events[0].event.parse()["metadataEvent"]["taskId"], "t1");
     let requeued = store
-        .read_ledger(
+        .read_ledger_ordered(
             "m",
             &LedgerQuery { kinds: vec!["event_held_requeued".into()], ..LedgerQuery::default() },
         )

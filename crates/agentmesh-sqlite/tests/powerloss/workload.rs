@@ -32,6 +32,10 @@ pub(crate) const MESH: &str = "powerloss";
 const T0: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 /// Tasks the producer lets wait for a worker before it queues events instead.
 const MAX_WAITING: i64 = 40;
+
+/// The workers' claims: a lease of a millisecond, so that after a cut every task
+/// a stopped worker held has lapsed and is reclaimed.
+const LEASE: ClaimOptions = ClaimOptions { lease_ms: Some(1) };
 /// A ledger page of the follower.
 const PAGE: u32 = 200;
 /// How long into a stretch its checkpoint may come.
@@ -252,7 +256,7 @@ fn work(shared: &Shared<'_>, claimant: &Claimant, rng: &mut Rng) -> Seen {
     let mut held: Option<Task> = None;
     while !shared.stop.load(Ordering::Relaxed) {
         let Some(task) = held.take() else {
-            let claim = store.claim_next(MESH, claimant, &ClaimOptions::default(), clock.now());
+            let claim = store.claim_next(MESH, claimant, &LEASE, clock.now());
             match seen.settle(claim, disk, "claim") {
                 Some(ClaimOutcome::Claimed(task)) => {
                     shared.waiting.fetch_sub(1, Ordering::Relaxed);
@@ -270,8 +274,7 @@ fn work(shared: &Shared<'_>, claimant: &Claimant, rng: &mut Rng) -> Seen {
             let Some(done) = seen.settle(done, disk, "complete") else { break };
             seen.completed(&done);
         } else {
-            let opts = ClaimOptions::default();
-            let both = store.complete_and_claim(MESH, &report, claimant, &opts, clock.now());
+            let both = store.complete_and_claim(MESH, &report, claimant, &LEASE, clock.now());
             let Some((done, next)) = seen.settle(both, disk, "complete_and_claim") else { break };
             seen.completed(&done);
             if let ClaimOutcome::Claimed(next) = next {

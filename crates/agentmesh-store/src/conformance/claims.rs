@@ -2,7 +2,6 @@
 //! reasons, dependencies and blocks, node identity across daemon-id forms, and what
 //! a claim stamps on the task.
 
-use crate::CompatStore;
 use agentmesh_core::{
     ClaimRefusal, Claimant, NewTask, NotBefore, RequeueOptions, Requeued, TaskStatus, ledger::kinds,
 };
@@ -353,11 +352,11 @@ pub fn claim_stamps_the_assignment_and_records_task_claimed(store: &dyn Store) {
 }
 
 /// The epoch increases on every claim and reclaim: claim, reclaim, claim gives 1 then 3.
-pub fn epoch_increases_on_every_claim_and_reclaim(store: &dyn CompatStore) {
+pub fn epoch_increases_on_every_claim_and_reclaim(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));
-    let first = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    let first = claim_briefly(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     assert_eq!(first.epoch(), 1, "expected epoch 1 after the first claim");
-    let reclaimed = ok(store.reclaim_task(MESH, "t1", "worker vanished", at(3)), "reclaim");
+    let reclaimed = reclaim_lapsed(store, MESH, "t1", at(3));
     assert_eq!(reclaimed.epoch(), 2, "expected the reclaim to bump the epoch to 2");
     let second = claim_ok(store, MESH, &worker("node-2", "s2"), at(4), "t1");
     assert_eq!(second.epoch(), 3, "expected epoch 3 after claim, reclaim and claim");

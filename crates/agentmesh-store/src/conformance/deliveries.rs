@@ -6,7 +6,7 @@
 use agentmesh_core::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 
 use super::support::*;
-use crate::{CompatStore, DeliveryUpdate, Store};
+use crate::{DeliveryUpdate, Store};
 
 /// A delivery is queued unless given a status, stored as given, listed as returned, and replaced by its id.
 pub fn session_delivery_is_queued_by_default_and_read_back(store: &dyn Store) {
@@ -68,14 +68,14 @@ pub fn session_delivery_is_queued_by_default_and_read_back(store: &dyn Store) {
 }
 
 /// Statuses only move up the ranks (delivered, acked, completed); an acked delivery never goes back to queued.
-pub fn session_delivery_status_never_moves_backwards(store: &dyn CompatStore) {
+pub fn session_delivery_status_never_moves_backwards(store: &dyn Store) {
     insert_delivery(
         store,
         MESH,
         NewSessionDelivery { task_id: Some("t1".into()), ..delivery("d1", "s1", 0) },
         at(0),
     );
-    assert!(!has_confirmed_delivery(store, MESH, "t1"), "expected a queued delivery unconfirmed");
+    assert_eq!(delivery_status(store, MESH, "d1"), DeliveryStatus::Queued, "expected d1 queued");
 
     assert!(
         set_delivery_status(store, MESH, "d1", DeliveryStatus::Delivered, at(1)),
@@ -85,7 +85,7 @@ pub fn session_delivery_status_never_moves_backwards(store: &dyn CompatStore) {
         active_delivery_ids(store, MESH, None, at(1)).is_empty(),
         "expected a delivered delivery not active"
     );
-    assert!(has_confirmed_delivery(store, MESH, "t1"), "expected a delivered delivery confirmed");
+    assert_eq!(delivery_status(store, MESH, "d1"), DeliveryStatus::Delivered, "expected d1 delivered");
 
     assert!(
         set_delivery_status(store, MESH, "d1", DeliveryStatus::Acked, at(2)),
@@ -115,7 +115,7 @@ pub fn session_delivery_status_never_moves_backwards(store: &dyn CompatStore) {
         active_delivery_ids(store, MESH, None, at(4)).is_empty(),
         "expected a completed delivery not active"
     );
-    assert!(has_confirmed_delivery(store, MESH, "t1"), "expected a completed delivery confirmed");
+    assert_eq!(delivery_status(store, MESH, "d1"), DeliveryStatus::Completed, "expected d1 completed");
     for backwards in [DeliveryStatus::Queued, DeliveryStatus::Acked] {
         assert!(
             !set_delivery_status(store, MESH, "d1", backwards, at(5)),
@@ -126,7 +126,7 @@ pub fn session_delivery_status_never_moves_backwards(store: &dyn CompatStore) {
 }
 
 /// Failed, expired and cancelled deliveries are final: nothing moves out, not even to another final status.
-pub fn final_session_delivery_statuses_are_never_left(store: &dyn CompatStore) {
+pub fn final_session_delivery_statuses_are_never_left(store: &dyn Store) {
     for (i, end) in
         [DeliveryStatus::Failed, DeliveryStatus::Expired, DeliveryStatus::Cancelled].into_iter().enumerate()
     {
@@ -152,7 +152,7 @@ pub fn final_session_delivery_statuses_are_never_left(store: &dyn CompatStore) {
             !active_delivery_ids(store, MESH, None, at(12)).contains(&id),
             "expected the {end} delivery never active again"
         );
-        assert!(!has_confirmed_delivery(store, MESH, &task), "expected the {end} delivery never confirmed");
+        assert_eq!(delivery_status(store, MESH, &id), end, "expected the {end} delivery to stay {end}");
     }
 }
 
@@ -290,51 +290,8 @@ pub fn active_session_deliveries_are_waiting_unexpired_and_ordered(store: &dyn S
     );
 }
 
-/// A task has a confirmed delivery only when one of its deliveries is delivered, acked or completed.
-pub fn task_has_confirmed_delivery_only_for_delivered_acked_or_completed(store: &dyn CompatStore) {
-    for (i, status) in DeliveryStatus::ALL.into_iter().enumerate() {
-        let task = format!("t-{status}");
-        let new = NewSessionDelivery {
-            task_id: Some(task.clone()),
-            status: Some(status),
-            ..delivery(&format!("d-{status}"), "s1", 0)
-        };
-        insert_delivery(store, MESH, new, at(i as i64));
-        let expected =
-            matches!(status, DeliveryStatus::Delivered | DeliveryStatus::Acked | DeliveryStatus::Completed);
-        assert_eq!(
-            has_confirmed_delivery(store, MESH, &task),
-            expected,
-            "expected a task whose only delivery is {status} to be {} confirmed",
-            if expected { "" } else { "not" }
-        );
-    }
-    assert!(
-        !has_confirmed_delivery(store, MESH, "no-deliveries"),
-        "expected a task without deliveries unconfirmed"
-    );
-    assert!(
-        !has_confirmed_delivery(store, OTHER_MESH, "t-delivered"),
-        "expected mesh A's confirmed delivery invisible from mesh B"
-    );
-
-    // A second, confirmed delivery of a task confirms it.
-    let mut second = delivery("d-second", "s2", 0);
-    second.task_id = Some("t-queued".into());
-    insert_delivery(store, MESH, second, at(20));
-    assert!(!has_confirmed_delivery(store, MESH, "t-queued"), "expected two queued deliveries unconfirmed");
-    assert!(
-        set_delivery_status(store, MESH, "d-second", DeliveryStatus::Acked, at(21)),
-        "expected d-second acked"
-    );
-    assert!(
-        has_confirmed_delivery(store, MESH, "t-queued"),
-        "expected the task confirmed by its acked delivery"
-    );
-}
-
 /// Expiry moves only waiting deliveries whose expiresAt is at or before `now` to expired, in the mesh, and counts them.
-pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn CompatStore) {
+pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn Store) {
     let expiring = |id: &str, status, expires: i64| NewSessionDelivery {
         task_id: Some(format!("t-{id}")),
         status: Some(status),
@@ -363,14 +320,14 @@ pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn Com
             !set_delivery_status(store, MESH, id, DeliveryStatus::Queued, at(21)),
             "expected {id} final (expired)"
         );
-        assert!(
-            !has_confirmed_delivery(store, MESH, &format!("t-{id}")),
-            "expected expired {id} unconfirmed"
-        );
+        assert_eq!(delivery_status(store, MESH, id), DeliveryStatus::Expired, "expected {id} expired");
     }
-    for id in ["delivered-past", "completed-past"] {
-        assert!(
-            has_confirmed_delivery(store, MESH, &format!("t-{id}")),
+    for (id, status) in
+        [("delivered-past", DeliveryStatus::Delivered), ("completed-past", DeliveryStatus::Completed)]
+    {
+        assert_eq!(
+            delivery_status(store, MESH, id),
+            status,
             "expected {id} kept as it was: expiry only moves waiting deliveries"
         );
     }
@@ -391,43 +348,9 @@ pub fn expire_stale_session_deliveries_expires_only_waiting_ones(store: &dyn Com
     );
 }
 
-/// Deleting a mesh's deliveries deletes all of them, whatever their status, and no other mesh's.
-pub fn session_deliveries_are_deleted_by_mesh(store: &dyn CompatStore) {
-    insert_delivery(store, MESH, delivery("d1", "s1", 0), at(0));
-    insert_delivery(
-        store,
-        MESH,
-        NewSessionDelivery { status: Some(DeliveryStatus::Completed), ..delivery("d2", "s1", 0) },
-        at(1),
-    );
-    insert_delivery(store, MESH, delivery("d3", "s2", 0), at(2));
-    let elsewhere = insert_delivery(store, OTHER_MESH, delivery("b1", "s1", 0), at(0));
-    assert_eq!(
-        ok(store.delete_session_deliveries(MESH), "delete_session_deliveries(A)"),
-        3,
-        "expected A's three"
-    );
-    assert!(active_delivery_ids(store, MESH, None, at(3)).is_empty(), "expected A empty");
-    assert_not_found(
-        store.set_session_delivery_status(
-            MESH,
-            "d1",
-            DeliveryStatus::Acked,
-            &DeliveryUpdate::default(),
-            at(3),
-        ),
-        "delivery",
-        MESH,
-        "d1",
-        "a status change of a deleted delivery",
-    );
-    assert_eq!(active_deliveries(store, OTHER_MESH, None, at(3)), [elsewhere], "expected B's delivery kept");
-    assert_eq!(ok(store.delete_session_deliveries(MESH), "delete again"), 0, "expected nothing left in A");
-}
-
 /// The meshes with deliveries or dispatches are listed once each, sorted; a mesh
-/// with only tasks is not, nor one whose deliveries were all deleted.
-pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn CompatStore) {
+/// with only tasks is not.
+pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn Store) {
     let listed = |store: &dyn Store| ok(store.meshes_with_deliveries_or_dispatches(), "meshes listing");
     assert!(listed(store).is_empty(), "expected no mesh before anything is recorded");
     insert_delivery(store, "z-deliveries", delivery("d1", "s1", 0), at(0));
@@ -436,8 +359,6 @@ pub fn meshes_with_deliveries_or_dispatches_are_listed_once(store: &dyn CompatSt
     insert_delivery(store, "m-both", delivery("d3", "s1", 0), at(0));
     record_dispatch(store, "m-both", direct_dispatch("t2", Some("s1")), at(0));
     enqueue(store, "tasks-only", new_task("only a task"), at(0));
-    insert_delivery(store, "emptied", delivery("d4", "s1", 0), at(0));
-    ok(store.delete_session_deliveries("emptied"), "delete_session_deliveries(emptied)");
     assert_eq!(listed(store), ["a-dispatches", "m-both", "z-deliveries"]);
 }
 

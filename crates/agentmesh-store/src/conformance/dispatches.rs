@@ -4,7 +4,6 @@
 //! session, the sole-active lookup, stale marking, cleanup, deletion, validation and
 //! mesh isolation.
 
-use crate::CompatStore;
 use agentmesh_core::{DirectDispatch, DispatchStatus, NewDirectDispatch};
 
 use super::support::*;
@@ -49,7 +48,7 @@ pub fn direct_dispatch_is_recorded_and_listed_oldest_first(store: &dyn Store) {
 }
 
 /// Recording a dispatch for a task id that has one replaces that row: fresh status, time and fields.
-pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn CompatStore) {
+pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn Store) {
     record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
     set_dispatch_status(store, MESH, "t1", DispatchStatus::Acked, at(2));
     let again = NewDirectDispatch { message: "second attempt".into(), ..direct_dispatch("t1", Some("s2")) };
@@ -61,8 +60,11 @@ pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn CompatStor
     assert_eq!(replaced.session_id.as_deref(), Some("s2"), "expected the replacing row's session");
     assert_eq!(active_dispatches(store, MESH), [replaced], "expected one row for task t1, the replacing one");
     assert_eq!(
-        ok(store.sole_active_direct_dispatch(MESH, "s1"), "sole_active_direct_dispatch(s1)"),
-        None,
+        ok(
+            store.set_direct_dispatch_status(MESH, Some("s1"), None, DispatchStatus::Failed, at(6)),
+            "sweep s1"
+        ),
+        0,
         "expected the old session to hold no dispatch after the replacement"
     );
 }
@@ -176,31 +178,6 @@ pub fn completed_and_failed_direct_dispatches_never_change(store: &dyn Store) {
     );
 }
 
-/// The sole-active lookup names the session's one active dispatch, and gives None for none or several.
-pub fn sole_active_direct_dispatch_needs_exactly_one_active_row(store: &dyn CompatStore) {
-    let sole =
-        |session: &str| ok(store.sole_active_direct_dispatch(MESH, session), "sole_active_direct_dispatch");
-    assert_eq!(sole("s1"), None, "expected no sole dispatch for a session without dispatches");
-    record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
-    record_dispatch(store, OTHER_MESH, direct_dispatch("elsewhere", Some("s1")), at(1));
-    record_dispatch(store, MESH, direct_dispatch("other-session", Some("s2")), at(1));
-    assert_eq!(sole("s1"), Some("t1".into()), "expected the session's one dispatch");
-    set_dispatch_status(store, MESH, "t1", DispatchStatus::Acked, at(2));
-    assert_eq!(sole("s1"), Some("t1".into()), "expected an acked dispatch to count as active");
-    record_dispatch(store, MESH, direct_dispatch("t2", Some("s1")), at(3));
-    assert_eq!(sole("s1"), None, "expected None while the session has two active dispatches");
-    set_dispatch_status(store, MESH, "t2", DispatchStatus::Stale, at(4));
-    assert_eq!(sole("s1"), Some("t1".into()), "expected a stale dispatch not to count");
-    set_dispatch_status(store, MESH, "t1", DispatchStatus::Completed, at(5));
-    assert_eq!(sole("s1"), None, "expected None once the session's only active dispatch completed");
-    assert_eq!(sole("s2"), Some("other-session".into()), "expected s2's own dispatch");
-    assert_eq!(
-        ok(store.sole_active_direct_dispatch(OTHER_MESH, "s2"), "sole_active_direct_dispatch"),
-        None,
-        "expected s2's dispatch in mesh A invisible from mesh B"
-    );
-}
-
 /// Marking stale moves only `dispatched` rows of the mesh sent before the cutoff, and counts them.
 pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn Store) {
     record_dispatch(store, MESH, direct_dispatch("old", Some("s1")), at(0));
@@ -250,7 +227,7 @@ pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn
 }
 
 /// Cleanup deletes completed, failed and stale rows changed before the cutoff, in every mesh, and counts them.
-pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dyn CompatStore) {
+pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dyn Store) {
     for (task, status) in [
         ("done-old", DispatchStatus::Completed),
         ("failed-old", DispatchStatus::Failed),
@@ -276,21 +253,16 @@ pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dy
         0,
         "expected nothing left to clean up"
     );
-    // What remains in A: the two active rows and the recently ended one.
-    assert_eq!(
-        ok(store.delete_direct_dispatches(MESH), "delete_direct_dispatches"),
-        3,
-        "expected the active rows and the recently ended row kept by the cleanup"
-    );
-    assert_eq!(
-        ok(store.delete_direct_dispatches(OTHER_MESH), "delete_direct_dispatches(B)"),
-        0,
-        "expected B's old ended row deleted by the cleanup"
-    );
+    let kept = |mesh: &str, task: &str| ok(store.direct_dispatch(mesh, task), "direct_dispatch").is_some();
+    assert!(kept(MESH, "done-recently"), "expected the recently ended row kept by the cleanup");
+    for task in ["done-old", "failed-old", "stale-old"] {
+        assert!(!kept(MESH, task), "expected the old ended row {task} deleted");
+    }
+    assert!(!kept(OTHER_MESH, "elsewhere-old"), "expected B's old ended row deleted by the cleanup");
 }
 
-/// Deleting by mesh and by task ids deletes only the mesh's named rows and returns the counts.
-pub fn direct_dispatches_are_deleted_by_mesh_and_by_task(store: &dyn CompatStore) {
+/// Deleting by task ids deletes only the mesh's named rows, whatever their status, and returns the count.
+pub fn direct_dispatches_are_deleted_by_task(store: &dyn Store) {
     for (i, task) in ["t1", "t2", "t3"].into_iter().enumerate() {
         record_dispatch(store, MESH, direct_dispatch(task, Some("s1")), at(i as i64));
     }
@@ -313,20 +285,7 @@ pub fn direct_dispatches_are_deleted_by_mesh_and_by_task(store: &dyn CompatStore
     );
     assert_eq!(active_dispatch_ids(store, MESH), ["t2"], "expected t2 kept");
     assert_eq!(active_dispatches(store, OTHER_MESH), [elsewhere], "expected B's row untouched");
-
-    record_dispatch(store, MESH, direct_dispatch("t4", None), at(6));
-    assert_eq!(
-        ok(store.delete_direct_dispatches(MESH), "delete_direct_dispatches(A)"),
-        2,
-        "expected t2 and t4"
-    );
-    assert!(active_dispatch_ids(store, MESH).is_empty(), "expected A empty after deleting its dispatches");
-    assert_eq!(active_dispatch_ids(store, OTHER_MESH), ["b1"], "expected B's row kept");
-    assert_eq!(
-        ok(store.delete_direct_dispatches(OTHER_MESH), "delete_direct_dispatches(B)"),
-        1,
-        "expected b1"
-    );
+    assert!(ok(store.direct_dispatch(MESH, "t3"), "direct_dispatch(t3)").is_none(), "expected t3 gone");
 }
 
 /// A blank task id or via, an empty message or an unknown task mode is invalid input naming the field; nothing is recorded.
@@ -353,7 +312,7 @@ pub fn direct_dispatch_rejects_bad_input_naming_the_field(store: &dyn Store) {
 }
 
 /// Dispatches of one mesh are invisible to, and unchanged by, operations on another mesh.
-pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn CompatStore) {
+pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn Store) {
     let a1 = record_dispatch(store, MESH, direct_dispatch("a1", Some("s1")), at(0));
     assert!(active_dispatch_ids(store, OTHER_MESH).is_empty(), "expected A's dispatch invisible from B");
     let set_in_b = |session: Option<&str>, task: Option<&str>, status| {
@@ -378,7 +337,6 @@ pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn CompatStore) {
         0,
         "expected B unable to delete A's row"
     );
-    assert_eq!(ok(store.delete_direct_dispatches(OTHER_MESH), "delete B"), 0, "expected B to have no rows");
     assert_eq!(active_dispatches(store, MESH), [a1], "expected A's dispatch untouched by operations on B");
 }
 

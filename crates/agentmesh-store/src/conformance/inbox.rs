@@ -22,7 +22,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use serde_json::json;
 
 use super::support::*;
-use crate::{CompatStore, DrainRequest, DuplicateReason, InboxEvent, Store};
+use crate::{DrainRequest, DuplicateReason, InboxEvent, Store};
 
 const COMPLETED: &str = AGENT_GENERATING_COMPLETED;
 const READY: &str = AGENT_READY;
@@ -324,8 +324,9 @@ pub fn inbox_delivered_events_are_never_delivered_again(store: &dyn Store) {
     assert_pending_count(store, MESH, 0, "after everything was delivered");
 }
 
-/// Ack marks the given rows drained, delete removes rows (drained or not, freeing their fingerprint), clear empties the mesh; each returns how many rows it changed.
-pub fn inbox_ack_delete_and_clear_count_what_they_change(store: &dyn CompatStore) {
+/// Ack marks the given rows drained and returns how many it changed; an acked row
+/// is never handed out again and keeps its fingerprint.
+pub fn inbox_ack_counts_what_it_changes(store: &dyn Store) {
     let me = me();
     let ids: Vec<String> = (1..=5).map(|i| queue_completion(store, MESH, &format!("e{i}"), i, &me)).collect();
     // Out of order, and one of them twice: each row counts once.
@@ -337,46 +338,23 @@ pub fn inbox_ack_delete_and_clear_count_what_they_change(store: &dyn CompatStore
         ok(store.ack_pending_events(MESH, &[ids[0].clone(), "no-such-row".to_owned()], at(11)), "re-ack");
     assert_eq!(again, 0, "expected ack of a drained row and an unknown id to change nothing");
 
-    let deleted =
-        ok(store.delete_pending_events(MESH, &[ids[2].clone(), "no-such-row".to_owned()]), "delete e3");
-    assert_eq!(deleted, 1, "expected delete of one row and an unknown id to delete 1");
-    assert_pending_count(store, MESH, 2, "after an undrained row was deleted");
-    let deleted = ok(store.delete_pending_events(MESH, &ids[0..1]), "delete of acked e1");
-    assert_eq!(deleted, 1, "expected delete of a drained row to delete it");
-    assert_pending_count(store, MESH, 2, "after a drained row was deleted");
-
     assert_labels(
         &drain(store, MESH, &drain_request(&me), at(12)).events,
-        &["e4", "e5"],
-        "the drain after ack and delete",
+        &["e3", "e4", "e5"],
+        "the drain after the acks",
     );
-    // Deleted rows free their fingerprint; an acked row keeps it.
-    queue_event(store, MESH, completion_for(MESH, "e1", 13, &me), at(13));
-    queue_event(store, MESH, completion_for(MESH, "e3", 14, &me), at(14));
     assert_duplicate(
         store,
         MESH,
         completion_for(MESH, "e2", 15, &me),
         at(15),
         DuplicateReason::Fingerprint,
-        "e2 was acked, not deleted",
-    );
-
-    // Rows now: e2, e4, e5 (drained), e1, e3 (undrained).
-    let cleared = ok(store.clear_pending_events(MESH), "clear_pending_events");
-    assert_eq!(cleared, 5, "expected clear to delete every row of the mesh, drained ones included");
-    assert_pending_count(store, MESH, 0, "after clear");
-    assert_labels(&drain(store, MESH, &drain_request(&me), at(16)).events, &[], "a drain after clear");
-    queue_event(store, MESH, completion_for(MESH, "e2", 17, &me), at(17));
-    assert_eq!(
-        ok(store.clear_pending_events(MESH), "a second clear"),
-        1,
-        "expected the second clear to count 1"
+        "e2 was acked",
     );
 }
 
-/// Meshes are isolated: another mesh never sees, drains, acks, deletes, retracts or clears a mesh's events, and fingerprints and drained eventIds count per mesh.
-pub fn inbox_meshes_are_isolated(store: &dyn CompatStore) {
+/// Meshes are isolated: another mesh never sees, drains, acks or retracts a mesh's events, and fingerprints and drained eventIds count per mesh.
+pub fn inbox_meshes_are_isolated(store: &dyn Store) {
     let me = me();
     let (a_id, a_event) = queue_event(store, MESH, completion_for(MESH, "t1", 1, &me), at(1));
     let blocked = inbox_event(MESH, DISPATCH_BLOCKED, "t1", at(2));
@@ -396,21 +374,11 @@ pub fn inbox_meshes_are_isolated(store: &dyn CompatStore) {
         "expected no ack across meshes"
     );
     assert_eq!(
-        ok(store.delete_pending_events(OTHER_MESH, &ids), "delete elsewhere"),
-        0,
-        "expected no delete across meshes"
-    );
-    assert_eq!(
         ok(store.retract_dispatch_blocked(OTHER_MESH, "t1"), "retract elsewhere"),
         0,
         "expected no retract across meshes"
     );
-    assert_eq!(
-        ok(store.clear_pending_events(OTHER_MESH), "clear elsewhere"),
-        0,
-        "expected no clear across meshes"
-    );
-    assert_pending_count(store, MESH, 2, "after the other mesh acked, deleted, retracted and cleared");
+    assert_pending_count(store, MESH, 2, "after the other mesh acked and retracted");
 
     // The same completion in the other mesh is no duplicate.
     queue_event(store, OTHER_MESH, completion_for(OTHER_MESH, "t1", 4, &me), at(4));

@@ -2,7 +2,6 @@
 //! reads with their filters, deletion, import, the slice protocol
 //! `adhdev.mesh.ledger.slice.v1`, and mesh isolation.
 
-use crate::CompatStore;
 use agentmesh_core::ledger::{SLICE_DEFAULT_LIMIT, SLICE_MAX_LIMIT, SLICE_PROTOCOL};
 use agentmesh_core::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};
 use serde_json::json;
@@ -12,14 +11,17 @@ use crate::Store;
 
 /// Appends every entry, each of which must be new.
 #[track_caller]
-fn append_all(store: &dyn CompatStore, entries: &[LedgerEntry]) {
+fn append_all(store: &dyn Store, entries: &[LedgerEntry]) {
     for entry in entries {
-        assert!(
-            ok(store.append_ledger(entry), "append_ledger"),
-            "expected entry {} appended as new",
-            entry.id
-        );
+        let what = format!("import of entry {}", entry.id);
+        assert_eq!(ok(store.import_ledger(std::slice::from_ref(entry)), &what), 1, "expected {what} new");
     }
+}
+
+/// Whether the mesh's ledger holds an entry `id`.
+#[track_caller]
+fn holds(store: &dyn Store, mesh: &str, id: &str) -> bool {
+    ledger_entries(store, mesh).iter().any(|e| e.id == id)
 }
 
 /// Reads one slice page.
@@ -47,38 +49,19 @@ fn scrambled_entries(mesh: &str, count: usize) -> (Vec<LedgerEntry>, Vec<String>
     (entries, order.into_iter().map(|(_, id)| id).collect())
 }
 
-/// Appending an entry whose id exists returns false and changes nothing.
-pub fn ledger_append_is_idempotent_by_id(store: &dyn CompatStore) {
-    let entry = ledger_entry(MESH, "e1", "note", at(1));
-    assert!(ok(store.append_ledger(&entry), "first append"), "expected the first append of e1 to be new");
-    let mut again = entry.clone();
-    again.kind = "other".into();
-    again.payload = json!({"changed": true});
-    assert!(
-        !ok(store.append_ledger(&again), "second append"),
-        "expected a second append of e1 to return false"
-    );
-    assert_eq!(
-        ok(store.ledger_count(MESH), "ledger_count"),
-        1,
-        "expected one entry after appending e1 twice"
-    );
-    assert_eq!(ledger_entries(store, MESH), [entry], "expected the first e1 kept exactly as appended");
-}
-
 /// An entry with a blank kind is refused as invalid input naming `kind`, and nothing is appended.
-pub fn ledger_append_rejects_a_blank_kind(store: &dyn CompatStore) {
+pub fn ledger_import_rejects_a_blank_kind(store: &dyn Store) {
     append_all(store, &[ledger_entry(MESH, "e1", "note", at(1))]);
     for kind in ["", "   "] {
         let entry = ledger_entry(MESH, "blank", kind, at(2));
-        assert_invalid_input(store.append_ledger(&entry), "kind", "append of an entry with a blank kind");
+        assert_invalid_input(store.import_ledger(&[entry]), "kind", "import of an entry with a blank kind");
     }
-    assert_eq!(ok(store.ledger_count(MESH), "ledger_count"), 1, "expected nothing appended");
-    assert!(!ok(store.has_ledger_entry(MESH, "blank"), "has_ledger_entry"), "expected no entry blank");
+    assert_eq!(entry_ids(&ledger_entries(store, MESH)), ["e1"], "expected nothing appended");
 }
 
-/// `read_ledger` returns entries newest first (timestamp, then insertion), filtered by `tail`, `since` and kinds.
-pub fn read_ledger_is_newest_first_with_filters(store: &dyn CompatStore) {
+/// `read_ledger_ordered` returns entries oldest first (timestamp, then insertion),
+/// filtered by `tail` (the newest ones), `since` and kinds.
+pub fn read_ledger_ordered_filters_by_tail_since_and_kind(store: &dyn Store) {
     append_all(
         store,
         &[
@@ -92,30 +75,31 @@ pub fn read_ledger_is_newest_first_with_filters(store: &dyn CompatStore) {
             ledger_entry(MESH, "e0", "kind-b", at(0)),
         ],
     );
-    let read = |query: LedgerQuery| entry_ids(&ok(store.read_ledger(MESH, &query), "read_ledger"));
+    let read =
+        |query: LedgerQuery| entry_ids(&ok(store.read_ledger_ordered(MESH, &query), "read_ledger_ordered"));
     assert_eq!(
         read(LedgerQuery::default()),
-        ["e4", "e5", "e3", "e2", "e1", "e0"],
-        "expected newest first by timestamp, then by insertion"
+        ["e0", "e1", "e2", "e3", "e5", "e4"],
+        "expected oldest first by timestamp, then by insertion"
     );
     assert_eq!(
         read(LedgerQuery { tail: Some(2), ..LedgerQuery::default() }),
-        ["e4", "e5"],
+        ["e5", "e4"],
         "expected the 2 newest"
     );
     assert_eq!(
         read(LedgerQuery { since: Some(at(3).iso()), ..LedgerQuery::default() }),
-        ["e4", "e5", "e3"],
+        ["e3", "e5", "e4"],
         "expected only entries at or after since"
     );
     assert_eq!(
         read(LedgerQuery { kinds: vec!["kind-b".into()], ..LedgerQuery::default() }),
-        ["e5", "e2", "e0"],
+        ["e0", "e2", "e5"],
         "expected only kind-b entries"
     );
     assert_eq!(
         read(LedgerQuery { kinds: vec!["kind-a".into()], tail: Some(2), since: Some(at(1).iso()) }),
-        ["e4", "e3"],
+        ["e3", "e4"],
         "expected the filters combined: kind-a since 1 s, newest 2"
     );
 }
@@ -123,7 +107,7 @@ pub fn read_ledger_is_newest_first_with_filters(store: &dyn CompatStore) {
 /// Kind filters give the same entries whatever the kinds: the ones written for
 /// every task (enqueued, claimed, completed), rarer ones, and both together, in
 /// every read form.
-pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn CompatStore) {
+pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn Store) {
     append_all(
         store,
         &[
@@ -140,35 +124,23 @@ pub fn kind_filters_cover_task_kinds_and_rare_kinds_alike(store: &dyn CompatStor
         kinds: k.iter().map(|s| (*s).to_owned()).collect(),
         ..LedgerQuery::default()
     };
-    let newest = |k: &[&str]| entry_ids(&ok(store.read_ledger(MESH, &kinds(k)), "read_ledger"));
     let ordered =
         |k: &[&str]| entry_ids(&ok(store.read_ledger_ordered(MESH, &kinds(k)), "read_ledger_ordered"));
     let sliced = |k: &str| {
         let page = slice(store, MESH, SliceQuery { kind: Some(k.to_owned()), ..SliceQuery::default() });
         entry_ids(&page.entries)
     };
-    assert_eq!(newest(&["task_completed"]), ["k2", "k1"], "expected the completions, newest first");
-    assert_eq!(newest(&["task_failed"]), ["f1"], "expected the failure");
-    assert_eq!(newest(&["task_claimed", "completion_refused"]), ["r1", "c2", "c1"], "expected both kinds");
-    assert_eq!(newest(&["task_failed", "completion_refused"]), ["r1", "f1"], "expected both rare kinds");
+    assert_eq!(ordered(&["task_completed"]), ["k1", "k2"], "expected the completions");
+    assert_eq!(ordered(&["task_failed"]), ["f1"], "expected the failure");
+    assert_eq!(ordered(&["task_claimed", "completion_refused"]), ["c1", "c2", "r1"], "expected both kinds");
+    assert_eq!(ordered(&["task_failed", "completion_refused"]), ["f1", "r1"], "expected both rare kinds");
     assert_eq!(ordered(&["task_dispatched", "task_failed"]), ["d1", "f1"], "expected append order");
     assert_eq!(sliced("task_claimed"), ["c1", "c2"], "expected the claims in slice order");
     assert_eq!(sliced("completion_refused"), ["r1"], "expected the refusal in slice order");
 }
 
-/// `read_ledger` without a tail returns the newest 200 entries.
-pub fn read_ledger_defaults_to_200_entries(store: &dyn CompatStore) {
-    let entries: Vec<LedgerEntry> =
-        (0..205).map(|i| ledger_entry(MESH, &format!("e{i:03}"), "note", at(i))).collect();
-    append_all(store, &entries);
-    let read = ok(store.read_ledger(MESH, &LedgerQuery::default()), "read_ledger");
-    assert_eq!(read.len(), 200, "expected 200 entries when no tail is given");
-    assert_eq!(read.first().map(|e| e.id.as_str()), Some("e204"), "expected the newest entry first");
-    assert_eq!(read.last().map(|e| e.id.as_str()), Some("e005"), "expected the 5 oldest entries left out");
-}
-
 /// `read_ledger_ordered` returns entries in append order: timestamp, then insertion order within one instant.
-pub fn read_ledger_ordered_keeps_append_order(store: &dyn CompatStore) {
+pub fn read_ledger_ordered_keeps_append_order(store: &dyn Store) {
     append_all(
         store,
         &[
@@ -199,7 +171,7 @@ pub fn read_ledger_ordered_keeps_append_order(store: &dyn CompatStore) {
 }
 
 /// `read_ledger_ordered` with a tail returns the newest entries, still in append order.
-pub fn read_ledger_ordered_tail_is_newest_in_append_order(store: &dyn CompatStore) {
+pub fn read_ledger_ordered_tail_is_newest_in_append_order(store: &dyn Store) {
     append_all(
         store,
         &[
@@ -218,66 +190,8 @@ pub fn read_ledger_ordered_tail_is_newest_in_append_order(store: &dyn CompatStor
     assert_eq!(read(10), ["e1", "e2", "e4", "e3"], "expected every entry when the tail exceeds the ledger");
 }
 
-/// `delete_ledger_entries` deletes the given ids of the mesh and returns how many it deleted.
-pub fn ledger_delete_removes_entries_by_id(store: &dyn CompatStore) {
-    append_all(
-        store,
-        &[
-            ledger_entry(MESH, "e1", "note", at(1)),
-            ledger_entry(MESH, "e2", "note", at(2)),
-            ledger_entry(MESH, "e3", "note", at(3)),
-        ],
-    );
-    let ids = ["e1".to_owned(), "e3".to_owned(), "missing".to_owned()];
-    assert_eq!(
-        ok(store.delete_ledger_entries(MESH, &ids), "delete_ledger_entries"),
-        2,
-        "expected 2 deleted (the unknown id does not count)"
-    );
-    assert_eq!(entry_ids(&ledger_entries(store, MESH)), ["e2"], "expected only e2 left");
-    assert_eq!(
-        ok(store.delete_ledger_entries(MESH, &[]), "delete_ledger_entries"),
-        0,
-        "expected 0 for no ids"
-    );
-}
-
-/// `clear_ledger` deletes every entry of one mesh, returns how many, and leaves other meshes alone.
-pub fn ledger_clear_empties_one_mesh(store: &dyn CompatStore) {
-    append_all(
-        store,
-        &[
-            ledger_entry(MESH, "a1", "note", at(1)),
-            ledger_entry(MESH, "a2", "note", at(2)),
-            ledger_entry(OTHER_MESH, "b1", "note", at(3)),
-        ],
-    );
-    assert_eq!(ok(store.clear_ledger(MESH), "clear_ledger"), 2, "expected 2 entries cleared");
-    assert_eq!(ok(store.ledger_count(MESH), "ledger_count"), 0, "expected the mesh's ledger empty");
-    assert_eq!(
-        ok(store.ledger_count(OTHER_MESH), "ledger_count"),
-        1,
-        "expected the other mesh's ledger kept"
-    );
-    assert_eq!(ok(store.clear_ledger(MESH), "clear_ledger"), 0, "expected 0 when clearing an empty ledger");
-}
-
-/// `has_ledger_entry` and `ledger_count` reflect appends and deletions.
-pub fn ledger_has_and_count_track_appends(store: &dyn CompatStore) {
-    let has = |id: &str| ok(store.has_ledger_entry(MESH, id), "has_ledger_entry");
-    let count = || ok(store.ledger_count(MESH), "ledger_count");
-    assert_eq!(count(), 0, "expected an empty ledger to count 0");
-    assert!(!has("e1"), "expected no e1 before the append");
-    append_all(store, &[ledger_entry(MESH, "e1", "note", at(1)), ledger_entry(MESH, "e2", "note", at(2))]);
-    assert!(has("e1") && has("e2"), "expected both appended entries present");
-    assert_eq!(count(), 2, "expected 2 entries");
-    ok(store.delete_ledger_entries(MESH, &["e1".to_owned()]), "delete_ledger_entries");
-    assert!(!has("e1"), "expected e1 gone after its deletion");
-    assert_eq!(count(), 1, "expected 1 entry after a deletion");
-}
-
 /// `import_ledger` imports entries from elsewhere and counts only the new ones.
-pub fn ledger_import_counts_only_new_entries(store: &dyn CompatStore) {
+pub fn ledger_import_counts_only_new_entries(store: &dyn Store) {
     append_all(store, &[ledger_entry(MESH, "known", "note", at(1))]);
     let batch = [
         ledger_entry(MESH, "known", "note", at(1)),
@@ -292,16 +206,17 @@ pub fn ledger_import_counts_only_new_entries(store: &dyn CompatStore) {
         "expected the new entries of the mesh in timestamp order"
     );
     assert_eq!(ledger_entries(store, MESH)[1], batch[1], "expected an imported entry stored as given");
-    assert!(
-        ok(store.has_ledger_entry(OTHER_MESH, "new-b"), "has"),
-        "expected an entry imported into its own mesh"
-    );
+    assert!(holds(store, OTHER_MESH, "new-b"), "expected an entry imported into its own mesh");
     assert_eq!(ok(store.import_ledger(&batch), "import_ledger"), 0, "expected a repeated import to count 0");
-    assert_eq!(ok(store.ledger_count(MESH), "ledger_count"), 3, "expected a repeated import to add nothing");
+    assert_eq!(ledger_entries(store, MESH).len(), 3, "expected a repeated import to add nothing");
+    let mut changed = batch[1].clone();
+    changed.payload = json!({"changed": true});
+    assert_eq!(ok(store.import_ledger(&[changed]), "import_ledger"), 0, "expected a known id skipped");
+    assert_eq!(ledger_entries(store, MESH)[1], batch[1], "expected the first new-1 kept exactly as imported");
 }
 
 /// `import_ledger` refuses a batch with an invalid entry (bad timestamp, non-object payload) naming the field, importing none of it.
-pub fn ledger_import_rejects_an_invalid_entry_and_imports_nothing(store: &dyn CompatStore) {
+pub fn ledger_import_rejects_an_invalid_entry_and_imports_nothing(store: &dyn Store) {
     append_all(store, &[ledger_entry(MESH, "known", "note", at(1))]);
     let good = ledger_entry(MESH, "good", "remote", at(2));
 
@@ -321,15 +236,12 @@ pub fn ledger_import_rejects_an_invalid_entry_and_imports_nothing(store: &dyn Co
         "import of an entry whose payload is not an object",
     );
 
-    assert!(
-        !ok(store.has_ledger_entry(MESH, "good"), "has"),
-        "expected the valid entry of a refused batch not imported"
-    );
+    assert!(!holds(store, MESH, "good"), "expected the valid entry of a refused batch not imported");
     assert_eq!(entry_ids(&ledger_entries(store, MESH)), ["known"], "expected the ledger unchanged");
 }
 
 /// A slice page holds 100 entries by default; the limit is clamped to 1..=500.
-pub fn ledger_slice_default_and_clamped_limits(store: &dyn CompatStore) {
+pub fn ledger_slice_default_and_clamped_limits(store: &dyn Store) {
     let (entries, order) = scrambled_entries(MESH, 600);
     append_all(store, &entries);
 
@@ -361,7 +273,7 @@ pub fn ledger_slice_default_and_clamped_limits(store: &dyn CompatStore) {
 }
 
 /// A slice returns the entries strictly after the `afterId` cursor in (timestamp, id) order.
-pub fn ledger_slice_orders_by_timestamp_then_id_after_the_cursor(store: &dyn CompatStore) {
+pub fn ledger_slice_orders_by_timestamp_then_id_after_the_cursor(store: &dyn Store) {
     append_all(
         store,
         &[
@@ -401,7 +313,7 @@ pub fn ledger_slice_orders_by_timestamp_then_id_after_the_cursor(store: &dyn Com
 }
 
 /// Paging 1,234 entries 100 at a time returns every entry exactly once in order; the last page says no more.
-pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn CompatStore) {
+pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn Store) {
     let (entries, order) = scrambled_entries(MESH, 1_234);
     append_all(store, &entries);
     let mut seen: Vec<String> = Vec::new();
@@ -440,7 +352,7 @@ pub fn ledger_slice_pages_every_entry_exactly_once(store: &dyn CompatStore) {
 /// numbers only grow, an empty page keeps the cursor, every page names the same
 /// origin and the mesh's head (whatever the filters), and another mesh's
 /// entries never show.
-pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatStore) {
+pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn Store) {
     append_all(
         store,
         &[
@@ -502,7 +414,7 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn CompatS
 }
 
 /// An `afterId` that is not in the mesh's ledger gives an empty page.
-pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn CompatStore) {
+pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn Store) {
     append_all(
         store,
         &[ledger_entry(MESH, "e1", "note", at(1)), ledger_entry(OTHER_MESH, "b1", "note", at(2))],
@@ -515,7 +427,7 @@ pub fn ledger_slice_unknown_after_id_gives_an_empty_page(store: &dyn CompatStore
 }
 
 /// A slice with a kind returns only entries of that kind, and pages through them.
-pub fn ledger_slice_filters_by_kind(store: &dyn CompatStore) {
+pub fn ledger_slice_filters_by_kind(store: &dyn Store) {
     let (entries, order) = scrambled_entries(MESH, 300);
     append_all(store, &entries);
     let rare: Vec<String> = order
@@ -538,28 +450,14 @@ pub fn ledger_slice_filters_by_kind(store: &dyn CompatStore) {
     assert!(!second.cursor.has_more, "expected no more kind-rare entries");
 }
 
-/// Entries of one mesh never show up in another mesh's reads, counts, slices or deletions.
-pub fn ledger_is_isolated_by_mesh(store: &dyn CompatStore) {
+/// Entries of one mesh never show up in another mesh's reads or slices.
+pub fn ledger_is_isolated_by_mesh(store: &dyn Store) {
     append_all(store, &[ledger_entry(MESH, "a1", "note", at(1)), ledger_entry(MESH, "a2", "note", at(2))]);
     enqueue(store, MESH, new_task("t-a"), at(3));
     let a_before = ledger_entries(store, MESH);
 
-    assert_eq!(ok(store.ledger_count(OTHER_MESH), "ledger_count"), 0, "expected B's ledger empty");
-    assert!(ok(store.read_ledger(OTHER_MESH, &LedgerQuery::default()), "read_ledger").is_empty());
-    assert!(ledger_entries(store, OTHER_MESH).is_empty(), "expected B's ordered ledger empty");
+    assert!(ledger_entries(store, OTHER_MESH).is_empty(), "expected B's ledger empty");
     assert!(slice(store, OTHER_MESH, SliceQuery::default()).entries.is_empty(), "expected B's slice empty");
-    assert!(!ok(store.has_ledger_entry(OTHER_MESH, "a1"), "has"), "expected a1 invisible from B");
-    assert_eq!(
-        ok(store.delete_ledger_entries(OTHER_MESH, &["a1".to_owned()]), "delete_ledger_entries"),
-        0,
-        "expected B unable to delete A's entry"
-    );
-    assert_eq!(
-        ok(store.clear_ledger(OTHER_MESH), "clear_ledger"),
-        0,
-        "expected clearing B to clear nothing of A"
-    );
-    assert_eq!(ledger_entries(store, MESH), a_before, "expected A's ledger untouched by B's operations");
 
     append_all(store, &[ledger_entry(OTHER_MESH, "b1", "note", at(4))]);
     assert_eq!(entry_ids(&ledger_entries(store, OTHER_MESH)), ["b1"], "expected B to see only its own entry");

@@ -5,10 +5,11 @@
 use agentmesh_core::{ClaimRefusal, NewTask, RequeueOptions, Requeued, TaskPriority, TaskStatus, Timestamp};
 
 use super::support::*;
-use crate::{ClaimOptions, CompatStore, CompletionReport, Store, StoreError};
+use crate::transfer::TransferStore;
+use crate::{ClaimOptions, CompletionReport, Store, StoreError};
 
 /// A completion by the holding session at the current epoch completes the task with its summary and records `task_completed`.
-pub fn complete_with_matching_session_and_epoch_completes(store: &dyn CompatStore) {
+pub fn complete_with_matching_session_and_epoch_completes(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     let mut ledger = LedgerCursor::new(store, MESH);
@@ -20,7 +21,7 @@ pub fn complete_with_matching_session_and_epoch_completes(store: &dyn CompatStor
     assert_eq!(done_task.updated_at, at(3).iso(), "expected updatedAt = the completion time");
     assert_eq!(find(store, MESH, "t1"), done_task, "expected the stored task to equal the returned one");
     assert!(
-        !ok(store.has_active_assignment(MESH, "s1", "node-1"), "has_active_assignment"),
+        ok(store.active_assignments(MESH), "active_assignments").is_empty(),
         "expected the session free after its completion"
     );
 }
@@ -37,86 +38,57 @@ pub fn repeated_completion_is_refused_and_recorded(store: &dyn Store) {
     assert_eq!(find(store, MESH, "t1"), completed, "expected the completed task left as it was");
 }
 
-/// Completion matching orders a session's assigned tasks by dispatch time (never updatedAt) and still finds the latest when the event time precedes every dispatch.
-pub fn completion_matching_uses_dispatch_time_under_clock_skew(store: &dyn CompatStore) {
-    let mut older = assigned_row("m-old", "s1", at(1));
-    // A later updatedAt must not make the older dispatch look newer.
-    older.updated_at = at(50).iso();
-    let newer = assigned_row("m-new", "s1", at(2));
-    let foreign = assigned_row("m-other", "s2", at(3));
-    for row in [&older, &newer, &foreign] {
-        ok(store.insert_queue_entry(row), "insert_queue_entry of an assigned row");
+/// A completion that names no task matches the session's assigned tasks by
+/// dispatch time (never `updatedAt`): the latest dispatch at or before the
+/// worker's `occurredAt`, and the latest of all when the worker's clock runs behind
+/// every dispatch or it sends no time. Another session's task is never touched.
+pub fn completion_matching_uses_dispatch_time_under_clock_skew(store: &dyn TransferStore) {
+    let cases = [
+        ("behind", Some(at(0)), "new", "an event dated before every dispatch (worker clock behind)"),
+        ("between", Some(T0.plus_millis(1_500)), "old", "an event between the dispatches"),
+        ("late", Some(at(9)), "new", "a late event"),
+        ("untimed", None, "new", "no event time"),
+    ];
+    for (session, occurred, expected, what) in cases {
+        let mut older = assigned_row(&format!("{session}-old"), session, at(1));
+        // A later updatedAt must not make the older dispatch look newer.
+        older.updated_at = at(50).iso();
+        let newer = assigned_row(&format!("{session}-new"), session, at(2));
+        seed_tasks(store, &[older, newer]);
+        let report = CompletionReport {
+            session_id: session.into(),
+            task_id: None,
+            epoch: None,
+            occurred_at: occurred.map(Timestamp::iso),
+            outcome: done("found by time"),
+        };
+        let completed = ok(store.complete_task(MESH, &report, at(10)), "completion without a task id");
+        assert_eq!(
+            completed.id,
+            format!("{session}-{expected}"),
+            "expected {what} to match the {expected} dispatch"
+        );
+        let other = if expected == "new" { "old" } else { "new" };
+        assert_status(store, MESH, &format!("{session}-{other}"), TaskStatus::Assigned);
     }
-    let matched = |occurred: Option<Timestamp>| {
-        let occurred = occurred.map(Timestamp::iso);
-        ok(store.find_assigned_by_session(MESH, "s1", occurred.as_deref(), None), "find_assigned_by_session")
-            .map(|t| t.id)
-    };
-    assert_eq!(
-        matched(Some(at(0))).as_deref(),
-        Some("m-new"),
-        "expected an event dated before every dispatch (worker clock behind) to match the latest dispatch"
-    );
-    assert_eq!(
-        matched(Some(T0.plus_millis(1_500))).as_deref(),
-        Some("m-old"),
-        "expected an event between the dispatches to match the latest dispatch at or before it"
-    );
-    assert_eq!(
-        matched(Some(at(9))).as_deref(),
-        Some("m-new"),
-        "expected a late event to match the latest dispatch"
-    );
-    assert_eq!(
-        matched(None).as_deref(),
-        Some("m-new"),
-        "expected no event time to match the latest dispatch"
-    );
-
-    let report = CompletionReport {
-        session_id: "s1".into(),
-        task_id: None,
-        epoch: None,
-        occurred_at: Some(at(0).iso()),
-        outcome: done("skewed but found"),
-    };
-    let completed = ok(store.complete_task(MESH, &report, at(10)), "completion without a task id");
-    assert_eq!(completed.id, "m-new", "expected the skewed completion to complete the latest dispatch");
-    assert_status(store, MESH, "m-old", TaskStatus::Assigned);
-    assert_status(store, MESH, "m-other", TaskStatus::Assigned);
+    seed_tasks(store, &[assigned_row("foreign", "s-other", at(3))]);
+    assert_status(store, MESH, "foreign", TaskStatus::Assigned);
 }
 
-/// Completion matching takes the exact task id when the session holds it, and never another session's task.
-pub fn completion_matching_prefers_the_exact_task_id(store: &dyn CompatStore) {
-    for row in [
-        assigned_row("x-old", "s1", at(1)),
-        assigned_row("x-new", "s1", at(2)),
-        assigned_row("x-foreign", "s2", at(3)),
-    ] {
-        ok(store.insert_queue_entry(&row), "insert_queue_entry of an assigned row");
-    }
-    let matched = |task_id: &str| {
-        ok(
-            store.find_assigned_by_session(MESH, "s1", Some(&at(9).iso()), Some(task_id)),
-            "find_assigned_by_session",
-        )
-        .map(|t| t.id)
+/// A completion naming the task takes that task when the session holds it, over
+/// the dispatch order.
+pub fn completion_matching_prefers_the_exact_task_id(store: &dyn TransferStore) {
+    seed_tasks(store, &[assigned_row("x-old", "s1", at(1)), assigned_row("x-new", "s1", at(2))]);
+    let report = CompletionReport {
+        session_id: "s1".into(),
+        task_id: Some("x-old".into()),
+        epoch: None,
+        occurred_at: Some(at(9).iso()),
+        outcome: done("the named one"),
     };
-    assert_eq!(
-        matched("x-old").as_deref(),
-        Some("x-old"),
-        "expected the exact task id to win over dispatch order"
-    );
-    assert_eq!(
-        matched("x-foreign").as_deref(),
-        Some("x-new"),
-        "expected another session's task id ignored and the session's own latest task matched"
-    );
-    assert_eq!(
-        ok(store.find_assigned_by_session(MESH, "s-idle", None, None), "find_assigned_by_session"),
-        None,
-        "expected nothing for a session without assigned tasks"
-    );
+    let completed = ok(store.complete_task(MESH, &report, at(10)), "completion naming x-old");
+    assert_eq!(completed.id, "x-old", "expected the exact task id to win over dispatch order");
+    assert_status(store, MESH, "x-new", TaskStatus::Assigned);
 }
 
 /// A completion without a task id completes the session's assigned task.
@@ -156,10 +128,10 @@ pub fn completion_without_an_assigned_task_is_refused(store: &dyn Store) {
 }
 
 /// A completion carrying a stale epoch is refused with `StaleEpoch`, recorded as `completion_refused`, and changes nothing else.
-pub fn stale_epoch_completion_is_refused_and_recorded(store: &dyn CompatStore) {
+pub fn stale_epoch_completion_is_refused_and_recorded(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));
-    let first = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
-    ok(store.reclaim_task(MESH, "t1", "lease expired", at(3)), "reclaim");
+    let first = claim_briefly(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    reclaim_lapsed(store, MESH, "t1", at(3));
     let current = claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "t1");
     assert_eq!(current.epoch(), 3, "expected epoch 3 after claim, reclaim, claim");
     let mut ledger = LedgerCursor::new(store, MESH);
@@ -257,12 +229,12 @@ pub fn completion_from_another_session_is_refused(store: &dyn Store) {
 }
 
 /// A completion naming a task the session no longer holds (reclaimed and taken by another session, or cancelled) is refused and recorded, and the session's live task stays assigned: it never falls through to the task the session holds now.
-pub fn completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays(store: &dyn CompatStore) {
+pub fn completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stays(store: &dyn Store) {
     for id in ["t1", "t2", "t3", "t4"] {
         enqueue(store, MESH, new_task(id), at(1));
     }
-    claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
-    ok(store.reclaim_task(MESH, "t1", "lease expired", at(3)), "reclaim of t1");
+    claim_briefly(store, MESH, &worker("node-1", "s1"), at(2), "t1");
+    reclaim_lapsed(store, MESH, "t1", at(3));
     let taken = claim_ok(store, MESH, &worker("node-2", "s2"), at(4), "t1");
     let live = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "t2");
     let mut ledger = LedgerCursor::new(store, MESH);
@@ -315,7 +287,7 @@ pub fn cancel_of_a_finished_task_is_refused_and_changes_nothing(store: &dyn Stor
 /// A priority change reorders the pending claims, is recorded as
 /// `task_priority_changed` with both priorities, and is refused for a finished
 /// task without changing anything.
-pub fn priority_changes_reorder_claims_and_finished_tasks_refuse_them(store: &dyn CompatStore) {
+pub fn priority_changes_reorder_claims_and_finished_tasks_refuse_them(store: &dyn Store) {
     enqueue(store, MESH, new_task("first"), at(1));
     enqueue(store, MESH, new_task("second"), at(2));
     let mut ledger = LedgerCursor::new(store, MESH);
@@ -325,7 +297,7 @@ pub fn priority_changes_reorder_claims_and_finished_tasks_refuse_them(store: &dy
     assert_eq!(raised.priority, Some(TaskPriority::High), "expected the new priority");
     assert_eq!(raised.updated_at, at(3).iso(), "expected updatedAt = the change time");
     assert_eq!(find(store, MESH, "second"), raised, "expected the stored task to equal the returned one");
-    let entry = ok(store.read_ledger(MESH, &agentmesh_core::LedgerQuery::default()), "ledger")
+    let entry = ledger_entries(store, MESH)
         .into_iter()
         .find(|e| e.kind == "task_priority_changed")
         .expect("the entry");
@@ -473,14 +445,15 @@ pub fn requeue_of_an_assigned_task_needs_force(store: &dyn Store) {
     claim_ok(store, MESH, &worker("node-2", "s2"), at(6), "t1");
 }
 
-/// Reclaim returns an assigned task to pending and records `task_reclaimed`; the fourth reclaim fails the task.
-pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn CompatStore) {
+/// A reclaim of a lapsed lease returns an assigned task to pending and records
+/// `task_reclaimed`; the fourth reclaim fails the task.
+pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(0));
     let mut ledger = LedgerCursor::new(store, MESH);
     for round in 1..=3_u32 {
         let now = i64::from(round) * 10;
-        claim_ok(store, MESH, &worker("node-1", "s1"), at(now), "t1");
-        let back = ok(store.reclaim_task(MESH, "t1", "stranded", at(now + 1)), "reclaim");
+        claim_briefly(store, MESH, &worker("node-1", "s1"), at(now), "t1");
+        let back = reclaim_lapsed(store, MESH, "t1", at(now + 2));
         ledger.assert_new(store, "a claim and a reclaim", &["task_claimed:t1", "task_reclaimed:t1"]);
         assert_eq!(
             back.status,
@@ -491,8 +464,8 @@ pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn CompatStore)
         assert_eq!(back.stranded_reclaim_count, Some(round), "expected strandedReclaimCount {round}");
         assert_eq!(find(store, MESH, "t1"), back, "expected the stored task to equal the returned one");
     }
-    claim_ok(store, MESH, &worker("node-1", "s1"), at(40), "t1");
-    let last = ok(store.reclaim_task(MESH, "t1", "stranded", at(41)), "fourth reclaim");
+    claim_briefly(store, MESH, &worker("node-1", "s1"), at(40), "t1");
+    let last = reclaim_lapsed(store, MESH, "t1", at(42));
     ledger.assert_new(store, "the fourth claim and reclaim", &["task_claimed:t1", "task_reclaimed:t1"]);
     assert_eq!(last.status, TaskStatus::Failed, "expected the fourth reclaim to fail the task");
     let reason = last.failure_reason.clone().unwrap_or_default();
@@ -501,8 +474,8 @@ pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn CompatStore)
         "expected a stranded failure, got {reason:?}"
     );
 
-    let err = expect_err(store.reclaim_task(MESH, "t1", "again", at(42)), "reclaim of a failed task");
-    assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
+    let again = ok(store.reclaim_if_lease_expired(MESH, "t1", at(43)), "reclaim of a failed task");
+    assert_eq!(again, None, "expected a failed task left alone by the lease sweep");
 }
 
 /// A heartbeat by the holder at the current epoch extends the lease; a stale epoch or another session is refused.
@@ -578,7 +551,7 @@ pub fn expired_leases_lists_only_lapsed_assignments(store: &dyn Store) {
 }
 
 /// Every state change appends exactly its own ledger entries, in order, and refusals of claims append nothing.
-pub fn every_state_change_records_its_ledger_entries(store: &dyn CompatStore) {
+pub fn every_state_change_records_its_ledger_entries(store: &dyn Store) {
     let mut ledger = LedgerCursor::new(store, MESH);
     enqueue(store, MESH, new_task("dep"), at(1));
     ledger.assert_new(store, "enqueue of dep", &["task_dispatched:dep"]);
@@ -602,9 +575,9 @@ pub fn every_state_change_records_its_ledger_entries(store: &dyn CompatStore) {
     ok(store.requeue_task(MESH, "dep", &RequeueOptions::default(), at(7)), "requeue of dep");
     ledger.assert_new(store, "requeue of dep", &["task_requeued:dep", "task_unblocked:child"]);
 
-    claim_ok(store, MESH, &worker("node-1", "s1"), at(8), "dep");
+    claim_briefly(store, MESH, &worker("node-1", "s1"), at(8), "dep");
     ledger.assert_new(store, "claim of dep", &["task_claimed:dep"]);
-    ok(store.reclaim_task(MESH, "dep", "stranded", at(9)), "reclaim of dep");
+    reclaim_lapsed(store, MESH, "dep", at(9));
     ledger.assert_new(store, "reclaim of dep", &["task_reclaimed:dep"]);
     let dep = claim_ok(store, MESH, &worker("node-1", "s1"), at(10), "dep");
     ledger.assert_new(store, "claim of dep", &["task_claimed:dep"]);
@@ -651,8 +624,8 @@ pub fn reclaim_if_lease_expired_rechecks_the_lease(store: &dyn Store) {
 }
 
 /// Session ids match after trimming, as the original compared them: a task whose stored assigned session is padded (`" sess-pad "`) is completed by a report from `sess-pad` that names no task, and failed by one from `" sess-pad"` that does.
-pub fn completion_matches_a_padded_session_after_trimming(store: &dyn CompatStore) {
-    ok(store.insert_queue_entry(&assigned_row("t1", " sess-pad ", at(1))), "insert of an assigned row");
+pub fn completion_matches_a_padded_session_after_trimming(store: &dyn TransferStore) {
+    seed_tasks(store, &[assigned_row("t1", " sess-pad ", at(1))]);
     let report = CompletionReport {
         session_id: "sess-pad".into(),
         task_id: None,
@@ -665,7 +638,7 @@ pub fn completion_matches_a_padded_session_after_trimming(store: &dyn CompatStor
     ledger.assert_new(store, "the completion", &["task_completed:t1"]);
     assert_eq!(task.status, TaskStatus::Completed, "expected the padded row's task completed");
 
-    ok(store.insert_queue_entry(&assigned_row("t2", "sess-pad\t", at(3))), "insert of a second row");
+    seed_tasks(store, &[assigned_row("t2", "sess-pad\t", at(3))]);
     let report = CompletionReport {
         session_id: " sess-pad".into(),
         task_id: Some("t2".into()),
@@ -676,7 +649,7 @@ pub fn completion_matches_a_padded_session_after_trimming(store: &dyn CompatStor
     let task = ok(store.complete_task(MESH, &report, at(4)), "failure report by \" sess-pad\" naming t2");
     assert_eq!(task.status, TaskStatus::Failed, "expected t2 failed by the same session, padded otherwise");
 
-    ok(store.insert_queue_entry(&assigned_row("t3", " sess-pad ", at(5))), "insert of a third row");
+    seed_tasks(store, &[assigned_row("t3", " sess-pad ", at(5))]);
     let other = CompletionReport {
         session_id: "sess-pa".into(),
         task_id: None,

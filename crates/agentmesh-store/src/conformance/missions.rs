@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::{CompatStore, IdScope, Store, StoreError};
+use crate::{IdScope, Store, StoreError};
 
 /// Kinds of the mission entries the ledger writes.
 const MISSION_CREATED: &str = "mission_created";
@@ -223,7 +223,7 @@ pub fn mission_id_used_in_another_mesh_follows_the_id_scope(store: &dyn Store) {
 }
 
 /// A mission's progress counts its tasks by status, follows every task change, and is never stored.
-pub fn mission_progress_is_counted_from_its_tasks(store: &dyn CompatStore) {
+pub fn mission_progress_is_counted_from_its_tasks(store: &dyn Store) {
     upsert_mission(store, MESH, new_mission("m1", "One"), at(0));
     upsert_mission(store, MESH, new_mission("m2", "Two"), at(0));
     let progress = |id: &str| ok(store.mission_progress(MESH, id), "mission_progress");
@@ -267,13 +267,6 @@ pub fn mission_progress_is_counted_from_its_tasks(store: &dyn CompatStore) {
         MissionProgress { total: 5, pending: 1, assigned: 0, completed: 2, failed: 1, cancelled: 1 };
     assert_eq!(progress("m1"), expected, "expected the progress to follow the completion");
     assert_status(store, MESH, "t-running", TaskStatus::Completed);
-
-    ok(store.delete_queue(MESH), "delete_queue");
-    assert_eq!(
-        progress("m1"),
-        MissionProgress::default(),
-        "expected no progress once the mission's tasks are gone"
-    );
 }
 
 /// An unknown mission reads as None and its progress is `NotFound`.
@@ -309,51 +302,19 @@ pub fn upsert_mission_rejects_bad_input_naming_the_field(store: &dyn Store) {
     }
 }
 
-/// Clearing deletes every mission of the mesh, counts them, and keeps other meshes' missions.
-pub fn clear_missions_empties_one_mesh(store: &dyn CompatStore) {
-    upsert_mission(store, MESH, new_mission("m1", "One"), at(0));
-    upsert_mission(store, MESH, new_mission("m2", "Two"), at(1));
-    let theirs = upsert_mission(store, OTHER_MESH, new_mission("m3", "Three"), at(2));
-    assert_eq!(ok(store.clear_missions(MESH), "clear_missions(A)"), 2, "expected A's two missions deleted");
-    assert!(mission_ids(store, MESH, &[]).is_empty(), "expected no mission left in A");
-    assert_eq!(ok(store.mission(MESH, "m1"), "mission(m1)"), None, "expected m1 gone");
-    assert_not_found(
-        store.mission_progress(MESH, "m1"),
-        "mission",
-        MESH,
-        "m1",
-        "progress of a cleared mission",
-    );
-    assert_eq!(
-        ok(store.mission(OTHER_MESH, "m3"), "mission(B, m3)"),
-        Some(theirs),
-        "expected B's mission kept"
-    );
-    assert_eq!(
-        ok(store.clear_missions(MESH), "clear_missions(A) again"),
-        0,
-        "expected nothing left to clear"
-    );
-}
-
-/// The scheduler cursor is 0 when unset; a bump returns the value before and adds one, per mesh.
-pub fn scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before(store: &dyn CompatStore) {
-    let cursor = |mesh: &str| ok(store.scheduler_cursor(mesh), "scheduler_cursor");
+/// The scheduler cursor starts at 0; a bump returns the value before and adds one, per mesh.
+pub fn scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before(store: &dyn Store) {
     let bump = |mesh: &str| ok(store.bump_scheduler_cursor(mesh), "bump_scheduler_cursor");
-    assert_eq!(cursor(MESH), 0, "expected an unset cursor to read 0");
-    assert_eq!(cursor(MESH), 0, "expected reading the cursor not to move it");
     assert_eq!(bump(MESH), 0, "expected the first bump to return 0");
     assert_eq!(bump(MESH), 1, "expected the second bump to return 1");
     assert_eq!(bump(MESH), 2, "expected the third bump to return 2");
-    assert_eq!(cursor(MESH), 3, "expected three bumps to leave the cursor at 3");
-    assert_eq!(cursor(OTHER_MESH), 0, "expected mesh B's cursor untouched by A's bumps");
-    assert_eq!(bump(OTHER_MESH), 0, "expected B's first bump to return 0");
-    assert_eq!(cursor(MESH), 3, "expected B's bump to leave A's cursor");
-    assert_eq!(cursor(OTHER_MESH), 1, "expected B's cursor at 1");
+    assert_eq!(bump(OTHER_MESH), 0, "expected B's first bump to return 0: A's bumps leave it alone");
+    assert_eq!(bump(MESH), 3, "expected B's bump to leave A's cursor");
+    assert_eq!(bump(OTHER_MESH), 1, "expected B's second bump to return 1");
 }
 
 /// Round robin over the store's cursor gives each of three equally loaded nodes a turn in successive placements.
-pub fn round_robin_rotates_the_winner_among_equally_loaded_nodes(store: &dyn CompatStore) {
+pub fn round_robin_rotates_the_winner_among_equally_loaded_nodes(store: &dyn Store) {
     let nodes = ["node-1", "node-2", "node-3"];
     for (i, node) in nodes.into_iter().enumerate() {
         let id = format!("busy-{node}");
@@ -385,5 +346,9 @@ pub fn round_robin_rotates_the_winner_among_equally_loaded_nodes(store: &dyn Com
         "expected three successive placements to pick three different nodes: {winners:?}"
     );
     assert_eq!(place(), winners[0], "expected the fourth placement to come back to the first winner");
-    assert_eq!(ok(store.scheduler_cursor(MESH), "scheduler_cursor"), 4, "expected one bump per placement");
+    assert_eq!(
+        ok(store.bump_scheduler_cursor(MESH), "bump_scheduler_cursor"),
+        4,
+        "expected one bump per placement"
+    );
 }

@@ -13,26 +13,29 @@
 //! Each rule becomes its own `#[test]`, named after the rule, so a failure names the
 //! broken rule and `cargo test <group>` runs a group (`claim`, `ledger`, ...).
 //!
-//! The rules only use the [`Store`] trait, with fixed instants ([`support::T0`] plus
-//! offsets): no sleeps, no clock (the [`concurrency`] rules add threads). They assert what a caller can observe (returned
-//! values, stored tasks, ledger entries), never how a backend stores it.
+//! The rules only use the product's operations: the [`Store`] traits, and the
+//! import of `agentmesh migrate` ([`TransferStore`]) where a rule needs rows no
+//! operation would produce (an old assignment, a record the original wrote). They
+//! use fixed instants ([`support::T0`] plus offsets): no sleeps, no clock (the
+//! [`concurrency`] rules add threads). They assert what a caller can observe
+//! (returned values, stored tasks, ledger entries), never how a backend stores it.
 //!
-//! - [`tasks`]: enqueue and its validation, batches, the raw queue operations, read
-//!   views, mesh isolation of tasks and claims.
+//! - [`tasks`]: enqueue and its validation, batches, imported rows, read views,
+//!   mesh isolation of tasks and claims.
 //! - [`claims`]: claim order, the gates and their refusals, dependencies and blocks,
 //!   node identity, what a claim stamps.
 //! - [`lifecycle`]: completion and its fencing and matching, fail, cancel, requeue,
 //!   reclaim, heartbeats, leases, and the ledger entries of every state change.
-//! - [`ledger`]: appends, reads, deletion, import, the slice protocol.
+//! - [`ledger`]: import, ordered reads and their filters, the slice protocol.
 //! - [`dispatches`]: direct dispatches, their status changes by task and by session,
-//!   stale marking, cleanup and deletion.
+//!   stale marking, cleanup and deletion by task.
 //! - [`deliveries`]: the session delivery queue, its statuses that never move
 //!   backwards, retries, the active view, confirmation and expiry.
 //! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
 //!   tool-call rate guard.
 //! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
-//!   the drain window, peek, ack, delete, retract, clear, mesh isolation, and a
+//!   the drain window, peek, ack, retract, mesh isolation, and a
 //!   routing property over interleaved queues and drains.
 //! - [`inbox_reconcile`]: superseded refine acceptances and alerts about finished
 //!   tasks, left out of what a drain hands out.
@@ -46,6 +49,7 @@
 //! - [`support`]: the clock, builders and assertion helpers the rules share.
 //!
 //! [`Store`]: crate::Store
+//! [`TransferStore`]: crate::transfer::TransferStore
 
 pub mod claims;
 pub mod concurrency;
@@ -114,19 +118,12 @@ macro_rules! conformance_tests {
             enqueue_batch_members_may_depend_on_earlier_members,
             queue_entries_are_in_creation_order,
             queue_entries_filter_by_status,
-            queue_revision_lists_tasks_and_changes_with_them,
-            replace_queue_replaces_one_mesh_only,
-            delete_queue_empties_one_mesh_and_counts,
-            insert_queue_entry_stores_the_task_as_given,
+            imported_task_is_stored_as_given_and_an_existing_id_is_kept,
             ids_follow_the_id_rule_on_enqueue_and_odd_stored_rows_stay_readable,
             mesh_summaries_list_every_mesh_with_its_counts,
-            update_queue_entry_stamps_updated_at,
-            update_queue_entry_of_an_unknown_task_is_not_found,
-            raw_queue_writes_keep_dependency_readiness,
+            imported_tasks_keep_dependency_readiness,
             find_task_finds_by_id_within_the_mesh,
-            has_active_assignment_matches_session_or_exact_node,
             node_active_assignment_count_counts_the_exact_node,
-            pending_count_counts_pending_tasks,
             oldest_pending_created_at_is_the_oldest_pending_enqueue,
             stats_by_status_counts_each_present_status,
             active_assignments_list_oldest_dispatch_first,
@@ -181,16 +178,11 @@ macro_rules! conformance_tests {
             reclaim_if_lease_expired_rechecks_the_lease,
             every_state_change_records_its_ledger_entries,
             // Ledger.
-            ledger_append_is_idempotent_by_id,
-            ledger_append_rejects_a_blank_kind,
-            read_ledger_is_newest_first_with_filters,
+            ledger_import_rejects_a_blank_kind,
+            read_ledger_ordered_filters_by_tail_since_and_kind,
             kind_filters_cover_task_kinds_and_rare_kinds_alike,
-            read_ledger_defaults_to_200_entries,
             read_ledger_ordered_keeps_append_order,
             read_ledger_ordered_tail_is_newest_in_append_order,
-            ledger_delete_removes_entries_by_id,
-            ledger_clear_empties_one_mesh,
-            ledger_has_and_count_track_appends,
             ledger_import_counts_only_new_entries,
             ledger_import_rejects_an_invalid_entry_and_imports_nothing,
             ledger_slice_default_and_clamped_limits,
@@ -206,10 +198,9 @@ macro_rules! conformance_tests {
             direct_dispatch_status_with_a_task_id_changes_only_that_row,
             direct_dispatch_status_without_a_task_id_changes_the_sessions_open_rows,
             completed_and_failed_direct_dispatches_never_change,
-            sole_active_direct_dispatch_needs_exactly_one_active_row,
             mark_stale_direct_dispatches_touches_only_old_dispatched_rows,
             cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows,
-            direct_dispatches_are_deleted_by_mesh_and_by_task,
+            direct_dispatches_are_deleted_by_task,
             direct_dispatch_rejects_bad_input_naming_the_field,
             direct_dispatches_are_isolated_by_mesh,
             direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone,
@@ -221,9 +212,7 @@ macro_rules! conformance_tests {
             session_delivery_retries_count_attempts_and_record_the_error,
             session_delivery_status_of_an_unknown_id_is_not_found,
             active_session_deliveries_are_waiting_unexpired_and_ordered,
-            task_has_confirmed_delivery_only_for_delivered_acked_or_completed,
             expire_stale_session_deliveries_expires_only_waiting_ones,
-            session_deliveries_are_deleted_by_mesh,
             meshes_with_deliveries_or_dispatches_are_listed_once,
             session_delivery_rejects_bad_input_naming_the_field,
             session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone,
@@ -238,7 +227,6 @@ macro_rules! conformance_tests {
             completion_fingerprint_is_found_until_its_ttl_passes,
             completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone,
             completion_fingerprint_sweep_removes_only_expired_ones,
-            recording_a_completion_fingerprint_again_extends_its_ttl,
             completion_conflict_is_recorded_once_per_id,
             recent_completion_conflicts_are_newest_first_within_the_window,
             recent_completion_conflicts_are_capped_at_50,
@@ -257,7 +245,6 @@ macro_rules! conformance_tests {
             mission_progress_is_counted_from_its_tasks,
             mission_of_an_unknown_id_is_not_found,
             upsert_mission_rejects_bad_input_naming_the_field,
-            clear_missions_empties_one_mesh,
             scheduler_cursor_starts_at_zero_and_bump_returns_the_value_before,
             round_robin_rotates_the_winner_among_equally_loaded_nodes,
             // Coordinator inbox.
@@ -274,7 +261,7 @@ macro_rules! conformance_tests {
             inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry,
             inbox_peek_shows_what_a_drain_would_deliver_and_changes_nothing,
             inbox_delivered_events_are_never_delivered_again,
-            inbox_ack_delete_and_clear_count_what_they_change,
+            inbox_ack_counts_what_it_changes,
             inbox_meshes_are_isolated,
             inbox_retract_removes_only_undelivered_dispatch_blocked_events_of_the_task,
             inbox_system_scope_events_go_to_no_coordinator,

@@ -3,7 +3,7 @@
 //! coordinator tool-call rate guard. Every instant is injected; expiry is tested by
 //! reading at a later `now`, never by waiting.
 
-use crate::CompatStore;
+use crate::transfer::TransferStore;
 use agentmesh_core::{CompletionConflict, IdleSession, RateGuard, RateVerdict, Timestamp};
 use serde_json::json;
 
@@ -136,14 +136,12 @@ pub fn idle_session_rejects_blank_fields_naming_them(store: &dyn Store) {
     }
 }
 
-/// A recorded fingerprint is found in its mesh until its TTL passes, and never in another mesh.
-pub fn completion_fingerprint_is_found_until_its_ttl_passes(store: &dyn CompatStore) {
+/// A fingerprint is in force in its mesh until it expires, and never in another mesh.
+pub fn completion_fingerprint_is_found_until_its_ttl_passes(store: &dyn TransferStore) {
     let fp = "mesh-a::t1::done";
-    let has = |mesh: &str, fingerprint: &str, now| {
-        ok(store.has_completion_fingerprint(mesh, fingerprint, now), "has_completion_fingerprint")
-    };
+    let has = |mesh: &str, fingerprint: &str, now| fingerprint_in_force(store, mesh, fingerprint, now);
     assert!(!has(MESH, fp, at(0)), "expected an unrecorded fingerprint not found");
-    ok(store.record_completion_fingerprint(MESH, fp, 60_000, at(0)), "record_completion_fingerprint");
+    seed_fingerprint(store, MESH, fp, at(60));
     assert!(has(MESH, fp, at(0)), "expected the fingerprint found right after recording");
     assert!(has(MESH, fp, at(59)), "expected the fingerprint found before its 60s TTL passed");
     assert!(!has(MESH, fp, at(61)), "expected the fingerprint not found after its TTL passed");
@@ -151,13 +149,12 @@ pub fn completion_fingerprint_is_found_until_its_ttl_passes(store: &dyn CompatSt
     assert!(!has(MESH, "mesh-a::t2::done", at(1)), "expected another fingerprint not found");
 }
 
-/// Recording in mesh B a fingerprint mesh A holds leaves A's fingerprint found until its own TTL passes.
-pub fn completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone(store: &dyn CompatStore) {
+/// A fingerprint in mesh B that mesh A holds too leaves A's fingerprint in force until its own expiry.
+pub fn completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone(store: &dyn TransferStore) {
     let fp = "shared::t1::done";
-    ok(store.record_completion_fingerprint(MESH, fp, 60_000, at(0)), "record in A");
-    ok(store.record_completion_fingerprint(OTHER_MESH, fp, 5_000, at(1)), "record in B");
-    let has =
-        |mesh: &str, now| ok(store.has_completion_fingerprint(mesh, fp, now), "has_completion_fingerprint");
+    seed_fingerprint(store, MESH, fp, at(60));
+    seed_fingerprint(store, OTHER_MESH, fp, at(6));
+    let has = |mesh: &str, now| fingerprint_in_force(store, mesh, fp, now);
     assert!(has(OTHER_MESH, at(2)), "expected B's fingerprint found in B");
     assert!(has(MESH, at(2)), "expected A's fingerprint still found in A after B recorded the same string");
     assert!(has(MESH, at(30)), "expected A's fingerprint to keep its own 60s TTL, not B's 5s");
@@ -165,17 +162,12 @@ pub fn completion_fingerprint_in_another_mesh_leaves_the_first_mesh_alone(store:
 }
 
 /// The sweep deletes expired fingerprints in every mesh, counts them, and keeps live ones.
-pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn CompatStore) {
-    let record = |mesh: &str, fp: &str, ttl_ms: i64| {
-        ok(store.record_completion_fingerprint(mesh, fp, ttl_ms, at(0)), "record_completion_fingerprint")
-    };
-    record(MESH, "short", 10_000);
-    record(MESH, "long", 100_000);
-    record(OTHER_MESH, "short-b", 10_000);
+pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn TransferStore) {
+    seed_fingerprint(store, MESH, "short", at(10));
+    seed_fingerprint(store, MESH, "long", at(100));
+    seed_fingerprint(store, OTHER_MESH, "short-b", at(10));
     assert_eq!(ok(store.sweep_completion_fingerprints(at(50)), "sweep"), 2, "expected both short ones swept");
-    let has = |mesh: &str, fp: &str, now| {
-        ok(store.has_completion_fingerprint(mesh, fp, now), "has_completion_fingerprint")
-    };
+    let has = |mesh: &str, fp: &str, now| fingerprint_in_force(store, mesh, fp, now);
     // Asked at 5s, before the short TTL ran out: found only if still stored.
     assert!(!has(MESH, "short", at(5)), "expected the swept fingerprint deleted");
     assert!(!has(OTHER_MESH, "short-b", at(5)), "expected B's swept fingerprint deleted");
@@ -192,25 +184,13 @@ pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn Compat
     );
 }
 
-/// Recording a fingerprint again restarts its TTL from the new `now`.
-pub fn recording_a_completion_fingerprint_again_extends_its_ttl(store: &dyn CompatStore) {
-    let fp = "mesh-a::t1::done";
-    ok(store.record_completion_fingerprint(MESH, fp, 10_000, at(0)), "first record");
-    ok(store.record_completion_fingerprint(MESH, fp, 10_000, at(8)), "second record");
-    let has = |now| ok(store.has_completion_fingerprint(MESH, fp, now), "has_completion_fingerprint");
-    assert!(has(at(15)), "expected the fingerprint found past its first TTL after recording it again");
-    assert_eq!(ok(store.sweep_completion_fingerprints(at(15)), "sweep"), 0, "expected the extended one kept");
-    assert!(has(at(17)), "expected the fingerprint found before its extended TTL passed");
-    assert!(!has(at(19)), "expected the fingerprint gone after its extended TTL passed");
-}
-
-/// A conflict id is recorded once: the second record returns false and keeps the first.
-pub fn completion_conflict_is_recorded_once_per_id(store: &dyn CompatStore) {
+/// A conflict id is stored once: importing it again counts it as existing and keeps the first.
+pub fn completion_conflict_is_recorded_once_per_id(store: &dyn TransferStore) {
     let first = completion_conflict(MESH, "c1", at(10));
-    assert!(ok(store.record_completion_conflict(&first), "record c1"), "expected a new conflict recorded");
+    assert!(seed_conflict(store, &first), "expected a new conflict recorded");
     let again =
         CompletionConflict { fingerprint: "changed".into(), ..completion_conflict(MESH, "c1", at(20)) };
-    assert!(!ok(store.record_completion_conflict(&again), "record c1 again"), "expected the repeat refused");
+    assert!(!seed_conflict(store, &again), "expected the repeat left out");
     assert_eq!(
         ok(store.recent_completion_conflicts(MESH, None, at(30)), "recent_completion_conflicts"),
         [first],
@@ -219,19 +199,13 @@ pub fn completion_conflict_is_recorded_once_per_id(store: &dyn CompatStore) {
 }
 
 /// Recent conflicts are the mesh's within the window (one hour by default), newest first.
-pub fn recent_completion_conflicts_are_newest_first_within_the_window(store: &dyn CompatStore) {
+pub fn recent_completion_conflicts_are_newest_first_within_the_window(store: &dyn TransferStore) {
     // Recorded out of time order, so only createdAt orders them.
     for (id, secs) in [("c-5000", 5_000), ("c-100", 100), ("c-7000", 7_000), ("c-4000", 4_000)] {
-        assert!(
-            ok(store.record_completion_conflict(&completion_conflict(MESH, id, at(secs))), "record"),
-            "new {id}"
-        );
+        assert!(seed_conflict(store, &completion_conflict(MESH, id, at(secs))), "new {id}");
     }
     let elsewhere = completion_conflict(OTHER_MESH, "b-6000", at(6_000));
-    assert!(
-        ok(store.record_completion_conflict(&elsewhere), "record in B"),
-        "expected B's conflict recorded"
-    );
+    assert!(seed_conflict(store, &elsewhere), "expected B's conflict recorded");
 
     let now = at(7_200);
     assert_eq!(
@@ -255,16 +229,12 @@ pub fn recent_completion_conflicts_are_newest_first_within_the_window(store: &dy
 }
 
 /// Recent conflicts return at most the 50 newest.
-pub fn recent_completion_conflicts_are_capped_at_50(store: &dyn CompatStore) {
+pub fn recent_completion_conflicts_are_capped_at_50(store: &dyn TransferStore) {
     // 7 and 60 are coprime, so i * 7 % 60 records every instant once, out of order.
     for i in 0..60 {
         let secs = (i * 7) % 60;
         let conflict = completion_conflict(MESH, &format!("c{secs:02}"), at(secs));
-        assert!(
-            ok(store.record_completion_conflict(&conflict), "record"),
-            "expected conflict {} new",
-            conflict.id
-        );
+        assert!(seed_conflict(store, &conflict), "expected conflict {} new", conflict.id);
     }
     let expected: Vec<String> = (10..60).rev().map(|secs| format!("c{secs:02}")).collect();
     assert_eq!(
@@ -375,13 +345,8 @@ pub fn prune_tool_calls_deletes_calls_before_the_cutoff(store: &dyn Store) {
 
 /// The mesh's fingerprints in force are listed the latest expiry first, at most
 /// `limit`; expired ones and another mesh's are left out.
-pub fn completion_fingerprints_are_listed_latest_first_while_in_force(store: &dyn CompatStore) {
-    let record = |mesh: &str, fp: &str, ttl_secs: i64| {
-        ok(
-            store.record_completion_fingerprint(mesh, fp, ttl_secs * 1000, at(0)),
-            "record_completion_fingerprint",
-        )
-    };
+pub fn completion_fingerprints_are_listed_latest_first_while_in_force(store: &dyn TransferStore) {
+    let record = |mesh: &str, fp: &str, ttl_secs: i64| seed_fingerprint(store, mesh, fp, at(ttl_secs));
     record(MESH, "mesh-a::agent:stopped::t1::genuine", 60);
     record(MESH, "pending::mesh-a::agent:generating_completed::t2::genuine", 3_600);
     record(MESH, "mesh-a::agent:stopped::t3::weak", 10);

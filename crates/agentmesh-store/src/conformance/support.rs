@@ -10,14 +10,15 @@ use std::fmt::Debug;
 use agentmesh_core::events::names::AGENT_GENERATING_COMPLETED;
 use agentmesh_core::events::{CoordinatorIdentity, DrainCounters, Drainer, EmitHint, PendingEvent};
 use agentmesh_core::{
-    ClaimRefusal, Claimant, CompletionConflict, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
-    LedgerEntry, LedgerQuery, Mission, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
-    SessionDelivery, Task, TaskStatus, Timestamp,
+    ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
+    DispatchStatus, IdleSession, LedgerEntry, LedgerQuery, Mission, NewDirectDispatch, NewMission,
+    NewSessionDelivery, NewTask, SessionDelivery, Task, TaskStatus, Timestamp,
 };
 use serde_json::json;
 
+use crate::transfer::{ImportReport, Records, TransferStore};
 use crate::{
-    ClaimOptions, ClaimOutcome, CompatStore, CompletionReport, DeliveryUpdate, DrainOutcome, DrainRequest,
+    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, DrainOutcome, DrainRequest,
     DuplicateReason, InboxEvent, Outcome, QueueOutcome, Store, StoreError, StoreResult, ToolCall,
 };
 
@@ -144,6 +145,30 @@ pub fn assert_invalid_input<T: Debug>(result: StoreResult<T>, field: &str, what:
     }
 }
 
+/// Puts `records` into `mesh` as they are, through the import `agentmesh migrate`
+/// uses: how a rule sets up rows no operation of its own would produce (an old
+/// assignment, a row the original wrote, a fingerprint). Must succeed.
+#[track_caller]
+pub fn seed(store: &dyn TransferStore, mesh: &str, records: Records) -> ImportReport {
+    ok(store.import_page(mesh, &records), &format!("import into {mesh}"))
+}
+
+/// Seeds tasks as they are (each into its own mesh); every one must be new.
+#[track_caller]
+pub fn seed_tasks(store: &dyn TransferStore, tasks: &[Task]) {
+    for task in tasks {
+        let report = seed(store, &task.mesh_id, Records::Tasks(vec![task.clone()]));
+        assert_eq!(report.inserted, 1, "expected task {} imported as new, got {report:?}", task.id);
+    }
+}
+
+/// The mesh's tasks with `status`, counted by `stats_by_status`.
+#[track_caller]
+pub fn status_count(store: &dyn Store, mesh: &str, status: TaskStatus) -> u64 {
+    let counts = ok(store.stats_by_status(mesh), "stats_by_status");
+    counts.iter().find(|c| c.status == status).map_or(0, |c| c.count)
+}
+
 /// Enqueues `new`, which must succeed.
 #[track_caller]
 pub fn enqueue(store: &dyn Store, mesh: &str, new: NewTask, now: Timestamp) -> Task {
@@ -195,6 +220,29 @@ pub fn claim_ok(
     expected_id: &str,
 ) -> Task {
     assert_claimed(claim(store, mesh, claimant, now), expected_id)
+}
+
+/// Claims as `claimant` with a half-second lease and asserts the claim produced
+/// `expected_id`: for rules that let the lease lapse ([`reclaim_lapsed`]).
+#[track_caller]
+pub fn claim_briefly(
+    store: &dyn Store,
+    mesh: &str,
+    claimant: &Claimant,
+    now: Timestamp,
+    expected_id: &str,
+) -> Task {
+    let what = format!("short claim by session {}", claimant.session_id);
+    let brief = ClaimOptions { lease_ms: Some(500) };
+    assert_claimed(ok(store.claim_next(mesh, claimant, &brief, now), &what), expected_id)
+}
+
+/// Reclaims task `id`, whose lease must have lapsed by `now`, as the daemon's
+/// lease sweep does; returns the task as the reclaim left it.
+#[track_caller]
+pub fn reclaim_lapsed(store: &dyn Store, mesh: &str, id: &str, now: Timestamp) -> Task {
+    ok(store.reclaim_if_lease_expired(mesh, id, now), &format!("reclaim of {id}"))
+        .unwrap_or_else(|| panic!("expected the lapsed lease of {id} reclaimed at {now}"))
 }
 
 /// Completes `task` as its holder at its epoch; must succeed.
@@ -481,14 +529,35 @@ pub fn active_delivery(store: &dyn Store, mesh: &str, id: &str, now: Timestamp) 
         .unwrap_or_else(|| panic!("expected delivery {id} to be active in {mesh} at {now}, it is not listed"))
 }
 
-/// Whether the store says task `task_id` has a confirmed delivery.
+/// The stored status of delivery `id`, which must exist.
 #[track_caller]
-pub fn has_confirmed_delivery(store: &dyn CompatStore, mesh: &str, task_id: &str) -> bool {
-    let what = format!("task_has_confirmed_delivery({mesh}, {task_id})");
-    ok(store.task_has_confirmed_delivery(mesh, task_id), &what)
+pub fn delivery_status(store: &dyn Store, mesh: &str, id: &str) -> DeliveryStatus {
+    ok(store.session_delivery(mesh, id), &format!("session_delivery({mesh}, {id})"))
+        .unwrap_or_else(|| panic!("expected delivery {id} in {mesh}"))
+        .status
 }
 
 // ── Idle sessions, conflicts, tool calls ─────────────────────────────────────
+
+/// Seeds the fingerprint `fp` of `mesh`, in force until `expires`.
+#[track_caller]
+pub fn seed_fingerprint(store: &dyn TransferStore, mesh: &str, fp: &str, expires: Timestamp) {
+    let record = CompletionFingerprint { fingerprint: fp.to_owned(), expires_at_ms: expires.millis() };
+    seed(store, mesh, Records::CompletionFingerprints(vec![record]));
+}
+
+/// Whether the fingerprint `fp` of `mesh` is listed as in force at `now`.
+#[track_caller]
+pub fn fingerprint_in_force(store: &dyn Store, mesh: &str, fp: &str, now: Timestamp) -> bool {
+    let listed = ok(store.completion_fingerprints(mesh, now, 1_000), "completion_fingerprints");
+    listed.iter().any(|f| f.fingerprint == fp)
+}
+
+/// Seeds one conflict into its mesh; whether it was new.
+#[track_caller]
+pub fn seed_conflict(store: &dyn TransferStore, conflict: &CompletionConflict) -> bool {
+    seed(store, &conflict.mesh_id, Records::CompletionConflicts(vec![conflict.clone()])).inserted == 1
+}
 
 /// An idle report of `session` on `node` in `mesh`, valid until `expires`, no metadata.
 pub fn idle_session(mesh: &str, node: &str, session: &str, expires: Timestamp) -> IdleSession {

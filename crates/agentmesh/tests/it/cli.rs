@@ -18,6 +18,7 @@ use agentmesh_core::{
 };
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::DeliveryUpdate;
+use agentmesh_store::conformance::support::seed_tasks;
 use agentmesh_store::prelude::*;
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -170,7 +171,7 @@ impl Mesh {
 
     /// Writes rows the way the daemon would: through the store, on the same data
     /// dir, closed again before the binary runs.
-    pub(super) fn seed(&self, write: impl FnOnce(&dyn CompatStore)) {
+    pub(super) fn seed(&self, write: impl FnOnce(&SqliteStore)) {
         let store = SqliteStore::open_data_dir(self.data_dir()).expect("the store opens");
         write(&store);
     }
@@ -1370,7 +1371,7 @@ fn a_row_with_an_id_outside_the_rule_is_still_listed_one_line_per_row() {
     mesh.seed(|store| {
         for id in ["legacy\nforged  pending  normal", "plain"] {
             let task = agentmesh_core::Task::new(id, "default", "from the original", &SEEDED_AT.iso());
-            store.insert_queue_entry(&task).expect("a row as the original wrote it");
+            seed_tasks(store, &[task]);
         }
     });
     let listed = mesh.json(&["task", "list"]);

@@ -85,7 +85,7 @@ fn fill(dir: &str) {
             "futureField":{"nested":[1,"two",null]},"zeta":true}"#,
     )
     .unwrap();
-    store.insert_queue_entry(&legacy).unwrap();
+    agentmesh_store::conformance::support::seed_tasks(&store, &[legacy]);
 }
 
 #[test]

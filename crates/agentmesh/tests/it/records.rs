@@ -12,6 +12,8 @@ use agentmesh_core::{
     CompletionConflict, IdleSession, NewDirectDispatch, NewSessionDelivery, RateGuard, Timestamp,
 };
 use agentmesh_store::ToolCall;
+use agentmesh_store::conformance::support::{seed_conflict, seed_fingerprint};
+use agentmesh_store::prelude::*;
 use serde_json::{Value, json};
 
 use super::cli::Mesh;
@@ -151,21 +153,16 @@ fn events_the_retention_sweep_held_are_requeued_by_their_reason() {
 #[test]
 fn completion_fingerprints_and_conflicts_are_read_by_task_and_session() {
     let mesh = Mesh::new();
-    let ttl = far_future().millis() - SEEDED_AT.millis();
     mesh.seed(|store| {
         for fp in [
             "pending::default::agent:generating_completed::t1::genuine",
             "default::agent:stopped::t2::weak",
             "default::agent:ready::n1::s7::p1::t3::::42",
         ] {
-            store.record_completion_fingerprint("default", fp, ttl, SEEDED_AT).expect("recorded");
+            seed_fingerprint(store, "default", fp, far_future());
         }
-        store
-            .record_completion_fingerprint("default", "default::agent:stopped::t9::genuine", 1, SEEDED_AT)
-            .unwrap();
-        store
-            .record_completion_fingerprint("beta", "beta::agent:stopped::t1::genuine", ttl, SEEDED_AT)
-            .unwrap();
+        seed_fingerprint(store, "default", "default::agent:stopped::t9::genuine", SEEDED_AT.plus_millis(1));
+        seed_fingerprint(store, "beta", "beta::agent:stopped::t1::genuine", far_future());
         let conflict = |id: &str, task: &str, session: &str, at: &str| CompletionConflict {
             id: id.to_owned(),
             mesh_id: "default".to_owned(),
@@ -177,8 +174,8 @@ fn completion_fingerprints_and_conflicts_are_read_by_task_and_session() {
             event: "agent:generating_completed".to_owned(),
             created_at: at.to_owned(),
         };
-        store.record_completion_conflict(&conflict("c1", "t1", "s2", FAR_FUTURE)).unwrap();
-        store.record_completion_conflict(&conflict("c2", "t5", "s3", &SEEDED_AT.iso())).unwrap();
+        seed_conflict(store, &conflict("c1", "t1", "s2", FAR_FUTURE));
+        seed_conflict(store, &conflict("c2", "t5", "s3", &SEEDED_AT.iso()));
     });
 
     let all = mesh.json(&["fingerprints"]);

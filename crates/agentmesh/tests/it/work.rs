@@ -760,7 +760,7 @@ fn the_records_around_the_queue_read_and_move_the_same_through_the_daemon() {
         };
         store.set_idle_session(&idle).unwrap();
         let fp = "default::agent:stopped::t1::genuine";
-        store.record_completion_fingerprint("default", fp, far.millis() - at.millis(), at).unwrap();
+        agentmesh_store::conformance::support::seed_fingerprint(&store, "default", fp, far);
         let call = agentmesh_store::ToolCall {
             mesh_id: "default".into(),
             tool: "list_tasks".into(),
