@@ -157,7 +157,7 @@ fn a_read_never_sees_an_uncommitted_write() {
                 // Tasks are only added, so what a read saw must be committed by the
                 // time it returns: a connection of our own sees at least as many.
                 while writing.load(Ordering::SeqCst) {
-                    let seen = count_of(&store, TaskStatus::Pending);
+                    let seen = count_of(store, TaskStatus::Pending);
                     let on_disk: i64 = committed
                         .query_row("SELECT count(*) FROM mesh_queue WHERE mesh_id = ?1", [MESH], |r| r.get(0))
                         .unwrap();
