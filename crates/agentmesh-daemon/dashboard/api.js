@@ -6,6 +6,11 @@ export class ApiError extends Error {
     super(message);
     this.status = status;
     this.code = code;
+    // A refused field is named first: "invalid dependsOn[0]: must not be blank".
+    const named = code === 'invalid_input' ? /^invalid ([A-Za-z.]+)(?:\[(\d+)\])?: (.*)$/s.exec(message || '') : null;
+    this.field = named ? named[1] : null;
+    this.index = named && named[2] !== undefined ? Number(named[2]) : null;
+    this.problem = named ? named[3] : message;
   }
 }
 
@@ -53,6 +58,7 @@ export function mesh(id) {
     base,
     tasks: (params) => call('GET', base + '/tasks' + query(params)),
     task: (taskId) => call('GET', base + '/tasks/' + enc(taskId)),
+    enqueue: (body) => call('POST', base + '/tasks', body),
     cancel: (taskId, reason) => call('POST', base + '/tasks/' + enc(taskId) + '/cancel', { reason }),
     requeue: (taskId, force, reason) =>
       call('POST', base + '/tasks/' + enc(taskId) + '/requeue', { force: !!force, reason }),

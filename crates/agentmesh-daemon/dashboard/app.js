@@ -26,9 +26,10 @@ function link(view, arg, mesh) {
   return `#/${m}/${view}` + (arg ? '/' + encodeURIComponent(arg) : '');
 }
 
+const toasts = document.getElementById('toasts');
 function toast(text, bad) {
   const note = h('div', { class: bad ? 'toast bad' : 'toast', role: 'status' }, text);
-  document.body.append(note);
+  toasts.append(note);
   setTimeout(() => note.remove(), 4000);
 }
 
@@ -60,11 +61,13 @@ async function refresh(entries) {
       again = false;
       const batch = pending;
       pending = [];
+      const at = current;
       try {
-        await views[current.view].update(ctx, batch.length ? batch : null);
-        main.dataset.updated = String(Date.now());
+        await views[at.view].update(ctx, batch.length ? batch : null);
+        if (at === current) main.dataset.updated = String(Date.now());
       } catch (err) {
-        if (err.status !== 401) toast(err.message, true);
+        // An update the address left behind has nothing left to show.
+        if (err.status !== 401 && at === current) toast(err.message, true);
       }
     } while (again);
   })();
@@ -100,12 +103,13 @@ async function route() {
   current = { ...want, api: api.mesh(want.mesh) };
   if (![...switcher.options].some((o) => o.value === want.mesh)) switcher.append(h('option', { value: want.mesh }, want.mesh));
   switcher.value = want.mesh;
-  for (const a of document.querySelectorAll('#nav a')) {
+  for (const a of document.querySelectorAll('a[data-view]')) {
     a.href = link(a.dataset.view);
     a.classList.toggle('here', a.dataset.view === want.view || (a.dataset.view === 'missions' && want.view === 'mission'));
   }
   document.body.dataset.view = want.view;
   if (meshChanged) connect(want.mesh);
+  delete main.dataset.updated;
   views[want.view].mount(ctx);
   await refresh();
 }

@@ -60,6 +60,17 @@ export function when(iso) {
   return Number.isNaN(t) ? String(iso || '') : new Date(t).toLocaleString();
 }
 
+/** "14:05" for an instant of today, "Dec 7 14:05" for another day. */
+export function clock(iso) {
+  const t = new Date(Date.parse(iso));
+  if (Number.isNaN(t.getTime())) return String(iso || '');
+  const pad = (n) => String(n).padStart(2, '0');
+  const time = `${pad(t.getHours())}:${pad(t.getMinutes())}`;
+  const today = new Date();
+  if (t.toDateString() === today.toDateString()) return time;
+  return t.toLocaleDateString(undefined, { month: 'short', day: 'numeric' }) + ' ' + time;
+}
+
 /** A short form of a long id. */
 export function short(id) {
   const text = String(id || '');

@@ -2,6 +2,7 @@
 // everything it depends on), edges from a dependency to its dependent.
 
 import { s, short } from './dom.js';
+import { statusWord } from './words.js';
 
 const W = 170;
 const H = 38;
@@ -56,10 +57,10 @@ export function dag(nodes, edges, link) {
     const p = pos.get(n.id);
     const label = n.label || short(n.id);
     const g = s('a', { href: link(n.id), class: `node status-${n.status}${n.focus ? ' focus' : ''}`, 'data-task': n.id },
-      s('title', {}, `${n.id} (${n.status})`),
+      s('title', {}, `${n.id} (${statusWord(n.status).toLowerCase()})`),
       s('rect', { x: p.x, y: p.y, width: W, height: H, rx: 6 }),
       s('text', { x: p.x + 8, y: p.y + 15 }, label.length > 24 ? label.slice(0, 23) + '…' : label),
-      s('text', { x: p.x + 8, y: p.y + 30, class: 'sub' }, n.status));
+      s('text', { x: p.x + 8, y: p.y + 30, class: 'sub' }, statusWord(n.status)));
     svg.append(g);
   }
   return svg;

@@ -1,89 +1,271 @@
-// The views. Each has mount(ctx), which builds what stays (filters, headings),
-// and update(ctx, entries), which refetches what it shows; the app calls update
-// again when the mesh's stream says it changed.
+// The views. Each has mount(ctx), which builds what stays (filters, headings,
+// forms), and update(ctx, entries), which refetches what it shows; the app
+// calls update again when the mesh's stream says it changed.
 
 import { h, put, span, ago, when, short } from './dom.js';
 import { dag } from './graph.js';
 import { metrics } from './api.js';
+import {
+  statusOf, statusWord, badge, priorityWord, kindWord, KINDS, reasonWords, counterWords, waits, limits, plain,
+} from './words.js';
 
-const STATUSES = ['pending', 'assigned', 'completed', 'failed', 'cancelled'];
+const COLUMNS = ['pending', 'blocked', 'assigned', 'completed', 'failed', 'cancelled'];
 const PAGE = 50;
+/** The largest page `GET .../tasks` answers. */
+const MAX = 1000;
+const PRIORITIES = ['high', 'normal', 'low'];
+const RANK = { high: 2, normal: 1, low: 0 };
 
-function card(ctx, t) {
-  const now = Date.now();
-  const why = [];
-  if (t.status === 'pending') {
-    if (t.dependsOn && t.dependsOn.length) why.push(h('span', { class: 'why deps' }, 'after ', t.dependsOn.map(short).join(', ')));
-    if (t.requiredTags && t.requiredTags.length) why.push(h('span', { class: 'why tags' }, 'needs ', t.requiredTags.join(', ')));
-    if (t.notBefore && Date.parse(t.notBefore) > now) why.push(h('span', { class: 'why later' }, 'not before ', ago(t.notBefore)));
-    if (t.blockedReason) why.push(h('span', { class: 'why blocked' }, t.blockedReason));
-    if (t.parked) why.push(h('span', { class: 'why parked' }, 'parked'));
-    if (t.targetNodeId) why.push(h('span', { class: 'why pin' }, 'node ', t.targetNodeId));
-    if (t.targetSessionId) why.push(h('span', { class: 'why pin' }, 'session ', t.targetSessionId));
+/** Claim order: higher priority first, then the older task (the listing is in enqueue order). */
+function claimOrder(a, b) {
+  const rank = (t) => RANK[t.priority || 'normal'] ?? 1;
+  return rank(b) - rank(a) || (a.createdAt < b.createdAt ? -1 : a.createdAt > b.createdAt ? 1 : 0);
+}
+
+/** A worker's latest progress report: a bar when it gave a percent, its note, and when. */
+function progressReport(p) {
+  const percent = Number.isFinite(p.percent) ? p.percent : null;
+  let bar = null;
+  if (percent !== null) {
+    bar = h('div', { class: 'meter', role: 'progressbar', 'aria-label': 'progress', 'aria-valuemin': 0, 'aria-valuemax': 100, 'aria-valuenow': percent }, h('span'));
+    bar.firstChild.style.width = `${percent}%`;
   }
-  const holder = t.status === 'assigned' && t.assignedSessionId
-    ? h('div', { class: 'holder' }, `${t.assignedSessionId} @ ${t.assignedNodeId || '?'}`,
-      t.dispatchTimestamp ? ` · for ${span(now - Date.parse(t.dispatchTimestamp))}` : '',
-      t.updatedAt ? ` · last heard ${ago(t.updatedAt)}` : '',
-      t.leaseExpiresAt ? ` · lease ${ago(t.leaseExpiresAt)}` : '')
+  return h('div', { class: 'task-progress' },
+    bar,
+    percent !== null ? h('span', { class: 'percent' }, `${percent}%`) : null,
+    p.note ? h('span', { class: 'note' }, p.note) : null,
+    h('time', { datetime: p.at, title: when(p.at) }, ago(p.at)));
+}
+
+/** "worker-1 on laptop". */
+function holder(t) {
+  return `${t.assignedSessionId || '?'} on ${t.assignedNodeId || '?'}`;
+}
+
+function card(ctx, t, known) {
+  const now = Date.now();
+  const status = statusOf(t);
+  const notes = [];
+  if (t.status === 'pending') {
+    // A blocked task's first reason is its block.
+    waits(ctx, t, known, now).forEach((reason, i) => notes.push(h('span', { class: status === 'blocked' && i === 0 ? 'why blocked' : 'why' }, reason)));
+    for (const limit of limits(t)) notes.push(h('span', { class: 'why limit' }, limit));
+  }
+  const running = t.status === 'assigned' && t.assignedSessionId
+    ? h('div', { class: 'holder' }, h('span', {}, holder(t)),
+      t.dispatchTimestamp ? h('span', {}, `for ${span(now - Date.parse(t.dispatchTimestamp))}`) : null,
+      t.updatedAt ? h('span', {}, `heard ${ago(t.updatedAt)}`) : null,
+      t.leaseExpiresAt ? h('span', {}, `lease ends ${ago(t.leaseExpiresAt)}`) : null)
     : null;
-  return h('article', { class: `card status-${t.status}`, 'data-task': t.id },
+  return h('article', { class: `card status-${status}`, 'data-task': t.id },
     h('a', { class: 'title', href: ctx.link('task', t.id) }, t.message.length > 140 ? t.message.slice(0, 139) + '…' : t.message),
     h('div', { class: 'meta' },
-      h('span', { class: `prio prio-${t.priority || 'normal'}` }, t.priority || 'normal'),
-      t.taskMode ? h('span', {}, t.taskMode) : null,
+      h('span', { class: `prio prio-${t.priority || 'normal'}`, title: 'priority' }, priorityWord(t.priority)),
+      t.taskMode ? h('span', {}, plain(t.taskMode)) : null,
       h('span', { title: when(t.createdAt) }, ago(t.createdAt)),
-      t.dispatchNonce ? h('span', { title: 'epoch' }, 'epoch ', t.dispatchNonce) : null,
-      h('span', { class: 'id' }, short(t.id))),
-    holder,
-    why.length ? h('div', { class: 'whys' }, why) : null);
+      t.dispatchNonce ? h('span', { title: 'the fencing epoch of its latest claim' }, 'epoch ', t.dispatchNonce) : null,
+      h('span', { class: 'id', title: t.id }, short(t.id))),
+    running,
+    t.status === 'assigned' && t.progress ? progressReport(t.progress) : null,
+    notes.length ? h('div', { class: 'whys' }, notes) : null);
 }
 
 // ── Board ─────────────────────────────────────────────────────────────────
 
+const FILTER_WORDS = { tag: 'tag', node: 'node', session: 'session', mission: 'mission', q: 'text' };
+
 const board = {
   filters: { tag: '', node: '', session: '', mission: '', q: '' },
-  shown: Object.fromEntries(STATUSES.map((st) => [st, PAGE])),
+  shown: Object.fromEntries(COLUMNS.map((st) => [st, PAGE])),
+  blockedSeen: 0,
 
   mount(ctx) {
-    this.shown = Object.fromEntries(STATUSES.map((st) => [st, PAGE]));
+    this.shown = Object.fromEntries(COLUMNS.map((st) => [st, PAGE]));
     const inputs = Object.keys(this.filters).map((key) =>
       h('input', {
-        type: 'search', name: key, value: this.filters[key], 'aria-label': key,
-        placeholder: key === 'q' ? 'text' : key,
+        type: 'search', name: key, value: this.filters[key], 'aria-label': FILTER_WORDS[key], placeholder: FILTER_WORDS[key],
         oninput: (e) => { this.filters[key] = e.target.value; clearTimeout(this.typing); this.typing = setTimeout(() => ctx.refresh(), 250); },
       }));
-    this.columns = h('div', { class: 'columns' }, STATUSES.map((st) => h('section', { class: 'column', 'data-status': st },
-      h('h2', {}, st, ' ', h('span', { class: 'count' })), h('div', { class: 'cards' }), h('div', { class: 'more' }))));
+    this.columns = h('div', { class: 'columns' }, COLUMNS.map((st) => h('section', { class: 'column', 'data-status': st },
+      h('h2', {}, statusWord(st), ' ', h('span', { class: 'count' })), h('div', { class: 'cards' }), h('div', { class: 'more' }))));
     put(ctx.main, h('form', { class: 'filters', onsubmit: (e) => e.preventDefault() }, inputs), this.columns);
   },
 
   async update(ctx) {
     const filtered = Object.values(this.filters).some((v) => v.trim());
-    const [status, ...pages] = await Promise.all([
-      ctx.api.status(),
-      ...STATUSES.map((st) => ctx.api.tasks({ status: st, ...this.filters, limit: this.shown[st] + 1 })),
+    const list = (status, limit) => ctx.api.tasks({ status, ...this.filters, limit });
+    const stored = COLUMNS.filter((st) => st !== 'blocked');
+    // The API keeps a blocked task pending: the pending page is read long enough
+    // to fill the column once the blocked ones are set apart.
+    const want = (st) => this.shown[st] + 1 + (st === 'pending' ? this.blockedSeen : 0);
+    const [status, blocked, ...pages] = await Promise.all([
+      ctx.api.status(), list('blocked', MAX), ...stored.map((st) => list(st, want(st))),
     ]);
-    STATUSES.forEach((st, i) => {
+    const lists = Object.fromEntries(stored.map((st, i) => [st, pages[i]]));
+    let pending = lists.pending.filter((t) => !t.blockedReason);
+    if (pending.length <= this.shown.pending && lists.pending.length === want('pending') && blocked.length > this.blockedSeen) {
+      pending = (await list('pending', this.shown.pending + 1 + blocked.length)).filter((t) => !t.blockedReason);
+    }
+    this.blockedSeen = blocked.length;
+    Object.assign(lists, { pending, blocked });
+    const totals = { ...status.tasks, blocked: blocked.length, pending: (status.tasks.pending || 0) - blocked.length };
+    const known = new Map(COLUMNS.flatMap((st) => lists[st]).map((t) => [t.id, t]));
+    for (const st of COLUMNS) {
       const col = this.columns.querySelector(`[data-status="${st}"]`);
-      const tasks = pages[i];
-      const more = tasks.length > this.shown[st];
-      const list = more ? tasks.slice(0, this.shown[st]) : tasks;
-      const total = status.tasks[st] || 0;
-      col.querySelector('.count').textContent = filtered ? `${list.length}${more ? '+' : ''}` : String(total);
-      put(col.querySelector('.cards'), list.map((t) => card(ctx, t)));
+      const more = lists[st].length > this.shown[st];
+      const shown = more ? lists[st].slice(0, this.shown[st]) : lists[st];
+      const count = filtered ? `${shown.length}${more ? '+' : ''}` : `${Math.max(0, totals[st] || 0)}${st === 'blocked' && blocked.length === MAX ? '+' : ''}`;
+      col.querySelector('.count').textContent = count;
+      put(col.querySelector('.cards'), shown.map((t) => card(ctx, t, known)));
       put(col.querySelector('.more'), more
-        ? h('button', { type: 'button', class: 'quiet', onclick: () => { this.shown[st] += PAGE * 4; ctx.refresh(); } }, `show more (${list.length} shown)`)
+        ? h('button', { type: 'button', class: 'quiet', onclick: () => { this.shown[st] += PAGE * 4; ctx.refresh(); } }, `show more (${shown.length} shown)`)
         : null);
-    });
+    }
     ctx.main.dataset.painted = String(performance.now());
+  },
+};
+
+// ── Ready now ─────────────────────────────────────────────────────────────
+
+/** Every pending task, page by page (at most `pages` pages). */
+async function allPending(ctx, pages = 5) {
+  const tasks = [];
+  for (let page = 0; page < pages; page++) {
+    const batch = await ctx.api.tasks({ status: 'pending', limit: MAX, offset: page * MAX });
+    tasks.push(...batch);
+    if (batch.length < MAX) return { tasks, complete: true };
+  }
+  return { tasks, complete: false };
+}
+
+/** The tasks `ids` names that `known` lacks, fetched: a task, or null for no such task. */
+async function fetchMissing(ctx, ids, known) {
+  const missing = [...new Set(ids)].filter((id) => !known.has(id));
+  const found = await Promise.all(missing.map((id) => ctx.api.task(id).catch((err) => (err.status === 404 ? null : undefined))));
+  missing.forEach((id, i) => { if (found[i] !== undefined) known.set(id, found[i]); });
+}
+
+function blockingDependency(t) {
+  const named = /^dependency_failed:(.+)$/.exec(t.blockedReason || '');
+  return named ? [named[1]] : [];
+}
+
+const ready = {
+  mount(ctx) { put(ctx.main, h('div', { class: 'ready-page' }, h('h1', {}, 'Ready now'), h('p', { class: 'hint' }, 'loading…'))); },
+
+  async update(ctx) {
+    const { tasks, complete } = await allPending(ctx);
+    const known = new Map(tasks.map((t) => [t.id, t]));
+    await fetchMissing(ctx, tasks.flatMap((t) => [...(t.dependsOn || []), ...blockingDependency(t)]), known);
+    const now = Date.now();
+    const rows = [...tasks].sort(claimOrder).map((t) => ({ t, why: waits(ctx, t, known, now) }));
+    const readyNow = rows.filter((r) => !r.why.length);
+    const waiting = rows.filter((r) => r.why.length);
+    const line = (t) => [
+      h('a', { class: 'title', href: ctx.link('task', t.id) }, t.message.length > 120 ? t.message.slice(0, 119) + '…' : t.message),
+      h('span', { class: 'meta' },
+        t.priority && t.priority !== 'normal' ? h('span', { class: `prio prio-${t.priority}` }, priorityWord(t.priority)) : null,
+        h('span', { class: 'id', title: t.id }, short(t.id)),
+        h('span', { title: when(t.createdAt) }, 'enqueued ', ago(t.createdAt)),
+        t.missionId ? h('a', { href: ctx.link('mission', t.missionId) }, t.missionId) : null,
+        limits(t).map((limit) => h('span', { class: 'limit' }, limit))),
+    ];
+    put(ctx.main.querySelector('.ready-page'),
+      h('h1', {}, 'Ready now ', h('span', { class: 'count' }, String(readyNow.length))),
+      h('p', { class: 'hint' }, 'The tasks a worker claims next, in order: higher priority first, then the oldest. ',
+        'A worker takes the first it qualifies for; one that needs a tag, a node or a session goes only to such a worker.'),
+      complete ? null : h('p', { class: 'hint' }, `Only the first ${tasks.length} pending tasks are read.`),
+      readyNow.length
+        ? h('ol', { class: 'queue ready-list' }, readyNow.map(({ t }) => h('li', { 'data-task': t.id }, line(t))))
+        : h('p', { class: 'hint' }, 'Nothing is ready to claim.'),
+      h('h2', {}, 'Waiting ', h('span', { class: 'count' }, String(waiting.length))),
+      waiting.length
+        ? h('ul', { class: 'queue waiting-list' }, waiting.map(({ t, why }) => h('li', { 'data-task': t.id, class: `status-${statusOf(t)}` },
+          line(t), h('span', { class: 'reasons' }, why.map((reason) => h('span', { class: 'reason' }, reason))))))
+        : h('p', { class: 'hint' }, 'No pending task waits.'));
+  },
+};
+
+// ── A new task ────────────────────────────────────────────────────────────
+
+/** The form's controls, by the wire name of the field each fills. */
+const NEW_FIELDS = ['message', 'priority', 'missionId', 'dependsOn', 'requiredTags', 'targetNodeId', 'targetSessionId'];
+
+const create = {
+  mount(ctx) {
+    const field = (name, label, control, hint) => {
+      control.id = `new-${name}`;
+      control.name = name;
+      control.setAttribute('aria-describedby', `new-${name}-error`);
+      return h('div', { class: 'field', 'data-field': name },
+        h('label', { for: control.id }, label), control,
+        hint ? h('span', { class: 'hint' }, hint) : null,
+        h('span', { class: 'field-error', id: `new-${name}-error`, hidden: true }));
+    };
+    this.missions = h('datalist', { id: 'new-missions' });
+    this.error = h('p', { class: 'form-error', role: 'alert', hidden: true });
+    this.form = h('form', { class: 'new-task', onsubmit: (e) => { e.preventDefault(); this.submit(ctx); } },
+      field('message', 'What to do', h('textarea', { rows: 4, required: true, placeholder: 'the instruction for the worker' })),
+      h('div', { class: 'row' },
+        field('priority', 'Priority', h('select', {}, PRIORITIES.map((p) => h('option', { value: p, selected: p === 'normal' }, priorityWord(p))))),
+        field('missionId', 'Mission', h('input', { type: 'text', list: 'new-missions', value: ctx.arg || '', placeholder: 'none' }))),
+      field('dependsOn', 'Depends on', h('input', { type: 'text', placeholder: 'task ids' }), 'separated by commas or spaces; each must be done first'),
+      h('fieldset', {}, h('legend', {}, 'Who may claim it'),
+        field('requiredTags', 'Tags the worker must have', h('input', { type: 'text', placeholder: 'e.g. gpu, os=linux' })),
+        h('div', { class: 'row' },
+          field('targetNodeId', 'Only on node', h('input', { type: 'text', placeholder: 'any node' })),
+          field('targetSessionId', 'Only for session', h('input', { type: 'text', placeholder: 'any session' })))),
+      this.error,
+      h('div', { class: 'actions' }, h('button', { type: 'submit', class: 'primary' }, 'Enqueue the task')),
+      this.missions);
+    put(ctx.main, h('div', { class: 'new-page' }, h('h1', {}, 'New task'), this.form));
+  },
+
+  async update(ctx) {
+    const list = await ctx.api.missions();
+    put(this.missions, list.map((m) => h('option', { value: m.id }, m.title || m.id)));
+  },
+
+  async submit(ctx) {
+    const form = this.form;
+    const value = (name) => form.elements[name].value.trim();
+    const words = (name) => value(name).split(/[\s,]+/).filter(Boolean);
+    for (const name of NEW_FIELDS) {
+      form.elements[name].removeAttribute('aria-invalid');
+      put(form.querySelector(`#new-${name}-error`)).hidden = true;
+    }
+    this.error.hidden = true;
+    const body = { message: form.elements.message.value, priority: value('priority') };
+    if (value('missionId')) body.missionId = value('missionId');
+    if (words('dependsOn').length) body.dependsOn = words('dependsOn');
+    if (words('requiredTags').length) body.requiredTags = words('requiredTags');
+    if (value('targetNodeId')) body.targetNodeId = value('targetNodeId');
+    if (value('targetSessionId')) body.targetSessionId = value('targetSessionId');
+    const button = form.querySelector('button[type="submit"]');
+    button.disabled = true;
+    try {
+      const t = await ctx.api.enqueue(body);
+      ctx.toast(`enqueued ${short(t.id)}`);
+      window.location.hash = ctx.link('task', t.id);
+    } catch (err) {
+      put(this.error, err.message).hidden = false;
+      if (NEW_FIELDS.includes(err.field)) {
+        const control = form.elements[err.field];
+        const item = err.index !== null && err.index !== undefined ? `item ${err.index + 1}: ` : '';
+        control.setAttribute('aria-invalid', 'true');
+        put(form.querySelector(`#new-${err.field}-error`), item + err.problem).hidden = false;
+        control.focus();
+      }
+    } finally {
+      button.disabled = false;
+    }
   },
 };
 
 // ── Task ──────────────────────────────────────────────────────────────────
 
 async function neighbourhood(ctx, task) {
-  const nodes = new Map([[task.id, { id: task.id, status: task.status, label: task.message, focus: true }]]);
+  const nodes = new Map([[task.id, { id: task.id, status: statusOf(task), label: task.message, focus: true }]]);
   const edges = [];
   const LIMIT = 60;
   // Up: what it depends on, three levels.
@@ -96,7 +278,7 @@ async function neighbourhood(ctx, task) {
         if (nodes.has(dep) || nodes.size >= LIMIT) continue;
         try {
           const d = await ctx.api.task(dep);
-          nodes.set(dep, { id: dep, status: d.status, label: d.message });
+          nodes.set(dep, { id: dep, status: statusOf(d), label: d.message });
           next.push(d);
         } catch {
           nodes.set(dep, { id: dep, status: 'missing', label: dep });
@@ -114,7 +296,7 @@ async function neighbourhood(ctx, task) {
       for (const d of dependents) {
         edges.push({ from: t.id, to: d.id });
         if (nodes.has(d.id) || nodes.size >= LIMIT) continue;
-        nodes.set(d.id, { id: d.id, status: d.status, label: d.message });
+        nodes.set(d.id, { id: d.id, status: statusOf(d), label: d.message });
         next.push(d);
       }
     }
@@ -123,55 +305,115 @@ async function neighbourhood(ctx, task) {
   return { nodes: [...nodes.values()], edges };
 }
 
+/** What a ledger entry says beyond its kind, in words. */
+function entryDetail(e) {
+  const p = e.payload || {};
+  switch (e.kind) {
+    case 'task_dispatched': return p.message || '';
+    case 'task_priority_changed': return `${priorityWord(p.from)} → ${priorityWord(p.to)}` + (p.reason ? `: ${p.reason}` : '');
+    case 'task_progress': return [Number.isFinite(p.percent) ? `${p.percent}%` : '', p.note || ''].filter(Boolean).join(' ');
+    case 'task_unblocked': return p.dependencyId ? `dependency ${p.dependencyId} is back in the queue` : '';
+    default: return reasonWords(p.reason) || p.error || p.summary || p.result || '';
+  }
+}
+
 function entryLine(ctx, e) {
   const p = e.payload || {};
-  const who = [e.sessionId, e.nodeId].filter(Boolean).join(' @ ');
-  const detail = [p.from && p.to ? `${p.from} → ${p.to}` : '', p.reason || p.error || p.result || p.summary || ''].filter(Boolean).join(': ');
+  const who = [e.sessionId, e.nodeId].filter(Boolean).join(' on ');
+  const detail = String(entryDetail(e) || '');
   return h('li', { class: `entry kind-${e.kind}`, 'data-kind': e.kind },
     h('time', { datetime: e.timestamp, title: e.timestamp }, when(e.timestamp)),
-    h('span', { class: 'kind' }, e.kind),
-    p.taskId ? h('a', { href: ctx.link('task', p.taskId), class: 'id' }, short(p.taskId)) : null,
+    h('span', { class: 'kind', title: e.kind }, kindWord(e.kind)),
+    p.taskId ? h('a', { href: ctx.link('task', p.taskId), class: 'id', title: p.taskId }, short(p.taskId)) : null,
     who ? h('span', { class: 'who' }, who) : null,
-    detail ? h('span', { class: 'detail' }, String(detail).slice(0, 200)) : null);
+    detail ? h('span', { class: 'detail' }, detail.length > 200 ? detail.slice(0, 199) + '…' : detail) : null);
+}
+
+/** One line of the task's facts: a label and what follows it. */
+function fact(label, ...value) {
+  return [h('dt', {}, label), h('dd', {}, value)];
 }
 
 const task = {
   mount(ctx) {
     this.id = ctx.arg;
-    put(ctx.main, h('div', { class: 'task-page' }, h('p', {}, 'loading…')));
+    put(ctx.main, h('div', { class: 'task-page' }, h('p', { class: 'hint' }, 'loading…')));
   },
 
   async update(ctx) {
     const t = await ctx.api.task(this.id);
     const [history, graph] = await Promise.all([ctx.api.ledger({ task: t.id, tail: 500 }), neighbourhood(ctx, t)]);
+    const known = new Map(graph.nodes.filter((n) => !n.focus).map((n) => [n.id, n.status === 'missing' ? null : { id: n.id, status: n.status }]));
+    const status = statusOf(t);
+    const open = t.status === 'pending' || t.status === 'assigned';
+    const now = Date.now();
+    const why = t.status === 'pending' ? waits(ctx, t, known, now) : [];
+    const priority = open
+      ? h('select', { name: 'priority', 'aria-label': 'priority', 'data-action': 'priority', onchange: (e) => changePriority(ctx, t, e.target) },
+        PRIORITIES.map((p) => h('option', { value: p, selected: p === (t.priority || 'normal') }, priorityWord(p))))
+      : priorityWord(t.priority);
+    const facts = [
+      fact('Status', badge(status), why.length ? h('span', { class: 'reasons' }, why.map((r) => h('span', { class: 'reason' }, r))) : null),
+      fact('Priority', priority),
+      t.missionId ? fact('Mission', h('a', { href: ctx.link('mission', t.missionId) }, t.missionId)) : null,
+      t.taskMode ? fact('Kind of work', plain(t.taskMode), t.readonly ? ' (read-only)' : '') : null,
+      (t.dependsOn || []).length ? fact('Depends on', h('span', { class: 'deps' }, t.dependsOn.map((id) => h('span', {},
+        h('a', { href: ctx.link('task', id), title: id }, short(id)),
+        known.has(id) ? ` (${known.get(id) ? statusWord(known.get(id).status).toLowerCase() : 'no such task'})` : '')))) : null,
+      limits(t).length ? fact('Who may claim it', limits(t).join('; ')) : null,
+      t.assignedSessionId ? fact(t.status === 'assigned' ? 'Worker' : 'Last worker', holder(t)) : null,
+      t.status === 'assigned' && t.dispatchTimestamp ? fact('Running for', span(now - Date.parse(t.dispatchTimestamp))) : null,
+      t.status === 'assigned' && t.leaseExpiresAt ? fact('Lease', `ends ${ago(t.leaseExpiresAt)}`) : null,
+      t.notBefore ? fact('Not before', when(t.notBefore)) : null,
+      fact('Enqueued', h('span', { title: when(t.createdAt) }, ago(t.createdAt))),
+      t.finishedAt ? fact('Finished', h('span', { title: when(t.finishedAt) }, ago(t.finishedAt))) : null,
+      t.finalSummary ? fact('Summary', t.finalSummary) : null,
+      t.failureReason ? fact('Why it failed', reasonWords(t.failureReason)) : null,
+      t.cancelReason && t.cancelReason !== t.failureReason ? fact('Why it was cancelled', reasonWords(t.cancelReason)) : null,
+      t.requeueCount ? fact('Requeued', `${t.requeueCount} time${t.requeueCount === 1 ? '' : 's'}`) : null,
+      t.dispatchNonce ? fact('Epoch', String(t.dispatchNonce)) : null,
+    ];
     const actions = [];
-    if (t.status === 'pending' || t.status === 'assigned') {
+    if (open) {
       actions.push(h('button', { type: 'button', class: 'danger', 'data-action': 'cancel', onclick: () => act(ctx, `Cancel task ${t.id}?`, (reason) => ctx.api.cancel(t.id, reason)) }, 'Cancel'));
     }
-    if (t.status !== 'pending') {
-      actions.push(h('button', { type: 'button', 'data-action': 'requeue', onclick: () => act(ctx, `Requeue task ${t.id}?`, (reason) => ctx.api.requeue(t.id, false, reason)) }, 'Requeue'));
+    if (t.status === 'failed' || t.status === 'cancelled') {
+      actions.push(h('button', { type: 'button', 'data-action': 'requeue', onclick: () => act(ctx, `Put task ${t.id} back in the queue?`, (reason) => ctx.api.requeue(t.id, false, reason)) }, 'Requeue'));
     }
-    if (t.status === 'pending' || t.status === 'assigned') {
-      actions.push(h('button', { type: 'button', 'data-action': 'priority', onclick: () => changePriority(ctx, t) }, 'Change priority'));
+    if (t.status === 'assigned' || t.status === 'completed') {
+      const text = t.status === 'assigned'
+        ? `Take task ${t.id} from ${holder(t)} and put it back in the queue?`
+        : `Run the finished task ${t.id} again?`;
+      actions.push(h('button', { type: 'button', 'data-action': 'force-requeue', onclick: () => act(ctx, text, (reason) => ctx.api.requeue(t.id, true, reason)) }, 'Requeue anyway'));
     }
-    actions.push(h('button', { type: 'button', 'data-action': 'force-requeue', onclick: () => act(ctx, `Force a requeue of task ${t.id}, whatever its status and retry budget?`, (reason) => ctx.api.requeue(t.id, true, reason)) }, 'Force requeue'));
-    const fields = Object.entries(t).map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, typeof v === 'object' ? JSON.stringify(v) : String(v))));
+    const raw = Object.entries(t).map(([k, v]) => h('tr', {}, h('th', {}, k), h('td', {}, typeof v === 'object' ? JSON.stringify(v) : String(v))));
+    const firstLine = t.message.split('\n')[0];
+    const title = firstLine.length > 160 ? firstLine.slice(0, 159) + '…' : firstLine;
     put(ctx.main.querySelector('.task-page'),
-      h('h1', {}, h('span', { class: `badge status-${t.status}` }, t.status), ' ', t.message.slice(0, 200)),
-      h('div', { class: 'actions' }, actions),
+      h('h1', {}, badge(status), ' ', title),
+      title !== t.message ? h('p', { class: 'message' }, t.message) : null,
+      actions.length ? h('div', { class: 'actions' }, actions) : null,
+      t.progress || t.status === 'assigned'
+        ? h('section', { class: 'progress-section' }, h('h2', {}, t.status === 'assigned' ? 'Progress' : 'Last progress report'),
+          t.progress ? progressReport(t.progress) : h('p', { class: 'hint' }, 'No progress reported yet.'))
+        : null,
+      h('dl', { class: 'facts' }, facts),
       h('section', { class: 'graph' }, h('h2', {}, 'Dependencies'),
-        graph.nodes.length > 1 ? null : h('p', { class: 'hint' }, 'no dependencies either way'),
+        graph.nodes.length > 1 ? null : h('p', { class: 'hint' }, 'No dependencies either way.'),
         dag(graph.nodes, graph.edges, (id) => ctx.link('task', id))),
       h('section', { class: 'history' }, h('h2', {}, 'History'), h('ol', { class: 'timeline' }, history.map((e) => entryLine(ctx, e)))),
-      h('section', {}, h('h2', {}, 'Fields'), h('table', { class: 'fields' }, fields)));
+      h('details', { class: 'raw' }, h('summary', {}, 'All fields'), h('div', { class: 'scroll' }, h('table', { class: 'fields' }, raw))));
   },
 };
 
-async function changePriority(ctx, t) {
-  const now = t.priority || 'normal';
-  const choice = h('select', { name: 'priority', 'aria-label': 'priority' },
-    ['high', 'normal', 'low'].map((p) => h('option', { value: p, selected: p === now }, p)));
-  await act(ctx, `Change the priority of task ${t.id} (now ${now})?`, (reason) => ctx.api.priority(t.id, choice.value, reason), choice);
+async function changePriority(ctx, t, select) {
+  try {
+    await ctx.api.priority(t.id, select.value);
+    ctx.toast(`priority: ${priorityWord(select.value).toLowerCase()}`);
+  } catch (err) {
+    ctx.toast(err.message, true);
+  }
+  ctx.refresh();
 }
 
 async function act(ctx, text, run, ...extra) {
@@ -188,11 +430,13 @@ async function act(ctx, text, run, ...extra) {
 
 // ── Missions ──────────────────────────────────────────────────────────────
 
-function progress(p) {
-  const parts = STATUSES.map((st) => p[st] ? h('span', { class: `bar status-${st}`, style: null, 'data-width': p[st] / Math.max(1, p.total) }) : null);
-  const bar = h('div', { class: 'progress', title: STATUSES.map((st) => `${st} ${p[st] || 0}`).join(', ') }, parts);
+const MISSION_PARTS = ['completed', 'assigned', 'pending', 'failed', 'cancelled'];
+
+function missionProgress(p) {
+  const parts = MISSION_PARTS.map((st) => (p[st] ? h('span', { class: `bar status-${st}`, 'data-width': p[st] / Math.max(1, p.total) }) : null));
+  const bar = h('div', { class: 'progress', title: MISSION_PARTS.map((st) => `${statusWord(st)} ${p[st] || 0}`).join(', ') }, parts);
   for (const el of bar.children) el.style.flexGrow = el.dataset.width;
-  return h('div', { class: 'progress-line' }, bar, h('span', {}, `${p.percentComplete}% of ${p.total}`));
+  return h('div', { class: 'progress-line' }, bar, h('span', {}, `${p.percentComplete}% of ${p.total} done`));
 }
 
 const missions = {
@@ -201,23 +445,23 @@ const missions = {
     const list = await ctx.api.missions();
     put(ctx.main.querySelector('.missions'), h('h1', {}, 'Missions'),
       list.length ? h('ul', { class: 'mission-list' }, list.map((m) => h('li', { class: 'mission', 'data-mission': m.id },
-        h('a', { href: ctx.link('mission', m.id) }, m.title || m.id), ' ', h('span', { class: 'badge' }, m.status),
-        progress(m.progress)))) : h('p', { class: 'hint' }, 'no missions in this mesh'));
+        h('a', { href: ctx.link('mission', m.id) }, m.title || m.id), ' ', h('span', { class: 'badge', title: m.status }, statusWord(m.status)),
+        missionProgress(m.progress)))) : h('p', { class: 'hint' }, 'No missions in this mesh.'));
   },
 };
 
 const mission = {
   mount(ctx) { this.id = ctx.arg; put(ctx.main, h('div', { class: 'mission-page' })); },
   async update(ctx) {
-    const detail = await ctx.api.mission(this.id);
-    const m = detail;
-    const ids = new Set(detail.tasks.map((t) => t.id));
-    const nodes = detail.tasks.map((t) => ({ id: t.id, status: t.status, label: t.message }));
-    const edges = detail.tasks.flatMap((t) => (t.dependsOn || []).filter((d) => ids.has(d)).map((d) => ({ from: d, to: t.id })));
+    const m = await ctx.api.mission(this.id);
+    const ids = new Set(m.tasks.map((t) => t.id));
+    const nodes = m.tasks.map((t) => ({ id: t.id, status: statusOf(t), label: t.message }));
+    const edges = m.tasks.flatMap((t) => (t.dependsOn || []).filter((d) => ids.has(d)).map((d) => ({ from: d, to: t.id })));
     put(ctx.main.querySelector('.mission-page'),
-      h('h1', {}, m.title || m.id, ' ', h('span', { class: 'badge' }, m.status)),
+      h('h1', {}, m.title || m.id, ' ', h('span', { class: 'badge', title: m.status }, statusWord(m.status))),
       m.goal ? h('p', {}, m.goal) : null,
-      progress(m.progress),
+      missionProgress(m.progress),
+      h('div', { class: 'actions' }, h('a', { class: 'button', href: ctx.link('new', m.id) }, 'New task in this mission')),
       h('section', { class: 'graph' }, h('h2', {}, 'Tasks'), dag(nodes, edges, (id) => ctx.link('task', id))));
   },
 };
@@ -228,39 +472,44 @@ const workers = {
   mount(ctx) { put(ctx.main, h('div', { class: 'workers' })); },
   async update(ctx) {
     const [status, held, counters, assigned] = await Promise.all([
-      ctx.api.status(), ctx.api.held(), metrics(), ctx.api.tasks({ status: 'assigned', limit: 1000 }),
+      ctx.api.status(), ctx.api.held(), metrics(), ctx.api.tasks({ status: 'assigned', limit: MAX }),
     ]);
     // An assigned task's updatedAt moves with its claim and every heartbeat.
-    const heard = new Map(assigned.map((t) => [t.id, t.updatedAt]));
+    const running = new Map(assigned.map((t) => [t.id, t]));
     const nodes = new Map();
     const at = (node) => { if (!nodes.has(node)) nodes.set(node, []); return nodes.get(node); };
     for (const a of status.activeAssignments) {
-      at(a.nodeId || '?').push(h('tr', { class: 'busy' }, h('td', {}, a.sessionId || '?'), h('td', {}, 'busy'),
-        h('td', {}, h('a', { href: ctx.link('task', a.id) }, a.message.slice(0, 60))),
+      const t = running.get(a.id);
+      at(a.nodeId || '?').push(h('tr', { class: 'busy' }, h('td', {}, a.sessionId || '?'), h('td', {}, 'working'),
+        h('td', {}, h('a', { href: ctx.link('task', a.id) }, a.message.slice(0, 60)), t && t.progress ? progressReport(t.progress) : null),
         h('td', {}, a.dispatchTimestamp ? span(Date.now() - Date.parse(a.dispatchTimestamp)) : ''),
-        h('td', {}, heard.has(a.id) ? ago(heard.get(a.id)) : ''),
-        h('td', {}, a.leaseExpiresAt ? ago(a.leaseExpiresAt) : ''), h('td', {}, a.epoch)));
+        h('td', {}, t ? ago(t.updatedAt) : ''),
+        h('td', {}, a.leaseExpiresAt ? `lease ends ${ago(a.leaseExpiresAt)}` : ''), h('td', {}, a.epoch)));
     }
     for (const i of status.idleSessions) {
-      at(i.nodeId).push(h('tr', { class: 'idle' }, h('td', {}, i.sessionId), h('td', {}, 'idle'), h('td', {}, i.providerType),
+      at(i.nodeId).push(h('tr', { class: 'idle' }, h('td', {}, i.sessionId), h('td', {}, 'idle', i.providerType ? ` (${i.providerType})` : ''), h('td', {}, ''),
         h('td', {}, ''), h('td', {}, ''), h('td', {}, 'report ends ' + ago(new Date(i.expiresAt).toISOString())), h('td', {}, '')));
     }
-    const drains = Object.entries(counters).filter(([k]) => k.startsWith('agentmesh_drain'));
+    const drains = Object.entries(counters)
+      .filter(([k]) => k.startsWith('agentmesh_drain') || k === 'agentmesh_delivered_events_total')
+      .map(([k, v]) => [k.replace(/^agentmesh_/, ''), v]);
+    const table = (heads, rows) => h('div', { class: 'scroll' }, h('table', {}, h('tr', {}, heads.map((c) => h('th', {}, c))), rows));
     put(ctx.main.querySelector('.workers'),
       h('h1', {}, 'Workers'),
-      nodes.size ? [...nodes.entries()].map(([node, rows]) => h('section', { class: 'node' }, h('h2', {}, node),
-        h('table', {}, h('tr', {}, ['session', 'state', 'task', 'held for', 'last heard', 'lease / report', 'epoch'].map((c) => h('th', {}, c))), rows)))
-        : h('p', { class: 'hint' }, 'no busy or idle sessions'),
+      nodes.size ? [...nodes.entries()].map(([node, rows]) => h('section', { class: 'node' }, h('h2', {}, 'Node ', node),
+        table(['Session', 'State', 'Task', 'Running for', 'Last heard', 'Lease or report', 'Epoch'], rows)))
+        : h('p', { class: 'hint' }, 'No busy or idle sessions.'),
       h('h1', {}, 'Coordinators'),
-      h('table', {}, h('tr', {}, ['daemon', 'run', 'session', 'inbox depth'].map((c) => h('th', {}, c))),
-        status.pendingByCoordinator.map((c) => h('tr', {}, h('td', {}, c.daemonId || (c.runId || c.sessionId ? '' : '(broadcast)')), h('td', {}, c.runId || ''), h('td', {}, c.sessionId || ''), h('td', {}, c.count)))),
+      table(['Daemon', 'Run', 'Session', 'Events waiting'],
+        status.pendingByCoordinator.map((c) => h('tr', {}, h('td', {}, c.daemonId || (c.runId || c.sessionId ? '' : 'everyone (broadcast)')), h('td', {}, c.runId || ''), h('td', {}, c.sessionId || ''), h('td', {}, c.count)))),
       h('h2', {}, `Held events (${held.length})`),
-      h('ul', { class: 'held' }, held.map((e) => h('li', {},
-        h('span', { class: 'kind' }, e.event || '?'), ' ', e.reason || '', ' ',
-        e.taskId ? h('a', { href: ctx.link('task', e.taskId) }, short(e.taskId)) : null, ' ', ago(e.heldAt), ' ',
-        h('button', { type: 'button', 'data-action': 'requeue-held', onclick: () => act(ctx, `Put held event ${e.event || e.heldEntryId} back in the inbox?`, () => ctx.api.requeueHeld(e.heldEntryId)) }, 'Requeue')))),
-      h('h2', {}, 'Drain counters (this daemon)'),
-      h('table', { class: 'counters' }, drains.map(([k, v]) => h('tr', {}, h('th', {}, k.replace(/^agentmesh_/, '')), h('td', {}, v)))));
+      held.length ? h('ul', { class: 'held' }, held.map((e) => h('li', {},
+        h('span', { class: 'kind' }, e.event ? plain(e.event) : 'an event'), ' ', reasonWords(e.reason), ' ',
+        e.taskId ? h('a', { href: ctx.link('task', e.taskId), title: e.taskId }, short(e.taskId)) : null, ' ', ago(e.heldAt), ' ',
+        h('button', { type: 'button', 'data-action': 'requeue-held', onclick: () => act(ctx, `Put the held event ${e.event || e.heldEntryId} back in the inbox?`, () => ctx.api.requeueHeld(e.heldEntryId)) }, 'Put back'))))
+        : h('p', { class: 'hint' }, 'No events are held.'),
+      h('h2', {}, 'Coordinator events, since this daemon started'),
+      h('table', { class: 'counters' }, drains.map(([k, v]) => h('tr', {}, h('th', { title: k }, counterWords(k)), h('td', {}, v)))));
   },
 };
 
@@ -270,14 +519,15 @@ const ledger = {
   mount(ctx) {
     this.kind = '';
     this.cursor = null; // null: live tail; otherwise paging from the start
-    this.list = h('ol', { class: 'timeline live' });
+    this.shown = false;
+    this.list = h('ol', { class: 'timeline tail' });
     this.pager = h('div', { class: 'pager' });
-    const kinds = ['', 'task_dispatched', 'task_claimed', 'task_completed', 'task_failed', 'task_cancelled', 'task_requeued', 'task_priority_changed', 'task_reclaimed', 'task_blocked', 'task_unblocked', 'completion_refused', 'heartbeat_refused', 'event_held', 'event_held_requeued'];
     put(ctx.main, h('h1', {}, 'Ledger'),
       h('form', { class: 'filters', onsubmit: (e) => e.preventDefault() },
-        h('select', { name: 'kind', 'aria-label': 'kind', onchange: (e) => { this.kind = e.target.value; ctx.refresh(); } }, kinds.map((k) => h('option', { value: k }, k || 'every kind'))),
-        h('button', { type: 'button', class: 'quiet', onclick: () => { this.cursor = null; ctx.refresh(); } }, 'live tail'),
-        h('button', { type: 'button', class: 'quiet', onclick: () => { this.cursor = ''; ctx.refresh(); } }, 'from the start')),
+        h('select', { name: 'kind', 'aria-label': 'kind', onchange: (e) => { this.kind = e.target.value; this.shown = false; ctx.refresh(); } },
+          h('option', { value: '' }, 'every kind'), KINDS.map((k) => h('option', { value: k }, kindWord(k)))),
+        h('button', { type: 'button', class: 'quiet', onclick: () => { this.cursor = null; this.shown = false; ctx.refresh(); } }, 'Newest, live'),
+        h('button', { type: 'button', class: 'quiet', onclick: () => { this.cursor = ''; ctx.refresh(); } }, 'From the start')),
       this.list, this.pager);
   },
   async update(ctx, entries) {
@@ -298,9 +548,9 @@ const ledger = {
     const page = await ctx.api.slice({ afterId: this.cursor, kind: this.kind, limit: 100 });
     put(this.list, page.entries.map((e) => entryLine(ctx, e)));
     put(this.pager, page.cursor.hasMore
-      ? h('button', { type: 'button', onclick: () => { this.cursor = page.cursor.nextAfterId; ctx.refresh(); } }, 'next page')
-      : h('span', { class: 'hint' }, 'end of the ledger'));
+      ? h('button', { type: 'button', onclick: () => { this.cursor = page.cursor.nextAfterId; ctx.refresh(); } }, 'Next page')
+      : h('span', { class: 'hint' }, 'End of the ledger.'));
   },
 };
 
-export const views = { board, task, missions, mission, workers, ledger };
+export const views = { board, ready, new: create, task, missions, mission, workers, ledger };

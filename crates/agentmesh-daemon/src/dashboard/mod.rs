@@ -66,6 +66,7 @@ const ASSETS: &[Asset] = &[
     Asset { name: "app.js", content_type: JS, body: include_bytes!("../../dashboard/app.js") },
     Asset { name: "api.js", content_type: JS, body: include_bytes!("../../dashboard/api.js") },
     Asset { name: "views.js", content_type: JS, body: include_bytes!("../../dashboard/views.js") },
+    Asset { name: "words.js", content_type: JS, body: include_bytes!("../../dashboard/words.js") },
     Asset { name: "graph.js", content_type: JS, body: include_bytes!("../../dashboard/graph.js") },
     Asset { name: "dom.js", content_type: JS, body: include_bytes!("../../dashboard/dom.js") },
     Asset { name: "app.css", content_type: CSS, body: include_bytes!("../../dashboard/app.css") },

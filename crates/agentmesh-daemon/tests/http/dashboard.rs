@@ -252,7 +252,7 @@ async fn assets_are_embedded_with_an_etag_and_revalidated() {
     let response = daemon.client.get(daemon.url("/assets/nothing.js")).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::NOT_FOUND);
     // The page loads nothing from anywhere else.
-    for name in ["app.js", "api.js", "views.js", "graph.js", "dom.js", "app.css"] {
+    for name in ["app.js", "api.js", "views.js", "graph.js", "dom.js", "words.js", "app.css"] {
         let text = daemon
             .client
             .get(daemon.url(&format!("/assets/{name}")))

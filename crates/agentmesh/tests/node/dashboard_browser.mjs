@@ -1,6 +1,8 @@
 // Drives the dashboard of a running `agentmesh serve` in Debian's headless
 // Chromium (playwright-core, never a downloaded browser) and changes the mesh
-// through the agentmesh CLI. Run by crates/agentmesh/tests/dashboard.rs:
+// through the agentmesh CLI and the HTTP API, as workers do. Every page is
+// also held to the layout rules of `layoutProblems`, on a desktop and on a
+// phone. Run by crates/agentmesh/tests/dashboard.rs:
 //
 //   node dashboard_browser.mjs <base-url> <agentmesh-binary> <screenshot-dir>
 //
@@ -22,6 +24,93 @@ const cli = (...args) => {
   return JSON.parse(out);
 };
 
+const api = async (path, body) => {
+  const response = await fetch(`${base}/v1/meshes/${path}`, {
+    method: 'POST',
+    headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const text = await response.text();
+  assert.ok(response.ok, `${path}: ${response.status} ${text}`);
+  return JSON.parse(text);
+};
+
+/**
+ * What breaks the layout of the page it runs in, in words (runs in the page):
+ * - two visible leaves overlap, unless one contains the other. A leaf is a run
+ *   of text, a control (button, input, select, textarea, image, SVG) or a badge;
+ * - a badge (a filled, rounded label in type smaller than the page's) is taller
+ *   than one line: it has swallowed content that is not a label;
+ * - anything reaches past the right edge of the viewport outside a container
+ *   that scrolls or clips, or the page itself is wider than the viewport.
+ */
+function layoutProblems() {
+  const problems = [];
+  const describe = (el) => {
+    const cls = typeof el.className === 'string' && el.className.trim() ? '.' + el.className.trim().split(/\s+/).join('.') : '';
+    const text = (el.innerText || el.value || el.textContent || '').trim().replace(/\s+/g, ' ');
+    return `${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}${cls} "${text.length > 40 ? text.slice(0, 39) + '…' : text}"`;
+  };
+  const pageFont = parseFloat(getComputedStyle(document.body).fontSize);
+  const isBadge = (style) => style.backgroundColor !== 'rgba(0, 0, 0, 0)'
+    && parseFloat(style.borderTopLeftRadius) > 0 && parseFloat(style.fontSize) < pageFont;
+  const clipped = (el) => {
+    for (let up = el.parentElement; up && up !== document.body; up = up.parentElement) {
+      if (getComputedStyle(up).overflowX !== 'visible') return true;
+    }
+    return false;
+  };
+  const CONTROLS = ['button', 'input', 'select', 'textarea', 'img', 'svg'];
+  const leaves = [];
+  const walk = (el) => {
+    const style = getComputedStyle(el);
+    if (style.display === 'none') return;
+    const box = el.getBoundingClientRect();
+    if (style.visibility === 'visible' && Number(style.opacity) > 0 && box.width > 0 && box.height > 0) {
+      if (box.right > window.innerWidth + 1 && !clipped(el)) {
+        problems.push(`${describe(el)} reaches ${Math.round(box.right)}px, past the ${window.innerWidth}px viewport`);
+      }
+      if (CONTROLS.includes(el.tagName.toLowerCase())) {
+        leaves.push({ el, box });
+        return;
+      }
+      if (isBadge(style)) {
+        leaves.push({ el, box });
+        if (box.height > 2.2 * parseFloat(style.fontSize)) {
+          problems.push(`${describe(el)} is styled as a badge but is ${Math.round(box.height)}px tall: a badge holds one line`);
+        }
+      }
+    }
+    for (const node of el.childNodes) {
+      if (node.nodeType === Node.ELEMENT_NODE) walk(node);
+      else if (node.nodeType === Node.TEXT_NODE && node.textContent.trim() && style.visibility === 'visible') {
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        for (const r of range.getClientRects()) if (r.width > 0 && r.height > 0) leaves.push({ el, box: r });
+      }
+    }
+  };
+  walk(document.body);
+  for (let i = 0; i < leaves.length; i++) {
+    for (let j = i + 1; j < leaves.length; j++) {
+      const a = leaves[i], b = leaves[j];
+      if (a.el.contains(b.el) || b.el.contains(a.el)) continue;
+      const across = Math.min(a.box.right, b.box.right) - Math.max(a.box.left, b.box.left);
+      const down = Math.min(a.box.bottom, b.box.bottom) - Math.max(a.box.top, b.box.top);
+      if (across > 1 && down > 1) problems.push(`${describe(a.el)} overlaps ${describe(b.el)}`);
+    }
+  }
+  const wide = document.documentElement.scrollWidth;
+  if (wide > window.innerWidth) problems.push(`the page is ${wide}px wide in a ${window.innerWidth}px viewport`);
+  return [...new Set(problems)];
+}
+
+/** A screenshot for the docs, without the notes the page's own actions left. */
+const shot = async (page, name, fullPage = false) => {
+  await page.evaluate(() => document.getElementById('toasts').replaceChildren());
+  await page.screenshot({ path: join(shots, name), fullPage });
+};
+
 const report = {};
 const timed = async (name, what) => {
   const started = performance.now();
@@ -35,6 +124,23 @@ const browser = await chromium.launch({
     '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 try {
+  // ── The layout check finds what it is meant to find, on a page made to break it.
+  const fixture = await browser.newPage({ viewport: { width: 400, height: 300 } });
+  await fixture.setContent(`<style>body { font: 14px sans-serif; margin: 0 }
+    .tag { font-size: 11px; background: #ddd; border-radius: 4px }
+    p { position: absolute; top: 0; margin: 0 }</style>
+    <p>first words</p><p style="left: 20px">second words</p>
+    <div style="margin-top: 40px; width: 900px">too wide</div>
+    <ol class="tag"><li>one</li><li>two</li><li>three</li></ol>
+    <div style="overflow-x: auto"><div style="width: 900px">wide, inside a scroller</div></div>`);
+  const caught = await fixture.evaluate(layoutProblems);
+  for (const want of [/^p "first words" overlaps p "second words"$/, /^div "too wide" reaches 900px/,
+    /^ol\.tag .* is styled as a badge but is \d+px tall/, /^the page is 900px wide in a 400px viewport$/]) {
+    assert.ok(caught.some((p) => want.test(p)), `the layout check missed ${want}: ${JSON.stringify(caught)}`);
+  }
+  assert.equal(caught.length, 4, JSON.stringify(caught));
+  await fixture.close();
+
   // Something to keep out of reach of a visitor without the token.
   cli('task', 'add', 'secret groundwork', '--id', 'groundwork', '--priority', 'low');
 
@@ -59,7 +165,13 @@ try {
   const context = await browser.newContext({ viewport: { width: 1440, height: 900 } });
   const page = await context.newPage();
   const problems = [];
-  page.on('console', (m) => { if (m.type() === 'error') problems.push(m.text()); });
+  // The form's refused enqueue is the one failed request the page may log.
+  let refusalExpected = false;
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    if (refusalExpected && m.text().includes('status of 400')) return;
+    problems.push(m.text());
+  });
   page.on('pageerror', (e) => problems.push(String(e)));
   await page.goto(base + '/');
   await page.fill('#token', token);
@@ -97,7 +209,7 @@ try {
   await timed('completeToBoardMs', () => page.waitForSelector('[data-status="completed"] [data-task="lexer"]', { timeout: 1000 }));
   cli('claim', '--node', 'desktop', '--session', 'worker-2');
   await page.waitForSelector('[data-status="assigned"] [data-task="parser"]', { timeout: 1000 });
-  await page.screenshot({ path: join(shots, 'board.png') });
+  await shot(page, 'board.png');
 
   // ── The filters.
   await page.fill('.filters input[name="tag"]', 'gpu');
@@ -116,7 +228,7 @@ try {
     await page.waitForSelector(`.graph svg.dag a[data-task="${id}"]`);
   }
   assert.equal(await page.locator('.graph svg.dag path.edge').count(), 4);
-  await page.screenshot({ path: join(shots, 'task.png'), fullPage: true });
+  await shot(page, 'task.png', true);
 
   // ── Cancel from the page, behind a confirmation, and see the ledger entry.
   await page.click('.graph svg.dag a[data-task="docs"]');
@@ -132,12 +244,10 @@ try {
 
   // ── Change a priority from the page.
   await page.evaluate(() => { window.location.hash = '#/default/task/codegen'; });
-  await page.waitForSelector('.task-page [data-action="priority"]');
-  await page.click('[data-action="priority"]');
-  await page.waitForSelector('dialog#confirm[open]');
-  await page.selectOption('dialog#confirm select[name="priority"]', 'high');
-  await page.click('#confirm-ok');
+  await page.waitForSelector('.task-page select[data-action="priority"]');
+  await page.selectOption('.task-page select[data-action="priority"]', 'high');
   await page.waitForSelector('.history .entry[data-kind="task_priority_changed"]', { timeout: 2000 });
+  assert.equal(await page.textContent('.history .entry[data-kind="task_priority_changed"] .detail'), 'Normal → High');
   assert.equal(cli('task', 'show', 'codegen').priority, 'high');
 
   // ── The mission and its DAG, coloured by status.
@@ -147,7 +257,7 @@ try {
   await page.waitForSelector('.mission-page svg.dag a.status-completed[data-task="lexer"]');
   await page.waitForSelector('.mission-page svg.dag a.status-assigned[data-task="parser"]');
   await page.waitForSelector('.mission-page svg.dag a.status-cancelled[data-task="docs"]');
-  await page.screenshot({ path: join(shots, 'mission.png'), fullPage: true });
+  await shot(page, 'mission.png', true);
 
   // ── A forced requeue of the completed lexer, behind a confirmation; backing
   // out of the dialog changes nothing.
@@ -177,22 +287,146 @@ try {
   await page.click('#nav a[data-view="workers"]');
   await page.waitForSelector('.workers tr.idle');
   assert.ok((await page.textContent('.workers tr.idle')).includes('worker-1'));
-  await page.screenshot({ path: join(shots, 'workers.png'), fullPage: true });
+  await shot(page, 'workers.png', true);
   await page.click('#nav a[data-view="ledger"]');
   await page.waitForSelector('.timeline .entry');
   cli('task', 'add', 'one more', '--id', 'late');
   await timed('enqueueToLedgerMs', () => page.waitForSelector('.timeline .entry a[href$="/task/late"]', { timeout: 1000 }));
 
-  // ── A phone.
-  const phone = await browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
-  await phone.addCookies(await context.cookies());
-  const small = await phone.newPage();
-  await small.goto(base + '/#/default/board');
-  await small.waitForSelector('[data-status="pending"] .card');
-  const overflow = await small.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(overflow <= 1, `the phone page scrolls sideways by ${overflow}px`);
-  await small.screenshot({ path: join(shots, 'phone.png') });
-  await phone.close();
+  await shot(page, 'ledger.png');
+
+  // ── A task created from the form: the API's refusal next to the field it
+  // names, then the new task's page, claimed through the CLI and shown running.
+  await page.click('#new-task');
+  await page.waitForSelector('form.new-task');
+  await page.fill('#new-message', '   ');
+  refusalExpected = true;
+  await page.click('form.new-task button[type="submit"]');
+  await page.waitForSelector('[data-field="message"] .field-error:not([hidden])');
+  refusalExpected = false;
+  assert.equal(await page.textContent('[data-field="message"] .field-error'), 'must not be empty');
+  assert.equal(await page.textContent('.form-error'), 'invalid message: must not be empty');
+  assert.equal(await page.getAttribute('#new-message', 'aria-invalid'), 'true');
+  await shot(page, 'new.png');
+  await page.fill('#new-message', 'run the integration tests');
+  await page.selectOption('#new-priority', 'high');
+  await page.fill('#new-missionId', 'compiler');
+  await page.fill('#new-dependsOn', 'lexer, ');
+  await page.fill('#new-requiredTags', 'linux');
+  await page.fill('#new-targetNodeId', 'ci-box');
+  await page.click('form.new-task button[type="submit"]');
+  await page.waitForSelector('.task-page h1 .badge.status-pending');
+  const created = decodeURIComponent(new URL(page.url()).hash.split('/').pop());
+  const enqueued = cli('task', 'show', created);
+  assert.equal(enqueued.message, 'run the integration tests');
+  assert.equal(enqueued.priority, 'high');
+  assert.equal(enqueued.missionId, 'compiler');
+  assert.deepEqual(enqueued.dependsOn, ['lexer']);
+  assert.deepEqual(enqueued.requiredTags, ['linux']);
+  assert.equal(enqueued.targetNodeId, 'ci-box');
+  // It waits for the lexer, requeued above; done, the claim takes the new task
+  // (pinned to the claiming node, it comes before every open task).
+  assert.ok((await page.textContent('.facts')).includes('waits for lexer (pending)'));
+  const again = cli('claim', '--node', 'lexer-box', '--session', 'lexer-1');
+  assert.equal(again.id, 'lexer');
+  cli('complete', '--session', 'lexer-1', '--task', 'lexer', '--epoch', String(again.dispatchNonce), '--summary', 'lexer again');
+  const ci = cli('claim', '--node', 'ci-box', '--session', 'ci-1', '--tag', 'linux');
+  assert.equal(ci.id, created);
+  await timed('claimToTaskPageMs', () => page.waitForSelector('.task-page h1 .badge.status-assigned', { timeout: 1000 }));
+  assert.equal(await page.textContent('.task-page h1 .badge'), 'Running');
+  assert.ok((await page.textContent('.facts')).includes('ci-1 on ci-box'));
+
+  // ── Its worker's progress reports, with its heartbeats, show while it runs.
+  const beat = (percent, note) => api('default/heartbeats',
+    { taskId: created, sessionId: 'ci-1', epoch: ci.dispatchNonce, leaseMs: 600000, progress: { percent, note } });
+  await beat(50, 'running the tests');
+  await timed('progressToTaskPageMs', () => page.waitForSelector('.progress-section .meter[aria-valuenow="50"]', { timeout: 1000 }));
+  assert.equal(await page.textContent('.progress-section .note'), 'running the tests');
+  assert.equal(await page.textContent('.progress-section .percent'), '50%');
+  await page.waitForSelector('.history .entry[data-kind="task_progress"]');
+  await beat(80, 'writing the report');
+  await page.waitForSelector('.progress-section .meter[aria-valuenow="80"]', { timeout: 1000 });
+  assert.equal(await page.textContent('.progress-section .note'), 'writing the report');
+  await shot(page, 'progress.png', true);
+  await page.click('#nav a[data-view="board"]');
+  const progressCard = `[data-status="assigned"] [data-task="${created}"] .task-progress`;
+  await page.waitForSelector(progressCard);
+  const onCard = await page.textContent(progressCard);
+  assert.ok(onCard.includes('80%') && onCard.includes('writing the report'), onCard);
+
+  // ── A task whose dependency failed is blocked, with the dependency linked.
+  cli('task', 'add', 'prepare the fixtures', '--id', 'fixtures', '--target-node', 'fixture-box');
+  cli('task', 'add', 'run the slow suite', '--id', 'slow-suite', '--depends-on', 'fixtures');
+  const fixtures = cli('claim', '--node', 'fixture-box', '--session', 'fixture-1');
+  assert.equal(fixtures.id, 'fixtures');
+  cli('complete', '--session', 'fixture-1', '--task', 'fixtures', '--epoch', String(fixtures.dispatchNonce), '--failed', '--reason', 'disk full');
+  await page.waitForSelector('[data-status="blocked"] [data-task="slow-suite"]', { timeout: 1000 });
+  assert.equal(await page.locator('[data-status="pending"] [data-task="slow-suite"]').count(), 0);
+  assert.equal(await page.textContent('[data-status="blocked"] .count'), '1');
+  const chip = '[data-task="slow-suite"] .why.blocked';
+  assert.equal(await page.textContent(chip), 'blocked: dependency fixtures failed');
+  assert.match(await page.getAttribute(`${chip} a`, 'href'), /\/task\/fixtures$/);
+  await shot(page, 'blocked.png');
+  await page.click('[data-task="slow-suite"] a.title');
+  await page.waitForSelector('.task-page h1 .badge.status-blocked');
+  assert.equal(await page.textContent('.task-page h1 .badge'), 'Blocked');
+  assert.equal(await page.textContent('.facts .reason'), 'blocked: dependency fixtures failed');
+  await page.click('.facts .reason a');
+  await page.waitForSelector('.task-page h1 .badge.status-failed');
+  assert.ok((await page.textContent('.facts')).includes('disk full'));
+
+  // ── Ready now: what a worker claims next, in claim order, and why the rest wait.
+  const plan = (...args) => cli('--mesh', 'plan', ...args);
+  plan('task', 'add', 'provision the machine', '--id', 'provision', '--target-node', 'n-provision');
+  plan('task', 'add', 'compile the release', '--id', 'compile', '--target-node', 'n-compile');
+  plan('task', 'add', 'package it', '--id', 'package', '--depends-on', 'provision');
+  plan('task', 'add', 'test the release', '--id', 'test', '--depends-on', 'compile');
+  const compile = plan('claim', '--node', 'n-compile', '--session', 's-compile');
+  const provision = plan('claim', '--node', 'n-provision', '--session', 's-provision');
+  plan('complete', '--session', 's-provision', '--task', 'provision', '--epoch', String(provision.dispatchNonce), '--failed', '--reason', 'no disk');
+  plan('task', 'add', 'a low one', '--id', 'low', '--priority', 'low');
+  plan('task', 'add', 'an older normal one', '--id', 'older');
+  plan('task', 'add', 'a newer urgent one', '--id', 'urgent', '--priority', 'high', '--tag', 'gpu');
+  plan('task', 'add', 'a later one', '--id', 'later', '--not-before', '2h');
+  await page.evaluate(() => { window.location.hash = '#/plan/ready'; });
+  await page.waitForSelector('.ready-list li[data-task="urgent"]');
+  const order = (list) => page.$$eval(`.${list} li`, (els) => els.map((e) => e.dataset.task));
+  assert.deepEqual(await order('ready-list'), ['urgent', 'older', 'low']);
+  assert.ok((await page.textContent('.ready-list li[data-task="urgent"]')).includes('needs tag gpu'));
+  assert.deepEqual(await order('waiting-list'), ['package', 'test', 'later']);
+  const reasons = (id) => page.$$eval(`.waiting-list li[data-task="${id}"] .reason`, (els) => els.map((e) => e.textContent));
+  assert.deepEqual(await reasons('package'), ['blocked: dependency provision failed']);
+  assert.match(await page.getAttribute('.waiting-list li[data-task="package"] .reason a', 'href'), /^#\/plan\/task\/provision$/);
+  assert.deepEqual(await reasons('test'), ['waits for compile (running)']);
+  assert.match(await page.getAttribute('.waiting-list li[data-task="test"] .reason a', 'href'), /^#\/plan\/task\/compile$/);
+  const later = await reasons('later');
+  assert.equal(later.length, 1);
+  assert.match(later[0], /^not before \d\d:\d\d$|^not before \S+ \S+ \d\d:\d\d$/);
+  await shot(page, 'ready.png', true);
+  // Live: the dependency done, its dependent is ready, before the younger normal one.
+  plan('complete', '--session', 's-compile', '--task', 'compile', '--epoch', String(compile.dispatchNonce), '--summary', 'compiled');
+  await page.waitForSelector('.ready-list li[data-task="test"]', { timeout: 1000 });
+  assert.deepEqual(await order('ready-list'), ['urgent', 'test', 'older', 'low']);
+  assert.deepEqual(await order('waiting-list'), ['package', 'later']);
+
+  // ── Every page, on a desktop and on a phone: nothing overlaps, nothing spills sideways.
+  const pages = ['default/board', `default/task/${created}`, 'default/task/slow-suite', 'plan/ready', 'default/missions',
+    'default/mission/compiler', 'default/ledger', 'default/workers', 'default/new'];
+  const broken = [];
+  for (const [device, viewport] of [['desktop', { width: 1280, height: 800 }], ['phone', { width: 390, height: 844 }]]) {
+    const visit = await browser.newContext({ viewport, isMobile: device === 'phone', hasTouch: device === 'phone' });
+    await visit.addCookies(await context.cookies());
+    const look = await visit.newPage();
+    for (const path of pages) {
+      await look.goto(`${base}/#/${path}`);
+      await look.waitForSelector('#main[data-updated]');
+      await look.waitForSelector('#live[data-state="live"]');
+      for (const problem of await look.evaluate(layoutProblems)) broken.push(`${device} ${path}: ${problem}`);
+      if (device === 'phone' && path === 'default/board') await look.screenshot({ path: join(shots, 'phone.png') });
+    }
+    await visit.close();
+  }
+  assert.deepEqual(broken, [], `layout problems:\n${broken.join('\n')}`);
 
   // ── 10,000 tasks: the board's first paint.
   for (let batch = 0; batch < 10; batch++) {
