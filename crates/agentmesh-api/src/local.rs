@@ -5,8 +5,7 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::events::held;
 use agentmesh_core::{
-    Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, TaskStatus,
-    Timestamp,
+    Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, Timestamp,
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
 use agentmesh_store::{ClaimOptions, CompletionReport, DrainRequest, Heartbeat, Store, StoreError};
@@ -26,9 +25,9 @@ use crate::wire::{
     DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
     DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
     IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
-    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id,
-    page_limit, required, seconds_before,
+    PriorityBody, ProgressBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody,
+    RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody, ToolCallParams, id as id_rule,
+    optional, optional_id, page_limit, required, seconds_before,
 };
 use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
@@ -323,24 +322,13 @@ fn heartbeat_request(body: HeartbeatBody) -> MeshResult<Heartbeat> {
         session_id: id_rule("sessionId", body.session_id)?,
         epoch: body.epoch,
         lease_ms: i64::from(body.lease_ms.get()),
+        progress: body.progress.map(ProgressBody::check).transpose()?,
     })
 }
 
 /// The mesh id of an operation, checked by the core's id rule and trimmed.
 fn mesh_id(mesh: &str) -> Result<&str, agentmesh_core::InvalidInput> {
     agentmesh_core::MeshId::check(mesh)
-}
-
-/// Parses a comma-separated status filter, without repeats.
-fn status_filter(text: Option<&str>) -> MeshResult<Vec<TaskStatus>> {
-    let mut statuses = Vec::new();
-    for part in text.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
-        let status: TaskStatus = part.parse()?;
-        if !statuses.contains(&status) {
-            statuses.push(status);
-        }
-    }
-    Ok(statuses)
 }
 
 impl MeshApi for LocalMesh {
@@ -362,12 +350,17 @@ impl MeshApi for LocalMesh {
 
     fn list_tasks(&self, mesh: &str, params: ListParams) -> MeshResult<Vec<Task>> {
         let mesh = mesh_id(mesh)?;
-        let statuses = status_filter(params.status.as_deref())?;
+        let statuses = StatusFilter::parse(params.status.as_deref())?;
         params.check()?;
-        let tasks = self.store.queue_entries(mesh, &statuses)?;
+        let tasks = self.store.queue_entries(mesh, &statuses.stored())?;
         let skip = params.offset.unwrap_or(0) as usize;
         let take = params.limit.map_or(usize::MAX, |limit| limit as usize);
-        Ok(tasks.into_iter().filter(|task| params.selects(task)).skip(skip).take(take).collect())
+        Ok(tasks
+            .into_iter()
+            .filter(|task| statuses.selects(task) && params.selects(task))
+            .skip(skip)
+            .take(take)
+            .collect())
     }
 
     fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
@@ -409,9 +402,7 @@ impl MeshApi for LocalMesh {
     fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
         let mesh = mesh_id(mesh)?;
         let beat = heartbeat_request(body)?;
-        self.write(|store, now| {
-            store.heartbeat(mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
-        })
+        self.write(|store, now| store.heartbeat(mesh, &beat, now))
     }
 
     fn complete(&self, mesh: &str, body: CompletionBody) -> MeshResult<Task> {

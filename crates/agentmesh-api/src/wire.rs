@@ -14,7 +14,7 @@ use agentmesh_core::events::held::HeldFilter;
 use agentmesh_core::events::{CoordinatorIdentity, Drainer, EmitHint, PendingEvent, Scope};
 use agentmesh_core::{
     Claimant, InvalidInput, LedgerEntry, NewDirectDispatch, NewMission, NewSessionDelivery, NewTask,
-    NotBefore, RequeueOptions, SliceQuery, Timestamp,
+    NotBefore, RequeueOptions, SliceQuery, TaskStatus, Timestamp,
 };
 use agentmesh_store::DrainRequest;
 use serde::{Deserialize, Serialize};
@@ -205,7 +205,8 @@ impl BatchEnqueueBody {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Only these statuses, comma-separated (every status when absent).
+    /// Only these statuses, comma-separated (every status when absent); besides
+    /// the stored statuses it takes [`BLOCKED_STATUS`] (see [`StatusFilter`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
     /// Only tasks requiring this capability tag.
@@ -236,6 +237,71 @@ pub struct ListParams {
 
 /// The largest page `GET /v1/meshes/{mesh}/tasks?limit=` answers.
 pub const MAX_LIST_LIMIT: u32 = 1000;
+
+/// The status word listings show for a pending task that a failed dependency
+/// holds back (it carries a `blockedReason`), and that a status filter takes.
+pub const BLOCKED_STATUS: &str = "blocked";
+
+/// Whether `task` shows as [`BLOCKED_STATUS`]: pending, held back by a failed
+/// dependency.
+pub fn is_blocked(task: &agentmesh_core::Task) -> bool {
+    task.status == TaskStatus::Pending && task.blocked_reason.is_some()
+}
+
+/// The statuses a listing's `status` filter names: stored statuses, and
+/// [`BLOCKED_STATUS`] for the pending tasks a failed dependency holds back
+/// (`pending` includes those too, as it is their stored status).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatusFilter {
+    /// The stored statuses named.
+    pub statuses: Vec<TaskStatus>,
+    /// Whether `blocked` was named.
+    pub blocked: bool,
+}
+
+impl StatusFilter {
+    /// Reads a comma-separated filter; blank parts are skipped, and nothing at
+    /// all means every status. An unknown word is refused naming `status`.
+    pub fn parse(text: Option<&str>) -> Result<StatusFilter, InvalidInput> {
+        let mut filter = StatusFilter::default();
+        for part in text.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+            if part == BLOCKED_STATUS {
+                filter.blocked = true;
+                continue;
+            }
+            let status: TaskStatus = part.parse().map_err(|_| {
+                InvalidInput::new(
+                    "status",
+                    format!(
+                        "unknown status {part:?} (expected pending, blocked, assigned, completed, failed or \
+                         cancelled)"
+                    ),
+                )
+            })?;
+            if !filter.statuses.contains(&status) {
+                filter.statuses.push(status);
+            }
+        }
+        Ok(filter)
+    }
+
+    /// The stored statuses to read (empty: every status).
+    pub fn stored(&self) -> Vec<TaskStatus> {
+        let mut stored = self.statuses.clone();
+        if self.blocked && !stored.contains(&TaskStatus::Pending) {
+            stored.push(TaskStatus::Pending);
+        }
+        stored
+    }
+
+    /// Whether `task` passes the filter.
+    pub fn selects(&self, task: &agentmesh_core::Task) -> bool {
+        if self.statuses.is_empty() && !self.blocked {
+            return true;
+        }
+        self.statuses.contains(&task.status) || (self.blocked && is_blocked(task))
+    }
+}
 
 impl ListParams {
     /// Only these statuses, every task of them.
@@ -397,6 +463,36 @@ pub struct HeartbeatBody {
     pub epoch: u64,
     /// The new lease length from now, in milliseconds.
     pub lease_ms: std::num::NonZeroU32,
+    /// How the task is getting on, shown on the task and kept in the ledger
+    /// (`task_progress`) when it says something new.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressBody>,
+}
+
+/// A worker's progress report, carried by a heartbeat: a percent, a note, or both.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProgressBody {
+    /// How far along, 0 to 100.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u32>,
+    /// What the worker is doing now: one line of at most 200 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl ProgressBody {
+    /// The report the store takes, checked (a percent above 100, a blank or
+    /// multi-line or over-long note, or neither: refused naming the field).
+    pub fn check(self) -> Result<agentmesh_core::ProgressReport, agentmesh_core::InvalidInput> {
+        let percent = match self.percent {
+            None => None,
+            Some(p) => Some(u8::try_from(p).map_err(|_| {
+                agentmesh_core::InvalidInput::new("progress.percent", format!("{p} is above 100"))
+            })?),
+        };
+        agentmesh_core::ProgressReport { percent, note: self.note }.check()
+    }
 }
 
 /// `POST /v1/meshes/{mesh}/completions`: a worker reports that its task ended.
@@ -1315,6 +1411,37 @@ mod tests {
         assert_eq!(body.into_report(Timestamp::from_millis(0)).unwrap_err().field, "reason");
         let blank = CompletionBody { session_id: " ".into(), ..Default::default() };
         assert_eq!(blank.into_report(Timestamp::from_millis(0)).unwrap_err().field, "sessionId");
+    }
+
+    #[test]
+    fn blocked_is_a_status_filter_of_pending_tasks_held_by_a_failed_dependency() {
+        let task = |id: &str, status: TaskStatus, blocked: bool| {
+            let mut task = agentmesh_core::Task::new(id, "m", "work", "2025-01-01T00:00:00.000Z");
+            task.status = status;
+            task.blocked_reason = blocked.then(|| "dependency_failed:a".to_owned());
+            task
+        };
+        let free = task("free", TaskStatus::Pending, false);
+        let held = task("held", TaskStatus::Pending, true);
+        let done = task("done", TaskStatus::Completed, false);
+
+        let blocked = StatusFilter::parse(Some("blocked")).unwrap();
+        assert_eq!(blocked.stored(), [TaskStatus::Pending]);
+        assert!(blocked.selects(&held) && !blocked.selects(&free) && !blocked.selects(&done));
+
+        let pending = StatusFilter::parse(Some("pending")).unwrap();
+        assert!(pending.selects(&held) && pending.selects(&free) && !pending.selects(&done));
+
+        let both = StatusFilter::parse(Some(" blocked, completed ,")).unwrap();
+        assert_eq!(both.stored(), [TaskStatus::Completed, TaskStatus::Pending]);
+        assert!(both.selects(&held) && both.selects(&done) && !both.selects(&free));
+
+        let every = StatusFilter::parse(None).unwrap();
+        assert!(every.stored().is_empty() && every.selects(&free) && every.selects(&done));
+
+        let err = StatusFilter::parse(Some("pending,done")).unwrap_err();
+        assert_eq!(err.field, "status");
+        assert!(err.problem.contains("\"done\"") && err.problem.contains("blocked"), "{err}");
     }
 
     #[test]

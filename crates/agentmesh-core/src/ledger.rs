@@ -38,6 +38,9 @@ pub mod kinds {
     pub const COMPLETION_REFUSED: &str = "completion_refused";
     /// A heartbeat was refused for the same reasons.
     pub const HEARTBEAT_REFUSED: &str = "heartbeat_refused";
+    /// A worker's progress report on its running task (a bounded trail per
+    /// assignment).
+    pub const TASK_PROGRESS: &str = "task_progress";
 }
 
 /// One ledger entry, in the original's shape.

@@ -56,5 +56,5 @@ pub use rate_guard::{RateGuard, RateVerdict};
 pub use sessions::{
     CompletionConflict, CompletionFingerprint, FingerprintParts, IdleSession, fingerprint_parts,
 };
-pub use task::{Task, TaskMode, TaskPriority, TaskStatus};
+pub use task::{Progress, ProgressReport, Task, TaskMode, TaskPriority, TaskStatus};
 pub use time::Timestamp;

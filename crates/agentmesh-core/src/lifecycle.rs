@@ -4,7 +4,10 @@
 
 use serde_json::json;
 
-use crate::{Claimant, InvalidTransition, Task, TaskAction, TaskPriority, TaskStatus, Timestamp};
+use crate::{
+    Claimant, InvalidTransition, Progress, ProgressReport, Task, TaskAction, TaskPriority, TaskStatus,
+    Timestamp,
+};
 
 /// The default retry budget of a task that sets none.
 pub const DEFAULT_MAX_RETRIES: u32 = 1;
@@ -46,6 +49,7 @@ pub fn claim(
     t.dispatch_nonce = Some(task.epoch() + 1);
     t.lease_expires_at = lease_ms.map(|ms| now.plus_millis(ms).iso());
     t.dispatch_timestamp = Some(iso.clone());
+    t.progress = None;
     t.updated_at = iso;
     Ok(t)
 }
@@ -232,15 +236,38 @@ pub fn reclaim(task: &Task, reason: &str, now: Timestamp) -> Result<Task, Invali
     Ok(t)
 }
 
-/// Extends the lease of an assigned task.
-pub fn heartbeat(task: &Task, lease_ms: i64, now: Timestamp) -> Result<Task, InvalidTransition> {
+/// Extends the lease of an assigned task, and takes the worker's progress report
+/// when it brings one (the previous report stays otherwise).
+pub fn heartbeat(
+    task: &Task,
+    lease_ms: i64,
+    progress: Option<&ProgressReport>,
+    now: Timestamp,
+) -> Result<Task, InvalidTransition> {
     if task.status != TaskStatus::Assigned {
         return Err(refuse(task, TaskAction::Heartbeat));
     }
     let mut t = task.clone();
     t.lease_expires_at = Some(now.plus_millis(lease_ms).iso());
     t.updated_at = now.iso();
+    if let Some(report) = progress {
+        let recorded = task.progress.as_ref().map_or(0, |p| p.recorded);
+        t.progress =
+            Some(Progress { percent: report.percent, note: report.note.clone(), at: now.iso(), recorded });
+    }
     Ok(t)
+}
+
+/// Whether a progress report goes to the ledger: it says something the last one
+/// did not (another percent or another note), and the assignment's trail is not
+/// full yet.
+pub fn progress_worth_recording(before: Option<&Progress>, report: &ProgressReport) -> bool {
+    match before {
+        None => true,
+        Some(last) => {
+            last.recorded < Progress::TRAIL && (last.percent != report.percent || last.note != report.note)
+        }
+    }
 }
 
 /// The `blockedReason` a failed or cancelled dependency leaves on its dependents.

@@ -339,9 +339,85 @@ pub struct Task {
     pub created_at: String,
     /// Last change (ISO).
     pub updated_at: String,
+    /// What the worker last said of its progress (with a heartbeat); cleared by
+    /// every claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Progress>,
     /// Every field this runtime does not model, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// A running task's progress as its worker last reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Progress {
+    /// How far along, 0 to 100, when the worker can tell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u8>,
+    /// A short line: what the worker is doing now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// When it was reported (ISO).
+    pub at: String,
+    /// How many `task_progress` ledger entries this assignment has written (the
+    /// trail is bounded by [`Progress::TRAIL`]).
+    #[serde(default)]
+    pub recorded: u32,
+}
+
+impl Progress {
+    /// The longest note, in characters.
+    pub const NOTE_MAX_CHARS: usize = 200;
+    /// The most `task_progress` entries one assignment writes to the ledger;
+    /// later reports still update the task.
+    pub const TRAIL: u32 = 50;
+}
+
+/// A progress report carried by a heartbeat, checked by [`ProgressReport::check`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProgressReport {
+    /// How far along, 0 to 100.
+    pub percent: Option<u8>,
+    /// What the worker is doing now: one line, at most
+    /// [`Progress::NOTE_MAX_CHARS`] characters.
+    pub note: Option<String>,
+}
+
+impl ProgressReport {
+    /// Refuses a percent above 100, and a note that is blank, spans lines or holds
+    /// other control characters, or is longer than [`Progress::NOTE_MAX_CHARS`];
+    /// a note is kept trimmed.
+    pub fn check(mut self) -> Result<ProgressReport, crate::InvalidInput> {
+        use crate::InvalidInput;
+        if let Some(percent) = self.percent.filter(|p| *p > 100) {
+            return Err(InvalidInput::new("progress.percent", format!("{percent} is above 100")));
+        }
+        if let Some(note) = self.note.take() {
+            let note = note.trim();
+            if note.is_empty() {
+                return Err(InvalidInput::new("progress.note", "must not be blank when given"));
+            }
+            if note.chars().any(char::is_control) {
+                return Err(InvalidInput::new(
+                    "progress.note",
+                    "must be one line without control characters",
+                ));
+            }
+            let chars = note.chars().count();
+            if chars > Progress::NOTE_MAX_CHARS {
+                return Err(InvalidInput::new(
+                    "progress.note",
+                    format!("is {chars} characters; at most {} are kept", Progress::NOTE_MAX_CHARS),
+                ));
+            }
+            self.note = Some(note.to_owned());
+        }
+        if self.percent.is_none() && self.note.is_none() {
+            return Err(InvalidInput::new("progress", "needs a percent or a note"));
+        }
+        Ok(self)
+    }
 }
 
 impl Task {
@@ -380,6 +456,7 @@ impl Task {
             assigned_provider_type: None,
             assigned_model: None,
             assigned_transcript_profile: None,
+            progress: None,
             cancel_reason: None,
             cancelled_at: None,
             requeue_reason: None,

@@ -448,6 +448,15 @@ pub(crate) struct HeartbeatArgs {
     /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
+    /// How far along you are, 0 to 100, when you can tell. Shown on the task and
+    /// to the coordinator.
+    #[serde(default)]
+    #[schemars(range(max = 100))]
+    pub percent: Option<u32>,
+    /// What you are doing now, in one short line ("running the tests").
+    #[serde(default)]
+    #[schemars(length(max = 200), example = &"running the tests")]
+    pub note: Option<String>,
 }
 
 /// Arguments of `complete_task`.

@@ -619,14 +619,17 @@ working call heartbeat_task before the lease runs out; finish with complete_task
 
     #[tool(
         description = "Worker: extend the lease of the task you hold, so it is not given to another \
-worker while you are still on it. Call it regularly during long work.",
+worker while you are still on it, and say how far along you are (percent, note). Call it regularly \
+during long work.",
         input_schema = schema::<HeartbeatArgs>()
     )]
     async fn heartbeat_task(&self, arguments: JsonObject) -> ToolResult {
-        let HeartbeatArgs { task_id, epoch, lease_ms, session_id } = args::parse(arguments)?;
+        let HeartbeatArgs { task_id, epoch, lease_ms, session_id, percent, note } = args::parse(arguments)?;
         let lease_ms = std::num::NonZeroU32::new(lease_ms.unwrap_or(DEFAULT_HEARTBEAT_LEASE_MS))
             .ok_or_else(|| ToolError::invalid_argument("leaseMs", "must be at least 1"))?;
-        let body = HeartbeatBody { task_id, session_id: self.session(session_id), epoch, lease_ms };
+        let progress = (percent.is_some() || note.is_some())
+            .then_some(agentmesh_api::wire::ProgressBody { percent, note });
+        let body = HeartbeatBody { task_id, session_id: self.session(session_id), epoch, lease_ms, progress };
         let task = self.run(move |api, mesh| api.heartbeat(mesh, body)).await?;
         answer_json(json!({ "task": task }))
     }

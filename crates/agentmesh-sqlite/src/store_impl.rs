@@ -134,20 +134,10 @@ impl QueueStore for SqliteStore {
         })?
     }
 
-    fn heartbeat(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        session_id: &str,
-        epoch: u64,
-        lease_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<Task> {
+    fn heartbeat(&self, mesh_id: &str, beat: &Heartbeat, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        let (mesh_id, task_id, session_id) = (mesh_id.to_owned(), task_id.to_owned(), session_id.to_owned());
-        self.write_queued(move |tx| {
-            tasks::heartbeat(&Rows(tx), &mesh_id, &task_id, &session_id, epoch, lease_ms, now)
-        })?
+        let (mesh_id, beat) = (mesh_id.to_owned(), beat.clone());
+        self.write_queued(move |tx| tasks::heartbeat(&Rows(tx), &mesh_id, &beat, now))?
     }
 
     fn submit_claim(
@@ -192,9 +182,9 @@ impl QueueStore for SqliteStore {
         beat: Heartbeat,
         now: Timestamp,
     ) -> Submitted<Task> {
-        refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| {
-            tasks::heartbeat(&Rows(tx), mesh, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
-        }))
+        refusal_as_error(
+            self.submit_queued(mesh_id, move |tx, mesh| tasks::heartbeat(&Rows(tx), mesh, &beat, now)),
+        )
     }
 
     fn cancel_task(

@@ -134,6 +134,21 @@ pub struct Heartbeat {
     pub epoch: u64,
     /// The lease from now on, in milliseconds.
     pub lease_ms: i64,
+    /// What the worker says of its progress, checked
+    /// ([`ProgressReport::check`](agentmesh_core::ProgressReport::check)).
+    pub progress: Option<agentmesh_core::ProgressReport>,
+}
+
+impl Heartbeat {
+    /// A heartbeat that brings no progress report.
+    pub fn new(
+        task_id: impl Into<String>,
+        session_id: impl Into<String>,
+        epoch: u64,
+        lease_ms: i64,
+    ) -> Heartbeat {
+        Heartbeat { task_id: task_id.into(), session_id: session_id.into(), epoch, lease_ms, progress: None }
+    }
 }
 
 /// A worker's report that its task ended.
@@ -487,16 +502,10 @@ pub trait QueueStore: Send + Sync + 'static {
         Ok((completed, self.claim_next(mesh_id, claimant, opts, now)?))
     }
 
-    /// Extends the lease of an assigned task held by `session_id` at `epoch`.
-    fn heartbeat(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        session_id: &str,
-        epoch: u64,
-        lease_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<Task>;
+    /// Extends the lease of an assigned task held by the beat's session at its
+    /// epoch, and takes its progress report (a `task_progress` entry when it says
+    /// something new, a bounded trail an assignment).
+    fn heartbeat(&self, mesh_id: &str, beat: &Heartbeat, now: Timestamp) -> StoreResult<Task>;
 
     /// The threads the `submit_*` defaults run a write on ([`submit::run`]):
     /// `None`, the default, starts a thread per write; a backend whose writes
@@ -539,9 +548,7 @@ pub trait QueueStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> Submitted<Task> {
         let workers = self.submit_workers();
-        submit::run(workers.as_ref(), move || {
-            self.heartbeat(&mesh_id, &beat.task_id, &beat.session_id, beat.epoch, beat.lease_ms, now)
-        })
+        submit::run(workers.as_ref(), move || self.heartbeat(&mesh_id, &beat, now))
     }
 
     /// [`QueueStore::complete_and_claim`], submitted without holding the caller's thread

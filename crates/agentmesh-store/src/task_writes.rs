@@ -159,17 +159,17 @@ pub fn complete_then_claim<R: TaskRows>(
 pub fn heartbeat<R: TaskRows>(
     rows: &R,
     mesh_id: &str,
-    task_id: &str,
-    session_id: &str,
-    epoch: u64,
-    lease_ms: i64,
+    beat: &crate::Heartbeat,
     now: Timestamp,
 ) -> Result<Result<Task, StoreError>, R::Error> {
-    let before = load_required(rows, mesh_id, task_id)?;
+    let before = load_required(rows, mesh_id, &beat.task_id)?;
     let task = R::task(&before);
-    match decide::heartbeat(task, session_id, epoch, lease_ms, now, || mint_at(now))? {
+    let progress = beat.progress.as_ref();
+    match decide::heartbeat(task, &beat.session_id, beat.epoch, beat.lease_ms, progress, now, || {
+        mint_at(now)
+    })? {
         Ok(decision) => Ok(Ok(persist(rows, &before, decision, now)?)),
-        Err(refusal) => Ok(Err(refused(rows, task, session_id, refusal)?)),
+        Err(refusal) => Ok(Err(refused(rows, task, &beat.session_id, refusal)?)),
     }
 }
 

@@ -2,14 +2,13 @@
 //! [`require_postgres!`](crate::require_postgres) skip, and a [`Schema`] of a
 //! test's own, dropped when the test ends.
 
-use std::io::Write;
-use std::sync::Once;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The variable that names the tests' server.
 pub const URL_VAR: &str = "AGENTMESH_TEST_DATABASE_URL";
 /// Set to `1`, a missing [`URL_VAR`] fails the tests that need the server
-/// instead of skipping them (`.ci/run` sets it).
+/// instead of skipping them (as [`REQUIRE_ALL_VAR`](crate::tools::REQUIRE_ALL_VAR)
+/// does for every tool).
 pub const REQUIRE_VAR: &str = "AGENTMESH_TEST_REQUIRE_POSTGRES";
 /// The URL the skip line suggests: the local server's `test` database.
 pub const EXAMPLE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -18,45 +17,15 @@ pub const EXAMPLE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// `None` when it is unset or blank.
 ///
 /// `None` prints one `skipped: the PostgreSQL tests of <binary> ...` line to
-/// the process's stderr, once per process (straight to the stream, so the
-/// test harness's output capture does not hide it).
+/// the process's stderr, once per process (see [`tools`](crate::tools), which
+/// does the same for every tool the tests may need).
 ///
 /// # Panics
 ///
-/// When the variable is unset or blank and `AGENTMESH_TEST_REQUIRE_POSTGRES` is
-/// `1`.
+/// When the variable is unset or blank and `AGENTMESH_TEST_REQUIRE_POSTGRES` or
+/// `AGENTMESH_TEST_REQUIRE_ALL` is `1`.
 pub fn database_url() -> Option<String> {
-    let url = std::env::var(URL_VAR).ok().map(|url| url.trim().to_owned()).filter(|url| !url.is_empty());
-    if url.is_none() {
-        if std::env::var(REQUIRE_VAR).is_ok_and(|v| v.trim() == "1") {
-            panic!("the PostgreSQL tests were required ({REQUIRE_VAR}=1) but {URL_VAR} is unset or blank");
-        }
-        static SKIP_LINE: Once = Once::new();
-        SKIP_LINE.call_once(|| {
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped: the PostgreSQL tests of {} (set {URL_VAR}={EXAMPLE_URL} to run them against a \
-                 PostgreSQL 15+ server)",
-                binary_name()
-            );
-        });
-    }
-    url
-}
-
-/// The test binary's name without cargo's hash suffix (`it`, not
-/// `it-0123456789abcdef`), after its package's when cargo runs it.
-fn binary_name() -> String {
-    let exe = std::env::current_exe().ok();
-    let stem = exe.as_deref().and_then(|p| p.file_stem()).and_then(|s| s.to_str()).unwrap_or("this binary");
-    let name = match stem.rsplit_once('-') {
-        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => name,
-        _ => stem,
-    };
-    match std::env::var("CARGO_PKG_NAME") {
-        Ok(package) if !package.is_empty() => format!("{package}/{name}"),
-        _ => name.to_owned(),
-    }
+    crate::tools::require(crate::Tool::PostgreSQL)
 }
 
 /// The URL of the tests' server, or `return` from the enclosing function (a

@@ -35,6 +35,67 @@ pub(crate) const VERSION: &str = agentmesh_daemon::VERSION_LINE;
 /// The help heading of the options every command accepts.
 const GLOBAL: &str = "Global options";
 
+/// Rewrites the usage line of a clap error so that the global options read as
+/// what they are, optional (`[--data-dir <DIR>]`).
+///
+/// A missing-argument or conflict error shows the options the command line used
+/// in its usage line, and clap counts a value taken from the environment
+/// (`$AGENTMESH_HOME`, `$AGENTMESH_SERVER`, ...) as used: without this, a
+/// forgotten `--session` under `export AGENTMESH_HOME=...` printed
+/// `Usage: agentmesh claim --node <NODE> --session <SESSION> --data-dir <DIR>`,
+/// as if `--data-dir` were required too.
+pub(crate) fn optional_globals_in_usage(mut err: clap::Error) -> clap::Error {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::StyledStr(usage)) = err.get(ContextKind::Usage) else {
+        return err;
+    };
+    let mut text = usage.to_string();
+    let command = Cli::command();
+    for arg in command.get_arguments().filter(|arg| arg.is_global_set()) {
+        let Some(long) = arg.get_long() else { continue };
+        let shown = match arg.get_value_names() {
+            Some(names) if arg.get_action().takes_values() => {
+                let names: Vec<&str> = names.iter().map(|name| name.as_str()).collect();
+                format!("--{long} <{}>", names.join("> <"))
+            }
+            _ => format!("--{long}"),
+        };
+        text = bracketed(&text, &shown);
+    }
+    let style = command.get_styles().get_usage();
+    let text = match text.strip_prefix("Usage:") {
+        Some(rest) => format!("{}Usage:{}{rest}", style.render(), style.render_reset()),
+        None => text,
+    };
+    err.insert(ContextKind::Usage, ContextValue::StyledStr(text.into()));
+    err
+}
+
+/// `text` with every whole-word `option` (not already in brackets) put in
+/// brackets.
+fn bracketed(text: &str, option: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut rest = text;
+    while let Some(at) = rest.find(option) {
+        let (before, from) = rest.split_at(at);
+        let after = &from[option.len()..];
+        out.push_str(before);
+        let starts_word = out.is_empty() || out.ends_with(' ');
+        let ends_word = after.is_empty() || after.starts_with([' ', '\n']);
+        if starts_word && ends_word {
+            out.push('[');
+            out.push_str(option);
+            out.push(']');
+        } else {
+            out.push_str(option);
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Shown after `agentmesh --help`.
 const EXAMPLES: &str = "\
 Examples:
@@ -103,8 +164,9 @@ pub(crate) struct GlobalArgs {
         help_heading = GLOBAL
     )]
     pub durability: agentmesh_store::Durability,
-    /// Talk to the daemon at this URL instead of opening the data dir
-    /// (e.g. http://127.0.0.1:7433)
+    /// Talk to the daemon at this URL instead of opening the data dir:
+    /// http://HOST:PORT (https:// for a daemon serving TLS), e.g.
+    /// http://127.0.0.1:7433; a bare HOST:PORT means http://HOST:PORT
     #[arg(long, global = true, value_name = "URL", env = "AGENTMESH_SERVER", help_heading = GLOBAL)]
     pub server: Option<String>,
     /// Also trust the CA certificates in this PEM file when talking to an https
@@ -145,6 +207,10 @@ pub(crate) enum Command {
     /// Report that a worker session's task ended
     #[command(after_help = COMPLETE_EXAMPLES)]
     Complete(CompleteArgs),
+    /// Extend a claimed task's lease, optionally with how the work is going (a
+    /// percent and a one-line note, shown on the task and kept in the ledger)
+    #[command(after_help = HEARTBEAT_EXAMPLES)]
+    Heartbeat(HeartbeatArgs),
     /// Queue, drain, peek, watch, acknowledge and retract coordinator inbox events;
     /// list and requeue held ones
     #[command(subcommand, after_help = EVENTS_EXAMPLES)]
@@ -226,11 +292,16 @@ const TASK_EXAMPLES: &str = "\
 Examples:
   agentmesh task add 'fix the flaky login test' --id login --tag os=linux --priority high
   agentmesh task list --status pending
+  agentmesh task list --status blocked --mission auth
   agentmesh task show login
   agentmesh task cancel login --reason 'fixed upstream'";
 
 /// Shown after `agentmesh claim --help`.
 const CLAIM_EXAMPLES: &str = "\
+The claimed task's fencing epoch is printed as `(epoch N)`, and with --json as the
+document's `epoch` field (also named `dispatchNonce`, the original's name): pass it to
+`agentmesh complete --epoch N` when the task is done.
+
 Examples:
   agentmesh claim --node laptop --session worker-1 --json
   agentmesh claim --node laptop --session worker-1 --tag os=linux --provider claude-cli --lease 30m";
@@ -239,8 +310,15 @@ Examples:
 const COMPLETE_EXAMPLES: &str = "\
 Examples:
   agentmesh complete --session worker-1 --epoch 1 --summary 'fixed; added a regression test'
-  agentmesh complete --session worker-1 --failed --reason 'tests still red'
+  agentmesh complete --session worker-1 --task login --epoch 1 --failed --reason 'tests still red'
   agentmesh complete --session worker-1 --summary done --claim-next laptop --lease 10m";
+
+/// Shown after `agentmesh heartbeat --help`.
+const HEARTBEAT_EXAMPLES: &str = "\
+Examples:
+  agentmesh heartbeat --session worker-1 --task login --epoch 1
+  agentmesh heartbeat --session worker-1 --task login --epoch 1 --percent 40 --note 'running the tests'
+  agentmesh heartbeat --session worker-1 --task login --epoch 1 --lease 30m";
 
 /// Shown after `agentmesh events --help`.
 const EVENTS_EXAMPLES: &str = "\
@@ -741,7 +819,10 @@ Examples:
 const TASK_LIST_EXAMPLES: &str = "\
 Examples:
   agentmesh task list
-  agentmesh task list --status pending --status assigned --json";
+  agentmesh task list --status pending --status assigned --json
+  agentmesh task list --status blocked
+  agentmesh task list --tag os=linux --node laptop --text login --limit 20
+  agentmesh task list --session worker-1 --mission auth --offset 20 --limit 20";
 
 /// Shown after `agentmesh task show --help`.
 const TASK_SHOW_EXAMPLES: &str = "\
@@ -812,13 +893,39 @@ pub(crate) struct TaskAddArgs {
     pub coordinator_run: Option<String>,
 }
 
-/// Arguments of `task list`.
+/// Arguments of `task list`: the filters of the HTTP API's task listing; every
+/// one given must match.
 #[derive(Debug, Args)]
 pub(crate) struct TaskListArgs {
-    /// Only tasks with this status: pending, assigned, completed, failed or cancelled
-    /// (repeatable) [default: every status]
+    /// Only tasks with this status: pending, blocked (pending, held back by a
+    /// failed dependency; pending lists these too), assigned, completed, failed or
+    /// cancelled (repeatable) [default: every status]
     #[arg(long = "status", value_name = "STATUS")]
     pub statuses: Vec<String>,
+    /// Only tasks requiring this capability tag, such as os=linux
+    #[arg(long, value_name = "TAG")]
+    pub tag: Option<String>,
+    /// Only tasks held by, or pinned to, this node
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<String>,
+    /// Only tasks held by, or pinned to, this worker session
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Only tasks of this mission
+    #[arg(long, value_name = "ID")]
+    pub mission: Option<String>,
+    /// Only tasks that depend on this task
+    #[arg(long, value_name = "ID")]
+    pub depends_on: Option<String>,
+    /// Only tasks whose id or message contains this text (case-insensitive)
+    #[arg(long, value_name = "TEXT")]
+    pub text: Option<String>,
+    /// Skip this many matching tasks first (to page with --limit) [default: 0]
+    #[arg(long, value_name = "N")]
+    pub offset: Option<u32>,
+    /// List at most this many matching tasks, 1 to 1000 [default: every one]
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
 }
 
 /// Arguments of `task show`.
@@ -896,6 +1003,31 @@ pub(crate) struct ClaimArgs {
     pub lease: Option<Duration>,
 }
 
+/// Arguments of `heartbeat`.
+#[derive(Debug, Args)]
+pub(crate) struct HeartbeatArgs {
+    /// The worker session holding the task
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// The task
+    #[arg(long, value_name = "ID")]
+    pub task: String,
+    /// The epoch the claim returned (the N of `claimed ID (epoch N)`); a beat for
+    /// an older epoch is refused: the task is no longer this session's
+    #[arg(long, value_name = "N")]
+    pub epoch: u64,
+    /// The new lease from now, such as 90s, 10m or 1h (a bare number is seconds)
+    /// [default: 10m]
+    #[arg(long, value_name = "DURATION", value_parser = duration::claim_lease)]
+    pub lease: Option<Duration>,
+    /// How far along the work is, 0 to 100
+    #[arg(long, value_name = "PERCENT")]
+    pub percent: Option<u32>,
+    /// What the worker is doing now: one line of at most 200 characters
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+}
+
 /// Arguments of `complete`.
 #[derive(Debug, Args)]
 pub(crate) struct CompleteArgs {
@@ -905,7 +1037,10 @@ pub(crate) struct CompleteArgs {
     /// The task [default: the session's assigned task]
     #[arg(long, value_name = "ID")]
     pub task: Option<String>,
-    /// The epoch the claim returned; a report for an older epoch is refused
+    /// The epoch the claim returned: the N of `claimed ID (epoch N)`, or the
+    /// `epoch` field of `claim --json` (the same value as its `dispatchNonce`); a
+    /// report for an older epoch is refused (the task was claimed again or
+    /// cancelled since) [default: not checked]
     #[arg(long, value_name = "N")]
     pub epoch: Option<u64>,
     /// The worker's account of what was done
@@ -1571,6 +1706,23 @@ mod tests {
         assert_eq!(shell_words("a 'b c' \"d\\\"e\" f\\ g | h"), ["a", "b c", "d\"e", "f g"]);
         assert_eq!(shell_words("x '' > out"), ["x", ""]);
         assert_eq!(examples("Examples:\n  agentmesh a \\\n      --b c\n  other"), ["agentmesh a  --b c"]);
+    }
+
+    #[test]
+    fn usage_lines_show_global_options_in_brackets() {
+        assert_eq!(
+            bracketed("Usage: agentmesh claim --node <NODE> --data-dir <DIR>", "--data-dir <DIR>"),
+            "Usage: agentmesh claim --node <NODE> [--data-dir <DIR>]"
+        );
+        assert_eq!(bracketed("a [--json] --json --jsonx", "--json"), "a [--json] [--json] --jsonx");
+        // Options after the subcommand count as used, as values from the environment do.
+        let err =
+            Cli::try_parse_from(["agentmesh", "claim", "--node", "n", "--mesh", "m", "--data-dir", "d"])
+                .unwrap_err();
+        let usage = optional_globals_in_usage(err).render().to_string();
+        assert!(usage.contains("--session <SESSION>"), "{usage}");
+        assert!(usage.contains("[--data-dir <DIR>]") && usage.contains("[--mesh <ID>]"), "{usage}");
+        assert!(!usage.contains(" --data-dir <DIR> "), "{usage}");
     }
 
     #[test]

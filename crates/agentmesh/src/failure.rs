@@ -13,6 +13,9 @@
 //! handling (not the store) met it.
 //! Commands never pick an exit code themselves; they return an `anyhow::Error` and
 //! the classification looks through its whole chain.
+//!
+//! An error the user can fix from the command line ends with the fix: [`with_fix`]
+//! appends it to the message, and the error keeps its code and exit code.
 
 use std::io::{self, Write};
 use std::process::ExitCode;
@@ -51,6 +54,9 @@ pub(crate) fn classify(err: &anyhow::Error) -> Classified {
         (false, false) => EXIT_FAILURE,
     };
     for cause in err.chain() {
+        if let Some(fixed) = cause.downcast_ref::<WithFix>() {
+            return classify(&fixed.error);
+        }
         let refusal = cause
             .downcast_ref::<BackupRefusal>()
             .or_else(|| cause.downcast_ref::<StoreError>().and_then(BackupRefusal::of));
@@ -88,9 +94,44 @@ pub(crate) fn classify(err: &anyhow::Error) -> Classified {
 /// True when `err` is only the reader of our stdout going away (`agentmesh task
 /// list | head`), which is not worth a complaint.
 pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .filter_map(|cause| cause.downcast_ref::<io::Error>())
-        .any(|io_err| io_err.kind() == io::ErrorKind::BrokenPipe)
+    err.chain().any(|cause| {
+        cause.downcast_ref::<WithFix>().is_some_and(|fixed| is_broken_pipe(&fixed.error))
+            || cause
+                .downcast_ref::<io::Error>()
+                .is_some_and(|io_err| io_err.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// An error followed by what the user can do about it: its message is the
+/// error's whole chain, then `; ` and the fix. It classifies as the error it
+/// wraps (same code, same exit code).
+#[derive(Debug)]
+pub(crate) struct WithFix {
+    /// The error, with its causes.
+    error: anyhow::Error,
+    /// What to do: the flag to add, the command to run.
+    fix: String,
+}
+
+impl std::fmt::Display for WithFix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}; {}", self.error, self.fix)
+    }
+}
+
+// No `source`: the message already holds the wrapped chain, which `{:#}` would
+// otherwise print twice. `classify` looks inside.
+impl std::error::Error for WithFix {}
+
+/// `err` with `fix` appended to its message (see [`WithFix`]).
+pub(crate) fn with_fix(err: anyhow::Error, fix: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(WithFix { error: err, fix: fix.into() })
+}
+
+/// The stable code of `err`, as the JSON error object carries it (`task_not_found`,
+/// `stale_epoch`, ...).
+pub(crate) fn code_of(err: &anyhow::Error) -> String {
+    classify(err).code
 }
 
 /// The context that marks an error the command has already written to stderr in
@@ -178,6 +219,22 @@ mod tests {
             message: String::from("a lock stayed held"),
         });
         assert_eq!(classify(&err), Classified { exit_code: EXIT_TRY_AGAIN, code: "lock_timeout".to_owned() });
+    }
+
+    #[test]
+    fn a_fix_ends_the_message_and_keeps_the_code() {
+        let err = anyhow::Error::new(StoreError::TaskNotFound { mesh_id: "m".into(), task_id: "t".into() })
+            .context("failed to show task t");
+        let fixed = with_fix(err, "`agentmesh task list` lists the tasks");
+        assert_eq!(
+            format!("{fixed:#}"),
+            "failed to show task t: task t not found in mesh m; `agentmesh task list` lists the tasks"
+        );
+        assert_eq!(classify(&fixed), Classified { exit_code: 2, code: "task_not_found".to_owned() });
+        let outer = fixed.context("outer");
+        assert_eq!(code_of(&outer), "task_not_found");
+        let pipe = with_fix(anyhow::Error::new(io::Error::from(io::ErrorKind::BrokenPipe)), "x");
+        assert!(is_broken_pipe(&pipe));
     }
 
     #[test]

@@ -63,7 +63,7 @@ fn main() -> ExitCode {
 /// Parses the command line, noting which global options came from it rather
 /// than from the environment.
 fn parse() -> Result<cli::Cli, clap::Error> {
-    let matches = cli::Cli::command().try_get_matches()?;
+    let matches = cli::Cli::command().try_get_matches().map_err(cli::optional_globals_in_usage)?;
     let mut cli = cli::Cli::from_arg_matches(&matches)?;
     let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
     cli.global.data_dir_on_command_line = given("data_dir");

@@ -7,6 +7,10 @@
 //! own serde (camelCase, the original's field names).
 //! The helpers below render the human form: aligned tables, relative ages and
 //! one-line excerpts. Write errors (a closed pipe) are returned, never panicked on.
+//! The human form speaks the command line's language: an event's coordinator
+//! text names the MCP tools an agent calls, and is shown with the `agentmesh`
+//! commands that do the same ([`cli_words`]); a drain's counters are counted in
+//! words. `--json` keeps the machine names.
 //!
 //! stdout is locked only while a result is written, never for the whole command:
 //! `agentmesh mcp` hands stdout to the MCP transport, whose writer takes the same
@@ -188,16 +192,17 @@ pub(crate) fn assignee(task: &Task) -> String {
 }
 
 /// Writes tasks as a table (or `no tasks`); a pending task held by a failed
-/// dependency shows as `blocked`.
+/// dependency shows as `blocked`, the status `task list --status` filters it by.
 pub(crate) fn write_task_table(w: &mut dyn Write, tasks: &[Task], now: Timestamp) -> io::Result<()> {
     if tasks.is_empty() {
         return writeln!(w, "no tasks");
     }
     let mut table = Table::new(vec!["ID", "STATUS", "PRIORITY", "ASSIGNEE", "AGE", "MESSAGE"]);
     for task in tasks {
-        let status = match &task.blocked_reason {
-            Some(_) if task.status == agentmesh_core::TaskStatus::Pending => "blocked".to_owned(),
-            _ => task.status.to_string(),
+        let status = if agentmesh_api::wire::is_blocked(task) {
+            agentmesh_api::wire::BLOCKED_STATUS.to_owned()
+        } else {
+            task.status.to_string()
         };
         table.row(vec![
             task.id.clone(),
@@ -211,9 +216,36 @@ pub(crate) fn write_task_table(w: &mut dyn Write, tasks: &[Task], now: Timestamp
     table.write(w)
 }
 
-/// Writes every set field of a task, one `key: value` per line, in the JSON order.
+/// Writes every set field of a task, one `key: value` per line, in the JSON order;
+/// its fencing epoch, `dispatchNonce`, is followed by `epoch`, the name `complete
+/// --epoch` goes by.
 pub(crate) fn write_task_fields(w: &mut dyn Write, task: &Task) -> io::Result<()> {
-    write_fields(w, &json_object(task)?)
+    let mut fields = Map::new();
+    for (key, value) in json_object(task)? {
+        let nonce = key == "dispatchNonce";
+        if let (true, Some(progress)) = (key == "progress", &task.progress) {
+            fields.insert(key, Value::String(progress_line(progress)));
+            continue;
+        }
+        fields.insert(key, value);
+        if nonce {
+            fields.insert("epoch".to_owned(), Value::from(task.epoch()));
+        }
+    }
+    write_fields(w, &fields)
+}
+
+/// A progress report in words: `40% running the tests (at 2026-12-06T10:00:00Z)`.
+pub(crate) fn progress_line(progress: &agentmesh_core::Progress) -> String {
+    let mut words = Vec::new();
+    if let Some(percent) = progress.percent {
+        words.push(format!("{percent}%"));
+    }
+    if let Some(note) = &progress.note {
+        words.push(note.clone());
+    }
+    words.push(format!("(at {})", progress.at));
+    words.join(" ")
 }
 
 /// Writes every field of a view, one `key: value` per line, in the JSON order.
@@ -292,6 +324,7 @@ pub(crate) fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -
             event.id
         )?;
         let message = payload.as_object().map(coordinator_text).unwrap_or_default();
+        let message = cli_words(&message, metadata.and_then(|m| m.get("taskId")).and_then(Value::as_str));
         match Some(message.trim()).filter(|m| !m.is_empty()) {
             Some(message) => {
                 for line in message.lines().map(str::trim_end) {
@@ -302,6 +335,85 @@ pub(crate) fn write_inbox_events(w: &mut dyn Write, events: &[InboxEventView]) -
         }
     }
     Ok(())
+}
+
+/// The MCP tools a coordinator text may name, and the command that does the same
+/// (`{task}` is the event's task id).
+const TOOL_COMMANDS: [(&str, &str); 12] = [
+    ("show_task", "`agentmesh task show {task}`"),
+    ("requeue_task", "`agentmesh task requeue {task}`"),
+    ("cancel_task", "`agentmesh task cancel {task}`"),
+    ("set_task_priority", "`agentmesh task priority {task}`"),
+    ("enqueue_task", "`agentmesh task add`"),
+    ("list_tasks", "`agentmesh task list`"),
+    ("ledger_tail", "`agentmesh ledger tail`"),
+    ("mesh_status", "`agentmesh status`"),
+    ("wait_for_mesh_events", "`agentmesh events watch`"),
+    ("get_pending_mesh_events", "`agentmesh events drain`"),
+    ("list_held_events", "`agentmesh events held`"),
+    ("send_to_session", "a session delivery (the MCP tool send_to_session; the CLI has no command for it)"),
+];
+
+/// The note a coordinator text ends a cut summary with, and the same for the CLI.
+const CUT_NOTE: (&str, &str) = (
+    "[summary cut here: show_task gives the whole summary]",
+    "[summary cut here: `agentmesh task show {task}` gives the whole summary]",
+);
+
+/// A coordinator text as the command line tells it: each MCP tool it names
+/// replaced by the `agentmesh` command that does the same, with the event's task
+/// (`ID` when it names none). The worker's own words, below the text's
+/// `--- ... final summary ---` line, are left as written, but for the note that
+/// ends a cut summary.
+pub(crate) fn cli_words(text: &str, task: Option<&str>) -> String {
+    let task = task.map(str::trim).filter(|t| !t.is_empty()).unwrap_or("ID");
+    let (head, summary) = match text.match_indices("\n--- ").find(|(at, _)| {
+        text[at + 1..].lines().next().is_some_and(|line| line.ends_with(" final summary ---"))
+    }) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, ""),
+    };
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        match TOOL_COMMANDS.iter().find(|(tool, _)| *tool == word.as_str()) {
+            Some((_, command)) => out.push_str(&command.replace("{task}", task)),
+            None => out.push_str(word),
+        }
+        word.clear();
+    };
+    for c in head.chars() {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    match summary.strip_suffix(CUT_NOTE.0) {
+        Some(kept) => {
+            out.push_str(kept);
+            out.push_str(&CUT_NOTE.1.replace("{task}", task));
+        }
+        None => out.push_str(summary),
+    }
+    out
+}
+
+/// What a drain counter counted, in words (`2 left for another coordinator`).
+fn counter_words(counter: DrainCounter, n: u64) -> String {
+    let what = match counter {
+        DrainCounter::V2Delivered => "routed here by address or scope",
+        DrainCounter::V2RoutedAway => "left for another coordinator",
+        DrainCounter::V2DedupSkipped => "skipped as already delivered",
+        DrainCounter::V2ValidationFailedAccepted => "invalid but delivered (enforce mode is off)",
+        DrainCounter::V2ReattributedToDrainer => "addressed to this coordinator's earlier run",
+        DrainCounter::V1BroadcastAccepted => "unversioned, delivered as broadcasts",
+        DrainCounter::V2ValidationFailedQuarantined => "invalid, held back",
+        DrainCounter::V1UnversionedQuarantined => "unversioned, held back",
+    };
+    format!("{n} {what}")
 }
 
 /// One line about an event that carries no coordinator text: its node label and
@@ -322,8 +434,8 @@ fn one_line_summary(payload: &Value) -> String {
 }
 
 /// Writes a drain from `mesh`: the delivered events (or `no events in mesh "m"`),
-/// then one line with how many were delivered and held back and every counter
-/// that is not zero.
+/// then one line with how many were delivered and held back and, in words,
+/// every counter that is not zero.
 pub(crate) fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> io::Result<()> {
     if drain.events.is_empty() {
         writeln!(w, "no events in mesh {mesh:?}")?;
@@ -333,13 +445,13 @@ pub(crate) fn write_drain(w: &mut dyn Write, mesh: &str, drain: &DrainView) -> i
     let counters: Vec<String> = DrainCounter::ALL
         .into_iter()
         .filter(|c| drain.counters.get(*c) > 0)
-        .map(|c| format!("{}={}", c.as_str(), drain.counters.get(c)))
+        .map(|c| counter_words(c, drain.counters.get(c)))
         .collect();
     write!(w, "delivered {}, held back {}", drain.events.len(), drain.quarantined.len())?;
     if !drain.quarantined.is_empty() {
-        write!(w, " (ledger kind event_held; list them with `events held`)")?;
+        write!(w, " (list them with `agentmesh events held`)")?;
     }
-    if counters.is_empty() { writeln!(w) } else { writeln!(w, "; {}", counters.join(" ")) }
+    if counters.is_empty() { writeln!(w) } else { writeln!(w, "; {}", counters.join(", ")) }
 }
 
 /// A mission's progress in words: `3/5 done (60%)`.
@@ -598,6 +710,69 @@ mod tests {
         assert_eq!(age(&now.plus_millis(-42_000).iso(), now), "42s");
         assert_eq!(age(&now.plus_millis(-7_200_000).iso(), now), "2h");
         assert_eq!(age("garbage", now), "?");
+    }
+
+    #[test]
+    fn coordinator_texts_name_commands_instead_of_tools() {
+        let text = "[System] n1 has stopped.\nTask t1 failed: boom\n\nshow_task shows the task; requeue_task \
+                    puts it back, and cancel_task drops it. my_show_task stays.";
+        let shown = cli_words(text, Some("t1"));
+        assert_eq!(
+            shown,
+            "[System] n1 has stopped.\nTask t1 failed: boom\n\n`agentmesh task show t1` shows the task; \
+             `agentmesh task requeue t1` puts it back, and `agentmesh task cancel t1` drops it. my_show_task \
+             stays."
+        );
+        let completion = "[System] n1 has completed (show_task shows the whole task).\n\n\
+                          --- n1 final summary ---\nran show_task by hand\n…[summary cut here: show_task \
+                          gives the whole summary]";
+        let shown = cli_words(completion, None);
+        assert!(shown.starts_with("[System] n1 has completed (`agentmesh task show ID` shows"), "{shown}");
+        assert!(shown.contains("\nran show_task by hand\n"), "the worker's words stay: {shown}");
+        assert!(
+            shown.ends_with("[summary cut here: `agentmesh task show ID` gives the whole summary]"),
+            "{shown}"
+        );
+        for (tool, _) in TOOL_COMMANDS {
+            assert!(!cli_words(tool, Some("t")).contains(tool) || tool == "send_to_session", "{tool}");
+        }
+    }
+
+    #[test]
+    fn a_task_shows_its_epoch_by_both_names() {
+        let mut task = Task::new("t1", "m", "work", "2025-01-01T00:00:00.000Z");
+        let shown = |task: &Task| {
+            let mut buf = Vec::new();
+            write_task_fields(&mut buf, task).unwrap();
+            String::from_utf8(buf).unwrap()
+        };
+        assert!(!shown(&task).contains("epoch"), "no claim, no epoch");
+        task.dispatch_nonce = Some(3);
+        let text = shown(&task);
+        let value = |key: &str| {
+            text.lines().find_map(|l| l.strip_prefix(key).filter(|rest| rest.starts_with(' '))).map(str::trim)
+        };
+        assert_eq!(value("dispatchNonce"), Some("3"), "{text}");
+        assert_eq!(value("epoch"), Some("3"), "{text}");
+    }
+
+    #[test]
+    fn drain_counters_read_as_words() {
+        let counters = agentmesh_core::events::DrainCounters {
+            v2_delivered: 1,
+            v2_routed_away: 2,
+            ..Default::default()
+        };
+        let drain = DrainView { events: vec![], quarantined: vec![], counters };
+        let mut buf = Vec::new();
+        write_drain(&mut buf, "m", &drain).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        assert_eq!(
+            text,
+            "no events in mesh \"m\"\ndelivered 0, held back 0; 1 routed here by address or scope, 2 left for \
+             another coordinator\n"
+        );
+        assert!(!text.contains("v2"), "{text}");
     }
 
     #[test]

@@ -170,9 +170,7 @@ impl Drop for Daemon {
 
 /// Sends `signal` (`TERM`, `KILL`) to a process.
 fn signal(pid: u32, signal: &str) {
-    let status =
-        Command::new("kill").args([format!("-{signal}"), pid.to_string()]).status().expect("kill runs");
-    assert!(status.success(), "kill -{signal} {pid} failed");
+    agentmesh_test_support::signal(pid, signal).unwrap_or_else(|err| panic!("kill -{signal} {pid}: {err}"));
 }
 
 /// Waits for a process to exit, killing it and failing the test after `within`.

@@ -6,8 +6,8 @@ use crate::daemon_id::session_ids_equivalent;
 use crate::events::{EventToQueue, completion_event};
 use crate::ledger::kinds;
 use crate::{
-    Claimant, InvalidInput, InvalidTransition, LedgerEntry, RequeueOptions, Requeued, Task, TaskAction,
-    TaskPriority, TaskStatus, Timestamp, lifecycle,
+    Claimant, InvalidInput, InvalidTransition, LedgerEntry, ProgressReport, RequeueOptions, Requeued, Task,
+    TaskAction, TaskPriority, TaskStatus, Timestamp, lifecycle,
 };
 
 /// What a write decided about one task.
@@ -265,14 +265,18 @@ pub fn complete(
     Ok(Ok(Decision { task, ledger: Some(ledger), dependents, event }))
 }
 
-/// A heartbeat on `before`: the lease extended by `lease_ms`, recorded nowhere. A
-/// heartbeat by a session that does not hold the task at `epoch` is refused, with
-/// its `heartbeat_refused` entry.
+/// A heartbeat on `before`: the lease extended by `lease_ms`, and the worker's
+/// progress report taken when it brings one. Only a report that says something
+/// new is recorded (`task_progress`, at most [`Progress::TRAIL`](crate::Progress::TRAIL)
+/// an assignment);
+/// a plain heartbeat is recorded nowhere. A heartbeat by a session that does not
+/// hold the task at `epoch` is refused, with its `heartbeat_refused` entry.
 pub fn heartbeat(
     before: &Task,
     session_id: &str,
     epoch: u64,
     lease_ms: i64,
+    progress: Option<&ProgressReport>,
     now: Timestamp,
     mint: impl FnOnce() -> String,
 ) -> Result<Result<Decision, Refused>, InvalidTransition> {
@@ -281,8 +285,18 @@ pub fn heartbeat(
             refusal_entry(kinds::HEARTBEAT_REFUSED, before, session_id, &refusal, Some(epoch), mint(), now);
         return Ok(Err(Refused { refusal, ledger }));
     }
-    let task = lifecycle::heartbeat(before, lease_ms, now)?;
-    Ok(Ok(Decision { task, ledger: None, dependents: Dependents::Keep, event: None }))
+    let mut task = lifecycle::heartbeat(before, lease_ms, progress, now)?;
+    let ledger = match (progress, task.progress.as_mut()) {
+        (Some(report), Some(current))
+            if lifecycle::progress_worth_recording(before.progress.as_ref(), report) =>
+        {
+            current.recorded += 1;
+            let payload = json!({"taskId": task.id, "percent": report.percent, "note": report.note});
+            Some(task_entry(kinds::TASK_PROGRESS, &task, payload, mint(), now))
+        }
+        _ => None,
+    };
+    Ok(Ok(Decision { task, ledger, dependents: Dependents::Keep, event: None }))
 }
 
 /// A cancel of `before`: recorded as `task_cancelled` with the assignee it had,
@@ -446,6 +460,7 @@ pub fn unblock_dependent(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Progress;
     use crate::events::names;
 
     const T0: i64 = 1_700_000_000_000;
@@ -597,11 +612,73 @@ mod tests {
 
     #[test]
     fn a_heartbeat_extends_the_lease_and_records_only_refusals() {
-        let d = heartbeat(&assigned(), "s1", 1, 5_000, at(100), never).unwrap().unwrap();
+        let d = heartbeat(&assigned(), "s1", 1, 5_000, None, at(100), never).unwrap().unwrap();
         assert_eq!(d.task.lease_expires_at, Some(at(5_100).iso()));
         assert!(d.ledger.is_none() && d.event.is_none());
-        let r = heartbeat(&assigned(), "s1", 2, 5_000, at(100), id("h")).unwrap().unwrap_err();
+        let r = heartbeat(&assigned(), "s1", 2, 5_000, None, at(100), id("h")).unwrap().unwrap_err();
         assert_eq!((r.ledger.kind.as_str(), r.refusal.reason()), ("heartbeat_refused", "stale_epoch"));
+    }
+
+    #[test]
+    fn progress_is_taken_by_every_beat_and_recorded_when_new_up_to_the_trail() {
+        let report = |percent: Option<u8>, note: Option<&str>| ProgressReport {
+            percent,
+            note: note.map(str::to_owned),
+        };
+        let first = report(Some(10), Some("building"));
+        let d = heartbeat(&assigned(), "s1", 1, 5_000, Some(&first), at(100), id("p1")).unwrap().unwrap();
+        let progress = d.task.progress.clone().unwrap();
+        assert_eq!(
+            (progress.percent, progress.note.as_deref(), progress.recorded),
+            (Some(10), Some("building"), 1)
+        );
+        assert_eq!(progress.at, at(100).iso());
+        let entry = d.ledger.unwrap();
+        assert_eq!((entry.kind.as_str(), entry.session_id.as_deref()), ("task_progress", Some("s1")));
+        assert_eq!(
+            (entry.payload["percent"].as_u64(), entry.payload["note"].as_str()),
+            (Some(10), Some("building"))
+        );
+
+        // The same report again: the task takes its time, the ledger nothing.
+        let again = heartbeat(&d.task, "s1", 1, 5_000, Some(&first), at(101), never).unwrap().unwrap();
+        assert!(again.ledger.is_none());
+        assert_eq!(again.task.progress.as_ref().unwrap().at, at(101).iso());
+        // A plain beat keeps the last report.
+        let plain = heartbeat(&again.task, "s1", 1, 5_000, None, at(102), never).unwrap().unwrap();
+        assert_eq!(plain.task.progress, again.task.progress);
+
+        // Past the trail, reports still update the task but write no entry.
+        let mut task = plain.task;
+        for i in 0..(Progress::TRAIL + 5) {
+            let step = report(None, Some(&format!("step {i}")));
+            let d = heartbeat(&task, "s1", 1, 5_000, Some(&step), at(200 + i64::from(i)), id("p"))
+                .unwrap()
+                .unwrap();
+            assert_eq!(d.ledger.is_some(), i + 1 < Progress::TRAIL, "step {i}");
+            task = d.task;
+        }
+        assert_eq!(task.progress.as_ref().unwrap().note.as_deref(), Some("step 54"));
+        assert_eq!(task.progress.as_ref().unwrap().recorded, Progress::TRAIL);
+        // A new claim starts without progress.
+        let requeued = crate::lifecycle::reclaim(&task, "lease_expired", at(300)).unwrap();
+        let claimant = Claimant { node_id: "n2".into(), session_id: "s2".into(), ..Claimant::default() };
+        let claimed = crate::lifecycle::claim(&requeued, &claimant, None, at(301)).unwrap();
+        assert_eq!(claimed.progress, None);
+    }
+
+    #[test]
+    fn a_progress_report_is_checked_naming_its_field() {
+        let check = |percent: Option<u8>, note: Option<&str>| {
+            ProgressReport { percent, note: note.map(str::to_owned) }.check().map_err(|e| e.field)
+        };
+        assert_eq!(check(Some(101), None), Err("progress.percent".to_owned()));
+        assert_eq!(check(None, Some("  ")), Err("progress.note".to_owned()));
+        assert_eq!(check(None, Some("two\nlines")), Err("progress.note".to_owned()));
+        assert_eq!(check(None, Some(&"x".repeat(201))), Err("progress.note".to_owned()));
+        assert_eq!(check(None, None), Err("progress".to_owned()));
+        let ok = ProgressReport { percent: Some(100), note: Some("  done soon ".into()) }.check().unwrap();
+        assert_eq!(ok.note.as_deref(), Some("done soon"));
     }
 
     #[test]

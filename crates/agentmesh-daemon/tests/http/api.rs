@@ -487,6 +487,58 @@ async fn a_bad_heartbeat_is_refused_naming_the_field() {
     assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await, (StatusCode::OK, before));
 }
 
+#[tokio::test]
+async fn a_heartbeat_carries_progress_onto_the_task_and_into_the_ledger() {
+    let daemon = TestDaemon::start().await;
+    let epoch = enqueue_and_claim(&daemon, "t1").await;
+    let beat = |percent: u32, note: &str| {
+        json!({ "taskId": "t1", "sessionId": "s1", "epoch": epoch, "leaseMs": 600_000,
+                "progress": { "percent": percent, "note": note } })
+    };
+    let (status, task) = daemon.post("/v1/meshes/m/heartbeats", beat(50, "running the tests")).await;
+    assert_eq!(status, StatusCode::OK, "{task}");
+    assert_eq!(
+        (&task["progress"]["percent"], &task["progress"]["note"]),
+        (&json!(50), &json!("running the tests"))
+    );
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await, (StatusCode::OK, task.clone()));
+    // The same report again changes the lease only; a new one is kept as well.
+    daemon.post("/v1/meshes/m/heartbeats", beat(50, "running the tests")).await;
+    daemon.post("/v1/meshes/m/heartbeats", beat(80, "writing the report")).await;
+    let (_, ledger) = daemon.get("/v1/meshes/m/ledger").await;
+    let notes: Vec<&Value> = ledger
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["kind"] == "task_progress")
+        .map(|e| &e["payload"]["note"])
+        .collect();
+    assert_eq!(notes, [&json!("running the tests"), &json!("writing the report")], "{ledger}");
+}
+
+#[tokio::test]
+async fn bad_progress_is_refused_naming_the_field_and_changes_nothing() {
+    let daemon = TestDaemon::start().await;
+    let epoch = enqueue_and_claim(&daemon, "t1").await;
+    let (_, before) = daemon.get("/v1/meshes/m/tasks/t1").await;
+    let (_, ledger_before) = daemon.get("/v1/meshes/m/ledger").await;
+    let with = |progress: Value| json!({ "taskId": "t1", "sessionId": "s1", "epoch": epoch, "leaseMs": 600_000, "progress": progress });
+    let cases = [
+        (json!({ "percent": 101 }), "progress.percent"),
+        (json!({ "percent": -1 }), "percent"),
+        (json!({ "note": "two\nlines" }), "progress.note"),
+        (json!({ "note": "x".repeat(201) }), "progress.note"),
+        (json!({}), "progress"),
+        (json!({ "percent": 5, "colour": "red" }), "colour"),
+    ];
+    for (progress, field) in cases {
+        let response = daemon.post("/v1/meshes/m/heartbeats", with(progress.clone())).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", field);
+    }
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await, (StatusCode::OK, before));
+    assert_eq!(daemon.get("/v1/meshes/m/ledger").await.1, ledger_before);
+}
+
 /// A `mesh:dispatch_blocked` event about `task_id` for coordinator
 /// `daemon_mach_abc`, in the original's shape, without a mesh id.
 fn blocked_event(task_id: &str) -> Value {

@@ -133,13 +133,10 @@ impl agentmesh_store::QueueStore for PgStore {
     fn heartbeat(
         &self,
         mesh_id: &str,
-        task_id: &str,
-        session_id: &str,
-        epoch: u64,
-        lease_ms: i64,
+        beat: &agentmesh_store::Heartbeat,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write_with(mesh_id, &[], |db| heartbeat(db, mesh_id, task_id, session_id, epoch, lease_ms, now))?
+        self.write_with(mesh_id, &[], |db| heartbeat(db, mesh_id, beat, now))?
     }
 
     fn cancel_task(

@@ -6,7 +6,7 @@ use agentmesh_core::{ClaimRefusal, NewTask, RequeueOptions, Requeued, TaskPriori
 
 use super::support::*;
 use crate::transfer::TransferStore;
-use crate::{ClaimOptions, CompletionReport, Store, StoreError};
+use crate::{ClaimOptions, CompletionReport, Heartbeat, Store, StoreError};
 
 /// A completion by the holding session at the current epoch completes the task with its summary and records `task_completed`.
 pub fn complete_with_matching_session_and_epoch_completes(store: &dyn Store) {
@@ -445,6 +445,44 @@ pub fn requeue_of_an_assigned_task_needs_force(store: &dyn Store) {
     claim_ok(store, MESH, &worker("node-2", "s2"), at(6), "t1");
 }
 
+/// A heartbeat's progress report is stored on the task and read back by every
+/// read; one that says something new is recorded as `task_progress`, a repeat
+/// is not; a refused heartbeat's report changes nothing; the next claim starts
+/// without progress.
+pub fn heartbeat_progress_is_stored_and_recorded_when_new(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(0));
+    let task = claim_briefly(store, MESH, &worker("node-1", "s1"), at(1), "t1");
+    let beat = |percent, note: &str| Heartbeat {
+        progress: Some(agentmesh_core::ProgressReport { percent, note: Some(note.to_owned()) }),
+        ..Heartbeat::new("t1", "s1", task.epoch(), LEASE_MS)
+    };
+    let mut ledger = LedgerCursor::new(store, MESH);
+    let beaten = ok(store.heartbeat(MESH, &beat(Some(40), "running the tests"), at(2)), "heartbeat");
+    ledger.assert_new(store, "a progress report", &["task_progress:t1"]);
+    let progress = beaten.progress.clone().expect("the report on the task");
+    assert_eq!((progress.percent, progress.note.as_deref()), (Some(40), Some("running the tests")));
+    assert_eq!(progress.at, at(2).iso(), "expected the report stamped with the beat's time");
+    assert_eq!(find(store, MESH, "t1"), beaten, "expected the stored task to carry the report");
+    let entry = ledger_entries(store, MESH).pop().expect("the entry");
+    assert_eq!(entry.payload["note"], "running the tests", "{entry:?}");
+
+    ok(store.heartbeat(MESH, &beat(Some(40), "running the tests"), at(3)), "the same report again");
+    ledger.assert_new(store, "a repeated report", &[]);
+    let stale = Heartbeat { epoch: task.epoch() + 1, ..beat(Some(90), "not mine") };
+    assert!(store.heartbeat(MESH, &stale, at(4)).is_err(), "expected a stale beat refused");
+    ledger.assert_new(store, "a refused beat", &["heartbeat_refused:t1"]);
+    assert_eq!(
+        find(store, MESH, "t1").progress.and_then(|p| p.percent),
+        Some(40),
+        "expected the refused report dropped"
+    );
+
+    // The beat at 3 s extended the lease by LEASE_MS; reclaim after it lapses.
+    reclaim_lapsed(store, MESH, "t1", at(70));
+    let again = claim_ok(store, MESH, &worker("node-2", "s2"), at(71), "t1");
+    assert_eq!(again.progress, None, "expected a new claim to start without progress");
+}
+
 /// A reclaim of a lapsed lease returns an assigned task to pending and records
 /// `task_reclaimed`; the fourth reclaim fails the task.
 pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn Store) {
@@ -482,18 +520,21 @@ pub fn reclaim_returns_the_task_and_the_fourth_fails_it(store: &dyn Store) {
 pub fn heartbeat_extends_the_lease_for_the_current_holder(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(0));
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(0), "t1");
-    let beat = ok(store.heartbeat(MESH, "t1", "s1", task.epoch(), 90_000, at(30)), "heartbeat");
+    let beat =
+        ok(store.heartbeat(MESH, &Heartbeat::new("t1", "s1", task.epoch(), 90_000), at(30)), "heartbeat");
     assert_eq!(beat.lease_expires_at, Some(at(120).iso()), "expected the lease extended to now + lease");
     assert_eq!(beat.status, TaskStatus::Assigned, "expected the task still assigned");
     assert_eq!(find(store, MESH, "t1"), beat, "expected the stored task to equal the returned one");
 
     let mut ledger = LedgerCursor::new(store, MESH);
-    let err =
-        expect_err(store.heartbeat(MESH, "t1", "s1", task.epoch() + 5, 90_000, at(40)), "stale heartbeat");
+    let err = expect_err(
+        store.heartbeat(MESH, &Heartbeat::new("t1", "s1", task.epoch() + 5, 90_000), at(40)),
+        "stale heartbeat",
+    );
     assert!(matches!(err, StoreError::StaleEpoch { .. }), "expected StaleEpoch, got {err:?}");
     ledger.assert_new(store, "a stale heartbeat", &["heartbeat_refused:t1"]);
     let err = expect_err(
-        store.heartbeat(MESH, "t1", "s2", task.epoch(), 90_000, at(40)),
+        store.heartbeat(MESH, &Heartbeat::new("t1", "s2", task.epoch(), 90_000), at(40)),
         "heartbeat by another session",
     );
     assert!(
@@ -508,7 +549,7 @@ pub fn heartbeat_extends_the_lease_for_the_current_holder(store: &dyn Store) {
     );
     complete(store, MESH, &beat, at(50));
     assert!(
-        store.heartbeat(MESH, "t1", "s1", task.epoch(), 90_000, at(60)).is_err(),
+        store.heartbeat(MESH, &Heartbeat::new("t1", "s1", task.epoch(), 90_000), at(60)).is_err(),
         "expected a heartbeat for a completed task refused"
     );
 }
@@ -607,7 +648,10 @@ pub fn reclaim_if_lease_expired_rechecks_the_lease(store: &dyn Store) {
     // Listed as expired at 120 s, then renewed by a heartbeat before the reclaim.
     let listed = ok(store.expired_leases(at(120)), "expired_leases");
     assert!(listed.iter().any(|(_, id)| id == "renewed"), "expected renewed listed: {listed:?}");
-    ok(store.heartbeat(MESH, "renewed", "s2", renewed.epoch(), LEASE_MS, at(119)), "heartbeat");
+    ok(
+        store.heartbeat(MESH, &Heartbeat::new("renewed", "s2", renewed.epoch(), LEASE_MS), at(119)),
+        "heartbeat",
+    );
 
     assert_eq!(ok(store.reclaim_if_lease_expired(MESH, "renewed", at(120)), "reclaim renewed"), None);
     assert_eq!(ok(store.reclaim_if_lease_expired(MESH, "done", at(120)), "reclaim done"), None);

@@ -174,6 +174,7 @@ macro_rules! conformance_tests {
             retry_budget_refusal_is_written_to_cancel_reason,
             reclaim_returns_the_task_and_the_fourth_fails_it,
             heartbeat_extends_the_lease_for_the_current_holder,
+            heartbeat_progress_is_stored_and_recorded_when_new,
             expired_leases_lists_only_lapsed_assignments,
             reclaim_if_lease_expired_rechecks_the_lease,
             every_state_change_records_its_ledger_entries,

@@ -30,8 +30,8 @@ use agentmesh_core::{
 use super::Model;
 use super::ops::{self as o, Op, Renamer, TaskRef};
 use crate::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest, InboxEvent, QueueOutcome,
-    Store, StoreResult, UpsertedMission,
+    ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest, Heartbeat, InboxEvent,
+    QueueOutcome, Store, StoreResult, UpsertedMission,
 };
 
 /// A store under test.
@@ -134,15 +134,7 @@ trait Target {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)>;
-    fn heartbeat(
-        &mut self,
-        mesh: &str,
-        task: &str,
-        session: &str,
-        epoch: u64,
-        lease_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<Task>;
+    fn heartbeat(&mut self, mesh: &str, beat: &Heartbeat, now: Timestamp) -> StoreResult<Task>;
     fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task>;
     fn requeue(
         &mut self,
@@ -204,16 +196,8 @@ impl Target for Model {
     ) -> StoreResult<(Task, ClaimOutcome)> {
         Model::complete_and_claim(self, mesh, report, c, opts, now)
     }
-    fn heartbeat(
-        &mut self,
-        mesh: &str,
-        task: &str,
-        session: &str,
-        epoch: u64,
-        lease_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<Task> {
-        Model::heartbeat(self, mesh, task, session, epoch, lease_ms, now)
+    fn heartbeat(&mut self, mesh: &str, beat: &Heartbeat, now: Timestamp) -> StoreResult<Task> {
+        Model::heartbeat(self, mesh, beat, now)
     }
     fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task> {
         self.cancel_task(mesh, task, Some(CANCEL_REASON), now)
@@ -314,16 +298,8 @@ impl<S: Store> Target for Real<'_, S> {
     ) -> StoreResult<(Task, ClaimOutcome)> {
         self.0.complete_and_claim(mesh, report, c, opts, now)
     }
-    fn heartbeat(
-        &mut self,
-        mesh: &str,
-        task: &str,
-        session: &str,
-        epoch: u64,
-        lease_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<Task> {
-        self.0.heartbeat(mesh, task, session, epoch, lease_ms, now)
+    fn heartbeat(&mut self, mesh: &str, beat: &Heartbeat, now: Timestamp) -> StoreResult<Task> {
+        self.0.heartbeat(mesh, beat, now)
     }
     fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task> {
         self.0.cancel_task(mesh, task, Some(CANCEL_REASON), now)
@@ -469,7 +445,11 @@ fn apply<T: Target>(
             let presented = o::epoch(*epoch, current).unwrap_or(0);
             let task = task.unwrap_or(o::TASKS[0]);
             o::answer(
-                &target.heartbeat(mesh, task, o::SESSIONS[*session], presented, lease_s * 1000, now),
+                &target.heartbeat(
+                    mesh,
+                    &Heartbeat::new(task, o::SESSIONS[*session], presented, lease_s * 1000),
+                    now,
+                ),
                 o::task,
             )
         }

@@ -33,7 +33,8 @@ use serde_json::Value;
 
 use super::ops::{COORDINATORS, coordinator};
 use crate::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DrainRequest, Outcome, Store, StoreError, StoreResult,
+    ClaimOptions, ClaimOutcome, CompletionReport, DrainRequest, Heartbeat, Outcome, Store, StoreError,
+    StoreResult,
 };
 
 /// What a run does.
@@ -286,7 +287,11 @@ pub fn worker<S: Store + ?Sized>(store: &S, plan: &Plan, index: usize) -> Vec<Re
                 let mut r = Record::new(index, "heartbeat");
                 r.task = Some(task.clone());
                 r.epoch = Some(epoch);
-                r.result(&store.heartbeat(mesh, &task, &me.session_id, epoch, plan.lease_ms, now))
+                r.result(&store.heartbeat(
+                    mesh,
+                    &Heartbeat::new(&task, &me.session_id, epoch, plan.lease_ms),
+                    now,
+                ))
             } else {
                 // Walk away: the lease lapses and a reaper takes the task back.
                 held = None;

@@ -469,19 +469,14 @@ impl Model {
     }
 
     /// A heartbeat.
-    pub fn heartbeat(
-        &mut self,
-        mesh_id: &str,
-        task_id: &str,
-        session_id: &str,
-        epoch: u64,
-        lease_ms: i64,
-        now: Timestamp,
-    ) -> StoreResult<Task> {
-        let before = self.required(mesh_id, task_id)?;
-        match decide::heartbeat(&before, session_id, epoch, lease_ms, now, || mint_at(now))? {
+    pub fn heartbeat(&mut self, mesh_id: &str, beat: &crate::Heartbeat, now: Timestamp) -> StoreResult<Task> {
+        let before = self.required(mesh_id, &beat.task_id)?;
+        let progress = beat.progress.as_ref();
+        match decide::heartbeat(&before, &beat.session_id, beat.epoch, beat.lease_ms, progress, now, || {
+            mint_at(now)
+        })? {
             Ok(decision) => Ok(self.persist(decision, now)),
-            Err(refused) => Err(self.refuse(&before, session_id, refused)),
+            Err(refused) => Err(self.refuse(&before, &beat.session_id, refused)),
         }
     }
 

@@ -9,9 +9,10 @@
 //! read as an empty system.
 //!
 //! A failure that the user can fix from the command line leaves [`run`] with a
-//! line that says how ([`Context::advise`]): no daemon at `--server` (start one),
-//! a token the daemon refused (which token source was used), a URL that is not
-//! the daemon's API.
+//! message that ends with how ([`Context::advise`]): no daemon at `--server`
+//! (start one), a token the daemon refused (which token source was used), a URL
+//! that is not the daemon's API, an id the mesh does not hold (the listing that
+//! shows them).
 
 use std::cell::OnceCell;
 use std::fmt;
@@ -24,11 +25,12 @@ use agentmesh_core::events::enforce_from_env_value;
 use agentmesh_core::{InvalidInput, MeshId};
 use agentmesh_daemon::TOKEN_FILE_NAME;
 use agentmesh_sqlite::{DB_FILE_NAME, LEGACY_DB_FILE_NAME};
-use agentmesh_store::Store;
+use agentmesh_store::{Store, StoreError};
 pub(crate) use database::StoreConfig;
 pub(crate) use migrate::run as migrate;
 
 use crate::cli::{Command, GlobalArgs};
+use crate::failure::with_fix;
 use crate::output::Output;
 
 mod backup;
@@ -41,6 +43,7 @@ mod deliveries;
 mod demo;
 mod dispatches;
 mod events;
+mod heartbeat;
 mod import_adhdev;
 mod ledger;
 mod man;
@@ -83,9 +86,10 @@ impl std::fmt::Display for NoDatabase {
         }
         write!(
             f,
-            "no database in {dir}: it holds neither {DB_FILE_NAME} nor {LEGACY_DB_FILE_NAME}; check --data-dir \
-             (or $AGENTMESH_HOME), or create one there with a command that writes, such as \
-             `agentmesh --data-dir {dir} task add ...` or `agentmesh --data-dir {dir} serve`",
+            "no database in {dir}: it holds neither {DB_FILE_NAME} nor {LEGACY_DB_FILE_NAME}; point --data-dir \
+             (or $AGENTMESH_HOME) at the data dir that holds one, talk to a running daemon with \
+             --server http://HOST:PORT (or ${SERVER_ENV}), or create one there with a command that writes, \
+             such as `agentmesh --data-dir {dir} task add ...` or `agentmesh --data-dir {dir} serve`",
             dir = self.data_dir.display()
         )
     }
@@ -151,14 +155,7 @@ impl Context {
             )
             .into());
         }
-        let server = match global.server.as_deref().map(str::trim) {
-            Some("") => return Err(InvalidInput::new("server", "must not be blank").into()),
-            Some(url) => {
-                RemoteMesh::check_base_url(url)?;
-                Some(url.to_owned())
-            }
-            None => None,
-        };
+        let server = global.server.as_deref().map(server_url).transpose()?;
         Ok(Context {
             enforce: enforce_from_env_value(std::env::var(ENFORCE_ENV).ok().as_deref()),
             store_config,
@@ -250,8 +247,26 @@ impl Context {
     fn client_token(&self) -> anyhow::Result<String> {
         let from_file = |path: &Path, source: TokenSource| -> anyhow::Result<String> {
             let text = std::fs::read_to_string(path).map_err(|err| {
-                InvalidInput::new("tokenFile", format!("cannot read {}: {err}", path.display()))
+                InvalidInput::new(
+                    "tokenFile",
+                    format!(
+                        "cannot read {}: {err}; pass --token-file the file the daemon wrote its token to \
+                         (<its data dir>/{TOKEN_FILE_NAME}, or the --token-file it was started with)",
+                        path.display()
+                    ),
+                )
             })?;
+            if text.trim().is_empty() {
+                return Err(InvalidInput::new(
+                    "tokenFile",
+                    format!(
+                        "{} holds no token; pass --token-file the file the daemon wrote its token to \
+                         (<its data dir>/{TOKEN_FILE_NAME}, or the --token-file it was started with)",
+                        path.display()
+                    ),
+                )
+                .into());
+            }
             let _ = self.token_source.set(source);
             Ok(text.trim().to_owned())
         };
@@ -267,49 +282,85 @@ impl Context {
         if default.exists() && self.server.as_deref().is_some_and(is_loopback_url) {
             return from_file(&default, TokenSource::DataDir(default.clone()));
         }
+        let server = self.server.as_deref().unwrap_or("the daemon");
         Err(InvalidInput::new(
             "token",
-            format!("no API token: pass --token-file or set {TOKEN_ENV} (the daemon writes its token to <data-dir>/{TOKEN_FILE_NAME})"),
+            format!(
+                "no API token for {server}: the daemon writes its token to <its data dir>/{TOKEN_FILE_NAME} \
+                 (or the --token-file it was started with); pass that file with --token-file FILE, or set \
+                 {TOKEN_ENV} to its contents"
+            ),
         )
         .into())
     }
 
     /// Adds to `err` what the user can do about it, when the cause is one they can
-    /// fix from the command line; other errors pass through unchanged. The advice
-    /// goes in front of the error, so the message reads advice first, cause after.
+    /// fix from the command line; other errors pass through unchanged. The fix
+    /// goes after the error ([`with_fix`]), so the message ends with what to do.
     fn advise(&self, err: anyhow::Error) -> anyhow::Error {
-        let Some(server) = &self.server else { return err };
-        let Some(mesh_error) = err.chain().find_map(|cause| cause.downcast_ref::<MeshError>()) else {
-            return err;
-        };
-        let advice = match mesh_error {
-            MeshError::CannotConnect { .. } => format!(
-                "no agentmesh daemon answers at {server}: start one with `agentmesh serve` (it listens on \
-                 http://127.0.0.1:7433 unless given --listen), or point --server or ${SERVER_ENV} at the \
-                 daemon's address"
-            ),
-            MeshError::Remote { status: 401, .. } => {
-                let token = self
-                    .token_source
-                    .get()
-                    .map_or_else(|| "the token".to_owned(), |source| format!("the token from {source}"));
-                format!(
-                    "the daemon at {server} refused {token}: pass that daemon's own token (in \
-                     <its data dir>/{TOKEN_FILE_NAME}, or the --token-file it was started with) with \
-                     --token-file or ${TOKEN_ENV}"
-                )
+        match self.fix_for(&err) {
+            Some(fix) => with_fix(err, fix),
+            None => err,
+        }
+    }
+
+    /// What the user can do about `err`, if it is a mistake they can fix: see
+    /// [`Context::advise`].
+    fn fix_for(&self, err: &anyhow::Error) -> Option<String> {
+        if let Some(server) = &self.server
+            && let Some(mesh_error) = err.chain().find_map(|cause| cause.downcast_ref::<MeshError>())
+        {
+            match mesh_error {
+                MeshError::CannotConnect { .. } => {
+                    return Some(format!(
+                        "no agentmesh daemon answers at {server}: start one with `agentmesh serve` (it \
+                         listens on http://127.0.0.1:7433 unless given --listen), or point --server or \
+                         ${SERVER_ENV} at the daemon's address"
+                    ));
+                }
+                MeshError::Remote { status: 401, .. } => {
+                    let token = self
+                        .token_source
+                        .get()
+                        .map_or_else(|| "the token".to_owned(), |source| format!("the token from {source}"));
+                    return Some(format!(
+                        "the daemon at {server} refused {token}: pass that daemon's own token (in \
+                         <its data dir>/{TOKEN_FILE_NAME}, or the --token-file it was started with) with \
+                         --token-file or ${TOKEN_ENV}"
+                    ));
+                }
+                MeshError::Remote { status: 404, code, message }
+                    if code == "http_error" || message == ROUTE_NOT_FOUND =>
+                {
+                    return Some(format!(
+                        "{server} does not serve the agentmesh API: give --server the daemon's root URL, \
+                         such as http://127.0.0.1:7433, without a path of the daemon's own"
+                    ));
+                }
+                _ => {}
             }
-            MeshError::Remote { status: 404, code, message }
-                if code == "http_error" || message == ROUTE_NOT_FOUND =>
-            {
-                format!(
-                    "{server} does not serve the agentmesh API: give --server the daemon's root URL, \
-                     such as http://127.0.0.1:7433, without a path of the daemon's own"
-                )
+        }
+        let mesh = self.mesh();
+        let listing = match crate::failure::code_of(err).as_str() {
+            "task_not_found" => "task list",
+            "not_found" => {
+                let message = format!("{err:#}");
+                let kind = |word: &str| message.split(": ").any(|part| part.starts_with(word));
+                if kind("mission ") {
+                    "mission list"
+                } else if kind("delivery ") {
+                    "deliveries"
+                } else if kind("dispatch ") {
+                    "dispatches"
+                } else if kind("held event ") {
+                    "events held"
+                } else {
+                    return None;
+                }
             }
-            _ => return err,
+            _ => return None,
         };
-        err.context(advice)
+        Some(format!("`agentmesh {listing}` shows the ids mesh {mesh:?} holds; --mesh ID reads another mesh"))
     }
 
     /// The mesh id.
@@ -384,6 +435,53 @@ fn is_loopback_url(url: &str) -> bool {
         || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// The daemon URL of `--server` (or `$AGENTMESH_SERVER`): an http(s) URL of the
+/// daemon's root, or a bare `HOST:PORT`, taken as `http://HOST:PORT`. Anything
+/// else is refused naming `server`, with what to write instead.
+fn server_url(given: &str) -> Result<String, InvalidInput> {
+    const WRITE: &str = "write --server http://HOST:PORT (https:// for a daemon serving TLS), such as \
+                         --server http://127.0.0.1:7433";
+    let invalid = |why: String| InvalidInput::new("server", format!("{why}; {WRITE}"));
+    let trimmed = given.trim();
+    if trimmed.is_empty() {
+        return Err(invalid("must not be blank".to_owned()));
+    }
+    let url = match trimmed.split_once("://") {
+        Some((scheme, _)) if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") => {
+            trimmed.to_owned()
+        }
+        Some((scheme, _)) => {
+            return Err(invalid(format!("{given:?} is not an http(s) URL (scheme {scheme:?})")));
+        }
+        None if is_host_and_port(trimmed) => format!("http://{trimmed}"),
+        None => return Err(invalid(format!("{given:?} is neither a URL nor HOST:PORT"))),
+    };
+    match RemoteMesh::check_base_url(&url) {
+        Ok(()) => Ok(url),
+        // Names the daemon's root URL to use instead.
+        Err(MeshError::Store(StoreError::InvalidInput(refused))) if refused.problem.contains("root URL") => {
+            Err(refused)
+        }
+        Err(MeshError::Store(StoreError::InvalidInput(refused))) => Err(invalid(refused.problem)),
+        Err(err) => Err(invalid(err.to_string())),
+    }
+}
+
+/// Whether `text` (no scheme) starts with `HOST:PORT`, such as `127.0.0.1:7433`,
+/// `localhost:7433` or `[::1]:7433`, perhaps followed by a path.
+fn is_host_and_port(text: &str) -> bool {
+    let authority = text.split('/').next().unwrap_or_default();
+    let Some((host, port)) = authority.rsplit_once(':') else { return false };
+    let host_ok = match host.strip_prefix('[') {
+        Some(v6) => v6.strip_suffix(']').is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+        None => {
+            !host.is_empty()
+                && host.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.' || c == '_')
+        }
+    };
+    host_ok && !port.is_empty() && port.parse::<u16>().is_ok()
+}
+
 /// `~/.agentmesh`, from `$HOME` (or `%USERPROFILE%`).
 fn default_data_dir() -> anyhow::Result<PathBuf> {
     let home = ["HOME", "USERPROFILE"]
@@ -411,6 +509,7 @@ pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::
         Command::Task(_)
             | Command::Claim(_)
             | Command::Complete(_)
+            | Command::Heartbeat(_)
             | Command::Events(_)
             | Command::Fingerprints(_)
             | Command::Conflicts(_)
@@ -433,6 +532,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Task(cmd) => task::run(ctx, cmd, out),
         Command::Claim(args) => claim::run(ctx, args, out),
         Command::Complete(args) => complete::run(ctx, args, out),
+        Command::Heartbeat(args) => heartbeat::run(ctx, args, out),
         Command::Events(cmd) => events::run(ctx, cmd, out),
         Command::Fingerprints(args) => completion_records::fingerprints(ctx, args, out),
         Command::Conflicts(args) => completion_records::conflicts(ctx, args, out),
@@ -486,6 +586,27 @@ mod tests {
         ] {
             assert!(!is_loopback_url(url), "{url}");
         }
+    }
+
+    #[test]
+    fn a_bare_host_and_port_is_an_http_server_and_other_mistakes_say_what_to_write() {
+        for (given, url) in [
+            ("127.0.0.1:7433", "http://127.0.0.1:7433"),
+            (" localhost:7433 ", "http://localhost:7433"),
+            ("[::1]:7433", "http://[::1]:7433"),
+            ("mesh.internal:8080/prefix", "http://mesh.internal:8080/prefix"),
+            ("http://127.0.0.1:7433", "http://127.0.0.1:7433"),
+            ("HTTPS://mesh.example", "HTTPS://mesh.example"),
+        ] {
+            assert_eq!(server_url(given).as_deref(), Ok(url), "{given}");
+        }
+        for bad in ["", "127.0.0.1", "localhost", "ftp://x", "7433", "host:port", "a b:1", "http://"] {
+            let err = server_url(bad).unwrap_err();
+            assert_eq!(err.field, "server", "{bad}");
+            assert!(err.problem.ends_with("such as --server http://127.0.0.1:7433"), "{bad}: {err}");
+        }
+        let route = server_url("http://127.0.0.1:7433/v1").unwrap_err();
+        assert!(route.problem.contains("root URL, http://127.0.0.1:7433/"), "{route}");
     }
 
     #[test]

@@ -12,10 +12,15 @@
 //! with the address actually bound, so `--listen 127.0.0.1:0` tells the caller its
 //! port. Logs go to stderr as text or JSON lines (`--log-format`), filtered by
 //! `RUST_LOG` (default `info`): with text, the `listening on` line is repeated
-//! there as it is (unless stdout and stderr are one terminal) and `shutting down`
-//! is a plain line too; with JSON, every stderr line is one JSON object, those
-//! two included, with the message at the top level (`message`), and a panic is
-//! logged as one too.
+//! there as it is and `shutting down` is a plain line too; with JSON, every
+//! stderr line is one JSON object, those two included, with the message at the
+//! top level (`message`), and a panic is logged as one too. When stdout and
+//! stderr lead to the same place (one terminal, `> serve.log 2>&1`), the
+//! `listening on` line is written once, on stdout.
+//!
+//! An address it cannot listen on fails with the address, the reason in words
+//! and the fix: a taken port says whether an agentmesh daemon answers there and
+//! ends with `--listen` and stopping that daemon.
 //!
 //! Nothing the daemon writes to stdout or stderr may stop it: a closed pipe, a
 //! log collector gone away or a full disk make the writes fail, and every such
@@ -143,9 +148,10 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     // This future runs on the main thread, which holds the stdout lock for the
     // whole command: the `listening on` line must be written from here.
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("failed to listen on {}", args.listen))?;
+        let listener = match tokio::net::TcpListener::bind(args.listen).await {
+            Ok(listener) => listener,
+            Err(err) => return Err(cannot_listen(args.listen, &err)),
+        };
         let addr = listener.local_addr().context("failed to read the bound address")?;
         if let Some(lock) = &mut lock
             && let Err(err) = lock.record_address(&format!("{scheme}://{addr}"))
@@ -170,6 +176,68 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         drop(lock);
         served.context("the server failed")
     })
+}
+
+/// Why `serve` cannot listen on `addr`, and what to do instead: another
+/// `--listen`, or stopping what holds the port (named when it is an agentmesh
+/// daemon).
+fn cannot_listen(addr: SocketAddr, err: &io::Error) -> anyhow::Error {
+    let other_port = SocketAddr::new(addr.ip(), addr.port().wrapping_add(1).max(1));
+    let free_port = SocketAddr::new(addr.ip(), 0);
+    let pick = format!(
+        "pick another address with --listen, such as --listen {other_port} (--listen {free_port} picks a free \
+         port and prints it)"
+    );
+    match err.kind() {
+        io::ErrorKind::AddrInUse => {
+            let (holder, stop) = if agentmesh_answers_at(addr) {
+                ("an agentmesh daemon already answers there", "the daemon already running there")
+            } else {
+                ("something that does not answer as an agentmesh daemon holds it", "the program holding it")
+            };
+            anyhow::anyhow!(
+                "cannot listen on {addr}: the address is already in use ({holder}); {pick}, or stop {stop}"
+            )
+        }
+        io::ErrorKind::AddrNotAvailable => anyhow::anyhow!(
+            "cannot listen on {addr}: no network interface of this machine has the address {}; pick one it \
+             has with --listen, such as --listen 127.0.0.1:{} (this machine only) or --listen 0.0.0.0:{} \
+             (every interface)",
+            addr.ip(),
+            addr.port(),
+            addr.port()
+        ),
+        io::ErrorKind::PermissionDenied => anyhow::anyhow!(
+            "cannot listen on {addr}: permission denied ({err}; ports below 1024 need privileges); {pick}"
+        ),
+        _ => anyhow::anyhow!("cannot listen on {addr}: {err}; {pick}"),
+    }
+}
+
+/// Whether an agentmesh daemon answers at `addr`: its `GET /healthz` says
+/// `{"status":"ok"}` over plain HTTP within a moment. An unspecified address
+/// (`0.0.0.0`, `::`) is asked on loopback.
+fn agentmesh_answers_at(addr: SocketAddr) -> bool {
+    use std::io::Read as _;
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, TcpStream};
+    const PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    let target = SocketAddr::new(ip, addr.port());
+    let Ok(mut stream) = TcpStream::connect_timeout(&target, PATIENCE) else { return false };
+    let _ = stream.set_read_timeout(Some(PATIENCE));
+    let _ = stream.set_write_timeout(Some(PATIENCE));
+    let request = format!("GET /healthz HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = Vec::new();
+    let _ = stream.take(4096).read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    answer.starts_with("HTTP/1.1 200") && answer.contains(r#"{"status":"ok"}"#)
 }
 
 /// The connection cap: `requested` (or [`DEFAULT_MAX_CONNECTIONS`]), lowered to
@@ -258,8 +326,8 @@ fn plain_stderr(line: &str) {
 }
 
 /// Announces the bound address: the `listening on` line on stdout for scripts,
-/// and on stderr as a log line (JSON mode) or as it is (text mode, unless stdout
-/// and stderr are both terminals and it would show twice). Must run on the main
+/// and on stderr as a log line (JSON mode) or as it is (text mode), unless
+/// stderr leads where stdout does and it would show twice. Must run on the main
 /// thread (see [`run`]).
 fn announce_listening(format: LogFormat, scheme: &str, addr: SocketAddr, token_path: &Path) {
     let url = format!("{scheme}://{addr}");
@@ -267,10 +335,28 @@ fn announce_listening(format: LogFormat, scheme: &str, addr: SocketAddr, token_p
     let line = format!("listening on {url} (token file: {token_file})");
     let mut stdout = io::stdout();
     let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    if stdout_and_stderr_are_one() {
+        return;
+    }
     match format {
         LogFormat::Json => tracing::info!(address = url, token_file, "{line}"),
-        LogFormat::Text if io::stdout().is_terminal() && io::stderr().is_terminal() => {}
         LogFormat::Text => plain_stderr(&line),
+    }
+}
+
+/// Whether stdout and stderr lead to the same place: the same terminal, file or
+/// pipe (on Unix, the same device and inode; elsewhere, both terminals).
+fn stdout_and_stderr_are_one() -> bool {
+    #[cfg(unix)]
+    {
+        match (rustix::fs::fstat(io::stdout()), rustix::fs::fstat(io::stderr())) {
+            (Ok(out), Ok(err)) => out.st_dev == err.st_dev && out.st_ino == err.st_ino,
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        io::stdout().is_terminal() && io::stderr().is_terminal()
     }
 }
 

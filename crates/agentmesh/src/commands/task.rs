@@ -4,10 +4,18 @@
 //! Mode and priority travel to the core as the strings the user typed, so the
 //! core's validation error names the field; the not-before form (number, duration or
 //! instant) is decided by its flag's parser (`duration::not_before`), and only the
-//! status filter here.
+//! list's filters here.
+//!
+//! `task list` takes the filters of the HTTP API's listing (`ListParams`: status,
+//! tag, node, session, mission, dependency, text, offset, limit), so it reads the
+//! same on the data dir and through `--server`; `--status blocked` selects the
+//! pending tasks a failed dependency holds back, the rows the table shows as
+//! `blocked`.
 
-use agentmesh_api::wire::{CancelBody, CoordinatorBody, EnqueueBody, ListParams, PriorityBody, RequeueBody};
-use agentmesh_core::TaskStatus;
+use agentmesh_api::wire::{
+    CancelBody, CoordinatorBody, EnqueueBody, ListParams, PriorityBody, RequeueBody, StatusFilter,
+};
+use agentmesh_core::InvalidInput;
 use agentmesh_core::enqueue::prepare_task;
 use anyhow::Context as _;
 
@@ -72,17 +80,51 @@ fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()>
 fn list(ctx: &Context, args: TaskListArgs, out: &mut Output) -> anyhow::Result<()> {
     // Checked before the store opens (the operation checks again, for every
     // transport), so a refused filter is bad input even on a data dir with no database.
-    for status in &args.statuses {
-        status.parse::<TaskStatus>()?;
-    }
-    let status = (!args.statuses.is_empty()).then(|| args.statuses.join(","));
-    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), ListParams::statuses(status))?;
+    let (params, filters) = list_params(&args)?;
+    let tasks = ctx.read_api()?.list_tasks(ctx.mesh(), params)?;
     let now = now();
     out.emit(&tasks, |w| {
+        if tasks.is_empty() && !filters.is_empty() {
+            return writeln!(w, "no tasks in mesh {:?} match {}", ctx.mesh(), filters.join(" "));
+        }
         output::write_listing(w, ctx.mesh(), Noun("task", "tasks"), tasks.len(), |w| {
             output::write_task_table(w, &tasks, now)
         })
     })
+}
+
+/// The listing's query from the flags, checked as the API checks it (ids by the
+/// id rule, statuses by name, the page bounds), and the filters as they were
+/// written, for the line that says nothing matched.
+fn list_params(args: &TaskListArgs) -> Result<(ListParams, Vec<String>), InvalidInput> {
+    let mut written = Vec::new();
+    for status in &args.statuses {
+        StatusFilter::parse(Some(status))?;
+        written.push(format!("--status {}", status.trim()));
+    }
+    let mut filter = |flag: &str, field: &str, value: &Option<String>, is_id: bool| {
+        value
+            .as_deref()
+            .map(|value| {
+                let value = if is_id { id(field, value)? } else { super::required(field, value)? };
+                written.push(format!("--{flag} {value}"));
+                Ok(value.to_owned())
+            })
+            .transpose()
+    };
+    let params = ListParams {
+        status: (!args.statuses.is_empty()).then(|| args.statuses.join(",")),
+        tag: filter("tag", "tag", &args.tag, false)?,
+        node: filter("node", "node", &args.node, true)?,
+        session: filter("session", "session", &args.session, true)?,
+        mission: filter("mission", "mission", &args.mission, true)?,
+        depends_on: filter("depends-on", "dependsOn", &args.depends_on, true)?,
+        q: filter("text", "text", &args.text, false)?,
+        offset: args.offset,
+        limit: args.limit,
+    };
+    params.check()?;
+    Ok((params, written))
 }
 
 fn show(ctx: &Context, args: TaskShowArgs, out: &mut Output) -> anyhow::Result<()> {

@@ -4,7 +4,9 @@
 //! The loop: claim a task; run the command with it (the message on stdin and in
 //! `AGENTMESH_TASK_MESSAGE`, with `AGENTMESH_TASK_ID`, `AGENTMESH_TASK_EPOCH` and
 //! `AGENTMESH_MESH`; `{message}` and `{id}` in the arguments replaced); renew the
-//! lease from a heartbeat thread every third of it while the command runs; when it
+//! lease from a heartbeat thread every third of it while the command runs, and
+//! forward the command's last output line as the task's progress note (within
+//! [`PROGRESS_EVERY`] of its printing); when it
 //! exits, complete the task with the tail of its output as the summary (exit 0) or
 //! fail it with a reason naming the exit status; repeat. With nothing to claim it
 //! waits, backing off up to two seconds, and asks again.
@@ -50,10 +52,10 @@ use std::time::{Duration, Instant};
 
 use agentmesh_api::views::ClaimView;
 use agentmesh_api::wire::{
-    ClaimBody, CompleteAndClaimBody, CompletionBody, HeartbeatBody, IdleBody, ListParams,
+    ClaimBody, CompleteAndClaimBody, CompletionBody, HeartbeatBody, IdleBody, ListParams, ProgressBody,
 };
 use agentmesh_api::{MeshApi, MeshError};
-use agentmesh_core::{InvalidInput, Task, TaskStatus};
+use agentmesh_core::{InvalidInput, Progress, Task, TaskStatus};
 use anyhow::Context as _;
 use serde::Serialize;
 
@@ -76,6 +78,9 @@ const IDLE_REPORT_SECS: u32 = 300;
 const DEFAULT_PROVIDER: &str = "command";
 /// How often a running command and the signal count are checked.
 const POLL: Duration = Duration::from_millis(50);
+/// How often the heartbeat thread looks for a new last output line to forward
+/// as the task's progress.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// How long to wait, after the command exited, for its output pipes to close
 /// (a background grandchild may hold them open forever).
 const DRAIN_WAIT: Duration = Duration::from_secs(2);
@@ -192,7 +197,7 @@ pub(super) fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Re
         let Some(task) = view.task else {
             if args.once {
                 let reason = view.refusal.unwrap_or_else(|| "no pending task".to_owned());
-                eprintln!("nothing to claim: {reason}");
+                eprintln!("nothing to claim: {}", super::claim::refusal_words(&reason));
                 nothing_to_claim = Some(reason);
                 break;
             }
@@ -222,7 +227,7 @@ pub(super) fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Re
         eprintln!("stopped");
     }
     out.emit(&summary, |w| match &nothing_to_claim {
-        Some(reason) => writeln!(w, "nothing to claim: {reason}"),
+        Some(reason) => writeln!(w, "nothing to claim: {}", super::claim::refusal_words(reason)),
         None => writeln!(w, "completed {}, failed {}", summary.completed, summary.failed),
     })
 }
@@ -346,7 +351,8 @@ impl Worker<'_> {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let ended = thread::scope(|scope| {
             let taken_away = &taken_away;
-            scope.spawn(move || self.heartbeat(task, epoch, stop_rx, taken_away));
+            let output = [&*stdout, &*stderr];
+            scope.spawn(move || self.heartbeat(task, epoch, output, stop_rx, taken_away));
             let ended = self.wait(&mut child, &task.id, taken_away);
             drop(stop_tx);
             ended
@@ -433,23 +439,46 @@ impl Worker<'_> {
         }
     }
 
-    /// Renews the lease every third of it until `stop` closes; sets `taken_away`
-    /// and returns when a heartbeat is refused because the task is not ours.
-    fn heartbeat(&self, task: &Task, epoch: u64, stop: mpsc::Receiver<()>, taken_away: &AtomicBool) {
+    /// Renews the lease every third of it until `stop` closes, and sooner when the
+    /// command printed a new last line (`output`: its stdout and stderr tails),
+    /// which goes with the beat as the progress note; sets `taken_away` and
+    /// returns when a heartbeat is refused because the task is not ours.
+    fn heartbeat(
+        &self,
+        task: &Task,
+        epoch: u64,
+        output: [&Mutex<Vec<u8>>; 2],
+        stop: mpsc::Receiver<()>,
+        taken_away: &AtomicBool,
+    ) {
         let every = Duration::from_millis(u64::from(self.lease_ms.get()) / 3);
+        let mut last_beat = Instant::now();
+        let mut said: Option<String> = None;
         loop {
-            match stop.recv_timeout(every) {
+            match stop.recv_timeout(every.min(PROGRESS_EVERY)) {
                 Err(RecvTimeoutError::Timeout) => {}
                 Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
             }
+            let line = output.iter().find_map(|kept| last_line(&text_of(kept)));
+            let news = line.is_some() && line != said;
+            if !news && last_beat.elapsed() < every {
+                continue;
+            }
+            let progress = news.then(|| ProgressBody { percent: None, note: line.clone() });
             let body = HeartbeatBody {
                 task_id: task.id.clone(),
                 session_id: self.session.clone(),
                 epoch,
                 lease_ms: self.lease_ms,
+                progress,
             };
+            last_beat = Instant::now();
             match self.api.heartbeat(self.mesh, body) {
-                Ok(_) => {}
+                Ok(_) => {
+                    if news {
+                        said = line;
+                    }
+                }
                 Err(err) if TAKEN_AWAY_CODES.contains(&err.code()) => {
                     eprintln!("{}: heartbeat refused ({}): {err}", task.id, err.code());
                     taken_away.store(true, Ordering::SeqCst);
@@ -606,6 +635,16 @@ fn keep_tail(stream: Option<impl Read + Send + 'static>, done: mpsc::Sender<()>)
 
 fn text_of(kept: &Mutex<Vec<u8>>) -> String {
     String::from_utf8_lossy(&kept.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
+}
+
+/// The last line of `text` with something on it, as a progress note: control
+/// characters dropped, at most [`Progress::NOTE_MAX_CHARS`] characters (its end).
+fn last_line(text: &str) -> Option<String> {
+    let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    let count = clean.chars().count();
+    let kept = clean.chars().skip(count.saturating_sub(Progress::NOTE_MAX_CHARS)).collect::<String>();
+    Some(kept.trim().to_owned()).filter(|l| !l.is_empty())
 }
 
 /// The summary: the last [`SUMMARY_CHARS`] characters of stdout, or of stderr

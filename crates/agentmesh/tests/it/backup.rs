@@ -13,7 +13,7 @@ use crate::daemon_log::DaemonLog;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -77,9 +77,7 @@ impl Daemon {
 
     /// Stops the daemon with SIGTERM and waits for it to exit.
     fn stop(mut self) {
-        let status =
-            Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill runs");
-        assert!(status.success());
+        agentmesh_test_support::signal(self.child.id(), "TERM").expect("kill -TERM");
         let until = Instant::now() + DEADLINE;
         while self.child.try_wait().expect("try_wait").is_none() {
             assert!(Instant::now() < until, "the daemon did not exit");

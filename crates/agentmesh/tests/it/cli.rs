@@ -303,7 +303,10 @@ fn nothing_to_claim_is_null_and_exit_0() {
 
     let human = mesh.run(&["claim", "--node", "n1", "--session", "s1"]);
     human.assert_code(0);
-    assert_eq!(human.stdout.trim(), "nothing to claim: no_pending_candidates");
+    assert_eq!(
+        human.stdout.trim(),
+        "nothing to claim: no pending task this session may take (no_pending_candidates)"
+    );
 }
 
 #[test]
@@ -394,7 +397,10 @@ fn complete_with_claim_next_reports_and_claims_in_one_call() {
 
     let last = mesh.run(&["complete", "--session", "s1", "--claim-next", "n1"]);
     last.assert_code(0);
-    assert_eq!(last.stdout, "completed b\nnothing to claim: no_pending_candidates\n");
+    assert_eq!(
+        last.stdout,
+        "completed b\nnothing to claim: no pending task this session may take (no_pending_candidates)\n"
+    );
 
     // The next-claim flags need --claim-next; a blank node is named.
     assert_eq!(mesh.json_error(&["complete", "--session", "s1", "--tag", "os=linux"], 2), "invalid_input");
@@ -1039,8 +1045,12 @@ fn enforce_mode_quarantines_unversioned_events_by_flag_or_environment() {
     human.assert_code(0);
     let human = mesh.run(&["events", "drain", "--daemon", "mach_A", "--run", "run-1", "--enforce"]);
     human.assert_code(0);
-    assert!(human.stdout.contains("held back 1") && human.stdout.contains("event_held"), "{}", human.stdout);
-    assert!(human.stdout.contains("v1UnversionedQuarantined=1"), "{}", human.stdout);
+    assert!(
+        human.stdout.contains("held back 1") && human.stdout.contains("`agentmesh events held`"),
+        "{}",
+        human.stdout
+    );
+    assert!(human.stdout.contains("1 unversioned, held back"), "{}", human.stdout);
 }
 
 #[test]

@@ -177,7 +177,8 @@ fn manual_pages_render_for_agentmesh_and_each_command() {
     assert!(add.contains("\\-\\-not\\-before") && add.contains("Examples:"), "flags and examples:\n{add}");
 
     // groff renders it as man(1) would, with the synopsis of the full command.
-    let mut groff = Command::new("groff")
+    let groff = agentmesh_test_support::require!(agentmesh_test_support::Tool::Groff);
+    let mut groff = Command::new(groff)
         .args(["-man", "-Tutf8"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -525,8 +526,8 @@ fn a_taken_away_command_and_its_children_are_killed_without_a_kill_program() {
     let alive = stat.as_deref().is_some_and(|stat| {
         stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
     });
-    if alive {
-        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    if alive && let Ok(pid) = pid.parse() {
+        let _ = agentmesh_test_support::signal(pid, "KILL");
     }
     assert!(!alive, "the command's child outlived the task: {stat:?}\n{stderr}");
 }

@@ -13,8 +13,8 @@
 //! acknowledged lost.
 //!
 //! The tests mount a tmpfs, which needs root (CI runs as root) or a private mount
-//! namespace (`unshare --user --map-root-user --mount`); without either it fails
-//! saying so. The mount is undone when the test ends, however it ends.
+//! namespace (`unshare --user --map-root-user --mount`); without either they
+//! skip (see `agentmesh_test_support::tools`). The mount is undone when the test ends, however it ends.
 
 use super::agentmesh;
 use crate::daemon_log::DaemonLog;
@@ -109,8 +109,7 @@ impl Daemon {
 
     /// Sends SIGTERM and requires a clean exit.
     fn stop(mut self) {
-        let sent = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("kill");
-        assert!(sent.success());
+        agentmesh_test_support::signal(self.child.id(), "TERM").expect("kill -TERM");
         let until = Instant::now() + DEADLINE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -234,6 +233,7 @@ fn assert_storage_full(status: StatusCode, body: &Value) {
 
 #[test]
 fn a_full_disk_refuses_writes_as_storage_full_and_a_few_freed_mb_let_a_restarted_daemon_write_again() {
+    agentmesh_test_support::require!(agentmesh_test_support::Tool::Tmpfs);
     let fs = Tmpfs::mount(FS_BYTES);
     let filler: PathBuf = fs.path().join("filler");
     fill_file(&filler, FILLER_BYTES);
@@ -359,6 +359,7 @@ impl Drop for Tablespace {
 fn a_full_database_disk_on_postgresql_refuses_writes_as_storage_full_and_freed_space_lets_the_same_daemon_write_again()
  {
     let server = agentmesh_test_support::require_postgres!();
+    agentmesh_test_support::require!(agentmesh_test_support::Tool::Tmpfs);
     let fs = Tmpfs::mount(FS_BYTES);
     // The server's processes reach the tablespace through the mount's root.
     let opened = Command::new("chmod").arg("755").arg(fs.path()).status().expect("chmod runs");

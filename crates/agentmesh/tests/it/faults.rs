@@ -390,13 +390,15 @@ fn a_table_lock_held_past_the_deadline_is_answered_503_lock_timeout() {
 
 #[test]
 fn a_frozen_sqlite_writer_costs_a_request_its_deadline_not_more() {
+    // The frozen writer is a Python process (its sqlite3 module).
+    let python = agentmesh_test_support::require!(agentmesh_test_support::Tool::Python);
     let dir = tempfile::tempdir().expect("a temp dir");
     let data = dir.path().to_owned();
     let daemon = Daemon::start_in(dir, &[]);
     let kept = acknowledged(&daemon, 3);
 
     // Another process takes the file's write lock and is stopped holding it.
-    let mut holder = freeze_holding_the_write_lock(&data.join("mesh-runtime.db"));
+    let mut holder = freeze_holding_the_write_lock(&python, &data.join("mesh-runtime.db"));
     for round in 0..2 {
         daemon.assert_every_request_fails(round, "busy", false);
     }
@@ -425,13 +427,13 @@ fn a_frozen_sqlite_writer_costs_a_request_its_deadline_not_more() {
 
 /// A Python process that opens `db`, takes its write lock (`BEGIN IMMEDIATE`),
 /// says so, and stops itself (SIGSTOP) while it holds the lock.
-fn freeze_holding_the_write_lock(db: &Path) -> Child {
+fn freeze_holding_the_write_lock(python: &str, db: &Path) -> Child {
     let script = "import os, signal, sqlite3, sys\n\
                   c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
                   c.execute('BEGIN IMMEDIATE')\n\
                   print('locked', flush=True)\n\
                   os.kill(os.getpid(), signal.SIGSTOP)\n";
-    let mut child = Command::new("python3")
+    let mut child = Command::new(python)
         .args(["-c", script])
         .arg(db)
         .stdout(Stdio::piped())

@@ -14,6 +14,7 @@ mod daemon_log;
 mod disk_full;
 mod faults;
 mod first_start;
+mod guidance;
 mod import_adhdev;
 mod mcp;
 mod mcp_http;
@@ -24,6 +25,7 @@ mod mcp_two_coordinators;
 mod migrate;
 #[path = "../support/node.rs"]
 mod node_support;
+mod packaging;
 mod postgres_daemons;
 mod records;
 mod tls;

@@ -3,6 +3,8 @@
 //! and on a PostgreSQL installation) and the streamable HTTP client against a
 //! running `agentmesh serve`. `tests/python/mcp_client.py` is the client; it runs
 //! in a virtualenv made once per target dir from `tests/python/requirements.txt`.
+//! On a machine without Python 3.11+ and its venv module the tests print one
+//! `skipped: ...` line and pass (see `agentmesh_test_support::tools`).
 
 use crate::daemon_log::DaemonLog;
 use crate::mcp_stdio::wait_exit;
@@ -15,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use agentmesh_test_support::{Tool, require};
 use serde_json::{Value, json};
 
 /// How long the Python client gets: past the request timeout it gives the SDK
@@ -30,10 +33,11 @@ fn python_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("python")
 }
 
-/// The interpreter of the virtualenv holding the pinned SDK, made on first use.
-fn venv_python() -> &'static Path {
+/// The interpreter of the virtualenv holding the pinned SDK, made on first use
+/// by `python3` (what `require!(Tool::Python)` found).
+fn venv_python(python3: &str) -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(prepare_venv)
+    PYTHON.get_or_init(|| prepare_venv(python3))
 }
 
 /// Makes the virtualenv under the target dir, unless one made from the same
@@ -44,7 +48,7 @@ fn venv_python() -> &'static Path {
 /// each other nor use a half-made virtualenv; within one process the `OnceLock`
 /// makes the other threads wait. The copy of the requirements is written into the
 /// virtualenv last: it is the mark of a finished install.
-fn prepare_venv() -> PathBuf {
+fn prepare_venv(python3: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-mcp-client");
     std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
     let lock_path = root.join("install.lock");
@@ -65,25 +69,15 @@ fn prepare_venv() -> PathBuf {
         std::fs::remove_dir_all(&venv).unwrap_or_else(|e| panic!("removing {}: {e}", venv.display()));
     }
 
-    let version = Command::new("python3")
-        .args(["-c", "import sys; print(sys.version_info >= (3, 11), sys.version.split()[0])"])
+    let made = Command::new(python3)
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
         .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "python3 did not run ({e}): the Python MCP SDK tests need Python 3.11+ with its venv \
-                 module on PATH as python3 (Debian: python3 and python3-venv; .ci/run installs them)"
-            )
-        });
-    let version = String::from_utf8_lossy(&version.stdout);
-    assert!(
-        version.starts_with("True "),
-        "python3 is {}: the pinned Python MCP SDK (tests/python/requirements.txt) needs Python 3.11+",
-        version.split_whitespace().nth(1).unwrap_or("unusable")
-    );
-    let made = Command::new("python3").arg("-m").arg("venv").arg(&venv).output().unwrap();
+        .unwrap_or_else(|e| panic!("{python3} did not run: {e}"));
     assert!(
         made.status.success(),
-        "`python3 -m venv {}` failed ({}): the Python MCP SDK tests need python3's venv module and \
+        "`{python3} -m venv {}` failed ({}): the Python MCP SDK tests need python3's venv module and \
          ensurepip (Debian: python3-venv; .ci/run installs it)\n{}{}",
         venv.display(),
         made.status,
@@ -110,9 +104,10 @@ fn prepare_venv() -> PathBuf {
     python
 }
 
-/// Runs `mcp_client.py ARGS` with `env` added, and returns its report.
-fn python_client_report(args: &[&OsStr], env: &[(&str, &str)]) -> Value {
-    let python = venv_python();
+/// Runs `mcp_client.py ARGS` with `env` added, in the virtualenv `python3`
+/// makes, and returns its report.
+fn python_client_report(python3: &str, args: &[&OsStr], env: &[(&str, &str)]) -> Value {
+    let python = venv_python(python3);
     let dir = tempfile::tempdir().unwrap();
     // Files, not pipes: a stdio server the client spawns inherits its stderr, and
     // a pipe it held open would keep a reader waiting after the client is gone.
@@ -139,11 +134,11 @@ fn python_client_report(args: &[&OsStr], env: &[(&str, &str)]) -> Value {
 }
 
 /// The stdio client's report, against `agentmesh --data-dir DATA [globals] mcp`.
-fn stdio_report(data_dir: &Path, globals: &[&str]) -> Value {
+fn stdio_report(python3: &str, data_dir: &Path, globals: &[&str]) -> Value {
     let mut args =
         vec![OsStr::new("stdio"), OsStr::new(env!("CARGO_BIN_EXE_agentmesh")), data_dir.as_os_str()];
     args.extend(globals.iter().map(OsStr::new));
-    python_client_report(&args, &[])
+    python_client_report(python3, &args, &[])
 }
 
 /// What every run of the client must report: the server, its tools, input schemas
@@ -185,9 +180,10 @@ fn sqlite_task(data_dir: &Path, id: &str) -> (String, String, String) {
 
 #[test]
 fn the_python_sdk_stdio_client_lists_the_tools_enqueues_a_task_and_reads_it_back() {
+    let python3 = require!(Tool::Python);
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let report = stdio_report(&data_dir, &[]);
+    let report = stdio_report(&python3, &data_dir, &[]);
     let id = assert_python_report(&report);
     let (mesh, status, payload) = sqlite_task(&data_dir, &id);
     assert_eq!((mesh.as_str(), status.as_str()), ("default", "pending"));
@@ -200,10 +196,12 @@ fn the_python_sdk_stdio_client_lists_the_tools_enqueues_a_task_and_reads_it_back
 #[test]
 fn the_python_sdk_stdio_client_works_on_a_postgresql_installation() {
     let url = agentmesh_test_support::require_postgres!();
+    let python3 = require!(Tool::Python);
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let schema = agentmesh_test_support::postgres::Schema::fresh(&url, "am_mcp_python");
-    let report = stdio_report(&data_dir, &["--database-url", &url, "--database-schema", schema.name()]);
+    let report =
+        stdio_report(&python3, &data_dir, &["--database-url", &url, "--database-schema", schema.name()]);
     let id = assert_python_report(&report);
     let mut client = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
     let rows = client
@@ -281,11 +279,12 @@ impl Drop for Daemon {
 /// of the daemon's data dir as its bearer token.
 #[test]
 fn the_python_sdk_streamable_http_client_works_against_agentmesh_serve() {
+    let python3 = require!(Tool::Python);
     let daemon = Daemon::start();
     let endpoint = format!("{}/mcp", daemon.url);
     let token = daemon.token();
-    let report =
-        python_client_report(&[OsStr::new("http"), OsStr::new(&endpoint)], &[("AGENTMESH_TOKEN", &token)]);
+    let args = [OsStr::new("http"), OsStr::new(&endpoint)];
+    let report = python_client_report(&python3, &args, &[("AGENTMESH_TOKEN", &token)]);
     let id = assert_python_report(&report);
     let (mesh, status, payload) = sqlite_task(&daemon.data_dir, &id);
     assert_eq!((mesh.as_str(), status.as_str()), ("default", "pending"), "{}", daemon.log_text());

@@ -19,7 +19,7 @@ use super::agentmesh;
 use crate::daemon_log::DaemonLog;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -225,8 +225,8 @@ impl Drop for Daemon {
 
 /// Sends SIGINT to a process.
 fn interrupt(child: &Child) {
-    let status = Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill runs");
-    assert!(status.success(), "kill -INT {} failed", child.id());
+    agentmesh_test_support::signal(child.id(), "INT")
+        .unwrap_or_else(|err| panic!("kill -INT {}: {err}", child.id()));
 }
 
 fn wait_until(what: &str, mut done: impl FnMut() -> bool) {

@@ -3,14 +3,14 @@
 //! serve`, workers, a coordinator's commands, the demo) on a temporary data dir.
 //!
 //! Nothing here asserts on timing. Waits have generous deadlines and end as soon
-//! as what they wait for has happened; signals are sent with the system's `kill`.
+//! as what they wait for has happened; signals are sent with `kill(2)`.
 
 use super::agentmesh;
 use crate::daemon_log::DaemonLog;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ExitStatus, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -64,11 +64,8 @@ fn run(data_dir: &Path, args: &[&str]) -> Run {
 
 /// Sends `signal` (`INT`, `TERM`) to a process.
 fn signal(child: &Child, signal: &str) {
-    let status = Command::new("kill")
-        .args([format!("-{signal}"), child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success(), "kill -{signal} {} failed", child.id());
+    agentmesh_test_support::signal(child.id(), signal)
+        .unwrap_or_else(|err| panic!("kill -{signal} {}: {err}", child.id()));
 }
 
 /// Waits for a process to exit, killing it and failing the test at the deadline.
@@ -514,6 +511,58 @@ fn wait_status(dir: &Path, task: &str, status: &str) {
 /// A command that runs until the file named by its first argument exists.
 const WAIT_FOR_FILE: &str = r#"while [ ! -e "$0" ]; do sleep 0.05; done; echo finished"#;
 
+/// A command that prints `step 1` to `step 3`, each once the file named by its
+/// first argument with `.N` appended exists, and exits once `.4` does.
+const THREE_STEPS: &str = r#"for i in 1 2 3 4; do while [ ! -e "$0.$i" ]; do sleep 0.05; done; [ $i -lt 4 ] && echo step $i; done; true"#;
+
+#[test]
+fn a_running_commands_last_output_line_is_its_tasks_progress_while_it_runs() {
+    let daemon = Daemon::start();
+    let logs = tempfile::tempdir().expect("a temp dir");
+    let gate = logs.path().join("gate");
+    daemon.remote(&["task", "add", "three steps", "--id", "t1"]).ok();
+    let gate_arg = gate.to_str().expect("UTF-8 temp path");
+    let mut worker = daemon.worker(logs.path(), "w1", &["sh", "-c", THREE_STEPS, gate_arg]);
+
+    for step in 1..=3 {
+        std::fs::write(format!("{gate_arg}.{step}"), "").expect("open the gate");
+        let want = format!("step {step}");
+        let until = Instant::now() + DEADLINE;
+        loop {
+            let task = daemon.remote(&["task", "show", "t1", "--json"]).ok().json();
+            if task["progress"]["note"] == want.as_str() {
+                assert_eq!(task["status"], "assigned", "the step shows while the command runs: {task}");
+                let human = daemon.remote(&["task", "show", "t1"]).ok().stdout;
+                let line = human.lines().find(|l| l.starts_with("progress")).unwrap_or_default();
+                assert!(
+                    line.ends_with(&format!(" {want} (at {})", task["progress"]["at"].as_str().unwrap())),
+                    "{human}"
+                );
+                break;
+            }
+            assert!(Instant::now() < until, "{want:?} never showed as the task's progress: {task}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    std::fs::write(format!("{gate_arg}.4"), "").expect("let the command end");
+    wait_status(daemon.data_dir(), "t1", "completed");
+    signal(&worker, "INT");
+    assert!(wait_exit(&mut worker, "the worker").success());
+
+    let ledger = daemon.remote(&["ledger", "tail", "--json"]).ok().json();
+    let trail: Vec<&str> = ledger
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["kind"] == "task_progress")
+        .filter_map(|e| e["payload"]["note"].as_str())
+        .collect();
+    assert_eq!(trail, ["step 1", "step 2", "step 3"], "the ledger keeps the trail: {ledger}");
+    let task = daemon.remote(&["task", "show", "t1", "--json"]).ok().json();
+    assert_eq!(task["finalSummary"], "step 1\nstep 2\nstep 3", "{task}");
+    daemon.stop();
+}
+
 #[test]
 fn sigint_lets_the_running_command_finish_reports_it_and_takes_no_more_work() {
     let dir = tempfile::tempdir().expect("a temp dir");
@@ -654,8 +703,10 @@ fn a_worker_killed_mid_task_loses_it_to_the_reaper_and_its_late_completion_is_st
     assert_eq!(kinds("task_reclaimed"), 1, "the reaper took the task back once");
     assert_eq!(kinds("completion_refused"), 1, "the stale completion is on the record");
 
-    if let Ok(pid) = std::fs::read_to_string(&pid_file) {
-        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+    if let Ok(pid) = std::fs::read_to_string(&pid_file)
+        && let Ok(pid) = pid.trim().parse()
+    {
+        let _ = agentmesh_test_support::signal(pid, "KILL");
     }
     daemon.stop();
 }
@@ -684,8 +735,8 @@ fn a_command_that_leaves_a_process_holding_its_output_is_completed_and_the_proce
     let running = state.as_deref().is_some_and(|stat| {
         stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
     });
-    if running {
-        let _ = Command::new("kill").args(["-KILL", pid]).status();
+    if running && let Ok(pid) = pid.parse() {
+        let _ = agentmesh_test_support::signal(pid, "KILL");
     }
     assert!(!running, "the process left holding the output was ended with the task: {state:?}");
 }

@@ -1,6 +1,8 @@
 //! The Node.js packages the tests' clients run on (the official TypeScript MCP
 //! SDK, ajv, playwright-core), installed once by `npm ci` from the committed lock
-//! file into `tests/node/node_modules`.
+//! file into `tests/node/node_modules`. A test first asks for Node.js and npm
+//! with `agentmesh_test_support::require!(Tool::Node)`, which skips it (one
+//! `skipped: ...` line) on a machine without them.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ const INSTALLED: [&str; 4] = [
 ];
 
 /// Installs the packages unless a finished install is there, and returns the
-/// directory. `npm ci` removes `node_modules` before it installs, so two at once
+/// directory (npm on `PATH`: the test has required `Tool::Node`). `npm ci` removes `node_modules` before it installs, so two at once
 /// would pull the packages from under each other: within a process the first
 /// caller installs while the others wait, and across test binaries an exclusive
 /// `flock` on a file of the target dir does the same.
@@ -41,7 +43,7 @@ pub(crate) fn install_packages() -> &'static Path {
             .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
             .current_dir(&dir)
             .output()
-            .expect("npm runs (Node.js and npm are needed for this test; .ci/run installs them)");
+            .unwrap_or_else(|e| panic!("npm did not run in {}: {e}", dir.display()));
         assert!(
             output.status.success(),
             "npm ci failed in {}: {}",
