@@ -28,6 +28,8 @@
 #                 (graphile-worker, pg-boss, procrastinate; --peers=a,b picks,
 #                 --peers=none skips them), on the same server, one after the
 #                 other, joined into one table by bench/compare_pg.py
+#   --pg-cases=TEXT,...  only agentmesh's pg cases whose name contains one of
+#                 these (for paired runs of one load)
 #   --pg-depths=N,... --pg-tasks=N  other sizes for agentmesh's pg-claim-depth
 #                 and pg-throughput (the peers keep theirs: bench/peers/sizes.json)
 #   --database-url=URL  the database of --pg (default
@@ -69,7 +71,7 @@ while [ $# -gt 0 ]; do
         --only=*) bench_args+=("$1"); only=${1#--only=} ;;
         --pg) pg=1 ;;
         --peers=*) peers=${1#--peers=} ;;
-        --pg-depths=* | --pg-tasks=*) pg_sizes+=("$1") ;;
+        --pg-depths=* | --pg-tasks=* | --pg-cases=*) pg_sizes+=("$1") ;;
         --database-url) [ $# -ge 2 ] || { echo "compare.sh: --database-url needs a URL" >&2; exit 2; }
                         database_url=$2; shift ;;
         --database-url=*) database_url=${1#--database-url=} ;;

@@ -34,6 +34,8 @@ pub(crate) struct Options {
     pub pg_depths: Option<Vec<usize>>,
     /// The tasks of each `pg-throughput` load instead of its own (`--pg-tasks=`).
     pub pg_tasks: Option<usize>,
+    /// Only the PostgreSQL cases whose name contains one of these.
+    pub pg_cases: Option<Vec<String>>,
     /// What an acknowledged write of every SQLite case survives (`--durability=`):
     /// the stores of the cases, the daemon's store of the `http` group, and the
     /// bare connections and the writer of the `floor` group.

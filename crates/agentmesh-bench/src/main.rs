@@ -57,12 +57,13 @@ const GROUPS: [(&str, RunGroup); 11] = [
 ];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep] [--database-url=URL]\n\
-                     [--pg-depths=N,...] [--pg-tasks=N] [--durability=full|process-crash-only]\n\
+                     [--pg-depths=N,...] [--pg-tasks=N] [--pg-cases=TEXT,...] [--durability=full|process-crash-only]\n\
                      groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, http, floor, reads\n\
                      PostgreSQL groups (only when named): pg-claim-depth, pg-throughput, pg-floor\n\
                      --database-url: the PostgreSQL database of the pg groups\n\
                      (default postgres://postgres@127.0.0.1:5432/test)\n\
                      --pg-depths, --pg-tasks: other sizes for pg-claim-depth and pg-throughput\n\
+                     --pg-cases=TEXT,...: only the pg cases whose name contains one of these\n\
                      --durability: the SQLite cases' mode (default full: every commit synced;\n\
                      process-crash-only: synchronous=NORMAL)";
 
@@ -124,6 +125,9 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Option<Options>, Str
                 } else if let Some(list) = arg.strip_prefix("--pg-depths=") {
                     let depths = list.split(',').map(|d| d.parse().map_err(|_| format!("bad depth {d:?}")));
                     opts.pg_depths = Some(depths.collect::<Result<_, _>>()?);
+                } else if let Some(list) = arg.strip_prefix("--pg-cases=") {
+                    opts.pg_cases =
+                        Some(list.split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect());
                 } else if let Some(n) = arg.strip_prefix("--pg-tasks=") {
                     opts.pg_tasks = Some(n.parse().map_err(|_| format!("bad task count {n:?}"))?);
                 } else {

@@ -83,6 +83,11 @@ pub(crate) fn run_case(
     label: &str,
     body: impl FnOnce(&mut Harness, &PgCase) -> anyhow::Result<()>,
 ) {
+    if let Some(wanted) = &h.opts().pg_cases
+        && !wanted.iter().any(|w| label.contains(w.as_str()))
+    {
+        return;
+    }
     let case =
         PgCase { label: label.to_owned(), url: h.opts().database_url.clone(), schema: schema_name(label) };
     let outcome = create_schema(&case).and_then(|()| {

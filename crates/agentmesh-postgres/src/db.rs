@@ -17,7 +17,8 @@
 //! readiness it recounts).
 
 use std::cell::RefCell;
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use agentmesh_store::StoreError;
 use futures_util::future::join_all;
@@ -31,9 +32,33 @@ use crate::{Fail, Res};
 /// Parameters of one statement.
 pub(crate) type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
-/// A statement with owned parameters, sent later (see [`Db::defer`]).
-pub(crate) fn statement(sql: &'static str, params: Vec<Owned>) -> Deferred {
-    Deferred { sql, params, unless_none: None }
+/// A write that may share one statement with the deferred writes next to it
+/// (see [`Db::defer_write`]): its SQL as the bodies of a `WITH` list, each a
+/// data-modifying statement, `$1`.. its own parameters, and `{0}` in a later
+/// body the name of its first (a body that reads what the first returned).
+///
+/// Deferred writes in a row go out as one statement, `WITH` every body of
+/// each, so the server runs, plans and answers one statement instead of one a
+/// write. That is sound for the writes this store defers: inserts, and at
+/// most one update of a row (at most one checked write a statement, and the
+/// checked writes are the only updates), none reading what another wrote. A
+/// statement of any other kind ends the run.
+pub(crate) struct Write {
+    pub(crate) bodies: &'static [&'static str],
+    /// Whether the write must change a row: its last body returns one row per
+    /// row it changed, and the statement fails when it returns none.
+    pub(crate) checked: bool,
+}
+
+/// How many deferred writes share one statement at most (so that the number
+/// of statement texts a connection prepares stays small).
+const FUSED_MAX: usize = 4;
+
+/// The SQL of a deferred statement.
+#[derive(Clone, Copy)]
+enum Sql {
+    Text(&'static str),
+    Write(&'static Write),
 }
 
 /// An owned parameter of a deferred statement.
@@ -47,7 +72,7 @@ pub(crate) type Missing = Arc<dyn Fn() -> StoreError + Send + Sync>;
 /// fails on the server when it changes no row, by a division by zero (see
 /// [`Db::defer`]).
 pub(crate) struct Deferred {
-    sql: &'static str,
+    sql: Sql,
     params: Vec<Owned>,
     unless_none: Option<Missing>,
 }
@@ -77,22 +102,13 @@ pub(crate) struct Db<'c> {
     /// Statements without parameters (`BEGIN` and a lock, a `SAVEPOINT`) that
     /// go out ahead of the operation's first statement; `None` once sent.
     prefix: RefCell<Option<String>>,
-    /// Statements that go out right after the prefix, and only with it (the
-    /// transaction's advisory locks).
-    opening: RefCell<Vec<Deferred>>,
     /// Writes waiting to go out with the next statement.
     deferred: RefCell<Vec<Deferred>>,
 }
 
 impl<'c> Db<'c> {
     pub(crate) fn new(conn: &'c mut Conn, salt: &'c str) -> Db<'c> {
-        Db {
-            conn: RefCell::new(conn),
-            salt,
-            prefix: RefCell::new(None),
-            opening: RefCell::new(Vec::new()),
-            deferred: RefCell::new(Vec::new()),
-        }
+        Db { conn: RefCell::new(conn), salt, prefix: RefCell::new(None), deferred: RefCell::new(Vec::new()) }
     }
 
     /// The same, with `prefix` sent ahead of the first statement the operation
@@ -101,13 +117,6 @@ impl<'c> Db<'c> {
         let db = Db::new(conn, salt);
         *db.prefix.borrow_mut() = Some(prefix);
         db
-    }
-
-    /// The same, with `opening` (prepared statements) sent right after the
-    /// prefix, in order, and only with it.
-    pub(crate) fn opening(self, opening: Vec<Deferred>) -> Db<'c> {
-        *self.opening.borrow_mut() = opening;
-        self
     }
 
     /// Every row `sql` returns.
@@ -170,7 +179,21 @@ impl<'c> Db<'c> {
     /// failure aborts the transaction on the server, and is reported as
     /// `unless_none`'s error.
     pub(crate) fn defer(&self, sql: &'static str, params: Vec<Owned>, unless_none: Option<Missing>) {
-        self.deferred.borrow_mut().push(Deferred { sql, params, unless_none });
+        self.deferred.borrow_mut().push(Deferred { sql: Sql::Text(sql), params, unless_none });
+    }
+
+    /// Queues `write` as [`Db::defer`] queues a statement; it goes out in one
+    /// statement with the deferred writes next to it (see [`Write`]). A
+    /// checked write that changes no row fails the transaction on the server
+    /// and is reported as `unless_none`'s error.
+    pub(crate) fn defer_write(
+        &self,
+        write: &'static Write,
+        params: Vec<Owned>,
+        unless_none: Option<Missing>,
+    ) {
+        debug_assert_eq!(write.checked, unless_none.is_some(), "a checked write names its error");
+        self.deferred.borrow_mut().push(Deferred { sql: Sql::Write(write), params, unless_none });
     }
 
     /// Sends what is still pending, with `suffix` (statements without
@@ -202,18 +225,11 @@ impl<'c> Db<'c> {
     /// pending.
     fn exchange(&self, want: Want<'_>, suffix: Option<&str>) -> Res<Reply> {
         let prefix = self.prefix.borrow_mut().take();
-        let opening =
-            if prefix.is_some() { std::mem::take(&mut *self.opening.borrow_mut()) } else { Vec::new() };
-        let mut deferred = std::mem::take(&mut *self.deferred.borrow_mut());
-        let split = opening.len();
-        let mut writes = opening;
-        writes.append(&mut deferred);
-        match self.send(prefix.as_deref(), &writes, &want, suffix) {
+        let deferred = std::mem::take(&mut *self.deferred.borrow_mut());
+        match self.send(prefix.as_deref(), &deferred, &want, suffix) {
             Ok(reply) => reply,
             Err(err) => {
                 *self.prefix.borrow_mut() = prefix;
-                let deferred = writes.split_off(split);
-                *self.opening.borrow_mut() = writes;
                 *self.deferred.borrow_mut() = deferred;
                 Err(err)
             }
@@ -231,9 +247,10 @@ impl<'c> Db<'c> {
         suffix: Option<&str>,
     ) -> Res<Res<Reply>> {
         let mut conn = self.conn.borrow_mut();
-        let mut statements = Vec::with_capacity(deferred.len());
-        for d in deferred {
-            statements.push(conn.statement(d.sql)?);
+        let units = units(deferred);
+        let mut statements = Vec::with_capacity(units.len());
+        for unit in &units {
+            statements.push(conn.statement(unit.sql)?);
         }
         let main = match want {
             Want::Rows(sql, _) | Want::Count(sql, _) | Want::Pair(sql, ..) => Some(conn.statement(sql)?),
@@ -251,7 +268,7 @@ impl<'c> Db<'c> {
                     None => Ok(()),
                 }
             };
-            let writes = execute_all(client, deferred, &statements);
+            let writes = execute_all(client, &units, &statements);
             let reply = async {
                 match (want, &main) {
                     (Want::Rows(_, params), Some(statement)) => {
@@ -284,7 +301,7 @@ impl<'c> Db<'c> {
         };
         Ok((|| {
             first?;
-            checked(deferred, counts).map_err(Fail)?;
+            checked(&units, counts).map_err(Fail)?;
             let reply = reply?;
             last?;
             Ok(reply)
@@ -310,24 +327,125 @@ fn refs(params: &[Owned]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect()
 }
 
-/// Runs `writes` (prepared as `statements`), each sent as soon as it is polled.
-fn execute_all<'a>(
-    client: &'a tokio_postgres::Client,
-    writes: &'a [Deferred],
-    statements: &'a [tokio_postgres::Statement],
-) -> impl std::future::Future<Output = Vec<Result<u64, postgres::Error>>> + 'a {
-    join_all(writes.iter().zip(statements).map(move |(d, statement)| {
-        let params = refs(&d.params);
-        async move { client.execute(statement, &params).await }
-    }))
+/// One statement of deferred work as it goes out: one deferred statement, or
+/// a run of deferred writes in one statement.
+struct Unit<'a> {
+    sql: &'static str,
+    params: Vec<&'a (dyn ToSql + Sync)>,
+    /// The error of its checked write that changed no row, if it has one.
+    unless_none: Option<&'a Missing>,
 }
 
-/// The first error among the answers to `writes`: a failed statement, or a
+/// The statements `deferred` goes out as: each deferred write joins the run of
+/// writes before it unless that run is full or both are checked (see
+/// [`Write`]); every other statement goes out as it is.
+fn units(deferred: &[Deferred]) -> Vec<Unit<'_>> {
+    let mut units = Vec::with_capacity(deferred.len());
+    let mut i = 0;
+    while i < deferred.len() {
+        let Sql::Write(_) = deferred[i].sql else {
+            let d = &deferred[i];
+            let Sql::Text(sql) = d.sql else { unreachable!("matched above") };
+            units.push(Unit { sql, params: refs(&d.params), unless_none: d.unless_none.as_ref() });
+            i += 1;
+            continue;
+        };
+        let mut run: Vec<(&'static Write, usize)> = Vec::new();
+        let mut params = Vec::new();
+        let mut unless_none = None;
+        while let Some(d) = deferred.get(i)
+            && let Sql::Write(write) = d.sql
+            && run.len() < FUSED_MAX
+            && !(write.checked && unless_none.is_some())
+        {
+            run.push((write, d.params.len()));
+            params.extend(refs(&d.params));
+            unless_none = unless_none.or(d.unless_none.as_ref());
+            i += 1;
+        }
+        units.push(Unit { sql: fused(&run), params, unless_none });
+    }
+    units
+}
+
+/// The statement text of the writes `run` (each with its number of
+/// parameters) in one statement, made once per process and kept.
+fn fused(run: &[(&'static Write, usize)]) -> &'static str {
+    /// A run by the address of each write and its number of parameters.
+    type Key = Vec<(usize, usize)>;
+    static MADE: LazyLock<Mutex<HashMap<Key, &'static str>>> = LazyLock::new(Default::default);
+    let key: Vec<(usize, usize)> = run.iter().map(|(w, n)| (std::ptr::from_ref(*w) as usize, *n)).collect();
+    let mut made = MADE.lock().unwrap_or_else(PoisonError::into_inner);
+    made.entry(key).or_insert_with(|| Box::leak(fused_sql(run).into_boxed_str()))
+}
+
+/// [`fused`]'s text: `WITH` every body, its parameters shifted past those of
+/// the writes before it, then a final `SELECT` that divides by the count of
+/// the checked write's rows (a division by zero when it changed none).
+fn fused_sql(run: &[(&'static Write, usize)]) -> String {
+    let mut ctes = Vec::new();
+    let mut check = None;
+    let mut offset = 0;
+    for (k, (write, params)) in run.iter().enumerate() {
+        let first = format!("w{k}_0");
+        for (j, body) in write.bodies.iter().enumerate() {
+            let name = format!("w{k}_{j}");
+            let body = shift_params(&body.replace("{0}", &first), offset);
+            ctes.push(format!("{name} AS ({body})"));
+            if write.checked && j + 1 == write.bodies.len() {
+                check = Some(name);
+            }
+        }
+        offset += params;
+    }
+    let tail = match check {
+        Some(name) => format!("SELECT 1 / (SELECT count(*)::INT FROM {name})"),
+        None => String::from("SELECT 1"),
+    };
+    format!("WITH {} {tail}", ctes.join(", "))
+}
+
+/// `sql` with every parameter `$n` renumbered `$(n + offset)`.
+fn shift_params(sql: &str, offset: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
+        out.push(c);
+        if c != '$' {
+            continue;
+        }
+        let mut digits = String::new();
+        while let Some(&(_, d)) = chars.peek()
+            && d.is_ascii_digit()
+        {
+            digits.push(d);
+            chars.next();
+        }
+        match digits.parse::<usize>() {
+            Ok(n) => out.push_str(&(n + offset).to_string()),
+            Err(_) => out.push_str(&digits),
+        }
+    }
+    out
+}
+
+/// Runs `units` (prepared as `statements`), each sent as soon as it is polled.
+fn execute_all<'a>(
+    client: &'a tokio_postgres::Client,
+    units: &'a [Unit<'a>],
+    statements: &'a [tokio_postgres::Statement],
+) -> impl std::future::Future<Output = Vec<Result<u64, postgres::Error>>> + 'a {
+    join_all(
+        units.iter().zip(statements).map(move |(unit, statement)| client.execute(statement, &unit.params)),
+    )
+}
+
+/// The first error among the answers to `units`: a failed statement, or a
 /// checked write that changed no row (its statement's division by zero).
-fn checked(writes: &[Deferred], counts: Vec<Result<u64, postgres::Error>>) -> Result<(), StoreError> {
-    for (d, count) in writes.iter().zip(counts) {
+fn checked(units: &[Unit<'_>], counts: Vec<Result<u64, postgres::Error>>) -> Result<(), StoreError> {
+    for (unit, count) in units.iter().zip(counts) {
         if let Err(err) = count {
-            return Err(match &d.unless_none {
+            return Err(match unit.unless_none {
                 Some(missing) if err.code() == Some(&SqlState::DIVISION_BY_ZERO) => missing(),
                 _ => crate::classify(err),
             });
@@ -344,4 +462,70 @@ pub(crate) fn unsigned(value: i64) -> u64 {
 /// `Fail` from a decode problem of a stored row.
 pub(crate) fn corrupt(what: impl Into<String>, problem: impl std::fmt::Display) -> Fail {
     Fail(agentmesh_store::StoreError::Corrupt { what: what.into(), problem: problem.to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static PLAIN: Write = Write { bodies: &["INSERT INTO t (mesh_id, a) VALUES ($1, $2)"], checked: false };
+    static CHAINED: Write = Write {
+        bodies: &[
+            "INSERT INTO t (mesh_id, a) VALUES ($1, $2) RETURNING a",
+            "INSERT INTO u (a) SELECT a FROM {0}",
+        ],
+        checked: false,
+    };
+    static CHECKED: Write =
+        Write { bodies: &["UPDATE t SET a = $2 WHERE mesh_id = $1 AND id = $10 RETURNING 1"], checked: true };
+
+    #[test]
+    fn parameters_shift_past_the_writes_before_and_only_parameters_change() {
+        assert_eq!(shift_params("a = $1 AND b = $10 AND c = '$'", 8), "a = $9 AND b = $18 AND c = '$'");
+        assert_eq!(shift_params("x = $2", 0), "x = $2");
+    }
+
+    #[test]
+    fn writes_in_a_row_share_one_statement_checked_by_its_one_checked_write() {
+        let sql = fused_sql(&[(&CHECKED, 10), (&PLAIN, 2), (&CHAINED, 2)]);
+        assert_eq!(
+            sql,
+            "WITH w0_0 AS (UPDATE t SET a = $2 WHERE mesh_id = $1 AND id = $10 RETURNING 1), \
+             w1_0 AS (INSERT INTO t (mesh_id, a) VALUES ($11, $12)), \
+             w2_0 AS (INSERT INTO t (mesh_id, a) VALUES ($13, $14) RETURNING a), \
+             w2_1 AS (INSERT INTO u (a) SELECT a FROM w2_0) \
+             SELECT 1 / (SELECT count(*)::INT FROM w0_0)"
+        );
+        assert!(fused_sql(&[(&PLAIN, 2)]).ends_with("SELECT 1"));
+    }
+
+    #[test]
+    fn a_run_ends_at_a_second_checked_write_at_its_cap_and_at_any_other_statement() {
+        let write = |w: &'static Write, n: usize| Deferred {
+            sql: Sql::Write(w),
+            params: (0..n).map(|i| Arc::new(i as i64) as Owned).collect(),
+            unless_none: w.checked.then(|| Arc::new(|| StoreError::Busy) as Missing),
+        };
+        let deferred = vec![
+            write(&CHECKED, 10),
+            write(&PLAIN, 2),
+            write(&CHECKED, 10),
+            Deferred {
+                sql: Sql::Text("SELECT 1 FROM t WHERE mesh_id = $1 FOR KEY SHARE"),
+                params: vec![Arc::new("m")],
+                unless_none: None,
+            },
+            write(&PLAIN, 2),
+            write(&PLAIN, 2),
+            write(&PLAIN, 2),
+            write(&PLAIN, 2),
+            write(&PLAIN, 2),
+        ];
+        let units = units(&deferred);
+        let shape: Vec<(usize, bool)> =
+            units.iter().map(|u| (u.params.len(), u.unless_none.is_some())).collect();
+        assert_eq!(shape, [(12, true), (10, true), (1, false), (8, false), (2, false)]);
+        // The same run, the same text: prepared once per connection.
+        assert!(std::ptr::eq(units[3].sql, fused(&[(&PLAIN, 2); 4])));
+    }
 }

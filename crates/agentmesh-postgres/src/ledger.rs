@@ -225,7 +225,7 @@ pub(crate) fn append(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<
 /// entry was new: the row goes out with the operation's next statement (see
 /// [`crate::db::Db::defer`]), in the order of the appends.
 pub(crate) fn append_later(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<()> {
-    db.defer(APPEND, append_values(entry)?, None);
+    db.defer_write(&APPEND_LATER, append_values(entry)?, None);
     Ok(())
 }
 
@@ -233,6 +233,9 @@ const APPEND: &str =
     "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
      ON CONFLICT (mesh_id, id) DO NOTHING";
+
+/// [`APPEND`] as a write that shares a statement with the writes next to it.
+static APPEND_LATER: crate::db::Write = crate::db::Write { bodies: &[APPEND], checked: false };
 
 fn append_values(entry: &LedgerEntry) -> crate::Res<Vec<crate::db::Owned>> {
     Ok(LedgerRow::of(entry)?.values(&entry.mesh_id))

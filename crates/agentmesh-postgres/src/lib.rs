@@ -224,12 +224,7 @@ impl PgStore {
     /// Runs `op` in a read-only transaction that sees one snapshot: for reads of
     /// several statements that must agree.
     pub(crate) fn snapshot<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction(
-            String::from("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
-            Vec::new(),
-            None,
-            op,
-        )
+        self.transaction(String::from("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"), None, op)
     }
 
     /// Runs `op` in a read-write transaction holding the advisory lock of
@@ -260,21 +255,20 @@ impl PgStore {
         locks: &[Lock<'_>],
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
-        let opening = locks::opening(&self.schema, mesh_id, locks);
-        self.transaction(String::from("BEGIN"), opening, Some(mesh_id), op)
+        let begin = format!("BEGIN{}", locks::opening(&self.schema, mesh_id, locks));
+        self.transaction(begin, Some(mesh_id), op)
     }
 
     /// Runs `op` in one read-write transaction without a lock of its own: for
     /// writes whose outcome depends on nothing they read, and sweeps that lock
     /// each mesh they touch themselves.
     pub(crate) fn write_unlocked<T>(&self, op: impl FnOnce(&Db<'_>) -> Res<T>) -> StoreResult<T> {
-        self.transaction(String::from("BEGIN"), Vec::new(), None, op)
+        self.transaction(String::from("BEGIN"), None, op)
     }
 
     fn transaction<T>(
         &self,
         begin: String,
-        opening: Vec<db::Deferred>,
         notify: Option<&str>,
         op: impl FnOnce(&Db<'_>) -> Res<T>,
     ) -> StoreResult<T> {
@@ -282,7 +276,7 @@ impl PgStore {
         // BEGIN (and the locks) go out with the first statement, the COMMIT
         // with the last writes.
         let (outcome, began) = {
-            let db = Db::with_prefix(&mut conn, &self.schema, begin).opening(opening);
+            let db = Db::with_prefix(&mut conn, &self.schema, begin);
             let outcome = op(&db).and_then(|value| db.finish(Some("COMMIT")).map(|_| value));
             (outcome, db.began())
         };

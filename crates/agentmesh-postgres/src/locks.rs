@@ -52,11 +52,7 @@
 //!   its own.
 //! - reads: none (one statement, or a snapshot).
 
-use std::sync::Arc;
-
 use agentmesh_core::daemon_id;
-
-use crate::db::Deferred;
 
 /// One advisory lock of a write, within its mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,25 +87,20 @@ impl Lock<'_> {
     }
 }
 
-/// The statement that takes `locks` of `mesh_id` as a transaction begins (none
-/// when there are none): the keys in ascending order, each once (exclusive
-/// when any asks for it so), in one prepared statement whatever their number.
-pub(crate) fn opening(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> Vec<Deferred> {
-    let keys = ordered(salt, mesh_id, locks);
-    if keys.is_empty() {
-        return Vec::new();
+/// The statements that take `locks` of `mesh_id` as a transaction begins,
+/// for the simple query that begins it (empty when there are none): one
+/// `SELECT` a key, in ascending key order, each key once (exclusive when any
+/// asks for it so). They go out in the query of the `BEGIN`, so beginning a
+/// transaction and taking its locks costs the server one query cycle and one
+/// reply, whatever their number; a key is a number, written out as one.
+pub(crate) fn opening(salt: &str, mesh_id: &str, locks: &[Lock<'_>]) -> String {
+    let mut sql = String::new();
+    for (key, exclusive) in ordered(salt, mesh_id, locks) {
+        let function = if exclusive { "pg_advisory_xact_lock" } else { "pg_advisory_xact_lock_shared" };
+        sql.push_str(&format!("; SELECT {function}({key})"));
     }
-    let (keys, exclusive): (Vec<i64>, Vec<bool>) = keys.into_iter().unzip();
-    vec![crate::db::statement(TAKE_IN_ORDER, vec![Arc::new(keys), Arc::new(exclusive)])]
+    sql
 }
-
-/// Takes the advisory lock of each key of `$1` until the transaction ends,
-/// exclusively where `$2` says so, one after the other in the arrays' order (a
-/// function scan hands its rows on in order, and each row's lock is taken as
-/// the row is projected).
-const TAKE_IN_ORDER: &str = "SELECT CASE WHEN exclusive THEN pg_advisory_xact_lock(key)::TEXT
-             ELSE pg_advisory_xact_lock_shared(key)::TEXT END
-   FROM unnest($1::BIGINT[], $2::BOOLEAN[]) AS lock(key, exclusive)";
 
 /// The keys of `locks` in ascending order, each once, exclusive when any of
 /// its locks asks for it so.
@@ -181,7 +172,17 @@ mod tests {
         assert!(taken.iter().all(|k| k.1), "the graph is taken exclusively when any asks");
         assert_eq!(ordered("x", "m", &[Lock::Graph { exclusive: false }]).len(), 1);
         assert!(!ordered("x", "m", &[Lock::Graph { exclusive: false }])[0].1);
-        assert_eq!(opening("x", "m", &[Lock::Session("a"), Lock::Node("b")]).len(), 1);
+        let two = opening("x", "m", &[Lock::Node("b"), Lock::Session("a"), Lock::Graph { exclusive: false }]);
+        let keys =
+            ordered("x", "m", &[Lock::Session("a"), Lock::Node("b"), Lock::Graph { exclusive: false }]);
+        let expected: String = keys
+            .iter()
+            .map(|(key, exclusive)| {
+                let shared = if *exclusive { "" } else { "_shared" };
+                format!("; SELECT pg_advisory_xact_lock{shared}({key})")
+            })
+            .collect();
+        assert_eq!(two, expected);
         assert!(opening("x", "m", &[]).is_empty());
     }
 }

@@ -9,7 +9,7 @@ use agentmesh_store::{DuplicateReason, QueueOutcome};
 
 use crate::Res;
 use crate::columns::statement_row;
-use crate::db::Db;
+use crate::db::{Db, Write};
 use agentmesh_store::route_columns::RouteColumns;
 
 /// Queues one event for a coordinator (stamped on the way in), in the caller's
@@ -51,7 +51,7 @@ pub(crate) fn queue_later(
 /// Stores a stamped event under `id` with its queue entry, with the
 /// operation's next statement; a duplicate is dropped.
 pub(crate) fn insert_later(db: &Db<'_>, id: &str, ev: &PendingEvent) {
-    db.defer(INSERT_EVENT, EventRow::of(id, ev).values(&ev.mesh_id), None);
+    db.defer_write(&INSERT_EVENT_LATER, EventRow::of(id, ev).values(&ev.mesh_id), None);
 }
 
 /// Checks and stamps an event and mints its id; a refine outcome already
@@ -76,16 +76,37 @@ fn prepare(
 /// routing inputs in their columns. Changes no row when its fingerprint (or id)
 /// is already used in the mesh: neither is an error. `$1` is the mesh, the rest
 /// an [`EventRow`]'s values.
-const INSERT_EVENT: &str = "WITH stored AS (
-         INSERT INTO mesh_pending_events
+const INSERT_EVENT: &str = concat!("WITH stored AS (", store_event!(), ") ", queue_entry!("stored"));
+
+/// [`INSERT_EVENT`] as a write that shares a statement with the writes next
+/// to it.
+static INSERT_EVENT_LATER: Write = Write { bodies: &[store_event!(), queue_entry!("{0}")], checked: false };
+
+/// The event row of [`INSERT_EVENT`], returning what its queue entry takes.
+macro_rules! store_event {
+    () => {
+        "INSERT INTO mesh_pending_events
              (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
               protocol_version, event_id, scope, dispatched_by, intended_for,
               route_class, to_machine, to_key, to_fallback, to_session, lane)
          VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
          ON CONFLICT DO NOTHING
-         RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id)
-     INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
-     SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM stored";
+         RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id"
+    };
+}
+use store_event;
+
+/// The queue entry of [`INSERT_EVENT`], from the stored event row `$from`.
+macro_rules! queue_entry {
+    ($from:literal) => {
+        concat!(
+            "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_row_id)
+     SELECT mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id FROM ",
+            $from
+        )
+    };
+}
+use queue_entry;
 
 statement_row! {
     /// One event row with its queue entry's inputs, in [`INSERT_EVENT`]'s

@@ -1,13 +1,13 @@
 //! Task rows: the projected columns written from the payload, loading and
 //! saving a row, dependency edges and the readiness they maintain.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 
 use crate::columns::statement_row;
-use crate::db::{Db, Owned};
+use crate::db::{Db, Owned, Write};
 use crate::{Fail, Res};
 
 pub(super) use agentmesh_store::projection::{Projection, hold_of};
@@ -162,37 +162,32 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
 }
 
 /// Rewrites a row by its `row_id` (`$25`); the mesh (`$1`) and id (`$2`) still
-/// have to match.
-const UPDATE_AT: &str = "UPDATE mesh_queue SET
+/// have to match. Returns a row when it rewrote one, so a row missing from
+/// the mesh fails the write (see [`crate::db::Write`]).
+static UPDATE_ROW: Write = Write {
+    bodies: &["UPDATE mesh_queue SET
          status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
          assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
          priority_rank = $11, deps_unmet = $12, blocked = $13, parked = $14, hold = $15,
          readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
          assigned_provider_type = $20, dispatch_ts = $21, epoch = $22, lease_expires_ms = $23,
          mission_id = $24
-     WHERE mesh_id = $1 AND row_id = $25 AND id = $2";
+     WHERE mesh_id = $1 AND row_id = $25 AND id = $2
+     RETURNING 1"],
+    checked: true,
+};
 
 /// Rewrites a loaded row from its task, with its readiness count. The write
-/// goes out with the operation's next statement (see [`Db::defer`]); a row
-/// missing from the mesh fails it on the server ([`UPDATE_AT_OR_FAIL`]), as
+/// goes out with the operation's next statement (see [`Db::defer_write`]); a
+/// row missing from the mesh fails it on the server, as
 /// [`StoreError::TaskNotFound`], so it needs no check on the client and may go
 /// out with the COMMIT.
 pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64) {
     let mut values = row_values(task, deps_unmet);
     values.push(Arc::new(row_id));
     let (mesh_id, task_id) = (task.mesh_id.clone(), task.id.clone());
-    db.defer(
-        LazyLock::force(&UPDATE_AT_OR_FAIL).as_str(),
-        values,
-        Some(Arc::new(move || not_found(&mesh_id, &task_id).0)),
-    );
+    db.defer_write(&UPDATE_ROW, values, Some(Arc::new(move || not_found(&mesh_id, &task_id).0)));
 }
-
-/// [`UPDATE_AT`] failing (a division by zero, which aborts the transaction)
-/// when it rewrote no row.
-static UPDATE_AT_OR_FAIL: LazyLock<String> = LazyLock::new(|| {
-    format!("WITH updated AS ({UPDATE_AT} RETURNING 1) SELECT 1 / count(*)::INT FROM updated")
-});
 
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
 /// them are not completed (a missing task counts as not completed).
