@@ -8,7 +8,9 @@ use agentmesh_core::{
     Claimant, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, NewMission, SliceQuery, Task, Timestamp,
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
-use agentmesh_store::{ClaimOptions, CompletionReport, DrainRequest, Heartbeat, Store, StoreError};
+use agentmesh_store::{
+    ClaimOptions, CompletionReport, DrainRequest, Heartbeat, HeldRequeue, Store, StoreError,
+};
 use serde_json::Value;
 
 use crate::views::{
@@ -521,12 +523,15 @@ impl MeshApi for LocalMesh {
         };
         let mut view = RequeueHeldView::default();
         for entry in chosen {
-            let requeued = self.write(|store, now| store.requeue_held_event(mesh, &entry.id, now))?;
-            view.requeued += u64::from(requeued);
+            let outcome = self.write(|store, now| store.requeue_held_event(mesh, &entry.id, now))?;
+            let unrecoverable = outcome == HeldRequeue::Unrecoverable;
+            view.requeued += u64::from(outcome.requeued());
+            view.unrecoverable += u64::from(unrecoverable);
             view.events.push(RequeuedHeldView {
                 event: entry.payload.get("event").and_then(Value::as_str).map(str::to_owned),
                 held_entry_id: entry.id,
-                requeued,
+                requeued: outcome.requeued(),
+                unrecoverable,
             });
         }
         Ok(view)

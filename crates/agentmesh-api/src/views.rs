@@ -684,7 +684,7 @@ impl From<LedgerEntry> for HeldEventView {
             event: text("event"),
             reason: text("reason"),
             node_id: entry.node_id.clone(),
-            task_id: entry.task_id().map(str::to_owned),
+            task_id: agentmesh_core::events::held::held_task_id(&entry).map(str::to_owned),
             event_id: text("eventId"),
             queued_at: entry.payload.get("queuedAt").and_then(Value::as_i64),
             target_coordinator_daemon_id: text("targetCoordinatorDaemonId"),
@@ -705,8 +705,12 @@ pub struct RequeuedHeldView {
     /// The event name.
     pub event: Option<String>,
     /// Queued again (`false`: it was already queued, or a live event holds its
-    /// fingerprint).
+    /// fingerprint, or it is unrecoverable).
     pub requeued: bool,
+    /// Its row is gone and its event cannot be read (an old entry of the
+    /// original): skipped, and still held.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unrecoverable: bool,
 }
 
 /// What a requeue of held events answers.
@@ -715,6 +719,9 @@ pub struct RequeuedHeldView {
 pub struct RequeueHeldView {
     /// How many are queued again.
     pub requeued: u64,
+    /// How many were skipped as unrecoverable (see [`RequeuedHeldView::unrecoverable`]).
+    #[serde(default)]
+    pub unrecoverable: u64,
     /// Each held event the requeue took, oldest hold first.
     pub events: Vec<RequeuedHeldView>,
 }

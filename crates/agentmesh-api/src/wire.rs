@@ -673,8 +673,9 @@ pub struct PushEventBody {
 }
 
 impl PushEventBody {
-    /// The event (its `meshId` defaulted to `mesh`, an event of another mesh refused),
-    /// the hint and the machine id.
+    /// The event (its `meshId` defaulted to `mesh`, an event of another mesh refused,
+    /// its v2 envelope checked as [`PendingEvent::from_posted`] checks it), the
+    /// hint and the machine id.
     pub fn into_parts(
         self,
         mesh: &str,
@@ -694,7 +695,7 @@ impl PushEventBody {
             Some(_) => {}
         }
         raw.entry("queuedAt").or_insert_with(|| Value::from(now.millis()));
-        let event = PendingEvent::from_map(raw).map_err(|err| err.within("event"))?;
+        let event = PendingEvent::from_posted(raw).map_err(|err| err.within("event"))?;
         if event.event.trim().is_empty() {
             return Err(InvalidInput::new("event.event", "must not be blank"));
         }

@@ -509,7 +509,12 @@ impl InboxStore for SqliteStore {
         crate::inbox_upkeep::prune(self, drained_older_than, undrained_older_than, now)
     }
 
-    fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool> {
+    fn requeue_held_event(
+        &self,
+        mesh_id: &str,
+        held_entry_id: &str,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_store::HeldRequeue> {
         self.write(|tx| inbox::requeue_held(tx, mesh_id, held_entry_id, now))
     }
 

@@ -31,7 +31,9 @@ use serde_json::json;
 
 use crate::ids::mint_at;
 use crate::route_columns::{CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE};
-use crate::{DrainOutcome, DrainRequest, DuplicateReason, InboxEvent, QueueOutcome, RawJson, StoreError};
+use crate::{
+    DrainOutcome, DrainRequest, DuplicateReason, HeldRequeue, InboxEvent, QueueOutcome, RawJson, StoreError,
+};
 
 /// Candidate rows read per page of a drain's walk.
 pub const PAGE: i64 = 256;
@@ -305,13 +307,14 @@ pub fn refine_terminal_queued<R: InboxRows>(rows: &R, event: &PendingEvent) -> R
 /// Puts the event of an `event_held` entry back in the inbox, with its
 /// `event_held_requeued` entry: its row back on the queue, or, when retention
 /// removed the row, the held event queued again (its envelope, and so its
-/// event id, kept). Whether it is queued now.
+/// event id, kept). When the row is gone and the held event cannot be read,
+/// nothing is written: [`HeldRequeue::Unrecoverable`].
 pub fn requeue_held<R: InboxRows>(
     rows: &R,
     mesh_id: &str,
     held_entry_id: &str,
     now: Timestamp,
-) -> Result<bool, R::Error> {
+) -> Result<HeldRequeue, R::Error> {
     let entry = rows.held_entry(mesh_id, held_entry_id)?.ok_or_else(|| StoreError::NotFound {
         kind: "held event",
         mesh_id: mesh_id.to_owned(),
@@ -324,10 +327,11 @@ pub fn requeue_held<R: InboxRows>(
     let requeued = match stored {
         Some(stored) => rows.requeue_stored(mesh_id, stored)?,
         None => {
-            let event = PendingEvent::from_value(held_event(&entry)).map_err(|e| StoreError::Corrupt {
-                what: format!("held event of ledger entry {held_entry_id}"),
-                problem: e.to_string(),
-            })?;
+            let readable = PendingEvent::from_value(held_event(&entry))
+                .and_then(|event| event.check_queueable(mesh_id).map(|()| event));
+            let Ok(event) = readable else {
+                return Ok(HeldRequeue::Unrecoverable);
+            };
             matches!(
                 queue(rows, mesh_id, event, &EmitHint::default(), None, now)?,
                 QueueOutcome::Queued { .. }
@@ -335,7 +339,7 @@ pub fn requeue_held<R: InboxRows>(
         }
     };
     rows.append(&requeued_entry(mesh_id, &entry, requeued, mint_at(now), now))?;
-    Ok(requeued)
+    Ok(if requeued { HeldRequeue::Requeued } else { HeldRequeue::NotNeeded })
 }
 
 /// Drains in the caller's transaction, which no other drain of the mesh runs

@@ -289,6 +289,27 @@ pub enum DuplicateReason {
     RefineTerminal,
 }
 
+/// What putting a held event back in the inbox did
+/// ([`InboxStore::requeue_held_event`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldRequeue {
+    /// The event is queued again, and an `event_held_requeued` entry says so.
+    Requeued,
+    /// Nothing was left to put back (the event is queued already, or a live
+    /// event took its fingerprint); an `event_held_requeued` entry settles it.
+    NotNeeded,
+    /// Its row is gone and its event cannot be read: nothing changed, and the
+    /// entry stays held.
+    Unrecoverable,
+}
+
+impl HeldRequeue {
+    /// Whether the event is queued again.
+    pub fn requeued(self) -> bool {
+        self == HeldRequeue::Requeued
+    }
+}
+
 /// What queueing an event did. (Not boxed, for the reason [`ClaimOutcome`] gives.)
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)]
@@ -891,9 +912,16 @@ pub trait InboxStore: Send + Sync + 'static {
     /// Puts a held event back in the inbox: the event of the `event_held` ledger
     /// entry `held_entry_id` becomes undrained again (re-inserted when retention
     /// already removed its row), and an `event_held_requeued` entry records it.
-    /// Returns whether the event is queued again (`false` when it already was, or a
-    /// live event took its fingerprint). An unknown entry: [`StoreError::NotFound`].
-    fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool>;
+    /// An entry whose row is gone and whose event cannot be read (an old
+    /// entry of the original) changes nothing and is answered
+    /// [`HeldRequeue::Unrecoverable`], so a bulk requeue counts it and goes on.
+    /// An unknown entry: [`StoreError::NotFound`].
+    fn requeue_held_event(
+        &self,
+        mesh_id: &str,
+        held_entry_id: &str,
+        now: Timestamp,
+    ) -> StoreResult<HeldRequeue>;
 
     /// Undrained events counted by the coordinator they are addressed to (the v2
     /// `intendedFor`, else the v1 targets; `None` parts for broadcasts and

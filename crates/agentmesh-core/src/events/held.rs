@@ -38,8 +38,9 @@ pub const HELD_REASONS: [&str; 4] = [
 pub fn retention_warning(mesh_id: &str, count: u64) -> String {
     let reason = "pending_retention_expired";
     format!(
-        "{count} event(s) of mesh {mesh_id} were never drained and outlived the inbox's retention; \
-         they are held in the ledger ({HELD_KIND}, reason {reason}). List them with \
+        "{count} event(s) of mesh {mesh_id} were never delivered: no coordinator drained them \
+         within the inbox's retention. They are held in the ledger ({HELD_KIND}, reason {reason}), \
+         not lost. List them with \
          `agentmesh --mesh {mesh_id} events held --reason {reason}` and put them back with \
          `agentmesh --mesh {mesh_id} events requeue-held --reason {reason}`"
     )
@@ -88,7 +89,7 @@ impl HeldFilter {
         if self.event.as_deref().is_some_and(|want| text("event") != Some(want.trim())) {
             return false;
         }
-        if self.task_id.as_deref().is_some_and(|want| entry.task_id() != Some(want.trim())) {
+        if self.task_id.as_deref().is_some_and(|want| held_task_id(entry) != Some(want.trim())) {
             return false;
         }
         if let Some(want) = self.node_id.as_deref() {
@@ -107,6 +108,20 @@ impl HeldFilter {
         }
         true
     }
+}
+
+/// The task a held entry is about: its event's `metadataEvent.taskId`, where
+/// the original's quarantine entries carry it, else the entry's own `taskId`.
+pub fn held_task_id(entry: &LedgerEntry) -> Option<&str> {
+    let from_event = entry
+        .payload
+        .get("heldEvent")
+        .and_then(|e| e.get("metadataEvent"))
+        .and_then(|m| m.get("taskId"))
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    from_event.or_else(|| entry.task_id())
 }
 
 /// The `event_held` entries that no `event_held_requeued` entry has settled, in
@@ -310,9 +325,35 @@ mod tests {
     }
 
     #[test]
+    fn an_entry_of_the_original_is_selected_by_the_task_its_event_names() {
+        // The original's quarantine entries carry the task only inside the event.
+        let original = held(
+            "h",
+            "2025-01-01T00:00:00.000Z",
+            None,
+            json!({ "event": "agent:stopped", "heldEvent": { "metadataEvent": { "taskId": " t7 " } } }),
+        );
+        let by_task = |task: &str| HeldFilter { task_id: Some(task.into()), ..HeldFilter::default() };
+        assert_eq!(held_task_id(&original), Some("t7"));
+        assert!(by_task("t7").matches(&original));
+        assert!(!by_task("t8").matches(&original));
+        // The event's task wins over the entry's; the entry's is the fallback.
+        let both = held(
+            "h2",
+            "2025-01-01T00:00:00.000Z",
+            None,
+            json!({ "taskId": "t1", "heldEvent": { "metadataEvent": { "taskId": "t2" } } }),
+        );
+        assert_eq!(held_task_id(&both), Some("t2"));
+        let entry_only =
+            held("h3", "2025-01-01T00:00:00.000Z", None, json!({ "taskId": "t3", "heldEvent": "x" }));
+        assert!(by_task("t3").matches(&entry_only));
+    }
+
+    #[test]
     fn the_retention_warning_names_the_count_the_mesh_and_the_way_back() {
         let text = retention_warning("mesh-a", 3);
-        assert!(text.starts_with("3 event(s) of mesh mesh-a"), "{text}");
+        assert!(text.starts_with("3 event(s) of mesh mesh-a were never delivered"), "{text}");
         assert!(
             text.contains("agentmesh --mesh mesh-a events requeue-held --reason pending_retention_expired"),
             "{text}"

@@ -102,6 +102,26 @@ pub fn read_v2_envelope_from_wire(value: &Value) -> Option<V2Envelope> {
     (!envelope.is_empty()).then_some(envelope)
 }
 
+impl PendingEvent {
+    /// Reads an event a client posts (over HTTP, or from the CLI) as
+    /// [`PendingEvent::from_map`] does, with its v2 envelope checked the way a
+    /// daemon restores one from the wire ([`read_v2_envelope_from_wire`]):
+    /// `protocolVersion` kept only when it is `"2.0"`, `scope` only when it is
+    /// `unicast`, `broadcast` or `system`, an identity only with a non-blank
+    /// `daemonId` and `coordinatorRunId` (a blank `sessionId` dropped from it),
+    /// `eventId` only when non-blank (trimmed). A field that fails is dropped and
+    /// the rest of the event kept: it is neither stored nor handed on as it came.
+    pub fn from_posted(map: Map<String, Value>) -> Result<PendingEvent, crate::InvalidInput> {
+        let posted: Map<String, Value> = V2Envelope::KEYS
+            .iter()
+            .filter_map(|key| map.get(*key).map(|value| ((*key).to_owned(), value.clone())))
+            .collect();
+        let mut event = PendingEvent::from_map(map)?;
+        event.set_envelope(read_v2_envelope_from_wire(&Value::Object(posted)).unwrap_or_default());
+        Ok(event)
+    }
+}
+
 fn read_wire_identity(value: Option<&Value>) -> Option<CoordinatorIdentity> {
     let object = read_record(value)?;
     let daemon_id = read_non_empty(object.get("daemonId"))?;
@@ -232,5 +252,47 @@ mod tests {
         assert!(wire.get("intendedFor").is_none(), "a falsy raw value is not forwarded");
         let envelope = read_v2_envelope_from_wire(&wire).unwrap();
         assert_eq!(envelope.dispatched_by, Some(CoordinatorIdentity::new("mach_X", "r1", None)));
+    }
+
+    #[test]
+    fn a_posted_event_keeps_only_the_envelope_fields_that_are_well_formed() {
+        let posted = json!({
+            "event": "mesh:dispatch_blocked", "meshId": "m", "metadataEvent": {"taskId": "t1"},
+            "queuedAt": 5, "nodeId": "n1", "custom": {"kept": true},
+            "protocolVersion": "1.0", "eventId": "  ev-1 ", "scope": "multicast",
+            "dispatchedBy": {"daemonId": "daemon_mach_A", "coordinatorRunId": " "},
+            "intendedFor": {"daemonId": "daemon_mach_B", "coordinatorRunId": "run-2", "sessionId": ""},
+        });
+        let event = PendingEvent::from_posted(posted.as_object().unwrap().clone()).unwrap();
+        assert_eq!(
+            event.envelope,
+            V2Envelope {
+                event_id: Some("ev-1".into()),
+                intended_for: Some(CoordinatorIdentity::new("daemon_mach_B", "run-2", None)),
+                ..V2Envelope::default()
+            }
+        );
+        let value = event.to_value();
+        for dropped in ["protocolVersion", "scope", "dispatchedBy"] {
+            assert!(value.get(dropped).is_none(), "{dropped} is dropped: {value}");
+        }
+        assert_eq!(value["intendedFor"], json!({"daemonId": "daemon_mach_B", "coordinatorRunId": "run-2"}));
+        assert_eq!(value["custom"], json!({"kept": true}), "the rest of the event is kept");
+        assert_eq!(event.node_id.as_deref(), Some("n1"));
+
+        let well_formed = json!({
+            "event": "x", "meshId": "m", "metadataEvent": {}, "queuedAt": 5,
+            "protocolVersion": "2.0", "eventId": "ev-2", "scope": "unicast",
+            "dispatchedBy": {"daemonId": "d", "coordinatorRunId": "r", "sessionId": "s"},
+        });
+        let event = PendingEvent::from_posted(well_formed.as_object().unwrap().clone()).unwrap();
+        assert_eq!(event.envelope.protocol_version, Some(ProtocolVersion::V2));
+        assert_eq!(event.envelope.scope, Some(Scope::Unicast));
+        assert_eq!(event.envelope.dispatched_by, Some(CoordinatorIdentity::new("d", "r", Some("s".into()))));
+        assert_eq!(event.to_value()["eventId"], json!("ev-2"));
+
+        let missing = json!({"event": "x", "meshId": "m", "queuedAt": 5, "scope": "system"});
+        let err = PendingEvent::from_posted(missing.as_object().unwrap().clone()).unwrap_err();
+        assert_eq!(err.field, "metadataEvent", "a v1 field is still required");
     }
 }

@@ -597,6 +597,38 @@ async fn pushed_events_are_peeked_acked_and_retracted() {
 }
 
 #[tokio::test]
+async fn a_pushed_event_keeps_only_the_envelope_fields_that_are_well_formed() {
+    let daemon = TestDaemon::start().await;
+    let mut event = blocked_event("t1");
+    let fields = json!({
+        "protocolVersion": "2.0",
+        "eventId": " ev-posted ",
+        "scope": "multicast",
+        "dispatchedBy": { "daemonId": "daemon_mach_abc", "coordinatorRunId": "" },
+        "intendedFor": { "daemonId": "daemon_mach_abc", "coordinatorRunId": "run-1", "sessionId": " " },
+        "note": "kept"
+    });
+    for (key, value) in fields.as_object().unwrap() {
+        event[key] = value.clone();
+    }
+    let (status, pushed) = daemon.post("/v1/meshes/m/events", json!({ "event": event })).await;
+    assert_eq!(status, StatusCode::CREATED, "{pushed}");
+    let coordinator = json!({ "daemonId": "daemon_mach_abc", "runId": "run-1", "sessionId": "coord-1" });
+    let (_, peeked) = daemon.post("/v1/meshes/m/events/peek", coordinator).await;
+    let stored = &peeked["events"][0]["payload"];
+    // Stamped already (version 2.0 and an event id), so not stamped again: what
+    // was malformed is gone, what was well formed is kept.
+    for dropped in ["scope", "dispatchedBy"] {
+        assert!(stored.get(dropped).is_none(), "{dropped} is not stored as it came: {stored}");
+    }
+    assert_eq!(stored["protocolVersion"], "2.0", "{stored}");
+    assert_eq!(stored["eventId"], "ev-posted", "{stored}");
+    assert_eq!(stored["intendedFor"], json!({ "daemonId": "daemon_mach_abc", "coordinatorRunId": "run-1" }));
+    assert_eq!(stored["note"], "kept", "the rest of the event is kept: {stored}");
+    assert_eq!(stored["metadataEvent"]["taskId"], "t1");
+}
+
+#[tokio::test]
 async fn bad_event_requests_are_refused_and_queue_nothing() {
     let daemon = TestDaemon::start().await;
     let mut other_mesh = blocked_event("t1");

@@ -9,7 +9,12 @@ use crate::db::Db;
 /// Puts the event of an `event_held` entry back in the inbox, with its
 /// `event_held_requeued` entry, in the caller's transaction (which holds the
 /// mesh's inbox lock).
-pub(crate) fn requeue_held(db: &Db<'_>, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> Res<bool> {
+pub(crate) fn requeue_held(
+    db: &Db<'_>,
+    mesh_id: &str,
+    held_entry_id: &str,
+    now: Timestamp,
+) -> Res<agentmesh_store::HeldRequeue> {
     agentmesh_store::inbox_writes::requeue_held(&super::drain::Inbox(db), mesh_id, held_entry_id, now)
 }
 

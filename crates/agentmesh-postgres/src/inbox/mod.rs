@@ -125,7 +125,12 @@ impl agentmesh_store::InboxStore for PgStore {
         prune::prune(self, drained_older_than, undrained_older_than, now)
     }
 
-    fn requeue_held_event(&self, mesh_id: &str, held_entry_id: &str, now: Timestamp) -> StoreResult<bool> {
+    fn requeue_held_event(
+        &self,
+        mesh_id: &str,
+        held_entry_id: &str,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_store::HeldRequeue> {
         self.write_inbox(mesh_id, |db| held::requeue_held(db, mesh_id, held_entry_id, now))
     }
 

@@ -6,7 +6,7 @@ use agentmesh_core::events::names::AGENT_GENERATING_COMPLETED;
 use agentmesh_store::conformance::support::{
     at, coordinator, drain, drain_request, inbox_event, queue_event, targeted_at,
 };
-use agentmesh_store::{DrainRequest, InboxStore, LedgerStore, PruneReport};
+use agentmesh_store::{DrainRequest, HeldRequeue, InboxStore, LedgerStore, PruneReport};
 
 use crate::support::TestDb;
 
@@ -41,10 +41,10 @@ fn the_retention_sweep_holds_expired_events_and_a_requeue_brings_one_back() {
     assert!(entries[0].payload.to_string().contains(&held), "{:?}", entries[0]);
     assert_eq!(store.read_ledger_ordered("m2", &held_kind).unwrap().len(), 1);
 
-    assert!(store.requeue_held_event("m1", &entries[0].id, at(300)).unwrap());
+    assert_eq!(store.requeue_held_event("m1", &entries[0].id, at(300)).unwrap(), HeldRequeue::Requeued);
     assert_eq!(store.pending_event_count("m1").unwrap(), 2);
     // Queued again, the event is a duplicate of itself.
-    assert!(!store.requeue_held_event("m1", &entries[0].id, at(301)).unwrap());
+    assert_eq!(store.requeue_held_event("m1", &entries[0].id, at(301)).unwrap(), HeldRequeue::NotNeeded);
     let requeued = LedgerQuery { kinds: vec!["event_held_requeued".to_owned()], ..LedgerQuery::default() };
     assert_eq!(store.read_ledger_ordered("m1", &requeued).unwrap().len(), 2);
     assert!(store.requeue_held_event("m2", &entries[0].id, at(302)).is_err(), "another mesh's entry");
@@ -73,8 +73,12 @@ fn a_quarantined_event_requeued_is_delivered_again() {
     let held_kind = LedgerQuery { kinds: vec!["event_held".to_owned()], ..LedgerQuery::default() };
     let entries = store.read_ledger_ordered("m1", &held_kind).unwrap();
     assert_eq!(entries.len(), 1, "{entries:?}");
-    assert!(store.requeue_held_event("m1", &entries[0].id, at(3)).unwrap());
-    assert!(!store.requeue_held_event("m1", &entries[0].id, at(4)).unwrap(), "it is queued already");
+    assert_eq!(store.requeue_held_event("m1", &entries[0].id, at(3)).unwrap(), HeldRequeue::Requeued);
+    assert_eq!(
+        store.requeue_held_event("m1", &entries[0].id, at(4)).unwrap(),
+        HeldRequeue::NotNeeded,
+        "it is queued already"
+    );
     let again = drain(store, "m1", &drain_request(&me), at(5));
     assert_eq!(again.events.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), [id.as_str()]);
 }

@@ -12,7 +12,7 @@ pub(crate) fn requeue_held(
     mesh_id: &str,
     held_entry_id: &str,
     now: Timestamp,
-) -> Res<bool> {
+) -> Res<agentmesh_store::HeldRequeue> {
     agentmesh_store::inbox_writes::requeue_held(&super::drain::Inbox(conn), mesh_id, held_entry_id, now)
 }
 

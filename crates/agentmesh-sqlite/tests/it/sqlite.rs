@@ -10,7 +10,7 @@ use agentmesh_core::{
 use agentmesh_sqlite::{LegacyQueueState, SCHEMA_VERSION, SqliteStore};
 use agentmesh_store::prelude::*;
 use agentmesh_store::transfer::{Records, TransferStore};
-use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
+use agentmesh_store::{ClaimOptions, ClaimOutcome, HeldRequeue, StoreError};
 use serde_json::Value;
 
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
@@ -720,8 +720,12 @@ fn a_held_event_can_be_requeued_and_then_delivered() {
         .unwrap()
         .remove(0);
     assert!(matches!(store.requeue_held_event("m", "nope", NOW), Err(StoreError::NotFound { .. })));
-    assert!(store.requeue_held_event("m", &entry.id, NOW).unwrap());
-    assert!(!store.requeue_held_event("m", &entry.id, NOW).unwrap(), "already queued again");
+    assert_eq!(store.requeue_held_event("m", &entry.id, NOW).unwrap(), HeldRequeue::Requeued);
+    assert_eq!(
+        store.requeue_held_event("m", &entry.id, NOW).unwrap(),
+        HeldRequeue::NotNeeded,
+        "already queued again"
+    );
     let out = store.drain_pending_events("m", &request(false), NOW).unwrap();
     assert_eq!(out.events.len(), 1, "delivered once requeued (accept mode)");
     assert_eq!(out.events[0].event.parse()["metadataEvent"]["taskId"], "t1");

@@ -439,3 +439,48 @@ pub fn inbox_also_known_as_widens_a_drain_to_that_ids_unicasts(store: &dyn Store
     assert_labels(&out.events, &["for-aka", "for-x"], "a drain by mach_A also known as standalone_mach_X");
     assert_pending_count(store, MESH, 2, "after the widened drain (run_X's and mach_Y's stay)");
 }
+
+/// A held entry of the original whose row is gone and whose event cannot be read is answered unrecoverable: nothing is queued or recorded and it stays held, while the next held entry is requeued as usual.
+pub fn inbox_an_unrecoverable_held_entry_is_skipped_and_stays_held(store: &dyn Store) {
+    let entry = |id: &str, secs: i64, held_event: Value| agentmesh_core::LedgerEntry {
+        id: id.to_owned(),
+        mesh_id: MESH.to_owned(),
+        timestamp: at(secs).iso(),
+        kind: "event_held".to_owned(),
+        node_id: None,
+        session_id: None,
+        provider_type: None,
+        payload: json!({
+            "event": AGENT_STOPPED,
+            "reason": "pending_trim_dropped",
+            "recoverable": true,
+            "heldEvent": held_event,
+        }),
+    };
+    let legacy = entry("held-legacy", 1, json!("{truncated json"));
+    let readable = entry(
+        "held-readable",
+        2,
+        json!({
+            "event": AGENT_STOPPED, "meshId": MESH, "nodeLabel": "Node 'n1'",
+            "metadataEvent": { "taskId": "t-readable" }, "queuedAt": at(2).millis(),
+        }),
+    );
+    store.import_ledger(&[legacy, readable]).expect("the held entries import");
+    let before = ledger_entries(store, MESH);
+
+    let outcome = store.requeue_held_event(MESH, "held-legacy", at(3)).expect("an answer, not an error");
+    assert_eq!(outcome, crate::HeldRequeue::Unrecoverable);
+    assert_eq!(ledger_entries(store, MESH), before, "an unrecoverable entry records nothing");
+    assert_eq!(store.pending_event_count(MESH).unwrap(), 0, "and queues nothing");
+
+    let outcome = store.requeue_held_event(MESH, "held-readable", at(4)).expect("the readable entry");
+    assert_eq!(outcome, crate::HeldRequeue::Requeued);
+    let still: Vec<String> = agentmesh_core::events::held::still_held(ledger_entries(store, MESH))
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(still, ["held-legacy"], "the unrecoverable entry stays held");
+    let peeked = peek(store, MESH, &drain_request(&me()));
+    assert_eq!(peeked.len(), 1, "the readable event is queued again: {peeked:?}");
+}

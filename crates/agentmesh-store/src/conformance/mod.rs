@@ -260,6 +260,7 @@ macro_rules! conformance_tests {
             inbox_only_events_take_matches_from_between_the_events_they_leave,
             inbox_a_backlog_for_another_coordinator_never_starves_the_drainer,
             inbox_enforce_mode_quarantines_v1_events_with_an_event_held_entry,
+            inbox_an_unrecoverable_held_entry_is_skipped_and_stays_held,
             inbox_peek_shows_what_a_drain_would_deliver_and_changes_nothing,
             inbox_delivered_events_are_never_delivered_again,
             inbox_ack_counts_what_it_changes,

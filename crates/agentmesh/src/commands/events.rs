@@ -77,10 +77,22 @@ fn requeue_held(ctx: &Context, args: RequeueHeldArgs, out: &mut Output) -> anyho
     let view = ctx.api()?.requeue_held(ctx.mesh(), body)?;
     out.emit(&view, |w| {
         for event in &view.events {
-            let what = if event.requeued { "requeued" } else { "already queued" };
+            let what = match (event.requeued, event.unrecoverable) {
+                (true, _) => "requeued",
+                (false, true) => "unrecoverable",
+                (false, false) => "already queued",
+            };
             writeln!(w, "{what}  {}  {}", event.held_entry_id, event.event.as_deref().unwrap_or("?"))?;
         }
-        writeln!(w, "requeued {} of {} held event(s)", view.requeued, view.events.len())
+        write!(w, "requeued {} of {} held event(s)", view.requeued, view.events.len())?;
+        if view.unrecoverable > 0 {
+            write!(
+                w,
+                "; {} unrecoverable (their event can no longer be read), skipped and still held",
+                view.unrecoverable
+            )?;
+        }
+        writeln!(w)
     })
 }
 

@@ -962,6 +962,39 @@ fn push_peek_drain_and_the_second_drain_is_empty() {
 }
 
 #[test]
+fn an_event_pushed_from_a_file_keeps_only_the_envelope_fields_that_are_well_formed() {
+    let mesh = Mesh::new();
+    let file = mesh.data_dir().join("event.json");
+    let event = json!({
+        "event": "agent:stopped",
+        "metadataEvent": { "taskId": "t9" },
+        "targetCoordinatorDaemonId": "mach_A",
+        "protocolVersion": "2.1",
+        "scope": "everyone",
+        "dispatchedBy": { "daemonId": "", "coordinatorRunId": "run-1" },
+        "intendedFor": "mach_A",
+        "custom": [1, 2]
+    });
+    std::fs::write(&file, event.to_string()).unwrap();
+    let queued = mesh.json(&["events", "push", "--file", file.to_str().unwrap()]);
+    let drained = mesh.events_as_a("drain", &[]);
+    assert_eq!(strings(&drained["events"], "id"), [queued["id"].as_str().unwrap()]);
+    let stored = &drained["events"][0]["payload"];
+    for key in ["protocolVersion", "scope", "dispatchedBy", "intendedFor"] {
+        assert_ne!(stored.get(key), event.get(key), "{key} is not stored as it came: {stored}");
+    }
+    // What was malformed was dropped, and the event stamped as any v1 event is.
+    assert_eq!(stored["protocolVersion"], "2.0", "{stored}");
+    assert!(["unicast", "broadcast", "system"].contains(&stored["scope"].as_str().unwrap()), "{stored}");
+    for identity in ["dispatchedBy", "intendedFor"] {
+        let daemon = stored[identity]["daemonId"].as_str().unwrap_or_default();
+        assert!(!daemon.is_empty(), "{identity} is a whole identity: {stored}");
+    }
+    assert_eq!(stored["custom"], json!([1, 2]), "the rest of the event is kept: {stored}");
+    assert_eq!(stored["metadataEvent"]["taskId"], "t9");
+}
+
+#[test]
 fn a_duplicate_push_is_an_answer_not_an_error() {
     let mesh = Mesh::new();
     let flags = ["--event", "agent:stopped", "--task", "t1", "--to-daemon", "mach_A", "--to-run", "run-1"];

@@ -121,6 +121,46 @@ fn held_events_are_listed_by_filter_and_requeued_by_id_or_filter() {
 }
 
 #[test]
+fn held_entries_of_the_original_are_picked_by_task_and_an_unreadable_one_is_skipped() {
+    let mesh = Mesh::new();
+    let original = |id: &str, held_event: serde_json::Value| agentmesh_core::LedgerEntry {
+        id: id.to_owned(),
+        mesh_id: "default".to_owned(),
+        timestamp: "2025-01-01T00:00:00.000Z".to_owned(),
+        kind: "event_held".to_owned(),
+        node_id: None,
+        session_id: None,
+        provider_type: None,
+        // The original's quarantine entry: the task only inside the held event.
+        payload: json!({ "event": "agent:stopped", "reason": "v2_enforce_unversioned_quarantined",
+                         "recoverable": true, "heldEvent": held_event }),
+    };
+    let readable = json!({ "event": "agent:stopped", "meshId": "default", "nodeLabel": "Node 'n1'",
+                           "metadataEvent": { "taskId": "t-orig" }, "queuedAt": 1_735_689_600_000_i64 });
+    let unreadable = json!({ "event": "agent:stopped", "metadataEvent": { "taskId": "t-orig" } });
+    mesh.seed(|store| {
+        let entries = [original("held-a", readable), original("held-b", unreadable)];
+        store.import_ledger(&entries).expect("the original's entries import");
+    });
+
+    let by_task = mesh.json(&["events", "held", "--task", "t-orig"]);
+    assert_eq!(strings(&by_task, "heldEntryId"), ["held-a", "held-b"], "{by_task}");
+    assert_eq!(strings(&by_task, "taskId"), ["t-orig", "t-orig"]);
+
+    let requeued = mesh.json(&["events", "requeue-held", "--task", "t-orig"]);
+    assert_eq!((&requeued["requeued"], &requeued["unrecoverable"]), (&json!(1), &json!(1)), "{requeued}");
+    assert_eq!(requeued["events"][1]["unrecoverable"], true, "{requeued}");
+    assert_eq!(
+        strings(&mesh.json(&["events", "held"]), "heldEntryId"),
+        ["held-b"],
+        "the unreadable one stays held"
+    );
+    let human = mesh.succeeds(&["events", "requeue-held", "--all"]);
+    assert!(human.stdout.contains("unrecoverable  held-b"), "{}", human.stdout);
+    assert!(human.stdout.contains("requeued 0 of 1 held event(s); 1 unrecoverable"), "{}", human.stdout);
+}
+
+#[test]
 fn events_the_retention_sweep_held_are_requeued_by_their_reason() {
     let mesh = Mesh::new();
     let event = json!({ "event": "agent:ready", "nodeId": "n1", "queuedAt": 946_684_800_000_i64,
