@@ -516,6 +516,14 @@ pub struct CompletionBody {
     /// Why it failed (only with `failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// When the work ended by the worker's clock (ISO 8601, such as
+    /// `2026-01-01T12:00:00.000Z`) [default: the daemon's time]. A report
+    /// without a task id that meets several assigned tasks of the session goes
+    /// to the latest dispatched at or before it (the latest of all when the
+    /// worker's clock runs behind every dispatch); the mutable `updatedAt` is
+    /// never compared, so a worker's clock minutes behind still completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub occurred_at: Option<String>,
 }
 
 /// `POST /v1/meshes/{mesh}/complete-and-claim`: a worker reports that its task
@@ -530,9 +538,20 @@ pub struct CompleteAndClaimBody {
 }
 
 impl CompletionBody {
-    /// The store's report, stamped with `now` as the time the work ended.
+    /// The store's report: the work ended at the worker's `occurredAt`, else
+    /// at `now`. An `occurredAt` that is not an ISO 8601 time is refused naming
+    /// the field.
     pub fn into_report(self, now: Timestamp) -> Result<agentmesh_store::CompletionReport, InvalidInput> {
         use agentmesh_store::Outcome;
+        let occurred_at = match self.occurred_at.as_deref().map(str::trim) {
+            None => now,
+            Some(text) => Timestamp::parse_iso(text).ok_or_else(|| {
+                InvalidInput::new(
+                    "occurredAt",
+                    format!("{text:?} is not an ISO 8601 time (such as 2026-01-01T12:00:00.000Z)"),
+                )
+            })?,
+        };
         let outcome = match (self.failed, self.reason) {
             (true, reason) => Outcome::Failed {
                 reason: optional(reason).unwrap_or_else(|| DEFAULT_FAILURE_REASON.to_owned()),
@@ -545,7 +564,7 @@ impl CompletionBody {
             session_id: id("sessionId", self.session_id)?,
             task_id: optional_id("taskId", self.task_id)?,
             epoch: self.epoch,
-            occurred_at: Some(now.iso()),
+            occurred_at: Some(occurred_at.iso()),
             outcome,
         })
     }

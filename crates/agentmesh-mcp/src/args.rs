@@ -477,6 +477,10 @@ pub(crate) struct CompleteArgs {
     /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
+    /// When the work ended by your clock, ISO 8601 (such as
+    /// `2026-01-01T12:00:00.000Z`). Leave it out to use the daemon's time.
+    #[serde(default)]
+    pub occurred_at: Option<String>,
 }
 
 /// Arguments of `fail_task`.
@@ -499,6 +503,10 @@ pub(crate) struct FailArgs {
     /// as `you.sessionId`).
     #[serde(default)]
     pub session_id: Option<String>,
+    /// When the work ended by your clock, ISO 8601 (such as
+    /// `2026-01-01T12:00:00.000Z`). Leave it out to use the daemon's time.
+    #[serde(default)]
+    pub occurred_at: Option<String>,
 }
 
 /// A worker tool that needs only the session.

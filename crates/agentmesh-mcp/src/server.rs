@@ -640,12 +640,13 @@ enqueued it receives the summary.",
         input_schema = schema::<CompleteArgs>()
     )]
     async fn complete_task(&self, arguments: JsonObject) -> ToolResult {
-        let CompleteArgs { summary, task_id, epoch, session_id } = args::parse(arguments)?;
+        let CompleteArgs { summary, task_id, epoch, session_id, occurred_at } = args::parse(arguments)?;
         let body = CompletionBody {
             session_id: self.session(session_id),
             task_id,
             epoch,
             summary: Some(summary),
+            occurred_at,
             ..CompletionBody::default()
         };
         let task = self.run(move |api, mesh| api.complete(mesh, body)).await?;
@@ -658,7 +659,7 @@ that enqueued it receives the reason and decides whether to requeue it.",
         input_schema = schema::<FailArgs>()
     )]
     async fn fail_task(&self, arguments: JsonObject) -> ToolResult {
-        let FailArgs { reason, summary, task_id, epoch, session_id } = args::parse(arguments)?;
+        let FailArgs { reason, summary, task_id, epoch, session_id, occurred_at } = args::parse(arguments)?;
         let body = CompletionBody {
             session_id: self.session(session_id),
             task_id,
@@ -666,6 +667,7 @@ that enqueued it receives the reason and decides whether to requeue it.",
             summary,
             failed: true,
             reason: Some(reason),
+            occurred_at,
         };
         let task = self.run(move |api, mesh| api.complete(mesh, body)).await?;
         answer_json(json!({ "task": task }))

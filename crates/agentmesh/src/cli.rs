@@ -1052,6 +1052,11 @@ pub(crate) struct CompleteArgs {
     /// Why the task failed (with --failed) [default: "worker reported failure"]
     #[arg(long, requires = "failed")]
     pub reason: Option<String>,
+    /// When the work ended by the worker's clock, ISO 8601 (such as
+    /// 2026-01-01T12:00:00.000Z); without --task it picks among several assigned
+    /// tasks of the session by their dispatch time [default: the daemon's time]
+    #[arg(long, value_name = "TIME")]
+    pub occurred_at: Option<String>,
     /// Then claim the session's next task on NODE, in the same transaction
     #[arg(long, value_name = "NODE")]
     pub claim_next: Option<String>,

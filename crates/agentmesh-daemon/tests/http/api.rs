@@ -292,6 +292,27 @@ async fn a_task_goes_from_enqueue_to_the_coordinators_drain() {
 }
 
 #[tokio::test]
+async fn a_completion_carries_the_workers_time_and_a_clock_far_behind_still_completes() {
+    let daemon = TestDaemon::start().await;
+    let (status, _) = daemon.post("/v1/meshes/m/tasks", json!({ "id": "t1", "message": "fix it" })).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let (_, claimed) = daemon.post("/v1/meshes/m/claims", json!({ "nodeId": "n1", "sessionId": "s1" })).await;
+    assert_eq!(claimed["task"]["id"], "t1", "{claimed}");
+    let (_, before) = daemon.get("/v1/meshes/m/tasks/t1").await;
+
+    let bad = json!({ "sessionId": "s1", "summary": "done", "occurredAt": "yesterday" });
+    let response = daemon.post("/v1/meshes/m/completions", bad).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "occurredAt");
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await, (StatusCode::OK, before), "nothing changed");
+
+    // The worker's clock is years behind the dispatch: its task is still the one completed.
+    let behind = json!({ "sessionId": "s1", "summary": "done", "occurredAt": "2000-01-01T00:00:00.000Z" });
+    let (status, completed) = daemon.post("/v1/meshes/m/completions", behind).await;
+    assert_eq!(status, StatusCode::OK, "{completed}");
+    assert_eq!((&completed["id"], &completed["status"]), (&json!("t1"), &json!("completed")));
+}
+
+#[tokio::test]
 async fn malformed_json_is_refused_naming_the_problem() {
     let daemon = TestDaemon::start().await;
     let response = daemon.post_raw("/v1/meshes/m/tasks", r#"{"message": "x""#).await;

@@ -37,6 +37,7 @@ pub(super) fn run(ctx: &Context, args: CompleteArgs, out: &mut Output) -> anyhow
         summary: args.summary,
         failed: args.failed,
         reason: args.reason,
+        occurred_at: args.occurred_at,
     };
     let Some(node) = args.claim_next else {
         let task = ctx.api()?.complete(ctx.mesh(), completion).map_err(|err| fix(err.into()))?;

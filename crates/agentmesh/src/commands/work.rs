@@ -580,6 +580,7 @@ impl Worker<'_> {
             summary: summary.clone(),
             failed,
             reason: reason.clone(),
+            occurred_at: None,
         };
         let (status, next) = match self.complete_with_retries(body, chain) {
             Ok((_, next)) if failed => {

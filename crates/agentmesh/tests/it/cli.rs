@@ -411,6 +411,20 @@ fn complete_with_claim_next_reports_and_claims_in_one_call() {
 }
 
 #[test]
+fn a_completion_carries_the_workers_time_and_a_clock_far_behind_still_completes() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "write the parser", "--id", "a"]);
+    mesh.json(&["claim", "--node", "n1", "--session", "s1"]);
+    let refused = mesh.run(&["complete", "--session", "s1", "--occurred-at", "last tuesday", "--json"]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("occurredAt"), "the field is named: {}", refused.stderr);
+    assert_eq!(mesh.json(&["task", "show", "a"])["status"], "assigned", "nothing changed");
+
+    let done = mesh.json(&["complete", "--session", "s1", "--occurred-at", "2000-01-01T00:00:00.000Z"]);
+    assert_eq!((&done["id"], &done["status"]), (&serde_json::json!("a"), &serde_json::json!("completed")));
+}
+
+#[test]
 fn list_json_is_an_array_and_filters_by_status() {
     let mesh = Mesh::new();
     mesh.json(&["--mesh", "other", "task", "add", "elsewhere"]);

@@ -106,6 +106,7 @@ async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_not
         ("claim_task", json!({ "sessionId": "BAD" }), "sessionId"),
         ("heartbeat_task", json!({ "taskId": "BAD", "epoch": 1, "sessionId": "w1" }), "taskId"),
         ("complete_task", json!({ "summary": "done", "sessionId": "BAD" }), "sessionId"),
+        ("complete_task", json!({ "summary": "done", "occurredAt": "BAD" }), "occurredAt"),
         ("fail_task", json!({ "reason": "no", "taskId": "BAD", "sessionId": "w1" }), "taskId"),
         ("upsert_mission", json!({ "missionId": "BAD", "title": "T" }), "missionId"),
         ("show_mission", json!({ "missionId": "BAD" }), "missionId"),
@@ -193,8 +194,10 @@ async fn workers_under_one_configuration_are_sessions_of_their_own() {
     let (a, b) = (claimed_first["task"]["id"].clone(), claimed_second["task"]["id"].clone());
     assert!(a.is_string() && b.is_string() && a != b, "{a} {b}");
 
-    // Without a task id, each completes its own task.
-    let done = ok(&second, "complete_task", json!({ "summary": "second done" })).await;
+    // Without a task id, each completes its own task, even by a clock far behind
+    // its dispatch.
+    let behind = json!({ "summary": "second done", "occurredAt": "2000-01-01T00:00:00.000Z" });
+    let done = ok(&second, "complete_task", behind).await;
     assert_eq!(done["task"]["id"], b);
     assert_eq!(done["task"]["status"], "completed");
     let done = ok(&first, "complete_task", json!({ "summary": "first done" })).await;
