@@ -434,11 +434,17 @@ pub struct ClaimBody {
     /// Lease length in milliseconds (ten minutes when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease_ms: Option<std::num::NonZeroU32>,
+    /// How the session's transcript is read (`{class, timing,
+    /// emitsPtyTurnEvents}`), stamped on the task it claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assigned_transcript_profile: Option<agentmesh_core::TranscriptProfile>,
 }
 
 impl ClaimBody {
     /// The claimant and the lease length.
     pub fn into_claim(self) -> Result<(Claimant, Option<i64>), InvalidInput> {
+        let transcript_profile =
+            self.assigned_transcript_profile.map(|p| p.checked("assignedTranscriptProfile")).transpose()?;
         let claimant = Claimant {
             node_id: id("nodeId", self.node_id)?,
             session_id: id("sessionId", self.session_id)?,
@@ -446,6 +452,7 @@ impl ClaimBody {
             provider_type: optional(self.provider_type),
             provider_max_parallel: self.provider_max_parallel,
             node_is_worktree: self.node_is_worktree,
+            transcript_profile,
         };
         Ok((claimant, self.lease_ms.map(|ms| i64::from(ms.get()))))
     }

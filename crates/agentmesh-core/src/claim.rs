@@ -28,6 +28,67 @@ pub struct Claimant {
     pub provider_max_parallel: Option<u32>,
     /// The node is a worktree clone, which never takes a convergence task.
     pub node_is_worktree: bool,
+    /// How the session's transcript is read, stamped on the task it claims
+    /// (`assignedTranscriptProfile`).
+    pub transcript_profile: Option<TranscriptProfile>,
+}
+
+/// How a worker session's transcript is to be read, as the original's claim
+/// takes it and stamps it on the assignment (`assignedTranscriptProfile`):
+/// the transcript's class and timing, and whether the session emits PTY turn
+/// events.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TranscriptProfile {
+    /// The transcript's class.
+    pub class: String,
+    /// When the transcript is written.
+    pub timing: String,
+    /// Whether the session emits PTY turn events.
+    #[serde(default)]
+    pub emits_pty_turn_events: bool,
+}
+
+impl TranscriptProfile {
+    /// The longest class or timing taken.
+    pub const MAX_LEN: usize = 64;
+
+    /// Checks a profile a caller gave: `class` and `timing` one line, not
+    /// blank, at most [`TranscriptProfile::MAX_LEN`] characters; `within`
+    /// prefixes the field names (`assignedTranscriptProfile`). Returns it
+    /// trimmed.
+    pub fn checked(self, within: &str) -> Result<TranscriptProfile, crate::InvalidInput> {
+        let field = |name: &str, value: String| {
+            let value = value.trim().to_owned();
+            let problem = if value.is_empty() {
+                Some("must not be blank".to_owned())
+            } else if value.chars().count() > Self::MAX_LEN {
+                Some(format!("is longer than {} characters", Self::MAX_LEN))
+            } else if value.chars().any(char::is_control) {
+                Some("must be one line without control characters".to_owned())
+            } else {
+                None
+            };
+            match problem {
+                Some(problem) => Err(crate::InvalidInput::new(format!("{within}.{name}"), problem)),
+                None => Ok(value),
+            }
+        };
+        Ok(TranscriptProfile {
+            class: field("class", self.class)?,
+            timing: field("timing", self.timing)?,
+            emits_pty_turn_events: self.emits_pty_turn_events,
+        })
+    }
+
+    /// The profile as the task stores it.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "class": self.class,
+            "timing": self.timing,
+            "emitsPtyTurnEvents": self.emits_pty_turn_events,
+        })
+    }
 }
 
 impl Claimant {

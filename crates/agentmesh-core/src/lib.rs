@@ -42,7 +42,7 @@ pub mod tags;
 pub mod task;
 mod time;
 
-pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad};
+pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TranscriptProfile};
 pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
 pub use enqueue::{NewTask, NotBefore};

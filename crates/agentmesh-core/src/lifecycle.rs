@@ -6,7 +6,7 @@ use serde_json::json;
 
 use crate::{
     Claimant, InvalidTransition, Progress, ProgressReport, Task, TaskAction, TaskPriority, TaskStatus,
-    Timestamp,
+    Timestamp, TranscriptProfile,
 };
 
 /// The default retry budget of a task that sets none.
@@ -46,6 +46,7 @@ pub fn claim(
     t.assigned_node_id = Some(claimant.node_id.clone());
     t.assigned_session_id = Some(claimant.session_id.clone());
     t.assigned_provider_type = claimant.provider_type.clone().filter(|p| !p.trim().is_empty());
+    t.assigned_transcript_profile = claimant.transcript_profile.as_ref().map(TranscriptProfile::to_json);
     t.dispatch_nonce = Some(task.epoch() + 1);
     t.lease_expires_at = lease_ms.map(|ms| now.plus_millis(ms).iso());
     t.dispatch_timestamp = Some(iso.clone());

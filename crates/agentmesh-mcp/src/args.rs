@@ -429,6 +429,32 @@ pub(crate) struct ClaimArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub lease_ms: Option<u32>,
+    /// How your transcript is read, stamped on the task you claim.
+    #[serde(default)]
+    pub assigned_transcript_profile: Option<TranscriptProfileArgs>,
+}
+
+/// How a worker's transcript is read (`assignedTranscriptProfile`).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct TranscriptProfileArgs {
+    /// The transcript's class.
+    pub class: String,
+    /// When the transcript is written.
+    pub timing: String,
+    /// Whether the session emits PTY turn events.
+    #[serde(default)]
+    pub emits_pty_turn_events: bool,
+}
+
+impl From<TranscriptProfileArgs> for agentmesh_core::TranscriptProfile {
+    fn from(args: TranscriptProfileArgs) -> Self {
+        agentmesh_core::TranscriptProfile {
+            class: args.class,
+            timing: args.timing,
+            emits_pty_turn_events: args.emits_pty_turn_events,
+        }
+    }
 }
 
 /// Arguments of `heartbeat_task`.

@@ -592,8 +592,14 @@ working call heartbeat_task before the lease runs out; finish with complete_task
         input_schema = schema::<ClaimArgs>()
     )]
     async fn claim_task(&self, arguments: JsonObject) -> ToolResult {
-        let ClaimArgs { session_id, node_id, capability_tags, provider_type, lease_ms } =
-            args::parse(arguments)?;
+        let ClaimArgs {
+            session_id,
+            node_id,
+            capability_tags,
+            provider_type,
+            lease_ms,
+            assigned_transcript_profile,
+        } = args::parse(arguments)?;
         let body = ClaimBody {
             node_id: self.node(node_id),
             session_id: self.session(session_id),
@@ -605,6 +611,7 @@ working call heartbeat_task before the lease runs out; finish with complete_task
                         .ok_or_else(|| ToolError::invalid_argument("leaseMs", "must be at least 1"))
                 })
                 .transpose()?,
+            assigned_transcript_profile: assigned_transcript_profile.map(Into::into),
             ..ClaimBody::default()
         };
         let session = body.session_id.clone();

@@ -1001,6 +1001,16 @@ pub(crate) struct ClaimArgs {
     /// reclaimed when it runs out [default: 10m]
     #[arg(long, alias = "lease-secs", value_name = "DURATION", value_parser = duration::claim_lease)]
     pub lease: Option<Duration>,
+    /// The class of the session's transcript, stamped on the task it claims
+    /// (assignedTranscriptProfile; with --transcript-timing)
+    #[arg(long, value_name = "CLASS", requires = "transcript_timing")]
+    pub transcript_class: Option<String>,
+    /// When the session's transcript is written (with --transcript-class)
+    #[arg(long, value_name = "TIMING", requires = "transcript_class")]
+    pub transcript_timing: Option<String>,
+    /// The session emits PTY turn events (with --transcript-class)
+    #[arg(long, requires = "transcript_class")]
+    pub emits_pty_turn_events: bool,
 }
 
 /// Arguments of `heartbeat`.

@@ -485,6 +485,7 @@ mod tests {
             provider_type: Some("claude".into()),
             provider_max_parallel: None,
             node_is_worktree: false,
+            transcript_profile: None,
         }
     }
 

@@ -292,6 +292,28 @@ async fn a_task_goes_from_enqueue_to_the_coordinators_drain() {
 }
 
 #[tokio::test]
+async fn a_claim_stamps_the_transcript_profile_it_carries_and_a_bad_one_is_refused() {
+    let daemon = TestDaemon::start().await;
+    let (status, _) = daemon.post("/v1/meshes/m/tasks", json!({ "id": "t1", "message": "fix it" })).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let claim =
+        |profile: Value| json!({ "nodeId": "n1", "sessionId": "s1", "assignedTranscriptProfile": profile });
+    let bad = claim(json!({ "class": " ", "timing": "live" }));
+    let response = daemon.post("/v1/meshes/m/claims", bad).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "assignedTranscriptProfile.class");
+    let unknown = claim(json!({ "class": "pty", "timing": "live", "colour": "red" }));
+    let response = daemon.post("/v1/meshes/m/claims", unknown).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "colour");
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await.1["status"], "pending", "nothing was claimed");
+
+    let profile = json!({ "class": "pty", "timing": "live", "emitsPtyTurnEvents": true });
+    let (status, claimed) = daemon.post("/v1/meshes/m/claims", claim(profile.clone())).await;
+    assert_eq!(status, StatusCode::OK, "{claimed}");
+    assert_eq!(claimed["task"]["assignedTranscriptProfile"], profile, "{claimed}");
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await.1["assignedTranscriptProfile"], profile);
+}
+
+#[tokio::test]
 async fn a_completion_carries_the_workers_time_and_a_clock_far_behind_still_completes() {
     let daemon = TestDaemon::start().await;
     let (status, _) = daemon.post("/v1/meshes/m/tasks", json!({ "id": "t1", "message": "fix it" })).await;

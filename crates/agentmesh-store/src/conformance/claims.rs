@@ -362,3 +362,27 @@ pub fn epoch_increases_on_every_claim_and_reclaim(store: &dyn Store) {
     assert_eq!(second.epoch(), 3, "expected epoch 3 after claim, reclaim and claim");
     assert_eq!(find(store, MESH, "t1").epoch(), 3, "expected the stored epoch to be 3");
 }
+
+/// A claim stamps the claimant's transcript profile on the task (`assignedTranscriptProfile`), read back on the task and on the session's assigned rows; a claim without one stamps none.
+pub fn claim_stamps_the_claimants_transcript_profile(store: &dyn Store) {
+    enqueue(store, MESH, new_task("t1"), at(1));
+    enqueue(store, MESH, new_task("t2"), at(2));
+    let profile = agentmesh_core::TranscriptProfile {
+        class: "pty".into(),
+        timing: "live".into(),
+        emits_pty_turn_events: true,
+    };
+    let with_profile = Claimant { transcript_profile: Some(profile.clone()), ..worker("node-1", "s1") };
+    let task = claim_ok(store, MESH, &with_profile, at(10), "t1");
+    let stamped = serde_json::json!({ "class": "pty", "timing": "live", "emitsPtyTurnEvents": true });
+    assert_eq!(task.assigned_transcript_profile, Some(stamped.clone()), "expected the profile stamped");
+    assert_eq!(find(store, MESH, "t1").assigned_transcript_profile, Some(stamped.clone()), "and stored");
+    let assigned = store.queue_entries(MESH, &[TaskStatus::Assigned]).expect("the assigned rows");
+    assert_eq!(assigned.len(), 1, "{assigned:?}");
+    assert_eq!(assigned[0].assigned_transcript_profile, Some(stamped), "and on the session's assigned row");
+    assert!(task.to_json().contains("\"assignedTranscriptProfile\":{"), "{}", task.to_json());
+
+    complete(store, MESH, &task, at(20));
+    let plain = claim_ok(store, MESH, &worker("node-1", "s1"), at(30), "t2");
+    assert_eq!(plain.assigned_transcript_profile, None, "a claim without a profile stamps none");
+}

@@ -161,6 +161,7 @@ fn claimant(plan: &Plan, worker: usize) -> Claimant {
         provider_type: Some("claude".to_owned()),
         provider_max_parallel: Some(plan.cap),
         node_is_worktree: false,
+        transcript_profile: None,
     }
 }
 

@@ -444,6 +444,13 @@ pub fn claimant(spec: &ClaimSpec) -> Claimant {
         provider_type: PROVIDERS[spec.provider].map(str::to_owned),
         provider_max_parallel: CAPS[spec.cap],
         node_is_worktree: spec.worktree,
+        // Every other session says how its transcript is read, so both sides
+        // stamp the profile, and clear it, alike.
+        transcript_profile: (spec.session % 2 == 1).then(|| agentmesh_core::TranscriptProfile {
+            class: "pty".to_owned(),
+            timing: "live".to_owned(),
+            emits_pty_turn_events: true,
+        }),
     }
 }
 

@@ -34,6 +34,14 @@ pub(super) fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::R
         provider_max_parallel: args.max_parallel,
         node_is_worktree: args.worktree,
         lease_ms: lease_ms(args.lease)?,
+        assigned_transcript_profile: match (args.transcript_class, args.transcript_timing) {
+            (Some(class), Some(timing)) => Some(agentmesh_core::TranscriptProfile {
+                class,
+                timing,
+                emits_pty_turn_events: args.emits_pty_turn_events,
+            }),
+            _ => None,
+        },
     };
     let session = body.session_id.clone();
     let view = ctx.api()?.claim(ctx.mesh(), body)?;

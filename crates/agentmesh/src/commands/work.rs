@@ -167,6 +167,7 @@ pub(super) fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Re
         provider_max_parallel: None,
         node_is_worktree: false,
         lease_ms: Some(lease_ms),
+        assigned_transcript_profile: None,
     };
 
     let mut summary = WorkSummary::default();

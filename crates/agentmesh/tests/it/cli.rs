@@ -411,6 +411,30 @@ fn complete_with_claim_next_reports_and_claims_in_one_call() {
 }
 
 #[test]
+fn a_claim_stamps_the_transcript_profile_named_by_its_flags() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "write the parser", "--id", "a"]);
+    let lone = mesh.run(&["claim", "--node", "n1", "--session", "s1", "--transcript-class", "pty", "--json"]);
+    lone.assert_code(2);
+    assert!(lone.stderr.contains("--transcript-timing"), "{}", lone.stderr);
+    let claimed = mesh.json(&[
+        "claim",
+        "--node",
+        "n1",
+        "--session",
+        "s1",
+        "--transcript-class",
+        "pty",
+        "--transcript-timing",
+        "live",
+        "--emits-pty-turn-events",
+    ]);
+    let expected = serde_json::json!({ "class": "pty", "timing": "live", "emitsPtyTurnEvents": true });
+    assert_eq!(claimed["assignedTranscriptProfile"], expected, "{claimed}");
+    assert_eq!(mesh.json(&["task", "show", "a"])["assignedTranscriptProfile"], expected);
+}
+
+#[test]
 fn a_completion_carries_the_workers_time_and_a_clock_far_behind_still_completes() {
     let mesh = Mesh::new();
     mesh.json(&["task", "add", "write the parser", "--id", "a"]);

@@ -30,8 +30,10 @@ async fn a_worker_process_completes_what_a_coordinator_process_enqueued() {
     let enqueued = ok(&coordinator, "enqueue_task", json!({ "message": "write the parser" })).await;
     let task_id = enqueued["task"]["id"].as_str().unwrap().to_owned();
 
-    let claimed = ok(&worker, "claim_task", json!({})).await;
+    let profile = json!({ "class": "pty", "timing": "live", "emitsPtyTurnEvents": false });
+    let claimed = ok(&worker, "claim_task", json!({ "assignedTranscriptProfile": profile })).await;
     assert_eq!(claimed["task"]["id"], task_id.as_str());
+    assert_eq!(claimed["task"]["assignedTranscriptProfile"], profile, "{claimed}");
     let epoch = claimed["epoch"].as_u64().unwrap();
     ok(&worker, "complete_task", json!({ "summary": "parser written, 12 tests pass", "epoch": epoch })).await;
 
@@ -104,6 +106,11 @@ async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_not
         ("set_task_priority", json!({ "taskId": "t-f", "priority": "urgent" }), "priority"),
         ("claim_task", json!({ "sessionId": "w1", "nodeId": "BAD" }), "nodeId"),
         ("claim_task", json!({ "sessionId": "BAD" }), "sessionId"),
+        (
+            "claim_task",
+            json!({ "sessionId": "w1", "assignedTranscriptProfile": { "class": "BAD", "timing": "live" } }),
+            "assignedTranscriptProfile.class",
+        ),
         ("heartbeat_task", json!({ "taskId": "BAD", "epoch": 1, "sessionId": "w1" }), "taskId"),
         ("complete_task", json!({ "summary": "done", "sessionId": "BAD" }), "sessionId"),
         ("complete_task", json!({ "summary": "done", "occurredAt": "BAD" }), "occurredAt"),
