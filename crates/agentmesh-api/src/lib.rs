@@ -32,16 +32,16 @@ pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
     AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
-    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleRemovedView,
-    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
-    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
-    StatusView, ToolCallLogView,
+    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
+    MissionView, NodeRankView, PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView,
+    RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 pub use watch::WakeUp;
 use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
+    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams,
     ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
     RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams,
@@ -235,6 +235,15 @@ pub trait MeshApi: Send + Sync {
     /// Forgets a session's idle report (a session shutting down).
     fn remove_idle_session(&self, mesh: &str, node_id: &str, session_id: &str)
     -> MeshResult<IdleRemovedView>;
+    /// Holds an acknowledged task in flight, or updates its hold (its first
+    /// `heldAt` is kept; the rest is overwritten).
+    fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView>;
+    /// The mesh's in-flight holds, in the order they were first held.
+    fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>>;
+    /// The hold of one task; `not_found` when the task is not held.
+    fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView>;
+    /// Releases the hold of one task.
+    fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView>;
     /// Queues a message for a worker session.
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView>;
     /// Deliveries still waiting, for the mesh or one session.

@@ -14,17 +14,17 @@ use serde_json::Value;
 use crate::views::{
     AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView,
     DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
-    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
-    MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView,
-    RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
-    StatusView, ToolCallLogView, ToolCallView,
+    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
+    MeshSummaryView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView,
+    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView,
+    StaleDispatchesView, StatusView, ToolCallLogView, ToolCallView,
 };
 use crate::watch::{Look, Watch, watch_timeout};
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
     DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
-    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
     PriorityBody, ProgressBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody,
     RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody, ToolCallParams, id as id_rule,
     optional, optional_id, page_limit, required, seconds_before,
@@ -694,6 +694,35 @@ impl MeshApi for LocalMesh {
         let session_id = id_rule("sessionId", session_id.to_owned())?;
         let removed = self.write(|store, _| store.delete_idle_session(mesh, &node_id, &session_id))?;
         Ok(IdleRemovedView { removed })
+    }
+
+    fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {
+        let mesh = mesh_id(mesh)?;
+        let hold = agentmesh_core::NewInflightHold::try_from(body)?;
+        self.write(|store, now| store.upsert_inflight_hold(mesh, &hold, now)).map(HoldView::from)
+    }
+
+    fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>> {
+        let mesh = mesh_id(mesh)?;
+        Ok(self.store.inflight_holds(mesh)?.into_iter().map(HoldView::from).collect())
+    }
+
+    fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let hold = self.store.inflight_hold(mesh, &task_id)?.ok_or_else(|| StoreError::NotFound {
+            kind: "inflight hold",
+            mesh_id: mesh.to_owned(),
+            id: task_id.clone(),
+        })?;
+        Ok(HoldView::from(hold))
+    }
+
+    fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let released = self.write(|store, _| store.delete_inflight_hold(mesh, &task_id))?;
+        Ok(HoldReleasedView { released })
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

@@ -12,15 +12,15 @@ use serde::de::DeserializeOwned;
 
 use crate::views::{
     AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
-    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleRemovedView,
-    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
-    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
-    StatusView, ToolCallLogView,
+    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
+    MissionView, NodeRankView, PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView,
+    RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
+    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams,
     ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
     RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams, WatchParams,
@@ -391,6 +391,22 @@ impl MeshApi for RemoteMesh {
         session_id: &str,
     ) -> MeshResult<IdleRemovedView> {
         self.delete(mesh, &["idle-sessions", node_id, session_id])
+    }
+
+    fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {
+        self.post(mesh, &["holds"], &body)
+    }
+
+    fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>> {
+        self.get(mesh, &["holds"], &NO_QUERY)
+    }
+
+    fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView> {
+        self.get(mesh, &["holds", task_id], &NO_QUERY)
+    }
+
+    fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {
+        self.delete(mesh, &["holds", task_id])
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

@@ -867,6 +867,44 @@ pub struct IdleBody {
 /// How long an idle report holds when the session gives no ttl.
 pub const DEFAULT_IDLE_TTL_SECS: u32 = 300;
 
+/// `POST /v1/meshes/{mesh}/holds`: hold an acknowledged task in flight, or update
+/// its hold (its first `heldAt` is kept).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HoldBody {
+    /// The held task.
+    pub task_id: String,
+    /// Why it is held (`acked`, `awaiting_completion`, ...).
+    pub hold_reason: String,
+    /// When its session was first seen idle since it acknowledged the task
+    /// (ISO-8601); absent records none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_idle_since_ack: Option<String>,
+    /// How many reads of the session failed so far (0 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_failure_count: Option<u32>,
+}
+
+impl TryFrom<HoldBody> for agentmesh_core::NewInflightHold {
+    type Error = InvalidInput;
+    fn try_from(body: HoldBody) -> Result<Self, InvalidInput> {
+        let first_idle_since_ack = match optional(body.first_idle_since_ack) {
+            None => None,
+            Some(text) => Some(Timestamp::parse_iso(&text).ok_or_else(|| {
+                InvalidInput::new("firstIdleSinceAck", format!("{text:?} is not an ISO-8601 instant"))
+            })?),
+        };
+        let hold = agentmesh_core::NewInflightHold {
+            task_id: id("taskId", body.task_id)?,
+            hold_reason: required("holdReason", body.hold_reason)?,
+            first_idle_since_ack,
+            read_failure_count: body.read_failure_count.unwrap_or(0),
+        };
+        hold.validate()?;
+        Ok(hold)
+    }
+}
+
 /// `POST /v1/meshes/{mesh}/deliveries`: a message for a worker session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

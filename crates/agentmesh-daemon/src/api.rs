@@ -13,7 +13,7 @@ use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
+    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams,
     ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
     RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams, WatchParams,
@@ -62,6 +62,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/missions/{id}", get(mission))
         .route("/meshes/{mesh}/idle-sessions", post(report_idle).get(idle_sessions))
         .route("/meshes/{mesh}/idle-sessions/{node}/{session}", delete(remove_idle_session))
+        .route("/meshes/{mesh}/holds", post(hold_task).get(holds))
+        .route("/meshes/{mesh}/holds/{id}", get(hold).delete(release_hold))
         .route("/meshes/{mesh}/deliveries", post(send_delivery).get(deliveries))
         .route("/meshes/{mesh}/deliveries/{id}", get(delivery))
         .route("/meshes/{mesh}/deliveries/{id}/status", post(update_delivery))
@@ -512,6 +514,40 @@ async fn remove_idle_session(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.remove_idle_session(&mesh, &node, &session)).await.map(ok)
+}
+
+async fn hold_task(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<HoldBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.hold_task(&mesh, body)).await.map(ok)
+}
+
+async fn holds(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.holds(&mesh)).await.map(ok)
+}
+
+async fn hold(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.hold(&mesh, &id)).await.map(ok)
+}
+
+async fn release_hold(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.release_hold(&mesh, &id)).await.map(ok)
 }
 
 async fn delivery(

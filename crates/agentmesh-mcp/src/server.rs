@@ -16,7 +16,7 @@ use std::time::Duration;
 use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
     BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DeliveryStatusBody, DispatchBody, DrainBody, HeartbeatBody, HeldParams, IdleBody, LedgerParams,
+    DeliveryStatusBody, DispatchBody, DrainBody, HeartbeatBody, HeldParams, HoldBody, IdleBody, LedgerParams,
     ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody, PriorityBody, RequeueBody,
     RequeueHeldBody, ToolCallBody,
 };
@@ -33,8 +33,8 @@ use serde_json::{Value, json};
 
 use crate::args::{
     self, CancelTaskArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs, EnqueueTasksArgs, FailArgs,
-    HeartbeatArgs, HeldArgs, IdleArgs, LedgerArgs, ListMissionsArgs, ListTasksArgs, MissionArgs,
-    MissionIdArgs, NoArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs, SendMode, SessionArgs,
+    HeartbeatArgs, HeldArgs, HoldArgs, IdleArgs, LedgerArgs, ListHoldsArgs, ListMissionsArgs, ListTasksArgs,
+    MissionArgs, MissionIdArgs, NoArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs, SendMode, SessionArgs,
     SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
 };
 use crate::identity::Identity;
@@ -364,6 +364,53 @@ summary or failure reason.",
         let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.show_task(mesh, &task_id)).await?;
         answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Hold a task in flight once its worker acknowledged it, or update its hold: the \
+reason, when the worker's session was first seen idle since (firstIdleSinceAck) and how many reads of it \
+failed. The first time it was held (heldAt) is kept; release_hold ends the hold.",
+        input_schema = schema::<HoldArgs>()
+    )]
+    async fn hold_task(&self, arguments: JsonObject) -> ToolResult {
+        let HoldArgs { task_id, hold_reason, first_idle_since_ack, read_failure_count } =
+            args::parse(arguments)?;
+        let body = HoldBody { task_id, hold_reason, first_idle_since_ack, read_failure_count };
+        let hold = self.run(move |api, mesh| api.hold_task(mesh, body)).await?;
+        answer_json(json!({ "hold": hold }))
+    }
+
+    #[tool(
+        description = "List the tasks held in flight (hold_task), in the order they were first held, \
+with why and since when; with taskId, only that task's hold.",
+        input_schema = schema::<ListHoldsArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn list_holds(&self, arguments: JsonObject) -> ToolResult {
+        let ListHoldsArgs { task_id } = args::parse(arguments)?;
+        match task_id {
+            Some(task_id) => {
+                let task_id = args::id_argument("taskId", task_id)?;
+                let hold = self.run(move |api, mesh| api.hold(mesh, &task_id)).await?;
+                answer_json(json!({ "holds": [hold] }))
+            }
+            None => {
+                let holds = self.run(move |api, mesh| api.holds(mesh)).await?;
+                answer_json(json!({ "holds": holds }))
+            }
+        }
+    }
+
+    #[tool(
+        description = "Release the in-flight hold of a task (hold_task); the answer says whether it \
+was held.",
+        input_schema = schema::<TaskIdArgs>()
+    )]
+    async fn release_hold(&self, arguments: JsonObject) -> ToolResult {
+        let TaskIdArgs { task_id } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
+        let released = self.run(move |api, mesh| api.release_hold(mesh, &task_id)).await?;
+        answer_json(released)
     }
 
     #[tool(

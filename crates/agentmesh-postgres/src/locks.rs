@@ -48,6 +48,8 @@
 //! - replacing or inserting raw queue entries, a transfer import: every key of
 //!   the mesh (`write_exclusive`), and row locks as above.
 //! - writes that decide nothing (idle sessions, fingerprints, deletes by key)
+//!   or decide in one statement (an in-flight hold's upsert keeps its `held_at`
+//!   in its `ON CONFLICT`)
 //!   and sweeps across meshes: none, or each mesh's key in a transaction of
 //!   its own.
 //! - reads: none (one statement, or a snapshot).

@@ -73,6 +73,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0013_ledger_by_sequence.sql"),
         after: Some(ledger::renumbered),
     },
+    Migration {
+        name: "0014_inflight_hold",
+        sql: include_str!("../migrations/0014_inflight_hold.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

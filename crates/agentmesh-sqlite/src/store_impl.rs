@@ -8,9 +8,9 @@ use agentmesh_core::TaskPriority;
 
 use agentmesh_core::{
     Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
+    NewDirectDispatch, NewInflightHold, NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict,
+    RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
@@ -344,6 +344,27 @@ impl RuntimeStore for SqliteStore {
 
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>> {
         self.read(runtime::meshes_with_deliveries_or_dispatches)
+    }
+
+    fn upsert_inflight_hold(
+        &self,
+        mesh_id: &str,
+        hold: &NewInflightHold,
+        now: Timestamp,
+    ) -> StoreResult<InflightHold> {
+        self.write(|tx| runtime::upsert_inflight_hold(tx, mesh_id, hold, now))
+    }
+
+    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>> {
+        self.read(|c| runtime::inflight_hold(c, mesh_id, task_id))
+    }
+
+    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>> {
+        self.read(|c| runtime::inflight_holds(c, mesh_id))
+    }
+
+    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.write(|tx| runtime::delete_inflight_hold(tx, mesh_id, task_id))
     }
 
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {

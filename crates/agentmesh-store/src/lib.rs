@@ -18,9 +18,9 @@ use agentmesh_core::TaskPriority;
 
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
-    DispatchStatus, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
-    NewDirectDispatch, NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions,
-    Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    DispatchStatus, IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission,
+    MissionProgress, NewDirectDispatch, NewInflightHold, NewMission, NewSessionDelivery, NewTask, RateGuard,
+    RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 
 pub mod deadline;
@@ -636,8 +636,8 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice>;
 }
 
-/// Runtime records beside the queue: direct dispatches, session deliveries, idle
-/// sessions, completion fingerprints and conflicts, the tool-call rate guard.
+/// Runtime records beside the queue: direct dispatches, session deliveries,
+/// in-flight holds, idle sessions, completion fingerprints and conflicts, the tool-call rate guard.
 /// Part of [`Store`].
 pub trait RuntimeStore: Send + Sync + 'static {
     /// Records a direct dispatch (status `dispatched`), replacing the row of the
@@ -719,6 +719,26 @@ pub trait RuntimeStore: Send + Sync + 'static {
     /// The meshes that have session deliveries or direct dispatches, each once,
     /// sorted: what the per-mesh delivery and dispatch sweeps have to visit.
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>>;
+
+    /// Holds a task in flight, or updates its hold: an existing hold of the task
+    /// keeps the instant it was first held (`heldAt`); its reason, idle anchor
+    /// (`None` clears it) and read-failure count are overwritten, and `updatedAt`
+    /// is `now`. Returns the hold as stored.
+    fn upsert_inflight_hold(
+        &self,
+        mesh_id: &str,
+        hold: &NewInflightHold,
+        now: Timestamp,
+    ) -> StoreResult<InflightHold>;
+
+    /// The hold of one task; `None` when the task is not held.
+    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>>;
+
+    /// The mesh's holds, in the order they were first held (then by task id).
+    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>>;
+
+    /// Releases the hold of one task; returns whether it was held.
+    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
 
     /// Records (or refreshes) an idle session.
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()>;

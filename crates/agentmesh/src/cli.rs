@@ -235,6 +235,9 @@ pub(crate) enum Command {
     /// List the worker sessions that reported themselves idle, or remove one's report
     #[command(after_help = SESSIONS_EXAMPLES)]
     Sessions(SessionsArgs),
+    /// List the in-flight holds of acknowledged tasks, or set, show and release one
+    #[command(after_help = HOLDS_EXAMPLES)]
+    Holds(HoldsArgs),
     /// List the messages still waiting to be delivered to worker sessions, or show
     /// and move one
     #[command(after_help = DELIVERIES_EXAMPLES)]
@@ -361,6 +364,16 @@ Examples:
 const SESSIONS_REMOVE_EXAMPLES: &str = "\
 Examples:
   agentmesh sessions remove --node laptop --session worker-1";
+
+/// Shown after `agentmesh holds --help`.
+const HOLDS_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds
+  agentmesh holds --json
+  agentmesh holds set t-42 --reason acked
+  agentmesh holds set t-42 --reason idle_after_ack --first-idle-since-ack 2025-01-01T00:00:00Z --read-failures 1
+  agentmesh holds show t-42
+  agentmesh holds release t-42";
 
 /// Shown after `agentmesh deliveries --help`.
 const DELIVERIES_EXAMPLES: &str = "\
@@ -1574,6 +1587,50 @@ pub(crate) struct DispatchRemoveArgs {
     /// The tasks whose dispatches go
     #[arg(value_name = "TASK", required = true)]
     pub tasks: Vec<String>,
+}
+
+/// Arguments of `holds`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldsArgs {
+    /// Without one, the mesh's holds are listed in the order they were first held
+    #[command(subcommand)]
+    pub command: Option<HoldsCommand>,
+}
+
+/// `agentmesh holds ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum HoldsCommand {
+    /// Hold a task in flight, or update its hold (the first held time is kept)
+    Set(HoldSetArgs),
+    /// Show the hold of one task
+    Show(HoldTaskArgs),
+    /// Release the hold of one task
+    Release(HoldTaskArgs),
+}
+
+/// Arguments of `holds set`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldSetArgs {
+    /// The held task
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// Why it is held (acked, idle_after_ack, ...)
+    #[arg(long, value_name = "REASON")]
+    pub reason: String,
+    /// When its session was first seen idle since it acknowledged the task (ISO-8601)
+    #[arg(long, value_name = "WHEN")]
+    pub first_idle_since_ack: Option<String>,
+    /// How many reads of the session failed so far
+    #[arg(long, value_name = "N")]
+    pub read_failures: Option<u32>,
+}
+
+/// Arguments of `holds show` and `holds release`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldTaskArgs {
+    /// The held task
+    #[arg(value_name = "TASK")]
+    pub task: String,
 }
 
 /// Arguments of `sessions`.

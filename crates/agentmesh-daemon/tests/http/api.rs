@@ -1272,6 +1272,69 @@ async fn idle_sessions_are_reported_and_listed() {
 }
 
 #[tokio::test]
+async fn inflight_holds_are_upserted_read_listed_and_released() {
+    let daemon = TestDaemon::start().await;
+    let first = json!({ "taskId": "t2", "holdReason": "acked" });
+    let (status, held) = daemon.post("/v1/meshes/m/holds", first).await;
+    assert_eq!(status, StatusCode::OK, "{held}");
+    assert_eq!(
+        (&held["taskId"], &held["meshId"], &held["holdReason"]),
+        (&json!("t2"), &json!("m"), &json!("acked"))
+    );
+    assert_eq!(held["firstIdleSinceAck"], Value::Null, "an omitted idle anchor reads back empty: {held}");
+    assert_eq!(held["readFailureCount"], 0);
+    let held_at = held["heldAt"].clone();
+
+    let update = json!({
+        "taskId": "t2",
+        "holdReason": "idle_after_ack",
+        "firstIdleSinceAck": "2025-01-01T01:00:00+01:00",
+        "readFailureCount": 2,
+    });
+    let (status, updated) = daemon.post("/v1/meshes/m/holds", update).await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["heldAt"], held_at, "the first heldAt is kept: {updated}");
+    assert_eq!(updated["holdReason"], "idle_after_ack");
+    assert_eq!(updated["firstIdleSinceAck"], "2025-01-01T00:00:00.000Z");
+    assert_eq!(updated["readFailureCount"], 2);
+    let (status, one) = daemon.get("/v1/meshes/m/holds/t2").await;
+    assert_eq!((status, &one), (StatusCode::OK, &updated));
+
+    daemon.post("/v1/meshes/m/holds", json!({ "taskId": "t1", "holdReason": "acked" })).await;
+    let (status, list) = daemon.get("/v1/meshes/m/holds").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let order: Vec<&str> = list.as_array().unwrap().iter().filter_map(|h| h["taskId"].as_str()).collect();
+    assert_eq!(order, ["t2", "t1"], "listed in the order first held: {list}");
+
+    for (body, field) in [
+        (json!({ "taskId": " ", "holdReason": "acked" }), "taskId"),
+        (json!({ "taskId": "t3", "holdReason": "" }), "holdReason"),
+        (
+            json!({ "taskId": "t3", "holdReason": "acked", "firstIdleSinceAck": "yesterday" }),
+            "firstIdleSinceAck",
+        ),
+        (json!({ "taskId": "t3", "holdReason": "acked", "readFailureCount": -1 }), "readFailureCount"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/holds", body).await;
+        assert_eq!(response.0, StatusCode::BAD_REQUEST, "{}", response.1);
+        assert!(
+            response.1["error"]["message"].as_str().unwrap_or_default().contains(field),
+            "{}",
+            response.1
+        );
+    }
+    let (_, list) = daemon.get("/v1/meshes/m/holds").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(2), "refused holds store nothing: {list}");
+
+    let (status, released) = daemon.send(Method::DELETE, "/v1/meshes/m/holds/t2", None).await;
+    assert_eq!((status, released), (StatusCode::OK, json!({ "released": true })));
+    let (_, again) = daemon.send(Method::DELETE, "/v1/meshes/m/holds/t2", None).await;
+    assert_eq!(again, json!({ "released": false }));
+    let response = daemon.get("/v1/meshes/m/holds/t2").await;
+    assert_eq!(response.0, StatusCode::NOT_FOUND, "{}", response.1);
+}
+
+#[tokio::test]
 async fn the_delivery_sweep_expires_deliveries_of_meshes_the_daemon_never_served() {
     let expired_at = Timestamp::from_millis(1_700_000_000_000);
     let daemon = TestDaemon::start_on(
@@ -1444,6 +1507,7 @@ fn bad_id_cases() -> Vec<(&'static str, Value, &'static str)> {
         ("/events/retract", json!({ "taskId": "BAD" }), "taskId"),
         ("/missions", json!({ "id": "BAD", "title": "T" }), "id"),
         ("/idle-sessions", json!({ "nodeId": "n1", "sessionId": "BAD", "providerType": "p" }), "sessionId"),
+        ("/holds", json!({ "taskId": "BAD", "holdReason": "acked" }), "taskId"),
         ("/deliveries", json!({ "sessionId": "BAD", "message": "m" }), "sessionId"),
         ("/deliveries", json!({ "id": "BAD", "sessionId": "s1", "message": "m" }), "id"),
         ("/dispatches", json!({ "taskId": "BAD", "message": "m" }), "taskId"),
@@ -1899,6 +1963,10 @@ fn body_routes() -> Vec<(&'static str, Value)> {
             "/idle-sessions",
             json!({ "nodeId": "n1", "sessionId": "s1", "providerType": "claude", "ttlSecs": 60 }),
         ),
+        (
+            "/holds",
+            json!({ "taskId": "t1", "holdReason": "acked", "firstIdleSinceAck": "2025-01-01T00:00:00Z" }),
+        ),
         ("/deliveries", json!({ "sessionId": "s1", "message": "hello" })),
         ("/dispatches", json!({ "taskId": "t1", "sessionId": "s1", "message": "x" })),
         ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "n1", "capabilityTags": ["rust"] }] })),
@@ -1958,6 +2026,9 @@ const BODY_KEYS: &[&str] = &[
     "nodes",
     "ttlSecs",
     "metadata",
+    "holdReason",
+    "firstIdleSinceAck",
+    "readFailureCount",
     "ended",
     "strategy",
     "notBefore",

@@ -33,6 +33,8 @@
 //!   backwards, retries, the active view, confirmation and expiry.
 //! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
 //!   tool-call rate guard.
+//! - [`holds`]: in-flight holds: the first instant kept by an upsert, reads by
+//!   task, the list in held order, release.
 //! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, retract, mesh isolation, and a
@@ -56,6 +58,7 @@ pub mod concurrency;
 pub mod deliveries;
 pub mod dispatches;
 pub mod guardrail;
+pub mod holds;
 pub mod inbox;
 pub mod inbox_reconcile;
 pub mod inbox_routing;
@@ -72,6 +75,7 @@ pub use concurrency::*;
 pub use deliveries::*;
 pub use dispatches::*;
 pub use guardrail::*;
+pub use holds::*;
 pub use inbox::*;
 pub use inbox_reconcile::*;
 pub use inbox_routing::*;
@@ -219,6 +223,12 @@ macro_rules! conformance_tests {
             session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone,
             session_delivery_without_a_message_is_stored_with_an_empty_message,
             session_delivery_is_read_by_id_whatever_its_status,
+            // In-flight holds.
+            inflight_hold_is_stored_and_read_back_by_task,
+            inflight_hold_upsert_keeps_the_first_held_at,
+            inflight_holds_are_listed_by_mesh_in_held_order,
+            inflight_hold_delete_reports_whether_it_was_held,
+            inflight_hold_rejects_bad_input_naming_the_field,
             // Idle sessions, fingerprints, conflicts, rate guard.
             idle_sessions_are_scoped_by_mesh,
             setting_an_idle_session_again_refreshes_it,

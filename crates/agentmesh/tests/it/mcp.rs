@@ -493,6 +493,9 @@ fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
         ("fail_task", json!({ "reason": "no disk", "sessionId": "w1" })),
         ("get_pending_mesh_events", json!({ "maxChars": 100 })),
         ("heartbeat_task", json!({ "taskId": "t-f", "epoch": 1, "sessionId": "w1" })),
+        ("hold_task", json!({ "taskId": "t-f", "holdReason": "acked", "readFailureCount": 2 })),
+        ("list_holds", json!({ "taskId": "t-f" })),
+        ("release_hold", json!({ "taskId": "t-f" })),
         ("ledger_tail", json!({ "tail": 5 })),
         ("list_held_events", json!({ "reason": "pending_retention_expired", "olderThanSecs": 60 })),
         ("requeue_held_events", json!({ "taskId": "t-f" })),
@@ -543,6 +546,9 @@ const ARGUMENT_KEYS: &[&str] = &[
     "all",
     "ids",
     "error",
+    "holdReason",
+    "firstIdleSinceAck",
+    "readFailureCount",
 ];
 
 fn argument_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
