@@ -31,18 +31,18 @@ pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, DEFAULT_REQUEST_TIMEOUT, ENFO
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
-    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
-    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
-    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
-    MissionView, NodeRankView, PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView,
-    RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
+    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
+    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
+    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RemovedView,
+    RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 pub use watch::WakeUp;
 use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
+    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
+    DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
     RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams,
 };
@@ -200,6 +200,8 @@ pub trait MeshApi: Send + Sync {
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView>;
     /// Marks events delivered elsewhere as drained, by row id.
     fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView>;
+    /// Deletes events by row id, drained or not, with their fingerprints.
+    fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView>;
     /// Removes a task's undelivered `mesh:dispatch_blocked` events.
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView>;
     /// Held events (quarantined by an enforce-mode drain, or moved out of the inbox

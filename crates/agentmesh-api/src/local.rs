@@ -12,9 +12,9 @@ use agentmesh_store::{ClaimOptions, CompletionReport, DrainRequest, Heartbeat, S
 use serde_json::Value;
 
 use crate::views::{
-    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView,
-    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
-    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
+    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
+    DeliveryChangeView, DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView,
+    HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
     MeshSummaryView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView,
     PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView,
     StaleDispatchesView, StatusView, ToolCallLogView, ToolCallView,
@@ -22,12 +22,12 @@ use crate::views::{
 use crate::watch::{Look, Watch, watch_timeout};
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
-    DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
-    HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PriorityBody, ProgressBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody,
-    RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody, ToolCallParams, id as id_rule,
-    optional, optional_id, page_limit, required, seconds_before,
+    DEFAULT_IDLE_TTL_SECS, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody,
+    DispatchBody, DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams,
+    HeldSelection, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams,
+    PlacementBody, PriorityBody, ProgressBody, PushEventBody, RemoveDispatchesBody, RequeueBody,
+    RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody,
+    ToolCallParams, id as id_rule, optional, optional_id, page_limit, required, seconds_before,
 };
 use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
@@ -481,6 +481,13 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let ids = body.into_ids()?;
         self.write(|store, now| store.ack_pending_events(mesh, &ids, now)).map(|acked| AckView { acked })
+    }
+
+    fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView> {
+        let mesh = mesh_id(mesh)?;
+        let ids = body.into_ids()?;
+        self.write(|store, _| store.delete_pending_events(mesh, &ids))
+            .map(|deleted| DeletedEventsView { deleted })
     }
 
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {

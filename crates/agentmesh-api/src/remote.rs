@@ -11,17 +11,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::views::{
-    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
-    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
-    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
-    MissionView, NodeRankView, PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView,
-    RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
+    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
+    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
+    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RemovedView,
+    RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
+    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
+    DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
     RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams, WatchParams,
 };
@@ -326,6 +326,10 @@ impl MeshApi for RemoteMesh {
 
     fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView> {
         self.post(mesh, &["events", "ack"], &body)
+    }
+
+    fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView> {
+        self.post(mesh, &["events", "delete"], &body)
     }
 
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {

@@ -90,6 +90,13 @@ pub struct AckView {
     pub acked: u64,
 }
 
+/// What deleting events answers: how many events it deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletedEventsView {
+    /// Events deleted, drained or not.
+    pub deleted: u64,
+}
+
 /// What a retract answers: how many undelivered events it removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetractView {
@@ -276,6 +283,9 @@ pub struct MissionView {
     pub goal: String,
     /// Status word.
     pub status: String,
+    /// Where the mission came from (`null` when it was never given).
+    #[serde(default)]
+    pub source: Option<String>,
     /// Creation time (ISO).
     pub created_at: String,
     /// Last change (ISO).
@@ -293,6 +303,7 @@ impl MissionView {
             title: mission.title,
             goal: mission.goal,
             status: mission.status,
+            source: mission.source,
             created_at: mission.created_at,
             updated_at: mission.updated_at,
             progress: progress.into(),

@@ -783,6 +783,22 @@ pub struct WatchParams {
     pub timeout_secs: Option<u64>,
 }
 
+/// `POST /v1/meshes/{mesh}/events/delete`: events deleted outright, by row id,
+/// drained or not (their fingerprints take new events again).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteEventsBody {
+    /// Row ids, as a drain or peek handed them out.
+    pub ids: Vec<String>,
+}
+
+impl DeleteEventsBody {
+    /// The ids, trimmed; one that breaks the id rule is refused by its index.
+    pub fn into_ids(self) -> Result<Vec<String>, InvalidInput> {
+        self.ids.into_iter().enumerate().map(|(i, value)| id(&format!("ids[{i}]"), value)).collect()
+    }
+}
+
 /// `POST /v1/meshes/{mesh}/events/ack`: events delivered elsewhere, by row id.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -820,6 +836,10 @@ pub struct MissionBody {
     /// Status word (`active` for a new mission when absent; kept on update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Where the mission came from; written once (a mission that has a source
+    /// keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl TryFrom<MissionBody> for NewMission {
@@ -831,6 +851,7 @@ impl TryFrom<MissionBody> for NewMission {
             title: body.title,
             goal: body.goal,
             status: body.status.map(|s| s.trim().to_owned()),
+            source: optional(body.source),
         };
         new.validate()?;
         Ok(new)

@@ -12,9 +12,9 @@ use agentmesh_api::views::{DrainView, InboxEventView};
 use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
+    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
+    DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
     RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams, WatchParams,
 };
@@ -53,6 +53,7 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/events/peek", post(peek))
         .route("/meshes/{mesh}/events/watch", post(watch))
         .route("/meshes/{mesh}/events/ack", post(ack_events))
+        .route("/meshes/{mesh}/events/delete", post(delete_events))
         .route("/meshes/{mesh}/events/retract", post(retract_dispatch_blocked))
         .route("/meshes/{mesh}/events/held", get(held_events))
         .route("/meshes/{mesh}/events/held/requeue", post(requeue_held))
@@ -408,6 +409,15 @@ async fn ack_events(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.ack(&mesh, body)).await.map(ok)
+}
+
+async fn delete_events(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<DeleteEventsBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.delete_events(&mesh, body)).await.map(ok)
 }
 
 async fn retract_dispatch_blocked(

@@ -364,6 +364,10 @@ pub(crate) struct MissionArgs {
     #[serde(default)]
     #[schemars(example = &"active", example = &"paused", example = &"completed", example = &"abandoned")]
     pub status: Option<String>,
+    /// Where the mission came from; written once, a mission that has one keeps it.
+    #[serde(default)]
+    #[schemars(example = &"coordinator")]
+    pub source: Option<String>,
 }
 
 /// Arguments of `list_missions`.

@@ -369,7 +369,7 @@ summary or failure reason.",
     #[tool(
         description = "Hold a task in flight once its worker acknowledged it, or update its hold: the \
 reason, when the worker's session was first seen idle since (firstIdleSinceAck) and how many reads of it \
-failed. The first time it was held (heldAt) is kept; release_hold ends the hold.",
+failed. The time it was first held is kept; release_hold ends the hold.",
         input_schema = schema::<HoldArgs>()
     )]
     async fn hold_task(&self, arguments: JsonObject) -> ToolResult {
@@ -547,9 +547,9 @@ missionId). Its progress is counted from its tasks.",
         input_schema = schema::<MissionArgs>()
     )]
     async fn upsert_mission(&self, arguments: JsonObject) -> ToolResult {
-        let MissionArgs { mission_id, title, goal, status } = args::parse(arguments)?;
+        let MissionArgs { mission_id, title, goal, status, source } = args::parse(arguments)?;
         let mission_id = args::id_argument("missionId", mission_id)?;
-        let body = MissionBody { id: mission_id, title, goal, status };
+        let body = MissionBody { id: mission_id, title, goal, status, source };
         let saved = self.run(move |api, mesh| api.upsert_mission(mesh, body)).await?;
         answer_json(saved)
     }

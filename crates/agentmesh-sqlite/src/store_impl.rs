@@ -494,6 +494,10 @@ impl InboxStore for SqliteStore {
         self.write(|tx| inbox::ack(tx, mesh_id, ids))
     }
 
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| inbox::delete(tx, mesh_id, ids))
+    }
+
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
         self.write(|tx| inbox::retract_dispatch_blocked(tx, mesh_id, task_id))
     }

@@ -859,6 +859,12 @@ pub trait InboxStore: Send + Sync + 'static {
     /// returns how many changed.
     fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64>;
 
+    /// Deletes the mesh's events of these row ids, drained or not, with their
+    /// queue entries and dedup history (their fingerprints and event ids take new
+    /// events again): the original's `deletePendingEventsById`. Returns how many
+    /// events were deleted; unknown ids and other meshes' events are passed over.
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
+
     /// Deletes the undelivered `mesh:dispatch_blocked` events of a task; returns how many.
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64>;
 

@@ -1098,6 +1098,9 @@ pub(crate) enum EventsCommand {
     /// Mark events drained by id (after they were delivered some other way)
     #[command(after_help = ACK_EXAMPLES)]
     Ack(EventsAckArgs),
+    /// Delete events by id, drained or not (their fingerprints take new events again)
+    #[command(after_help = DELETE_EVENTS_EXAMPLES)]
+    Delete(EventsAckArgs),
     /// Withdraw the undelivered mesh:dispatch_blocked events of a task
     #[command(after_help = RETRACT_EXAMPLES)]
     Retract(EventsRetractArgs),
@@ -1213,6 +1216,12 @@ Examples:
 const ACK_EXAMPLES: &str = "\
 Examples:
   agentmesh events ack evt-1 evt-2";
+
+/// Shown after `agentmesh events delete --help`.
+const DELETE_EVENTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh events delete evt-1 evt-2
+  agentmesh events delete evt-1 --json";
 
 /// Shown after `agentmesh events retract --help`.
 const RETRACT_EXAMPLES: &str = "\
@@ -1461,6 +1470,9 @@ pub(crate) struct MissionAddArgs {
     /// [default: active, or the current status on an update]
     #[arg(long, value_name = "STATUS")]
     pub status: Option<String>,
+    /// Where the mission came from; written once (a mission that has one keeps it)
+    #[arg(long, value_name = "TEXT")]
+    pub source: Option<String>,
 }
 
 /// Arguments of `mission list`.

@@ -810,6 +810,7 @@ mod tests {
             title: "Harden login".into(),
             goal: String::new(),
             status: "active".into(),
+            source: None,
             created_at: "2025-01-01T00:00:00.000Z".into(),
             updated_at: "2025-01-01T00:00:00.000Z".into(),
         };

@@ -597,6 +597,43 @@ async fn pushed_events_are_peeked_acked_and_retracted() {
 }
 
 #[tokio::test]
+async fn events_are_deleted_by_id_drained_or_not_and_their_fingerprints_freed() {
+    let daemon = TestDaemon::start().await;
+    let push = |task: &str| json!({ "event": blocked_event(task), "selfMachineId": "mach_abc" });
+    let (status, first) = daemon.post("/v1/meshes/m/events", push("t1")).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (_, second) = daemon.post("/v1/meshes/m/events", push("t2")).await;
+    let ack = json!({ "ids": [second["id"]] });
+    assert_eq!(daemon.post("/v1/meshes/m/events/ack", ack).await, (StatusCode::OK, json!({ "acked": 1 })));
+
+    for (body, needle) in [
+        (json!({ "ids": "all" }), "invalid ids"),
+        (json!({ "ids": [first["id"], ""] }), "ids[1]"),
+        (json!({ "ids": [first["id"]], "all": true }), "unknown field `all`"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/events/delete", body).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", needle);
+    }
+    let (_, status_view) = daemon.get("/v1/meshes/m/status").await;
+    assert_eq!(status_view["pendingEvents"], 1, "a refused delete deletes nothing: {status_view}");
+
+    let delete = json!({ "ids": [first["id"], second["id"], "no-such-row"] });
+    assert_eq!(
+        daemon.post("/v1/meshes/m/events/delete", delete.clone()).await,
+        (StatusCode::OK, json!({ "deleted": 2 }))
+    );
+    assert_eq!(
+        daemon.post("/v1/meshes/m/events/delete", delete).await,
+        (StatusCode::OK, json!({ "deleted": 0 }))
+    );
+    let coordinator = json!({ "daemonId": "daemon_mach_abc", "runId": "run-1" });
+    let (_, peeked) = daemon.post("/v1/meshes/m/events/peek", coordinator).await;
+    assert_eq!(peeked["events"], json!([]), "{peeked}");
+    let (status, again) = daemon.post("/v1/meshes/m/events", push("t1")).await;
+    assert_eq!(status, StatusCode::CREATED, "a deleted event's fingerprint takes a new one: {again}");
+}
+
+#[tokio::test]
 async fn bad_event_requests_are_refused_and_queue_nothing() {
     let daemon = TestDaemon::start().await;
     let mut other_mesh = blocked_event("t1");
@@ -1219,9 +1256,14 @@ async fn missions_are_created_updated_listed_and_shown() {
         daemon.post("/v1/meshes/m/missions", json!({ "id": "ms1", "title": "Ship it" })).await;
     assert_eq!(status, StatusCode::CREATED, "{saved}");
     assert_eq!((&saved["id"], &saved["created"]), (&json!("ms1"), &json!(true)), "{saved}");
-    let update = json!({ "id": "ms1", "title": "Ship it", "goal": "v1 out" });
+    assert_eq!(saved["source"], Value::Null, "no source given: {saved}");
+    let update = json!({ "id": "ms1", "title": "Ship it", "goal": "v1 out", "source": "coordinator" });
     let (status, updated) = daemon.post("/v1/meshes/m/missions", update).await;
     assert_eq!((status, &updated["created"]), (StatusCode::OK, &json!(false)), "{updated}");
+    assert_eq!(updated["source"], "coordinator", "the first source is written: {updated}");
+    let other = json!({ "id": "ms1", "title": "Ship it", "source": "import" });
+    let (_, kept) = daemon.post("/v1/meshes/m/missions", other).await;
+    assert_eq!(kept["source"], "coordinator", "a written source is kept: {kept}");
     daemon.post("/v1/meshes/m/tasks", json!({ "message": "part", "id": "t1", "missionId": "ms1" })).await;
 
     let (status, list) = daemon.get("/v1/meshes/m/missions").await;
@@ -1241,6 +1283,10 @@ async fn missions_are_created_updated_listed_and_shown() {
     let response =
         daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2", "title": "t", "owner": "me" })).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `owner`");
+    let long = "s".repeat(201);
+    let response =
+        daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2", "title": "t", "source": long })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "source");
     let response = daemon.get("/v1/meshes/m/missions?status=Done!").await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "Done!");
     let response = daemon.get("/v1/meshes/m/missions/nope").await;
@@ -1504,6 +1550,7 @@ fn bad_id_cases() -> Vec<(&'static str, Value, &'static str)> {
         ("/events/drain", json!({ "daemonId": "BAD", "runId": "run-1" }), "daemonId"),
         ("/events/peek", json!({ "daemonId": "mach_A", "runId": "BAD" }), "runId"),
         ("/events/ack", json!({ "ids": ["e1", "BAD"] }), "ids[1]"),
+        ("/events/delete", json!({ "ids": ["e1", "BAD"] }), "ids[1]"),
         ("/events/retract", json!({ "taskId": "BAD" }), "taskId"),
         ("/missions", json!({ "id": "BAD", "title": "T" }), "id"),
         ("/idle-sessions", json!({ "nodeId": "n1", "sessionId": "BAD", "providerType": "p" }), "sessionId"),
@@ -1957,6 +2004,7 @@ fn body_routes() -> Vec<(&'static str, Value)> {
         ("/events/drain", coordinator.clone()),
         ("/events/peek", coordinator.clone()),
         ("/events/ack", json!({ "ids": ["evt-1"] })),
+        ("/events/delete", json!({ "ids": ["evt-1"] })),
         ("/events/retract", json!({ "taskId": "t1" })),
         ("/missions", json!({ "id": "mission-1", "title": "Fuzz", "goal": "find bugs" })),
         (

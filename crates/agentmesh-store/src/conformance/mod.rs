@@ -250,6 +250,7 @@ macro_rules! conformance_tests {
             // Missions and placement.
             upsert_mission_creates_an_active_mission_and_records_mission_created,
             upsert_mission_says_whether_it_created_the_mission,
+            mission_source_is_written_once,
             upsert_mission_updates_and_keeps_the_creation_time,
             missions_are_listed_by_status_most_recently_updated_first,
             mission_id_used_in_another_mesh_follows_the_id_scope,
@@ -273,6 +274,7 @@ macro_rules! conformance_tests {
             inbox_peek_shows_what_a_drain_would_deliver_and_changes_nothing,
             inbox_delivered_events_are_never_delivered_again,
             inbox_ack_counts_what_it_changes,
+            inbox_events_are_deleted_by_id,
             inbox_meshes_are_isolated,
             inbox_retract_removes_only_undelivered_dispatch_blocked_events_of_the_task,
             inbox_system_scope_events_go_to_no_coordinator,

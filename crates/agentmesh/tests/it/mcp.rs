@@ -400,6 +400,7 @@ fn base_arguments(tool: &str) -> Value {
         "heartbeat_task" => json!({ "taskId": "t-doc", "epoch": 1 }),
         "complete_task" => json!({ "summary": "done" }),
         "fail_task" => json!({ "reason": "no disk" }),
+        "hold_task" => json!({ "taskId": "t-doc", "holdReason": "acked" }),
         "wait_for_mesh_events" => json!({ "seconds": 1 }),
         _ => json!({}),
     }
