@@ -32,19 +32,19 @@ pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
     AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
-    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
-    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
-    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RemovedView,
-    RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+    DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView, DispatchedTaskView, DrainView,
+    FingerprintView, HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView,
+    InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 pub use watch::WakeUp;
 use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
-    DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams,
+    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -237,6 +237,12 @@ pub trait MeshApi: Send + Sync {
     /// Forgets a session's idle report (a session shutting down).
     fn remove_idle_session(&self, mesh: &str, node_id: &str, session_id: &str)
     -> MeshResult<IdleRemovedView>;
+    /// Records a task already dispatched straight to a session: assigned to it,
+    /// with its entry and a delivered record; an id the mesh holds changes nothing.
+    fn record_dispatched_task(&self, mesh: &str, body: DispatchedTaskBody) -> MeshResult<DispatchedTaskView>;
+    /// Whether a delivery of the task reached its session (delivered, acked or
+    /// completed).
+    fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView>;
     /// Holds an acknowledged task in flight, or updates its hold (its first
     /// `heldAt` is kept; the rest is overwritten).
     fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView>;

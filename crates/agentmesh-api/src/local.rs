@@ -13,21 +13,23 @@ use serde_json::Value;
 
 use crate::views::{
     AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
-    DeliveryChangeView, DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView,
-    HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
-    MeshSummaryView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView,
-    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView,
-    StaleDispatchesView, StatusView, ToolCallLogView, ToolCallView,
+    DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
+    DispatchedTaskView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
+    MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
+    StatusView, ToolCallLogView, ToolCallView,
 };
 use crate::watch::{Look, Watch, watch_timeout};
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DEFAULT_IDLE_TTL_SECS, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody,
-    DispatchBody, DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams,
-    HeldSelection, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams,
-    PlacementBody, PriorityBody, ProgressBody, PushEventBody, RemoveDispatchesBody, RequeueBody,
-    RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody,
-    ToolCallParams, id as id_rule, optional, optional_id, page_limit, required, seconds_before,
+    DispatchBody, DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams,
+    HeartbeatBody, HeldParams, HeldSelection, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams,
+    MissionBody, MissionListParams, PlacementBody, PriorityBody, ProgressBody, PushEventBody,
+    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
+    StatusFilter, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit, required,
+    seconds_before,
 };
 use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
@@ -701,6 +703,20 @@ impl MeshApi for LocalMesh {
         let session_id = id_rule("sessionId", session_id.to_owned())?;
         let removed = self.write(|store, _| store.delete_idle_session(mesh, &node_id, &session_id))?;
         Ok(IdleRemovedView { removed })
+    }
+
+    fn record_dispatched_task(&self, mesh: &str, body: DispatchedTaskBody) -> MeshResult<DispatchedTaskView> {
+        let mesh = mesh_id(mesh)?;
+        let new = agentmesh_core::NewDispatchedTask::try_from(body)?;
+        let recorded = self.write(|store, now| store.record_dispatched_task(mesh, &new, now))?;
+        Ok(DispatchedTaskView { task: recorded.task, created: recorded.created })
+    }
+
+    fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let confirmed = self.store.task_has_confirmed_delivery(mesh, &task_id)?;
+        Ok(DeliveryConfirmedView { task_id, confirmed })
     }
 
     fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {

@@ -12,18 +12,18 @@ use serde::de::DeserializeOwned;
 
 use crate::views::{
     AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
-    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
-    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
-    MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView, RemovedView,
-    RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+    DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView, DispatchedTaskView, DrainView,
+    FingerprintView, HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView,
+    InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
-    DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams, WatchParams,
+    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
 use crate::{MeshApi, MeshError, MeshResult};
 
@@ -395,6 +395,14 @@ impl MeshApi for RemoteMesh {
         session_id: &str,
     ) -> MeshResult<IdleRemovedView> {
         self.delete(mesh, &["idle-sessions", node_id, session_id])
+    }
+
+    fn record_dispatched_task(&self, mesh: &str, body: DispatchedTaskBody) -> MeshResult<DispatchedTaskView> {
+        self.post(mesh, &["tasks", "dispatched"], &body)
+    }
+
+    fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView> {
+        self.get(mesh, &["tasks", task_id, "delivery"], &NO_QUERY)
     }
 
     fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {

@@ -963,6 +963,26 @@ impl From<agentmesh_core::InflightHold> for HoldView {
     }
 }
 
+/// What recording a direct dispatch answers: the task, and whether the recording
+/// created it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchedTaskView {
+    /// The recorded task, or the one the mesh already held by that id.
+    pub task: Task,
+    /// The id was new to the mesh.
+    pub created: bool,
+}
+
+/// Whether a task's delivery reached its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryConfirmedView {
+    /// The task.
+    pub task_id: String,
+    /// One of its deliveries is delivered, acked or completed.
+    pub confirmed: bool,
+}
+
 /// What releasing an in-flight hold answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldReleasedView {

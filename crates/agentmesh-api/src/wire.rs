@@ -888,6 +888,47 @@ pub struct IdleBody {
 /// How long an idle report holds when the session gives no ttl.
 pub const DEFAULT_IDLE_TTL_SECS: u32 = 300;
 
+/// `POST /v1/meshes/{mesh}/tasks/dispatched`: record a task already dispatched
+/// straight to a session (an id the mesh holds changes nothing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DispatchedTaskBody {
+    /// The task's id.
+    pub id: String,
+    /// The instruction text that was sent.
+    pub message: String,
+    /// The node it was sent to.
+    pub node_id: String,
+    /// The session it was sent to.
+    pub session_id: String,
+    /// The session's provider type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<String>,
+    /// The mission the task belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mission_id: Option<String>,
+    /// Kind of work, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_mode: Option<String>,
+}
+
+impl TryFrom<DispatchedTaskBody> for agentmesh_core::NewDispatchedTask {
+    type Error = InvalidInput;
+    fn try_from(body: DispatchedTaskBody) -> Result<Self, InvalidInput> {
+        let new = agentmesh_core::NewDispatchedTask {
+            id: body.id,
+            message: body.message,
+            node_id: body.node_id,
+            session_id: body.session_id,
+            provider_type: optional(body.provider_type),
+            mission_id: optional(body.mission_id),
+            task_mode: optional(body.task_mode),
+        };
+        new.validate()?;
+        Ok(new)
+    }
+}
+
 /// `POST /v1/meshes/{mesh}/holds`: hold an acknowledged task in flight, or update
 /// its hold (its first `heldAt` is kept).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

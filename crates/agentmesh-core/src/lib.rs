@@ -47,6 +47,7 @@ mod time;
 pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad};
 pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
+pub use effects::direct::{DispatchedTask, NewDispatchedTask};
 pub use enqueue::{NewTask, NotBefore};
 pub use error::{InvalidInput, InvalidTransition, TaskAction};
 pub use hold::{InflightHold, NewInflightHold};

@@ -13,10 +13,10 @@ use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
     DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
-    DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody,
-    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams, WatchParams,
+    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
 use agentmesh_core::MeshId;
 use agentmesh_store::StoreError;
@@ -37,6 +37,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes", get(list_meshes))
         .route("/meshes/{mesh}/tasks", post(enqueue).get(list_tasks))
         .route("/meshes/{mesh}/tasks/batch", post(enqueue_batch))
+        .route("/meshes/{mesh}/tasks/dispatched", post(record_dispatched_task))
+        .route("/meshes/{mesh}/tasks/{id}/delivery", get(delivery_confirmed))
         .route("/meshes/{mesh}/tasks/{id}", get(show_task))
         .route("/meshes/{mesh}/tasks/{id}/cancel", post(cancel_task))
         .route("/meshes/{mesh}/tasks/{id}/requeue", post(requeue_task))
@@ -150,6 +152,26 @@ async fn enqueue_batch(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.enqueue_batch(&mesh, body)).await.map(created)
+}
+
+/// A task already dispatched straight to a session: 201 when recorded, 200 when
+/// the mesh held the id already (and nothing changed).
+async fn record_dispatched_task(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<DispatchedTaskBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let recorded = state.with_mesh(move |m| m.record_dispatched_task(&mesh, body)).await?;
+    Ok(if recorded.created { created(recorded) } else { ok(recorded) })
+}
+
+async fn delivery_confirmed(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.delivery_confirmed(&mesh, &id)).await.map(ok)
 }
 
 async fn list_tasks(

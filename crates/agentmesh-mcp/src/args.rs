@@ -236,6 +236,26 @@ pub(crate) struct TaskIdArgs {
     pub task_id: String,
 }
 
+/// Arguments of `record_dispatched_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RecordDispatchedArgs {
+    /// The task's id, chosen by you.
+    pub task_id: String,
+    /// The instruction text you sent.
+    pub message: String,
+    /// The node you sent it to.
+    pub node_id: String,
+    /// The worker session you sent it to.
+    pub session_id: String,
+    /// That session's provider type.
+    #[serde(default)]
+    pub provider_type: Option<String>,
+    /// The mission the task belongs to.
+    #[serde(default)]
+    pub mission_id: Option<String>,
+}
+
 /// Arguments of `hold_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -16,9 +16,9 @@ use std::time::Duration;
 use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
     BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DeliveryStatusBody, DispatchBody, DrainBody, HeartbeatBody, HeldParams, HoldBody, IdleBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody, PriorityBody, RequeueBody,
-    RequeueHeldBody, ToolCallBody,
+    DeliveryStatusBody, DispatchBody, DispatchedTaskBody, DrainBody, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody,
+    PriorityBody, RequeueBody, RequeueHeldBody, ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use agentmesh_core::MeshId;
@@ -34,8 +34,8 @@ use serde_json::{Value, json};
 use crate::args::{
     self, CancelTaskArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs, EnqueueTasksArgs, FailArgs,
     HeartbeatArgs, HeldArgs, HoldArgs, IdleArgs, LedgerArgs, ListHoldsArgs, ListMissionsArgs, ListTasksArgs,
-    MissionArgs, MissionIdArgs, NoArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs, SendMode, SessionArgs,
-    SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
+    MissionArgs, MissionIdArgs, NoArgs, RecordDispatchedArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs,
+    SendMode, SessionArgs, SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
 };
 use crate::identity::Identity;
 use crate::render::{EventForAgent, events_text, fit_budget};
@@ -364,6 +364,28 @@ summary or failure reason.",
         let task_id = args::id_argument("taskId", task_id)?;
         let task = self.run(move |api, mesh| api.show_task(mesh, &task_id)).await?;
         answer_json(json!({ "task": task }))
+    }
+
+    #[tool(
+        description = "Record a task you already sent straight to a worker session (not through the \
+queue), so the mesh tracks it: it becomes a task assigned to that session, its delivery confirmed, and \
+the worker completes it with complete_task. Recording an id the mesh holds changes nothing.",
+        input_schema = schema::<RecordDispatchedArgs>()
+    )]
+    async fn record_dispatched_task(&self, arguments: JsonObject) -> ToolResult {
+        let RecordDispatchedArgs { task_id, message, node_id, session_id, provider_type, mission_id } =
+            args::parse(arguments)?;
+        let body = DispatchedTaskBody {
+            id: task_id,
+            message,
+            node_id,
+            session_id,
+            provider_type,
+            mission_id,
+            task_mode: None,
+        };
+        let recorded = self.run(move |api, mesh| api.record_dispatched_task(mesh, body)).await?;
+        answer_json(recorded)
     }
 
     #[tool(

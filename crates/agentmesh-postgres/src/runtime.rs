@@ -674,6 +674,18 @@ impl agentmesh_store::RuntimeStore for PgStore {
         self.read(|db| load_delivery(db, mesh_id, id.trim()))
     }
 
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.read(|db| {
+            let row = db.query_one(
+                "SELECT EXISTS (SELECT 1 FROM mesh_session_delivery
+                                 WHERE mesh_id = $1 AND task_id = $2
+                                   AND status IN ('delivered', 'acked', 'completed'))",
+                &[&mesh_id, &task_id.trim()],
+            )?;
+            Ok(row.try_get(0)?)
+        })
+    }
+
     fn active_session_deliveries(
         &self,
         mesh_id: &str,

@@ -9,12 +9,13 @@ use agentmesh_core::TaskPriority;
 use agentmesh_core::{
     Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
     IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
-    NewDirectDispatch, NewInflightHold, NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict,
-    RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    NewDirectDispatch, NewDispatchedTask, NewInflightHold, NewMission, NewSessionDelivery, NewTask,
+    RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
+    RecordedDispatch, RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
 };
 
 use agentmesh_store::prelude::*;
@@ -47,6 +48,16 @@ impl QueueStore for SqliteStore {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, new) = (mesh_id.to_owned(), new.clone());
         self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, &mint_at(now), now))
+    }
+
+    fn record_dispatched_task(
+        &self,
+        mesh_id: &str,
+        task: &NewDispatchedTask,
+        now: Timestamp,
+    ) -> StoreResult<RecordedDispatch> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::record_dispatched(tx, mesh_id, task, now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
@@ -327,6 +338,10 @@ impl RuntimeStore for SqliteStore {
 
     fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>> {
         self.read(|c| runtime::load_delivery(c, mesh_id, id.trim()))
+    }
+
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.read(|c| runtime::task_has_confirmed_delivery(c, mesh_id, task_id))
     }
 
     fn active_session_deliveries(

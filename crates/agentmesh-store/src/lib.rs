@@ -19,8 +19,9 @@ use agentmesh_core::TaskPriority;
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
     DispatchStatus, IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission,
-    MissionProgress, NewDirectDispatch, NewInflightHold, NewMission, NewSessionDelivery, NewTask, RateGuard,
-    RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    MissionProgress, NewDirectDispatch, NewDispatchedTask, NewInflightHold, NewMission, NewSessionDelivery,
+    NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 
 pub mod deadline;
@@ -95,6 +96,16 @@ impl ClaimOutcome {
             ClaimOutcome::Refused(r) => panic!("expected a claim, got refusal {r}"),
         }
     }
+}
+
+/// A directly dispatched task as recording it left it, and whether that recording
+/// created it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedDispatch {
+    /// The task: the one recorded, or the one the mesh already held by that id.
+    pub task: Task,
+    /// The recording created the task (the id was new to the mesh).
+    pub created: bool,
 }
 
 /// A mission as an upsert left it, and whether that upsert created it.
@@ -448,6 +459,19 @@ pub trait QueueStore: Send + Sync + 'static {
     /// tasks earlier in the batch.
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>>;
 
+    /// Records a task a coordinator already dispatched straight to a session (the
+    /// original's `recordDirectDispatchTask`), in one transaction: the task
+    /// assigned to that node and session (epoch 1, dispatched at `now`, no lease),
+    /// its `task_dispatched` entry, and a session delivery already `delivered`, so
+    /// [`RuntimeStore::task_has_confirmed_delivery`] holds for it. An id the mesh
+    /// holds is a no-op that returns the task as it is.
+    fn record_dispatched_task(
+        &self,
+        mesh_id: &str,
+        task: &NewDispatchedTask,
+        now: Timestamp,
+    ) -> StoreResult<RecordedDispatch>;
+
     /// Tasks of a mesh in creation order, only those in `statuses` unless it is empty.
     fn queue_entries(&self, mesh_id: &str, statuses: &[TaskStatus]) -> StoreResult<Vec<Task>>;
 
@@ -712,6 +736,10 @@ pub trait RuntimeStore: Send + Sync + 'static {
         session_id: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<Vec<SessionDelivery>>;
+
+    /// Whether a delivery of the task reached its session: one of its deliveries
+    /// is delivered, acked or completed (the original's `taskHasConfirmedDelivery`).
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
 
     /// Moves waiting deliveries whose expiry passed to `expired`; returns how many.
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64>;

@@ -375,6 +375,23 @@ Examples:
   agentmesh holds show t-42
   agentmesh holds release t-42";
 
+/// Shown after `agentmesh holds set --help`.
+const HOLDS_SET_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds set t-42 --reason acked
+  agentmesh holds set t-42 --reason idle_after_ack --first-idle-since-ack 2025-01-01T00:00:00Z --read-failures 1";
+
+/// Shown after `agentmesh holds show --help`.
+const HOLDS_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds show t-42
+  agentmesh holds show t-42 --json";
+
+/// Shown after `agentmesh holds release --help`.
+const HOLDS_RELEASE_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds release t-42";
+
 /// Shown after `agentmesh deliveries --help`.
 const DELIVERIES_EXAMPLES: &str = "\
 Examples:
@@ -812,7 +829,27 @@ pub(crate) enum TaskCommand {
     /// Change the pull priority of a pending or assigned task
     #[command(after_help = TASK_PRIORITY_EXAMPLES)]
     Priority(TaskPriorityArgs),
+    /// Record a task already dispatched straight to a session: assigned to it,
+    /// with its delivery confirmed (an id the mesh holds changes nothing)
+    #[command(name = "record-dispatched", after_help = TASK_RECORD_DISPATCHED_EXAMPLES)]
+    RecordDispatched(TaskRecordDispatchedArgs),
+    /// Say whether a delivery of the task reached its session (delivered, acked
+    /// or completed)
+    #[command(after_help = TASK_DELIVERED_EXAMPLES)]
+    Delivered(TaskShowArgs),
 }
+
+/// Shown after `agentmesh task record-dispatched --help`.
+const TASK_RECORD_DISPATCHED_EXAMPLES: &str = "\
+Examples:
+  agentmesh task record-dispatched fix-login --node laptop --session worker-1 --message 'fix the login form'
+  agentmesh task record-dispatched fix-login --node laptop --session worker-1 --message 'fix it' --mission auth --json";
+
+/// Shown after `agentmesh task delivered --help`.
+const TASK_DELIVERED_EXAMPLES: &str = "\
+Examples:
+  agentmesh task delivered fix-login
+  agentmesh task delivered fix-login --json";
 
 /// Shown after `agentmesh task priority --help`.
 const TASK_PRIORITY_EXAMPLES: &str = "\
@@ -946,6 +983,31 @@ pub(crate) struct TaskListArgs {
 pub(crate) struct TaskShowArgs {
     /// The task id
     pub id: String,
+}
+
+/// Arguments of `task record-dispatched`.
+#[derive(Debug, Args)]
+pub(crate) struct TaskRecordDispatchedArgs {
+    /// The task id
+    pub id: String,
+    /// The instruction text that was sent
+    #[arg(long, value_name = "TEXT")]
+    pub message: String,
+    /// The node it was sent to
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    /// The session it was sent to
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// The session's provider type
+    #[arg(long, value_name = "PROVIDER")]
+    pub provider: Option<String>,
+    /// The mission the task belongs to
+    #[arg(long, value_name = "MISSION")]
+    pub mission: Option<String>,
+    /// Kind of work: code_change, validation, live_debug_readonly, launch_app or convergence
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
 }
 
 /// Arguments of `task cancel`.
@@ -1613,10 +1675,13 @@ pub(crate) struct HoldsArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum HoldsCommand {
     /// Hold a task in flight, or update its hold (the first held time is kept)
+    #[command(after_help = HOLDS_SET_EXAMPLES)]
     Set(HoldSetArgs),
     /// Show the hold of one task
+    #[command(after_help = HOLDS_SHOW_EXAMPLES)]
     Show(HoldTaskArgs),
     /// Release the hold of one task
+    #[command(after_help = HOLDS_RELEASE_EXAMPLES)]
     Release(HoldTaskArgs),
 }
 

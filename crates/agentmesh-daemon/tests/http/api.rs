@@ -1318,6 +1318,50 @@ async fn idle_sessions_are_reported_and_listed() {
 }
 
 #[tokio::test]
+async fn a_direct_dispatch_is_recorded_once_as_an_assigned_task_with_a_confirmed_delivery() {
+    let daemon = TestDaemon::start().await;
+    let (status, confirmed) = daemon.get("/v1/meshes/m/tasks/t1/delivery").await;
+    assert_eq!((status, confirmed), (StatusCode::OK, json!({ "taskId": "t1", "confirmed": false })));
+    let body = json!({ "id": "t1", "message": "fix the login form", "nodeId": "n1", "sessionId": "s1" });
+    let (status, recorded) = daemon.post("/v1/meshes/m/tasks/dispatched", body.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{recorded}");
+    assert_eq!(recorded["created"], true);
+    assert_eq!(
+        (&recorded["task"]["status"], &recorded["task"]["assignedSessionId"]),
+        (&json!("assigned"), &json!("s1")),
+        "{recorded}"
+    );
+    assert!(recorded["task"]["dispatchTimestamp"].is_string(), "{recorded}");
+    let (status, confirmed) = daemon.get("/v1/meshes/m/tasks/t1/delivery").await;
+    assert_eq!((status, confirmed), (StatusCode::OK, json!({ "taskId": "t1", "confirmed": true })));
+
+    let other = json!({ "id": "t1", "message": "something else", "nodeId": "n2", "sessionId": "s2" });
+    let (status, again) = daemon.post("/v1/meshes/m/tasks/dispatched", other).await;
+    assert_eq!((status, &again["created"]), (StatusCode::OK, &json!(false)), "{again}");
+    assert_eq!(again["task"], recorded["task"], "an existing id changes nothing");
+
+    for (bad, field) in [
+        (json!({ "id": "t2", "message": " ", "nodeId": "n1", "sessionId": "s1" }), "message"),
+        (json!({ "id": "t2", "message": "m", "nodeId": "", "sessionId": "s1" }), "nodeId"),
+        (
+            json!({ "id": "t2", "message": "m", "nodeId": "n1", "sessionId": "s1", "taskMode": "x" }),
+            "taskMode",
+        ),
+        (json!({ "id": "t2", "message": "m", "nodeId": "n1" }), "sessionId"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/tasks/dispatched", bad).await;
+        assert_eq!(response.0, StatusCode::BAD_REQUEST, "{}", response.1);
+        assert!(
+            response.1["error"]["message"].as_str().unwrap_or_default().contains(field),
+            "{}",
+            response.1
+        );
+    }
+    let response = daemon.get("/v1/meshes/m/tasks/t2").await;
+    assert_eq!(response.0, StatusCode::NOT_FOUND, "refused records store nothing: {}", response.1);
+}
+
+#[tokio::test]
 async fn inflight_holds_are_upserted_read_listed_and_released() {
     let daemon = TestDaemon::start().await;
     let first = json!({ "taskId": "t2", "holdReason": "acked" });
@@ -1555,6 +1599,11 @@ fn bad_id_cases() -> Vec<(&'static str, Value, &'static str)> {
         ("/missions", json!({ "id": "BAD", "title": "T" }), "id"),
         ("/idle-sessions", json!({ "nodeId": "n1", "sessionId": "BAD", "providerType": "p" }), "sessionId"),
         ("/holds", json!({ "taskId": "BAD", "holdReason": "acked" }), "taskId"),
+        (
+            "/tasks/dispatched",
+            json!({ "id": "t9", "message": "m", "nodeId": "n1", "sessionId": "BAD" }),
+            "sessionId",
+        ),
         ("/deliveries", json!({ "sessionId": "BAD", "message": "m" }), "sessionId"),
         ("/deliveries", json!({ "id": "BAD", "sessionId": "s1", "message": "m" }), "id"),
         ("/dispatches", json!({ "taskId": "BAD", "message": "m" }), "taskId"),
@@ -2015,6 +2064,7 @@ fn body_routes() -> Vec<(&'static str, Value)> {
             "/holds",
             json!({ "taskId": "t1", "holdReason": "acked", "firstIdleSinceAck": "2025-01-01T00:00:00Z" }),
         ),
+        ("/tasks/dispatched", json!({ "id": "t7", "message": "x", "nodeId": "n1", "sessionId": "s1" })),
         ("/deliveries", json!({ "sessionId": "s1", "message": "hello" })),
         ("/dispatches", json!({ "taskId": "t1", "sessionId": "s1", "message": "x" })),
         ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "n1", "capabilityTags": ["rust"] }] })),

@@ -210,6 +210,10 @@ macro_rules! conformance_tests {
             direct_dispatches_are_isolated_by_mesh,
             direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone,
             direct_dispatch_is_read_by_task_whatever_its_status,
+            recorded_direct_dispatch_is_an_assigned_task_with_a_confirmed_delivery,
+            recording_a_direct_dispatch_of_an_existing_id_changes_nothing,
+            task_delivery_is_confirmed_by_delivered_acked_or_completed_only,
+            recording_a_direct_dispatch_rejects_bad_input_naming_the_field,
             // Session deliveries.
             session_delivery_is_queued_by_default_and_read_back,
             session_delivery_status_never_moves_backwards,

@@ -495,6 +495,10 @@ fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
         ("get_pending_mesh_events", json!({ "maxChars": 100 })),
         ("heartbeat_task", json!({ "taskId": "t-f", "epoch": 1, "sessionId": "w1" })),
         ("hold_task", json!({ "taskId": "t-f", "holdReason": "acked", "readFailureCount": 2 })),
+        (
+            "record_dispatched_task",
+            json!({ "taskId": "t-r", "message": "m", "nodeId": "n1", "sessionId": "w1", "missionId": "m1" }),
+        ),
         ("list_holds", json!({ "taskId": "t-f" })),
         ("release_hold", json!({ "taskId": "t-f" })),
         ("ledger_tail", json!({ "tail": 5 })),

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub(crate) type Client = RunningService<RoleClient, ()>;
 
 /// Every tool, by name.
-pub(crate) const TOOLS: [&str; 28] = [
+pub(crate) const TOOLS: [&str; 29] = [
     "cancel_task",
     "claim_task",
     "complete_task",
@@ -32,6 +32,7 @@ pub(crate) const TOOLS: [&str; 28] = [
     "list_tasks",
     "mesh_status",
     "read_deliveries",
+    "record_dispatched_task",
     "release_hold",
     "report_idle",
     "requeue_held_events",
@@ -181,6 +182,10 @@ pub(crate) async fn exercise_every_tool(client: &Client) {
     assert_eq!(ok(client, "list_holds", json!({ "taskId": "t-c" })).await["holds"][0]["readFailureCount"], 1);
     assert_eq!(ok(client, "release_hold", json!({ "taskId": "t-c" })).await["released"], true);
     assert_eq!(ok(client, "list_holds", json!({})).await["holds"], json!([]));
+    let direct = json!({ "taskId": "t-d", "message": "sent by hand", "nodeId": "n-d", "sessionId": "w-d" });
+    let recorded = ok(client, "record_dispatched_task", direct.clone()).await;
+    assert_eq!((&recorded["created"], &recorded["task"]["status"]), (&json!(true), &json!("assigned")));
+    assert_eq!(ok(client, "record_dispatched_task", direct).await["created"], false);
     assert_eq!(ok(client, "requeue_held_events", json!({ "all": true })).await["requeued"], 0);
 
     // Work: complete t-a, fail t-b.
