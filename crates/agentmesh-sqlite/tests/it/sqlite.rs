@@ -295,6 +295,40 @@ fn schema_of(path: &Path) -> (Vec<(String, String, Option<String>)>, i64) {
 }
 
 #[test]
+fn the_in_flight_holds_of_an_original_database_are_imported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = dir.path().join("original.db");
+    {
+        let conn = rusqlite::Connection::open(&original).unwrap();
+        conn.execute_batch(include_str!("../../migrations/0001_original.sql")).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE mesh_inflight_hold (
+                 task_id TEXT PRIMARY KEY, mesh_id TEXT NOT NULL, hold_reason TEXT NOT NULL,
+                 held_at TEXT NOT NULL, first_idle_since_ack TEXT,
+                 read_failure_count INTEGER NOT NULL DEFAULT 0, updated_at TEXT NOT NULL);
+             INSERT INTO mesh_inflight_hold VALUES
+                 ('t1', 'm', 'acked', '2025-01-01T00:00:00.000Z', NULL, 0, '2025-01-01T00:00:00.000Z'),
+                 ('t2', 'm', 'idle_after_ack', '2025-01-01T00:00:01.000Z', '2025-01-01T00:00:02.000Z', 3,
+                  '2025-01-01T00:00:03.000Z');",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let report = store.import_original_database(&original).unwrap();
+    let line = report.tables.iter().find(|t| t.what == "in-flight holds").expect("an in-flight holds line");
+    assert_eq!((line.imported, line.skipped), (2, 0));
+    let holds = store.inflight_holds("m").unwrap();
+    let read: Vec<(&str, Option<&str>, u32)> = holds
+        .iter()
+        .map(|h| (h.task_id.as_str(), h.first_idle_since_ack.as_deref(), h.read_failure_count))
+        .collect();
+    assert_eq!(read, [("t1", None, 0), ("t2", Some("2025-01-01T00:00:02.000Z"), 3)]);
+    let again = store.import_original_database(&original).unwrap();
+    let line = again.tables.iter().find(|t| t.what == "in-flight holds").expect("the line again");
+    assert_eq!((line.imported, line.skipped), (0, 2), "a second import adds nothing");
+}
+
+#[test]
 fn an_original_database_gains_the_mission_source_and_loses_the_dormant_delivered_events_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mesh-runtime.db");
