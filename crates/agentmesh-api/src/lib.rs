@@ -31,20 +31,20 @@ pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, DEFAULT_REQUEST_TIMEOUT, ENFO
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
-    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
-    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleRemovedView,
-    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
-    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
-    StatusView, ToolCallLogView,
+    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
+    DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView, DispatchedTaskView, DrainView,
+    FingerprintView, HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView,
+    InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 pub use watch::WakeUp;
 use wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams,
+    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
+    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -200,6 +200,8 @@ pub trait MeshApi: Send + Sync {
     fn watch(&self, mesh: &str, body: DrainBody, timeout: Duration) -> MeshResult<DrainView>;
     /// Marks events delivered elsewhere as drained, by row id.
     fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView>;
+    /// Deletes events by row id, drained or not, with their fingerprints.
+    fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView>;
     /// Removes a task's undelivered `mesh:dispatch_blocked` events.
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView>;
     /// Held events (quarantined by an enforce-mode drain, or moved out of the inbox
@@ -235,6 +237,21 @@ pub trait MeshApi: Send + Sync {
     /// Forgets a session's idle report (a session shutting down).
     fn remove_idle_session(&self, mesh: &str, node_id: &str, session_id: &str)
     -> MeshResult<IdleRemovedView>;
+    /// Records a task already dispatched straight to a session: assigned to it,
+    /// with its entry and a delivered record; an id the mesh holds changes nothing.
+    fn record_dispatched_task(&self, mesh: &str, body: DispatchedTaskBody) -> MeshResult<DispatchedTaskView>;
+    /// Whether a delivery of the task reached its session (delivered, acked or
+    /// completed).
+    fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView>;
+    /// Holds an acknowledged task in flight, or updates its hold (its first
+    /// `heldAt` is kept; the rest is overwritten).
+    fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView>;
+    /// The mesh's in-flight holds, in the order they were first held.
+    fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>>;
+    /// The hold of one task; `not_found` when the task is not held.
+    fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView>;
+    /// Releases the hold of one task.
+    fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView>;
     /// Queues a message for a worker session.
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView>;
     /// Deliveries still waiting, for the mesh or one session.

@@ -14,8 +14,9 @@ use agentmesh_store::{
 use serde_json::Value;
 
 use crate::views::{
-    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView,
-    DeliveryView, DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView,
+    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
+    DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
+    DispatchedTaskView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
     IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
     MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView,
     RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
@@ -24,12 +25,13 @@ use crate::views::{
 use crate::watch::{Look, Watch, watch_timeout};
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DEFAULT_IDLE_TTL_SECS, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
-    DispatchStatusBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection,
-    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PriorityBody, ProgressBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody,
-    RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody, ToolCallParams, id as id_rule,
-    optional, optional_id, page_limit, required, seconds_before,
+    DEFAULT_IDLE_TTL_SECS, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody,
+    DispatchBody, DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams,
+    HeartbeatBody, HeldParams, HeldSelection, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams,
+    MissionBody, MissionListParams, PlacementBody, PriorityBody, ProgressBody, PushEventBody,
+    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
+    StatusFilter, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit, required,
+    seconds_before,
 };
 use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
@@ -485,6 +487,13 @@ impl MeshApi for LocalMesh {
         self.write(|store, now| store.ack_pending_events(mesh, &ids, now)).map(|acked| AckView { acked })
     }
 
+    fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView> {
+        let mesh = mesh_id(mesh)?;
+        let ids = body.into_ids()?;
+        self.write(|store, _| store.delete_pending_events(mesh, &ids))
+            .map(|deleted| DeletedEventsView { deleted })
+    }
+
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {
         let mesh = mesh_id(mesh)?;
         let task_id = id_rule("taskId", body.task_id)?;
@@ -699,6 +708,49 @@ impl MeshApi for LocalMesh {
         let session_id = id_rule("sessionId", session_id.to_owned())?;
         let removed = self.write(|store, _| store.delete_idle_session(mesh, &node_id, &session_id))?;
         Ok(IdleRemovedView { removed })
+    }
+
+    fn record_dispatched_task(&self, mesh: &str, body: DispatchedTaskBody) -> MeshResult<DispatchedTaskView> {
+        let mesh = mesh_id(mesh)?;
+        let new = agentmesh_core::NewDispatchedTask::try_from(body)?;
+        let recorded = self.write(|store, now| store.record_dispatched_task(mesh, &new, now))?;
+        Ok(DispatchedTaskView { task: recorded.task, created: recorded.created })
+    }
+
+    fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let confirmed = self.store.task_has_confirmed_delivery(mesh, &task_id)?;
+        Ok(DeliveryConfirmedView { task_id, confirmed })
+    }
+
+    fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {
+        let mesh = mesh_id(mesh)?;
+        let hold = agentmesh_core::NewInflightHold::try_from(body)?;
+        self.write(|store, now| store.upsert_inflight_hold(mesh, &hold, now)).map(HoldView::from)
+    }
+
+    fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>> {
+        let mesh = mesh_id(mesh)?;
+        Ok(self.store.inflight_holds(mesh)?.into_iter().map(HoldView::from).collect())
+    }
+
+    fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let hold = self.store.inflight_hold(mesh, &task_id)?.ok_or_else(|| StoreError::NotFound {
+            kind: "inflight hold",
+            mesh_id: mesh.to_owned(),
+            id: task_id.clone(),
+        })?;
+        Ok(HoldView::from(hold))
+    }
+
+    fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {
+        let mesh = mesh_id(mesh)?;
+        let task_id = id_rule("taskId", task_id.to_owned())?;
+        let released = self.write(|store, _| store.delete_inflight_hold(mesh, &task_id))?;
+        Ok(HoldReleasedView { released })
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

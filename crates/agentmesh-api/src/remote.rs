@@ -11,19 +11,19 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::views::{
-    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeliveryChangeView, DeliveryView,
-    DispatchChangeView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleRemovedView,
-    IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView,
-    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView,
-    StatusView, ToolCallLogView,
+    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
+    DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView, DispatchedTaskView, DrainView,
+    FingerprintView, HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView,
+    InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView,
+    RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 use crate::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams, WatchParams,
+    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
+    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
 use crate::{MeshApi, MeshError, MeshResult};
 
@@ -328,6 +328,10 @@ impl MeshApi for RemoteMesh {
         self.post(mesh, &["events", "ack"], &body)
     }
 
+    fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView> {
+        self.post(mesh, &["events", "delete"], &body)
+    }
+
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {
         self.post(mesh, &["events", "retract"], &body)
     }
@@ -391,6 +395,30 @@ impl MeshApi for RemoteMesh {
         session_id: &str,
     ) -> MeshResult<IdleRemovedView> {
         self.delete(mesh, &["idle-sessions", node_id, session_id])
+    }
+
+    fn record_dispatched_task(&self, mesh: &str, body: DispatchedTaskBody) -> MeshResult<DispatchedTaskView> {
+        self.post(mesh, &["tasks", "dispatched"], &body)
+    }
+
+    fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView> {
+        self.get(mesh, &["tasks", task_id, "delivery"], &NO_QUERY)
+    }
+
+    fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {
+        self.post(mesh, &["holds"], &body)
+    }
+
+    fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>> {
+        self.get(mesh, &["holds"], &NO_QUERY)
+    }
+
+    fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView> {
+        self.get(mesh, &["holds", task_id], &NO_QUERY)
+    }
+
+    fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {
+        self.delete(mesh, &["holds", task_id])
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

@@ -90,6 +90,13 @@ pub struct AckView {
     pub acked: u64,
 }
 
+/// What deleting events answers: how many events it deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeletedEventsView {
+    /// Events deleted, drained or not.
+    pub deleted: u64,
+}
+
 /// What a retract answers: how many undelivered events it removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RetractView {
@@ -276,6 +283,9 @@ pub struct MissionView {
     pub goal: String,
     /// Status word.
     pub status: String,
+    /// Where the mission came from (`null` when it was never given).
+    #[serde(default)]
+    pub source: Option<String>,
     /// Creation time (ISO).
     pub created_at: String,
     /// Last change (ISO).
@@ -293,6 +303,7 @@ impl MissionView {
             title: mission.title,
             goal: mission.goal,
             status: mission.status,
+            source: mission.source,
             created_at: mission.created_at,
             updated_at: mission.updated_at,
             progress: progress.into(),
@@ -922,6 +933,68 @@ impl ToolCallLogView {
         by_role.sort_by(|a, b| b.calls.cmp(&a.calls).then_with(|| a.caller_role.cmp(&b.caller_role)));
         ToolCallLogView { by_role, calls }
     }
+}
+
+/// An in-flight hold: every column of the original's row; `firstIdleSinceAck` is
+/// `null` when none was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HoldView {
+    /// The held task.
+    pub task_id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// Why it is held.
+    pub hold_reason: String,
+    /// When it was first held (ISO).
+    pub held_at: String,
+    /// When its session was first seen idle since the acknowledgement (ISO).
+    pub first_idle_since_ack: Option<String>,
+    /// How many reads of the session failed while it was held.
+    pub read_failure_count: u32,
+    /// Last change (ISO).
+    pub updated_at: String,
+}
+
+impl From<agentmesh_core::InflightHold> for HoldView {
+    fn from(h: agentmesh_core::InflightHold) -> HoldView {
+        HoldView {
+            task_id: h.task_id,
+            mesh_id: h.mesh_id,
+            hold_reason: h.hold_reason,
+            held_at: h.held_at,
+            first_idle_since_ack: h.first_idle_since_ack,
+            read_failure_count: h.read_failure_count,
+            updated_at: h.updated_at,
+        }
+    }
+}
+
+/// What recording a direct dispatch answers: the task, and whether the recording
+/// created it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchedTaskView {
+    /// The recorded task, or the one the mesh already held by that id.
+    pub task: Task,
+    /// The id was new to the mesh.
+    pub created: bool,
+}
+
+/// Whether a task's delivery reached its session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryConfirmedView {
+    /// The task.
+    pub task_id: String,
+    /// One of its deliveries is delivered, acked or completed.
+    pub confirmed: bool,
+}
+
+/// What releasing an in-flight hold answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldReleasedView {
+    /// The task was held, and its hold is gone.
+    pub released: bool,
 }
 
 /// What removing an idle session answers.

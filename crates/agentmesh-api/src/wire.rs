@@ -810,6 +810,22 @@ pub struct WatchParams {
     pub timeout_secs: Option<u64>,
 }
 
+/// `POST /v1/meshes/{mesh}/events/delete`: events deleted outright, by row id,
+/// drained or not (their fingerprints take new events again).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteEventsBody {
+    /// Row ids, as a drain or peek handed them out.
+    pub ids: Vec<String>,
+}
+
+impl DeleteEventsBody {
+    /// The ids, trimmed; one that breaks the id rule is refused by its index.
+    pub fn into_ids(self) -> Result<Vec<String>, InvalidInput> {
+        self.ids.into_iter().enumerate().map(|(i, value)| id(&format!("ids[{i}]"), value)).collect()
+    }
+}
+
 /// `POST /v1/meshes/{mesh}/events/ack`: events delivered elsewhere, by row id.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -847,6 +863,10 @@ pub struct MissionBody {
     /// Status word (`active` for a new mission when absent; kept on update).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Where the mission came from; written once (a mission that has a source
+    /// keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl TryFrom<MissionBody> for NewMission {
@@ -858,6 +878,7 @@ impl TryFrom<MissionBody> for NewMission {
             title: body.title,
             goal: body.goal,
             status: body.status.map(|s| s.trim().to_owned()),
+            source: optional(body.source),
         };
         new.validate()?;
         Ok(new)
@@ -893,6 +914,85 @@ pub struct IdleBody {
 
 /// How long an idle report holds when the session gives no ttl.
 pub const DEFAULT_IDLE_TTL_SECS: u32 = 300;
+
+/// `POST /v1/meshes/{mesh}/tasks/dispatched`: record a task already dispatched
+/// straight to a session (an id the mesh holds changes nothing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DispatchedTaskBody {
+    /// The task's id.
+    pub id: String,
+    /// The instruction text that was sent.
+    pub message: String,
+    /// The node it was sent to.
+    pub node_id: String,
+    /// The session it was sent to.
+    pub session_id: String,
+    /// The session's provider type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_type: Option<String>,
+    /// The mission the task belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mission_id: Option<String>,
+    /// Kind of work, by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_mode: Option<String>,
+}
+
+impl TryFrom<DispatchedTaskBody> for agentmesh_core::NewDispatchedTask {
+    type Error = InvalidInput;
+    fn try_from(body: DispatchedTaskBody) -> Result<Self, InvalidInput> {
+        let new = agentmesh_core::NewDispatchedTask {
+            id: body.id,
+            message: body.message,
+            node_id: body.node_id,
+            session_id: body.session_id,
+            provider_type: optional(body.provider_type),
+            mission_id: optional(body.mission_id),
+            task_mode: optional(body.task_mode),
+        };
+        new.validate()?;
+        Ok(new)
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/holds`: hold an acknowledged task in flight, or update
+/// its hold (its first `heldAt` is kept).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HoldBody {
+    /// The held task.
+    pub task_id: String,
+    /// Why it is held (`acked`, `awaiting_completion`, ...).
+    pub hold_reason: String,
+    /// When its session was first seen idle since it acknowledged the task
+    /// (ISO-8601); absent records none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_idle_since_ack: Option<String>,
+    /// How many reads of the session failed so far (0 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_failure_count: Option<u32>,
+}
+
+impl TryFrom<HoldBody> for agentmesh_core::NewInflightHold {
+    type Error = InvalidInput;
+    fn try_from(body: HoldBody) -> Result<Self, InvalidInput> {
+        let first_idle_since_ack = match optional(body.first_idle_since_ack) {
+            None => None,
+            Some(text) => Some(Timestamp::parse_iso(&text).ok_or_else(|| {
+                InvalidInput::new("firstIdleSinceAck", format!("{text:?} is not an ISO-8601 instant"))
+            })?),
+        };
+        let hold = agentmesh_core::NewInflightHold {
+            task_id: id("taskId", body.task_id)?,
+            hold_reason: required("holdReason", body.hold_reason)?,
+            first_idle_since_ack,
+            read_failure_count: body.read_failure_count.unwrap_or(0),
+        };
+        hold.validate()?;
+        Ok(hold)
+    }
+}
 
 /// `POST /v1/meshes/{mesh}/deliveries`: a message for a worker session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -18,6 +18,7 @@
 //! - [`dispatch`], [`delivery`], [`sessions`]: direct dispatches, the session
 //!   delivery queue and its monotonic statuses, idle sessions, completion
 //!   fingerprints and conflicts.
+//! - [`hold`]: in-flight holds of acknowledged tasks.
 //! - [`rate_guard`], [`mission`], [`placement`]: the tool-call rate guard, missions
 //!   with derived progress, and node ranking under a scheduling strategy.
 //! - [`events`]: the coordinator inbox: pending events, v2 envelope, routing, fingerprints, texts.
@@ -31,6 +32,7 @@ pub mod enqueue;
 mod error;
 pub mod events;
 pub mod guardrail;
+pub mod hold;
 pub mod ids;
 pub mod ledger;
 pub mod lifecycle;
@@ -45,8 +47,10 @@ mod time;
 pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TranscriptProfile};
 pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
+pub use effects::direct::{DispatchedTask, NewDispatchedTask};
 pub use enqueue::{NewTask, NotBefore};
 pub use error::{InvalidInput, InvalidTransition, TaskAction};
+pub use hold::{InflightHold, NewInflightHold};
 pub use ids::{MAX_ID_BYTES, MeshId, validate_id};
 pub use ledger::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery};
 pub use lifecycle::{RequeueOptions, Requeued};

@@ -16,6 +16,10 @@ pub struct Mission {
     pub goal: String,
     /// `active`, `paused`, `completed`, `closed`, ...
     pub status: String,
+    /// Where the mission came from (`coordinator`, `import`, ...): written once, by
+    /// the upsert that first gives one; `None` when none was ever given (every
+    /// mission stored before the column existed).
+    pub source: Option<String>,
     /// Creation time (ISO); kept by every update.
     pub created_at: String,
     /// Last change (ISO).
@@ -35,6 +39,9 @@ pub struct NewMission {
     /// Status. When unset, an update keeps the current status and a new mission is
     /// `active`.
     pub status: Option<String>,
+    /// Where the mission came from. A mission keeps the first source it was
+    /// given: a later one is ignored.
+    pub source: Option<String>,
 }
 
 impl NewMission {
@@ -46,6 +53,14 @@ impl NewMission {
         }
         if let Some(status) = &self.status {
             validate_status(status)?;
+        }
+        if let Some(source) = &self.source
+            && (source.len() > crate::MAX_ID_BYTES || source.chars().any(char::is_control))
+        {
+            return Err(InvalidInput::new(
+                "source",
+                format!("must be at most {} bytes without control characters", crate::MAX_ID_BYTES),
+            ));
         }
         Ok(())
     }
@@ -127,6 +142,27 @@ mod tests {
     fn validation_names_the_field() {
         let m = NewMission { id: "m1".into(), title: " ".into(), ..NewMission::default() };
         assert_eq!(m.validate().unwrap_err().field, "title");
+        let m = NewMission {
+            id: "m1".into(),
+            title: "t".into(),
+            status: Some("Done!".into()),
+            ..NewMission::default()
+        };
+        assert_eq!(m.validate().unwrap_err().field, "status");
+        let m = NewMission {
+            id: "m1".into(),
+            title: "t".into(),
+            source: Some("x".repeat(crate::MAX_ID_BYTES + 1)),
+            ..NewMission::default()
+        };
+        assert_eq!(m.validate().unwrap_err().field, "source");
+        let m = NewMission {
+            id: "m1".into(),
+            title: "t".into(),
+            source: Some("coordinator".into()),
+            ..NewMission::default()
+        };
+        assert!(m.validate().is_ok());
         let m = NewMission {
             id: "m1".into(),
             title: "t".into(),

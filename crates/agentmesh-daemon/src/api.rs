@@ -12,11 +12,11 @@ use agentmesh_api::views::{DrainView, InboxEventView};
 use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody, DrainBody,
-    EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, IdleBody, ImportBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams, WatchParams,
+    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
+    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
+    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
+    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
 use agentmesh_core::MeshId;
 use agentmesh_store::StoreError;
@@ -37,6 +37,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes", get(list_meshes))
         .route("/meshes/{mesh}/tasks", post(enqueue).get(list_tasks))
         .route("/meshes/{mesh}/tasks/batch", post(enqueue_batch))
+        .route("/meshes/{mesh}/tasks/dispatched", post(record_dispatched_task))
+        .route("/meshes/{mesh}/tasks/{id}/delivery", get(delivery_confirmed))
         .route("/meshes/{mesh}/tasks/{id}", get(show_task))
         .route("/meshes/{mesh}/tasks/{id}/cancel", post(cancel_task))
         .route("/meshes/{mesh}/tasks/{id}/requeue", post(requeue_task))
@@ -53,6 +55,7 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/events/peek", post(peek))
         .route("/meshes/{mesh}/events/watch", post(watch))
         .route("/meshes/{mesh}/events/ack", post(ack_events))
+        .route("/meshes/{mesh}/events/delete", post(delete_events))
         .route("/meshes/{mesh}/events/retract", post(retract_dispatch_blocked))
         .route("/meshes/{mesh}/events/held", get(held_events))
         .route("/meshes/{mesh}/events/held/requeue", post(requeue_held))
@@ -62,6 +65,8 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/missions/{id}", get(mission))
         .route("/meshes/{mesh}/idle-sessions", post(report_idle).get(idle_sessions))
         .route("/meshes/{mesh}/idle-sessions/{node}/{session}", delete(remove_idle_session))
+        .route("/meshes/{mesh}/holds", post(hold_task).get(holds))
+        .route("/meshes/{mesh}/holds/{id}", get(hold).delete(release_hold))
         .route("/meshes/{mesh}/deliveries", post(send_delivery).get(deliveries))
         .route("/meshes/{mesh}/deliveries/{id}", get(delivery))
         .route("/meshes/{mesh}/deliveries/{id}/status", post(update_delivery))
@@ -147,6 +152,26 @@ async fn enqueue_batch(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.enqueue_batch(&mesh, body)).await.map(created)
+}
+
+/// A task already dispatched straight to a session: 201 when recorded, 200 when
+/// the mesh held the id already (and nothing changed).
+async fn record_dispatched_task(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<DispatchedTaskBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let recorded = state.with_mesh(move |m| m.record_dispatched_task(&mesh, body)).await?;
+    Ok(if recorded.created { created(recorded) } else { ok(recorded) })
+}
+
+async fn delivery_confirmed(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.delivery_confirmed(&mesh, &id)).await.map(ok)
 }
 
 async fn list_tasks(
@@ -408,6 +433,15 @@ async fn ack_events(
     state.with_mesh(move |m| m.ack(&mesh, body)).await.map(ok)
 }
 
+async fn delete_events(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<DeleteEventsBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.delete_events(&mesh, body)).await.map(ok)
+}
+
 async fn retract_dispatch_blocked(
     State(state): State<AppState>,
     ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
@@ -512,6 +546,40 @@ async fn remove_idle_session(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.remove_idle_session(&mesh, &node, &session)).await.map(ok)
+}
+
+async fn hold_task(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<HoldBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.hold_task(&mesh, body)).await.map(ok)
+}
+
+async fn holds(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.holds(&mesh)).await.map(ok)
+}
+
+async fn hold(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.hold(&mesh, &id)).await.map(ok)
+}
+
+async fn release_hold(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.release_hold(&mesh, &id)).await.map(ok)
 }
 
 async fn delivery(

@@ -236,6 +236,54 @@ pub(crate) struct TaskIdArgs {
     pub task_id: String,
 }
 
+/// Arguments of `record_dispatched_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct RecordDispatchedArgs {
+    /// The task's id, chosen by you.
+    pub task_id: String,
+    /// The instruction text you sent.
+    pub message: String,
+    /// The node you sent it to.
+    pub node_id: String,
+    /// The worker session you sent it to.
+    pub session_id: String,
+    /// That session's provider type.
+    #[serde(default)]
+    pub provider_type: Option<String>,
+    /// The mission the task belongs to.
+    #[serde(default)]
+    pub mission_id: Option<String>,
+}
+
+/// Arguments of `hold_task`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct HoldArgs {
+    /// The task to hold, as `enqueue_task` or `list_tasks` returned it.
+    pub task_id: String,
+    /// Why it is held.
+    #[schemars(example = &"acked", example = &"idle_after_ack")]
+    pub hold_reason: String,
+    /// When the worker's session was first seen idle since it acknowledged the
+    /// task (ISO-8601). Leave it out while it has not been.
+    #[serde(default)]
+    #[schemars(example = &"2025-01-01T00:00:00Z")]
+    pub first_idle_since_ack: Option<String>,
+    /// How many reads of the worker's session failed so far (0 when absent).
+    #[serde(default)]
+    pub read_failure_count: Option<u32>,
+}
+
+/// Arguments of `list_holds`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ListHoldsArgs {
+    /// Only the hold of this task (an error when it is not held).
+    #[serde(default)]
+    pub task_id: Option<String>,
+}
+
 /// Arguments of `cancel_task`.
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -336,6 +384,10 @@ pub(crate) struct MissionArgs {
     #[serde(default)]
     #[schemars(example = &"active", example = &"paused", example = &"completed", example = &"abandoned")]
     pub status: Option<String>,
+    /// Where the mission came from; written once, a mission that has one keeps it.
+    #[serde(default)]
+    #[schemars(example = &"coordinator")]
+    pub source: Option<String>,
 }
 
 /// Arguments of `list_missions`.

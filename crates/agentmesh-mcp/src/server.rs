@@ -16,9 +16,9 @@ use std::time::Duration;
 use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
     BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DeliveryStatusBody, DispatchBody, DrainBody, HeartbeatBody, HeldParams, IdleBody, LedgerParams,
-    ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody, PriorityBody, RequeueBody,
-    RequeueHeldBody, ToolCallBody,
+    DeliveryStatusBody, DispatchBody, DispatchedTaskBody, DrainBody, HeartbeatBody, HeldParams, HoldBody,
+    IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody,
+    PriorityBody, RequeueBody, RequeueHeldBody, ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use agentmesh_core::MeshId;
@@ -33,9 +33,9 @@ use serde_json::{Value, json};
 
 use crate::args::{
     self, CancelTaskArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs, EnqueueTasksArgs, FailArgs,
-    HeartbeatArgs, HeldArgs, IdleArgs, LedgerArgs, ListMissionsArgs, ListTasksArgs, MissionArgs,
-    MissionIdArgs, NoArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs, SendMode, SessionArgs,
-    SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
+    HeartbeatArgs, HeldArgs, HoldArgs, IdleArgs, LedgerArgs, ListHoldsArgs, ListMissionsArgs, ListTasksArgs,
+    MissionArgs, MissionIdArgs, NoArgs, RecordDispatchedArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs,
+    SendMode, SessionArgs, SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
 };
 use crate::identity::Identity;
 use crate::render::{EventForAgent, events_text, fit_budget};
@@ -367,6 +367,75 @@ summary or failure reason.",
     }
 
     #[tool(
+        description = "Record a task you already sent straight to a worker session (not through the \
+queue), so the mesh tracks it: it becomes a task assigned to that session, its delivery confirmed, and \
+the worker completes it with complete_task. Recording an id the mesh holds changes nothing.",
+        input_schema = schema::<RecordDispatchedArgs>()
+    )]
+    async fn record_dispatched_task(&self, arguments: JsonObject) -> ToolResult {
+        let RecordDispatchedArgs { task_id, message, node_id, session_id, provider_type, mission_id } =
+            args::parse(arguments)?;
+        let body = DispatchedTaskBody {
+            id: task_id,
+            message,
+            node_id,
+            session_id,
+            provider_type,
+            mission_id,
+            task_mode: None,
+        };
+        let recorded = self.run(move |api, mesh| api.record_dispatched_task(mesh, body)).await?;
+        answer_json(recorded)
+    }
+
+    #[tool(
+        description = "Hold a task in flight once its worker acknowledged it, or update its hold: the \
+reason, when the worker's session was first seen idle since (firstIdleSinceAck) and how many reads of it \
+failed. The time it was first held is kept; release_hold ends the hold.",
+        input_schema = schema::<HoldArgs>()
+    )]
+    async fn hold_task(&self, arguments: JsonObject) -> ToolResult {
+        let HoldArgs { task_id, hold_reason, first_idle_since_ack, read_failure_count } =
+            args::parse(arguments)?;
+        let body = HoldBody { task_id, hold_reason, first_idle_since_ack, read_failure_count };
+        let hold = self.run(move |api, mesh| api.hold_task(mesh, body)).await?;
+        answer_json(json!({ "hold": hold }))
+    }
+
+    #[tool(
+        description = "List the tasks held in flight (hold_task), in the order they were first held, \
+with why and since when; with taskId, only that task's hold.",
+        input_schema = schema::<ListHoldsArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn list_holds(&self, arguments: JsonObject) -> ToolResult {
+        let ListHoldsArgs { task_id } = args::parse(arguments)?;
+        match task_id {
+            Some(task_id) => {
+                let task_id = args::id_argument("taskId", task_id)?;
+                let hold = self.run(move |api, mesh| api.hold(mesh, &task_id)).await?;
+                answer_json(json!({ "holds": [hold] }))
+            }
+            None => {
+                let holds = self.run(move |api, mesh| api.holds(mesh)).await?;
+                answer_json(json!({ "holds": holds }))
+            }
+        }
+    }
+
+    #[tool(
+        description = "Release the in-flight hold of a task (hold_task); the answer says whether it \
+was held.",
+        input_schema = schema::<TaskIdArgs>()
+    )]
+    async fn release_hold(&self, arguments: JsonObject) -> ToolResult {
+        let TaskIdArgs { task_id } = args::parse(arguments)?;
+        let task_id = args::id_argument("taskId", task_id)?;
+        let released = self.run(move |api, mesh| api.release_hold(mesh, &task_id)).await?;
+        answer_json(released)
+    }
+
+    #[tool(
         description = "Cancel a pending or assigned task: it will not be claimed (again). Use it when the \
 work is no longer wanted.",
         input_schema = schema::<CancelTaskArgs>()
@@ -500,9 +569,9 @@ missionId). Its progress is counted from its tasks.",
         input_schema = schema::<MissionArgs>()
     )]
     async fn upsert_mission(&self, arguments: JsonObject) -> ToolResult {
-        let MissionArgs { mission_id, title, goal, status } = args::parse(arguments)?;
+        let MissionArgs { mission_id, title, goal, status, source } = args::parse(arguments)?;
         let mission_id = args::id_argument("missionId", mission_id)?;
-        let body = MissionBody { id: mission_id, title, goal, status };
+        let body = MissionBody { id: mission_id, title, goal, status, source };
         let saved = self.run(move |api, mesh| api.upsert_mission(mesh, body)).await?;
         answer_json(saved)
     }

@@ -44,10 +44,14 @@
 //!   retention sweep: the inbox key. An event queued by a task write takes
 //!   none, unless it needs the refine-terminal check (see `inbox`).
 //! - missions, the scheduler cursor, dispatch and delivery records, the rate
-//!   guard: the mesh key.
+//!   guard: the mesh key. Recording a directly dispatched task: the mesh key
+//!   (two recordings of one id: the second finds the first) and the graph key,
+//!   shared (it adds a task without edges).
 //! - replacing or inserting raw queue entries, a transfer import: every key of
 //!   the mesh (`write_exclusive`), and row locks as above.
 //! - writes that decide nothing (idle sessions, fingerprints, deletes by key)
+//!   or decide in one statement (an in-flight hold's upsert keeps its `held_at`
+//!   in its `ON CONFLICT`)
 //!   and sweeps across meshes: none, or each mesh's key in a transaction of
 //!   its own.
 //! - reads: none (one statement, or a snapshot).

@@ -26,10 +26,20 @@ const MIGRATIONS: &[Migration] = &[
         name: "0002_ledger_horizon",
         sql: include_str!("../migrations/0002_ledger_horizon.sql"),
     },
+    Migration {
+        version: 3,
+        name: "0003_inflight_hold",
+        sql: include_str!("../migrations/0003_inflight_hold.sql"),
+    },
+    Migration {
+        version: 4,
+        name: "0004_mission_source",
+        sql: include_str!("../migrations/0004_mission_source.sql"),
+    },
 ];
 
 /// The schema version this build brings an installation to.
-pub const LATEST_VERSION: i64 = 2;
+pub const LATEST_VERSION: i64 = 4;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.

@@ -20,13 +20,14 @@ fn from_row(r: &Row) -> Mission {
         status: r.get(4),
         created_at: r.get(5),
         updated_at: r.get(6),
+        source: r.get(7),
     }
 }
 
 /// The mission `id` of the mesh.
 pub(crate) fn get(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<Mission>> {
     let row = db.query_opt(
-        "SELECT id, mesh_id, title, goal, status, created_at, updated_at
+        "SELECT id, mesh_id, title, goal, status, created_at, updated_at, source
            FROM mesh_missions WHERE mesh_id = $1 AND id = $2",
         &[&mesh_id, &id],
     )?;
@@ -45,10 +46,11 @@ pub(crate) fn upsert(db: &Db<'_>, mesh_id: &str, m: &NewMission, now: Timestamp)
     )?;
     let mission = decision.mission;
     db.execute(
-        "INSERT INTO mesh_missions (mesh_id, id, title, goal, status, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)
+        "INSERT INTO mesh_missions (mesh_id, id, title, goal, status, created_at, updated_at, source)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          ON CONFLICT (mesh_id, id) DO UPDATE SET title = EXCLUDED.title, goal = EXCLUDED.goal,
-             status = EXCLUDED.status, updated_at = EXCLUDED.updated_at",
+             status = EXCLUDED.status, updated_at = EXCLUDED.updated_at,
+             source = COALESCE(mesh_missions.source, EXCLUDED.source)",
         &[
             &mission.mesh_id,
             &mission.id,
@@ -57,6 +59,7 @@ pub(crate) fn upsert(db: &Db<'_>, mesh_id: &str, m: &NewMission, now: Timestamp)
             &mission.status,
             &mission.created_at,
             &mission.updated_at,
+            &mission.source,
         ],
     )?;
     for entry in &decision.ledger {
@@ -70,14 +73,14 @@ pub(crate) fn upsert(db: &Db<'_>, mesh_id: &str, m: &NewMission, now: Timestamp)
 pub(crate) fn list(db: &Db<'_>, mesh_id: &str, statuses: &[String]) -> Res<Vec<Mission>> {
     let rows = if statuses.is_empty() {
         db.query(
-            "SELECT id, mesh_id, title, goal, status, created_at, updated_at
+            "SELECT id, mesh_id, title, goal, status, created_at, updated_at, source
                FROM mesh_missions WHERE mesh_id = $1
               ORDER BY updated_at DESC, row_id DESC",
             &[&mesh_id],
         )?
     } else {
         db.query(
-            "SELECT id, mesh_id, title, goal, status, created_at, updated_at
+            "SELECT id, mesh_id, title, goal, status, created_at, updated_at, source
                FROM mesh_missions WHERE mesh_id = $1 AND status = ANY($2)
               ORDER BY updated_at DESC, row_id DESC",
             &[&mesh_id, &statuses],

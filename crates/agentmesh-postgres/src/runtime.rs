@@ -1,5 +1,5 @@
 //! The runtime tables around the queue: direct dispatches, the session delivery
-//! queue, idle sessions, completion fingerprints and conflicts, and the tool-call
+//! queue, in-flight holds, idle sessions, completion fingerprints and conflicts, and the tool-call
 //! log of the rate guard.
 //!
 //! Ids of these tables are keys within a mesh: a row of another mesh with the
@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
-    NewDirectDispatch, NewSessionDelivery, RateGuard, RateVerdict, SessionDelivery, Timestamp,
+    InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
+    SessionDelivery, Timestamp,
 };
 use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, StoreResult, ToolCall};
 use postgres::Row;
@@ -345,6 +346,83 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(db: &Db<'_>) -> Res<Vec<Strin
     .collect()
 }
 
+// ── In-flight holds ─────────────────────────────────────────────────────────
+
+fn hold_from_row(row: &Row) -> Res<InflightHold> {
+    let failures: i64 = row.try_get(5)?;
+    Ok(InflightHold {
+        task_id: row.try_get(0)?,
+        mesh_id: row.try_get(1)?,
+        hold_reason: row.try_get(2)?,
+        held_at: row.try_get(3)?,
+        first_idle_since_ack: row.try_get(4)?,
+        read_failure_count: u32::try_from(failures).map_err(|e| corrupt("read_failure_count", e))?,
+        updated_at: row.try_get(6)?,
+    })
+}
+
+/// Holds a task in one statement: a new hold as the rule records it
+/// ([`NewInflightHold::record`]), or an existing one updated in place keeping its
+/// `held_at`, which is what the rule keeps too.
+pub(crate) fn upsert_inflight_hold(
+    db: &Db<'_>,
+    mesh_id: &str,
+    hold: &NewInflightHold,
+    now: Timestamp,
+) -> Res<InflightHold> {
+    hold.validate()?;
+    let row = hold.record(mesh_id, None, now);
+    let stored = db.query_one(
+        "INSERT INTO mesh_inflight_hold (mesh_id, task_id, hold_reason, held_at, first_idle_since_ack,
+                                         read_failure_count, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
+         ON CONFLICT (mesh_id, task_id) DO UPDATE SET
+             hold_reason = EXCLUDED.hold_reason, first_idle_since_ack = EXCLUDED.first_idle_since_ack,
+             read_failure_count = EXCLUDED.read_failure_count, updated_at = EXCLUDED.updated_at
+         RETURNING task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count,
+                   updated_at",
+        &[
+            &row.mesh_id,
+            &row.task_id,
+            &row.hold_reason,
+            &row.held_at,
+            &row.first_idle_since_ack,
+            &i64::from(row.read_failure_count),
+            &row.updated_at,
+        ],
+    )?;
+    hold_from_row(&stored)
+}
+
+pub(crate) fn inflight_hold(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<InflightHold>> {
+    db.query_opt(
+        "SELECT task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count, updated_at
+           FROM mesh_inflight_hold WHERE mesh_id = $1 AND task_id = $2",
+        &[&mesh_id, &task_id.trim()],
+    )?
+    .as_ref()
+    .map(hold_from_row)
+    .transpose()
+}
+
+pub(crate) fn inflight_holds(db: &Db<'_>, mesh_id: &str) -> Res<Vec<InflightHold>> {
+    db.query(
+        "SELECT task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count, updated_at
+           FROM mesh_inflight_hold WHERE mesh_id = $1 ORDER BY held_at, task_id",
+        &[&mesh_id],
+    )?
+    .iter()
+    .map(hold_from_row)
+    .collect()
+}
+
+pub(crate) fn delete_inflight_hold(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<bool> {
+    Ok(db.execute(
+        "DELETE FROM mesh_inflight_hold WHERE mesh_id = $1 AND task_id = $2",
+        &[&mesh_id, &task_id.trim()],
+    )? > 0)
+}
+
 // ── Idle sessions ───────────────────────────────────────────────────────────
 
 pub(crate) fn set_idle(db: &Db<'_>, s: &IdleSession) -> Res<()> {
@@ -596,6 +674,18 @@ impl agentmesh_store::RuntimeStore for PgStore {
         self.read(|db| load_delivery(db, mesh_id, id.trim()))
     }
 
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.read(|db| {
+            let row = db.query_one(
+                "SELECT EXISTS (SELECT 1 FROM mesh_session_delivery
+                                 WHERE mesh_id = $1 AND task_id = $2
+                                   AND status IN ('delivered', 'acked', 'completed'))",
+                &[&mesh_id, &task_id.trim()],
+            )?;
+            Ok(row.try_get(0)?)
+        })
+    }
+
     fn active_session_deliveries(
         &self,
         mesh_id: &str,
@@ -611,6 +701,29 @@ impl agentmesh_store::RuntimeStore for PgStore {
 
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>> {
         self.read(meshes_with_deliveries_or_dispatches)
+    }
+
+    fn upsert_inflight_hold(
+        &self,
+        mesh_id: &str,
+        hold: &NewInflightHold,
+        now: Timestamp,
+    ) -> StoreResult<InflightHold> {
+        // One statement decides: an upsert racing another of the same task
+        // updates the row the first inserted.
+        self.write_unlocked(|db| upsert_inflight_hold(db, mesh_id, hold, now))
+    }
+
+    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>> {
+        self.read(|db| inflight_hold(db, mesh_id, task_id))
+    }
+
+    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>> {
+        self.read(|db| inflight_holds(db, mesh_id))
+    }
+
+    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.write_unlocked(|db| delete_inflight_hold(db, mesh_id, task_id))
     }
 
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {

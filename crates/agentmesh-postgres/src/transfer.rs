@@ -35,7 +35,7 @@ const MESHES: &str = "SELECT mesh_id FROM mesh_queue /* all meshes */
 const TASKS: &str = "SELECT id, payload, row_id FROM mesh_queue
     WHERE mesh_id = $1 AND row_id > $2 ORDER BY row_id LIMIT $3";
 
-const MISSIONS: &str = "SELECT id, mesh_id, title, goal, status, created_at, updated_at, row_id
+const MISSIONS: &str = "SELECT id, mesh_id, title, goal, status, created_at, updated_at, source, row_id
     FROM mesh_missions WHERE mesh_id = $1 AND row_id > $2 ORDER BY row_id LIMIT $3";
 
 const LEDGER: &str = "SELECT id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload, seq
@@ -149,7 +149,7 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
             (Records::Tasks(tasks), last)
         }
         RecordKind::Missions => {
-            let (rows, last) = by_row(db, MISSIONS, page, 7, |r| {
+            let (rows, last) = by_row(db, MISSIONS, page, 8, |r| {
                 Ok(Mission {
                     id: r.get(0),
                     mesh_id: r.get(1),
@@ -158,6 +158,7 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
                     status: r.get(4),
                     created_at: r.get(5),
                     updated_at: r.get(6),
+                    source: r.get(7),
                 })
             })?;
             (Records::Missions(rows), last)
@@ -377,9 +378,9 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
         Records::Missions(rows) => {
             for m in rows {
                 let n = db.execute(
-                    "INSERT INTO mesh_missions (id, mesh_id, title, goal, status, created_at, updated_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (mesh_id, id) DO NOTHING",
-                    &[&m.id, &m.mesh_id, &m.title, &m.goal, &m.status, &m.created_at, &m.updated_at],
+                    "INSERT INTO mesh_missions (id, mesh_id, title, goal, status, created_at, updated_at, source)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (mesh_id, id) DO NOTHING",
+                    &[&m.id, &m.mesh_id, &m.title, &m.goal, &m.status, &m.created_at, &m.updated_at, &m.source],
                 )?;
                 count(&mut report, n);
             }

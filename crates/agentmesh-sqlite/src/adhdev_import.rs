@@ -32,6 +32,7 @@ const COPIED_TABLES: &[(&str, &str)] = &[
     ("mesh_missions", "missions"),
     ("mesh_direct_dispatches", "direct dispatches"),
     ("mesh_session_delivery", "session deliveries"),
+    ("mesh_inflight_hold", "in-flight holds"),
     ("remote_idle_sessions", "idle sessions"),
     ("mesh_completion_fingerprints", "completion fingerprints"),
     ("mesh_completion_conflicts", "completion conflicts"),

@@ -73,6 +73,12 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0013_ledger_by_sequence.sql"),
         after: Some(ledger::renumbered),
     },
+    Migration {
+        name: "0014_inflight_hold",
+        sql: include_str!("../migrations/0014_inflight_hold.sql"),
+        after: None,
+    },
+    Migration { name: "0015_original_schema", sql: "", after: Some(original_schema) },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.
@@ -238,6 +244,17 @@ fn tool_call_role(tx: &Transaction<'_>) -> Res<()> {
     if !table_columns(tx, "mesh_tool_call_log")?.iter().any(|c| c == "caller_role") {
         tx.execute_batch("ALTER TABLE mesh_tool_call_log ADD COLUMN caller_role TEXT;")?;
     }
+    Ok(())
+}
+
+/// The original's later schema: missions carry a `source` (added where a database
+/// lacks it; rows already there have none), and the dormant
+/// `mesh_direct_delivered_events` table the original dropped goes.
+fn original_schema(tx: &Transaction<'_>) -> Res<()> {
+    if !table_columns(tx, "mesh_missions")?.iter().any(|c| c == "source") {
+        tx.execute_batch("ALTER TABLE mesh_missions ADD COLUMN source TEXT;")?;
+    }
+    tx.execute_batch("DROP TABLE IF EXISTS mesh_direct_delivered_events;")?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::{Fail, Res, ledger};
 
-pub(crate) const COLUMNS: &str = "id, mesh_id, title, goal, status, created_at, updated_at";
+pub(crate) const COLUMNS: &str = "id, mesh_id, title, goal, status, created_at, updated_at, source";
 
 pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Mission> {
     Ok(Mission {
@@ -21,6 +21,7 @@ pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Mission> {
         status: r.get(4)?,
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
+        source: r.get(7)?,
     })
 }
 
@@ -45,9 +46,10 @@ pub(crate) fn upsert(
     )?;
     let mission = decision.mission;
     conn.prepare_cached(&format!(
-        "INSERT INTO mesh_missions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+        "INSERT INTO mesh_missions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
          ON CONFLICT(id) DO UPDATE SET title = excluded.title, goal = excluded.goal,
-             status = excluded.status, updated_at = excluded.updated_at"
+             status = excluded.status, updated_at = excluded.updated_at,
+             source = COALESCE(mesh_missions.source, excluded.source)"
     ))?
     .execute(params![
         mission.id,
@@ -56,7 +58,8 @@ pub(crate) fn upsert(
         mission.goal,
         mission.status,
         mission.created_at,
-        mission.updated_at
+        mission.updated_at,
+        mission.source
     ])?;
     for entry in &decision.ledger {
         ledger::append(conn, entry)?;

@@ -4,7 +4,8 @@
 
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus, IdleSession,
-    NewDirectDispatch, NewSessionDelivery, RateGuard, RateVerdict, SessionDelivery, Timestamp,
+    InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
+    SessionDelivery, Timestamp,
 };
 use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, ToolCall};
 use rusqlite::types::Value;
@@ -302,6 +303,14 @@ pub(crate) fn active_deliveries(
     Ok(stmt.query_map(params_from_iter(args.iter()), delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
 }
 
+pub(crate) fn task_has_confirmed_delivery(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<bool> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM mesh_session_delivery
+                         WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed'))",
+    )?;
+    Ok(stmt.query_row(params![mesh_id, task_id.trim()], |r| r.get(0))?)
+}
+
 pub(crate) fn expire_deliveries(conn: &Connection, mesh_id: &str, now: Timestamp) -> Res<u64> {
     let iso = now.iso();
     Ok(conn
@@ -320,6 +329,77 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(conn: &Connection) -> Res<Vec
     )?;
     let meshes = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
     Ok(meshes)
+}
+
+// ── In-flight holds ─────────────────────────────────────────────────────────
+
+const HOLD_COLUMNS: &str =
+    "task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count, updated_at";
+
+fn hold_from_row(row: &Row<'_>) -> rusqlite::Result<InflightHold> {
+    Ok(InflightHold {
+        task_id: row.get(0)?,
+        mesh_id: row.get(1)?,
+        hold_reason: row.get(2)?,
+        held_at: row.get(3)?,
+        first_idle_since_ack: row.get(4)?,
+        read_failure_count: row.get(5)?,
+        updated_at: row.get(6)?,
+    })
+}
+
+pub(crate) fn inflight_hold(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<InflightHold>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {HOLD_COLUMNS} FROM mesh_inflight_hold WHERE task_id = ?1 AND mesh_id = ?2"
+    ))?;
+    Ok(stmt.query_row(params![task_id.trim(), mesh_id], hold_from_row).optional()?)
+}
+
+/// Holds a task, keeping the first instant of an existing hold. The table is the
+/// original's, keyed by task id alone: a task id another mesh holds is refused.
+pub(crate) fn upsert_inflight_hold(
+    conn: &Connection,
+    mesh_id: &str,
+    hold: &NewInflightHold,
+    now: Timestamp,
+) -> Res<InflightHold> {
+    hold.validate()?;
+    refuse_other_mesh(
+        conn,
+        "SELECT mesh_id FROM mesh_inflight_hold WHERE task_id = ?1",
+        hold.task_id.trim(),
+        mesh_id,
+        "inflight hold",
+    )?;
+    let existing = inflight_hold(conn, mesh_id, &hold.task_id)?;
+    let row = hold.record(mesh_id, existing.as_ref(), now);
+    conn.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO mesh_inflight_hold ({HOLD_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"
+    ))?
+    .execute(params![
+        row.task_id,
+        row.mesh_id,
+        row.hold_reason,
+        row.held_at,
+        row.first_idle_since_ack,
+        row.read_failure_count,
+        row.updated_at
+    ])?;
+    Ok(row)
+}
+
+pub(crate) fn inflight_holds(conn: &Connection, mesh_id: &str) -> Res<Vec<InflightHold>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {HOLD_COLUMNS} FROM mesh_inflight_hold WHERE mesh_id = ?1 ORDER BY held_at, task_id"
+    ))?;
+    Ok(stmt.query_map([mesh_id], hold_from_row)?.collect::<Result<Vec<_>, _>>()?)
+}
+
+pub(crate) fn delete_inflight_hold(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<bool> {
+    Ok(conn
+        .prepare_cached("DELETE FROM mesh_inflight_hold WHERE task_id = ?1 AND mesh_id = ?2")?
+        .execute(params![task_id.trim(), mesh_id])?
+        > 0)
 }
 
 // ── Idle sessions ───────────────────────────────────────────────────────────

@@ -8,13 +8,14 @@ use agentmesh_core::TaskPriority;
 
 use agentmesh_core::{
     Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
-    NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued,
-    SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
+    NewDirectDispatch, NewDispatchedTask, NewInflightHold, NewMission, NewSessionDelivery, NewTask,
+    RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
+    RecordedDispatch, RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
 };
 
 use agentmesh_store::prelude::*;
@@ -47,6 +48,16 @@ impl QueueStore for SqliteStore {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, new) = (mesh_id.to_owned(), new.clone());
         self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, &mint_at(now), now))
+    }
+
+    fn record_dispatched_task(
+        &self,
+        mesh_id: &str,
+        task: &NewDispatchedTask,
+        now: Timestamp,
+    ) -> StoreResult<RecordedDispatch> {
+        self.ensure_legacy_queue(mesh_id);
+        self.write(|tx| tasks::record_dispatched(tx, mesh_id, task, now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {
@@ -329,6 +340,10 @@ impl RuntimeStore for SqliteStore {
         self.read(|c| runtime::load_delivery(c, mesh_id, id.trim()))
     }
 
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.read(|c| runtime::task_has_confirmed_delivery(c, mesh_id, task_id))
+    }
+
     fn active_session_deliveries(
         &self,
         mesh_id: &str,
@@ -344,6 +359,27 @@ impl RuntimeStore for SqliteStore {
 
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>> {
         self.read(runtime::meshes_with_deliveries_or_dispatches)
+    }
+
+    fn upsert_inflight_hold(
+        &self,
+        mesh_id: &str,
+        hold: &NewInflightHold,
+        now: Timestamp,
+    ) -> StoreResult<InflightHold> {
+        self.write(|tx| runtime::upsert_inflight_hold(tx, mesh_id, hold, now))
+    }
+
+    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>> {
+        self.read(|c| runtime::inflight_hold(c, mesh_id, task_id))
+    }
+
+    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>> {
+        self.read(|c| runtime::inflight_holds(c, mesh_id))
+    }
+
+    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
+        self.write(|tx| runtime::delete_inflight_hold(tx, mesh_id, task_id))
     }
 
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {
@@ -471,6 +507,10 @@ impl InboxStore for SqliteStore {
     fn ack_pending_events(&self, mesh_id: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
         // No acknowledgement time is kept: retention goes by queue time.
         self.write(|tx| inbox::ack(tx, mesh_id, ids))
+    }
+
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write(|tx| inbox::delete(tx, mesh_id, ids))
     }
 
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {

@@ -108,7 +108,7 @@ fn export(conn: &Connection, mesh_id: &str, kind: RecordKind, after: &Cursor, li
                 crate::missions::COLUMNS
             );
             let (missions, last) =
-                paged(conn, &sql, (mesh_id, after.row, limit), 7, |r| Ok(crate::missions::from_row(r)?))?;
+                paged(conn, &sql, (mesh_id, after.row, limit), 8, |r| Ok(crate::missions::from_row(r)?))?;
             ExportPage::new(Records::Missions(missions), limit, by_row(last))
         }
         RecordKind::Ledger => {
@@ -396,7 +396,7 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                 &mut report,
             )?;
             let mut insert = conn.prepare_cached(&format!(
-                "INSERT INTO mesh_missions ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO mesh_missions ({}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                 crate::missions::COLUMNS
             ))?;
             for m in fresh {
@@ -407,7 +407,8 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                     m.goal,
                     m.status,
                     m.created_at,
-                    m.updated_at
+                    m.updated_at,
+                    m.source
                 ])?;
                 report.inserted += 1;
             }

@@ -18,9 +18,10 @@ use agentmesh_core::TaskPriority;
 
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
-    DispatchStatus, IdleSession, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
-    NewDirectDispatch, NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, RequeueOptions,
-    Requeued, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
+    DispatchStatus, IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission,
+    MissionProgress, NewDirectDispatch, NewDispatchedTask, NewInflightHold, NewMission, NewSessionDelivery,
+    NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
+    Timestamp,
 };
 
 pub mod deadline;
@@ -95,6 +96,16 @@ impl ClaimOutcome {
             ClaimOutcome::Refused(r) => panic!("expected a claim, got refusal {r}"),
         }
     }
+}
+
+/// A directly dispatched task as recording it left it, and whether that recording
+/// created it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedDispatch {
+    /// The task: the one recorded, or the one the mesh already held by that id.
+    pub task: Task,
+    /// The recording created the task (the id was new to the mesh).
+    pub created: bool,
 }
 
 /// A mission as an upsert left it, and whether that upsert created it.
@@ -469,6 +480,19 @@ pub trait QueueStore: Send + Sync + 'static {
     /// tasks earlier in the batch.
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>>;
 
+    /// Records a task a coordinator already dispatched straight to a session (the
+    /// original's `recordDirectDispatchTask`), in one transaction: the task
+    /// assigned to that node and session (epoch 1, dispatched at `now`, no lease),
+    /// its `task_dispatched` entry, and a session delivery already `delivered`, so
+    /// [`RuntimeStore::task_has_confirmed_delivery`] holds for it. An id the mesh
+    /// holds is a no-op that returns the task as it is.
+    fn record_dispatched_task(
+        &self,
+        mesh_id: &str,
+        task: &NewDispatchedTask,
+        now: Timestamp,
+    ) -> StoreResult<RecordedDispatch>;
+
     /// Tasks of a mesh in creation order, only those in `statuses` unless it is empty.
     fn queue_entries(&self, mesh_id: &str, statuses: &[TaskStatus]) -> StoreResult<Vec<Task>>;
 
@@ -657,8 +681,8 @@ pub trait LedgerStore: Send + Sync + 'static {
     fn ledger_slice(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice>;
 }
 
-/// Runtime records beside the queue: direct dispatches, session deliveries, idle
-/// sessions, completion fingerprints and conflicts, the tool-call rate guard.
+/// Runtime records beside the queue: direct dispatches, session deliveries,
+/// in-flight holds, idle sessions, completion fingerprints and conflicts, the tool-call rate guard.
 /// Part of [`Store`].
 pub trait RuntimeStore: Send + Sync + 'static {
     /// Records a direct dispatch (status `dispatched`), replacing the row of the
@@ -734,12 +758,36 @@ pub trait RuntimeStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Vec<SessionDelivery>>;
 
+    /// Whether a delivery of the task reached its session: one of its deliveries
+    /// is delivered, acked or completed (the original's `taskHasConfirmedDelivery`).
+    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
+
     /// Moves waiting deliveries whose expiry passed to `expired`; returns how many.
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64>;
 
     /// The meshes that have session deliveries or direct dispatches, each once,
     /// sorted: what the per-mesh delivery and dispatch sweeps have to visit.
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>>;
+
+    /// Holds a task in flight, or updates its hold: an existing hold of the task
+    /// keeps the instant it was first held (`heldAt`); its reason, idle anchor
+    /// (`None` clears it) and read-failure count are overwritten, and `updatedAt`
+    /// is `now`. Returns the hold as stored.
+    fn upsert_inflight_hold(
+        &self,
+        mesh_id: &str,
+        hold: &NewInflightHold,
+        now: Timestamp,
+    ) -> StoreResult<InflightHold>;
+
+    /// The hold of one task; `None` when the task is not held.
+    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>>;
+
+    /// The mesh's holds, in the order they were first held (then by task id).
+    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>>;
+
+    /// Releases the hold of one task; returns whether it was held.
+    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
 
     /// Records (or refreshes) an idle session.
     fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()>;
@@ -859,6 +907,12 @@ pub trait InboxStore: Send + Sync + 'static {
     /// Marks events drained by row id (an acknowledgement after delivery elsewhere);
     /// returns how many changed.
     fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64>;
+
+    /// Deletes the mesh's events of these row ids, drained or not, with their
+    /// queue entries and dedup history (their fingerprints and event ids take new
+    /// events again): the original's `deletePendingEventsById`. Returns how many
+    /// events were deleted; unknown ids and other meshes' events are passed over.
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
 
     /// Deletes the undelivered `mesh:dispatch_blocked` events of a task; returns how many.
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64>;

@@ -513,6 +513,7 @@ mod tests {
             title: "t".into(),
             goal: String::new(),
             status: "active".into(),
+            source: None,
             created_at: "2026-01-01T00:00:00.000Z".into(),
             updated_at: "2026-01-01T00:00:00.000Z".into(),
         };

@@ -235,6 +235,9 @@ pub(crate) enum Command {
     /// List the worker sessions that reported themselves idle, or remove one's report
     #[command(after_help = SESSIONS_EXAMPLES)]
     Sessions(SessionsArgs),
+    /// List the in-flight holds of acknowledged tasks, or set, show and release one
+    #[command(after_help = HOLDS_EXAMPLES)]
+    Holds(HoldsArgs),
     /// List the messages still waiting to be delivered to worker sessions, or show
     /// and move one
     #[command(after_help = DELIVERIES_EXAMPLES)]
@@ -361,6 +364,33 @@ Examples:
 const SESSIONS_REMOVE_EXAMPLES: &str = "\
 Examples:
   agentmesh sessions remove --node laptop --session worker-1";
+
+/// Shown after `agentmesh holds --help`.
+const HOLDS_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds
+  agentmesh holds --json
+  agentmesh holds set t-42 --reason acked
+  agentmesh holds set t-42 --reason idle_after_ack --first-idle-since-ack 2025-01-01T00:00:00Z --read-failures 1
+  agentmesh holds show t-42
+  agentmesh holds release t-42";
+
+/// Shown after `agentmesh holds set --help`.
+const HOLDS_SET_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds set t-42 --reason acked
+  agentmesh holds set t-42 --reason idle_after_ack --first-idle-since-ack 2025-01-01T00:00:00Z --read-failures 1";
+
+/// Shown after `agentmesh holds show --help`.
+const HOLDS_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds show t-42
+  agentmesh holds show t-42 --json";
+
+/// Shown after `agentmesh holds release --help`.
+const HOLDS_RELEASE_EXAMPLES: &str = "\
+Examples:
+  agentmesh holds release t-42";
 
 /// Shown after `agentmesh deliveries --help`.
 const DELIVERIES_EXAMPLES: &str = "\
@@ -799,7 +829,27 @@ pub(crate) enum TaskCommand {
     /// Change the pull priority of a pending or assigned task
     #[command(after_help = TASK_PRIORITY_EXAMPLES)]
     Priority(TaskPriorityArgs),
+    /// Record a task already dispatched straight to a session: assigned to it,
+    /// with its delivery confirmed (an id the mesh holds changes nothing)
+    #[command(name = "record-dispatched", after_help = TASK_RECORD_DISPATCHED_EXAMPLES)]
+    RecordDispatched(TaskRecordDispatchedArgs),
+    /// Say whether a delivery of the task reached its session (delivered, acked
+    /// or completed)
+    #[command(after_help = TASK_DELIVERED_EXAMPLES)]
+    Delivered(TaskShowArgs),
 }
+
+/// Shown after `agentmesh task record-dispatched --help`.
+const TASK_RECORD_DISPATCHED_EXAMPLES: &str = "\
+Examples:
+  agentmesh task record-dispatched fix-login --node laptop --session worker-1 --message 'fix the login form'
+  agentmesh task record-dispatched fix-login --node laptop --session worker-1 --message 'fix it' --mission auth --json";
+
+/// Shown after `agentmesh task delivered --help`.
+const TASK_DELIVERED_EXAMPLES: &str = "\
+Examples:
+  agentmesh task delivered fix-login
+  agentmesh task delivered fix-login --json";
 
 /// Shown after `agentmesh task priority --help`.
 const TASK_PRIORITY_EXAMPLES: &str = "\
@@ -933,6 +983,31 @@ pub(crate) struct TaskListArgs {
 pub(crate) struct TaskShowArgs {
     /// The task id
     pub id: String,
+}
+
+/// Arguments of `task record-dispatched`.
+#[derive(Debug, Args)]
+pub(crate) struct TaskRecordDispatchedArgs {
+    /// The task id
+    pub id: String,
+    /// The instruction text that was sent
+    #[arg(long, value_name = "TEXT")]
+    pub message: String,
+    /// The node it was sent to
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    /// The session it was sent to
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// The session's provider type
+    #[arg(long, value_name = "PROVIDER")]
+    pub provider: Option<String>,
+    /// The mission the task belongs to
+    #[arg(long, value_name = "MISSION")]
+    pub mission: Option<String>,
+    /// Kind of work: code_change, validation, live_debug_readonly, launch_app or convergence
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
 }
 
 /// Arguments of `task cancel`.
@@ -1100,6 +1175,9 @@ pub(crate) enum EventsCommand {
     /// Mark events drained by id (after they were delivered some other way)
     #[command(after_help = ACK_EXAMPLES)]
     Ack(EventsAckArgs),
+    /// Delete events by id, drained or not (their fingerprints take new events again)
+    #[command(after_help = DELETE_EVENTS_EXAMPLES)]
+    Delete(EventsAckArgs),
     /// Withdraw the undelivered mesh:dispatch_blocked events of a task
     #[command(after_help = RETRACT_EXAMPLES)]
     Retract(EventsRetractArgs),
@@ -1215,6 +1293,12 @@ Examples:
 const ACK_EXAMPLES: &str = "\
 Examples:
   agentmesh events ack evt-1 evt-2";
+
+/// Shown after `agentmesh events delete --help`.
+const DELETE_EVENTS_EXAMPLES: &str = "\
+Examples:
+  agentmesh events delete evt-1 evt-2
+  agentmesh events delete evt-1 --json";
 
 /// Shown after `agentmesh events retract --help`.
 const RETRACT_EXAMPLES: &str = "\
@@ -1463,6 +1547,9 @@ pub(crate) struct MissionAddArgs {
     /// [default: active, or the current status on an update]
     #[arg(long, value_name = "STATUS")]
     pub status: Option<String>,
+    /// Where the mission came from; written once (a mission that has one keeps it)
+    #[arg(long, value_name = "TEXT")]
+    pub source: Option<String>,
 }
 
 /// Arguments of `mission list`.
@@ -1589,6 +1676,53 @@ pub(crate) struct DispatchRemoveArgs {
     /// The tasks whose dispatches go
     #[arg(value_name = "TASK", required = true)]
     pub tasks: Vec<String>,
+}
+
+/// Arguments of `holds`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldsArgs {
+    /// Without one, the mesh's holds are listed in the order they were first held
+    #[command(subcommand)]
+    pub command: Option<HoldsCommand>,
+}
+
+/// `agentmesh holds ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum HoldsCommand {
+    /// Hold a task in flight, or update its hold (the first held time is kept)
+    #[command(after_help = HOLDS_SET_EXAMPLES)]
+    Set(HoldSetArgs),
+    /// Show the hold of one task
+    #[command(after_help = HOLDS_SHOW_EXAMPLES)]
+    Show(HoldTaskArgs),
+    /// Release the hold of one task
+    #[command(after_help = HOLDS_RELEASE_EXAMPLES)]
+    Release(HoldTaskArgs),
+}
+
+/// Arguments of `holds set`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldSetArgs {
+    /// The held task
+    #[arg(value_name = "TASK")]
+    pub task: String,
+    /// Why it is held (acked, idle_after_ack, ...)
+    #[arg(long, value_name = "REASON")]
+    pub reason: String,
+    /// When its session was first seen idle since it acknowledged the task (ISO-8601)
+    #[arg(long, value_name = "WHEN")]
+    pub first_idle_since_ack: Option<String>,
+    /// How many reads of the session failed so far
+    #[arg(long, value_name = "N")]
+    pub read_failures: Option<u32>,
+}
+
+/// Arguments of `holds show` and `holds release`.
+#[derive(Debug, Args)]
+pub(crate) struct HoldTaskArgs {
+    /// The held task
+    #[arg(value_name = "TASK")]
+    pub task: String,
 }
 
 /// Arguments of `sessions`.

@@ -19,8 +19,8 @@
 use std::io::{self, Write};
 
 pub(crate) use agentmesh_api::views::{
-    ConflictView, DeliveryView, DispatchView, DrainView, FingerprintView, HeldEventView, IdleSessionView,
-    InboxEventView, MissionDetailView, MissionView, ProgressView, ToolCallLogView,
+    ConflictView, DeliveryView, DispatchView, DrainView, FingerprintView, HeldEventView, HoldView,
+    IdleSessionView, InboxEventView, MissionDetailView, MissionView, ProgressView, ToolCallLogView,
 };
 use agentmesh_core::events::{DrainCounter, coordinator_text, read_completion_summary};
 
@@ -577,6 +577,24 @@ pub(crate) fn write_dispatch_table(
     table.write(w)
 }
 
+/// Writes in-flight holds as a table (or `no in-flight holds`).
+pub(crate) fn write_hold_table(w: &mut dyn Write, holds: &[HoldView], now: Timestamp) -> io::Result<()> {
+    if holds.is_empty() {
+        return writeln!(w, "no in-flight holds");
+    }
+    let mut table = Table::new(vec!["TASK", "HELD", "REASON", "IDLE SINCE ACK", "READ FAILURES"]);
+    for h in holds {
+        table.row(vec![
+            h.task_id.clone(),
+            age(&h.held_at, now),
+            h.hold_reason.clone(),
+            h.first_idle_since_ack.as_deref().map_or_else(|| "-".to_owned(), |at| age(at, now)),
+            h.read_failure_count.to_string(),
+        ]);
+    }
+    table.write(w)
+}
+
 /// Writes held events as a table (or `no held events`).
 pub(crate) fn write_held_table(w: &mut dyn Write, held: &[HeldEventView], now: Timestamp) -> io::Result<()> {
     if held.is_empty() {
@@ -792,6 +810,7 @@ mod tests {
             title: "Harden login".into(),
             goal: String::new(),
             status: "active".into(),
+            source: None,
             created_at: "2025-01-01T00:00:00.000Z".into(),
             updated_at: "2025-01-01T00:00:00.000Z".into(),
         };

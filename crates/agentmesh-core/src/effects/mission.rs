@@ -48,7 +48,8 @@ pub fn mission_id(m: &NewMission) -> &str {
 
 /// Creates or updates a mission in `mesh_id`, given the mission stored under the
 /// request's id ([`mission_id`]), whichever mesh it belongs to. An update keeps
-/// what the request leaves unset and the creation time.
+/// what the request leaves unset and the creation time, and a source once
+/// written (the original's `COALESCE(source, excluded.source)`).
 pub fn upsert_mission(
     mesh_id: &str,
     m: &NewMission,
@@ -72,6 +73,9 @@ pub fn upsert_mission(
             .clone()
             .or_else(|| existing.map(|e| e.status.clone()))
             .unwrap_or_else(|| "active".to_owned()),
+        source: existing
+            .and_then(|e| e.source.clone())
+            .or_else(|| m.source.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)),
         created_at: existing.map_or_else(|| iso.clone(), |e| e.created_at.clone()),
         updated_at: iso,
     };
@@ -126,7 +130,23 @@ mod tests {
             title: " Ship ".into(),
             goal: goal.map(str::to_owned),
             status: status.map(str::to_owned),
+            source: None,
         }
+    }
+
+    #[test]
+    fn a_source_is_written_once() {
+        let now = Timestamp::from_millis(1_000);
+        let bare = upsert_mission("mesh", &request(None, None), None, now, ids()).unwrap().mission;
+        assert_eq!(bare.source, None, "no source given, none stored");
+        let given = NewMission { source: Some(" coordinator ".into()), ..request(None, None) };
+        let first = upsert_mission("mesh", &given, Some(&bare), now, ids()).unwrap().mission;
+        assert_eq!(first.source.as_deref(), Some("coordinator"), "the first source given is written");
+        let other = NewMission { source: Some("import".into()), ..request(None, None) };
+        let kept = upsert_mission("mesh", &other, Some(&first), now, ids()).unwrap().mission;
+        assert_eq!(kept.source.as_deref(), Some("coordinator"), "a written source is kept");
+        let blank = NewMission { source: Some(" ".into()), ..request(None, None) };
+        assert_eq!(upsert_mission("mesh", &blank, None, now, ids()).unwrap().mission.source, None);
     }
 
     #[test]

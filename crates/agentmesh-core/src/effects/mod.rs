@@ -12,7 +12,9 @@
 //! - [`task`]: enqueue, claim, completion and failure, heartbeat, cancel,
 //!   requeue, reclaim, and the blocks they leave on dependents.
 //! - [`mission`]: creating and updating a mission.
+//! - [`direct`]: recording a task already dispatched straight to a session.
 
+pub mod direct;
 pub mod mission;
 pub mod task;
 

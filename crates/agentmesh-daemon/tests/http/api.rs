@@ -672,6 +672,43 @@ async fn a_pushed_event_keeps_only_the_envelope_fields_that_are_well_formed() {
 }
 
 #[tokio::test]
+async fn events_are_deleted_by_id_drained_or_not_and_their_fingerprints_freed() {
+    let daemon = TestDaemon::start().await;
+    let push = |task: &str| json!({ "event": blocked_event(task), "selfMachineId": "mach_abc" });
+    let (status, first) = daemon.post("/v1/meshes/m/events", push("t1")).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    let (_, second) = daemon.post("/v1/meshes/m/events", push("t2")).await;
+    let ack = json!({ "ids": [second["id"]] });
+    assert_eq!(daemon.post("/v1/meshes/m/events/ack", ack).await, (StatusCode::OK, json!({ "acked": 1 })));
+
+    for (body, needle) in [
+        (json!({ "ids": "all" }), "invalid ids"),
+        (json!({ "ids": [first["id"], ""] }), "ids[1]"),
+        (json!({ "ids": [first["id"]], "all": true }), "unknown field `all`"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/events/delete", body).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", needle);
+    }
+    let (_, status_view) = daemon.get("/v1/meshes/m/status").await;
+    assert_eq!(status_view["pendingEvents"], 1, "a refused delete deletes nothing: {status_view}");
+
+    let delete = json!({ "ids": [first["id"], second["id"], "no-such-row"] });
+    assert_eq!(
+        daemon.post("/v1/meshes/m/events/delete", delete.clone()).await,
+        (StatusCode::OK, json!({ "deleted": 2 }))
+    );
+    assert_eq!(
+        daemon.post("/v1/meshes/m/events/delete", delete).await,
+        (StatusCode::OK, json!({ "deleted": 0 }))
+    );
+    let coordinator = json!({ "daemonId": "daemon_mach_abc", "runId": "run-1" });
+    let (_, peeked) = daemon.post("/v1/meshes/m/events/peek", coordinator).await;
+    assert_eq!(peeked["events"], json!([]), "{peeked}");
+    let (status, again) = daemon.post("/v1/meshes/m/events", push("t1")).await;
+    assert_eq!(status, StatusCode::CREATED, "a deleted event's fingerprint takes a new one: {again}");
+}
+
+#[tokio::test]
 async fn bad_event_requests_are_refused_and_queue_nothing() {
     let daemon = TestDaemon::start().await;
     let mut other_mesh = blocked_event("t1");
@@ -1294,9 +1331,14 @@ async fn missions_are_created_updated_listed_and_shown() {
         daemon.post("/v1/meshes/m/missions", json!({ "id": "ms1", "title": "Ship it" })).await;
     assert_eq!(status, StatusCode::CREATED, "{saved}");
     assert_eq!((&saved["id"], &saved["created"]), (&json!("ms1"), &json!(true)), "{saved}");
-    let update = json!({ "id": "ms1", "title": "Ship it", "goal": "v1 out" });
+    assert_eq!(saved["source"], Value::Null, "no source given: {saved}");
+    let update = json!({ "id": "ms1", "title": "Ship it", "goal": "v1 out", "source": "coordinator" });
     let (status, updated) = daemon.post("/v1/meshes/m/missions", update).await;
     assert_eq!((status, &updated["created"]), (StatusCode::OK, &json!(false)), "{updated}");
+    assert_eq!(updated["source"], "coordinator", "the first source is written: {updated}");
+    let other = json!({ "id": "ms1", "title": "Ship it", "source": "import" });
+    let (_, kept) = daemon.post("/v1/meshes/m/missions", other).await;
+    assert_eq!(kept["source"], "coordinator", "a written source is kept: {kept}");
     daemon.post("/v1/meshes/m/tasks", json!({ "message": "part", "id": "t1", "missionId": "ms1" })).await;
 
     let (status, list) = daemon.get("/v1/meshes/m/missions").await;
@@ -1316,6 +1358,10 @@ async fn missions_are_created_updated_listed_and_shown() {
     let response =
         daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2", "title": "t", "owner": "me" })).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `owner`");
+    let long = "s".repeat(201);
+    let response =
+        daemon.post("/v1/meshes/m/missions", json!({ "id": "ms2", "title": "t", "source": long })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "source");
     let response = daemon.get("/v1/meshes/m/missions?status=Done!").await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "Done!");
     let response = daemon.get("/v1/meshes/m/missions/nope").await;
@@ -1344,6 +1390,113 @@ async fn idle_sessions_are_reported_and_listed() {
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "unknown field `node`");
     let (_, list) = daemon.get("/v1/meshes/m/idle-sessions").await;
     assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+}
+
+#[tokio::test]
+async fn a_direct_dispatch_is_recorded_once_as_an_assigned_task_with_a_confirmed_delivery() {
+    let daemon = TestDaemon::start().await;
+    let (status, confirmed) = daemon.get("/v1/meshes/m/tasks/t1/delivery").await;
+    assert_eq!((status, confirmed), (StatusCode::OK, json!({ "taskId": "t1", "confirmed": false })));
+    let body = json!({ "id": "t1", "message": "fix the login form", "nodeId": "n1", "sessionId": "s1" });
+    let (status, recorded) = daemon.post("/v1/meshes/m/tasks/dispatched", body.clone()).await;
+    assert_eq!(status, StatusCode::CREATED, "{recorded}");
+    assert_eq!(recorded["created"], true);
+    assert_eq!(
+        (&recorded["task"]["status"], &recorded["task"]["assignedSessionId"]),
+        (&json!("assigned"), &json!("s1")),
+        "{recorded}"
+    );
+    assert!(recorded["task"]["dispatchTimestamp"].is_string(), "{recorded}");
+    let (status, confirmed) = daemon.get("/v1/meshes/m/tasks/t1/delivery").await;
+    assert_eq!((status, confirmed), (StatusCode::OK, json!({ "taskId": "t1", "confirmed": true })));
+
+    let other = json!({ "id": "t1", "message": "something else", "nodeId": "n2", "sessionId": "s2" });
+    let (status, again) = daemon.post("/v1/meshes/m/tasks/dispatched", other).await;
+    assert_eq!((status, &again["created"]), (StatusCode::OK, &json!(false)), "{again}");
+    assert_eq!(again["task"], recorded["task"], "an existing id changes nothing");
+
+    for (bad, field) in [
+        (json!({ "id": "t2", "message": " ", "nodeId": "n1", "sessionId": "s1" }), "message"),
+        (json!({ "id": "t2", "message": "m", "nodeId": "", "sessionId": "s1" }), "nodeId"),
+        (
+            json!({ "id": "t2", "message": "m", "nodeId": "n1", "sessionId": "s1", "taskMode": "x" }),
+            "taskMode",
+        ),
+        (json!({ "id": "t2", "message": "m", "nodeId": "n1" }), "sessionId"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/tasks/dispatched", bad).await;
+        assert_eq!(response.0, StatusCode::BAD_REQUEST, "{}", response.1);
+        assert!(
+            response.1["error"]["message"].as_str().unwrap_or_default().contains(field),
+            "{}",
+            response.1
+        );
+    }
+    let response = daemon.get("/v1/meshes/m/tasks/t2").await;
+    assert_eq!(response.0, StatusCode::NOT_FOUND, "refused records store nothing: {}", response.1);
+}
+
+#[tokio::test]
+async fn inflight_holds_are_upserted_read_listed_and_released() {
+    let daemon = TestDaemon::start().await;
+    let first = json!({ "taskId": "t2", "holdReason": "acked" });
+    let (status, held) = daemon.post("/v1/meshes/m/holds", first).await;
+    assert_eq!(status, StatusCode::OK, "{held}");
+    assert_eq!(
+        (&held["taskId"], &held["meshId"], &held["holdReason"]),
+        (&json!("t2"), &json!("m"), &json!("acked"))
+    );
+    assert_eq!(held["firstIdleSinceAck"], Value::Null, "an omitted idle anchor reads back empty: {held}");
+    assert_eq!(held["readFailureCount"], 0);
+    let held_at = held["heldAt"].clone();
+
+    let update = json!({
+        "taskId": "t2",
+        "holdReason": "idle_after_ack",
+        "firstIdleSinceAck": "2025-01-01T01:00:00+01:00",
+        "readFailureCount": 2,
+    });
+    let (status, updated) = daemon.post("/v1/meshes/m/holds", update).await;
+    assert_eq!(status, StatusCode::OK, "{updated}");
+    assert_eq!(updated["heldAt"], held_at, "the first heldAt is kept: {updated}");
+    assert_eq!(updated["holdReason"], "idle_after_ack");
+    assert_eq!(updated["firstIdleSinceAck"], "2025-01-01T00:00:00.000Z");
+    assert_eq!(updated["readFailureCount"], 2);
+    let (status, one) = daemon.get("/v1/meshes/m/holds/t2").await;
+    assert_eq!((status, &one), (StatusCode::OK, &updated));
+
+    daemon.post("/v1/meshes/m/holds", json!({ "taskId": "t1", "holdReason": "acked" })).await;
+    let (status, list) = daemon.get("/v1/meshes/m/holds").await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let order: Vec<&str> = list.as_array().unwrap().iter().filter_map(|h| h["taskId"].as_str()).collect();
+    assert_eq!(order, ["t2", "t1"], "listed in the order first held: {list}");
+
+    for (body, field) in [
+        (json!({ "taskId": " ", "holdReason": "acked" }), "taskId"),
+        (json!({ "taskId": "t3", "holdReason": "" }), "holdReason"),
+        (
+            json!({ "taskId": "t3", "holdReason": "acked", "firstIdleSinceAck": "yesterday" }),
+            "firstIdleSinceAck",
+        ),
+        (json!({ "taskId": "t3", "holdReason": "acked", "readFailureCount": -1 }), "readFailureCount"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/holds", body).await;
+        assert_eq!(response.0, StatusCode::BAD_REQUEST, "{}", response.1);
+        assert!(
+            response.1["error"]["message"].as_str().unwrap_or_default().contains(field),
+            "{}",
+            response.1
+        );
+    }
+    let (_, list) = daemon.get("/v1/meshes/m/holds").await;
+    assert_eq!(list.as_array().map(Vec::len), Some(2), "refused holds store nothing: {list}");
+
+    let (status, released) = daemon.send(Method::DELETE, "/v1/meshes/m/holds/t2", None).await;
+    assert_eq!((status, released), (StatusCode::OK, json!({ "released": true })));
+    let (_, again) = daemon.send(Method::DELETE, "/v1/meshes/m/holds/t2", None).await;
+    assert_eq!(again, json!({ "released": false }));
+    let response = daemon.get("/v1/meshes/m/holds/t2").await;
+    assert_eq!(response.0, StatusCode::NOT_FOUND, "{}", response.1);
 }
 
 #[tokio::test]
@@ -1516,9 +1669,16 @@ fn bad_id_cases() -> Vec<(&'static str, Value, &'static str)> {
         ("/events/drain", json!({ "daemonId": "BAD", "runId": "run-1" }), "daemonId"),
         ("/events/peek", json!({ "daemonId": "mach_A", "runId": "BAD" }), "runId"),
         ("/events/ack", json!({ "ids": ["e1", "BAD"] }), "ids[1]"),
+        ("/events/delete", json!({ "ids": ["e1", "BAD"] }), "ids[1]"),
         ("/events/retract", json!({ "taskId": "BAD" }), "taskId"),
         ("/missions", json!({ "id": "BAD", "title": "T" }), "id"),
         ("/idle-sessions", json!({ "nodeId": "n1", "sessionId": "BAD", "providerType": "p" }), "sessionId"),
+        ("/holds", json!({ "taskId": "BAD", "holdReason": "acked" }), "taskId"),
+        (
+            "/tasks/dispatched",
+            json!({ "id": "t9", "message": "m", "nodeId": "n1", "sessionId": "BAD" }),
+            "sessionId",
+        ),
         ("/deliveries", json!({ "sessionId": "BAD", "message": "m" }), "sessionId"),
         ("/deliveries", json!({ "id": "BAD", "sessionId": "s1", "message": "m" }), "id"),
         ("/dispatches", json!({ "taskId": "BAD", "message": "m" }), "taskId"),
@@ -1968,12 +2128,18 @@ fn body_routes() -> Vec<(&'static str, Value)> {
         ("/events/drain", coordinator.clone()),
         ("/events/peek", coordinator.clone()),
         ("/events/ack", json!({ "ids": ["evt-1"] })),
+        ("/events/delete", json!({ "ids": ["evt-1"] })),
         ("/events/retract", json!({ "taskId": "t1" })),
         ("/missions", json!({ "id": "mission-1", "title": "Fuzz", "goal": "find bugs" })),
         (
             "/idle-sessions",
             json!({ "nodeId": "n1", "sessionId": "s1", "providerType": "claude", "ttlSecs": 60 }),
         ),
+        (
+            "/holds",
+            json!({ "taskId": "t1", "holdReason": "acked", "firstIdleSinceAck": "2025-01-01T00:00:00Z" }),
+        ),
+        ("/tasks/dispatched", json!({ "id": "t7", "message": "x", "nodeId": "n1", "sessionId": "s1" })),
         ("/deliveries", json!({ "sessionId": "s1", "message": "hello" })),
         ("/dispatches", json!({ "taskId": "t1", "sessionId": "s1", "message": "x" })),
         ("/placement", json!({ "taskId": "t1", "nodes": [{ "nodeId": "n1", "capabilityTags": ["rust"] }] })),
@@ -2033,6 +2199,9 @@ const BODY_KEYS: &[&str] = &[
     "nodes",
     "ttlSecs",
     "metadata",
+    "holdReason",
+    "firstIdleSinceAck",
+    "readFailureCount",
     "ended",
     "strategy",
     "notBefore",

@@ -90,6 +90,10 @@ impl agentmesh_store::InboxStore for PgStore {
         self.write_inbox(mesh_id, |db| drain::ack(db, mesh_id, ids))
     }
 
+    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
+        self.write_inbox(mesh_id, |db| admin::delete(db, mesh_id, ids))
+    }
+
     fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
         self.write_inbox(mesh_id, |db| admin::retract_dispatch_blocked(db, mesh_id, task_id))
     }

@@ -1,9 +1,9 @@
 //! Enqueue, and the import of tasks as they are.
 
 use agentmesh_core::effects::task as decide;
-use agentmesh_core::{NewTask, Task, Timestamp, enqueue};
-use agentmesh_store::StoreError;
+use agentmesh_core::{NewDispatchedTask, NewTask, Task, Timestamp, enqueue};
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::{RecordedDispatch, StoreError};
 
 use super::rows::{
     add_edges, dependents, duplicate_id, id_taken, insert_row, refresh_dependents, refresh_readiness,
@@ -52,6 +52,26 @@ pub(crate) fn enqueue(
     insert_row(db, &task, unmet)?;
     ledger::append_later(db, &decide::dispatched(&task, mint_at(now), now))?;
     Ok(task)
+}
+
+/// Records a task already dispatched to a session, with its entry and its
+/// delivered record; an id the mesh holds is returned as it is. The caller holds
+/// the mesh key, so of two recordings of one id the second finds the first.
+pub(crate) fn record_dispatched(
+    db: &Db<'_>,
+    mesh_id: &str,
+    new: &NewDispatchedTask,
+    now: Timestamp,
+) -> Res<RecordedDispatch> {
+    new.validate()?;
+    if let Some(task) = super::find(db, mesh_id, new.id.trim())? {
+        return Ok(RecordedDispatch { task, created: false });
+    }
+    let record = new.record(mesh_id, now, mint_at(now))?;
+    insert_row(db, &record.task, 0)?;
+    ledger::append(db, &record.ledger)?;
+    crate::runtime::insert_delivery(db, mesh_id, &record.delivery, now)?;
+    Ok(RecordedDispatch { task: record.task, created: true })
 }
 
 /// Inserts tasks as they are, skipping ids the mesh holds; returns how many were

@@ -45,7 +45,7 @@ pub(crate) use agentmesh_store::task_writes::{
     cancel, heartbeat, reclaim_if_lease_expired, requeue, set_priority,
 };
 use claim::{claim, claim_locks, complete_then_claim};
-pub(crate) use enqueue::{enqueue, import_entries};
+pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
 pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, node_assignment_count, oldest_pending_created_at,
     stats,
@@ -61,6 +61,16 @@ impl agentmesh_store::QueueStore for PgStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
         let graph = graph_lock(std::slice::from_ref(new));
         self.write_with(mesh_id, &[graph], |db| enqueue(db, mesh_id, new, &mint_at(now), now))
+    }
+
+    fn record_dispatched_task(
+        &self,
+        mesh_id: &str,
+        task: &agentmesh_core::NewDispatchedTask,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_store::RecordedDispatch> {
+        let locks = [Lock::Mesh, Lock::Graph { exclusive: false }];
+        self.write_with(mesh_id, &locks, |db| record_dispatched(db, mesh_id, task, now))
     }
 
     fn enqueue_batch(&self, mesh_id: &str, new: &[NewTask], now: Timestamp) -> StoreResult<Vec<Task>> {

@@ -30,7 +30,7 @@ mod queue;
 mod reconcile;
 mod walk;
 
-pub(crate) use admin::{count, retract_dispatch_blocked};
+pub(crate) use admin::{count, delete, retract_dispatch_blocked};
 pub(crate) use columns::backfill_route_columns;
 pub(crate) use drain::{ack, drain, peek};
 pub(crate) use held::requeue_held;

@@ -1,9 +1,9 @@
 //! Enqueue, and the import of tasks as they are.
 
 use agentmesh_core::effects::task as decide;
-use agentmesh_core::{NewTask, Task, Timestamp, enqueue};
-use agentmesh_store::StoreError;
+use agentmesh_core::{NewDispatchedTask, NewTask, Task, Timestamp, enqueue};
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::{RecordedDispatch, StoreError};
 use rusqlite::Connection;
 
 use super::rows::{
@@ -41,6 +41,26 @@ pub(crate) fn enqueue(
     insert_row(conn, &task, unmet)?;
     ledger::append(conn, &decide::dispatched(&task, mint_at(now), now))?;
     Ok(task)
+}
+
+/// Records a task already dispatched to a session, with its entry and its
+/// delivered record; an id the mesh holds is returned as it is.
+pub(crate) fn record_dispatched(
+    conn: &Connection,
+    mesh_id: &str,
+    new: &NewDispatchedTask,
+    now: Timestamp,
+) -> Res<RecordedDispatch> {
+    new.validate()?;
+    if let Some(task) = super::find(conn, mesh_id, new.id.trim())? {
+        return Ok(RecordedDispatch { task, created: false });
+    }
+    let record = new.record(mesh_id, now, mint_at(now))?;
+    // An id another mesh holds is refused by the row's primary key, as an enqueue's.
+    insert_row(conn, &record.task, 0)?;
+    ledger::append(conn, &record.ledger)?;
+    crate::runtime::insert_delivery(conn, mesh_id, &record.delivery, now)?;
+    Ok(RecordedDispatch { task: record.task, created: true })
 }
 
 /// Inserts tasks as they are, skipping ids that exist; returns how many were new.

@@ -32,7 +32,7 @@ pub(crate) use agentmesh_store::task_writes::{
     cancel, complete, heartbeat, reclaim_if_lease_expired, requeue, set_priority,
 };
 pub(crate) use claim::claim;
-pub(crate) use enqueue::{enqueue, import_entries};
+pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
 pub(crate) use persist::Rows;
 pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, mesh_task_count, node_assignment_count,

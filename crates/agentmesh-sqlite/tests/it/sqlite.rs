@@ -280,6 +280,106 @@ fn stores_opening_a_new_file_together_all_succeed() {
 
 /// A database a newer agentmesh wrote is refused with both versions, and its
 /// bytes stay as they were.
+/// The schema of a database as `sqlite_master` and `user_version` state it.
+fn schema_of(path: &Path) -> (Vec<(String, String, Option<String>)>, i64) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    let rows = conn
+        .prepare("SELECT type, name, sql FROM sqlite_master ORDER BY type, name")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let version = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    (rows, version)
+}
+
+#[test]
+fn the_in_flight_holds_of_an_original_database_are_imported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let original = dir.path().join("original.db");
+    {
+        let conn = rusqlite::Connection::open(&original).unwrap();
+        conn.execute_batch(include_str!("../../migrations/0001_original.sql")).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE mesh_inflight_hold (
+                 task_id TEXT PRIMARY KEY, mesh_id TEXT NOT NULL, hold_reason TEXT NOT NULL,
+                 held_at TEXT NOT NULL, first_idle_since_ack TEXT,
+                 read_failure_count INTEGER NOT NULL DEFAULT 0, updated_at TEXT NOT NULL);
+             INSERT INTO mesh_inflight_hold VALUES
+                 ('t1', 'm', 'acked', '2025-01-01T00:00:00.000Z', NULL, 0, '2025-01-01T00:00:00.000Z'),
+                 ('t2', 'm', 'idle_after_ack', '2025-01-01T00:00:01.000Z', '2025-01-01T00:00:02.000Z', 3,
+                  '2025-01-01T00:00:03.000Z');",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.path().join("mesh-runtime.db")).unwrap();
+    let report = store.import_original_database(&original).unwrap();
+    let line = report.tables.iter().find(|t| t.what == "in-flight holds").expect("an in-flight holds line");
+    assert_eq!((line.imported, line.skipped), (2, 0));
+    let holds = store.inflight_holds("m").unwrap();
+    let read: Vec<(&str, Option<&str>, u32)> = holds
+        .iter()
+        .map(|h| (h.task_id.as_str(), h.first_idle_since_ack.as_deref(), h.read_failure_count))
+        .collect();
+    assert_eq!(read, [("t1", None, 0), ("t2", Some("2025-01-01T00:00:02.000Z"), 3)]);
+    let again = store.import_original_database(&original).unwrap();
+    let line = again.tables.iter().find(|t| t.what == "in-flight holds").expect("the line again");
+    assert_eq!((line.imported, line.skipped), (0, 2), "a second import adds nothing");
+}
+
+#[test]
+fn an_original_database_gains_the_mission_source_and_loses_the_dormant_delivered_events_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh-runtime.db");
+    {
+        // The original's tables (missions without `source`), its dormant
+        // delivered-events table, and a mission it wrote.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("../../migrations/0001_original.sql")).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS mesh_direct_delivered_events (
+                 mesh_id TEXT NOT NULL,
+                 event_id TEXT NOT NULL,
+                 delivered_at INTEGER NOT NULL,
+                 PRIMARY KEY (mesh_id, event_id)
+             );
+             INSERT INTO mesh_direct_delivered_events VALUES ('m', 'evt-1', 1);
+             INSERT INTO mesh_missions (id, mesh_id, title, goal, status, created_at, updated_at)
+                 VALUES ('old', 'm', 'Old', '', 'active', '2025-01-01T00:00:00.000Z', '2025-01-01T00:00:00.000Z');",
+        )
+        .unwrap();
+    }
+    let columns = |path: &Path| -> Vec<String> {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('mesh_missions')").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    assert!(!columns(&path).contains(&"source".to_owned()), "the original's missions have no source");
+
+    let store = SqliteStore::open(&path).unwrap();
+    let old = store.mission("m", "old").unwrap().expect("the original's mission is read");
+    assert_eq!((old.title.as_str(), old.source), ("Old", None), "an old mission has no source");
+    let sourced = agentmesh_core::NewMission {
+        id: "old".into(),
+        title: "Old".into(),
+        source: Some("coordinator".into()),
+        ..agentmesh_core::NewMission::default()
+    };
+    store.upsert_mission("m", &sourced, Timestamp::from_millis(1_800_000_000_000)).unwrap();
+    drop(store);
+    assert!(columns(&path).contains(&"source".to_owned()), "missions gained their source");
+    let dormant = "SELECT COUNT(*) FROM sqlite_master WHERE name = 'mesh_direct_delivered_events'";
+    assert_eq!(raw_count(&path, dormant), 0, "the dormant table is dropped");
+
+    let once = schema_of(&path);
+    assert_eq!(once.1, SCHEMA_VERSION);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.mission("m", "old").unwrap().and_then(|m| m.source).as_deref(), Some("coordinator"));
+    drop(store);
+    assert_eq!(schema_of(&path), once, "a second open changes nothing");
+}
+
 #[test]
 fn a_newer_database_is_refused_and_left_as_it_was() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,10 @@
 //! session, the sole-active lookup, stale marking, cleanup, deletion, validation and
 //! mesh isolation.
 
-use agentmesh_core::{DirectDispatch, DispatchStatus, NewDirectDispatch};
+use agentmesh_core::{
+    DeliveryStatus, DirectDispatch, DispatchStatus, NewDirectDispatch, NewDispatchedTask, NewSessionDelivery,
+    TaskStatus,
+};
 
 use super::support::*;
 use crate::Store;
@@ -370,4 +373,123 @@ pub fn direct_dispatch_is_read_by_task_whatever_its_status(store: &dyn Store) {
     assert!(active_dispatch_ids(store, MESH).is_empty(), "a completed dispatch is not active");
     assert_eq!(ok(store.direct_dispatch(MESH, "nope"), "unknown task"), None);
     assert_eq!(ok(store.direct_dispatch(OTHER_MESH, "t1"), "other mesh"), None, "mesh B sees none of A's");
+}
+
+fn dispatched_task(id: &str, session: &str) -> NewDispatchedTask {
+    NewDispatchedTask {
+        id: id.into(),
+        message: format!("work on {id}"),
+        node_id: "node-1".into(),
+        session_id: session.into(),
+        provider_type: Some(PROVIDER.into()),
+        mission_id: None,
+        task_mode: None,
+    }
+}
+
+fn confirmed(store: &dyn Store, mesh: &str, task_id: &str) -> bool {
+    ok(store.task_has_confirmed_delivery(mesh, task_id), &format!("task_has_confirmed_delivery({task_id})"))
+}
+
+/// A recorded direct dispatch is a task assigned to its node and session at epoch 1, dispatched
+/// at `now`, with or without a mission, recorded by a `task_dispatched` entry naming them, and its
+/// delivery is confirmed; its holder completes it like any claimed task.
+pub fn recorded_direct_dispatch_is_an_assigned_task_with_a_confirmed_delivery(store: &dyn Store) {
+    upsert_mission(store, MESH, new_mission("m1", "Mission"), at(1));
+    let new = NewDispatchedTask { mission_id: Some("m1".into()), ..dispatched_task("t1", "s1") };
+    let recorded = ok(store.record_dispatched_task(MESH, &new, at(10)), "record_dispatched_task(t1)");
+    assert!(recorded.created, "expected a new id to create the task");
+    let task = recorded.task;
+    assert_eq!(task.status, TaskStatus::Assigned);
+    assert_eq!(
+        (task.assigned_node_id.as_deref(), task.assigned_session_id.as_deref()),
+        (Some("node-1"), Some("s1")),
+        "expected the task assigned where it was sent"
+    );
+    assert_eq!(task.dispatch_timestamp, Some(at(10).iso()), "expected dispatchTimestamp set to now");
+    assert_eq!((task.epoch(), task.mission_id.as_deref()), (1, Some("m1")));
+    assert_eq!(find(store, MESH, "t1"), task, "expected the stored task returned");
+    let entry = ledger_entries(store, MESH)
+        .into_iter()
+        .find(|e| e.kind == "task_dispatched" && e.payload["taskId"] == "t1")
+        .expect("a task_dispatched entry for t1");
+    assert_eq!((entry.node_id.as_deref(), entry.session_id.as_deref()), (Some("node-1"), Some("s1")));
+    assert_eq!(entry.payload["direct"], true);
+    assert!(confirmed(store, MESH, "t1"), "expected the direct dispatch's delivery confirmed");
+    assert!(!confirmed(store, MESH, "t-never"), "expected no confirmed delivery for an unknown task");
+    assert!(!confirmed(store, OTHER_MESH, "t1"), "expected another mesh to see no confirmed delivery");
+    let progress = ok(store.mission_progress(MESH, "m1"), "mission_progress(m1)");
+    assert_eq!((progress.total, progress.assigned), (1, 1), "expected the task counted in its mission");
+
+    let bare = ok(store.record_dispatched_task(MESH, &dispatched_task("t2", "s2"), at(11)), "record t2");
+    assert_eq!((bare.task.mission_id, bare.task.status), (None, TaskStatus::Assigned));
+    let done = complete(store, MESH, &task, at(12));
+    assert_eq!(done.status, TaskStatus::Completed, "expected the holder to complete it");
+}
+
+/// Recording an id the mesh holds is a no-op that returns the task as it is: no second task, no
+/// second entry, whatever the request says.
+pub fn recording_a_direct_dispatch_of_an_existing_id_changes_nothing(store: &dyn Store) {
+    let queued = enqueue(store, MESH, new_task("t1"), at(1));
+    let again = ok(store.record_dispatched_task(MESH, &dispatched_task("t1", "s1"), at(2)), "record t1");
+    assert!(!again.created, "expected an existing id not to be created again");
+    assert_eq!(again.task, queued, "expected the existing task returned as it is");
+    assert_eq!(find(store, MESH, "t1").status, TaskStatus::Pending);
+    assert!(!confirmed(store, MESH, "t1"), "expected no delivery recorded for the no-op");
+
+    let first = ok(store.record_dispatched_task(MESH, &dispatched_task("t2", "s1"), at(3)), "record t2");
+    let entries = ledger_entries(store, MESH).len();
+    let other = NewDispatchedTask { message: "something else".into(), ..dispatched_task("t2", "s9") };
+    let second = ok(store.record_dispatched_task(MESH, &other, at(4)), "record t2 again");
+    assert!(first.created && !second.created);
+    assert_eq!(second.task, first.task, "expected the first recording kept");
+    assert_eq!(ledger_entries(store, MESH).len(), entries, "expected no entry for the no-op");
+}
+
+/// A task's delivery is confirmed once one of its deliveries is delivered, acked or completed;
+/// queued, delivering, failed, expired or cancelled ones do not count.
+pub fn task_delivery_is_confirmed_by_delivered_acked_or_completed_only(store: &dyn Store) {
+    let of =
+        |id: &str, task: &str| NewSessionDelivery { task_id: Some(task.into()), ..delivery(id, "s1", 0) };
+    insert_delivery(store, MESH, of("d1", "t1"), at(1));
+    assert!(!confirmed(store, MESH, "t1"), "expected a queued delivery unconfirmed");
+    for status in [DeliveryStatus::Delivering, DeliveryStatus::Failed] {
+        let id = format!("d-{status}");
+        insert_delivery(store, MESH, NewSessionDelivery { status: Some(status), ..of(&id, "t1") }, at(2));
+    }
+    assert!(!confirmed(store, MESH, "t1"), "expected delivering and failed deliveries unconfirmed");
+    for (status, task) in [
+        (DeliveryStatus::Delivered, "t-delivered"),
+        (DeliveryStatus::Acked, "t-acked"),
+        (DeliveryStatus::Completed, "t-completed"),
+        (DeliveryStatus::Expired, "t-expired"),
+        (DeliveryStatus::Cancelled, "t-cancelled"),
+    ] {
+        let id = format!("d-{task}");
+        insert_delivery(store, MESH, NewSessionDelivery { status: Some(status), ..of(&id, task) }, at(3));
+        assert_eq!(confirmed(store, MESH, task), status.is_confirmed(), "a {status} delivery");
+    }
+    assert!(set_delivery_status(store, MESH, "d1", DeliveryStatus::Delivered, at(4)));
+    assert!(confirmed(store, MESH, "t1"), "expected t1 confirmed once d1 was delivered");
+    assert!(!confirmed(store, OTHER_MESH, "t1"), "expected another mesh to see nothing");
+}
+
+/// A direct dispatch with a blank id, message, node or session, a bad mission id or an unknown
+/// task mode is invalid input naming the field; nothing is stored.
+pub fn recording_a_direct_dispatch_rejects_bad_input_naming_the_field(store: &dyn Store) {
+    let good = dispatched_task("t1", "s1");
+    for (field, bad) in [
+        ("id", NewDispatchedTask { id: " ".into(), ..good.clone() }),
+        ("message", NewDispatchedTask { message: "\n".into(), ..good.clone() }),
+        ("nodeId", NewDispatchedTask { node_id: String::new(), ..good.clone() }),
+        ("sessionId", NewDispatchedTask { session_id: "\t".into(), ..good.clone() }),
+        ("missionId", NewDispatchedTask { mission_id: Some("a\u{7}b".into()), ..good.clone() }),
+        ("taskMode", NewDispatchedTask { task_mode: Some("sideways".into()), ..good.clone() }),
+    ] {
+        let what = format!("record_dispatched_task with a bad {field}");
+        assert_invalid_input(store.record_dispatched_task(MESH, &bad, at(1)), field, &what);
+    }
+    assert!(queue_ids(store, MESH, &[]).is_empty(), "expected nothing stored");
+    assert!(ledger_entries(store, MESH).is_empty(), "expected no entry");
+    assert!(!confirmed(store, MESH, "t1"));
 }

@@ -353,6 +353,49 @@ pub fn inbox_ack_counts_what_it_changes(store: &dyn Store) {
     );
 }
 
+/// Deleting events by id removes them, drained or not, with their place in the inbox and
+/// their fingerprints (the original's `deletePendingEventsById`): it counts the rows it
+/// deleted, a deleted event is never drained, its fingerprint takes a new event, and an
+/// unknown id or another mesh's event deletes nothing.
+pub fn inbox_events_are_deleted_by_id(store: &dyn Store) {
+    let me = me();
+    let ids: Vec<String> = (1..=3).map(|i| queue_completion(store, MESH, &format!("e{i}"), i, &me)).collect();
+    let theirs = queue_completion(store, OTHER_MESH, "e9", 4, &me);
+    assert_labels(
+        &drain(store, MESH, &DrainRequest { limit: Some(1), ..drain_request(&me) }, at(5)).events,
+        &["e1"],
+        "the drain of one event",
+    );
+    assert_eq!(ok(store.delete_pending_events(MESH, &[]), "delete of no ids"), 0);
+    let named = [ids[0].clone(), ids[1].clone(), ids[1].clone(), "no-such-row".to_owned(), theirs.clone()];
+    let deleted = ok(store.delete_pending_events(MESH, &named), "delete of e1, e2, an unknown and B's");
+    assert_eq!(deleted, 2, "expected the drained e1 and the undrained e2 deleted, nothing else");
+    assert_pending_count(store, MESH, 1, "after e2 was deleted");
+    assert_pending_count(store, OTHER_MESH, 1, "in the other mesh");
+    assert_eq!(ok(store.delete_pending_events(MESH, &named), "the same delete again"), 0);
+    assert_labels(
+        &drain(store, MESH, &drain_request(&me), at(8)).events,
+        &["e3"],
+        "the drain after the delete",
+    );
+    // The fingerprints of deleted events are free again; e3's, drained, is not.
+    queue_event(store, MESH, completion_for(MESH, "e1", 20, &me), at(20));
+    queue_event(store, MESH, completion_for(MESH, "e2", 21, &me), at(21));
+    assert_duplicate(
+        store,
+        MESH,
+        completion_for(MESH, "e3", 22, &me),
+        at(22),
+        DuplicateReason::Fingerprint,
+        "e3 was drained, not deleted",
+    );
+    assert_labels(
+        &drain(store, OTHER_MESH, &drain_request(&me), at(23)).events,
+        &["e9"],
+        "the other mesh's drain",
+    );
+}
+
 /// Meshes are isolated: another mesh never sees, drains, acks or retracts a mesh's events, and fingerprints and drained eventIds count per mesh.
 pub fn inbox_meshes_are_isolated(store: &dyn Store) {
     let me = me();

@@ -51,9 +51,36 @@ fn stored_mission(
         title: title.into(),
         goal: goal.into(),
         status: status.into(),
+        source: None,
         created_at: at(created).iso(),
         updated_at: at(updated).iso(),
     }
+}
+
+/// A mission's source is written once: a mission created with one keeps it whatever later
+/// upserts give, a mission created without one takes the first one given (the original's
+/// `COALESCE(source, excluded.source)`), and every read shows it.
+pub fn mission_source_is_written_once(store: &dyn Store) {
+    let sourced = NewMission { source: Some("coordinator".into()), ..new_mission("m1", "One") };
+    let first = upsert_mission(store, MESH, sourced, at(1));
+    assert_eq!(first.source.as_deref(), Some("coordinator"), "expected the source written at creation");
+    let other = NewMission { source: Some("import".into()), ..new_mission("m1", "One again") };
+    let kept = upsert_mission(store, MESH, other, at(2));
+    assert_eq!(kept.source.as_deref(), Some("coordinator"), "expected the first source kept");
+    assert_eq!(kept.title, "One again", "expected the rest updated");
+    let unsourced = upsert_mission(store, MESH, new_mission("m1", "One"), at(3));
+    assert_eq!(unsourced.source.as_deref(), Some("coordinator"), "expected an upsert without one to keep it");
+
+    let bare = upsert_mission(store, MESH, new_mission("m2", "Two"), at(4));
+    assert_eq!(bare.source, None, "expected no source when none was given");
+    let later = NewMission { source: Some("import".into()), ..new_mission("m2", "Two") };
+    assert_eq!(upsert_mission(store, MESH, later, at(5)).source.as_deref(), Some("import"));
+
+    let read = |id: &str| ok(store.mission(MESH, id), "mission").expect("the mission exists").source;
+    assert_eq!((read("m1").as_deref(), read("m2").as_deref()), (Some("coordinator"), Some("import")));
+    let listed: Vec<Option<String>> =
+        ok(store.missions(MESH, &[]), "missions").into_iter().map(|m| m.source).collect();
+    assert_eq!(listed, [Some("import".to_owned()), Some("coordinator".to_owned())]);
 }
 
 /// An upsert says whether it created the mission: the first upsert of an id did,

@@ -33,6 +33,8 @@
 //!   backwards, retries, the active view, confirmation and expiry.
 //! - [`sessions`]: idle sessions, completion fingerprints and conflicts, the
 //!   tool-call rate guard.
+//! - [`holds`]: in-flight holds: the first instant kept by an upsert, reads by
+//!   task, the list in held order, release.
 //! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, retract, mesh isolation, and a
@@ -56,6 +58,7 @@ pub mod concurrency;
 pub mod deliveries;
 pub mod dispatches;
 pub mod guardrail;
+pub mod holds;
 pub mod inbox;
 pub mod inbox_reconcile;
 pub mod inbox_routing;
@@ -72,6 +75,7 @@ pub use concurrency::*;
 pub use deliveries::*;
 pub use dispatches::*;
 pub use guardrail::*;
+pub use holds::*;
 pub use inbox::*;
 pub use inbox_reconcile::*;
 pub use inbox_routing::*;
@@ -207,6 +211,10 @@ macro_rules! conformance_tests {
             direct_dispatches_are_isolated_by_mesh,
             direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone,
             direct_dispatch_is_read_by_task_whatever_its_status,
+            recorded_direct_dispatch_is_an_assigned_task_with_a_confirmed_delivery,
+            recording_a_direct_dispatch_of_an_existing_id_changes_nothing,
+            task_delivery_is_confirmed_by_delivered_acked_or_completed_only,
+            recording_a_direct_dispatch_rejects_bad_input_naming_the_field,
             // Session deliveries.
             session_delivery_is_queued_by_default_and_read_back,
             session_delivery_status_never_moves_backwards,
@@ -220,6 +228,12 @@ macro_rules! conformance_tests {
             session_delivery_id_in_another_mesh_leaves_the_first_mesh_alone,
             session_delivery_without_a_message_is_stored_with_an_empty_message,
             session_delivery_is_read_by_id_whatever_its_status,
+            // In-flight holds.
+            inflight_hold_is_stored_and_read_back_by_task,
+            inflight_hold_upsert_keeps_the_first_held_at,
+            inflight_holds_are_listed_by_mesh_in_held_order,
+            inflight_hold_delete_reports_whether_it_was_held,
+            inflight_hold_rejects_bad_input_naming_the_field,
             // Idle sessions, fingerprints, conflicts, rate guard.
             idle_sessions_are_scoped_by_mesh,
             setting_an_idle_session_again_refreshes_it,
@@ -241,6 +255,7 @@ macro_rules! conformance_tests {
             // Missions and placement.
             upsert_mission_creates_an_active_mission_and_records_mission_created,
             upsert_mission_says_whether_it_created_the_mission,
+            mission_source_is_written_once,
             upsert_mission_updates_and_keeps_the_creation_time,
             missions_are_listed_by_status_most_recently_updated_first,
             mission_id_used_in_another_mesh_follows_the_id_scope,
@@ -265,6 +280,7 @@ macro_rules! conformance_tests {
             inbox_peek_shows_what_a_drain_would_deliver_and_changes_nothing,
             inbox_delivered_events_are_never_delivered_again,
             inbox_ack_counts_what_it_changes,
+            inbox_events_are_deleted_by_id,
             inbox_meshes_are_isolated,
             inbox_retract_removes_only_undelivered_dispatch_blocked_events_of_the_task,
             inbox_system_scope_events_go_to_no_coordinator,

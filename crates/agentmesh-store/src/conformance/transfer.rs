@@ -46,7 +46,13 @@ pub fn seed_every_kind<S: TransferStore>(store: &S) {
     store
         .upsert_mission(
             MESH,
-            &NewMission { id: "m1".into(), title: "Mission".into(), goal: Some("goal".into()), status: None },
+            &NewMission {
+                id: "m1".into(),
+                title: "Mission".into(),
+                goal: Some("goal".into()),
+                status: None,
+                source: Some("coordinator".into()),
+            },
             at(9),
         )
         .unwrap();

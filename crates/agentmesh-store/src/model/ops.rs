@@ -639,6 +639,7 @@ pub fn mission(id: usize, status: usize) -> NewMission {
         title: format!("the {} mission", MISSIONS[id]),
         goal: Some("ship it".to_owned()),
         status: Some(MISSION_STATUSES[status].to_owned()),
+        source: None,
     }
 }
 

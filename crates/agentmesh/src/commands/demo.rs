@@ -261,6 +261,7 @@ fn enqueue_plan(api: &dyn MeshApi, mesh: &str, identity: &Identity) -> anyhow::R
         title: "A parser in five steps".to_owned(),
         goal: Some("every task done by a worker and reported to the coordinator once".to_owned()),
         status: None,
+        source: None,
     };
     api.upsert_mission(mesh, mission).context("the coordinator could not record the mission")?;
     let tasks = PLAN

@@ -20,7 +20,8 @@ use std::path::Path;
 
 use agentmesh_api::views::PushView;
 use agentmesh_api::wire::{
-    AckBody, DrainBody, EmitHintBody, HeldParams, PushEventBody, RequeueHeldBody, RetractBody,
+    AckBody, DeleteEventsBody, DrainBody, EmitHintBody, HeldParams, PushEventBody, RequeueHeldBody,
+    RetractBody,
 };
 use agentmesh_core::events::{PendingEvent, Scope, texted_event};
 use agentmesh_core::{InvalidInput, Timestamp};
@@ -42,6 +43,7 @@ pub(super) fn run(ctx: &Context, command: EventsCommand, out: &mut Output) -> an
         EventsCommand::Peek(args) => peek(ctx, args, out),
         EventsCommand::Watch(args) => watch(ctx, args, out),
         EventsCommand::Ack(args) => ack(ctx, args, out),
+        EventsCommand::Delete(args) => delete(ctx, args, out),
         EventsCommand::Retract(args) => retract(ctx, args, out),
         EventsCommand::Held(args) => held(ctx, args, out),
         EventsCommand::RequeueHeld(args) => requeue_held(ctx, args, out),
@@ -259,6 +261,14 @@ fn ack(ctx: &Context, args: EventsAckArgs, out: &mut Output) -> anyhow::Result<(
     let asked = ids.len();
     let view = ctx.api()?.ack(ctx.mesh(), AckBody { ids })?;
     out.emit(&view, |w| writeln!(w, "acked {} of {asked} event(s)", view.acked))
+}
+
+fn delete(ctx: &Context, args: EventsAckArgs, out: &mut Output) -> anyhow::Result<()> {
+    let ids =
+        args.ids.iter().map(|value| id("id", value).map(str::to_owned)).collect::<Result<Vec<_>, _>>()?;
+    let asked = ids.len();
+    let view = ctx.api()?.delete_events(ctx.mesh(), DeleteEventsBody { ids })?;
+    out.emit(&view, |w| writeln!(w, "deleted {} of {asked} event(s)", view.deleted))
 }
 
 fn retract(ctx: &Context, args: EventsRetractArgs, out: &mut Output) -> anyhow::Result<()> {

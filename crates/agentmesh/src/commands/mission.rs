@@ -28,6 +28,7 @@ fn add(ctx: &Context, args: MissionAddArgs, out: &mut Output) -> anyhow::Result<
         title: args.title,
         goal: args.goal,
         status: args.status,
+        source: args.source,
     };
     let id = body.id.clone();
     // Checked before the store opens, so a refused mission never creates a database.

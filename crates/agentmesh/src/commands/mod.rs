@@ -44,6 +44,7 @@ mod demo;
 mod dispatches;
 mod events;
 mod heartbeat;
+mod holds;
 mod import_adhdev;
 mod ledger;
 mod man;
@@ -516,6 +517,7 @@ pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::
             | Command::Status
             | Command::Mission(_)
             | Command::Sessions(_)
+            | Command::Holds(_)
             | Command::Deliveries(_)
             | Command::Dispatches(_)
             | Command::ToolCalls(_)
@@ -540,6 +542,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Ledger(cmd) => ledger::run(ctx, cmd, out),
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
         Command::Sessions(args) => sessions::run(ctx, args, out),
+        Command::Holds(args) => holds::run(ctx, args, out),
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
         Command::Dispatches(args) => dispatches::run(ctx, args, out),
         Command::ToolCalls(args) => tool_calls::run(ctx, args, out),

@@ -13,7 +13,8 @@
 //! `blocked`.
 
 use agentmesh_api::wire::{
-    CancelBody, CoordinatorBody, EnqueueBody, ListParams, PriorityBody, RequeueBody, StatusFilter,
+    CancelBody, CoordinatorBody, DispatchedTaskBody, EnqueueBody, ListParams, PriorityBody, RequeueBody,
+    StatusFilter,
 };
 use agentmesh_core::InvalidInput;
 use agentmesh_core::enqueue::prepare_task;
@@ -21,7 +22,8 @@ use anyhow::Context as _;
 
 use super::{Context, id};
 use crate::cli::{
-    TaskAddArgs, TaskCancelArgs, TaskCommand, TaskListArgs, TaskPriorityArgs, TaskRequeueArgs, TaskShowArgs,
+    TaskAddArgs, TaskCancelArgs, TaskCommand, TaskListArgs, TaskPriorityArgs, TaskRecordDispatchedArgs,
+    TaskRequeueArgs, TaskShowArgs,
 };
 use crate::now;
 use crate::output::{self, Noun, Output};
@@ -35,6 +37,8 @@ pub(super) fn run(ctx: &Context, command: TaskCommand, out: &mut Output) -> anyh
         TaskCommand::Cancel(args) => cancel(ctx, args, out),
         TaskCommand::Priority(args) => priority(ctx, args, out),
         TaskCommand::Requeue(args) => requeue(ctx, args, out),
+        TaskCommand::RecordDispatched(args) => record_dispatched(ctx, args, out),
+        TaskCommand::Delivered(args) => delivered(ctx, args, out),
     }
 }
 
@@ -131,6 +135,41 @@ fn show(ctx: &Context, args: TaskShowArgs, out: &mut Output) -> anyhow::Result<(
     let id = id("id", &args.id)?;
     let task = ctx.read_api()?.show_task(ctx.mesh(), id)?;
     out.emit(&task, |w| output::write_task_fields(w, &task))
+}
+
+fn record_dispatched(ctx: &Context, args: TaskRecordDispatchedArgs, out: &mut Output) -> anyhow::Result<()> {
+    let body = DispatchedTaskBody {
+        id: args.id,
+        message: args.message,
+        node_id: args.node,
+        session_id: args.session,
+        provider_type: args.provider,
+        mission_id: args.mission,
+        task_mode: args.mode,
+    };
+    // Checked before the store opens, so a refused record never creates a database.
+    agentmesh_core::NewDispatchedTask::try_from(body.clone())?;
+    let view = ctx.api()?.record_dispatched_task(ctx.mesh(), body)?;
+    out.emit(&view, |w| {
+        let session = view.task.assigned_session_id.as_deref().unwrap_or("-");
+        if view.created {
+            writeln!(w, "recorded {} as dispatched to {session}", view.task.id)
+        } else {
+            writeln!(w, "{} exists already ({}); nothing changed", view.task.id, view.task.status)
+        }
+    })
+}
+
+fn delivered(ctx: &Context, args: TaskShowArgs, out: &mut Output) -> anyhow::Result<()> {
+    let id = id("id", &args.id)?;
+    let view = ctx.read_api()?.delivery_confirmed(ctx.mesh(), id)?;
+    out.emit(&view, |w| {
+        if view.confirmed {
+            writeln!(w, "{id}: a delivery reached its session")
+        } else {
+            writeln!(w, "{id}: no delivery confirmed")
+        }
+    })
 }
 
 fn cancel(ctx: &Context, args: TaskCancelArgs, out: &mut Output) -> anyhow::Result<()> {

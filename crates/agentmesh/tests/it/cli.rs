@@ -725,6 +725,70 @@ fn sessions_lists_live_idle_sessions_of_this_mesh_only() {
 }
 
 #[test]
+fn holds_are_set_shown_listed_and_released() {
+    let mesh = Mesh::new();
+    let first = mesh.json(&["holds", "set", "t1", "--reason", "acked"]);
+    assert_eq!((&first["taskId"], &first["holdReason"]), (&json!("t1"), &json!("acked")), "{first}");
+    assert_eq!(first["firstIdleSinceAck"], Value::Null, "{first}");
+    let args = [
+        "holds",
+        "set",
+        "t1",
+        "--reason",
+        "idle_after_ack",
+        "--first-idle-since-ack",
+        "2025-01-01T00:00:00Z",
+    ];
+    let again = mesh.json(&[&args[..], &["--read-failures", "2"]].concat());
+    assert_eq!(again["heldAt"], first["heldAt"], "the first heldAt is kept: {again}");
+    assert_eq!(
+        (&again["readFailureCount"], &again["firstIdleSinceAck"]),
+        (&json!(2), &json!("2025-01-01T00:00:00.000Z"))
+    );
+    assert_eq!(mesh.json(&["holds", "show", "t1"]), again);
+    assert_eq!(strings(&mesh.json(&["holds"]), "taskId"), ["t1"]);
+    let bad = ["holds", "set", "t2", "--reason", "acked", "--first-idle-since-ack", "soon"];
+    assert_eq!(mesh.json_error(&bad, 2), "invalid_input");
+    assert_eq!(mesh.json(&["holds", "release", "t1"]), json!({ "released": true }));
+    assert_eq!(mesh.json(&["holds", "release", "t1"]), json!({ "released": false }));
+    assert_eq!(mesh.json(&["holds"]), json!([]));
+    let empty = mesh.run(&["holds"]);
+    empty.assert_code(0);
+    assert_eq!(empty.stdout.trim(), "no in-flight holds in mesh \"default\"");
+}
+
+#[test]
+fn a_direct_dispatch_is_recorded_once_and_its_delivery_confirmed() {
+    let mesh = Mesh::new();
+    let record =
+        ["task", "record-dispatched", "t1", "--node", "n1", "--session", "s1", "--message", "fix it"];
+    let recorded = mesh.json(&record);
+    assert_eq!((&recorded["created"], &recorded["task"]["status"]), (&json!(true), &json!("assigned")));
+    assert_eq!(mesh.json(&["task", "delivered", "t1"]), json!({ "taskId": "t1", "confirmed": true }));
+    assert_eq!(mesh.json(&["task", "delivered", "t0"]), json!({ "taskId": "t0", "confirmed": false }));
+    let again = mesh.json(&record);
+    assert_eq!((&again["created"], &again["task"]), (&json!(false), &recorded["task"]));
+    let bad = ["task", "record-dispatched", "t2", "--node", "n1", "--session", "s1", "--message", " "];
+    assert_eq!(mesh.json_error(&bad, 2), "invalid_input");
+    assert_eq!(strings(&mesh.json(&["task", "list"]), "id"), ["t1"]);
+}
+
+#[test]
+fn events_are_deleted_by_id_and_a_mission_keeps_its_first_source() {
+    let mesh = Mesh::new();
+    let pushed = mesh.json(&["events", "push", "--event", "agent:ready", "--node", "n1"]);
+    let id = pushed["id"].as_str().expect("the pushed event's id").to_owned();
+    assert_eq!(mesh.json(&["events", "delete", &id, "no-such-event"]), json!({ "deleted": 1 }));
+    assert_eq!(mesh.json(&["events", "delete", &id]), json!({ "deleted": 0 }));
+    assert_eq!(mesh.json_error(&["events", "delete", " "], 2), "invalid_input");
+
+    let first = mesh.json(&["mission", "add", "m1", "--title", "T", "--source", "coordinator"]);
+    assert_eq!(first["source"], "coordinator", "{first}");
+    let again = mesh.json(&["mission", "add", "m1", "--title", "T", "--source", "import"]);
+    assert_eq!(again["source"], "coordinator", "a written source is kept: {again}");
+}
+
+#[test]
 fn deliveries_lists_waiting_deliveries_of_this_mesh_only() {
     let mesh = Mesh::new();
     let delivery = |id: &str, session: &str, kind: &str, priority: i64| NewSessionDelivery {

@@ -410,6 +410,7 @@ fn base_arguments(tool: &str) -> Value {
         "heartbeat_task" => json!({ "taskId": "t-doc", "epoch": 1 }),
         "complete_task" => json!({ "summary": "done" }),
         "fail_task" => json!({ "reason": "no disk" }),
+        "hold_task" => json!({ "taskId": "t-doc", "holdReason": "acked" }),
         "wait_for_mesh_events" => json!({ "seconds": 1 }),
         _ => json!({}),
     }
@@ -503,6 +504,13 @@ fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
         ("fail_task", json!({ "reason": "no disk", "sessionId": "w1" })),
         ("get_pending_mesh_events", json!({ "maxChars": 100 })),
         ("heartbeat_task", json!({ "taskId": "t-f", "epoch": 1, "sessionId": "w1" })),
+        ("hold_task", json!({ "taskId": "t-f", "holdReason": "acked", "readFailureCount": 2 })),
+        (
+            "record_dispatched_task",
+            json!({ "taskId": "t-r", "message": "m", "nodeId": "n1", "sessionId": "w1", "missionId": "m1" }),
+        ),
+        ("list_holds", json!({ "taskId": "t-f" })),
+        ("release_hold", json!({ "taskId": "t-f" })),
         ("ledger_tail", json!({ "tail": 5 })),
         ("list_held_events", json!({ "reason": "pending_retention_expired", "olderThanSecs": 60 })),
         ("requeue_held_events", json!({ "taskId": "t-f" })),
@@ -553,6 +561,9 @@ const ARGUMENT_KEYS: &[&str] = &[
     "all",
     "ids",
     "error",
+    "holdReason",
+    "firstIdleSinceAck",
+    "readFailureCount",
 ];
 
 fn argument_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub(crate) type Client = RunningService<RoleClient, ()>;
 
 /// Every tool, by name.
-pub(crate) const TOOLS: [&str; 25] = [
+pub(crate) const TOOLS: [&str; 29] = [
     "cancel_task",
     "claim_task",
     "complete_task",
@@ -24,12 +24,16 @@ pub(crate) const TOOLS: [&str; 25] = [
     "fail_task",
     "get_pending_mesh_events",
     "heartbeat_task",
+    "hold_task",
     "ledger_tail",
     "list_held_events",
+    "list_holds",
     "list_missions",
     "list_tasks",
     "mesh_status",
     "read_deliveries",
+    "record_dispatched_task",
+    "release_hold",
     "report_idle",
     "requeue_held_events",
     "requeue_task",
@@ -168,6 +172,20 @@ pub(crate) async fn exercise_every_tool(client: &Client) {
     assert_eq!(back["changed"], false, "a delivery never moves backwards");
     ok(client, "report_idle", json!({ "sessionId": "w1" })).await;
     assert_eq!(ok(client, "list_held_events", json!({})).await["held"], json!([]));
+    let held = ok(client, "hold_task", json!({ "taskId": "t-c", "holdReason": "acked" })).await;
+    assert_eq!((&held["hold"]["taskId"], &held["hold"]["firstIdleSinceAck"]), (&json!("t-c"), &Value::Null));
+    let again = json!({ "taskId": "t-c", "holdReason": "idle_after_ack", "readFailureCount": 1 });
+    let again = ok(client, "hold_task", again).await;
+    assert_eq!(again["hold"]["heldAt"], held["hold"]["heldAt"], "the first heldAt is kept");
+    let holds = ok(client, "list_holds", json!({})).await;
+    assert_eq!(holds["holds"][0]["holdReason"], "idle_after_ack");
+    assert_eq!(ok(client, "list_holds", json!({ "taskId": "t-c" })).await["holds"][0]["readFailureCount"], 1);
+    assert_eq!(ok(client, "release_hold", json!({ "taskId": "t-c" })).await["released"], true);
+    assert_eq!(ok(client, "list_holds", json!({})).await["holds"], json!([]));
+    let direct = json!({ "taskId": "t-d", "message": "sent by hand", "nodeId": "n-d", "sessionId": "w-d" });
+    let recorded = ok(client, "record_dispatched_task", direct.clone()).await;
+    assert_eq!((&recorded["created"], &recorded["task"]["status"]), (&json!(true), &json!("assigned")));
+    assert_eq!(ok(client, "record_dispatched_task", direct).await["created"], false);
     assert_eq!(ok(client, "requeue_held_events", json!({ "all": true })).await["requeued"], 0);
 
     // Work: complete t-a, fail t-b.
