@@ -70,6 +70,10 @@ fn trimmed(value: &Option<String>) -> Option<String> {
     value.as_deref().map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned)
 }
 
+/// The difficulties a task may carry, as the original names them: a hint for
+/// which worker suits it (`freeform` says it has no particular one).
+pub const DIFFICULTIES: [&str; 4] = ["easy", "medium", "difficult", "freeform"];
+
 /// Validates `new` and builds the pending task for mesh `mesh_id`. A read-only
 /// task whose message asks for a forbidden operation is refused
 /// ([`guardrail::check_readonly_message`]).
@@ -130,7 +134,15 @@ pub fn prepare_task(
     task.thinking_level = trimmed(&new.thinking_level);
     task.model_source = task.model.as_ref().map(|_| "explicit".to_owned());
     task.thinking_level_source = task.thinking_level.as_ref().map(|_| "explicit".to_owned());
-    task.difficulty = trimmed(&new.difficulty);
+    task.difficulty = match trimmed(&new.difficulty) {
+        Some(d) if !DIFFICULTIES.contains(&d.as_str()) => {
+            return Err(InvalidInput::new(
+                "difficulty",
+                format!("unknown difficulty {d:?} (expected one of {})", DIFFICULTIES.join(", ")),
+            ));
+        }
+        other => other,
+    };
     task.max_retries = max_retries;
     task.source_coordinator_session_id =
         validate_optional_id("coordinator.sessionId", new.source_coordinator_session_id.as_deref())?;
@@ -232,6 +244,19 @@ mod tests {
         assert_eq!(t.dependencies(), ["a", "b"]);
         assert_eq!(t.tags_required(), ["os=linux"]);
         assert_eq!(t.not_before.as_deref(), Some("2025-01-01T00:00:05.000Z"));
+    }
+
+    #[test]
+    fn a_difficulty_is_one_of_the_four_and_an_unknown_one_is_named() {
+        let mut r = req("x");
+        r.difficulty = Some(" difficult ".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap().difficulty.as_deref(), Some("difficult"));
+        r.difficulty = Some("hard".into());
+        let err = prepare_task("m", &r, "i", now()).unwrap_err();
+        assert_eq!(err.field, "difficulty");
+        assert!(err.problem.contains("easy, medium, difficult, freeform"), "{}", err.problem);
+        r.difficulty = Some("  ".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap().difficulty, None, "blank is none");
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TranscriptProf
 pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
 pub use dispatch::{DirectDispatch, DispatchStatus, NewDirectDispatch};
 pub use effects::direct::{DispatchedTask, NewDispatchedTask};
-pub use enqueue::{NewTask, NotBefore};
+pub use enqueue::{DIFFICULTIES, NewTask, NotBefore};
 pub use error::{InvalidInput, InvalidTransition, TaskAction};
 pub use hold::{InflightHold, NewInflightHold};
 pub use ids::{MAX_ID_BYTES, MeshId, validate_id};

@@ -176,6 +176,10 @@ pub(crate) struct TaskSpec {
     /// How often the task may be requeued before it fails (the mesh default when absent).
     #[serde(default)]
     pub max_retries: Option<i64>,
+    /// How hard the work is: `easy`, `medium`, `difficult` or `freeform` (no
+    /// particular difficulty), so it can go to a worker that suits it.
+    #[serde(default)]
+    pub difficulty: Option<String>,
     /// Structured input handed to the worker with the message.
     #[serde(default)]
     pub input: Option<Value>,
@@ -197,6 +201,7 @@ impl TaskSpec {
             readonly: self.readonly,
             max_retries: self.max_retries,
             input: self.input,
+            difficulty: self.difficulty,
             ..Default::default()
         }
     }

@@ -931,6 +931,9 @@ pub(crate) struct TaskAddArgs {
     /// How often the task may be requeued before it fails [default: 1]
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_retries: Option<i64>,
+    /// How hard the work is: easy, medium, difficult or freeform
+    #[arg(long, value_name = "LEVEL")]
+    pub difficulty: Option<String>,
     /// The coordinator session that enqueues the task
     #[arg(long, value_name = "SESSION")]
     pub coordinator_session: Option<String>,

@@ -361,6 +361,8 @@ async fn a_wrong_type_is_refused_naming_the_field() {
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "invalid coordinator.runId");
     let response = daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "priority": "urgent" })).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "priority");
+    let response = daemon.post("/v1/meshes/m/tasks", json!({ "message": "x", "difficulty": "hard" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "difficulty");
     let response = daemon.get("/v1/meshes/m/ledger?tail=many").await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "tail");
     let response = daemon.get("/v1/meshes/m/tasks?status=sleeping").await;

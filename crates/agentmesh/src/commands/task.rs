@@ -61,6 +61,7 @@ fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
         depends_on: args.depends_on,
         mission_id: args.mission,
         max_retries: args.max_retries,
+        difficulty: args.difficulty,
         coordinator: (coordinator != CoordinatorBody::default()).then_some(coordinator),
         ..EnqueueBody::default()
     }

@@ -411,6 +411,18 @@ fn complete_with_claim_next_reports_and_claims_in_one_call() {
 }
 
 #[test]
+fn a_task_carries_the_difficulty_it_was_added_with_and_an_unknown_one_is_refused() {
+    let mesh = Mesh::new();
+    let added = mesh.json(&["task", "add", "port the parser", "--id", "a", "--difficulty", "difficult"]);
+    assert_eq!(added["difficulty"], "difficult", "{added}");
+    assert_eq!(mesh.json(&["task", "show", "a"])["difficulty"], "difficult");
+    let refused = mesh.run(&["task", "add", "x", "--id", "b", "--difficulty", "hard", "--json"]);
+    refused.assert_code(2);
+    assert!(refused.stderr.contains("difficulty"), "{}", refused.stderr);
+    assert_eq!(mesh.json(&["task", "list"]).as_array().map(Vec::len), Some(1), "nothing was added");
+}
+
+#[test]
 fn a_claim_stamps_the_transcript_profile_named_by_its_flags() {
     let mesh = Mesh::new();
     mesh.json(&["task", "add", "write the parser", "--id", "a"]);

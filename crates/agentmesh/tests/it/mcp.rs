@@ -27,8 +27,11 @@ async fn a_worker_process_completes_what_a_coordinator_process_enqueued() {
     let coordinator = spawn_stdio(dir.path(), None).await;
     let worker = spawn_stdio(dir.path(), Some("worker-1")).await;
 
-    let enqueued = ok(&coordinator, "enqueue_task", json!({ "message": "write the parser" })).await;
+    let enqueued =
+        ok(&coordinator, "enqueue_task", json!({ "message": "write the parser", "difficulty": "medium" }))
+            .await;
     let task_id = enqueued["task"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(enqueued["task"]["difficulty"], "medium", "{enqueued}");
 
     let profile = json!({ "class": "pty", "timing": "live", "emitsPtyTurnEvents": false });
     let claimed = ok(&worker, "claim_task", json!({ "assignedTranscriptProfile": profile })).await;
@@ -93,6 +96,7 @@ async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_not
         ("enqueue_task", json!({ "message": "x", "dependsOn": ["BAD"] }), "dependsOn[0]"),
         ("enqueue_task", json!({ "message": "x", "targetNodeId": "BAD" }), "targetNodeId"),
         ("enqueue_task", json!({ "message": "x", "missionId": "BAD" }), "missionId"),
+        ("enqueue_task", json!({ "message": "x", "difficulty": "BAD" }), "difficulty"),
         ("enqueue_tasks", json!({ "tasks": [{ "message": "a", "ref": "BAD" }] }), "tasks[0].ref"),
         (
             "enqueue_tasks",
