@@ -438,6 +438,11 @@ pub struct ClaimBody {
     /// emitsPtyTurnEvents}`), stamped on the task it claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub assigned_transcript_profile: Option<agentmesh_core::TranscriptProfile>,
+    /// Only tasks of these difficulties (`easy`, `medium`, `difficult`,
+    /// `freeform`); a task of another stays pending for this session, one
+    /// without a difficulty (or `freeform`) is taken. Any when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_task_difficulties: Option<Vec<String>>,
 }
 
 impl ClaimBody {
@@ -445,6 +450,26 @@ impl ClaimBody {
     pub fn into_claim(self) -> Result<(Claimant, Option<i64>), InvalidInput> {
         let transcript_profile =
             self.assigned_transcript_profile.map(|p| p.checked("assignedTranscriptProfile")).transpose()?;
+        let allowed_difficulties = match self.allowed_task_difficulties {
+            None => None,
+            Some(list) => {
+                let mut allowed = Vec::with_capacity(list.len());
+                for (i, d) in list.into_iter().enumerate() {
+                    let d = d.trim().to_owned();
+                    if !agentmesh_core::DIFFICULTIES.contains(&d.as_str()) {
+                        return Err(InvalidInput::new(
+                            format!("allowedTaskDifficulties[{i}]"),
+                            format!(
+                                "unknown difficulty {d:?} (expected one of {})",
+                                agentmesh_core::DIFFICULTIES.join(", ")
+                            ),
+                        ));
+                    }
+                    allowed.push(d);
+                }
+                Some(allowed)
+            }
+        };
         let claimant = Claimant {
             node_id: id("nodeId", self.node_id)?,
             session_id: id("sessionId", self.session_id)?,
@@ -453,6 +478,7 @@ impl ClaimBody {
             provider_max_parallel: self.provider_max_parallel,
             node_is_worktree: self.node_is_worktree,
             transcript_profile,
+            allowed_difficulties,
         };
         Ok((claimant, self.lease_ms.map(|ms| i64::from(ms.get()))))
     }

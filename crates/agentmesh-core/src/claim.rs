@@ -31,6 +31,9 @@ pub struct Claimant {
     /// How the session's transcript is read, stamped on the task it claims
     /// (`assignedTranscriptProfile`).
     pub transcript_profile: Option<TranscriptProfile>,
+    /// The task difficulties the session takes (`allowedTaskDifficulties`):
+    /// a task of another difficulty stays pending for it. `None` takes any.
+    pub allowed_difficulties: Option<Vec<String>>,
 }
 
 /// How a worker session's transcript is to be read, as the original's claim
@@ -120,15 +123,17 @@ pub enum ClaimRefusal {
     ConvergenceTargetIsWorktree,
     /// Gate 6: the task is pinned to another node or session.
     TargetPinUnmatched,
-    /// Gate 7: the (node, provider) parallel cap is reached.
+    /// Gate 7: the task's difficulty is not one the claimant takes.
+    DifficultyFloorUnmet,
+    /// Gate 8: the (node, provider) parallel cap is reached.
     ParallelCapReached,
-    /// Gate 8: a write task and a node that already runs an assigned task.
+    /// Gate 9: a write task and a node that already runs an assigned task.
     NodeBusyWithActiveAssignment,
 }
 
 impl ClaimRefusal {
     /// Every refusal, in gate order.
-    pub const ALL: [ClaimRefusal; 10] = [
+    pub const ALL: [ClaimRefusal; 11] = [
         ClaimRefusal::SessionAlreadyAssigned,
         ClaimRefusal::NoPendingCandidates,
         ClaimRefusal::RequiredTagsUnsatisfied,
@@ -137,6 +142,7 @@ impl ClaimRefusal {
         ClaimRefusal::TaskParked,
         ClaimRefusal::ConvergenceTargetIsWorktree,
         ClaimRefusal::TargetPinUnmatched,
+        ClaimRefusal::DifficultyFloorUnmet,
         ClaimRefusal::ParallelCapReached,
         ClaimRefusal::NodeBusyWithActiveAssignment,
     ];
@@ -152,6 +158,7 @@ impl ClaimRefusal {
             ClaimRefusal::TaskParked => "task_parked",
             ClaimRefusal::ConvergenceTargetIsWorktree => "convergence_target_is_worktree",
             ClaimRefusal::TargetPinUnmatched => "target_pin_unmatched",
+            ClaimRefusal::DifficultyFloorUnmet => "difficulty_floor_unmet",
             ClaimRefusal::ParallelCapReached => "parallel_cap_reached",
             ClaimRefusal::NodeBusyWithActiveAssignment => "node_busy_with_active_assignment",
         }
@@ -167,8 +174,9 @@ impl ClaimRefusal {
             ClaimRefusal::TaskParked => 4,
             ClaimRefusal::ConvergenceTargetIsWorktree => 5,
             ClaimRefusal::TargetPinUnmatched => 6,
-            ClaimRefusal::ParallelCapReached => 7,
-            ClaimRefusal::NodeBusyWithActiveAssignment => 8,
+            ClaimRefusal::DifficultyFloorUnmet => 7,
+            ClaimRefusal::ParallelCapReached => 8,
+            ClaimRefusal::NodeBusyWithActiveAssignment => 9,
         }
     }
 
@@ -207,6 +215,9 @@ pub struct CandidateFacts<'a> {
     pub target_node_id: Option<&'a str>,
     /// The session pin.
     pub target_session_id: Option<&'a str>,
+    /// The task's difficulty, when the claimant takes only some (`None`
+    /// otherwise, or when the task has none).
+    pub difficulty: Option<&'a str>,
 }
 
 /// Facts about the claimant's node that hold for every candidate of one claim.
@@ -226,6 +237,17 @@ impl NodeLoad {
     pub fn from_counts(claimant: &Claimant, node_busy: bool, of_provider: u64) -> NodeLoad {
         let cap_reached = claimant.parallel_cap().is_some_and(|(_, max)| of_provider >= u64::from(max));
         NodeLoad { node_busy, cap_reached }
+    }
+}
+
+/// Whether `claimant` takes a task of `difficulty`: it names no difficulties,
+/// or the task has none (or `freeform`, which is unconstrained), or the task's
+/// is among those it names.
+pub fn difficulty_allowed(difficulty: Option<&str>, claimant: &Claimant) -> bool {
+    let Some(allowed) = &claimant.allowed_difficulties else { return true };
+    match difficulty.map(str::trim).filter(|d| !d.is_empty() && *d != "freeform") {
+        None => true,
+        Some(d) => allowed.iter().any(|a| a.trim() == d),
     }
 }
 
@@ -260,6 +282,9 @@ pub fn check_gates(
         && !daemon_id::node_pin_matches(pin, &claimant.node_id)
     {
         return Err(ClaimRefusal::TargetPinUnmatched);
+    }
+    if !difficulty_allowed(task.difficulty, claimant) {
+        return Err(ClaimRefusal::DifficultyFloorUnmet);
     }
     if load.cap_reached {
         return Err(ClaimRefusal::ParallelCapReached);
@@ -313,7 +338,32 @@ mod tests {
             readonly: false,
             target_node_id: None,
             target_session_id: None,
+            difficulty: None,
         }
+    }
+
+    #[test]
+    fn a_claimant_that_names_difficulties_takes_only_those_and_tasks_without_one() {
+        let picky =
+            Claimant { allowed_difficulties: Some(vec!["easy".into(), "medium".into()]), ..claimant() };
+        let of = |difficulty: Option<&'static str>| CandidateFacts { difficulty, ..open_task() };
+        let load = NodeLoad::default();
+        assert_eq!(
+            check_gates(&of(Some("difficult")), &picky, load, NOW),
+            Err(ClaimRefusal::DifficultyFloorUnmet)
+        );
+        for takes in [Some("easy"), Some("medium"), Some("freeform"), None, Some(" ")] {
+            assert_eq!(check_gates(&of(takes), &picky, load, NOW), Ok(()), "{takes:?}");
+        }
+        assert_eq!(check_gates(&of(Some("difficult")), &claimant(), load, NOW), Ok(()), "no list takes any");
+        // The gate comes after the pins and before the cap.
+        let capped = NodeLoad { cap_reached: true, ..load };
+        assert_eq!(
+            check_gates(&of(Some("difficult")), &picky, capped, NOW),
+            Err(ClaimRefusal::DifficultyFloorUnmet)
+        );
+        let pinned = CandidateFacts { target_session_id: Some("other"), ..of(Some("difficult")) };
+        assert_eq!(check_gates(&pinned, &picky, load, NOW), Err(ClaimRefusal::TargetPinUnmatched));
     }
 
     const NOW: Timestamp = Timestamp::from_millis(1_000_000);

@@ -489,6 +489,10 @@ pub(crate) struct ClaimArgs {
     /// How your transcript is read, stamped on the task you claim.
     #[serde(default)]
     pub assigned_transcript_profile: Option<TranscriptProfileArgs>,
+    /// Take only tasks of these difficulties (`easy`, `medium`, `difficult`,
+    /// `freeform`); tasks without a difficulty are taken too. Any when absent.
+    #[serde(default)]
+    pub allowed_task_difficulties: Option<Vec<String>>,
 }
 
 /// How a worker's transcript is read (`assignedTranscriptProfile`).

@@ -668,6 +668,7 @@ working call heartbeat_task before the lease runs out; finish with complete_task
             provider_type,
             lease_ms,
             assigned_transcript_profile,
+            allowed_task_difficulties,
         } = args::parse(arguments)?;
         let body = ClaimBody {
             node_id: self.node(node_id),
@@ -681,6 +682,7 @@ working call heartbeat_task before the lease runs out; finish with complete_task
                 })
                 .transpose()?,
             assigned_transcript_profile: assigned_transcript_profile.map(Into::into),
+            allowed_task_difficulties,
             ..ClaimBody::default()
         };
         let session = body.session_id.clone();

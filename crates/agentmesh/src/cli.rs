@@ -1089,6 +1089,10 @@ pub(crate) struct ClaimArgs {
     /// The session emits PTY turn events (with --transcript-class)
     #[arg(long, requires = "transcript_class")]
     pub emits_pty_turn_events: bool,
+    /// Take only tasks of this difficulty: easy, medium, difficult or freeform
+    /// (repeatable); tasks without a difficulty are taken too [default: any]
+    #[arg(long = "difficulty", value_name = "LEVEL")]
+    pub difficulties: Vec<String>,
 }
 
 /// Arguments of `heartbeat`.

@@ -33,6 +33,9 @@ pub struct Candidate {
     pub target_node_id: Option<String>,
     /// The session pin.
     pub target_session_id: Option<String>,
+    /// The task's difficulty: read only for a claimant that takes only some
+    /// ([`Candidate::read_difficulty`]).
+    pub difficulty: Option<String>,
 }
 
 /// A stored candidate whose required tags are not a JSON array of strings.
@@ -68,7 +71,22 @@ impl Candidate {
             target_node_id,
             target_session_id,
             id,
+            difficulty: None,
         })
+    }
+
+    /// Reads the task's difficulty from its stored `payload` when `claimant`
+    /// takes only some difficulties (the one gate that needs it); otherwise
+    /// leaves the payload unread. An unreadable payload has none.
+    pub fn read_difficulty(&mut self, claimant: &Claimant, payload: &str) {
+        #[derive(serde::Deserialize)]
+        struct Difficulty {
+            #[serde(default)]
+            difficulty: Option<String>,
+        }
+        if claimant.allowed_difficulties.is_some() {
+            self.difficulty = serde_json::from_str::<Difficulty>(payload).ok().and_then(|d| d.difficulty);
+        }
     }
 
     /// What the gates read of it, in the stream of `hold`.
@@ -82,6 +100,7 @@ impl Candidate {
             readonly: self.readonly,
             target_node_id: self.target_node_id.as_deref(),
             target_session_id: self.target_session_id.as_deref(),
+            difficulty: self.difficulty.as_deref(),
         }
     }
 }

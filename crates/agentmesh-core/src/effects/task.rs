@@ -486,6 +486,7 @@ mod tests {
             provider_max_parallel: None,
             node_is_worktree: false,
             transcript_profile: None,
+            allowed_difficulties: None,
         }
     }
 

@@ -292,6 +292,22 @@ async fn a_task_goes_from_enqueue_to_the_coordinators_drain() {
 }
 
 #[tokio::test]
+async fn a_claim_takes_only_the_difficulties_it_names() {
+    let daemon = TestDaemon::start().await;
+    let task = json!({ "id": "t1", "message": "port the parser", "difficulty": "difficult" });
+    assert_eq!(daemon.post("/v1/meshes/m/tasks", task).await.0, StatusCode::CREATED);
+    let claim =
+        |allowed: Value| json!({ "nodeId": "n1", "sessionId": "s1", "allowedTaskDifficulties": allowed });
+    let response = daemon.post("/v1/meshes/m/claims", claim(json!(["easy", "hard"]))).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "allowedTaskDifficulties[1]");
+    let refused = daemon.post("/v1/meshes/m/claims", claim(json!(["easy", "medium"]))).await;
+    assert_eq!(refused, (StatusCode::OK, json!({ "task": null, "refusal": "difficulty_floor_unmet" })));
+    assert_eq!(daemon.get("/v1/meshes/m/tasks/t1").await.1["status"], "pending");
+    let (status, claimed) = daemon.post("/v1/meshes/m/claims", claim(json!(["difficult"]))).await;
+    assert_eq!((status, &claimed["task"]["id"]), (StatusCode::OK, &json!("t1")), "{claimed}");
+}
+
+#[tokio::test]
 async fn a_claim_stamps_the_transcript_profile_it_carries_and_a_bad_one_is_refused() {
     let daemon = TestDaemon::start().await;
     let (status, _) = daemon.post("/v1/meshes/m/tasks", json!({ "id": "t1", "message": "fix it" })).await;

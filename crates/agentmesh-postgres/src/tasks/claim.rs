@@ -97,9 +97,10 @@ fn stream_index(tier: Tier, readonly_only: bool) -> usize {
     t + usize::from(readonly_only)
 }
 
-/// The candidate in `row`, whose stream columns start at `base`.
-fn candidate(row: &Row, base: usize) -> Res<Candidate> {
-    Candidate::from_columns(
+/// The candidate in `row`, whose stream columns start at `base`, with its
+/// difficulty when `claimant` takes only some.
+fn candidate(row: &Row, base: usize, claimant: &Claimant) -> Res<Candidate> {
+    let mut candidate = Candidate::from_columns(
         row.get(base),
         row.get(base + 1),
         row.get(base + 2),
@@ -108,7 +109,11 @@ fn candidate(row: &Row, base: usize) -> Res<Candidate> {
         row.get(base + 5),
         row.get(base + 6),
     )
-    .map_err(|bad| corrupt(&bad.id, bad.error))
+    .map_err(|bad| corrupt(&bad.id, bad.error))?;
+    if claimant.allowed_difficulties.is_some() {
+        candidate.read_difficulty(claimant, row.get(base + 8));
+    }
+    Ok(candidate)
 }
 
 /// Whether the row a statement locked was written by a transaction younger
@@ -205,7 +210,7 @@ impl walk::Streams for Streams<'_, '_> {
             && let Some(Head { row, base, younger }) = self.head.take()
         {
             seen += 1;
-            let candidate = candidate(&row, base)?;
+            let candidate = candidate(&row, base, self.claimant)?;
             match visit(&candidate) {
                 Visit::Take => {
                     let taken = take(self.db, self.mesh_id, hold, &candidate, &row, base, Some(younger))?;
@@ -231,7 +236,7 @@ impl walk::Streams for Streams<'_, '_> {
             let rows = self.db.query(sql, &params)?;
             for row in &rows {
                 seen += 1;
-                let candidate = candidate(row, 0)?;
+                let candidate = candidate(row, 0, self.claimant)?;
                 match visit(&candidate) {
                     Visit::Take => {
                         if let Some(taken) = take(self.db, self.mesh_id, hold, &candidate, row, 0, None)? {

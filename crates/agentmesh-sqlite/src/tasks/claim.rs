@@ -78,7 +78,7 @@ impl walk::Streams for Streams<'_> {
         while let Some(row) = rows.next()? {
             let tags: Option<String> = row.get(1)?;
             let mode: Option<String> = row.get(3)?;
-            let candidate = Candidate::from_columns(
+            let mut candidate = Candidate::from_columns(
                 row.get(0)?,
                 tags.as_deref(),
                 row.get(2)?,
@@ -88,6 +88,10 @@ impl walk::Streams for Streams<'_> {
                 row.get(6)?,
             )
             .map_err(|bad| corrupt(&bad.id, bad.error))?;
+            if self.claimant.allowed_difficulties.is_some() {
+                let payload: String = row.get(8)?;
+                candidate.read_difficulty(self.claimant, &payload);
+            }
             seen += 1;
             match visit(&candidate) {
                 Visit::Take => {

@@ -92,6 +92,7 @@ fn model_generated_sequences_reach_every_outcome() {
         "Claim: refused not_before_delayed",
         "Claim: refused convergence_target_is_worktree",
         "Claim: refused target_pin_unmatched",
+        "Claim: refused difficulty_floor_unmet",
         "Claim: refused parallel_cap_reached",
         "Claim: refused node_busy_with_active_assignment",
         "Complete: ok completed",

@@ -7,7 +7,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::Store;
+use crate::{ClaimOutcome, Store};
 
 /// Among tasks of equal priority and tier, the oldest is claimed first.
 pub fn claims_are_fifo_among_equal_priority(store: &dyn Store) {
@@ -385,4 +385,34 @@ pub fn claim_stamps_the_claimants_transcript_profile(store: &dyn Store) {
     complete(store, MESH, &task, at(20));
     let plain = claim_ok(store, MESH, &worker("node-1", "s1"), at(30), "t2");
     assert_eq!(plain.assigned_transcript_profile, None, "a claim without a profile stamps none");
+}
+
+/// A claimant that takes only some difficulties skips a task of another (it stays pending, refused `difficulty_floor_unmet` when nothing else is left), and takes one without a difficulty or `freeform`; a claimant that names none takes any.
+pub fn claim_skips_tasks_of_difficulties_the_claimant_does_not_take(store: &dyn Store) {
+    let with = |id: &str, difficulty: Option<&str>| NewTask {
+        difficulty: difficulty.map(str::to_owned),
+        ..new_task(id)
+    };
+    enqueue(store, MESH, with("hard", Some("difficult")), at(1));
+    enqueue(store, MESH, with("plain", None), at(2));
+    enqueue(store, MESH, with("free", Some("freeform")), at(3));
+    enqueue(store, MESH, with("easy", Some("easy")), at(4));
+    let picky = |session: &str| Claimant {
+        allowed_difficulties: Some(vec!["easy".into(), "medium".into()]),
+        ..worker("node-1", session)
+    };
+    // The older difficult task is stepped over, in claim order, for each picky session.
+    let first = claim_ok(store, MESH, &picky("s1"), at(10), "plain");
+    complete(store, MESH, &first, at(11));
+    let second = claim_ok(store, MESH, &picky("s1"), at(12), "free");
+    complete(store, MESH, &second, at(13));
+    let third = claim_ok(store, MESH, &picky("s1"), at(14), "easy");
+    complete(store, MESH, &third, at(15));
+    assert_eq!(
+        claim(store, MESH, &picky("s1"), at(16)),
+        ClaimOutcome::Refused(ClaimRefusal::DifficultyFloorUnmet),
+        "only the difficult task is left"
+    );
+    assert_eq!(find(store, MESH, "hard").status, TaskStatus::Pending, "it stays pending");
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(17), "hard");
 }

@@ -155,6 +155,7 @@ macro_rules! conformance_tests {
             node_pins_match_every_id_form_and_only_that_node,
             claim_stamps_the_assignment_and_records_task_claimed,
             claim_stamps_the_claimants_transcript_profile,
+            claim_skips_tasks_of_difficulties_the_claimant_does_not_take,
             epoch_increases_on_every_claim_and_reclaim,
             // Lifecycle.
             complete_with_matching_session_and_epoch_completes,

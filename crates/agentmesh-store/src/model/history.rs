@@ -162,6 +162,7 @@ fn claimant(plan: &Plan, worker: usize) -> Claimant {
         provider_max_parallel: Some(plan.cap),
         node_is_worktree: false,
         transcript_profile: None,
+        allowed_difficulties: None,
     }
 }
 

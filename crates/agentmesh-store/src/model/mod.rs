@@ -264,6 +264,7 @@ impl Model {
             readonly: task.is_readonly(),
             target_node_id: task.target_node_id.as_deref(),
             target_session_id: task.target_session_id.as_deref(),
+            difficulty: task.difficulty.as_deref(),
         }
     }
 

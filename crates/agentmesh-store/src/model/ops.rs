@@ -35,6 +35,9 @@ pub const SESSIONS: [&str; 4] = ["s1", "s2", "s3", "s4"];
 pub const PROVIDERS: [Option<&str>; 3] = [None, Some("claude"), Some("codex")];
 /// Per-(node, provider) caps of claimants.
 pub const CAPS: [Option<u32>; 3] = [None, Some(1), Some(2)];
+/// Task difficulties: none, one a picky claimant takes, one it does not, and
+/// the unconstrained `freeform`.
+pub const DIFFICULTIES: [Option<&str>; 4] = [None, Some("easy"), Some("difficult"), Some("freeform")];
 /// Capability tag sets (of tasks: required; of claimants: offered).
 pub const TAGS: [&[&str]; 4] = [&[], &["gpu"], &["os=linux"], &["gpu", "os=linux"]];
 /// Coordinators: (daemon, run, session). Two runs on one machine, one elsewhere.
@@ -431,6 +434,8 @@ pub fn new_task(spec: &TaskSpec) -> NewTask {
         source_coordinator_daemon_id: coordinator.map(|c| c.0.to_owned()),
         source_coordinator_run_id: coordinator.map(|c| c.1.to_owned()),
         source_coordinator_session_id: coordinator.and_then(|c| c.2.map(str::to_owned)),
+        // Difficulties cycle with the task ids, none among them.
+        difficulty: DIFFICULTIES[spec.id % DIFFICULTIES.len()].map(str::to_owned),
         ..NewTask::default()
     }
 }
@@ -451,6 +456,8 @@ pub fn claimant(spec: &ClaimSpec) -> Claimant {
             timing: "live".to_owned(),
             emits_pty_turn_events: true,
         }),
+        // Sessions s3 and s4 take only easy and medium tasks.
+        allowed_difficulties: (spec.session >= 2).then(|| vec!["easy".to_owned(), "medium".to_owned()]),
     }
 }
 

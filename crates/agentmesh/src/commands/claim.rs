@@ -42,6 +42,7 @@ pub(super) fn run(ctx: &Context, args: ClaimArgs, out: &mut Output) -> anyhow::R
             }),
             _ => None,
         },
+        allowed_task_difficulties: (!args.difficulties.is_empty()).then_some(args.difficulties),
     };
     let session = body.session_id.clone();
     let view = ctx.api()?.claim(ctx.mesh(), body)?;
@@ -137,6 +138,9 @@ pub(super) fn refusal_words(code: &str) -> String {
         ClaimRefusal::TargetPinUnmatched => "the pending tasks are pinned to another node or session",
         ClaimRefusal::ParallelCapReached => "this node runs as many tasks of this provider as it may",
         ClaimRefusal::NodeBusyWithActiveAssignment => "this node is busy with another write task",
+        ClaimRefusal::DifficultyFloorUnmet => {
+            "the pending tasks are of difficulties this session does not take"
+        }
     };
     format!("{words} ({code})")
 }

@@ -168,6 +168,7 @@ pub(super) fn run(ctx: &Context, args: WorkArgs, out: &mut Output) -> anyhow::Re
         node_is_worktree: false,
         lease_ms: Some(lease_ms),
         assigned_transcript_profile: None,
+        allowed_task_difficulties: None,
     };
 
     let mut summary = WorkSummary::default();

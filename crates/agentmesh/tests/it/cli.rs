@@ -423,6 +423,21 @@ fn a_task_carries_the_difficulty_it_was_added_with_and_an_unknown_one_is_refused
 }
 
 #[test]
+fn a_claim_takes_only_the_difficulties_its_flags_name() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "port the parser", "--id", "a", "--difficulty", "difficult"]);
+    let refused = mesh.run(&["claim", "--node", "n1", "--session", "s1", "--difficulty", "easy"]);
+    refused.assert_code(0);
+    assert!(refused.stdout.contains("difficulty_floor_unmet"), "{}", refused.stdout);
+    assert!(refused.stdout.contains("difficulties this session does not take"), "{}", refused.stdout);
+    let bad = mesh.run(&["claim", "--node", "n1", "--session", "s1", "--difficulty", "hard", "--json"]);
+    bad.assert_code(2);
+    assert!(bad.stderr.contains("allowedTaskDifficulties[0]"), "{}", bad.stderr);
+    let claimed = mesh.json(&["claim", "--node", "n1", "--session", "s1", "--difficulty", "difficult"]);
+    assert_eq!(claimed["id"], "a", "{claimed}");
+}
+
+#[test]
 fn a_claim_stamps_the_transcript_profile_named_by_its_flags() {
     let mesh = Mesh::new();
     mesh.json(&["task", "add", "write the parser", "--id", "a"]);

@@ -115,6 +115,11 @@ async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_not
             json!({ "sessionId": "w1", "assignedTranscriptProfile": { "class": "BAD", "timing": "live" } }),
             "assignedTranscriptProfile.class",
         ),
+        (
+            "claim_task",
+            json!({ "sessionId": "w1", "allowedTaskDifficulties": ["easy", "BAD"] }),
+            "allowedTaskDifficulties[1]",
+        ),
         ("heartbeat_task", json!({ "taskId": "BAD", "epoch": 1, "sessionId": "w1" }), "taskId"),
         ("complete_task", json!({ "summary": "done", "sessionId": "BAD" }), "sessionId"),
         ("complete_task", json!({ "summary": "done", "occurredAt": "BAD" }), "occurredAt"),
