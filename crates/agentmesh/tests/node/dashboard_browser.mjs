@@ -331,7 +331,13 @@ try {
   assert.equal(again.id, 'lexer');
   cli('complete', '--session', 'lexer-1', '--task', 'lexer', '--epoch', String(again.dispatchNonce), '--summary', 'lexer again');
   const ci = cli('claim', '--node', 'ci-box', '--session', 'ci-1', '--tag', 'linux');
-  assert.equal(ci.id, created);
+  // On a mismatch, say what the pinned task looked like and what the ledger
+  // recorded around the claim, so a failure can be read without a rerun.
+  const pinnedContext = () => JSON.stringify({
+    pinned: cli('task', 'show', created),
+    ledger: cli('ledger', 'tail', '--limit', '12').map((e) => [e.kind, e.payload.taskId, e.timestamp]),
+  });
+  assert.equal(ci.id, created, ci.id === created ? '' : pinnedContext());
   await timed('claimToTaskPageMs', () => page.waitForSelector('.task-page h1 .badge.status-assigned', { timeout: 1000 }));
   assert.equal(await page.textContent('.task-page h1 .badge'), 'Running');
   assert.ok((await page.textContent('.facts')).includes('ci-1 on ci-box'));
