@@ -727,12 +727,12 @@ impl MeshApi for LocalMesh {
     fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {
         let mesh = mesh_id(mesh)?;
         let hold = agentmesh_core::NewInflightHold::try_from(body)?;
-        self.write(|store, now| store.upsert_inflight_hold(mesh, &hold, now)).map(HoldView::from)
+        self.write(|store, now| store.upsert_inflight_hold(mesh, &hold, now))
     }
 
     fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>> {
         let mesh = mesh_id(mesh)?;
-        Ok(self.store.inflight_holds(mesh)?.into_iter().map(HoldView::from).collect())
+        Ok(self.store.inflight_holds(mesh)?)
     }
 
     fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView> {
@@ -743,7 +743,7 @@ impl MeshApi for LocalMesh {
             mesh_id: mesh.to_owned(),
             id: task_id.clone(),
         })?;
-        Ok(HoldView::from(hold))
+        Ok(hold)
     }
 
     fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {

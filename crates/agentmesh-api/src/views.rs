@@ -935,40 +935,9 @@ impl ToolCallLogView {
     }
 }
 
-/// An in-flight hold: every column of the original's row; `firstIdleSinceAck` is
-/// `null` when none was recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HoldView {
-    /// The held task.
-    pub task_id: String,
-    /// The mesh.
-    pub mesh_id: String,
-    /// Why it is held.
-    pub hold_reason: String,
-    /// When it was first held (ISO).
-    pub held_at: String,
-    /// When its session was first seen idle since the acknowledgement (ISO).
-    pub first_idle_since_ack: Option<String>,
-    /// How many reads of the session failed while it was held.
-    pub read_failure_count: u32,
-    /// Last change (ISO).
-    pub updated_at: String,
-}
-
-impl From<agentmesh_core::InflightHold> for HoldView {
-    fn from(h: agentmesh_core::InflightHold) -> HoldView {
-        HoldView {
-            task_id: h.task_id,
-            mesh_id: h.mesh_id,
-            hold_reason: h.hold_reason,
-            held_at: h.held_at,
-            first_idle_since_ack: h.first_idle_since_ack,
-            read_failure_count: h.read_failure_count,
-            updated_at: h.updated_at,
-        }
-    }
-}
+/// An in-flight hold: every column of the original's row, as the core keeps it
+/// (`firstIdleSinceAck` is `null` when none was recorded).
+pub type HoldView = agentmesh_core::InflightHold;
 
 /// What recording a direct dispatch answers: the task, and whether the recording
 /// created it.

@@ -61,25 +61,12 @@ impl TranscriptProfile {
     /// prefixes the field names (`assignedTranscriptProfile`). Returns it
     /// trimmed.
     pub fn checked(self, within: &str) -> Result<TranscriptProfile, crate::InvalidInput> {
-        let field = |name: &str, value: String| {
-            let value = value.trim().to_owned();
-            let problem = if value.is_empty() {
-                Some("must not be blank".to_owned())
-            } else if value.chars().count() > Self::MAX_LEN {
-                Some(format!("is longer than {} characters", Self::MAX_LEN))
-            } else if value.chars().any(char::is_control) {
-                Some("must be one line without control characters".to_owned())
-            } else {
-                None
-            };
-            match problem {
-                Some(problem) => Err(crate::InvalidInput::new(format!("{within}.{name}"), problem)),
-                None => Ok(value),
-            }
+        let field = |name: &str, value: &str| {
+            crate::InvalidInput::one_line(&format!("{within}.{name}"), value, Self::MAX_LEN)
         };
         Ok(TranscriptProfile {
-            class: field("class", self.class)?,
-            timing: field("timing", self.timing)?,
+            class: field("class", &self.class)?,
+            timing: field("timing", &self.timing)?,
             emits_pty_turn_events: self.emits_pty_turn_events,
         })
     }

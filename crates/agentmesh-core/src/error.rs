@@ -31,6 +31,26 @@ impl InvalidInput {
         Ok(())
     }
 
+    /// A one-line text a caller gave, trimmed: refused when it is blank, spans
+    /// lines or holds other control characters, or is longer than `max_chars`.
+    pub fn one_line(field: &str, value: &str, max_chars: usize) -> Result<String, InvalidInput> {
+        let value = value.trim();
+        if value.is_empty() {
+            return Err(InvalidInput::new(field, "must not be blank"));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(InvalidInput::new(field, "must be one line without control characters"));
+        }
+        let chars = value.chars().count();
+        if chars > max_chars {
+            return Err(InvalidInput::new(
+                field,
+                format!("is {chars} characters; at most {max_chars} are taken"),
+            ));
+        }
+        Ok(value.to_owned())
+    }
+
     /// The same error for a field nested under `path`: `within("tasks[2]")` turns
     /// `message` into `tasks[2].message`.
     pub fn within(self, path: impl fmt::Display) -> InvalidInput {

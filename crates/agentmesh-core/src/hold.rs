@@ -5,8 +5,10 @@
 
 use crate::{InvalidInput, Timestamp};
 
-/// An in-flight hold as stored: one per task.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An in-flight hold as stored: one per task. Its JSON form (camelCase) is what
+/// the API answers.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct InflightHold {
     /// The held task.
     pub task_id: String,

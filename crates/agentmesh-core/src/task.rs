@@ -394,24 +394,7 @@ impl ProgressReport {
             return Err(InvalidInput::new("progress.percent", format!("{percent} is above 100")));
         }
         if let Some(note) = self.note.take() {
-            let note = note.trim();
-            if note.is_empty() {
-                return Err(InvalidInput::new("progress.note", "must not be blank when given"));
-            }
-            if note.chars().any(char::is_control) {
-                return Err(InvalidInput::new(
-                    "progress.note",
-                    "must be one line without control characters",
-                ));
-            }
-            let chars = note.chars().count();
-            if chars > Progress::NOTE_MAX_CHARS {
-                return Err(InvalidInput::new(
-                    "progress.note",
-                    format!("is {chars} characters; at most {} are kept", Progress::NOTE_MAX_CHARS),
-                ));
-            }
-            self.note = Some(note.to_owned());
+            self.note = Some(InvalidInput::one_line("progress.note", &note, Progress::NOTE_MAX_CHARS)?);
         }
         if self.percent.is_none() && self.note.is_none() {
             return Err(InvalidInput::new("progress", "needs a percent or a note"));

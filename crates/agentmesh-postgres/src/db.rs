@@ -371,10 +371,15 @@ fn units(deferred: &[Deferred]) -> Vec<Unit<'_>> {
 /// The statement text of the writes `run` (each with its number of
 /// parameters) in one statement, made once per process and kept.
 fn fused(run: &[(&'static Write, usize)]) -> &'static str {
-    /// A run by the address of each write and its number of parameters.
-    type Key = Vec<(usize, usize)>;
+    /// A run by the address of each write and its number of parameters, the
+    /// unused places zero (no write lives at address zero); built without an
+    /// allocation, since every write looks its statement up here.
+    type Key = [(usize, usize); FUSED_MAX];
     static MADE: LazyLock<Mutex<HashMap<Key, &'static str>>> = LazyLock::new(Default::default);
-    let key: Vec<(usize, usize)> = run.iter().map(|(w, n)| (std::ptr::from_ref(*w) as usize, *n)).collect();
+    let mut key: Key = [(0, 0); FUSED_MAX];
+    for (place, (write, params)) in key.iter_mut().zip(run) {
+        *place = (std::ptr::from_ref(*write) as usize, *params);
+    }
     let mut made = MADE.lock().unwrap_or_else(PoisonError::into_inner);
     made.entry(key).or_insert_with(|| Box::leak(fused_sql(run).into_boxed_str()))
 }
