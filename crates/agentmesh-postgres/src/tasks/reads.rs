@@ -4,7 +4,7 @@ use agentmesh_core::{Task, TaskStatus, Timestamp};
 use agentmesh_store::{ActiveAssignment, StatusCount};
 use postgres::Row;
 
-use super::rows::{decode, load};
+use super::rows::decode;
 use crate::Res;
 use crate::db::{Db, unsigned};
 
@@ -13,8 +13,12 @@ fn decode_rows(rows: &[Row]) -> Res<Vec<Task>> {
     rows.iter().map(|r| decode(r.get(0), r.get(1))).collect()
 }
 
+/// The task `task_id`, read without a lock: a read never makes a claim step
+/// over the row (its `SKIP LOCKED`) nor waits for a write holding it.
 pub(crate) fn find(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Task>> {
-    Ok(load(db, mesh_id, task_id)?.map(|l| l.task))
+    let row =
+        db.query_opt("SELECT payload FROM mesh_queue WHERE mesh_id = $1 AND id = $2", &[&mesh_id, &task_id])?;
+    row.map(|r| decode(task_id, r.get(0))).transpose()
 }
 
 /// The mesh's tasks in enqueue order, of the given statuses (all when none).

@@ -190,3 +190,68 @@ fn submitted_claims_and_completions_run_each_task_once() {
     let done = store.queue_entries("m", &[TaskStatus::Completed]).unwrap();
     assert_eq!(done.len(), 40);
 }
+
+/// Reading a task takes no row lock: it neither waits for a write that holds
+/// the row nor holds it itself, so a claim beside a reader (the dashboard's
+/// task page, `task show`) never steps over the task it reads.
+#[test]
+fn reading_a_task_neither_waits_for_a_writer_nor_blocks_a_claim() {
+    let url = agentmesh_test_support::require_postgres!();
+    let db = Arc::new(TestDb::new(&url));
+    db.enqueue("m", &task("shown"), NOW).expect("an enqueue");
+
+    // A write in progress on another connection holds the row.
+    let mut writer = postgres::Client::connect(&url, postgres::NoTls).expect("a connection");
+    let mut tx = writer.transaction().expect("a transaction");
+    tx.batch_execute(&format!(
+        "SET LOCAL search_path TO \"{}\";
+         SELECT 1 FROM mesh_queue WHERE mesh_id = 'm' AND id = 'shown' FOR UPDATE",
+        db.store.schema()
+    ))
+    .expect("the writer locks the row");
+    let (sent, read) = std::sync::mpsc::channel();
+    let reader = Arc::clone(&db);
+    std::thread::spawn(move || {
+        let _ = sent.send(reader.find_task("m", "shown"));
+    });
+    let found = read
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("the read answers while a writer holds the row")
+        .expect("a read");
+    assert_eq!(found.map(|t| t.id).as_deref(), Some("shown"));
+    tx.rollback().expect("the writer ends");
+
+    // Reads of the task on many threads while a worker claims: the claim
+    // takes the task every time (a read holding its row would make the
+    // claim's SKIP LOCKED pass it by, and the claim find nothing).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let (db, stop) = (Arc::clone(&db), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    db.find_task("m", "shown").expect("a read");
+                }
+            })
+        })
+        .collect();
+    let who = worker(0);
+    for round in 0..200 {
+        let outcome = db.claim_next("m", &who, &ClaimOptions::default(), NOW).expect("a claim");
+        let Some(task) = claimed(outcome, &who) else {
+            panic!("round {round}: the claim passed the task by while it was being read");
+        };
+        assert_eq!(task.id, "shown");
+        db.requeue_task(
+            "m",
+            "shown",
+            &agentmesh_core::RequeueOptions { force: true, ..Default::default() },
+            NOW,
+        )
+        .expect("a requeue");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.join().expect("a reader");
+    }
+}
