@@ -148,6 +148,7 @@ pub fn store_error_status(err: &StoreError) -> u16 {
         | StoreError::IdInOtherMesh { .. }
         | StoreError::InvalidTransition(_)
         | StoreError::StaleEpoch { .. }
+        | StoreError::ReservationFenced { .. }
         | StoreError::NotAssignedToSession { .. }
         | StoreError::NoAssignedTask { .. } => 409,
         StoreError::Busy | StoreError::LockTimeout | StoreError::Unavailable(_) => 503,

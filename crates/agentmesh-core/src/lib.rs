@@ -19,6 +19,8 @@
 //!   delivery queue and its monotonic statuses, idle sessions, completion
 //!   fingerprints and conflicts.
 //! - [`hold`]: in-flight holds of acknowledged tasks.
+//! - [`reservation`]: path reservations of a repository, their patterns and the
+//!   overlap rule.
 //! - [`rate_guard`], [`mission`], [`placement`]: the tool-call rate guard, missions
 //!   with derived progress, and node ranking under a scheduling strategy.
 //! - [`events`]: the coordinator inbox: pending events, v2 envelope, routing, fingerprints, texts.
@@ -39,6 +41,7 @@ pub mod lifecycle;
 pub mod mission;
 pub mod placement;
 pub mod rate_guard;
+pub mod reservation;
 pub mod sessions;
 pub mod tags;
 pub mod task;
@@ -57,6 +60,7 @@ pub use lifecycle::{RequeueOptions, Requeued};
 pub use mission::{Mission, MissionProgress, NewMission};
 pub use placement::{NodeCandidate, Strategy};
 pub use rate_guard::{RateGuard, RateVerdict};
+pub use reservation::{Conflict, NewReservation, PathPattern, Reservation};
 pub use sessions::{
     CompletionConflict, CompletionFingerprint, FingerprintParts, IdleSession, fingerprint_parts,
 };

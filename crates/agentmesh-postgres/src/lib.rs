@@ -34,6 +34,7 @@ mod migrations;
 mod missions;
 mod overview;
 mod pool;
+mod reservations;
 mod runtime;
 pub mod shard;
 mod tasks;

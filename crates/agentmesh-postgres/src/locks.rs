@@ -16,6 +16,9 @@
 //!   may have counted one of its tasks as missing.
 //! - [`Lock::Inbox`]: drains hand each event to one drainer and route over the
 //!   coordinators' presence; the inbox's writes of a mesh run one at a time.
+//! - [`Lock::Reservations`]: a reservation is granted after checking every
+//!   reservation in force that it may overlap; grants, renewals, releases and
+//!   expiries of a mesh's reservations run one at a time.
 //! - [`Lock::Mesh`]: the runtime records (dispatches, deliveries, tool calls,
 //!   missions) and the administrative writes.
 //!
@@ -47,6 +50,8 @@
 //!   guard: the mesh key. Recording a directly dispatched task: the mesh key
 //!   (two recordings of one id: the second finds the first) and the graph key,
 //!   shared (it adds a task without edges).
+//! - reserve, renew, release, and each mesh's expiry sweep: the
+//!   reservations key.
 //! - replacing or inserting raw queue entries, a transfer import: every key of
 //!   the mesh (`write_exclusive`), and row locks as above.
 //! - writes that decide nothing (idle sessions, fingerprints, deletes by key)
@@ -68,6 +73,8 @@ pub(crate) enum Lock<'a> {
     /// The mesh's dependency graph: exclusive for writes that add edges,
     /// shared for enqueues that add none.
     Graph { exclusive: bool },
+    /// The mesh's path reservations.
+    Reservations,
     /// One claimant session.
     Session(&'a str),
     /// One node, in any of its daemon-id forms.
@@ -82,6 +89,7 @@ impl Lock<'_> {
             Lock::Mesh => (hash(salt, &[mesh_id]), true),
             Lock::Inbox => (hash(salt, &["inbox", mesh_id]), true),
             Lock::Graph { exclusive } => (hash(salt, &["graph", mesh_id]), *exclusive),
+            Lock::Reservations => (hash(salt, &["reservations", mesh_id]), true),
             Lock::Session(session) => (hash(salt, &["session", mesh_id, session.trim()]), true),
             Lock::Node(node) => {
                 let canonical = daemon_id::canonical_daemon_id(node).unwrap_or_default();

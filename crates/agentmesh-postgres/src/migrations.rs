@@ -36,10 +36,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "0004_mission_source",
         sql: include_str!("../migrations/0004_mission_source.sql"),
     },
+    Migration {
+        version: 5,
+        name: "0005_path_reservations",
+        sql: include_str!("../migrations/0005_path_reservations.sql"),
+    },
 ];
 
 /// The schema version this build brings an installation to.
-pub const LATEST_VERSION: i64 = 4;
+pub const LATEST_VERSION: i64 = 5;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.

@@ -41,6 +41,7 @@ mod migrations;
 mod missions;
 mod overview;
 mod paths;
+mod reservations;
 mod runtime;
 mod space;
 mod store_impl;

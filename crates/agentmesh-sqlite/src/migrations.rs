@@ -79,6 +79,11 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
     },
     Migration { name: "0015_original_schema", sql: "", after: Some(original_schema) },
+    Migration {
+        name: "0016_path_reservations",
+        sql: include_str!("../migrations/0016_path_reservations.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

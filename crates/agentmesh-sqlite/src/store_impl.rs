@@ -23,7 +23,8 @@ use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, Upse
 
 use crate::durability::Ceilings;
 use crate::tasks::Rows;
-use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, runtime, tasks};
+use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, reservations, runtime, tasks};
+use agentmesh_store::reservation_writes;
 
 impl Store for SqliteStore {
     fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
@@ -587,4 +588,49 @@ fn complete_then_claim(
 /// committed): the refusal becomes the write's error, as in the synchronous forms.
 fn refusal_as_error<T: Send + 'static>(submitted: Submitted<Result<T, StoreError>>) -> Submitted<T> {
     Box::pin(async move { submitted.await? })
+}
+
+impl ReservationStore for SqliteStore {
+    fn reserve(
+        &self,
+        mesh_id: &str,
+        request: &agentmesh_core::NewReservation,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_store::Reserved> {
+        self.write(|tx| reservation_writes::reserve(&reservations::Rows(tx), mesh_id, request, now))
+    }
+
+    fn renew_reservation(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        fence: &agentmesh_store::Fence,
+        ttl_ms: Option<u64>,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Reservation> {
+        self.write(|tx| reservation_writes::renew(&reservations::Rows(tx), mesh_id, id, fence, ttl_ms, now))
+    }
+
+    fn release_reservation(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        fence: &agentmesh_store::Fence,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Reservation> {
+        self.write(|tx| reservation_writes::release(&reservations::Rows(tx), mesh_id, id, fence, now))
+    }
+
+    fn reservations(
+        &self,
+        mesh_id: &str,
+        scope: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<agentmesh_core::Reservation>> {
+        self.read(|c| reservations::in_force(c, mesh_id, scope, now))
+    }
+
+    fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64> {
+        self.write(|tx| reservations::expire(tx, now))
+    }
 }

@@ -69,6 +69,15 @@ pub enum StoreError {
         /// The task's epoch now.
         current: u64,
     },
+    /// A renew or release of a reservation that its caller may not make: another
+    /// session holds it, the epoch is not its epoch, or it lapsed.
+    #[error("reservation {reservation_id}: {problem}")]
+    ReservationFenced {
+        /// The reservation.
+        reservation_id: String,
+        /// Why, in words.
+        problem: String,
+    },
     /// The task is not assigned to the reporting session (any more).
     #[error("task {task_id} is not assigned to session {session_id}")]
     NotAssignedToSession {
@@ -203,6 +212,7 @@ impl StoreError {
             StoreError::IdInOtherMesh { .. } => "id_in_other_mesh",
             StoreError::InvalidTransition(_) => "invalid_transition",
             StoreError::StaleEpoch { .. } => "stale_epoch",
+            StoreError::ReservationFenced { .. } => "reservation_fenced",
             StoreError::NotAssignedToSession { .. } => "not_assigned_to_session",
             StoreError::NoAssignedTask { .. } => "no_assigned_task",
             StoreError::LegacyFile { .. } => "legacy_file_invalid",

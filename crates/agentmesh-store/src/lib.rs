@@ -33,6 +33,7 @@ pub mod legacy;
 pub mod placement;
 pub mod projection;
 mod raw_json;
+pub mod reservation_writes;
 pub mod retry;
 pub mod route_columns;
 pub mod submit;
@@ -47,13 +48,16 @@ pub mod model;
 pub use durability::{Durability, UnknownDurability};
 pub use error::{FullStorage, IdScope, StoreError};
 pub use raw_json::RawJson;
+pub use reservation_writes::{Fence, Reserved};
 pub use submit::Submitted;
 
 /// The store traits, for `use agentmesh_store::prelude::*`: calling an operation
 /// needs the trait of its group in scope.
 pub mod prelude {
     pub use crate::transfer::TransferStore;
-    pub use crate::{InboxStore, LedgerStore, MissionStore, QueueStore, RuntimeStore, Store};
+    pub use crate::{
+        InboxStore, LedgerStore, MissionStore, QueueStore, ReservationStore, RuntimeStore, Store,
+    };
 }
 
 /// Result of store operations.
@@ -398,7 +402,8 @@ pub struct PruneReport {
 /// be written one group at a time: [`QueueStore`] (tasks, claims, the task
 /// lifecycle), [`LedgerStore`], [`RuntimeStore`] (dispatches, deliveries, idle
 /// sessions, completion records, the rate guard), [`MissionStore`] and
-/// [`InboxStore`] (the coordinator inbox); `Store` itself adds the overview and
+/// [`InboxStore`] (the coordinator inbox), [`ReservationStore`] (path
+/// reservations); `Store` itself adds the overview and
 /// the health probe. Callers import them all with `use agentmesh_store::prelude::*`.
 ///
 /// # Isolation contract
@@ -442,7 +447,7 @@ pub struct PruneReport {
 /// operation again ([`StoreError::is_retryable`], [`retry`]). Every other error is
 /// final for that request; retrying it gives the same answer.
 pub trait Store:
-    QueueStore + LedgerStore + RuntimeStore + MissionStore + InboxStore + Send + Sync + 'static
+    QueueStore + LedgerStore + RuntimeStore + MissionStore + InboxStore + ReservationStore + Send + Sync + 'static
 {
     /// Every mesh the store holds a row of (a task, ledger entry, inbox event,
     /// mission, session delivery, direct dispatch or idle session), by mesh id, with
@@ -467,6 +472,60 @@ pub trait Store:
     fn durability(&self) -> Durability {
         Durability::Full
     }
+}
+
+/// Path reservations of repository scopes (see
+/// [`agentmesh_core::reservation`]). Part of [`Store`]. The reservations of a
+/// mesh must appear serial: a grant is checked against every reservation in
+/// force, and two overlapping exclusive grants never both commit.
+pub trait ReservationStore: Send + Sync + 'static {
+    /// Grants `request` unless another holder's reservation in force conflicts
+    /// with it (ledger `reservation_granted`); a denial names every conflict
+    /// once and is recorded too (`reservation_denied`). Bad input changes
+    /// nothing.
+    fn reserve(
+        &self,
+        mesh_id: &str,
+        request: &agentmesh_core::NewReservation,
+        now: Timestamp,
+    ) -> StoreResult<Reserved>;
+
+    /// Extends the reservation `id` by its holder for `ttl_ms` from `now` (the
+    /// time it was last given when none), ledger `reservation_renewed`. A wrong
+    /// session or epoch, a lapsed reservation or a task's reservation is
+    /// refused ([`StoreError::ReservationFenced`]), an unknown id is
+    /// [`StoreError::NotFound`]; nothing changes then.
+    fn renew_reservation(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        fence: &Fence,
+        ttl_ms: Option<u64>,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Reservation>;
+
+    /// Releases the reservation `id` by its holder (ledger
+    /// `reservation_released`), refused as a renew is. No other reservation of
+    /// the holder changes.
+    fn release_reservation(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        fence: &Fence,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Reservation>;
+
+    /// The reservations in force at `now`, of `scope` when given, oldest first.
+    fn reservations(
+        &self,
+        mesh_id: &str,
+        scope: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<agentmesh_core::Reservation>>;
+
+    /// Removes every reservation of every mesh lapsed at `now`, each with its
+    /// `reservation_expired` entry; how many.
+    fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64>;
 }
 
 /// Tasks: the queue, claims and the lifecycle of a claimed task (completion,

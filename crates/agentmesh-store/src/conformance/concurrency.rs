@@ -338,3 +338,42 @@ pub fn race_completion_and_reclaim_one_wins(racers: &dyn Racers) {
         }
     }
 }
+
+/// Four sessions reserving overlapping patterns exclusively at once: exactly
+/// one is granted, and each denial names the granted holder, never another
+/// loser.
+pub fn race_overlapping_exclusive_reservations_grant_one(racers: &dyn Racers) {
+    let arena = Arena::new(racers, 3);
+    let patterns = [["src/**"], ["src/lib.rs"], ["src/*.rs"], ["src"]];
+    for round in 0..ROUNDS / 4 {
+        let mesh = round_mesh("reserve", round);
+        let outcomes = arena.race(round, 4, |i, store| {
+            let request = agentmesh_core::NewReservation {
+                scope: "repo".into(),
+                session_id: format!("s{i}"),
+                node_id: format!("n{i}"),
+                patterns: patterns[i].iter().map(|p| (*p).to_owned()).collect(),
+                exclusive: true,
+                ..agentmesh_core::NewReservation::default()
+            };
+            retrying(|| store.reserve(&mesh, &request, at(1)))
+        });
+        let mut winners = Vec::new();
+        for outcome in &outcomes {
+            match outcome {
+                Ok(crate::Reserved::Granted(r)) => winners.push(r.session_id.clone()),
+                Ok(crate::Reserved::Denied(_)) => {}
+                Err(err) => panic!("round {round}: a reservation failed: {err:?}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: expected one of four overlapping grants, {winners:?}");
+        for outcome in &outcomes {
+            if let Ok(crate::Reserved::Denied(conflicts)) = outcome {
+                let holders: Vec<&str> = conflicts.iter().map(|c| c.session_id.as_str()).collect();
+                assert_eq!(holders, [winners[0].as_str()], "round {round}: a denial names the one holder");
+            }
+        }
+        let held = ok(arena.shared.reservations(&mesh, None, at(2)), "reservations");
+        assert_eq!(held.len(), 1, "round {round}: one reservation stored");
+    }
+}

@@ -35,6 +35,8 @@
 //!   tool-call rate guard.
 //! - [`holds`]: in-flight holds: the first instant kept by an upsert, reads by
 //!   task, the list in held order, release.
+//! - [`reservations`]: path reservations: denials naming each conflict once,
+//!   shared and exclusive, fenced renew and release, lapse and sweep.
 //! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, retract, mesh isolation, and a
@@ -65,6 +67,7 @@ pub mod inbox_routing;
 pub mod ledger;
 pub mod lifecycle;
 pub mod missions;
+pub mod reservations;
 pub mod sessions;
 pub mod support;
 pub mod tasks;
@@ -82,6 +85,7 @@ pub use inbox_routing::*;
 pub use ledger::*;
 pub use lifecycle::*;
 pub use missions::*;
+pub use reservations::*;
 pub use sessions::*;
 pub use tasks::*;
 
@@ -108,6 +112,7 @@ macro_rules! conformance_tests {
             race_two_drains_by_one_coordinator_deliver_each_event_once,
             race_concurrent_upserts_of_one_mission_create_it_once,
             race_completion_and_reclaim_one_wins,
+            race_overlapping_exclusive_reservations_grant_one,
         );
         $crate::conformance_tests!(@rules $make_store;
             // Tasks and the queue.
@@ -235,6 +240,13 @@ macro_rules! conformance_tests {
             inflight_holds_are_listed_by_mesh_in_held_order,
             inflight_hold_delete_reports_whether_it_was_held,
             inflight_hold_rejects_bad_input_naming_the_field,
+            // Path reservations.
+            reservation_conflict_is_denied_naming_each_holder_once,
+            reservation_shared_and_exclusive_combine_as_documented,
+            reservation_renew_and_release_are_fenced,
+            reservation_lapses_at_its_time_to_live,
+            reservations_are_apart_per_mesh,
+            reservation_rejects_bad_input_naming_the_field,
             // Idle sessions, fingerprints, conflicts, rate guard.
             idle_sessions_are_scoped_by_mesh,
             setting_an_idle_session_again_refreshes_it,

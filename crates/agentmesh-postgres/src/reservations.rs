@@ -1,0 +1,191 @@
+//! Path reservations: this store's rows for the reservation writes both stores
+//! share ([`agentmesh_store::reservation_writes`]), and the reads. Every write
+//! of a mesh's reservations holds its reservations lock (see `locks`), taken
+//! as the transaction begins, so the reservations a grant is checked against
+//! are every one committed before it.
+
+use agentmesh_core::{LedgerEntry, Reservation, Timestamp};
+use agentmesh_store::reservation_writes::{self, ReservationRows, ancestors, prefixes};
+use agentmesh_store::{Fence, Reserved, StoreResult};
+
+use crate::db::Db;
+use crate::{Fail, Lock, PgStore, Res, ledger};
+
+fn decode(payload: &str) -> Res<Reservation> {
+    serde_json::from_str(payload).map_err(|e| crate::db::corrupt("a path reservation", e))
+}
+
+/// The reservation rows of one write transaction.
+struct Rows<'a, 'c>(&'a Db<'c>);
+
+impl ReservationRows for Rows<'_, '_> {
+    type Error = Fail;
+
+    fn near(&self, mesh_id: &str, scope: &str, wanted: &[String]) -> Res<Vec<Reservation>> {
+        let mut found: Vec<Reservation> = Vec::new();
+        for prefix in wanted {
+            let up = ancestors(prefix);
+            let rows = self.0.query(
+                "SELECT DISTINCT r.id, r.payload FROM mesh_path_reservation_prefixes x
+                   JOIN mesh_path_reservations r ON r.mesh_id = x.mesh_id AND r.id = x.reservation_id
+                  WHERE x.mesh_id = $1 AND x.scope = $2
+                    AND ($4 = '' OR x.prefix = ANY($3::text[])
+                         OR (x.prefix > $4 || '/' AND x.prefix < $4 || '0'))",
+                &[&mesh_id, &scope, &up, prefix],
+            )?;
+            for row in rows {
+                let reservation = decode(row.get(1))?;
+                if !found.iter().any(|f| f.id == reservation.id) {
+                    found.push(reservation);
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    fn find(&self, mesh_id: &str, id: &str) -> Res<Option<Reservation>> {
+        find(self.0, mesh_id, id)
+    }
+
+    fn put(&self, reservation: &Reservation) -> Res<()> {
+        let payload =
+            serde_json::to_string(reservation).map_err(|e| crate::db::corrupt("a path reservation", e))?;
+        let expires = reservation.expires_ms();
+        let n = self.0.execute(
+            "INSERT INTO mesh_path_reservations
+                (mesh_id, id, scope, session_id, task_id, expires_ms, created_at, payload)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (mesh_id, id) DO UPDATE SET expires_ms = EXCLUDED.expires_ms, payload = EXCLUDED.payload",
+            &[
+                &reservation.mesh_id,
+                &reservation.id,
+                &reservation.scope,
+                &reservation.session_id,
+                &reservation.task_id,
+                &expires,
+                &reservation.created_at,
+                &payload,
+            ],
+        )?;
+        debug_assert_eq!(n, 1);
+        let all = prefixes(&reservation.patterns);
+        self.0.execute(
+            "INSERT INTO mesh_path_reservation_prefixes (mesh_id, scope, prefix, reservation_id)
+             SELECT $1, $2, p, $4 FROM unnest($3::text[]) AS p
+             ON CONFLICT DO NOTHING",
+            &[&reservation.mesh_id, &reservation.scope, &all, &reservation.id],
+        )?;
+        Ok(())
+    }
+
+    fn remove(&self, reservation: &Reservation) -> Res<()> {
+        let all = prefixes(&reservation.patterns);
+        self.0.execute(
+            "DELETE FROM mesh_path_reservation_prefixes
+              WHERE mesh_id = $1 AND scope = $2 AND prefix = ANY($3::text[]) AND reservation_id = $4",
+            &[&reservation.mesh_id, &reservation.scope, &all, &reservation.id],
+        )?;
+        self.0.execute(
+            "DELETE FROM mesh_path_reservations WHERE mesh_id = $1 AND id = $2",
+            &[&reservation.mesh_id, &reservation.id],
+        )?;
+        Ok(())
+    }
+
+    fn append(&self, entry: &LedgerEntry) -> Res<()> {
+        ledger::append_later(self.0, entry)
+    }
+}
+
+fn find(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<Reservation>> {
+    let row = db.query_opt(
+        "SELECT payload FROM mesh_path_reservations WHERE mesh_id = $1 AND id = $2",
+        &[&mesh_id, &id],
+    )?;
+    row.map(|r| decode(r.get(0))).transpose()
+}
+
+/// At most this many lapsed reservations of a mesh go in one sweep's
+/// transaction.
+const EXPIRE_BATCH: i64 = 1000;
+
+impl agentmesh_store::ReservationStore for PgStore {
+    fn reserve(
+        &self,
+        mesh_id: &str,
+        request: &agentmesh_core::NewReservation,
+        now: Timestamp,
+    ) -> StoreResult<Reserved> {
+        self.write_with(mesh_id, &[Lock::Reservations], |db| {
+            reservation_writes::reserve(&Rows(db), mesh_id, request, now)
+        })
+    }
+
+    fn renew_reservation(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        fence: &Fence,
+        ttl_ms: Option<u64>,
+        now: Timestamp,
+    ) -> StoreResult<Reservation> {
+        self.write_with(mesh_id, &[Lock::Reservations], |db| {
+            reservation_writes::renew(&Rows(db), mesh_id, id, fence, ttl_ms, now)
+        })
+    }
+
+    fn release_reservation(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        fence: &Fence,
+        now: Timestamp,
+    ) -> StoreResult<Reservation> {
+        self.write_with(mesh_id, &[Lock::Reservations], |db| {
+            reservation_writes::release(&Rows(db), mesh_id, id, fence, now)
+        })
+    }
+
+    fn reservations(
+        &self,
+        mesh_id: &str,
+        scope: Option<&str>,
+        now: Timestamp,
+    ) -> StoreResult<Vec<Reservation>> {
+        self.read(|db| {
+            let rows = db.query(
+                "SELECT payload FROM mesh_path_reservations
+                  WHERE mesh_id = $1 AND ($2::text IS NULL OR scope = $2)
+                    AND (expires_ms IS NULL OR expires_ms > $3)
+                  ORDER BY created_at, id",
+                &[&mesh_id, &scope, &now.millis()],
+            )?;
+            rows.iter().map(|r| decode(r.get(0))).collect()
+        })
+    }
+
+    fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64> {
+        let meshes: Vec<String> = self.read(|db| {
+            let rows = db.query(
+                "SELECT DISTINCT mesh_id FROM mesh_path_reservations /* all meshes */
+                  WHERE expires_ms IS NOT NULL AND expires_ms <= $1",
+                &[&now.millis()],
+            )?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })?;
+        let mut expired = 0;
+        for mesh_id in meshes {
+            expired += self.write_with(&mesh_id, &[Lock::Reservations], |db| {
+                let rows = db.query(
+                    "SELECT payload FROM mesh_path_reservations
+                      WHERE mesh_id = $1 AND expires_ms IS NOT NULL AND expires_ms <= $2
+                      ORDER BY expires_ms LIMIT $3",
+                    &[&mesh_id, &now.millis(), &EXPIRE_BATCH],
+                )?;
+                let lapsed = rows.iter().map(|r| decode(r.get(0))).collect::<Res<Vec<_>>>()?;
+                reservation_writes::expire(&Rows(db), &lapsed, now)
+            })?;
+        }
+        Ok(expired)
+    }
+}
