@@ -31,20 +31,22 @@ pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, DEFAULT_REQUEST_TIMEOUT, ENFO
 pub use remote::RemoteMesh;
 pub use signal::WriteSignal;
 use views::{
-    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
-    DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView, DispatchedTaskView, DrainView,
-    FingerprintView, HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView,
-    InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView,
-    RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+    AckView, CheckPathsView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
+    DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
+    DispatchedTaskView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
+    MissionView, NodeRankView, PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView,
+    ReserveView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 pub use watch::WakeUp;
 use wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
-    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
-    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
-    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams,
+    AckBody, BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
+    ConflictParams, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
+    DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FenceBody, FingerprintParams,
+    HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody,
+    MissionListParams, PlacementBody, PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody,
+    RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams, StaleDispatchesBody,
+    ToolCallBody, ToolCallParams,
 };
 
 /// How long a watch waits when the caller names no timeout.
@@ -253,6 +255,33 @@ pub trait MeshApi: Send + Sync {
     fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView>;
     /// Releases the hold of one task.
     fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView>;
+    /// Reserves path patterns of a repository scope; a conflict denies the
+    /// request naming each conflicting reservation once. With `waitSecs`, a
+    /// denied request is tried again as the mesh's writes land, until it is
+    /// granted or the wait is over.
+    fn reserve(&self, mesh: &str, body: ReserveBody) -> MeshResult<ReserveView>;
+    /// Renews a reservation, by its holder (session and epoch).
+    fn renew_reservation(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: FenceBody,
+    ) -> MeshResult<agentmesh_core::Reservation>;
+    /// Releases a reservation, by its holder (session and epoch).
+    fn release_reservation(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: FenceBody,
+    ) -> MeshResult<agentmesh_core::Reservation>;
+    /// The reservations in force, oldest first.
+    fn reservations(
+        &self,
+        mesh: &str,
+        params: ReservationListParams,
+    ) -> MeshResult<Vec<agentmesh_core::Reservation>>;
+    /// Which of some paths another holder's exclusive reservation covers.
+    fn check_paths(&self, mesh: &str, body: CheckPathsBody) -> MeshResult<CheckPathsView>;
     /// Queues a message for a worker session.
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView>;
     /// Deliveries still waiting, for the mesh or one session.

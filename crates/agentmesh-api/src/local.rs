@@ -14,24 +14,24 @@ use agentmesh_store::{
 use serde_json::Value;
 
 use crate::views::{
-    AckView, ActiveAssignmentView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
-    DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
-    DispatchedTaskView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
-    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
-    MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView, PushView, RateVerdictView,
-    RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, RetractView, StaleDispatchesView,
-    StatusView, ToolCallLogView, ToolCallView,
+    AckView, ActiveAssignmentView, BlockedPathView, CheckPathsView, ClaimView, CompleteAndClaimView,
+    ConflictView, DeletedEventsView, DeliveryChangeView, DeliveryConfirmedView, DeliveryView,
+    DispatchChangeView, DispatchView, DispatchedTaskView, DrainView, FingerprintView, HeldEventView,
+    HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView, InboxEventView,
+    MeshSummaryView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PendingForCoordinatorView,
+    PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView, RequeuedHeldView, ReserveView,
+    RetractView, StaleDispatchesView, StatusView, ToolCallLogView, ToolCallView,
 };
 use crate::watch::{Look, Watch, watch_timeout};
 use crate::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DEFAULT_IDLE_TTL_SECS, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody,
-    DispatchBody, DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams,
-    HeartbeatBody, HeldParams, HeldSelection, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams,
-    MissionBody, MissionListParams, PlacementBody, PriorityBody, ProgressBody, PushEventBody,
-    RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody, SliceParams, StaleDispatchesBody,
-    StatusFilter, ToolCallBody, ToolCallParams, id as id_rule, optional, optional_id, page_limit, required,
-    seconds_before,
+    AckBody, BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
+    ConflictParams, DEFAULT_IDLE_TTL_SECS, DeleteEventsBody, DeliveryBody, DeliveryListParams,
+    DeliveryStatusBody, DispatchBody, DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody,
+    FenceBody, FingerprintParams, HeartbeatBody, HeldParams, HeldSelection, HoldBody, IdleBody, ImportBody,
+    LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PriorityBody, ProgressBody,
+    PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, ReservationListParams, ReserveBody,
+    RetractBody, SliceParams, StaleDispatchesBody, StatusFilter, ToolCallBody, ToolCallParams, id as id_rule,
+    optional, optional_id, page_limit, required, seconds_before,
 };
 use crate::{MeshApi, MeshResult, WakeUp, WriteSignal};
 
@@ -751,6 +751,85 @@ impl MeshApi for LocalMesh {
         let task_id = id_rule("taskId", task_id.to_owned())?;
         let released = self.write(|store, _| store.delete_inflight_hold(mesh, &task_id))?;
         Ok(HoldReleasedView { released })
+    }
+
+    fn reserve(&self, mesh: &str, body: ReserveBody) -> MeshResult<ReserveView> {
+        let mesh = mesh_id(mesh)?;
+        let (request, wait) = body.into_request()?;
+        let wake_up = self.wake_up();
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            // The mark is taken before trying: a release landing after the try
+            // moves it, and the wait below returns at once.
+            let seen = wake_up.mark(mesh);
+            let view = ReserveView::from(self.write(|store, now| store.reserve(mesh, &request, now))?);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if view.granted || left.is_zero() {
+                return Ok(view);
+            }
+            // Woken by the mesh's next write; looked at again unprompted as
+            // often as a watch does, for writes of other processes.
+            wake_up.wait_past(mesh, seen, left.min(self.cross_process_poll));
+        }
+    }
+
+    fn renew_reservation(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: FenceBody,
+    ) -> MeshResult<agentmesh_core::Reservation> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("reservationId", id.to_owned())?;
+        let fence = body.fence()?;
+        self.write(|store, now| store.renew_reservation(mesh, &id, &fence, body.ttl_ms, now))
+    }
+
+    fn release_reservation(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: FenceBody,
+    ) -> MeshResult<agentmesh_core::Reservation> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("reservationId", id.to_owned())?;
+        if body.ttl_ms.is_some() {
+            return Err(agentmesh_core::InvalidInput::new("ttlMs", "a release takes no time to live").into());
+        }
+        let fence = body.fence()?;
+        self.write(|store, now| store.release_reservation(mesh, &id, &fence, now))
+    }
+
+    fn reservations(
+        &self,
+        mesh: &str,
+        params: ReservationListParams,
+    ) -> MeshResult<Vec<agentmesh_core::Reservation>> {
+        let mesh = mesh_id(mesh)?;
+        let scope = params.scope.as_deref().map(agentmesh_core::reservation::check_scope).transpose()?;
+        Ok(self.store.reservations(mesh, scope.as_deref(), self.now())?)
+    }
+
+    fn check_paths(&self, mesh: &str, body: CheckPathsBody) -> MeshResult<CheckPathsView> {
+        let mesh = mesh_id(mesh)?;
+        let scope = agentmesh_core::reservation::check_scope(&body.scope)?;
+        if body.paths.is_empty() {
+            return Err(agentmesh_core::InvalidInput::new("paths", "must name at least one path").into());
+        }
+        let paths = agentmesh_core::reservation::parse_patterns("paths", &body.paths)?;
+        let session = body.session_id.map(|s| id_rule("sessionId", s)).transpose()?;
+        let now = self.now();
+        let held = self.store.reservations(mesh, Some(&scope), now)?;
+        let ignore_case = body.ignore_case.unwrap_or(false);
+        let blocked: Vec<BlockedPathView> = paths
+            .iter()
+            .filter_map(|path| {
+                let held_by =
+                    agentmesh_core::reservation::covering(path, session.as_deref(), ignore_case, &held, now);
+                (!held_by.is_empty()).then(|| BlockedPathView { path: path.to_string(), held_by })
+            })
+            .collect();
+        Ok(CheckPathsView { clear: blocked.is_empty(), blocked })
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

@@ -11,19 +11,21 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::views::{
-    AckView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView, DeliveryChangeView,
-    DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView, DispatchedTaskView, DrainView,
-    FingerprintView, HeldEventView, HoldReleasedView, HoldView, IdleRemovedView, IdleSessionView, ImportView,
-    InboxEventView, MissionDetailView, MissionSaved, MissionView, NodeRankView, PushView, RateVerdictView,
-    RemovedView, RequeueHeldView, RequeueView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+    AckView, CheckPathsView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
+    DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
+    DispatchedTaskView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MissionDetailView, MissionSaved,
+    MissionView, NodeRankView, PushView, RateVerdictView, RemovedView, RequeueHeldView, RequeueView,
+    ReserveView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
 };
 use crate::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
-    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
-    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
-    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
+    AckBody, BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
+    ConflictParams, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
+    DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FenceBody, FingerprintParams,
+    HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody,
+    MissionListParams, PlacementBody, PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody,
+    RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams, StaleDispatchesBody,
+    ToolCallBody, ToolCallParams, WatchParams,
 };
 use crate::{MeshApi, MeshError, MeshResult};
 
@@ -419,6 +421,42 @@ impl MeshApi for RemoteMesh {
 
     fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {
         self.delete(mesh, &["holds", task_id])
+    }
+
+    fn reserve(&self, mesh: &str, body: ReserveBody) -> MeshResult<ReserveView> {
+        let wait = crate::watch::watch_timeout("waitSecs", Duration::from_secs(body.wait_secs.unwrap_or(0)))?;
+        let request = self.request(Method::POST, mesh, &["reservations"]).json(&body);
+        if wait.is_zero() { self.send(request) } else { self.send(request.timeout(wait + WATCH_GRACE)) }
+    }
+
+    fn renew_reservation(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: FenceBody,
+    ) -> MeshResult<agentmesh_core::Reservation> {
+        self.post(mesh, &["reservations", id, "renew"], &body)
+    }
+
+    fn release_reservation(
+        &self,
+        mesh: &str,
+        id: &str,
+        body: FenceBody,
+    ) -> MeshResult<agentmesh_core::Reservation> {
+        self.post(mesh, &["reservations", id, "release"], &body)
+    }
+
+    fn reservations(
+        &self,
+        mesh: &str,
+        params: ReservationListParams,
+    ) -> MeshResult<Vec<agentmesh_core::Reservation>> {
+        self.get(mesh, &["reservations"], &params)
+    }
+
+    fn check_paths(&self, mesh: &str, body: CheckPathsBody) -> MeshResult<CheckPathsView> {
+        self.post(mesh, &["reservations", "check"], &body)
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

@@ -972,3 +972,52 @@ pub struct IdleRemovedView {
     /// It had an idle record, and that record is gone.
     pub removed: bool,
 }
+
+/// What a reservation request answers: granted with the reservation, or
+/// denied with every conflicting reservation once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReserveView {
+    /// Whether it was granted.
+    pub granted: bool,
+    /// The reservation, when granted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<agentmesh_core::Reservation>,
+    /// The conflicts, when denied.
+    #[serde(default)]
+    pub conflicts: Vec<agentmesh_core::Conflict>,
+}
+
+impl From<agentmesh_store::Reserved> for ReserveView {
+    fn from(reserved: agentmesh_store::Reserved) -> ReserveView {
+        match reserved {
+            agentmesh_store::Reserved::Granted(r) => {
+                ReserveView { granted: true, reservation: Some(r), conflicts: Vec::new() }
+            }
+            agentmesh_store::Reserved::Denied(conflicts) => {
+                ReserveView { granted: false, reservation: None, conflicts }
+            }
+        }
+    }
+}
+
+/// What a path check answers: whether every path is clear, and for each path
+/// that is not, the reservations in its way.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckPathsView {
+    /// No other holder's exclusive reservation covers any of the paths.
+    pub clear: bool,
+    /// The paths in another holder's way, each with what covers it.
+    pub blocked: Vec<BlockedPathView>,
+}
+
+/// One path and the reservations that cover it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockedPathView {
+    /// The path, normalized.
+    pub path: String,
+    /// The exclusive reservations of other holders that cover it.
+    pub held_by: Vec<agentmesh_core::Conflict>,
+}

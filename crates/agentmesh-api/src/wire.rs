@@ -1606,3 +1606,106 @@ mod tests {
         assert_eq!(body.into_parts("m", Timestamp::from_millis(0)).unwrap_err().field, "event.meshId");
     }
 }
+
+/// `POST /v1/meshes/{mesh}/reservations`: reserve path patterns of a
+/// repository scope (see [`agentmesh_core::reservation`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReserveBody {
+    /// The repository scope (a repository id or root).
+    pub scope: String,
+    /// The holder's session.
+    pub session_id: String,
+    /// The holder's node.
+    pub node_id: String,
+    /// Path patterns, relative to the scope's root.
+    pub patterns: Vec<String>,
+    /// Exclusive (the default) or shared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
+    /// Why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// How long it lives unless renewed, in milliseconds (an hour when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// Compare names without case (the repository's `core.ignorecase`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_case: Option<bool>,
+    /// When the request conflicts, wait up to this many seconds for the
+    /// conflict to clear (at most 600; a commit of the mesh wakes the wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_secs: Option<u64>,
+}
+
+impl ReserveBody {
+    /// The store's request, and how long to wait for a conflict to clear.
+    pub fn into_request(self) -> Result<(agentmesh_core::NewReservation, std::time::Duration), InvalidInput> {
+        let wait = std::time::Duration::from_secs(self.wait_secs.unwrap_or(0));
+        let wait = crate::watch::watch_timeout("waitSecs", wait)?;
+        let request = agentmesh_core::NewReservation {
+            scope: self.scope,
+            session_id: self.session_id,
+            node_id: self.node_id,
+            patterns: self.patterns,
+            exclusive: self.exclusive.unwrap_or(true),
+            reason: self.reason,
+            ttl_ms: self.ttl_ms,
+            ignore_case: self.ignore_case.unwrap_or(false),
+        };
+        request.validate()?;
+        Ok((request, wait))
+    }
+}
+
+/// `POST /v1/meshes/{mesh}/reservations/{id}/renew` and `.../release`: the
+/// holder's session and the reservation's epoch; a renew may give a new time
+/// to live.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FenceBody {
+    /// The holder's session.
+    pub session_id: String,
+    /// The epoch the grant gave.
+    pub epoch: u64,
+    /// A renew's new time to live, in milliseconds (the one it had when
+    /// absent); a release refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl FenceBody {
+    /// The fence, its session checked by the id rule.
+    pub fn fence(&self) -> Result<agentmesh_store::Fence, InvalidInput> {
+        Ok(agentmesh_store::Fence {
+            session_id: id("sessionId", self.session_id.clone())?,
+            epoch: self.epoch,
+        })
+    }
+}
+
+/// `GET /v1/meshes/{mesh}/reservations`: the reservations in force.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReservationListParams {
+    /// Only this scope's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// `POST /v1/meshes/{mesh}/reservations/check`: which paths another holder's
+/// exclusive reservation stands in the way of.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CheckPathsBody {
+    /// The repository scope.
+    pub scope: String,
+    /// Paths relative to the scope's root (both sides of a rename).
+    pub paths: Vec<String>,
+    /// The session asking: its own reservations are not in its way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Compare names without case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignore_case: Option<bool>,
+}

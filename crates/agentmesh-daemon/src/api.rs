@@ -11,12 +11,13 @@ use agentmesh_api::MeshApi;
 use agentmesh_api::views::{DrainView, InboxEventView};
 use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
-    AckBody, BatchEnqueueBody, CancelBody, ClaimBody, CompleteAndClaimBody, CompletionBody, ConflictParams,
-    DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchStatusBody,
-    DispatchedTaskBody, DrainBody, EnqueueBody, FingerprintParams, HeartbeatBody, HeldParams, HoldBody,
-    IdleBody, ImportBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody,
-    PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody, RequeueHeldBody, RetractBody,
-    SliceParams, StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
+    AckBody, BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
+    ConflictParams, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
+    DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FenceBody, FingerprintParams,
+    HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody,
+    MissionListParams, PlacementBody, PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody,
+    RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams, StaleDispatchesBody,
+    ToolCallBody, ToolCallParams, WatchParams,
 };
 use agentmesh_core::MeshId;
 use agentmesh_store::StoreError;
@@ -65,6 +66,10 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/missions/{id}", get(mission))
         .route("/meshes/{mesh}/idle-sessions", post(report_idle).get(idle_sessions))
         .route("/meshes/{mesh}/idle-sessions/{node}/{session}", delete(remove_idle_session))
+        .route("/meshes/{mesh}/reservations", post(reserve).get(reservations))
+        .route("/meshes/{mesh}/reservations/check", post(check_paths))
+        .route("/meshes/{mesh}/reservations/{id}/renew", post(renew_reservation))
+        .route("/meshes/{mesh}/reservations/{id}/release", post(release_reservation))
         .route("/meshes/{mesh}/holds", post(hold_task).get(holds))
         .route("/meshes/{mesh}/holds/{id}", get(hold).delete(release_hold))
         .route("/meshes/{mesh}/deliveries", post(send_delivery).get(deliveries))
@@ -546,6 +551,76 @@ async fn remove_idle_session(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.remove_idle_session(&mesh, &node, &session)).await.map(ok)
+}
+
+/// A reservation request; with `waitSecs`, a denied one is tried again as the
+/// mesh's writes land (a release wakes it), without holding a thread while it
+/// waits.
+async fn reserve(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<ReserveBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let (_, wait) = body.clone().into_request()?;
+    let deadline = tokio::time::Instant::now() + wait;
+    let once = ReserveBody { wait_secs: None, ..body };
+    let wake_up = state.mesh.wake_up();
+    loop {
+        let seen = wake_up.mark(&mesh);
+        let (m, b) = (mesh.clone(), once.clone());
+        let view = state.with_mesh(move |api| api.reserve(&m, b)).await?;
+        state.metrics.reservation(view.granted);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if view.granted || left.is_zero() {
+            return Ok(ok(view));
+        }
+        let (woke, woken) = tokio::sync::oneshot::channel::<()>();
+        wake_up.on_wake(
+            &mesh,
+            seen,
+            Box::new(move || {
+                let _ = woke.send(());
+            }),
+        );
+        let _ = tokio::time::timeout(left.min(state.fallback_poll), woken).await;
+    }
+}
+
+async fn reservations(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(params): ApiQuery<ReservationListParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.reservations(&mesh, params)).await.map(ok)
+}
+
+async fn check_paths(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<CheckPathsBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.check_paths(&mesh, body)).await.map(ok)
+}
+
+async fn renew_reservation(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+    ApiJson(body): ApiJson<FenceBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.renew_reservation(&mesh, &id, body)).await.map(ok)
+}
+
+async fn release_reservation(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+    ApiJson(body): ApiJson<FenceBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.release_reservation(&mesh, &id, body)).await.map(ok)
 }
 
 async fn hold_task(

@@ -69,6 +69,9 @@ const DRAIN_KINDS: [&str; 2] = ["drain", "watch"];
 /// What a lease reclaim does to its task.
 const RECLAIM_OUTCOMES: [&str; 2] = ["requeued", "failed"];
 
+/// The outcomes `agentmesh_reservations_total` counts, each from zero.
+const RESERVATION_OUTCOMES: [&str; 2] = ["granted", "denied"];
+
 /// The version `agentmesh_build_info` reports.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -112,6 +115,8 @@ pub struct Metrics {
     watches_waiting: AtomicU64,
     /// Tasks the lease reaper reclaimed, by outcome (`requeued`, `failed`).
     lease_reclaims: Mutex<BTreeMap<&'static str, u64>>,
+    /// Path reservation requests answered, by outcome (`granted`, `denied`).
+    reservations: Mutex<BTreeMap<&'static str, u64>>,
     /// Upkeep passes, by job and result (`ok`, `error`).
     upkeep_passes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     /// Meshes this daemon answered a request for (or reclaimed a lease in).
@@ -160,6 +165,7 @@ impl Metrics {
             drain_counters: Mutex::default(),
             watches_waiting: AtomicU64::default(),
             lease_reclaims: zeros(RECLAIM_OUTCOMES),
+            reservations: zeros(RESERVATION_OUTCOMES),
             upkeep_passes: Mutex::default(),
             background_restarts: Mutex::default(),
             meshes: Mutex::default(),
@@ -221,6 +227,11 @@ impl Metrics {
     pub fn watch_waiting(&self) -> WaitingWatch<'_> {
         self.watches_waiting.fetch_add(1, Ordering::Relaxed);
         WaitingWatch(self)
+    }
+
+    /// Counts a path reservation request's answer.
+    pub fn reservation(&self, granted: bool) {
+        *lock(&self.reservations).entry(if granted { "granted" } else { "denied" }).or_default() += 1;
     }
 
     /// Counts a lease reclaim, by whether the task was requeued or failed.
@@ -385,6 +396,15 @@ impl Metrics {
         );
         for (outcome, n) in lock(&self.lease_reclaims).iter() {
             sample(&mut out, "agentmesh_lease_reclaims_total", &[("outcome", outcome)], *n);
+        }
+        family(
+            &mut out,
+            "agentmesh_reservations_total",
+            "counter",
+            "Path reservation requests answered, by outcome.",
+        );
+        for (outcome, n) in lock(&self.reservations).iter() {
+            sample(&mut out, "agentmesh_reservations_total", &[("outcome", outcome)], *n);
         }
         family(
             &mut out,

@@ -82,6 +82,9 @@ pub struct UpkeepConfig {
     pub dispatches_every: Duration,
     /// Inbox retention (default 1 h).
     pub inbox_retention_every: Duration,
+    /// Lapsed path reservations, removed with their ledger entries (default
+    /// 1 min; a lapsed reservation denies nothing even before it is removed).
+    pub reservations_every: Duration,
     /// The WAL checkpoint (default 5 min; runs only with a [`Self::checkpoint`] hook).
     pub checkpoint_every: Duration,
     /// A `dispatched` direct dispatch untouched this long becomes `stale` (default 1 h).
@@ -109,6 +112,7 @@ impl Default for UpkeepConfig {
             tool_log_every: 5 * MINUTE,
             dispatches_every: 5 * MINUTE,
             inbox_retention_every: HOUR,
+            reservations_every: MINUTE,
             checkpoint_every: 5 * MINUTE,
             stale_dispatch_after: HOUR,
             finished_dispatch_kept_for: DAY,
@@ -130,6 +134,7 @@ impl std::fmt::Debug for UpkeepConfig {
             .field("tool_log_every", &self.tool_log_every)
             .field("dispatches_every", &self.dispatches_every)
             .field("inbox_retention_every", &self.inbox_retention_every)
+            .field("reservations_every", &self.reservations_every)
             .field("checkpoint_every", &self.checkpoint_every)
             .field("stale_dispatch_after", &self.stale_dispatch_after)
             .field("finished_dispatch_kept_for", &self.finished_dispatch_kept_for)
@@ -151,11 +156,12 @@ enum Job {
     ToolLog,
     Dispatches,
     InboxRetention,
+    Reservations,
     Checkpoint,
 }
 
 impl Job {
-    const ALL: [Job; 8] = [
+    const ALL: [Job; 9] = [
         Job::LeaseReaper,
         Job::Fingerprints,
         Job::IdleSessions,
@@ -163,6 +169,7 @@ impl Job {
         Job::ToolLog,
         Job::Dispatches,
         Job::InboxRetention,
+        Job::Reservations,
         Job::Checkpoint,
     ];
 
@@ -175,6 +182,7 @@ impl Job {
             Job::ToolLog => "tool_log",
             Job::Dispatches => "dispatches",
             Job::InboxRetention => "inbox_retention",
+            Job::Reservations => "reservations",
             Job::Checkpoint => "checkpoint",
         }
     }
@@ -189,6 +197,7 @@ impl Job {
             Job::ToolLog => config.tool_log_every,
             Job::Dispatches => config.dispatches_every,
             Job::InboxRetention => config.inbox_retention_every,
+            Job::Reservations => config.reservations_every,
             Job::Checkpoint if config.checkpoint.is_none() => Duration::ZERO,
             Job::Checkpoint => config.checkpoint_every,
         };
@@ -247,6 +256,9 @@ impl Job {
                     ("undrained_held", report.undrained_expired),
                     ("exempt", report.terminal_exempt),
                 ])
+            }
+            Job::Reservations => {
+                Ok(vec![("expired", retrying(|| store.expire_reservations(now)).map_err(store_err)?)])
             }
             Job::Checkpoint => match &config.checkpoint {
                 Some(hook) => Ok(vec![("checkpointed", u64::from(hook()?))]),

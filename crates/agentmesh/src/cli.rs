@@ -238,6 +238,16 @@ pub(crate) enum Command {
     /// List the in-flight holds of acknowledged tasks, or set, show and release one
     #[command(after_help = HOLDS_EXAMPLES)]
     Holds(HoldsArgs),
+    /// Reserve path patterns of a repository before editing them: denied, with
+    /// every conflicting holder, when another session holds an overlapping one
+    #[command(after_help = RESERVE_EXAMPLES)]
+    Reserve(ReserveArgs),
+    /// Release a path reservation (its holder's session and epoch)
+    #[command(after_help = RELEASE_EXAMPLES)]
+    Release(ReleaseArgs),
+    /// List the path reservations in force, renew one, or check paths against them
+    #[command(after_help = RESERVATIONS_EXAMPLES)]
+    Reservations(ReservationsArgs),
     /// List the messages still waiting to be delivered to worker sessions, or show
     /// and move one
     #[command(after_help = DELIVERIES_EXAMPLES)]
@@ -364,6 +374,33 @@ Examples:
 const SESSIONS_REMOVE_EXAMPLES: &str = "\
 Examples:
   agentmesh sessions remove --node laptop --session worker-1";
+
+/// Shown after `agentmesh reserve --help`.
+const RESERVE_EXAMPLES: &str = "\
+Patterns are relative to the repository root and anchored there: src/parser
+is that directory and everything under it, src/*.rs the Rust files directly in
+src, **/*.rs every Rust file. The scope defaults to the git top level of the
+working directory, and names compare without case when its core.ignorecase is
+true. A denied request exits with status 1 after naming every conflict.
+
+Examples:
+  agentmesh reserve src/parser 'tests/**/*.rs' --session w1 --node laptop --reason 'parser rewrite'
+  agentmesh reserve docs --shared --ttl 2h --session w1 --node laptop
+  agentmesh reserve src/lib.rs --wait 5m --session w2 --node desktop
+  agentmesh reserve src --scope github.com/acme/app --session w1 --node laptop --json";
+
+/// Shown after `agentmesh release --help`.
+const RELEASE_EXAMPLES: &str = "\
+Examples:
+  agentmesh release 01a24f3c-0000-7000-8000-000000000001 --session w1 --epoch 1";
+
+/// Shown after `agentmesh reservations --help`.
+const RESERVATIONS_EXAMPLES: &str = "\
+Examples:
+  agentmesh reservations
+  agentmesh reservations --all-scopes --json
+  agentmesh reservations renew 01a24f3c-0000-7000-8000-000000000001 --session w1 --epoch 1 --ttl 1h
+  agentmesh reservations check src/lib.rs docs/a.md --session w2";
 
 /// Shown after `agentmesh holds --help`.
 const HOLDS_EXAMPLES: &str = "\
@@ -1683,6 +1720,104 @@ pub(crate) struct DispatchRemoveArgs {
     /// The tasks whose dispatches go
     #[arg(value_name = "TASK", required = true)]
     pub tasks: Vec<String>,
+}
+
+/// Where a reservation command's repository scope comes from.
+#[derive(Debug, Args)]
+pub(crate) struct ScopeArgs {
+    /// The repository scope (a repository id or root); default: the git top level
+    /// of the working directory
+    #[arg(long, value_name = "SCOPE")]
+    pub scope: Option<String>,
+    /// Compare names without case (default: the repository's core.ignorecase)
+    #[arg(long)]
+    pub ignore_case: bool,
+}
+
+/// Arguments of `reserve`.
+#[derive(Debug, Args)]
+pub(crate) struct ReserveArgs {
+    /// Path patterns, relative to the repository root
+    #[arg(value_name = "PATTERN", required = true)]
+    pub patterns: Vec<String>,
+    /// The holder's session
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// The holder's node
+    #[arg(long, value_name = "NODE")]
+    pub node: String,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// Shared: others may share the paths, none may take them exclusively
+    #[arg(long)]
+    pub shared: bool,
+    /// Why, in a line
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    /// How long it lives unless renewed (default 1h; at most a week)
+    #[arg(long, value_name = "DURATION", value_parser = duration::reservation_ttl)]
+    pub ttl: Option<Duration>,
+    /// When denied, wait up to this long for the conflict to clear (at most 10m)
+    #[arg(long, value_name = "DURATION", value_parser = duration::watch_timeout)]
+    pub wait: Option<Duration>,
+}
+
+/// Arguments of `release` and `reservations renew`.
+#[derive(Debug, Args)]
+pub(crate) struct ReleaseArgs {
+    /// The reservation
+    #[arg(value_name = "RESERVATION")]
+    pub reservation: String,
+    /// The holder's session
+    #[arg(long, value_name = "SESSION")]
+    pub session: String,
+    /// The epoch the grant gave
+    #[arg(long, value_name = "N")]
+    pub epoch: u64,
+}
+
+/// Arguments of `reservations`.
+#[derive(Debug, Args)]
+pub(crate) struct ReservationsArgs {
+    /// Without one, the reservations in force in the scope are listed
+    #[command(subcommand)]
+    pub command: Option<ReservationsCommand>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    /// List every scope's reservations
+    #[arg(long, conflicts_with = "scope")]
+    pub all_scopes: bool,
+}
+
+/// `agentmesh reservations ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ReservationsCommand {
+    /// Extend a reservation, by its holder
+    Renew(RenewArgs),
+    /// Say which paths another holder's exclusive reservation covers (exit
+    /// status 1 when one does)
+    Check(CheckArgs),
+}
+
+/// Arguments of `reservations renew`.
+#[derive(Debug, Args)]
+pub(crate) struct RenewArgs {
+    #[command(flatten)]
+    pub fence: ReleaseArgs,
+    /// How long from now (default: as long as it was last given)
+    #[arg(long, value_name = "DURATION", value_parser = duration::reservation_ttl)]
+    pub ttl: Option<Duration>,
+}
+
+/// Arguments of `reservations check`.
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Paths relative to the repository root
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<String>,
+    /// The session asking: its own reservations are not in its way
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
 }
 
 /// Arguments of `holds`.

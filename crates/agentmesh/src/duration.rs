@@ -181,6 +181,17 @@ pub(crate) fn work_lease(text: &str) -> Result<Duration, DurationError> {
     within(text, Unit::Secs, Duration::from_secs(3), MAX_LEASE)
 }
 
+/// `reserve --ttl` and `reservations renew --ttl`: a bare number is seconds;
+/// from 1s to a week.
+pub(crate) fn reservation_ttl(text: &str) -> Result<Duration, DurationError> {
+    within(
+        text,
+        Unit::Secs,
+        Duration::from_secs(1),
+        Duration::from_millis(agentmesh_core::reservation::MAX_TTL_MS),
+    )
+}
+
 /// `events watch --timeout`: a bare number is seconds; from 1s to 10m, the longest
 /// a watch may wait.
 pub(crate) fn watch_timeout(text: &str) -> Result<Duration, DurationError> {

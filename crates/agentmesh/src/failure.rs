@@ -146,11 +146,28 @@ impl std::fmt::Display for AlreadyLogged {
     }
 }
 
+/// An answer the command printed in full (a denied reservation, with every
+/// conflict) that still ends the process with [`EXIT_FAILURE`], so that a
+/// script can tell it by the exit code: [`report`] prints nothing more.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answered(pub(crate) &'static str);
+
+impl std::fmt::Display for Answered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Answered {}
+
 /// Reports `err` (stderr always, unless it was [`AlreadyLogged`]; stdout too with
 /// `json`) and returns the exit code.
 pub(crate) fn report(err: &anyhow::Error, json: bool) -> ExitCode {
     if is_broken_pipe(err) {
         return ExitCode::SUCCESS;
+    }
+    if err.downcast_ref::<Answered>().is_some() {
+        return ExitCode::from(EXIT_FAILURE);
     }
     let classified = classify(err);
     let logged = err.downcast_ref::<AlreadyLogged>().is_some();

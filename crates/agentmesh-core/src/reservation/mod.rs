@@ -325,6 +325,42 @@ pub fn conflicts<'a>(
     found
 }
 
+/// The reservations among `held` that stand in the way of `session_id`
+/// editing `path`: each exclusive reservation of another session, in force at
+/// `now`, with a pattern that covers the path (its covering patterns in
+/// [`Conflict::patterns`], the path in [`Conflict::requested`]). What a commit
+/// guard and a worker's check ask.
+pub fn covering<'a>(
+    path: &PathPattern,
+    session_id: Option<&str>,
+    ignore_case: bool,
+    held: impl IntoIterator<Item = &'a Reservation>,
+    now: Timestamp,
+) -> Vec<Conflict> {
+    let mut found = Vec::new();
+    for other in held {
+        if Some(other.session_id.as_str()) == session_id || !other.exclusive || !other.is_active(now) {
+            continue;
+        }
+        let fold = ignore_case || other.ignore_case;
+        let theirs: Vec<PathPattern> =
+            other.patterns.iter().filter(|p| p.covers(path.as_str(), fold)).cloned().collect();
+        if !theirs.is_empty() {
+            found.push(Conflict {
+                reservation_id: other.id.clone(),
+                session_id: other.session_id.clone(),
+                node_id: other.node_id.clone(),
+                task_id: other.task_id.clone(),
+                exclusive: true,
+                patterns: theirs,
+                requested: vec![path.clone()],
+                expires_at: other.expires_at.clone(),
+            });
+        }
+    }
+    found
+}
+
 /// Why a renew or release by `session_id` presenting `epoch` is refused, if it
 /// is: another session holds the reservation, the epoch is not its epoch, or it
 /// lapsed at `now`.
@@ -421,6 +457,20 @@ mod tests {
         assert_eq!(conflicts(&ours, true, "me", true, [&theirs], T0).len(), 1);
         theirs.ignore_case = true;
         assert_eq!(conflicts(&ours, true, "me", false, [&theirs], T0).len(), 1);
+    }
+
+    #[test]
+    fn a_path_is_in_the_way_of_another_holders_exclusive_reservation_only() {
+        let theirs = held("other", &["src/**"], true);
+        let shared = held("third", &["src"], false);
+        let mine = held("me", &["src/lib.rs"], true);
+        let path = PathPattern::parse("paths[0]", "src/lib.rs").unwrap();
+        let found = covering(&path, Some("me"), false, [&theirs, &shared, &mine], T0);
+        let ids: Vec<&str> = found.iter().map(|c| c.reservation_id.as_str()).collect();
+        assert_eq!(ids, ["r-other"]);
+        let elsewhere = PathPattern::parse("paths[0]", "docs/x.md").unwrap();
+        assert!(covering(&elsewhere, Some("me"), false, [&theirs], T0).is_empty());
+        assert_eq!(covering(&path, None, false, [&mine], T0).len(), 1, "no session: every holder counts");
     }
 
     #[test]

@@ -1063,6 +1063,7 @@ fn upkeep_with(enable: impl FnOnce(&mut UpkeepConfig)) -> UpkeepConfig {
         tool_log_every: Duration::ZERO,
         dispatches_every: Duration::ZERO,
         inbox_retention_every: Duration::ZERO,
+        reservations_every: Duration::ZERO,
         checkpoint_every: Duration::ZERO,
         ..UpkeepConfig::default()
     };
@@ -2104,6 +2105,7 @@ async fn a_panicking_loop_is_restarted_and_counted_and_every_loop_is_exported_fr
         "tool_log",
         "dispatches",
         "inbox_retention",
+        "reservations",
     ] {
         let line = format!("agentmesh_background_restarts_total{{loop=\"{name}\"}} 0");
         assert!(text.lines().any(|l| l == line), "no {line} in {text}");

@@ -52,6 +52,7 @@ mod mcp;
 mod meshes;
 mod migrate;
 mod mission;
+mod reservations;
 mod serve;
 mod sessions;
 mod status;
@@ -518,6 +519,8 @@ pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::
             | Command::Mission(_)
             | Command::Sessions(_)
             | Command::Holds(_)
+            | Command::Release(_)
+            | Command::Reservations(_)
             | Command::Deliveries(_)
             | Command::Dispatches(_)
             | Command::ToolCalls(_)
@@ -543,6 +546,9 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
         Command::Sessions(args) => sessions::run(ctx, args, out),
         Command::Holds(args) => holds::run(ctx, args, out),
+        Command::Reserve(args) => reservations::reserve(ctx, args, out),
+        Command::Release(args) => reservations::release(ctx, args, out),
+        Command::Reservations(args) => reservations::run(ctx, args, out),
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
         Command::Dispatches(args) => dispatches::run(ctx, args, out),
         Command::ToolCalls(args) => tool_calls::run(ctx, args, out),
