@@ -724,3 +724,86 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("secs"));
     }
 }
+
+/// Arguments of `reserve_paths`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ReservePathsArgs {
+    /// The repository: its root's absolute path (what `git rev-parse
+    /// --show-toplevel` prints, as the CLI and the commit guard use), or the id
+    /// your team names it by.
+    #[schemars(example = &"/home/me/src/app")]
+    pub scope: String,
+    /// Path patterns relative to the repository root, anchored there:
+    /// `src/parser` is that directory and everything under it, `src/*.rs` the
+    /// Rust files directly in src, `**/*.rs` every Rust file.
+    #[schemars(example = &["src/parser", "tests/**/*.rs"])]
+    pub patterns: Vec<String>,
+    /// Exclusive (true, the default: nobody else may reserve an overlapping
+    /// pattern) or shared (others may share, none may take it exclusively).
+    #[serde(default)]
+    pub exclusive: Option<bool>,
+    /// Why, in a line: shown to whoever is denied.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// How long it lives unless renewed, in milliseconds (an hour when absent).
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    /// Compare names without case (a repository whose core.ignorecase is true).
+    #[serde(default)]
+    pub ignore_case: Option<bool>,
+    /// When denied, wait up to this many seconds for the conflict to clear
+    /// (at most 600).
+    #[serde(default)]
+    pub wait_secs: Option<u64>,
+    /// Your session (this server's own session unless you name one).
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Your node (this server's own unless you name one).
+    #[serde(default)]
+    pub node_id: Option<String>,
+}
+
+/// Arguments of `release_reservation` and `renew_reservation`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ReservationFenceArgs {
+    /// The reservation, as reserve_paths returned it.
+    pub reservation_id: String,
+    /// Its epoch, as reserve_paths returned it.
+    pub epoch: u64,
+    /// A renewal's time to live from now, in milliseconds (the one it had when
+    /// absent). Not for a release.
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    /// Your session (this server's own session unless you name one).
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Arguments of `list_reservations`.
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct ListReservationsArgs {
+    /// Only this repository's reservations.
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+/// Arguments of `check_paths`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(crate) struct CheckPathsArgs {
+    /// The repository (as reserve_paths takes it).
+    pub scope: String,
+    /// Paths relative to the repository root that you are about to edit.
+    #[schemars(example = &["src/lib.rs"])]
+    pub paths: Vec<String>,
+    /// Compare names without case.
+    #[serde(default)]
+    pub ignore_case: Option<bool>,
+    /// Your session (this server's own session unless you name one): your own
+    /// reservations are not in your way.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use agentmesh_api::views::DrainView;
 use agentmesh_api::wire::{
-    BatchEnqueueBody, CancelBody, ClaimBody, CompletionBody, DeliveryBody, DeliveryListParams,
-    DeliveryStatusBody, DispatchBody, DispatchedTaskBody, DrainBody, HeartbeatBody, HeldParams, HoldBody,
-    IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams, PlacementBody, PresenceBody,
-    PriorityBody, RequeueBody, RequeueHeldBody, ToolCallBody,
+    BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompletionBody, DeliveryBody,
+    DeliveryListParams, DeliveryStatusBody, DispatchBody, DispatchedTaskBody, DrainBody, FenceBody,
+    HeartbeatBody, HeldParams, HoldBody, IdleBody, LedgerParams, ListParams, MissionBody, MissionListParams,
+    PlacementBody, PresenceBody, PriorityBody, RequeueBody, RequeueHeldBody, ReservationListParams,
+    ReserveBody, ToolCallBody,
 };
 use agentmesh_api::{MeshApi, MeshResult};
 use agentmesh_core::MeshId;
@@ -32,9 +33,10 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::args::{
-    self, CancelTaskArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs, EnqueueTasksArgs, FailArgs,
-    HeartbeatArgs, HeldArgs, HoldArgs, IdleArgs, LedgerArgs, ListHoldsArgs, ListMissionsArgs, ListTasksArgs,
-    MissionArgs, MissionIdArgs, NoArgs, RecordDispatchedArgs, RequeueHeldArgs, RequeueTaskArgs, SendArgs,
+    self, CancelTaskArgs, CheckPathsArgs, ClaimArgs, CompleteArgs, DeliveryStatusArgs, DrainArgs,
+    EnqueueTasksArgs, FailArgs, HeartbeatArgs, HeldArgs, HoldArgs, IdleArgs, LedgerArgs, ListHoldsArgs,
+    ListMissionsArgs, ListReservationsArgs, ListTasksArgs, MissionArgs, MissionIdArgs, NoArgs,
+    RecordDispatchedArgs, RequeueHeldArgs, RequeueTaskArgs, ReservationFenceArgs, ReservePathsArgs, SendArgs,
     SendMode, SessionArgs, SetPriorityArgs, SuggestNodeArgs, TaskIdArgs, TaskSpec, ToolError, WaitArgs,
 };
 use crate::identity::Identity;
@@ -433,6 +435,92 @@ was held.",
         let task_id = args::id_argument("taskId", task_id)?;
         let released = self.run(move |api, mesh| api.release_hold(mesh, &task_id)).await?;
         answer_json(released)
+    }
+
+    #[tool(
+        description = "Worker: before editing files, reserve them so no other agent edits them at the \
+same time. Patterns are relative to the repository root (src/parser is that directory and everything in \
+it). Granted: keep the reservation's id and epoch, and release_reservation when done (it lapses after \
+ttlMs, an hour by default). Denied: `granted: false` and every conflicting reservation (who holds which \
+pattern, for which task, until when); pick other work, ask the holder, or retry with waitSecs.",
+        input_schema = schema::<ReservePathsArgs>()
+    )]
+    async fn reserve_paths(&self, arguments: JsonObject) -> ToolResult {
+        let ReservePathsArgs {
+            scope,
+            patterns,
+            exclusive,
+            reason,
+            ttl_ms,
+            ignore_case,
+            wait_secs,
+            session_id,
+            node_id,
+        } = args::parse(arguments)?;
+        let body = ReserveBody {
+            scope,
+            session_id: self.session(session_id),
+            node_id: self.node(node_id),
+            patterns,
+            exclusive,
+            reason,
+            ttl_ms,
+            ignore_case,
+            wait_secs,
+        };
+        let view = self.run(move |api, mesh| api.reserve(mesh, body)).await?;
+        answer_json(view)
+    }
+
+    #[tool(
+        description = "Worker: release a path reservation you hold (its id and epoch, as reserve_paths \
+returned them). Your other reservations stay.",
+        input_schema = schema::<ReservationFenceArgs>()
+    )]
+    async fn release_reservation(&self, arguments: JsonObject) -> ToolResult {
+        let ReservationFenceArgs { reservation_id, epoch, ttl_ms, session_id } = args::parse(arguments)?;
+        let id = args::id_argument("reservationId", reservation_id)?;
+        let body = FenceBody { session_id: self.session(session_id), epoch, ttl_ms };
+        let released = self.run(move |api, mesh| api.release_reservation(mesh, &id, body)).await?;
+        answer_json(json!({ "released": released }))
+    }
+
+    #[tool(
+        description = "Worker: extend a path reservation you hold before it lapses (ttlMs from now; the \
+time it was last given when absent).",
+        input_schema = schema::<ReservationFenceArgs>()
+    )]
+    async fn renew_reservation(&self, arguments: JsonObject) -> ToolResult {
+        let ReservationFenceArgs { reservation_id, epoch, ttl_ms, session_id } = args::parse(arguments)?;
+        let id = args::id_argument("reservationId", reservation_id)?;
+        let body = FenceBody { session_id: self.session(session_id), epoch, ttl_ms };
+        let renewed = self.run(move |api, mesh| api.renew_reservation(mesh, &id, body)).await?;
+        answer_json(json!({ "reservation": renewed }))
+    }
+
+    #[tool(
+        description = "List the path reservations in force (who holds which patterns, exclusive or \
+shared, for which task, until when), of one repository when scope is given.",
+        input_schema = schema::<ListReservationsArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn list_reservations(&self, arguments: JsonObject) -> ToolResult {
+        let ListReservationsArgs { scope } = args::parse(arguments)?;
+        let held = self.run(move |api, mesh| api.reservations(mesh, ReservationListParams { scope })).await?;
+        answer_json(json!({ "reservations": held }))
+    }
+
+    #[tool(
+        description = "Worker: check paths before editing them. `clear: true` when no other holder's \
+exclusive reservation covers any; else, for each blocked path, who holds it.",
+        input_schema = schema::<CheckPathsArgs>(),
+        annotations(read_only_hint = true)
+    )]
+    async fn check_paths(&self, arguments: JsonObject) -> ToolResult {
+        let CheckPathsArgs { scope, paths, ignore_case, session_id } = args::parse(arguments)?;
+        let body = CheckPathsBody { scope, paths, session_id: Some(self.session(session_id)), ignore_case };
+        let view = self.run(move |api, mesh| api.check_paths(mesh, body)).await?;
+        answer_json(view)
     }
 
     #[tool(

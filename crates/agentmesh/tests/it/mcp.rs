@@ -420,6 +420,9 @@ fn base_arguments(tool: &str) -> Value {
         "complete_task" => json!({ "summary": "done" }),
         "fail_task" => json!({ "reason": "no disk" }),
         "hold_task" => json!({ "taskId": "t-doc", "holdReason": "acked" }),
+        "reserve_paths" => json!({ "scope": "/repo", "patterns": ["docs"] }),
+        "check_paths" => json!({ "scope": "/repo", "paths": ["docs/a.md"] }),
+        "release_reservation" | "renew_reservation" => json!({ "reservationId": "r-doc", "epoch": 1 }),
         "wait_for_mesh_events" => json!({ "seconds": 1 }),
         _ => json!({}),
     }
@@ -520,6 +523,11 @@ fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
         ),
         ("list_holds", json!({ "taskId": "t-f" })),
         ("release_hold", json!({ "taskId": "t-f" })),
+        ("reserve_paths", json!({ "scope": "/repo", "patterns": ["src/**"], "ttlMs": 60000 })),
+        ("check_paths", json!({ "scope": "/repo", "paths": ["src/a.rs"], "sessionId": "w1" })),
+        ("list_reservations", json!({ "scope": "/repo" })),
+        ("renew_reservation", json!({ "reservationId": "r-f", "epoch": 1, "ttlMs": 1000 })),
+        ("release_reservation", json!({ "reservationId": "r-f", "epoch": 1 })),
         ("ledger_tail", json!({ "tail": 5 })),
         ("list_held_events", json!({ "reason": "pending_retention_expired", "olderThanSecs": 60 })),
         ("requeue_held_events", json!({ "taskId": "t-f" })),
@@ -573,6 +581,13 @@ const ARGUMENT_KEYS: &[&str] = &[
     "holdReason",
     "firstIdleSinceAck",
     "readFailureCount",
+    "scope",
+    "patterns",
+    "paths",
+    "reservationId",
+    "exclusive",
+    "ttlMs",
+    "ignoreCase",
 ];
 
 fn argument_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {

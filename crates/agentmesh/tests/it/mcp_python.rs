@@ -147,7 +147,7 @@ fn stdio_report(python3: &str, data_dir: &Path, globals: &[&str]) -> Value {
 #[track_caller]
 fn assert_python_report(report: &Value) -> String {
     assert_eq!(report["server"]["name"], "agentmesh", "{report}");
-    assert_eq!(report["tools"], json!(mcp_support::TOOLS), "{report}");
+    assert_eq!(report["tools"], json!(&mcp_support::TOOLS[..]), "{report}");
     assert_eq!(report["schemaErrors"], json!([]), "{report}");
 
     let enqueued = &report["enqueued"];

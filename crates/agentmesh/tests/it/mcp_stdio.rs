@@ -232,7 +232,7 @@ fn node_client_report(node: &str, data_dir: &Path, globals: &[&str]) -> Value {
 /// that compile, and the task its call enqueued.
 fn assert_node_report(report: &Value) {
     assert_eq!(report["server"]["name"], "agentmesh");
-    assert_eq!(report["tools"], json!(mcp_support::TOOLS));
+    assert_eq!(report["tools"], json!(&mcp_support::TOOLS[..]));
     // Every tool schema compiles under ajv's defaults, draft-07 and 2020-12, and
     // the call's arguments are valid against it.
     assert_eq!(report["schemaErrors"], json!([]), "{report}");

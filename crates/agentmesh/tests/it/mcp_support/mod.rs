@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 pub(crate) type Client = RunningService<RoleClient, ()>;
 
 /// Every tool, by name.
-pub(crate) const TOOLS: [&str; 29] = [
+pub(crate) const TOOLS: [&str; 34] = [
     "cancel_task",
+    "check_paths",
     "claim_task",
     "complete_task",
     "enqueue_task",
@@ -29,14 +30,18 @@ pub(crate) const TOOLS: [&str; 29] = [
     "list_held_events",
     "list_holds",
     "list_missions",
+    "list_reservations",
     "list_tasks",
     "mesh_status",
     "read_deliveries",
     "record_dispatched_task",
     "release_hold",
+    "release_reservation",
+    "renew_reservation",
     "report_idle",
     "requeue_held_events",
     "requeue_task",
+    "reserve_paths",
     "send_to_session",
     "set_task_priority",
     "show_mission",
@@ -182,6 +187,32 @@ pub(crate) async fn exercise_every_tool(client: &Client) {
     assert_eq!(ok(client, "list_holds", json!({ "taskId": "t-c" })).await["holds"][0]["readFailureCount"], 1);
     assert_eq!(ok(client, "release_hold", json!({ "taskId": "t-c" })).await["released"], true);
     assert_eq!(ok(client, "list_holds", json!({})).await["holds"], json!([]));
+    // Path reservations: a grant, a denial naming its holder, a check, a
+    // renewal and a release.
+    let mine =
+        json!({ "scope": "/repo", "patterns": ["src/parser"], "reason": "rewrite", "sessionId": "w1" });
+    let granted = ok(client, "reserve_paths", mine).await;
+    assert_eq!(granted["granted"], true, "{granted}");
+    let (reservation, epoch) =
+        (granted["reservation"]["id"].clone(), granted["reservation"]["epoch"].clone());
+    let theirs = json!({ "scope": "/repo", "patterns": ["src/parser/mod.rs"], "sessionId": "w2" });
+    let denied = ok(client, "reserve_paths", theirs).await;
+    assert_eq!((&denied["granted"], &denied["conflicts"][0]["sessionId"]), (&json!(false), &json!("w1")));
+    let check = json!({ "scope": "/repo", "paths": ["src/parser/lex.rs", "docs/a.md"], "sessionId": "w2" });
+    let checked = ok(client, "check_paths", check).await;
+    assert_eq!(
+        (&checked["clear"], &checked["blocked"][0]["path"]),
+        (&json!(false), &json!("src/parser/lex.rs"))
+    );
+    assert_eq!(
+        ok(client, "list_reservations", json!({ "scope": "/repo" })).await["reservations"][0]["id"],
+        reservation
+    );
+    let fence = json!({ "reservationId": reservation, "epoch": epoch, "sessionId": "w1", "ttlMs": 60000 });
+    assert_eq!(ok(client, "renew_reservation", fence).await["reservation"]["id"], reservation);
+    let fence = json!({ "reservationId": reservation, "epoch": epoch, "sessionId": "w1" });
+    assert_eq!(ok(client, "release_reservation", fence).await["released"]["id"], reservation);
+    assert_eq!(ok(client, "list_reservations", json!({})).await["reservations"], json!([]));
     let direct = json!({ "taskId": "t-d", "message": "sent by hand", "nodeId": "n-d", "sessionId": "w-d" });
     let recorded = ok(client, "record_dispatched_task", direct.clone()).await;
     assert_eq!((&recorded["created"], &recorded["task"]["status"]), (&json!(true), &json!("assigned")));
