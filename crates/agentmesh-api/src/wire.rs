@@ -103,6 +103,15 @@ pub struct EnqueueBody {
     /// Difficulty hint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub difficulty: Option<String>,
+    /// The paths the task will touch, relative to `pathsScope` (patterns, see
+    /// the path reservations): a claim reserves them for as long as the task
+    /// is held, and skips the task while another holder's reservation overlaps
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// The repository of `paths` (its root or id); required with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths_scope: Option<String>,
     /// Structured input for the worker.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<Value>,
@@ -141,6 +150,8 @@ impl EnqueueBody {
             model: self.model,
             thinking_level: self.thinking_level,
             difficulty: self.difficulty,
+            paths: self.paths,
+            paths_scope: self.paths_scope,
             max_retries: self.max_retries,
             source_coordinator_session_id: coordinator.session_id,
             source_coordinator_daemon_id: coordinator.daemon_id,

@@ -116,11 +116,15 @@ pub enum ClaimRefusal {
     ParallelCapReached,
     /// Gate 9: a write task and a node that already runs an assigned task.
     NodeBusyWithActiveAssignment,
+    /// Gate 10, decided by the store once every other gate passed: another
+    /// holder's path reservation overlaps the paths the task declares (the
+    /// ledger's `reservation_denied` entry names the holder).
+    PathsReserved,
 }
 
 impl ClaimRefusal {
     /// Every refusal, in gate order.
-    pub const ALL: [ClaimRefusal; 11] = [
+    pub const ALL: [ClaimRefusal; 12] = [
         ClaimRefusal::SessionAlreadyAssigned,
         ClaimRefusal::NoPendingCandidates,
         ClaimRefusal::RequiredTagsUnsatisfied,
@@ -132,6 +136,7 @@ impl ClaimRefusal {
         ClaimRefusal::DifficultyFloorUnmet,
         ClaimRefusal::ParallelCapReached,
         ClaimRefusal::NodeBusyWithActiveAssignment,
+        ClaimRefusal::PathsReserved,
     ];
 
     /// The reason's wire name.
@@ -148,6 +153,7 @@ impl ClaimRefusal {
             ClaimRefusal::DifficultyFloorUnmet => "difficulty_floor_unmet",
             ClaimRefusal::ParallelCapReached => "parallel_cap_reached",
             ClaimRefusal::NodeBusyWithActiveAssignment => "node_busy_with_active_assignment",
+            ClaimRefusal::PathsReserved => "paths_reserved",
         }
     }
 
@@ -164,6 +170,7 @@ impl ClaimRefusal {
             ClaimRefusal::DifficultyFloorUnmet => 7,
             ClaimRefusal::ParallelCapReached => 8,
             ClaimRefusal::NodeBusyWithActiveAssignment => 9,
+            ClaimRefusal::PathsReserved => 10,
         }
     }
 

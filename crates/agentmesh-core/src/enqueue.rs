@@ -54,6 +54,10 @@ pub struct NewTask {
     pub thinking_level: Option<String>,
     /// Difficulty.
     pub difficulty: Option<String>,
+    /// The paths the task will touch (patterns relative to `paths_scope`).
+    pub paths: Vec<String>,
+    /// The repository scope of `paths`; required with them.
+    pub paths_scope: Option<String>,
     /// Retry budget for requeues.
     pub max_retries: Option<i64>,
     /// The coordinator session that enqueues.
@@ -143,6 +147,18 @@ pub fn prepare_task(
         }
         other => other,
     };
+    if !new.paths.is_empty() {
+        let paths = crate::reservation::parse_patterns("paths", &new.paths)?;
+        let scope = new.paths_scope.as_deref().ok_or_else(|| {
+            InvalidInput::new("pathsScope", "must name the repository of the paths (its root or id)")
+        })?;
+        task.paths_scope = Some(
+            crate::reservation::check_scope(scope).map_err(|e| InvalidInput::new("pathsScope", e.problem))?,
+        );
+        task.paths = Some(paths);
+    } else if trimmed(&new.paths_scope).is_some() {
+        return Err(InvalidInput::new("pathsScope", "names the repository of paths, and no paths are given"));
+    }
     task.max_retries = max_retries;
     task.source_coordinator_session_id =
         validate_optional_id("coordinator.sessionId", new.source_coordinator_session_id.as_deref())?;
@@ -244,6 +260,25 @@ mod tests {
         assert_eq!(t.dependencies(), ["a", "b"]);
         assert_eq!(t.tags_required(), ["os=linux"]);
         assert_eq!(t.not_before.as_deref(), Some("2025-01-01T00:00:05.000Z"));
+    }
+
+    #[test]
+    fn paths_come_with_their_scope_and_a_bad_one_is_named() {
+        let mut r = NewTask { message: "edit".into(), ..NewTask::default() };
+        r.paths = vec!["./src/parser/".into(), "src/*.rs".into()];
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "pathsScope");
+        r.paths_scope = Some("/repo".into());
+        let task = prepare_task("m", &r, "i", now()).unwrap();
+        let paths: Vec<&str> = task.paths.iter().flatten().map(|p| p.as_str()).collect();
+        assert_eq!((paths, task.paths_scope.as_deref()), (vec!["src/parser", "src/*.rs"], Some("/repo")));
+        r.paths.push("../x".into());
+        assert_eq!(prepare_task("m", &r, "i", now()).unwrap_err().field, "paths[2]");
+        r.paths.clear();
+        assert_eq!(
+            prepare_task("m", &r, "i", now()).unwrap_err().field,
+            "pathsScope",
+            "a scope without paths"
+        );
     }
 
     #[test]

@@ -245,6 +245,14 @@ pub struct Task {
     /// Difficulty (`easy`, `medium`, `difficult`, `freeform`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub difficulty: Option<String>,
+    /// The paths the task will touch (patterns of [`Task::paths_scope`]): a
+    /// claim reserves them exclusively for as long as the task is held, and
+    /// skips the task while another holder's reservation overlaps them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<Vec<crate::reservation::PathPattern>>,
+    /// The repository scope of [`Task::paths`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths_scope: Option<String>,
     /// System hold, such as `dependency_failed:<id>`; blocks claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_reason: Option<String>,
@@ -433,6 +441,8 @@ impl Task {
             model_source: None,
             thinking_level_source: None,
             difficulty: None,
+            paths: None,
+            paths_scope: None,
             blocked_reason: None,
             assigned_node_id: None,
             assigned_session_id: None,

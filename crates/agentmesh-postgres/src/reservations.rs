@@ -16,7 +16,7 @@ fn decode(payload: &str) -> Res<Reservation> {
 }
 
 /// The reservation rows of one write transaction.
-struct Rows<'a, 'c>(&'a Db<'c>);
+pub(crate) struct Rows<'a, 'c>(pub(crate) &'a Db<'c>);
 
 impl ReservationRows for Rows<'_, '_> {
     type Error = Fail;
@@ -94,6 +94,14 @@ impl ReservationRows for Rows<'_, '_> {
 
     fn append(&self, entry: &LedgerEntry) -> Res<()> {
         ledger::append_later(self.0, entry)
+    }
+
+    fn of_task(&self, mesh_id: &str, task_id: &str) -> Res<Vec<Reservation>> {
+        let rows = self.0.query(
+            "SELECT payload FROM mesh_path_reservations WHERE mesh_id = $1 AND task_id = $2 ORDER BY id",
+            &[&mesh_id, &task_id],
+        )?;
+        rows.iter().map(|r| decode(r.get(0))).collect()
     }
 }
 

@@ -98,6 +98,14 @@ impl ReservationRows for Rows<'_> {
     fn append(&self, entry: &LedgerEntry) -> Res<()> {
         ledger::append(self.0, entry).map(drop)
     }
+
+    fn of_task(&self, mesh_id: &str, task_id: &str) -> Res<Vec<Reservation>> {
+        let mut stmt = self.0.prepare_cached(
+            "SELECT payload FROM mesh_path_reservations WHERE mesh_id = ?1 AND task_id = ?2 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![mesh_id, task_id], |r| r.get::<_, String>(0))?;
+        rows.map(|payload| decode(&payload?)).collect()
+    }
 }
 
 pub(crate) fn find(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<Reservation>> {

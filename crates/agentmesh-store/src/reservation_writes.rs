@@ -7,7 +7,7 @@
 //! the conflicts a grant was checked against stay true until it commits.
 
 use agentmesh_core::reservation::{self, Conflict, NewReservation, PathPattern, Reservation, kinds};
-use agentmesh_core::{LedgerEntry, Timestamp};
+use agentmesh_core::{LedgerEntry, Task, TaskStatus, Timestamp};
 use serde_json::json;
 
 use crate::StoreError;
@@ -52,6 +52,8 @@ pub trait ReservationRows {
     fn remove(&self, reservation: &Reservation) -> Result<(), Self::Error>;
     /// Appends a ledger entry.
     fn append(&self, entry: &LedgerEntry) -> Result<(), Self::Error>;
+    /// The reservations taken for the task `task_id`.
+    fn of_task(&self, mesh_id: &str, task_id: &str) -> Result<Vec<Reservation>, Self::Error>;
 }
 
 /// The folded literal prefixes of `patterns`, each once.
@@ -244,6 +246,87 @@ pub fn expire<R: ReservationRows>(rows: &R, lapsed: &[Reservation], now: Timesta
         rows.append(&entry(held, kinds::EXPIRED, now, json!({})))?;
     }
     Ok(u64::try_from(lapsed.len()).unwrap_or(u64::MAX))
+}
+
+/// What keeps `session_id` from claiming `task`: each other holder's
+/// reservation in force that overlaps the paths the task declares (none for a
+/// task without paths).
+pub fn blocking<R: ReservationRows>(
+    rows: &R,
+    task: &Task,
+    session_id: &str,
+    now: Timestamp,
+) -> Result<Vec<Conflict>, R::Error> {
+    let (Some(paths), Some(scope)) = (&task.paths, &task.paths_scope) else {
+        return Ok(Vec::new());
+    };
+    let near = rows.near(&task.mesh_id, scope, &prefixes(paths))?;
+    Ok(reservation::conflicts(paths, true, session_id, false, &near, now))
+}
+
+/// Records a claim stepping over `task` for `claimant` because of `found`:
+/// `reservation_denied`, with the task and every conflict.
+pub fn skipped<R: ReservationRows>(
+    rows: &R,
+    task: &Task,
+    claimant: &agentmesh_core::Claimant,
+    found: &[Conflict],
+    now: Timestamp,
+) -> Result<(), R::Error> {
+    rows.append(&LedgerEntry {
+        id: mint_at(now),
+        mesh_id: task.mesh_id.clone(),
+        timestamp: now.iso(),
+        kind: kinds::DENIED.to_owned(),
+        node_id: Some(claimant.node_id.clone()),
+        session_id: Some(claimant.session_id.clone()),
+        provider_type: claimant.provider_type.clone(),
+        payload: json!({
+            "taskId": task.id,
+            "scope": task.paths_scope,
+            "patterns": task.paths,
+            "exclusive": true,
+            "claim": true,
+            "conflicts": found,
+        }),
+    })
+}
+
+/// Keeps a task's reservation with its hold, after a write took the task from
+/// `before` to `after`: a claim (assigned with a new epoch) takes the
+/// reservation of its paths; a task leaving that hold (completed, failed,
+/// cancelled, requeued, reclaimed) ends it (`reservation_released`, by
+/// `task_ended`). A task without paths has none.
+pub fn follow_task<R: ReservationRows>(
+    rows: &R,
+    before: &Task,
+    after: &Task,
+    now: Timestamp,
+) -> Result<(), R::Error> {
+    let held = |t: &Task| t.status == TaskStatus::Assigned;
+    let same_hold = held(before) && held(after) && before.epoch() == after.epoch();
+    if same_hold {
+        return Ok(());
+    }
+    if held(before) {
+        for ended in rows.of_task(&before.mesh_id, &before.id)? {
+            rows.remove(&ended)?;
+            let status = after.status.as_str();
+            rows.append(&entry(
+                &ended,
+                kinds::RELEASED,
+                now,
+                json!({ "by": "task_ended", "taskStatus": status }),
+            ))?;
+        }
+    }
+    if held(after)
+        && let Some(taken) = reservation::for_task(after, mint_at(now), now)
+    {
+        rows.put(&taken)?;
+        rows.append(&entry(&taken, kinds::GRANTED, now, json!({ "reason": taken.reason })))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

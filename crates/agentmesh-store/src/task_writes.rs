@@ -32,6 +32,14 @@ pub trait TaskRows {
     fn save(&self, before: &Self::Loaded, task: &Task) -> Result<(), Self::Error>;
     /// Appends a ledger entry.
     fn append(&self, entry: &LedgerEntry) -> Result<(), Self::Error>;
+    /// The path reservations of this transaction.
+    type Paths<'r>: crate::reservation_writes::ReservationRows<Error = Self::Error>
+    where
+        Self: 'r;
+    /// This transaction's path reservation rows: a task that declares paths
+    /// keeps its reservation with its hold (see
+    /// [`crate::reservation_writes::follow_task`]).
+    fn paths(&self) -> Self::Paths<'_>;
     /// Queues an event for its coordinator.
     fn queue_event(
         &self,
@@ -60,6 +68,10 @@ pub fn persist<R: TaskRows>(
 ) -> Result<Task, R::Error> {
     let Decision { task, ledger: entry, dependents, event } = decision;
     rows.save(before, &task)?;
+    let was = R::task(before);
+    if was.paths.is_some() || task.paths.is_some() {
+        crate::reservation_writes::follow_task(&rows.paths(), was, &task, now)?;
+    }
     if let Some(entry) = &entry {
         rows.append(entry)?;
     }

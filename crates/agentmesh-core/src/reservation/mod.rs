@@ -361,6 +361,30 @@ pub fn covering<'a>(
     found
 }
 
+/// The reservation a claim takes for `task` (as the claim leaves it: assigned,
+/// with its new epoch) when the task declares paths: exclusive, held by the
+/// claiming session and node, fenced by the task's epoch, with no time to
+/// live of its own (it ends with the task's hold).
+pub fn for_task(task: &crate::Task, id: String, now: Timestamp) -> Option<Reservation> {
+    let patterns = task.paths.clone().filter(|p| !p.is_empty())?;
+    Some(Reservation {
+        id,
+        mesh_id: task.mesh_id.clone(),
+        scope: task.paths_scope.clone()?,
+        session_id: task.assigned_session_id.clone()?,
+        node_id: task.assigned_node_id.clone().unwrap_or_default(),
+        patterns,
+        exclusive: true,
+        reason: Some(format!("task {}", task.id)),
+        task_id: Some(task.id.clone()),
+        epoch: task.epoch(),
+        ignore_case: false,
+        created_at: now.iso(),
+        renewed_at: now.iso(),
+        expires_at: None,
+    })
+}
+
 /// Why a renew or release by `session_id` presenting `epoch` is refused, if it
 /// is: another session holds the reservation, the epoch is not its epoch, or it
 /// lapsed at `now`.

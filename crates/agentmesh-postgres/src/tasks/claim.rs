@@ -26,6 +26,7 @@ use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{ClaimRefusal, Claimant, NodeLoad, Task, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::reservation_writes;
 use agentmesh_store::task_writes::{self, persist};
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError};
 use postgres::Row;
@@ -184,6 +185,32 @@ struct Streams<'a, 'c> {
     forms: &'a [String],
     /// The open stream's first ready row, when the survey locked it.
     head: Option<Head>,
+    now: Timestamp,
+    /// A candidate was stepped over for another holder's path reservation.
+    paths_reserved: bool,
+}
+
+impl Streams<'_, '_> {
+    /// Whether the claimant may take `taken` as far as path reservations go:
+    /// a task that declares paths is checked under the mesh's reservations
+    /// lock (held until the claim commits, so the reservation the claim then
+    /// takes is checked against every other); one another holder's
+    /// reservation overlaps is stepped over, recorded as
+    /// `reservation_denied`.
+    fn paths_clear(&mut self, taken: &Loaded) -> Res<bool> {
+        if taken.task.paths.is_none() {
+            return Ok(true);
+        }
+        self.db.lock(self.mesh_id, Lock::Reservations)?;
+        let rows = crate::reservations::Rows(self.db);
+        let found = reservation_writes::blocking(&rows, &taken.task, &self.claimant.session_id, self.now)?;
+        if found.is_empty() {
+            return Ok(true);
+        }
+        reservation_writes::skipped(&rows, &taken.task, self.claimant, &found, self.now)?;
+        self.paths_reserved = true;
+        Ok(false)
+    }
 }
 
 impl walk::Streams for Streams<'_, '_> {
@@ -214,8 +241,10 @@ impl walk::Streams for Streams<'_, '_> {
             match visit(&candidate) {
                 Visit::Take => {
                     let taken = take(self.db, self.mesh_id, hold, &candidate, &row, base, Some(younger))?;
-                    if taken.is_some() {
-                        return Ok(taken);
+                    if let Some(taken) = taken
+                        && self.paths_clear(&taken)?
+                    {
+                        return Ok(Some(taken));
                     }
                 }
                 Visit::Stop => return Ok(None),
@@ -239,7 +268,9 @@ impl walk::Streams for Streams<'_, '_> {
                 let candidate = candidate(row, 0, self.claimant)?;
                 match visit(&candidate) {
                     Visit::Take => {
-                        if let Some(taken) = take(self.db, self.mesh_id, hold, &candidate, row, 0, None)? {
+                        if let Some(taken) = take(self.db, self.mesh_id, hold, &candidate, row, 0, None)?
+                            && self.paths_clear(&taken)?
+                        {
                             return Ok(Some(taken));
                         }
                     }
@@ -390,13 +421,18 @@ pub(crate) fn claim(
         session_pinned: surveyed.session_pinned,
         node_pinned: surveyed.node_pinned,
     };
-    let mut streams = Streams { db, mesh_id, claimant, forms: &forms, head: surveyed.head };
+    let mut streams =
+        Streams { db, mesh_id, claimant, forms: &forms, head: surveyed.head, now, paths_reserved: false };
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(before) => {
             let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
             Ok(ClaimOutcome::Claimed(persist(db, &before, decision, now)?))
         }
-        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),
+        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(if streams.paths_reserved {
+            ClaimRefusal::PathsReserved
+        } else {
+            reason
+        })),
     }
 }
 

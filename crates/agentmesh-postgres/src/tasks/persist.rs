@@ -11,9 +11,17 @@ use super::rows::{Loaded, load, save};
 use crate::db::Db;
 use crate::{Fail, Res, ledger};
 
-impl TaskRows for Db<'_> {
+impl<'c> TaskRows for Db<'c> {
     type Loaded = Loaded;
     type Error = Fail;
+    type Paths<'r>
+        = crate::reservations::Rows<'r, 'c>
+    where
+        Self: 'r;
+
+    fn paths(&self) -> crate::reservations::Rows<'_, 'c> {
+        crate::reservations::Rows(self)
+    }
 
     fn task(loaded: &Loaded) -> &Task {
         &loaded.task

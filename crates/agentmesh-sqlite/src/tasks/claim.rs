@@ -5,6 +5,7 @@ use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{Claimant, NodeLoad, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::reservation_writes;
 use agentmesh_store::task_writes::persist;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, StoreError};
 use rusqlite::types::Value;
@@ -51,6 +52,9 @@ struct Streams<'a> {
     claimant: &'a Claimant,
     /// The claimant's node in every id form.
     forms: &'a [String],
+    now: Timestamp,
+    /// A candidate was stepped over for another holder's path reservation.
+    paths_reserved: bool,
 }
 
 impl walk::Streams for Streams<'_> {
@@ -97,7 +101,17 @@ impl walk::Streams for Streams<'_> {
                 Visit::Take => {
                     let payload: String = row.get(8)?;
                     let task = decode(&candidate.id, &payload)?;
-                    return Ok(Some(Loaded { task, deps_unmet: row.get(9)?, rowid: row.get(7)? }));
+                    let paths = crate::reservations::Rows(self.conn);
+                    let found =
+                        reservation_writes::blocking(&paths, &task, &self.claimant.session_id, self.now)?;
+                    if found.is_empty() {
+                        return Ok(Some(Loaded { task, deps_unmet: row.get(9)?, rowid: row.get(7)? }));
+                    }
+                    reservation_writes::skipped(&paths, &task, self.claimant, &found, self.now)?;
+                    self.paths_reserved = true;
+                    if seen >= limit {
+                        break;
+                    }
                 }
                 Visit::Stop => break,
                 Visit::Next if seen >= limit => break,
@@ -190,7 +204,7 @@ pub(crate) fn claim(
     }
     let load =
         NodeLoad::from_counts(claimant, survey.node_busy, of_provider(conn, mesh_id, claimant, &forms)?);
-    let mut streams = Streams { conn, mesh_id, claimant, forms: &forms };
+    let mut streams = Streams { conn, mesh_id, claimant, forms: &forms, now, paths_reserved: false };
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(mut before) => {
             ceilings.lift(&mut before.task);
@@ -198,7 +212,11 @@ pub(crate) fn claim(
             ceilings.note_epoch(decision.task.epoch());
             Ok(ClaimOutcome::Claimed(persist(&Rows(conn), &before, decision, now)?))
         }
-        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(reason)),
+        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(if streams.paths_reserved {
+            agentmesh_core::ClaimRefusal::PathsReserved
+        } else {
+            reason
+        })),
     }
 }
 

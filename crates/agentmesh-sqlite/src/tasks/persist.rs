@@ -34,6 +34,15 @@ impl TaskRows for Rows<'_> {
         dependents(self.0, &loaded.task.mesh_id, &loaded.task.id)
     }
 
+    type Paths<'r>
+        = crate::reservations::Rows<'r>
+    where
+        Self: 'r;
+
+    fn paths(&self) -> crate::reservations::Rows<'_> {
+        crate::reservations::Rows(self.0)
+    }
+
     fn save(&self, before: &Loaded, task: &Task) -> Res<()> {
         save(self.0, before, task)
     }

@@ -377,3 +377,33 @@ pub fn race_overlapping_exclusive_reservations_grant_one(racers: &dyn Racers) {
         assert_eq!(held.len(), 1, "round {round}: one reservation stored");
     }
 }
+
+/// Two sessions on two nodes claiming at once, with two tasks that declare
+/// overlapping paths: at most one is handed out, and one reservation stored.
+pub fn race_claims_of_tasks_over_one_path_take_one(racers: &dyn Racers) {
+    let arena = Arena::new(racers, 1);
+    for round in 0..ROUNDS / 4 {
+        let mesh = round_mesh("paths", round);
+        for (name, path) in [("a", "src/**"), ("b", "src/lib.rs")] {
+            let task = NewTask {
+                paths: vec![path.to_owned()],
+                paths_scope: Some("repo".into()),
+                ..new_task(&round_id(&mesh, name))
+            };
+            enqueue(arena.shared.as_ref(), &mesh, task, at(1));
+        }
+        let outcomes = arena.race(round, 2, |i, store| {
+            let me = worker(&format!("node-{i}"), &format!("s{i}"));
+            retrying(|| store.claim_next(&mesh, &me, &lease(), at(2)))
+        });
+        let won = claimed_ids(&outcomes);
+        assert_eq!(won.len(), 1, "round {round}: expected one of two claims over one path, {won:?} won");
+        for outcome in &outcomes {
+            if let Ok(ClaimOutcome::Refused(r)) = outcome {
+                assert_eq!(*r, ClaimRefusal::PathsReserved, "round {round}");
+            }
+        }
+        let held = ok(arena.shared.reservations(&mesh, None, at(3)), "reservations");
+        assert_eq!(held.len(), 1, "round {round}: {held:?}");
+    }
+}

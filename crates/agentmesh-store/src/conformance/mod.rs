@@ -113,6 +113,7 @@ macro_rules! conformance_tests {
             race_concurrent_upserts_of_one_mission_create_it_once,
             race_completion_and_reclaim_one_wins,
             race_overlapping_exclusive_reservations_grant_one,
+            race_claims_of_tasks_over_one_path_take_one,
         );
         $crate::conformance_tests!(@rules $make_store;
             // Tasks and the queue.
@@ -247,6 +248,8 @@ macro_rules! conformance_tests {
             reservation_lapses_at_its_time_to_live,
             reservations_are_apart_per_mesh,
             reservation_rejects_bad_input_naming_the_field,
+            claim_reserves_a_tasks_paths_and_skips_a_task_over_reserved_ones,
+            enqueue_refuses_bad_paths_naming_the_field,
             // Idle sessions, fingerprints, conflicts, rate guard.
             idle_sessions_are_scoped_by_mesh,
             setting_an_idle_session_again_refreshes_it,

@@ -189,3 +189,83 @@ pub fn reservation_rejects_bad_input_naming_the_field(store: &dyn Store) {
     assert!(in_force(store, MESH, 10).is_empty());
     assert!(kinds(store, MESH).is_empty());
 }
+
+fn task_with_paths(id: &str, paths: &[&str]) -> agentmesh_core::NewTask {
+    agentmesh_core::NewTask {
+        paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+        paths_scope: Some("repo".into()),
+        ..new_task(id)
+    }
+}
+
+/// A task that declares paths is claimed with an exclusive reservation of
+/// them, held by the claiming session for as long as it holds the task; a
+/// claim of a task whose paths another holder has reserved steps over it
+/// (refused `paths_reserved` when nothing else is left, the denial recorded
+/// naming the holder); the reservation ends with the task (completion, lease
+/// reclaim), and the task stepped over is then claimed.
+pub fn claim_reserves_a_tasks_paths_and_skips_a_task_over_reserved_ones(store: &dyn Store) {
+    use agentmesh_core::ClaimRefusal;
+    enqueue(store, MESH, task_with_paths("t1", &["src/**"]), at(1));
+    enqueue(store, MESH, task_with_paths("t2", &["src/lib.rs", "docs"]), at(2));
+    let (a, b) = (worker("node-a", "sa"), worker("node-b", "sb"));
+    let t1 = claim_briefly(store, MESH, &a, at(3), "t1");
+    let held = ok(store.reservations(MESH, Some("repo"), at(3)), "reservations");
+    assert_eq!(held.len(), 1, "{held:?}");
+    let r = &held[0];
+    assert_eq!(
+        (r.task_id.as_deref(), r.session_id.as_str(), r.node_id.as_str()),
+        (Some("t1"), "sa", "node-a")
+    );
+    assert_eq!((r.epoch, r.exclusive, r.expires_at.as_deref()), (t1.epoch(), true, None));
+
+    // Another session: t2 overlaps t1's paths and is stepped over.
+    assert_refused(claim(store, MESH, &b, at(4)), ClaimRefusal::PathsReserved);
+    assert_status(store, MESH, "t2", agentmesh_core::TaskStatus::Pending);
+    let denied = ledger_entries(store, MESH)
+        .into_iter()
+        .filter(|e| e.kind == "reservation_denied")
+        .collect::<Vec<_>>();
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert_eq!(denied[0].task_id(), Some("t2"));
+    assert_eq!(denied[0].payload["conflicts"][0]["sessionId"], "sa");
+    assert_eq!(denied[0].payload["conflicts"][0]["taskId"], "t1");
+    // A free-standing request meets the task's reservation too.
+    let Reserved::Denied(c) = reserve(store, MESH, &request("sc", &["src/main.rs"], true), 4) else {
+        panic!("a task's reservation denies an overlapping request");
+    };
+    assert_eq!(c[0].task_id.as_deref(), Some("t1"));
+    // It cannot be renewed as a free-standing one.
+    let err = store.renew_reservation(MESH, &r.id, &fence(r), Some(1_000), at(4)).expect_err("renew");
+    assert!(matches!(err, StoreError::ReservationFenced { .. }), "{err:?}");
+
+    // The lease lapses and the task is reclaimed: its reservation ends.
+    reclaim_lapsed(store, MESH, "t1", at(10));
+    assert!(ok(store.reservations(MESH, None, at(10)), "reservations").is_empty());
+    // Now sb takes t2 (t1 went back to pending behind it? t1 is older: it comes first).
+    let next = claim_briefly(store, MESH, &b, at(11), "t1");
+    assert_eq!(next.assigned_session_id.as_deref(), Some("sb"));
+    assert_refused(claim(store, MESH, &a, at(12)), ClaimRefusal::PathsReserved);
+    complete(store, MESH, &next, at(13));
+    assert!(ok(store.reservations(MESH, None, at(13)), "reservations").is_empty(), "ended with the task");
+    let t2 = claim_briefly(store, MESH, &a, at(14), "t2");
+    let held = ok(store.reservations(MESH, None, at(14)), "reservations");
+    assert_eq!(held.iter().map(|r| r.task_id.as_deref()).collect::<Vec<_>>(), [Some("t2")]);
+    let ended: Vec<String> = ledger_entries(store, MESH)
+        .into_iter()
+        .filter(|e| e.kind == "reservation_released")
+        .map(|e| e.payload["by"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(ended, ["task_ended", "task_ended"]);
+    assert_eq!(t2.epoch(), held[0].epoch);
+}
+
+/// A task's paths are checked on enqueue: a bad pattern, or paths without
+/// their scope, is refused naming the field and nothing is stored.
+pub fn enqueue_refuses_bad_paths_naming_the_field(store: &dyn Store) {
+    let bad = task_with_paths("t1", &["src", "/abs"]);
+    assert_invalid_input(store.enqueue(MESH, &bad, at(1)), "paths[1]", "enqueue with an absolute path");
+    let unscoped = agentmesh_core::NewTask { paths_scope: None, ..task_with_paths("t1", &["src"]) };
+    assert_invalid_input(store.enqueue(MESH, &unscoped, at(1)), "pathsScope", "enqueue without a scope");
+    assert!(queue_ids(store, MESH, &[]).is_empty());
+}

@@ -138,6 +138,9 @@ pub(super) fn refusal_words(code: &str) -> String {
         ClaimRefusal::TargetPinUnmatched => "the pending tasks are pinned to another node or session",
         ClaimRefusal::ParallelCapReached => "this node runs as many tasks of this provider as it may",
         ClaimRefusal::NodeBusyWithActiveAssignment => "this node is busy with another write task",
+        ClaimRefusal::PathsReserved => {
+            "the tasks left touch paths another holder has reserved (see agentmesh reservations)"
+        }
         ClaimRefusal::DifficultyFloorUnmet => {
             "the pending tasks are of difficulties this session does not take"
         }
