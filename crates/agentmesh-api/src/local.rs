@@ -335,6 +335,28 @@ fn mesh_id(mesh: &str) -> Result<&str, agentmesh_core::InvalidInput> {
     agentmesh_core::MeshId::check(mesh)
 }
 
+impl LocalMesh {
+    /// Whether nothing in force conflicts with `request` now (a read; the
+    /// grant itself decides again).
+    pub fn clear_for(
+        &self,
+        mesh: &str,
+        request: &agentmesh_core::reservation::ValidReservation,
+    ) -> MeshResult<bool> {
+        let now = self.now();
+        let held = self.bounded(|| self.store.reservations(mesh, Some(&request.scope), now))?;
+        let found = agentmesh_core::reservation::conflicts(
+            &request.patterns,
+            request.exclusive,
+            &request.session_id,
+            request.ignore_case,
+            &held,
+            now,
+        );
+        Ok(found.is_empty())
+    }
+}
+
 impl MeshApi for LocalMesh {
     fn request_deadline(&self) -> Option<Instant> {
         Some(LocalMesh::request_deadline(self))
@@ -756,20 +778,30 @@ impl MeshApi for LocalMesh {
     fn reserve(&self, mesh: &str, body: ReserveBody) -> MeshResult<ReserveView> {
         let mesh = mesh_id(mesh)?;
         let (request, wait) = body.into_request()?;
+        let valid = request.validate()?;
         let wake_up = self.wake_up();
         let deadline = std::time::Instant::now() + wait;
         loop {
-            // The mark is taken before trying: a release landing after the try
-            // moves it, and the wait below returns at once.
-            let seen = wake_up.mark(mesh);
             let view = ReserveView::from(self.write(|store, now| store.reserve(mesh, &request, now))?);
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if view.granted || left.is_zero() {
+            if view.granted || wait.is_zero() {
                 return Ok(view);
             }
-            // Woken by the mesh's next write; looked at again unprompted as
-            // often as a watch does, for writes of other processes.
-            wake_up.wait_past(mesh, seen, left.min(self.cross_process_poll));
+            // Denied (and recorded once): wait, without writing, until a read
+            // finds the conflicts gone, then ask again. The mark is taken
+            // before each read, so a release landing after it ends the wait
+            // at once; writes of other processes are looked for as often as
+            // a watch looks.
+            loop {
+                let seen = wake_up.mark(mesh);
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return Ok(view);
+                }
+                if self.clear_for(mesh, &valid)? {
+                    break;
+                }
+                wake_up.wait_past(mesh, seen, left.min(self.cross_process_poll));
+            }
         }
     }
 

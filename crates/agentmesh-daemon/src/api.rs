@@ -562,28 +562,40 @@ async fn reserve(
     ApiJson(body): ApiJson<ReserveBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let (_, wait) = body.clone().into_request()?;
+    let (request, wait) = body.clone().into_request()?;
+    let valid = std::sync::Arc::new(request.validate()?);
     let deadline = tokio::time::Instant::now() + wait;
     let once = ReserveBody { wait_secs: None, ..body };
     let wake_up = state.mesh.wake_up();
     loop {
-        let seen = wake_up.mark(&mesh);
         let (m, b) = (mesh.clone(), once.clone());
         let view = state.with_mesh(move |api| api.reserve(&m, b)).await?;
         state.metrics.reservation(view.granted);
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if view.granted || left.is_zero() {
+        if view.granted || wait.is_zero() {
             return Ok(ok(view));
         }
-        let (woke, woken) = tokio::sync::oneshot::channel::<()>();
-        wake_up.on_wake(
-            &mesh,
-            seen,
-            Box::new(move || {
-                let _ = woke.send(());
-            }),
-        );
-        let _ = tokio::time::timeout(left.min(state.fallback_poll), woken).await;
+        // Denied (and recorded once): wait, without writing, until a read
+        // finds the conflicts gone (a release wakes the wait), then ask again.
+        loop {
+            let seen = wake_up.mark(&mesh);
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(ok(view));
+            }
+            let (m, v) = (mesh.clone(), std::sync::Arc::clone(&valid));
+            if state.with_mesh(move |api| api.clear_for(&m, &v)).await? {
+                break;
+            }
+            let (woke, woken) = tokio::sync::oneshot::channel::<()>();
+            wake_up.on_wake(
+                &mesh,
+                seen,
+                Box::new(move || {
+                    let _ = woke.send(());
+                }),
+            );
+            let _ = tokio::time::timeout(left.min(state.fallback_poll), woken).await;
+        }
     }
 }
 

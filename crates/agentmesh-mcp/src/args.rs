@@ -180,6 +180,17 @@ pub(crate) struct TaskSpec {
     /// particular difficulty), so it can go to a worker that suits it.
     #[serde(default)]
     pub difficulty: Option<String>,
+    /// The paths the task will touch, relative to `pathsScope` (`src/parser`
+    /// is that directory and everything in it): the worker's claim reserves
+    /// them, and no other worker is handed a task over the same files while it
+    /// holds this one.
+    #[serde(default)]
+    #[schemars(example = &["src/parser"])]
+    pub paths: Vec<String>,
+    /// The repository of `paths`: its root's absolute path, as reserve_paths
+    /// takes it. Required with paths.
+    #[serde(default)]
+    pub paths_scope: Option<String>,
     /// Structured input handed to the worker with the message.
     #[serde(default)]
     pub input: Option<Value>,
@@ -202,6 +213,8 @@ impl TaskSpec {
             max_retries: self.max_retries,
             input: self.input,
             difficulty: self.difficulty,
+            paths: self.paths,
+            paths_scope: self.paths_scope,
             ..Default::default()
         }
     }

@@ -971,6 +971,13 @@ pub(crate) struct TaskAddArgs {
     /// How hard the work is: easy, medium, difficult or freeform
     #[arg(long, value_name = "LEVEL")]
     pub difficulty: Option<String>,
+    /// A path the task will touch, relative to the repository root (repeatable):
+    /// its claim reserves them, and waits while another holder has them
+    #[arg(long = "path", value_name = "PATTERN")]
+    pub paths: Vec<String>,
+    /// The repository of --path (default: the git top level of the working directory)
+    #[arg(long, value_name = "SCOPE", requires = "paths")]
+    pub paths_scope: Option<String>,
     /// The coordinator session that enqueues the task
     #[arg(long, value_name = "SESSION")]
     pub coordinator_session: Option<String>,
@@ -1818,6 +1825,8 @@ pub(crate) struct CheckArgs {
     /// The session asking: its own reservations are not in its way
     #[arg(long, value_name = "SESSION")]
     pub session: Option<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
 }
 
 /// Arguments of `holds`.

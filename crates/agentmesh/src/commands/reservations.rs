@@ -120,7 +120,12 @@ pub(super) fn run(ctx: &Context, args: ReservationsArgs, out: &mut Output) -> an
             })
         }
         Some(ReservationsCommand::Check(check)) => {
-            let scope = scope(&args.scope)?;
+            let given = if check.scope.scope.is_some() || check.scope.ignore_case {
+                &check.scope
+            } else {
+                &args.scope
+            };
+            let scope = scope(given)?;
             let body = CheckPathsBody {
                 scope: scope.name,
                 paths: check.paths,

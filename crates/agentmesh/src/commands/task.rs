@@ -62,13 +62,24 @@ fn enqueue_body(args: TaskAddArgs) -> EnqueueBody {
         mission_id: args.mission,
         max_retries: args.max_retries,
         difficulty: args.difficulty,
+        paths: args.paths,
+        paths_scope: args.paths_scope,
         coordinator: (coordinator != CoordinatorBody::default()).then_some(coordinator),
         ..EnqueueBody::default()
     }
 }
 
 fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()> {
-    let body = enqueue_body(args);
+    let mut body = enqueue_body(args);
+    if !body.paths.is_empty() && body.paths_scope.is_none() {
+        let top = super::reservations::git(std::path::Path::new("."), &["rev-parse", "--show-toplevel"]);
+        body.paths_scope = Some(top.ok_or_else(|| {
+            agentmesh_core::InvalidInput::new(
+                "pathsScope",
+                "the working directory is not in a git repository: name one with --paths-scope",
+            )
+        })?);
+    }
     // Checked before the store opens (the operation checks again, for every
     // transport), so a refused task never creates a database.
     prepare_task(ctx.mesh(), &body.clone().into_new_task()?, "-", now())?;

@@ -28,6 +28,7 @@ mod node_support;
 mod packaging;
 mod postgres_daemons;
 mod records;
+mod reservations;
 mod tls;
 mod work;
 
