@@ -2508,3 +2508,62 @@ async fn the_records_around_the_queue_are_read_and_moved_over_http() {
     let (_, log) = daemon.get("/v1/meshes/m/tool-calls").await;
     assert_eq!(log["calls"].as_array().map(Vec::len), Some(2), "{log}");
 }
+
+#[tokio::test]
+async fn a_reservation_is_granted_denied_checked_and_a_waiting_one_is_woken_by_the_release() {
+    // A fallback poll far longer than the test: only the release's wake-up can
+    // end the wait in time.
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|_| {})).with_fallback_watch_poll(Duration::from_secs(600))
+    })
+    .await;
+    let mine = json!({ "scope": "app", "sessionId": "w1", "nodeId": "n1", "patterns": ["src/**"] });
+    let (status, granted) = daemon.post("/v1/meshes/m/reservations", mine).await;
+    assert_eq!((status, &granted["granted"]), (StatusCode::OK, &json!(true)), "{granted}");
+    let id = granted["reservation"]["id"].as_str().unwrap().to_owned();
+    let theirs = json!({ "scope": "app", "sessionId": "w2", "nodeId": "n2", "patterns": ["src/lib.rs"] });
+    let (_, denied) = daemon.post("/v1/meshes/m/reservations", theirs.clone()).await;
+    assert_eq!((&denied["granted"], &denied["conflicts"][0]["reservationId"]), (&json!(false), &json!(id)));
+    let check = json!({ "scope": "app", "paths": ["src/a.rs", "README.md"], "sessionId": "w2" });
+    let (_, checked) = daemon.post("/v1/meshes/m/reservations/check", check).await;
+    assert_eq!((&checked["clear"], &checked["blocked"][0]["path"]), (&json!(false), &json!("src/a.rs")));
+    for (body, field) in [
+        (json!({ "scope": "app", "sessionId": "w2", "nodeId": "n2", "patterns": ["/etc"] }), "patterns[0]"),
+        (json!({ "scope": "", "sessionId": "w2", "nodeId": "n2", "patterns": ["a"] }), "scope"),
+        (
+            json!({ "scope": "a", "sessionId": "w2", "nodeId": "n2", "patterns": ["a"], "waitSecs": 601 }),
+            "waitSecs",
+        ),
+    ] {
+        let response = daemon.post("/v1/meshes/m/reservations", body).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", field);
+    }
+    let stale = json!({ "sessionId": "w1", "epoch": 2 });
+    let response = daemon.post(&format!("/v1/meshes/m/reservations/{id}/release"), stale).await;
+    assert_error(&response, StatusCode::CONFLICT, "reservation_fenced", "epoch");
+
+    // w2 waits; w1's release wakes it.
+    let waiting = {
+        let (client, url) = (daemon.client.clone(), daemon.url("/v1/meshes/m/reservations"));
+        let body = json!({ "scope": "app", "sessionId": "w2", "nodeId": "n2", "patterns": ["src/lib.rs"], "waitSecs": 60 });
+        tokio::spawn(async move {
+            read(client.post(url).bearer_auth(TOKEN).json(&body).send().await.unwrap()).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let (status, released) = daemon
+        .post(&format!("/v1/meshes/m/reservations/{id}/release"), json!({ "sessionId": "w1", "epoch": 1 }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{released}");
+    let (status, woken) =
+        tokio::time::timeout(Duration::from_secs(20), waiting).await.expect("woken").unwrap();
+    assert_eq!((status, &woken["granted"]), (StatusCode::OK, &json!(true)), "{woken}");
+    assert!(started.elapsed() < Duration::from_secs(10), "woken by the release, not a poll");
+    let (_, listed) = daemon.get("/v1/meshes/m/reservations?scope=app").await;
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    // Denied twice: the request above, and the waiting one's first try.
+    let metrics = daemon.metrics().await;
+    assert!(metrics.contains("agentmesh_reservations_total{outcome=\"denied\"} 2"), "{metrics}");
+    assert!(metrics.contains("agentmesh_reservations_total{outcome=\"granted\"} 2"), "{metrics}");
+}
