@@ -344,7 +344,8 @@ impl LocalMesh {
         request: &agentmesh_core::reservation::ValidReservation,
     ) -> MeshResult<bool> {
         let now = self.now();
-        let held = self.bounded(|| self.store.reservations(mesh, Some(&request.scope), now))?;
+        let held =
+            self.bounded(|| self.store.reservations_near(mesh, &request.scope, &request.patterns, now))?;
         let found = agentmesh_core::reservation::conflicts(
             &request.patterns,
             request.exclusive,
@@ -851,7 +852,7 @@ impl MeshApi for LocalMesh {
         let paths = agentmesh_core::reservation::parse_patterns("paths", &body.paths)?;
         let session = body.session_id.map(|s| id_rule("sessionId", s)).transpose()?;
         let now = self.now();
-        let held = self.store.reservations(mesh, Some(&scope), now)?;
+        let held = self.store.reservations_near(mesh, &scope, &paths, now)?;
         let ignore_case = body.ignore_case.unwrap_or(false);
         let blocked: Vec<BlockedPathView> = paths
             .iter()

@@ -25,14 +25,25 @@ impl ReservationRows for Rows<'_, '_> {
         let mut found: Vec<Reservation> = Vec::new();
         for prefix in wanted {
             let up = ancestors(prefix);
-            let rows = self.0.query(
-                "SELECT DISTINCT r.id, r.payload FROM mesh_path_reservation_prefixes x
-                   JOIN mesh_path_reservations r ON r.mesh_id = x.mesh_id AND r.id = x.reservation_id
-                  WHERE x.mesh_id = $1 AND x.scope = $2
-                    AND ($4 = '' OR x.prefix = ANY($3::text[])
-                         OR (x.prefix > $4 || '/' AND x.prefix < $4 || '0'))",
-                &[&mesh_id, &scope, &up, prefix],
-            )?;
+            // Two index lookups: the ancestors (itself included) by
+            // equality, the ones under it by one range; a pattern starting
+            // with a wildcard (prefix "") reaches the whole scope.
+            let rows = if prefix.is_empty() {
+                self.0.query(
+                    "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND scope = $2",
+                    &[&mesh_id, &scope],
+                )?
+            } else {
+                self.0.query(
+                    "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND id IN (
+                        SELECT reservation_id FROM mesh_path_reservation_prefixes
+                         WHERE mesh_id = $1 AND scope = $2 AND prefix = ANY($3::text[])
+                        UNION
+                        SELECT reservation_id FROM mesh_path_reservation_prefixes
+                         WHERE mesh_id = $1 AND scope = $2 AND prefix > $4 || '/' AND prefix < $4 || '0')",
+                    &[&mesh_id, &scope, &up, prefix],
+                )?
+            };
             for row in rows {
                 let reservation = decode(row.get(1))?;
                 if !found.iter().any(|f| f.id == reservation.id) {
@@ -169,6 +180,19 @@ impl agentmesh_store::ReservationStore for PgStore {
                 &[&mesh_id, &scope, &now.millis()],
             )?;
             rows.iter().map(|r| decode(r.get(0))).collect()
+        })
+    }
+
+    fn reservations_near(
+        &self,
+        mesh_id: &str,
+        scope: &str,
+        patterns: &[agentmesh_core::PathPattern],
+        now: Timestamp,
+    ) -> StoreResult<Vec<Reservation>> {
+        self.read(|db| {
+            let near = Rows(db).near(mesh_id, scope, &prefixes(patterns))?;
+            Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
         })
     }
 

@@ -630,6 +630,20 @@ impl ReservationStore for SqliteStore {
         self.read(|c| reservations::in_force(c, mesh_id, scope, now))
     }
 
+    fn reservations_near(
+        &self,
+        mesh_id: &str,
+        scope: &str,
+        patterns: &[agentmesh_core::PathPattern],
+        now: Timestamp,
+    ) -> StoreResult<Vec<agentmesh_core::Reservation>> {
+        use agentmesh_store::reservation_writes::{ReservationRows, prefixes};
+        self.read(|c| {
+            let near = reservations::Rows(c).near(mesh_id, scope, &prefixes(patterns))?;
+            Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+        })
+    }
+
     fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64> {
         self.write(|tx| reservations::expire(tx, now))
     }

@@ -523,6 +523,19 @@ pub trait ReservationStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Vec<agentmesh_core::Reservation>>;
 
+    /// The reservations of `scope` in force at `now` that may overlap one of
+    /// `patterns`, found by the literal prefixes of their patterns (a
+    /// superset of those that do: the core decides, with
+    /// [`agentmesh_core::reservation::conflicts`] or `covering`). What a check
+    /// reads, however many reservations the mesh holds.
+    fn reservations_near(
+        &self,
+        mesh_id: &str,
+        scope: &str,
+        patterns: &[agentmesh_core::PathPattern],
+        now: Timestamp,
+    ) -> StoreResult<Vec<agentmesh_core::Reservation>>;
+
     /// Removes every reservation of every mesh lapsed at `now`, each with its
     /// `reservation_expired` entry; how many.
     fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64>;

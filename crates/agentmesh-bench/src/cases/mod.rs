@@ -18,6 +18,7 @@ pub(crate) mod pending_events;
 pub(crate) mod pg_claim;
 pub(crate) mod pg_floor;
 pub(crate) mod reads;
+pub(crate) mod reservations;
 
 /// A claimant on `node` with `session` and no tags or caps.
 fn claimant(node: String, session: String) -> Claimant {

@@ -76,6 +76,16 @@ pub fn reservation_conflict_is_denied_naming_each_holder_once(store: &dyn Store)
     assert_eq!(theirs, ["src/parser", "src/*.rs"]);
     assert_eq!(c.expires_at, first.expires_at);
     assert_eq!(in_force(store, MESH, 12), [first.id.as_str()], "the denied request stored nothing");
+    // The reservations near a pattern: those whose patterns may overlap it.
+    let near = |patterns: &[&str]| {
+        let patterns: Vec<agentmesh_core::PathPattern> =
+            patterns.iter().map(|p| agentmesh_core::PathPattern::parse("p", p).unwrap()).collect();
+        ok(store.reservations_near(MESH, "repo", &patterns, at(12)), "reservations_near").len()
+    };
+    assert_eq!(near(&["src/parser/deep/x.rs"]), 1, "under a reserved directory");
+    assert_eq!(near(&["src"]), 1, "above a reserved directory");
+    assert_eq!(near(&["docs/x.md"]), 0, "elsewhere");
+    assert_eq!(near(&["**/*.md"]), 1, "a pattern starting with a wildcard reaches everything");
     assert_eq!(kinds(store, MESH), ["reservation_granted", "reservation_denied"]);
 
     // Elsewhere in the tree, and in another scope, it is granted.
