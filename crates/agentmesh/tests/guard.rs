@@ -371,15 +371,21 @@ fn without_a_daemon_the_guard_reads_the_data_dir_and_honours_core_hooks_path() {
     repo.commit("w2 edits a", &[("AGENTMESH_SESSION", "w2")]).refused(&["src/a.rs", "w1", "n1"]);
     repo.commit("w1 edits a", &[("AGENTMESH_SESSION", "w1")]).went_through();
 
-    // The check by hand, as JSON: the blocked path and its holder.
+    // The check by hand, as JSON: the blocked path and its holder, found
+    // after more paths than one request may ask about (git lists docs/ first).
+    for i in 0..70 {
+        repo.write(&format!("docs/many/{i:02}.md"), "more\n");
+    }
     repo.write("src/a.rs", "fn a() { 3 }\n");
-    repo.git(&["add", "src/a.rs"]);
+    repo.git(&["add", "docs/many", "src/a.rs"]);
     let checked = repo.agentmesh(&["guard", "check", "--session", "w2", "--json"], &[]);
     assert_eq!(checked.status.code(), Some(1), "{}", text(&checked));
     let view: Value = serde_json::from_slice(&checked.stdout).unwrap();
     assert_eq!(view["allowed"], false, "{view}");
     assert_eq!(view["blocked"][0]["path"], "src/a.rs", "{view}");
     assert_eq!(view["blocked"][0]["heldBy"][0]["sessionId"], "w1", "{view}");
+    assert_eq!(view["staged"].as_array().map(Vec::len), Some(71), "{view}");
+    assert_eq!(view["blocked"].as_array().map(Vec::len), Some(1), "{view}");
 
     // Nothing staged: clear, silently.
     repo.git(&["reset", "-q", "--hard"]);

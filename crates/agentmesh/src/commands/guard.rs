@@ -520,6 +520,51 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_names_each_path_with_its_holder_pattern_and_task() {
+        let holder = agentmesh_core::Conflict {
+            reservation_id: "r1".to_owned(),
+            session_id: "w1".to_owned(),
+            node_id: "n1".to_owned(),
+            task_id: Some("t-42".to_owned()),
+            exclusive: true,
+            patterns: vec![PathPattern::parse("p", "src/**").unwrap()],
+            requested: vec![PathPattern::parse("p", "src/a.rs").unwrap()],
+            expires_at: None,
+        };
+        let mut view = CheckView {
+            mode: Mode::Block,
+            checked: true,
+            allowed: false,
+            error: None,
+            session_id: Some("w2".to_owned()),
+            staged: vec!["src/a.rs".to_owned()],
+            blocked: vec![BlockedPathView { path: "src/a.rs".to_owned(), held_by: vec![holder] }],
+        };
+        let written = |view: &CheckView| {
+            let mut out = Vec::new();
+            write_blocked(&mut out, view).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let refusal = written(&view);
+        assert!(
+            refusal.starts_with("agentmesh guard: commit refused for session w2: 1 staged path is"),
+            "{refusal}"
+        );
+        assert!(
+            refusal.contains(
+                "  src/a.rs\n    held by session w1 on node n1, pattern src/**, task t-42 (reservation r1)"
+            ),
+            "{refusal}"
+        );
+        assert!(refusal.contains("AGENTMESH_GUARD=warn"), "{refusal}");
+        view.mode = Mode::Warn;
+        view.session_id = None;
+        let warning = written(&view);
+        assert!(warning.starts_with("agentmesh guard: warning (no AGENTMESH_SESSION): "), "{warning}");
+        assert!(warning.contains("the commit goes ahead"), "{warning}");
+    }
+
+    #[test]
     fn the_hook_quotes_the_binary_and_chains_the_old_hook() {
         let script = hook_script(Path::new("/opt/it's here/agentmesh")).unwrap();
         assert!(script.starts_with("#!/bin/sh\n"));
