@@ -290,8 +290,8 @@ fn check(ctx: &Context, args: GuardCheckArgs, out: &mut Output) -> anyhow::Resul
             view.allowed = blocked.is_empty() || mode == Mode::Warn;
             view.blocked = blocked;
             if !json && !view.blocked.is_empty() {
-                let mut err = std::io::stderr().lock();
-                write_blocked(&mut err, &view)?;
+                // A closed stderr changes nothing: the exit status is the answer.
+                let _ = write_blocked(&mut std::io::stderr().lock(), &view);
             }
             out.emit(&view, |_| Ok(()))?;
             if view.allowed { Ok(()) } else { Err(Answered("paths_reserved").into()) }
