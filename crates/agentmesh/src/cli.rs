@@ -248,6 +248,10 @@ pub(crate) enum Command {
     /// List the path reservations in force, renew one, or check paths against them
     #[command(after_help = RESERVATIONS_EXAMPLES)]
     Reservations(ReservationsArgs),
+    /// Guard a repository's commits: a pre-commit hook that refuses a commit
+    /// staging paths another session holds an exclusive reservation on
+    #[command(subcommand, after_help = GUARD_EXAMPLES)]
+    Guard(GuardCommand),
     /// List the messages still waiting to be delivered to worker sessions, or show
     /// and move one
     #[command(after_help = DELIVERIES_EXAMPLES)]
@@ -401,6 +405,59 @@ Examples:
   agentmesh reservations --all-scopes --json
   agentmesh reservations renew 01a24f3c-0000-7000-8000-000000000001 --session w1 --epoch 1 --ttl 1h
   agentmesh reservations check src/lib.rs docs/a.md --session w2";
+
+/// Shown after `agentmesh reservations renew --help`.
+const RESERVATIONS_RENEW_EXAMPLES: &str = "\
+Examples:
+  agentmesh reservations renew 01a24f3c-0000-7000-8000-000000000001 --session w1 --epoch 1
+  agentmesh reservations renew 01a24f3c-0000-7000-8000-000000000001 --session w1 --epoch 1 --ttl 2h";
+
+/// Shown after `agentmesh reservations check --help`.
+const RESERVATIONS_CHECK_EXAMPLES: &str = "\
+Examples:
+  agentmesh reservations check src/lib.rs docs/a.md --session w2
+  agentmesh reservations --scope github.com/acme/app check src/parser/mod.rs --json";
+
+/// Shown after `agentmesh guard --help`.
+const GUARD_EXAMPLES: &str = "\
+The hook runs `agentmesh guard check` before every commit: it reads the staged
+paths (both sides of a rename) and refuses the commit when another session's
+exclusive reservation covers one. The committing session is $AGENTMESH_SESSION;
+the reservations are found as every command finds them ($AGENTMESH_SERVER,
+$AGENTMESH_HOME, $AGENTMESH_MESH, $AGENTMESH_TOKEN). AGENTMESH_GUARD=warn prints
+the conflicts and lets the commit through, AGENTMESH_GUARD=off skips the check,
+and `git commit --no-verify` skips every pre-commit hook.
+
+Examples:
+  agentmesh guard install
+  agentmesh guard install --repo ~/src/app --json
+  agentmesh guard check --session w2";
+
+/// Shown after `agentmesh guard install --help`.
+const GUARD_INSTALL_EXAMPLES: &str = "\
+The hook goes where git looks for hooks: core.hooksPath when it is set, else
+the repository's hooks directory. A pre-commit hook already there is kept, as
+pre-commit.agentmesh-chained, and runs first: when it fails, the commit stops
+there. Installing again changes nothing. The hook runs this agentmesh binary,
+by its absolute path.
+
+Examples:
+  agentmesh guard install
+  agentmesh guard install --repo ~/src/app
+  agentmesh guard install --json";
+
+/// Shown after `agentmesh guard check --help`.
+const GUARD_CHECK_EXAMPLES: &str = "\
+Exits 0 when no staged path is in another session's way (silently) or when the
+reservations cannot be read in time (a daemon that does not answer, no
+database: one line on stderr says so, and the commit goes ahead), 1 when a
+staged path is reserved, after naming each path, its holder, the pattern and
+the task. With AGENTMESH_GUARD=warn it names them and exits 0.
+
+Examples:
+  agentmesh guard check
+  agentmesh guard check --session w2
+  AGENTMESH_GUARD=warn agentmesh guard check --session w2 --json";
 
 /// Shown after `agentmesh holds --help`.
 const HOLDS_EXAMPLES: &str = "\
@@ -1800,9 +1857,11 @@ pub(crate) struct ReservationsArgs {
 #[derive(Debug, Subcommand)]
 pub(crate) enum ReservationsCommand {
     /// Extend a reservation, by its holder
+    #[command(after_help = RESERVATIONS_RENEW_EXAMPLES)]
     Renew(RenewArgs),
     /// Say which paths another holder's exclusive reservation covers (exit
     /// status 1 when one does)
+    #[command(after_help = RESERVATIONS_CHECK_EXAMPLES)]
     Check(CheckArgs),
 }
 
@@ -1824,6 +1883,37 @@ pub(crate) struct CheckArgs {
     pub paths: Vec<String>,
     /// The session asking: its own reservations are not in its way
     #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+}
+
+/// `agentmesh guard ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum GuardCommand {
+    /// Install the pre-commit hook in a repository, keeping (and first running)
+    /// the pre-commit hook already there
+    #[command(after_help = GUARD_INSTALL_EXAMPLES)]
+    Install(GuardInstallArgs),
+    /// Check the staged paths against the reservations of other sessions (what
+    /// the hook runs)
+    #[command(after_help = GUARD_CHECK_EXAMPLES)]
+    Check(GuardCheckArgs),
+}
+
+/// Arguments of `guard install`.
+#[derive(Debug, Args)]
+pub(crate) struct GuardInstallArgs {
+    /// A directory of the repository [default: the working directory]
+    #[arg(long, value_name = "DIR")]
+    pub repo: Option<PathBuf>,
+}
+
+/// Arguments of `guard check`.
+#[derive(Debug, Args)]
+pub(crate) struct GuardCheckArgs {
+    /// The committing session: its own reservations are not in its way
+    #[arg(long, value_name = "SESSION", env = "AGENTMESH_SESSION")]
     pub session: Option<String>,
     #[command(flatten)]
     pub scope: ScopeArgs,

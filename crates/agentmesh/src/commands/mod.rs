@@ -43,6 +43,7 @@ mod deliveries;
 mod demo;
 mod dispatches;
 mod events;
+mod guard;
 mod heartbeat;
 mod holds;
 mod import_adhdev;
@@ -521,6 +522,7 @@ pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::
             | Command::Holds(_)
             | Command::Release(_)
             | Command::Reservations(_)
+            | Command::Guard(_)
             | Command::Deliveries(_)
             | Command::Dispatches(_)
             | Command::ToolCalls(_)
@@ -549,6 +551,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Reserve(args) => reservations::reserve(ctx, args, out),
         Command::Release(args) => reservations::release(ctx, args, out),
         Command::Reservations(args) => reservations::run(ctx, args, out),
+        Command::Guard(cmd) => guard::run(ctx, cmd, out),
         Command::Deliveries(args) => deliveries::run(ctx, args, out),
         Command::Dispatches(args) => dispatches::run(ctx, args, out),
         Command::ToolCalls(args) => tool_calls::run(ctx, args, out),

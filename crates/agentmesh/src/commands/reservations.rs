@@ -22,13 +22,15 @@ use crate::now;
 use crate::output::{self, Noun, Output, Table};
 
 /// A scope and whether its names compare without case.
-struct Scope {
-    name: String,
-    ignore_case: bool,
+pub(super) struct Scope {
+    /// The scope's name: what `--scope` gave, else the git top level.
+    pub name: String,
+    /// Names compare without case.
+    pub ignore_case: bool,
 }
 
 /// The scope `args` name, or the git top level of the working directory.
-fn scope(args: &ScopeArgs) -> anyhow::Result<Scope> {
+pub(super) fn scope(args: &ScopeArgs) -> anyhow::Result<Scope> {
     if let Some(name) = &args.scope {
         return Ok(Scope { name: name.clone(), ignore_case: args.ignore_case });
     }
