@@ -432,3 +432,49 @@ fn an_unreachable_or_silent_daemon_lets_the_commit_through_quickly() {
     repo.git(&["add", "src/a.rs"]);
     repo.commit("read directly", &[("AGENTMESH_SESSION", "w2")]).refused(&["src/a.rs", "w1"]);
 }
+
+/// Two worker sessions and two tasks that declare overlapping paths, in a real
+/// repository: the first claim reserves its task's paths, the second claim
+/// steps over the other task (`paths_reserved`), the guard refuses the second
+/// worker's commit over the first's paths, naming the holder and its task, and
+/// lets the first commit; once the first task is completed, the second worker
+/// claims its task and commits.
+#[test]
+fn tasks_over_one_path_go_to_one_worker_at_a_time_and_the_guard_holds_the_other() {
+    let repo = Repo::new();
+    let w1 = [("AGENTMESH_SESSION", "w1")];
+    let w2 = [("AGENTMESH_SESSION", "w2")];
+    let json = |args: &[&str]| -> Value {
+        let output = repo.agentmesh(args, &[]);
+        assert!(output.status.success(), "{args:?}: {}", text(&output));
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    json(&["--json", "task", "add", "rewrite module a", "--id", "t-a", "--path", "src"]);
+    json(&["--json", "task", "add", "fix b", "--id", "t-b", "--path", "src/b.rs"]);
+    repo.install_guard();
+
+    let first = json(&["--json", "claim", "--node", "n1", "--session", "w1"]);
+    assert_eq!(first["id"], "t-a");
+    let skipped = repo.agentmesh(&["claim", "--node", "n2", "--session", "w2"], &[]);
+    assert!(skipped.status.success(), "{}", text(&skipped));
+    assert!(text(&skipped).contains("paths_reserved"), "{}", text(&skipped));
+
+    // w2 edits src/b.rs anyway: its commit is refused, naming w1 and t-a.
+    repo.write("src/b.rs", "fn b() { /* w2 */ }\n");
+    repo.git(&["add", "src/b.rs"]);
+    repo.commit("w2 over w1's paths", &w2).refused(&["w1", "n1", "t-a"]);
+    // The holder commits the same change.
+    repo.commit("w1's own work", &w1).went_through();
+
+    let epoch = first["epoch"].to_string();
+    json(&["--json", "complete", "--session", "w1", "--task", "t-a", "--epoch", &epoch, "--summary", "done"]);
+    let second = json(&["--json", "claim", "--node", "n2", "--session", "w2"]);
+    assert_eq!(second["id"], "t-b");
+    repo.write("src/b.rs", "fn b() { /* w2, now its own */ }\n");
+    repo.git(&["add", "src/b.rs"]);
+    repo.commit("w2 on its own task", &w2).went_through();
+    // And now w1 is the one held off src/b.rs.
+    repo.write("src/b.rs", "fn b() { /* w1 again */ }\n");
+    repo.git(&["add", "src/b.rs"]);
+    repo.commit("w1 over w2's paths", &w1).refused(&["w2", "t-b"]);
+}
