@@ -30,6 +30,9 @@ const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--reserve-worker") {
+        return reserve_worker(&args[i + 1], &args[i + 2]);
+    }
     match args.iter().position(|a| a == "--worker") {
         Some(i) => worker(&args[i + 1], &args[i + 2]),
         // `cargo test -- --list` and filters must not start the race.
@@ -81,7 +84,7 @@ fn parent() -> ExitCode {
     let Some(url) = database_url() else {
         return ExitCode::SUCCESS;
     };
-    println!("running 1 test");
+    println!("running 2 tests");
     let db = support::TestDb::new(&url);
     let schema = db.schema().to_owned();
     let batch: Vec<NewTask> =
@@ -138,6 +141,62 @@ fn parent() -> ExitCode {
          {TASKS} claim+complete pairs in {:.2} s, {rate:.0} pairs/s)",
         took.as_secs_f64()
     );
-    println!("\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    reservation_race(&exe, &schema, &db.store);
+    println!("\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
     ExitCode::SUCCESS
+}
+
+/// Turns of the reservation race per process.
+const RESERVE_ROUNDS: usize = 60;
+
+/// One racer of the reservation race, with a store of its own; prints its
+/// grants and denials.
+fn reserve_worker(db: &str, n: &str) -> ExitCode {
+    let store = {
+        let url = database_url().expect("racers run only where the parent found the server");
+        let mut options = support::options(&url, db);
+        options.max_connections = 2;
+        PgStore::open(&options).expect("a racer opens the installation")
+    };
+    let n: usize = n.parse().expect("a racer number");
+    let raced = agentmesh_store::conformance::reservation_race::race_reservations(
+        &store,
+        RESERVE_MESH,
+        n,
+        RESERVE_ROUNDS,
+        NOW,
+    );
+    println!("{} {}", raced.granted, raced.denied);
+    ExitCode::SUCCESS
+}
+
+const RESERVE_MESH: &str = "reserve-race";
+
+/// Sixteen processes reserve overlapping paths at once; the ledger, replayed in
+/// commit order, never shows two overlapping holders where either is
+/// exclusive, and every denial names a reservation held then.
+fn reservation_race(exe: &std::path::Path, schema: &str, store: &dyn agentmesh_store::Store) {
+    let children: Vec<_> = (0..WORKERS)
+        .map(|n| {
+            Command::new(exe)
+                .args(["--reserve-worker", schema, &n.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a racer")
+        })
+        .collect();
+    let (mut granted, mut denied) = (0, 0);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a racer failed: {:?}", out.status);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let counts: Vec<u64> = text.split_whitespace().map(|w| w.parse().unwrap()).collect();
+        granted += counts[0];
+        denied += counts[1];
+    }
+    let seen = agentmesh_store::conformance::reservation_race::check_reservation_ledger(store, RESERVE_MESH)
+        .unwrap_or_else(|problem| panic!("the reservation ledger breaks the invariant: {problem}"));
+    assert_eq!((seen.granted, seen.denied), (granted, denied), "the ledger records every answer");
+    assert!(granted > 0 && denied > 0, "the race needs grants and denials: {granted} {denied}");
+    println!("test sixteen_processes_reserve_overlapping_paths ... ok ({granted} granted, {denied} denied)");
 }

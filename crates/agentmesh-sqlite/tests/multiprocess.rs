@@ -21,6 +21,9 @@ const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--reserve-worker") {
+        return reserve_worker(&args[i + 1], &args[i + 2]);
+    }
     match args.iter().position(|a| a == "--worker") {
         Some(i) => worker(&args[i + 1], &args[i + 2]),
         // `cargo test -- --list` and filters must not start the race.
@@ -63,7 +66,7 @@ fn worker(db: &str, n: &str) -> ExitCode {
 }
 
 fn parent() -> ExitCode {
-    println!("running 1 test");
+    println!("running 2 tests");
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("mesh-runtime.db");
     let store = SqliteStore::open(&db).unwrap();
@@ -103,6 +106,57 @@ fn parent() -> ExitCode {
     let claimed = ledger.iter().filter(|e| e.kind == "task_claimed").count();
     assert_eq!(claimed, TASKS, "one task_claimed entry per task");
     println!("test sixteen_processes_claim_each_task_exactly_once ... ok ({busy_workers} workers took work)");
-    println!("\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
+    reservation_race(&exe, db.to_str().unwrap(), &store);
+    println!("\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
     ExitCode::SUCCESS
+}
+
+/// Turns of the reservation race per process.
+const RESERVE_ROUNDS: usize = 60;
+
+/// One racer of the reservation race, with a store of its own; prints its
+/// grants and denials.
+fn reserve_worker(db: &str, n: &str) -> ExitCode {
+    let store = SqliteStore::open(db).expect("a racer opens the database");
+    let n: usize = n.parse().expect("a racer number");
+    let raced = agentmesh_store::conformance::reservation_race::race_reservations(
+        &store,
+        RESERVE_MESH,
+        n,
+        RESERVE_ROUNDS,
+        NOW,
+    );
+    println!("{} {}", raced.granted, raced.denied);
+    ExitCode::SUCCESS
+}
+
+const RESERVE_MESH: &str = "reserve-race";
+
+/// Sixteen processes reserve overlapping paths at once; the ledger, replayed in
+/// commit order, never shows two overlapping holders where either is
+/// exclusive, and every denial names a reservation held then.
+fn reservation_race(exe: &std::path::Path, db: &str, store: &dyn agentmesh_store::Store) {
+    let children: Vec<_> = (0..WORKERS)
+        .map(|n| {
+            Command::new(exe)
+                .args(["--reserve-worker", db, &n.to_string()])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a racer")
+        })
+        .collect();
+    let (mut granted, mut denied) = (0, 0);
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "a racer failed: {:?}", out.status);
+        let text = String::from_utf8(out.stdout).unwrap();
+        let counts: Vec<u64> = text.split_whitespace().map(|w| w.parse().unwrap()).collect();
+        granted += counts[0];
+        denied += counts[1];
+    }
+    let seen = agentmesh_store::conformance::reservation_race::check_reservation_ledger(store, RESERVE_MESH)
+        .unwrap_or_else(|problem| panic!("the reservation ledger breaks the invariant: {problem}"));
+    assert_eq!((seen.granted, seen.denied), (granted, denied), "the ledger records every answer");
+    assert!(granted > 0 && denied > 0, "the race needs grants and denials: {granted} {denied}");
+    println!("test sixteen_processes_reserve_overlapping_paths ... ok ({granted} granted, {denied} denied)");
 }

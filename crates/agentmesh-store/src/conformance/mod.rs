@@ -67,6 +67,7 @@ pub mod inbox_routing;
 pub mod ledger;
 pub mod lifecycle;
 pub mod missions;
+pub mod reservation_race;
 pub mod reservations;
 pub mod sessions;
 pub mod support;

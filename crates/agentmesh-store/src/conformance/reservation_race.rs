@@ -1,0 +1,142 @@
+//! Path reservations raced by many OS processes, each with a store of its own
+//! on one database (what each backend's `multiprocess` test runs): every
+//! process reserves patterns that overlap the others', and releases what it
+//! was granted on its next turn. Afterwards the ledger, read in commit order,
+//! is replayed: at no point may two sessions hold overlapping reservations
+//! where either is exclusive, and every denial must name a reservation that
+//! was held at that point.
+
+use std::collections::HashMap;
+
+use agentmesh_core::{NewReservation, PathPattern, SliceQuery, Timestamp};
+
+use crate::retry::retrying;
+use crate::{Fence, Reserved, Store};
+
+/// The patterns the racers ask for, all overlapping some of the others.
+const PATTERNS: [&str; 7] =
+    ["src/**", "src/a.rs", "src/*.rs", "src/deep", "src/deep/x.rs", "**/*.rs", "docs"];
+
+/// What one racer did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Raced {
+    /// Grants.
+    pub granted: u64,
+    /// Denials.
+    pub denied: u64,
+}
+
+/// Racer `n`: `rounds` turns of "release what I hold, then ask for a pattern",
+/// exclusive three times in four, in mesh `mesh` at `now`.
+pub fn race_reservations(store: &dyn Store, mesh: &str, n: usize, rounds: usize, now: Timestamp) -> Raced {
+    let session = format!("racer-{n}");
+    let mut held: Option<(String, u64)> = None;
+    let mut raced = Raced::default();
+    for round in 0..rounds {
+        if let Some((id, epoch)) = held.take() {
+            let fence = Fence { session_id: session.clone(), epoch };
+            retrying(|| store.release_reservation(mesh, &id, &fence, now)).expect("a release of a grant");
+        }
+        let pick = (n * 31 + round * 17) % PATTERNS.len();
+        let request = NewReservation {
+            scope: "repo".into(),
+            session_id: session.clone(),
+            node_id: format!("node-{n}"),
+            patterns: vec![PATTERNS[pick].to_owned()],
+            exclusive: (n + round) % 4 != 0,
+            ..NewReservation::default()
+        };
+        match retrying(|| store.reserve(mesh, &request, now)).expect("a reservation request") {
+            Reserved::Granted(r) => {
+                raced.granted += 1;
+                held = Some((r.id, r.epoch));
+            }
+            Reserved::Denied(_) => raced.denied += 1,
+        }
+    }
+    if let Some((id, epoch)) = held {
+        let fence = Fence { session_id: session, epoch };
+        retrying(|| store.release_reservation(mesh, &id, &fence, now)).expect("the last release");
+    }
+    raced
+}
+
+/// One reservation as the replay holds it.
+struct Held {
+    session: String,
+    patterns: Vec<PathPattern>,
+    exclusive: bool,
+}
+
+fn patterns_of(value: &serde_json::Value) -> Vec<PathPattern> {
+    value
+        .as_array()
+        .map(|items| items.iter().filter_map(|p| PathPattern::parse("p", p.as_str()?).ok()).collect())
+        .unwrap_or_default()
+}
+
+/// Replays mesh `mesh`'s ledger in commit order and checks the invariant (see
+/// the module); returns the grants and denials it saw.
+pub fn check_reservation_ledger(store: &dyn Store, mesh: &str) -> Result<Raced, String> {
+    let mut active: HashMap<String, Held> = HashMap::new();
+    let mut seen = Raced::default();
+    let mut after = 0;
+    loop {
+        let query = SliceQuery { after_seq: Some(after), limit: Some(500), ..SliceQuery::default() };
+        let page = store.ledger_slice(mesh, &query).map_err(|e| e.to_string())?;
+        for entry in &page.entries {
+            let p = &entry.payload;
+            let id = p["reservationId"].as_str().unwrap_or_default().to_owned();
+            match entry.kind.as_str() {
+                "reservation_granted" => {
+                    seen.granted += 1;
+                    let new = Held {
+                        session: entry.session_id.clone().unwrap_or_default(),
+                        patterns: patterns_of(&p["patterns"]),
+                        exclusive: p["exclusive"].as_bool().unwrap_or(true),
+                    };
+                    for (other_id, other) in &active {
+                        let clash = other.session != new.session
+                            && (other.exclusive || new.exclusive)
+                            && new
+                                .patterns
+                                .iter()
+                                .any(|a| other.patterns.iter().any(|b| a.overlaps(b, false)));
+                        if clash {
+                            return Err(format!(
+                                "entry {}: {id} ({:?} by {}) granted while {other_id} ({:?} by {}) held",
+                                entry.id, new.patterns, new.session, other.patterns, other.session
+                            ));
+                        }
+                    }
+                    active.insert(id, new);
+                }
+                "reservation_released" | "reservation_expired" => {
+                    active.remove(&id);
+                }
+                "reservation_denied" => {
+                    seen.denied += 1;
+                    let conflicts = p["conflicts"].as_array().cloned().unwrap_or_default();
+                    if conflicts.is_empty() {
+                        return Err(format!("entry {}: a denial names no conflict", entry.id));
+                    }
+                    for c in conflicts {
+                        let named = c["reservationId"].as_str().unwrap_or_default();
+                        if !active.contains_key(named) {
+                            return Err(format!("entry {}: a denial names {named}, not held then", entry.id));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        match page.cursor.next_after_seq {
+            Some(next) if page.cursor.has_more => after = next,
+            _ => break,
+        }
+    }
+    if !active.is_empty() {
+        return Err(format!("{} reservations still held after every racer released", active.len()));
+    }
+    Ok(seen)
+}
