@@ -72,6 +72,7 @@ export function mesh(id) {
     held: () => call('GET', base + '/events/held'),
     requeueHeld: (heldEntryId) => call('POST', base + '/events/held/requeue', { ids: [heldEntryId] }),
     idle: () => call('GET', base + '/idle-sessions'),
+    reservations: (params) => call('GET', base + '/reservations' + query(params)),
   };
 }
 

@@ -313,6 +313,10 @@ function entryDetail(e) {
     case 'task_priority_changed': return `${priorityWord(p.from)} → ${priorityWord(p.to)}` + (p.reason ? `: ${p.reason}` : '');
     case 'task_progress': return [Number.isFinite(p.percent) ? `${p.percent}%` : '', p.note || ''].filter(Boolean).join(' ');
     case 'task_unblocked': return p.dependencyId ? `dependency ${p.dependencyId} is back in the queue` : '';
+    case 'reservation_granted': case 'reservation_released': case 'reservation_expired': case 'reservation_renewed':
+      return (p.patterns || []).join(', ');
+    case 'reservation_denied': return `${(p.patterns || []).join(', ')}: held by ` +
+      (p.conflicts || []).map((c) => `${c.sessionId} on ${c.nodeId}` + (c.taskId ? ` for ${c.taskId}` : '')).join('; ');
     default: return reasonWords(p.reason) || p.error || p.summary || p.result || '';
   }
 }
@@ -342,7 +346,11 @@ const task = {
 
   async update(ctx) {
     const t = await ctx.api.task(this.id);
-    const [history, graph] = await Promise.all([ctx.api.ledger({ task: t.id, tail: 500 }), neighbourhood(ctx, t)]);
+    const [history, graph, reserved] = await Promise.all([
+      ctx.api.ledger({ task: t.id, tail: 500 }), neighbourhood(ctx, t),
+      (t.paths || []).length ? ctx.api.reservations({ scope: t.pathsScope }) : [],
+    ]);
+    const mine = reserved.filter((r) => r.taskId === t.id);
     const known = new Map(graph.nodes.filter((n) => !n.focus).map((n) => [n.id, n.status === 'missing' ? null : { id: n.id, status: n.status }]));
     const status = statusOf(t);
     const open = t.status === 'pending' || t.status === 'assigned';
@@ -361,6 +369,8 @@ const task = {
         h('a', { href: ctx.link('task', id), title: id }, short(id)),
         known.has(id) ? ` (${known.get(id) ? statusWord(known.get(id).status).toLowerCase() : 'no such task'})` : '')))) : null,
       limits(t).length ? fact('Who may claim it', limits(t).join('; ')) : null,
+      (t.paths || []).length ? fact('Paths', h('span', { class: 'paths' }, t.paths.join(', ')),
+        mine.length ? ` (reserved by ${mine[0].sessionId} on ${mine[0].nodeId})` : t.status === 'pending' ? ' (reserved when claimed)' : '') : null,
       t.assignedSessionId ? fact(t.status === 'assigned' ? 'Worker' : 'Last worker', holder(t)) : null,
       t.status === 'assigned' && t.dispatchTimestamp ? fact('Running for', span(now - Date.parse(t.dispatchTimestamp))) : null,
       t.status === 'assigned' && t.leaseExpiresAt ? fact('Lease', `ends ${ago(t.leaseExpiresAt)}`) : null,
@@ -471,8 +481,8 @@ const mission = {
 const workers = {
   mount(ctx) { put(ctx.main, h('div', { class: 'workers' })); },
   async update(ctx) {
-    const [status, held, counters, assigned] = await Promise.all([
-      ctx.api.status(), ctx.api.held(), metrics(), ctx.api.tasks({ status: 'assigned', limit: MAX }),
+    const [status, held, counters, assigned, reservations] = await Promise.all([
+      ctx.api.status(), ctx.api.held(), metrics(), ctx.api.tasks({ status: 'assigned', limit: MAX }), ctx.api.reservations(),
     ]);
     // An assigned task's updatedAt moves with its claim and every heartbeat.
     const running = new Map(assigned.map((t) => [t.id, t]));
@@ -502,6 +512,13 @@ const workers = {
       h('h1', {}, 'Coordinators'),
       table(['Daemon', 'Run', 'Session', 'Events waiting'],
         status.pendingByCoordinator.map((c) => h('tr', {}, h('td', {}, c.daemonId || (c.runId || c.sessionId ? '' : 'everyone (broadcast)')), h('td', {}, c.runId || ''), h('td', {}, c.sessionId || ''), h('td', {}, c.count)))),
+      h('h1', {}, 'Path reservations'),
+      reservations.length
+        ? table(['Holder', 'Paths', 'Kind', 'Task', 'Until', 'Repository', 'Why'], reservations.map((r) => h('tr', { class: 'reservation', 'data-reservation': r.id },
+          h('td', {}, `${r.sessionId} on ${r.nodeId}`), h('td', {}, r.patterns.join(', ')), h('td', {}, r.exclusive ? 'exclusive' : 'shared'),
+          h('td', {}, r.taskId ? h('a', { href: ctx.link('task', r.taskId), title: r.taskId }, short(r.taskId)) : ''),
+          h('td', {}, r.expiresAt ? `lapses ${ago(r.expiresAt)}` : 'while the task is held'), h('td', {}, r.scope), h('td', {}, r.reason || ''))))
+        : h('p', { class: 'hint' }, 'No paths are reserved.'),
       h('h2', {}, `Held events (${held.length})`),
       held.length ? h('ul', { class: 'held' }, held.map((e) => h('li', {},
         h('span', { class: 'kind' }, e.event ? plain(e.event) : 'an event'), ' ', reasonWords(e.reason), ' ',

@@ -51,6 +51,11 @@ const KIND_WORDS = {
   heartbeat_refused: 'heartbeat refused',
   event_held: 'event held',
   event_held_requeued: 'held event put back',
+  reservation_granted: 'paths reserved',
+  reservation_denied: 'paths refused',
+  reservation_renewed: 'reservation renewed',
+  reservation_released: 'paths released',
+  reservation_expired: 'reservation lapsed',
 };
 
 /** The ledger kinds a person may filter by, in lifecycle order. */

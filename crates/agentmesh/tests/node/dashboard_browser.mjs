@@ -283,10 +283,17 @@ try {
     body: JSON.stringify({ nodeId: 'laptop', sessionId: 'worker-1', providerType: 'claude-cli' }),
   });
   assert.equal(idle.status, 200, await idle.text());
+  const reserved = cli('reserve', 'src/parser', '--scope', 'compiler-repo', '--session', 'worker-1', '--node', 'laptop', '--reason', 'parser rewrite');
+  assert.equal(reserved.granted, true, JSON.stringify(reserved));
   await page.click('#nav a[data-view="board"]');
   await page.click('#nav a[data-view="workers"]');
   await page.waitForSelector('.workers tr.idle');
   assert.ok((await page.textContent('.workers tr.idle')).includes('worker-1'));
+  // Who holds which paths.
+  const reservation = await page.textContent(`.workers tr.reservation[data-reservation="${reserved.reservation.id}"]`);
+  for (const word of ['worker-1 on laptop', 'src/parser', 'exclusive', 'compiler-repo', 'parser rewrite']) {
+    assert.ok(reservation.includes(word), `${word} in ${reservation}`);
+  }
   await shot(page, 'workers.png', true);
   await page.click('#nav a[data-view="ledger"]');
   await page.waitForSelector('.timeline .entry');
