@@ -43,7 +43,7 @@ pub fn race_reservations(store: &dyn Store, mesh: &str, n: usize, rounds: usize,
             session_id: session.clone(),
             node_id: format!("node-{n}"),
             patterns: vec![PATTERNS[pick].to_owned()],
-            exclusive: (n + round) % 4 != 0,
+            exclusive: !(n + round).is_multiple_of(4),
             ..NewReservation::default()
         };
         match retrying(|| store.reserve(mesh, &request, now)).expect("a reservation request") {
