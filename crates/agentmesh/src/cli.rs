@@ -383,9 +383,10 @@ Examples:
 const RESERVE_EXAMPLES: &str = "\
 Patterns are relative to the repository root and anchored there: src/parser
 is that directory and everything under it, src/*.rs the Rust files directly in
-src, **/*.rs every Rust file. The scope defaults to the git top level of the
-working directory, and names compare without case when its core.ignorecase is
-true. A denied request exits with status 1 after naming every conflict.
+src, **/*.rs every Rust file. The scope defaults to the repository's
+agentmesh.scope setting (git config agentmesh.scope github.com/acme/app), else
+the git top level of the working directory, and names compare without case when
+its core.ignorecase is true. A denied request exits with status 1 after naming every conflict.
 
 Examples:
   agentmesh reserve src/parser 'tests/**/*.rs' --session w1 --node laptop --reason 'parser rewrite'
@@ -1032,7 +1033,8 @@ pub(crate) struct TaskAddArgs {
     /// its claim reserves them, and waits while another holder has them
     #[arg(long = "path", value_name = "PATTERN")]
     pub paths: Vec<String>,
-    /// The repository of --path (default: the git top level of the working directory)
+    /// The repository of --path (default: the repository's `git config agentmesh.scope`,
+    /// else the git top level of the working directory)
     #[arg(long, value_name = "SCOPE", requires = "paths")]
     pub paths_scope: Option<String>,
     /// The coordinator session that enqueues the task
@@ -1789,8 +1791,8 @@ pub(crate) struct DispatchRemoveArgs {
 /// Where a reservation command's repository scope comes from.
 #[derive(Debug, Args)]
 pub(crate) struct ScopeArgs {
-    /// The repository scope (a repository id or root); default: the git top level
-    /// of the working directory
+    /// The repository scope (a repository id or root); default: the repository's
+    /// `git config agentmesh.scope`, else the git top level of the working directory
     #[arg(long, value_name = "SCOPE")]
     pub scope: Option<String>,
     /// Compare names without case (default: the repository's core.ignorecase)

@@ -478,3 +478,30 @@ fn tasks_over_one_path_go_to_one_worker_at_a_time_and_the_guard_holds_the_other(
     repo.git(&["add", "src/b.rs"]);
     repo.commit("w1 over w2's paths", &w1).refused(&["w2", "t-b"]);
 }
+
+/// A repository that names its scope (`git config agentmesh.scope`) is checked
+/// against the reservations of that scope, whichever clone or path made them.
+#[test]
+fn the_guard_checks_the_scope_the_repository_names() {
+    let repo = Repo::new();
+    let reserved = repo.agentmesh(
+        &["reserve", "src", "--scope", "github.com/acme/app", "--session", "w1", "--node", "n1"],
+        &[],
+    );
+    assert!(reserved.status.success(), "{}", text(&reserved));
+    repo.install_guard();
+    repo.write("src/a.rs", "fn a() { /* w2 */ }\n");
+    repo.git(&["add", "src/a.rs"]);
+    // Its top level is not the scope the reservation names: nothing in the way.
+    repo.commit("before the scope is named", &[("AGENTMESH_SESSION", "w2")]).went_through();
+    repo.git(&["config", "agentmesh.scope", "github.com/acme/app"]);
+    repo.write("src/a.rs", "fn a() { /* w2 again */ }\n");
+    repo.git(&["add", "src/a.rs"]);
+    repo.commit("after", &[("AGENTMESH_SESSION", "w2")]).refused(&["w1", "src"]);
+    let listed = repo.agentmesh(&["--json", "reservations"], &[]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(
+        listed[0]["scope"], "github.com/acme/app",
+        "the listing defaults to the named scope too: {listed}"
+    );
+}

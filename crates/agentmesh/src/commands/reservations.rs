@@ -39,7 +39,16 @@ pub(super) fn scope(args: &ScopeArgs) -> anyhow::Result<Scope> {
     })?;
     let ignore_case = args.ignore_case
         || git(Path::new(&top), &["config", "--bool", "core.ignorecase"]).as_deref() == Some("true");
-    Ok(Scope { name: top, ignore_case })
+    Ok(Scope { name: repository_scope(Path::new(&top)), ignore_case })
+}
+
+/// The scope of the repository whose top level is `top`: its `agentmesh.scope`
+/// setting (`git config agentmesh.scope github.com/acme/app`), so that every
+/// clone of it, and the commit guard, name it alike; else the top level itself.
+pub(crate) fn repository_scope(top: &Path) -> String {
+    git(top, &["config", "--get", "agentmesh.scope"])
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| top.to_string_lossy().into_owned())
 }
 
 /// What `git args` prints in `dir`, trimmed; `None` when git fails or is missing.

@@ -73,6 +73,7 @@ fn add(ctx: &Context, args: TaskAddArgs, out: &mut Output) -> anyhow::Result<()>
     let mut body = enqueue_body(args);
     if !body.paths.is_empty() && body.paths_scope.is_none() {
         let top = super::reservations::git(std::path::Path::new("."), &["rev-parse", "--show-toplevel"]);
+        let top = top.map(|top| super::reservations::repository_scope(std::path::Path::new(&top)));
         body.paths_scope = Some(top.ok_or_else(|| {
             agentmesh_core::InvalidInput::new(
                 "pathsScope",
