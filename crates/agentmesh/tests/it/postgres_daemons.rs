@@ -6,6 +6,8 @@
 //! - A coordinator's watch waiting on one daemon is answered within 100 ms of a
 //!   completion written through the other (the commit's NOTIFY wakes it; the
 //!   fallback poll is a second).
+//! - Sixteen clients on the two daemons reserve overlapping paths at once: the
+//!   ledger never shows two overlapping holders where either is exclusive.
 //! - The daemon the clients use is killed with SIGKILL under load: the clients go
 //!   on through the other, no acknowledged write is lost, no task has two
 //!   holders, and the survivor takes the upkeep over and reclaims the leases the
@@ -656,4 +658,70 @@ fn killing_a_daemon_under_load_loses_no_acknowledged_write_and_the_other_takes_o
         slowest <= bound,
         "a stranded lease went back to pending {slowest:?} after the kill (bound {bound:?})"
     );
+}
+
+/// Sixteen HTTP clients, eight per daemon, reserve overlapping paths of one
+/// repository at once and release what they got on their next turn: the
+/// ledger, replayed in commit order, never shows two overlapping holders where
+/// either is exclusive, and every denial names a reservation held then.
+#[test]
+fn sixteen_clients_on_two_daemons_never_hold_overlapping_paths_at_once() {
+    let url = require_postgres!();
+    const CLIENTS: usize = 16;
+    const ROUNDS: usize = 25;
+    const PATTERNS: [&str; 5] = ["src/**", "src/a.rs", "src/*.rs", "src/deep", "**/*.rs"];
+    let installation = Installation::new(&url);
+    let daemons = [Daemon::start(&installation), Daemon::start(&installation)];
+    let answers: Vec<(u64, u64)> = std::thread::scope(|s| {
+        let racers: Vec<_> = (0..CLIENTS)
+            .map(|n| {
+                let endpoint = daemons[n % 2].endpoint.clone();
+                s.spawn(move || {
+                    let http = http_client();
+                    let session = format!("racer-{n}");
+                    let (mut granted, mut denied) = (0, 0);
+                    let mut held: Option<(String, u64)> = None;
+                    for round in 0..ROUNDS {
+                        if let Some((id, epoch)) = held.take() {
+                            let fence = json!({ "sessionId": session, "epoch": epoch });
+                            endpoint.ok(&http, &format!("reservations/{id}/release"), &fence);
+                        }
+                        let body = json!({
+                            "scope": "repo", "sessionId": session, "nodeId": format!("node-{n}"),
+                            "patterns": [PATTERNS[(n * 7 + round * 3) % PATTERNS.len()]],
+                            "exclusive": !(n + round).is_multiple_of(4),
+                        });
+                        let answer = endpoint.ok(&http, "reservations", &body);
+                        if answer["granted"] == true {
+                            granted += 1;
+                            let r = &answer["reservation"];
+                            held = Some((r["id"].as_str().unwrap().to_owned(), r["epoch"].as_u64().unwrap()));
+                        } else {
+                            denied += 1;
+                        }
+                    }
+                    if let Some((id, epoch)) = held {
+                        endpoint.ok(
+                            &http,
+                            &format!("reservations/{id}/release"),
+                            &json!({ "sessionId": session, "epoch": epoch }),
+                        );
+                    }
+                    (granted, denied)
+                })
+            })
+            .collect();
+        racers.into_iter().map(|r| r.join().expect("a racer")).collect()
+    });
+    let granted: u64 = answers.iter().map(|a| a.0).sum();
+    let denied: u64 = answers.iter().map(|a| a.1).sum();
+    assert!(granted > 0 && denied > 0, "the race needs grants and denials: {granted} {denied}");
+
+    let mut options = agentmesh_postgres::PgOptions::new(installation.url()).schema(installation.name());
+    options.max_connections = 2;
+    let store = agentmesh_postgres::PgStore::open(&options).expect("the installation");
+    let seen = agentmesh_store::conformance::reservation_race::check_reservation_ledger(&store, MESH)
+        .unwrap_or_else(|problem| panic!("the reservation ledger breaks the invariant: {problem}"));
+    assert_eq!((seen.granted, seen.denied), (granted, denied), "the ledger records every answer");
+    println!("two daemons, {CLIENTS} clients: {granted} granted, {denied} denied, never overlapping");
 }
