@@ -336,6 +336,29 @@ fn mesh_id(mesh: &str) -> Result<&str, agentmesh_core::InvalidInput> {
 }
 
 impl LocalMesh {
+    /// Names what held the paths of the task a refused claim by `session`
+    /// stepped over (`paths_reserved`): the conflicts of that session's newest
+    /// claim-time `reservation_denied` entry. Any other answer is returned as
+    /// it is.
+    pub fn with_blockers(&self, mesh: &str, session: &str, mut view: ClaimView) -> MeshResult<ClaimView> {
+        if view.refusal.as_deref() != Some(agentmesh_core::ClaimRefusal::PathsReserved.as_str()) {
+            return Ok(view);
+        }
+        let query = LedgerQuery {
+            tail: Some(50),
+            since: None,
+            kinds: vec![agentmesh_core::reservation::kinds::DENIED.to_owned()],
+        };
+        let recent = self.bounded(|| self.store.read_ledger_ordered(mesh, &query))?;
+        let newest = recent.iter().rev().find(|e| {
+            e.session_id.as_deref() == Some(session) && e.payload.get("claim") == Some(&Value::Bool(true))
+        });
+        if let Some(entry) = newest {
+            view.blocked_by = serde_json::from_value(entry.payload["conflicts"].clone()).unwrap_or_default();
+        }
+        Ok(view)
+    }
+
     /// Whether nothing in force conflicts with `request` now (a read; the
     /// grant itself decides again).
     pub fn clear_for(
@@ -423,7 +446,9 @@ impl MeshApi for LocalMesh {
     fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
         let mesh = mesh_id(mesh)?;
         let (claimant, opts) = claim_request(body)?;
-        self.write(|store, now| store.claim_next(mesh, &claimant, &opts, now)).map(ClaimView::from)
+        let view =
+            self.write(|store, now| store.claim_next(mesh, &claimant, &opts, now)).map(ClaimView::from)?;
+        self.with_blockers(mesh, &claimant.session_id, view)
     }
 
     fn heartbeat(&self, mesh: &str, body: HeartbeatBody) -> MeshResult<Task> {
@@ -441,8 +466,11 @@ impl MeshApi for LocalMesh {
     fn complete_and_claim(&self, mesh: &str, body: CompleteAndClaimBody) -> MeshResult<CompleteAndClaimView> {
         let mesh = mesh_id(mesh)?;
         let (report, claimant, opts) = complete_and_claim_request(body, self.now())?;
-        self.write(|store, now| store.complete_and_claim(mesh, &report, &claimant, &opts, now))
-            .map(CompleteAndClaimView::from)
+        let mut view = self
+            .write(|store, now| store.complete_and_claim(mesh, &report, &claimant, &opts, now))
+            .map(CompleteAndClaimView::from)?;
+        view.next = self.with_blockers(mesh, &claimant.session_id, view.next)?;
+        Ok(view)
     }
 
     fn push_event(&self, mesh: &str, body: PushEventBody) -> MeshResult<PushView> {

@@ -28,14 +28,21 @@ pub struct ClaimView {
     /// Why nothing was claimed (the refusal reason of the furthest gate reached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// With `paths_reserved`: the reservations that held the paths of the task
+    /// the claim stepped over (as the claim's `reservation_denied` entry
+    /// records them).
+    #[serde(default, rename = "blockedBy", skip_serializing_if = "Vec::is_empty")]
+    pub blocked_by: Vec<agentmesh_core::Conflict>,
 }
 
 impl From<ClaimOutcome> for ClaimView {
     fn from(outcome: ClaimOutcome) -> ClaimView {
         match outcome {
-            ClaimOutcome::Claimed(task) => ClaimView { task: Some(task), refusal: None },
+            ClaimOutcome::Claimed(task) => {
+                ClaimView { task: Some(task), refusal: None, blocked_by: Vec::new() }
+            }
             ClaimOutcome::Refused(reason) => {
-                ClaimView { task: None, refusal: Some(reason.as_str().to_owned()) }
+                ClaimView { task: None, refusal: Some(reason.as_str().to_owned()), blocked_by: Vec::new() }
             }
         }
     }

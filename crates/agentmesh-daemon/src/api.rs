@@ -8,7 +8,7 @@
 //! view as JSON. Creating routes answer 201.
 
 use agentmesh_api::MeshApi;
-use agentmesh_api::views::{DrainView, InboxEventView};
+use agentmesh_api::views::{ClaimView, DrainView, InboxEventView};
 use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
@@ -19,7 +19,7 @@ use agentmesh_api::wire::{
     RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams, StaleDispatchesBody,
     ToolCallBody, ToolCallParams, WatchParams,
 };
-use agentmesh_core::MeshId;
+use agentmesh_core::{ClaimRefusal, MeshId};
 use agentmesh_store::StoreError;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -231,8 +231,14 @@ async fn claim(
     ApiJson(body): ApiJson<ClaimBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
+    let session = body.session_id.clone();
     let view = state.submitted(state.mesh().claim_submitted(&mesh, body)).await?;
     state.metrics.claim(view.refusal.as_deref());
+    let view = if view.refusal.as_deref() == Some(ClaimRefusal::PathsReserved.as_str()) {
+        state.with_mesh(move |m| m.with_blockers(&mesh, session.trim(), view)).await?
+    } else {
+        view
+    };
     Ok(ok(view))
 }
 
@@ -269,7 +275,17 @@ async fn complete_and_claim(
     ApiJson(body): ApiJson<CompleteAndClaimBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
-    let done = state.submitted(state.mesh().complete_and_claim_submitted(&mesh, body)).await;
+    let session = body.claim.session_id.clone();
+    let mut done = state.submitted(state.mesh().complete_and_claim_submitted(&mesh, body)).await;
+    if let Ok(view) = &mut done
+        && view.next.refusal.as_deref() == Some(ClaimRefusal::PathsReserved.as_str())
+    {
+        let next = std::mem::replace(
+            &mut view.next,
+            ClaimView { task: None, refusal: None, blocked_by: Vec::new() },
+        );
+        view.next = state.with_mesh(move |m| m.with_blockers(&mesh, session.trim(), next)).await?;
+    }
     count_fencing(&state, "completion", &done);
     if let Ok(view) = &done {
         state.metrics.completion(view.completed.status);

@@ -2562,6 +2562,14 @@ async fn a_reservation_is_granted_denied_checked_and_a_waiting_one_is_woken_by_t
     assert!(started.elapsed() < Duration::from_secs(10), "woken by the release, not a poll");
     let (_, listed) = daemon.get("/v1/meshes/m/reservations?scope=app").await;
     assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    // A claim steps over a task whose paths are reserved, naming the holder.
+    let task = json!({ "id": "edits", "message": "edit lib", "paths": ["src/lib.rs"], "pathsScope": "app" });
+    assert_eq!(daemon.post("/v1/meshes/m/tasks", task).await.0, StatusCode::CREATED);
+    let (_, refused) = daemon.post("/v1/meshes/m/claims", json!({ "nodeId": "n3", "sessionId": "w3" })).await;
+    assert_eq!(refused["refusal"], "paths_reserved", "{refused}");
+    assert_eq!(refused["blockedBy"][0]["sessionId"], "w2", "{refused}");
+    assert_eq!(refused["blockedBy"][0]["patterns"], json!(["src/lib.rs"]), "{refused}");
+
     // Denied twice: the request above, and the waiting one's first try.
     let metrics = daemon.metrics().await;
     assert!(metrics.contains("agentmesh_reservations_total{outcome=\"denied\"} 2"), "{metrics}");

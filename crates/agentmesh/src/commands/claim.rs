@@ -87,10 +87,17 @@ pub(super) fn print_claim(view: ClaimView, session: &str, out: &mut Output) -> a
         }),
         None => {
             let reason = view.refusal.unwrap_or_else(|| "no pending task".to_owned());
+            let held: Vec<String> = view.blocked_by.iter().map(ToString::to_string).collect();
             if out.is_json() {
                 eprintln!("agentmesh: nothing to claim: {reason}");
+                for h in &held {
+                    eprintln!("agentmesh:   {h}");
+                }
             }
-            out.emit(&None::<Task>, |w| writeln!(w, "nothing to claim: {}", refusal_words(&reason)))
+            out.emit(&None::<Task>, |w| {
+                writeln!(w, "nothing to claim: {}", refusal_words(&reason))?;
+                held.iter().try_for_each(|h| writeln!(w, "  - {h}"))
+            })
         }
     }
 }

@@ -554,7 +554,7 @@ impl Worker<'_> {
         if let Some(task) = &task {
             eprintln!("{}: taking over the task a lost answer had claimed", task.id);
         }
-        ClaimView { task, refusal: None }
+        ClaimView { task, refusal: None, blocked_by: Vec::new() }
     }
 
     /// Completes (`Ok`) or fails (`Err(reason)`) the task and records the outcome;

@@ -139,6 +139,11 @@ fn a_task_declaring_paths_is_claimed_with_them_reserved_and_another_over_them_wa
     let refused = mesh.run(&["claim", "--node", "b", "--session", "w2"]);
     refused.assert_code(0);
     assert!(refused.stdout.contains("paths_reserved"), "{}", refused.stdout);
+    assert!(
+        refused.stdout.contains("held by session w1 on node a for task p1"),
+        "the holder is named: {}",
+        refused.stdout
+    );
     let held = mesh.json(&["reservations", "--all-scopes"]);
     assert_eq!(held[0]["taskId"], "p1", "{held}");
     let epoch = claimed["epoch"].to_string();
