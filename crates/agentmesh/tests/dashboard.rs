@@ -4,7 +4,9 @@
 //! tasks appear and move within a second of the CLI's writes, opens a task's
 //! history and dependency graph, cancels a task from the page, creates one from
 //! the form (the API's refusal shown at the field it names) and sees it claimed
-//! through the CLI and its worker's progress reports arrive, finds a task whose
+//! through the CLI and its worker's progress reports arrive, watches a task run by
+//! `agentmesh work` show its command's output lines while it runs, reads the path
+//! reservations on the workers page, finds a task whose
 //! dependency failed shown as blocked, reads the "Ready now" queue in claim
 //! order with the reasons the rest wait, holds every page to its layout rules at
 //! 1280x800 and 390x844 (nothing overlaps, nothing spills sideways), checks that
@@ -105,6 +107,10 @@ fn the_dashboard_in_headless_chromium_on_a_postgresql_installation() {
 /// dashboard in `chromium` through `dashboard_browser.mjs` run by `node`, and
 /// checks what the page showed and how fast; screenshots go to `shots_dir`.
 fn drive_the_dashboard(chromium: &str, node: &str, globals: &[&str], shots_dir: &str) {
+    // One browser run at a time: each measures how fast its page paints, which a
+    // second browser on the same two cores would only blur.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let packages = node_support::install_packages();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");

@@ -9,7 +9,7 @@
 // The token comes in AGENTMESH_TOKEN. Prints one JSON report on stdout (the
 // timings the Rust test checks); any failed check throws and exits non-zero.
 
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import assert from 'node:assert/strict';
@@ -387,6 +387,26 @@ try {
   await page.click('.facts .reason a');
   await page.waitForSelector('.task-page h1 .badge.status-failed');
   assert.ok((await page.textContent('.facts')).includes('disk full'));
+
+  // ── A task run by `agentmesh work`: its command's output lines show on the
+  // task page while it runs, then the task is done with the last one.
+  cli('--mesh', 'work', 'task', 'add', 'run the steps', '--id', 'steps');
+  await page.evaluate(() => { window.location.hash = '#/work/task/steps'; });
+  await page.waitForSelector('.task-page h1 .badge.status-pending');
+  const worker = spawn(bin, ['--server', base, '--mesh', 'work', 'work', '--node', 'w-node', '--session', 'w-steps', '--once', '--',
+    'sh', '-c', 'for i in 1 2 3; do echo step $i; sleep 1; done'], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let workerLog = '';
+  worker.stderr.on('data', (chunk) => { workerLog += chunk; });
+  const workerDone = new Promise((resolve) => worker.on('exit', (code) => resolve(code)));
+  let workerExited = false;
+  workerDone.then(() => { workerExited = true; });
+  await page.waitForSelector('.task-page h1 .badge.status-assigned', { timeout: 5000 });
+  await page.waitForFunction(() => /step [12]/.test(document.querySelector('.progress-section .note')?.textContent || ''), null, { timeout: 5000 });
+  const seenStep = await page.textContent('.progress-section .note');
+  assert.ok(!workerExited, `the step (${seenStep}) shows while the command still runs`);
+  assert.equal(await workerDone, 0, workerLog);
+  await page.waitForSelector('.task-page h1 .badge.status-completed', { timeout: 5000 });
+  assert.ok((await page.textContent('.facts')).includes('step 3'), await page.textContent('.facts'));
 
   // ── Ready now: what a worker claims next, in claim order, and why the rest wait.
   const plan = (...args) => cli('--mesh', 'plan', ...args);
