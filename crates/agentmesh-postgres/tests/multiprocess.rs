@@ -31,6 +31,7 @@ const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--reserve-worker") {
+        wait_for_start(std::path::Path::new(&args[i + 3]));
         return reserve_worker(&args[i + 1], &args[i + 2]);
     }
     match args.iter().position(|a| a == "--worker") {
@@ -172,19 +173,30 @@ fn reserve_worker(db: &str, n: &str) -> ExitCode {
 
 const RESERVE_MESH: &str = "reserve-race";
 
+/// Waits until the parent creates `go` (every racer started), at most a minute.
+fn wait_for_start(go: &std::path::Path) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !go.exists() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Sixteen processes reserve overlapping paths at once; the ledger, replayed in
 /// commit order, never shows two overlapping holders where either is
 /// exclusive, and every denial names a reservation held then.
 fn reservation_race(exe: &std::path::Path, schema: &str, store: &dyn agentmesh_store::Store) {
+    let start_path = std::env::temp_dir().join(format!("agentmesh-reserve-race-{}.go", std::process::id()));
     let children: Vec<_> = (0..WORKERS)
         .map(|n| {
             Command::new(exe)
-                .args(["--reserve-worker", schema, &n.to_string()])
+                .args(["--reserve-worker", schema, &n.to_string(), start_path.to_str().unwrap()])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn a racer")
         })
         .collect();
+    // Every racer is started before any begins, so their turns overlap.
+    std::fs::write(&start_path, b"go").expect("the start file");
     let (mut granted, mut denied) = (0, 0);
     for child in children {
         let out = child.wait_with_output().unwrap();
@@ -198,5 +210,6 @@ fn reservation_race(exe: &std::path::Path, schema: &str, store: &dyn agentmesh_s
         .unwrap_or_else(|problem| panic!("the reservation ledger breaks the invariant: {problem}"));
     assert_eq!((seen.granted, seen.denied), (granted, denied), "the ledger records every answer");
     assert!(granted > 0 && denied > 0, "the race needs grants and denials: {granted} {denied}");
+    let _ = std::fs::remove_file(&start_path);
     println!("test sixteen_processes_reserve_overlapping_paths ... ok ({granted} granted, {denied} denied)");
 }

@@ -27,7 +27,8 @@ pub struct Raced {
 }
 
 /// Racer `n`: `rounds` turns of "release what I hold, then ask for a pattern",
-/// exclusive three times in four, in mesh `mesh` at `now`.
+/// exclusive three times in four, in mesh `mesh` at `now`; a grant is held for
+/// a millisecond before the next turn, so that the racers' holds overlap.
 pub fn race_reservations(store: &dyn Store, mesh: &str, n: usize, rounds: usize, now: Timestamp) -> Raced {
     let session = format!("racer-{n}");
     let mut held: Option<(String, u64)> = None;
@@ -50,6 +51,7 @@ pub fn race_reservations(store: &dyn Store, mesh: &str, n: usize, rounds: usize,
             Reserved::Granted(r) => {
                 raced.granted += 1;
                 held = Some((r.id, r.epoch));
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
             Reserved::Denied(_) => raced.denied += 1,
         }
