@@ -151,7 +151,20 @@ function blockingDependency(t) {
 }
 
 const ready = {
-  mount(ctx) { put(ctx.main, h('div', { class: 'ready-page' }, h('h1', {}, 'Ready now'), h('p', { class: 'hint' }, 'loading…'))); },
+  mount(ctx) {
+    // The worker to look at, when one is named: kept while the page updates.
+    this.worker = { node: '', session: '', tags: '' };
+    const input = (name, label, hint) => h('label', {}, label, ' ', h('input', {
+      name, type: 'text', placeholder: hint, 'aria-label': label,
+      onchange: (e) => { this.worker[name] = e.target.value.trim(); ctx.refresh(); },
+    }));
+    put(ctx.main,
+      h('div', { class: 'ready-page' }, h('h1', {}, 'Ready now'), h('p', { class: 'hint' }, 'loading…')),
+      h('form', { class: 'filters worker-filter', onsubmit: (e) => e.preventDefault() },
+        h('span', { class: 'hint' }, 'For one worker: '),
+        input('node', 'Node', 'its node'), input('session', 'Session', 'its session'), input('tags', 'Tags', 'gpu, linux')),
+      h('div', { class: 'worker-ready' }));
+  },
 
   async update(ctx) {
     const { tasks, complete } = await allPending(ctx);
@@ -183,8 +196,43 @@ const ready = {
         ? h('ul', { class: 'queue waiting-list' }, waiting.map(({ t, why }) => h('li', { 'data-task': t.id, class: `status-${statusOf(t)}` },
           line(t), h('span', { class: 'reasons' }, why.map((reason) => h('span', { class: 'reason' }, reason))))))
         : h('p', { class: 'hint' }, 'No pending task waits.'));
+    put(ctx.main.querySelector('.worker-ready'), forWorker(this.worker, readyNow.map((r) => r.t), line));
   },
 };
+
+/**
+ * What one worker (its node, session and tags, as the form names them) would
+ * claim from the ready tasks, in the order its claim walks them: pinned to its
+ * session first, then to its node, then open to anyone; each by priority and
+ * age. The ready tasks it may not take are listed with why.
+ */
+function forWorker(worker, ready, line) {
+  if (!worker.node && !worker.session) return null;
+  const tags = new Set(worker.tags.split(',').map((t) => t.trim()).filter(Boolean));
+  const why = (t) => {
+    const out = [];
+    const missing = (t.requiredTags || []).filter((tag) => !tags.has(tag));
+    if (missing.length) out.push((missing.length > 1 ? 'needs tags ' : 'needs tag ') + missing.join(', '));
+    if (t.targetSessionId && t.targetSessionId !== worker.session) out.push('only for session ' + t.targetSessionId);
+    else if (!t.targetSessionId && t.targetNodeId && t.targetNodeId !== worker.node) out.push('only on node ' + t.targetNodeId);
+    return out;
+  };
+  const tier = (t) => (t.targetSessionId ? 0 : t.targetNodeId ? 1 : 2);
+  const takes = ready.filter((t) => !why(t).length).sort((a, b) => tier(a) - tier(b) || claimOrder(a, b));
+  const elsewhere = ready.filter((t) => why(t).length);
+  const who = [worker.session && `session ${worker.session}`, worker.node && `node ${worker.node}`].filter(Boolean).join(' on ');
+  return [
+    h('h2', {}, `Next for ${who} `, h('span', { class: 'count' }, String(takes.length))),
+    takes.length
+      ? h('ol', { class: 'queue worker-list' }, takes.map((t, i) => h('li', { 'data-task': t.id, class: i === 0 ? 'next' : '' }, line(t))))
+      : h('p', { class: 'hint' }, 'Nothing ready that this worker may take.'),
+    elsewhere.length ? h('h2', {}, 'Not for this worker ', h('span', { class: 'count' }, String(elsewhere.length))) : null,
+    elsewhere.length
+      ? h('ul', { class: 'queue elsewhere-list' }, elsewhere.map((t) => h('li', { 'data-task': t.id },
+        line(t), h('span', { class: 'reasons' }, why(t).map((reason) => h('span', { class: 'reason' }, reason))))))
+      : null,
+  ];
+}
 
 // ── A new task ────────────────────────────────────────────────────────────
 

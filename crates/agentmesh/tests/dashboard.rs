@@ -8,7 +8,8 @@
 //! `agentmesh work` show its command's output lines while it runs, reads the path
 //! reservations on the workers page, finds a task whose
 //! dependency failed shown as blocked, reads the "Ready now" queue in claim
-//! order with the reasons the rest wait, holds every page to its layout rules at
+//! order with the reasons the rest wait, and one worker's queue as its claim walks
+//! it, holds every page to its layout rules at
 //! 1280x800 and 390x844 (nothing overlaps, nothing spills sideways), checks that
 //! a visitor without the token gets the login page and no data, and times the
 //! board's first paint over 10,000 tasks. It writes screenshots to

@@ -441,6 +441,21 @@ try {
   await page.waitForSelector('.ready-list li[data-task="test"]', { timeout: 1000 });
   assert.deepEqual(await order('ready-list'), ['urgent', 'test', 'older', 'low']);
   assert.deepEqual(await order('waiting-list'), ['package', 'later']);
+  // For one worker: what its claim takes, in its order, and why the rest is not for it.
+  plan('task', 'add', 'on the build box', '--id', 'pinned-build', '--target-node', 'build-box');
+  await page.waitForSelector('.ready-list li[data-task="pinned-build"]', { timeout: 1000 });
+  await page.fill('.worker-filter input[name="node"]', 'build-box');
+  await page.press('.worker-filter input[name="node"]', 'Enter');
+  await page.waitForSelector('.worker-list li[data-task="pinned-build"]');
+  assert.deepEqual(await order('worker-list'), ['pinned-build', 'test', 'older', 'low']);
+  assert.deepEqual(await order('elsewhere-list'), ['urgent']);
+  assert.deepEqual(await page.$$eval('.elsewhere-list li[data-task="urgent"] .reason', (els) => els.map((e) => e.textContent)), ['needs tag gpu']);
+  await page.fill('.worker-filter input[name="tags"]', 'gpu');
+  await page.press('.worker-filter input[name="tags"]', 'Enter');
+  await page.waitForFunction(() => document.querySelectorAll('.elsewhere-list li').length === 0);
+  assert.deepEqual(await order('worker-list'), ['pinned-build', 'urgent', 'test', 'older', 'low']);
+  // And the claim agrees: the node's pinned task first.
+  assert.equal(plan('claim', '--node', 'build-box', '--session', 's-build', '--tag', 'gpu').id, 'pinned-build');
 
   // ── Every page, on a desktop and on a phone: nothing overlaps, nothing spills sideways.
   const pages = ['default/board', `default/task/${created}`, 'default/task/slow-suite', 'plan/ready', 'default/missions',
