@@ -35,12 +35,15 @@ impl ReservationRows for Rows<'_, '_> {
                 )?
             } else {
                 self.0.query(
-                    "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND id IN (
+                    // The ids as one array (an init plan), so that even the
+                    // cached generic plan reads the reservations by their key
+                    // instead of hashing the whole mesh's.
+                    "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND id = ANY(ARRAY(
                         SELECT reservation_id FROM mesh_path_reservation_prefixes
                          WHERE mesh_id = $1 AND scope = $2 AND prefix = ANY($3::text[])
                         UNION
                         SELECT reservation_id FROM mesh_path_reservation_prefixes
-                         WHERE mesh_id = $1 AND scope = $2 AND prefix > $4 || '/' AND prefix < $4 || '0')",
+                         WHERE mesh_id = $1 AND scope = $2 AND prefix > $4 || '/' AND prefix < $4 || '0'))",
                     &[&mesh_id, &scope, &up, prefix],
                 )?
             };

@@ -9,14 +9,15 @@
 //! - `reservation-denied`: a request that overlaps one reservation, denied
 //!   and recorded.
 //!
-//! The floor is `reads`' and `floor`'s one-statement read and bare commit of
-//! the same run.
+//! The floor is `floor`'s bare commit of the same run. Group `pg-reservations`
+//! runs the same cases on a PostgreSQL installation (`pg-reservation-*`), to be
+//! read against `pg-floor`'s `pg-select-floor` and `pg-insert-floor`.
 
 use agentmesh_core::reservation::{self, NewReservation, PathPattern};
 use agentmesh_store::Reserved;
 
 use crate::data::{MESH_ID, at};
-use crate::harness::{CaseStore, Harness};
+use crate::harness::Harness;
 use crate::timing::Timer;
 
 const SCOPE: &str = "/bench/repo";
@@ -25,7 +26,19 @@ const SCOPE: &str = "/bench/repo";
 pub(crate) fn run(h: &mut Harness) {
     let n = h.opts().scale(10_000);
     let calls = h.opts().scale(2_000).max(100);
-    h.run_case(&format!("reservations-{n}"), |h, case| reservations(h, case, n, calls));
+    h.run_case(&format!("reservations-{n}"), |h, case| {
+        reservations(h, case.store(), "", n, calls, || Ok(()))
+    });
+}
+
+/// Runs group `pg-reservations`.
+pub(crate) fn run_pg(h: &mut Harness) {
+    let n = h.opts().scale(10_000);
+    let calls = h.opts().scale(2_000).max(100);
+    crate::pg::run_case(h, &format!("pg-reservations-{n}"), |h, case| {
+        let store = case.open_store(4)?;
+        reservations(h, &store, "pg-", n, calls, || case.vacuum_analyze())
+    });
 }
 
 fn request(session: String, pattern: String) -> NewReservation {
@@ -40,8 +53,14 @@ fn request(session: String, pattern: String) -> NewReservation {
     }
 }
 
-fn reservations(h: &mut Harness, case: &CaseStore, n: usize, calls: usize) -> anyhow::Result<()> {
-    let store = case.store();
+fn reservations(
+    h: &mut Harness,
+    store: &dyn agentmesh_store::Store,
+    prefix: &str,
+    n: usize,
+    calls: usize,
+    settle: impl Fn() -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     for i in 0..n {
         let granted = store.reserve(
             MESH_ID,
@@ -50,6 +69,8 @@ fn reservations(h: &mut Harness, case: &CaseStore, n: usize, calls: usize) -> an
         )?;
         anyhow::ensure!(matches!(granted, Reserved::Granted(_)), "seed reservation {i} denied");
     }
+    // The server's planner statistics of the seeded tables, as autovacuum keeps them.
+    settle()?;
     let now = at(1);
 
     let mut timer = Timer::default();
@@ -68,7 +89,7 @@ fn reservations(h: &mut Harness, case: &CaseStore, n: usize, calls: usize) -> an
         })?;
         blocked += usize::from(found > 0);
     }
-    h.report("reservation-check", n, calls, &timer);
+    h.report(&format!("{prefix}reservation-check"), n, calls, &timer);
     h.check(
         "reservation-check finds the reserved paths and only them",
         blocked == calls.div_ceil(2),
@@ -81,7 +102,7 @@ fn reservations(h: &mut Harness, case: &CaseStore, n: usize, calls: usize) -> an
         let got = timer.time(|| store.reserve(MESH_ID, &req, now))?;
         anyhow::ensure!(matches!(got, Reserved::Granted(_)), "a free path was denied");
     }
-    h.report("reservation-grant", n, calls, &timer);
+    h.report(&format!("{prefix}reservation-grant"), n, calls, &timer);
 
     let mut timer = Timer::default();
     for c in 0..calls {
@@ -93,6 +114,6 @@ fn reservations(h: &mut Harness, case: &CaseStore, n: usize, calls: usize) -> an
             "an overlapping request: {got:?}"
         );
     }
-    h.report("reservation-denied", n, calls, &timer);
+    h.report(&format!("{prefix}reservation-denied"), n, calls, &timer);
     Ok(())
 }
