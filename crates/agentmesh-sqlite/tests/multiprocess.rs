@@ -11,6 +11,7 @@ use std::process::{Command, ExitCode, Stdio};
 
 use agentmesh_core::{Claimant, LedgerQuery, NewTask, TaskStatus, Timestamp};
 use agentmesh_sqlite::SqliteStore;
+use agentmesh_store::conformance::reservation_race as race;
 use agentmesh_store::prelude::*;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, StoreError};
 
@@ -21,9 +22,9 @@ const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--reserve-worker") {
-        wait_for_start(std::path::Path::new(&args[i + 3]));
-        return reserve_worker(&args[i + 1], &args[i + 2]);
+    if let Some(i) = args.iter().position(|a| a == race::RACER_ARG) {
+        race::racer(&open_racer_store(&args[i + 1]), &args[i + 1..]);
+        return ExitCode::SUCCESS;
     }
     match args.iter().position(|a| a == "--worker") {
         Some(i) => worker(&args[i + 1], &args[i + 2]),
@@ -107,69 +108,16 @@ fn parent() -> ExitCode {
     let claimed = ledger.iter().filter(|e| e.kind == "task_claimed").count();
     assert_eq!(claimed, TASKS, "one task_claimed entry per task");
     println!("test sixteen_processes_claim_each_task_exactly_once ... ok ({busy_workers} workers took work)");
-    reservation_race(&exe, db.to_str().unwrap(), &store);
+    let raced = race::race_in_processes(&exe, db.to_str().unwrap(), WORKERS, &store);
+    println!(
+        "test sixteen_processes_reserve_overlapping_paths ... ok ({} granted, {} denied)",
+        raced.granted, raced.denied
+    );
     println!("\ntest result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out");
     ExitCode::SUCCESS
 }
 
-/// Turns of the reservation race per process.
-const RESERVE_ROUNDS: usize = 60;
-
-/// One racer of the reservation race, with a store of its own; prints its
-/// grants and denials.
-fn reserve_worker(db: &str, n: &str) -> ExitCode {
-    let store = SqliteStore::open(db).expect("a racer opens the database");
-    let n: usize = n.parse().expect("a racer number");
-    let raced = agentmesh_store::conformance::reservation_race::race_reservations(
-        &store,
-        RESERVE_MESH,
-        n,
-        RESERVE_ROUNDS,
-        NOW,
-    );
-    println!("{} {}", raced.granted, raced.denied);
-    ExitCode::SUCCESS
-}
-
-const RESERVE_MESH: &str = "reserve-race";
-
-/// Waits until the parent creates `go` (every racer started), at most a minute.
-fn wait_for_start(go: &std::path::Path) {
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !go.exists() && std::time::Instant::now() < until {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
-/// Sixteen processes reserve overlapping paths at once; the ledger, replayed in
-/// commit order, never shows two overlapping holders where either is
-/// exclusive, and every denial names a reservation held then.
-fn reservation_race(exe: &std::path::Path, db: &str, store: &dyn agentmesh_store::Store) {
-    let start_path = std::env::temp_dir().join(format!("agentmesh-reserve-race-{}.go", std::process::id()));
-    let children: Vec<_> = (0..WORKERS)
-        .map(|n| {
-            Command::new(exe)
-                .args(["--reserve-worker", db, &n.to_string(), start_path.to_str().unwrap()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn a racer")
-        })
-        .collect();
-    // Every racer is started before any begins, so their turns overlap.
-    std::fs::write(&start_path, b"go").expect("the start file");
-    let (mut granted, mut denied) = (0, 0);
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a racer failed: {:?}", out.status);
-        let text = String::from_utf8(out.stdout).unwrap();
-        let counts: Vec<u64> = text.split_whitespace().map(|w| w.parse().unwrap()).collect();
-        granted += counts[0];
-        denied += counts[1];
-    }
-    let seen = agentmesh_store::conformance::reservation_race::check_reservation_ledger(store, RESERVE_MESH)
-        .unwrap_or_else(|problem| panic!("the reservation ledger breaks the invariant: {problem}"));
-    assert_eq!((seen.granted, seen.denied), (granted, denied), "the ledger records every answer");
-    assert!(granted > 0 && denied > 0, "the race needs grants and denials: {granted} {denied}");
-    let _ = std::fs::remove_file(&start_path);
-    println!("test sixteen_processes_reserve_overlapping_paths ... ok ({granted} granted, {denied} denied)");
+/// A racer's own store on the database file `db`.
+fn open_racer_store(db: &str) -> SqliteStore {
+    SqliteStore::open(db).expect("a racer opens the database")
 }

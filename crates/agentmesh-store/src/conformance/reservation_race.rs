@@ -1,5 +1,6 @@
 //! Path reservations raced by many OS processes, each with a store of its own
-//! on one database (what each backend's `multiprocess` test runs): every
+//! on one database (what each backend's `multiprocess` test runs, with
+//! [`race_in_processes`] in the parent and [`racer`] in each child): every
 //! process reserves patterns that overlap the others', and releases what it
 //! was granted on its next turn. Afterwards the ledger, read in commit order,
 //! is replayed: at no point may two sessions hold overlapping reservations
@@ -7,11 +8,72 @@
 //! was held at that point.
 
 use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use agentmesh_core::{NewReservation, PathPattern, SliceQuery, Timestamp};
 
 use crate::retry::retrying;
 use crate::{Fence, Reserved, Store};
+
+/// The mesh the race runs in.
+pub const RACE_MESH: &str = "reserve-race";
+
+/// Turns of the race per process.
+const ROUNDS: usize = 60;
+
+/// The argument that makes a test binary a racer: `RACER_ARG <db> <n> <start file>`.
+pub const RACER_ARG: &str = "--reserve-racer";
+
+/// The parent: starts `processes` copies of `exe` as racers on the database
+/// `db` (which each opens itself), lets them go together once all are
+/// started, and checks what they report against the ledger of `store` (see the
+/// module). Panics naming what broke; returns the grants and denials.
+pub fn race_in_processes(exe: &Path, db: &str, processes: usize, store: &dyn Store) -> Raced {
+    let start = std::env::temp_dir().join(format!("agentmesh-reserve-race-{}.go", std::process::id()));
+    let start_arg = start.to_str().expect("a UTF-8 temp dir").to_owned();
+    let children: Vec<Child> = (0..processes)
+        .map(|n| {
+            Command::new(exe)
+                .args([RACER_ARG, db, &n.to_string(), &start_arg])
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("spawn a racer")
+        })
+        .collect();
+    // Every racer is started before any begins, so their turns overlap.
+    std::fs::write(&start, b"go").expect("the start file");
+    let mut total = Raced::default();
+    for child in children {
+        let out = child.wait_with_output().expect("a racer ends");
+        assert!(out.status.success(), "a racer failed: {:?}", out.status);
+        let text = String::from_utf8(out.stdout).expect("a racer prints UTF-8");
+        let counts: Vec<u64> = text.split_whitespace().map(|w| w.parse().expect("a count")).collect();
+        total.granted += counts[0];
+        total.denied += counts[1];
+    }
+    let _ = std::fs::remove_file(&start);
+    let seen = check_reservation_ledger(store, RACE_MESH)
+        .unwrap_or_else(|problem| panic!("the reservation ledger breaks the invariant: {problem}"));
+    assert_eq!(seen, total, "the ledger records every answer");
+    assert!(total.granted > 0 && total.denied > 0, "the race needs grants and denials: {total:?}");
+    total
+}
+
+/// A racer (`args` after [`RACER_ARG`]: the database, its number and the start
+/// file): waits for the start, races on `store`, and prints its grants and
+/// denials for the parent.
+pub fn racer(store: &dyn Store, args: &[String]) {
+    let n: usize = args[1].parse().expect("a racer number");
+    let go = Path::new(&args[2]);
+    let until = Instant::now() + Duration::from_secs(60);
+    while !go.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let raced = race_reservations(store, RACE_MESH, n, ROUNDS, Timestamp::from_millis(1_780_000_000_000));
+    println!("{} {}", raced.granted, raced.denied);
+}
 
 /// The patterns the racers ask for, all overlapping some of the others.
 const PATTERNS: [&str; 7] =
