@@ -23,7 +23,11 @@
 //!   missions) and the administrative writes.
 //!
 //! A transaction takes all of its keys at its start, in ascending key order,
-//! so two writes never wait on each other's keys in a cycle. Keys are 64-bit
+//! so two writes never wait on each other's keys in a cycle. The one key taken
+//! later is the reservations key, by a claim that meets a task declaring paths;
+//! no cycle can pass through it, since whoever holds it waits for no other key
+//! and no row: a reservation write takes no other lock, and a claim holding it
+//! only writes its own task's row (already locked) and reservation rows. Keys are 64-bit
 //! FNV-1a hashes of the installation's schema, the kind, the mesh and the id:
 //! two that collide only share a lock, which costs concurrency, never
 //! correctness.
@@ -31,7 +35,8 @@
 //! Each operation's locks:
 //!
 //! - claim: the session and node keys, and the task it takes, locked
-//!   `FOR NO KEY UPDATE SKIP LOCKED` (see `tasks::claim`).
+//!   `FOR NO KEY UPDATE SKIP LOCKED` (see `tasks::claim`); when that task
+//!   declares paths, the reservations key too, before its paths are checked.
 //! - complete, fail, heartbeat, cancel, requeue, priority, reclaim: the task
 //!   `FOR UPDATE`, and each dependent `FOR UPDATE` before its readiness is
 //!   recounted. The decision reads the row it writes; two completions of one

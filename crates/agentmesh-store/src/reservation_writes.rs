@@ -185,6 +185,7 @@ pub fn renew<R: ReservationRows>(
     ttl_ms: Option<u64>,
     now: Timestamp,
 ) -> Result<Reservation, R::Error> {
+    let asked = ttl_ms.map(reservation::check_ttl).transpose().map_err(StoreError::from)?;
     let held = fenced(rows, mesh_id, id, fence, now)?;
     if held.task_id.is_some() {
         return Err(StoreError::ReservationFenced {
@@ -193,22 +194,7 @@ pub fn renew<R: ReservationRows>(
         }
         .into());
     }
-    let ttl = match ttl_ms {
-        Some(0) => {
-            return Err(
-                StoreError::from(agentmesh_core::InvalidInput::new("ttlMs", "must be at least 1")).into()
-            );
-        }
-        Some(ms) if ms > reservation::MAX_TTL_MS => {
-            return Err(StoreError::from(agentmesh_core::InvalidInput::new(
-                "ttlMs",
-                format!("must be at most {} (a week)", reservation::MAX_TTL_MS),
-            ))
-            .into());
-        }
-        Some(ms) => ms,
-        None => lived(&held),
-    };
+    let ttl = asked.unwrap_or_else(|| lived(&held));
     let renewed = reservation::renewed(&held, ttl, now);
     rows.put(&renewed)?;
     rows.append(&entry(&renewed, kinds::RENEWED, now, json!({})))?;

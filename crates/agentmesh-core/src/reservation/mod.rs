@@ -165,14 +165,7 @@ impl NewReservation {
             Some(r) if r.trim().is_empty() => None,
             Some(r) => Some(InvalidInput::one_line("reason", r, 500)?),
         };
-        let ttl_ms = match self.ttl_ms {
-            None => DEFAULT_TTL_MS,
-            Some(0) => return Err(InvalidInput::new("ttlMs", "must be at least 1")),
-            Some(ms) if ms > MAX_TTL_MS => {
-                return Err(InvalidInput::new("ttlMs", format!("must be at most {MAX_TTL_MS} (a week)")));
-            }
-            Some(ms) => ms,
-        };
+        let ttl_ms = self.ttl_ms.map_or(Ok(DEFAULT_TTL_MS), check_ttl)?;
         Ok(ValidReservation {
             scope,
             session_id: self.session_id.trim().to_owned(),
@@ -206,6 +199,18 @@ impl ValidReservation {
             renewed_at: now.iso(),
             expires_at: Some(now.plus_millis(ttl).iso()),
         }
+    }
+}
+
+/// A time to live a caller gave (`ttlMs`): at least 1 ms, at most
+/// [`MAX_TTL_MS`].
+pub fn check_ttl(ms: u64) -> Result<u64, InvalidInput> {
+    match ms {
+        0 => Err(InvalidInput::new("ttlMs", "must be at least 1")),
+        ms if ms > MAX_TTL_MS => {
+            Err(InvalidInput::new("ttlMs", format!("must be at most {MAX_TTL_MS} (a week)")))
+        }
+        ms => Ok(ms),
     }
 }
 
@@ -408,7 +413,7 @@ pub fn check_fence(
 
 /// `reservation` renewed at `now` for `ttl_ms` more.
 pub fn renewed(reservation: &Reservation, ttl_ms: u64, now: Timestamp) -> Reservation {
-    let ttl = i64::try_from(ttl_ms.min(MAX_TTL_MS)).unwrap_or(i64::MAX);
+    let ttl = i64::try_from(ttl_ms).unwrap_or(i64::MAX);
     Reservation {
         renewed_at: now.iso(),
         expires_at: reservation.task_id.is_none().then(|| now.plus_millis(ttl).iso()),

@@ -419,23 +419,7 @@ fn write_blocked(w: &mut dyn Write, view: &CheckView) -> std::io::Result<()> {
     writeln!(w, "agentmesh guard: {outcome}: {paths} reserved by {whose}:")?;
     for blocked in &view.blocked {
         writeln!(w, "  {}", blocked.path)?;
-        for holder in &blocked.held_by {
-            let patterns: Vec<&str> = holder.patterns.iter().map(PathPattern::as_str).collect();
-            write!(
-                w,
-                "    held by session {} on node {}, pattern {}",
-                holder.session_id,
-                holder.node_id,
-                patterns.join(", ")
-            )?;
-            if let Some(task) = &holder.task_id {
-                write!(w, ", task {task}")?;
-            }
-            if let Some(until) = &holder.expires_at {
-                write!(w, ", until {until}")?;
-            }
-            writeln!(w, " (reservation {})", holder.reservation_id)?;
-        }
+        super::reservations::write_conflicts(w, &blocked.held_by)?;
     }
     match view.mode {
         Mode::Warn => writeln!(w, "  the commit goes ahead ({GUARD_ENV}=warn)"),
@@ -552,7 +536,7 @@ mod tests {
         );
         assert!(
             refusal.contains(
-                "  src/a.rs\n    held by session w1 on node n1, pattern src/**, task t-42 (reservation r1)"
+                "  src/a.rs\n  - src/** (exclusive) held by session w1 on node n1 for task t-42 (reservation r1)"
             ),
             "{refusal}"
         );

@@ -175,7 +175,8 @@ fn until(r: &Reservation) -> String {
     }
 }
 
-fn write_conflicts(w: &mut dyn Write, conflicts: &[Conflict]) -> std::io::Result<()> {
+/// Writes each conflict on a line of its own: what holds the paths, and its id.
+pub(super) fn write_conflicts(w: &mut dyn Write, conflicts: &[Conflict]) -> std::io::Result<()> {
     for c in conflicts {
         writeln!(w, "  - {c} (reservation {})", c.reservation_id)?;
     }
