@@ -158,12 +158,14 @@ const ready = {
       name, type: 'text', placeholder: hint, 'aria-label': label,
       onchange: (e) => { this.worker[name] = e.target.value.trim(); ctx.refresh(); },
     }));
+    // The heading, the worker's form and its queue, then the mesh's lists.
     put(ctx.main,
-      h('div', { class: 'ready-page' }, h('h1', {}, 'Ready now'), h('p', { class: 'hint' }, 'loading…')),
+      h('div', { class: 'ready-head' }, h('h1', {}, 'Ready now'), h('p', { class: 'hint' }, 'loading…')),
       h('form', { class: 'filters worker-filter', onsubmit: (e) => e.preventDefault() },
         h('span', { class: 'hint' }, 'For one worker: '),
         input('node', 'Node', 'its node'), input('session', 'Session', 'its session'), input('tags', 'Tags', 'gpu, linux')),
-      h('div', { class: 'worker-ready' }));
+      h('div', { class: 'worker-ready' }),
+      h('div', { class: 'ready-page' }));
   },
 
   async update(ctx) {
@@ -183,11 +185,13 @@ const ready = {
         t.missionId ? h('a', { href: ctx.link('mission', t.missionId) }, t.missionId) : null,
         limits(t).map((limit) => h('span', { class: 'limit' }, limit))),
     ];
-    put(ctx.main.querySelector('.ready-page'),
+    put(ctx.main.querySelector('.ready-head'),
       h('h1', {}, 'Ready now ', h('span', { class: 'count' }, String(readyNow.length))),
       h('p', { class: 'hint' }, 'The tasks a worker claims next, in order: higher priority first, then the oldest. ',
         'A worker takes the first it qualifies for; one that needs a tag, a node or a session goes only to such a worker.'),
-      complete ? null : h('p', { class: 'hint' }, `Only the first ${tasks.length} pending tasks are read.`),
+      complete ? null : h('p', { class: 'hint' }, `Only the first ${tasks.length} pending tasks are read.`));
+    put(ctx.main.querySelector('.ready-page'),
+      this.worker.node || this.worker.session ? h('h2', {}, 'Every worker') : null,
       readyNow.length
         ? h('ol', { class: 'queue ready-list' }, readyNow.map(({ t }) => h('li', { 'data-task': t.id }, line(t))))
         : h('p', { class: 'hint' }, 'Nothing is ready to claim.'),
@@ -560,13 +564,13 @@ const workers = {
       h('h1', {}, 'Coordinators'),
       table(['Daemon', 'Run', 'Session', 'Events waiting'],
         status.pendingByCoordinator.map((c) => h('tr', {}, h('td', {}, c.daemonId || (c.runId || c.sessionId ? '' : 'everyone (broadcast)')), h('td', {}, c.runId || ''), h('td', {}, c.sessionId || ''), h('td', {}, c.count)))),
-      h('h1', {}, 'Path reservations'),
+      h('section', { class: 'reservations' }, h('h1', {}, 'Path reservations'),
       reservations.length
         ? table(['Holder', 'Paths', 'Kind', 'Task', 'Until', 'Repository', 'Why'], reservations.map((r) => h('tr', { class: 'reservation', 'data-reservation': r.id },
           h('td', {}, `${r.sessionId} on ${r.nodeId}`), h('td', {}, r.patterns.join(', ')), h('td', {}, r.exclusive ? 'exclusive' : 'shared'),
           h('td', {}, r.taskId ? h('a', { href: ctx.link('task', r.taskId), title: r.taskId }, short(r.taskId)) : ''),
           h('td', {}, r.expiresAt ? `lapses ${ago(r.expiresAt)}` : 'while the task is held'), h('td', {}, r.scope), h('td', {}, r.reason || ''))))
-        : h('p', { class: 'hint' }, 'No paths are reserved.'),
+        : h('p', { class: 'hint' }, 'No paths are reserved.')),
       h('h2', {}, `Held events (${held.length})`),
       held.length ? h('ul', { class: 'held' }, held.map((e) => h('li', {},
         h('span', { class: 'kind' }, e.event ? plain(e.event) : 'an event'), ' ', reasonWords(e.reason), ' ',
