@@ -2538,6 +2538,23 @@ async fn a_reservation_is_granted_denied_checked_and_a_waiting_one_is_woken_by_t
         let response = daemon.post("/v1/meshes/m/reservations", body).await;
         assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", field);
     }
+    for (body, field) in [
+        (json!({ "scope": "app", "paths": [] }), "paths"),
+        (json!({ "scope": "app", "paths": ["ok.rs", "../up"] }), "paths[1]"),
+        (json!({ "scope": " ", "paths": ["a"] }), "scope"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/reservations/check", body).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", field);
+    }
+    // A bad renewal or release is refused naming the field, and the reservation is as it was.
+    let renew = json!({ "sessionId": "w1", "epoch": 1, "ttlMs": 0 });
+    let response = daemon.post(&format!("/v1/meshes/m/reservations/{id}/renew"), renew).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "ttlMs");
+    let release = json!({ "sessionId": "w1", "epoch": 1, "ttlMs": 5 });
+    let response = daemon.post(&format!("/v1/meshes/m/reservations/{id}/release"), release).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "ttlMs");
+    let (_, listed) = daemon.get("/v1/meshes/m/reservations?scope=app").await;
+    assert_eq!(listed[0]["expiresAt"], granted["reservation"]["expiresAt"], "unchanged: {listed}");
     let stale = json!({ "sessionId": "w1", "epoch": 2 });
     let response = daemon.post(&format!("/v1/meshes/m/reservations/{id}/release"), stale).await;
     assert_error(&response, StatusCode::CONFLICT, "reservation_fenced", "epoch");

@@ -36,7 +36,9 @@
 //! - [`holds`]: in-flight holds: the first instant kept by an upsert, reads by
 //!   task, the list in held order, release.
 //! - [`reservations`]: path reservations: denials naming each conflict once,
-//!   shared and exclusive, fenced renew and release, lapse and sweep.
+//!   shared and exclusive, fenced renew and release, lapse and sweep, tasks
+//!   that declare paths; [`reservation_race`] the race of many processes that
+//!   each backend's `multiprocess` test runs, checked against the ledger.
 //! - [`guardrail`]: the read-only guardrail on the messages of read-only tasks.
 //! - [`inbox`]: the coordinator inbox: stamping, fingerprint and event-id dedup,
 //!   the drain window, peek, ack, retract, mesh isolation, and a
