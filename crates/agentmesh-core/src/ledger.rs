@@ -204,6 +204,11 @@ pub struct LedgerSlice {
     /// Entries in (timestamp, id) order, or in sequence order when the page was
     /// read by sequence.
     pub entries: Vec<LedgerEntry>,
+    /// On a page read by sequence, each entry's sequence number, in the order
+    /// of `entries`: passed as `afterSeq`, it reads what follows that entry.
+    /// Empty on a page read by time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seqs: Vec<u64>,
     /// Paging state.
     pub cursor: SliceCursor,
     /// Where the page came from.

@@ -23,6 +23,8 @@
 //!   overlap rule.
 //! - [`rate_guard`], [`mission`], [`placement`]: the tool-call rate guard, missions
 //!   with derived progress, and node ranking under a scheduling strategy.
+//! - [`webhook`]: webhook subscriptions: receivers a daemon may call, filters,
+//!   secrets, retries and the body of one delivery.
 //! - [`events`]: the coordinator inbox: pending events, v2 envelope, routing, fingerprints, texts.
 
 pub mod claim;
@@ -46,6 +48,7 @@ pub mod sessions;
 pub mod tags;
 pub mod task;
 mod time;
+pub mod webhook;
 
 pub use claim::{CandidateFacts, ClaimRefusal, Claimant, NodeLoad, TranscriptProfile};
 pub use delivery::{DeliveryStatus, NewSessionDelivery, SessionDelivery};
@@ -66,3 +69,4 @@ pub use sessions::{
 };
 pub use task::{Progress, ProgressReport, Task, TaskMode, TaskPriority, TaskStatus};
 pub use time::Timestamp;
+pub use webhook::{NewWebhook, Webhook, WebhookState};

@@ -357,15 +357,20 @@ task in full use show_task.",
 
     #[tool(
         description = "Show one task: status, assignment, attempts, dependencies, the worker's final \
-summary or failure reason.",
+summary or failure reason, and whether its delivery to the worker was confirmed (deliveryConfirmed: \
+delivered, acknowledged or completed; a task without a confirmed delivery may be reclaimed).",
         input_schema = schema::<TaskIdArgs>(),
         annotations(read_only_hint = true)
     )]
     async fn show_task(&self, arguments: JsonObject) -> ToolResult {
         let TaskIdArgs { task_id } = args::parse(arguments)?;
         let task_id = args::id_argument("taskId", task_id)?;
-        let task = self.run(move |api, mesh| api.show_task(mesh, &task_id)).await?;
-        answer_json(json!({ "task": task }))
+        let (task, delivery) = self
+            .run(move |api, mesh| {
+                Ok((api.show_task(mesh, &task_id)?, api.delivery_confirmed(mesh, &task_id)?))
+            })
+            .await?;
+        answer_json(json!({ "task": task, "deliveryConfirmed": delivery.confirmed }))
     }
 
     #[tool(

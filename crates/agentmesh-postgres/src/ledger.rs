@@ -375,8 +375,10 @@ pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<(Ledg
             let last_read = rows.last().map_or(after, |(_, seq)| unsigned(*seq));
             let head = head.map_or(last_read, unsigned);
             let next_after_seq = if full { last_read } else { head };
+            let seqs = rows.iter().map(|(_, seq)| unsigned(*seq)).collect();
             let entries = rows.into_iter().map(|(e, _)| e).collect();
             let mut page = page(mesh_id, entries, None, next_after_id, limit, full);
+            page.seqs = seqs;
             page.cursor.after_seq = Some(after);
             page.cursor.next_after_seq = Some(next_after_seq);
             page.cursor.head_seq = Some(head);
@@ -401,6 +403,7 @@ fn page(
     has_more: bool,
 ) -> LedgerSlice {
     LedgerSlice {
+        seqs: Vec::new(),
         protocol: SLICE_PROTOCOL.to_owned(),
         mesh_id: mesh_id.to_owned(),
         entries,

@@ -41,6 +41,7 @@ mod tasks;
 #[cfg(test)]
 mod testing;
 mod transfer;
+mod webhooks;
 
 pub use cluster::{LEADER_LEASE, Listener, UpkeepLeader, database_now};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;

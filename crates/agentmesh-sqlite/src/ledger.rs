@@ -261,8 +261,10 @@ fn slice_by_sequence(
         (head, false)
     };
     let next_after_id = rows.last().map(|(e, _)| e.id.clone());
+    let seqs = rows.iter().filter_map(|(_, seq)| *seq).collect();
     let mut page =
         page(mesh_id, rows.into_iter().map(|(e, _)| e).collect(), None, next_after_id, limit, has_more);
+    page.seqs = seqs;
     page.cursor.after_seq = Some(after_seq);
     page.cursor.next_after_seq = Some(next_after_seq);
     page.cursor.head_seq = Some(head);
@@ -313,6 +315,7 @@ fn page(
     has_more: bool,
 ) -> LedgerSlice {
     LedgerSlice {
+        seqs: Vec::new(),
         protocol: SLICE_PROTOCOL.to_owned(),
         mesh_id: mesh_id.to_owned(),
         entries,

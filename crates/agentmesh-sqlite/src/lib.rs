@@ -47,6 +47,7 @@ mod space;
 mod store_impl;
 mod tasks;
 mod transfer;
+mod webhooks;
 mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};

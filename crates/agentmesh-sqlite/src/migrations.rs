@@ -84,6 +84,7 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0016_path_reservations.sql"),
         after: None,
     },
+    Migration { name: "0017_webhooks", sql: include_str!("../migrations/0017_webhooks.sql"), after: None },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

@@ -23,8 +23,8 @@ use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, Upse
 
 use crate::durability::Ceilings;
 use crate::tasks::Rows;
-use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, reservations, runtime, tasks};
-use agentmesh_store::reservation_writes;
+use crate::{Fail, Res, SqliteStore, inbox, ledger, missions, reservations, runtime, tasks, webhooks};
+use agentmesh_store::{reservation_writes, webhook_writes};
 
 impl Store for SqliteStore {
     fn mesh_summaries(&self) -> StoreResult<Vec<agentmesh_store::MeshSummary>> {
@@ -646,5 +646,52 @@ impl ReservationStore for SqliteStore {
 
     fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64> {
         self.write(|tx| reservations::expire(tx, now))
+    }
+}
+
+impl WebhookStore for SqliteStore {
+    fn add_webhook(
+        &self,
+        mesh_id: &str,
+        valid: &agentmesh_core::webhook::ValidWebhook,
+        secret: &str,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Webhook> {
+        self.write(|tx| webhook_writes::add(&webhooks::Rows(tx), mesh_id, valid, secret, now))
+    }
+
+    fn webhooks(&self, mesh_id: Option<&str>) -> StoreResult<Vec<agentmesh_core::Webhook>> {
+        self.read(|c| webhooks::list(c, mesh_id))
+    }
+
+    fn webhook_secret(&self, mesh_id: &str, id: &str) -> StoreResult<Option<String>> {
+        self.read(|c| webhooks::secret(c, mesh_id, id))
+    }
+
+    fn remove_webhook(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Webhook> {
+        self.write(|tx| webhook_writes::remove(&webhooks::Rows(tx), mesh_id, id, now))
+    }
+
+    fn webhook_command(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        command: agentmesh_store::WebhookCommand,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Webhook> {
+        self.write(|tx| webhook_writes::command(&webhooks::Rows(tx), mesh_id, id, command, now))
+    }
+
+    fn save_webhook_progress(
+        &self,
+        hook: &agentmesh_core::Webhook,
+        now: Timestamp,
+    ) -> StoreResult<Option<agentmesh_core::Webhook>> {
+        self.write(|tx| webhook_writes::save_progress(&webhooks::Rows(tx), hook, now))
     }
 }

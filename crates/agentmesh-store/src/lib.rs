@@ -39,6 +39,7 @@ pub mod route_columns;
 pub mod submit;
 pub mod task_writes;
 pub mod transfer;
+pub mod webhook_writes;
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -50,6 +51,7 @@ pub use error::{FullStorage, IdScope, StoreError};
 pub use raw_json::RawJson;
 pub use reservation_writes::{Fence, Reserved};
 pub use submit::Submitted;
+pub use webhook_writes::WebhookCommand;
 
 /// The store traits, for `use agentmesh_store::prelude::*`: calling an operation
 /// needs the trait of its group in scope.
@@ -57,6 +59,7 @@ pub mod prelude {
     pub use crate::transfer::TransferStore;
     pub use crate::{
         InboxStore, LedgerStore, MissionStore, QueueStore, ReservationStore, RuntimeStore, Store,
+        WebhookStore,
     };
 }
 
@@ -447,7 +450,16 @@ pub struct PruneReport {
 /// operation again ([`StoreError::is_retryable`], [`retry`]). Every other error is
 /// final for that request; retrying it gives the same answer.
 pub trait Store:
-    QueueStore + LedgerStore + RuntimeStore + MissionStore + InboxStore + ReservationStore + Send + Sync + 'static
+    QueueStore
+    + LedgerStore
+    + RuntimeStore
+    + MissionStore
+    + InboxStore
+    + ReservationStore
+    + WebhookStore
+    + Send
+    + Sync
+    + 'static
 {
     /// Every mesh the store holds a row of (a task, ledger entry, inbox event,
     /// mission, session delivery, direct dispatch or idle session), by mesh id, with
@@ -539,6 +551,52 @@ pub trait ReservationStore: Send + Sync + 'static {
     /// Removes every reservation of every mesh lapsed at `now`, each with its
     /// `reservation_expired` entry; how many.
     fn expire_reservations(&self, now: Timestamp) -> StoreResult<u64>;
+}
+
+/// Webhook subscriptions: the receivers a mesh's ledger is sent to, their
+/// cursors and delivery state ([`webhook_writes`]). Part of [`Store`].
+pub trait WebhookStore: Send + Sync + 'static {
+    /// Adds a subscription with its signing secret (ledger `webhook_added`,
+    /// without the secret). It follows from its own entry, or from the
+    /// ledger's first entry when `valid.from_start`.
+    fn add_webhook(
+        &self,
+        mesh_id: &str,
+        valid: &agentmesh_core::webhook::ValidWebhook,
+        secret: &str,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Webhook>;
+
+    /// The subscriptions of `mesh_id`, or of every mesh when `None`, oldest
+    /// first. Never their secrets.
+    fn webhooks(&self, mesh_id: Option<&str>) -> StoreResult<Vec<agentmesh_core::Webhook>>;
+
+    /// The signing secret of a subscription; `None` for an unknown one.
+    fn webhook_secret(&self, mesh_id: &str, id: &str) -> StoreResult<Option<String>>;
+
+    /// Removes a subscription (ledger `webhook_removed`); an unknown id is
+    /// [`StoreError::NotFound`].
+    fn remove_webhook(&self, mesh_id: &str, id: &str, now: Timestamp)
+    -> StoreResult<agentmesh_core::Webhook>;
+
+    /// Runs an operator's command on a subscription, recorded in the ledger
+    /// ([`WebhookCommand`]).
+    fn webhook_command(
+        &self,
+        mesh_id: &str,
+        id: &str,
+        command: WebhookCommand,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_core::Webhook>;
+
+    /// Writes a deliverer's progress by version
+    /// ([`webhook_writes::save_progress`]): `None`, with nothing changed, when
+    /// the subscription changed or went since it was read.
+    fn save_webhook_progress(
+        &self,
+        hook: &agentmesh_core::Webhook,
+        now: Timestamp,
+    ) -> StoreResult<Option<agentmesh_core::Webhook>>;
 }
 
 /// Tasks: the queue, claims and the lifecycle of a claimed task (completion,

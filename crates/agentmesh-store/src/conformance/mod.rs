@@ -52,6 +52,9 @@
 //!   against the invariant the contract promises.
 //! - [`missions`]: missions and their derived progress, the scheduler cursor and
 //!   round-robin placement.
+//! - [`webhooks`]: webhook subscriptions: where they start, the secret kept
+//!   apart, progress written by version, resume, skip and removal recorded;
+//!   the sequence number of each entry of a slice.
 //! - [`support`]: the clock, builders and assertion helpers the rules share.
 //!
 //! [`Store`]: crate::Store
@@ -75,6 +78,7 @@ pub mod sessions;
 pub mod support;
 pub mod tasks;
 pub mod transfer;
+pub mod webhooks;
 
 pub use claims::*;
 pub use concurrency::*;
@@ -91,6 +95,7 @@ pub use missions::*;
 pub use reservations::*;
 pub use sessions::*;
 pub use tasks::*;
+pub use webhooks::*;
 
 /// Expands into one `#[test]` per conformance rule, each running the rule against a
 /// fresh store built by the given expression.
@@ -253,6 +258,11 @@ macro_rules! conformance_tests {
             reservation_rejects_bad_input_naming_the_field,
             claim_reserves_a_tasks_paths_and_skips_a_task_over_reserved_ones,
             enqueue_refuses_bad_paths_naming_the_field,
+            // Webhook subscriptions.
+            webhook_starts_after_its_own_entry_and_keeps_its_secret_apart,
+            webhook_progress_is_written_only_over_the_version_read,
+            webhook_resume_skip_and_remove_are_recorded,
+            ledger_slice_names_each_entrys_sequence,
             // Idle sessions, fingerprints, conflicts, rate guard.
             idle_sessions_are_scoped_by_mesh,
             setting_an_idle_session_again_refreshes_it,

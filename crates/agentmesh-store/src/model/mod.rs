@@ -634,7 +634,7 @@ impl Model {
             query.kind.as_ref().is_none_or(|k| *k == e.kind)
                 && query.since.as_deref().is_none_or(|s| e.timestamp.as_str() >= s)
         };
-        let (entries, has_more, next_seq) = match query.after_seq {
+        let (entries, seqs, has_more, next_seq) = match query.after_seq {
             Some(after) => {
                 let rest: Vec<(u64, LedgerEntry)> = self
                     .sequence
@@ -647,7 +647,8 @@ impl Model {
                     .collect();
                 let page: Vec<(u64, LedgerEntry)> = rest.iter().take(limit).cloned().collect();
                 let next = page.last().map_or(after, |(s, _)| *s);
-                (page.into_iter().map(|(_, e)| e).collect::<Vec<_>>(), rest.len() > limit, Some(next))
+                let seqs = page.iter().map(|(s, _)| *s).collect();
+                (page.into_iter().map(|(_, e)| e).collect::<Vec<_>>(), seqs, rest.len() > limit, Some(next))
             }
             None => {
                 let all: Vec<LedgerEntry> = self.by_time(mesh_id);
@@ -660,7 +661,7 @@ impl Model {
                 };
                 let rest: Vec<LedgerEntry> = all[start..].iter().filter(|e| matches(e)).cloned().collect();
                 let page: Vec<LedgerEntry> = rest.iter().take(limit).cloned().collect();
-                (page, rest.len() > limit, None)
+                (page, Vec::new(), rest.len() > limit, None)
             }
         };
         LedgerSlice {
@@ -676,6 +677,7 @@ impl Model {
                 head_seq: query.after_seq.map(|_| self.sequence.len() as u64),
             },
             entries,
+            seqs,
             source_of_truth: agentmesh_core::ledger::SliceSource {
                 kind: "model".to_owned(),
                 table: "model".to_owned(),

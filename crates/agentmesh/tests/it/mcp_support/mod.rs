@@ -217,6 +217,10 @@ pub(crate) async fn exercise_every_tool(client: &Client) {
     let recorded = ok(client, "record_dispatched_task", direct.clone()).await;
     assert_eq!((&recorded["created"], &recorded["task"]["status"]), (&json!(true), &json!("assigned")));
     assert_eq!(ok(client, "record_dispatched_task", direct).await["created"], false);
+    let shown = ok(client, "show_task", json!({ "taskId": "t-d" })).await;
+    assert_eq!((&shown["task"]["id"], &shown["deliveryConfirmed"]), (&json!("t-d"), &json!(true)));
+    let queued = ok(client, "show_task", json!({ "taskId": "t-a" })).await;
+    assert_eq!(queued["deliveryConfirmed"], false, "{queued}");
     assert_eq!(ok(client, "requeue_held_events", json!({ "all": true })).await["requeued"], 0);
 
     // Work: complete t-a, fail t-b.

@@ -1,0 +1,10 @@
+-- Webhook subscriptions: the subscription as JSON in payload (its filter,
+-- cursor, delivery state and log), its signing secret apart, never in payload.
+CREATE TABLE mesh_webhooks (
+    mesh_id TEXT COLLATE "C" NOT NULL,
+    id TEXT COLLATE "C" NOT NULL,
+    secret TEXT NOT NULL,
+    created_at TEXT COLLATE "C" NOT NULL,
+    payload TEXT NOT NULL,
+    PRIMARY KEY (mesh_id, id)
+);
