@@ -25,6 +25,7 @@ mod remote;
 mod signal;
 pub mod views;
 pub mod watch;
+pub mod webhook;
 pub mod wire;
 
 pub use local::{Clock, DEFAULT_CROSS_PROCESS_POLL, DEFAULT_REQUEST_TIMEOUT, ENFORCE_ENV, LocalMesh};
@@ -282,6 +283,27 @@ pub trait MeshApi: Send + Sync {
     ) -> MeshResult<Vec<agentmesh_core::Reservation>>;
     /// Which of some paths another holder's exclusive reservation covers.
     fn check_paths(&self, mesh: &str, body: CheckPathsBody) -> MeshResult<CheckPathsView>;
+    /// Adds a webhook subscription; its secret is in the answer, the one time
+    /// it is shown.
+    fn add_webhook(&self, mesh: &str, body: webhook::WebhookBody) -> MeshResult<webhook::WebhookAddedView>;
+    /// The mesh's webhook subscriptions, oldest first (never their secrets).
+    fn webhooks(&self, mesh: &str) -> MeshResult<Vec<agentmesh_core::Webhook>>;
+    /// One webhook subscription, with its delivery log; `not_found` when the
+    /// mesh has none by this id.
+    fn webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook>;
+    /// Removes a webhook subscription (recorded).
+    fn remove_webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook>;
+    /// Resumes a failing subscription, or makes it skip the entry it is stuck
+    /// on (recorded).
+    fn webhook_command(
+        &self,
+        mesh: &str,
+        id: &str,
+        command: agentmesh_store::WebhookCommand,
+    ) -> MeshResult<agentmesh_core::Webhook>;
+    /// Sends a signed sample to a subscription's receiver and says how it
+    /// went; its cursor does not move.
+    fn test_webhook(&self, mesh: &str, id: &str) -> MeshResult<webhook::WebhookTestView>;
     /// Queues a message for a worker session.
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView>;
     /// Deliveries still waiting, for the mesh or one session.

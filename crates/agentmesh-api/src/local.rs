@@ -78,6 +78,8 @@ pub struct LocalMesh {
     cross_process_poll: Duration,
     enforce: bool,
     request_timeout: Duration,
+    webhook_policy: agentmesh_core::webhook::UrlPolicy,
+    webhook_timeout: Duration,
 }
 
 impl std::fmt::Debug for LocalMesh {
@@ -96,6 +98,8 @@ impl LocalMesh {
             wake_up: None,
             cross_process_poll: DEFAULT_CROSS_PROCESS_POLL,
             enforce: false,
+            webhook_policy: agentmesh_core::webhook::UrlPolicy::default(),
+            webhook_timeout: crate::webhook::DEFAULT_TIMEOUT,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
         }
     }
@@ -129,6 +133,28 @@ impl LocalMesh {
 
     /// Runs every drain in v2 enforce mode when `enforce` is set (a drain body
     /// may ask for it too); off unless set.
+    pub fn with_webhooks(
+        mut self,
+        policy: agentmesh_core::webhook::UrlPolicy,
+        timeout: Duration,
+    ) -> LocalMesh {
+        self.webhook_policy = policy;
+        self.webhook_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Where webhook subscriptions may send, as this mesh checks them.
+    pub fn webhook_policy(&self) -> agentmesh_core::webhook::UrlPolicy {
+        self.webhook_policy
+    }
+
+    /// How long a webhook receiver may take to answer.
+    pub fn webhook_timeout(&self) -> Duration {
+        self.webhook_timeout
+    }
+
+    /// Sets whether events are quarantined instead of re-attributed (see
+    /// [`ENFORCE_ENV`]).
     pub fn with_enforce(mut self, enforce: bool) -> LocalMesh {
         self.enforce = enforce;
         self
@@ -891,6 +917,80 @@ impl MeshApi for LocalMesh {
             })
             .collect();
         Ok(CheckPathsView { clear: blocked.is_empty(), blocked })
+    }
+
+    fn add_webhook(
+        &self,
+        mesh: &str,
+        body: crate::webhook::WebhookBody,
+    ) -> MeshResult<crate::webhook::WebhookAddedView> {
+        let mesh = mesh_id(mesh)?;
+        let valid = agentmesh_core::NewWebhook::from(body).validate(self.webhook_policy)?;
+        let secret = match &valid.secret {
+            Some(secret) => secret.clone(),
+            None => crate::webhook::new_secret()
+                .map_err(|reason| crate::MeshError::Store(StoreError::Unavailable(reason)))?,
+        };
+        let webhook = self.write(|store, now| store.add_webhook(mesh, &valid, &secret, now))?;
+        Ok(crate::webhook::WebhookAddedView { webhook, secret })
+    }
+
+    fn webhooks(&self, mesh: &str) -> MeshResult<Vec<agentmesh_core::Webhook>> {
+        let mesh = mesh_id(mesh)?;
+        Ok(self.store.webhooks(Some(mesh))?)
+    }
+
+    fn webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("webhookId", id.to_owned())?;
+        let found = self.store.webhooks(Some(mesh))?.into_iter().find(|h| h.id == id);
+        found.ok_or_else(|| {
+            crate::MeshError::Store(StoreError::NotFound { kind: "webhook", mesh_id: mesh.to_owned(), id })
+        })
+    }
+
+    fn remove_webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("webhookId", id.to_owned())?;
+        self.write(|store, now| store.remove_webhook(mesh, &id, now))
+    }
+
+    fn webhook_command(
+        &self,
+        mesh: &str,
+        id: &str,
+        command: agentmesh_store::WebhookCommand,
+    ) -> MeshResult<agentmesh_core::Webhook> {
+        let mesh = mesh_id(mesh)?;
+        let id = id_rule("webhookId", id.to_owned())?;
+        self.write(|store, now| store.webhook_command(mesh, &id, command, now))
+    }
+
+    fn test_webhook(&self, mesh: &str, id: &str) -> MeshResult<crate::webhook::WebhookTestView> {
+        let hook = self.webhook(mesh, id)?;
+        let secret = self.store.webhook_secret(&hook.mesh_id, &hook.id)?.ok_or_else(|| {
+            crate::MeshError::Store(StoreError::NotFound {
+                kind: "webhook",
+                mesh_id: hook.mesh_id.clone(),
+                id: hook.id.clone(),
+            })
+        })?;
+        let now = self.now();
+        let sample = LedgerEntry {
+            id: format!("test_{}", agentmesh_store::ids::mint_at(now)),
+            mesh_id: hook.mesh_id.clone(),
+            timestamp: now.iso(),
+            kind: "webhook_test".to_owned(),
+            node_id: None,
+            session_id: None,
+            provider_type: None,
+            payload: serde_json::json!({ "webhookId": hook.id }),
+        };
+        let sender = crate::webhook::Sender::new(self.webhook_policy, self.webhook_timeout)
+            .map_err(|reason| crate::MeshError::Store(StoreError::Unavailable(reason)))?;
+        let (message_id, body) = crate::webhook::message(&sample, None);
+        let attempt = sender.send(&hook, &secret, &message_id, &body, &sample.kind, now);
+        Ok(crate::webhook::WebhookTestView { webhook_id: hook.id, attempt })
     }
 
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {

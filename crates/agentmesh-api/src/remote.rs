@@ -459,6 +459,47 @@ impl MeshApi for RemoteMesh {
         self.post(mesh, &["reservations", "check"], &body)
     }
 
+    fn add_webhook(
+        &self,
+        mesh: &str,
+        body: crate::webhook::WebhookBody,
+    ) -> MeshResult<crate::webhook::WebhookAddedView> {
+        self.post(mesh, &["webhooks"], &body)
+    }
+
+    fn webhooks(&self, mesh: &str) -> MeshResult<Vec<agentmesh_core::Webhook>> {
+        #[derive(serde::Deserialize)]
+        struct Listed {
+            webhooks: Vec<agentmesh_core::Webhook>,
+        }
+        self.get::<Listed>(mesh, &["webhooks"], &()).map(|l| l.webhooks)
+    }
+
+    fn webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook> {
+        self.get(mesh, &["webhooks", id], &())
+    }
+
+    fn remove_webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook> {
+        self.delete(mesh, &["webhooks", id])
+    }
+
+    fn webhook_command(
+        &self,
+        mesh: &str,
+        id: &str,
+        command: agentmesh_store::WebhookCommand,
+    ) -> MeshResult<agentmesh_core::Webhook> {
+        let verb = match command {
+            agentmesh_store::WebhookCommand::Resume => "resume",
+            agentmesh_store::WebhookCommand::Skip => "skip",
+        };
+        self.post(mesh, &["webhooks", id, verb], &serde_json::json!({}))
+    }
+
+    fn test_webhook(&self, mesh: &str, id: &str) -> MeshResult<crate::webhook::WebhookTestView> {
+        self.post(mesh, &["webhooks", id, "test"], &serde_json::json!({}))
+    }
+
     fn send_delivery(&self, mesh: &str, body: DeliveryBody) -> MeshResult<DeliveryView> {
         self.post(mesh, &["deliveries"], &body)
     }

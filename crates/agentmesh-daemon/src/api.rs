@@ -70,6 +70,11 @@ pub(crate) fn routes(state: AppState) -> Router<AppState> {
         .route("/meshes/{mesh}/reservations/check", post(check_paths))
         .route("/meshes/{mesh}/reservations/{id}/renew", post(renew_reservation))
         .route("/meshes/{mesh}/reservations/{id}/release", post(release_reservation))
+        .route("/meshes/{mesh}/webhooks", post(add_webhook).get(webhooks))
+        .route("/meshes/{mesh}/webhooks/{id}", get(webhook).delete(remove_webhook))
+        .route("/meshes/{mesh}/webhooks/{id}/resume", post(resume_webhook))
+        .route("/meshes/{mesh}/webhooks/{id}/skip", post(skip_webhook))
+        .route("/meshes/{mesh}/webhooks/{id}/test", post(test_webhook))
         .route("/meshes/{mesh}/holds", post(hold_task).get(holds))
         .route("/meshes/{mesh}/holds/{id}", get(hold).delete(release_hold))
         .route("/meshes/{mesh}/deliveries", post(send_delivery).get(deliveries))
@@ -683,6 +688,82 @@ async fn release_hold(
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.release_hold(&mesh, &id)).await.map(ok)
+}
+
+// ── Webhooks ─────────────────────────────────────────────────────────────────
+
+async fn add_webhook(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<agentmesh_api::webhook::WebhookBody>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let added = state.with_mesh(move |m| m.add_webhook(&mesh, body)).await?;
+    state.webhooks_changed();
+    Ok(created(added))
+}
+
+/// The mesh's subscriptions, as `{"webhooks": [...]}`.
+#[derive(Serialize)]
+struct WebhookList {
+    webhooks: Vec<agentmesh_core::Webhook>,
+}
+
+async fn webhooks(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.webhooks(&mesh)).await.map(|webhooks| ok(WebhookList { webhooks }))
+}
+
+async fn webhook(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.webhook(&mesh, &id)).await.map(ok)
+}
+
+async fn remove_webhook(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let removed = state.with_mesh(move |m| m.remove_webhook(&mesh, &id)).await?;
+    state.webhooks_changed();
+    Ok(ok(removed))
+}
+
+async fn resume_webhook(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let command = agentmesh_store::WebhookCommand::Resume;
+    let resumed = state.with_mesh(move |m| m.webhook_command(&mesh, &id, command)).await?;
+    state.webhooks_changed();
+    Ok(ok(resumed))
+}
+
+async fn skip_webhook(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    let command = agentmesh_store::WebhookCommand::Skip;
+    let skipped = state.with_mesh(move |m| m.webhook_command(&mesh, &id, command)).await?;
+    state.webhooks_changed();
+    Ok(ok(skipped))
+}
+
+async fn test_webhook(
+    State(state): State<AppState>,
+    ApiPath(MeshIdPath { mesh, id }): ApiPath<MeshIdPath>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.test_webhook(&mesh, &id)).await.map(ok)
 }
 
 async fn delivery(

@@ -66,6 +66,7 @@ mod ready;
 mod server;
 mod tls;
 mod upkeep;
+mod webhooks;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use dashboard::{CONTENT_SECURITY_POLICY, REQUEST_HEADER, SESSION_COOKIE};
@@ -79,6 +80,7 @@ pub use server::{
 };
 pub use tls::{TlsError, TlsTransport};
 pub use upkeep::{CheckpointHook, LeaderHook, UpkeepConfig};
+pub use webhooks::WebhookConfig;
 
 /// The largest request body accepted, in bytes; a larger one gets 413 and is not read.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -113,6 +115,10 @@ pub struct AppState {
     mcp_mesh: MeshId,
     /// Whether the store can write, for `/readyz`.
     readiness: Arc<ready::Readiness>,
+    /// The webhook deliverer's settings.
+    webhook_config: WebhookConfig,
+    /// Wakes the webhook deliverer when a subscription is added or changed.
+    webhook_wake: Arc<tokio::sync::Notify>,
 }
 
 impl AppState {
@@ -131,7 +137,23 @@ impl AppState {
             daemon_id: agentmesh_mcp::identity::new_daemon_id(),
             mcp_mesh: MeshId::parse(DEFAULT_MCP_MESH).expect("the default mesh id follows the id rule"),
             readiness,
+            webhook_config: WebhookConfig::default(),
+            webhook_wake: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// Replaces the webhook settings: where receivers may be (checked when a
+    /// subscription is added and before every request), the receivers'
+    /// timeout, the retries, and whether this daemon delivers.
+    pub fn with_webhooks(mut self, config: WebhookConfig) -> AppState {
+        self.mesh = self.mesh.with_webhooks(config.policy, config.timeout);
+        self.webhook_config = config;
+        self
+    }
+
+    /// Wakes the webhook deliverer: a subscription was added or changed.
+    pub(crate) fn webhooks_changed(&self) {
+        self.webhook_wake.notify_waiters();
     }
 
     /// Sets how long `/readyz` waits for its probe write (waiting for the
@@ -357,11 +379,15 @@ pub async fn serve_with<T: Transport>(
     // A child token: the loops stop with the server.
     let upkeep_shutdown = shutdown.child_token();
     let upkeep = tokio::spawn(upkeep::run(state.clone(), Arc::clone(&state.upkeep), upkeep_shutdown.clone()));
+    let deliverer = tokio::spawn(webhooks::run(state.clone(), state.webhook_config, upkeep_shutdown.clone()));
     let app = app(state, shutdown.child_token()).layer(axum::Extension(dashboard::Secure(T::SECURE)));
     server::serve_connections(listener, transport, app, options, shutdown).await;
     upkeep_shutdown.cancel();
     if let Err(err) = upkeep.await {
         tracing::error!(error = %err, "the upkeep loops stopped unexpectedly");
+    }
+    if let Err(err) = deliverer.await {
+        tracing::error!(error = %err, "the webhook deliverer stopped unexpectedly");
     }
     Ok(())
 }

@@ -72,6 +72,9 @@ const RECLAIM_OUTCOMES: [&str; 2] = ["requeued", "failed"];
 /// The outcomes `agentmesh_reservations_total` counts, each from zero.
 const RESERVATION_OUTCOMES: [&str; 2] = ["granted", "denied"];
 
+/// The results `agentmesh_webhook_attempts_total` counts, each from zero.
+const WEBHOOK_RESULTS: [&str; 2] = ["delivered", "failed"];
+
 /// The version `agentmesh_build_info` reports.
 pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -117,6 +120,8 @@ pub struct Metrics {
     lease_reclaims: Mutex<BTreeMap<&'static str, u64>>,
     /// Path reservation requests answered, by outcome (`granted`, `denied`).
     reservations: Mutex<BTreeMap<&'static str, u64>>,
+    /// Webhook requests made, by result (`delivered`, `failed`).
+    webhook_attempts: Mutex<BTreeMap<&'static str, u64>>,
     /// Upkeep passes, by job and result (`ok`, `error`).
     upkeep_passes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     /// Meshes this daemon answered a request for (or reclaimed a lease in).
@@ -166,6 +171,7 @@ impl Metrics {
             watches_waiting: AtomicU64::default(),
             lease_reclaims: zeros(RECLAIM_OUTCOMES),
             reservations: zeros(RESERVATION_OUTCOMES),
+            webhook_attempts: zeros(WEBHOOK_RESULTS),
             upkeep_passes: Mutex::default(),
             background_restarts: Mutex::default(),
             meshes: Mutex::default(),
@@ -245,6 +251,11 @@ impl Metrics {
         for result in ["ok", "error"] {
             passes.entry((job, result)).or_default();
         }
+    }
+
+    /// Counts a webhook request's result.
+    pub fn webhook_attempt(&self, delivered: bool) {
+        *lock(&self.webhook_attempts).entry(if delivered { "delivered" } else { "failed" }).or_default() += 1;
     }
 
     /// Counts an upkeep pass.
@@ -405,6 +416,15 @@ impl Metrics {
         );
         for (outcome, n) in lock(&self.reservations).iter() {
             sample(&mut out, "agentmesh_reservations_total", &[("outcome", outcome)], *n);
+        }
+        family(
+            &mut out,
+            "agentmesh_webhook_attempts_total",
+            "counter",
+            "Webhook requests this daemon made, by result (a 2xx is delivered).",
+        );
+        for (result, n) in lock(&self.webhook_attempts).iter() {
+            sample(&mut out, "agentmesh_webhook_attempts_total", &[("result", result)], *n);
         }
         family(
             &mut out,

@@ -238,6 +238,10 @@ pub(crate) enum Command {
     /// List the in-flight holds of acknowledged tasks, or set, show and release one
     #[command(after_help = HOLDS_EXAMPLES)]
     Holds(HoldsArgs),
+    /// Send the mesh's ledger entries to HTTP receivers, signed: add, list, show,
+    /// test, resume, skip and remove subscriptions
+    #[command(subcommand, after_help = WEBHOOK_EXAMPLES)]
+    Webhook(WebhookCommand),
     /// Reserve path patterns of a repository before editing them: denied, with
     /// every conflicting holder, when another session holds an overlapping one
     #[command(after_help = RESERVE_EXAMPLES)]
@@ -469,6 +473,77 @@ Examples:
   agentmesh holds set t-42 --reason idle_after_ack --first-idle-since-ack 2025-01-01T00:00:00Z --read-failures 1
   agentmesh holds show t-42
   agentmesh holds release t-42";
+
+/// Shown after `agentmesh webhook --help`.
+const WEBHOOK_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook add https://ci.example.com/hooks/mesh --kind task_completed --kind task_failed
+  agentmesh webhook add http://127.0.0.1:9000/hook --kind 'task_*' --tag ci --description 'CI bot'
+  agentmesh webhook list
+  agentmesh webhook show wh_0190f3a2 --json
+  agentmesh webhook test wh_0190f3a2
+  agentmesh webhook resume wh_0190f3a2
+  agentmesh webhook skip wh_0190f3a2
+  agentmesh webhook remove wh_0190f3a2
+
+Each matching ledger entry is POSTed as JSON with the headers webhook-id (the
+entry's id: the same on every retry), webhook-timestamp and webhook-signature
+(v1,<base64 HMAC-SHA256 of id.timestamp.body keyed by the secret's bytes>). A
+2xx moves the subscription on; failures are retried with backoff, then the
+subscription is marked failing until it is resumed or the entry skipped.";
+
+/// `agentmesh webhook ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum WebhookCommand {
+    /// Add a subscription; its signing secret is printed once
+    Add(WebhookAddArgs),
+    /// List the mesh's subscriptions, with their state and cursor
+    List,
+    /// Show one subscription with its delivery log (the last attempts)
+    Show(WebhookIdArgs),
+    /// Send a signed sample to a subscription's receiver and print how it went
+    /// (its cursor does not move)
+    Test(WebhookIdArgs),
+    /// Deliver again to a failing subscription, from the entry it is stuck on
+    Resume(WebhookIdArgs),
+    /// Pass the entry a subscription is stuck on without delivering it, and go on
+    Skip(WebhookIdArgs),
+    /// Remove a subscription
+    Remove(WebhookIdArgs),
+}
+
+/// Arguments of `webhook add`.
+#[derive(Debug, Args)]
+pub(crate) struct WebhookAddArgs {
+    /// The receiver: https://..., or http:// to a loopback host
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Send only this ledger kind (repeatable; a prefix with a star, e.g.
+    /// 'task_*'); every kind without one
+    #[arg(long = "kind", value_name = "KIND")]
+    pub kinds: Vec<String>,
+    /// Send only entries about a task carrying this tag (repeatable)
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// What it is for
+    #[arg(long, value_name = "TEXT")]
+    pub description: Option<String>,
+    /// The signing secret (whsec_ and base64 of 24 to 64 bytes); one is made
+    /// when not given
+    #[arg(long, value_name = "SECRET", env = "AGENTMESH_WEBHOOK_SECRET", hide_env_values = true)]
+    pub secret: Option<String>,
+    /// Send the mesh's whole ledger from its first entry, not only what comes next
+    #[arg(long)]
+    pub from_start: bool,
+}
+
+/// Arguments of the `webhook` commands that name one subscription.
+#[derive(Debug, Args)]
+pub(crate) struct WebhookIdArgs {
+    /// The subscription's id (wh_...)
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
 
 /// Shown after `agentmesh holds set --help`.
 const HOLDS_SET_EXAMPLES: &str = "\
@@ -892,6 +967,25 @@ pub(crate) struct ServeArgs {
     /// The private key (PEM) of --tls-cert's certificate; needs --tls-cert
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<std::path::PathBuf>,
+    /// Let webhook subscriptions send over plain http to hosts that are not
+    /// loopback
+    #[arg(long, env = "AGENTMESH_WEBHOOK_ALLOW_HTTP")]
+    pub webhook_allow_http: bool,
+    /// Let webhook subscriptions send to private, link-local and other
+    /// non-public addresses
+    #[arg(long, env = "AGENTMESH_WEBHOOK_ALLOW_PRIVATE")]
+    pub webhook_allow_private: bool,
+    /// How long a webhook receiver may take to answer
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::server_timeout)]
+    pub webhook_timeout: std::time::Duration,
+    /// The delay before a failed webhook request is tried again; it doubles
+    /// with each failure in a row, up to 10 minutes (less a random part)
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration::server_timeout)]
+    pub webhook_retry: std::time::Duration,
+    /// Failed requests in a row after which a webhook subscription is marked
+    /// failing (it then waits for `webhook resume` or `webhook skip`)
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    pub webhook_attempts: u32,
 }
 
 /// How `serve` writes its log lines.

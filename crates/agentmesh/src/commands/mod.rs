@@ -59,6 +59,7 @@ mod sessions;
 mod status;
 mod task;
 mod tool_calls;
+mod webhooks;
 mod work;
 
 /// The environment variable a client reads its token from.
@@ -209,6 +210,7 @@ impl Context {
             None => Arc::new(
                 LocalMesh::new(Arc::clone(self.store()?), self.store_config.clock())
                     .with_enforce(self.enforce)
+                    .with_webhooks(webhook_policy_from_env(), agentmesh_api::webhook::DEFAULT_TIMEOUT)
                     .with_request_timeout(self.store_config.request_timeout()),
             ),
         };
@@ -520,6 +522,7 @@ pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::
             | Command::Mission(_)
             | Command::Sessions(_)
             | Command::Holds(_)
+            | Command::Webhook(_)
             | Command::Release(_)
             | Command::Reservations(_)
             | Command::Guard(_)
@@ -548,6 +551,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Mission(cmd) => mission::run(ctx, cmd, out),
         Command::Sessions(args) => sessions::run(ctx, args, out),
         Command::Holds(args) => holds::run(ctx, args, out),
+        Command::Webhook(cmd) => webhooks::run(ctx, cmd, out),
         Command::Reserve(args) => reservations::reserve(ctx, args, out),
         Command::Release(args) => reservations::release(ctx, args, out),
         Command::Reservations(args) => reservations::run(ctx, args, out),
@@ -639,5 +643,16 @@ mod tests {
         assert_eq!(required("sessionId", " s1 ").unwrap(), "s1");
         assert_eq!(id("sessionId", "s\n1").unwrap_err().field, "sessionId");
         assert_eq!(id("mesh", " m ").unwrap(), "m");
+    }
+}
+
+/// Where webhook receivers may be when this process checks a subscription
+/// itself (without a daemon): the daemon's `--webhook-allow-*` settings, from
+/// their environment variables.
+pub(crate) fn webhook_policy_from_env() -> agentmesh_core::webhook::UrlPolicy {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    agentmesh_core::webhook::UrlPolicy {
+        allow_http: set("AGENTMESH_WEBHOOK_ALLOW_HTTP"),
+        allow_private: set("AGENTMESH_WEBHOOK_ALLOW_PRIVATE"),
     }
 }

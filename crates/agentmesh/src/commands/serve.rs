@@ -122,6 +122,19 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         .with_daemon_id(daemon_id)
         .with_mcp_mesh(ctx.mesh_id().clone())
         .with_enforce(ctx.enforce())
+        .with_webhooks(agentmesh_daemon::WebhookConfig {
+            policy: agentmesh_core::webhook::UrlPolicy {
+                allow_http: args.webhook_allow_http,
+                allow_private: args.webhook_allow_private,
+            },
+            timeout: args.webhook_timeout,
+            delivery: agentmesh_core::webhook::DeliveryPolicy {
+                base_delay_ms: u64::try_from(args.webhook_retry.as_millis()).unwrap_or(u64::MAX),
+                max_attempts: args.webhook_attempts,
+                ..agentmesh_core::webhook::DeliveryPolicy::default()
+            },
+            enabled: true,
+        })
         .with_request_timeout(ctx.store_config().request_timeout())
         .with_clock(ctx.store_config().clock());
     // Kept to the end: it wakes this daemon's watches on every daemon's commits.

@@ -1,0 +1,310 @@
+//! The webhook deliverer: sends each subscription's matching ledger entries
+//! to its receiver, in ledger order, and moves its durable cursor past what
+//! the receiver took.
+//!
+//! One task per active subscription, so a slow or failing receiver delays
+//! only its own subscription. A task works in steps on a blocking thread
+//! (the store and the [`Sender`] are synchronous): read a page of the mesh's
+//! ledger after the cursor, send each entry the filter takes, one request
+//! each, for at most [`STEP_BUDGET`], then write the progress (cursor,
+//! counts, the delivery log) in one write, by version
+//! ([`agentmesh_store::webhook_writes::save_progress`]). A failed request
+//! stops the step: the entry is retried after the backoff of
+//! [`DeliveryPolicy`], and after its last attempt the subscription turns
+//! failing and its task ends, until an operator resumes it or skips the
+//! entry.
+//!
+//! What a receiver sees: at least once, in order. A crash or a lost
+//! leadership between a 2xx and the progress write sends the entries of
+//! that step again, with the same `webhook-id`, so a receiver that drops
+//! ids it has seen sees each entry exactly once.
+//!
+//! With several daemons on one PostgreSQL installation, only the upkeep
+//! leader delivers (the [`crate::UpkeepConfig::leader`] hook, asked every
+//! [`LEADER_CHECK`]); a new leader goes on from the stored cursors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agentmesh_api::webhook::{Sender, jitter, message};
+use agentmesh_core::webhook::{DeliveryPolicy, StuckEntry, UrlPolicy, WebhookState};
+use agentmesh_core::{SliceQuery, Timestamp};
+use agentmesh_store::Store;
+use tokio_util::sync::CancellationToken;
+
+use crate::AppState;
+
+/// How long one step sends before it writes its progress.
+pub(crate) const STEP_BUDGET: Duration = Duration::from_millis(500);
+/// How often the deliverer asks whether it leads, and looks for new
+/// subscriptions when nothing wakes it.
+pub(crate) const LEADER_CHECK: Duration = Duration::from_secs(1);
+/// Entries read per page.
+const PAGE: u32 = 200;
+/// How long an idle subscription waits for a write before it looks again
+/// (writes of other daemons on PostgreSQL are not announced to it).
+const IDLE_POLL: Duration = Duration::from_millis(250);
+
+/// The deliverer's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Where receivers may be.
+    pub policy: UrlPolicy,
+    /// How long a receiver may take to answer.
+    pub timeout: Duration,
+    /// Retries and when a subscription turns failing.
+    pub delivery: DeliveryPolicy,
+    /// Whether this daemon delivers at all.
+    pub enabled: bool,
+}
+
+impl Default for WebhookConfig {
+    fn default() -> WebhookConfig {
+        WebhookConfig {
+            policy: UrlPolicy::default(),
+            timeout: agentmesh_api::webhook::DEFAULT_TIMEOUT,
+            delivery: DeliveryPolicy::default(),
+            enabled: true,
+        }
+    }
+}
+
+/// What one step came to.
+enum Step {
+    /// It moved on (or found the subscription changed): step again.
+    Again,
+    /// Nothing to send: wait for a write.
+    Idle,
+    /// A request failed: try again after this long.
+    Wait(Duration),
+    /// The subscription is gone or failing: its task ends.
+    Stop,
+}
+
+/// Runs the deliverer until `shutdown` is cancelled.
+pub(crate) async fn run(state: AppState, config: WebhookConfig, shutdown: CancellationToken) {
+    if !config.enabled {
+        return;
+    }
+    let sender = match tokio::task::spawn_blocking(move || Sender::new(config.policy, config.timeout)).await {
+        Ok(Ok(sender)) => sender,
+        Ok(Err(err)) => {
+            tracing::error!(error = %err, "webhooks will not be delivered");
+            return;
+        }
+        Err(join) => {
+            tracing::error!(error = %join, "webhooks will not be delivered");
+            return;
+        }
+    };
+    let mut workers: HashMap<(String, String), (tokio::task::JoinHandle<()>, CancellationToken)> =
+        HashMap::new();
+    let wake = Arc::clone(&state.webhook_wake);
+    loop {
+        let leads = match state.upkeep.leader.clone() {
+            None => true,
+            Some(hook) => tokio::task::spawn_blocking(move || hook()).await.unwrap_or(false),
+        };
+        workers.retain(|_, (task, _)| !task.is_finished());
+        if leads {
+            let store = Arc::clone(state.mesh.store());
+            let listed = tokio::task::spawn_blocking(move || store.webhooks(None)).await;
+            match listed {
+                Ok(Ok(hooks)) => {
+                    for hook in hooks.into_iter().filter(|h| h.state == WebhookState::Active) {
+                        let key = (hook.mesh_id.clone(), hook.id.clone());
+                        if workers.contains_key(&key) {
+                            continue;
+                        }
+                        let stop = shutdown.child_token();
+                        let task = tokio::spawn(deliver(
+                            state.clone(),
+                            sender.clone(),
+                            config.delivery,
+                            key.clone(),
+                            stop.clone(),
+                        ));
+                        workers.insert(key, (task, stop));
+                    }
+                }
+                Ok(Err(err)) => tracing::warn!(error = %err, "could not read the webhook subscriptions"),
+                Err(join) => tracing::warn!(error = %join, "could not read the webhook subscriptions"),
+            }
+        } else {
+            for (_, (_, stop)) in workers.drain() {
+                stop.cancel();
+            }
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = wake.notified() => {}
+            () = tokio::time::sleep(LEADER_CHECK) => {}
+        }
+    }
+    for (_, (task, stop)) in workers.drain() {
+        stop.cancel();
+        let _ = task.await;
+    }
+}
+
+/// One subscription's task (see the module docs).
+async fn deliver(
+    state: AppState,
+    sender: Sender,
+    policy: DeliveryPolicy,
+    (mesh, id): (String, String),
+    stop: CancellationToken,
+) {
+    let wrote = Arc::new(tokio::sync::Notify::new());
+    {
+        let wrote = Arc::clone(&wrote);
+        state.mesh.signal().listen(move || wrote.notify_one());
+    }
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let (store, sender, metrics, clock) =
+            (Arc::clone(state.mesh.store()), sender.clone(), Arc::clone(&state.metrics), state.mesh.clone());
+        let (m, i) = (mesh.clone(), id.clone());
+        let step = tokio::task::spawn_blocking(move || {
+            step(store.as_ref(), &sender, policy, &m, &i, || clock.now(), &metrics)
+        })
+        .await;
+        let wait = match step {
+            Ok(Ok(Step::Again)) => continue,
+            Ok(Ok(Step::Stop)) => return,
+            Ok(Ok(Step::Idle)) => IDLE_POLL,
+            Ok(Ok(Step::Wait(after))) => after,
+            Ok(Err(err)) => {
+                tracing::warn!(webhook = %id, mesh = %mesh, error = %err, "webhook delivery step failed");
+                LEADER_CHECK
+            }
+            Err(join) => {
+                tracing::error!(webhook = %id, mesh = %mesh, error = %join, "webhook delivery step did not finish");
+                LEADER_CHECK
+            }
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = wrote.notified() => {}
+            () = state.webhook_wake.notified() => {}
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// One step of one subscription (see the module docs).
+fn step(
+    store: &dyn Store,
+    sender: &Sender,
+    policy: DeliveryPolicy,
+    mesh: &str,
+    id: &str,
+    now: impl Fn() -> Timestamp,
+    metrics: &crate::metrics::Metrics,
+) -> Result<Step, agentmesh_store::StoreError> {
+    let Some(mut hook) = store.webhooks(Some(mesh))?.into_iter().find(|h| h.id == id) else {
+        return Ok(Step::Stop);
+    };
+    if hook.state == WebhookState::Failing {
+        return Ok(Step::Stop);
+    }
+    if let Some(retry_at) = hook.retry_at.as_deref().and_then(Timestamp::parse_iso) {
+        let left = retry_at.millis() - now().millis();
+        if left > 0 {
+            return Ok(Step::Wait(Duration::from_millis(left.unsigned_abs())));
+        }
+    }
+    let Some(secret) = store.webhook_secret(mesh, id)? else {
+        return Ok(Step::Stop);
+    };
+    let query = SliceQuery { after_seq: Some(hook.cursor), limit: Some(PAGE), ..SliceQuery::default() };
+    let page = store.ledger_slice(mesh, &query)?;
+    let started = Instant::now();
+    let read = hook.clone();
+    let mut failed = false;
+    let mut sent_all = true;
+    let mut attempts = Vec::new();
+    for (entry, seq) in page.entries.iter().zip(page.seqs.iter().copied()) {
+        if started.elapsed() >= STEP_BUDGET {
+            sent_all = false;
+            break;
+        }
+        let tags = if hook.filters_by_tag() {
+            match entry.task_id() {
+                Some(task) => store.find_task(mesh, task)?.and_then(|t| t.required_tags),
+                None => None,
+            }
+        } else {
+            None
+        };
+        if !hook.takes(entry, tags.as_deref()) {
+            hook.cursor = seq;
+            continue;
+        }
+        let at = now();
+        let (message_id, body) = message(entry, Some(seq));
+        let attempt = sender.send(&hook, &secret, &message_id, &body, &entry.kind, at);
+        let delivered = attempt.delivered();
+        metrics.webhook_attempt(delivered);
+        if delivered {
+            hook.cursor = seq;
+            hook.delivered += 1;
+            hook.failures = 0;
+            hook.retry_at = None;
+            hook.last_error = None;
+            hook.stuck_on = None;
+            attempts.push(attempt);
+            continue;
+        }
+        hook.failures += 1;
+        hook.last_error.clone_from(&attempt.error);
+        hook.stuck_on = Some(StuckEntry { entry_id: entry.id.clone(), kind: entry.kind.clone(), seq });
+        if hook.failures >= policy.max_attempts {
+            hook.state = WebhookState::Failing;
+            hook.failing_since = Some(at.iso());
+            hook.retry_at = None;
+            tracing::warn!(
+                webhook = %hook.id, mesh = %mesh, entry = %entry.id, failures = hook.failures,
+                error = attempt.error.as_deref().unwrap_or(""),
+                "webhook subscription is failing: nothing more is sent until it is resumed or the entry skipped"
+            );
+        } else {
+            let delay = policy.delay_ms(hook.failures, jitter());
+            hook.retry_at = Some(Timestamp::from_millis(at.millis().saturating_add(delay as i64)).iso());
+        }
+        attempts.push(attempt);
+        failed = true;
+        sent_all = false;
+        break;
+    }
+    // Past the whole page with nothing held back: the page's cursor, which
+    // may walk past other meshes' entries.
+    if sent_all {
+        if let Some(next) = page.cursor.next_after_seq {
+            hook.cursor = hook.cursor.max(next);
+        }
+    }
+    if hook.cursor == read.cursor && attempts.is_empty() {
+        return Ok(if page.cursor.has_more { Step::Again } else { Step::Idle });
+    }
+    hook.log_attempts(attempts);
+    let Some(saved) = store.save_webhook_progress(&hook, now())? else {
+        // An operator's command (or another deliverer) came first: read again.
+        return Ok(Step::Again);
+    };
+    if saved.state == WebhookState::Failing {
+        return Ok(Step::Stop);
+    }
+    if failed {
+        let wait = saved
+            .retry_at
+            .as_deref()
+            .and_then(Timestamp::parse_iso)
+            .map_or(0, |at| at.millis() - now().millis());
+        return Ok(Step::Wait(Duration::from_millis(wait.max(0).unsigned_abs())));
+    }
+    Ok(Step::Again)
+}
