@@ -30,6 +30,7 @@ mod postgres_daemons;
 mod records;
 mod reservations;
 mod tls;
+mod webhooks;
 mod work;
 
 /// The binary under test, with an environment that cannot leak a developer's
