@@ -1148,6 +1148,7 @@ impl MeshApi for LocalMesh {
             idle_sessions: self.idle_sessions(mesh)?,
             recent_ledger: store.read_ledger_ordered(mesh, &recent)?,
             durability: Some(store.durability().as_str().to_owned()),
+            webhooks: store.webhooks(Some(mesh))?,
         })
     }
 

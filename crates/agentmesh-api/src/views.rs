@@ -619,6 +619,9 @@ pub struct StatusView {
     /// `process-crash-only`); absent from a daemon that does not say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durability: Option<String>,
+    /// The mesh's webhook subscriptions (never their secrets).
+    #[serde(default)]
+    pub webhooks: Vec<agentmesh_core::Webhook>,
 }
 
 #[cfg(test)]

@@ -571,6 +571,24 @@ const workers = {
           h('td', {}, r.taskId ? h('a', { href: ctx.link('task', r.taskId), title: r.taskId }, short(r.taskId)) : ''),
           h('td', {}, r.expiresAt ? `lapses ${ago(r.expiresAt)}` : 'while the task is held'), h('td', {}, r.scope), h('td', {}, r.reason || ''))))
         : h('p', { class: 'hint' }, 'No paths are reserved.')),
+      h('section', { class: 'webhooks' }, h('h1', {}, 'Webhooks'),
+      (status.webhooks || []).length
+        ? table(['Receiver', 'Sends', 'State', 'Delivered', 'Last attempt', ''], status.webhooks.map((w) => {
+          const last = w.log && w.log.length ? w.log[w.log.length - 1] : null;
+          const failing = w.state === 'failing';
+          return h('tr', { class: failing ? 'webhook failing' : 'webhook', 'data-webhook': w.id },
+            h('td', { title: w.id }, w.url, w.description ? h('div', { class: 'hint' }, w.description) : null),
+            h('td', {}, (w.kinds.length ? w.kinds.map((k) => (k.endsWith('*') ? k : kindWord(k))).join(', ') : 'every entry') + (w.tags.length ? ` of tasks tagged ${w.tags.join(', ')}` : '')),
+            h('td', {}, failing ? `failing since ${ago(w.failingSince)}: ${w.lastError || ''}`
+              : w.stuckOn ? `retrying (${w.failures} failed): ${w.lastError || ''}` : 'delivering'),
+            h('td', {}, w.delivered),
+            h('td', {}, last ? `${last.status || 'no answer'} in ${last.latencyMs} ms, ${ago(last.at)}` : 'none yet'),
+            h('td', {}, failing ? [
+              h('button', { type: 'button', 'data-action': 'webhook-resume', onclick: () => act(ctx, `Deliver again to ${w.url}, from the entry it is stuck on?`, () => ctx.api.webhookResume(w.id)) }, 'Resume'), ' ',
+              h('button', { type: 'button', class: 'quiet', 'data-action': 'webhook-skip', onclick: () => act(ctx, `Skip the entry ${w.url} is stuck on (it will never be sent there)?`, () => ctx.api.webhookSkip(w.id)) }, 'Skip entry'),
+            ] : ''));
+        }))
+        : h('p', { class: 'hint' }, 'No webhooks. Add one with: agentmesh webhook add URL')),
       h('h2', {}, `Held events (${held.length})`),
       held.length ? h('ul', { class: 'held' }, held.map((e) => h('li', {},
         h('span', { class: 'kind' }, e.event ? plain(e.event) : 'an event'), ' ', reasonWords(e.reason), ' ',

@@ -56,6 +56,11 @@ const KIND_WORDS = {
   reservation_renewed: 'reservation renewed',
   reservation_released: 'paths released',
   reservation_expired: 'reservation lapsed',
+  webhook_added: 'webhook added',
+  webhook_removed: 'webhook removed',
+  webhook_failing: 'webhook failing',
+  webhook_resumed: 'webhook resumed',
+  webhook_skipped: 'webhook skipped an entry',
 };
 
 /** The ledger kinds a person may filter by, in lifecycle order. */

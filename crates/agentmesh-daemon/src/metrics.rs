@@ -331,6 +331,17 @@ impl Metrics {
                 mesh.oldest_pending_age,
             );
         }
+        family(
+            &mut out,
+            "agentmesh_webhooks",
+            "gauge",
+            "Webhook subscriptions by mesh and state (failing: waiting for webhook resume or skip).",
+        );
+        for mesh in depth {
+            for (state, n) in [("active", mesh.webhooks[0]), ("failing", mesh.webhooks[1])] {
+                sample(&mut out, "agentmesh_webhooks", &[("mesh", &mesh.mesh), ("state", state)], n);
+            }
+        }
 
         family(
             &mut out,
@@ -504,6 +515,8 @@ struct MeshDepth {
     pending_events: u64,
     /// Seconds since the oldest pending task was enqueued; 0 when none is pending.
     oldest_pending_age: f64,
+    /// Webhook subscriptions delivering and failing.
+    webhooks: [u64; 2],
 }
 
 /// Writes the `process_*` families, each only when its figure could be read.
@@ -681,7 +694,11 @@ pub(crate) async fn render(State(state): State<AppState>) -> Result<Response, Ap
                 let pending_events = store.pending_event_count(&mesh)?;
                 let oldest = store.oldest_pending_created_at(&mesh)?;
                 let oldest_pending_age = oldest.map_or(0.0, |since| age_seconds(since, now));
-                depth.push(MeshDepth { mesh, tasks, pending_events, oldest_pending_age });
+                let mut webhooks = [0u64; 2];
+                for hook in store.webhooks(Some(&mesh))? {
+                    webhooks[usize::from(hook.state == agentmesh_core::WebhookState::Failing)] += 1;
+                }
+                depth.push(MeshDepth { mesh, tasks, pending_events, oldest_pending_age, webhooks });
             }
             Ok((Some(durability), depth))
         })

@@ -115,7 +115,10 @@ fn drive_the_dashboard(chromium: &str, node: &str, globals: &[&str], shots_dir: 
     let packages = node_support::install_packages();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
-    let daemon = serve(&data_dir, globals);
+    // A failing webhook shows on the workers page after two quick attempts.
+    let mut extra = globals.to_vec();
+    extra.extend(["--webhook-retry", "10ms", "--webhook-attempts", "2"]);
+    let daemon = serve(&data_dir, &extra);
     let token = std::fs::read_to_string(data_dir.join("daemon.token")).unwrap().trim().to_owned();
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join(shots_dir);
 

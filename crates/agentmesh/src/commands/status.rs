@@ -58,6 +58,31 @@ fn write_status(w: &mut dyn Write, view: &StatusView, now: Timestamp) -> io::Res
         table.write(w)?;
     }
 
+    if !view.webhooks.is_empty() {
+        writeln!(w)?;
+        writeln!(w, "webhooks:")?;
+        for hook in &view.webhooks {
+            let state = match (&hook.stuck_on, hook.state) {
+                (Some(stuck), agentmesh_core::WebhookState::Failing) => format!(
+                    "FAILING on {} ({}) since {}: agentmesh webhook resume {} (or skip)",
+                    stuck.entry_id,
+                    stuck.kind,
+                    hook.failing_since.as_deref().unwrap_or("-"),
+                    hook.id
+                ),
+                (Some(stuck), _) => format!("retrying {} ({} failed attempts)", stuck.kind, hook.failures),
+                (None, _) => hook.state.as_str().to_owned(),
+            };
+            writeln!(
+                w,
+                "  {}  {}  {} delivered  {state}",
+                hook.id,
+                agentmesh_core::webhook::redacted(&hook.url),
+                hook.delivered
+            )?;
+        }
+    }
+
     writeln!(w)?;
     if view.idle_sessions.is_empty() {
         writeln!(w, "no idle sessions")?;
@@ -146,6 +171,7 @@ mod tests {
             idle_sessions: vec![],
             recent_ledger: vec![],
             durability: Some("process-crash-only".into()),
+            webhooks: vec![failing_webhook()],
         };
         let mut text = Vec::new();
         write_status(&mut text, &view, now).unwrap();
@@ -158,5 +184,27 @@ mod tests {
             text.contains("durability process-crash-only: an acknowledged write survives a process crash, not a power loss"),
             "{text}"
         );
+        assert!(
+            text.contains("wh_1  https://ci.example/h?…  7 delivered  FAILING on e9 (task_failed)")
+                && text.contains("agentmesh webhook resume wh_1"),
+            "{text}"
+        );
+    }
+
+    fn failing_webhook() -> agentmesh_core::Webhook {
+        let valid =
+            agentmesh_core::NewWebhook { url: "https://ci.example/h?token=x".into(), ..Default::default() }
+                .validate(agentmesh_core::webhook::UrlPolicy::default())
+                .unwrap();
+        let mut hook = agentmesh_core::Webhook::new("wh_1".into(), "m", &valid, 3, Timestamp::from_millis(0));
+        hook.state = agentmesh_core::WebhookState::Failing;
+        hook.delivered = 7;
+        hook.failing_since = Some("2025-01-01T00:09:00Z".into());
+        hook.stuck_on = Some(agentmesh_core::webhook::StuckEntry {
+            entry_id: "e9".into(),
+            kind: "task_failed".into(),
+            seq: 9,
+        });
+        hook
     }
 }

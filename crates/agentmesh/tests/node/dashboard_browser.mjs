@@ -294,7 +294,32 @@ try {
   for (const word of ['worker-1 on laptop', 'src/parser', 'exclusive', 'compiler-repo', 'parser rewrite']) {
     assert.ok(reservation.includes(word), `${word} in ${reservation}`);
   }
+  // A webhook whose receiver is gone: failing after its two attempts, shown
+  // with its error, and resumed from the page.
+  const hook = cli('webhook', 'add', 'http://127.0.0.1:9/nowhere', '--kind', 'task_*', '--description', 'CI bot');
+  cli('task', 'add', 'tell the bot', '--id', 'hooked');
+  const until = Date.now() + 10000;
+  while (cli('webhook', 'show', hook.webhook.id).state !== 'failing') {
+    assert.ok(Date.now() < until, 'the webhook never turned failing');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await page.click('#nav a[data-view="board"]');
+  await page.click('#nav a[data-view="workers"]');
+  const hookRow = `.workers tr.webhook.failing[data-webhook="${hook.webhook.id}"]`;
+  await page.waitForSelector(hookRow);
+  const hookText = await page.textContent(hookRow);
+  for (const word of ['http://127.0.0.1:9/nowhere', 'CI bot', 'task_*', 'failing since', 'could not connect']) {
+    assert.ok(hookText.includes(word), `${word} in ${hookText}`);
+  }
   await shot(page, 'workers.png', true);
+  await page.click(`${hookRow} [data-action="webhook-resume"]`);
+  await page.waitForSelector('dialog#confirm[open]');
+  await page.click('#confirm-ok');
+  while (cli('webhook', 'show', hook.webhook.id).log.length < 4) {
+    assert.ok(Date.now() < until, 'the resumed webhook was never tried again');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  cli('webhook', 'remove', hook.webhook.id);
   await page.click('#nav a[data-view="ledger"]');
   await page.waitForSelector('.timeline .entry');
   cli('task', 'add', 'one more', '--id', 'late');
