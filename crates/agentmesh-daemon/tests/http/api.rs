@@ -2592,3 +2592,94 @@ async fn a_reservation_is_granted_denied_checked_and_a_waiting_one_is_woken_by_t
     assert!(metrics.contains("agentmesh_reservations_total{outcome=\"denied\"} 2"), "{metrics}");
     assert!(metrics.contains("agentmesh_reservations_total{outcome=\"granted\"} 2"), "{metrics}");
 }
+
+/// A receiver on loopback that answers 204 to every request and keeps each
+/// one's `webhook-id` and body.
+async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>) {
+    use axum::http::HeaderMap;
+    let got: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>> = std::sync::Arc::default();
+    let kept = std::sync::Arc::clone(&got);
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |headers: HeaderMap, body: axum::body::Bytes| {
+            let kept = std::sync::Arc::clone(&kept);
+            async move {
+                let id =
+                    headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                kept.lock().unwrap().push((id, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                StatusCode::NO_CONTENT
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, got)
+}
+
+#[tokio::test]
+async fn webhooks_are_added_listed_without_their_secret_delivered_tested_and_removed() {
+    let daemon = TestDaemon::start().await;
+    for (body, field) in [
+        (json!({ "url": "ftp://x.example/" }), "url"),
+        (json!({ "url": "http://hooks.example.com/" }), "url"),
+        (json!({ "url": "https://192.168.1.5/h" }), "url"),
+        (json!({ "url": "https://169.254.169.254/latest" }), "url"),
+        (json!({ "url": "http://127.0.0.1:1/h", "kinds": ["Task Completed"] }), "kinds[0]"),
+        (json!({ "url": "http://127.0.0.1:1/h", "secret": "hunter2" }), "secret"),
+        (json!({ "url": "http://127.0.0.1:1/h", "tags": [""] }), "tags[0]"),
+        (json!({ "url": "http://127.0.0.1:1/h", "events": ["x"] }), "events"),
+    ] {
+        let response = daemon.post("/v1/meshes/m/webhooks", body.clone()).await;
+        assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", field);
+    }
+    let (_, listed) = daemon.get("/v1/meshes/m/webhooks").await;
+    assert_eq!(listed, json!({ "webhooks": [] }), "a refused subscription changes nothing");
+
+    let (url, got) = webhook_receiver().await;
+    let (status, added) =
+        daemon.post("/v1/meshes/m/webhooks", json!({ "url": url, "kinds": ["task_dispatched"] })).await;
+    assert_eq!(status, StatusCode::CREATED, "{added}");
+    let id = added["webhook"]["id"].as_str().unwrap().to_owned();
+    let secret = added["secret"].as_str().unwrap().to_owned();
+    assert!(secret.starts_with("whsec_"), "{added}");
+    let (_, listed) = daemon.get("/v1/meshes/m/webhooks").await;
+    assert_eq!(listed["webhooks"][0]["id"], json!(id));
+    let (_, one) = daemon.get(&format!("/v1/meshes/m/webhooks/{id}")).await;
+    let (_, ledger) = daemon.get("/v1/meshes/m/ledger").await;
+    for text in [listed.to_string(), one.to_string(), ledger.to_string()] {
+        assert!(!text.contains(&secret[6..]), "the secret must not be shown again: {text}");
+    }
+
+    daemon.post("/v1/meshes/m/tasks", json!({ "id": "t1", "message": "hello" })).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the entry never arrived");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (id0, body) = got.lock().unwrap()[0].clone();
+    assert_eq!(
+        (body["type"].as_str(), body["data"]["taskId"].as_str()),
+        (Some("task_dispatched"), Some("t1"))
+    );
+    assert_eq!(body["data"]["entryId"], json!(id0), "the webhook-id is the ledger entry's id");
+    assert_eq!(body["data"]["links"]["task"], "/v1/meshes/m/tasks/t1");
+
+    let (status, tested) = daemon.post(&format!("/v1/meshes/m/webhooks/{id}/test"), json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{tested}");
+    assert_eq!(tested["attempt"]["status"], 204, "{tested}");
+    assert_eq!(got.lock().unwrap().last().unwrap().1["type"], "webhook_test");
+    daemon
+        .wait_for_count("the delivery counted", "agentmesh_webhook_attempts_total{result=\"delivered\"}", 1)
+        .await;
+    assert!(daemon.metrics().await.contains("agentmesh_webhooks{mesh=\"m\",state=\"active\"} 1"));
+
+    let skip = daemon.post(&format!("/v1/meshes/m/webhooks/{id}/skip"), json!({})).await;
+    assert_error(&skip, StatusCode::BAD_REQUEST, "invalid_input", "nothing to skip");
+    let response = daemon.send(Method::DELETE, &format!("/v1/meshes/m/webhooks/{id}"), None).await;
+    assert_eq!(response.0, StatusCode::OK, "{}", response.1);
+    let gone = daemon.get(&format!("/v1/meshes/m/webhooks/{id}")).await;
+    assert_error(&gone, StatusCode::NOT_FOUND, "not_found", &id);
+    let gone = daemon.post(&format!("/v1/meshes/m/webhooks/{id}/resume"), json!({})).await;
+    assert_error(&gone, StatusCode::NOT_FOUND, "not_found", &id);
+}
