@@ -50,6 +50,9 @@ struct Received {
     body: Value,
     signed: bool,
     taken: bool,
+    /// The request as it came: its three webhook headers and its body.
+    headers: [String; 3],
+    raw: Vec<u8>,
 }
 
 /// A webhook receiver on loopback (see the module docs). It checks each
@@ -170,11 +173,13 @@ fn serve(
         };
         let taken = matches!(behaviour, Behaviour::Take | Behaviour::Slow | Behaviour::Hang);
         received.lock().unwrap().push(Received {
-            id,
+            id: id.clone(),
             path,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
             signed,
             taken,
+            headers: [id, timestamp, signature],
+            raw: body,
         });
         match behaviour {
             Behaviour::Slow => std::thread::sleep(hang / 4),
@@ -573,4 +578,108 @@ fn a_receiver_that_keeps_failing_turns_its_subscription_failing_until_resumed_or
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(0.0);
     assert!(failed >= 9.0, "expected at least nine failed requests counted:\n{metrics}");
+}
+
+/// The receiver's check the README shows, run by Python as written there,
+/// accepts the signed sample `agentmesh webhook test` sends, and refuses it
+/// under another secret or with one byte of the body changed.
+#[test]
+fn the_readmes_receiver_check_accepts_the_sample_webhook_test_sends() {
+    let python = agentmesh_test_support::require!(agentmesh_test_support::Tool::Python);
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let from = readme.find("A receiver checks a request").expect("the README's receiver example");
+    let block = &readme[from..];
+    let code = &block[block.find("```python\n").unwrap() + 10..];
+    let code = &code[..code.find("```").unwrap()];
+
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path(), &[]);
+    let receiver = Receiver::start(Duration::from_millis(600));
+    receiver.chaos.store(false, Ordering::Relaxed);
+    let endpoints = Mutex::new(vec![daemon.endpoint()]);
+    let added =
+        call(&endpoints, "POST", "webhooks", Some(&json!({ "url": format!("{}/readme", receiver.url) })));
+    let id = added["webhook"]["id"].as_str().unwrap();
+    let secret = added["secret"].as_str().unwrap();
+    receiver.expect("/readme", secret);
+    let tested = agentmesh()
+        .args(["--server", &daemon.url, "--token-file"])
+        .arg(dir.path().join("daemon.token"))
+        .args(["--mesh", MESH, "webhook", "test", id])
+        .output()
+        .unwrap();
+    assert!(tested.status.success(), "{}", String::from_utf8_lossy(&tested.stderr));
+    assert!(
+        String::from_utf8_lossy(&tested.stdout).contains("HTTP 204"),
+        "{}",
+        String::from_utf8_lossy(&tested.stdout)
+    );
+    let sample = receiver
+        .received("/readme")
+        .into_iter()
+        .find(|r| r.body["type"] == "webhook_test")
+        .expect("the sample arrived");
+    assert!(sample.signed, "the test's own HMAC accepts it too");
+
+    let script = dir.path().join("check.py");
+    let [wid, ts, sig] = &sample.headers;
+    std::fs::write(
+        &script,
+        format!(
+            "{code}\nimport sys\nheaders = {{'webhook-id': {wid:?}, 'webhook-timestamp': {ts:?}, 'webhook-signature': {sig:?}}}\n\
+             body = open(sys.argv[2], 'rb').read()\nprint(verified(sys.argv[1], headers, body))\n"
+        ),
+    )
+    .unwrap();
+    let body = dir.path().join("body");
+    let check = |secret: &str, body_bytes: &[u8]| {
+        std::fs::write(&body, body_bytes).unwrap();
+        let out = std::process::Command::new(&python).arg(&script).arg(secret).arg(&body).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    assert_eq!(check(secret, &sample.raw), "True");
+    let other = "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3";
+    assert_eq!(check(other, &sample.raw), "False");
+    let mut changed = sample.raw.clone();
+    changed[0] ^= 1;
+    assert_eq!(check(secret, &changed), "False");
+}
+
+/// The CLI on a data dir (no daemon): `add` prints the secret once, `list`
+/// and `show` never; a receiver that is not allowed is refused naming `url`,
+/// with exit code 2 and nothing added; `remove` ends it.
+#[test]
+fn the_cli_adds_lists_and_removes_subscriptions_and_shows_the_secret_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = agentmesh().arg("--data-dir").arg(dir.path()).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    let (code, stdout, stderr) =
+        run(&["--json", "webhook", "add", "http://127.0.0.1:9/x", "--kind", "task_*"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let added: Value = serde_json::from_str(&stdout).unwrap();
+    let (id, secret) = (added["webhook"]["id"].as_str().unwrap(), added["secret"].as_str().unwrap());
+    let (_, listed, _) = run(&["--json", "webhook", "list"]);
+    let (_, shown, _) = run(&["webhook", "show", id]);
+    let (_, human, _) = run(&["webhook", "list"]);
+    for text in [&listed, &shown, &human] {
+        assert!(text.contains(id) && !text.contains(&secret[6..]), "{text}");
+    }
+    assert!(human.contains("active") && human.contains("task_*"), "{human}");
+    let (code, _, stderr) = run(&["webhook", "add", "http://hooks.example.com/x"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("url") && stderr.contains("https"), "{stderr}");
+    let (code, _, stderr) = run(&["webhook", "add", "https://example.com/x", "--secret", "nope"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("secret"), "{stderr}");
+    let (_, listed, _) = run(&["--json", "webhook", "list"]);
+    assert_eq!(serde_json::from_str::<Value>(&listed).unwrap()["webhooks"].as_array().unwrap().len(), 1);
+    let (code, stdout, stderr) = run(&["webhook", "remove", id]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("removed"), "{stdout}");
+    let (code, _, stderr) = run(&["webhook", "show", id]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("not found"), "{stderr}");
 }
