@@ -988,8 +988,8 @@ impl MeshApi for LocalMesh {
         };
         let sender = crate::webhook::Sender::new(self.webhook_policy, self.webhook_timeout)
             .map_err(|reason| crate::MeshError::Store(StoreError::Unavailable(reason)))?;
-        let (message_id, body) = crate::webhook::message(&sample, None);
-        let attempt = sender.send(&hook, &secret, &message_id, &body, &sample.kind, now);
+        let key = agentmesh_core::webhook::secret_key("secret", &secret)?;
+        let attempt = sender.send_blocking(&hook, &key, &crate::webhook::Message::of(&sample, None), now);
         Ok(crate::webhook::WebhookTestView { webhook_id: hook.id, attempt })
     }
 

@@ -16,7 +16,6 @@
 //! a name that resolves to a private address is refused unless the operator
 //! allows private addresses.
 
-use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -122,12 +121,6 @@ pub fn sign(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", webhook::base64_encode(ctx.sign().as_ref()))
 }
 
-/// One message: its id and body, for a ledger entry whose sequence is `seq`.
-pub fn message(entry: &LedgerEntry, seq: Option<u64>) -> (String, Vec<u8>) {
-    let body = serde_json::to_vec(&webhook::body(entry, seq)).unwrap_or_default();
-    (entry.id.clone(), body)
-}
-
 /// Checks every address a name resolves to against the subscription's
 /// policy (see the module docs).
 struct CheckedResolver {
@@ -156,11 +149,12 @@ impl reqwest::dns::Resolve for CheckedResolver {
     }
 }
 
-/// Sends signed webhook requests (see the module docs). Blocking: run it on a
-/// thread that may block.
+/// Sends signed webhook requests (see the module docs). Asynchronous: the
+/// deliverer runs it on the daemon's runtime; [`Sender::send_blocking`] is for
+/// a caller on a thread that may block.
 #[derive(Clone)]
 pub struct Sender {
-    client: reqwest::blocking::Client,
+    client: reqwest::Client,
     policy: UrlPolicy,
 }
 
@@ -172,9 +166,8 @@ impl std::fmt::Debug for Sender {
 
 impl Sender {
     /// A sender under `policy` whose receivers must answer within `timeout`.
-    /// Build it on a thread that may block (it starts the client's runtime).
     pub fn new(policy: UrlPolicy, timeout: Duration) -> Result<Sender, String> {
-        let client = reqwest::blocking::Client::builder()
+        let client = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
@@ -191,19 +184,11 @@ impl Sender {
         self.policy
     }
 
-    /// Sends one message to `hook`'s receiver, signed with `secret`, and says
-    /// how it went.
-    pub fn send(
-        &self,
-        hook: &Webhook,
-        secret: &str,
-        id: &str,
-        body: &[u8],
-        kind: &str,
-        now: Timestamp,
-    ) -> Attempt {
+    /// Sends one message to `hook`'s receiver, signed with `key` (the
+    /// secret's bytes, [`webhook::secret_key`]), and says how it went.
+    pub async fn send(&self, hook: &Webhook, key: &[u8], message: &Message<'_>, now: Timestamp) -> Attempt {
         let started = Instant::now();
-        let outcome = self.try_send(hook, secret, id, body, now);
+        let outcome = self.try_send(hook, key, message, now).await;
         let latency_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let (status, error) = match outcome {
             Ok(status) if (200..300).contains(&status) => (Some(status), None),
@@ -213,36 +198,89 @@ impl Sender {
             Ok(status) => (Some(status), Some(format!("answered {status}"))),
             Err(error) => (None, Some(error)),
         };
-        Attempt { at: now.iso(), entry_id: id.to_owned(), kind: kind.to_owned(), status, latency_ms, error }
+        Attempt {
+            at: now.iso(),
+            entry_id: message.id.to_owned(),
+            kind: message.kind.to_owned(),
+            status,
+            latency_ms,
+            error,
+        }
     }
 
-    fn try_send(
+    /// [`Sender::send`] on a runtime of its own, for a thread that may block
+    /// (not one of an async runtime's workers).
+    pub fn send_blocking(
         &self,
         hook: &Webhook,
-        secret: &str,
-        id: &str,
-        body: &[u8],
+        key: &[u8],
+        message: &Message<'_>,
+        now: Timestamp,
+    ) -> Attempt {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        match runtime {
+            Ok(runtime) => runtime.block_on(self.send(hook, key, message, now)),
+            Err(err) => Attempt {
+                at: now.iso(),
+                entry_id: message.id.to_owned(),
+                kind: message.kind.to_owned(),
+                status: None,
+                latency_ms: 0,
+                error: Some(format!("no runtime to send on: {err}")),
+            },
+        }
+    }
+
+    async fn try_send(
+        &self,
+        hook: &Webhook,
+        key: &[u8],
+        message: &Message<'_>,
         now: Timestamp,
     ) -> Result<u16, String> {
         webhook::check_url("url", &hook.url, self.policy).map_err(|e: InvalidInput| e.problem)?;
-        let key = webhook::secret_key("secret", secret).map_err(|e| e.problem)?;
         let timestamp = now.millis().div_euclid(1000);
-        let response = self
+        let mut response = self
             .client
             .post(&hook.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("webhook-id", id)
+            .header("webhook-id", message.id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", sign(&key, id, timestamp, body))
-            .body(body.to_vec())
+            .header("webhook-signature", sign(key, message.id, timestamp, &message.body))
+            .body(message.body.clone())
             .send()
+            .await
             .map_err(|err| describe(&err))?;
         let status = response.status().as_u16();
         // Read (a bounded part of) the answer so the connection can be used
         // again; what it says is not kept.
-        let mut sink = Vec::new();
-        let _ = response.take(MAX_RESPONSE_BYTES).read_to_end(&mut sink);
+        let mut read = 0u64;
+        while let Ok(Some(chunk)) = response.chunk().await {
+            read += chunk.len() as u64;
+            if read >= MAX_RESPONSE_BYTES {
+                break;
+            }
+        }
         Ok(status)
+    }
+}
+
+/// One message: the entry's id, its kind, and the body.
+#[derive(Debug, Clone)]
+pub struct Message<'a> {
+    /// The `webhook-id`: the ledger entry's id.
+    pub id: &'a str,
+    /// The entry's kind.
+    pub kind: &'a str,
+    /// The JSON body.
+    pub body: Vec<u8>,
+}
+
+impl<'a> Message<'a> {
+    /// The message of a ledger entry whose sequence is `seq`.
+    pub fn of(entry: &'a LedgerEntry, seq: Option<u64>) -> Message<'a> {
+        let body = serde_json::to_vec(&webhook::body(entry, seq)).unwrap_or_default();
+        Message { id: &entry.id, kind: &entry.kind, body }
     }
 }
 

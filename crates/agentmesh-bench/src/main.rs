@@ -42,7 +42,7 @@ type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each. The `pg-*`
 /// groups need a PostgreSQL server and run only when `--only=` names them.
-const GROUPS: [(&str, RunGroup); 13] = [
+const GROUPS: [(&str, RunGroup); 14] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
@@ -52,6 +52,7 @@ const GROUPS: [(&str, RunGroup); 13] = [
     ("floor", cases::floor::run),
     ("reads", cases::reads::run),
     ("reservations", cases::reservations::run),
+    ("webhooks", cases::webhooks::run),
     ("pg-claim-depth", cases::pg_claim::run_depth),
     ("pg-throughput", cases::pg_claim::run_throughput),
     ("pg-floor", cases::pg_floor::run),
@@ -61,7 +62,7 @@ const GROUPS: [(&str, RunGroup); 13] = [
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep] [--database-url=URL]\n\
                      [--pg-depths=N,...] [--pg-tasks=N] [--pg-cases=TEXT,...] [--durability=full|process-crash-only]\n\
                      groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, http, floor, reads,\n\
-                     reservations\n\
+                     reservations, webhooks\n\
                      PostgreSQL groups (only when named): pg-claim-depth, pg-throughput, pg-floor,\n\
                      pg-reservations\n\
                      --database-url: the PostgreSQL database of the pg groups\n\

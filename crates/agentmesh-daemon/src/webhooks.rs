@@ -3,11 +3,11 @@
 //! the receiver took.
 //!
 //! One task per active subscription, so a slow or failing receiver delays
-//! only its own subscription. A task works in steps on a blocking thread
-//! (the store and the [`Sender`] are synchronous): read a page of the mesh's
-//! ledger after the cursor, send each entry the filter takes, one request
-//! each, for at most [`STEP_BUDGET`], then write the progress (cursor,
-//! counts, the delivery log) in one write, by version
+//! only its own subscription. A task works in steps: read a page of the
+//! mesh's ledger after the cursor (one store call on a blocking thread), send
+//! each entry the filter takes, one request each, for at most
+//! [`STEP_BUDGET`], then write the progress (cursor, counts, the delivery
+//! log) in one store call, by version
 //! ([`agentmesh_store::webhook_writes::save_progress`]). A failed request
 //! stops the step: the entry is retried after the backoff of
 //! [`DeliveryPolicy`], and after its last attempt the subscription turns
@@ -27,10 +27,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agentmesh_api::webhook::{Sender, jitter, message};
+use agentmesh_api::webhook::{Message, Sender, jitter};
 use agentmesh_core::webhook::{DeliveryPolicy, StuckEntry, UrlPolicy, WebhookState};
-use agentmesh_core::{SliceQuery, Timestamp};
-use agentmesh_store::Store;
+use agentmesh_core::{LedgerSlice, SliceQuery, Timestamp, Webhook};
+use agentmesh_store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::AppState;
@@ -87,14 +87,10 @@ pub(crate) async fn run(state: AppState, config: WebhookConfig, shutdown: Cancel
     if !config.enabled {
         return;
     }
-    let sender = match tokio::task::spawn_blocking(move || Sender::new(config.policy, config.timeout)).await {
-        Ok(Ok(sender)) => sender,
-        Ok(Err(err)) => {
+    let sender = match Sender::new(config.policy, config.timeout) {
+        Ok(sender) => sender,
+        Err(err) => {
             tracing::error!(error = %err, "webhooks will not be delivered");
-            return;
-        }
-        Err(join) => {
-            tracing::error!(error = %join, "webhooks will not be delivered");
             return;
         }
     };
@@ -165,24 +161,13 @@ async fn deliver(
         if stop.is_cancelled() {
             return;
         }
-        let (store, sender, metrics, clock) =
-            (Arc::clone(state.mesh.store()), sender.clone(), Arc::clone(&state.metrics), state.mesh.clone());
-        let (m, i) = (mesh.clone(), id.clone());
-        let step = tokio::task::spawn_blocking(move || {
-            step(store.as_ref(), &sender, policy, &m, &i, || clock.now(), &metrics)
-        })
-        .await;
-        let wait = match step {
-            Ok(Ok(Step::Again)) => continue,
-            Ok(Ok(Step::Stop)) => return,
-            Ok(Ok(Step::Idle)) => IDLE_POLL,
-            Ok(Ok(Step::Wait(after))) => after,
-            Ok(Err(err)) => {
+        let wait = match step(&state, &sender, policy, &mesh, &id).await {
+            Ok(Step::Again) => continue,
+            Ok(Step::Stop) => return,
+            Ok(Step::Idle) => IDLE_POLL,
+            Ok(Step::Wait(after)) => after,
+            Err(err) => {
                 tracing::warn!(webhook = %id, mesh = %mesh, error = %err, "webhook delivery step failed");
-                LEADER_CHECK
-            }
-            Err(join) => {
-                tracing::error!(webhook = %id, mesh = %mesh, error = %join, "webhook delivery step did not finish");
                 LEADER_CHECK
             }
         };
@@ -195,60 +180,92 @@ async fn deliver(
     }
 }
 
+/// Runs `op` on the store on a blocking thread.
+async fn on_store<T: Send + 'static>(
+    state: &AppState,
+    op: impl FnOnce(&dyn Store) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    let store = Arc::clone(state.mesh.store());
+    match tokio::task::spawn_blocking(move || op(store.as_ref())).await {
+        Ok(result) => result,
+        Err(join) => Err(StoreError::Unavailable(format!("a webhook store call did not finish: {join}"))),
+    }
+}
+
+/// What a step reads before it sends.
+enum Loaded {
+    /// Nothing to do now: this step's answer.
+    Done(Step),
+    /// The subscription, its key, a page after its cursor, and, when it
+    /// filters by tag, each entry's task's tags.
+    Ready { hook: Box<Webhook>, key: Vec<u8>, page: LedgerSlice, tags: Vec<Option<Vec<String>>> },
+}
+
 /// One step of one subscription (see the module docs).
-fn step(
-    store: &dyn Store,
+async fn step(
+    state: &AppState,
     sender: &Sender,
     policy: DeliveryPolicy,
     mesh: &str,
     id: &str,
-    now: impl Fn() -> Timestamp,
-    metrics: &crate::metrics::Metrics,
-) -> Result<Step, agentmesh_store::StoreError> {
-    let Some(mut hook) = store.webhooks(Some(mesh))?.into_iter().find(|h| h.id == id) else {
-        return Ok(Step::Stop);
-    };
-    if hook.state == WebhookState::Failing {
-        return Ok(Step::Stop);
-    }
-    if let Some(retry_at) = hook.retry_at.as_deref().and_then(Timestamp::parse_iso) {
-        let left = retry_at.millis() - now().millis();
-        if left > 0 {
-            return Ok(Step::Wait(Duration::from_millis(left.unsigned_abs())));
+) -> Result<Step, StoreError> {
+    let now = state.mesh.now();
+    let (m, i) = (mesh.to_owned(), id.to_owned());
+    let loaded = on_store(state, move |store| {
+        let Some(hook) = store.webhooks(Some(&m))?.into_iter().find(|h| h.id == i) else {
+            return Ok(Loaded::Done(Step::Stop));
+        };
+        if hook.state == WebhookState::Failing {
+            return Ok(Loaded::Done(Step::Stop));
         }
-    }
-    let Some(secret) = store.webhook_secret(mesh, id)? else {
-        return Ok(Step::Stop);
+        if let Some(retry_at) = hook.retry_at.as_deref().and_then(Timestamp::parse_iso) {
+            let left = retry_at.millis() - now.millis();
+            if left > 0 {
+                return Ok(Loaded::Done(Step::Wait(Duration::from_millis(left.unsigned_abs()))));
+            }
+        }
+        let Some(secret) = store.webhook_secret(&m, &i)? else {
+            return Ok(Loaded::Done(Step::Stop));
+        };
+        let key = agentmesh_core::webhook::secret_key("secret", &secret)?;
+        let query = SliceQuery { after_seq: Some(hook.cursor), limit: Some(PAGE), ..SliceQuery::default() };
+        let page = store.ledger_slice(&m, &query)?;
+        let mut tags = Vec::new();
+        if hook.filters_by_tag() {
+            for entry in &page.entries {
+                let task = match entry.task_id() {
+                    Some(task) => store.find_task(&m, task)?,
+                    None => None,
+                };
+                tags.push(task.and_then(|t| t.required_tags));
+            }
+        }
+        Ok(Loaded::Ready { hook: Box::new(hook), key, page, tags })
+    })
+    .await?;
+    let Loaded::Ready { hook, key, page, tags } = loaded else {
+        let Loaded::Done(step) = loaded else { unreachable!("matched above") };
+        return Ok(step);
     };
-    let query = SliceQuery { after_seq: Some(hook.cursor), limit: Some(PAGE), ..SliceQuery::default() };
-    let page = store.ledger_slice(mesh, &query)?;
+    let mut hook = *hook;
     let started = Instant::now();
     let read = hook.clone();
     let mut failed = false;
     let mut sent_all = true;
     let mut attempts = Vec::new();
-    for (entry, seq) in page.entries.iter().zip(page.seqs.iter().copied()) {
+    for (i, (entry, seq)) in page.entries.iter().zip(page.seqs.iter().copied()).enumerate() {
         if started.elapsed() >= STEP_BUDGET {
             sent_all = false;
             break;
         }
-        let tags = if hook.filters_by_tag() {
-            match entry.task_id() {
-                Some(task) => store.find_task(mesh, task)?.and_then(|t| t.required_tags),
-                None => None,
-            }
-        } else {
-            None
-        };
-        if !hook.takes(entry, tags.as_deref()) {
+        if !hook.takes(entry, tags.get(i).and_then(Option::as_deref)) {
             hook.cursor = seq;
             continue;
         }
-        let at = now();
-        let (message_id, body) = message(entry, Some(seq));
-        let attempt = sender.send(&hook, &secret, &message_id, &body, &entry.kind, at);
+        let at = state.mesh.now();
+        let attempt = sender.send(&hook, &key, &Message::of(entry, Some(seq)), at).await;
         let delivered = attempt.delivered();
-        metrics.webhook_attempt(delivered);
+        state.metrics.webhook_attempt(delivered);
         if delivered {
             hook.cursor = seq;
             hook.delivered += 1;
@@ -291,7 +308,8 @@ fn step(
         return Ok(if page.cursor.has_more { Step::Again } else { Step::Idle });
     }
     hook.log_attempts(attempts);
-    let Some(saved) = store.save_webhook_progress(&hook, now())? else {
+    let now = state.mesh.now();
+    let Some(saved) = on_store(state, move |store| store.save_webhook_progress(&hook, now)).await? else {
         // An operator's command (or another deliverer) came first: read again.
         return Ok(Step::Again);
     };
@@ -299,11 +317,8 @@ fn step(
         return Ok(Step::Stop);
     }
     if failed {
-        let wait = saved
-            .retry_at
-            .as_deref()
-            .and_then(Timestamp::parse_iso)
-            .map_or(0, |at| at.millis() - now().millis());
+        let now = state.mesh.now().millis();
+        let wait = saved.retry_at.as_deref().and_then(Timestamp::parse_iso).map_or(0, |at| at.millis() - now);
         return Ok(Step::Wait(Duration::from_millis(wait.max(0).unsigned_abs())));
     }
     Ok(Step::Again)

@@ -378,7 +378,7 @@ async fn chained_client(k: usize, addr: SocketAddr, start: &Barrier) -> anyhow::
 
 /// The id and epoch of the task a claim answer hands out, or `None` when it names
 /// why there is none.
-fn claimed_task(answer: &Value) -> anyhow::Result<Option<(String, u64)>> {
+pub(super) fn claimed_task(answer: &Value) -> anyhow::Result<Option<(String, u64)>> {
     let task = &answer["task"];
     if task.is_null() {
         anyhow::ensure!(answer["refusal"].is_string(), "a claim without a task gave no reason: {answer}");

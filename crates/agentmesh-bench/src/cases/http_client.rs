@@ -50,7 +50,7 @@ impl HttpConn {
     }
 
     /// Posts `body` to `path`; the decoded JSON answer, or an error on any status
-    /// but 200.
+    /// but 200 and 201.
     pub(super) async fn post_json(&mut self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let body = serde_json::to_vec(body)?;
         self.request.clear();
@@ -69,7 +69,7 @@ impl HttpConn {
         let (status, answer) = self.read_answer().await.with_context(|| format!("no answer from {path}"))?;
         let answer: Value = serde_json::from_slice(&answer)
             .with_context(|| format!("{path} answered {status} without JSON"))?;
-        anyhow::ensure!(status == 200, "{path} answered {status}: {answer}");
+        anyhow::ensure!(status == 200 || status == 201, "{path} answered {status}: {answer}");
         Ok(answer)
     }
 
