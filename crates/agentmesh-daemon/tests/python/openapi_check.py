@@ -23,6 +23,7 @@ def resolve(document, node):
     while isinstance(node, dict) and "$ref" in node and len(node) == 1:
         pointer = node["$ref"]
         assert pointer.startswith("#/"), pointer
+        node = document
         for part in pointer[2:].split("/"):
             node = node[part.replace("~1", "/").replace("~0", "~")]
     return node
