@@ -55,7 +55,7 @@ const ERRORS: &[(StatusCode, &str, &str)] = &[
 /// The document as JSON text, made once.
 fn text() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
-    TEXT.get_or_init(|| serde_json::to_string_pretty(&document()).expect("a JSON value serializes"))
+    TEXT.get_or_init(|| serde_json::to_string_pretty(&document()).expect("a JSON value serializes") + "\n")
 }
 
 /// `GET /openapi.json`: the document.
@@ -73,7 +73,7 @@ pub fn document() -> Value {
         })
         .into_generator();
     let error = Value::from(generator.subschema_for::<ErrorBody>());
-    let mut paths = Map::new();
+    let mut paths = Value::Object(Map::new());
     let mut tags: Vec<String> = Vec::new();
     for (prefix, routes) in crate::surface(&tokio_util::sync::CancellationToken::new()) {
         for route in routes {
@@ -83,12 +83,15 @@ pub fn document() -> Value {
                 tags.push(tag.clone());
             }
             let operation = operation(&route, &path, tag, prefix == "/v1", &mut generator);
-            let item = paths.entry(path).or_insert_with(|| json!({}));
+            let item = paths.as_object_mut().expect("an object").entry(path).or_insert_with(|| json!({}));
             item[route.method.as_str().to_ascii_lowercase()] = operation;
         }
     }
     let mut schemas = generator.take_definitions(true);
     schemas.sort_keys();
+    let mut schemas = Value::from(schemas);
+    tidy_descriptions(&mut schemas);
+    tidy_descriptions(&mut paths);
     let responses: Map<String, Value> = ERRORS
         .iter()
         .map(|(_, name, description)| {
@@ -133,6 +136,25 @@ pub fn document() -> Value {
             "responses": responses,
         },
     })
+}
+
+/// Turns the doc-comment links of the types' descriptions (`` [`Name`] ``)
+/// into plain code spans, everywhere under `node`.
+fn tidy_descriptions(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                match value {
+                    Value::String(text) if key == "description" => {
+                        *text = text.replace("[`", "`").replace("`]", "`");
+                    }
+                    _ => tidy_descriptions(value),
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(tidy_descriptions),
+        _ => {}
+    }
 }
 
 /// The tag of a path: the resource after `/v1/meshes/{mesh}/` (`tasks`, ...),

@@ -128,7 +128,7 @@ fn matches(template: &str, path: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_document_is_served_without_a_token_and_is_the_one_the_cli_prints() {
+async fn the_document_is_served_without_a_token_and_its_example_is_taken() {
     let daemon = Daemon::start().await;
     let document = served_document(&daemon).await;
     assert_eq!(document, agentmesh_daemon::openapi_document());
