@@ -7,8 +7,11 @@
 //! installs the signal handlers and cancels the token; tests bind `127.0.0.1:0`
 //! and drive the same router.
 //!
-//! Modules: `api` holds the `/v1` routes; `auth` the bearer token (its file, and
-//! the middleware that checks it); `error` the one [`ApiError`] every failure
+//! Modules: `api` holds the `/v1` routes, as a table of `route::Route`s (method,
+//! path, handler, and the types and statuses the OpenAPI document tells of);
+//! `route` mounts such tables, and `openapi` describes the same tables as the
+//! OpenAPI 3.1 document of `GET /openapi.json` ([`openapi_document`]); `auth`
+//! the bearer token (its file, and the middleware that checks it); `error` the one [`ApiError`] every failure
 //! becomes; `extract` the body, query and path extractors that turn malformed
 //! input into an [`ApiError`] naming the field; `metrics` the counters and the
 //! `/metrics` exposition, with `process` reading the process figures from
@@ -286,9 +289,9 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
-/// The whole HTTP surface: `/healthz` and `/readyz` (open), `/metrics`, the `/v1`
-/// API and the MCP endpoints `/mcp` and `/mcp/{mesh}` (all three behind the
-/// bearer token).
+/// The whole HTTP surface: `/healthz`, `/readyz` and `/openapi.json` (open),
+/// `/metrics`, the `/v1` API and the MCP endpoints `/mcp` and `/mcp/{mesh}` (all
+/// three behind the bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
 /// unknown path gets a JSON 404, an unsupported method a JSON 405. Every request,
