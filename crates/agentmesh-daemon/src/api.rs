@@ -55,7 +55,11 @@ pub(crate) fn table() -> Vec<Route> {
             .answers::<Vec<MeshSummaryView>>(),
         Route::post("/meshes/{mesh}/tasks", enqueue, "Enqueue one task")
             .body::<EnqueueBody>()
-            .example(json!({ "message": "Fix the flaky parser test", "priority": "high", "requiredTags": ["rust"] }))
+            .example(json!({
+                "message": "Fix the flaky parser test",
+                "priority": "high",
+                "requiredTags": ["rust"],
+            }))
             .creates::<Task>()
             .errors(&[CONFLICT]),
         Route::get("/meshes/{mesh}/tasks", list_tasks, "The mesh's tasks, oldest first")
@@ -65,30 +69,50 @@ pub(crate) fn table() -> Vec<Route> {
             .body::<BatchEnqueueBody>()
             .creates::<Vec<Task>>()
             .errors(&[CONFLICT]),
-        Route::post("/meshes/{mesh}/tasks/dispatched", record_dispatched_task, "Record a task dispatched straight to a session (200 when the id was known)")
-            .body::<DispatchedTaskBody>()
-            .creates::<DispatchedTaskView>()
-            .or(StatusCode::OK)
-            .errors(&[CONFLICT]),
-        Route::get("/meshes/{mesh}/tasks/{id}/delivery", delivery_confirmed, "Whether a delivery of the task reached its session")
-            .answers::<DeliveryConfirmedView>(),
+        Route::post(
+            "/meshes/{mesh}/tasks/dispatched",
+            record_dispatched_task,
+            "Record a task dispatched straight to a session (200 when the id was known)",
+        )
+        .body::<DispatchedTaskBody>()
+        .creates::<DispatchedTaskView>()
+        .or(StatusCode::OK)
+        .errors(&[CONFLICT]),
+        Route::get(
+            "/meshes/{mesh}/tasks/{id}/delivery",
+            delivery_confirmed,
+            "Whether a delivery of the task reached its session",
+        )
+        .answers::<DeliveryConfirmedView>(),
         Route::get("/meshes/{mesh}/tasks/{id}", show_task, "One task").answers::<Task>().errors(&[NOT_FOUND]),
         Route::post("/meshes/{mesh}/tasks/{id}/cancel", cancel_task, "Cancel a pending or assigned task")
             .body::<CancelBody>()
             .answers::<Task>()
             .errors(&[NOT_FOUND, CONFLICT]),
-        Route::post("/meshes/{mesh}/tasks/{id}/requeue", requeue_task, "Put a task back in the queue, or fail it when its retries are spent")
-            .body::<RequeueBody>()
-            .answers::<RequeueView>()
-            .errors(&[NOT_FOUND, CONFLICT]),
-        Route::post("/meshes/{mesh}/tasks/{id}/priority", set_priority, "Change the pull priority of a pending or assigned task")
-            .body::<PriorityBody>()
-            .answers::<Task>()
-            .errors(&[NOT_FOUND, CONFLICT]),
-        Route::post("/meshes/{mesh}/claims", claim, "Claim the next task for a worker session (nothing to claim is an answer)")
-            .body::<ClaimBody>()
-            .example(json!({ "nodeId": "node-a", "sessionId": "worker-1", "capabilityTags": ["rust"] }))
-            .answers::<ClaimView>(),
+        Route::post(
+            "/meshes/{mesh}/tasks/{id}/requeue",
+            requeue_task,
+            "Put a task back in the queue, or fail it when its retries are spent",
+        )
+        .body::<RequeueBody>()
+        .answers::<RequeueView>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/tasks/{id}/priority",
+            set_priority,
+            "Change the pull priority of a pending or assigned task",
+        )
+        .body::<PriorityBody>()
+        .answers::<Task>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/claims",
+            claim,
+            "Claim the next task for a worker session (nothing to claim is an answer)",
+        )
+        .body::<ClaimBody>()
+        .example(json!({ "nodeId": "node-a", "sessionId": "worker-1", "capabilityTags": ["rust"] }))
+        .answers::<ClaimView>(),
         Route::post("/meshes/{mesh}/heartbeats", heartbeat, "Extend the lease of a claimed task")
             .body::<HeartbeatBody>()
             .answers::<Task>()
@@ -98,43 +122,75 @@ pub(crate) fn table() -> Vec<Route> {
             .example(json!({ "sessionId": "worker-1", "taskId": "task-1", "epoch": 1, "summary": "fixed" }))
             .answers::<Task>()
             .errors(&[NOT_FOUND, CONFLICT]),
-        Route::post("/meshes/{mesh}/complete-and-claim", complete_and_claim, "Report a task done and claim the next, in one transaction")
-            .body::<CompleteAndClaimBody>()
-            .answers::<CompleteAndClaimView>()
-            .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/complete-and-claim",
+            complete_and_claim,
+            "Report a task done and claim the next, in one transaction",
+        )
+        .body::<CompleteAndClaimBody>()
+        .answers::<CompleteAndClaimView>()
+        .errors(&[NOT_FOUND, CONFLICT]),
         Route::get("/meshes/{mesh}/ledger", ledger, "The newest ledger entries, oldest first")
             .query::<LedgerParams>()
             .answers::<Vec<LedgerEntry>>(),
         Route::get("/meshes/{mesh}/ledger/slice", ledger_slice, "One page of the ledger slice protocol")
             .query::<SliceParams>()
             .answers::<LedgerSlice>(),
-        Route::post("/meshes/{mesh}/ledger/import", import_ledger, "Import ledger entries of this mesh, all or none")
-            .body::<ImportBody>()
-            .answers::<ImportView>()
-            .errors(&[CONFLICT]),
-        Route::post("/meshes/{mesh}/events", push_event, "Queue an event for a coordinator (200 when it is a duplicate)")
-            .body::<PushEventBody>()
-            .creates::<PushView>()
-            .or(StatusCode::OK),
-        Route::post("/meshes/{mesh}/events/drain", drain, "Take the coordinator's events, marking them drained")
-            .body::<DrainBody>()
-            .answers::<DrainView>(),
-        Route::post("/meshes/{mesh}/events/peek", peek, "The events a drain would deliver now, marking nothing")
-            .body::<DrainBody>()
-            .answers::<PeekView>(),
-        Route::post("/meshes/{mesh}/events/watch", watch, "A drain that waits for an event, empty at the timeout")
-            .query::<WatchParams>()
-            .body::<DrainBody>()
-            .answers::<DrainView>(),
+        Route::post(
+            "/meshes/{mesh}/ledger/import",
+            import_ledger,
+            "Import ledger entries of this mesh, all or none",
+        )
+        .body::<ImportBody>()
+        .answers::<ImportView>()
+        .errors(&[CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/events",
+            push_event,
+            "Queue an event for a coordinator (200 when it is a duplicate)",
+        )
+        .body::<PushEventBody>()
+        .creates::<PushView>()
+        .or(StatusCode::OK),
+        Route::post(
+            "/meshes/{mesh}/events/drain",
+            drain,
+            "Take the coordinator's events, marking them drained",
+        )
+        .body::<DrainBody>()
+        .answers::<DrainView>(),
+        Route::post(
+            "/meshes/{mesh}/events/peek",
+            peek,
+            "The events a drain would deliver now, marking nothing",
+        )
+        .body::<DrainBody>()
+        .answers::<PeekView>(),
+        Route::post(
+            "/meshes/{mesh}/events/watch",
+            watch,
+            "A drain that waits for an event, empty at the timeout",
+        )
+        .query::<WatchParams>()
+        .body::<DrainBody>()
+        .answers::<DrainView>(),
         Route::post("/meshes/{mesh}/events/ack", ack_events, "Mark events delivered elsewhere as drained")
             .body::<AckBody>()
             .answers::<AckView>(),
-        Route::post("/meshes/{mesh}/events/delete", delete_events, "Delete events by row id, with their fingerprints")
-            .body::<DeleteEventsBody>()
-            .answers::<DeletedEventsView>(),
-        Route::post("/meshes/{mesh}/events/retract", retract_dispatch_blocked, "Remove a task's undelivered dispatch-blocked events")
-            .body::<RetractBody>()
-            .answers::<RetractView>(),
+        Route::post(
+            "/meshes/{mesh}/events/delete",
+            delete_events,
+            "Delete events by row id, with their fingerprints",
+        )
+        .body::<DeleteEventsBody>()
+        .answers::<DeletedEventsView>(),
+        Route::post(
+            "/meshes/{mesh}/events/retract",
+            retract_dispatch_blocked,
+            "Remove a task's undelivered dispatch-blocked events",
+        )
+        .body::<RetractBody>()
+        .answers::<RetractView>(),
         Route::get("/meshes/{mesh}/events/held", held_events, "Held events not put back, oldest hold first")
             .query::<HeldParams>()
             .answers::<Vec<HeldEventView>>(),
@@ -142,55 +198,97 @@ pub(crate) fn table() -> Vec<Route> {
             .body::<RequeueHeldBody>()
             .answers::<RequeueHeldView>()
             .errors(&[NOT_FOUND]),
-        Route::get("/meshes/{mesh}/completions/fingerprints", completion_fingerprints, "Completion fingerprints in force, newest first")
-            .query::<FingerprintParams>()
-            .answers::<Vec<FingerprintView>>(),
-        Route::get("/meshes/{mesh}/completions/conflicts", completion_conflicts, "Completion conflicts of the recent past, newest first")
-            .query::<ConflictParams>()
-            .answers::<Vec<ConflictView>>(),
+        Route::get(
+            "/meshes/{mesh}/completions/fingerprints",
+            completion_fingerprints,
+            "Completion fingerprints in force, newest first",
+        )
+        .query::<FingerprintParams>()
+        .answers::<Vec<FingerprintView>>(),
+        Route::get(
+            "/meshes/{mesh}/completions/conflicts",
+            completion_conflicts,
+            "Completion conflicts of the recent past, newest first",
+        )
+        .query::<ConflictParams>()
+        .answers::<Vec<ConflictView>>(),
         Route::post("/meshes/{mesh}/missions", upsert_mission, "Create (201) or update (200) a mission")
             .body::<MissionBody>()
             .creates::<MissionSaved>()
             .or(StatusCode::OK)
             .errors(&[CONFLICT]),
-        Route::get("/meshes/{mesh}/missions", missions, "Missions with their progress, most recently updated first")
-            .query::<MissionListParams>()
-            .answers::<Vec<MissionView>>(),
+        Route::get(
+            "/meshes/{mesh}/missions",
+            missions,
+            "Missions with their progress, most recently updated first",
+        )
+        .query::<MissionListParams>()
+        .answers::<Vec<MissionView>>(),
         Route::get("/meshes/{mesh}/missions/{id}", mission, "One mission with its progress and tasks")
             .answers::<MissionDetailView>()
             .errors(&[NOT_FOUND]),
         Route::post("/meshes/{mesh}/idle-sessions", report_idle, "Record that a worker session is idle")
             .body::<IdleBody>()
             .answers::<IdleSessionView>(),
-        Route::get("/meshes/{mesh}/idle-sessions", idle_sessions, "Idle sessions whose report has not expired")
-            .answers::<Vec<IdleSessionView>>(),
-        Route::delete("/meshes/{mesh}/idle-sessions/{node}/{session}", remove_idle_session, "Forget a session's idle report")
-            .answers::<IdleRemovedView>(),
-        Route::post("/meshes/{mesh}/reservations", reserve, "Reserve path patterns of a repository scope (optionally waiting)")
-            .body::<ReserveBody>()
-            .answers::<ReserveView>()
-            .errors(&[CONFLICT]),
+        Route::get(
+            "/meshes/{mesh}/idle-sessions",
+            idle_sessions,
+            "Idle sessions whose report has not expired",
+        )
+        .answers::<Vec<IdleSessionView>>(),
+        Route::delete(
+            "/meshes/{mesh}/idle-sessions/{node}/{session}",
+            remove_idle_session,
+            "Forget a session's idle report",
+        )
+        .answers::<IdleRemovedView>(),
+        Route::post(
+            "/meshes/{mesh}/reservations",
+            reserve,
+            "Reserve path patterns of a repository scope (optionally waiting)",
+        )
+        .body::<ReserveBody>()
+        .answers::<ReserveView>()
+        .errors(&[CONFLICT]),
         Route::get("/meshes/{mesh}/reservations", reservations, "The reservations in force, oldest first")
             .query::<ReservationListParams>()
             .answers::<Vec<Reservation>>(),
-        Route::post("/meshes/{mesh}/reservations/check", check_paths, "Which paths another holder's exclusive reservation covers")
-            .body::<CheckPathsBody>()
-            .answers::<CheckPathsView>(),
-        Route::post("/meshes/{mesh}/reservations/{id}/renew", renew_reservation, "Renew a reservation, by its holder")
-            .body::<FenceBody>()
-            .answers::<Reservation>()
-            .errors(&[NOT_FOUND, CONFLICT]),
-        Route::post("/meshes/{mesh}/reservations/{id}/release", release_reservation, "Release a reservation, by its holder")
-            .body::<FenceBody>()
-            .answers::<Reservation>()
-            .errors(&[NOT_FOUND, CONFLICT]),
-        Route::post("/meshes/{mesh}/holds", hold_task, "Hold an acknowledged task in flight, or update its hold")
-            .body::<HoldBody>()
-            .answers::<HoldView>()
-            .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/reservations/check",
+            check_paths,
+            "Which paths another holder's exclusive reservation covers",
+        )
+        .body::<CheckPathsBody>()
+        .answers::<CheckPathsView>(),
+        Route::post(
+            "/meshes/{mesh}/reservations/{id}/renew",
+            renew_reservation,
+            "Renew a reservation, by its holder",
+        )
+        .body::<FenceBody>()
+        .answers::<Reservation>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/reservations/{id}/release",
+            release_reservation,
+            "Release a reservation, by its holder",
+        )
+        .body::<FenceBody>()
+        .answers::<Reservation>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/holds",
+            hold_task,
+            "Hold an acknowledged task in flight, or update its hold",
+        )
+        .body::<HoldBody>()
+        .answers::<HoldView>()
+        .errors(&[NOT_FOUND, CONFLICT]),
         Route::get("/meshes/{mesh}/holds", holds, "The in-flight holds, in the order they were first held")
             .answers::<Vec<HoldView>>(),
-        Route::get("/meshes/{mesh}/holds/{id}", hold, "The hold of one task").answers::<HoldView>().errors(&[NOT_FOUND]),
+        Route::get("/meshes/{mesh}/holds/{id}", hold, "The hold of one task")
+            .answers::<HoldView>()
+            .errors(&[NOT_FOUND]),
         Route::delete("/meshes/{mesh}/holds/{id}", release_hold, "Release the hold of one task")
             .answers::<HoldReleasedView>()
             .errors(&[NOT_FOUND]),
@@ -198,9 +296,13 @@ pub(crate) fn table() -> Vec<Route> {
             .body::<DeliveryBody>()
             .creates::<DeliveryView>()
             .errors(&[CONFLICT]),
-        Route::get("/meshes/{mesh}/deliveries", deliveries, "Deliveries still waiting, for the mesh or one session")
-            .query::<DeliveryListParams>()
-            .answers::<Vec<DeliveryView>>(),
+        Route::get(
+            "/meshes/{mesh}/deliveries",
+            deliveries,
+            "Deliveries still waiting, for the mesh or one session",
+        )
+        .query::<DeliveryListParams>()
+        .answers::<Vec<DeliveryView>>(),
         Route::get("/meshes/{mesh}/deliveries/{id}", delivery, "One delivery, whatever its status")
             .answers::<DeliveryView>()
             .errors(&[NOT_FOUND]),
@@ -214,28 +316,52 @@ pub(crate) fn table() -> Vec<Route> {
             .errors(&[CONFLICT]),
         Route::get("/meshes/{mesh}/dispatches", dispatches, "Dispatches not yet completed, failed or stale")
             .answers::<Vec<DispatchView>>(),
-        Route::post("/meshes/{mesh}/dispatches/status", update_dispatches, "Move the dispatch of a task, or every open one of a session, to a status")
-            .body::<DispatchStatusBody>()
-            .answers::<DispatchChangeView>(),
-        Route::post("/meshes/{mesh}/dispatches/mark-stale", mark_stale_dispatches, "Mark dispatches nobody acknowledged in time stale")
-            .body::<StaleDispatchesBody>()
-            .answers::<StaleDispatchesView>(),
-        Route::post("/meshes/{mesh}/dispatches/remove", remove_dispatches, "Forget the dispatches of some tasks")
-            .body::<RemoveDispatchesBody>()
-            .answers::<RemovedView>(),
-        Route::get("/meshes/{mesh}/dispatches/{id}", dispatch, "The dispatch of one task, whatever its status")
-            .answers::<DispatchView>()
-            .errors(&[NOT_FOUND]),
+        Route::post(
+            "/meshes/{mesh}/dispatches/status",
+            update_dispatches,
+            "Move the dispatch of a task, or every open one of a session, to a status",
+        )
+        .body::<DispatchStatusBody>()
+        .answers::<DispatchChangeView>(),
+        Route::post(
+            "/meshes/{mesh}/dispatches/mark-stale",
+            mark_stale_dispatches,
+            "Mark dispatches nobody acknowledged in time stale",
+        )
+        .body::<StaleDispatchesBody>()
+        .answers::<StaleDispatchesView>(),
+        Route::post(
+            "/meshes/{mesh}/dispatches/remove",
+            remove_dispatches,
+            "Forget the dispatches of some tasks",
+        )
+        .body::<RemoveDispatchesBody>()
+        .answers::<RemovedView>(),
+        Route::get(
+            "/meshes/{mesh}/dispatches/{id}",
+            dispatch,
+            "The dispatch of one task, whatever its status",
+        )
+        .answers::<DispatchView>()
+        .errors(&[NOT_FOUND]),
         Route::post("/meshes/{mesh}/placement", placement, "Rank nodes for a task, best first")
             .body::<PlacementBody>()
             .answers::<Vec<NodeRankView>>(),
         Route::get("/meshes/{mesh}/status", mesh_status, "An overview of the mesh").answers::<StatusView>(),
-        Route::post("/meshes/{mesh}/coordinators/presence", coordinator_presence, "A coordinator reports that it is alive, or that it ended")
-            .body::<PresenceBody>()
-            .answers::<PresenceView>(),
-        Route::post("/meshes/{mesh}/tool-calls", record_tool_call, "Record a call of an agent-facing tool; answers the rate guard's verdict")
-            .body::<ToolCallBody>()
-            .answers::<RateVerdictView>(),
+        Route::post(
+            "/meshes/{mesh}/coordinators/presence",
+            coordinator_presence,
+            "A coordinator reports that it is alive, or that it ended",
+        )
+        .body::<PresenceBody>()
+        .answers::<PresenceView>(),
+        Route::post(
+            "/meshes/{mesh}/tool-calls",
+            record_tool_call,
+            "Record a call of an agent-facing tool; answers the rate guard's verdict",
+        )
+        .body::<ToolCallBody>()
+        .answers::<RateVerdictView>(),
         Route::get("/meshes/{mesh}/tool-calls", tool_calls, "The rate guard's recent calls, per caller role")
             .query::<ToolCallParams>()
             .answers::<ToolCallLogView>(),

@@ -333,8 +333,8 @@ async fn the_document_is_valid_openapi_3_1_and_a_worker_loop_answers_what_it_say
         .push(json!({ "method": "POST", "path": "/v1/meshes/{mesh}/tasks", "status": 201, "body": no_id }));
     exchanges
         .push(json!({ "method": "POST", "path": "/v1/meshes/{mesh}/claims", "status": 418, "body": none }));
-    let wrong_error = json!({ "error": "task_not_found" });
-    exchanges.push(json!({ "method": "GET", "path": "/v1/meshes/{mesh}/tasks/{id}", "status": 404, "body": wrong_error }));
+    let (show, wrong_error) = ("/v1/meshes/{mesh}/tasks/{id}", json!({ "error": "task_not_found" }));
+    exchanges.push(json!({ "method": "GET", "path": show, "status": 404, "body": wrong_error }));
 
     let verdicts = check(&python3, &document, &exchanges);
     assert_eq!(verdicts.len(), exchanges.len());
