@@ -50,6 +50,7 @@ use agentmesh_core::MeshId;
 use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
 use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
 use axum::{Router, middleware};
 use route::Route;
 use tokio::net::TcpListener;
@@ -379,11 +380,12 @@ fn surface(shutdown: &CancellationToken) -> [(&'static str, Vec<Route>); 2] {
             .open(),
         Route::get("/readyz", readyz, "Whether the store can write right now (503 with the reason when not)")
             .answers::<ready::ReadyView>()
-            .or(axum::http::StatusCode::SERVICE_UNAVAILABLE)
+            .or(StatusCode::SERVICE_UNAVAILABLE)
             .open(),
         Route::get("/metrics", metrics::render, "The daemon's counters, in the Prometheus text format")
             .named("metrics")
-            .text("text/plain", "Prometheus text exposition format 0.0.4"),
+            .text("text/plain", "Prometheus text exposition format 0.0.4")
+            .errors(&[StatusCode::INTERNAL_SERVER_ERROR, StatusCode::SERVICE_UNAVAILABLE]),
         Route::get("/openapi.json", openapi::serve, "This OpenAPI 3.1 document").named("openapi").open(),
     ];
     let mut v1 = api::table();
