@@ -346,7 +346,8 @@ pub(crate) fn table() -> Vec<Route> {
         .errors(&[NOT_FOUND]),
         Route::post("/meshes/{mesh}/placement", placement, "Rank nodes for a task, best first")
             .body::<PlacementBody>()
-            .answers::<Vec<NodeRankView>>(),
+            .answers::<Vec<NodeRankView>>()
+            .errors(&[NOT_FOUND]),
         Route::get("/meshes/{mesh}/status", mesh_status, "An overview of the mesh").answers::<StatusView>(),
         Route::post(
             "/meshes/{mesh}/coordinators/presence",
