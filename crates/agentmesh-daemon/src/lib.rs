@@ -386,7 +386,10 @@ fn surface(shutdown: &CancellationToken) -> [(&'static str, Vec<Route>); 2] {
             .named("metrics")
             .text("text/plain", "Prometheus text exposition format 0.0.4")
             .errors(&[StatusCode::INTERNAL_SERVER_ERROR, StatusCode::SERVICE_UNAVAILABLE]),
-        Route::get("/openapi.json", openapi::serve, "This OpenAPI 3.1 document").named("openapi").open(),
+        Route::get("/openapi.json", openapi::serve, "This OpenAPI 3.1 document")
+            .named("openapi")
+            .answers::<serde_json::Map<String, serde_json::Value>>()
+            .open(),
     ];
     let mut v1 = api::table();
     v1.push(dashboard::stream_route(shutdown.clone()));
