@@ -11,8 +11,8 @@
 //! path, handler, and the types and statuses the OpenAPI document tells of);
 //! `route` mounts such tables, and `openapi` describes the same tables as the
 //! OpenAPI 3.1 document of `GET /openapi.json` ([`openapi_document`]); `auth`
-//! the bearer token (its file, and the middleware that checks it); `error` the one [`ApiError`] every failure
-//! becomes; `extract` the body, query and path extractors that turn malformed
+//! the bearer token (its file, and the middleware that checks it); `error` the
+//! one [`ApiError`] every failure becomes; `extract` the body, query and path extractors that turn malformed
 //! input into an [`ApiError`] naming the field; `metrics` the counters and the
 //! `/metrics` exposition, with `process` reading the process figures from
 //! `/proc`; `upkeep` the background loops (lease reaper, sweeps, retention, WAL
