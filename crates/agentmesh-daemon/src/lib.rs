@@ -10,19 +10,19 @@
 //! Modules: `api` holds the `/v1` routes, as a table of `route::Route`s (method,
 //! path, handler, and the types and statuses the OpenAPI document tells of);
 //! `route` mounts such tables, and `openapi` describes the same tables as the
-//! OpenAPI 3.1 document of `GET /openapi.json` ([`openapi_document`]); `auth`
-//! the bearer token (its file, and the middleware that checks it); `error` the
-//! one [`ApiError`] every failure becomes; `extract` the body, query and path extractors that turn malformed
-//! input into an [`ApiError`] naming the field; `metrics` the counters and the
-//! `/metrics` exposition, with `process` reading the process figures from
-//! `/proc`; `upkeep` the background loops (lease reaper, sweeps, retention, WAL
-//! checkpoint) and their supervisor; `ready` what `/readyz` answers (whether the
-//! store can write); `server` the accept loop (timeouts, the connection cap, the
-//! open-file limit); `access` the access log; `lock` the data dir's lock that keeps
-//! a second daemon off it. Handlers are adapters: they parse into the shared wire
-//! types of `agentmesh_api`, run one operation of the daemon's [`LocalMesh`] through
-//! `AppState::with_mesh` and
-//! answer its view. Rules live in the core and the store.
+//! OpenAPI 3.1 document of `GET /openapi.json` ([`openapi_document`]); `auth` the
+//! bearer token (its file, and the middleware that checks it); `error` the one
+//! [`ApiError`] every failure becomes; `extract` the body, query and path
+//! extractors that turn malformed input into an [`ApiError`] naming the field;
+//! `metrics` the counters and the `/metrics` exposition, with `process` reading the
+//! process figures from `/proc`; `upkeep` the background loops (lease reaper,
+//! sweeps, retention, WAL checkpoint) and their supervisor; `ready` what `/readyz`
+//! answers (whether the store can write); `server` the accept loop (timeouts, the
+//! connection cap, the open-file limit); `access` the access log; `lock` the data
+//! dir's lock that keeps a second daemon off it. Handlers are adapters: they parse
+//! into the shared wire types of `agentmesh_api`, run one operation of the daemon's
+//! [`LocalMesh`] through `AppState::with_mesh` and answer its view. Rules live in
+//! the core and the store.
 //!
 //! `/` serves the dashboard (`dashboard`): a page for people, behind the same
 //! token through a session cookie, live through the `/v1/meshes/{mesh}/stream`
