@@ -3,8 +3,9 @@
 //! router (served, behind the token or not as it says) and every path or method
 //! it does not name refused; the document validated as OpenAPI 3.1 by Python's
 //! `openapi-spec-validator`, and the answers of a worker's loop (enqueue, claim,
-//! complete, show, a missing task) validated against its schemas by
-//! `openapi-schema-validator`. The Python checks run in a virtualenv made from
+//! complete, show, a missing task, a refused claim) and of every JSON read of the
+//! mesh validated against its schemas by `openapi-schema-validator`, which must
+//! also refuse a few answers the document does not allow. The Python checks run in a virtualenv made from
 //! `tests/python/requirements.txt`; without Python 3.11+ and its venv module
 //! they print one `skipped: ...` line (see `agentmesh_test_support::tools`).
 
