@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// What a claim answers: the task, or `null` and why.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClaimView {
     /// The claimed task, if any.
     pub task: Option<Task>,
@@ -50,7 +50,7 @@ impl From<ClaimOutcome> for ClaimView {
 
 /// What a complete-and-claim answers: the task as completed (or failed), and the
 /// claim that followed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CompleteAndClaimView {
     /// The reported task, as it is now.
     pub completed: Task,
@@ -66,7 +66,7 @@ impl From<(Task, ClaimOutcome)> for CompleteAndClaimView {
 
 /// What a requeue answers: the task, and whether it is pending again or failed
 /// because its retry budget was spent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RequeueView {
     /// The task as it is now.
     pub task: Task,
@@ -84,35 +84,35 @@ impl From<Requeued> for RequeueView {
 }
 
 /// What a presence report answers: whether the coordinator now counts as live.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PresenceView {
     /// Live (it touched), or not (it ended).
     pub live: bool,
 }
 
 /// What an ack answers: how many events it marked drained.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AckView {
     /// Events marked drained.
     pub acked: u64,
 }
 
 /// What deleting events answers: how many events it deleted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DeletedEventsView {
     /// Events deleted, drained or not.
     pub deleted: u64,
 }
 
 /// What a retract answers: how many undelivered events it removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RetractView {
     /// Events removed.
     pub retracted: u64,
 }
 
 /// What a ledger import answers: how many entries were new.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ImportView {
     /// Entries stored.
     pub imported: u64,
@@ -121,7 +121,7 @@ pub struct ImportView {
 /// A coordinator inbox event: the original's inbox row (`id`, `event`, `queuedAt`
 /// in epoch milliseconds, `fingerprint`), with the whole event, v2 envelope
 /// included, as `payload`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InboxEventView {
     /// The row id (what `ack` takes).
@@ -174,7 +174,7 @@ impl From<InboxEvent> for InboxEventView {
 }
 
 /// What a push answers: the stored event, or why it was a duplicate.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum PushView {
     /// Refused as a duplicate; nothing was stored.
@@ -190,7 +190,7 @@ impl<'de> Deserialize<'de> for PushView {
     /// Told apart by the `duplicate` field. (Not derived: an untagged enum buffers
     /// its input, and the stored event inside cannot be read back from a buffer.)
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<PushView, D::Error> {
-        #[derive(Deserialize)]
+        #[derive(Deserialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
         struct Duplicate {
             duplicate: String,
@@ -222,7 +222,7 @@ impl From<QueueOutcome> for PushView {
 
 /// A drain (or a watch): the delivered events, the drain's counters under the
 /// original's names, and the row ids it held back.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DrainView {
     /// Events delivered, oldest first.
     pub events: Vec<InboxEventView>,
@@ -243,7 +243,7 @@ impl From<DrainOutcome> for DrainView {
 }
 
 /// A mission's progress, counted from its tasks when read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProgressView {
     /// Tasks in the mission.
@@ -277,7 +277,7 @@ impl From<MissionProgress> for ProgressView {
 }
 
 /// A mission: the original's mission row plus its derived progress.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MissionView {
     /// Mission id.
@@ -319,7 +319,7 @@ impl MissionView {
 }
 
 /// What a mission upsert answers: the mission, and whether it was new.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MissionSaved {
     /// The mission as it is now.
     #[serde(flatten)]
@@ -329,7 +329,7 @@ pub struct MissionSaved {
 }
 
 /// One mission with its tasks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MissionDetailView {
     /// The mission and its progress.
     #[serde(flatten)]
@@ -340,7 +340,7 @@ pub struct MissionDetailView {
 
 /// An idle worker session. `expiresAt` is epoch milliseconds, as the original's
 /// rows carry it; `metadata` is left out when the session reported none.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct IdleSessionView {
     /// The mesh.
@@ -372,7 +372,7 @@ impl From<IdleSession> for IdleSessionView {
 }
 
 /// A session delivery: every column of the original's row, unset ones as `null`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryView {
     /// Delivery id.
@@ -439,7 +439,7 @@ impl From<SessionDelivery> for DeliveryView {
 }
 
 /// A direct dispatch: every column of the original's row, unset ones as `null`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DispatchView {
     /// The dispatched task's id.
@@ -488,7 +488,7 @@ impl From<DirectDispatch> for DispatchView {
 }
 
 /// A node ranked for a task, best first.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeRankView {
     /// The node.
@@ -506,7 +506,7 @@ impl From<NodeCandidate> for NodeRankView {
 }
 
 /// An assigned task, as the status shows it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ActiveAssignmentView {
     /// Task id.
@@ -543,7 +543,7 @@ impl From<ActiveAssignment> for ActiveAssignmentView {
 }
 
 /// Undrained events addressed to one coordinator (or to none in particular).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PendingForCoordinatorView {
     /// The addressed daemon, when the events name one.
@@ -570,7 +570,7 @@ pub fn task_counts(counts: &[StatusCount]) -> Map<String, Value> {
 
 /// One mesh of a data dir, with its counts, as `GET /v1/meshes` and `agentmesh
 /// meshes` list it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MeshSummaryView {
     /// The mesh.
@@ -598,7 +598,7 @@ impl From<MeshSummary> for MeshSummaryView {
 }
 
 /// An overview of the mesh.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusView {
     /// The mesh.
@@ -647,7 +647,7 @@ mod tests {
 }
 
 /// What recording a tool call answers: the rate guard's verdict.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RateVerdictView {
     /// More calls of the tool than allowed within the guard's window.
@@ -671,7 +671,7 @@ impl From<agentmesh_core::RateVerdict> for RateVerdictView {
 
 /// A held event: its `event_held` ledger entry, with the fields an operator
 /// filters by lifted out of the payload, and the whole event as it was held.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HeldEventView {
     /// The ledger entry id: what a requeue by id takes.
@@ -718,7 +718,7 @@ impl From<LedgerEntry> for HeldEventView {
 }
 
 /// What became of one held event a requeue took.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequeuedHeldView {
     /// The held entry.
@@ -735,7 +735,7 @@ pub struct RequeuedHeldView {
 }
 
 /// What a requeue of held events answers.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RequeueHeldView {
     /// How many are queued again.
@@ -748,7 +748,7 @@ pub struct RequeueHeldView {
 }
 
 /// A completion fingerprint, with what its text names.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FingerprintView {
     /// The key, as recorded.
@@ -786,7 +786,7 @@ impl From<CompletionFingerprint> for FingerprintView {
 }
 
 /// A completion conflict: every column of the original's row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ConflictView {
     /// Record id.
@@ -827,7 +827,7 @@ impl From<CompletionConflict> for ConflictView {
 
 /// What a delivery status change answers: whether it moved, and the delivery as
 /// it is now.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryChangeView {
     /// The status changed (`false`: it would have moved backwards or out of a
@@ -838,14 +838,14 @@ pub struct DeliveryChangeView {
 }
 
 /// What a dispatch status change answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DispatchChangeView {
     /// Dispatches that changed.
     pub changed: u64,
 }
 
 /// What marking stale dispatches answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StaleDispatchesView {
     /// Dispatches now `stale`.
@@ -853,14 +853,14 @@ pub struct StaleDispatchesView {
 }
 
 /// What a removal answers: how many rows went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RemovedView {
     /// Rows removed.
     pub removed: u64,
 }
 
 /// One recorded tool call.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallView {
     /// The tool.
@@ -885,7 +885,7 @@ impl From<RecordedToolCall> for ToolCallView {
 }
 
 /// The calls of one caller role, counted by tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleCallsView {
     /// The role.
@@ -897,7 +897,7 @@ pub struct RoleCallsView {
 }
 
 /// Calls of one tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolCountView {
     /// The tool.
     pub tool: String,
@@ -906,7 +906,7 @@ pub struct ToolCountView {
 }
 
 /// The rate guard's recent calls: per caller role, then each call, newest first.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolCallLogView {
     /// Calls per caller role, the busiest role first.
@@ -951,7 +951,7 @@ pub type HoldView = agentmesh_core::InflightHold;
 
 /// What recording a direct dispatch answers: the task, and whether the recording
 /// created it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DispatchedTaskView {
     /// The recorded task, or the one the mesh already held by that id.
     pub task: Task,
@@ -960,7 +960,7 @@ pub struct DispatchedTaskView {
 }
 
 /// Whether a task's delivery reached its session.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryConfirmedView {
     /// The task.
@@ -970,14 +970,14 @@ pub struct DeliveryConfirmedView {
 }
 
 /// What releasing an in-flight hold answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HoldReleasedView {
     /// The task was held, and its hold is gone.
     pub released: bool,
 }
 
 /// What removing an idle session answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct IdleRemovedView {
     /// It had an idle record, and that record is gone.
     pub removed: bool,
@@ -985,7 +985,7 @@ pub struct IdleRemovedView {
 
 /// What a reservation request answers: granted with the reservation, or
 /// denied with every conflicting reservation once.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ReserveView {
     /// Whether it was granted.
@@ -1013,7 +1013,7 @@ impl From<agentmesh_store::Reserved> for ReserveView {
 
 /// What a path check answers: whether every path is clear, and for each path
 /// that is not, the reservations in its way.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CheckPathsView {
     /// No other holder's exclusive reservation covers any of the paths.
@@ -1023,7 +1023,7 @@ pub struct CheckPathsView {
 }
 
 /// One path and the reservations that cover it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BlockedPathView {
     /// The path, normalized.

@@ -32,7 +32,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `POST /v1/meshes/{mesh}/webhooks`: add a subscription.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WebhookBody {
     /// The receiver: `https://...`, or `http://` to a loopback host.
@@ -69,7 +69,7 @@ impl From<WebhookBody> for NewWebhook {
 
 /// What adding a subscription answers: the subscription, and its secret, the
 /// one time it is shown.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookAddedView {
     /// The subscription as stored.
@@ -79,7 +79,7 @@ pub struct WebhookAddedView {
 }
 
 /// What a test delivery answers: the attempt, as the delivery log keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookTestView {
     /// The subscription.

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 pub const DEFAULT_FAILURE_REASON: &str = "worker reported failure";
 
 /// The coordinator that enqueues a task; its completion event is addressed to it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CoordinatorBody {
     /// The coordinator's daemon (`mach_...`).
@@ -40,7 +40,7 @@ pub struct CoordinatorBody {
 
 /// `notBefore`: an ISO-8601 instant, or milliseconds (an offset from now below one
 /// year, else epoch milliseconds).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum NotBeforeBody {
     /// Milliseconds.
@@ -50,7 +50,7 @@ pub enum NotBeforeBody {
 }
 
 /// Enqueue one task (`POST /v1/meshes/{mesh}/tasks`), or one item of a batch.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EnqueueBody {
     /// The instruction for the worker.
@@ -162,7 +162,7 @@ impl EnqueueBody {
 }
 
 /// Enqueue several tasks at once, all or none (`POST /v1/meshes/{mesh}/tasks/batch`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BatchEnqueueBody {
     /// The tasks, in order. An item's `dependsOn` may name another item's `ref`.
@@ -213,7 +213,7 @@ impl BatchEnqueueBody {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/tasks`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
     /// Only these statuses, comma-separated (every status when absent); besides
@@ -373,7 +373,7 @@ impl ListParams {
 }
 
 /// `POST /v1/meshes/{mesh}/tasks/{id}/cancel`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CancelBody {
     /// Why the task is withdrawn.
@@ -383,7 +383,7 @@ pub struct CancelBody {
 
 /// `POST /v1/meshes/{mesh}/tasks/{id}/priority`: changes the pull priority of a
 /// pending or assigned task.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PriorityBody {
     /// The new priority: `low`, `normal` or `high`.
@@ -394,7 +394,7 @@ pub struct PriorityBody {
 }
 
 /// `POST /v1/meshes/{mesh}/tasks/{id}/requeue`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequeueBody {
     /// Why the task goes back.
@@ -423,7 +423,7 @@ impl From<RequeueBody> for RequeueOptions {
 }
 
 /// `POST /v1/meshes/{mesh}/claims`: a worker session asks for its next task.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClaimBody {
     /// The node the session runs on.
@@ -496,7 +496,7 @@ impl ClaimBody {
 }
 
 /// `POST /v1/meshes/{mesh}/heartbeats`: a worker extends the lease of its task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeartbeatBody {
     /// The task.
@@ -514,7 +514,7 @@ pub struct HeartbeatBody {
 }
 
 /// A worker's progress report, carried by a heartbeat: a percent, a note, or both.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProgressBody {
     /// How far along, 0 to 100.
@@ -540,7 +540,7 @@ impl ProgressBody {
 }
 
 /// `POST /v1/meshes/{mesh}/completions`: a worker reports that its task ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompletionBody {
     /// The reporting session.
@@ -572,7 +572,7 @@ pub struct CompletionBody {
 
 /// `POST /v1/meshes/{mesh}/complete-and-claim`: a worker reports that its task
 /// ended and asks for its next one, in one request and one transaction.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CompleteAndClaimBody {
     /// The report, as `POST …/completions` takes it.
@@ -615,7 +615,7 @@ impl CompletionBody {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/ledger`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LedgerParams {
     /// How many of the newest entries (200 when absent).
@@ -652,7 +652,7 @@ impl TryFrom<LedgerParams> for agentmesh_core::LedgerQuery {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/ledger/slice`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SliceParams {
     /// Entries strictly after this one, in (timestamp, id) order.
@@ -692,7 +692,7 @@ impl TryFrom<SliceParams> for SliceQuery {
 }
 
 /// `POST /v1/meshes/{mesh}/ledger/import`: entries from elsewhere, all of this mesh.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ImportBody {
     /// The entries, in the original's shape.
@@ -700,7 +700,7 @@ pub struct ImportBody {
 }
 
 /// The emit hint of a pushed event: what the pusher knows better than the event.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EmitHintBody {
     /// The real coordinator run id, folded into the derived identity.
@@ -722,7 +722,7 @@ impl From<EmitHintBody> for EmitHint {
 }
 
 /// `POST /v1/meshes/{mesh}/events`: queue an event for a coordinator.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PushEventBody {
     /// The event in the original's JSON shape; `meshId` defaults to the mesh pushed to.
@@ -777,7 +777,7 @@ impl PushEventBody {
 }
 
 /// `POST /v1/meshes/{mesh}/events/drain` (and `peek`, `watch`): who takes events.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DrainBody {
     /// The draining coordinator's daemon (any of its id forms).
@@ -839,7 +839,7 @@ impl TryFrom<DrainBody> for DrainRequest {
 }
 
 /// Query of `POST /v1/meshes/{mesh}/events/watch`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchParams {
     /// How long to wait for an event, in seconds (30 when absent, at most 600).
@@ -849,7 +849,7 @@ pub struct WatchParams {
 
 /// `POST /v1/meshes/{mesh}/events/delete`: events deleted outright, by row id,
 /// drained or not (their fingerprints take new events again).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteEventsBody {
     /// Row ids, as a drain or peek handed them out.
@@ -864,7 +864,7 @@ impl DeleteEventsBody {
 }
 
 /// `POST /v1/meshes/{mesh}/events/ack`: events delivered elsewhere, by row id.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AckBody {
     /// Row ids, as a drain or peek handed them out.
@@ -879,7 +879,7 @@ impl AckBody {
 }
 
 /// `POST /v1/meshes/{mesh}/events/retract`: a task's dispatch is no longer blocked.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetractBody {
     /// The task whose undelivered `mesh:dispatch_blocked` events go.
@@ -887,7 +887,7 @@ pub struct RetractBody {
 }
 
 /// `POST /v1/meshes/{mesh}/missions`: create or update a mission.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MissionBody {
     /// Mission id.
@@ -923,7 +923,7 @@ impl TryFrom<MissionBody> for NewMission {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/missions`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MissionListParams {
     /// Only these statuses, comma-separated (every status when absent).
@@ -932,7 +932,7 @@ pub struct MissionListParams {
 }
 
 /// `POST /v1/meshes/{mesh}/idle-sessions`: a worker session reports that it is idle.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct IdleBody {
     /// The node the session runs on.
@@ -954,7 +954,7 @@ pub const DEFAULT_IDLE_TTL_SECS: u32 = 300;
 
 /// `POST /v1/meshes/{mesh}/tasks/dispatched`: record a task already dispatched
 /// straight to a session (an id the mesh holds changes nothing).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DispatchedTaskBody {
     /// The task's id.
@@ -995,7 +995,7 @@ impl TryFrom<DispatchedTaskBody> for agentmesh_core::NewDispatchedTask {
 
 /// `POST /v1/meshes/{mesh}/holds`: hold an acknowledged task in flight, or update
 /// its hold (its first `heldAt` is kept).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HoldBody {
     /// The held task.
@@ -1032,7 +1032,7 @@ impl TryFrom<HoldBody> for agentmesh_core::NewInflightHold {
 }
 
 /// `POST /v1/meshes/{mesh}/deliveries`: a message for a worker session.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeliveryBody {
     /// Delivery id (a fresh one when absent).
@@ -1101,7 +1101,7 @@ impl TryFrom<DeliveryBody> for NewSessionDelivery {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/deliveries`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeliveryListParams {
     /// Only deliveries for this session.
@@ -1110,7 +1110,7 @@ pub struct DeliveryListParams {
 }
 
 /// `POST /v1/meshes/{mesh}/dispatches`: record a direct dispatch to a session.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DispatchBody {
     /// The dispatched task's id.
@@ -1171,7 +1171,7 @@ pub struct NodeBody {
 }
 
 /// `POST /v1/meshes/{mesh}/placement`: rank nodes for a task.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlacementBody {
     /// The task to place.
@@ -1184,7 +1184,7 @@ pub struct PlacementBody {
 }
 
 /// `POST /v1/meshes/{mesh}/tool-calls`: record one call of a tool, for the rate guard.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolCallBody {
     /// The tool's name.
@@ -1199,7 +1199,7 @@ pub struct ToolCallBody {
 
 /// `POST /v1/meshes/{mesh}/coordinators/presence`: a coordinator says it is alive
 /// (or that it has ended), so unicasts addressed to it stay its own.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PresenceBody {
     /// The coordinator's daemon.
@@ -1228,7 +1228,7 @@ impl TryFrom<PresenceBody> for CoordinatorIdentity {
 
 /// Query of `GET /v1/meshes/{mesh}/events/held`: which held events to list. Every
 /// filter that is set must match.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HeldParams {
     /// Held for this reason (`pending_retention_expired`,
@@ -1269,7 +1269,7 @@ impl HeldParams {
 /// `POST /v1/meshes/{mesh}/events/held/requeue`: put held events back in the
 /// inbox, named by `ids` or selected by the filters (the same as the listing's),
 /// or every held event with `all`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RequeueHeldBody {
     /// The held events' ledger entry ids, as the listing shows them (`heldEntryId`).
@@ -1337,7 +1337,7 @@ impl RequeueHeldBody {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/completions/fingerprints`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FingerprintParams {
     /// Only fingerprints of completions of this task.
@@ -1352,7 +1352,7 @@ pub struct FingerprintParams {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/completions/conflicts`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ConflictParams {
     /// Only conflicts in which this task took part (either side).
@@ -1367,7 +1367,7 @@ pub struct ConflictParams {
 }
 
 /// `POST /v1/meshes/{mesh}/deliveries/{id}/status`: move a delivery on.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DeliveryStatusBody {
     /// The new status: `delivering`, `queued`, `delivered`, `acked` (read by the
@@ -1400,7 +1400,7 @@ impl DeliveryStatusBody {
 
 /// `POST /v1/meshes/{mesh}/dispatches/status`: move direct dispatches on, the one
 /// of a task or every open one of a session.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DispatchStatusBody {
     /// `dispatched`, `acked`, `completed`, `failed` or `stale`; completed and
@@ -1434,7 +1434,7 @@ impl DispatchStatusBody {
 
 /// `POST /v1/meshes/{mesh}/dispatches/mark-stale`: dispatches nobody acknowledged
 /// in time become `stale`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StaleDispatchesBody {
     /// `dispatched` rows sent at least this many seconds ago.
@@ -1442,7 +1442,7 @@ pub struct StaleDispatchesBody {
 }
 
 /// `POST /v1/meshes/{mesh}/dispatches/remove`: forget the dispatches of tasks.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoveDispatchesBody {
     /// The tasks whose dispatches go.
@@ -1461,7 +1461,7 @@ impl RemoveDispatchesBody {
 }
 
 /// Query of `GET /v1/meshes/{mesh}/tool-calls`: the rate guard's recent calls.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolCallParams {
     /// Only calls of this caller role (`coordinator`, `worker` or `unknown`).
@@ -1620,7 +1620,7 @@ mod tests {
 
 /// `POST /v1/meshes/{mesh}/reservations`: reserve path patterns of a
 /// repository scope (see [`agentmesh_core::reservation`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReserveBody {
     /// The repository scope (a repository id or root).
@@ -1672,7 +1672,7 @@ impl ReserveBody {
 /// `POST /v1/meshes/{mesh}/reservations/{id}/renew` and `.../release`: the
 /// holder's session and the reservation's epoch; a renew may give a new time
 /// to live.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FenceBody {
     /// The holder's session.
@@ -1696,7 +1696,7 @@ impl FenceBody {
 }
 
 /// `GET /v1/meshes/{mesh}/reservations`: the reservations in force.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReservationListParams {
     /// Only this scope's.
@@ -1706,7 +1706,7 @@ pub struct ReservationListParams {
 
 /// `POST /v1/meshes/{mesh}/reservations/check`: which paths another holder's
 /// exclusive reservation stands in the way of.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CheckPathsBody {
     /// The repository scope.

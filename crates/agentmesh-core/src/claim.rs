@@ -40,7 +40,7 @@ pub struct Claimant {
 /// takes it and stamps it on the assignment (`assignedTranscriptProfile`):
 /// the transcript's class and timing, and whether the session emits PTY turn
 /// events.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TranscriptProfile {
     /// The transcript's class.

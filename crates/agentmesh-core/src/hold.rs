@@ -7,7 +7,7 @@ use crate::{InvalidInput, Timestamp};
 
 /// An in-flight hold as stored: one per task. Its JSON form (camelCase) is what
 /// the API answers.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct InflightHold {
     /// The held task.

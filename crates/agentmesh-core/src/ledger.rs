@@ -44,7 +44,7 @@ pub mod kinds {
 }
 
 /// One ledger entry, in the original's shape.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerEntry {
     /// Unique id; appending an id that exists is a no-op.
@@ -147,7 +147,7 @@ impl SliceQuery {
 }
 
 /// The slice cursor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SliceCursor {
     /// The cursor the page was read after.
@@ -180,7 +180,7 @@ pub struct SliceCursor {
 }
 
 /// Where a slice was read from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SliceSource {
     /// Backend kind (`local_sqlite`).
@@ -194,7 +194,7 @@ pub struct SliceSource {
 }
 
 /// One page of the slice protocol.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LedgerSlice {
     /// Always [`SLICE_PROTOCOL`].

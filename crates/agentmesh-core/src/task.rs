@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::InvalidInput;
 
 /// Where a task is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     /// Waiting to be claimed.
@@ -77,7 +77,7 @@ impl FromStr for TaskStatus {
 }
 
 /// What kind of work a task is; decides which nodes may take it and beside what.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskMode {
     /// Edits code: needs a node with no other write task in flight.
@@ -132,7 +132,9 @@ impl FromStr for TaskMode {
 }
 
 /// How eagerly a task is pulled; higher first within a claim tier.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskPriority {
     /// Pulled after normal and high.
@@ -183,7 +185,7 @@ impl FromStr for TaskPriority {
 
 /// A queue entry. Optional fields are omitted from JSON when unset, as the original
 /// omits them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Task {
     /// Task id: caller-given or a fresh UUID.
@@ -357,7 +359,7 @@ pub struct Task {
 }
 
 /// A running task's progress as its worker last reported it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Progress {
     /// How far along, 0 to 100, when the worker can tell.

@@ -62,7 +62,7 @@ pub struct UrlPolicy {
 }
 
 /// A subscription as a caller asks for it.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NewWebhook {
     /// The receiver: `https://...`, or `http://` to a loopback host.
@@ -346,7 +346,7 @@ pub fn kind_matches(kinds: &[String], kind: &str) -> bool {
 }
 
 /// A subscription's delivery state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WebhookState {
     /// Delivering.
@@ -367,7 +367,7 @@ impl WebhookState {
 }
 
 /// One delivery attempt, as the delivery log keeps it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Attempt {
     /// When it was made (ISO).
@@ -394,7 +394,7 @@ impl Attempt {
 }
 
 /// The entry a subscription failed to deliver.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StuckEntry {
     /// The ledger entry.
@@ -406,7 +406,7 @@ pub struct StuckEntry {
 }
 
 /// A stored subscription. Its secret is kept apart and never part of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Webhook {
     /// Its id.
@@ -566,40 +566,90 @@ impl DeliveryPolicy {
 
 /// The body a receiver gets for one ledger entry: what happened, where, to
 /// which task, when, and where to read more.
-pub fn body(entry: &LedgerEntry, seq_hint: Option<u64>) -> serde_json::Value {
-    let mut data = serde_json::json!({
-        "entryId": entry.id,
-        "meshId": entry.mesh_id,
-    });
-    if let Some(task) = entry.task_id() {
-        data["taskId"] = serde_json::json!(task);
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookPayload {
+    /// The ledger kind (`task_completed`, `task_failed`, `reservation_granted`,
+    /// ...; `webhook_test` for `webhook test`'s sample).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// When the entry was written (ISO-8601).
+    pub timestamp: String,
+    /// The entry's facts.
+    pub data: WebhookData,
+}
+
+/// The facts of one delivered ledger entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookData {
+    /// The ledger entry's id, also the request's `webhook-id`.
+    pub entry_id: String,
+    /// The mesh.
+    pub mesh_id: String,
+    /// The task the entry is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The node involved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// The session involved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The entry's `status`, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<serde_json::Value>,
+    /// The entry's `reason` (a failure, a refusal), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<serde_json::Value>,
+    /// The worker's summary, when the entry has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<serde_json::Value>,
+    /// The task's epoch, when the entry has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<serde_json::Value>,
+    /// Where to read more, relative to the daemon's address.
+    pub links: WebhookLinks,
+}
+
+/// The API paths a receiver follows to read more (the bearer token needed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookLinks {
+    /// The mesh's ledger entries of this kind.
+    pub ledger: String,
+    /// The task, when the entry is about one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    /// The ledger after this entry, in commit order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// The body a receiver gets for `entry`, whose sequence number is `seq`.
+pub fn body(entry: &LedgerEntry, seq: Option<u64>) -> WebhookPayload {
+    let field = |key: &str| entry.payload.get(key).cloned();
+    let mesh = &entry.mesh_id;
+    WebhookPayload {
+        kind: entry.kind.clone(),
+        timestamp: entry.timestamp.clone(),
+        data: WebhookData {
+            entry_id: entry.id.clone(),
+            mesh_id: mesh.clone(),
+            task_id: entry.task_id().map(str::to_owned),
+            node_id: entry.node_id.clone(),
+            session_id: entry.session_id.clone(),
+            status: field("status"),
+            reason: field("reason"),
+            summary: field("summary"),
+            epoch: field("epoch"),
+            links: WebhookLinks {
+                ledger: format!("/v1/meshes/{mesh}/ledger?kind={}", entry.kind),
+                task: entry.task_id().map(|task| format!("/v1/meshes/{mesh}/tasks/{task}")),
+                after: seq.map(|seq| format!("/v1/meshes/{mesh}/ledger/slice?afterSeq={seq}")),
+            },
+        },
     }
-    for (key, value) in [("nodeId", &entry.node_id), ("sessionId", &entry.session_id)] {
-        if let Some(value) = value {
-            data[key] = serde_json::json!(value);
-        }
-    }
-    for key in ["status", "reason", "summary", "epoch"] {
-        if let Some(value) = entry.payload.get(key) {
-            data[key] = value.clone();
-        }
-    }
-    let mut links = serde_json::json!({
-        "ledger": format!("/v1/meshes/{}/ledger?kind={}", entry.mesh_id, entry.kind),
-    });
-    if let Some(task) = entry.task_id() {
-        links["task"] = serde_json::json!(format!("/v1/meshes/{}/tasks/{task}", entry.mesh_id));
-    }
-    if let Some(seq) = seq_hint {
-        links["after"] =
-            serde_json::json!(format!("/v1/meshes/{}/ledger/slice?afterSeq={seq}", entry.mesh_id));
-    }
-    data["links"] = links;
-    serde_json::json!({
-        "type": entry.kind,
-        "timestamp": entry.timestamp,
-        "data": data,
-    })
 }
 
 #[cfg(test)]

@@ -8,88 +8,413 @@
 //! view as JSON. Creating routes answer 201.
 
 use agentmesh_api::MeshApi;
-use agentmesh_api::views::{ClaimView, DrainView, InboxEventView};
+use agentmesh_api::views::{
+    AckView, CheckPathsView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
+    DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
+    DispatchedTaskView, DrainView, FingerprintView, HeldEventView, HoldReleasedView, HoldView,
+    IdleRemovedView, IdleSessionView, ImportView, InboxEventView, MeshSummaryView, MissionDetailView,
+    MissionSaved, MissionView, NodeRankView, PresenceView, PushView, RateVerdictView, RemovedView,
+    RequeueHeldView, RequeueView, ReserveView, RetractView, StaleDispatchesView, StatusView, ToolCallLogView,
+};
 use agentmesh_api::watch::{Look, Watch, watch_timeout_secs};
+use agentmesh_api::webhook::{WebhookAddedView, WebhookBody, WebhookTestView};
 use agentmesh_api::wire::{
     AckBody, BatchEnqueueBody, CancelBody, CheckPathsBody, ClaimBody, CompleteAndClaimBody, CompletionBody,
     ConflictParams, DeleteEventsBody, DeliveryBody, DeliveryListParams, DeliveryStatusBody, DispatchBody,
     DispatchStatusBody, DispatchedTaskBody, DrainBody, EnqueueBody, FenceBody, FingerprintParams,
     HeartbeatBody, HeldParams, HoldBody, IdleBody, ImportBody, LedgerParams, ListParams, MissionBody,
-    MissionListParams, PlacementBody, PriorityBody, PushEventBody, RemoveDispatchesBody, RequeueBody,
-    RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams, StaleDispatchesBody,
-    ToolCallBody, ToolCallParams, WatchParams,
+    MissionListParams, PlacementBody, PresenceBody, PriorityBody, PushEventBody, RemoveDispatchesBody,
+    RequeueBody, RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams,
+    StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
-use agentmesh_core::{ClaimRefusal, MeshId};
+use agentmesh_core::{ClaimRefusal, LedgerEntry, LedgerSlice, MeshId, Reservation, Task, Webhook};
 use agentmesh_store::StoreError;
+use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
-use axum::{Json, Router, middleware};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 
+use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::{AppState, auth};
+use crate::route::Route;
 
-/// The `/v1` routes, behind the bearer-token check.
-pub(crate) fn routes(state: AppState) -> Router<AppState> {
-    Router::new()
-        .route("/meshes", get(list_meshes))
-        .route("/meshes/{mesh}/tasks", post(enqueue).get(list_tasks))
-        .route("/meshes/{mesh}/tasks/batch", post(enqueue_batch))
-        .route("/meshes/{mesh}/tasks/dispatched", post(record_dispatched_task))
-        .route("/meshes/{mesh}/tasks/{id}/delivery", get(delivery_confirmed))
-        .route("/meshes/{mesh}/tasks/{id}", get(show_task))
-        .route("/meshes/{mesh}/tasks/{id}/cancel", post(cancel_task))
-        .route("/meshes/{mesh}/tasks/{id}/requeue", post(requeue_task))
-        .route("/meshes/{mesh}/tasks/{id}/priority", post(set_priority))
-        .route("/meshes/{mesh}/claims", post(claim))
-        .route("/meshes/{mesh}/heartbeats", post(heartbeat))
-        .route("/meshes/{mesh}/completions", post(complete))
-        .route("/meshes/{mesh}/complete-and-claim", post(complete_and_claim))
-        .route("/meshes/{mesh}/ledger", get(ledger))
-        .route("/meshes/{mesh}/ledger/slice", get(ledger_slice))
-        .route("/meshes/{mesh}/ledger/import", post(import_ledger))
-        .route("/meshes/{mesh}/events", post(push_event))
-        .route("/meshes/{mesh}/events/drain", post(drain))
-        .route("/meshes/{mesh}/events/peek", post(peek))
-        .route("/meshes/{mesh}/events/watch", post(watch))
-        .route("/meshes/{mesh}/events/ack", post(ack_events))
-        .route("/meshes/{mesh}/events/delete", post(delete_events))
-        .route("/meshes/{mesh}/events/retract", post(retract_dispatch_blocked))
-        .route("/meshes/{mesh}/events/held", get(held_events))
-        .route("/meshes/{mesh}/events/held/requeue", post(requeue_held))
-        .route("/meshes/{mesh}/completions/fingerprints", get(completion_fingerprints))
-        .route("/meshes/{mesh}/completions/conflicts", get(completion_conflicts))
-        .route("/meshes/{mesh}/missions", post(upsert_mission).get(missions))
-        .route("/meshes/{mesh}/missions/{id}", get(mission))
-        .route("/meshes/{mesh}/idle-sessions", post(report_idle).get(idle_sessions))
-        .route("/meshes/{mesh}/idle-sessions/{node}/{session}", delete(remove_idle_session))
-        .route("/meshes/{mesh}/reservations", post(reserve).get(reservations))
-        .route("/meshes/{mesh}/reservations/check", post(check_paths))
-        .route("/meshes/{mesh}/reservations/{id}/renew", post(renew_reservation))
-        .route("/meshes/{mesh}/reservations/{id}/release", post(release_reservation))
-        .route("/meshes/{mesh}/webhooks", post(add_webhook).get(webhooks))
-        .route("/meshes/{mesh}/webhooks/{id}", get(webhook).delete(remove_webhook))
-        .route("/meshes/{mesh}/webhooks/{id}/resume", post(resume_webhook))
-        .route("/meshes/{mesh}/webhooks/{id}/skip", post(skip_webhook))
-        .route("/meshes/{mesh}/webhooks/{id}/test", post(test_webhook))
-        .route("/meshes/{mesh}/holds", post(hold_task).get(holds))
-        .route("/meshes/{mesh}/holds/{id}", get(hold).delete(release_hold))
-        .route("/meshes/{mesh}/deliveries", post(send_delivery).get(deliveries))
-        .route("/meshes/{mesh}/deliveries/{id}", get(delivery))
-        .route("/meshes/{mesh}/deliveries/{id}/status", post(update_delivery))
-        .route("/meshes/{mesh}/dispatches", post(record_dispatch).get(dispatches))
-        .route("/meshes/{mesh}/dispatches/status", post(update_dispatches))
-        .route("/meshes/{mesh}/dispatches/mark-stale", post(mark_stale_dispatches))
-        .route("/meshes/{mesh}/dispatches/remove", post(remove_dispatches))
-        .route("/meshes/{mesh}/dispatches/{id}", get(dispatch))
-        .route("/meshes/{mesh}/placement", post(placement))
-        .route("/meshes/{mesh}/status", get(mesh_status))
-        .route("/meshes/{mesh}/coordinators/presence", post(coordinator_presence))
-        .route("/meshes/{mesh}/tool-calls", post(record_tool_call).get(tool_calls))
-        .route_layer(middleware::from_fn_with_state(state, auth::require_token))
+/// A route may answer that what it names is not there.
+const NOT_FOUND: StatusCode = StatusCode::NOT_FOUND;
+/// A route may answer that the state of what it names refuses the request.
+const CONFLICT: StatusCode = StatusCode::CONFLICT;
+
+/// The `/v1` routes, each behind the bearer-token check: the one list the router
+/// mounts and the OpenAPI document describes (`crate::route`). A new route is one
+/// more entry here.
+pub(crate) fn table() -> Vec<Route> {
+    vec![
+        Route::get("/meshes", list_meshes, "Every mesh the store holds anything of, with its counts")
+            .answers::<Vec<MeshSummaryView>>(),
+        Route::post("/meshes/{mesh}/tasks", enqueue, "Enqueue one task")
+            .body::<EnqueueBody>()
+            .example(json!({
+                "message": "Fix the flaky parser test",
+                "priority": "high",
+                "requiredTags": ["rust"],
+            }))
+            .creates::<Task>()
+            .errors(&[CONFLICT]),
+        Route::get("/meshes/{mesh}/tasks", list_tasks, "The mesh's tasks, oldest first")
+            .query::<ListParams>()
+            .answers::<Vec<Task>>(),
+        Route::post("/meshes/{mesh}/tasks/batch", enqueue_batch, "Enqueue several tasks, all or none")
+            .body::<BatchEnqueueBody>()
+            .creates::<Vec<Task>>()
+            .errors(&[CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/tasks/dispatched",
+            record_dispatched_task,
+            "Record a task dispatched straight to a session (200 when the id was known)",
+        )
+        .body::<DispatchedTaskBody>()
+        .creates::<DispatchedTaskView>()
+        .or(StatusCode::OK)
+        .errors(&[CONFLICT]),
+        Route::get(
+            "/meshes/{mesh}/tasks/{id}/delivery",
+            delivery_confirmed,
+            "Whether a delivery of the task reached its session",
+        )
+        .answers::<DeliveryConfirmedView>(),
+        Route::get("/meshes/{mesh}/tasks/{id}", show_task, "One task").answers::<Task>().errors(&[NOT_FOUND]),
+        Route::post("/meshes/{mesh}/tasks/{id}/cancel", cancel_task, "Cancel a pending or assigned task")
+            .body::<CancelBody>()
+            .answers::<Task>()
+            .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/tasks/{id}/requeue",
+            requeue_task,
+            "Put a task back in the queue, or fail it when its retries are spent",
+        )
+        .body::<RequeueBody>()
+        .answers::<RequeueView>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/tasks/{id}/priority",
+            set_priority,
+            "Change the pull priority of a pending or assigned task",
+        )
+        .body::<PriorityBody>()
+        .answers::<Task>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/claims",
+            claim,
+            "Claim the next task for a worker session (nothing to claim is an answer)",
+        )
+        .body::<ClaimBody>()
+        .example(json!({ "nodeId": "node-a", "sessionId": "worker-1", "capabilityTags": ["rust"] }))
+        .answers::<ClaimView>(),
+        Route::post("/meshes/{mesh}/heartbeats", heartbeat, "Extend the lease of a claimed task")
+            .body::<HeartbeatBody>()
+            .answers::<Task>()
+            .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post("/meshes/{mesh}/completions", complete, "Report a claimed task completed or failed")
+            .body::<CompletionBody>()
+            .example(json!({ "sessionId": "worker-1", "taskId": "task-1", "epoch": 1, "summary": "fixed" }))
+            .answers::<Task>()
+            .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/complete-and-claim",
+            complete_and_claim,
+            "Report a task done and claim the next, in one transaction",
+        )
+        .body::<CompleteAndClaimBody>()
+        .answers::<CompleteAndClaimView>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::get("/meshes/{mesh}/ledger", ledger, "The newest ledger entries, oldest first")
+            .query::<LedgerParams>()
+            .answers::<Vec<LedgerEntry>>(),
+        Route::get("/meshes/{mesh}/ledger/slice", ledger_slice, "One page of the ledger slice protocol")
+            .query::<SliceParams>()
+            .answers::<LedgerSlice>(),
+        Route::post(
+            "/meshes/{mesh}/ledger/import",
+            import_ledger,
+            "Import ledger entries of this mesh, all or none",
+        )
+        .body::<ImportBody>()
+        .answers::<ImportView>()
+        .errors(&[CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/events",
+            push_event,
+            "Queue an event for a coordinator (200 when it is a duplicate)",
+        )
+        .body::<PushEventBody>()
+        .creates::<PushView>()
+        .or(StatusCode::OK),
+        Route::post(
+            "/meshes/{mesh}/events/drain",
+            drain,
+            "Take the coordinator's events, marking them drained",
+        )
+        .body::<DrainBody>()
+        .answers::<DrainView>(),
+        Route::post(
+            "/meshes/{mesh}/events/peek",
+            peek,
+            "The events a drain would deliver now, marking nothing",
+        )
+        .body::<DrainBody>()
+        .answers::<PeekView>(),
+        Route::post(
+            "/meshes/{mesh}/events/watch",
+            watch,
+            "A drain that waits for an event, empty at the timeout",
+        )
+        .query::<WatchParams>()
+        .body::<DrainBody>()
+        .answers::<DrainView>(),
+        Route::post("/meshes/{mesh}/events/ack", ack_events, "Mark events delivered elsewhere as drained")
+            .body::<AckBody>()
+            .answers::<AckView>(),
+        Route::post(
+            "/meshes/{mesh}/events/delete",
+            delete_events,
+            "Delete events by row id, with their fingerprints",
+        )
+        .body::<DeleteEventsBody>()
+        .answers::<DeletedEventsView>(),
+        Route::post(
+            "/meshes/{mesh}/events/retract",
+            retract_dispatch_blocked,
+            "Remove a task's undelivered dispatch-blocked events",
+        )
+        .body::<RetractBody>()
+        .answers::<RetractView>(),
+        Route::get("/meshes/{mesh}/events/held", held_events, "Held events not put back, oldest hold first")
+            .query::<HeldParams>()
+            .answers::<Vec<HeldEventView>>(),
+        Route::post("/meshes/{mesh}/events/held/requeue", requeue_held, "Put held events back in the inbox")
+            .body::<RequeueHeldBody>()
+            .answers::<RequeueHeldView>()
+            .errors(&[NOT_FOUND]),
+        Route::get(
+            "/meshes/{mesh}/completions/fingerprints",
+            completion_fingerprints,
+            "Completion fingerprints in force, newest first",
+        )
+        .query::<FingerprintParams>()
+        .answers::<Vec<FingerprintView>>(),
+        Route::get(
+            "/meshes/{mesh}/completions/conflicts",
+            completion_conflicts,
+            "Completion conflicts of the recent past, newest first",
+        )
+        .query::<ConflictParams>()
+        .answers::<Vec<ConflictView>>(),
+        Route::post("/meshes/{mesh}/missions", upsert_mission, "Create (201) or update (200) a mission")
+            .body::<MissionBody>()
+            .creates::<MissionSaved>()
+            .or(StatusCode::OK)
+            .errors(&[CONFLICT]),
+        Route::get(
+            "/meshes/{mesh}/missions",
+            missions,
+            "Missions with their progress, most recently updated first",
+        )
+        .query::<MissionListParams>()
+        .answers::<Vec<MissionView>>(),
+        Route::get("/meshes/{mesh}/missions/{id}", mission, "One mission with its progress and tasks")
+            .answers::<MissionDetailView>()
+            .errors(&[NOT_FOUND]),
+        Route::post("/meshes/{mesh}/idle-sessions", report_idle, "Record that a worker session is idle")
+            .body::<IdleBody>()
+            .answers::<IdleSessionView>(),
+        Route::get(
+            "/meshes/{mesh}/idle-sessions",
+            idle_sessions,
+            "Idle sessions whose report has not expired",
+        )
+        .answers::<Vec<IdleSessionView>>(),
+        Route::delete(
+            "/meshes/{mesh}/idle-sessions/{node}/{session}",
+            remove_idle_session,
+            "Forget a session's idle report",
+        )
+        .answers::<IdleRemovedView>(),
+        Route::post(
+            "/meshes/{mesh}/reservations",
+            reserve,
+            "Reserve path patterns of a repository scope (optionally waiting)",
+        )
+        .body::<ReserveBody>()
+        .answers::<ReserveView>()
+        .errors(&[CONFLICT]),
+        Route::get("/meshes/{mesh}/reservations", reservations, "The reservations in force, oldest first")
+            .query::<ReservationListParams>()
+            .answers::<Vec<Reservation>>(),
+        Route::post(
+            "/meshes/{mesh}/reservations/check",
+            check_paths,
+            "Which paths another holder's exclusive reservation covers",
+        )
+        .body::<CheckPathsBody>()
+        .answers::<CheckPathsView>(),
+        Route::post(
+            "/meshes/{mesh}/reservations/{id}/renew",
+            renew_reservation,
+            "Renew a reservation, by its holder",
+        )
+        .body::<FenceBody>()
+        .answers::<Reservation>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/reservations/{id}/release",
+            release_reservation,
+            "Release a reservation, by its holder",
+        )
+        .body::<FenceBody>()
+        .answers::<Reservation>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post(
+            "/meshes/{mesh}/webhooks",
+            add_webhook,
+            "Add a webhook subscription; its secret is shown once",
+        )
+        .body::<WebhookBody>()
+        .example(
+            json!({ "url": "https://ci.example.com/hooks/mesh", "kinds": ["task_completed", "task_failed"] }),
+        )
+        .creates::<WebhookAddedView>(),
+        Route::get(
+            "/meshes/{mesh}/webhooks",
+            webhooks,
+            "The webhook subscriptions, oldest first (never their secrets)",
+        )
+        .answers::<WebhookList>(),
+        Route::get(
+            "/meshes/{mesh}/webhooks/{id}",
+            webhook,
+            "One webhook subscription, with its last attempts",
+        )
+        .answers::<Webhook>()
+        .errors(&[NOT_FOUND]),
+        Route::delete("/meshes/{mesh}/webhooks/{id}", remove_webhook, "Remove a webhook subscription")
+            .answers::<Webhook>()
+            .errors(&[NOT_FOUND]),
+        Route::post(
+            "/meshes/{mesh}/webhooks/{id}/resume",
+            resume_webhook,
+            "Deliver again to a failing subscription, from the entry it is stuck on",
+        )
+        .answers::<Webhook>()
+        .errors(&[NOT_FOUND]),
+        Route::post(
+            "/meshes/{mesh}/webhooks/{id}/skip",
+            skip_webhook,
+            "Pass the entry a subscription is stuck on without delivering it",
+        )
+        .answers::<Webhook>()
+        .errors(&[NOT_FOUND]),
+        Route::post(
+            "/meshes/{mesh}/webhooks/{id}/test",
+            test_webhook,
+            "Send a signed sample to the subscription's receiver (its cursor does not move)",
+        )
+        .answers::<WebhookTestView>()
+        .errors(&[NOT_FOUND]),
+        Route::post(
+            "/meshes/{mesh}/holds",
+            hold_task,
+            "Hold an acknowledged task in flight, or update its hold",
+        )
+        .body::<HoldBody>()
+        .answers::<HoldView>()
+        .errors(&[NOT_FOUND, CONFLICT]),
+        Route::get("/meshes/{mesh}/holds", holds, "The in-flight holds, in the order they were first held")
+            .answers::<Vec<HoldView>>(),
+        Route::get("/meshes/{mesh}/holds/{id}", hold, "The hold of one task")
+            .answers::<HoldView>()
+            .errors(&[NOT_FOUND]),
+        Route::delete("/meshes/{mesh}/holds/{id}", release_hold, "Release the hold of one task")
+            .answers::<HoldReleasedView>()
+            .errors(&[NOT_FOUND]),
+        Route::post("/meshes/{mesh}/deliveries", send_delivery, "Queue a message for a worker session")
+            .body::<DeliveryBody>()
+            .creates::<DeliveryView>()
+            .errors(&[CONFLICT]),
+        Route::get(
+            "/meshes/{mesh}/deliveries",
+            deliveries,
+            "Deliveries still waiting, for the mesh or one session",
+        )
+        .query::<DeliveryListParams>()
+        .answers::<Vec<DeliveryView>>(),
+        Route::get("/meshes/{mesh}/deliveries/{id}", delivery, "One delivery, whatever its status")
+            .answers::<DeliveryView>()
+            .errors(&[NOT_FOUND]),
+        Route::post("/meshes/{mesh}/deliveries/{id}/status", update_delivery, "Move a delivery on")
+            .body::<DeliveryStatusBody>()
+            .answers::<DeliveryChangeView>()
+            .errors(&[NOT_FOUND, CONFLICT]),
+        Route::post("/meshes/{mesh}/dispatches", record_dispatch, "Record a direct dispatch")
+            .body::<DispatchBody>()
+            .creates::<DispatchView>()
+            .errors(&[CONFLICT]),
+        Route::get("/meshes/{mesh}/dispatches", dispatches, "Dispatches not yet completed, failed or stale")
+            .answers::<Vec<DispatchView>>(),
+        Route::post(
+            "/meshes/{mesh}/dispatches/status",
+            update_dispatches,
+            "Move the dispatch of a task, or every open one of a session, to a status",
+        )
+        .body::<DispatchStatusBody>()
+        .answers::<DispatchChangeView>(),
+        Route::post(
+            "/meshes/{mesh}/dispatches/mark-stale",
+            mark_stale_dispatches,
+            "Mark dispatches nobody acknowledged in time stale",
+        )
+        .body::<StaleDispatchesBody>()
+        .answers::<StaleDispatchesView>(),
+        Route::post(
+            "/meshes/{mesh}/dispatches/remove",
+            remove_dispatches,
+            "Forget the dispatches of some tasks",
+        )
+        .body::<RemoveDispatchesBody>()
+        .answers::<RemovedView>(),
+        Route::get(
+            "/meshes/{mesh}/dispatches/{id}",
+            dispatch,
+            "The dispatch of one task, whatever its status",
+        )
+        .answers::<DispatchView>()
+        .errors(&[NOT_FOUND]),
+        Route::post("/meshes/{mesh}/placement", placement, "Rank nodes for a task, best first")
+            .body::<PlacementBody>()
+            .answers::<Vec<NodeRankView>>()
+            .errors(&[NOT_FOUND]),
+        Route::get("/meshes/{mesh}/status", mesh_status, "An overview of the mesh").answers::<StatusView>(),
+        Route::post(
+            "/meshes/{mesh}/coordinators/presence",
+            coordinator_presence,
+            "A coordinator reports that it is alive, or that it ended",
+        )
+        .body::<PresenceBody>()
+        .answers::<PresenceView>(),
+        Route::post(
+            "/meshes/{mesh}/tool-calls",
+            record_tool_call,
+            "Record a call of an agent-facing tool; answers the rate guard's verdict",
+        )
+        .body::<ToolCallBody>()
+        .answers::<RateVerdictView>(),
+        Route::get("/meshes/{mesh}/tool-calls", tool_calls, "The rate guard's recent calls, per caller role")
+            .query::<ToolCallParams>()
+            .answers::<ToolCallLogView>(),
+    ]
 }
 
 /// A view answered as JSON with 200.
@@ -371,8 +696,8 @@ async fn drain(
 }
 
 /// What a peek answers: the events a drain would deliver now.
-#[derive(Debug, Serialize)]
-struct PeekView {
+#[derive(Debug, Serialize, JsonSchema)]
+pub(crate) struct PeekView {
     /// The events, oldest first; none is marked drained.
     events: Vec<InboxEventView>,
 }
@@ -695,7 +1020,7 @@ async fn release_hold(
 async fn add_webhook(
     State(state): State<AppState>,
     ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
-    ApiJson(body): ApiJson<agentmesh_api::webhook::WebhookBody>,
+    ApiJson(body): ApiJson<WebhookBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     let added = state.with_mesh(move |m| m.add_webhook(&mesh, body)).await?;
@@ -704,8 +1029,8 @@ async fn add_webhook(
 }
 
 /// The mesh's subscriptions, as `{"webhooks": [...]}`.
-#[derive(Serialize)]
-struct WebhookList {
+#[derive(Serialize, JsonSchema)]
+pub(crate) struct WebhookList {
     webhooks: Vec<agentmesh_core::Webhook>,
 }
 
@@ -898,7 +1223,7 @@ async fn tool_calls(
 async fn coordinator_presence(
     State(state): State<AppState>,
     ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
-    ApiJson(body): ApiJson<agentmesh_api::wire::PresenceBody>,
+    ApiJson(body): ApiJson<PresenceBody>,
 ) -> Result<Response, ApiError> {
     let mesh = mesh_id(mesh)?;
     state.with_mesh(move |m| m.coordinator_presence(&mesh, body)).await.map(ok)

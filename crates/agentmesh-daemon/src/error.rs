@@ -13,7 +13,30 @@ use agentmesh_store::StoreError;
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The body of every error answer: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(rename = "Error")]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The code and message of an [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetail {
+    /// A stable machine-readable code (`invalid_input`, `task_not_found`,
+    /// `stale_epoch`, `unauthorized`, `busy`, ...).
+    #[schemars(example = &"invalid_input")]
+    pub code: String,
+    /// The failure in words; a caller's mistake names the field.
+    #[schemars(example = &"invalid priority: unknown variant `urgent`")]
+    pub message: String,
+}
 
 /// What a 503 tells the client to wait before it asks again, in seconds.
 pub(crate) const RETRY_AFTER_SECS: &str = "1";
@@ -111,7 +134,7 @@ impl IntoResponse for ApiError {
         } else {
             self.to_string()
         };
-        let body = json!({ "error": { "code": code, "message": message } });
+        let body = ErrorBody { error: ErrorDetail { code: code.to_owned(), message } };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -127,6 +150,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[tokio::test]
     async fn internal_causes_are_not_sent() {

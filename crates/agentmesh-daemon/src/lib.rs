@@ -7,19 +7,22 @@
 //! installs the signal handlers and cancels the token; tests bind `127.0.0.1:0`
 //! and drive the same router.
 //!
-//! Modules: `api` holds the `/v1` routes; `auth` the bearer token (its file, and
-//! the middleware that checks it); `error` the one [`ApiError`] every failure
-//! becomes; `extract` the body, query and path extractors that turn malformed
-//! input into an [`ApiError`] naming the field; `metrics` the counters and the
-//! `/metrics` exposition, with `process` reading the process figures from
-//! `/proc`; `upkeep` the background loops (lease reaper, sweeps, retention, WAL
-//! checkpoint) and their supervisor; `ready` what `/readyz` answers (whether the
-//! store can write); `server` the accept loop (timeouts, the connection cap, the
-//! open-file limit); `access` the access log; `lock` the data dir's lock that keeps
-//! a second daemon off it. Handlers are adapters: they parse into the shared wire
-//! types of `agentmesh_api`, run one operation of the daemon's [`LocalMesh`] through
-//! `AppState::with_mesh` and
-//! answer its view. Rules live in the core and the store.
+//! Modules: `api` holds the `/v1` routes, as a table of `route::Route`s (method,
+//! path, handler, and the types and statuses the OpenAPI document tells of);
+//! `route` mounts such tables, and `openapi` describes the same tables as the
+//! OpenAPI 3.1 document of `GET /openapi.json` ([`openapi_document`]); `auth` the
+//! bearer token (its file, and the middleware that checks it); `error` the one
+//! [`ApiError`] every failure becomes; `extract` the body, query and path
+//! extractors that turn malformed input into an [`ApiError`] naming the field;
+//! `metrics` the counters and the `/metrics` exposition, with `process` reading the
+//! process figures from `/proc`; `upkeep` the background loops (lease reaper,
+//! sweeps, retention, WAL checkpoint) and their supervisor; `ready` what `/readyz`
+//! answers (whether the store can write); `server` the accept loop (timeouts, the
+//! connection cap, the open-file limit); `access` the access log; `lock` the data
+//! dir's lock that keeps a second daemon off it. Handlers are adapters: they parse
+//! into the shared wire types of `agentmesh_api`, run one operation of the daemon's
+//! [`LocalMesh`] through `AppState::with_mesh` and answer its view. Rules live in
+//! the core and the store.
 //!
 //! `/` serves the dashboard (`dashboard`): a page for people, behind the same
 //! token through a session cookie, live through the `/v1/meshes/{mesh}/stream`
@@ -47,8 +50,9 @@ use agentmesh_core::MeshId;
 use agentmesh_core::Timestamp;
 use agentmesh_store::Store;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::routing::get;
+use axum::http::StatusCode;
 use axum::{Router, middleware};
+use route::Route;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -61,8 +65,10 @@ mod extract;
 mod lock;
 mod mcp;
 mod metrics;
+mod openapi;
 mod process;
 mod ready;
+mod route;
 mod server;
 mod tls;
 mod upkeep;
@@ -70,9 +76,10 @@ mod webhooks;
 
 pub use auth::{ApiToken, TOKEN_FILE_NAME};
 pub use dashboard::{CONTENT_SECURITY_POLICY, REQUEST_HEADER, SESSION_COOKIE};
-pub use error::ApiError;
+pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use lock::{DataDirLock, LOCK_FILE_NAME, LockError, LockHolder};
 pub use metrics::{BUILD_COMMIT, BUILD_VERSION, Metrics, VERSION_LINE};
+pub use openapi::document as openapi_document;
 pub use ready::{DEFAULT_LOCK_WAIT as DEFAULT_READY_LOCK_WAIT, FRESH as READY_FRESH};
 pub use server::{
     DEFAULT_HEADER_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, OpenFileLimit, PlainTcp,
@@ -305,9 +312,9 @@ pub fn now() -> Timestamp {
     Timestamp::from_millis(i64::try_from(millis).unwrap_or(i64::MAX))
 }
 
-/// The whole HTTP surface: `/healthz` and `/readyz` (open), `/metrics`, the `/v1`
-/// API and the MCP endpoints `/mcp` and `/mcp/{mesh}` (all three behind the
-/// bearer token).
+/// The whole HTTP surface: `/healthz`, `/readyz` and `/openapi.json` (open),
+/// `/metrics`, the `/v1` API and the MCP endpoints `/mcp` and `/mcp/{mesh}` (all
+/// three behind the bearer token).
 ///
 /// Bodies over [`MAX_BODY_BYTES`] are refused with 413 before they are parsed; an
 /// unknown path gets a JSON 404, an unsupported method a JSON 405. Every request,
@@ -323,10 +330,7 @@ pub fn router(state: AppState) -> Router {
 fn app(state: AppState, shutdown: CancellationToken) -> Router {
     // The daemon's own mesh is on `/metrics` from the start, before any request.
     state.metrics.note_mesh(&state.mcp_mesh);
-    let metrics = Router::new()
-        .route("/metrics", get(metrics::render))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
-    let streams = dashboard::api_routes(state.clone(), shutdown.clone());
+    let [(_, top), (_, v1)] = surface(&shutdown);
     let services = mcp::McpServices::new(Arc::new(state.mesh.clone()), state.daemon_id.clone(), shutdown);
     let own_mesh = services.for_mesh(&state.mcp_mesh);
     let mcp = Router::new()
@@ -337,11 +341,9 @@ fn app(state: AppState, shutdown: CancellationToken) -> Router {
         )
         .layer(middleware::from_fn_with_state(state.clone(), auth::require_token));
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .merge(metrics)
+        .merge(route::router(top, &state))
         .merge(dashboard::routes())
-        .nest("/v1", api::routes(state.clone()).merge(streams))
+        .nest("/v1", route::router(v1, &state))
         .merge(mcp)
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -392,9 +394,44 @@ pub async fn serve_with<T: Transport>(
     Ok(())
 }
 
+/// Every route [`router`] serves but the dashboard's pages and the MCP
+/// endpoints, by the prefix it is mounted under: the routes outside `/v1`, then
+/// the `/v1` API. The router mounts these lists and the OpenAPI document
+/// (`openapi`) describes them, so the two cannot differ. `shutdown` ends the
+/// dashboard's streams.
+fn surface(shutdown: &CancellationToken) -> [(&'static str, Vec<Route>); 2] {
+    let top = vec![
+        Route::get("/healthz", healthz, "The process is up and serving (touches no store)")
+            .answers::<Health>()
+            .open(),
+        Route::get("/readyz", readyz, "Whether the store can write right now (503 with the reason when not)")
+            .answers::<ready::ReadyView>()
+            .or(StatusCode::SERVICE_UNAVAILABLE)
+            .open(),
+        Route::get("/metrics", metrics::render, "The daemon's counters, in the Prometheus text format")
+            .named("metrics")
+            .text("text/plain", "Prometheus text exposition format 0.0.4")
+            .errors(&[StatusCode::INTERNAL_SERVER_ERROR, StatusCode::SERVICE_UNAVAILABLE]),
+        Route::get("/openapi.json", openapi::serve, "This OpenAPI 3.1 document")
+            .named("openapi")
+            .answers::<serde_json::Map<String, serde_json::Value>>()
+            .open(),
+    ];
+    let mut v1 = api::table();
+    v1.push(dashboard::stream_route(shutdown.clone()));
+    [("", top), ("/v1", v1)]
+}
+
+/// What `/healthz` answers.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+struct Health {
+    /// Always `ok`.
+    status: &'static str,
+}
+
 /// `GET /healthz`: the process is up and serving. Needs no token and touches no store.
-async fn healthz() -> axum::Json<serde_json::Value> {
-    axum::Json(serde_json::json!({ "status": "ok" }))
+async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok" })
 }
 
 /// `GET /readyz`: whether the store can write right now (see the `ready` module):

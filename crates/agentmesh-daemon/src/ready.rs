@@ -30,7 +30,6 @@ use agentmesh_store::{Store, StoreError};
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
 /// How long the outcome of a write answers `/readyz` without a probe.
 pub const FRESH: Duration = Duration::from_secs(1);
@@ -73,14 +72,37 @@ impl Verdict {
     }
 }
 
+/// What `/readyz` answers: `{"status": "ready"}` with 200, or `not_ready` with
+/// the reason and 503.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ReadyView {
+    /// `ready` or `not_ready`.
+    pub(crate) status: String,
+    /// Why writes fail: the write error's code (`storage_full`, `busy`,
+    /// `lock_timeout`, `unavailable`, `database_error`) or `lock_wait`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
+    /// The reason in words.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) message: Option<String>,
+}
+
 impl IntoResponse for Verdict {
     fn into_response(self) -> Response {
         match self {
-            Verdict::Ready => (StatusCode::OK, Json(json!({ "status": "ready" }))).into_response(),
+            Verdict::Ready => {
+                let view = ReadyView { status: "ready".to_owned(), reason: None, message: None };
+                (StatusCode::OK, Json(view)).into_response()
+            }
             Verdict::NotReady { reason, message } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 [(axum::http::header::RETRY_AFTER, crate::error::RETRY_AFTER_SECS)],
-                Json(json!({ "status": "not_ready", "reason": reason, "message": message })),
+                Json(ReadyView {
+                    status: "not_ready".to_owned(),
+                    reason: Some(reason.to_owned()),
+                    message: Some(message),
+                }),
             )
                 .into_response(),
         }

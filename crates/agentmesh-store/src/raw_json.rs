@@ -11,7 +11,7 @@ use serde_json::value::RawValue;
 /// [`RawJson::parse`] builds the tree for a reader that needs its fields.
 ///
 /// Two documents are equal when their texts are.
-#[derive(Clone, Serialize, Deserialize)]
+#[derive(Clone, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]
 pub struct RawJson(Box<RawValue>);
 

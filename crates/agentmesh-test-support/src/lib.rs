@@ -13,6 +13,8 @@
 //!
 //! [`cluster`]: a PostgreSQL server of a test's own, to stop and start again.
 //!
+//! [`python`]: a virtualenv of pinned Python packages, made once per target dir.
+//!
 //! ```no_run
 //! #[test]
 //! fn a_test_on_postgresql() {
@@ -31,6 +33,7 @@
 
 pub mod cluster;
 pub mod postgres;
+pub mod python;
 pub mod tools;
 
 pub use tools::Tool;

@@ -299,6 +299,10 @@ pub(crate) enum Command {
     /// Print or write the manual pages, generated from this command line
     #[command(after_help = MAN_EXAMPLES)]
     Man(ManArgs),
+    /// Print the OpenAPI 3.1 document of the daemon's HTTP API (what a daemon
+    /// serves at /openapi.json), generated from its routes and types
+    #[command(after_help = OPENAPI_EXAMPLES)]
+    Openapi,
 }
 
 /// Shown after `agentmesh serve --help`.
@@ -769,6 +773,14 @@ Examples:
   agentmesh completions zsh > \"${fpath[1]}/_agentmesh\"
   agentmesh completions fish > ~/.config/fish/completions/agentmesh.fish
   agentmesh completions powershell >> $PROFILE";
+
+/// Shown after `agentmesh openapi --help`.
+const OPENAPI_EXAMPLES: &str = "\
+No daemon is needed: the document is built into the binary.
+
+Examples:
+  agentmesh openapi > agentmesh-openapi.json
+  curl -s http://127.0.0.1:7433/openapi.json | diff - <(agentmesh openapi)";
 
 /// Shown after `agentmesh man --help`.
 const MAN_EXAMPLES: &str = "\

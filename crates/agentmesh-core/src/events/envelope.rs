@@ -28,7 +28,7 @@ use super::identity::{CoordinatorIdentity, assert_coordinator_identity};
 use crate::{InvalidInput, Timestamp};
 
 /// Who a v2 event is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     /// Exactly one coordinator: the event's `intendedFor`.
@@ -76,7 +76,7 @@ impl FromStr for Scope {
 
 /// The event protocol version. On the wire it is always a string: the number
 /// `2.0` is not a version.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 pub enum ProtocolVersion {
     /// `"1.0"`: the unversioned shape, made explicit.
     #[serde(rename = "1.0")]

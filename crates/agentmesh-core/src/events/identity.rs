@@ -22,7 +22,7 @@ use crate::daemon_id::{daemon_ids_equivalent, machine_core};
 /// Deserialization applies the contract check ([`assert_coordinator_identity`]),
 /// so a deserialized identity always has a non-empty daemon id and run id and
 /// either no session id or a non-empty one.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", try_from = "Value")]
 pub struct CoordinatorIdentity {
     /// The machine hosting the coordinator, in any of its id forms.

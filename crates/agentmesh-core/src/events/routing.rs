@@ -678,7 +678,7 @@ impl DrainCounter {
 
 /// The drain counters, serialized under the original's names (the `drain` object
 /// of `meshProtocolV2Counters`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DrainCounters {
     /// See [`DrainCounter::V2Delivered`].

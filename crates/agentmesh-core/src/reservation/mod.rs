@@ -44,7 +44,7 @@ pub mod kinds {
 }
 
 /// A reservation as stored. Its JSON form (camelCase) is what the API answers.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Reservation {
     /// Its id.
@@ -98,7 +98,7 @@ impl Reservation {
 }
 
 /// What a holder asks to reserve.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NewReservation {
     /// The repository scope.
@@ -237,7 +237,7 @@ pub fn parse_patterns(field: &str, raw: &[String]) -> Result<Vec<PathPattern>, I
 
 /// Another holder's reservation that a request overlaps, named once however
 /// many of its patterns overlap.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Conflict {
     /// The conflicting reservation.

@@ -33,7 +33,18 @@ pub const MAX_PATTERN_CHARS: usize = 1024;
 
 /// A path pattern as a caller gave it, checked and normalized: relative, `/`
 /// between segments, no empty, `.` or `..` segment, no trailing `/`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(transparent)]
 pub struct PathPattern(String);
 

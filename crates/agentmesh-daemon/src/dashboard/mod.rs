@@ -83,8 +83,8 @@ pub(crate) fn routes() -> Router<AppState> {
 }
 
 /// The stream route, to nest under `/v1` behind the token check.
-pub(crate) fn api_routes(state: AppState, shutdown: tokio_util::sync::CancellationToken) -> Router<AppState> {
-    stream::routes(state, shutdown)
+pub(crate) fn stream_route(shutdown: tokio_util::sync::CancellationToken) -> crate::route::Route {
+    stream::route(shutdown)
 }
 
 /// The token the request's session cookie carries, if any.

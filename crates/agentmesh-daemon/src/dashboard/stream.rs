@@ -25,17 +25,16 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Router, middleware};
 use http_body::Frame;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::AppState;
 use crate::api::mesh_id;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, ApiQuery};
-use crate::{AppState, auth};
+use crate::route::Route;
 
 /// How long a quiet stream waits before it sends a keep-alive comment.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -43,14 +42,19 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Ledger entries read per page while catching up.
 const PAGE: u32 = 200;
 
-/// The stream route, behind the token check.
-pub(crate) fn routes(state: AppState, shutdown: CancellationToken) -> Router<AppState> {
-    Router::new()
-        .route(
-            "/meshes/{mesh}/stream",
-            get(move |state, path, query| stream(state, path, query, shutdown.clone())),
-        )
-        .route_layer(middleware::from_fn_with_state(state, auth::require_token))
+/// The stream route (behind the token check, as every route not marked open).
+pub(crate) fn route(shutdown: CancellationToken) -> Route {
+    Route::get(
+        "/meshes/{mesh}/stream",
+        move |state, path, query| stream(state, path, query, shutdown.clone()),
+        "The mesh's ledger as it grows, as Server-Sent Events",
+    )
+    .named("stream")
+    .query::<StreamParams>()
+    .text(
+        "text/event-stream",
+        "Server-Sent Events: the ledger entries after afterSeq, then each new one as it is written",
+    )
 }
 
 /// Path `{mesh}`.
@@ -60,7 +64,7 @@ struct MeshPath {
 }
 
 /// Query of the stream.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct StreamParams {
     /// The sequence number of the ledger entry the client has seen last (the

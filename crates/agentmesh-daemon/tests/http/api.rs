@@ -2302,9 +2302,29 @@ fn database_snapshot(db: &rusqlite::Connection) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The OpenAPI operation of `POST path` (`path` with its mesh and ids filled
+/// in): the documented path it is an instance of with the fewest parameters.
+fn documented_post<'a>(document: &'a Value, path: &str) -> &'a Value {
+    let segments: Vec<&str> = path.split('/').collect();
+    let fits = |template: &str| {
+        let parts: Vec<&str> = template.split('/').collect();
+        parts.len() == segments.len()
+            && parts.iter().zip(&segments).all(|(t, p)| t == p || t.starts_with('{'))
+    };
+    let (_, item) = document["paths"]
+        .as_object()
+        .expect("paths")
+        .iter()
+        .filter(|(template, item)| fits(template) && item.get("post").is_some())
+        .min_by_key(|(template, _)| template.matches('{').count())
+        .unwrap_or_else(|| panic!("POST {path} is not in the OpenAPI document"));
+    &item["post"]
+}
+
 /// Fuzzes every body-taking route with generated JSON and raw bytes: the daemon
-/// never answers 5xx, every 4xx is a JSON error with a code and a message, and a
-/// body refused as malformed (400, 413, 415, 422) changes nothing in the database.
+/// never answers 5xx nor a status its OpenAPI operation does not list, every 4xx
+/// is a JSON error with a code and a message, and a body refused as malformed
+/// (400, 413, 415, 422) changes nothing in the database.
 #[test]
 fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
     use proptest::prelude::*;
@@ -2324,6 +2344,9 @@ fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
     let mut runner = TestRunner::new(Config { failure_persistence: None, ..Config::default() });
     let cases = runner.config().cases;
     let statuses = std::cell::RefCell::new(std::collections::BTreeMap::<u16, usize>::new());
+    let document = agentmesh_daemon::openapi_document();
+    // Statuses a route answered that its OpenAPI operation does not list.
+    let undocumented = std::cell::RefCell::new(std::collections::BTreeMap::new());
     runner
         .run(&case, |((route, body), mesh)| {
             let before = database_snapshot(&db);
@@ -2331,6 +2354,10 @@ fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
             let (status, answer) = runtime.block_on(daemon.post_raw(&path, body.clone()));
             *statuses.borrow_mut().entry(status.as_u16()).or_default() += 1;
             prop_assert!(!status.is_server_error(), "{path} answered {status}: {answer}");
+            let operation = documented_post(&document, &format!("/v1/meshes/m{route}"));
+            if operation["responses"].get(status.as_str()).is_none() {
+                undocumented.borrow_mut().insert((route, status.as_u16()), answer["error"]["code"].clone());
+            }
             if status.is_client_error() {
                 prop_assert!(
                     answer["error"]["code"].is_string(),
@@ -2348,6 +2375,8 @@ fn fuzzed_bodies_get_typed_errors_and_a_refused_one_changes_nothing() {
             Ok(())
         })
         .unwrap_or_else(|failure| panic!("{failure}"));
+    let undocumented = undocumented.into_inner();
+    assert!(undocumented.is_empty(), "answers the OpenAPI document does not list: {undocumented:?}");
     // The generated bodies reach past the parsers: some are refused, some taken.
     let statuses = statuses.into_inner();
     let refused: usize = statuses.iter().filter(|(s, _)| (400..500).contains(*s)).map(|(_, n)| n).sum();

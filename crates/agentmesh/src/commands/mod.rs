@@ -53,6 +53,7 @@ mod mcp;
 mod meshes;
 mod migrate;
 mod mission;
+mod openapi;
 mod reservations;
 mod serve;
 mod sessions;
@@ -569,6 +570,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Mcp(args) => mcp::run(ctx, args),
         Command::Completions(args) => completions::run(args, out),
         Command::Man(args) => man::run(args, out),
+        Command::Openapi => openapi::run(out),
     }
 }
 

@@ -134,6 +134,24 @@ fn healthy(addr: &str) -> bool {
         && answer.starts_with("HTTP/1.1 200")
 }
 
+// The OpenAPI document.
+
+#[test]
+fn openapi_prints_without_a_daemon_the_document_a_daemon_serves() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let printed = run(&dir.path().join("no-such-data-dir"), &["openapi"]).code(0).json();
+    assert_eq!(printed["openapi"], "3.1.0");
+    assert!(!dir.path().join("no-such-data-dir").exists(), "openapi needs no data dir");
+    let daemon = Daemon::start();
+    let served: Value = reqwest::blocking::get(format!("{}/openapi.json", daemon.url))
+        .and_then(|response| response.error_for_status())
+        .and_then(|response| response.json())
+        .expect("GET /openapi.json without a token");
+    assert_eq!(printed, served);
+    let help = run(dir.path(), &["openapi", "--help"]).code(0).stdout;
+    assert!(help.contains("/openapi.json") && help.contains("Examples:"), "{help}");
+}
+
 // Completions and manual pages.
 
 #[test]

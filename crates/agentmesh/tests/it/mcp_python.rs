@@ -37,71 +37,10 @@ fn python_dir() -> PathBuf {
 /// by `python3` (what `require!(Tool::Python)` found).
 fn venv_python(python3: &str) -> &'static Path {
     static PYTHON: OnceLock<PathBuf> = OnceLock::new();
-    PYTHON.get_or_init(|| prepare_venv(python3))
-}
-
-/// Makes the virtualenv under the target dir, unless one made from the same
-/// requirements is there: `python3 -m venv`, then `pip install -r`.
-///
-/// The install holds an exclusive `flock` on a file beside the virtualenv, so test
-/// binaries running at once (this one, another `cargo test`) neither install over
-/// each other nor use a half-made virtualenv; within one process the `OnceLock`
-/// makes the other threads wait. The copy of the requirements is written into the
-/// virtualenv last: it is the mark of a finished install.
-fn prepare_venv(python3: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-mcp-client");
-    std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("creating {}: {e}", root.display()));
-    let lock_path = root.join("install.lock");
-    let lock = File::create(&lock_path).unwrap_or_else(|e| panic!("creating {}: {e}", lock_path.display()));
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
-        .unwrap_or_else(|e| panic!("locking {}: {e}", lock_path.display()));
-
-    let requirements_path = python_dir().join("requirements.txt");
-    let requirements = std::fs::read_to_string(&requirements_path)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", requirements_path.display()));
-    let venv = root.join("venv");
-    let python = venv.join("bin").join("python");
-    let installed = venv.join("agentmesh-requirements.txt");
-    if python.exists() && std::fs::read_to_string(&installed).is_ok_and(|done| done == requirements) {
-        return python;
-    }
-    if venv.exists() {
-        std::fs::remove_dir_all(&venv).unwrap_or_else(|e| panic!("removing {}: {e}", venv.display()));
-    }
-
-    let made = Command::new(python3)
-        .arg("-m")
-        .arg("venv")
-        .arg(&venv)
-        .output()
-        .unwrap_or_else(|e| panic!("{python3} did not run: {e}"));
-    assert!(
-        made.status.success(),
-        "`{python3} -m venv {}` failed ({}): the Python MCP SDK tests need python3's venv module and \
-         ensurepip (Debian: python3-venv; .ci/run installs it)\n{}{}",
-        venv.display(),
-        made.status,
-        String::from_utf8_lossy(&made.stdout),
-        String::from_utf8_lossy(&made.stderr)
-    );
-    let pip = Command::new(&python)
-        .args(["-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet", "-r"])
-        .arg(&requirements_path)
-        .output()
-        .unwrap_or_else(|e| panic!("{} did not run: {e}", python.display()));
-    assert!(
-        pip.status.success(),
-        "`pip install -r {}` failed in the virtualenv {} ({}): the Python MCP SDK tests need pip \
-         (it comes with the venv module) and PyPI\n{}{}",
-        requirements_path.display(),
-        venv.display(),
-        pip.status,
-        String::from_utf8_lossy(&pip.stdout),
-        String::from_utf8_lossy(&pip.stderr)
-    );
-    std::fs::write(&installed, &requirements)
-        .unwrap_or_else(|e| panic!("writing {}: {e}", installed.display()));
-    python
+    PYTHON.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("python-mcp-client");
+        agentmesh_test_support::python::venv(python3, &root, &python_dir().join("requirements.txt"))
+    })
 }
 
 /// Runs `mcp_client.py ARGS` with `env` added, in the virtualenv `python3`
