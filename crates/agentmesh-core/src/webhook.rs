@@ -212,16 +212,14 @@ pub fn check_url(field: &str, url: &str, policy: UrlPolicy) -> Result<Target, In
              --webhook-allow-http)",
         ));
     }
-    if let Some(address) = address {
-        if !address_allowed(address, loopback, policy) {
-            return Err(InvalidInput::new(
-                field,
-                format!(
-                    "{address} is a private or reserved address (start the daemon with \
-                     --webhook-allow-private to allow it)"
-                ),
-            ));
-        }
+    if let Some(address) = address.filter(|a| !address_allowed(*a, loopback, policy)) {
+        return Err(InvalidInput::new(
+            field,
+            format!(
+                "{address} is a private or reserved address (start the daemon with \
+                 --webhook-allow-private to allow it)"
+            ),
+        ));
     }
     Ok(Target { url: url.to_owned(), host, loopback })
 }

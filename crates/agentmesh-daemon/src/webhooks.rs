@@ -196,9 +196,17 @@ async fn on_store<T: Send + 'static>(
 enum Loaded {
     /// Nothing to do now: this step's answer.
     Done(Step),
-    /// The subscription, its key, a page after its cursor, and, when it
-    /// filters by tag, each entry's task's tags.
-    Ready { hook: Box<Webhook>, key: Vec<u8>, page: LedgerSlice, tags: Vec<Option<Vec<String>>> },
+    /// What to send from.
+    Ready(Box<Ready>),
+}
+
+/// The subscription, its key, a page after its cursor, and, when it filters
+/// by tag, each entry's task's tags.
+struct Ready {
+    hook: Webhook,
+    key: Vec<u8>,
+    page: LedgerSlice,
+    tags: Vec<Option<Vec<String>>>,
 }
 
 /// One step of one subscription (see the module docs).
@@ -240,14 +248,13 @@ async fn step(
                 tags.push(task.and_then(|t| t.required_tags));
             }
         }
-        Ok(Loaded::Ready { hook: Box::new(hook), key, page, tags })
+        Ok(Loaded::Ready(Box::new(Ready { hook, key, page, tags })))
     })
     .await?;
-    let Loaded::Ready { hook, key, page, tags } = loaded else {
-        let Loaded::Done(step) = loaded else { unreachable!("matched above") };
-        return Ok(step);
+    let Ready { mut hook, key, page, tags } = match loaded {
+        Loaded::Ready(ready) => *ready,
+        Loaded::Done(step) => return Ok(step),
     };
-    let mut hook = *hook;
     let started = Instant::now();
     let read = hook.clone();
     let mut failed = false;
@@ -299,10 +306,8 @@ async fn step(
     }
     // Past the whole page with nothing held back: the page's cursor, which
     // may walk past other meshes' entries.
-    if sent_all {
-        if let Some(next) = page.cursor.next_after_seq {
-            hook.cursor = hook.cursor.max(next);
-        }
+    if let Some(next) = page.cursor.next_after_seq.filter(|_| sent_all) {
+        hook.cursor = hook.cursor.max(next);
     }
     if hook.cursor == read.cursor && attempts.is_empty() {
         return Ok(if page.cursor.has_more { Step::Again } else { Step::Idle });

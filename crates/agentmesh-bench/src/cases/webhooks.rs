@@ -17,7 +17,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use agentmesh_store::Store;
 use serde_json::{Value, json};
@@ -54,8 +54,9 @@ fn unsubscribed(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<(
 /// the timestamp of the entry it carried.
 type Arrivals = Arc<Mutex<Vec<(Instant, i64, Option<i64>)>>>;
 
+/// The daemon's clock, in milliseconds: what ledger timestamps are read from.
 fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    agentmesh_daemon::now().millis()
 }
 
 /// A receiver on loopback answering 204 to every request.

@@ -587,6 +587,17 @@ pub(crate) fn id<'a>(field: &str, value: &'a str) -> Result<&'a str, InvalidInpu
     agentmesh_core::validate_id(field, value)
 }
 
+/// Where webhook receivers may be when this process checks a subscription
+/// itself (without a daemon): the daemon's `--webhook-allow-*` settings, from
+/// their environment variables.
+pub(crate) fn webhook_policy_from_env() -> agentmesh_core::webhook::UrlPolicy {
+    let set = |name: &str| std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
+    agentmesh_core::webhook::UrlPolicy {
+        allow_http: set("AGENTMESH_WEBHOOK_ALLOW_HTTP"),
+        allow_private: set("AGENTMESH_WEBHOOK_ALLOW_PRIVATE"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,16 +656,5 @@ mod tests {
         assert_eq!(required("sessionId", " s1 ").unwrap(), "s1");
         assert_eq!(id("sessionId", "s\n1").unwrap_err().field, "sessionId");
         assert_eq!(id("mesh", " m ").unwrap(), "m");
-    }
-}
-
-/// Where webhook receivers may be when this process checks a subscription
-/// itself (without a daemon): the daemon's `--webhook-allow-*` settings, from
-/// their environment variables.
-pub(crate) fn webhook_policy_from_env() -> agentmesh_core::webhook::UrlPolicy {
-    let set = |name: &str| std::env::var(name).is_ok_and(|v| matches!(v.trim(), "1" | "true" | "yes" | "on"));
-    agentmesh_core::webhook::UrlPolicy {
-        allow_http: set("AGENTMESH_WEBHOOK_ALLOW_HTTP"),
-        allow_private: set("AGENTMESH_WEBHOOK_ALLOW_PRIVATE"),
     }
 }
