@@ -13,7 +13,12 @@
 //! those of one loop of a client). Delivery keeps up when its rate is at least
 //! the append rate; the check says whether it did. `webhook-unsubscribed-append`
 //! is the append rate of the same load with no subscription: what delivering
-//! costs the load when both share the machine's cores.
+//! costs the load when both share the machine's cores. `webhook-backlog` then
+//! adds a subscription from the ledger's start to that store and times the
+//! delivery of the whole ledger with nothing else running; `webhook-floor` is
+//! one client posting as many bodies of a delivery's size to the same
+//! receiver, one at a time, with the same client library (reqwest): the floor
+//! of one subscription's in-order delivery on this machine.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -44,10 +49,70 @@ pub(crate) fn run(h: &mut Harness) {
 fn unsubscribed(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let store: Arc<dyn Store> = Arc::clone(case.sqlite()) as Arc<dyn Store>;
-    let m = runtime.block_on(measure(store, n, false))?;
-    drop(runtime);
+    let m = runtime.block_on(measure(Arc::clone(&store), n, false))?;
     h.report("webhook-unsubscribed-append", n, m.entries, &Timer::concurrent(m.loops, m.load_wall));
+    let (sent, backlog) = runtime.block_on(backlog(store))?;
+    h.report("webhook-backlog", n, sent, &Timer::concurrent(Vec::new(), backlog));
+    let floor = runtime.block_on(floor(sent))?;
+    h.report("webhook-floor", n, sent, &Timer::concurrent(Vec::new(), floor));
+    drop(runtime);
+    eprintln!(
+        "  {}: a backlog of {sent} entries delivered at {:.0}/s alone; one client posting as many \
+         bodies to the same receiver, one at a time: {:.0}/s",
+        case.label(),
+        sent as f64 / backlog.as_secs_f64(),
+        sent as f64 / floor.as_secs_f64()
+    );
     Ok(())
+}
+
+/// `webhook-backlog`: a subscription added with `fromStart` after the load,
+/// with nothing else running: entries delivered per second alone (the time
+/// from the subscription to the last arrival).
+async fn backlog(store: Arc<dyn Store>) -> anyhow::Result<(usize, Duration)> {
+    let daemon = Daemon::start(Arc::clone(&store)).await?;
+    let (hook, arrivals) = receiver().await?;
+    let mut admin = HttpConn::connect(daemon.addr, TOKEN).await?;
+    let began = Instant::now();
+    let body = json!({ "url": format!("http://{hook}/hook"), "fromStart": true });
+    let added = admin.post_json(&mesh_route("webhooks"), &body).await?;
+    anyhow::ensure!(added["webhook"]["id"].is_string(), "the subscription was refused: {added}");
+    let entries = usize::try_from(ledger_count(store.as_ref(), MESH_ID)?)?;
+    while arrivals.lock().unwrap().len() < entries {
+        anyhow::ensure!(began.elapsed() < CATCH_UP, "the backlog was not delivered");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let last = arrivals.lock().unwrap().iter().map(|(at, _, _)| *at).max().unwrap_or(began);
+    daemon.stop().await?;
+    Ok((entries, last.duration_since(began)))
+}
+
+/// `webhook-floor`: one client posting `n` bodies of a delivery's size to the
+/// same receiver, one at a time, with the same HTTP client library: the
+/// floor of one subscription's sequential delivery on this machine.
+async fn floor(n: usize) -> anyhow::Result<Duration> {
+    let (hook, arrivals) = receiver().await?;
+    let client = reqwest::Client::builder().build()?;
+    let entry = agentmesh_core::LedgerEntry {
+        id: "01a24e62-f0a3-7000-81ec-522d72e92743".into(),
+        mesh_id: MESH_ID.into(),
+        timestamp: "2026-12-07T02:43:56.707Z".into(),
+        kind: "task_completed".into(),
+        node_id: Some("node-1".into()),
+        session_id: Some("session-1".into()),
+        provider_type: None,
+        payload: json!({ "taskId": "w1-1", "summary": "done", "epoch": 1 }),
+    };
+    let body = serde_json::to_vec(&agentmesh_core::webhook::body(&entry, Some(7)))?;
+    let url = format!("http://{hook}/hook");
+    let began = Instant::now();
+    for _ in 0..n {
+        let answer = client.post(&url).body(body.clone()).send().await?;
+        anyhow::ensure!(answer.status().is_success(), "the receiver answered {}", answer.status());
+    }
+    let took = began.elapsed();
+    anyhow::ensure!(arrivals.lock().unwrap().len() == n, "the receiver missed requests");
+    Ok(took)
 }
 
 /// Each request's arrival (an instant and the wall clock in milliseconds) and
