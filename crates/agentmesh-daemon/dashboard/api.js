@@ -73,6 +73,8 @@ export function mesh(id) {
     requeueHeld: (heldEntryId) => call('POST', base + '/events/held/requeue', { ids: [heldEntryId] }),
     idle: () => call('GET', base + '/idle-sessions'),
     reservations: (params) => call('GET', base + '/reservations' + query(params)),
+    addWebhook: (body) => call('POST', base + '/webhooks', body),
+    webhookRemove: (id) => call('DELETE', base + '/webhooks/' + enc(id)),
     webhookResume: (id) => call('POST', base + '/webhooks/' + enc(id) + '/resume'),
     webhookSkip: (id) => call('POST', base + '/webhooks/' + enc(id) + '/skip'),
   };

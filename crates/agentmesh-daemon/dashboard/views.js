@@ -531,7 +531,7 @@ const mission = {
 // ── Workers and coordinators ──────────────────────────────────────────────
 
 const workers = {
-  mount(ctx) { put(ctx.main, h('div', { class: 'workers' })); },
+  mount(ctx) { put(ctx.main, h('div', { class: 'workers' }), webhookForm(ctx)); },
   async update(ctx) {
     const [status, held, counters, assigned, reservations] = await Promise.all([
       ctx.api.status(), ctx.api.held(), metrics(), ctx.api.tasks({ status: 'assigned', limit: MAX }), ctx.api.reservations(),
@@ -585,8 +585,9 @@ const workers = {
             h('td', {}, last ? `${last.status || 'no answer'} in ${last.latencyMs} ms, ${ago(last.at)}` : 'none yet'),
             h('td', {}, failing ? [
               h('button', { type: 'button', 'data-action': 'webhook-resume', onclick: () => act(ctx, `Deliver again to ${w.url}, from the entry it is stuck on?`, () => ctx.api.webhookResume(w.id)) }, 'Resume'), ' ',
-              h('button', { type: 'button', class: 'quiet', 'data-action': 'webhook-skip', onclick: () => act(ctx, `Skip the entry ${w.url} is stuck on (it will never be sent there)?`, () => ctx.api.webhookSkip(w.id)) }, 'Skip entry'),
-            ] : ''));
+              h('button', { type: 'button', class: 'quiet', 'data-action': 'webhook-skip', onclick: () => act(ctx, `Skip the entry ${w.url} is stuck on (it will never be sent there)?`, () => ctx.api.webhookSkip(w.id)) }, 'Skip entry'), ' ',
+            ] : '',
+            h('button', { type: 'button', class: 'quiet', 'data-action': 'webhook-remove', onclick: () => act(ctx, `Remove the webhook to ${w.url}? Nothing more is sent there.`, () => ctx.api.webhookRemove(w.id)) }, 'Remove')));
         }))
         : h('p', { class: 'hint' }, 'No webhooks. Add one with: agentmesh webhook add URL')),
       h('h2', {}, `Held events (${held.length})`),
@@ -599,6 +600,30 @@ const workers = {
       h('table', { class: 'counters' }, drains.map(([k, v]) => h('tr', {}, h('th', { title: k }, counterWords(k)), h('td', {}, v)))));
   },
 };
+
+/** The form that adds a webhook; kept across the page's live updates. */
+function webhookForm(ctx) {
+  const url = h('input', { type: 'text', id: 'webhook-url', name: 'url', placeholder: 'https://ci.example.com/hook', 'aria-label': 'receiver URL' });
+  const kinds = h('input', { type: 'text', id: 'webhook-kinds', name: 'kinds', placeholder: 'kinds: task_completed, task_* (every kind when empty)', 'aria-label': 'ledger kinds' });
+  const description = h('input', { type: 'text', id: 'webhook-description', name: 'description', placeholder: 'what it is for', 'aria-label': 'description' });
+  const out = h('p', { class: 'webhook-result', 'aria-live': 'polite' });
+  const submit = async (e) => {
+    e.preventDefault();
+    const body = { url: url.value.trim(), kinds: kinds.value.split(',').map((k) => k.trim()).filter(Boolean) };
+    if (description.value.trim()) body.description = description.value.trim();
+    try {
+      const added = await ctx.api.addWebhook(body);
+      put(out, 'Added ', h('code', {}, added.webhook.id), '. Its signing secret, shown this once (receivers check signatures with it): ',
+        h('code', { class: 'webhook-secret' }, added.secret));
+      url.value = ''; kinds.value = ''; description.value = '';
+    } catch (err) {
+      put(out, h('span', { class: 'error' }, err.message));
+    }
+    ctx.refresh();
+  };
+  return h('form', { class: 'add-webhook', onsubmit: submit }, h('h2', {}, 'Add a webhook'),
+    h('div', { class: 'fields' }, url, kinds, description, h('button', { type: 'submit', id: 'add-webhook' }, 'Add webhook')), out);
+}
 
 // ── Ledger ────────────────────────────────────────────────────────────────
 

@@ -500,21 +500,67 @@ subscription is marked failing until it is resumed or the entry skipped.";
 #[derive(Debug, Subcommand)]
 pub(crate) enum WebhookCommand {
     /// Add a subscription; its signing secret is printed once
+    #[command(after_help = WEBHOOK_ADD_EXAMPLES)]
     Add(WebhookAddArgs),
     /// List the mesh's subscriptions, with their state and cursor
+    #[command(after_help = WEBHOOK_LIST_EXAMPLES)]
     List,
     /// Show one subscription with its delivery log (the last attempts)
+    #[command(after_help = WEBHOOK_SHOW_EXAMPLES)]
     Show(WebhookIdArgs),
     /// Send a signed sample to a subscription's receiver and print how it went
-    /// (its cursor does not move)
+    /// (its cursor does not move); exits 1 when the receiver did not take it
+    #[command(after_help = WEBHOOK_TEST_EXAMPLES)]
     Test(WebhookIdArgs),
     /// Deliver again to a failing subscription, from the entry it is stuck on
+    #[command(after_help = WEBHOOK_RESUME_EXAMPLES)]
     Resume(WebhookIdArgs),
     /// Pass the entry a subscription is stuck on without delivering it, and go on
+    #[command(after_help = WEBHOOK_SKIP_EXAMPLES)]
     Skip(WebhookIdArgs),
     /// Remove a subscription
+    #[command(after_help = WEBHOOK_REMOVE_EXAMPLES)]
     Remove(WebhookIdArgs),
 }
+
+/// Shown after `agentmesh webhook add --help`.
+const WEBHOOK_ADD_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook add https://ci.example.com/hooks/mesh --kind task_completed --kind task_failed
+  agentmesh webhook add http://127.0.0.1:9000/hook --kind 'task_*' --tag ci --description 'CI bot'
+  agentmesh webhook add https://audit.example.com/in --from-start --json";
+
+/// Shown after `agentmesh webhook list --help`.
+const WEBHOOK_LIST_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook list
+  agentmesh webhook list --json";
+
+/// Shown after `agentmesh webhook show --help`.
+const WEBHOOK_SHOW_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook show wh_0190f3a2
+  agentmesh webhook show wh_0190f3a2 --json";
+
+/// Shown after `agentmesh webhook test --help`.
+const WEBHOOK_TEST_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook test wh_0190f3a2";
+
+/// Shown after `agentmesh webhook resume --help`.
+const WEBHOOK_RESUME_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook resume wh_0190f3a2";
+
+/// Shown after `agentmesh webhook skip --help`.
+const WEBHOOK_SKIP_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook skip wh_0190f3a2";
+
+/// Shown after `agentmesh webhook remove --help`.
+const WEBHOOK_REMOVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh webhook remove wh_0190f3a2";
 
 /// Arguments of `webhook add`.
 #[derive(Debug, Args)]

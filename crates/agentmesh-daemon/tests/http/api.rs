@@ -2622,9 +2622,11 @@ async fn a_reservation_is_granted_denied_checked_and_a_waiting_one_is_woken_by_t
     assert!(metrics.contains("agentmesh_reservations_total{outcome=\"granted\"} 2"), "{metrics}");
 }
 
-/// A receiver on loopback that answers 204 to every request and keeps each
-/// one's `webhook-id` and body.
-async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>) {
+/// A receiver on loopback that answers 204 to every request, after `delay`,
+/// and keeps each one's `webhook-id` and body as it arrives.
+async fn webhook_receiver(
+    delay: Duration,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>>) {
     use axum::http::HeaderMap;
     let got: std::sync::Arc<std::sync::Mutex<Vec<(String, Value)>>> = std::sync::Arc::default();
     let kept = std::sync::Arc::clone(&got);
@@ -2636,6 +2638,7 @@ async fn webhook_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<(Str
                 let id =
                     headers.get("webhook-id").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
                 kept.lock().unwrap().push((id, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                tokio::time::sleep(delay).await;
                 StatusCode::NO_CONTENT
             }
         }),
@@ -2665,7 +2668,7 @@ async fn webhooks_are_added_listed_without_their_secret_delivered_tested_and_rem
     let (_, listed) = daemon.get("/v1/meshes/m/webhooks").await;
     assert_eq!(listed, json!({ "webhooks": [] }), "a refused subscription changes nothing");
 
-    let (url, got) = webhook_receiver().await;
+    let (url, got) = webhook_receiver(Duration::ZERO).await;
     let (status, added) =
         daemon.post("/v1/meshes/m/webhooks", json!({ "url": url, "kinds": ["task_dispatched"] })).await;
     assert_eq!(status, StatusCode::CREATED, "{added}");
@@ -2711,4 +2714,32 @@ async fn webhooks_are_added_listed_without_their_secret_delivered_tested_and_rem
     assert_error(&gone, StatusCode::NOT_FOUND, "not_found", &id);
     let gone = daemon.post(&format!("/v1/meshes/m/webhooks/{id}/resume"), json!({})).await;
     assert_error(&gone, StatusCode::NOT_FOUND, "not_found", &id);
+}
+
+#[tokio::test]
+async fn a_slow_receiver_delays_only_its_own_subscription() {
+    let daemon = TestDaemon::start().await;
+    let (slow, slow_got) = webhook_receiver(Duration::from_secs(3)).await;
+    let (fast, fast_got) = webhook_receiver(Duration::ZERO).await;
+    for url in [&slow, &fast] {
+        let (status, added) =
+            daemon.post("/v1/meshes/m/webhooks", json!({ "url": url, "kinds": ["task_dispatched"] })).await;
+        assert_eq!(status, StatusCode::CREATED, "{added}");
+    }
+    for i in 0..5 {
+        daemon.post("/v1/meshes/m/tasks", json!({ "id": format!("t{i}"), "message": "hello" })).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while fast_got.lock().unwrap().len() < 5 {
+        assert!(Instant::now() < deadline, "the fast receiver waited behind the slow one");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(slow_got.lock().unwrap().len() <= 1, "the slow receiver is still on its first entry");
+    let order: Vec<String> = fast_got
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(_, b)| b["data"]["taskId"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(order, ["t0", "t1", "t2", "t3", "t4"], "in ledger order");
 }

@@ -319,7 +319,31 @@ try {
     assert.ok(Date.now() < until, 'the resumed webhook was never tried again');
     await new Promise((r) => setTimeout(r, 50));
   }
-  cli('webhook', 'remove', hook.webhook.id);
+  // Remove it from the page, then add one from the form: a refusal names the
+  // field; the secret is shown once; the new subscription is listed.
+  await page.click(`${hookRow} [data-action="webhook-remove"]`);
+  await page.waitForSelector('dialog#confirm[open]');
+  await page.click('#confirm-ok');
+  await page.waitForSelector(hookRow, { state: 'detached', timeout: 5000 });
+  assert.equal(cli('webhook', 'list').webhooks.length, 0);
+  await page.fill('#webhook-url', 'http://hooks.example.com/x');
+  refusalExpected = true;
+  await page.click('#add-webhook');
+  await page.waitForSelector('.webhook-result .error');
+  refusalExpected = false;
+  assert.ok((await page.textContent('.webhook-result')).includes('url'), await page.textContent('.webhook-result'));
+  assert.equal(cli('webhook', 'list').webhooks.length, 0, 'a refused webhook adds nothing');
+  await page.fill('#webhook-url', 'http://127.0.0.1:9/from-the-page');
+  await page.fill('#webhook-kinds', 'task_completed, task_failed');
+  await page.fill('#webhook-description', 'release bot');
+  await page.click('#add-webhook');
+  await page.waitForSelector('.webhook-result .webhook-secret');
+  assert.ok((await page.textContent('.webhook-secret')).startsWith('whsec_'));
+  const formed = cli('webhook', 'list').webhooks;
+  assert.equal(formed.length, 1);
+  assert.deepEqual(formed[0].kinds, ['task_completed', 'task_failed']);
+  await page.waitForSelector(`.workers tr.webhook[data-webhook="${formed[0].id}"]`);
+  cli('webhook', 'remove', formed[0].id);
   await page.click('#nav a[data-view="ledger"]');
   await page.waitForSelector('.timeline .entry');
   cli('task', 'add', 'one more', '--id', 'late');
