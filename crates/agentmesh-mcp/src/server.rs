@@ -357,8 +357,8 @@ task in full use show_task.",
 
     #[tool(
         description = "Show one task: status, assignment, attempts, dependencies, the worker's final \
-summary or failure reason, and whether its delivery to the worker was confirmed (deliveryConfirmed: \
-delivered, acknowledged or completed; a task without a confirmed delivery may be reclaimed).",
+summary or failure reason, and whether its delivery to the worker was confirmed (delivered, acknowledged \
+or completed; a task without a confirmed delivery may be reclaimed).",
         input_schema = schema::<TaskIdArgs>(),
         annotations(read_only_hint = true)
     )]
