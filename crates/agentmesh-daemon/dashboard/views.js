@@ -603,7 +603,7 @@ const workers = {
 
 /** The form that adds a webhook; kept across the page's live updates. */
 function webhookForm(ctx) {
-  const url = h('input', { type: 'text', id: 'webhook-url', name: 'url', placeholder: 'https://ci.example.com/hook', 'aria-label': 'receiver URL' });
+  const url = h('input', { type: 'text', id: 'webhook-url', name: 'url', placeholder: 'receiver URL: https, or http to a loopback host', 'aria-label': 'receiver URL' });
   const kinds = h('input', { type: 'text', id: 'webhook-kinds', name: 'kinds', placeholder: 'kinds: task_completed, task_* (every kind when empty)', 'aria-label': 'ledger kinds' });
   const description = h('input', { type: 'text', id: 'webhook-description', name: 'description', placeholder: 'what it is for', 'aria-label': 'description' });
   const out = h('p', { class: 'webhook-result', 'aria-live': 'polite' });
