@@ -97,6 +97,13 @@ pub(crate) async fn run(state: AppState, config: WebhookConfig, shutdown: Cancel
     let mut workers: HashMap<(String, String), (tokio::task::JoinHandle<()>, CancellationToken)> =
         HashMap::new();
     let wake = Arc::clone(&state.webhook_wake);
+    // One listener for every subscription's task: the store's writes wake the
+    // idle ones (a task that is not waiting looks again within IDLE_POLL).
+    let wrote = Arc::new(tokio::sync::Notify::new());
+    {
+        let wrote = Arc::clone(&wrote);
+        state.mesh.signal().listen(move || wrote.notify_waiters());
+    }
     loop {
         let leads = match state.upkeep.leader.clone() {
             None => true,
@@ -119,7 +126,7 @@ pub(crate) async fn run(state: AppState, config: WebhookConfig, shutdown: Cancel
                             sender.clone(),
                             config.delivery,
                             key.clone(),
-                            stop.clone(),
+                            (stop.clone(), Arc::clone(&wrote)),
                         ));
                         workers.insert(key, (task, stop));
                     }
@@ -150,13 +157,8 @@ async fn deliver(
     sender: Sender,
     policy: DeliveryPolicy,
     (mesh, id): (String, String),
-    stop: CancellationToken,
+    (stop, wrote): (CancellationToken, Arc<tokio::sync::Notify>),
 ) {
-    let wrote = Arc::new(tokio::sync::Notify::new());
-    {
-        let wrote = Arc::clone(&wrote);
-        state.mesh.signal().listen(move || wrote.notify_one());
-    }
     loop {
         if stop.is_cancelled() {
             return;
