@@ -131,8 +131,9 @@ impl LocalMesh {
         self
     }
 
-    /// Runs every drain in v2 enforce mode when `enforce` is set (a drain body
-    /// may ask for it too); off unless set.
+    /// Sets where webhook receivers may be (checked when a subscription is
+    /// added and before `test_webhook` sends) and how long one may take to
+    /// answer a test.
     pub fn with_webhooks(
         mut self,
         policy: agentmesh_core::webhook::UrlPolicy,
@@ -143,18 +144,8 @@ impl LocalMesh {
         self
     }
 
-    /// Where webhook subscriptions may send, as this mesh checks them.
-    pub fn webhook_policy(&self) -> agentmesh_core::webhook::UrlPolicy {
-        self.webhook_policy
-    }
-
-    /// How long a webhook receiver may take to answer.
-    pub fn webhook_timeout(&self) -> Duration {
-        self.webhook_timeout
-    }
-
-    /// Sets whether events are quarantined instead of re-attributed (see
-    /// [`ENFORCE_ENV`]).
+    /// Runs every drain in v2 enforce mode when `enforce` is set (a drain body
+    /// may ask for it too); off unless set.
     pub fn with_enforce(mut self, enforce: bool) -> LocalMesh {
         self.enforce = enforce;
         self

@@ -244,7 +244,7 @@ fn tls_failure(err: &reqwest::Error) -> Option<&rustls::Error> {
 }
 
 /// An HTTP client error with its causes, on one line.
-fn describe(err: &reqwest::Error) -> String {
+pub(crate) fn describe(err: &reqwest::Error) -> String {
     let mut text = err.to_string();
     let mut source = std::error::Error::source(err);
     while let Some(cause) = source {

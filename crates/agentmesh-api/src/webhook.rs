@@ -179,11 +179,6 @@ impl Sender {
         Ok(Sender { client, policy })
     }
 
-    /// The policy this sender checks receivers against.
-    pub fn policy(&self) -> UrlPolicy {
-        self.policy
-    }
-
     /// Sends one message to `hook`'s receiver, signed with `key` (the
     /// secret's bytes, [`webhook::secret_key`]), and says how it went.
     pub async fn send(&self, hook: &Webhook, key: &[u8], message: &Message<'_>, now: Timestamp) -> Attempt {
@@ -284,7 +279,7 @@ impl<'a> Message<'a> {
     }
 }
 
-/// A request error in words, with its causes.
+/// A request error in words, with its causes (what kind of failure first).
 fn describe(err: &reqwest::Error) -> String {
     let what = if err.is_timeout() {
         "timed out"
@@ -293,14 +288,7 @@ fn describe(err: &reqwest::Error) -> String {
     } else {
         "failed"
     };
-    let mut text = format!("the request {what}");
-    let mut source = std::error::Error::source(err);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    format!("the request {what}: {}", crate::remote::describe(err))
 }
 
 #[cfg(test)]

@@ -167,8 +167,6 @@ fn filter_items(
 pub struct Target {
     /// The URL, trimmed.
     pub url: String,
-    /// The host, without brackets.
-    pub host: String,
     /// The host is loopback (`localhost`, `127.0.0.0/8`, `::1`).
     pub loopback: bool,
 }
@@ -221,7 +219,7 @@ pub fn check_url(field: &str, url: &str, policy: UrlPolicy) -> Result<Target, In
             ),
         ));
     }
-    Ok(Target { url: url.to_owned(), host, loopback })
+    Ok(Target { url: url.to_owned(), loopback })
 }
 
 fn host_of(authority: &str) -> Option<&str> {
