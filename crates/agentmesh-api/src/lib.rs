@@ -154,6 +154,7 @@ pub fn store_error_status(err: &StoreError) -> u16 {
         | StoreError::ReservationFenced { .. }
         | StoreError::NotAssignedToSession { .. }
         | StoreError::NoAssignedTask { .. } => 409,
+        StoreError::CursorExpired { .. } => 410,
         StoreError::Busy | StoreError::LockTimeout | StoreError::Unavailable(_) => 503,
         StoreError::StorageFull(_) => 507,
         _ => 500,

@@ -209,6 +209,11 @@ pub struct LedgerSlice {
     /// Empty on a page read by time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seqs: Vec<u64>,
+    /// How many of `entries`, from the first, were read from the archive
+    /// (see [`crate::retention`]): archived entries come before the hot
+    /// database's on a page. Omitted when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub archived: u32,
     /// Paging state.
     pub cursor: SliceCursor,
     /// Where the page came from.
@@ -218,6 +223,10 @@ pub struct LedgerSlice {
     /// last page is reading another database and starts again from `afterSeq` 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -44,6 +44,7 @@ pub mod mission;
 pub mod placement;
 pub mod rate_guard;
 pub mod reservation;
+pub mod retention;
 pub mod sessions;
 pub mod tags;
 pub mod task;

@@ -353,6 +353,11 @@ pub struct Task {
     /// every claim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<Progress>,
+    /// `true` on a task read from the archive (see [`crate::retention`]): it
+    /// finished long enough ago to leave the hot database, and no write
+    /// reaches it any more. Never stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub archived: Option<bool>,
     /// Every field this runtime does not model, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -477,6 +482,7 @@ impl Task {
             finished_at: None,
             created_at: created_at.to_owned(),
             updated_at: created_at.to_owned(),
+            archived: None,
             extra: Map::new(),
         }
     }

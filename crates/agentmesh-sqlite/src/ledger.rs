@@ -315,6 +315,7 @@ fn page(
     has_more: bool,
 ) -> LedgerSlice {
     LedgerSlice {
+        archived: 0,
         seqs: Vec::new(),
         protocol: SLICE_PROTOCOL.to_owned(),
         mesh_id: mesh_id.to_owned(),

@@ -31,6 +31,7 @@ use agentmesh_store::{FullStorage, StoreError, StoreResult, Submitted};
 use rusqlite::{Connection, ErrorCode};
 
 mod adhdev_import;
+mod archive;
 mod backup;
 mod checkpointer;
 mod durability;
@@ -163,6 +164,7 @@ impl SqliteStore {
         // gain from the map run on the read connections.
         conn.pragma_update(None, "mmap_size", 0)?;
         migrations::migrate(&mut conn)?;
+        archive::attach_writable(&conn, path, options.synchronous())?;
         let ceilings = Arc::new(durability::Ceilings::open(&conn, options.durability)?);
         let checkpointer = checkpointer::Checkpointer::start(path, &mut conn, options)?;
         Ok(SqliteStore {

@@ -260,7 +260,9 @@ impl LedgerStore for SqliteStore {
         self.write(|tx| {
             let mut imported = 0;
             for entry in entries {
-                imported += u64::from(ledger::append(tx, entry)?);
+                if !crate::archive::has_entry(tx, &entry.id)? {
+                    imported += u64::from(ledger::append(tx, entry)?);
+                }
             }
             Ok(imported)
         })
@@ -693,5 +695,56 @@ impl WebhookStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<Option<agentmesh_core::Webhook>> {
         self.write(|tx| webhook_writes::save_progress(&webhooks::Rows(tx), hook, now))
+    }
+}
+
+impl agentmesh_store::ArchiveStore for SqliteStore {
+    fn archive_expired(
+        &self,
+        policy: &agentmesh_core::retention::RetentionPolicy,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<agentmesh_store::archive::ArchiveReport> {
+        crate::archive::step(self, policy, now, limit).map_err(|e| e.0)
+    }
+
+    fn archived_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
+        self.read(|c| crate::archive::task(c, mesh_id, task_id))
+    }
+
+    fn archived_tasks(&self, mesh_id: &str, after: u64, limit: u32) -> StoreResult<Vec<(u64, Task)>> {
+        self.read(|c| crate::archive::tasks_page(c, mesh_id, after, limit))
+    }
+
+    fn archived_ledger(
+        &self,
+        mesh_id: &str,
+        query: &SliceQuery,
+    ) -> StoreResult<agentmesh_store::archive::ArchivedPage> {
+        let mut page = self.read(|c| crate::archive::ledger_page(c, mesh_id, query))?;
+        if query.after_seq.is_some() {
+            page.slice.origin = self.read(crate::ledger::database_id)?;
+        }
+        Ok(page)
+    }
+
+    fn drop_archived(
+        &self,
+        mesh_id: &str,
+        through: &agentmesh_core::retention::ArchiveMark,
+    ) -> StoreResult<agentmesh_core::retention::ArchiveMark> {
+        self.write(|tx| crate::archive::drop_through(tx, mesh_id, through))
+    }
+
+    fn archive_state(
+        &self,
+        mesh_id: &str,
+        set: Option<&agentmesh_core::retention::MeshRetention>,
+        now: Timestamp,
+    ) -> StoreResult<agentmesh_store::archive::ArchiveState> {
+        if let Some(windows) = set {
+            self.write(|tx| crate::archive::set_retention(tx, mesh_id, windows, now))?;
+        }
+        self.read(|c| crate::archive::state(c, mesh_id))
     }
 }

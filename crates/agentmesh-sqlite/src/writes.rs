@@ -910,6 +910,7 @@ fn open_reader(path: &Path, options: &OpenOptions) -> Res<Connection> {
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let mut conn = options.connect(path, flags)?;
     crate::configure_connection(&mut conn, options)?;
+    crate::archive::attach_readable(&conn, path)?;
     Ok(conn)
 }
 

@@ -48,6 +48,17 @@ pub enum StoreError {
         /// The id.
         id: String,
     },
+    /// A ledger cursor points before the oldest entry still kept: the entries
+    /// after it were exported out of the archive and dropped.
+    #[error("the ledger cursor afterSeq {after_seq} of mesh {mesh_id} has expired: entries through {dropped_through} were dropped from the archive; read again from afterSeq {dropped_through}")]
+    CursorExpired {
+        /// The mesh.
+        mesh_id: String,
+        /// The cursor asked for.
+        after_seq: u64,
+        /// The last sequence number dropped: the oldest cursor still served.
+        dropped_through: u64,
+    },
     /// The id is already used by a record of another mesh.
     #[error("{kind} id {id} is already used in another mesh")]
     IdInOtherMesh {
@@ -209,6 +220,7 @@ impl StoreError {
             StoreError::DependencyCycle { .. } => "dependency_cycle_detected",
             StoreError::TaskNotFound { .. } => "task_not_found",
             StoreError::NotFound { .. } => "not_found",
+            StoreError::CursorExpired { .. } => "cursor_expired",
             StoreError::IdInOtherMesh { .. } => "id_in_other_mesh",
             StoreError::InvalidTransition(_) => "invalid_transition",
             StoreError::StaleEpoch { .. } => "stale_epoch",

@@ -24,6 +24,7 @@ use agentmesh_core::{
     Timestamp,
 };
 
+pub mod archive;
 pub mod deadline;
 mod durability;
 mod error;
@@ -58,8 +59,8 @@ pub use webhook_writes::WebhookCommand;
 pub mod prelude {
     pub use crate::transfer::TransferStore;
     pub use crate::{
-        InboxStore, LedgerStore, MissionStore, QueueStore, ReservationStore, RuntimeStore, Store,
-        WebhookStore,
+        ArchiveStore, InboxStore, LedgerStore, MissionStore, QueueStore, ReservationStore, RuntimeStore,
+        Store, WebhookStore,
     };
 }
 
@@ -457,6 +458,7 @@ pub trait Store:
     + InboxStore
     + ReservationStore
     + WebhookStore
+    + ArchiveStore
     + Send
     + Sync
     + 'static
@@ -597,6 +599,59 @@ pub trait WebhookStore: Send + Sync + 'static {
         hook: &agentmesh_core::Webhook,
         now: Timestamp,
     ) -> StoreResult<Option<agentmesh_core::Webhook>>;
+}
+
+/// Retention and the archive ([`archive`], [`agentmesh_core::retention`]):
+/// finished tasks and old ledger entries move out of the hot database in
+/// bounded steps, and stay readable. Part of [`Store`].
+pub trait ArchiveStore: Send + Sync + 'static {
+    /// One bounded step of retention over every mesh: moves at most `limit`
+    /// finished tasks (with their dependency edges) and `limit` ledger
+    /// entries that outlived `policy` (with each mesh's own windows in place
+    /// of its) to the archive. A task is never archived unless finished; the
+    /// ledger leaves oldest first in sequence order, and never past the
+    /// cursor of a mesh's webhook subscription. A row is in the hot database
+    /// or in the archive, never lost between: a step cut short leaves each
+    /// row where it was or where it went.
+    fn archive_expired(
+        &self,
+        policy: &agentmesh_core::retention::RetentionPolicy,
+        now: Timestamp,
+        limit: u32,
+    ) -> StoreResult<archive::ArchiveReport>;
+
+    /// The archived task `task_id` of the mesh, as it was when archived
+    /// (not marked; see [`archive::find_task`]).
+    fn archived_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>>;
+
+    /// The mesh's archived tasks after position `after` in archive order,
+    /// at most `limit`, each with its position (for an export).
+    fn archived_tasks(&self, mesh_id: &str, after: u64, limit: u32) -> StoreResult<Vec<(u64, Task)>>;
+
+    /// A page of the mesh's archived ledger alone, as [`LedgerStore::ledger_slice`]
+    /// pages the hot one; [`archive::slice`] joins the two. A cursor by
+    /// sequence before what was dropped is [`StoreError::CursorExpired`].
+    fn archived_ledger(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<archive::ArchivedPage>;
+
+    /// Deletes from the mesh's archive the tasks and ledger entries up to
+    /// `through` (what an export wrote out), never an entry past the cursor
+    /// of one of the mesh's webhook subscriptions; returns what was dropped.
+    /// Later cursors before the last dropped entry have expired.
+    fn drop_archived(
+        &self,
+        mesh_id: &str,
+        through: &agentmesh_core::retention::ArchiveMark,
+    ) -> StoreResult<agentmesh_core::retention::ArchiveMark>;
+
+    /// The mesh's archive and retention settings; with `set`, first makes
+    /// those the mesh's own windows (an empty one: the daemon's), recorded in
+    /// the ledger (`retention_changed`) at `now`.
+    fn archive_state(
+        &self,
+        mesh_id: &str,
+        set: Option<&agentmesh_core::retention::MeshRetention>,
+        now: Timestamp,
+    ) -> StoreResult<archive::ArchiveState>;
 }
 
 /// Tasks: the queue, claims and the lifecycle of a claimed task (completion,

@@ -20,6 +20,9 @@ pub(crate) fn enqueue(
     now: Timestamp,
 ) -> Res<Task> {
     let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
+    if new.id.is_some() {
+        crate::archive::refuse_archived_id(conn, &task.id)?;
+    }
     // A taken id is caught by the row's primary key (see `insert_row`); the whole
     // transaction then rolls back, edges included.
     if !task.dependencies().is_empty() {
@@ -67,7 +70,7 @@ pub(crate) fn record_dispatched(
 pub(crate) fn import_entries(conn: &Connection, entries: &[Task]) -> Res<u64> {
     let mut imported = Vec::new();
     for task in entries {
-        if id_taken(conn, &task.id)? {
+        if id_taken(conn, &task.id)? || crate::archive::refuse_archived_id(conn, &task.id).is_err() {
             continue;
         }
         write_edges(conn, task)?;

@@ -158,7 +158,11 @@ pub(super) fn count_unmet(conn: &Connection, mesh_id: &str, task_id: &str) -> Re
     let mut stmt = conn.prepare_cached(
         "SELECT COUNT(*) FROM mesh_task_deps d
            LEFT JOIN mesh_queue q ON q.id = d.depends_on_id AND q.mesh_id = d.mesh_id
-          WHERE d.mesh_id = ?1 AND d.task_id = ?2 AND (q.status IS NULL OR q.status <> 'completed')",
+          WHERE d.mesh_id = ?1 AND d.task_id = ?2
+            AND (q.status <> 'completed'
+                 OR (q.status IS NULL AND NOT EXISTS (
+                        SELECT 1 FROM archive.archived_tasks a
+                         WHERE a.id = d.depends_on_id AND a.mesh_id = d.mesh_id AND a.status = 'completed')))",
     )?;
     Ok(stmt.query_row(params![mesh_id, task_id], |r| r.get(0))?)
 }

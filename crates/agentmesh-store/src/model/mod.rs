@@ -665,6 +665,7 @@ impl Model {
             }
         };
         LedgerSlice {
+            archived: 0,
             protocol: agentmesh_core::ledger::SLICE_PROTOCOL.to_owned(),
             mesh_id: mesh_id.to_owned(),
             cursor: agentmesh_core::ledger::SliceCursor {

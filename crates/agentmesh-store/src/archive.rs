@@ -1,0 +1,144 @@
+//! The archive: where finished tasks and old ledger entries go when the
+//! retention policy ([`agentmesh_core::retention`]) says they have outlived
+//! the hot database, and where the product still reads them.
+//!
+//! A backend moves rows in [`crate::ArchiveStore::archive_expired`] steps,
+//! each bounded, and answers archive-only reads. What a reader sees of the
+//! two together is decided here, once for both backends:
+//!
+//! - A task is looked up in the hot database first, then in the archive
+//!   ([`find_task`]); an archived task is marked `archived`.
+//! - A ledger page reads the archive before the hot ledger ([`slice`]). A
+//!   mesh's ledger leaves the hot database oldest first in sequence order, so
+//!   every archived entry of a mesh has a smaller sequence number than every
+//!   hot one, and a page by sequence is the archive's then the hot ledger's,
+//!   in one order with nothing skipped. A page by time is the archive's
+//!   entries in (time, id) order, then the hot ledger's: each entry once.
+//! - A cursor before what an export dropped from the archive is
+//!   [`StoreError::CursorExpired`], naming the oldest cursor still served.
+
+use agentmesh_core::retention::{ArchiveMark, MeshRetention};
+use agentmesh_core::{LedgerSlice, SliceQuery, Task};
+
+use crate::{Store, StoreError, StoreResult};
+
+/// What one archiving step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ArchiveReport {
+    /// Finished tasks moved to the archive.
+    pub tasks: u64,
+    /// Ledger entries moved to the archive.
+    pub ledger_entries: u64,
+    /// Whether the step stopped at its limit with more left to move.
+    pub more: bool,
+}
+
+impl ArchiveReport {
+    /// Adds another step's counts to these.
+    pub fn add(&mut self, other: ArchiveReport) {
+        self.tasks += other.tasks;
+        self.ledger_entries += other.ledger_entries;
+        self.more = other.more;
+    }
+}
+
+/// A page of a mesh's archived ledger: a slice as the hot ledger answers it
+/// (its `has_more` speaks of the archive alone; a page by sequence walks no
+/// further than the mesh's newest archived entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArchivedPage {
+    /// The page.
+    pub slice: LedgerSlice,
+    /// Whether the query's `afterId` names an archived entry (`false` when it
+    /// names none, or when the query has no `afterId`).
+    pub cursor_archived: bool,
+}
+
+/// A mesh's archive and its retention settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveState {
+    /// The mesh's own retention windows (empty: the daemon's).
+    pub retention: MeshRetention,
+    /// Archived tasks.
+    pub tasks: u64,
+    /// Archived ledger entries.
+    pub ledger_entries: u64,
+    /// The sequence number of the newest archived ledger entry (0: none).
+    pub ledger_through: u64,
+    /// The last sequence number an export dropped from the archive (0: none):
+    /// a ledger cursor before it has expired.
+    pub dropped_through: u64,
+    /// Where the next export of the whole archive would end.
+    pub end: ArchiveMark,
+}
+
+/// The task `task_id` of the mesh: the hot one, else the archived one
+/// (marked `archived`).
+pub fn find_task<S: Store + ?Sized>(store: &S, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
+    if let Some(task) = store.find_task(mesh_id, task_id)? {
+        return Ok(Some(task));
+    }
+    Ok(store.archived_task(mesh_id, task_id)?.map(mark_archived))
+}
+
+/// `task` marked as read from the archive.
+pub fn mark_archived(mut task: Task) -> Task {
+    task.archived = Some(true);
+    task
+}
+
+/// A page of the mesh's whole ledger, the archive's entries before the hot
+/// ledger's (see the module docs). `archived` on the answer counts the
+/// page's entries, from its first, that were read from the archive.
+pub fn slice<S: Store + ?Sized>(store: &S, mesh_id: &str, query: &SliceQuery) -> StoreResult<LedgerSlice> {
+    let limit = query.effective_limit() as usize;
+    let ArchivedPage { slice: mut archived, cursor_archived } = store.archived_ledger(mesh_id, query)?;
+    if query.after_id.is_some() && !cursor_archived {
+        // The cursor is a hot entry (or none at all): the archive is behind it.
+        return store.ledger_slice(mesh_id, query);
+    }
+    if archived.cursor.has_more {
+        archived.archived = archived.entries.len() as u32;
+        return Ok(archived);
+    }
+    if archived.entries.is_empty() && !cursor_archived {
+        return store.ledger_slice(mesh_id, query);
+    }
+    // The archive ends on this page: the rest of the page from the hot
+    // ledger's start (by sequence: after the mesh's last archived entry,
+    // which every hot entry of the mesh follows).
+    let mut rest = query.clone();
+    rest.limit = Some(limit.saturating_sub(archived.entries.len()).max(1) as u32);
+    rest.after_id = None;
+    if let Some(after) = query.after_seq {
+        rest.after_seq = Some(archived.seqs.last().copied().unwrap_or(after));
+    }
+    let mut hot = store.ledger_slice(mesh_id, &rest)?;
+    if archived.entries.len() >= limit {
+        // A full page of archived entries: the hot ledger's page only says
+        // whether more follow.
+        hot.entries.clear();
+        hot.seqs.clear();
+        hot.cursor.has_more = true;
+        hot.cursor.next_after_seq = rest.after_seq;
+    }
+    let count = archived.entries.len() as u32;
+    let mut entries = archived.entries;
+    entries.append(&mut hot.entries);
+    let mut seqs = Vec::new();
+    if query.after_seq.is_some() {
+        seqs = archived.seqs;
+        seqs.append(&mut hot.seqs);
+    }
+    hot.cursor.limit = limit as u32;
+    hot.cursor.after_id.clone_from(&query.after_id);
+    hot.cursor.after_seq = query.after_seq;
+    hot.cursor.next_after_id = entries.last().map(|e| e.id.clone()).or(hot.cursor.next_after_id);
+    Ok(LedgerSlice { entries, seqs, archived: count, ..hot })
+}
+
+/// The error of a cursor before what the archive still holds.
+pub fn cursor_expired(mesh_id: &str, after_seq: u64, dropped_through: u64) -> StoreError {
+    StoreError::CursorExpired { mesh_id: mesh_id.to_owned(), after_seq, dropped_through }
+}
