@@ -302,10 +302,9 @@ pub(crate) fn step(
     for plan in &plans {
         // The copy commits first: until then the rows are only in the hot file.
         let copied = store.writes.write(|tx| copy(tx, plan, now))?;
-        report.tasks += store.writes.write(|tx| remove(tx, plan, &copied))?;
-        if let Some((after, through)) = plan.ledger {
-            report.ledger_entries += u64::try_from(through - after).unwrap_or(0);
-        }
+        let (tasks, entries) = store.writes.write(|tx| remove(tx, plan, &copied))?;
+        report.tasks += tasks;
+        report.ledger_entries += entries;
     }
     if !plans.is_empty() {
         store.writes.write(give_back_pages)?;
@@ -345,9 +344,10 @@ fn copy(tx: &Connection, plan: &Plan, now: Timestamp) -> Res<Vec<(String, String
 }
 
 /// Deletes from the hot file what [`copy`] committed to the archive: a task
-/// only while it is as it was copied. Returns how many tasks left.
-fn remove(tx: &Connection, plan: &Plan, copied: &[(String, String)]) -> Res<u64> {
+/// only while it is as it was copied. Returns how many tasks and entries left.
+fn remove(tx: &Connection, plan: &Plan, copied: &[(String, String)]) -> Res<(u64, u64)> {
     let mut removed = 0;
+    let mut entries = 0;
     let mut delete_task = tx.prepare_cached(
         "DELETE FROM main.mesh_queue WHERE id = ?1 AND mesh_id = ?2 AND updated_at = ?3
             AND status IN ('completed', 'failed', 'cancelled')",
@@ -360,8 +360,9 @@ fn remove(tx: &Connection, plan: &Plan, copied: &[(String, String)]) -> Res<u64>
         }
     }
     if let Some((after, through)) = plan.ledger {
-        tx.prepare_cached("DELETE FROM main.mesh_event_ledger WHERE seq > ?1 AND seq <= ?2 AND mesh_id = ?3")?
-            .execute(params![after, through, plan.mesh_id])?;
+        entries = tx
+            .prepare_cached("DELETE FROM main.mesh_event_ledger WHERE seq > ?1 AND seq <= ?2 AND mesh_id = ?3")?
+            .execute(params![after, through, plan.mesh_id])? as u64;
         // Numbers are never handed out twice, even when the newest entry left.
         tx.prepare_cached(
             "INSERT INTO mesh_meta (key, value) VALUES ('ledger_seq_floor', ?1)
@@ -369,7 +370,7 @@ fn remove(tx: &Connection, plan: &Plan, copied: &[(String, String)]) -> Res<u64>
         )?
         .execute([through])?;
     }
-    Ok(removed)
+    Ok((removed, entries))
 }
 
 /// Gives free pages of both files back to the file system, a bounded number

@@ -55,11 +55,15 @@
 //! - [`webhooks`]: webhook subscriptions: where they start, the secret kept
 //!   apart, progress written by version, resume, skip and removal recorded;
 //!   the sequence number of each entry of a slice.
+//! - [`archive`]: retention: what a step archives and never does, archived
+//!   rows read back marked and in the ledger's order, archived dependencies
+//!   and ids, a webhook cursor holding the ledger back, expired cursors.
 //! - [`support`]: the clock, builders and assertion helpers the rules share.
 //!
 //! [`Store`]: crate::Store
 //! [`TransferStore`]: crate::transfer::TransferStore
 
+pub mod archive;
 pub mod claims;
 pub mod concurrency;
 pub mod deliveries;
@@ -80,6 +84,7 @@ pub mod tasks;
 pub mod transfer;
 pub mod webhooks;
 
+pub use archive::*;
 pub use claims::*;
 pub use concurrency::*;
 pub use deliveries::*;
@@ -124,6 +129,13 @@ macro_rules! conformance_tests {
             race_claims_of_tasks_over_one_path_take_one,
         );
         $crate::conformance_tests!(@rules $make_store;
+            // Retention and the archive.
+            archive_moves_only_finished_tasks_past_their_window,
+            archived_tasks_keep_their_dependency_and_their_id,
+            archived_ledger_entries_stay_in_the_ledgers_order,
+            a_webhook_cursor_holds_the_ledger_back,
+            a_cursor_before_a_drop_expires_and_names_where_to_go_on,
+            a_meshs_own_windows_apply_to_it_alone,
             // Tasks and the queue.
             enqueue_returns_a_pending_task_and_records_task_dispatched,
             enqueue_without_an_id_assigns_a_fresh_one,

@@ -1,0 +1,234 @@
+//! Rules of retention and the archive: what a step archives and what it
+//! never does, that archived rows stay readable (marked) and in their place
+//! in the ledger's order, that an archived dependency and an archived id keep
+//! their meaning, that a webhook's cursor holds the ledger back, and that a
+//! cursor before what was dropped expires.
+
+use agentmesh_core::retention::{ArchiveMark, MeshRetention, RetentionPolicy, Window};
+use agentmesh_core::webhook::{NewWebhook, UrlPolicy};
+use agentmesh_core::{SliceQuery, Task, TaskStatus};
+
+use super::support::*;
+use crate::archive::{self, ArchiveReport};
+use crate::{Store, StoreError};
+
+const DAY_SECS: i64 = 24 * 60 * 60;
+
+/// Tasks after 7 days, the ledger after 30, as the defaults.
+fn policy() -> RetentionPolicy {
+    RetentionPolicy::default()
+}
+
+/// Runs steps until nothing is left to move.
+fn archive_all(store: &dyn Store, policy: &RetentionPolicy, now: agentmesh_core::Timestamp) -> ArchiveReport {
+    let mut total = ArchiveReport::default();
+    for _ in 0..100 {
+        let step = ok(store.archive_expired(policy, now, 2), "archive_expired");
+        total.add(step);
+        if !step.more && step.tasks == 0 && step.ledger_entries == 0 {
+            return total;
+        }
+    }
+    panic!("archiving did not finish in 100 steps: {total:?}");
+}
+
+fn done_task(store: &dyn Store, mesh: &str, id: &str, secs: i64) -> Task {
+    enqueue(store, mesh, new_task(id), at(secs));
+    let task = claim_ok(store, mesh, &worker("node-1", "s1"), at(secs + 1), id);
+    complete(store, mesh, &task, at(secs + 2))
+}
+
+fn whole_ledger(store: &dyn Store, mesh: &str, by_seq: bool) -> (Vec<String>, u32) {
+    let mut ids = Vec::new();
+    let mut archived = 0;
+    let mut query = SliceQuery { limit: Some(3), ..SliceQuery::default() };
+    if by_seq {
+        query.after_seq = Some(0);
+    }
+    for _ in 0..1000 {
+        let page = ok(archive::slice(store, mesh, &query), "archive::slice");
+        archived += page.archived;
+        ids.extend(page.entries.iter().map(|e| e.id.clone()));
+        if !page.cursor.has_more {
+            return (ids, archived);
+        }
+        if by_seq {
+            query.after_seq = page.cursor.next_after_seq;
+        } else {
+            query.after_id = page.cursor.next_after_id;
+        }
+    }
+    panic!("the ledger did not end in 1000 pages");
+}
+
+/// A finished task past its window moves to the archive: gone from the hot
+/// reads, found by the joined read marked archived, exactly as it was; a
+/// pending, an assigned and a young finished task stay where they are.
+pub fn archive_moves_only_finished_tasks_past_their_window(store: &dyn Store) {
+    let old = done_task(store, MESH, "old", 1);
+    let failed = {
+        enqueue(store, MESH, new_task("old-failed"), at(4));
+        let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "old-failed");
+        fail(store, MESH, &task, "broke", at(6))
+    };
+    done_task(store, MESH, "young", 8 * DAY_SECS);
+    enqueue(store, MESH, new_task("waiting"), at(8 * DAY_SECS + 3));
+    enqueue(store, MESH, new_task("held"), at(8 * DAY_SECS + 4));
+    claim_ok(store, MESH, &worker("node-2", "s2"), at(8 * DAY_SECS + 5), "waiting");
+    let now = at(10 + 8 * DAY_SECS);
+    let report = archive_all(store, &policy(), now);
+    assert_eq!(report.tasks, 2, "{report:?}");
+    for (id, before) in [("old", &old), ("old-failed", &failed)] {
+        assert_eq!(ok(store.find_task(MESH, id), "find_task"), None, "{id} left the hot reads");
+        let found = ok(archive::find_task(store, MESH, id), "archive::find_task").expect("found archived");
+        assert_eq!(found.archived, Some(true), "{id} marked archived");
+        let mut unmarked = found.clone();
+        unmarked.archived = None;
+        assert_eq!(&unmarked, before, "{id} archived as it was");
+    }
+    for id in ["waiting", "held", "young"] {
+        let task = ok(archive::find_task(store, MESH, id), "archive::find_task").expect("still there");
+        assert_eq!(task.archived, None, "{id} stays hot");
+    }
+    assert_eq!(status_count(store, MESH, TaskStatus::Pending), 1);
+    assert_eq!(status_count(store, MESH, TaskStatus::Assigned), 1);
+    assert_eq!(status_count(store, MESH, TaskStatus::Completed), 1);
+    let exported: Vec<String> =
+        ok(store.archived_tasks(MESH, 0, 10), "archived_tasks").into_iter().map(|(_, t)| t.id).collect();
+    assert_eq!(exported.len(), 2);
+    assert!(exported.contains(&"old".to_owned()) && exported.contains(&"old-failed".to_owned()));
+    let again = archive_all(store, &policy(), now);
+    assert_eq!(again.tasks, 0, "nothing archived twice: {again:?}");
+}
+
+/// A task that depends on an archived completed task is ready at once; an
+/// enqueue that reuses an archived id is refused as a duplicate and changes
+/// nothing.
+pub fn archived_tasks_keep_their_dependency_and_their_id(store: &dyn Store) {
+    done_task(store, MESH, "base", 1);
+    archive_all(store, &policy(), at(8 * DAY_SECS));
+    assert_eq!(ok(store.find_task(MESH, "base"), "find_task"), None);
+    enqueue(store, MESH, dependent_task("next", &["base"]), at(8 * DAY_SECS + 1));
+    assert_claimed(claim(store, MESH, &worker("node-1", "s9"), at(8 * DAY_SECS + 2)), "next");
+    let err = expect_err(store.enqueue(MESH, &new_task("base"), at(8 * DAY_SECS + 3)), "enqueue of an archived id");
+    assert!(matches!(err, StoreError::DuplicateTaskId { .. }), "{err:?}");
+    assert_eq!(queue_ids(store, MESH, &[]), ["next"]);
+}
+
+/// Ledger entries past the window leave oldest first and stay in the joined
+/// ledger: paged by sequence or by time, from the start, every entry once in
+/// the order of the ledger before archiving, the archived ones counted.
+pub fn archived_ledger_entries_stay_in_the_ledgers_order(store: &dyn Store) {
+    for i in 0..4 {
+        done_task(store, MESH, &format!("t{i}"), i * 10);
+    }
+    done_task(store, OTHER_MESH, "other", 5);
+    let (other_before, _) = whole_ledger(store, OTHER_MESH, true);
+    let (by_seq_before, _) = whole_ledger(store, MESH, true);
+    let (by_time_before, _) = whole_ledger(store, MESH, false);
+    let mut keep = policy();
+    keep.tasks = Window::Off;
+    // Entries of the first two tasks are older than the cutoff: 31 days after
+    // t1's last entry and before t2's first.
+    let now = at(15 + 30 * DAY_SECS);
+    let report = archive_all(store, &keep, now);
+    assert!(report.ledger_entries >= 6, "{report:?}");
+    let state = ok(store.archive_state(MESH, None, now), "archive_state");
+    assert_eq!(
+        state.ledger_entries,
+        report.ledger_entries - other_before.len() as u64,
+        "the other mesh's entries, all old, are its own"
+    );
+    let (by_seq, archived) = whole_ledger(store, MESH, true);
+    assert_eq!(by_seq, by_seq_before, "by sequence: every entry once, in order");
+    assert_eq!(archived as u64, state.ledger_entries);
+    let (by_time, _) = whole_ledger(store, MESH, false);
+    assert_eq!(by_time, by_time_before, "by time: every entry once, in order");
+    let hot_only = ok(store.ledger_slice(MESH, &SliceQuery { limit: Some(500), ..SliceQuery::default() }), "slice");
+    assert_eq!(hot_only.entries.len() as u64, by_seq.len() as u64 - state.ledger_entries);
+    let (other, _) = whole_ledger(store, OTHER_MESH, true);
+    assert_eq!(other, other_before);
+}
+
+/// A webhook subscription's cursor holds the ledger back: nothing it has not
+/// sent is archived, and an export's drop stops there too.
+pub fn a_webhook_cursor_holds_the_ledger_back(store: &dyn Store) {
+    done_task(store, MESH, "t0", 1);
+    let valid = NewWebhook { url: "http://127.0.0.1:9/hook".into(), from_start: true, ..NewWebhook::default() }
+        .validate(UrlPolicy::default())
+        .expect("valid");
+    let hook = ok(
+        store.add_webhook(MESH, &valid, "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3", at(4)),
+        "add_webhook",
+    );
+    assert_eq!(hook.cursor, 0);
+    let mut keep = policy();
+    keep.tasks = Window::Off;
+    let now = at(40 * DAY_SECS);
+    let report = archive_all(store, &keep, now);
+    assert_eq!(report.ledger_entries, 0, "the subscription sent nothing yet: {report:?}");
+    let (ids, _) = whole_ledger(store, MESH, true);
+    let first_two = ok(store.ledger_slice(MESH, &SliceQuery { after_seq: Some(0), limit: Some(2), ..SliceQuery::default() }), "slice");
+    let mut moved = hook.clone();
+    moved.cursor = first_two.seqs[1];
+    ok(store.save_webhook_progress(&moved, now), "save_webhook_progress").expect("saved");
+    let report = archive_all(store, &keep, now);
+    assert_eq!(report.ledger_entries, 2, "up to the cursor: {report:?}");
+    let (after, _) = whole_ledger(store, MESH, true);
+    assert_eq!(after, ids, "still every entry once");
+}
+
+/// An export's drop removes what it wrote out; a by-sequence cursor before
+/// the last dropped entry is `cursor_expired` naming the oldest cursor still
+/// served, which reads on without a gap; the drop is bounded by its marks.
+pub fn a_cursor_before_a_drop_expires_and_names_where_to_go_on(store: &dyn Store) {
+    for i in 0..3 {
+        done_task(store, MESH, &format!("t{i}"), i * 10);
+    }
+    let now = at(40 * DAY_SECS);
+    archive_all(store, &policy(), now);
+    let state = ok(store.archive_state(MESH, None, now), "archive_state");
+    assert_eq!(state.tasks, 3);
+    let (all, _) = whole_ledger(store, MESH, true);
+    let first = ok(
+        store.archived_ledger(MESH, &SliceQuery { after_seq: Some(0), limit: Some(4), ..SliceQuery::default() }),
+        "archived_ledger",
+    );
+    let tasks = ok(store.archived_tasks(MESH, 0, 1), "archived_tasks");
+    let mark = ArchiveMark { tasks_through: tasks[0].0, ledger_through: first.slice.seqs[3] };
+    let dropped = ok(store.drop_archived(MESH, &mark), "drop_archived");
+    assert_eq!(dropped.ledger_through, mark.ledger_through);
+    let state = ok(store.archive_state(MESH, None, now), "archive_state");
+    assert_eq!(state.tasks, 2);
+    assert_eq!(state.dropped_through, mark.ledger_through);
+    let behind = SliceQuery { after_seq: Some(first.slice.seqs[1]), ..SliceQuery::default() };
+    match archive::slice(store, MESH, &behind) {
+        Err(StoreError::CursorExpired { dropped_through, .. }) => assert_eq!(dropped_through, mark.ledger_through),
+        other => panic!("expected cursor_expired, got {other:?}"),
+    }
+    let (rest, _) = whole_ledger(store, MESH, true);
+    assert_eq!(rest, all[4..].to_vec(), "from the start: what is kept, in order");
+    let from_mark = SliceQuery { after_seq: Some(mark.ledger_through), limit: Some(500), ..SliceQuery::default() };
+    let page = ok(archive::slice(store, MESH, &from_mark), "slice after the drop");
+    assert_eq!(page.entries.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), all[4..].to_vec());
+}
+
+/// A mesh's own windows replace the daemon's for it alone, are read back and
+/// recorded in the ledger; an empty set returns the mesh to the daemon's.
+pub fn a_meshs_own_windows_apply_to_it_alone(store: &dyn Store) {
+    done_task(store, MESH, "a", 1);
+    done_task(store, OTHER_MESH, "b", 1);
+    let own = MeshRetention { tasks: Some(Window::Off), ledger: None };
+    let state = ok(store.archive_state(MESH, Some(&own), at(4)), "archive_state(set)");
+    assert_eq!(state.retention, own);
+    assert_eq!(ledger_kinds(store, MESH).last().map(String::as_str), Some("retention_changed"));
+    let now = at(9 * DAY_SECS);
+    let report = archive_all(store, &policy(), now);
+    assert_eq!(report.tasks, 1, "{report:?}");
+    assert!(ok(store.find_task(MESH, "a"), "find_task").is_some(), "kept by the mesh's own window");
+    assert!(ok(store.find_task(OTHER_MESH, "b"), "find_task").is_none(), "archived by the daemon's");
+    let cleared = ok(store.archive_state(MESH, Some(&MeshRetention::default()), now), "archive_state(clear)");
+    assert!(cleared.retention.is_empty());
+    assert_eq!(archive_all(store, &policy(), now).tasks, 1);
+    assert!(ok(store.find_task(MESH, "a"), "find_task").is_none());
+}
