@@ -284,6 +284,27 @@ pub trait MeshApi: Send + Sync {
     ) -> MeshResult<Vec<agentmesh_core::Reservation>>;
     /// Which of some paths another holder's exclusive reservation covers.
     fn check_paths(&self, mesh: &str, body: CheckPathsBody) -> MeshResult<CheckPathsView>;
+    /// The mesh's archive (counts, where an export would end, what was
+    /// dropped) and its own retention windows.
+    fn archive(&self, mesh: &str) -> MeshResult<agentmesh_store::archive::ArchiveState>;
+    /// Sets the mesh's own retention windows (an empty body: the daemon's),
+    /// recorded in the ledger; answers the archive's state.
+    fn set_retention(
+        &self,
+        mesh: &str,
+        body: agentmesh_core::retention::MeshRetention,
+    ) -> MeshResult<agentmesh_store::archive::ArchiveState>;
+    /// A page of the mesh's archived tasks in archive order, after position
+    /// `after`, for an export.
+    fn archived_tasks(&self, mesh: &str, params: ArchivedTasksParams) -> MeshResult<ArchivedTasksView>;
+    /// Deletes from the mesh's archive what an export wrote out (up to the
+    /// marks), never past a webhook subscription's cursor; answers the marks
+    /// it dropped through.
+    fn drop_archived(
+        &self,
+        mesh: &str,
+        body: agentmesh_core::retention::ArchiveMark,
+    ) -> MeshResult<agentmesh_core::retention::ArchiveMark>;
     /// Adds a webhook subscription; its secret is in the answer, the one time
     /// it is shown.
     fn add_webhook(&self, mesh: &str, body: webhook::WebhookBody) -> MeshResult<webhook::WebhookAddedView>;
@@ -347,4 +368,48 @@ pub trait MeshApi: Send + Sync {
     fn record_tool_call(&self, mesh: &str, body: ToolCallBody) -> MeshResult<RateVerdictView>;
     /// The rate guard's recent calls, per caller role.
     fn tool_calls(&self, mesh: &str, params: ToolCallParams) -> MeshResult<ToolCallLogView>;
+}
+
+/// The query of a page of archived tasks.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ArchivedTasksParams {
+    /// The position after which the page starts (0: the first).
+    #[serde(default)]
+    pub after: u64,
+    /// Page size, 1 to 500 (100 when absent).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+impl ArchivedTasksParams {
+    /// The page size, checked.
+    pub fn checked_limit(&self) -> Result<u32, agentmesh_core::InvalidInput> {
+        match self.limit {
+            None => Ok(100),
+            Some(n @ 1..=500) => Ok(n),
+            Some(_) => Err(agentmesh_core::InvalidInput::new("limit", "must be between 1 and 500")),
+        }
+    }
+}
+
+/// A page of archived tasks.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedTasksView {
+    /// The tasks, each with its position in the archive.
+    pub tasks: Vec<ArchivedTaskView>,
+    /// Pass as `after` for the next page; absent on the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<u64>,
+}
+
+/// An archived task and its position in the archive.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchivedTaskView {
+    /// The position (an export's cursor).
+    pub pos: u64,
+    /// The task, marked archived.
+    pub task: Task,
 }

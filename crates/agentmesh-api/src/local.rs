@@ -433,8 +433,7 @@ impl MeshApi for LocalMesh {
     fn show_task(&self, mesh: &str, id: &str) -> MeshResult<Task> {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
-        self.store
-            .find_task(mesh, &id)?
+        agentmesh_store::archive::find_task(self.store.as_ref(), mesh, &id)?
             .ok_or_else(|| StoreError::TaskNotFound { mesh_id: mesh.to_owned(), task_id: id.clone() }.into())
     }
 
@@ -685,7 +684,7 @@ impl MeshApi for LocalMesh {
     fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {
         let mesh = mesh_id(mesh)?;
         let query = SliceQuery::try_from(params)?;
-        Ok(self.store.ledger_slice(mesh, &query)?)
+        Ok(agentmesh_store::archive::slice(self.store.as_ref(), mesh, &query)?)
     }
 
     fn import_ledger(&self, mesh: &str, body: ImportBody) -> MeshResult<ImportView> {
@@ -908,6 +907,41 @@ impl MeshApi for LocalMesh {
             })
             .collect();
         Ok(CheckPathsView { clear: blocked.is_empty(), blocked })
+    }
+
+    fn archive(&self, mesh: &str) -> MeshResult<agentmesh_store::archive::ArchiveState> {
+        let mesh = mesh_id(mesh)?;
+        Ok(self.store.archive_state(mesh, None, self.now())?)
+    }
+
+    fn set_retention(
+        &self,
+        mesh: &str,
+        body: agentmesh_core::retention::MeshRetention,
+    ) -> MeshResult<agentmesh_store::archive::ArchiveState> {
+        let mesh = mesh_id(mesh)?;
+        self.write(|store, now| store.archive_state(mesh, Some(&body), now))
+    }
+
+    fn archived_tasks(&self, mesh: &str, params: crate::ArchivedTasksParams) -> MeshResult<crate::ArchivedTasksView> {
+        let mesh = mesh_id(mesh)?;
+        let limit = params.checked_limit()?;
+        let page = self.store.archived_tasks(mesh, params.after, limit)?;
+        let next_after = if page.len() == limit as usize { page.last().map(|(pos, _)| *pos) } else { None };
+        let tasks = page
+            .into_iter()
+            .map(|(pos, task)| crate::ArchivedTaskView { pos, task: agentmesh_store::archive::mark_archived(task) })
+            .collect();
+        Ok(crate::ArchivedTasksView { tasks, next_after })
+    }
+
+    fn drop_archived(
+        &self,
+        mesh: &str,
+        body: agentmesh_core::retention::ArchiveMark,
+    ) -> MeshResult<agentmesh_core::retention::ArchiveMark> {
+        let mesh = mesh_id(mesh)?;
+        self.write(|store, _| store.drop_archived(mesh, &body))
     }
 
     fn add_webhook(

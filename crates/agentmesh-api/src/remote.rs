@@ -459,6 +459,30 @@ impl MeshApi for RemoteMesh {
         self.post(mesh, &["reservations", "check"], &body)
     }
 
+    fn archive(&self, mesh: &str) -> MeshResult<agentmesh_store::archive::ArchiveState> {
+        self.get(mesh, &["archive"], &())
+    }
+
+    fn set_retention(
+        &self,
+        mesh: &str,
+        body: agentmesh_core::retention::MeshRetention,
+    ) -> MeshResult<agentmesh_store::archive::ArchiveState> {
+        self.post(mesh, &["retention"], &body)
+    }
+
+    fn archived_tasks(&self, mesh: &str, params: crate::ArchivedTasksParams) -> MeshResult<crate::ArchivedTasksView> {
+        self.get(mesh, &["archive", "tasks"], &params)
+    }
+
+    fn drop_archived(
+        &self,
+        mesh: &str,
+        body: agentmesh_core::retention::ArchiveMark,
+    ) -> MeshResult<agentmesh_core::retention::ArchiveMark> {
+        self.post(mesh, &["archive", "drop"], &body)
+    }
+
     fn add_webhook(
         &self,
         mesh: &str,

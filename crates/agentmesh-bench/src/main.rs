@@ -42,7 +42,7 @@ type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each. The `pg-*`
 /// groups need a PostgreSQL server and run only when `--only=` names them.
-const GROUPS: [(&str, RunGroup); 14] = [
+const GROUPS: [(&str, RunGroup); 15] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
@@ -53,6 +53,7 @@ const GROUPS: [(&str, RunGroup); 14] = [
     ("reads", cases::reads::run),
     ("reservations", cases::reservations::run),
     ("webhooks", cases::webhooks::run),
+    ("retention", cases::retention::run),
     ("pg-claim-depth", cases::pg_claim::run_depth),
     ("pg-throughput", cases::pg_claim::run_throughput),
     ("pg-floor", cases::pg_floor::run),

@@ -415,6 +415,7 @@ const task = {
     const facts = [
       fact('Status', badge(status), why.length ? h('span', { class: 'reasons' }, why.map((r) => h('span', { class: 'reason' }, r))) : null),
       fact('Priority', priority),
+      t.archived ? fact('Archived', 'finished long enough ago to leave the hot database: kept in the archive, read-only') : null,
       t.missionId ? fact('Mission', h('a', { href: ctx.link('mission', t.missionId) }, t.missionId)) : null,
       t.taskMode ? fact('Kind of work', plain(t.taskMode), t.readonly ? ' (read-only)' : '') : null,
       (t.dependsOn || []).length ? fact('Depends on', h('span', { class: 'deps' }, t.dependsOn.map((id) => h('span', {},
@@ -439,10 +440,10 @@ const task = {
     if (open) {
       actions.push(h('button', { type: 'button', class: 'danger', 'data-action': 'cancel', onclick: () => act(ctx, `Cancel task ${t.id}?`, (reason) => ctx.api.cancel(t.id, reason)) }, 'Cancel'));
     }
-    if (t.status === 'failed' || t.status === 'cancelled') {
+    if (!t.archived && (t.status === 'failed' || t.status === 'cancelled')) {
       actions.push(h('button', { type: 'button', 'data-action': 'requeue', onclick: () => act(ctx, `Put task ${t.id} back in the queue?`, (reason) => ctx.api.requeue(t.id, false, reason)) }, 'Requeue'));
     }
-    if (t.status === 'assigned' || t.status === 'completed') {
+    if (t.status === 'assigned' || (t.status === 'completed' && !t.archived)) {
       const text = t.status === 'assigned'
         ? `Take task ${t.id} from ${holder(t)} and put it back in the queue?`
         : `Run the finished task ${t.id} again?`;

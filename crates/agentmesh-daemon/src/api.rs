@@ -7,7 +7,7 @@
 //! [`agentmesh_api::LocalMesh`] through [`AppState::with_mesh`] and answers the
 //! view as JSON. Creating routes answer 201.
 
-use agentmesh_api::MeshApi;
+use agentmesh_api::{ArchivedTasksParams, ArchivedTasksView, MeshApi};
 use agentmesh_api::views::{
     AckView, CheckPathsView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
     DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
@@ -28,7 +28,9 @@ use agentmesh_api::wire::{
     StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
 use agentmesh_core::{ClaimRefusal, LedgerEntry, LedgerSlice, MeshId, Reservation, Task, Webhook};
+use agentmesh_core::retention::{ArchiveMark, MeshRetention};
 use agentmesh_store::StoreError;
+use agentmesh_store::archive::ArchiveState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -46,6 +48,8 @@ use crate::route::Route;
 const NOT_FOUND: StatusCode = StatusCode::NOT_FOUND;
 /// A route may answer that the state of what it names refuses the request.
 const CONFLICT: StatusCode = StatusCode::CONFLICT;
+/// A ledger route may answer that its cursor is before what is kept.
+const GONE: StatusCode = StatusCode::GONE;
 
 /// The `/v1` routes, each behind the bearer-token check: the one list the router
 /// mounts and the OpenAPI document describes (`crate::route`). A new route is one
@@ -134,9 +138,14 @@ pub(crate) fn table() -> Vec<Route> {
         Route::get("/meshes/{mesh}/ledger", ledger, "The newest ledger entries, oldest first")
             .query::<LedgerParams>()
             .answers::<Vec<LedgerEntry>>(),
-        Route::get("/meshes/{mesh}/ledger/slice", ledger_slice, "One page of the ledger slice protocol")
-            .query::<SliceParams>()
-            .answers::<LedgerSlice>(),
+        Route::get(
+            "/meshes/{mesh}/ledger/slice",
+            ledger_slice,
+            "One page of the ledger slice protocol (archived entries first, counted in archived)",
+        )
+        .query::<SliceParams>()
+        .answers::<LedgerSlice>()
+        .errors(&[GONE]),
         Route::post(
             "/meshes/{mesh}/ledger/import",
             import_ledger,
@@ -277,6 +286,30 @@ pub(crate) fn table() -> Vec<Route> {
         .body::<FenceBody>()
         .answers::<Reservation>()
         .errors(&[NOT_FOUND, CONFLICT]),
+        Route::get("/meshes/{mesh}/archive", archive, "The mesh's archive and its own retention windows")
+            .answers::<ArchiveState>(),
+        Route::post(
+            "/meshes/{mesh}/retention",
+            set_retention,
+            "Set the mesh's own retention windows (an empty body: the daemon's), recorded in the ledger",
+        )
+        .body::<MeshRetention>()
+        .example(json!({ "tasks": "3d", "ledger": "off" }))
+        .answers::<ArchiveState>(),
+        Route::get(
+            "/meshes/{mesh}/archive/tasks",
+            archived_tasks,
+            "A page of the archived tasks in archive order, for an export",
+        )
+        .query::<ArchivedTasksParams>()
+        .answers::<ArchivedTasksView>(),
+        Route::post(
+            "/meshes/{mesh}/archive/drop",
+            drop_archived,
+            "Delete from the archive what an export wrote out (never past a webhook's cursor)",
+        )
+        .body::<ArchiveMark>()
+        .answers::<ArchiveMark>(),
         Route::post(
             "/meshes/{mesh}/webhooks",
             add_webhook,
@@ -1016,6 +1049,42 @@ async fn release_hold(
 }
 
 // ── Webhooks ─────────────────────────────────────────────────────────────────
+
+async fn archive(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(NoParams {}): ApiQuery<NoParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.archive(&mesh)).await.map(ok)
+}
+
+async fn set_retention(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<MeshRetention>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.set_retention(&mesh, body)).await.map(ok)
+}
+
+async fn archived_tasks(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiQuery(params): ApiQuery<ArchivedTasksParams>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.archived_tasks(&mesh, params)).await.map(ok)
+}
+
+async fn drop_archived(
+    State(state): State<AppState>,
+    ApiPath(MeshPath { mesh }): ApiPath<MeshPath>,
+    ApiJson(body): ApiJson<ArchiveMark>,
+) -> Result<Response, ApiError> {
+    let mesh = mesh_id(mesh)?;
+    state.with_mesh(move |m| m.drop_archived(&mesh, body)).await.map(ok)
+}
 
 async fn add_webhook(
     State(state): State<AppState>,

@@ -69,6 +69,9 @@ const DRAIN_KINDS: [&str; 2] = ["drain", "watch"];
 /// What a lease reclaim does to its task.
 const RECLAIM_OUTCOMES: [&str; 2] = ["requeued", "failed"];
 
+/// The kinds of rows `agentmesh_archived_total` counts, each from zero.
+const ARCHIVED_KINDS: [&str; 2] = ["tasks", "ledger_entries"];
+
 /// The outcomes `agentmesh_reservations_total` counts, each from zero.
 const RESERVATION_OUTCOMES: [&str; 2] = ["granted", "denied"];
 
@@ -118,6 +121,7 @@ pub struct Metrics {
     watches_waiting: AtomicU64,
     /// Tasks the lease reaper reclaimed, by outcome (`requeued`, `failed`).
     lease_reclaims: Mutex<BTreeMap<&'static str, u64>>,
+    archived: Mutex<BTreeMap<&'static str, u64>>,
     /// Path reservation requests answered, by outcome (`granted`, `denied`).
     reservations: Mutex<BTreeMap<&'static str, u64>>,
     /// Webhook requests made, by result (`delivered`, `failed`).
@@ -170,6 +174,7 @@ impl Metrics {
             drain_counters: Mutex::default(),
             watches_waiting: AtomicU64::default(),
             lease_reclaims: zeros(RECLAIM_OUTCOMES),
+            archived: zeros(ARCHIVED_KINDS),
             reservations: zeros(RESERVATION_OUTCOMES),
             webhook_attempts: zeros(WEBHOOK_RESULTS),
             upkeep_passes: Mutex::default(),
@@ -243,6 +248,13 @@ impl Metrics {
     /// Counts a lease reclaim, by whether the task was requeued or failed.
     pub fn lease_reclaim(&self, outcome: &'static str) {
         *lock(&self.lease_reclaims).entry(outcome).or_default() += 1;
+    }
+
+    /// Counts rows the retention moved to the archive.
+    pub fn archived(&self, tasks: u64, ledger_entries: u64) {
+        let mut archived = lock(&self.archived);
+        *archived.entry("tasks").or_default() += tasks;
+        *archived.entry("ledger_entries").or_default() += ledger_entries;
     }
 
     /// Exports an upkeep job's passes at zero (both results), before its first pass.
@@ -418,6 +430,15 @@ impl Metrics {
         );
         for (outcome, n) in lock(&self.lease_reclaims).iter() {
             sample(&mut out, "agentmesh_lease_reclaims_total", &[("outcome", outcome)], *n);
+        }
+        family(
+            &mut out,
+            "agentmesh_archived_total",
+            "counter",
+            "Rows the retention policy moved to the archive, by kind.",
+        );
+        for (kind, n) in lock(&self.archived).iter() {
+            sample(&mut out, "agentmesh_archived_total", &[("kind", kind)], *n);
         }
         family(
             &mut out,

@@ -42,6 +42,11 @@ const ERRORS: &[(StatusCode, &str, &str)] = &[
         "Conflict",
         "The state of what the request names refuses it (a stale epoch, a duplicate id, ...)",
     ),
+    (
+        StatusCode::GONE,
+        "Gone",
+        "The ledger cursor is before what the archive still holds (cursor_expired); the message names the oldest cursor served",
+    ),
     (StatusCode::PAYLOAD_TOO_LARGE, "PayloadTooLarge", "The body is larger than the daemon accepts (1 MiB)"),
     (StatusCode::INTERNAL_SERVER_ERROR, "Internal", "The daemon failed; its log has the cause"),
     (

@@ -24,9 +24,13 @@
 //! - `tool_log`: rate-guard rows older than the guard's retention are deleted.
 //! - `dispatches`: `dispatched` rows untouched for `stale_dispatch_after` become
 //!   `stale`; finished rows older than `finished_dispatch_kept_for` are deleted.
-//! - `inbox_retention`: drained events older than 7 days are deleted, undrained
-//!   ones older than 30 days move to the ledger (`event_held`, recoverable), as
-//!   the original swept.
+//! - `inbox_retention`: drained events older than the retention policy's
+//!   events window (1 day) are deleted, undrained ones older than 30 days move
+//!   to the ledger (`event_held`, recoverable), as the original swept.
+//! - `retention`: finished tasks and ledger entries past the retention policy's
+//!   windows (7 and 30 days, or a mesh's own) move to the archive, in bounded
+//!   steps (each one short transaction pair), for at most [`RETENTION_PASS`]
+//!   a pass; what is left waits for the next tick.
 //! - `checkpoint`: the WAL is checkpointed and truncated through a hook, when
 //!   one is installed (the store trait knows nothing of WAL files; the SQLite
 //!   store keeps its WAL by itself, so `agentmesh serve` installs none).
@@ -43,6 +47,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use agentmesh_core::retention::RetentionPolicy;
 use agentmesh_core::{RateGuard, TaskStatus, Timestamp};
 use agentmesh_store::StoreError;
 use agentmesh_store::retry::retrying;
@@ -64,6 +69,12 @@ const MINUTE: Duration = Duration::from_secs(60);
 const HOUR: Duration = Duration::from_secs(60 * 60);
 const DAY: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Rows of each kind one retention step moves at most: one short pair of
+/// transactions beside the writers.
+const RETENTION_STEP: u32 = 500;
+/// How long one retention pass goes on stepping while rows are left.
+const RETENTION_PASS: Duration = Duration::from_secs(2);
+
 /// How often each upkeep job runs, and the ages it sweeps by. A zero interval
 /// turns its job off.
 #[derive(Clone)]
@@ -82,6 +93,10 @@ pub struct UpkeepConfig {
     pub dispatches_every: Duration,
     /// Inbox retention (default 1 h).
     pub inbox_retention_every: Duration,
+    /// Retention into the archive (default 1 min).
+    pub retention_every: Duration,
+    /// The daemon's retention policy (a mesh may set its own windows).
+    pub retention: RetentionPolicy,
     /// Lapsed path reservations, removed with their ledger entries (default
     /// 1 min; a lapsed reservation denies nothing even before it is removed).
     pub reservations_every: Duration,
@@ -91,8 +106,6 @@ pub struct UpkeepConfig {
     pub stale_dispatch_after: Duration,
     /// Completed, failed and stale dispatches are deleted after this long (default 1 day).
     pub finished_dispatch_kept_for: Duration,
-    /// Drained inbox events are deleted after this long (default 7 days).
-    pub drained_events_kept_for: Duration,
     /// Undrained inbox events move to the ledger after this long (default 30 days).
     pub undrained_events_kept_for: Duration,
     /// Checkpoints the WAL; `None` skips the checkpoint job.
@@ -112,11 +125,12 @@ impl Default for UpkeepConfig {
             tool_log_every: 5 * MINUTE,
             dispatches_every: 5 * MINUTE,
             inbox_retention_every: HOUR,
+            retention_every: MINUTE,
+            retention: RetentionPolicy::default(),
             reservations_every: MINUTE,
             checkpoint_every: 5 * MINUTE,
             stale_dispatch_after: HOUR,
             finished_dispatch_kept_for: DAY,
-            drained_events_kept_for: 7 * DAY,
             undrained_events_kept_for: 30 * DAY,
             checkpoint: None,
             leader: None,
@@ -138,7 +152,8 @@ impl std::fmt::Debug for UpkeepConfig {
             .field("checkpoint_every", &self.checkpoint_every)
             .field("stale_dispatch_after", &self.stale_dispatch_after)
             .field("finished_dispatch_kept_for", &self.finished_dispatch_kept_for)
-            .field("drained_events_kept_for", &self.drained_events_kept_for)
+            .field("retention_every", &self.retention_every)
+            .field("retention", &self.retention)
             .field("undrained_events_kept_for", &self.undrained_events_kept_for)
             .field("checkpoint", &self.checkpoint.as_ref().map(|_| "<hook>"))
             .field("leader", &self.leader.as_ref().map(|_| "<hook>"))
@@ -156,12 +171,13 @@ enum Job {
     ToolLog,
     Dispatches,
     InboxRetention,
+    Retention,
     Reservations,
     Checkpoint,
 }
 
 impl Job {
-    const ALL: [Job; 9] = [
+    const ALL: [Job; 10] = [
         Job::LeaseReaper,
         Job::Fingerprints,
         Job::IdleSessions,
@@ -169,6 +185,7 @@ impl Job {
         Job::ToolLog,
         Job::Dispatches,
         Job::InboxRetention,
+        Job::Retention,
         Job::Reservations,
         Job::Checkpoint,
     ];
@@ -182,6 +199,7 @@ impl Job {
             Job::ToolLog => "tool_log",
             Job::Dispatches => "dispatches",
             Job::InboxRetention => "inbox_retention",
+            Job::Retention => "retention",
             Job::Reservations => "reservations",
             Job::Checkpoint => "checkpoint",
         }
@@ -197,6 +215,7 @@ impl Job {
             Job::ToolLog => config.tool_log_every,
             Job::Dispatches => config.dispatches_every,
             Job::InboxRetention => config.inbox_retention_every,
+            Job::Retention => config.retention_every,
             Job::Reservations => config.reservations_every,
             Job::Checkpoint if config.checkpoint.is_none() => Duration::ZERO,
             Job::Checkpoint => config.checkpoint_every,
@@ -245,16 +264,35 @@ impl Job {
                 Ok(vec![("marked_stale", stale), ("deleted", deleted)])
             }
             Job::InboxRetention => {
-                let (drained_cutoff, undrained_cutoff) = (
-                    before(now, config.drained_events_kept_for),
-                    before(now, config.undrained_events_kept_for),
-                );
+                // A drained event kept forever is never older than the epoch.
+                let drained_cutoff = config.retention.events.cutoff(now).unwrap_or(Timestamp::from_millis(0));
+                let undrained_cutoff = before(now, config.undrained_events_kept_for);
                 let report = retrying(|| store.prune_pending_events(drained_cutoff, undrained_cutoff, now))
                     .map_err(store_err)?;
                 Ok(vec![
                     ("drained_deleted", report.drained_expired),
                     ("undrained_held", report.undrained_expired),
                     ("exempt", report.terminal_exempt),
+                ])
+            }
+            Job::Retention => {
+                let started = Instant::now();
+                let mut total = agentmesh_store::archive::ArchiveReport::default();
+                loop {
+                    let step = retrying(|| store.archive_expired(&config.retention, now, RETENTION_STEP))
+                        .map_err(store_err)?;
+                    total.add(step);
+                    if !step.more || started.elapsed() >= RETENTION_PASS {
+                        break;
+                    }
+                }
+                if total.tasks + total.ledger_entries > 0 {
+                    state.metrics.archived(total.tasks, total.ledger_entries);
+                }
+                Ok(vec![
+                    ("tasks_archived", total.tasks),
+                    ("ledger_archived", total.ledger_entries),
+                    ("more", u64::from(total.more)),
                 ])
             }
             Job::Reservations => {

@@ -156,6 +156,13 @@ impl SqliteStore {
         migrations::refuse_newer_file(path)?;
         paths::create_private_file(path).map_err(io_error)?;
         let mut conn = options.connect_rw(path)?;
+        // A new file gives the pages the archive frees back to the file
+        // system (see `archive`); the mode can only be chosen before the
+        // first page is written.
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        if pages == 0 {
+            conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")?;
+        }
         configure(&mut conn, options)?;
         // The write connection reads through its page cache, not the memory map:
         // inside a write transaction SQLite maps only the pages a read-only
@@ -163,8 +170,10 @@ impl SqliteStore {
         // search that grows with the WAL and that a cached page skips. Reads that
         // gain from the map run on the read connections.
         conn.pragma_update(None, "mmap_size", 0)?;
-        migrations::migrate(&mut conn)?;
+        // Before the migrations: their data steps count readiness, which
+        // reads the archive.
         archive::attach_writable(&conn, path, options.synchronous())?;
+        migrations::migrate(&mut conn)?;
         let ceilings = Arc::new(durability::Ceilings::open(&conn, options.durability)?);
         let checkpointer = checkpointer::Checkpointer::start(path, &mut conn, options)?;
         Ok(SqliteStore {

@@ -242,6 +242,10 @@ pub(crate) enum Command {
     /// test, resume, skip and remove subscriptions
     #[command(subcommand, after_help = WEBHOOK_EXAMPLES)]
     Webhook(WebhookCommand),
+    /// The archive of finished tasks and old ledger entries: its state, the
+    /// mesh's own retention windows, and an export to a compressed file
+    #[command(subcommand, after_help = ARCHIVE_EXAMPLES)]
+    Archive(ArchiveCommand),
     /// Reserve path patterns of a repository before editing them: denied, with
     /// every conflicting holder, when another session holds an overlapping one
     #[command(after_help = RESERVE_EXAMPLES)]
@@ -495,6 +499,122 @@ entry's id: the same on every retry), webhook-timestamp and webhook-signature
 (v1,<base64 HMAC-SHA256 of id.timestamp.body keyed by the secret's bytes>). A
 2xx moves the subscription on; failures are retried with backoff, then the
 subscription is marked failing until it is resumed or the entry skipped.";
+
+/// Shown after `agentmesh archive --help`.
+const ARCHIVE_EXAMPLES: &str = "\
+Examples:
+  agentmesh archive status
+  agentmesh archive retention --tasks 3d --ledger 90d
+  agentmesh archive retention --clear
+  agentmesh archive export --output backend-2026-12.jsonl.gz
+  agentmesh archive export --output backend-2026-12.jsonl.gz --drop
+  agentmesh archive run
+
+The daemon moves finished tasks (after 7 days) and ledger entries (after 30)
+to the archive, a file beside the database (a table set on PostgreSQL); task
+show, the ledger and the dashboard still read them, marked archived. serve
+--retain-tasks, --retain-ledger and --retain-events set the daemon's windows;
+a mesh may set its own.";
+
+/// `agentmesh archive ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum ArchiveCommand {
+    /// How much the mesh's archive holds, where an export would end, and the
+    /// mesh's own retention windows
+    #[command(after_help = ARCHIVE_STATUS_EXAMPLES)]
+    Status,
+    /// Show, set or clear the mesh's own retention windows (recorded in the
+    /// ledger); a window is a duration (7d, 36h, 90m) or off
+    #[command(after_help = ARCHIVE_RETENTION_EXAMPLES)]
+    Retention(ArchiveRetentionArgs),
+    /// Write the mesh's archive out as gzip-compressed JSON lines (tasks, then
+    /// ledger entries), and with --drop delete what was written from the
+    /// archive once the file is safely on disk
+    #[command(after_help = ARCHIVE_EXPORT_EXAMPLES)]
+    Export(ArchiveExportArgs),
+    /// Move what outlived the retention windows to the archive now, in every
+    /// mesh of the data dir (a daemon does this every minute by itself)
+    #[command(after_help = ARCHIVE_RUN_EXAMPLES)]
+    Run(ArchiveRunArgs),
+}
+
+/// Shown after `agentmesh archive run --help`.
+const ARCHIVE_RUN_EXAMPLES: &str = "\
+Examples:
+  agentmesh archive run
+  agentmesh archive run --retain-tasks 1d --retain-ledger 7d --json
+
+The windows are the daemon's (serve --retain-tasks, --retain-ledger); a mesh's own
+windows (archive retention) still apply to it.";
+
+/// `agentmesh archive run`
+#[derive(Debug, Args)]
+pub(crate) struct ArchiveRunArgs {
+    /// How long finished tasks stay in the hot database (7d, 36h, off)
+    #[arg(long, value_name = "WINDOW", env = "AGENTMESH_RETAIN_TASKS", default_value = "7d", value_parser = window("--retain-tasks"))]
+    pub retain_tasks: agentmesh_core::retention::Window,
+    /// How long ledger entries stay in the hot database (30d, off)
+    #[arg(long, value_name = "WINDOW", env = "AGENTMESH_RETAIN_LEDGER", default_value = "30d", value_parser = window("--retain-ledger"))]
+    pub retain_ledger: agentmesh_core::retention::Window,
+}
+
+/// Shown after `agentmesh archive status --help`.
+const ARCHIVE_STATUS_EXAMPLES: &str = "\
+Examples:
+  agentmesh archive status
+  agentmesh --mesh backend archive status --json";
+
+/// Shown after `agentmesh archive retention --help`.
+const ARCHIVE_RETENTION_EXAMPLES: &str = "\
+Examples:
+  agentmesh archive retention
+  agentmesh archive retention --tasks 1d
+  agentmesh archive retention --ledger off
+  agentmesh archive retention --clear";
+
+/// Shown after `agentmesh archive export --help`.
+const ARCHIVE_EXPORT_EXAMPLES: &str = "\
+Examples:
+  agentmesh archive export --output archive.jsonl.gz
+  agentmesh archive export --output archive.jsonl.gz --drop
+  gzip -dc archive.jsonl.gz | head
+
+Each line is {\"type\":\"task\",\"pos\":N,\"task\":{...}} or
+{\"type\":\"ledger\",\"seq\":N,\"entry\":{...}}. --drop never deletes a ledger
+entry a webhook subscription has not sent; a follower whose cursor falls
+before what was dropped is answered cursor_expired.";
+
+/// `agentmesh archive retention`
+#[derive(Debug, Args)]
+pub(crate) struct ArchiveRetentionArgs {
+    /// How long finished tasks of this mesh stay in the hot database (7d,
+    /// 36h, off)
+    #[arg(long, value_name = "WINDOW", value_parser = window("--tasks"))]
+    pub tasks: Option<agentmesh_core::retention::Window>,
+    /// How long ledger entries of this mesh stay in the hot database (30d,
+    /// off)
+    #[arg(long, value_name = "WINDOW", value_parser = window("--ledger"))]
+    pub ledger: Option<agentmesh_core::retention::Window>,
+    /// Go back to the daemon's windows
+    #[arg(long, conflicts_with_all = ["tasks", "ledger"])]
+    pub clear: bool,
+}
+
+/// `agentmesh archive export`
+#[derive(Debug, Args)]
+pub(crate) struct ArchiveExportArgs {
+    /// The file to write (gzip-compressed JSON lines); refused when it exists
+    #[arg(long, short, value_name = "FILE")]
+    pub output: PathBuf,
+    /// Delete what was written from the archive, once the file is on disk
+    #[arg(long)]
+    pub drop: bool,
+}
+
+/// A value parser of a retention window, naming `flag` in its error.
+fn window(flag: &'static str) -> impl Fn(&str) -> Result<agentmesh_core::retention::Window, String> + Clone {
+    move |text| agentmesh_core::retention::Window::parse(flag, text).map_err(|e| e.problem)
+}
 
 /// `agentmesh webhook ...`
 #[derive(Debug, Subcommand)]
@@ -1044,6 +1164,19 @@ pub(crate) struct ServeArgs {
     /// failing (it then waits for `webhook resume` or `webhook skip`)
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
     pub webhook_attempts: u32,
+    /// How long finished tasks stay in the hot database before they move to
+    /// the archive (a duration such as 7d or 36h, or off); a mesh may set its
+    /// own
+    #[arg(long, value_name = "WINDOW", env = "AGENTMESH_RETAIN_TASKS", default_value = "7d", value_parser = window("--retain-tasks"))]
+    pub retain_tasks: agentmesh_core::retention::Window,
+    /// How long ledger entries stay in the hot database before they move to
+    /// the archive (30d, or off); a mesh may set its own
+    #[arg(long, value_name = "WINDOW", env = "AGENTMESH_RETAIN_LEDGER", default_value = "30d", value_parser = window("--retain-ledger"))]
+    pub retain_ledger: agentmesh_core::retention::Window,
+    /// How long drained inbox events are kept before they are deleted (the
+    /// ledger holds the change each announced; 1d, or off)
+    #[arg(long, value_name = "WINDOW", env = "AGENTMESH_RETAIN_EVENTS", default_value = "1d", value_parser = window("--retain-events"))]
+    pub retain_events: agentmesh_core::retention::Window,
 }
 
 /// How `serve` writes its log lines.

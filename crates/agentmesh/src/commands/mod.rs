@@ -33,6 +33,7 @@ use crate::cli::{Command, GlobalArgs};
 use crate::failure::with_fix;
 use crate::output::Output;
 
+mod archive;
 mod backup;
 mod claim;
 mod complete;
@@ -524,6 +525,7 @@ pub(crate) fn run(ctx: &Context, command: Command, out: &mut Output) -> anyhow::
             | Command::Sessions(_)
             | Command::Holds(_)
             | Command::Webhook(_)
+            | Command::Archive(crate::cli::ArchiveCommand::Status | crate::cli::ArchiveCommand::Retention(_))
             | Command::Release(_)
             | Command::Reservations(_)
             | Command::Guard(_)
@@ -553,6 +555,7 @@ fn dispatch(ctx: &Context, command: Command, out: &mut Output) -> anyhow::Result
         Command::Sessions(args) => sessions::run(ctx, args, out),
         Command::Holds(args) => holds::run(ctx, args, out),
         Command::Webhook(cmd) => webhooks::run(ctx, cmd, out),
+        Command::Archive(cmd) => archive::run(ctx, cmd, out),
         Command::Reserve(args) => reservations::reserve(ctx, args, out),
         Command::Release(args) => reservations::release(ctx, args, out),
         Command::Reservations(args) => reservations::run(ctx, args, out),

@@ -101,6 +101,11 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
     // The store keeps its WAL small by itself (its checkpointer): the upkeep
     // runs no checkpoint of its own.
     let mut upkeep = UpkeepConfig::default();
+    upkeep.retention = agentmesh_core::retention::RetentionPolicy {
+        tasks: args.retain_tasks,
+        ledger: args.retain_ledger,
+        events: args.retain_events,
+    };
     if let Some(pg) = &pg {
         let ctx_timeout = ctx.store_config().request_timeout();
         let leader = pg.upkeep_leader();
