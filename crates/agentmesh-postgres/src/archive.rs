@@ -275,7 +275,7 @@ fn move_ledger(db: &Db<'_>, mesh_id: &str, cutoff: Timestamp, left: u64) -> Res<
     let mut more = false;
     for row in &rows {
         let timestamp: &str = row.get(2);
-        if !Timestamp::parse_iso(timestamp).is_some_and(|at| at < cutoff) {
+        if Timestamp::parse_iso(timestamp).is_none_or(|at| at >= cutoff) {
             break;
         }
         if moved == left {
