@@ -204,6 +204,25 @@ fn an_archived_task_stays_met_and_keeps_its_id() {
     }
     // Another mesh may use it.
     enqueue(store, OTHER_MESH, new_task("dep"), at(9));
+    // Recording a dispatch of it finds it, archived.
+    let recorded = store
+        .record_dispatched_task(
+            MESH,
+            &agentmesh_core::NewDispatchedTask {
+                id: "dep".into(),
+                message: "work on dep".into(),
+                node_id: "node-1".into(),
+                session_id: "s9".into(),
+                provider_type: Some(PROVIDER.into()),
+                mission_id: None,
+                task_mode: None,
+            },
+            at(9),
+        )
+        .expect("a recording");
+    assert!(!recorded.created);
+    assert_eq!((recorded.task.status, recorded.task.archived), (TaskStatus::Completed, Some(true)));
+    assert!(store.find_task(MESH, "dep").expect("a lookup").is_none(), "nothing new in the hot table");
 
     // A new dependent of the archived completed task is ready at once.
     enqueue(store, MESH, dependent_task("late", &["dep"]), at(10));
