@@ -923,14 +923,21 @@ impl MeshApi for LocalMesh {
         self.write(|store, now| store.archive_state(mesh, Some(&body), now))
     }
 
-    fn archived_tasks(&self, mesh: &str, params: crate::ArchivedTasksParams) -> MeshResult<crate::ArchivedTasksView> {
+    fn archived_tasks(
+        &self,
+        mesh: &str,
+        params: crate::ArchivedTasksParams,
+    ) -> MeshResult<crate::ArchivedTasksView> {
         let mesh = mesh_id(mesh)?;
         let limit = params.checked_limit()?;
         let page = self.store.archived_tasks(mesh, params.after, limit)?;
         let next_after = if page.len() == limit as usize { page.last().map(|(pos, _)| *pos) } else { None };
         let tasks = page
             .into_iter()
-            .map(|(pos, task)| crate::ArchivedTaskView { pos, task: agentmesh_store::archive::mark_archived(task) })
+            .map(|(pos, task)| crate::ArchivedTaskView {
+                pos,
+                task: agentmesh_store::archive::mark_archived(task),
+            })
             .collect();
         Ok(crate::ArchivedTasksView { tasks, next_after })
     }

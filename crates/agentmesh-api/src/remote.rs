@@ -471,7 +471,11 @@ impl MeshApi for RemoteMesh {
         self.post(mesh, &["retention"], &body)
     }
 
-    fn archived_tasks(&self, mesh: &str, params: crate::ArchivedTasksParams) -> MeshResult<crate::ArchivedTasksView> {
+    fn archived_tasks(
+        &self,
+        mesh: &str,
+        params: crate::ArchivedTasksParams,
+    ) -> MeshResult<crate::ArchivedTasksView> {
         self.get(mesh, &["archive", "tasks"], &params)
     }
 

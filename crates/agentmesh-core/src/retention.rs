@@ -54,7 +54,9 @@ impl Window {
         if text.eq_ignore_ascii_case("off") {
             return Ok(Window::Off);
         }
-        let bad = |problem: &str| InvalidInput::new(field, format!("{problem}: {text:?}; write for example 7d, 36h, 90m or off"));
+        let bad = |problem: &str| {
+            InvalidInput::new(field, format!("{problem}: {text:?}; write for example 7d, 36h, 90m or off"))
+        };
         if text.is_empty() {
             return Err(bad("is empty"));
         }
@@ -78,7 +80,10 @@ impl Window {
                 _ => return Err(bad("has an unknown unit")),
             };
             rest = &rest[unit_len..];
-            total = number.checked_mul(unit).and_then(|ms| total.checked_add(ms)).ok_or_else(|| bad("is too long"))?;
+            total = number
+                .checked_mul(unit)
+                .and_then(|ms| total.checked_add(ms))
+                .ok_or_else(|| bad("is too long"))?;
         }
         if total == 0 {
             return Err(bad("must be more than zero (off keeps rows forever)"));

@@ -7,7 +7,6 @@
 //! [`agentmesh_api::LocalMesh`] through [`AppState::with_mesh`] and answers the
 //! view as JSON. Creating routes answer 201.
 
-use agentmesh_api::{ArchivedTasksParams, ArchivedTasksView, MeshApi};
 use agentmesh_api::views::{
     AckView, CheckPathsView, ClaimView, CompleteAndClaimView, ConflictView, DeletedEventsView,
     DeliveryChangeView, DeliveryConfirmedView, DeliveryView, DispatchChangeView, DispatchView,
@@ -27,8 +26,9 @@ use agentmesh_api::wire::{
     RequeueBody, RequeueHeldBody, ReservationListParams, ReserveBody, RetractBody, SliceParams,
     StaleDispatchesBody, ToolCallBody, ToolCallParams, WatchParams,
 };
-use agentmesh_core::{ClaimRefusal, LedgerEntry, LedgerSlice, MeshId, Reservation, Task, Webhook};
+use agentmesh_api::{ArchivedTasksParams, ArchivedTasksView, MeshApi};
 use agentmesh_core::retention::{ArchiveMark, MeshRetention};
+use agentmesh_core::{ClaimRefusal, LedgerEntry, LedgerSlice, MeshId, Reservation, Task, Webhook};
 use agentmesh_store::StoreError;
 use agentmesh_store::archive::ArchiveState;
 use axum::Json;

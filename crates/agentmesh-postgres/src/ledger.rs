@@ -144,9 +144,39 @@ static SLICE_BY_SEQ: Statements = LazyLock::new(|| {
         .collect()
 });
 
+/// The `txid` of the entry numbered `$seq` in mesh `$1`: the hot entry, else
+/// the archived one (every archived entry of a mesh comes before every hot
+/// one in page order, so a cursor on the archive's last entry reads on in the
+/// hot ledger), else the entry an export dropped last (the oldest cursor still
+/// served, see `archive`); a number no entry has any more stands for the last
+/// hot entry numbered below it; `0` for the start.
+macro_rules! cursor_txid {
+    ($seq:literal) => {
+        concat!(
+            "COALESCE((SELECT c.txid FROM mesh_event_ledger c WHERE c.mesh_id = $1 AND c.seq = ",
+            $seq,
+            "),
+             (SELECT a.txid FROM mesh_event_ledger_archive a WHERE a.mesh_id = $1 AND a.seq = ",
+            $seq,
+            "),
+             (SELECT t.value::text::xid8 FROM mesh_archive_meta t
+               WHERE t.mesh_id = $1 AND t.key = 'dropped_txid'
+                 AND EXISTS (SELECT 1 FROM mesh_archive_meta d
+                              WHERE d.mesh_id = $1 AND d.key = 'dropped_through' AND d.value = ",
+            $seq,
+            ")),
+             (SELECT c.txid FROM mesh_event_ledger c
+               WHERE c.mesh_id = $1 AND c.seq <= ",
+            $seq,
+            " ORDER BY c.seq DESC LIMIT 1),
+             '0'::xid8)"
+        )
+    };
+}
+pub(crate) use cursor_txid;
+
 /// The `txid` of the cursor `$2`'s entry in mesh `$1` (`0` for the start).
-const CURSOR_TXID: &str = "COALESCE((SELECT c.txid FROM mesh_event_ledger c
-                            WHERE c.mesh_id = $1 AND c.seq <= $2 ORDER BY c.seq DESC LIMIT 1), '0'::xid8)";
+const CURSOR_TXID: &str = cursor_txid!("$2");
 
 /// A page by time from the start of the mesh's ledger.
 static SLICE_FROM_START: Statements = LazyLock::new(|| {
@@ -199,7 +229,7 @@ static HEAD_AND_ORIGIN: LazyLock<String> = LazyLock::new(|| {
 /// before it answers with what is final.
 const HELD_BACK_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-fn entry_from_row(row: &Row) -> LedgerEntry {
+pub(crate) fn entry_from_row(row: &Row) -> LedgerEntry {
     let payload: String = row.get(7);
     LedgerEntry {
         id: row.get(0),
@@ -233,6 +263,20 @@ const APPEND: &str =
     "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
      ON CONFLICT (mesh_id, id) DO NOTHING";
+
+/// [`APPEND`] for an import: an entry whose id the mesh's archive holds is
+/// skipped too.
+const IMPORT: &str =
+    "INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, provider_type, payload)
+     SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text
+      WHERE NOT EXISTS (SELECT 1 FROM mesh_event_ledger_archive a WHERE a.mesh_id = $1 AND a.id = $2)
+     ON CONFLICT (mesh_id, id) DO NOTHING";
+
+/// Inserts one imported entry unless its id exists in its mesh, hot or
+/// archived; returns whether it was new.
+pub(crate) fn append_imported(db: &crate::db::Db<'_>, entry: &LedgerEntry) -> crate::Res<bool> {
+    Ok(db.execute_owned(IMPORT, &append_values(entry)?)? > 0)
+}
 
 /// [`APPEND`] as a write that shares a statement with the writes next to it.
 static APPEND_LATER: crate::db::Write = crate::db::Write { bodies: &[APPEND], checked: false };
@@ -310,7 +354,7 @@ pub(crate) fn read_ordered(db: &Db<'_>, mesh_id: &str, query: &LedgerQuery) -> R
 }
 
 /// Imports entries in the order given, each taking the next number; an id
-/// already in its mesh is skipped. Takes the lock of every mesh named, in mesh
+/// already in its mesh, hot or archived, is skipped. Takes the lock of every mesh named, in mesh
 /// order. Returns how many were new.
 pub(crate) fn import(db: &Db<'_>, entries: &[LedgerEntry]) -> Res<u64> {
     let mut meshes: Vec<&str> = entries.iter().map(|e| e.mesh_id.as_str()).collect();
@@ -321,7 +365,7 @@ pub(crate) fn import(db: &Db<'_>, entries: &[LedgerEntry]) -> Res<u64> {
     }
     let mut imported = 0;
     for entry in entries {
-        imported += u64::from(append(db, entry)?);
+        imported += u64::from(append_imported(db, entry)?);
     }
     Ok(imported)
 }

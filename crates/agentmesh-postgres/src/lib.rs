@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use agentmesh_store::{Durability, FullStorage, Store, StoreError, StoreResult};
 
+mod archive;
 mod cluster;
 mod columns;
 mod db;

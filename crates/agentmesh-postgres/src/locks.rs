@@ -21,6 +21,8 @@
 //!   expiries of a mesh's reservations run one at a time.
 //! - [`Lock::Mesh`]: the runtime records (dispatches, deliveries, tool calls,
 //!   missions) and the administrative writes.
+//! - [`Lock::Archive`]: the mesh's ledger leaves for the archive in order, and
+//!   an export's drop removes a prefix of the archive; those run one at a time.
 //!
 //! A transaction takes all of its keys at its start, in ascending key order,
 //! so two writes never wait on each other's keys in a cycle. The one key taken
@@ -57,6 +59,12 @@
 //!   shared (it adds a task without edges).
 //! - reserve, renew, release, and each mesh's expiry sweep: the
 //!   reservations key.
+//! - retention (see `archive`): a mesh's move of finished tasks, the graph
+//!   key, exclusive (an enqueue counts a dependency met or refuses a taken id
+//!   either before the move or after it, never between), and the tasks it
+//!   moves `FOR UPDATE SKIP LOCKED` (a task another write holds waits for the
+//!   next step); a mesh's move of ledger entries, and a drop from its archive:
+//!   the archive key; a mesh's own windows: the mesh key.
 //! - replacing or inserting raw queue entries, a transfer import: every key of
 //!   the mesh (`write_exclusive`), and row locks as above.
 //! - writes that decide nothing (idle sessions, fingerprints, deletes by key)
@@ -80,6 +88,8 @@ pub(crate) enum Lock<'a> {
     Graph { exclusive: bool },
     /// The mesh's path reservations.
     Reservations,
+    /// The mesh's archive: moves of its ledger and drops.
+    Archive,
     /// One claimant session.
     Session(&'a str),
     /// One node, in any of its daemon-id forms.
@@ -95,6 +105,7 @@ impl Lock<'_> {
             Lock::Inbox => (hash(salt, &["inbox", mesh_id]), true),
             Lock::Graph { exclusive } => (hash(salt, &["graph", mesh_id]), *exclusive),
             Lock::Reservations => (hash(salt, &["reservations", mesh_id]), true),
+            Lock::Archive => (hash(salt, &["archive", mesh_id]), true),
             Lock::Session(session) => (hash(salt, &["session", mesh_id, session.trim()]), true),
             Lock::Node(node) => {
                 let canonical = daemon_id::canonical_daemon_id(node).unwrap_or_default();

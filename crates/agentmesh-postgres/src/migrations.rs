@@ -42,10 +42,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0005_path_reservations.sql"),
     },
     Migration { version: 6, name: "0006_webhooks", sql: include_str!("../migrations/0006_webhooks.sql") },
+    Migration { version: 8, name: "0008_archive", sql: include_str!("../migrations/0008_archive.sql") },
 ];
 
 /// The schema version this build brings an installation to.
-pub const LATEST_VERSION: i64 = 6;
+pub const LATEST_VERSION: i64 = 8;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.

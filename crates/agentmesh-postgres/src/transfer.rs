@@ -387,7 +387,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
         }
         Records::Ledger(entries) => {
             for entry in entries {
-                count(&mut report, u64::from(crate::ledger::append(db, entry)?));
+                count(&mut report, u64::from(crate::ledger::append_imported(db, entry)?));
             }
         }
         Records::InboxEvents(events) => {

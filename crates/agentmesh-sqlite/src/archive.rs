@@ -25,8 +25,8 @@ use std::path::Path;
 
 use agentmesh_core::retention::{self, ARCHIVABLE, ArchiveMark, MeshRetention, RetentionPolicy};
 use agentmesh_core::{LedgerEntry, LedgerSlice, SliceQuery, Task, TaskStatus, Timestamp};
-use agentmesh_store::archive::{ArchiveReport, ArchiveState, ArchivedPage, cursor_expired};
 use agentmesh_store::StoreError;
+use agentmesh_store::archive::{ArchiveReport, ArchiveState, ArchivedPage, cursor_expired};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
@@ -242,15 +242,17 @@ fn plan(conn: &Connection, defaults: &RetentionPolicy, now: Timestamp, limit: u3
         }
         if let Some(cutoff) = policy.ledger.cutoff(now) {
             let after = archived_through(conn, &plan.mesh_id)?;
-            let cap = followed_through(conn, &plan.mesh_id)?.map_or(i64::MAX, |c| i64::try_from(c).unwrap_or(i64::MAX));
+            let cap = followed_through(conn, &plan.mesh_id)?
+                .map_or(i64::MAX, |c| i64::try_from(c).unwrap_or(i64::MAX));
             let mut stmt = conn.prepare_cached(
                 "SELECT seq, timestamp FROM mesh_event_ledger NOT INDEXED
                   WHERE seq > ?1 AND seq <= ?2 AND mesh_id = ?3 ORDER BY seq LIMIT ?4",
             )?;
             let rows = stmt
-                .query_map(params![after, after.saturating_add(LEDGER_WINDOW), plan.mesh_id, entries_left + 1], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
-                })?
+                .query_map(
+                    params![after, after.saturating_add(LEDGER_WINDOW), plan.mesh_id, entries_left + 1],
+                    |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)),
+                )?
                 .collect::<Result<Vec<_>, _>>()?;
             let mut through = after;
             for (seq, timestamp) in rows {
@@ -331,7 +333,14 @@ fn copy(tx: &Connection, plan: &Plan, now: Timestamp) -> Res<Vec<(String, String
             continue;
         }
         let json = serde_json::to_string(&task)?;
-        insert.execute(params![plan.mesh_id, task.id, task.status.as_str(), task.updated_at, now.millis(), json])?;
+        insert.execute(params![
+            plan.mesh_id,
+            task.id,
+            task.status.as_str(),
+            task.updated_at,
+            now.millis(),
+            json
+        ])?;
         copied.push((task.id, task.updated_at));
     }
     if let Some((after, through)) = plan.ledger {
@@ -355,7 +364,8 @@ fn remove(tx: &Connection, plan: &Plan, copied: &[(String, String)]) -> Res<(u64
         "DELETE FROM main.mesh_queue WHERE id = ?1 AND mesh_id = ?2 AND updated_at = ?3
             AND status IN ('completed', 'failed', 'cancelled')",
     )?;
-    let mut delete_edges = tx.prepare_cached("DELETE FROM main.mesh_task_deps WHERE mesh_id = ?1 AND task_id = ?2")?;
+    let mut delete_edges =
+        tx.prepare_cached("DELETE FROM main.mesh_task_deps WHERE mesh_id = ?1 AND task_id = ?2")?;
     for (id, updated_at) in copied {
         if delete_task.execute(params![id, plan.mesh_id, updated_at])? == 1 {
             delete_edges.execute(params![plan.mesh_id, id])?;
@@ -364,7 +374,9 @@ fn remove(tx: &Connection, plan: &Plan, copied: &[(String, String)]) -> Res<(u64
     }
     if let Some((after, through)) = plan.ledger {
         entries = tx
-            .prepare_cached("DELETE FROM main.mesh_event_ledger WHERE seq > ?1 AND seq <= ?2 AND mesh_id = ?3")?
+            .prepare_cached(
+                "DELETE FROM main.mesh_event_ledger WHERE seq > ?1 AND seq <= ?2 AND mesh_id = ?3",
+            )?
             .execute(params![after, through, plan.mesh_id])? as u64;
         // Numbers are never handed out twice, even when the newest entry left.
         tx.prepare_cached(
@@ -398,8 +410,9 @@ pub(crate) fn task(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Optio
 }
 
 fn decode(task_id: &str, json: &str) -> Res<Task> {
-    Task::from_json(json)
-        .map_err(|e| Fail(StoreError::Corrupt { what: format!("archived task {task_id}"), problem: e.to_string() }))
+    Task::from_json(json).map_err(|e| {
+        Fail(StoreError::Corrupt { what: format!("archived task {task_id}"), problem: e.to_string() })
+    })
 }
 
 /// A page of the mesh's archived tasks in archive order, leaving out any the
@@ -442,7 +455,10 @@ pub(crate) fn ledger_page(conn: &Connection, mesh_id: &str, query: &SliceQuery) 
             .query_row(params![after_id, mesh_id], |r| r.get(0))
             .optional()?;
         let Some(at) = at else {
-            return Ok(ArchivedPage { slice: page(mesh_id, query, Vec::new(), false), cursor_archived: false });
+            return Ok(ArchivedPage {
+                slice: page(mesh_id, query, Vec::new(), false),
+                cursor_archived: false,
+            });
         };
         cursor_archived = true;
         sql.push_str(" AND (timestamp, id) > (?, ?)");
@@ -527,7 +543,12 @@ pub(crate) fn drop_through(tx: &Connection, mesh_id: &str, through: &ArchiveMark
 
 /// Sets a mesh's own retention windows (an empty set: the daemon's), with a
 /// `retention_changed` ledger entry.
-pub(crate) fn set_retention(tx: &Connection, mesh_id: &str, windows: &MeshRetention, now: Timestamp) -> Res<()> {
+pub(crate) fn set_retention(
+    tx: &Connection,
+    mesh_id: &str,
+    windows: &MeshRetention,
+    now: Timestamp,
+) -> Res<()> {
     if windows.is_empty() {
         tx.prepare_cached("DELETE FROM mesh_meta WHERE key = ?1")?.execute([retention_key(mesh_id)])?;
     } else {

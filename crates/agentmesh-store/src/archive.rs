@@ -55,7 +55,9 @@ pub struct ArchivedPage {
 }
 
 /// A mesh's archive and its retention settings.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ArchiveState {
     /// The mesh's own retention windows (empty: the daemon's).

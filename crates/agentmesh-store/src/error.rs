@@ -50,7 +50,9 @@ pub enum StoreError {
     },
     /// A ledger cursor points before the oldest entry still kept: the entries
     /// after it were exported out of the archive and dropped.
-    #[error("the ledger cursor afterSeq {after_seq} of mesh {mesh_id} has expired: entries through {dropped_through} were dropped from the archive; read again from afterSeq {dropped_through}")]
+    #[error(
+        "the ledger cursor afterSeq {after_seq} of mesh {mesh_id} has expired: entries through {dropped_through} were dropped from the archive; read again from afterSeq {dropped_through}"
+    )]
     CursorExpired {
         /// The mesh.
         mesh_id: String,

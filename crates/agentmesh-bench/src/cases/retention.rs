@@ -103,7 +103,8 @@ fn soak(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
             let batch: Vec<NewTask> = (start..stop).map(task).collect();
             store.enqueue_batch(MESH_ID, &batch, at(start))?;
             for k in start..stop {
-                let claimed = claims.time(|| store.claim_next(MESH_ID, &worker, &Default::default(), at(k)))?;
+                let claimed =
+                    claims.time(|| store.claim_next(MESH_ID, &worker, &Default::default(), at(k)))?;
                 let task = match claimed {
                     agentmesh_store::ClaimOutcome::Claimed(task) => task,
                     other => anyhow::bail!("task {k} was not claimed: {other:?}"),

@@ -55,8 +55,9 @@ pub(crate) fn enqueue(
 }
 
 /// Records a task already dispatched to a session, with its entry and its
-/// delivered record; an id the mesh holds is returned as it is. The caller holds
-/// the mesh key, so of two recordings of one id the second finds the first.
+/// delivered record; an id the mesh holds is returned as it is (an archived
+/// one marked so). The caller holds the mesh key, so of two recordings of one
+/// id the second finds the first.
 pub(crate) fn record_dispatched(
     db: &Db<'_>,
     mesh_id: &str,
@@ -64,7 +65,17 @@ pub(crate) fn record_dispatched(
     now: Timestamp,
 ) -> Res<RecordedDispatch> {
     new.validate()?;
-    if let Some(task) = super::find(db, mesh_id, new.id.trim())? {
+    let task_id = new.id.trim();
+    let found = db.query_opt(
+        "SELECT payload, false FROM mesh_queue WHERE mesh_id = $1 AND id = $2
+         UNION ALL
+         SELECT task, true FROM mesh_queue_archive WHERE mesh_id = $1 AND id = $2
+         LIMIT 1",
+        &[&mesh_id, &task_id],
+    )?;
+    if let Some(row) = found {
+        let task = super::rows::decode(task_id, row.get(0))?;
+        let task = if row.get(1) { agentmesh_store::archive::mark_archived(task) } else { task };
         return Ok(RecordedDispatch { task, created: false });
     }
     let record = new.record(mesh_id, now, mint_at(now))?;
@@ -74,9 +85,9 @@ pub(crate) fn record_dispatched(
     Ok(RecordedDispatch { task: record.task, created: true })
 }
 
-/// Inserts tasks as they are, skipping ids the mesh holds; returns how many were
-/// new. Readiness is counted after every row is in, since the tasks may name each
-/// other in any order.
+/// Inserts tasks as they are, skipping ids the mesh holds, hot or archived;
+/// returns how many were new. Readiness is counted after every row is in,
+/// since the tasks may name each other in any order.
 pub(crate) fn import_entries(db: &Db<'_>, entries: &[Task]) -> Res<u64> {
     let mut imported = Vec::new();
     for task in entries {

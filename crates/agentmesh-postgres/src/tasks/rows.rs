@@ -142,7 +142,8 @@ fn row_values(task: &Task, deps_unmet: i64) -> Vec<Owned> {
 }
 
 /// Inserts a row; the caller has written its dependency edges and counted them.
-/// An id its mesh holds already is refused ([`StoreError::DuplicateTaskId`]).
+/// An id its mesh holds already, hot or archived, is refused
+/// ([`StoreError::DuplicateTaskId`]): the insert itself looks into the archive.
 pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
     let n = db.execute_owned(
         "INSERT INTO mesh_queue (
@@ -150,8 +151,10 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
              assigned_session_id, created_at, updated_at, payload, priority_rank, deps_unmet,
              blocked, parked, hold, readonly, task_mode, required_tags, not_before_ms,
              assigned_provider_type, dispatch_ts, epoch, lease_expires_ms, mission_id)
-         VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18,
-                 $19, $20, $21, $22, $23, $24)
+         SELECT $2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text,
+                $10::text, $11::bigint, $12::bigint, $13::bigint, $14::bigint, $15::bigint, $16::bigint,
+                $17::text, $18::text, $19::bigint, $20::text, $21::text, $22::bigint, $23::bigint, $24::text
+          WHERE NOT EXISTS (SELECT 1 FROM mesh_queue_archive a WHERE a.mesh_id = $1 AND a.id = $2)
          ON CONFLICT (mesh_id, id) DO NOTHING",
         &row_values(task, deps_unmet),
     )?;
@@ -223,11 +226,27 @@ pub(super) fn add_edges(db: &Db<'_>, task: &Task) -> Res<i64> {
     count_unmet(db, &task.mesh_id, &task.id)
 }
 
+/// The condition of an unmet edge `d` whose dependency's hot row is `q` (left
+/// joined): the dependency is not completed, or it is in neither the hot table
+/// nor, completed, in the archive (an archived completed task stays met).
+macro_rules! unmet_edge {
+    () => {
+        "(q.status <> 'completed'
+          OR (q.status IS NULL AND NOT EXISTS (
+                 SELECT 1 FROM mesh_queue_archive a
+                  WHERE a.mesh_id = d.mesh_id AND a.id = d.depends_on_id AND a.status = 'completed')))"
+    };
+}
+
+/// Counts a task's unmet dependencies.
 pub(super) fn count_unmet(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<i64> {
     let row = db.query_one(
-        "SELECT COUNT(*) FROM mesh_task_deps d
-           LEFT JOIN mesh_queue q ON q.mesh_id = d.mesh_id AND q.id = d.depends_on_id
-          WHERE d.mesh_id = $1 AND d.task_id = $2 AND (q.status IS NULL OR q.status <> 'completed')",
+        concat!(
+            "SELECT COUNT(*) FROM mesh_task_deps d
+               LEFT JOIN mesh_queue q ON q.mesh_id = d.mesh_id AND q.id = d.depends_on_id
+              WHERE d.mesh_id = $1 AND d.task_id = $2 AND ",
+            unmet_edge!()
+        ),
         &[&mesh_id, &task_id],
     )?;
     Ok(row.get(0))
@@ -242,13 +261,17 @@ pub(super) fn dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Vec<S
 
 /// Recounts a task's unmet dependencies and recomputes its hold as
 /// [`hold_of`] does, keeping an unreadable row's hold (9).
-const REFRESH_READINESS: &str = "UPDATE mesh_queue SET deps_unmet = c.unmet,
+const REFRESH_READINESS: &str = concat!(
+    "UPDATE mesh_queue SET deps_unmet = c.unmet,
          hold = CASE WHEN hold = 9 THEN 9 WHEN c.unmet > 0 OR blocked = 1 THEN 1
                      WHEN parked = 1 THEN 2 ELSE 0 END
      FROM (SELECT COUNT(*) AS unmet FROM mesh_task_deps d
              LEFT JOIN mesh_queue q ON q.mesh_id = d.mesh_id AND q.id = d.depends_on_id
-            WHERE d.mesh_id = $1 AND d.task_id = $2 AND (q.status IS NULL OR q.status <> 'completed')) c
-     WHERE mesh_id = $1 AND id = $2";
+            WHERE d.mesh_id = $1 AND d.task_id = $2 AND ",
+    unmet_edge!(),
+    ") c
+     WHERE mesh_id = $1 AND id = $2"
+);
 
 /// Recounts the unmet dependencies of one task and its hold. The row is locked
 /// first and counted by the next statement (both in one round trip), so two
@@ -282,11 +305,15 @@ pub(super) fn save(db: &Db<'_>, before: &Loaded, after: &Task) -> Res<()> {
     Ok(())
 }
 
-/// Whether the mesh holds a task `task_id` (task ids are unique per mesh).
+/// Whether the mesh holds a task `task_id`, hot or archived (task ids are
+/// unique per mesh).
 pub(super) fn id_taken(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<bool> {
-    let row =
-        db.query_opt("SELECT 1 FROM mesh_queue WHERE mesh_id = $1 AND id = $2", &[&mesh_id, &task_id])?;
-    Ok(row.is_some())
+    let row = db.query_one(
+        "SELECT EXISTS (SELECT 1 FROM mesh_queue WHERE mesh_id = $1 AND id = $2)
+             OR EXISTS (SELECT 1 FROM mesh_queue_archive WHERE mesh_id = $1 AND id = $2)",
+        &[&mesh_id, &task_id],
+    )?;
+    Ok(row.get(0))
 }
 
 /// The refusal of `task`, whose id its mesh holds already.

@@ -4,6 +4,7 @@
 //! schema of its own, dropped when it ends.
 
 mod announce;
+mod archive;
 mod concurrency;
 mod conformance;
 mod inbox;

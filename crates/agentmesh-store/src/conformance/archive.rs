@@ -110,7 +110,8 @@ pub fn archived_tasks_keep_their_dependency_and_their_id(store: &dyn Store) {
     assert_eq!(ok(store.find_task(MESH, "base"), "find_task"), None);
     enqueue(store, MESH, dependent_task("next", &["base"]), at(8 * DAY_SECS + 1));
     assert_claimed(claim(store, MESH, &worker("node-1", "s9"), at(8 * DAY_SECS + 2)), "next");
-    let err = expect_err(store.enqueue(MESH, &new_task("base"), at(8 * DAY_SECS + 3)), "enqueue of an archived id");
+    let err =
+        expect_err(store.enqueue(MESH, &new_task("base"), at(8 * DAY_SECS + 3)), "enqueue of an archived id");
     assert!(matches!(err, StoreError::DuplicateTaskId { .. }), "{err:?}");
     assert_eq!(queue_ids(store, MESH, &[]), ["next"]);
 }
@@ -144,7 +145,8 @@ pub fn archived_ledger_entries_stay_in_the_ledgers_order(store: &dyn Store) {
     assert_eq!(archived as u64, state.ledger_entries);
     let (by_time, _) = whole_ledger(store, MESH, false);
     assert_eq!(by_time, by_time_before, "by time: every entry once, in order");
-    let hot_only = ok(store.ledger_slice(MESH, &SliceQuery { limit: Some(500), ..SliceQuery::default() }), "slice");
+    let hot_only =
+        ok(store.ledger_slice(MESH, &SliceQuery { limit: Some(500), ..SliceQuery::default() }), "slice");
     assert_eq!(hot_only.entries.len() as u64, by_seq.len() as u64 - state.ledger_entries);
     let (other, _) = whole_ledger(store, OTHER_MESH, true);
     assert_eq!(other, other_before);
@@ -154,13 +156,12 @@ pub fn archived_ledger_entries_stay_in_the_ledgers_order(store: &dyn Store) {
 /// sent is archived, and an export's drop stops there too.
 pub fn a_webhook_cursor_holds_the_ledger_back(store: &dyn Store) {
     done_task(store, MESH, "t0", 1);
-    let valid = NewWebhook { url: "http://127.0.0.1:9/hook".into(), from_start: true, ..NewWebhook::default() }
-        .validate(UrlPolicy::default())
-        .expect("valid");
-    let hook = ok(
-        store.add_webhook(MESH, &valid, "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3", at(4)),
-        "add_webhook",
-    );
+    let valid =
+        NewWebhook { url: "http://127.0.0.1:9/hook".into(), from_start: true, ..NewWebhook::default() }
+            .validate(UrlPolicy::default())
+            .expect("valid");
+    let hook =
+        ok(store.add_webhook(MESH, &valid, "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3", at(4)), "add_webhook");
     assert_eq!(hook.cursor, 0);
     let mut keep = policy();
     keep.tasks = Window::Off;
@@ -168,7 +169,10 @@ pub fn a_webhook_cursor_holds_the_ledger_back(store: &dyn Store) {
     let report = archive_all(store, &keep, now);
     assert_eq!(report.ledger_entries, 0, "the subscription sent nothing yet: {report:?}");
     let (ids, _) = whole_ledger(store, MESH, true);
-    let first_two = ok(store.ledger_slice(MESH, &SliceQuery { after_seq: Some(0), limit: Some(2), ..SliceQuery::default() }), "slice");
+    let first_two = ok(
+        store.ledger_slice(MESH, &SliceQuery { after_seq: Some(0), limit: Some(2), ..SliceQuery::default() }),
+        "slice",
+    );
     let mut moved = hook.clone();
     moved.cursor = first_two.seqs[1];
     ok(store.save_webhook_progress(&moved, now), "save_webhook_progress").expect("saved");
@@ -191,7 +195,10 @@ pub fn a_cursor_before_a_drop_expires_and_names_where_to_go_on(store: &dyn Store
     assert_eq!(state.tasks, 3);
     let (all, _) = whole_ledger(store, MESH, true);
     let first = ok(
-        store.archived_ledger(MESH, &SliceQuery { after_seq: Some(0), limit: Some(4), ..SliceQuery::default() }),
+        store.archived_ledger(
+            MESH,
+            &SliceQuery { after_seq: Some(0), limit: Some(4), ..SliceQuery::default() },
+        ),
         "archived_ledger",
     );
     let tasks = ok(store.archived_tasks(MESH, 0, 1), "archived_tasks");
@@ -203,12 +210,15 @@ pub fn a_cursor_before_a_drop_expires_and_names_where_to_go_on(store: &dyn Store
     assert_eq!(state.dropped_through, mark.ledger_through);
     let behind = SliceQuery { after_seq: Some(first.slice.seqs[1]), ..SliceQuery::default() };
     match archive::slice(store, MESH, &behind) {
-        Err(StoreError::CursorExpired { dropped_through, .. }) => assert_eq!(dropped_through, mark.ledger_through),
+        Err(StoreError::CursorExpired { dropped_through, .. }) => {
+            assert_eq!(dropped_through, mark.ledger_through)
+        }
         other => panic!("expected cursor_expired, got {other:?}"),
     }
     let (rest, _) = whole_ledger(store, MESH, true);
     assert_eq!(rest, all[4..].to_vec(), "from the start: what is kept, in order");
-    let from_mark = SliceQuery { after_seq: Some(mark.ledger_through), limit: Some(500), ..SliceQuery::default() };
+    let from_mark =
+        SliceQuery { after_seq: Some(mark.ledger_through), limit: Some(500), ..SliceQuery::default() };
     let page = ok(archive::slice(store, MESH, &from_mark), "slice after the drop");
     assert_eq!(page.entries.iter().map(|e| e.id.clone()).collect::<Vec<_>>(), all[4..].to_vec());
 }

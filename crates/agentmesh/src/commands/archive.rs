@@ -35,7 +35,11 @@ pub(super) fn run(ctx: &Context, command: ArchiveCommand, out: &mut Output) -> a
 }
 
 fn write_state(w: &mut dyn Write, mesh: &str, state: &ArchiveState) -> std::io::Result<()> {
-    writeln!(w, "archive of mesh {mesh}: {} task(s), {} ledger entr(ies)", state.tasks, state.ledger_entries)?;
+    writeln!(
+        w,
+        "archive of mesh {mesh}: {} task(s), {} ledger entr(ies)",
+        state.tasks, state.ledger_entries
+    )?;
     if state.ledger_through > 0 {
         writeln!(w, "  ledger archived through sequence {}", state.ledger_through)?;
     }
@@ -128,9 +132,9 @@ fn export(ctx: &Context, args: ArchiveExportArgs, out: &mut Output) -> anyhow::R
     // database is.
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let file = options
-        .open(&args.output)
-        .with_context(|| format!("cannot create {} (an export never writes over a file)", args.output.display()))?;
+    let file = options.open(&args.output).with_context(|| {
+        format!("cannot create {} (an export never writes over a file)", args.output.display())
+    })?;
     let mut gz = GzEncoder::new(BufWriter::new(file), Compression::default());
     let tasks = write_tasks(api, mesh, end.tasks_through, &mut gz)?;
     let ledger_entries = write_ledger(api, mesh, end.ledger_through, &mut gz)?;
@@ -194,7 +198,10 @@ fn write_ledger(api: &dyn MeshApi, mesh: &str, through: u64, sink: &mut dyn Writ
             if *seq > through {
                 break;
             }
-            serde_json::to_writer(&mut *sink, &serde_json::json!({ "type": "ledger", "seq": seq, "entry": entry }))?;
+            serde_json::to_writer(
+                &mut *sink,
+                &serde_json::json!({ "type": "ledger", "seq": seq, "entry": entry }),
+            )?;
             sink.write_all(b"\n")?;
             written += 1;
         }
