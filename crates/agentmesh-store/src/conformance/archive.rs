@@ -103,7 +103,7 @@ pub fn archive_moves_only_finished_tasks_past_their_window(store: &dyn Store) {
 
 /// A task that depends on an archived completed task is ready at once; an
 /// enqueue that reuses an archived id is refused as a duplicate and changes
-/// nothing.
+/// nothing; a recorded dispatch of that id finds the archived task.
 pub fn archived_tasks_keep_their_dependency_and_their_id(store: &dyn Store) {
     done_task(store, MESH, "base", 1);
     archive_all(store, &policy(), at(8 * DAY_SECS));
@@ -113,6 +113,19 @@ pub fn archived_tasks_keep_their_dependency_and_their_id(store: &dyn Store) {
     let err =
         expect_err(store.enqueue(MESH, &new_task("base"), at(8 * DAY_SECS + 3)), "enqueue of an archived id");
     assert!(matches!(err, StoreError::DuplicateTaskId { .. }), "{err:?}");
+    let dispatched = agentmesh_core::NewDispatchedTask {
+        id: "base".into(),
+        message: "work on base".into(),
+        node_id: "node-1".into(),
+        session_id: "s5".into(),
+        provider_type: None,
+        mission_id: None,
+        task_mode: None,
+    };
+    let recorded =
+        ok(store.record_dispatched_task(MESH, &dispatched, at(8 * DAY_SECS + 4)), "record_dispatched_task");
+    assert!(!recorded.created, "the archived task is the one recorded: {recorded:?}");
+    assert_eq!(recorded.task.archived, Some(true));
     assert_eq!(queue_ids(store, MESH, &[]), ["next"]);
 }
 
