@@ -1063,6 +1063,7 @@ fn upkeep_with(enable: impl FnOnce(&mut UpkeepConfig)) -> UpkeepConfig {
         tool_log_every: Duration::ZERO,
         dispatches_every: Duration::ZERO,
         inbox_retention_every: Duration::ZERO,
+        retention_every: Duration::ZERO,
         reservations_every: Duration::ZERO,
         checkpoint_every: Duration::ZERO,
         ..UpkeepConfig::default()
@@ -2047,6 +2048,71 @@ async fn inbox_retention_moves_an_old_undrained_event_to_the_ledger() {
     assert_eq!(held[0]["payload"]["reason"], "pending_retention_expired", "{held:?}");
     let (_, status) = daemon.get("/v1/meshes/m/status").await;
     assert_eq!(status["pendingEvents"], 0, "{status}");
+}
+
+#[tokio::test]
+async fn retention_moves_a_finished_task_and_its_entries_to_the_archive_where_reads_find_them() {
+    let daemon = TestDaemon::start_with(|state| {
+        state.with_upkeep(upkeep_with(|c| {
+            c.retention_every = Duration::from_millis(25);
+            c.retention = agentmesh_core::retention::RetentionPolicy {
+                tasks: agentmesh_core::retention::Window::After(1),
+                ledger: agentmesh_core::retention::Window::After(1),
+                events: agentmesh_core::retention::Window::After(1),
+            };
+        }))
+    })
+    .await;
+    let epoch = enqueue_and_claim(&daemon, "t1").await;
+    let report = json!({ "sessionId": "s1", "taskId": "t1", "epoch": epoch, "summary": "done" });
+    let (status, completed) = daemon.post("/v1/meshes/m/completions", report).await;
+    assert_eq!(status, StatusCode::OK, "{completed}");
+    let (status, pending) = daemon.post("/v1/meshes/m/tasks", json!({ "message": "later", "id": "t2" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{pending}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let state = loop {
+        let (status, state) = daemon.get("/v1/meshes/m/archive").await;
+        assert_eq!(status, StatusCode::OK, "{state}");
+        if state["tasks"] == 1 {
+            break state;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for the retention pass: {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(state["ledgerEntries"].as_u64().unwrap_or(0) >= 3, "{state}");
+    // The finished task reads as it was, marked; the pending one stays hot.
+    let (status, task) = daemon.get("/v1/meshes/m/tasks/t1").await;
+    assert_eq!((status, &task["archived"], &task["finalSummary"]), (StatusCode::OK, &json!(true), &json!("done")));
+    let (_, hot) = daemon.get("/v1/meshes/m/tasks/t2").await;
+    assert!(hot.get("archived").is_none(), "{hot}");
+    let (status, page) = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=0&limit=500").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let kinds: Vec<&str> = page["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    assert_eq!(&kinds[..3], ["task_dispatched", "task_claimed", "task_completed"], "{page}");
+    assert!(page["archived"].as_u64().unwrap() >= 3, "{page}");
+    let (status, listed) = daemon.get("/v1/meshes/m/archive/tasks").await;
+    assert_eq!(status, StatusCode::OK, "{listed}");
+    assert_eq!(listed["tasks"][0]["task"]["id"], "t1", "{listed}");
+    // Bad input names its field and changes nothing.
+    let response = daemon.post("/v1/meshes/m/retention", json!({ "tasks": "soon" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "soon");
+    let response = daemon.post("/v1/meshes/m/retention", json!({ "events": "1d" })).await;
+    assert_eq!(response.0, StatusCode::BAD_REQUEST, "{}", response.1);
+    let response = daemon.get("/v1/meshes/m/archive/tasks?limit=0").await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "limit");
+    assert_eq!(daemon.get("/v1/meshes/m/archive").await.1["retention"], json!({}));
+    // A mesh's own windows are set, read back and recorded.
+    let (status, set) = daemon.post("/v1/meshes/m/retention", json!({ "tasks": "3d", "ledger": "off" })).await;
+    assert_eq!((status, &set["retention"]), (StatusCode::OK, &json!({ "tasks": "3d", "ledger": "off" })));
+    assert_eq!(ledger_of_kind(&daemon, "retention_changed").await.len(), 1);
+    // An export's drop, then the cursor before it has expired.
+    let (status, dropped) = daemon.post("/v1/meshes/m/archive/drop", state["end"].clone()).await;
+    assert_eq!(status, StatusCode::OK, "{dropped}");
+    assert_eq!(dropped["ledgerThrough"], state["end"]["ledgerThrough"], "{dropped}");
+    let response = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=1").await;
+    assert_error(&response, StatusCode::GONE, "cursor_expired", "afterSeq");
+    let (status, _) = daemon.get("/v1/meshes/m/tasks/t1").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test]
