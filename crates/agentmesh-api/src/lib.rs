@@ -378,7 +378,7 @@ pub struct ArchivedTasksParams {
     #[serde(default)]
     pub after: u64,
     /// Page size, 1 to 500 (100 when absent).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
 }
 

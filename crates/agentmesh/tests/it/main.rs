@@ -7,6 +7,7 @@
 //! paint and `serve_process` holds thousands of connections against a lowered
 //! file limit; both time what they observe, so they run apart from the rest.
 
+mod archive;
 mod backup;
 mod cli;
 mod conventions;

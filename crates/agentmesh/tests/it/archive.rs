@@ -1,0 +1,74 @@
+//! `agentmesh archive` on a data dir: retention run by hand, the archived task
+//! and ledger read back marked, a mesh's own windows, and an export to a
+//! gzip file of JSON lines that a drop then empties the archive of.
+
+use std::io::Read;
+
+use serde_json::Value;
+
+use super::agentmesh;
+
+fn run(dir: &std::path::Path, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = agentmesh().arg("--data-dir").arg(dir).args(args).output().unwrap();
+    (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn json(dir: &std::path::Path, args: &[&str]) -> Value {
+    let mut all = vec!["--json"];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = run(dir, &all);
+    assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
+}
+
+#[test]
+fn archive_run_status_export_and_drop_on_a_data_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.as_path();
+    json(data, &["task", "add", "first piece", "--id", "t1"]);
+    json(data, &["task", "add", "second piece", "--id", "t2"]);
+    json(data, &["claim", "--node", "n1", "--session", "s1"]);
+    json(data, &["complete", "--session", "s1", "--task", "t1", "--summary", "did it"]);
+    // The defaults keep a task finished a moment ago.
+    let kept = json(data, &["archive", "run"]);
+    assert_eq!(kept["tasksArchived"], 0, "{kept}");
+    let moved = json(data, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
+    assert_eq!(moved["tasksArchived"], 1, "only the finished task: {moved}");
+    let status = json(data, &["archive", "status"]);
+    assert_eq!(status["tasks"], 1, "{status}");
+    let shown = json(data, &["task", "show", "t1"]);
+    assert_eq!((&shown["archived"], &shown["finalSummary"]), (&Value::Bool(true), &Value::from("did it")));
+    let (_, human, _) = run(data, &["task", "show", "t2"]);
+    assert!(!human.contains("archived"), "{human}");
+    let (code, _, stderr) = run(data, &["task", "add", "again", "--id", "t1"]);
+    assert_ne!(code, Some(0), "an archived id stays taken");
+    assert!(stderr.contains("t1"), "{stderr}");
+
+    let own = json(data, &["archive", "retention", "--tasks", "3d"]);
+    assert_eq!(own["tasks"], "3d", "{own}");
+    let (code, _, stderr) = run(data, &["archive", "retention", "--ledger", "forever"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--ledger"), "{stderr}");
+
+    let file = dir.path().join("mesh.jsonl.gz");
+    let exported = json(data, &["archive", "export", "--output", file.to_str().unwrap(), "--drop"]);
+    assert_eq!(exported["tasks"], 1, "{exported}");
+    let entries = exported["ledgerEntries"].as_u64().unwrap();
+    assert!(entries >= 3, "{exported}");
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&file).unwrap()).read_to_string(&mut text).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len() as u64, 1 + entries);
+    assert_eq!((&lines[0]["type"], &lines[0]["task"]["id"]), (&Value::from("task"), &Value::from("t1")));
+    assert!(lines[1..].iter().all(|l| l["type"] == "ledger" && l["entry"]["kind"].is_string()), "{text}");
+    let after = json(data, &["archive", "status"]);
+    assert_eq!((&after["tasks"], &after["ledgerEntries"]), (&Value::from(0), &Value::from(0)), "{after}");
+    assert!(after["droppedThrough"].as_u64().unwrap() > 0, "{after}");
+    let (code, _, stderr) = run(data, &["archive", "export", "--output", file.to_str().unwrap()]);
+    assert_ne!(code, Some(0), "an export never writes over a file");
+    assert!(stderr.contains("never writes over"), "{stderr}");
+    let (code, _, stderr) = run(data, &["ledger", "slice", "--after-seq", "1"]);
+    assert_ne!(code, Some(0));
+    assert!(stderr.contains("expired"), "{stderr}");
+}
