@@ -5,7 +5,7 @@
 use agentmesh_core::effects::mission::{MissionRefusal, mission_id, upsert_mission};
 use agentmesh_core::{Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::{StoreError, StoreResult, UpsertedMission};
+use agentmesh_store::{MissionQuery, StoreError, StoreResult, UpsertedMission};
 use postgres::Row;
 
 use crate::db::{Db, unsigned};
@@ -130,12 +130,11 @@ impl agentmesh_store::MissionStore for PgStore {
         self.write(mesh_id, |db| upsert(db, mesh_id, mission, now))
     }
 
-    fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>> {
-        self.read(|db| get(db, mesh_id, id))
-    }
-
-    fn missions(&self, mesh_id: &str, statuses: &[String]) -> StoreResult<Vec<Mission>> {
-        self.read(|db| list(db, mesh_id, statuses))
+    fn missions(&self, mesh_id: &str, query: MissionQuery<'_>) -> StoreResult<Vec<Mission>> {
+        self.read(|db| match query {
+            MissionQuery::Id(id) => Ok(get(db, mesh_id, id)?.into_iter().collect()),
+            MissionQuery::Statuses(statuses) => list(db, mesh_id, statuses),
+        })
     }
 
     fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress> {

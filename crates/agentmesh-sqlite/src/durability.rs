@@ -338,7 +338,7 @@ mod tests {
 
     fn requeue(store: &SqliteStore, id: &str, secs: i64) {
         let opts = RequeueOptions { force: true, ..RequeueOptions::default() };
-        store.requeue_task(MESH, id, &opts, at(secs)).unwrap();
+        store.task_command(MESH, id, agentmesh_store::TaskCommand::Requeue(&opts), at(secs)).unwrap();
     }
 
     /// The database file and its WAL as they are on disk now: what a power

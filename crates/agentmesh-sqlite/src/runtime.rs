@@ -303,12 +303,18 @@ pub(crate) fn active_deliveries(
     Ok(stmt.query_map(params_from_iter(args.iter()), delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
 }
 
-pub(crate) fn task_has_confirmed_delivery(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM mesh_session_delivery
-                         WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed'))",
-    )?;
-    Ok(stmt.query_row(params![mesh_id, task_id.trim()], |r| r.get(0))?)
+/// The deliveries of a task that reached its session, oldest first.
+pub(crate) fn confirmed_deliveries(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+) -> Res<Vec<SessionDelivery>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery
+          WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed')
+          ORDER BY created_at, rowid"
+    ))?;
+    Ok(stmt.query_map(params![mesh_id, task_id.trim()], delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
 }
 
 pub(crate) fn expire_deliveries(conn: &Connection, mesh_id: &str, now: Timestamp) -> Res<u64> {

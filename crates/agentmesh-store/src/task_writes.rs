@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use crate::ids::mint_at;
-use crate::{ClaimOutcome, CompletionReport, Outcome, StoreError};
+use crate::{ClaimOutcome, CompletionReport, Outcome, StoreError, TaskCommand};
 
 /// A store's task rows, inside one write transaction.
 pub trait TaskRows {
@@ -223,6 +223,23 @@ pub fn requeue<R: TaskRows>(
     let before = load_required(rows, mesh_id, task_id)?;
     let (decision, kind) = decide::requeue(R::task(&before), opts, now, || mint_at(now))?;
     Ok(kind.of(persist(rows, &before, decision, now)?))
+}
+
+/// Runs an operator's command on a task (see [`TaskCommand`]).
+pub fn command<R: TaskRows>(
+    rows: &R,
+    mesh_id: &str,
+    task_id: &str,
+    command: TaskCommand<'_>,
+    now: Timestamp,
+) -> Result<Task, R::Error> {
+    match command {
+        TaskCommand::SetPriority { priority, reason } => {
+            set_priority(rows, mesh_id, task_id, priority, reason, now)
+        }
+        TaskCommand::Cancel { reason } => cancel(rows, mesh_id, task_id, reason, now),
+        TaskCommand::Requeue(opts) => requeue(rows, mesh_id, task_id, opts, now).map(Requeued::into_task),
+    }
 }
 
 /// Takes a task back from its holder.

@@ -39,14 +39,6 @@ pub(crate) fn entries(db: &Db<'_>, mesh_id: &str, statuses: &[TaskStatus]) -> Re
     decode_rows(&rows)
 }
 
-pub(crate) fn node_assignment_count(db: &Db<'_>, mesh_id: &str, node_id: &str) -> Res<u64> {
-    let row = db.query_one(
-        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = $2",
-        &[&mesh_id, &node_id],
-    )?;
-    Ok(unsigned(row.get(0)))
-}
-
 /// When the mesh's oldest pending task was enqueued. `created_at` is the ISO form
 /// every writer uses (see `Timestamp::iso`), so the smallest string is the
 /// earliest instant; a value that does not parse counts as no answer.

@@ -31,14 +31,6 @@ pub(crate) fn entries(conn: &Connection, mesh_id: &str, statuses: &[TaskStatus])
     decode_rows(rows)
 }
 
-pub(crate) fn node_assignment_count(conn: &Connection, mesh_id: &str, node_id: &str) -> Res<u64> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-          WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id = ?2",
-    )?;
-    Ok(stmt.query_row(params![mesh_id, node_id], |r| r.get::<_, i64>(0))? as u64)
-}
-
 /// The statement of [`oldest_pending_created_at`]: one seek into
 /// `idx_mesh_queue_mesh_status_created` (mesh, status, created_at), whose first
 /// entry for the mesh's pending tasks holds the smallest `created_at`.
