@@ -1194,7 +1194,7 @@ impl MeshApi for LocalMesh {
                 .collect(),
             idle_sessions: self.idle_sessions(mesh)?,
             recent_ledger: store.read_ledger_ordered(mesh, &recent)?,
-            durability: Some(store.durability().as_str().to_owned()),
+            durability: Some(store.profile().durability.as_str().to_owned()),
             webhooks: store.webhooks(Some(mesh))?,
         })
     }

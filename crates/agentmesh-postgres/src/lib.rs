@@ -322,12 +322,11 @@ impl Store for PgStore {
         PgStore::probe_write(self)
     }
 
-    fn id_scope(&self) -> agentmesh_store::IdScope {
-        agentmesh_store::IdScope::Mesh
-    }
-
-    fn durability(&self) -> Durability {
-        PgStore::durability(self)
+    fn profile(&self) -> agentmesh_store::StoreProfile {
+        agentmesh_store::StoreProfile {
+            durability: PgStore::durability(self),
+            id_scope: agentmesh_store::IdScope::Mesh,
+        }
     }
 }
 

@@ -774,13 +774,7 @@ impl agentmesh_store::RuntimeStore for PgStore {
         guard: RateGuard,
         now: Timestamp,
     ) -> StoreResult<RateVerdict> {
-        agentmesh_core::InvalidInput::non_blank("tool", &call.tool)?;
-        let role = call
-            .caller_role
-            .as_deref()
-            .map(|r| agentmesh_core::rate_guard::caller_role("callerRole", r))
-            .transpose()
-            .map_err(StoreError::InvalidInput)?;
+        let role = agentmesh_core::rate_guard::check_call(&call.tool, call.caller_role.as_deref())?;
         if self.tool_call_sweep_due() {
             // Its own transaction, before the call: it deletes rows of every mesh
             // older than any window counts, and holds no mesh lock meanwhile.

@@ -527,12 +527,7 @@ pub(crate) fn record_tool_call(
     sweep: bool,
     now: Timestamp,
 ) -> Res<RateVerdict> {
-    agentmesh_core::InvalidInput::non_blank("tool", &call.tool)?;
-    let role = call
-        .caller_role
-        .as_deref()
-        .map(|r| agentmesh_core::rate_guard::caller_role("callerRole", r))
-        .transpose()?;
+    let role = agentmesh_core::rate_guard::check_call(&call.tool, call.caller_role.as_deref())?;
     conn.prepare_cached(
         "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at, caller_role)
          VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -36,12 +36,11 @@ impl Store for SqliteStore {
         SqliteStore::probe_write(self)
     }
 
-    fn id_scope(&self) -> agentmesh_store::IdScope {
-        agentmesh_store::IdScope::Database
-    }
-
-    fn durability(&self) -> agentmesh_store::Durability {
-        SqliteStore::durability(self)
+    fn profile(&self) -> agentmesh_store::StoreProfile {
+        agentmesh_store::StoreProfile {
+            durability: SqliteStore::durability(self),
+            id_scope: agentmesh_store::IdScope::Database,
+        }
     }
 }
 

@@ -156,7 +156,7 @@ pub enum StoreError {
 }
 
 /// Where a backend keeps the ids of tasks and missions unique
-/// ([`crate::Store::id_scope`]).
+/// ([`crate::Store::profile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdScope {
     /// Across every mesh of the database, as the original did: an id another

@@ -196,6 +196,17 @@ pub enum DispatchChange<'a> {
     Delete(&'a [String]),
 }
 
+/// What a backend promises ([`Store::profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreProfile {
+    /// What an acknowledged write survives.
+    pub durability: Durability,
+    /// Where task and mission ids are unique: per database (an id another mesh
+    /// holds is refused, naming that mesh) or per mesh (each mesh has its own
+    /// ids).
+    pub id_scope: IdScope,
+}
+
 /// Options of one claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClaimOptions {
@@ -597,11 +608,6 @@ pub trait Store:
     /// today is listed too.
     fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
 
-    /// Where this backend keeps task and mission ids unique: per database (an
-    /// id another mesh holds is refused, naming that mesh) or per mesh (each
-    /// mesh has its own ids).
-    fn id_scope(&self) -> IdScope;
-
     /// Commits a write that changes no data, through the same path as every
     /// other write: whether the store can write right now. Fails as a real write
     /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
@@ -609,11 +615,9 @@ pub trait Store:
     /// has too little left for more than the smallest writes.
     fn probe_write(&self) -> StoreResult<()>;
 
-    /// What an acknowledged write survives. The default answers
-    /// [`Durability::Full`]: a backend that can run relaxed says so.
-    fn durability(&self) -> Durability {
-        Durability::Full
-    }
+    /// What this backend promises: what an acknowledged write survives, and
+    /// where it keeps ids unique ([`StoreProfile`]).
+    fn profile(&self) -> StoreProfile;
 }
 
 /// Path reservations of repository scopes (see

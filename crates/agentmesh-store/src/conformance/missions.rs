@@ -211,7 +211,7 @@ pub fn mission_id_used_in_another_mesh_follows_the_id_scope(store: &dyn Store) {
     let m1 = upsert_mission(store, MESH, new_mission("m1", "Mine"), at(1));
     let before = Snapshot::take(store, MESH);
     let theirs = NewMission { goal: Some("take over".into()), ..new_mission("m1", "Theirs") };
-    if store.id_scope() == IdScope::Mesh {
+    if store.profile().id_scope == IdScope::Mesh {
         let upserted = ok(store.upsert_mission(OTHER_MESH, &theirs, at(2)), "upsert of m1 in B");
         assert!(upserted.created, "expected B's m1 created as a mission of its own");
         assert_eq!(upserted.mission.title, "Theirs", "expected B's m1 as given");

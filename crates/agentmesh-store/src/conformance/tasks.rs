@@ -544,7 +544,7 @@ pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
 pub fn enqueue_of_an_id_another_mesh_holds_follows_the_id_scope(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(0));
     let (before_a, before_b) = (Snapshot::take(store, MESH), Snapshot::take(store, OTHER_MESH));
-    match store.id_scope() {
+    match store.profile().id_scope {
         IdScope::Database => {
             let err =
                 expect_err(store.enqueue(OTHER_MESH, &new_task("t1"), at(1)), "enqueue into mesh-b of t1");

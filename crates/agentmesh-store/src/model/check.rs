@@ -57,7 +57,7 @@ struct Side {
 /// comparing after each step. `Err` describes the first difference: the step,
 /// the operations up to it, and both answers.
 pub fn run<S: Subject>(subject: &mut S, ops: &[Op]) -> Result<(), String> {
-    let mut model = Model::new(subject.store().id_scope());
+    let mut model = Model::new(subject.store().profile().id_scope);
     let (mut ms, mut ss) = (Side::default(), Side::default());
     let mut now = o::T0;
     for (step, op) in ops.iter().enumerate() {
