@@ -378,7 +378,7 @@ mod tests {
         assert_eq!(full.durability(), Durability::Full);
         let relaxed = open(&dir.path().join("relaxed.db"), Durability::ProcessCrashOnly);
         assert_eq!(relaxed.pragma("synchronous").unwrap(), "1", "NORMAL");
-        assert_eq!(Store::durability(&relaxed), Durability::ProcessCrashOnly);
+        assert_eq!(Store::profile(&relaxed).durability, Durability::ProcessCrashOnly);
     }
 
     #[test]

@@ -67,12 +67,8 @@ impl QueueStore for SqliteStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    tasks::enqueue(tx, mesh_id, n, &mint_at(now), now).map_err(|Fail(err)| match err {
-                        StoreError::InvalidInput(e) => {
-                            Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
-                        }
-                        other => Fail(other),
-                    })
+                    tasks::enqueue(tx, mesh_id, n, &mint_at(now), now)
+                        .map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
                 })
                 .collect()
         })

@@ -53,6 +53,50 @@ pub use reservation_writes::{Fence, ReservationCommand, Reserved};
 pub use submit::{Submitted, TaskWrite, TaskWritten};
 pub use webhook_writes::WebhookCommand;
 
+/// Declares a backend's internal error, `Fail`: a [`StoreError`] that `?` can
+/// build from core errors, JSON errors and (through a `From` impl the backend
+/// adds) its driver's errors, which the orphan rule keeps out of `StoreError`;
+/// and `Res<T>`, the result of internal operations. Public methods unwrap it.
+#[macro_export]
+macro_rules! backend_fail {
+    () => {
+        /// The crate's internal error: a [`StoreError`] that `?` can build from the
+        /// driver's and the core's errors alike. Public methods unwrap it.
+        #[derive(Debug)]
+        pub(crate) struct Fail(pub(crate) $crate::StoreError);
+
+        /// Result of internal operations.
+        pub(crate) type Res<T> = Result<T, Fail>;
+
+        impl From<$crate::StoreError> for Fail {
+            fn from(err: $crate::StoreError) -> Fail {
+                Fail(err)
+            }
+        }
+
+        impl From<agentmesh_core::InvalidInput> for Fail {
+            fn from(err: agentmesh_core::InvalidInput) -> Fail {
+                Fail($crate::StoreError::InvalidInput(err))
+            }
+        }
+
+        impl From<agentmesh_core::InvalidTransition> for Fail {
+            fn from(err: agentmesh_core::InvalidTransition) -> Fail {
+                Fail($crate::StoreError::InvalidTransition(err))
+            }
+        }
+
+        impl From<serde_json::Error> for Fail {
+            fn from(err: serde_json::Error) -> Fail {
+                Fail($crate::StoreError::Corrupt {
+                    what: String::from("JSON value"),
+                    problem: err.to_string(),
+                })
+            }
+        }
+    };
+}
+
 /// The store traits, for `use agentmesh_store::prelude::*`: calling an operation
 /// needs the trait of its group in scope.
 pub mod prelude {

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use agentmesh_core::{Claimant, NewTask, Task, TaskStatus, Timestamp};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreError, StoreResult,
-    Submitted, TaskCommand, TaskWrite, TaskWritten,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreResult, Submitted,
+    TaskCommand, TaskWrite, TaskWritten,
 };
 
 use crate::{Fail, Lock, PgStore};
@@ -74,12 +74,8 @@ impl agentmesh_store::QueueStore for PgStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    enqueue(db, mesh_id, n, &mint_at(now), now).map_err(|Fail(err)| match err {
-                        StoreError::InvalidInput(e) => {
-                            Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
-                        }
-                        other => Fail(other),
-                    })
+                    enqueue(db, mesh_id, n, &mint_at(now), now)
+                        .map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
                 })
                 .collect()
         })

@@ -60,8 +60,10 @@
 //! [`Store`]: crate::Store
 //! [`TransferStore`]: crate::transfer::TransferStore
 
+pub mod claim_race;
 pub mod claims;
 pub mod concurrency;
+pub mod crash;
 pub mod deliveries;
 pub mod dispatches;
 pub mod guardrail;
