@@ -178,6 +178,16 @@ fn duplicate_task_message(task_id: &str, mesh_id: &str, scope: IdScope) -> Strin
     }
 }
 
+impl From<agentmesh_core::effects::mission::MissionRefusal> for StoreError {
+    fn from(refusal: agentmesh_core::effects::mission::MissionRefusal) -> StoreError {
+        use agentmesh_core::effects::mission::MissionRefusal;
+        match refusal {
+            MissionRefusal::Invalid(err) => StoreError::InvalidInput(err),
+            MissionRefusal::InOtherMesh { id } => StoreError::IdInOtherMesh { kind: "mission", id },
+        }
+    }
+}
+
 impl StoreError {
     /// The error of a report or heartbeat on `task_id` by `session_id` that the
     /// core refused ([`agentmesh_core::effects::task::HolderRefusal`]).

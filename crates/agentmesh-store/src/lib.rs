@@ -417,6 +417,22 @@ pub struct ActiveAssignment {
     pub epoch: u64,
 }
 
+impl From<Task> for ActiveAssignment {
+    /// The assignment an assigned task holds.
+    fn from(t: Task) -> ActiveAssignment {
+        ActiveAssignment {
+            epoch: t.epoch(),
+            id: t.id,
+            node_id: t.assigned_node_id,
+            session_id: t.assigned_session_id,
+            provider_type: t.assigned_provider_type,
+            message: t.message,
+            dispatch_timestamp: t.dispatch_timestamp,
+            lease_expires_at: t.lease_expires_at,
+        }
+    }
+}
+
 /// Options of a delivery status change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeliveryUpdate {

@@ -70,19 +70,7 @@ pub(crate) fn active_assignments(db: &Db<'_>, mesh_id: &str) -> Res<Vec<ActiveAs
           ORDER BY dispatch_ts ASC NULLS FIRST, row_id ASC",
         &[&mesh_id],
     )?;
-    Ok(decode_rows(&rows)?
-        .into_iter()
-        .map(|t| ActiveAssignment {
-            epoch: t.epoch(),
-            id: t.id,
-            node_id: t.assigned_node_id,
-            session_id: t.assigned_session_id,
-            provider_type: t.assigned_provider_type,
-            message: t.message,
-            dispatch_timestamp: t.dispatch_timestamp,
-            lease_expires_at: t.lease_expires_at,
-        })
-        .collect())
+    Ok(decode_rows(&rows)?.into_iter().map(ActiveAssignment::from).collect())
 }
 
 /// The tasks assigned to `session_id` in a mesh. Session ids match after

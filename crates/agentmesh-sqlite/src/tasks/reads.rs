@@ -67,19 +67,7 @@ pub(crate) fn active_assignments(conn: &Connection, mesh_id: &str) -> Res<Vec<Ac
           ORDER BY dispatch_ts ASC, rowid ASC",
     )?;
     let rows = stmt.query_map([mesh_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
-    Ok(decode_rows(rows)?
-        .into_iter()
-        .map(|t| ActiveAssignment {
-            epoch: t.epoch(),
-            id: t.id,
-            node_id: t.assigned_node_id,
-            session_id: t.assigned_session_id,
-            provider_type: t.assigned_provider_type,
-            message: t.message,
-            dispatch_timestamp: t.dispatch_timestamp,
-            lease_expires_at: t.lease_expires_at,
-        })
-        .collect())
+    Ok(decode_rows(rows)?.into_iter().map(ActiveAssignment::from).collect())
 }
 
 /// The tasks assigned to `session_id` in a mesh. Session ids match after
