@@ -104,8 +104,11 @@ pub enum TaskWrite {
     },
 }
 
-/// What a [`TaskWrite`] answered: the answer of its synchronous operation.
+/// What a [`TaskWrite`] answered: the answer of its synchronous operation. It
+/// is moved once, from the write's thread to its waiter, so its size is left
+/// unboxed.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum TaskWritten {
     /// A claim's outcome.
     Claimed(ClaimOutcome),
