@@ -78,22 +78,22 @@ impl Workers {
     }
 }
 
-/// A hot-path task write, as [`QueueStore::submit_task_write`](crate::QueueStore::submit_task_write)
+/// A hot-path task write, as [`QueueStore::submit_task_write`]
 /// takes it: each variant is the synchronous operation of the same name.
 #[derive(Debug, Clone)]
 pub enum TaskWrite {
-    /// [`QueueStore::claim_next`](crate::QueueStore::claim_next).
+    /// [`QueueStore::claim_next`].
     Claim {
         /// Who claims.
         claimant: Claimant,
         /// The claim's options.
         opts: ClaimOptions,
     },
-    /// [`QueueStore::complete_task`](crate::QueueStore::complete_task).
+    /// [`QueueStore::complete_task`].
     Complete(CompletionReport),
-    /// [`QueueStore::heartbeat`](crate::QueueStore::heartbeat).
+    /// [`QueueStore::heartbeat`].
     Heartbeat(Heartbeat),
-    /// [`QueueStore::complete_and_claim`](crate::QueueStore::complete_and_claim).
+    /// [`QueueStore::complete_and_claim`].
     CompleteAndClaim {
         /// The report of the task done.
         report: CompletionReport,
