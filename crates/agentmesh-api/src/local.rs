@@ -9,7 +9,9 @@ use agentmesh_core::{
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
 use agentmesh_store::{
-    ClaimOptions, CompletionReport, DrainRequest, Heartbeat, HeldRequeue, Store, StoreError,
+    ClaimOptions, CompletionReport, DeliveryQuery, DispatchChange, DrainRequest, EventSettle, Heartbeat,
+    HeldRequeue, HoldWrite, IdleWrite, MissionQuery, ReservationCommand, ReservationQuery, Store, StoreError,
+    TaskCommand, TaskWrite, submit,
 };
 use serde_json::Value;
 
@@ -247,7 +249,13 @@ impl LocalMesh {
         let mesh = mesh_id(mesh)?;
         let (claimant, opts) = claim_request(body)?;
         let claim = || {
-            Arc::clone(&self.store).submit_claim(mesh.to_owned(), claimant.clone(), opts.clone(), self.now())
+            submit::claim(
+                Arc::clone(&self.store),
+                mesh.to_owned(),
+                claimant.clone(),
+                opts.clone(),
+                self.now(),
+            )
         };
         self.write_submitted(claim).await.map(ClaimView::from)
     }
@@ -259,7 +267,7 @@ impl LocalMesh {
         let now = self.now();
         let report = body.into_report(now)?;
         self.write_submitted(|| {
-            Arc::clone(&self.store).submit_completion(mesh.to_owned(), report.clone(), now)
+            submit::task(Arc::clone(&self.store), mesh.to_owned(), TaskWrite::Complete(report.clone()), now)
         })
         .await
     }
@@ -275,7 +283,8 @@ impl LocalMesh {
         let now = self.now();
         let (report, claimant, opts) = complete_and_claim_request(body, now)?;
         let write = || {
-            Arc::clone(&self.store).submit_complete_and_claim(
+            submit::complete_and_claim(
+                Arc::clone(&self.store),
                 mesh.to_owned(),
                 report.clone(),
                 claimant.clone(),
@@ -292,7 +301,12 @@ impl LocalMesh {
         let mesh = mesh_id(mesh)?;
         let beat = heartbeat_request(body)?;
         self.write_submitted(|| {
-            Arc::clone(&self.store).submit_heartbeat(mesh.to_owned(), beat.clone(), self.now())
+            submit::task(
+                Arc::clone(&self.store),
+                mesh.to_owned(),
+                TaskWrite::Heartbeat(beat.clone()),
+                self.now(),
+            )
         })
         .await
     }
@@ -384,8 +398,13 @@ impl LocalMesh {
         request: &agentmesh_core::reservation::ValidReservation,
     ) -> MeshResult<bool> {
         let now = self.now();
-        let held =
-            self.bounded(|| self.store.reservations_near(mesh, &request.scope, &request.patterns, now))?;
+        let held = self.bounded(|| {
+            self.store.reservations(
+                mesh,
+                ReservationQuery::Near { scope: &request.scope, patterns: &request.patterns },
+                now,
+            )
+        })?;
         let found = agentmesh_core::reservation::conflicts(
             &request.patterns,
             request.exclusive,
@@ -441,7 +460,9 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
         let reason = optional(body.reason);
-        self.write(|store, now| store.cancel_task(mesh, &id, reason.as_deref(), now))
+        self.write(|store, now| {
+            store.task_command(mesh, &id, TaskCommand::Cancel { reason: reason.as_deref() }, now)
+        })
     }
 
     fn set_priority(&self, mesh: &str, id: &str, body: PriorityBody) -> MeshResult<Task> {
@@ -449,14 +470,26 @@ impl MeshApi for LocalMesh {
         let id = id_rule("id", id.to_owned())?;
         let priority: agentmesh_core::TaskPriority = body.priority.parse()?;
         let reason = optional(body.reason);
-        self.write(|store, now| store.set_task_priority(mesh, &id, priority, reason.as_deref(), now))
+        self.write(|store, now| {
+            store.task_command(
+                mesh,
+                &id,
+                TaskCommand::SetPriority { priority, reason: reason.as_deref() },
+                now,
+            )
+        })
     }
 
     fn requeue_task(&self, mesh: &str, id: &str, body: RequeueBody) -> MeshResult<RequeueView> {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
         let opts = body.into();
-        self.write(|store, now| store.requeue_task(mesh, &id, &opts, now)).map(RequeueView::from)
+        self.write(|store, now| {
+            store
+                .task_command(mesh, &id, TaskCommand::Requeue(&opts), now)
+                .map(agentmesh_core::Requeued::from_task)
+        })
+        .map(RequeueView::from)
     }
 
     fn claim(&self, mesh: &str, body: ClaimBody) -> MeshResult<ClaimView> {
@@ -551,21 +584,24 @@ impl MeshApi for LocalMesh {
     fn ack(&self, mesh: &str, body: AckBody) -> MeshResult<AckView> {
         let mesh = mesh_id(mesh)?;
         let ids = body.into_ids()?;
-        self.write(|store, now| store.ack_pending_events(mesh, &ids, now)).map(|acked| AckView { acked })
+        self.write(|store, _| store.settle_pending_events(mesh, EventSettle::Ack(&ids)))
+            .map(|acked| AckView { acked })
     }
 
     fn delete_events(&self, mesh: &str, body: DeleteEventsBody) -> MeshResult<DeletedEventsView> {
         let mesh = mesh_id(mesh)?;
         let ids = body.into_ids()?;
-        self.write(|store, _| store.delete_pending_events(mesh, &ids))
+        self.write(|store, _| store.settle_pending_events(mesh, EventSettle::Delete(&ids)))
             .map(|deleted| DeletedEventsView { deleted })
     }
 
     fn retract(&self, mesh: &str, body: RetractBody) -> MeshResult<RetractView> {
         let mesh = mesh_id(mesh)?;
         let task_id = id_rule("taskId", body.task_id)?;
-        self.write(|store, _| store.retract_dispatch_blocked(mesh, &task_id))
-            .map(|retracted| RetractView { retracted })
+        self.write(|store, _| {
+            store.settle_pending_events(mesh, EventSettle::RetractDispatchBlocked(&task_id))
+        })
+        .map(|retracted| RetractView { retracted })
     }
 
     fn held_events(&self, mesh: &str, params: HeldParams) -> MeshResult<Vec<HeldEventView>> {
@@ -717,16 +753,18 @@ impl MeshApi for LocalMesh {
                 statuses.push(part.to_owned());
             }
         }
-        self.store.missions(mesh, &statuses)?.into_iter().map(|m| self.mission_view(mesh, m)).collect()
+        self.store
+            .missions(mesh, MissionQuery::Statuses(&statuses))?
+            .into_iter()
+            .map(|m| self.mission_view(mesh, m))
+            .collect()
     }
 
     fn mission(&self, mesh: &str, id: &str) -> MeshResult<MissionDetailView> {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
-        let mission = self.store.mission(mesh, &id)?.ok_or_else(|| StoreError::NotFound {
-            kind: "mission",
-            mesh_id: mesh.to_owned(),
-            id: id.clone(),
+        let mission = self.store.missions(mesh, MissionQuery::Id(&id))?.pop().ok_or_else(|| {
+            StoreError::NotFound { kind: "mission", mesh_id: mesh.to_owned(), id: id.clone() }
         })?;
         let tasks: Vec<Task> = self
             .store
@@ -752,7 +790,7 @@ impl MeshApi for LocalMesh {
             metadata: body.metadata.filter(|m| !m.is_null()),
         };
         session.validate()?;
-        self.write(|store, _| store.set_idle_session(&session))?;
+        self.write(|store, _| store.write_idle_session(IdleWrite::Report(&session)))?;
         Ok(IdleSessionView::from(session))
     }
 
@@ -773,7 +811,8 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let node_id = id_rule("nodeId", node_id.to_owned())?;
         let session_id = id_rule("sessionId", session_id.to_owned())?;
-        let removed = self.write(|store, _| store.delete_idle_session(mesh, &node_id, &session_id))?;
+        let forget = IdleWrite::Forget { mesh_id: mesh, node_id: &node_id, session_id: &session_id };
+        let removed = self.write(|store, _| store.write_idle_session(forget))?;
         Ok(IdleRemovedView { removed })
     }
 
@@ -787,28 +826,27 @@ impl MeshApi for LocalMesh {
     fn delivery_confirmed(&self, mesh: &str, task_id: &str) -> MeshResult<DeliveryConfirmedView> {
         let mesh = mesh_id(mesh)?;
         let task_id = id_rule("taskId", task_id.to_owned())?;
-        let confirmed = self.store.task_has_confirmed_delivery(mesh, &task_id)?;
+        let confirmed = !self.store.session_deliveries(mesh, DeliveryQuery::Confirmed(&task_id))?.is_empty();
         Ok(DeliveryConfirmedView { task_id, confirmed })
     }
 
     fn hold_task(&self, mesh: &str, body: HoldBody) -> MeshResult<HoldView> {
         let mesh = mesh_id(mesh)?;
         let hold = agentmesh_core::NewInflightHold::try_from(body)?;
-        self.write(|store, now| store.upsert_inflight_hold(mesh, &hold, now))
+        let stored = self.write(|store, now| store.write_inflight_hold(mesh, HoldWrite::Hold(&hold), now))?;
+        stored.ok_or_else(|| StoreError::Backend("a hold was written but not answered".into()).into())
     }
 
     fn holds(&self, mesh: &str) -> MeshResult<Vec<HoldView>> {
         let mesh = mesh_id(mesh)?;
-        Ok(self.store.inflight_holds(mesh)?)
+        Ok(self.store.inflight_holds(mesh, None)?)
     }
 
     fn hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldView> {
         let mesh = mesh_id(mesh)?;
         let task_id = id_rule("taskId", task_id.to_owned())?;
-        let hold = self.store.inflight_hold(mesh, &task_id)?.ok_or_else(|| StoreError::NotFound {
-            kind: "inflight hold",
-            mesh_id: mesh.to_owned(),
-            id: task_id.clone(),
+        let hold = self.store.inflight_holds(mesh, Some(&task_id))?.pop().ok_or_else(|| {
+            StoreError::NotFound { kind: "inflight hold", mesh_id: mesh.to_owned(), id: task_id.clone() }
         })?;
         Ok(hold)
     }
@@ -816,7 +854,9 @@ impl MeshApi for LocalMesh {
     fn release_hold(&self, mesh: &str, task_id: &str) -> MeshResult<HoldReleasedView> {
         let mesh = mesh_id(mesh)?;
         let task_id = id_rule("taskId", task_id.to_owned())?;
-        let released = self.write(|store, _| store.delete_inflight_hold(mesh, &task_id))?;
+        let released = self
+            .write(|store, now| store.write_inflight_hold(mesh, HoldWrite::Release(&task_id), now))?
+            .is_some();
         Ok(HoldReleasedView { released })
     }
 
@@ -859,7 +899,15 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("reservationId", id.to_owned())?;
         let fence = body.fence()?;
-        self.write(|store, now| store.renew_reservation(mesh, &id, &fence, body.ttl_ms, now))
+        self.write(|store, now| {
+            store.reservation_command(
+                mesh,
+                &id,
+                &fence,
+                ReservationCommand::Renew { ttl_ms: body.ttl_ms },
+                now,
+            )
+        })
     }
 
     fn release_reservation(
@@ -874,7 +922,9 @@ impl MeshApi for LocalMesh {
             return Err(agentmesh_core::InvalidInput::new("ttlMs", "a release takes no time to live").into());
         }
         let fence = body.fence()?;
-        self.write(|store, now| store.release_reservation(mesh, &id, &fence, now))
+        self.write(|store, now| {
+            store.reservation_command(mesh, &id, &fence, ReservationCommand::Release, now)
+        })
     }
 
     fn reservations(
@@ -884,7 +934,7 @@ impl MeshApi for LocalMesh {
     ) -> MeshResult<Vec<agentmesh_core::Reservation>> {
         let mesh = mesh_id(mesh)?;
         let scope = params.scope.as_deref().map(agentmesh_core::reservation::check_scope).transpose()?;
-        Ok(self.store.reservations(mesh, scope.as_deref(), self.now())?)
+        Ok(self.store.reservations(mesh, ReservationQuery::All(scope.as_deref()), self.now())?)
     }
 
     fn check_paths(&self, mesh: &str, body: CheckPathsBody) -> MeshResult<CheckPathsView> {
@@ -896,7 +946,8 @@ impl MeshApi for LocalMesh {
         let paths = agentmesh_core::reservation::parse_patterns("paths", &body.paths)?;
         let session = body.session_id.map(|s| id_rule("sessionId", s)).transpose()?;
         let now = self.now();
-        let held = self.store.reservations_near(mesh, &scope, &paths, now)?;
+        let held =
+            self.store.reservations(mesh, ReservationQuery::Near { scope: &scope, patterns: &paths }, now)?;
         let ignore_case = body.ignore_case.unwrap_or(false);
         let blocked: Vec<BlockedPathView> = paths
             .iter()
@@ -984,7 +1035,9 @@ impl MeshApi for LocalMesh {
     fn remove_webhook(&self, mesh: &str, id: &str) -> MeshResult<agentmesh_core::Webhook> {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("webhookId", id.to_owned())?;
-        self.write(|store, now| store.remove_webhook(mesh, &id, now))
+        self.write(|store, now| {
+            store.webhook_command(mesh, &id, agentmesh_store::WebhookCommand::Remove, now)
+        })
     }
 
     fn webhook_command(
@@ -1034,14 +1087,17 @@ impl MeshApi for LocalMesh {
     fn deliveries(&self, mesh: &str, params: DeliveryListParams) -> MeshResult<Vec<DeliveryView>> {
         let mesh = mesh_id(mesh)?;
         let session = optional_id("sessionId", params.session_id)?;
-        let deliveries = self.store.active_session_deliveries(mesh, session.as_deref(), self.now())?;
+        let deliveries = self.store.session_deliveries(
+            mesh,
+            DeliveryQuery::Waiting { session_id: session.as_deref(), now: self.now() },
+        )?;
         Ok(deliveries.into_iter().map(DeliveryView::from).collect())
     }
 
     fn delivery(&self, mesh: &str, id: &str) -> MeshResult<DeliveryView> {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
-        let found = self.store.session_delivery(mesh, &id)?;
+        let found = self.store.session_deliveries(mesh, DeliveryQuery::Id(&id))?.pop();
         let delivery = found.ok_or_else(|| StoreError::NotFound {
             kind: "delivery",
             mesh_id: mesh.to_owned(),
@@ -1072,13 +1128,13 @@ impl MeshApi for LocalMesh {
 
     fn dispatches(&self, mesh: &str) -> MeshResult<Vec<DispatchView>> {
         let mesh = mesh_id(mesh)?;
-        Ok(self.store.active_direct_dispatches(mesh)?.into_iter().map(DispatchView::from).collect())
+        Ok(self.store.direct_dispatches(mesh, None)?.into_iter().map(DispatchView::from).collect())
     }
 
     fn dispatch(&self, mesh: &str, task_id: &str) -> MeshResult<DispatchView> {
         let mesh = mesh_id(mesh)?;
         let task_id = id_rule("taskId", task_id.to_owned())?;
-        let found = self.store.direct_dispatch(mesh, &task_id)?;
+        let found = self.store.direct_dispatches(mesh, Some(&task_id))?.pop();
         let dispatch = found.ok_or_else(|| StoreError::NotFound {
             kind: "direct dispatch",
             mesh_id: mesh.to_owned(),
@@ -1091,7 +1147,9 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let (status, session, task) = body.into_parts()?;
         let changed = self.write(|store, now| {
-            store.set_direct_dispatch_status(mesh, session.as_deref(), task.as_deref(), status, now)
+            let change =
+                DispatchChange::Status { session_id: session.as_deref(), task_id: task.as_deref(), status };
+            store.change_direct_dispatches(mesh, change, now)
         })?;
         Ok(DispatchChangeView { changed })
     }
@@ -1104,14 +1162,17 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let now = self.now();
         let cutoff = seconds_before("olderThanSecs", now, body.older_than_secs)?;
-        let marked_stale = self.write(|store, now| store.mark_stale_direct_dispatches(mesh, cutoff, now))?;
+        let marked_stale = self.write(|store, now| {
+            store.change_direct_dispatches(mesh, DispatchChange::MarkStale(cutoff), now)
+        })?;
         Ok(StaleDispatchesView { marked_stale })
     }
 
     fn remove_dispatches(&self, mesh: &str, body: RemoveDispatchesBody) -> MeshResult<RemovedView> {
         let mesh = mesh_id(mesh)?;
         let ids = body.into_ids()?;
-        let removed = self.write(|store, _| store.delete_direct_dispatches_by_task(mesh, &ids))?;
+        let removed =
+            self.write(|store, now| store.change_direct_dispatches(mesh, DispatchChange::Delete(&ids), now))?;
         Ok(RemovedView { removed })
     }
 
@@ -1144,13 +1205,8 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let ended = body.ended;
         let identity = agentmesh_core::events::CoordinatorIdentity::try_from(body)?;
-        if ended {
-            self.write(|store, now| store.end_coordinator(mesh, &identity, now))?;
-            Ok(crate::views::PresenceView { live: false })
-        } else {
-            self.write(|store, now| store.touch_coordinator(mesh, &identity, now))?;
-            Ok(crate::views::PresenceView { live: true })
-        }
+        self.write(|store, now| store.coordinator_presence(mesh, &identity, ended, now))?;
+        Ok(crate::views::PresenceView { live: !ended })
     }
 
     fn status(&self, mesh: &str) -> MeshResult<StatusView> {
@@ -1179,7 +1235,7 @@ impl MeshApi for LocalMesh {
                 .collect(),
             idle_sessions: self.idle_sessions(mesh)?,
             recent_ledger: store.read_ledger_ordered(mesh, &recent)?,
-            durability: Some(store.durability().as_str().to_owned()),
+            durability: Some(store.profile().durability.as_str().to_owned()),
             webhooks: store.webhooks(Some(mesh))?,
         })
     }

@@ -520,6 +520,7 @@ impl MeshApi for RemoteMesh {
         let verb = match command {
             agentmesh_store::WebhookCommand::Resume => "resume",
             agentmesh_store::WebhookCommand::Skip => "skip",
+            agentmesh_store::WebhookCommand::Remove => return self.remove_webhook(mesh, id),
         };
         self.post(mesh, &["webhooks", id, verb], &serde_json::json!({}))
     }

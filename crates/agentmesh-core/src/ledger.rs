@@ -225,6 +225,46 @@ pub struct LedgerSlice {
     pub origin: Option<String>,
 }
 
+impl LedgerSlice {
+    /// A page of `entries` as a page read by time (`afterId`) has it: the cursor
+    /// read after and the one to pass next, whether more follow, and the store it
+    /// was read from (`source`, e.g. `postgres`). No sequence numbers and no
+    /// origin: a page read by sequence sets those on it.
+    pub fn by_time(
+        mesh_id: &str,
+        entries: Vec<LedgerEntry>,
+        after_id: Option<String>,
+        next_after_id: Option<String>,
+        limit: u32,
+        has_more: bool,
+        source: &str,
+    ) -> LedgerSlice {
+        LedgerSlice {
+            archived: 0,
+            seqs: Vec::new(),
+            protocol: SLICE_PROTOCOL.to_owned(),
+            mesh_id: mesh_id.to_owned(),
+            entries,
+            cursor: SliceCursor {
+                after_id,
+                next_after_id,
+                limit,
+                has_more,
+                after_seq: None,
+                next_after_seq: None,
+                head_seq: None,
+            },
+            source_of_truth: SliceSource {
+                kind: source.to_owned(),
+                table: "mesh_event_ledger".to_owned(),
+                bounded: true,
+                max_limit: SLICE_MAX_LIMIT,
+            },
+            origin: None,
+        }
+    }
+}
+
 fn is_zero(n: &u32) -> bool {
     *n == 0
 }

@@ -144,6 +144,22 @@ pub enum Requeued {
 }
 
 impl Requeued {
+    /// A requeue's answer from the task it left: failed when the retry budget
+    /// was spent, pending again otherwise.
+    pub fn from_task(task: Task) -> Requeued {
+        match task.status {
+            TaskStatus::Failed => Requeued::RetriesExhausted(task),
+            _ => Requeued::Pending(task),
+        }
+    }
+
+    /// The task as it is now, owned.
+    pub fn into_task(self) -> Task {
+        match self {
+            Requeued::Pending(t) | Requeued::RetriesExhausted(t) => t,
+        }
+    }
+
     /// The task as it is now.
     pub fn task(&self) -> &Task {
         match self {

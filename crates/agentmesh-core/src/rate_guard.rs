@@ -67,6 +67,13 @@ pub fn caller_role(field: &str, role: &str) -> Result<String, crate::InvalidInpu
     }
 }
 
+/// Checks a tool call the guard is to record: the tool is named, and a caller
+/// role given is one of [`CALLER_ROLES`]. Returns the role trimmed.
+pub fn check_call(tool: &str, caller_role: Option<&str>) -> Result<Option<String>, crate::InvalidInput> {
+    crate::InvalidInput::non_blank("tool", tool)?;
+    caller_role.map(|role| self::caller_role("callerRole", role)).transpose()
+}
+
 /// What the guard says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateVerdict {
@@ -81,6 +88,14 @@ pub struct RateVerdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_names_its_tool_and_a_known_role() {
+        assert_eq!(check_call("mesh_status", None), Ok(None));
+        assert_eq!(check_call("mesh_status", Some(" worker ")), Ok(Some("worker".to_owned())));
+        assert_eq!(check_call("  ", None).unwrap_err().field, "tool");
+        assert_eq!(check_call("mesh_status", Some("boss")).unwrap_err().field, "callerRole");
+    }
 
     #[test]
     fn the_sixth_call_in_the_window_trips_the_guard() {

@@ -702,7 +702,7 @@ pub(crate) async fn render(State(state): State<AppState>) -> Result<Response, Ap
     let read = state
         .with_mesh(move |api| {
             let store = api.store();
-            let durability = store.durability();
+            let durability = store.profile().durability;
             let mut depth = Vec::with_capacity(meshes.len());
             for mesh in meshes {
                 let counts = store.stats_by_status(&mesh)?;

@@ -49,8 +49,8 @@ use std::time::{Duration, Instant};
 
 use agentmesh_core::retention::RetentionPolicy;
 use agentmesh_core::{RateGuard, TaskStatus, Timestamp};
-use agentmesh_store::StoreError;
 use agentmesh_store::retry::retrying;
+use agentmesh_store::{DispatchChange, StoreError};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -255,8 +255,10 @@ impl Job {
                 let stale_cutoff = before(now, config.stale_dispatch_after);
                 let mut stale = 0;
                 for mesh_id in retrying(|| store.meshes_with_deliveries_or_dispatches()).map_err(store_err)? {
-                    stale += retrying(|| store.mark_stale_direct_dispatches(&mesh_id, stale_cutoff, now))
-                        .map_err(store_err)?;
+                    stale += retrying(|| {
+                        store.change_direct_dispatches(&mesh_id, DispatchChange::MarkStale(stale_cutoff), now)
+                    })
+                    .map_err(store_err)?;
                 }
                 let finished_cutoff = before(now, config.finished_dispatch_kept_for);
                 let deleted = retrying(|| store.cleanup_terminal_direct_dispatches(finished_cutoff))

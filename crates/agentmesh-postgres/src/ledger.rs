@@ -23,7 +23,7 @@
 
 use std::sync::LazyLock;
 
-use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
+use agentmesh_core::ledger::{LedgerSlice, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
 use agentmesh_store::{StoreError, StoreResult};
 use postgres::Row;
@@ -421,7 +421,8 @@ pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<(Ledg
             let next_after_seq = if full { last_read } else { head };
             let seqs = rows.iter().map(|(_, seq)| unsigned(*seq)).collect();
             let entries = rows.into_iter().map(|(e, _)| e).collect();
-            let mut page = page(mesh_id, entries, None, next_after_id, limit, full);
+            let mut page =
+                LedgerSlice::by_time(mesh_id, entries, None, next_after_id, limit, full, "postgres");
             page.seqs = seqs;
             page.cursor.after_seq = Some(after);
             page.cursor.next_after_seq = Some(next_after_seq);
@@ -431,44 +432,11 @@ pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<(Ledg
         None => {
             let next = next_after_id.or_else(|| after_id.clone());
             let entries = rows.into_iter().map(|(e, _)| e).collect();
-            page(mesh_id, entries, after_id, next, limit, full)
+            LedgerSlice::by_time(mesh_id, entries, after_id, next, limit, full, "postgres")
         }
     };
     page.origin = origin;
     Ok((page, held_back))
-}
-
-fn page(
-    mesh_id: &str,
-    entries: Vec<LedgerEntry>,
-    after_id: Option<String>,
-    next_after_id: Option<String>,
-    limit: u32,
-    has_more: bool,
-) -> LedgerSlice {
-    LedgerSlice {
-        archived: 0,
-        seqs: Vec::new(),
-        protocol: SLICE_PROTOCOL.to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        entries,
-        cursor: SliceCursor {
-            after_id,
-            next_after_id,
-            limit,
-            has_more,
-            after_seq: None,
-            next_after_seq: None,
-            head_seq: None,
-        },
-        source_of_truth: SliceSource {
-            kind: "postgres".to_owned(),
-            table: "mesh_event_ledger".to_owned(),
-            bounded: true,
-            max_limit: SLICE_MAX_LIMIT,
-        },
-        origin: None,
-    }
 }
 
 impl agentmesh_store::LedgerStore for PgStore {

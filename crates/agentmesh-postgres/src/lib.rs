@@ -323,12 +323,11 @@ impl Store for PgStore {
         PgStore::probe_write(self)
     }
 
-    fn id_scope(&self) -> agentmesh_store::IdScope {
-        agentmesh_store::IdScope::Mesh
-    }
-
-    fn durability(&self) -> Durability {
-        PgStore::durability(self)
+    fn profile(&self) -> agentmesh_store::StoreProfile {
+        agentmesh_store::StoreProfile {
+            durability: PgStore::durability(self),
+            id_scope: agentmesh_store::IdScope::Mesh,
+        }
     }
 }
 
@@ -423,40 +422,10 @@ fn link_failed(err: &postgres::Error) -> bool {
     }
 }
 
-/// The crate's internal error: a [`StoreError`] that `?` can build from
-/// PostgreSQL and core errors alike. Public methods unwrap it.
-#[derive(Debug)]
-pub(crate) struct Fail(pub(crate) StoreError);
-
-/// Result of internal operations.
-pub(crate) type Res<T> = Result<T, Fail>;
+agentmesh_store::backend_fail!();
 
 impl From<postgres::Error> for Fail {
     fn from(err: postgres::Error) -> Fail {
         Fail(classify(err))
-    }
-}
-
-impl From<StoreError> for Fail {
-    fn from(err: StoreError) -> Fail {
-        Fail(err)
-    }
-}
-
-impl From<agentmesh_core::InvalidInput> for Fail {
-    fn from(err: agentmesh_core::InvalidInput) -> Fail {
-        Fail(StoreError::InvalidInput(err))
-    }
-}
-
-impl From<agentmesh_core::InvalidTransition> for Fail {
-    fn from(err: agentmesh_core::InvalidTransition) -> Fail {
-        Fail(StoreError::InvalidTransition(err))
-    }
-}
-
-impl From<serde_json::Error> for Fail {
-    fn from(err: serde_json::Error) -> Fail {
-        Fail(StoreError::Corrupt { what: String::from("JSON value"), problem: err.to_string() })
     }
 }

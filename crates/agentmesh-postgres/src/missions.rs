@@ -2,10 +2,10 @@
 //! stored: it is counted from the tasks carrying the mission id, through
 //! `idx_mesh_queue_mission`.
 
-use agentmesh_core::effects::mission::{MissionRefusal, mission_id, upsert_mission};
+use agentmesh_core::effects::mission::{mission_id, upsert_mission};
 use agentmesh_core::{Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::{StoreError, StoreResult, UpsertedMission};
+use agentmesh_store::{MissionQuery, StoreError, StoreResult, UpsertedMission};
 use postgres::Row;
 
 use crate::db::{Db, unsigned};
@@ -38,12 +38,8 @@ pub(crate) fn get(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<Mission>> 
 /// mesh lock, so of concurrent upserts of a new id exactly one creates it.
 pub(crate) fn upsert(db: &Db<'_>, mesh_id: &str, m: &NewMission, now: Timestamp) -> Res<UpsertedMission> {
     let existing = get(db, mesh_id, mission_id(m))?;
-    let decision = upsert_mission(mesh_id, m, existing.as_ref(), now, || mint_at(now)).map_err(
-        |refusal| match refusal {
-            MissionRefusal::Invalid(err) => Fail(StoreError::InvalidInput(err)),
-            MissionRefusal::InOtherMesh { id } => Fail(StoreError::IdInOtherMesh { kind: "mission", id }),
-        },
-    )?;
+    let decision =
+        upsert_mission(mesh_id, m, existing.as_ref(), now, || mint_at(now)).map_err(StoreError::from)?;
     let mission = decision.mission;
     db.execute(
         "INSERT INTO mesh_missions (mesh_id, id, title, goal, status, created_at, updated_at, source)
@@ -130,12 +126,11 @@ impl agentmesh_store::MissionStore for PgStore {
         self.write(mesh_id, |db| upsert(db, mesh_id, mission, now))
     }
 
-    fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>> {
-        self.read(|db| get(db, mesh_id, id))
-    }
-
-    fn missions(&self, mesh_id: &str, statuses: &[String]) -> StoreResult<Vec<Mission>> {
-        self.read(|db| list(db, mesh_id, statuses))
+    fn missions(&self, mesh_id: &str, query: MissionQuery<'_>) -> StoreResult<Vec<Mission>> {
+        self.read(|db| match query {
+            MissionQuery::Id(id) => Ok(get(db, mesh_id, id)?.into_iter().collect()),
+            MissionQuery::Statuses(statuses) => list(db, mesh_id, statuses),
+        })
     }
 
     fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress> {

@@ -6,7 +6,7 @@
 
 use agentmesh_core::{LedgerEntry, Reservation, Timestamp};
 use agentmesh_store::reservation_writes::{self, ReservationRows, ancestors, prefixes};
-use agentmesh_store::{Fence, Reserved, StoreResult};
+use agentmesh_store::{Fence, ReservationCommand, ReservationQuery, Reserved, StoreResult};
 
 use crate::db::Db;
 use crate::{Fail, Lock, PgStore, Res, ledger};
@@ -143,59 +143,40 @@ impl agentmesh_store::ReservationStore for PgStore {
         })
     }
 
-    fn renew_reservation(
+    fn reservation_command(
         &self,
         mesh_id: &str,
         id: &str,
         fence: &Fence,
-        ttl_ms: Option<u64>,
+        command: ReservationCommand,
         now: Timestamp,
     ) -> StoreResult<Reservation> {
         self.write_with(mesh_id, &[Lock::Reservations], |db| {
-            reservation_writes::renew(&Rows(db), mesh_id, id, fence, ttl_ms, now)
-        })
-    }
-
-    fn release_reservation(
-        &self,
-        mesh_id: &str,
-        id: &str,
-        fence: &Fence,
-        now: Timestamp,
-    ) -> StoreResult<Reservation> {
-        self.write_with(mesh_id, &[Lock::Reservations], |db| {
-            reservation_writes::release(&Rows(db), mesh_id, id, fence, now)
+            reservation_writes::command(&Rows(db), mesh_id, id, fence, command, now)
         })
     }
 
     fn reservations(
         &self,
         mesh_id: &str,
-        scope: Option<&str>,
+        query: ReservationQuery<'_>,
         now: Timestamp,
     ) -> StoreResult<Vec<Reservation>> {
-        self.read(|db| {
-            let rows = db.query(
-                "SELECT payload FROM mesh_path_reservations
-                  WHERE mesh_id = $1 AND ($2::text IS NULL OR scope = $2)
-                    AND (expires_ms IS NULL OR expires_ms > $3)
-                  ORDER BY created_at, id",
-                &[&mesh_id, &scope, &now.millis()],
-            )?;
-            rows.iter().map(|r| decode(r.get(0))).collect()
-        })
-    }
-
-    fn reservations_near(
-        &self,
-        mesh_id: &str,
-        scope: &str,
-        patterns: &[agentmesh_core::PathPattern],
-        now: Timestamp,
-    ) -> StoreResult<Vec<Reservation>> {
-        self.read(|db| {
-            let near = Rows(db).near(mesh_id, scope, &prefixes(patterns))?;
-            Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+        self.read(|db| match query {
+            ReservationQuery::All(scope) => {
+                let rows = db.query(
+                    "SELECT payload FROM mesh_path_reservations
+                      WHERE mesh_id = $1 AND ($2::text IS NULL OR scope = $2)
+                        AND (expires_ms IS NULL OR expires_ms > $3)
+                      ORDER BY created_at, id",
+                    &[&mesh_id, &scope, &now.millis()],
+                )?;
+                rows.iter().map(|r| decode(r.get(0))).collect()
+            }
+            ReservationQuery::Near { scope, patterns } => {
+                let near = Rows(db).near(mesh_id, scope, &prefixes(patterns))?;
+                Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+            }
         })
     }
 

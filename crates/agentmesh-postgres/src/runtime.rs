@@ -12,7 +12,10 @@ use agentmesh_core::{
     InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
     SessionDelivery, Timestamp,
 };
-use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, StoreResult, ToolCall};
+use agentmesh_store::{
+    DeliveryQuery, DeliveryUpdate, DispatchChange, HoldWrite, IdleWrite, RecordedToolCall, StoreError,
+    StoreResult, ToolCall,
+};
 use postgres::Row;
 
 use crate::db::{Db, corrupt, unsigned};
@@ -207,6 +210,22 @@ pub(crate) fn load_delivery(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<
     .as_ref()
     .map(delivery_from_row)
     .transpose()
+}
+
+/// The deliveries of a task that reached its session, oldest first.
+pub(crate) fn confirmed_deliveries(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Vec<SessionDelivery>> {
+    db.query(
+        "SELECT id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message,
+                status, deliver_after, expires_at, attempt_count, source_coordinator_session_id,
+                source_coordinator_daemon_id, last_error, created_at, updated_at
+           FROM mesh_session_delivery
+          WHERE mesh_id = $1 AND task_id = $2 AND status IN ('delivered', 'acked', 'completed')
+          ORDER BY created_at, row_id",
+        &[&mesh_id, &task_id.trim()],
+    )?
+    .iter()
+    .map(delivery_from_row)
+    .collect()
 }
 
 /// Stores a delivery; one with the same id in the mesh is replaced, and the
@@ -612,42 +631,32 @@ impl agentmesh_store::RuntimeStore for PgStore {
         self.write(mesh_id, |db| record_dispatch(db, mesh_id, dispatch, now))
     }
 
-    fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>> {
-        self.read(|db| active_dispatches(db, mesh_id))
+    fn direct_dispatches(&self, mesh_id: &str, task_id: Option<&str>) -> StoreResult<Vec<DirectDispatch>> {
+        self.read(|db| match task_id {
+            Some(task_id) => Ok(dispatch(db, mesh_id, task_id)?.into_iter().collect()),
+            None => active_dispatches(db, mesh_id),
+        })
     }
 
-    fn set_direct_dispatch_status(
+    fn change_direct_dispatches(
         &self,
         mesh_id: &str,
-        session_id: Option<&str>,
-        task_id: Option<&str>,
-        status: DispatchStatus,
+        change: DispatchChange<'_>,
         now: Timestamp,
     ) -> StoreResult<u64> {
-        self.write(mesh_id, |db| set_dispatch_status(db, mesh_id, session_id, task_id, status, now))
-    }
-
-    fn mark_stale_direct_dispatches(
-        &self,
-        mesh_id: &str,
-        cutoff: Timestamp,
-        now: Timestamp,
-    ) -> StoreResult<u64> {
-        self.write(mesh_id, |db| mark_stale_dispatches(db, mesh_id, cutoff, now))
+        self.write(mesh_id, |db| match change {
+            DispatchChange::Status { session_id, task_id, status } => {
+                set_dispatch_status(db, mesh_id, session_id, task_id, status, now)
+            }
+            DispatchChange::MarkStale(cutoff) => mark_stale_dispatches(db, mesh_id, cutoff, now),
+            DispatchChange::Delete(task_ids) => delete_dispatches_by_task(db, mesh_id, task_ids),
+        })
     }
 
     fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64> {
         // Each row is deleted only if it still qualifies when its row lock is
         // taken, so a dispatch recorded again meanwhile stays.
         self.write_unlocked(|db| cleanup_terminal_dispatches(db, cutoff))
-    }
-
-    fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>> {
-        self.read(|db| dispatch(db, mesh_id, task_id))
-    }
-
-    fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64> {
-        self.write(mesh_id, |db| delete_dispatches_by_task(db, mesh_id, task_ids))
     }
 
     fn insert_session_delivery(
@@ -670,29 +679,16 @@ impl agentmesh_store::RuntimeStore for PgStore {
         self.write(mesh_id, |db| set_delivery_status(db, mesh_id, id, status, update, now))
     }
 
-    fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>> {
-        self.read(|db| load_delivery(db, mesh_id, id.trim()))
-    }
-
-    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        self.read(|db| {
-            let row = db.query_one(
-                "SELECT EXISTS (SELECT 1 FROM mesh_session_delivery
-                                 WHERE mesh_id = $1 AND task_id = $2
-                                   AND status IN ('delivered', 'acked', 'completed'))",
-                &[&mesh_id, &task_id.trim()],
-            )?;
-            Ok(row.try_get(0)?)
-        })
-    }
-
-    fn active_session_deliveries(
+    fn session_deliveries(
         &self,
         mesh_id: &str,
-        session_id: Option<&str>,
-        now: Timestamp,
+        query: DeliveryQuery<'_>,
     ) -> StoreResult<Vec<SessionDelivery>> {
-        self.read(|db| active_deliveries(db, mesh_id, session_id, now))
+        self.read(|db| match query {
+            DeliveryQuery::Id(id) => Ok(load_delivery(db, mesh_id, id.trim())?.into_iter().collect()),
+            DeliveryQuery::Confirmed(task_id) => confirmed_deliveries(db, mesh_id, task_id),
+            DeliveryQuery::Waiting { session_id, now } => active_deliveries(db, mesh_id, session_id, now),
+        })
     }
 
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64> {
@@ -703,39 +699,44 @@ impl agentmesh_store::RuntimeStore for PgStore {
         self.read(meshes_with_deliveries_or_dispatches)
     }
 
-    fn upsert_inflight_hold(
+    fn write_inflight_hold(
         &self,
         mesh_id: &str,
-        hold: &NewInflightHold,
+        write: HoldWrite<'_>,
         now: Timestamp,
-    ) -> StoreResult<InflightHold> {
-        // One statement decides: an upsert racing another of the same task
-        // updates the row the first inserted.
-        self.write_unlocked(|db| upsert_inflight_hold(db, mesh_id, hold, now))
+    ) -> StoreResult<Option<InflightHold>> {
+        self.write_unlocked(|db| match write {
+            // One statement decides: an upsert racing another of the same task
+            // updates the row the first inserted.
+            HoldWrite::Hold(hold) => upsert_inflight_hold(db, mesh_id, hold, now).map(Some),
+            // A release racing another answers the hold only to the one whose
+            // delete removed it.
+            HoldWrite::Release(task_id) => {
+                let held = inflight_hold(db, mesh_id, task_id)?;
+                let released = held.is_some() && delete_inflight_hold(db, mesh_id, task_id)?;
+                Ok(held.filter(|_| released))
+            }
+        })
     }
 
-    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>> {
-        self.read(|db| inflight_hold(db, mesh_id, task_id))
+    fn inflight_holds(&self, mesh_id: &str, task_id: Option<&str>) -> StoreResult<Vec<InflightHold>> {
+        self.read(|db| match task_id {
+            Some(task_id) => Ok(inflight_hold(db, mesh_id, task_id)?.into_iter().collect()),
+            None => inflight_holds(db, mesh_id),
+        })
     }
 
-    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>> {
-        self.read(|db| inflight_holds(db, mesh_id))
-    }
-
-    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        self.write_unlocked(|db| delete_inflight_hold(db, mesh_id, task_id))
-    }
-
-    fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {
-        self.write_unlocked(|db| set_idle(db, session))
+    fn write_idle_session(&self, write: IdleWrite<'_>) -> StoreResult<bool> {
+        self.write_unlocked(|db| match write {
+            IdleWrite::Report(session) => set_idle(db, session).map(|()| true),
+            IdleWrite::Forget { mesh_id, node_id, session_id } => {
+                delete_idle(db, mesh_id, node_id, session_id)
+            }
+        })
     }
 
     fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>> {
         self.read(|db| idle_sessions(db, mesh_id, now))
-    }
-
-    fn delete_idle_session(&self, mesh_id: &str, node_id: &str, session_id: &str) -> StoreResult<bool> {
-        self.write_unlocked(|db| delete_idle(db, mesh_id, node_id, session_id))
     }
 
     fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64> {
@@ -773,13 +774,7 @@ impl agentmesh_store::RuntimeStore for PgStore {
         guard: RateGuard,
         now: Timestamp,
     ) -> StoreResult<RateVerdict> {
-        agentmesh_core::InvalidInput::non_blank("tool", &call.tool)?;
-        let role = call
-            .caller_role
-            .as_deref()
-            .map(|r| agentmesh_core::rate_guard::caller_role("callerRole", r))
-            .transpose()
-            .map_err(StoreError::InvalidInput)?;
+        let role = agentmesh_core::rate_guard::check_call(&call.tool, call.caller_role.as_deref())?;
         if self.tool_call_sweep_due() {
             // Its own transaction, before the call: it deletes rows of every mesh
             // older than any window counts, and holds no mesh lock meanwhile.

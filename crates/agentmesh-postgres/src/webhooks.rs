@@ -98,10 +98,6 @@ impl agentmesh_store::WebhookStore for PgStore {
         })
     }
 
-    fn remove_webhook(&self, mesh_id: &str, id: &str, now: Timestamp) -> StoreResult<Webhook> {
-        self.write_with(mesh_id, &[], |db| webhook_writes::remove(&Rows(db), mesh_id, id, now))
-    }
-
     fn webhook_command(
         &self,
         mesh_id: &str,

@@ -338,7 +338,7 @@ mod tests {
 
     fn requeue(store: &SqliteStore, id: &str, secs: i64) {
         let opts = RequeueOptions { force: true, ..RequeueOptions::default() };
-        store.requeue_task(MESH, id, &opts, at(secs)).unwrap();
+        store.task_command(MESH, id, agentmesh_store::TaskCommand::Requeue(&opts), at(secs)).unwrap();
     }
 
     /// The database file and its WAL as they are on disk now: what a power
@@ -378,7 +378,7 @@ mod tests {
         assert_eq!(full.durability(), Durability::Full);
         let relaxed = open(&dir.path().join("relaxed.db"), Durability::ProcessCrashOnly);
         assert_eq!(relaxed.pragma("synchronous").unwrap(), "1", "NORMAL");
-        assert_eq!(Store::durability(&relaxed), Durability::ProcessCrashOnly);
+        assert_eq!(Store::profile(&relaxed).durability, Durability::ProcessCrashOnly);
     }
 
     #[test]

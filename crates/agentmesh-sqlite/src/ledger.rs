@@ -17,7 +17,7 @@
 //! seeking straight to the cursor, so a page costs the same at the start and at
 //! the end of a million-entry ledger.
 
-use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource, kinds};
+use agentmesh_core::ledger::{LedgerSlice, kinds};
 use agentmesh_core::{LedgerEntry, LedgerQuery, SliceQuery};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
@@ -262,14 +262,17 @@ fn slice_by_sequence(
     };
     let next_after_id = rows.last().map(|(e, _)| e.id.clone());
     let seqs = rows.iter().filter_map(|(_, seq)| *seq).collect();
-    let mut page =
-        page(mesh_id, rows.into_iter().map(|(e, _)| e).collect(), None, next_after_id, limit, has_more);
+    let entries = rows.into_iter().map(|(e, _)| e).collect();
+    let mut page = LedgerSlice::by_time(mesh_id, entries, None, next_after_id, limit, has_more, SOURCE);
     page.seqs = seqs;
     page.cursor.after_seq = Some(after_seq);
     page.cursor.next_after_seq = Some(next_after_seq);
     page.cursor.head_seq = Some(head);
     Ok(page)
 }
+
+/// The store a slice names as its source of truth.
+const SOURCE: &str = "local_sqlite";
 
 /// A page in the original's (timestamp, id) order. The cursor entry's timestamp
 /// is looked up by primary key, then the page is a range scan of the slice index
@@ -284,7 +287,15 @@ fn slice_by_time(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res<Le
             let ts = stmt.query_row(params![id, mesh_id], |r| r.get(0)).optional()?;
             if ts.is_none() {
                 // An unknown cursor gives an empty page, as the original's SQLite slice does.
-                return Ok(page(mesh_id, Vec::new(), after_id.clone(), after_id, limit, false));
+                return Ok(LedgerSlice::by_time(
+                    mesh_id,
+                    Vec::new(),
+                    after_id.clone(),
+                    after_id,
+                    limit,
+                    false,
+                    SOURCE,
+                ));
             }
             ts
         }
@@ -303,40 +314,7 @@ fn slice_by_time(conn: &Connection, mesh_id: &str, query: &SliceQuery) -> Res<Le
     let (rows, has_more) = read_page(conn, &sql, &args, limit)?;
     let entries: Vec<LedgerEntry> = rows.into_iter().map(|(e, _)| e).collect();
     let next = entries.last().map(|e| e.id.clone()).or_else(|| after_id.clone());
-    Ok(page(mesh_id, entries, after_id, next, limit, has_more))
-}
-
-fn page(
-    mesh_id: &str,
-    entries: Vec<LedgerEntry>,
-    after_id: Option<String>,
-    next_after_id: Option<String>,
-    limit: u32,
-    has_more: bool,
-) -> LedgerSlice {
-    LedgerSlice {
-        archived: 0,
-        seqs: Vec::new(),
-        protocol: SLICE_PROTOCOL.to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        entries,
-        cursor: SliceCursor {
-            after_id,
-            next_after_id,
-            limit,
-            has_more,
-            after_seq: None,
-            next_after_seq: None,
-            head_seq: None,
-        },
-        source_of_truth: SliceSource {
-            kind: "local_sqlite".to_owned(),
-            table: "mesh_event_ledger".to_owned(),
-            bounded: true,
-            max_limit: SLICE_MAX_LIMIT,
-        },
-        origin: None,
-    }
+    Ok(LedgerSlice::by_time(mesh_id, entries, after_id, next, limit, has_more, SOURCE))
 }
 
 #[cfg(test)]

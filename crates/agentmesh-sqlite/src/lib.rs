@@ -585,42 +585,11 @@ fn is_io_failure(err: &StoreError) -> bool {
     false
 }
 
-/// The crate's internal error: a [`StoreError`] that `?` can build from SQLite and
-/// core errors alike (the orphan rule forbids `From<rusqlite::Error>` for
-/// `StoreError` here). Public methods unwrap it.
-#[derive(Debug)]
-pub(crate) struct Fail(pub(crate) StoreError);
-
-/// Result of internal operations.
-pub(crate) type Res<T> = Result<T, Fail>;
+agentmesh_store::backend_fail!();
 
 impl From<rusqlite::Error> for Fail {
     fn from(err: rusqlite::Error) -> Fail {
         Fail(classify(err))
-    }
-}
-
-impl From<StoreError> for Fail {
-    fn from(err: StoreError) -> Fail {
-        Fail(err)
-    }
-}
-
-impl From<agentmesh_core::InvalidInput> for Fail {
-    fn from(err: agentmesh_core::InvalidInput) -> Fail {
-        Fail(StoreError::InvalidInput(err))
-    }
-}
-
-impl From<agentmesh_core::InvalidTransition> for Fail {
-    fn from(err: agentmesh_core::InvalidTransition) -> Fail {
-        Fail(StoreError::InvalidTransition(err))
-    }
-}
-
-impl From<serde_json::Error> for Fail {
-    fn from(err: serde_json::Error) -> Fail {
-        Fail(StoreError::Corrupt { what: String::from("JSON value"), problem: err.to_string() })
     }
 }
 

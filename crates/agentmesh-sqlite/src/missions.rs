@@ -1,7 +1,7 @@
 //! Missions (`mesh_missions`). Progress is never stored: it is counted from the
 //! tasks carrying the mission id, through `idx_mesh_queue_mission`.
 
-use agentmesh_core::effects::mission::{MissionRefusal, mission_id, upsert_mission};
+use agentmesh_core::effects::mission::{mission_id, upsert_mission};
 use agentmesh_core::{Mission, MissionProgress, NewMission, TaskStatus, Timestamp};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{StoreError, UpsertedMission};
@@ -38,12 +38,8 @@ pub(crate) fn upsert(
     now: Timestamp,
 ) -> Res<UpsertedMission> {
     let existing = by_id(conn, mission_id(m))?;
-    let decision = upsert_mission(mesh_id, m, existing.as_ref(), now, || mint_at(now)).map_err(
-        |refusal| match refusal {
-            MissionRefusal::Invalid(err) => Fail(StoreError::InvalidInput(err)),
-            MissionRefusal::InOtherMesh { id } => Fail(StoreError::IdInOtherMesh { kind: "mission", id }),
-        },
-    )?;
+    let decision =
+        upsert_mission(mesh_id, m, existing.as_ref(), now, || mint_at(now)).map_err(StoreError::from)?;
     let mission = decision.mission;
     conn.prepare_cached(&format!(
         "INSERT INTO mesh_missions ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)

@@ -303,12 +303,18 @@ pub(crate) fn active_deliveries(
     Ok(stmt.query_map(params_from_iter(args.iter()), delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
 }
 
-pub(crate) fn task_has_confirmed_delivery(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<bool> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM mesh_session_delivery
-                         WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed'))",
-    )?;
-    Ok(stmt.query_row(params![mesh_id, task_id.trim()], |r| r.get(0))?)
+/// The deliveries of a task that reached its session, oldest first.
+pub(crate) fn confirmed_deliveries(
+    conn: &Connection,
+    mesh_id: &str,
+    task_id: &str,
+) -> Res<Vec<SessionDelivery>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {DELIVERY_COLUMNS} FROM mesh_session_delivery
+          WHERE mesh_id = ?1 AND task_id = ?2 AND status IN ('delivered', 'acked', 'completed')
+          ORDER BY created_at, rowid"
+    ))?;
+    Ok(stmt.query_map(params![mesh_id, task_id.trim()], delivery_from_row)?.collect::<Result<Vec<_>, _>>()?)
 }
 
 pub(crate) fn expire_deliveries(conn: &Connection, mesh_id: &str, now: Timestamp) -> Res<u64> {
@@ -521,12 +527,7 @@ pub(crate) fn record_tool_call(
     sweep: bool,
     now: Timestamp,
 ) -> Res<RateVerdict> {
-    agentmesh_core::InvalidInput::non_blank("tool", &call.tool)?;
-    let role = call
-        .caller_role
-        .as_deref()
-        .map(|r| agentmesh_core::rate_guard::caller_role("callerRole", r))
-        .transpose()?;
+    let role = agentmesh_core::rate_guard::check_call(&call.tool, call.caller_role.as_deref())?;
     conn.prepare_cached(
         "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at, caller_role)
          VALUES (?1, ?2, ?3, ?4, ?5)",

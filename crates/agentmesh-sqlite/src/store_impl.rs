@@ -4,22 +4,23 @@
 use agentmesh_store::ids::mint_at;
 use std::sync::Arc;
 
-use agentmesh_core::TaskPriority;
-
 use agentmesh_core::{
-    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, DispatchStatus,
-    IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress,
-    NewDirectDispatch, NewDispatchedTask, NewInflightHold, NewMission, NewSessionDelivery, NewTask,
-    RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
-    Timestamp,
+    Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch, IdleSession,
+    InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission, MissionProgress, NewDirectDispatch,
+    NewDispatchedTask, NewMission, NewSessionDelivery, NewTask, RateGuard, RateVerdict, SessionDelivery,
+    SliceQuery, Task, TaskStatus, Timestamp,
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedDispatch, RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, ToolCall,
+    RecordedDispatch, RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, TaskCommand,
+    TaskWrite, TaskWritten, ToolCall, task_writes,
 };
 
 use agentmesh_store::prelude::*;
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent, QueueOutcome, UpsertedMission};
+use agentmesh_store::{
+    DeliveryQuery, DispatchChange, DrainOutcome, DrainRequest, EventSettle, HoldWrite, IdleWrite, InboxEvent,
+    MissionQuery, QueueOutcome, UpsertedMission,
+};
 
 use crate::durability::Ceilings;
 use crate::tasks::Rows;
@@ -35,12 +36,11 @@ impl Store for SqliteStore {
         SqliteStore::probe_write(self)
     }
 
-    fn id_scope(&self) -> agentmesh_store::IdScope {
-        agentmesh_store::IdScope::Database
-    }
-
-    fn durability(&self) -> agentmesh_store::Durability {
-        SqliteStore::durability(self)
+    fn profile(&self) -> agentmesh_store::StoreProfile {
+        agentmesh_store::StoreProfile {
+            durability: SqliteStore::durability(self),
+            id_scope: agentmesh_store::IdScope::Database,
+        }
     }
 }
 
@@ -67,12 +67,8 @@ impl QueueStore for SqliteStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    tasks::enqueue(tx, mesh_id, n, &mint_at(now), now).map_err(|Fail(err)| match err {
-                        StoreError::InvalidInput(e) => {
-                            Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
-                        }
-                        other => Fail(other),
-                    })
+                    tasks::enqueue(tx, mesh_id, n, &mint_at(now), now)
+                        .map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
                 })
                 .collect()
         })
@@ -87,11 +83,6 @@ impl QueueStore for SqliteStore {
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
         self.ensure_legacy_queue(mesh_id);
         self.read(|c| tasks::find(c, mesh_id, task_id))
-    }
-
-    fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64> {
-        self.ensure_legacy_queue(mesh_id);
-        self.read(|c| tasks::node_assignment_count(c, mesh_id, node_id))
     }
 
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>> {
@@ -152,85 +143,42 @@ impl QueueStore for SqliteStore {
         self.write_queued(move |tx| tasks::heartbeat(&Rows(tx), &mesh_id, &beat, now))?
     }
 
-    fn submit_claim(
+    fn submit_task_write(
         self: Arc<Self>,
         mesh_id: String,
-        claimant: Claimant,
-        opts: ClaimOptions,
+        write: TaskWrite,
         now: Timestamp,
-    ) -> Submitted<ClaimOutcome> {
+    ) -> Submitted<TaskWritten> {
         let ceilings = Arc::clone(&self.ceilings);
-        self.submit_queued(mesh_id, move |tx, mesh| tasks::claim(tx, &ceilings, mesh, &claimant, &opts, now))
+        let submitted = self.submit_queued(mesh_id, move |tx, mesh| {
+            Ok(match write {
+                TaskWrite::Claim { claimant, opts } => {
+                    Ok(TaskWritten::Claimed(tasks::claim(tx, &ceilings, mesh, &claimant, &opts, now)?))
+                }
+                TaskWrite::Complete(report) => {
+                    tasks::complete(&Rows(tx), mesh, &report, now)?.map(TaskWritten::Task)
+                }
+                TaskWrite::Heartbeat(beat) => {
+                    tasks::heartbeat(&Rows(tx), mesh, &beat, now)?.map(TaskWritten::Task)
+                }
+                TaskWrite::CompleteAndClaim { report, claimant, opts } => {
+                    complete_then_claim(tx, &ceilings, mesh, &report, &claimant, &opts, now)?
+                        .map(|(task, next)| TaskWritten::CompletedAndClaimed(task, next))
+                }
+            })
+        });
+        refusal_as_error(submitted)
     }
 
-    fn submit_completion(
-        self: Arc<Self>,
-        mesh_id: String,
-        report: CompletionReport,
-        now: Timestamp,
-    ) -> Submitted<Task> {
-        refusal_as_error(
-            self.submit_queued(mesh_id, move |tx, mesh| tasks::complete(&Rows(tx), mesh, &report, now)),
-        )
-    }
-
-    fn submit_complete_and_claim(
-        self: Arc<Self>,
-        mesh_id: String,
-        report: CompletionReport,
-        claimant: Claimant,
-        opts: ClaimOptions,
-        now: Timestamp,
-    ) -> Submitted<(Task, ClaimOutcome)> {
-        let ceilings = Arc::clone(&self.ceilings);
-        refusal_as_error(self.submit_queued(mesh_id, move |tx, mesh| {
-            complete_then_claim(tx, &ceilings, mesh, &report, &claimant, &opts, now)
-        }))
-    }
-
-    fn submit_heartbeat(
-        self: Arc<Self>,
-        mesh_id: String,
-        beat: Heartbeat,
-        now: Timestamp,
-    ) -> Submitted<Task> {
-        refusal_as_error(
-            self.submit_queued(mesh_id, move |tx, mesh| tasks::heartbeat(&Rows(tx), mesh, &beat, now)),
-        )
-    }
-
-    fn cancel_task(
+    fn task_command(
         &self,
         mesh_id: &str,
         task_id: &str,
-        reason: Option<&str>,
+        command: TaskCommand<'_>,
         now: Timestamp,
     ) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::cancel(&Rows(tx), mesh_id, task_id, reason, now))
-    }
-
-    fn set_task_priority(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        priority: TaskPriority,
-        reason: Option<&str>,
-        now: Timestamp,
-    ) -> StoreResult<Task> {
-        self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::set_priority(&Rows(tx), mesh_id, task_id, priority, reason, now))
-    }
-
-    fn requeue_task(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        opts: &RequeueOptions,
-        now: Timestamp,
-    ) -> StoreResult<Requeued> {
-        self.ensure_legacy_queue(mesh_id);
-        self.write(|tx| tasks::requeue(&Rows(tx), mesh_id, task_id, opts, now))
+        self.write(|tx| task_writes::command(&Rows(tx), mesh_id, task_id, command, now))
     }
 
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
@@ -283,40 +231,30 @@ impl RuntimeStore for SqliteStore {
         self.write(|tx| runtime::record_dispatch(tx, mesh_id, dispatch, now))
     }
 
-    fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>> {
-        self.read(|c| runtime::active_dispatches(c, mesh_id))
+    fn direct_dispatches(&self, mesh_id: &str, task_id: Option<&str>) -> StoreResult<Vec<DirectDispatch>> {
+        self.read(|c| match task_id {
+            Some(task_id) => Ok(runtime::dispatch(c, mesh_id, task_id)?.into_iter().collect()),
+            None => runtime::active_dispatches(c, mesh_id),
+        })
     }
 
-    fn set_direct_dispatch_status(
+    fn change_direct_dispatches(
         &self,
         mesh_id: &str,
-        session_id: Option<&str>,
-        task_id: Option<&str>,
-        status: DispatchStatus,
+        change: DispatchChange<'_>,
         now: Timestamp,
     ) -> StoreResult<u64> {
-        self.write(|tx| runtime::set_dispatch_status(tx, mesh_id, session_id, task_id, status, now))
-    }
-
-    fn mark_stale_direct_dispatches(
-        &self,
-        mesh_id: &str,
-        cutoff: Timestamp,
-        now: Timestamp,
-    ) -> StoreResult<u64> {
-        self.write(|tx| runtime::mark_stale_dispatches(tx, mesh_id, cutoff, now))
+        self.write(|tx| match change {
+            DispatchChange::Status { session_id, task_id, status } => {
+                runtime::set_dispatch_status(tx, mesh_id, session_id, task_id, status, now)
+            }
+            DispatchChange::MarkStale(cutoff) => runtime::mark_stale_dispatches(tx, mesh_id, cutoff, now),
+            DispatchChange::Delete(task_ids) => runtime::delete_dispatches_by_task(tx, mesh_id, task_ids),
+        })
     }
 
     fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64> {
         self.write(|tx| runtime::cleanup_terminal_dispatches(tx, cutoff))
-    }
-
-    fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>> {
-        self.read(|c| runtime::dispatch(c, mesh_id, task_id))
-    }
-
-    fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64> {
-        self.write(|tx| runtime::delete_dispatches_by_task(tx, mesh_id, task_ids))
     }
 
     fn insert_session_delivery(
@@ -339,21 +277,18 @@ impl RuntimeStore for SqliteStore {
         self.write(|tx| runtime::set_delivery_status(tx, mesh_id, id, status, update, now))
     }
 
-    fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>> {
-        self.read(|c| runtime::load_delivery(c, mesh_id, id.trim()))
-    }
-
-    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        self.read(|c| runtime::task_has_confirmed_delivery(c, mesh_id, task_id))
-    }
-
-    fn active_session_deliveries(
+    fn session_deliveries(
         &self,
         mesh_id: &str,
-        session_id: Option<&str>,
-        now: Timestamp,
+        query: DeliveryQuery<'_>,
     ) -> StoreResult<Vec<SessionDelivery>> {
-        self.read(|c| runtime::active_deliveries(c, mesh_id, session_id, now))
+        self.read(|c| match query {
+            DeliveryQuery::Id(id) => Ok(runtime::load_delivery(c, mesh_id, id.trim())?.into_iter().collect()),
+            DeliveryQuery::Confirmed(task_id) => runtime::confirmed_deliveries(c, mesh_id, task_id),
+            DeliveryQuery::Waiting { session_id, now } => {
+                runtime::active_deliveries(c, mesh_id, session_id, now)
+            }
+        })
     }
 
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64> {
@@ -364,37 +299,40 @@ impl RuntimeStore for SqliteStore {
         self.read(runtime::meshes_with_deliveries_or_dispatches)
     }
 
-    fn upsert_inflight_hold(
+    fn write_inflight_hold(
         &self,
         mesh_id: &str,
-        hold: &NewInflightHold,
+        write: HoldWrite<'_>,
         now: Timestamp,
-    ) -> StoreResult<InflightHold> {
-        self.write(|tx| runtime::upsert_inflight_hold(tx, mesh_id, hold, now))
+    ) -> StoreResult<Option<InflightHold>> {
+        self.write(|tx| match write {
+            HoldWrite::Hold(hold) => runtime::upsert_inflight_hold(tx, mesh_id, hold, now).map(Some),
+            HoldWrite::Release(task_id) => {
+                let held = runtime::inflight_hold(tx, mesh_id, task_id)?;
+                let released = held.is_some() && runtime::delete_inflight_hold(tx, mesh_id, task_id)?;
+                Ok(held.filter(|_| released))
+            }
+        })
     }
 
-    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>> {
-        self.read(|c| runtime::inflight_hold(c, mesh_id, task_id))
+    fn inflight_holds(&self, mesh_id: &str, task_id: Option<&str>) -> StoreResult<Vec<InflightHold>> {
+        self.read(|c| match task_id {
+            Some(task_id) => Ok(runtime::inflight_hold(c, mesh_id, task_id)?.into_iter().collect()),
+            None => runtime::inflight_holds(c, mesh_id),
+        })
     }
 
-    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>> {
-        self.read(|c| runtime::inflight_holds(c, mesh_id))
-    }
-
-    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool> {
-        self.write(|tx| runtime::delete_inflight_hold(tx, mesh_id, task_id))
-    }
-
-    fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()> {
-        self.write(|tx| runtime::set_idle(tx, session))
+    fn write_idle_session(&self, write: IdleWrite<'_>) -> StoreResult<bool> {
+        self.write(|tx| match write {
+            IdleWrite::Report(session) => runtime::set_idle(tx, session).map(|()| true),
+            IdleWrite::Forget { mesh_id, node_id, session_id } => {
+                runtime::delete_idle(tx, mesh_id, node_id, session_id)
+            }
+        })
     }
 
     fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>> {
         self.read(|c| runtime::idle_sessions(c, mesh_id, now))
-    }
-
-    fn delete_idle_session(&self, mesh_id: &str, node_id: &str, session_id: &str) -> StoreResult<bool> {
-        self.write(|tx| runtime::delete_idle(tx, mesh_id, node_id, session_id))
     }
 
     fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64> {
@@ -459,12 +397,11 @@ impl MissionStore for SqliteStore {
         self.write(|tx| missions::upsert(tx, mesh_id, mission, now))
     }
 
-    fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>> {
-        self.read(|c| missions::get(c, mesh_id, id))
-    }
-
-    fn missions(&self, mesh_id: &str, statuses: &[String]) -> StoreResult<Vec<Mission>> {
-        self.read(|c| missions::list(c, mesh_id, statuses))
+    fn missions(&self, mesh_id: &str, query: MissionQuery<'_>) -> StoreResult<Vec<Mission>> {
+        self.read(|c| match query {
+            MissionQuery::Id(id) => Ok(missions::get(c, mesh_id, id)?.into_iter().collect()),
+            MissionQuery::Statuses(statuses) => missions::list(c, mesh_id, statuses),
+        })
     }
 
     fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress> {
@@ -507,40 +444,32 @@ impl InboxStore for SqliteStore {
         self.read(|c| inbox::peek(c, mesh_id, request))
     }
 
-    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
-        // No acknowledgement time is kept: retention goes by queue time.
-        self.write(|tx| inbox::ack(tx, mesh_id, ids))
-    }
-
-    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        self.write(|tx| inbox::delete(tx, mesh_id, ids))
-    }
-
-    fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
-        self.write(|tx| inbox::retract_dispatch_blocked(tx, mesh_id, task_id))
+    fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64> {
+        self.write(|tx| match settle {
+            EventSettle::Ack(ids) => inbox::ack(tx, mesh_id, ids),
+            EventSettle::Delete(ids) => inbox::delete(tx, mesh_id, ids),
+            EventSettle::RetractDispatchBlocked(task_id) => {
+                inbox::retract_dispatch_blocked(tx, mesh_id, task_id)
+            }
+        })
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
         self.read(|c| inbox::count(c, mesh_id))
     }
 
-    fn touch_coordinator(
+    fn coordinator_presence(
         &self,
         mesh_id: &str,
         identity: &agentmesh_core::events::CoordinatorIdentity,
-        now: Timestamp,
-    ) -> StoreResult<()> {
-        let (mesh_id, identity) = (mesh_id.to_owned(), identity.clone());
-        self.write_queued(move |tx| inbox::touch_coordinator(tx, &mesh_id, &identity, now))
-    }
-
-    fn end_coordinator(
-        &self,
-        mesh_id: &str,
-        identity: &agentmesh_core::events::CoordinatorIdentity,
+        ended: bool,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        self.write(|tx| inbox::end_coordinator(tx, mesh_id, identity, now))
+        let (mesh_id, identity) = (mesh_id.to_owned(), identity.clone());
+        self.write_queued(move |tx| match ended {
+            true => inbox::end_coordinator(tx, &mesh_id, &identity, now),
+            false => inbox::touch_coordinator(tx, &mesh_id, &identity, now).map(|()| true),
+        })
     }
 
     fn prune_pending_events(
@@ -602,47 +531,32 @@ impl ReservationStore for SqliteStore {
         self.write(|tx| reservation_writes::reserve(&reservations::Rows(tx), mesh_id, request, now))
     }
 
-    fn renew_reservation(
+    fn reservation_command(
         &self,
         mesh_id: &str,
         id: &str,
         fence: &agentmesh_store::Fence,
-        ttl_ms: Option<u64>,
+        command: agentmesh_store::ReservationCommand,
         now: Timestamp,
     ) -> StoreResult<agentmesh_core::Reservation> {
-        self.write(|tx| reservation_writes::renew(&reservations::Rows(tx), mesh_id, id, fence, ttl_ms, now))
-    }
-
-    fn release_reservation(
-        &self,
-        mesh_id: &str,
-        id: &str,
-        fence: &agentmesh_store::Fence,
-        now: Timestamp,
-    ) -> StoreResult<agentmesh_core::Reservation> {
-        self.write(|tx| reservation_writes::release(&reservations::Rows(tx), mesh_id, id, fence, now))
+        self.write(|tx| {
+            reservation_writes::command(&reservations::Rows(tx), mesh_id, id, fence, command, now)
+        })
     }
 
     fn reservations(
         &self,
         mesh_id: &str,
-        scope: Option<&str>,
-        now: Timestamp,
-    ) -> StoreResult<Vec<agentmesh_core::Reservation>> {
-        self.read(|c| reservations::in_force(c, mesh_id, scope, now))
-    }
-
-    fn reservations_near(
-        &self,
-        mesh_id: &str,
-        scope: &str,
-        patterns: &[agentmesh_core::PathPattern],
+        query: agentmesh_store::ReservationQuery<'_>,
         now: Timestamp,
     ) -> StoreResult<Vec<agentmesh_core::Reservation>> {
         use agentmesh_store::reservation_writes::{ReservationRows, prefixes};
-        self.read(|c| {
-            let near = reservations::Rows(c).near(mesh_id, scope, &prefixes(patterns))?;
-            Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+        self.read(|c| match query {
+            agentmesh_store::ReservationQuery::All(scope) => reservations::in_force(c, mesh_id, scope, now),
+            agentmesh_store::ReservationQuery::Near { scope, patterns } => {
+                let near = reservations::Rows(c).near(mesh_id, scope, &prefixes(patterns))?;
+                Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+            }
         })
     }
 
@@ -668,15 +582,6 @@ impl WebhookStore for SqliteStore {
 
     fn webhook_secret(&self, mesh_id: &str, id: &str) -> StoreResult<Option<String>> {
         self.read(|c| webhooks::secret(c, mesh_id, id))
-    }
-
-    fn remove_webhook(
-        &self,
-        mesh_id: &str,
-        id: &str,
-        now: Timestamp,
-    ) -> StoreResult<agentmesh_core::Webhook> {
-        self.write(|tx| webhook_writes::remove(&webhooks::Rows(tx), mesh_id, id, now))
     }
 
     fn webhook_command(

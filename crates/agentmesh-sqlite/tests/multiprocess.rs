@@ -6,19 +6,14 @@
 //! and checks what they report. Each worker opens the file itself and claims,
 //! completes, and claims again until nothing is left.
 
-use std::collections::HashMap;
-use std::process::{Command, ExitCode, Stdio};
+use std::process::ExitCode;
 
-use agentmesh_core::{Claimant, LedgerQuery, NewTask, TaskStatus, Timestamp};
 use agentmesh_sqlite::SqliteStore;
+use agentmesh_store::conformance::claim_race::{self as claims, WORKER_ARG};
 use agentmesh_store::conformance::reservation_race as race;
-use agentmesh_store::prelude::*;
-use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome, StoreError};
 
-const MESH: &str = "race";
 const WORKERS: usize = 16;
 const TASKS: usize = 1_600;
-const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -26,44 +21,15 @@ fn main() -> ExitCode {
         race::racer(&open_racer_store(&args[i + 1]), &args[i + 1..]);
         return ExitCode::SUCCESS;
     }
-    match args.iter().position(|a| a == "--worker") {
-        Some(i) => worker(&args[i + 1], &args[i + 2]),
+    match args.iter().position(|a| a == WORKER_ARG) {
+        Some(i) => {
+            let store = SqliteStore::open(&args[i + 1]).expect("worker opens the database");
+            claims::claim_until_empty(&store, &args[i + 2]);
+            ExitCode::SUCCESS
+        }
         // `cargo test -- --list` and filters must not start the race.
         None if args.iter().any(|a| a == "--list") => ExitCode::SUCCESS,
         None => parent(),
-    }
-}
-
-/// Claims and completes until the queue is empty; prints one claimed id per line.
-fn worker(db: &str, n: &str) -> ExitCode {
-    let store = SqliteStore::open(db).expect("worker opens the database");
-    let claimant =
-        Claimant { node_id: format!("node-{n}"), session_id: format!("session-{n}"), ..Claimant::default() };
-    loop {
-        let outcome = match store.claim_next(MESH, &claimant, &ClaimOptions::default(), NOW) {
-            Ok(o) => o,
-            Err(StoreError::Busy) => continue,
-            Err(e) => panic!("claim failed: {e}"),
-        };
-        let task = match outcome {
-            ClaimOutcome::Claimed(t) => t,
-            ClaimOutcome::Refused(_) => return ExitCode::SUCCESS,
-        };
-        println!("{}", task.id);
-        let report = CompletionReport {
-            session_id: claimant.session_id.clone(),
-            task_id: Some(task.id.clone()),
-            epoch: Some(task.epoch()),
-            occurred_at: None,
-            outcome: Outcome::Completed { summary: None },
-        };
-        loop {
-            match store.complete_task(MESH, &report, NOW) {
-                Ok(_) => break,
-                Err(StoreError::Busy) => continue,
-                Err(e) => panic!("complete failed: {e}"),
-            }
-        }
     }
 }
 
@@ -72,41 +38,9 @@ fn parent() -> ExitCode {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("mesh-runtime.db");
     let store = SqliteStore::open(&db).unwrap();
-    let batch: Vec<NewTask> =
-        (0..TASKS).map(|i| NewTask { message: format!("task {i}"), ..NewTask::default() }).collect();
-    store.enqueue_batch(MESH, &batch, NOW).unwrap();
-
+    claims::fill(&store, TASKS);
     let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..WORKERS)
-        .map(|n| {
-            Command::new(&exe)
-                .args(["--worker", db.to_str().unwrap(), &n.to_string()])
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("spawn worker")
-        })
-        .collect();
-    let mut claims: HashMap<String, usize> = HashMap::new();
-    let mut busy_workers = 0;
-    for child in children {
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "a worker failed: {:?}", out.status);
-        let text = String::from_utf8(out.stdout).unwrap();
-        busy_workers += usize::from(!text.trim().is_empty());
-        for id in text.lines() {
-            *claims.entry(id.to_owned()).or_default() += 1;
-        }
-    }
-
-    let twice: Vec<_> = claims.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "tasks claimed more than once: {twice:?}");
-    assert_eq!(claims.len(), TASKS, "every task claimed");
-    assert!(busy_workers > 1, "the race needs more than one worker taking work");
-    let done = store.queue_entries(MESH, &[TaskStatus::Completed]).unwrap();
-    assert_eq!(done.len(), TASKS, "every task completed");
-    let ledger = store.read_ledger_ordered(MESH, &LedgerQuery::default()).unwrap();
-    let claimed = ledger.iter().filter(|e| e.kind == "task_claimed").count();
-    assert_eq!(claimed, TASKS, "one task_claimed entry per task");
+    let busy_workers = claims::race_in_processes(&exe, db.to_str().unwrap(), WORKERS, TASKS, &store);
     println!("test sixteen_processes_claim_each_task_exactly_once ... ok ({busy_workers} workers took work)");
     let raced = race::race_in_processes(&exe, db.to_str().unwrap(), WORKERS, &store);
     println!(

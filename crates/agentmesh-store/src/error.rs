@@ -169,7 +169,7 @@ pub enum StoreError {
 }
 
 /// Where a backend keeps the ids of tasks and missions unique
-/// ([`crate::Store::id_scope`]).
+/// ([`crate::Store::profile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IdScope {
     /// Across every mesh of the database, as the original did: an id another
@@ -188,6 +188,16 @@ fn duplicate_task_message(task_id: &str, mesh_id: &str, scope: IdScope) -> Strin
             )
         }
         IdScope::Mesh => format!("task {task_id} already exists in mesh {mesh_id}"),
+    }
+}
+
+impl From<agentmesh_core::effects::mission::MissionRefusal> for StoreError {
+    fn from(refusal: agentmesh_core::effects::mission::MissionRefusal) -> StoreError {
+        use agentmesh_core::effects::mission::MissionRefusal;
+        match refusal {
+            MissionRefusal::Invalid(err) => StoreError::InvalidInput(err),
+            MissionRefusal::InOtherMesh { id } => StoreError::IdInOtherMesh { kind: "mission", id },
+        }
     }
 }
 

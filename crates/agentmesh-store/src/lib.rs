@@ -20,7 +20,7 @@ use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
     DispatchStatus, IdleSession, InflightHold, LedgerEntry, LedgerQuery, LedgerSlice, Mission,
     MissionProgress, NewDirectDispatch, NewDispatchedTask, NewInflightHold, NewMission, NewSessionDelivery,
-    NewTask, RateGuard, RateVerdict, RequeueOptions, Requeued, SessionDelivery, SliceQuery, Task, TaskStatus,
+    NewTask, RateGuard, RateVerdict, RequeueOptions, SessionDelivery, SliceQuery, Task, TaskStatus,
     Timestamp,
 };
 
@@ -50,9 +50,53 @@ pub mod model;
 pub use durability::{Durability, UnknownDurability};
 pub use error::{FullStorage, IdScope, StoreError};
 pub use raw_json::RawJson;
-pub use reservation_writes::{Fence, Reserved};
-pub use submit::Submitted;
+pub use reservation_writes::{Fence, ReservationCommand, Reserved};
+pub use submit::{Submitted, TaskWrite, TaskWritten};
 pub use webhook_writes::WebhookCommand;
+
+/// Declares a backend's internal error, `Fail`: a [`StoreError`] that `?` can
+/// build from core errors, JSON errors and (through a `From` impl the backend
+/// adds) its driver's errors, which the orphan rule keeps out of `StoreError`;
+/// and `Res<T>`, the result of internal operations. Public methods unwrap it.
+#[macro_export]
+macro_rules! backend_fail {
+    () => {
+        /// The crate's internal error: a [`StoreError`] that `?` can build from the
+        /// driver's and the core's errors alike. Public methods unwrap it.
+        #[derive(Debug)]
+        pub(crate) struct Fail(pub(crate) $crate::StoreError);
+
+        /// Result of internal operations.
+        pub(crate) type Res<T> = Result<T, Fail>;
+
+        impl From<$crate::StoreError> for Fail {
+            fn from(err: $crate::StoreError) -> Fail {
+                Fail(err)
+            }
+        }
+
+        impl From<agentmesh_core::InvalidInput> for Fail {
+            fn from(err: agentmesh_core::InvalidInput) -> Fail {
+                Fail($crate::StoreError::InvalidInput(err))
+            }
+        }
+
+        impl From<agentmesh_core::InvalidTransition> for Fail {
+            fn from(err: agentmesh_core::InvalidTransition) -> Fail {
+                Fail($crate::StoreError::InvalidTransition(err))
+            }
+        }
+
+        impl From<serde_json::Error> for Fail {
+            fn from(err: serde_json::Error) -> Fail {
+                Fail($crate::StoreError::Corrupt {
+                    what: String::from("JSON value"),
+                    problem: err.to_string(),
+                })
+            }
+        }
+    };
+}
 
 /// The store traits, for `use agentmesh_store::prelude::*`: calling an operation
 /// needs the trait of its group in scope.
@@ -66,6 +110,147 @@ pub mod prelude {
 
 /// Result of store operations.
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What an operator does to a task ([`QueueStore::task_command`]).
+#[derive(Debug, Clone, Copy)]
+pub enum TaskCommand<'a> {
+    /// Changes the pull priority of a pending or assigned task (ledger
+    /// `task_priority_changed`, naming the old and new priority and the reason);
+    /// a finished task is refused.
+    SetPriority {
+        /// The new priority.
+        priority: TaskPriority,
+        /// Why, when given.
+        reason: Option<&'a str>,
+    },
+    /// Cancels a pending or assigned task (ledger `task_cancelled`); pending
+    /// dependents are blocked.
+    Cancel {
+        /// Why, when given.
+        reason: Option<&'a str>,
+    },
+    /// Puts a task back in the queue within its retry budget (ledger
+    /// `task_requeued`), or fails it when the budget is spent (`task_failed`):
+    /// [`agentmesh_core::Requeued::from_task`] tells which.
+    Requeue(&'a RequeueOptions),
+}
+
+/// What [`InboxStore::settle_pending_events`] does to events.
+#[derive(Debug, Clone, Copy)]
+pub enum EventSettle<'a> {
+    /// Marks events drained by row id (an acknowledgement after delivery
+    /// elsewhere). No acknowledgement time is kept: retention goes by queue time.
+    Ack(&'a [String]),
+    /// Deletes events of these row ids, drained or not, with their queue
+    /// entries and dedup history (their fingerprints and event ids take new
+    /// events again): the original's `deletePendingEventsById`.
+    Delete(&'a [String]),
+    /// Deletes the undelivered `mesh:dispatch_blocked` events of a task.
+    RetractDispatchBlocked(&'a str),
+}
+
+/// Which deliveries [`RuntimeStore::session_deliveries`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum DeliveryQuery<'a> {
+    /// The delivery of this id, whatever its status.
+    Id(&'a str),
+    /// The deliveries of a task that reached its session (delivered, acked or
+    /// completed; the original's `taskHasConfirmedDelivery`), oldest first.
+    Confirmed(&'a str),
+    /// Deliveries still waiting (delivering, queued, acked) and not expired at
+    /// `now`, for the mesh or one session: highest priority first, then oldest.
+    Waiting {
+        /// Only this session's, when given.
+        session_id: Option<&'a str>,
+        /// The instant expiry is judged at.
+        now: Timestamp,
+    },
+}
+
+/// Which reservations in force [`ReservationStore::reservations`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum ReservationQuery<'a> {
+    /// Every one of the mesh, or of one scope when given.
+    All(Option<&'a str>),
+    /// Those of `scope` that may overlap one of `patterns`, found by the
+    /// literal prefixes of their patterns (a superset of those that do: the
+    /// core decides, with [`agentmesh_core::reservation::conflicts`] or
+    /// `covering`). What a check reads, however many reservations the mesh holds.
+    Near {
+        /// The repository scope.
+        scope: &'a str,
+        /// The patterns a request names.
+        patterns: &'a [agentmesh_core::PathPattern],
+    },
+}
+
+/// Which missions [`MissionStore::missions`] reads.
+#[derive(Debug, Clone, Copy)]
+pub enum MissionQuery<'a> {
+    /// The mission of this id.
+    Id(&'a str),
+    /// Missions in these statuses (all when empty).
+    Statuses(&'a [String]),
+}
+
+/// What [`RuntimeStore::write_inflight_hold`] writes.
+#[derive(Debug, Clone, Copy)]
+pub enum HoldWrite<'a> {
+    /// Holds a task in flight, or updates its hold: an existing hold of the
+    /// task keeps the instant it was first held (`heldAt`); its reason, idle
+    /// anchor (`None` clears it) and read-failure count are overwritten, and
+    /// `updatedAt` is `now`.
+    Hold(&'a NewInflightHold),
+    /// Releases the hold of this task.
+    Release(&'a str),
+}
+
+/// What [`RuntimeStore::write_idle_session`] writes.
+#[derive(Debug, Clone, Copy)]
+pub enum IdleWrite<'a> {
+    /// Records (or refreshes) this idle session.
+    Report(&'a IdleSession),
+    /// Forgets one idle session.
+    Forget {
+        /// Its mesh.
+        mesh_id: &'a str,
+        /// Its node.
+        node_id: &'a str,
+        /// The session.
+        session_id: &'a str,
+    },
+}
+
+/// What [`RuntimeStore::change_direct_dispatches`] does.
+#[derive(Debug, Clone, Copy)]
+pub enum DispatchChange<'a> {
+    /// Moves dispatches to `status`. With a task id only that row changes;
+    /// without one, every row of `session_id` does (never rows without a
+    /// session). Completed and failed rows never change.
+    Status {
+        /// The session whose rows move, without a task id.
+        session_id: Option<&'a str>,
+        /// The one task whose row moves.
+        task_id: Option<&'a str>,
+        /// The new status.
+        status: DispatchStatus,
+    },
+    /// Marks `dispatched` rows sent before this instant stale.
+    MarkStale(Timestamp),
+    /// Deletes the dispatches of these tasks.
+    Delete(&'a [String]),
+}
+
+/// What a backend promises ([`Store::profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreProfile {
+    /// What an acknowledged write survives.
+    pub durability: Durability,
+    /// Where task and mission ids are unique: per database (an id another mesh
+    /// holds is refused, naming that mesh) or per mesh (each mesh has its own
+    /// ids).
+    pub id_scope: IdScope,
+}
 
 /// Options of one claim.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -233,6 +418,22 @@ pub struct ActiveAssignment {
     pub epoch: u64,
 }
 
+impl From<Task> for ActiveAssignment {
+    /// The assignment an assigned task holds.
+    fn from(t: Task) -> ActiveAssignment {
+        ActiveAssignment {
+            epoch: t.epoch(),
+            id: t.id,
+            node_id: t.assigned_node_id,
+            session_id: t.assigned_session_id,
+            provider_type: t.assigned_provider_type,
+            message: t.message,
+            dispatch_timestamp: t.dispatch_timestamp,
+            lease_expires_at: t.lease_expires_at,
+        }
+    }
+}
+
 /// Options of a delivery status change.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeliveryUpdate {
@@ -345,7 +546,7 @@ pub enum QueueOutcome {
 }
 
 /// How long a coordinator stays live after its latest drain or
-/// [`InboxStore::touch_coordinator`]: two minutes. A drain refreshes the presence at
+/// [`InboxStore::coordinator_presence`]: two minutes. A drain refreshes the presence at
 /// most every fifteen seconds, so a coordinator that drains (or touches) at least
 /// once a minute and a half is never taken for gone.
 pub const COORDINATOR_PRESENCE_TTL_MS: i64 = 120_000;
@@ -469,11 +670,6 @@ pub trait Store:
     /// today is listed too.
     fn mesh_summaries(&self) -> StoreResult<Vec<MeshSummary>>;
 
-    /// Where this backend keeps task and mission ids unique: per database (an
-    /// id another mesh holds is refused, naming that mesh) or per mesh (each
-    /// mesh has its own ids).
-    fn id_scope(&self) -> IdScope;
-
     /// Commits a write that changes no data, through the same path as every
     /// other write: whether the store can write right now. Fails as a real write
     /// would ([`StoreError::StorageFull`], [`StoreError::Busy`], ...), and with
@@ -481,11 +677,9 @@ pub trait Store:
     /// has too little left for more than the smallest writes.
     fn probe_write(&self) -> StoreResult<()>;
 
-    /// What an acknowledged write survives. The default answers
-    /// [`Durability::Full`]: a backend that can run relaxed says so.
-    fn durability(&self) -> Durability {
-        Durability::Full
-    }
+    /// What this backend promises: what an acknowledged write survives, and
+    /// where it keeps ids unique ([`StoreProfile`]).
+    fn profile(&self) -> StoreProfile;
 }
 
 /// Path reservations of repository scopes (see
@@ -504,49 +698,26 @@ pub trait ReservationStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<Reserved>;
 
-    /// Extends the reservation `id` by its holder for `ttl_ms` from `now` (the
-    /// time it was last given when none), ledger `reservation_renewed`. A wrong
-    /// session or epoch, a lapsed reservation or a task's reservation is
-    /// refused ([`StoreError::ReservationFenced`]), an unknown id is
+    /// Runs its holder's command on the reservation `id` (a renew or the
+    /// release, [`ReservationCommand`]). A wrong session or epoch, a lapsed
+    /// reservation or a renew of a task's reservation is refused
+    /// ([`StoreError::ReservationFenced`]), an unknown id is
     /// [`StoreError::NotFound`]; nothing changes then.
-    fn renew_reservation(
+    fn reservation_command(
         &self,
         mesh_id: &str,
         id: &str,
         fence: &Fence,
-        ttl_ms: Option<u64>,
+        command: ReservationCommand,
         now: Timestamp,
     ) -> StoreResult<agentmesh_core::Reservation>;
 
-    /// Releases the reservation `id` by its holder (ledger
-    /// `reservation_released`), refused as a renew is. No other reservation of
-    /// the holder changes.
-    fn release_reservation(
-        &self,
-        mesh_id: &str,
-        id: &str,
-        fence: &Fence,
-        now: Timestamp,
-    ) -> StoreResult<agentmesh_core::Reservation>;
-
-    /// The reservations in force at `now`, of `scope` when given, oldest first.
+    /// The reservations in force at `now` that [`ReservationQuery`] asks for,
+    /// oldest first.
     fn reservations(
         &self,
         mesh_id: &str,
-        scope: Option<&str>,
-        now: Timestamp,
-    ) -> StoreResult<Vec<agentmesh_core::Reservation>>;
-
-    /// The reservations of `scope` in force at `now` that may overlap one of
-    /// `patterns`, found by the literal prefixes of their patterns (a
-    /// superset of those that do: the core decides, with
-    /// [`agentmesh_core::reservation::conflicts`] or `covering`). What a check
-    /// reads, however many reservations the mesh holds.
-    fn reservations_near(
-        &self,
-        mesh_id: &str,
-        scope: &str,
-        patterns: &[agentmesh_core::PathPattern],
+        query: ReservationQuery<'_>,
         now: Timestamp,
     ) -> StoreResult<Vec<agentmesh_core::Reservation>>;
 
@@ -576,13 +747,9 @@ pub trait WebhookStore: Send + Sync + 'static {
     /// The signing secret of a subscription; `None` for an unknown one.
     fn webhook_secret(&self, mesh_id: &str, id: &str) -> StoreResult<Option<String>>;
 
-    /// Removes a subscription (ledger `webhook_removed`); an unknown id is
+    /// Runs an operator's command on a subscription (a resume, a skip or the
+    /// removal), recorded in the ledger ([`WebhookCommand`]); an unknown id is
     /// [`StoreError::NotFound`].
-    fn remove_webhook(&self, mesh_id: &str, id: &str, now: Timestamp)
-    -> StoreResult<agentmesh_core::Webhook>;
-
-    /// Runs an operator's command on a subscription, recorded in the ledger
-    /// ([`WebhookCommand`]).
     fn webhook_command(
         &self,
         mesh_id: &str,
@@ -669,7 +836,7 @@ pub trait QueueStore: Send + Sync + 'static {
     /// original's `recordDirectDispatchTask`), in one transaction: the task
     /// assigned to that node and session (epoch 1, dispatched at `now`, no lease),
     /// its `task_dispatched` entry, and a session delivery already `delivered`, so
-    /// [`RuntimeStore::task_has_confirmed_delivery`] holds for it. An id the mesh
+    /// it counts as delivered ([`DeliveryQuery::Confirmed`]). An id the mesh
     /// holds is a no-op that returns the task as it is.
     fn record_dispatched_task(
         &self,
@@ -683,9 +850,6 @@ pub trait QueueStore: Send + Sync + 'static {
 
     /// One task by id.
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>>;
-
-    /// Assigned tasks whose node is exactly `node_id`.
-    fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64>;
 
     /// Task counts by status (statuses with no task are left out).
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>>;
@@ -737,97 +901,32 @@ pub trait QueueStore: Send + Sync + 'static {
     /// something new, a bounded trail an assignment).
     fn heartbeat(&self, mesh_id: &str, beat: &Heartbeat, now: Timestamp) -> StoreResult<Task>;
 
-    /// The threads the `submit_*` defaults run a write on ([`submit::run`]):
-    /// `None`, the default, starts a thread per write; a backend whose writes
-    /// block their thread hands a fixed set.
-    fn submit_workers(&self) -> Option<submit::Workers> {
-        None
-    }
-
-    /// [`QueueStore::claim_next`], submitted without holding the caller's thread (see
-    /// [`submit`]). The default runs it on [`QueueStore::submit_workers`].
-    fn submit_claim(
+    /// A hot-path write ([`TaskWrite`]: a claim, a completion, a heartbeat, or a
+    /// completion and the next claim), submitted without holding the caller's
+    /// thread (see [`submit`]; [`submit::claim`], [`submit::task`] and
+    /// [`submit::complete_and_claim`] type its answer). The default runs it on
+    /// a thread of its own ([`submit::on_thread`]); a backend whose writes block
+    /// their thread runs it on a fixed set ([`submit::Workers`]).
+    fn submit_task_write(
         self: Arc<Self>,
         mesh_id: String,
-        claimant: Claimant,
-        opts: ClaimOptions,
+        write: TaskWrite,
         now: Timestamp,
-    ) -> Submitted<ClaimOutcome> {
-        let workers = self.submit_workers();
-        submit::run(workers.as_ref(), move || self.claim_next(&mesh_id, &claimant, &opts, now))
+    ) -> Submitted<TaskWritten> {
+        submit::on_thread(move || write.run(&*self, &mesh_id, now))
     }
 
-    /// [`QueueStore::complete_task`], submitted without holding the caller's thread
-    /// (see [`submit`]). The default runs it on [`QueueStore::submit_workers`].
-    fn submit_completion(
-        self: Arc<Self>,
-        mesh_id: String,
-        report: CompletionReport,
-        now: Timestamp,
-    ) -> Submitted<Task> {
-        let workers = self.submit_workers();
-        submit::run(workers.as_ref(), move || self.complete_task(&mesh_id, &report, now))
-    }
-
-    /// [`QueueStore::heartbeat`], submitted without holding the caller's thread (see
-    /// [`submit`]). The default runs it on [`QueueStore::submit_workers`].
-    fn submit_heartbeat(
-        self: Arc<Self>,
-        mesh_id: String,
-        beat: Heartbeat,
-        now: Timestamp,
-    ) -> Submitted<Task> {
-        let workers = self.submit_workers();
-        submit::run(workers.as_ref(), move || self.heartbeat(&mesh_id, &beat, now))
-    }
-
-    /// [`QueueStore::complete_and_claim`], submitted without holding the caller's thread
-    /// (see [`submit`]). The default runs it on [`QueueStore::submit_workers`].
-    fn submit_complete_and_claim(
-        self: Arc<Self>,
-        mesh_id: String,
-        report: CompletionReport,
-        claimant: Claimant,
-        opts: ClaimOptions,
-        now: Timestamp,
-    ) -> Submitted<(Task, ClaimOutcome)> {
-        let workers = self.submit_workers();
-        submit::run(workers.as_ref(), move || {
-            self.complete_and_claim(&mesh_id, &report, &claimant, &opts, now)
-        })
-    }
-
-    /// Changes the pull priority of a pending or assigned task (ledger
-    /// `task_priority_changed`, naming the old and new priority and the reason);
-    /// a finished task is refused with `InvalidTransition`.
-    fn set_task_priority(
+    /// Runs an operator's command on a task ([`TaskCommand`]: a priority
+    /// change, a cancel or a requeue) and answers the task as it left it. An
+    /// unknown task is [`StoreError::TaskNotFound`]; a command its status does
+    /// not allow is refused with `InvalidTransition`, changing nothing.
+    fn task_command(
         &self,
         mesh_id: &str,
         task_id: &str,
-        priority: TaskPriority,
-        reason: Option<&str>,
+        command: TaskCommand<'_>,
         now: Timestamp,
     ) -> StoreResult<Task>;
-
-    /// Cancels a pending or assigned task (ledger `task_cancelled`); pending
-    /// dependents are blocked.
-    fn cancel_task(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        reason: Option<&str>,
-        now: Timestamp,
-    ) -> StoreResult<Task>;
-
-    /// Puts a task back in the queue within its retry budget (ledger
-    /// `task_requeued`), or fails it when the budget is spent (`task_failed`).
-    fn requeue_task(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        opts: &RequeueOptions,
-        now: Timestamp,
-    ) -> StoreResult<Requeued>;
 
     /// Assigned tasks whose lease ran out before `now`, across every mesh, as
     /// `(mesh id, task id)`.
@@ -879,38 +978,23 @@ pub trait RuntimeStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<DirectDispatch>;
 
-    /// The dispatch of one task, whatever its status.
-    fn direct_dispatch(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<DirectDispatch>>;
+    /// With `task_id`, the dispatch of that task whatever its status (none or
+    /// one); without, the dispatches that are not completed, failed or stale,
+    /// oldest first.
+    fn direct_dispatches(&self, mesh_id: &str, task_id: Option<&str>) -> StoreResult<Vec<DirectDispatch>>;
 
-    /// Dispatches that are not completed, failed or stale, oldest first.
-    fn active_direct_dispatches(&self, mesh_id: &str) -> StoreResult<Vec<DirectDispatch>>;
-
-    /// Moves dispatches to `status`. With a task id only that row changes; without
-    /// one, every row of `session_id` does (never rows without a session). Completed
-    /// and failed rows never change. Returns how many rows changed.
-    fn set_direct_dispatch_status(
+    /// Changes the mesh's dispatches ([`DispatchChange`]: their status, the
+    /// stale marking, or deletion by task); returns how many rows changed.
+    fn change_direct_dispatches(
         &self,
         mesh_id: &str,
-        session_id: Option<&str>,
-        task_id: Option<&str>,
-        status: DispatchStatus,
-        now: Timestamp,
-    ) -> StoreResult<u64>;
-
-    /// Marks `dispatched` rows sent before `cutoff` stale; returns how many.
-    fn mark_stale_direct_dispatches(
-        &self,
-        mesh_id: &str,
-        cutoff: Timestamp,
+        change: DispatchChange<'_>,
         now: Timestamp,
     ) -> StoreResult<u64>;
 
     /// Deletes completed, failed and stale rows last changed before `cutoff`, in
     /// every mesh; returns how many.
     fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64>;
-
-    /// Deletes the dispatches of these tasks; returns how many.
-    fn delete_direct_dispatches_by_task(&self, mesh_id: &str, task_ids: &[String]) -> StoreResult<u64>;
 
     /// Records a delivery (status `queued` unless given); replaces one with the same id.
     fn insert_session_delivery(
@@ -931,21 +1015,13 @@ pub trait RuntimeStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<bool>;
 
-    /// One delivery, whatever its status.
-    fn session_delivery(&self, mesh_id: &str, id: &str) -> StoreResult<Option<SessionDelivery>>;
-
-    /// Deliveries still waiting (delivering, queued, acked) and not expired at
-    /// `now`, for the mesh or one session: highest priority first, then oldest.
-    fn active_session_deliveries(
+    /// The deliveries [`DeliveryQuery`] asks for: one by id whatever its
+    /// status (none or one), a task's confirmed ones, or those still waiting.
+    fn session_deliveries(
         &self,
         mesh_id: &str,
-        session_id: Option<&str>,
-        now: Timestamp,
+        query: DeliveryQuery<'_>,
     ) -> StoreResult<Vec<SessionDelivery>>;
-
-    /// Whether a delivery of the task reached its session: one of its deliveries
-    /// is delivered, acked or completed (the original's `taskHasConfirmedDelivery`).
-    fn task_has_confirmed_delivery(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
 
     /// Moves waiting deliveries whose expiry passed to `expired`; returns how many.
     fn expire_stale_session_deliveries(&self, mesh_id: &str, now: Timestamp) -> StoreResult<u64>;
@@ -954,34 +1030,27 @@ pub trait RuntimeStore: Send + Sync + 'static {
     /// sorted: what the per-mesh delivery and dispatch sweeps have to visit.
     fn meshes_with_deliveries_or_dispatches(&self) -> StoreResult<Vec<String>>;
 
-    /// Holds a task in flight, or updates its hold: an existing hold of the task
-    /// keeps the instant it was first held (`heldAt`); its reason, idle anchor
-    /// (`None` clears it) and read-failure count are overwritten, and `updatedAt`
-    /// is `now`. Returns the hold as stored.
-    fn upsert_inflight_hold(
+    /// Holds a task in flight, updates its hold, or releases it
+    /// ([`HoldWrite`]). Answers the hold as stored, or the hold released
+    /// (`None` when the task was not held).
+    fn write_inflight_hold(
         &self,
         mesh_id: &str,
-        hold: &NewInflightHold,
+        write: HoldWrite<'_>,
         now: Timestamp,
-    ) -> StoreResult<InflightHold>;
+    ) -> StoreResult<Option<InflightHold>>;
 
-    /// The hold of one task; `None` when the task is not held.
-    fn inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<InflightHold>>;
+    /// The mesh's holds, in the order they were first held (then by task id);
+    /// with `task_id`, only that task's hold (none when it is not held).
+    fn inflight_holds(&self, mesh_id: &str, task_id: Option<&str>) -> StoreResult<Vec<InflightHold>>;
 
-    /// The mesh's holds, in the order they were first held (then by task id).
-    fn inflight_holds(&self, mesh_id: &str) -> StoreResult<Vec<InflightHold>>;
-
-    /// Releases the hold of one task; returns whether it was held.
-    fn delete_inflight_hold(&self, mesh_id: &str, task_id: &str) -> StoreResult<bool>;
-
-    /// Records (or refreshes) an idle session.
-    fn set_idle_session(&self, session: &IdleSession) -> StoreResult<()>;
+    /// Records (or refreshes) an idle session, or forgets one ([`IdleWrite`]).
+    /// Answers, for a forget, whether the session was there; a report answers
+    /// `true`.
+    fn write_idle_session(&self, write: IdleWrite<'_>) -> StoreResult<bool>;
 
     /// The mesh's idle sessions whose report has not expired at `now`.
     fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>>;
-
-    /// Forgets one idle session; returns whether it was there.
-    fn delete_idle_session(&self, mesh_id: &str, node_id: &str, session_id: &str) -> StoreResult<bool>;
 
     /// Deletes expired idle sessions in every mesh; returns how many.
     fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64>;
@@ -1039,11 +1108,9 @@ pub trait MissionStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<UpsertedMission>;
 
-    /// One mission.
-    fn mission(&self, mesh_id: &str, id: &str) -> StoreResult<Option<Mission>>;
-
-    /// Missions in `statuses` (all when empty), most recently updated first.
-    fn missions(&self, mesh_id: &str, statuses: &[String]) -> StoreResult<Vec<Mission>>;
+    /// The missions [`MissionQuery`] asks for: one by id (none or one), or
+    /// those in some statuses, most recently updated first.
+    fn missions(&self, mesh_id: &str, query: MissionQuery<'_>) -> StoreResult<Vec<Mission>>;
 
     /// A mission's progress, counted from its tasks now.
     fn mission_progress(&self, mesh_id: &str, id: &str) -> StoreResult<MissionProgress>;
@@ -1074,7 +1141,7 @@ pub trait InboxStore: Send + Sync + 'static {
     /// quarantined one with its `event_held` ledger entry); events routed away stay
     /// queued for their own coordinator and never keep the drainer from reaching
     /// its own. The drain refreshes its drainer's presence (see
-    /// [`InboxStore::touch_coordinator`]) in the same transaction.
+    /// [`InboxStore::coordinator_presence`]) in the same transaction.
     fn drain_pending_events(
         &self,
         mesh_id: &str,
@@ -1089,18 +1156,10 @@ pub trait InboxStore: Send + Sync + 'static {
     /// for the mesh.
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>>;
 
-    /// Marks events drained by row id (an acknowledgement after delivery elsewhere);
-    /// returns how many changed.
-    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], now: Timestamp) -> StoreResult<u64>;
-
-    /// Deletes the mesh's events of these row ids, drained or not, with their
-    /// queue entries and dedup history (their fingerprints and event ids take new
-    /// events again): the original's `deletePendingEventsById`. Returns how many
-    /// events were deleted; unknown ids and other meshes' events are passed over.
-    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64>;
-
-    /// Deletes the undelivered `mesh:dispatch_blocked` events of a task; returns how many.
-    fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64>;
+    /// Acknowledges or deletes events of the mesh ([`EventSettle`]); returns
+    /// how many events changed. Unknown ids and other meshes' events are passed
+    /// over.
+    fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64>;
 
     /// Undrained events of the mesh.
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64>;
@@ -1122,29 +1181,24 @@ pub trait InboxStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<PruneReport>;
 
-    /// Records that the coordinator `identity` is live in the mesh as of `now`.
+    /// Records the presence of the coordinator `identity` in the mesh as of
+    /// `now`: live, or (with `ended`) exited gracefully.
     ///
     /// Every drain refreshes its drainer's presence inside its transaction; a
-    /// coordinator that stays quiet for a while calls this to keep its unicasts
-    /// (a heartbeat). A coordinator is live from its latest refresh for
+    /// coordinator that stays quiet for a while refreshes it here to keep its
+    /// unicasts (a heartbeat). A coordinator is live from its latest refresh for
     /// [`COORDINATOR_PRESENCE_TTL_MS`], unless it ended. A unicast for another
     /// run on the drainer's machine is re-attributed to the drainer (the restart
-    /// rule) only while its addressee is not live; a live one keeps it queued. A
-    /// refresh after [`InboxStore::end_coordinator`] makes the coordinator live again.
-    fn touch_coordinator(
+    /// rule) only while its addressee is not live; a live one keeps it queued. An
+    /// ended coordinator is no longer live, so the next coordinator on its
+    /// machine inherits its unicasts; a refresh after its end makes it live
+    /// again. Answers, for an end, whether it had a presence record; a refresh
+    /// answers `true`.
+    fn coordinator_presence(
         &self,
         mesh_id: &str,
         identity: &agentmesh_core::events::CoordinatorIdentity,
-        now: Timestamp,
-    ) -> StoreResult<()>;
-
-    /// Records that the coordinator `identity` exited (gracefully): it is no
-    /// longer live, so the next coordinator on its machine inherits its unicasts.
-    /// Returns `false` when it had no presence record.
-    fn end_coordinator(
-        &self,
-        mesh_id: &str,
-        identity: &agentmesh_core::events::CoordinatorIdentity,
+        ended: bool,
         now: Timestamp,
     ) -> StoreResult<bool>;
 

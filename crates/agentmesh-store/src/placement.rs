@@ -6,7 +6,7 @@
 use agentmesh_core::placement::{self, NodeCandidate, Strategy};
 use agentmesh_core::{Task, daemon_id, tags};
 
-use crate::{Store, StoreResult};
+use crate::{ActiveAssignment, Store, StoreResult};
 
 /// A node that may take work, as the coordinator knows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -26,6 +26,13 @@ pub fn eligible(task: &Task, node: &NodeInfo) -> bool {
         && task.target_node_id.as_deref().is_none_or(|pin| daemon_id::node_pin_matches(pin, &node.node_id))
 }
 
+/// A node's load: how many of the mesh's assigned tasks (`assigned`, as
+/// [`QueueStore::active_assignments`](crate::QueueStore::active_assignments)
+/// lists them) name exactly `node_id`.
+pub fn node_load(assigned: &[ActiveAssignment], node_id: &str) -> u64 {
+    assigned.iter().filter(|a| a.node_id.as_deref() == Some(node_id)).count() as u64
+}
+
 /// The nodes that may take `task`, best first under `strategy`. Loads are the
 /// nodes' assigned tasks now; round robin with two or more eligible nodes takes a
 /// turn of the mesh's scheduler cursor.
@@ -36,14 +43,16 @@ pub fn suggest_nodes(
     nodes: &[NodeInfo],
     strategy: Strategy,
 ) -> StoreResult<Vec<NodeCandidate>> {
-    let mut candidates = Vec::new();
-    for node in nodes.iter().filter(|n| eligible(task, n)) {
-        candidates.push(NodeCandidate {
+    let assigned = store.active_assignments(mesh_id)?;
+    let candidates: Vec<NodeCandidate> = nodes
+        .iter()
+        .filter(|n| eligible(task, n))
+        .map(|node| NodeCandidate {
             node_id: node.node_id.clone(),
             scheduling_priority: node.scheduling_priority,
-            load: store.node_active_assignment_count(mesh_id, &node.node_id)?,
-        });
-    }
+            load: node_load(&assigned, &node.node_id),
+        })
+        .collect();
     let cursor = if strategy.uses_cursor() && candidates.len() > 1 {
         store.bump_scheduler_cursor(mesh_id)?
     } else {

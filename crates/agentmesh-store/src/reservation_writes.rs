@@ -177,7 +177,7 @@ fn fenced<R: ReservationRows>(
 
 /// Renews the reservation `id` for `ttl_ms` from `now` (its time to live so
 /// far when none is given), by its holder.
-pub fn renew<R: ReservationRows>(
+fn renew<R: ReservationRows>(
     rows: &R,
     mesh_id: &str,
     id: &str,
@@ -211,7 +211,7 @@ fn lived(held: &Reservation) -> u64 {
 }
 
 /// Releases the reservation `id`, by its holder; no other reservation changes.
-pub fn release<R: ReservationRows>(
+fn release<R: ReservationRows>(
     rows: &R,
     mesh_id: &str,
     id: &str,
@@ -222,6 +222,36 @@ pub fn release<R: ReservationRows>(
     rows.remove(&held)?;
     rows.append(&entry(&held, kinds::RELEASED, now, json!({ "by": "holder" })))?;
     Ok(held)
+}
+
+/// What a holder does to its reservation
+/// ([`ReservationStore::reservation_command`](crate::ReservationStore::reservation_command)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservationCommand {
+    /// Extends it for `ttl_ms` from `now` (the time it was last given when
+    /// none), ledger `reservation_renewed`. A task's reservation is refused.
+    Renew {
+        /// The new time to live.
+        ttl_ms: Option<u64>,
+    },
+    /// Releases it (ledger `reservation_released`); no other reservation of the
+    /// holder changes.
+    Release,
+}
+
+/// Runs a holder's command on the reservation `id` (see [`ReservationCommand`]).
+pub fn command<R: ReservationRows>(
+    rows: &R,
+    mesh_id: &str,
+    id: &str,
+    fence: &Fence,
+    command: ReservationCommand,
+    now: Timestamp,
+) -> Result<Reservation, R::Error> {
+    match command {
+        ReservationCommand::Renew { ttl_ms } => renew(rows, mesh_id, id, fence, ttl_ms, now),
+        ReservationCommand::Release => release(rows, mesh_id, id, fence, now),
+    }
 }
 
 /// Removes the lapsed reservations `lapsed` (each with its

@@ -2,14 +2,14 @@
 //!
 //! The [`Store`](crate::Store) trait is synchronous, so an async caller (the
 //! daemon) would otherwise park one thread per write in flight. The hot-path
-//! writes (claim, completion, heartbeat) also have a `submit_*` form: it hands
-//! the write to the store and returns a [`Submitted`] future that resolves once
-//! the write's transaction is closed, exactly when the synchronous call would
-//! have returned, with the same result. A backend that runs writes on a thread
-//! of its own completes the future from there (the SQLite store's writer);
-//! the trait's defaults run the synchronous call on the backend's [`Workers`]
-//! (`QueueStore::submit_workers`: the PostgreSQL store names a fixed set, one
-//! thread per pooled connection), or on a fresh thread when it names none.
+//! writes (claim, completion, heartbeat) can also be submitted ([`TaskWrite`]):
+//! that hands the write to the store and returns a [`Submitted`] future that
+//! resolves once the write's transaction is closed, exactly when the synchronous
+//! call would have returned, with the same result. A backend that runs writes on
+//! a thread of its own completes the future from there (the SQLite store's
+//! writer); the PostgreSQL store runs the synchronous call on a fixed set of
+//! [`Workers`] (one thread per pooled connection); the trait's default runs it
+//! on a fresh thread.
 //!
 //! The future is independent of any executor: it only stores the waker it was
 //! polled with and is woken through it. Dropping it does not cancel the write.
@@ -21,7 +21,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::StoreResult;
+use agentmesh_core::{Claimant, Task, Timestamp};
+
+use crate::{ClaimOptions, ClaimOutcome, CompletionReport, Heartbeat, QueueStore, StoreResult};
 
 /// A write in flight: resolves to its result once its transaction is closed. A
 /// panic of the write's operation goes on in whoever polls it.
@@ -76,17 +78,124 @@ impl Workers {
     }
 }
 
-/// Runs `write` on `workers` when given, else on a thread of its own: what the
-/// store traits' `submit_*` defaults do with a backend's
-/// [`QueueStore::submit_workers`](crate::QueueStore::submit_workers).
-pub fn run<T: Send + 'static>(
-    workers: Option<&Workers>,
-    write: impl FnOnce() -> StoreResult<T> + Send + 'static,
-) -> Submitted<T> {
-    match workers {
-        Some(workers) => workers.submit(write),
-        None => on_thread(write),
+/// A hot-path task write, as [`QueueStore::submit_task_write`]
+/// takes it: each variant is the synchronous operation of the same name.
+#[derive(Debug, Clone)]
+pub enum TaskWrite {
+    /// [`QueueStore::claim_next`].
+    Claim {
+        /// Who claims.
+        claimant: Claimant,
+        /// The claim's options.
+        opts: ClaimOptions,
+    },
+    /// [`QueueStore::complete_task`].
+    Complete(CompletionReport),
+    /// [`QueueStore::heartbeat`].
+    Heartbeat(Heartbeat),
+    /// [`QueueStore::complete_and_claim`].
+    CompleteAndClaim {
+        /// The report of the task done.
+        report: CompletionReport,
+        /// Who claims next.
+        claimant: Claimant,
+        /// The claim's options.
+        opts: ClaimOptions,
+    },
+}
+
+/// What a [`TaskWrite`] answered: the answer of its synchronous operation. It
+/// is moved once, from the write's thread to its waiter, so its size is left
+/// unboxed.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum TaskWritten {
+    /// A claim's outcome.
+    Claimed(ClaimOutcome),
+    /// The task as a completion or a heartbeat left it.
+    Task(Task),
+    /// A completion's task and the next claim's outcome.
+    CompletedAndClaimed(Task, ClaimOutcome),
+}
+
+impl TaskWrite {
+    /// Runs the write through the store's synchronous operation.
+    pub fn run<S: QueueStore + ?Sized>(
+        self,
+        store: &S,
+        mesh_id: &str,
+        now: Timestamp,
+    ) -> StoreResult<TaskWritten> {
+        Ok(match self {
+            TaskWrite::Claim { claimant, opts } => {
+                TaskWritten::Claimed(store.claim_next(mesh_id, &claimant, &opts, now)?)
+            }
+            TaskWrite::Complete(report) => TaskWritten::Task(store.complete_task(mesh_id, &report, now)?),
+            TaskWrite::Heartbeat(beat) => TaskWritten::Task(store.heartbeat(mesh_id, &beat, now)?),
+            TaskWrite::CompleteAndClaim { report, claimant, opts } => {
+                let (task, next) = store.complete_and_claim(mesh_id, &report, &claimant, &opts, now)?;
+                TaskWritten::CompletedAndClaimed(task, next)
+            }
+        })
     }
+}
+
+/// Submits a claim ([`TaskWrite::Claim`]) and resolves to its outcome.
+pub fn claim<S: QueueStore + ?Sized>(
+    store: Arc<S>,
+    mesh_id: String,
+    claimant: Claimant,
+    opts: ClaimOptions,
+    now: Timestamp,
+) -> Submitted<ClaimOutcome> {
+    let submitted = store.submit_task_write(mesh_id, TaskWrite::Claim { claimant, opts }, now);
+    Box::pin(async move {
+        match submitted.await? {
+            TaskWritten::Claimed(outcome) => Ok(outcome),
+            other => Err(mismatch(&other)),
+        }
+    })
+}
+
+/// Submits a completion ([`TaskWrite::Complete`]) or a heartbeat
+/// ([`TaskWrite::Heartbeat`]) and resolves to the task as it left it.
+pub fn task<S: QueueStore + ?Sized>(
+    store: Arc<S>,
+    mesh_id: String,
+    write: TaskWrite,
+    now: Timestamp,
+) -> Submitted<Task> {
+    let submitted = store.submit_task_write(mesh_id, write, now);
+    Box::pin(async move {
+        match submitted.await? {
+            TaskWritten::Task(task) => Ok(task),
+            other => Err(mismatch(&other)),
+        }
+    })
+}
+
+/// Submits a completion and the next claim ([`TaskWrite::CompleteAndClaim`]).
+pub fn complete_and_claim<S: QueueStore + ?Sized>(
+    store: Arc<S>,
+    mesh_id: String,
+    report: CompletionReport,
+    claimant: Claimant,
+    opts: ClaimOptions,
+    now: Timestamp,
+) -> Submitted<(Task, ClaimOutcome)> {
+    let submitted =
+        store.submit_task_write(mesh_id, TaskWrite::CompleteAndClaim { report, claimant, opts }, now);
+    Box::pin(async move {
+        match submitted.await? {
+            TaskWritten::CompletedAndClaimed(task, next) => Ok((task, next)),
+            other => Err(mismatch(&other)),
+        }
+    })
+}
+
+/// A backend answered a write with the answer of another kind of write.
+fn mismatch(answer: &TaskWritten) -> crate::StoreError {
+    crate::StoreError::Backend(format!("a submitted write was answered with {answer:?}").into())
 }
 
 impl Threads {

@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use crate::ids::mint_at;
-use crate::{ClaimOutcome, CompletionReport, Outcome, StoreError};
+use crate::{ClaimOutcome, CompletionReport, Outcome, StoreError, TaskCommand};
 
 /// A store's task rows, inside one write transaction.
 pub trait TaskRows {
@@ -185,6 +185,41 @@ pub fn heartbeat<R: TaskRows>(
     }
 }
 
+/// Refuses the dependency cycle `task` would close
+/// ([`StoreError::DependencyCycle`]), walking the graph through `dependents_of`
+/// (a backend's read of a task's dependents in the task's mesh).
+pub fn refuse_cycle<E: From<StoreError>>(
+    task: &Task,
+    mut dependents_of: impl FnMut(&str) -> Result<Vec<String>, E>,
+) -> Result<(), E> {
+    if task.dependencies().is_empty() {
+        return Ok(());
+    }
+    let mut lookup_error = None;
+    let cycle = agentmesh_core::enqueue::find_dependency_cycle(&task.id, task.dependencies(), |id| {
+        dependents_of(id).unwrap_or_else(|e| {
+            lookup_error = Some(e);
+            Vec::new()
+        })
+    });
+    if let Some(err) = lookup_error {
+        return Err(err);
+    }
+    match cycle {
+        Some(path) => Err(StoreError::DependencyCycle { path }.into()),
+        None => Ok(()),
+    }
+}
+
+/// The error of the task at `index` of a batch: invalid input names the task
+/// (`tasks[i]`), anything else is as it was.
+pub fn in_batch(index: usize, err: StoreError) -> StoreError {
+    match err {
+        StoreError::InvalidInput(e) => StoreError::InvalidInput(e.within(format_args!("tasks[{index}]"))),
+        other => other,
+    }
+}
+
 /// Cancels a task.
 pub fn cancel<R: TaskRows>(
     rows: &R,
@@ -223,6 +258,23 @@ pub fn requeue<R: TaskRows>(
     let before = load_required(rows, mesh_id, task_id)?;
     let (decision, kind) = decide::requeue(R::task(&before), opts, now, || mint_at(now))?;
     Ok(kind.of(persist(rows, &before, decision, now)?))
+}
+
+/// Runs an operator's command on a task (see [`TaskCommand`]).
+pub fn command<R: TaskRows>(
+    rows: &R,
+    mesh_id: &str,
+    task_id: &str,
+    command: TaskCommand<'_>,
+    now: Timestamp,
+) -> Result<Task, R::Error> {
+    match command {
+        TaskCommand::SetPriority { priority, reason } => {
+            set_priority(rows, mesh_id, task_id, priority, reason, now)
+        }
+        TaskCommand::Cancel { reason } => cancel(rows, mesh_id, task_id, reason, now),
+        TaskCommand::Requeue(opts) => requeue(rows, mesh_id, task_id, opts, now).map(Requeued::into_task),
+    }
 }
 
 /// Takes a task back from its holder.

@@ -41,6 +41,9 @@ pub enum WebhookCommand {
     /// The subscription passes the entry it is stuck on without delivering it
     /// and delivers again (ledger `webhook_skipped`, naming the entry).
     Skip,
+    /// The subscription is removed (ledger `webhook_removed`); it is answered
+    /// as it was.
+    Remove,
 }
 
 /// Adds a subscription of `mesh_id` with `secret`, following from the ledger's
@@ -68,23 +71,9 @@ fn found<R: WebhookRows>(rows: &R, mesh_id: &str, id: &str) -> Result<Webhook, R
     })
 }
 
-/// Removes a subscription (ledger `webhook_removed`); an unknown id is
-/// [`StoreError::NotFound`].
-pub fn remove<R: WebhookRows>(
-    rows: &R,
-    mesh_id: &str,
-    id: &str,
-    now: Timestamp,
-) -> Result<Webhook, R::Error> {
-    let hook = found(rows, mesh_id, id)?;
-    rows.delete(mesh_id, id)?;
-    rows.append(&hook.entry(kinds::REMOVED, mint_at(now), now, json!({ "delivered": hook.delivered })))?;
-    Ok(hook)
-}
-
-/// Runs an operator's command on a subscription (see [`WebhookCommand`]). A
-/// skip of a subscription stuck on no entry is refused, since there is
-/// nothing to skip.
+/// Runs an operator's command on a subscription (see [`WebhookCommand`]); an
+/// unknown id is [`StoreError::NotFound`]. A skip of a subscription stuck on
+/// no entry is refused, since there is nothing to skip.
 pub fn command<R: WebhookRows>(
     rows: &R,
     mesh_id: &str,
@@ -94,9 +83,19 @@ pub fn command<R: WebhookRows>(
 ) -> Result<Webhook, R::Error> {
     let mut hook = found(rows, mesh_id, id)?;
     let was = hook.state;
-    let extra = match command {
+    let (kind, extra) = match command {
+        WebhookCommand::Remove => {
+            rows.delete(mesh_id, id)?;
+            rows.append(&hook.entry(
+                kinds::REMOVED,
+                mint_at(now),
+                now,
+                json!({ "delivered": hook.delivered }),
+            ))?;
+            return Ok(hook);
+        }
         WebhookCommand::Resume if was == WebhookState::Active && hook.failures == 0 => return Ok(hook),
-        WebhookCommand::Resume => json!({ "was": was.as_str() }),
+        WebhookCommand::Resume => (kinds::RESUMED, json!({ "was": was.as_str() })),
         WebhookCommand::Skip => {
             let stuck = hook.stuck_on.take().ok_or_else(|| {
                 StoreError::InvalidInput(agentmesh_core::InvalidInput::new(
@@ -105,7 +104,9 @@ pub fn command<R: WebhookRows>(
                 ))
             })?;
             hook.cursor = hook.cursor.max(stuck.seq);
-            json!({ "skippedEntryId": stuck.entry_id, "skippedKind": stuck.kind, "was": was.as_str() })
+            let extra =
+                json!({ "skippedEntryId": stuck.entry_id, "skippedKind": stuck.kind, "was": was.as_str() });
+            (kinds::SKIPPED, extra)
         }
     };
     hook.state = WebhookState::Active;
@@ -113,10 +114,6 @@ pub fn command<R: WebhookRows>(
     hook.retry_at = None;
     hook.failing_since = None;
     hook.version += 1;
-    let kind = match command {
-        WebhookCommand::Resume => kinds::RESUMED,
-        WebhookCommand::Skip => kinds::SKIPPED,
-    };
     rows.append(&hook.entry(kind, mint_at(now), now, extra))?;
     rows.update(&hook)?;
     Ok(hook)

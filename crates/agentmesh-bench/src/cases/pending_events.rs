@@ -282,7 +282,7 @@ fn drain_behind_backlog(
     let (theirs, me) = kind.addresses();
     // The backlog's coordinator announces itself (a drain would do the same), so
     // it is live throughout the case.
-    store.touch_coordinator(MESH_ID, &theirs.identity(), at(0))?;
+    store.coordinator_presence(MESH_ID, &theirs.identity(), false, at(0))?;
     let mut untimed = Timer::default();
     let (backlog_ids, rejected_backlog) = queue_all(store, 0..backlog, theirs, &mut untimed)?;
     let (my_ids, rejected_mine) = queue_all(store, backlog..backlog + mine, me, &mut untimed)?;

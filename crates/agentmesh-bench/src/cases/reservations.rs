@@ -3,7 +3,7 @@
 //! spread over 100 top-level directories (`area-07/module-1234/**`); then:
 //!
 //! - `reservation-check`: the read a commit guard and `check_paths` make, for
-//!   one path (`reservations_near` and the core's `covering`), alternating a
+//!   one path (`reservations` near the path and the core's `covering`), alternating a
 //!   path under a reservation and one that is free;
 //! - `reservation-grant`: a grant of a free path, in its own transaction;
 //! - `reservation-denied`: a request that overlaps one reservation, denied
@@ -84,7 +84,14 @@ fn reservations(
         };
         let path = PathPattern::parse("path", &path)?;
         let found = timer.time(|| -> anyhow::Result<usize> {
-            let near = store.reservations_near(MESH_ID, SCOPE, std::slice::from_ref(&path), now)?;
+            let near = store.reservations(
+                MESH_ID,
+                agentmesh_store::ReservationQuery::Near {
+                    scope: SCOPE,
+                    patterns: std::slice::from_ref(&path),
+                },
+                now,
+            )?;
             Ok(reservation::covering(&path, Some("checker"), false, &near, now).len())
         })?;
         blocked += usize::from(found > 0);

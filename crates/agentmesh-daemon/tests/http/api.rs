@@ -2067,7 +2067,8 @@ async fn retention_moves_a_finished_task_and_its_entries_to_the_archive_where_re
     let report = json!({ "sessionId": "s1", "taskId": "t1", "epoch": epoch, "summary": "done" });
     let (status, completed) = daemon.post("/v1/meshes/m/completions", report).await;
     assert_eq!(status, StatusCode::OK, "{completed}");
-    let (status, pending) = daemon.post("/v1/meshes/m/tasks", json!({ "message": "later", "id": "t2" })).await;
+    let (status, pending) =
+        daemon.post("/v1/meshes/m/tasks", json!({ "message": "later", "id": "t2" })).await;
     assert_eq!(status, StatusCode::CREATED, "{pending}");
     let deadline = Instant::now() + Duration::from_secs(20);
     let state = loop {
@@ -2082,12 +2083,16 @@ async fn retention_moves_a_finished_task_and_its_entries_to_the_archive_where_re
     assert!(state["ledgerEntries"].as_u64().unwrap_or(0) >= 3, "{state}");
     // The finished task reads as it was, marked; the pending one stays hot.
     let (status, task) = daemon.get("/v1/meshes/m/tasks/t1").await;
-    assert_eq!((status, &task["archived"], &task["finalSummary"]), (StatusCode::OK, &json!(true), &json!("done")));
+    assert_eq!(
+        (status, &task["archived"], &task["finalSummary"]),
+        (StatusCode::OK, &json!(true), &json!("done"))
+    );
     let (_, hot) = daemon.get("/v1/meshes/m/tasks/t2").await;
     assert!(hot.get("archived").is_none(), "{hot}");
     let (status, page) = daemon.get("/v1/meshes/m/ledger/slice?afterSeq=0&limit=500").await;
     assert_eq!(status, StatusCode::OK, "{page}");
-    let kinds: Vec<&str> = page["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let kinds: Vec<&str> =
+        page["entries"].as_array().unwrap().iter().map(|e| e["kind"].as_str().unwrap()).collect();
     assert_eq!(&kinds[..3], ["task_dispatched", "task_claimed", "task_completed"], "{page}");
     assert!(page["archived"].as_u64().unwrap() >= 3, "{page}");
     let (status, listed) = daemon.get("/v1/meshes/m/archive/tasks").await;
@@ -2102,7 +2107,8 @@ async fn retention_moves_a_finished_task_and_its_entries_to_the_archive_where_re
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "limit");
     assert_eq!(daemon.get("/v1/meshes/m/archive").await.1["retention"], json!({}));
     // A mesh's own windows are set, read back and recorded.
-    let (status, set) = daemon.post("/v1/meshes/m/retention", json!({ "tasks": "3d", "ledger": "off" })).await;
+    let (status, set) =
+        daemon.post("/v1/meshes/m/retention", json!({ "tasks": "3d", "ledger": "off" })).await;
     assert_eq!((status, &set["retention"]), (StatusCode::OK, &json!({ "tasks": "3d", "ledger": "off" })));
     assert_eq!(ledger_of_kind(&daemon, "retention_changed").await.len(), 1);
     // An export's drop, then the cursor before it has expired.

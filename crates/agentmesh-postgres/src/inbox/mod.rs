@@ -33,7 +33,8 @@
 use agentmesh_core::Timestamp;
 use agentmesh_core::events::{CoordinatorIdentity, EmitHint, PendingEvent};
 use agentmesh_store::{
-    DrainOutcome, DrainRequest, InboxEvent, PendingAddressee, PruneReport, QueueOutcome, StoreResult,
+    DrainOutcome, DrainRequest, EventSettle, InboxEvent, PendingAddressee, PruneReport, QueueOutcome,
+    StoreResult,
 };
 
 use crate::PgStore;
@@ -85,39 +86,31 @@ impl agentmesh_store::InboxStore for PgStore {
         self.snapshot(|db| drain::peek(db, mesh_id, request))
     }
 
-    fn ack_pending_events(&self, mesh_id: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
-        // No acknowledgement time is kept: retention goes by queue time.
-        self.write_inbox(mesh_id, |db| drain::ack(db, mesh_id, ids))
-    }
-
-    fn delete_pending_events(&self, mesh_id: &str, ids: &[String]) -> StoreResult<u64> {
-        self.write_inbox(mesh_id, |db| admin::delete(db, mesh_id, ids))
-    }
-
-    fn retract_dispatch_blocked(&self, mesh_id: &str, task_id: &str) -> StoreResult<u64> {
-        self.write_inbox(mesh_id, |db| admin::retract_dispatch_blocked(db, mesh_id, task_id))
+    fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64> {
+        self.write_inbox(mesh_id, |db| match settle {
+            EventSettle::Ack(ids) => drain::ack(db, mesh_id, ids),
+            EventSettle::Delete(ids) => admin::delete(db, mesh_id, ids),
+            EventSettle::RetractDispatchBlocked(task_id) => {
+                admin::retract_dispatch_blocked(db, mesh_id, task_id)
+            }
+        })
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
         self.read(|db| admin::count(db, mesh_id))
     }
 
-    fn touch_coordinator(
+    fn coordinator_presence(
         &self,
         mesh_id: &str,
         identity: &CoordinatorIdentity,
-        now: Timestamp,
-    ) -> StoreResult<()> {
-        self.write_inbox(mesh_id, |db| presence::touch_coordinator(db, mesh_id, identity, now))
-    }
-
-    fn end_coordinator(
-        &self,
-        mesh_id: &str,
-        identity: &CoordinatorIdentity,
+        ended: bool,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        self.write_inbox(mesh_id, |db| presence::end_coordinator(db, mesh_id, identity, now))
+        self.write_inbox(mesh_id, |db| match ended {
+            true => presence::end_coordinator(db, mesh_id, identity, now),
+            false => presence::touch_coordinator(db, mesh_id, identity, now).map(|()| true),
+        })
     }
 
     fn prune_pending_events(

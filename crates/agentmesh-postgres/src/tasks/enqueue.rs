@@ -2,15 +2,15 @@
 
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{NewDispatchedTask, NewTask, Task, Timestamp, enqueue};
+use agentmesh_store::RecordedDispatch;
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::{RecordedDispatch, StoreError};
 
 use super::rows::{
     add_edges, dependents, duplicate_id, id_taken, insert_row, refresh_dependents, refresh_readiness,
     write_edges,
 };
 use crate::db::Db;
-use crate::{Fail, Res, ledger};
+use crate::{Res, ledger};
 
 /// Enqueues one validated task with its ledger entry. The caller holds the
 /// mesh's lock, so the cycle check and the readiness count see every edge and
@@ -23,21 +23,7 @@ pub(crate) fn enqueue(
     now: Timestamp,
 ) -> Res<Task> {
     let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
-    if !task.dependencies().is_empty() {
-        let mut lookup_error = None;
-        let cycle = enqueue::find_dependency_cycle(&task.id, task.dependencies(), |id| {
-            dependents(db, &task.mesh_id, id).unwrap_or_else(|e| {
-                lookup_error = Some(e);
-                Vec::new()
-            })
-        });
-        if let Some(err) = lookup_error {
-            return Err(err);
-        }
-        if let Some(path) = cycle {
-            return Err(Fail(StoreError::DependencyCycle { path }));
-        }
-    }
+    agentmesh_store::task_writes::refuse_cycle(&task, |id| dependents(db, &task.mesh_id, id))?;
     // A task with dependencies writes its edges first, so its id is checked
     // before them; a task without any is refused by its insert, which changes
     // nothing when the id is taken.

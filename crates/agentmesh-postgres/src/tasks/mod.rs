@@ -24,12 +24,13 @@
 //!   requeue, reclaim, and the effect writer) work on.
 //! - `reads`: listings, counts and lookups.
 
-use agentmesh_core::{
-    Claimant, NewTask, RequeueOptions, Requeued, Task, TaskPriority, TaskStatus, Timestamp,
-};
+use std::sync::Arc;
+
+use agentmesh_core::{Claimant, NewTask, Task, TaskStatus, Timestamp};
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::{
-    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreError, StoreResult,
+    ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreResult, Submitted,
+    TaskCommand, TaskWrite, TaskWritten,
 };
 
 use crate::{Fail, Lock, PgStore};
@@ -41,15 +42,10 @@ mod reads;
 mod rows;
 
 use agentmesh_store::task_writes;
-pub(crate) use agentmesh_store::task_writes::{
-    cancel, heartbeat, reclaim_if_lease_expired, requeue, set_priority,
-};
+pub(crate) use agentmesh_store::task_writes::{heartbeat, reclaim_if_lease_expired};
 use claim::{claim, claim_locks, complete_then_claim};
 pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
-pub(crate) use reads::{
-    active_assignments, entries, expired_leases, find, node_assignment_count, oldest_pending_created_at,
-    stats,
-};
+pub(crate) use reads::{active_assignments, entries, expired_leases, find, oldest_pending_created_at, stats};
 
 /// The dependency graph's lock for an enqueue of `tasks`: exclusive when one
 /// of them adds edges, shared otherwise (see `locks`).
@@ -78,12 +74,8 @@ impl agentmesh_store::QueueStore for PgStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    enqueue(db, mesh_id, n, &mint_at(now), now).map_err(|Fail(err)| match err {
-                        StoreError::InvalidInput(e) => {
-                            Fail(StoreError::InvalidInput(e.within(format_args!("tasks[{i}]"))))
-                        }
-                        other => Fail(other),
-                    })
+                    enqueue(db, mesh_id, n, &mint_at(now), now)
+                        .map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
                 })
                 .collect()
         })
@@ -95,10 +87,6 @@ impl agentmesh_store::QueueStore for PgStore {
 
     fn find_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
         self.read(|db| find(db, mesh_id, task_id))
-    }
-
-    fn node_active_assignment_count(&self, mesh_id: &str, node_id: &str) -> StoreResult<u64> {
-        self.read(|db| node_assignment_count(db, mesh_id, node_id))
     }
 
     fn stats_by_status(&self, mesh_id: &str) -> StoreResult<Vec<StatusCount>> {
@@ -149,39 +137,24 @@ impl agentmesh_store::QueueStore for PgStore {
         self.write_with(mesh_id, &[], |db| heartbeat(db, mesh_id, beat, now))?
     }
 
-    fn cancel_task(
+    fn task_command(
         &self,
         mesh_id: &str,
         task_id: &str,
-        reason: Option<&str>,
+        command: TaskCommand<'_>,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write_with(mesh_id, &[], |db| cancel(db, mesh_id, task_id, reason, now))
+        self.write_with(mesh_id, &[], |db| task_writes::command(db, mesh_id, task_id, command, now))
     }
 
-    fn set_task_priority(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        priority: TaskPriority,
-        reason: Option<&str>,
+    fn submit_task_write(
+        self: Arc<Self>,
+        mesh_id: String,
+        write: TaskWrite,
         now: Timestamp,
-    ) -> StoreResult<Task> {
-        self.write_with(mesh_id, &[], |db| set_priority(db, mesh_id, task_id, priority, reason, now))
-    }
-
-    fn requeue_task(
-        &self,
-        mesh_id: &str,
-        task_id: &str,
-        opts: &RequeueOptions,
-        now: Timestamp,
-    ) -> StoreResult<Requeued> {
-        self.write_with(mesh_id, &[], |db| requeue(db, mesh_id, task_id, opts, now))
-    }
-
-    fn submit_workers(&self) -> Option<agentmesh_store::submit::Workers> {
-        Some(self.workers.clone())
+    ) -> Submitted<TaskWritten> {
+        let workers = self.workers.clone();
+        workers.submit(move || write.run(&*self, &mesh_id, now))
     }
 
     fn expired_leases(&self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {

@@ -39,14 +39,6 @@ pub(crate) fn entries(db: &Db<'_>, mesh_id: &str, statuses: &[TaskStatus]) -> Re
     decode_rows(&rows)
 }
 
-pub(crate) fn node_assignment_count(db: &Db<'_>, mesh_id: &str, node_id: &str) -> Res<u64> {
-    let row = db.query_one(
-        "SELECT COUNT(*) FROM mesh_queue WHERE mesh_id = $1 AND status = 'assigned' AND assigned_node_id = $2",
-        &[&mesh_id, &node_id],
-    )?;
-    Ok(unsigned(row.get(0)))
-}
-
 /// When the mesh's oldest pending task was enqueued. `created_at` is the ISO form
 /// every writer uses (see `Timestamp::iso`), so the smallest string is the
 /// earliest instant; a value that does not parse counts as no answer.
@@ -78,19 +70,7 @@ pub(crate) fn active_assignments(db: &Db<'_>, mesh_id: &str) -> Res<Vec<ActiveAs
           ORDER BY dispatch_ts ASC NULLS FIRST, row_id ASC",
         &[&mesh_id],
     )?;
-    Ok(decode_rows(&rows)?
-        .into_iter()
-        .map(|t| ActiveAssignment {
-            epoch: t.epoch(),
-            id: t.id,
-            node_id: t.assigned_node_id,
-            session_id: t.assigned_session_id,
-            provider_type: t.assigned_provider_type,
-            message: t.message,
-            dispatch_timestamp: t.dispatch_timestamp,
-            lease_expires_at: t.lease_expires_at,
-        })
-        .collect())
+    Ok(decode_rows(&rows)?.into_iter().map(ActiveAssignment::from).collect())
 }
 
 /// The tasks assigned to `session_id` in a mesh. Session ids match after

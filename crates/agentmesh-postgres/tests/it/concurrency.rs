@@ -158,7 +158,8 @@ fn dependents_enqueued_while_their_dependencies_complete_all_become_ready() {
 /// them) all run, on the store's own threads, each task once.
 #[test]
 fn submitted_claims_and_completions_run_each_task_once() {
-    use agentmesh_store::submit::wait;
+    use agentmesh_store::TaskWrite;
+    use agentmesh_store::submit::{self, wait};
 
     let url = agentmesh_test_support::require_postgres!();
     let db = TestDb::new(&url);
@@ -166,7 +167,7 @@ fn submitted_claims_and_completions_run_each_task_once() {
     let tasks: Vec<NewTask> = (0..40).map(|i| task(&format!("t{i}"))).collect();
     store.enqueue_batch("m", &tasks, NOW).unwrap();
     let claims: Vec<_> = (0..40)
-        .map(|i| Arc::clone(&store).submit_claim("m".into(), worker(i), ClaimOptions::default(), NOW))
+        .map(|i| submit::claim(Arc::clone(&store), "m".into(), worker(i), ClaimOptions::default(), NOW))
         .collect();
     let claimed: Vec<(usize, agentmesh_core::Task)> = claims
         .into_iter()
@@ -182,7 +183,9 @@ fn submitted_claims_and_completions_run_each_task_once() {
     assert_eq!(ids.len(), 40, "every task claimed once");
     let completions: Vec<_> = claimed
         .iter()
-        .map(|(i, t)| Arc::clone(&store).submit_completion("m".into(), done(&worker(*i), t), NOW))
+        .map(|(i, t)| {
+            submit::task(Arc::clone(&store), "m".into(), TaskWrite::Complete(done(&worker(*i), t)), NOW)
+        })
         .collect();
     for f in completions {
         wait(f).expect("a completion");
@@ -242,13 +245,8 @@ fn reading_a_task_neither_waits_for_a_writer_nor_blocks_a_claim() {
             panic!("round {round}: the claim passed the task by while it was being read");
         };
         assert_eq!(task.id, "shown");
-        db.requeue_task(
-            "m",
-            "shown",
-            &agentmesh_core::RequeueOptions { force: true, ..Default::default() },
-            NOW,
-        )
-        .expect("a requeue");
+        let force = agentmesh_core::RequeueOptions { force: true, ..Default::default() };
+        db.task_command("m", "shown", agentmesh_store::TaskCommand::Requeue(&force), NOW).expect("a requeue");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for reader in readers {

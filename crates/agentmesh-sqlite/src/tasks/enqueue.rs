@@ -2,14 +2,14 @@
 
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{NewDispatchedTask, NewTask, Task, Timestamp, enqueue};
+use agentmesh_store::RecordedDispatch;
 use agentmesh_store::ids::mint_at;
-use agentmesh_store::{RecordedDispatch, StoreError};
 use rusqlite::Connection;
 
 use super::rows::{
     add_edges, dependents, id_taken, insert_row, refresh_dependents, refresh_readiness, write_edges,
 };
-use crate::{Fail, Res, ledger};
+use crate::{Res, ledger};
 
 /// Enqueues one validated task with its ledger entry.
 pub(crate) fn enqueue(
@@ -25,21 +25,7 @@ pub(crate) fn enqueue(
     }
     // A taken id is caught by the row's primary key (see `insert_row`); the whole
     // transaction then rolls back, edges included.
-    if !task.dependencies().is_empty() {
-        let mut lookup_error = None;
-        let cycle = enqueue::find_dependency_cycle(&task.id, task.dependencies(), |id| {
-            dependents(conn, &task.mesh_id, id).unwrap_or_else(|e| {
-                lookup_error = Some(e);
-                Vec::new()
-            })
-        });
-        if let Some(err) = lookup_error {
-            return Err(err);
-        }
-        if let Some(path) = cycle {
-            return Err(Fail(StoreError::DependencyCycle { path }));
-        }
-    }
+    agentmesh_store::task_writes::refuse_cycle(&task, |id| dependents(conn, &task.mesh_id, id))?;
     let unmet = if task.dependencies().is_empty() { 0 } else { add_edges(conn, &task)? };
     insert_row(conn, &task, unmet)?;
     ledger::append(conn, &decide::dispatched(&task, mint_at(now), now))?;

@@ -28,14 +28,11 @@ mod persist;
 mod reads;
 mod rows;
 
-pub(crate) use agentmesh_store::task_writes::{
-    cancel, complete, heartbeat, reclaim_if_lease_expired, requeue, set_priority,
-};
+pub(crate) use agentmesh_store::task_writes::{complete, heartbeat, reclaim_if_lease_expired};
 pub(crate) use claim::claim;
 pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
 pub(crate) use persist::Rows;
 pub(crate) use reads::{
-    active_assignments, entries, expired_leases, find, mesh_task_count, node_assignment_count,
-    oldest_pending_created_at, stats,
+    active_assignments, entries, expired_leases, find, mesh_task_count, oldest_pending_created_at, stats,
 };
 pub(crate) use rows::backfill_projection;

@@ -31,14 +31,6 @@ pub(crate) fn entries(conn: &Connection, mesh_id: &str, statuses: &[TaskStatus])
     decode_rows(rows)
 }
 
-pub(crate) fn node_assignment_count(conn: &Connection, mesh_id: &str, node_id: &str) -> Res<u64> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT COUNT(*) FROM mesh_queue INDEXED BY idx_mesh_queue_assigned
-          WHERE mesh_id = ?1 AND status = 'assigned' AND assigned_node_id = ?2",
-    )?;
-    Ok(stmt.query_row(params![mesh_id, node_id], |r| r.get::<_, i64>(0))? as u64)
-}
-
 /// The statement of [`oldest_pending_created_at`]: one seek into
 /// `idx_mesh_queue_mesh_status_created` (mesh, status, created_at), whose first
 /// entry for the mesh's pending tasks holds the smallest `created_at`.
@@ -75,19 +67,7 @@ pub(crate) fn active_assignments(conn: &Connection, mesh_id: &str) -> Res<Vec<Ac
           ORDER BY dispatch_ts ASC, rowid ASC",
     )?;
     let rows = stmt.query_map([mesh_id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
-    Ok(decode_rows(rows)?
-        .into_iter()
-        .map(|t| ActiveAssignment {
-            epoch: t.epoch(),
-            id: t.id,
-            node_id: t.assigned_node_id,
-            session_id: t.assigned_session_id,
-            provider_type: t.assigned_provider_type,
-            message: t.message,
-            dispatch_timestamp: t.dispatch_timestamp,
-            lease_expires_at: t.lease_expires_at,
-        })
-        .collect())
+    Ok(decode_rows(rows)?.into_iter().map(ActiveAssignment::from).collect())
 }
 
 /// The tasks assigned to `session_id` in a mesh. Session ids match after

@@ -14,6 +14,7 @@ use std::thread;
 
 use agentmesh_core::{Claimant, NewTask, TaskStatus, Timestamp};
 use agentmesh_sqlite::{DB_FILE_NAME, SqliteStore};
+use agentmesh_store::TaskWrite::Complete;
 use agentmesh_store::prelude::*;
 use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, Outcome};
 
@@ -260,7 +261,8 @@ fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
         // writes of a round are all in flight together, no thread held for any.
         let claims = (0..WORKERS)
             .map(|k| {
-                std::sync::Arc::clone(&store).submit_claim(
+                agentmesh_store::submit::claim(
+                    std::sync::Arc::clone(&store),
                     MESH.into(),
                     worker(k),
                     ClaimOptions::default(),
@@ -288,7 +290,12 @@ fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
                     occurred_at: None,
                     outcome: Outcome::Completed { summary: Some("done".into()) },
                 };
-                std::sync::Arc::clone(&store).submit_completion(MESH.into(), report, NOW)
+                agentmesh_store::submit::task(
+                    std::sync::Arc::clone(&store),
+                    MESH.into(),
+                    Complete(report),
+                    NOW,
+                )
             })
             .collect();
         for done in wait_all(reports) {
@@ -317,7 +324,12 @@ fn submitted_claims_and_completions_take_each_task_once_and_share_commits() {
         occurred_at: None,
         outcome: Outcome::Completed { summary: None },
     };
-    let refused = wait_all(vec![std::sync::Arc::clone(&store).submit_completion(MESH.into(), stale, NOW)]);
+    let refused = wait_all(vec![agentmesh_store::submit::task(
+        std::sync::Arc::clone(&store),
+        MESH.into(),
+        Complete(stale),
+        NOW,
+    )]);
     assert!(
         matches!(refused[0], Err(agentmesh_store::StoreError::StaleEpoch { presented: 99, .. })),
         "{:?}",

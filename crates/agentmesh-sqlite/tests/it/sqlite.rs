@@ -10,7 +10,7 @@ use agentmesh_core::{
 use agentmesh_sqlite::{LegacyQueueState, SCHEMA_VERSION, SqliteStore};
 use agentmesh_store::prelude::*;
 use agentmesh_store::transfer::{Records, TransferStore};
-use agentmesh_store::{ClaimOptions, ClaimOutcome, HeldRequeue, StoreError};
+use agentmesh_store::{ClaimOptions, ClaimOutcome, HeldRequeue, MissionQuery, StoreError};
 use serde_json::Value;
 
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
@@ -191,8 +191,13 @@ fn a_submitted_claim_as_the_first_write_to_a_mesh_imports_its_legacy_queue_file_
         capability_tags: vec!["os=darwin".into()],
         ..Claimant::default()
     };
-    let submitted =
-        std::sync::Arc::clone(&store).submit_claim("mesh-gamma".into(), darwin, ClaimOptions::default(), NOW);
+    let submitted = agentmesh_store::submit::claim(
+        std::sync::Arc::clone(&store),
+        "mesh-gamma".into(),
+        darwin,
+        ClaimOptions::default(),
+        NOW,
+    );
     let claimed = agentmesh_store::submit::wait(submitted).unwrap().expect_claimed();
     assert_eq!(store.legacy_queue_state("mesh-gamma"), Some(LegacyQueueState::Imported(3)));
     assert!(claimed.message.starts_with("legacy queue task"), "claimed from the imported queue: {claimed:?}");
@@ -317,7 +322,7 @@ fn the_in_flight_holds_of_an_original_database_are_imported_once() {
     let report = store.import_original_database(&original).unwrap();
     let line = report.tables.iter().find(|t| t.what == "in-flight holds").expect("an in-flight holds line");
     assert_eq!((line.imported, line.skipped), (2, 0));
-    let holds = store.inflight_holds("m").unwrap();
+    let holds = store.inflight_holds("m", None).unwrap();
     let read: Vec<(&str, Option<&str>, u32)> = holds
         .iter()
         .map(|h| (h.task_id.as_str(), h.first_idle_since_ack.as_deref(), h.read_failure_count))
@@ -358,7 +363,8 @@ fn an_original_database_gains_the_mission_source_and_loses_the_dormant_delivered
     assert!(!columns(&path).contains(&"source".to_owned()), "the original's missions have no source");
 
     let store = SqliteStore::open(&path).unwrap();
-    let old = store.mission("m", "old").unwrap().expect("the original's mission is read");
+    let old =
+        store.missions("m", MissionQuery::Id("old")).unwrap().pop().expect("the original's mission is read");
     assert_eq!((old.title.as_str(), old.source), ("Old", None), "an old mission has no source");
     let sourced = agentmesh_core::NewMission {
         id: "old".into(),
@@ -375,7 +381,10 @@ fn an_original_database_gains_the_mission_source_and_loses_the_dormant_delivered
     let once = schema_of(&path);
     assert_eq!(once.1, SCHEMA_VERSION);
     let store = SqliteStore::open(&path).unwrap();
-    assert_eq!(store.mission("m", "old").unwrap().and_then(|m| m.source).as_deref(), Some("coordinator"));
+    assert_eq!(
+        store.missions("m", MissionQuery::Id("old")).unwrap().pop().and_then(|m| m.source).as_deref(),
+        Some("coordinator")
+    );
     drop(store);
     assert_eq!(schema_of(&path), once, "a second open changes nothing");
 }

@@ -172,7 +172,10 @@ pub fn cancelled_dependency_blocks_its_pending_dependents(store: &dyn Store) {
     enqueue(store, MESH, new_task("dep"), at(1));
     enqueue(store, MESH, dependent_task("child", &["dep"]), at(2));
     let mut ledger = LedgerCursor::new(store, MESH);
-    ok(store.cancel_task(MESH, "dep", Some("plan changed"), at(3)), "cancel of dep");
+    ok(
+        store.task_command(MESH, "dep", TaskCommand::Cancel { reason: Some("plan changed") }, at(3)),
+        "cancel of dep",
+    );
     ledger.assert_new(
         store,
         "cancelling a task with a pending dependent",
@@ -194,7 +197,12 @@ pub fn requeued_dependency_lifts_the_block(store: &dyn Store) {
     enqueue(store, MESH, dependent_task("child", &["dep"]), at(2));
     let dep = claim_ok(store, MESH, &worker("node-1", "s1"), at(3), "dep");
     fail(store, MESH, &dep, "flaky", at(4));
-    let requeued = ok(store.requeue_task(MESH, "dep", &RequeueOptions::default(), at(5)), "requeue of dep");
+    let requeued = ok(
+        store
+            .task_command(MESH, "dep", TaskCommand::Requeue(&RequeueOptions::default()), at(5))
+            .map(Requeued::from_task),
+        "requeue of dep",
+    );
     assert!(matches!(requeued, Requeued::Pending(_)), "expected the first requeue to return dep to pending");
     assert_eq!(
         find(store, MESH, "child").blocked_reason,

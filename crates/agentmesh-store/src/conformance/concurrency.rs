@@ -19,7 +19,7 @@ use agentmesh_core::{ClaimRefusal, Claimant, NewTask, Task, TaskStatus};
 
 use super::support::*;
 use crate::retry::retrying;
-use crate::{ClaimOutcome, DrainRequest, Store, StoreError, StoreResult};
+use crate::{ClaimOutcome, DrainRequest, ReservationQuery, Store, StoreError, StoreResult};
 
 /// How many rounds each rule races.
 pub const ROUNDS: usize = 200;
@@ -373,7 +373,7 @@ pub fn race_overlapping_exclusive_reservations_grant_one(racers: &dyn Racers) {
                 assert_eq!(holders, [winners[0].as_str()], "round {round}: a denial names the one holder");
             }
         }
-        let held = ok(arena.shared.reservations(&mesh, None, at(2)), "reservations");
+        let held = ok(arena.shared.reservations(&mesh, ReservationQuery::All(None), at(2)), "reservations");
         assert_eq!(held.len(), 1, "round {round}: one reservation stored");
     }
 }
@@ -403,7 +403,7 @@ pub fn race_claims_of_tasks_over_one_path_take_one(racers: &dyn Racers) {
                 assert_eq!(*r, ClaimRefusal::PathsReserved, "round {round}");
             }
         }
-        let held = ok(arena.shared.reservations(&mesh, None, at(3)), "reservations");
+        let held = ok(arena.shared.reservations(&mesh, ReservationQuery::All(None), at(3)), "reservations");
         assert_eq!(held.len(), 1, "round {round}: {held:?}");
     }
 }

@@ -432,12 +432,12 @@ pub fn session_delivery_is_read_by_id_whatever_its_status(store: &dyn Store) {
     let retry = DeliveryUpdate { last_error: Some("pty busy".into()), increment_attempt: true };
     ok(store.set_session_delivery_status(MESH, "d1", DeliveryStatus::Queued, &retry, at(1)), "retry");
     assert!(set_delivery_status(store, MESH, "d1", DeliveryStatus::Failed, at(2)), "expected d1 to fail");
-    let read = ok(store.session_delivery(MESH, "d1"), "session_delivery");
+    let read = delivery_by_id(store, MESH, "d1");
     let read = read.expect("expected a failed delivery still readable by its id");
     assert_eq!(read.status, DeliveryStatus::Failed);
     assert_eq!(read.attempt_count, 1, "expected the retry counted");
     assert_eq!(read.updated_at, at(2).iso());
     assert!(active_deliveries(store, MESH, None, at(3)).is_empty(), "a failed delivery is not active");
-    assert_eq!(ok(store.session_delivery(MESH, "nope"), "unknown id"), None);
-    assert_eq!(ok(store.session_delivery(OTHER_MESH, "d1"), "other mesh"), None, "mesh B sees none of A's");
+    assert_eq!(delivery_by_id(store, MESH, "nope"), None);
+    assert_eq!(delivery_by_id(store, OTHER_MESH, "d1"), None, "mesh B sees none of A's");
 }

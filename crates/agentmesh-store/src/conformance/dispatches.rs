@@ -10,7 +10,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::Store;
+use crate::{DispatchChange, Store};
 
 /// A recorded dispatch is `dispatched`, stamped with `now`, and listed oldest dispatch first.
 pub fn direct_dispatch_is_recorded_and_listed_oldest_first(store: &dyn Store) {
@@ -64,7 +64,15 @@ pub fn recording_a_direct_dispatch_again_replaces_the_row(store: &dyn Store) {
     assert_eq!(active_dispatches(store, MESH), [replaced], "expected one row for task t1, the replacing one");
     assert_eq!(
         ok(
-            store.set_direct_dispatch_status(MESH, Some("s1"), None, DispatchStatus::Failed, at(6)),
+            store.change_direct_dispatches(
+                MESH,
+                DispatchChange::Status {
+                    session_id: Some("s1"),
+                    task_id: None,
+                    status: DispatchStatus::Failed
+                },
+                at(6)
+            ),
             "sweep s1"
         ),
         0,
@@ -77,7 +85,15 @@ pub fn direct_dispatch_status_with_a_task_id_changes_only_that_row(store: &dyn S
     record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(1));
     let sibling = record_dispatch(store, MESH, direct_dispatch("t2", Some("s1")), at(2));
     let changed = ok(
-        store.set_direct_dispatch_status(MESH, Some("s1"), Some("t1"), DispatchStatus::Acked, at(5)),
+        store.change_direct_dispatches(
+            MESH,
+            DispatchChange::Status {
+                session_id: Some("s1"),
+                task_id: Some("t1"),
+                status: DispatchStatus::Acked,
+            },
+            at(5),
+        ),
         "set_direct_dispatch_status(s1, t1, acked)",
     );
     assert_eq!(changed, 1, "expected exactly the row of t1 to change");
@@ -88,7 +104,15 @@ pub fn direct_dispatch_status_with_a_task_id_changes_only_that_row(store: &dyn S
     assert_eq!(active_dispatch(store, MESH, "t2"), sibling, "expected the sibling dispatch t2 untouched");
 
     let changed = ok(
-        store.set_direct_dispatch_status(MESH, Some("s1"), Some("t2"), DispatchStatus::Failed, at(6)),
+        store.change_direct_dispatches(
+            MESH,
+            DispatchChange::Status {
+                session_id: Some("s1"),
+                task_id: Some("t2"),
+                status: DispatchStatus::Failed,
+            },
+            at(6),
+        ),
         "set_direct_dispatch_status(s1, t2, failed)",
     );
     assert_eq!(changed, 1, "expected exactly the row of t2 to change");
@@ -110,7 +134,11 @@ pub fn direct_dispatch_status_without_a_task_id_changes_the_sessions_open_rows(s
     set_dispatch_status(store, MESH, "broken", DispatchStatus::Failed, at(8));
 
     let changed = ok(
-        store.set_direct_dispatch_status(MESH, Some("s1"), None, DispatchStatus::Acked, at(10)),
+        store.change_direct_dispatches(
+            MESH,
+            DispatchChange::Status { session_id: Some("s1"), task_id: None, status: DispatchStatus::Acked },
+            at(10),
+        ),
         "set_direct_dispatch_status(s1, no task id, acked)",
     );
     assert_eq!(changed, 2, "expected the session's dispatched and stale rows to change, and nothing else");
@@ -138,7 +166,11 @@ pub fn direct_dispatch_status_without_a_task_id_changes_the_sessions_open_rows(s
     );
 
     let changed = ok(
-        store.set_direct_dispatch_status(MESH, None, None, DispatchStatus::Stale, at(11)),
+        store.change_direct_dispatches(
+            MESH,
+            DispatchChange::Status { session_id: None, task_id: None, status: DispatchStatus::Stale },
+            at(11),
+        ),
         "set_direct_dispatch_status(no session, no task id, stale)",
     );
     assert_eq!(changed, 0, "expected a change naming neither session nor task to change nothing");
@@ -164,12 +196,25 @@ pub fn completed_and_failed_direct_dispatches_never_change(store: &dyn Store) {
     for status in DispatchStatus::ALL {
         for task in ["done", "broken"] {
             let what = format!("set_direct_dispatch_status({task}, {status})");
-            let changed =
-                ok(store.set_direct_dispatch_status(MESH, Some("s1"), Some(task), status, at(4)), &what);
+            let changed = ok(
+                store.change_direct_dispatches(
+                    MESH,
+                    DispatchChange::Status { session_id: Some("s1"), task_id: Some(task), status },
+                    at(4),
+                ),
+                &what,
+            );
             assert_eq!(changed, 0, "expected the final dispatch {task} not to move to {status}");
         }
         let what = format!("set_direct_dispatch_status(s1, {status})");
-        let changed = ok(store.set_direct_dispatch_status(MESH, Some("s1"), None, status, at(4)), &what);
+        let changed = ok(
+            store.change_direct_dispatches(
+                MESH,
+                DispatchChange::Status { session_id: Some("s1"), task_id: None, status },
+                at(4),
+            ),
+            &what,
+        );
         assert_eq!(changed, 0, "expected a session-wide change to {status} to skip the session's final rows");
     }
     assert!(active_dispatch_ids(store, MESH).is_empty(), "expected no final dispatch to become active again");
@@ -190,8 +235,10 @@ pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn
     let recent = record_dispatch(store, MESH, direct_dispatch("recent", Some("s4")), at(100));
     let elsewhere = record_dispatch(store, OTHER_MESH, direct_dispatch("elsewhere", Some("s1")), at(0));
 
-    let marked =
-        ok(store.mark_stale_direct_dispatches(MESH, at(50), at(200)), "mark_stale_direct_dispatches");
+    let marked = ok(
+        store.change_direct_dispatches(MESH, DispatchChange::MarkStale(at(50)), at(200)),
+        "mark_stale_direct_dispatches",
+    );
     assert_eq!(marked, 1, "expected only the dispatched row sent before the cutoff marked stale");
     assert_eq!(
         active_dispatch_ids(store, MESH),
@@ -211,7 +258,10 @@ pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn
     );
     assert_eq!(active_dispatches(store, OTHER_MESH), [elsewhere], "expected the other mesh untouched");
     assert_eq!(
-        ok(store.mark_stale_direct_dispatches(MESH, at(50), at(201)), "mark_stale_direct_dispatches again"),
+        ok(
+            store.change_direct_dispatches(MESH, DispatchChange::MarkStale(at(50)), at(201)),
+            "mark_stale_direct_dispatches again"
+        ),
         0,
         "expected nothing left to mark"
     );
@@ -256,7 +306,7 @@ pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dy
         0,
         "expected nothing left to clean up"
     );
-    let kept = |mesh: &str, task: &str| ok(store.direct_dispatch(mesh, task), "direct_dispatch").is_some();
+    let kept = |mesh: &str, task: &str| dispatch_of(store, mesh, task).is_some();
     assert!(kept(MESH, "done-recently"), "expected the recently ended row kept by the cleanup");
     for task in ["done-old", "failed-old", "stale-old"] {
         assert!(!kept(MESH, task), "expected the old ended row {task} deleted");
@@ -274,13 +324,20 @@ pub fn direct_dispatches_are_deleted_by_task(store: &dyn Store) {
 
     let ids = |ids: &[&str]| ids.iter().map(|s| (*s).to_owned()).collect::<Vec<String>>();
     assert_eq!(
-        ok(store.delete_direct_dispatches_by_task(MESH, &[]), "delete_direct_dispatches_by_task([])"),
+        ok(
+            store.change_direct_dispatches(MESH, DispatchChange::Delete(&[]), at(0)),
+            "delete_direct_dispatches_by_task([])"
+        ),
         0,
         "expected deleting no task ids to delete nothing"
     );
     assert_eq!(
         ok(
-            store.delete_direct_dispatches_by_task(MESH, &ids(&["t1", "t3", "missing", "b1"])),
+            store.change_direct_dispatches(
+                MESH,
+                DispatchChange::Delete(&ids(&["t1", "t3", "missing", "b1"])),
+                at(0)
+            ),
             "delete by task"
         ),
         2,
@@ -288,7 +345,7 @@ pub fn direct_dispatches_are_deleted_by_task(store: &dyn Store) {
     );
     assert_eq!(active_dispatch_ids(store, MESH), ["t2"], "expected t2 kept");
     assert_eq!(active_dispatches(store, OTHER_MESH), [elsewhere], "expected B's row untouched");
-    assert!(ok(store.direct_dispatch(MESH, "t3"), "direct_dispatch(t3)").is_none(), "expected t3 gone");
+    assert!(dispatch_of(store, MESH, "t3").is_none(), "expected t3 gone");
 }
 
 /// A blank task id or via, an empty message or an unknown task mode is invalid input naming the field; nothing is recorded.
@@ -320,7 +377,11 @@ pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn Store) {
     assert!(active_dispatch_ids(store, OTHER_MESH).is_empty(), "expected A's dispatch invisible from B");
     let set_in_b = |session: Option<&str>, task: Option<&str>, status| {
         ok(
-            store.set_direct_dispatch_status(OTHER_MESH, session, task, status, at(1)),
+            store.change_direct_dispatches(
+                OTHER_MESH,
+                DispatchChange::Status { session_id: session, task_id: task, status },
+                at(1),
+            ),
             "status change through B",
         )
     };
@@ -331,12 +392,18 @@ pub fn direct_dispatches_are_isolated_by_mesh(store: &dyn Store) {
     );
     assert_eq!(set_in_b(Some("s1"), None, DispatchStatus::Failed), 0, "expected B's session sweep to skip A");
     assert_eq!(
-        ok(store.mark_stale_direct_dispatches(OTHER_MESH, at(100), at(100)), "mark stale in B"),
+        ok(
+            store.change_direct_dispatches(OTHER_MESH, DispatchChange::MarkStale(at(100)), at(100)),
+            "mark stale in B"
+        ),
         0,
         "expected marking stale in B to leave A's rows"
     );
     assert_eq!(
-        ok(store.delete_direct_dispatches_by_task(OTHER_MESH, &["a1".into()]), "delete a1 through B"),
+        ok(
+            store.change_direct_dispatches(OTHER_MESH, DispatchChange::Delete(&["a1".into()]), at(0)),
+            "delete a1 through B"
+        ),
         0,
         "expected B unable to delete A's row"
     );
@@ -367,12 +434,12 @@ pub fn direct_dispatch_of_a_task_id_in_another_mesh_leaves_the_first_mesh_alone(
 pub fn direct_dispatch_is_read_by_task_whatever_its_status(store: &dyn Store) {
     record_dispatch(store, MESH, direct_dispatch("t1", Some("s1")), at(0));
     set_dispatch_status(store, MESH, "t1", DispatchStatus::Completed, at(5));
-    let read = ok(store.direct_dispatch(MESH, "t1"), "direct_dispatch");
+    let read = dispatch_of(store, MESH, "t1");
     let read = read.expect("expected a completed dispatch still readable by its task");
     assert_eq!((read.status, read.updated_at.as_str()), (DispatchStatus::Completed, at(5).iso().as_str()));
     assert!(active_dispatch_ids(store, MESH).is_empty(), "a completed dispatch is not active");
-    assert_eq!(ok(store.direct_dispatch(MESH, "nope"), "unknown task"), None);
-    assert_eq!(ok(store.direct_dispatch(OTHER_MESH, "t1"), "other mesh"), None, "mesh B sees none of A's");
+    assert_eq!(dispatch_of(store, MESH, "nope"), None);
+    assert_eq!(dispatch_of(store, OTHER_MESH, "t1"), None, "mesh B sees none of A's");
 }
 
 fn dispatched_task(id: &str, session: &str) -> NewDispatchedTask {
@@ -388,7 +455,15 @@ fn dispatched_task(id: &str, session: &str) -> NewDispatchedTask {
 }
 
 fn confirmed(store: &dyn Store, mesh: &str, task_id: &str) -> bool {
-    ok(store.task_has_confirmed_delivery(mesh, task_id), &format!("task_has_confirmed_delivery({task_id})"))
+    let found = ok(
+        store.session_deliveries(mesh, crate::DeliveryQuery::Confirmed(task_id)),
+        &format!("confirmed deliveries of {task_id}"),
+    );
+    assert!(
+        found.iter().all(|d| d.task_id.as_deref() == Some(task_id)),
+        "expected only {task_id}'s: {found:?}"
+    );
+    !found.is_empty()
 }
 
 /// A recorded direct dispatch is a task assigned to its node and session at epoch 1, dispatched
@@ -492,4 +567,13 @@ pub fn recording_a_direct_dispatch_rejects_bad_input_naming_the_field(store: &dy
     assert!(queue_ids(store, MESH, &[]).is_empty(), "expected nothing stored");
     assert!(ledger_entries(store, MESH).is_empty(), "expected no entry");
     assert!(!confirmed(store, MESH, "t1"));
+}
+
+/// The dispatch of one task, whatever its status: `direct_dispatches` with its
+/// id answers none or one.
+fn dispatch_of(store: &dyn Store, mesh: &str, task_id: &str) -> Option<DirectDispatch> {
+    let found =
+        ok(store.direct_dispatches(mesh, Some(task_id)), &format!("direct_dispatches({mesh}, {task_id})"));
+    assert!(found.len() <= 1, "expected at most one dispatch of {task_id}, got {found:?}");
+    found.into_iter().next()
 }

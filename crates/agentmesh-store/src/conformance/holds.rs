@@ -5,7 +5,7 @@
 use agentmesh_core::{InflightHold, NewInflightHold, Timestamp};
 
 use super::support::*;
-use crate::Store;
+use crate::{HoldWrite, Store};
 
 fn hold(task_id: &str, reason: &str) -> NewInflightHold {
     NewInflightHold {
@@ -17,15 +17,19 @@ fn hold(task_id: &str, reason: &str) -> NewInflightHold {
 }
 
 fn upsert(store: &dyn Store, mesh: &str, new: &NewInflightHold, now: Timestamp) -> InflightHold {
-    ok(store.upsert_inflight_hold(mesh, new, now), &format!("upsert_inflight_hold({mesh}, {})", new.task_id))
+    let what = format!("write_inflight_hold({mesh}, {})", new.task_id);
+    ok(store.write_inflight_hold(mesh, HoldWrite::Hold(new), now), &what)
+        .unwrap_or_else(|| panic!("expected {what} to answer the hold as stored"))
 }
 
 fn holds(store: &dyn Store, mesh: &str) -> Vec<InflightHold> {
-    ok(store.inflight_holds(mesh), &format!("inflight_holds({mesh})"))
+    ok(store.inflight_holds(mesh, None), &format!("inflight_holds({mesh})"))
 }
 
 fn held(store: &dyn Store, mesh: &str, task_id: &str) -> Option<InflightHold> {
-    ok(store.inflight_hold(mesh, task_id), &format!("inflight_hold({mesh}, {task_id})"))
+    let found = ok(store.inflight_holds(mesh, Some(task_id)), &format!("inflight_holds({mesh}, {task_id})"));
+    assert!(found.len() <= 1, "expected at most one hold of {task_id}, got {found:?}");
+    found.into_iter().next()
 }
 
 /// A new hold is stored as given, held and updated at `now`, and read back by its task; an
@@ -94,11 +98,25 @@ pub fn inflight_hold_delete_reports_whether_it_was_held(store: &dyn Store) {
     upsert(store, MESH, &hold("t2", "acked"), at(10));
     upsert(store, OTHER_MESH, &hold("t9", "acked"), at(10));
     assert!(
-        !ok(store.delete_inflight_hold(OTHER_MESH, "t1"), "delete_inflight_hold(B, t1)"),
+        ok(
+            store.write_inflight_hold(OTHER_MESH, HoldWrite::Release("t1"), at(11)),
+            "delete_inflight_hold(B, t1)"
+        )
+        .is_none(),
         "expected another mesh's release to find nothing"
     );
-    assert!(ok(store.delete_inflight_hold(MESH, "t1"), "delete_inflight_hold(t1)"), "expected t1 released");
-    assert!(!ok(store.delete_inflight_hold(MESH, "t1"), "delete_inflight_hold(t1) again"));
+    assert!(
+        ok(store.write_inflight_hold(MESH, HoldWrite::Release("t1"), at(11)), "delete_inflight_hold(t1)")
+            .is_some(),
+        "expected t1 released"
+    );
+    assert!(
+        ok(
+            store.write_inflight_hold(MESH, HoldWrite::Release("t1"), at(11)),
+            "delete_inflight_hold(t1) again"
+        )
+        .is_none()
+    );
     assert_eq!(held(store, MESH, "t1"), None);
     let left: Vec<String> = holds(store, MESH).into_iter().map(|h| h.task_id).collect();
     assert_eq!(left, ["t2"], "expected the other hold kept");
@@ -109,8 +127,8 @@ pub fn inflight_hold_delete_reports_whether_it_was_held(store: &dyn Store) {
 pub fn inflight_hold_rejects_bad_input_naming_the_field(store: &dyn Store) {
     upsert(store, MESH, &hold("kept", "acked"), at(10));
     for (field, bad) in [("taskId", hold(" ", "acked")), ("holdReason", hold("t1", "\t"))] {
-        let what = format!("upsert_inflight_hold with a blank {field}");
-        assert_invalid_input(store.upsert_inflight_hold(MESH, &bad, at(20)), field, &what);
+        let what = format!("write_inflight_hold with a blank {field}");
+        assert_invalid_input(store.write_inflight_hold(MESH, HoldWrite::Hold(&bad), at(20)), field, &what);
         let left: Vec<String> = holds(store, MESH).into_iter().map(|h| h.task_id).collect();
         assert_eq!(left, ["kept"], "expected {what} to store nothing");
     }

@@ -22,7 +22,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRu
 use serde_json::json;
 
 use super::support::*;
-use crate::{DrainRequest, DuplicateReason, InboxEvent, Store};
+use crate::{DrainRequest, DuplicateReason, EventSettle, InboxEvent, Store};
 
 const COMPLETED: &str = AGENT_GENERATING_COMPLETED;
 const READY: &str = AGENT_READY;
@@ -331,11 +331,13 @@ pub fn inbox_ack_counts_what_it_changes(store: &dyn Store) {
     let ids: Vec<String> = (1..=5).map(|i| queue_completion(store, MESH, &format!("e{i}"), i, &me)).collect();
     // Out of order, and one of them twice: each row counts once.
     let two = [ids[1].clone(), ids[0].clone(), ids[1].clone()];
-    let acked = ok(store.ack_pending_events(MESH, &two, at(10)), "ack of e2, e1 and e2 again");
+    let acked = ok(store.settle_pending_events(MESH, EventSettle::Ack(&two)), "ack of e2, e1 and e2 again");
     assert_eq!(acked, 2, "expected ack of two undrained rows (one named twice) to change 2");
     assert_pending_count(store, MESH, 3, "after two rows were acked");
-    let again =
-        ok(store.ack_pending_events(MESH, &[ids[0].clone(), "no-such-row".to_owned()], at(11)), "re-ack");
+    let again = ok(
+        store.settle_pending_events(MESH, EventSettle::Ack(&[ids[0].clone(), "no-such-row".to_owned()])),
+        "re-ack",
+    );
     assert_eq!(again, 0, "expected ack of a drained row and an unknown id to change nothing");
 
     assert_labels(
@@ -366,13 +368,19 @@ pub fn inbox_events_are_deleted_by_id(store: &dyn Store) {
         &["e1"],
         "the drain of one event",
     );
-    assert_eq!(ok(store.delete_pending_events(MESH, &[]), "delete of no ids"), 0);
+    assert_eq!(ok(store.settle_pending_events(MESH, EventSettle::Delete(&[])), "delete of no ids"), 0);
     let named = [ids[0].clone(), ids[1].clone(), ids[1].clone(), "no-such-row".to_owned(), theirs.clone()];
-    let deleted = ok(store.delete_pending_events(MESH, &named), "delete of e1, e2, an unknown and B's");
+    let deleted = ok(
+        store.settle_pending_events(MESH, EventSettle::Delete(&named)),
+        "delete of e1, e2, an unknown and B's",
+    );
     assert_eq!(deleted, 2, "expected the drained e1 and the undrained e2 deleted, nothing else");
     assert_pending_count(store, MESH, 1, "after e2 was deleted");
     assert_pending_count(store, OTHER_MESH, 1, "in the other mesh");
-    assert_eq!(ok(store.delete_pending_events(MESH, &named), "the same delete again"), 0);
+    assert_eq!(
+        ok(store.settle_pending_events(MESH, EventSettle::Delete(&named)), "the same delete again"),
+        0
+    );
     assert_labels(
         &drain(store, MESH, &drain_request(&me), at(8)).events,
         &["e3"],
@@ -412,12 +420,15 @@ pub fn inbox_meshes_are_isolated(store: &dyn Store) {
     );
     let ids = [a_id.clone()];
     assert_eq!(
-        ok(store.ack_pending_events(OTHER_MESH, &ids, at(3)), "ack elsewhere"),
+        ok(store.settle_pending_events(OTHER_MESH, EventSettle::Ack(&ids)), "ack elsewhere"),
         0,
         "expected no ack across meshes"
     );
     assert_eq!(
-        ok(store.retract_dispatch_blocked(OTHER_MESH, "t1"), "retract elsewhere"),
+        ok(
+            store.settle_pending_events(OTHER_MESH, EventSettle::RetractDispatchBlocked("t1")),
+            "retract elsewhere"
+        ),
         0,
         "expected no retract across meshes"
     );
@@ -468,18 +479,18 @@ pub fn inbox_retract_removes_only_undelivered_dispatch_blocked_events_of_the_tas
     let (completion, _) = queue_event(store, MESH, completion_for(MESH, "t1", 6, &me), at(6));
 
     assert_eq!(
-        ok(store.retract_dispatch_blocked(MESH, "t1"), "retract of t1"),
+        ok(store.settle_pending_events(MESH, EventSettle::RetractDispatchBlocked("t1")), "retract of t1"),
         2,
         "expected t1's two queued alerts retracted"
     );
     assert_pending_count(store, MESH, 2, "after the retract");
     assert_eq!(
-        ok(store.retract_dispatch_blocked(MESH, "t1"), "a second retract"),
+        ok(store.settle_pending_events(MESH, EventSettle::RetractDispatchBlocked("t1")), "a second retract"),
         0,
         "expected nothing left to retract"
     );
     assert_eq!(
-        ok(store.retract_dispatch_blocked(MESH, "t9"), "retract of t9"),
+        ok(store.settle_pending_events(MESH, EventSettle::RetractDispatchBlocked("t9")), "retract of t9"),
         0,
         "expected nothing for a task without alerts"
     );
@@ -717,7 +728,7 @@ fn run_property_case(
             Step::Pause => paused += 49,
             Step::End { by } => {
                 let had = store
-                    .end_coordinator(mesh, &coordinators[by], now)
+                    .coordinator_presence(mesh, &coordinators[by], true, now)
                     .expect("end_coordinator must not error");
                 prop_assert_eq!(had, presence[by].last_seen_ms.is_some(), "end_coordinator of {}", by);
                 if had {

@@ -57,7 +57,7 @@ pub fn inbox_alerts_about_finished_tasks_are_dropped(store: &dyn Store) {
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "broke");
     fail(store, MESH, &task, "it broke", at(6));
     enqueue(store, MESH, new_task("gone"), at(7));
-    ok(store.cancel_task(MESH, "gone", None, at(8)), "cancel of gone");
+    ok(store.task_command(MESH, "gone", TaskCommand::Cancel { reason: None }, at(8)), "cancel of gone");
     enqueue(store, MESH, new_task("waiting"), at(9));
     // The completion and the failure told their coordinator; take those first.
     drain(store, MESH, &drain_request(&me), at(10));

@@ -287,14 +287,17 @@ pub fn inbox_an_ended_or_stale_run_has_its_unicasts_reattributed(store: &dyn Sto
 
     // A graceful exit hands the events over at once.
     assert!(
-        ok(store.end_coordinator(MESH, &old, at(4)), "end_coordinator"),
+        ok(store.coordinator_presence(MESH, &old, true, at(4)), "end_coordinator"),
         "expected run_OLD to have a presence record"
     );
     let inherited = drain(store, MESH, &drain_request(&new), at(5));
     assert_labels(&inherited.events, &["a"], "run_NEW after run_OLD ended");
     assert_eq!(inherited.counters.v2_reattributed_to_drainer, 1, "counters {:?}", inherited.counters);
     assert!(
-        !ok(store.end_coordinator(MESH, &coordinator("mach_A", "run_NEVER", None), at(5)), "end_coordinator"),
+        !ok(
+            store.coordinator_presence(MESH, &coordinator("mach_A", "run_NEVER", None), true, at(5)),
+            "end_coordinator"
+        ),
         "expected no record for a run never seen"
     );
 
@@ -325,7 +328,7 @@ fn touch(
     identity: &agentmesh_core::events::CoordinatorIdentity,
     now: agentmesh_core::Timestamp,
 ) {
-    ok(store.touch_coordinator(mesh, identity, now), "touch_coordinator");
+    ok(store.coordinator_presence(mesh, identity, false, now), "touch_coordinator");
 }
 
 /// Undrained events are counted by the coordinator they are addressed to, largest group first; unaddressed events form one group of their own, and drained events and other meshes count nowhere.
@@ -361,14 +364,14 @@ pub fn inbox_pending_events_are_counted_by_addressee(store: &dyn Store) {
 pub fn inbox_a_late_touch_does_not_revive_an_ended_coordinator(store: &dyn Store) {
     let gone = coordinator("mach_A", "run-gone", None);
     let next = coordinator("mach_A", "run-next", None);
-    ok(store.touch_coordinator(MESH, &gone, at(1)), "touch");
-    ok(store.end_coordinator(MESH, &gone, at(3)), "end");
-    ok(store.touch_coordinator(MESH, &gone, at(2)), "a touch stamped before the end");
+    ok(store.coordinator_presence(MESH, &gone, false, at(1)), "touch");
+    ok(store.coordinator_presence(MESH, &gone, true, at(3)), "end");
+    ok(store.coordinator_presence(MESH, &gone, false, at(2)), "a touch stamped before the end");
     queue_completion(store, MESH, "left-behind", 4, &gone);
     let inherited = drain(store, MESH, &drain_request(&next), at(5));
     assert_labels(&inherited.events, &["left-behind"], "the next run inherits the ended run's event");
 
-    ok(store.touch_coordinator(MESH, &gone, at(6)), "a touch after the end");
+    ok(store.coordinator_presence(MESH, &gone, false, at(6)), "a touch after the end");
     queue_completion(store, MESH, "kept", 7, &gone);
     let sibling = drain(store, MESH, &drain_request(&next), at(8));
     assert_labels(&sibling.events, &[], "a coordinator live again keeps its event");
@@ -423,7 +426,7 @@ pub fn inbox_also_known_as_widens_a_drain_to_that_ids_unicasts(store: &dyn Store
     let machine_x = coordinator("mach_X", "mach_X", None);
     queue_event(store, MESH, dispatched_by(inbox_event(MESH, COMPLETED, "for-x", at(2)), &machine_x), at(2));
     let live_x = coordinator("mach_X", "run_X", None);
-    ok(store.touch_coordinator(MESH, &live_x, at(3)), "presence of run_X on mach_X");
+    ok(store.coordinator_presence(MESH, &live_x, false, at(3)), "presence of run_X on mach_X");
     queue_completion(store, MESH, "for-live-x", 4, &live_x);
     queue_completion(store, MESH, "for-y", 5, &coordinator("mach_Y", "run_Y", None));
 

@@ -255,7 +255,10 @@ pub fn completion_naming_a_task_no_longer_held_is_refused_and_the_live_task_stay
     assert_eq!(find(store, MESH, "t2"), live, "expected s1's live task t2 still assigned, unchanged");
 
     claim_ok(store, MESH, &worker("node-3", "s3"), at(7), "t3");
-    ok(store.cancel_task(MESH, "t3", Some("not needed"), at(8)), "cancel of t3");
+    ok(
+        store.task_command(MESH, "t3", TaskCommand::Cancel { reason: Some("not needed") }, at(8)),
+        "cancel of t3",
+    );
     let live = claim_ok(store, MESH, &worker("node-3", "s3"), at(9), "t4");
     let late = CompletionReport { session_id: "s3".into(), task_id: Some("t3".into()), ..late };
     let err = expect_err(store.complete_task(MESH, &late, at(10)), "completion of a cancelled task");
@@ -274,8 +277,10 @@ pub fn cancel_of_a_finished_task_is_refused_and_changes_nothing(store: &dyn Stor
     fail(store, MESH, &task, "tests still red", at(6));
     let before = Snapshot::take(store, MESH);
     for id in ["done", "broken"] {
-        let err =
-            expect_err(store.cancel_task(MESH, id, Some("too late"), at(7)), "cancel of a finished task");
+        let err = expect_err(
+            store.task_command(MESH, id, TaskCommand::Cancel { reason: Some("too late") }, at(7)),
+            "cancel of a finished task",
+        );
         assert!(
             matches!(err, StoreError::InvalidTransition(_)),
             "expected InvalidTransition for {id}, got {err:?}"
@@ -291,8 +296,15 @@ pub fn priority_changes_reorder_claims_and_finished_tasks_refuse_them(store: &dy
     enqueue(store, MESH, new_task("first"), at(1));
     enqueue(store, MESH, new_task("second"), at(2));
     let mut ledger = LedgerCursor::new(store, MESH);
-    let raised =
-        ok(store.set_task_priority(MESH, "second", TaskPriority::High, Some("urgent now"), at(3)), "raise");
+    let raised = ok(
+        store.task_command(
+            MESH,
+            "second",
+            TaskCommand::SetPriority { priority: TaskPriority::High, reason: Some("urgent now") },
+            at(3),
+        ),
+        "raise",
+    );
     ledger.assert_new(store, "a priority change", &["task_priority_changed:second"]);
     assert_eq!(raised.priority, Some(TaskPriority::High), "expected the new priority");
     assert_eq!(raised.updated_at, at(3).iso(), "expected updatedAt = the change time");
@@ -307,14 +319,38 @@ pub fn priority_changes_reorder_claims_and_finished_tasks_refuse_them(store: &dy
     // The raised task is claimed first.
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "second");
     // Back to normal is stored as no priority, as at enqueue; an assigned task may change.
-    let lowered = ok(store.set_task_priority(MESH, "second", TaskPriority::Normal, None, at(5)), "lower");
+    let lowered = ok(
+        store.task_command(
+            MESH,
+            "second",
+            TaskCommand::SetPriority { priority: TaskPriority::Normal, reason: None },
+            at(5),
+        ),
+        "lower",
+    );
     assert_eq!(lowered.priority, None, "expected normal stored as absent");
     assert_eq!(lowered.epoch(), task.epoch(), "expected the claim's epoch kept");
     complete(store, MESH, &lowered, at(6));
     let before = Snapshot::take(store, MESH);
-    let err = expect_err(store.set_task_priority(MESH, "second", TaskPriority::Low, None, at(7)), "finished");
+    let err = expect_err(
+        store.task_command(
+            MESH,
+            "second",
+            TaskCommand::SetPriority { priority: TaskPriority::Low, reason: None },
+            at(7),
+        ),
+        "finished",
+    );
     assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
-    let err = expect_err(store.set_task_priority(MESH, "nope", TaskPriority::Low, None, at(7)), "missing");
+    let err = expect_err(
+        store.task_command(
+            MESH,
+            "nope",
+            TaskCommand::SetPriority { priority: TaskPriority::Low, reason: None },
+            at(7),
+        ),
+        "missing",
+    );
     assert!(matches!(err, StoreError::TaskNotFound { .. }), "expected TaskNotFound, got {err:?}");
     before.assert_unchanged(store, MESH, "refused priority changes");
 }
@@ -337,15 +373,20 @@ pub fn cancel_withdraws_pending_and_assigned_tasks(store: &dyn Store) {
     enqueue(store, MESH, new_task("waiting"), at(1));
     enqueue(store, MESH, new_task("running"), at(2));
     let mut ledger = LedgerCursor::new(store, MESH);
-    let cancelled =
-        ok(store.cancel_task(MESH, "waiting", Some("not needed"), at(3)), "cancel of a pending task");
+    let cancelled = ok(
+        store.task_command(MESH, "waiting", TaskCommand::Cancel { reason: Some("not needed") }, at(3)),
+        "cancel of a pending task",
+    );
     ledger.assert_new(store, "cancelling a pending task", &["task_cancelled:waiting"]);
     assert_eq!(cancelled.status, TaskStatus::Cancelled, "expected the pending task cancelled");
     assert_eq!(cancelled.cancel_reason.as_deref(), Some("not needed"), "expected the cancel reason kept");
     assert_eq!(cancelled.cancelled_at, Some(at(3).iso()), "expected cancelledAt = the cancel time");
 
     let running = claim_ok(store, MESH, &worker("node-1", "s1"), at(4), "running");
-    let cancelled = ok(store.cancel_task(MESH, "running", None, at(5)), "cancel of an assigned task");
+    let cancelled = ok(
+        store.task_command(MESH, "running", TaskCommand::Cancel { reason: None }, at(5)),
+        "cancel of an assigned task",
+    );
     ledger.assert_new(
         store,
         "claiming and cancelling a task",
@@ -365,10 +406,16 @@ pub fn cancel_withdraws_pending_and_assigned_tasks(store: &dyn Store) {
     assert_status(store, MESH, "running", TaskStatus::Cancelled);
 
     let before = Snapshot::take(store, MESH);
-    let err = expect_err(store.cancel_task(MESH, "waiting", None, at(7)), "cancel of a cancelled task");
+    let err = expect_err(
+        store.task_command(MESH, "waiting", TaskCommand::Cancel { reason: None }, at(7)),
+        "cancel of a cancelled task",
+    );
     assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
     before.assert_unchanged(store, MESH, "a refused cancel of a terminal task");
-    let err = expect_err(store.cancel_task(MESH, "ghost", None, at(7)), "cancel of an unknown task");
+    let err = expect_err(
+        store.task_command(MESH, "ghost", TaskCommand::Cancel { reason: None }, at(7)),
+        "cancel of an unknown task",
+    );
     assert!(matches!(err, StoreError::TaskNotFound { .. }), "expected TaskNotFound, got {err:?}");
 }
 
@@ -379,7 +426,10 @@ pub fn requeue_spends_the_default_retry_budget(store: &dyn Store) {
     fail(store, MESH, &task, "first try failed", at(3));
     let mut ledger = LedgerCursor::new(store, MESH);
     let opts = RequeueOptions { reason: Some("try again".into()), ..RequeueOptions::default() };
-    let back = match ok(store.requeue_task(MESH, "t1", &opts, at(4)), "first requeue") {
+    let back = match ok(
+        store.task_command(MESH, "t1", TaskCommand::Requeue(&opts), at(4)).map(Requeued::from_task),
+        "first requeue",
+    ) {
         Requeued::Pending(t) => t,
         other => panic!("expected the first requeue within the default budget of 1, got {other:?}"),
     };
@@ -393,8 +443,12 @@ pub fn requeue_spends_the_default_retry_budget(store: &dyn Store) {
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "t1");
     fail(store, MESH, &task, "second try failed", at(6));
     ledger = LedgerCursor::new(store, MESH);
-    let spent = match ok(store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(7)), "second requeue")
-    {
+    let spent = match ok(
+        store
+            .task_command(MESH, "t1", TaskCommand::Requeue(&RequeueOptions::default()), at(7))
+            .map(Requeued::from_task),
+        "second requeue",
+    ) {
         Requeued::RetriesExhausted(t) => t,
         other => panic!("expected the second requeue to exhaust the default budget of 1, got {other:?}"),
     };
@@ -414,7 +468,9 @@ pub fn requeue_of_an_assigned_task_needs_force(store: &dyn Store) {
     let held = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     let before = Snapshot::take(store, MESH);
     let err = expect_err(
-        store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(3)),
+        store
+            .task_command(MESH, "t1", TaskCommand::Requeue(&RequeueOptions::default()), at(3))
+            .map(Requeued::from_task),
         "requeue of an assigned task without force",
     );
     assert!(matches!(err, StoreError::InvalidTransition(_)), "expected InvalidTransition, got {err:?}");
@@ -422,7 +478,10 @@ pub fn requeue_of_an_assigned_task_needs_force(store: &dyn Store) {
 
     let mut ledger = LedgerCursor::new(store, MESH);
     let forced = RequeueOptions { force: true, reason: Some("operator".into()), ..RequeueOptions::default() };
-    let back = match ok(store.requeue_task(MESH, "t1", &forced, at(4)), "forced requeue") {
+    let back = match ok(
+        store.task_command(MESH, "t1", TaskCommand::Requeue(&forced), at(4)).map(Requeued::from_task),
+        "forced requeue",
+    ) {
         Requeued::Pending(t) => t,
         other => panic!("expected a forced requeue to return the task to pending, got {other:?}"),
     };
@@ -613,7 +672,12 @@ pub fn every_state_change_records_its_ledger_entries(store: &dyn Store) {
 
     fail(store, MESH, &dep, "broken", at(6));
     ledger.assert_new(store, "failure of dep", &["task_failed:dep", "task_blocked:child"]);
-    ok(store.requeue_task(MESH, "dep", &RequeueOptions::default(), at(7)), "requeue of dep");
+    ok(
+        store
+            .task_command(MESH, "dep", TaskCommand::Requeue(&RequeueOptions::default()), at(7))
+            .map(Requeued::from_task),
+        "requeue of dep",
+    );
     ledger.assert_new(store, "requeue of dep", &["task_requeued:dep", "task_unblocked:child"]);
 
     claim_briefly(store, MESH, &worker("node-1", "s1"), at(8), "dep");
@@ -628,11 +692,22 @@ pub fn every_state_change_records_its_ledger_entries(store: &dyn Store) {
     claim_ok(store, MESH, &worker("node-2", "s2"), at(12), "child");
     ledger.assert_new(store, "claim of child", &["task_claimed:child"]);
     let forced = RequeueOptions { force: true, ..RequeueOptions::default() };
-    ok(store.requeue_task(MESH, "child", &forced, at(13)), "forced requeue of child");
+    ok(
+        store.task_command(MESH, "child", TaskCommand::Requeue(&forced), at(13)).map(Requeued::from_task),
+        "forced requeue of child",
+    );
     ledger.assert_new(store, "forced requeue of child", &["task_requeued:child"]);
-    ok(store.cancel_task(MESH, "child", Some("enough"), at(14)), "cancel of child");
+    ok(
+        store.task_command(MESH, "child", TaskCommand::Cancel { reason: Some("enough") }, at(14)),
+        "cancel of child",
+    );
     ledger.assert_new(store, "cancel of child", &["task_cancelled:child"]);
-    ok(store.requeue_task(MESH, "child", &RequeueOptions::default(), at(15)), "requeue past the budget");
+    ok(
+        store
+            .task_command(MESH, "child", TaskCommand::Requeue(&RequeueOptions::default()), at(15))
+            .map(Requeued::from_task),
+        "requeue past the budget",
+    );
     ledger.assert_new(store, "a requeue past the budget", &["task_failed:child"]);
 }
 
@@ -711,11 +786,20 @@ pub fn retry_budget_refusal_is_written_to_cancel_reason(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "t1");
     fail(store, MESH, &task, "first try failed", at(3));
-    ok(store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(4)), "first requeue");
+    ok(
+        store
+            .task_command(MESH, "t1", TaskCommand::Requeue(&RequeueOptions::default()), at(4))
+            .map(Requeued::from_task),
+        "first requeue",
+    );
     let task = claim_ok(store, MESH, &worker("node-1", "s1"), at(5), "t1");
     fail(store, MESH, &task, "second try failed", at(6));
-    let spent = match ok(store.requeue_task(MESH, "t1", &RequeueOptions::default(), at(7)), "second requeue")
-    {
+    let spent = match ok(
+        store
+            .task_command(MESH, "t1", TaskCommand::Requeue(&RequeueOptions::default()), at(7))
+            .map(Requeued::from_task),
+        "second requeue",
+    ) {
         Requeued::RetriesExhausted(t) => t,
         other => panic!("expected the second requeue to exhaust the default budget of 1, got {other:?}"),
     };
@@ -724,7 +808,12 @@ pub fn retry_budget_refusal_is_written_to_cancel_reason(store: &dyn Store) {
     assert_eq!(find(store, MESH, "t1").cancel_reason.as_deref(), Some(expected), "expected it stored");
 
     enqueue(store, MESH, NewTask { max_retries: Some(0), ..new_task("t2") }, at(8));
-    let spent = match ok(store.requeue_task(MESH, "t2", &RequeueOptions::default(), at(9)), "requeue of t2") {
+    let spent = match ok(
+        store
+            .task_command(MESH, "t2", TaskCommand::Requeue(&RequeueOptions::default()), at(9))
+            .map(Requeued::from_task),
+        "requeue of t2",
+    ) {
         Requeued::RetriesExhausted(t) => t,
         other => panic!("expected a budget of 0 to be spent by the first requeue, got {other:?}"),
     };

@@ -11,7 +11,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::{IdScope, Store, StoreError};
+use crate::{IdScope, MissionQuery, Store, StoreError};
 
 /// Kinds of the mission entries the ledger writes.
 const MISSION_CREATED: &str = "mission_created";
@@ -76,10 +76,12 @@ pub fn mission_source_is_written_once(store: &dyn Store) {
     let later = NewMission { source: Some("import".into()), ..new_mission("m2", "Two") };
     assert_eq!(upsert_mission(store, MESH, later, at(5)).source.as_deref(), Some("import"));
 
-    let read = |id: &str| ok(store.mission(MESH, id), "mission").expect("the mission exists").source;
+    let read = |id: &str| mission_of(store, MESH, id).expect("the mission exists").source;
     assert_eq!((read("m1").as_deref(), read("m2").as_deref()), (Some("coordinator"), Some("import")));
-    let listed: Vec<Option<String>> =
-        ok(store.missions(MESH, &[]), "missions").into_iter().map(|m| m.source).collect();
+    let listed: Vec<Option<String>> = ok(store.missions(MESH, MissionQuery::Statuses(&[])), "missions")
+        .into_iter()
+        .map(|m| m.source)
+        .collect();
     assert_eq!(listed, [Some("import".to_owned()), Some("coordinator".to_owned())]);
 }
 
@@ -98,11 +100,7 @@ pub fn upsert_mission_creates_an_active_mission_and_records_mission_created(stor
     let created = upsert_mission(store, MESH, new_mission("m1", "Ship the importer"), at(1));
     let expected = stored_mission(MESH, "m1", "Ship the importer", "", "active", 1, 1);
     assert_eq!(created, expected, "expected a new mission active, with an empty goal, stamped with now");
-    assert_eq!(
-        ok(store.mission(MESH, "m1"), "mission(m1)"),
-        Some(expected),
-        "expected the stored mission as returned"
-    );
+    assert_eq!(mission_of(store, MESH, "m1"), Some(expected), "expected the stored mission as returned");
     assert_eq!(
         new_kinds(store, MESH, 0, at(1)),
         [MISSION_CREATED],
@@ -137,7 +135,7 @@ pub fn upsert_mission_updates_and_keeps_the_creation_time(store: &dyn Store) {
     let updated = upsert_mission(store, MESH, paused, at(5));
     let expected = stored_mission(MESH, "m1", "Ship it soon", "pass CI", "paused", 1, 5);
     assert_eq!(updated, expected, "expected the new title and status, the first createdAt, updatedAt now");
-    assert_eq!(ok(store.mission(MESH, "m1"), "mission(m1)"), Some(expected), "expected the update stored");
+    assert_eq!(mission_of(store, MESH, "m1"), Some(expected), "expected the update stored");
     let kinds = new_kinds(store, MESH, seen, at(5));
     assert!(
         kinds.iter().any(|k| k == MISSION_STATUS_CHANGED),
@@ -201,7 +199,7 @@ pub fn missions_are_listed_by_status_most_recently_updated_first(store: &dyn Sto
     );
     assert!(mission_ids(store, MESH, &["completed"]).is_empty(), "expected no completed mission");
     assert_eq!(mission_ids(store, OTHER_MESH, &[]), ["mz"], "expected only B's mission in B");
-    let listed = ok(store.missions(MESH, &["paused".into()]), "missions(paused)");
+    let listed = ok(store.missions(MESH, MissionQuery::Statuses(&["paused".into()])), "missions(paused)");
     assert_eq!(listed, [mc], "expected listed missions to carry every field");
 }
 
@@ -213,15 +211,11 @@ pub fn mission_id_used_in_another_mesh_follows_the_id_scope(store: &dyn Store) {
     let m1 = upsert_mission(store, MESH, new_mission("m1", "Mine"), at(1));
     let before = Snapshot::take(store, MESH);
     let theirs = NewMission { goal: Some("take over".into()), ..new_mission("m1", "Theirs") };
-    if store.id_scope() == IdScope::Mesh {
+    if store.profile().id_scope == IdScope::Mesh {
         let upserted = ok(store.upsert_mission(OTHER_MESH, &theirs, at(2)), "upsert of m1 in B");
         assert!(upserted.created, "expected B's m1 created as a mission of its own");
         assert_eq!(upserted.mission.title, "Theirs", "expected B's m1 as given");
-        assert_eq!(
-            ok(store.mission(MESH, "m1"), "mission(A, m1)"),
-            Some(m1),
-            "expected A's mission unchanged"
-        );
+        assert_eq!(mission_of(store, MESH, "m1"), Some(m1), "expected A's mission unchanged");
         before.assert_unchanged(store, MESH, "an upsert of the same id in another mesh");
         assert_eq!(mission_ids(store, OTHER_MESH, &[]), ["m1"], "expected B to list its own m1");
         return;
@@ -231,13 +225,9 @@ pub fn mission_id_used_in_another_mesh_follows_the_id_scope(store: &dyn Store) {
         matches!(&err, StoreError::IdInOtherMesh { kind: "mission", id } if id == "m1"),
         "expected IdInOtherMesh for mission m1, got {err:?}"
     );
-    assert_eq!(ok(store.mission(MESH, "m1"), "mission(A, m1)"), Some(m1), "expected A's mission unchanged");
+    assert_eq!(mission_of(store, MESH, "m1"), Some(m1), "expected A's mission unchanged");
     before.assert_unchanged(store, MESH, "a refused upsert in another mesh");
-    assert_eq!(
-        ok(store.mission(OTHER_MESH, "m1"), "mission(B, m1)"),
-        None,
-        "expected A's mission invisible in B"
-    );
+    assert_eq!(mission_of(store, OTHER_MESH, "m1"), None, "expected A's mission invisible in B");
     assert!(mission_ids(store, OTHER_MESH, &[]).is_empty(), "expected no mission created in B");
     assert!(ledger_entries(store, OTHER_MESH).is_empty(), "expected nothing recorded in B's ledger");
     assert_not_found(
@@ -279,7 +269,10 @@ pub fn mission_progress_is_counted_from_its_tasks(store: &dyn Store) {
     fail(store, MESH, &failing, "tests broke", at(10));
     enqueue(store, MESH, in_mission("t-waiting", "m1"), at(11));
     enqueue(store, MESH, in_mission("t-dropped", "m1"), at(12));
-    ok(store.cancel_task(MESH, "t-dropped", Some("not needed"), at(13)), "cancel of t-dropped");
+    ok(
+        store.task_command(MESH, "t-dropped", TaskCommand::Cancel { reason: Some("not needed") }, at(13)),
+        "cancel of t-dropped",
+    );
     let expected =
         MissionProgress { total: 5, pending: 1, assigned: 1, completed: 1, failed: 1, cancelled: 1 };
     assert_eq!(progress("m1"), expected, "expected m1 counted one task per status");
@@ -299,7 +292,7 @@ pub fn mission_progress_is_counted_from_its_tasks(store: &dyn Store) {
 /// An unknown mission reads as None and its progress is `NotFound`.
 pub fn mission_of_an_unknown_id_is_not_found(store: &dyn Store) {
     upsert_mission(store, MESH, new_mission("m1", "One"), at(0));
-    assert_eq!(ok(store.mission(MESH, "nope"), "mission(nope)"), None, "expected no mission nope");
+    assert_eq!(mission_of(store, MESH, "nope"), None, "expected no mission nope");
     assert_not_found(
         store.mission_progress(MESH, "nope"),
         "mission",
@@ -324,7 +317,7 @@ pub fn upsert_mission_rejects_bad_input_naming_the_field(store: &dyn Store) {
         let what = format!("upsert_mission of {:?} with a bad {field}", bad.id);
         assert_invalid_input(store.upsert_mission(MESH, &bad, at(1)), field, &what);
         before.assert_unchanged(store, MESH, &what);
-        let missions = ok(store.missions(MESH, &[]), "missions");
+        let missions = ok(store.missions(MESH, MissionQuery::Statuses(&[])), "missions");
         assert_eq!(missions, std::slice::from_ref(&kept), "expected {what} to create or change no mission");
     }
 }
@@ -353,7 +346,10 @@ pub fn round_robin_rotates_the_winner_among_equally_loaded_nodes(store: &dyn Sto
         .map(|node| NodeCandidate {
             node_id: node.into(),
             scheduling_priority: 0,
-            load: ok(store.node_active_assignment_count(MESH, node), "node_active_assignment_count"),
+            load: crate::placement::node_load(
+                &ok(store.active_assignments(MESH), "active_assignments"),
+                node,
+            ),
         })
         .collect();
     assert!(

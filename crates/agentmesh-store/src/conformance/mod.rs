@@ -64,8 +64,10 @@
 //! [`TransferStore`]: crate::transfer::TransferStore
 
 pub mod archive;
+pub mod claim_race;
 pub mod claims;
 pub mod concurrency;
+pub mod crash;
 pub mod deliveries;
 pub mod dispatches;
 pub mod guardrail;
@@ -153,7 +155,7 @@ macro_rules! conformance_tests {
             mesh_summaries_list_every_mesh_with_its_counts,
             imported_tasks_keep_dependency_readiness,
             find_task_finds_by_id_within_the_mesh,
-            node_active_assignment_count_counts_the_exact_node,
+            node_load_counts_the_exact_node,
             oldest_pending_created_at_is_the_oldest_pending_enqueue,
             stats_by_status_counts_each_present_status,
             active_assignments_list_oldest_dispatch_first,

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use agentmesh_core::{NewReservation, PathPattern, SliceQuery, Timestamp};
 
 use crate::retry::retrying;
-use crate::{Fence, Reserved, Store};
+use crate::{Fence, ReservationCommand, Reserved, Store};
 
 /// The mesh the race runs in.
 pub const RACE_MESH: &str = "reserve-race";
@@ -98,7 +98,8 @@ pub fn race_reservations(store: &dyn Store, mesh: &str, n: usize, rounds: usize,
     for round in 0..rounds {
         if let Some((id, epoch)) = held.take() {
             let fence = Fence { session_id: session.clone(), epoch };
-            retrying(|| store.release_reservation(mesh, &id, &fence, now)).expect("a release of a grant");
+            retrying(|| store.reservation_command(mesh, &id, &fence, ReservationCommand::Release, now))
+                .expect("a release of a grant");
         }
         let pick = (n * 31 + round * 17) % PATTERNS.len();
         let request = NewReservation {
@@ -120,7 +121,8 @@ pub fn race_reservations(store: &dyn Store, mesh: &str, n: usize, rounds: usize,
     }
     if let Some((id, epoch)) = held {
         let fence = Fence { session_id: session, epoch };
-        retrying(|| store.release_reservation(mesh, &id, &fence, now)).expect("the last release");
+        retrying(|| store.reservation_command(mesh, &id, &fence, ReservationCommand::Release, now))
+            .expect("the last release");
     }
     raced
 }

@@ -9,7 +9,7 @@ use agentmesh_core::reservation::DEFAULT_TTL_MS;
 use agentmesh_core::{NewReservation, Reservation};
 
 use super::support::*;
-use crate::{Fence, Reserved, Store, StoreError};
+use crate::{Fence, ReservationCommand, ReservationQuery, Reserved, Store, StoreError};
 
 fn request(session: &str, patterns: &[&str], exclusive: bool) -> NewReservation {
     NewReservation {
@@ -45,7 +45,7 @@ fn kinds(store: &dyn Store, mesh: &str) -> Vec<String> {
 }
 
 fn in_force(store: &dyn Store, mesh: &str, secs: i64) -> Vec<String> {
-    let all = ok(store.reservations(mesh, Some("repo"), at(secs)), "reservations");
+    let all = ok(store.reservations(mesh, ReservationQuery::All(Some("repo")), at(secs)), "reservations");
     all.into_iter().map(|r| r.id).collect()
 }
 
@@ -80,7 +80,11 @@ pub fn reservation_conflict_is_denied_naming_each_holder_once(store: &dyn Store)
     let near = |patterns: &[&str]| {
         let patterns: Vec<agentmesh_core::PathPattern> =
             patterns.iter().map(|p| agentmesh_core::PathPattern::parse("p", p).unwrap()).collect();
-        ok(store.reservations_near(MESH, "repo", &patterns, at(12)), "reservations_near").len()
+        ok(
+            store.reservations(MESH, ReservationQuery::Near { scope: "repo", patterns: &patterns }, at(12)),
+            "reservations near",
+        )
+        .len()
     };
     assert_eq!(near(&["src/parser/deep/x.rs"]), 1, "under a reserved directory");
     assert_eq!(near(&["src"]), 1, "above a reserved directory");
@@ -121,20 +125,38 @@ pub fn reservation_renew_and_release_are_fenced(store: &dyn Store) {
     let stranger = Fence { session_id: "s2".into(), epoch: 1 };
     let stale = Fence { session_id: "s1".into(), epoch: 7 };
     for bad in [&stranger, &stale] {
-        let err = store.release_reservation(MESH, &a.id, bad, at(11)).expect_err("a fenced release");
+        let err = store
+            .reservation_command(MESH, &a.id, bad, ReservationCommand::Release, at(11))
+            .expect_err("a fenced release");
         assert!(matches!(err, StoreError::ReservationFenced { .. }), "{err:?}");
-        let err = store.renew_reservation(MESH, &a.id, bad, Some(1_000), at(11)).expect_err("a fenced renew");
+        let err = store
+            .reservation_command(MESH, &a.id, bad, ReservationCommand::Renew { ttl_ms: Some(1_000) }, at(11))
+            .expect_err("a fenced renew");
         assert!(matches!(err, StoreError::ReservationFenced { .. }), "{err:?}");
     }
     assert_eq!(in_force(store, MESH, 11), [a.id.clone(), b.id.clone()], "refusals changed nothing");
 
-    let renewed = ok(store.renew_reservation(MESH, &a.id, &fence(&a), Some(5_000), at(20)), "renew");
+    let renewed = ok(
+        store.reservation_command(
+            MESH,
+            &a.id,
+            &fence(&a),
+            ReservationCommand::Renew { ttl_ms: Some(5_000) },
+            at(20),
+        ),
+        "renew",
+    );
     assert_eq!(renewed.expires_at, Some(at(20).plus_millis(5_000).iso()));
     assert_eq!(renewed.renewed_at, at(20).iso());
-    let released = ok(store.release_reservation(MESH, &a.id, &fence(&a), at(21)), "release");
+    let released = ok(
+        store.reservation_command(MESH, &a.id, &fence(&a), ReservationCommand::Release, at(21)),
+        "release",
+    );
     assert_eq!(released.id, a.id);
     assert_eq!(in_force(store, MESH, 21), [b.id.as_str()], "the holder's other reservation stays");
-    let err = store.release_reservation(MESH, &a.id, &fence(&a), at(22)).expect_err("a second release");
+    let err = store
+        .reservation_command(MESH, &a.id, &fence(&a), ReservationCommand::Release, at(22))
+        .expect_err("a second release");
     assert!(matches!(err, StoreError::NotFound { kind: "reservation", .. }), "{err:?}");
     // Released, its paths are free for another holder.
     granted(store, MESH, &request("s2", &["a"], true), 23);
@@ -157,8 +179,15 @@ pub fn reservation_lapses_at_its_time_to_live(store: &dyn Store) {
         granted(store, MESH, &NewReservation { ttl_ms: Some(5_000), ..request("s1", &["src"], true) }, 10);
     assert!(matches!(reserve(store, MESH, &request("s2", &["src/x"], true), 14), Reserved::Denied(_)));
     assert!(in_force(store, MESH, 15).is_empty(), "lapsed at 15 s");
-    let err =
-        store.renew_reservation(MESH, &short.id, &fence(&short), None, at(15)).expect_err("a lapsed renew");
+    let err = store
+        .reservation_command(
+            MESH,
+            &short.id,
+            &fence(&short),
+            ReservationCommand::Renew { ttl_ms: None },
+            at(15),
+        )
+        .expect_err("a lapsed renew");
     assert!(matches!(err, StoreError::ReservationFenced { .. }), "{err:?}");
     let taken = granted(store, MESH, &request("s2", &["src/x"], true), 15);
     assert_eq!(
@@ -220,7 +249,7 @@ pub fn claim_reserves_a_tasks_paths_and_skips_a_task_over_reserved_ones(store: &
     enqueue(store, MESH, task_with_paths("t2", &["src/lib.rs", "docs"]), at(2));
     let (a, b) = (worker("node-a", "sa"), worker("node-b", "sb"));
     let t1 = claim_briefly(store, MESH, &a, at(3), "t1");
-    let held = ok(store.reservations(MESH, Some("repo"), at(3)), "reservations");
+    let held = ok(store.reservations(MESH, ReservationQuery::All(Some("repo")), at(3)), "reservations");
     assert_eq!(held.len(), 1, "{held:?}");
     let r = &held[0];
     assert_eq!(
@@ -246,20 +275,25 @@ pub fn claim_reserves_a_tasks_paths_and_skips_a_task_over_reserved_ones(store: &
     };
     assert_eq!(c[0].task_id.as_deref(), Some("t1"));
     // It cannot be renewed as a free-standing one.
-    let err = store.renew_reservation(MESH, &r.id, &fence(r), Some(1_000), at(4)).expect_err("renew");
+    let err = store
+        .reservation_command(MESH, &r.id, &fence(r), ReservationCommand::Renew { ttl_ms: Some(1_000) }, at(4))
+        .expect_err("renew");
     assert!(matches!(err, StoreError::ReservationFenced { .. }), "{err:?}");
 
     // The lease lapses and the task is reclaimed: its reservation ends.
     reclaim_lapsed(store, MESH, "t1", at(10));
-    assert!(ok(store.reservations(MESH, None, at(10)), "reservations").is_empty());
+    assert!(ok(store.reservations(MESH, ReservationQuery::All(None), at(10)), "reservations").is_empty());
     // Now sb takes t2 (t1 went back to pending behind it? t1 is older: it comes first).
     let next = claim_briefly(store, MESH, &b, at(11), "t1");
     assert_eq!(next.assigned_session_id.as_deref(), Some("sb"));
     assert_refused(claim(store, MESH, &a, at(12)), ClaimRefusal::PathsReserved);
     complete(store, MESH, &next, at(13));
-    assert!(ok(store.reservations(MESH, None, at(13)), "reservations").is_empty(), "ended with the task");
+    assert!(
+        ok(store.reservations(MESH, ReservationQuery::All(None), at(13)), "reservations").is_empty(),
+        "ended with the task"
+    );
     let t2 = claim_briefly(store, MESH, &a, at(14), "t2");
-    let held = ok(store.reservations(MESH, None, at(14)), "reservations");
+    let held = ok(store.reservations(MESH, ReservationQuery::All(None), at(14)), "reservations");
     assert_eq!(held.iter().map(|r| r.task_id.as_deref()).collect::<Vec<_>>(), [Some("t2")]);
     let ended: Vec<String> = ledger_entries(store, MESH)
         .into_iter()

@@ -8,7 +8,7 @@ use agentmesh_core::{CompletionConflict, IdleSession, RateGuard, RateVerdict, Ti
 use serde_json::json;
 
 use super::support::*;
-use crate::Store;
+use crate::{IdleWrite, Store};
 
 /// An idle session of mesh A is invisible in mesh B on the same node and session ids, and each mesh keeps its own.
 pub fn idle_sessions_are_scoped_by_mesh(store: &dyn Store) {
@@ -34,7 +34,14 @@ pub fn idle_sessions_are_scoped_by_mesh(store: &dyn Store) {
     assert_eq!(idle_sessions(store, OTHER_MESH, at(0)), [in_b], "expected B's own idle session in B");
 
     assert!(
-        ok(store.delete_idle_session(OTHER_MESH, "node-1", "s1"), "delete_idle_session(B)"),
+        ok(
+            store.write_idle_session(IdleWrite::Forget {
+                mesh_id: OTHER_MESH,
+                node_id: "node-1",
+                session_id: "s1"
+            }),
+            "delete_idle_session(B)"
+        ),
         "expected B's idle session deleted"
     );
     assert_eq!(idle_sessions(store, MESH, at(0)), [in_a], "expected deleting B's session to keep A's");
@@ -98,7 +105,14 @@ pub fn expired_idle_sessions_are_hidden_and_pruned(store: &dyn Store) {
     assert!(idle_session_keys(store, OTHER_MESH, at(5)).is_empty(), "expected B's expired session deleted");
     assert_eq!(ok(store.prune_idle_sessions(at(50)), "prune again"), 0, "expected nothing left to prune");
     assert!(
-        !ok(store.delete_idle_session(MESH, "node-1", "old"), "delete_idle_session(old)"),
+        !ok(
+            store.write_idle_session(IdleWrite::Forget {
+                mesh_id: MESH,
+                node_id: "node-1",
+                session_id: "old"
+            }),
+            "delete_idle_session(old)"
+        ),
         "expected the pruned session gone"
     );
 }
@@ -108,8 +122,12 @@ pub fn delete_idle_session_reports_whether_it_existed(store: &dyn Store) {
     set_idle(store, &idle_session(MESH, "node-1", "s1", at(100)));
     set_idle(store, &idle_session(MESH, "node-1", "s2", at(100)));
     set_idle(store, &idle_session(MESH, "node-2", "s1", at(100)));
-    let delete =
-        |node: &str, session: &str| ok(store.delete_idle_session(MESH, node, session), "delete_idle_session");
+    let delete = |node: &str, session: &str| {
+        ok(
+            store.write_idle_session(IdleWrite::Forget { mesh_id: MESH, node_id: node, session_id: session }),
+            "delete_idle_session",
+        )
+    };
     assert!(delete("node-1", "s1"), "expected node-1/s1 deleted");
     assert!(!delete("node-1", "s1"), "expected a second delete to find nothing");
     assert!(!delete("node-3", "s2"), "expected an unknown session to find nothing");
@@ -130,8 +148,8 @@ pub fn idle_session_rejects_blank_fields_naming_them(store: &dyn Store) {
         ("providerType", IdleSession { provider_type: String::new(), ..good.clone() }),
     ];
     for (field, bad) in cases {
-        let what = format!("set_idle_session with a blank {field}");
-        assert_invalid_input(store.set_idle_session(&bad), field, &what);
+        let what = format!("an idle report with a blank {field}");
+        assert_invalid_input(store.write_idle_session(IdleWrite::Report(&bad)), field, &what);
         assert!(idle_sessions(store, MESH, at(0)).is_empty(), "expected {what} to store nothing");
     }
 }

@@ -16,10 +16,12 @@ use agentmesh_core::{
 };
 use serde_json::json;
 
+pub use crate::TaskCommand;
 use crate::transfer::{ImportReport, Records, TransferStore};
 use crate::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, DrainOutcome, DrainRequest,
-    DuplicateReason, InboxEvent, Outcome, QueueOutcome, Store, StoreError, StoreResult, ToolCall,
+    ClaimOptions, ClaimOutcome, CompletionReport, DeliveryQuery, DeliveryUpdate, DispatchChange,
+    DrainOutcome, DrainRequest, DuplicateReason, IdleWrite, InboxEvent, MissionQuery, Outcome, QueueOutcome,
+    Store, StoreError, StoreResult, ToolCall,
 };
 
 /// The mesh most rules work in.
@@ -430,7 +432,14 @@ pub fn set_dispatch_status(
     now: Timestamp,
 ) {
     let what = format!("set_direct_dispatch_status of task {task_id} to {status} in {mesh}");
-    let changed = ok(store.set_direct_dispatch_status(mesh, None, Some(task_id), status, now), &what);
+    let changed = ok(
+        store.change_direct_dispatches(
+            mesh,
+            DispatchChange::Status { session_id: None, task_id: Some(task_id), status },
+            now,
+        ),
+        &what,
+    );
     assert_eq!(changed, 1, "expected {what} to change exactly one row, it changed {changed}");
 }
 
@@ -438,7 +447,7 @@ pub fn set_dispatch_status(
 #[track_caller]
 pub fn active_dispatches(store: &dyn Store, mesh: &str) -> Vec<DirectDispatch> {
     let what = format!("active_direct_dispatches({mesh})");
-    ok(store.active_direct_dispatches(mesh), &what)
+    ok(store.direct_dispatches(mesh, None), &what)
 }
 
 /// Task ids of the mesh's active dispatches, in the order the store lists them.
@@ -505,7 +514,7 @@ pub fn active_deliveries(
     now: Timestamp,
 ) -> Vec<SessionDelivery> {
     let what = format!("active_session_deliveries({mesh}, {session:?}, {now})");
-    ok(store.active_session_deliveries(mesh, session, now), &what)
+    ok(store.session_deliveries(mesh, DeliveryQuery::Waiting { session_id: session, now }), &what)
 }
 
 /// Ids of the active deliveries of the mesh (or of one session) at `now`, in the
@@ -532,9 +541,27 @@ pub fn active_delivery(store: &dyn Store, mesh: &str, id: &str, now: Timestamp) 
 /// The stored status of delivery `id`, which must exist.
 #[track_caller]
 pub fn delivery_status(store: &dyn Store, mesh: &str, id: &str) -> DeliveryStatus {
-    ok(store.session_delivery(mesh, id), &format!("session_delivery({mesh}, {id})"))
-        .unwrap_or_else(|| panic!("expected delivery {id} in {mesh}"))
-        .status
+    delivery_by_id(store, mesh, id).unwrap_or_else(|| panic!("expected delivery {id} in {mesh}")).status
+}
+
+/// The delivery `id` of the mesh whatever its status: `session_deliveries`
+/// by id answers none or one.
+#[track_caller]
+pub fn delivery_by_id(store: &dyn Store, mesh: &str, id: &str) -> Option<SessionDelivery> {
+    let found = ok(
+        store.session_deliveries(mesh, DeliveryQuery::Id(id)),
+        &format!("session_deliveries({mesh}, {id})"),
+    );
+    assert!(found.len() <= 1, "expected at most one delivery {id}, got {found:?}");
+    found.into_iter().next()
+}
+
+/// The mission `id` of the mesh: `missions` by id answers none or one.
+#[track_caller]
+pub fn mission_of(store: &dyn Store, mesh: &str, id: &str) -> Option<Mission> {
+    let found = ok(store.missions(mesh, MissionQuery::Id(id)), &format!("missions({mesh}, {id})"));
+    assert!(found.len() <= 1, "expected at most one mission {id}, got {found:?}");
+    found.into_iter().next()
 }
 
 // ── Idle sessions, conflicts, tool calls ─────────────────────────────────────
@@ -575,7 +602,7 @@ pub fn idle_session(mesh: &str, node: &str, session: &str, expires: Timestamp) -
 #[track_caller]
 pub fn set_idle(store: &dyn Store, session: &IdleSession) {
     let what = format!("set_idle_session({}, {}, {})", session.mesh_id, session.node_id, session.session_id);
-    ok(store.set_idle_session(session), &what);
+    ok(store.write_idle_session(IdleWrite::Report(session)), &what);
 }
 
 /// The idle sessions the mesh lists at `now`, sorted by node and session (the
@@ -650,7 +677,7 @@ pub fn upsert_mission(store: &dyn Store, mesh: &str, new: NewMission, now: Times
 pub fn mission_ids(store: &dyn Store, mesh: &str, statuses: &[&str]) -> Vec<String> {
     let what = format!("missions({mesh}, {statuses:?})");
     let statuses: Vec<String> = statuses.iter().map(|s| (*s).to_owned()).collect();
-    ok(store.missions(mesh, &statuses), &what).into_iter().map(|m| m.id).collect()
+    ok(store.missions(mesh, MissionQuery::Statuses(&statuses)), &what).into_iter().map(|m| m.id).collect()
 }
 
 // ── Coordinator inbox ────────────────────────────────────────────────────────

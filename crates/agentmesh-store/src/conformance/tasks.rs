@@ -186,7 +186,10 @@ pub fn queue_entries_filter_by_status(store: &dyn Store) {
     complete(store, MESH, &a1, at(11));
     claim_ok(store, MESH, &worker("node-2", "s2"), at(12), "a1");
     claim_ok(store, MESH, &worker("node-3", "s3"), at(13), "c1");
-    ok(store.cancel_task(MESH, "c1", Some("not needed"), at(14)), "cancel of c1");
+    ok(
+        store.task_command(MESH, "c1", TaskCommand::Cancel { reason: Some("not needed") }, at(14)),
+        "cancel of c1",
+    );
 
     assert_eq!(queue_ids(store, MESH, &[TaskStatus::Pending]), ["p2"], "expected only pending tasks");
     assert_eq!(queue_ids(store, MESH, &[TaskStatus::Assigned]), ["a1"], "expected only assigned tasks");
@@ -342,10 +345,12 @@ pub fn find_task_finds_by_id_within_the_mesh(store: &dyn Store) {
     );
 }
 
-/// `node_active_assignment_count` counts assigned tasks whose node is exactly the given id.
-pub fn node_active_assignment_count_counts_the_exact_node(store: &dyn Store) {
-    let count =
-        |node: &str| ok(store.node_active_assignment_count(MESH, node), "node_active_assignment_count");
+/// A node's load (`placement::node_load` over `active_assignments`) counts the
+/// assigned tasks whose node is exactly the given id.
+pub fn node_load_counts_the_exact_node(store: &dyn Store) {
+    let count = |node: &str| {
+        crate::placement::node_load(&ok(store.active_assignments(MESH), "active_assignments"), node)
+    };
     enqueue(store, MESH, readonly_task("r1"), at(0));
     enqueue(store, MESH, readonly_task("r2"), at(1));
     enqueue(store, MESH, readonly_task("r3"), at(2));
@@ -372,9 +377,9 @@ pub fn oldest_pending_created_at_is_the_oldest_pending_enqueue(store: &dyn Store
     assert_eq!(oldest(MESH), Some(at(10)), "expected the first enqueue, not the other mesh's older task");
     claim_ok(store, MESH, &worker("node-1", "s1"), at(40), "first");
     assert_eq!(oldest(MESH), Some(at(20)), "expected the task waiting for its dependency next");
-    ok(store.cancel_task(MESH, "waits", None, at(41)), "cancel");
+    ok(store.task_command(MESH, "waits", TaskCommand::Cancel { reason: None }, at(41)), "cancel");
     assert_eq!(oldest(MESH), Some(at(30)), "expected a cancelled task no longer to count");
-    ok(store.cancel_task(MESH, "last", None, at(42)), "cancel");
+    ok(store.task_command(MESH, "last", TaskCommand::Cancel { reason: None }, at(42)), "cancel");
     assert_eq!(oldest(MESH), None, "expected no answer once nothing is pending");
     assert_eq!(oldest(OTHER_MESH), Some(at(0)), "expected the other mesh's task untouched");
 }
@@ -398,7 +403,7 @@ pub fn stats_by_status_counts_each_present_status(store: &dyn Store) {
     let b = claim_ok(store, MESH, &worker("node-2", "s2"), at(12), "s-b");
     fail(store, MESH, &b, "broken", at(13));
     claim_ok(store, MESH, &worker("node-3", "s3"), at(14), "s-c");
-    ok(store.cancel_task(MESH, "s-d", None, at(15)), "cancel");
+    ok(store.task_command(MESH, "s-d", TaskCommand::Cancel { reason: None }, at(15)), "cancel");
     let mut expected = vec![
         count(TaskStatus::Assigned, 1),
         count(TaskStatus::Cancelled, 1),
@@ -454,8 +459,15 @@ pub fn unknown_task_fields_survive_a_round_trip(store: &dyn TransferStore) {
         "expected queue_entries to carry the unknown fields"
     );
 
-    let updated =
-        ok(store.set_task_priority(MESH, "odd", TaskPriority::High, None, at(1)), "set_task_priority");
+    let updated = ok(
+        store.task_command(
+            MESH,
+            "odd",
+            TaskCommand::SetPriority { priority: TaskPriority::High, reason: None },
+            at(1),
+        ),
+        "set_task_priority",
+    );
     assert_eq!(updated.extra, task.extra, "expected unknown fields kept through a priority change");
 
     let claimed = claim_ok(store, MESH, &worker("node-1", "s1"), at(2), "odd");
@@ -481,7 +493,10 @@ pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
         claim(store, OTHER_MESH, &worker("node-1", "s1"), at(2)),
         ClaimRefusal::NoPendingCandidates,
     );
-    let err = expect_err(store.cancel_task(OTHER_MESH, "a-1", None, at(2)), "cancel of a-1 through mesh B");
+    let err = expect_err(
+        store.task_command(OTHER_MESH, "a-1", TaskCommand::Cancel { reason: None }, at(2)),
+        "cancel of a-1 through mesh B",
+    );
     assert!(matches!(err, StoreError::TaskNotFound { .. }), "expected TaskNotFound from B, got {err:?}");
     assert_status(store, MESH, "a-1", TaskStatus::Pending);
 
@@ -490,7 +505,10 @@ pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
     enqueue(store, OTHER_MESH, new_task("b-1"), at(4));
     let b1 = claim_ok(store, OTHER_MESH, &worker("node-1", "s1"), at(5), "b-1");
     assert_eq!(
-        ok(store.node_active_assignment_count(OTHER_MESH, "node-1"), "count"),
+        crate::placement::node_load(
+            &ok(store.active_assignments(OTHER_MESH), "active_assignments"),
+            "node-1"
+        ),
         1,
         "expected B's own count"
     );
@@ -526,7 +544,7 @@ pub fn meshes_are_isolated_for_tasks_and_claims(store: &dyn Store) {
 pub fn enqueue_of_an_id_another_mesh_holds_follows_the_id_scope(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(0));
     let (before_a, before_b) = (Snapshot::take(store, MESH), Snapshot::take(store, OTHER_MESH));
-    match store.id_scope() {
+    match store.profile().id_scope {
         IdScope::Database => {
             let err =
                 expect_err(store.enqueue(OTHER_MESH, &new_task("t1"), at(1)), "enqueue into mesh-b of t1");

@@ -321,7 +321,7 @@ pub fn transfer_an_id_held_by_another_mesh_is_a_conflict<S: TransferStore, T: Tr
     target.enqueue("mesh-c", &new_task("t1"), at(1)).unwrap();
     let tallies = copy_all(source, target, 2);
     let tasks = &tallies.iter().find(|(m, k, _)| m == MESH && *k == RecordKind::Tasks).unwrap().2;
-    match target.id_scope() {
+    match target.profile().id_scope {
         IdScope::Database => {
             assert_eq!(tasks.conflicts.len(), 1);
             assert_eq!(tasks.conflicts[0].id, "t1");

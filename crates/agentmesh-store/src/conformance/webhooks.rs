@@ -122,10 +122,10 @@ pub fn webhook_resume_skip_and_remove_are_recorded(store: &dyn Store) {
         Err(StoreError::InvalidInput(e)) => assert_eq!(e.field, "webhookId"),
         other => panic!("expected a skip with nothing to skip refused, got {other:?}"),
     }
-    let removed = ok(store.remove_webhook(MESH, &hook.id, at(10)), "remove");
+    let removed = ok(store.webhook_command(MESH, &hook.id, WebhookCommand::Remove, at(10)), "remove");
     assert_eq!(removed.id, hook.id);
     assert!(listed(store, MESH).is_empty());
-    match store.remove_webhook(MESH, &hook.id, at(11)) {
+    match store.webhook_command(MESH, &hook.id, WebhookCommand::Remove, at(11)) {
         Err(StoreError::NotFound { kind: "webhook", .. }) => {}
         other => panic!("expected not found, got {other:?}"),
     }

@@ -30,8 +30,8 @@ use agentmesh_core::{
 use super::Model;
 use super::ops::{self as o, Op, Renamer, TaskRef};
 use crate::{
-    ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest, Heartbeat, InboxEvent,
-    QueueOutcome, Store, StoreResult, UpsertedMission,
+    ClaimOptions, ClaimOutcome, CompletionReport, DrainOutcome, DrainRequest, EventSettle, Heartbeat,
+    InboxEvent, QueueOutcome, Store, StoreResult, TaskCommand, UpsertedMission,
 };
 
 /// A store under test.
@@ -57,7 +57,7 @@ struct Side {
 /// comparing after each step. `Err` describes the first difference: the step,
 /// the operations up to it, and both answers.
 pub fn run<S: Subject>(subject: &mut S, ops: &[Op]) -> Result<(), String> {
-    let mut model = Model::new(subject.store().id_scope());
+    let mut model = Model::new(subject.store().profile().id_scope);
     let (mut ms, mut ss) = (Side::default(), Side::default());
     let mut now = o::T0;
     for (step, op) in ops.iter().enumerate() {
@@ -302,7 +302,7 @@ impl<S: Store> Target for Real<'_, S> {
         self.0.heartbeat(mesh, beat, now)
     }
     fn cancel(&mut self, mesh: &str, task: &str, now: Timestamp) -> StoreResult<Task> {
-        self.0.cancel_task(mesh, task, Some(CANCEL_REASON), now)
+        self.0.task_command(mesh, task, TaskCommand::Cancel { reason: Some(CANCEL_REASON) }, now)
     }
     fn requeue(
         &mut self,
@@ -311,10 +311,15 @@ impl<S: Store> Target for Real<'_, S> {
         opts: &RequeueOptions,
         now: Timestamp,
     ) -> StoreResult<Requeued> {
-        self.0.requeue_task(mesh, task, opts, now)
+        self.0.task_command(mesh, task, TaskCommand::Requeue(opts), now).map(Requeued::from_task)
     }
     fn priority(&mut self, mesh: &str, task: &str, p: TaskPriority, now: Timestamp) -> StoreResult<Task> {
-        self.0.set_task_priority(mesh, task, p, Some(PRIORITY_REASON), now)
+        self.0.task_command(
+            mesh,
+            task,
+            TaskCommand::SetPriority { priority: p, reason: Some(PRIORITY_REASON) },
+            now,
+        )
     }
     fn expired_leases(&mut self, now: Timestamp) -> StoreResult<Vec<(String, String)>> {
         // Listed in any order; the model's is sorted.
@@ -342,14 +347,14 @@ impl<S: Store> Target for Real<'_, S> {
     fn peek(&mut self, mesh: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
         self.0.peek_pending_events(mesh, request)
     }
-    fn ack(&mut self, mesh: &str, ids: &[String], now: Timestamp) -> StoreResult<u64> {
-        self.0.ack_pending_events(mesh, ids, now)
+    fn ack(&mut self, mesh: &str, ids: &[String], _now: Timestamp) -> StoreResult<u64> {
+        self.0.settle_pending_events(mesh, EventSettle::Ack(ids))
     }
     fn touch(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<()> {
-        self.0.touch_coordinator(mesh, who, now)
+        self.0.coordinator_presence(mesh, who, false, now).map(drop)
     }
     fn end(&mut self, mesh: &str, who: &CoordinatorIdentity, now: Timestamp) -> StoreResult<bool> {
-        self.0.end_coordinator(mesh, who, now)
+        self.0.coordinator_presence(mesh, who, true, now)
     }
     fn mission(&mut self, mesh: &str, m: &NewMission, now: Timestamp) -> StoreResult<UpsertedMission> {
         self.0.upsert_mission(mesh, m, now)

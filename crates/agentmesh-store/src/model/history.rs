@@ -34,7 +34,7 @@ use serde_json::Value;
 use super::ops::{COORDINATORS, coordinator};
 use crate::{
     ClaimOptions, ClaimOutcome, CompletionReport, DrainRequest, Heartbeat, Outcome, Store, StoreError,
-    StoreResult,
+    StoreResult, TaskCommand,
 };
 
 /// What a run does.
@@ -360,7 +360,12 @@ pub fn worker<S: Store + ?Sized>(store: &S, plan: &Plan, index: usize) -> Vec<Re
                 let task = known[rng.below(known.len() as u64) as usize].clone();
                 let mut r = Record::new(index, "cancel");
                 r.task = Some(task.clone());
-                r.result(&store.cancel_task(mesh, &task, Some("changed plans"), now))
+                r.result(&store.task_command(
+                    mesh,
+                    &task,
+                    TaskCommand::Cancel { reason: Some("changed plans") },
+                    now,
+                ))
             }
         };
         records.push(record);

@@ -17,9 +17,9 @@ use agentmesh_core::{
     DeliveryStatus, DispatchStatus, IdleSession, NewDirectDispatch, NewSessionDelivery, Timestamp,
 };
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::DeliveryUpdate;
 use agentmesh_store::conformance::support::seed_tasks;
 use agentmesh_store::prelude::*;
+use agentmesh_store::{DeliveryUpdate, DispatchChange};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -716,12 +716,30 @@ fn sessions_lists_live_idle_sessions_of_this_mesh_only() {
     let far = far_future_ms();
     let expired = Timestamp::parse_iso(LONG_AGO).unwrap().millis();
     mesh.seed(|store| {
-        store.set_idle_session(&idle("default", "n2", "s2", far, None)).unwrap();
         store
-            .set_idle_session(&idle("default", "n1", "s1", far, Some(json!({"workspace": "/repo"}))))
+            .write_idle_session(agentmesh_store::IdleWrite::Report(&idle("default", "n2", "s2", far, None)))
             .unwrap();
-        store.set_idle_session(&idle("default", "n3", "s-expired", expired, None)).unwrap();
-        store.set_idle_session(&idle("beta", "n1", "s-beta", far, None)).unwrap();
+        store
+            .write_idle_session(agentmesh_store::IdleWrite::Report(&idle(
+                "default",
+                "n1",
+                "s1",
+                far,
+                Some(json!({"workspace": "/repo"})),
+            )))
+            .unwrap();
+        store
+            .write_idle_session(agentmesh_store::IdleWrite::Report(&idle(
+                "default",
+                "n3",
+                "s-expired",
+                expired,
+                None,
+            )))
+            .unwrap();
+        store
+            .write_idle_session(agentmesh_store::IdleWrite::Report(&idle("beta", "n1", "s-beta", far, None)))
+            .unwrap();
     });
 
     let listed = mesh.json(&["sessions"]);
@@ -919,10 +937,26 @@ fn dispatches_lists_active_dispatches_of_this_mesh_only() {
             .unwrap();
         store.record_direct_dispatch("beta", &dispatch("t-beta", "n1", "s1", "pty"), SEEDED_AT).unwrap();
         let acked = store
-            .set_direct_dispatch_status("default", None, Some("t3"), DispatchStatus::Acked, SEEDED_AT)
+            .change_direct_dispatches(
+                "default",
+                DispatchChange::Status {
+                    session_id: None,
+                    task_id: Some("t3"),
+                    status: DispatchStatus::Acked,
+                },
+                SEEDED_AT,
+            )
             .unwrap();
         let done = store
-            .set_direct_dispatch_status("default", None, Some("t2"), DispatchStatus::Completed, SEEDED_AT)
+            .change_direct_dispatches(
+                "default",
+                DispatchChange::Status {
+                    session_id: None,
+                    task_id: Some("t2"),
+                    status: DispatchStatus::Completed,
+                },
+                SEEDED_AT,
+            )
             .unwrap();
         assert_eq!((acked, done), (1, 1));
     });

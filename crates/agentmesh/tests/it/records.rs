@@ -357,7 +357,7 @@ fn sessions_remove_forgets_an_idle_report() {
                 expires_at_ms: far_future().millis(),
                 metadata: None,
             };
-            store.set_idle_session(&idle).expect("reported");
+            store.write_idle_session(agentmesh_store::IdleWrite::Report(&idle)).expect("reported");
         }
     });
     assert_eq!(

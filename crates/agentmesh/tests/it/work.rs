@@ -809,7 +809,7 @@ fn the_records_around_the_queue_read_and_move_the_same_through_the_daemon() {
             expires_at_ms: far.millis(),
             metadata: None,
         };
-        store.set_idle_session(&idle).unwrap();
+        store.write_idle_session(agentmesh_store::IdleWrite::Report(&idle)).unwrap();
         let fp = "default::agent:stopped::t1::genuine";
         agentmesh_store::conformance::support::seed_fingerprint(&store, "default", fp, far);
         let call = agentmesh_store::ToolCall {
