@@ -42,10 +42,15 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0005_path_reservations.sql"),
     },
     Migration { version: 6, name: "0006_webhooks", sql: include_str!("../migrations/0006_webhooks.sql") },
+    Migration {
+        version: 7,
+        name: "0007_inbox_envelope_columns",
+        sql: include_str!("../migrations/0007_inbox_envelope_columns.sql"),
+    },
 ];
 
 /// The schema version this build brings an installation to.
-pub const LATEST_VERSION: i64 = 6;
+pub const LATEST_VERSION: i64 = 7;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.
