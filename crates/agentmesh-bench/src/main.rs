@@ -42,7 +42,7 @@ type RunGroup = fn(&mut Harness);
 
 /// Groups this bench runs, in order, with the function that runs each. The `pg-*`
 /// groups need a PostgreSQL server and run only when `--only=` names them.
-const GROUPS: [(&str, RunGroup); 15] = [
+const GROUPS: [(&str, RunGroup); 17] = [
     ("enqueue", cases::enqueue::run),
     ("claim-depth", cases::claim::run_depth),
     ("claim-with-deps", cases::claim::run_with_deps),
@@ -54,18 +54,20 @@ const GROUPS: [(&str, RunGroup); 15] = [
     ("reservations", cases::reservations::run),
     ("webhooks", cases::webhooks::run),
     ("retention", cases::retention::run),
+    ("storage", cases::storage::run),
     ("pg-claim-depth", cases::pg_claim::run_depth),
     ("pg-throughput", cases::pg_claim::run_throughput),
     ("pg-floor", cases::pg_floor::run),
     ("pg-reservations", cases::reservations::run_pg),
+    ("pg-storage", cases::storage::run_pg),
 ];
 
 const USAGE: &str = "usage: agentmesh-bench [--quick] [--only=GROUP,...] [--keep] [--database-url=URL]\n\
                      [--pg-depths=N,...] [--pg-tasks=N] [--pg-cases=TEXT,...] [--durability=full|process-crash-only]\n\
                      groups: enqueue, claim-depth, claim-with-deps, pending-events, ledger, http, floor, reads,\n\
-                     reservations, webhooks\n\
+                     reservations, webhooks, retention, storage\n\
                      PostgreSQL groups (only when named): pg-claim-depth, pg-throughput, pg-floor,\n\
-                     pg-reservations\n\
+                     pg-reservations, pg-storage\n\
                      --database-url: the PostgreSQL database of the pg groups\n\
                      (default postgres://postgres@127.0.0.1:5432/test)\n\
                      --pg-depths, --pg-tasks: other sizes for pg-claim-depth and pg-throughput\n\

@@ -42,6 +42,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0005_path_reservations.sql"),
     },
     Migration { version: 6, name: "0006_webhooks", sql: include_str!("../migrations/0006_webhooks.sql") },
+    Migration {
+        version: 7,
+        name: "0007_inbox_envelope_columns",
+        sql: include_str!("../migrations/0007_inbox_envelope_columns.sql"),
+    },
     Migration { version: 8, name: "0008_archive", sql: include_str!("../migrations/0008_archive.sql") },
 ];
 

@@ -42,8 +42,7 @@ const LEDGER: &str = "SELECT id, mesh_id, timestamp, kind, node_id, session_id, 
     FROM mesh_event_ledger WHERE mesh_id = $1 AND seq > $2 ORDER BY seq LIMIT $3";
 
 const EVENTS: &str = "SELECT e.id, e.mesh_id, e.coordinator_daemon_id, e.event, e.payload, e.fingerprint,
-        e.queued_at, e.protocol_version, e.event_id, e.scope, e.dispatched_by, e.intended_for, e.route_class,
-        e.to_machine, e.to_key, e.to_fallback, e.to_session, e.lane,
+        e.queued_at, e.event_id, e.intended_for, e.route_class, e.to_machine, e.to_key, e.to_fallback, e.to_session, e.lane,
         EXISTS (SELECT 1 FROM mesh_inbox_queue q
                  WHERE q.mesh_id = e.mesh_id AND q.lane = e.lane AND q.queued_at = e.queued_at AND q.id = e.id),
         e.row_id
@@ -181,8 +180,8 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
             (Records::Ledger(rows), last)
         }
         RecordKind::InboxEvents => {
-            let (rows, last) = by_row(db, EVENTS, page, 19, |r| {
-                let queued: bool = r.get(18);
+            let (rows, last) = by_row(db, EVENTS, page, 16, |r| {
+                let queued: bool = r.get(15);
                 Ok(StoredEvent {
                     id: r.get(0),
                     mesh_id: r.get(1),
@@ -193,17 +192,14 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
                     queued_at_ms: r.get(6),
                     drained: !queued,
                     route: EventRoute {
-                        protocol_version: r.get(7),
-                        event_id: r.get(8),
-                        scope: r.get(9),
-                        dispatched_by: r.get(10),
-                        intended_for: r.get(11),
-                        route_class: r.get(12),
-                        to_machine: r.get(13),
-                        to_key: r.get(14),
-                        to_fallback: r.get(15),
-                        to_session: r.get(16),
-                        lane: r.get(17),
+                        event_id: r.get(7),
+                        intended_for: r.get(8),
+                        route_class: r.get(9),
+                        to_machine: r.get(10),
+                        to_key: r.get(11),
+                        to_fallback: r.get(12),
+                        to_session: r.get(13),
+                        lane: r.get(14),
                     },
                 })
             })?;
@@ -583,9 +579,8 @@ fn import_event(db: &Db<'_>, e: &StoredEvent, report: &mut ImportReport) -> Res<
     let row = db.query_one(
         "INSERT INTO mesh_pending_events
              (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-              protocol_version, event_id, scope, dispatched_by, intended_for,
-              route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+              event_id, intended_for, route_class, to_machine, to_key, to_fallback, to_session, lane)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          RETURNING row_id",
         &[
             &e.id,
@@ -595,10 +590,7 @@ fn import_event(db: &Db<'_>, e: &StoredEvent, report: &mut ImportReport) -> Res<
             &e.payload,
             &e.fingerprint,
             &e.queued_at_ms,
-            &r.protocol_version,
             &r.event_id,
-            &r.scope,
-            &r.dispatched_by,
             &r.intended_for,
             &r.route_class,
             &r.to_machine,

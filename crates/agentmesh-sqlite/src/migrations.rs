@@ -85,6 +85,11 @@ const MIGRATIONS: &[Migration] = &[
         after: None,
     },
     Migration { name: "0017_webhooks", sql: include_str!("../migrations/0017_webhooks.sql"), after: None },
+    Migration {
+        name: "0018_inbox_envelope_columns",
+        sql: include_str!("../migrations/0018_inbox_envelope_columns.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

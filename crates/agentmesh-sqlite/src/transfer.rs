@@ -28,8 +28,7 @@ const MESHES: &str = "SELECT mesh_id FROM mesh_queue UNION SELECT mesh_id FROM m
 
 const EVENT_COLUMNS: &str =
     "e.id, e.mesh_id, e.coordinator_daemon_id, e.event, e.payload, e.fingerprint, e.queued_at,
-    e.protocol_version, e.event_id, e.scope, e.dispatched_by, e.intended_for, e.route_class, e.to_machine,
-    e.to_key, e.to_fallback, e.to_session, e.lane";
+    e.event_id, e.intended_for, e.route_class, e.to_machine, e.to_key, e.to_fallback, e.to_session, e.lane";
 
 const CONFLICT_COLUMNS: &str = "id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id, \
                                 original_task_id, original_session_id, event, created_at";
@@ -131,7 +130,7 @@ fn export(conn: &Connection, mesh_id: &str, kind: RecordKind, after: &Cursor, li
                         e.rowid
                    FROM mesh_pending_events e WHERE e.mesh_id = ?1 AND e.rowid > ?2 ORDER BY e.rowid LIMIT ?3"
             );
-            let (events, last) = paged(conn, &sql, (mesh_id, after.row, limit), 19, event_from_row)?;
+            let (events, last) = paged(conn, &sql, (mesh_id, after.row, limit), 16, event_from_row)?;
             ExportPage::new(Records::InboxEvents(events), limit, by_row(last))
         }
         RecordKind::SchedulerCursor => {
@@ -293,7 +292,7 @@ fn export(conn: &Connection, mesh_id: &str, kind: RecordKind, after: &Cursor, li
 }
 
 fn event_from_row(r: &Row<'_>) -> Res<StoredEvent> {
-    let queued: bool = r.get(18)?;
+    let queued: bool = r.get(15)?;
     Ok(StoredEvent {
         id: r.get(0)?,
         mesh_id: r.get(1)?,
@@ -304,17 +303,14 @@ fn event_from_row(r: &Row<'_>) -> Res<StoredEvent> {
         queued_at_ms: r.get(6)?,
         drained: !queued,
         route: EventRoute {
-            protocol_version: r.get(7)?,
-            event_id: r.get(8)?,
-            scope: r.get(9)?,
-            dispatched_by: r.get(10)?,
-            intended_for: r.get(11)?,
-            route_class: r.get(12)?,
-            to_machine: r.get(13)?,
-            to_key: r.get(14)?,
-            to_fallback: r.get(15)?,
-            to_session: r.get(16)?,
-            lane: r.get(17)?,
+            event_id: r.get(7)?,
+            intended_for: r.get(8)?,
+            route_class: r.get(9)?,
+            to_machine: r.get(10)?,
+            to_key: r.get(11)?,
+            to_fallback: r.get(12)?,
+            to_session: r.get(13)?,
+            lane: r.get(14)?,
         },
     })
 }
@@ -668,9 +664,8 @@ fn insert_event(conn: &Connection, e: &StoredEvent) -> Res<()> {
     conn.prepare_cached(
         "INSERT INTO mesh_pending_events
              (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-              protocol_version, event_id, scope, dispatched_by, intended_for,
-              route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+              event_id, intended_for, route_class, to_machine, to_key, to_fallback, to_session, lane)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     )?
     .execute(params![
         e.id,
@@ -680,10 +675,7 @@ fn insert_event(conn: &Connection, e: &StoredEvent) -> Res<()> {
         e.payload,
         e.fingerprint,
         e.queued_at_ms,
-        r.protocol_version,
         r.event_id,
-        r.scope,
-        r.dispatched_by,
         r.intended_for,
         r.route_class,
         r.to_machine,

@@ -142,14 +142,8 @@ pub struct StoredEvent {
 /// as they were written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventRoute {
-    /// The v2 protocol version.
-    pub protocol_version: Option<String>,
     /// The v2 event id.
     pub event_id: Option<String>,
-    /// The v2 scope.
-    pub scope: Option<String>,
-    /// The dispatching coordinator (JSON).
-    pub dispatched_by: Option<String>,
     /// The addressed coordinator (JSON).
     pub intended_for: Option<String>,
     /// The route class.

@@ -20,6 +20,7 @@ pub(crate) mod pg_floor;
 pub(crate) mod reads;
 pub(crate) mod reservations;
 pub(crate) mod retention;
+pub(crate) mod storage;
 pub(crate) mod webhooks;
 
 /// A claimant on `node` with `session` and no tags or caps.

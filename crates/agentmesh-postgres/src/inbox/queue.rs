@@ -87,9 +87,8 @@ macro_rules! store_event {
     () => {
         "INSERT INTO mesh_pending_events
              (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-              protocol_version, event_id, scope, dispatched_by, intended_for,
-              route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+              event_id, intended_for, route_class, to_machine, to_key, to_fallback, to_session, lane)
+         VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          ON CONFLICT DO NOTHING
          RETURNING mesh_id, lane, queued_at, id, coordinator_daemon_id, event, row_id"
     };
@@ -118,10 +117,7 @@ statement_row! {
         payload: String,
         fingerprint: Option<String>,
         queued_at: i64,
-        protocol_version: Option<String>,
         event_id: Option<String>,
-        scope: Option<String>,
-        dispatched_by: Option<String>,
         intended_for: Option<String>,
         route_class: i64,
         to_machine: Option<String>,
@@ -156,10 +152,7 @@ impl EventRow {
             payload: value.to_string(),
             fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
             queued_at: ev.queued_at.millis(),
-            protocol_version: envelope.protocol_version.map(|v| v.as_str().to_owned()),
             event_id,
-            scope: envelope.scope.map(|s| s.as_str().to_owned()),
-            dispatched_by: identity(&envelope.dispatched_by),
             intended_for: identity(&envelope.intended_for),
             route_class: columns.class,
             to_machine: columns.machine,

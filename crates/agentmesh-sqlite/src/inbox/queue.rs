@@ -22,8 +22,8 @@ pub(crate) fn queue(
 }
 
 /// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
-/// target, fingerprint, v2 envelope and projected routing inputs in their
-/// columns. `false` when its fingerprint is already used in the mesh (nothing is
+/// target, fingerprint, event id, addressee and projected routing inputs in their
+/// columns (the rest of its v2 envelope is read from the payload). `false` when its fingerprint is already used in the mesh (nothing is
 /// written).
 pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
     let fingerprint = pending_event_fingerprint(ev);
@@ -44,9 +44,8 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
                  (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-                  protocol_version, event_id, scope, dispatched_by, intended_for,
-                  route_class, to_machine, to_key, to_fallback, to_session, lane)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+                  event_id, intended_for, route_class, to_machine, to_key, to_fallback, to_session, lane)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?
         .execute(params![
             id,
@@ -56,10 +55,7 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
             value.to_string(),
             fingerprint,
             ev.queued_at.millis(),
-            envelope.protocol_version.map(|v| v.as_str()),
             event_id,
-            envelope.scope.map(|s| s.as_str()),
-            identity(&envelope.dispatched_by),
             identity(&envelope.intended_for),
             columns.class,
             columns.machine,

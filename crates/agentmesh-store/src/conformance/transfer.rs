@@ -70,10 +70,7 @@ pub fn seed_every_kind<S: TransferStore>(store: &S) {
         queued_at_ms: at(queued).millis(),
         drained,
         route: EventRoute {
-            protocol_version: Some("2".into()),
             event_id: Some(format!("ev-{id}")),
-            scope: Some("unicast".into()),
-            dispatched_by: Some(r#"{"daemonId":"d1"}"#.into()),
             intended_for: Some(r#"{"daemonId":"d1","runId":"r1"}"#.into()),
             route_class: 1,
             to_machine: Some("d1".into()),

@@ -1,0 +1,253 @@
+//! Groups `storage` and `pg-storage` (ours only): where the bytes of one completed
+//! task go. A coordinator enqueues N tasks (10,000; 1,000 under `--quick`), 64 at a
+//! time, each addressed back to it (`source_coordinator_*`), so every completion
+//! queues an event for it; 8 worker sessions claim them and complete each with a
+//! one-line summary; the coordinator drains its inbox after every 64 completions
+//! (and once more at the end). Then the database's objects are measured:
+//!
+//! - SQLite: a `wal_checkpoint(TRUNCATE)`, then the pages of every table and
+//!   index from the `dbstat` virtual table, plus the free pages;
+//! - PostgreSQL: `VACUUM` of the case's schema, then `pg_relation_size` of every
+//!   table, its TOAST relation (with its index) and every index.
+//!
+//! Every object's bytes divided by N is one line on stdout,
+//! `{"case":"storage-bytes","n":N,"object":"mesh_queue","kind":"table","bytes_per_task":…}`
+//! (`pg-storage-bytes` on PostgreSQL), and their sum one more,
+//! `{"case":"storage-bytes-per-task","n":N,"bytes_per_task":…}`; stderr has them
+//! as a table. Checks: every task ended completed, and the inbox is empty.
+
+use agentmesh_core::TaskStatus;
+use agentmesh_core::events::{CoordinatorIdentity, Drainer};
+use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, DrainRequest, Outcome, Store};
+use anyhow::Context as _;
+use rusqlite::Connection;
+
+use super::{claimant, count_of, show_stats};
+use crate::data::{MESH_ID, UuidGen, at, message};
+use crate::harness::Harness;
+
+/// Worker sessions that claim and complete.
+const WORKERS: usize = 8;
+/// Tasks per enqueue, and completions between two drains.
+const ROUND: usize = 64;
+/// The coordinator's daemon and session, which every task names as its source.
+const COORDINATOR_DAEMON: &str = "daemon_bench";
+const COORDINATOR_SESSION: &str = "coordinator-1";
+
+/// One measured object of the database.
+struct Object {
+    name: String,
+    /// `table`, `index`, `toast` or `free`.
+    kind: &'static str,
+    bytes: u64,
+}
+
+/// Runs group `storage`.
+pub(crate) fn run(h: &mut Harness) {
+    let n = h.opts().scale(10_000);
+    h.run_case(&format!("storage-{n}"), |h, case| {
+        let label = case.label().to_owned();
+        load(h, case.store(), &label, n)?;
+        let objects = sqlite_objects(case.sqlite().path())?;
+        report("storage", n, &objects);
+        Ok(())
+    });
+}
+
+/// Runs group `pg-storage`.
+pub(crate) fn run_pg(h: &mut Harness) {
+    let n = h.opts().scale(10_000);
+    crate::pg::run_case(h, &format!("pg-storage-{n}"), |h, case| {
+        let store = case.open_store(4)?;
+        load(h, &store, case.label(), n)?;
+        drop(store);
+        let objects = pg_objects(&mut case.client()?, case.schema())?;
+        report("pg-storage", n, &objects);
+        Ok(())
+    });
+}
+
+/// The coordinator's drain request: its own events, the default window.
+fn drain_request() -> DrainRequest {
+    let identity =
+        CoordinatorIdentity::from_emit_fields(Some(COORDINATOR_DAEMON), None, Some(COORDINATOR_SESSION))
+            .expect("the bench coordinator names a daemon");
+    DrainRequest { drainer: Drainer::new(identity, &[]), only_events: None, enforce: false, limit: None }
+}
+
+/// Drains the coordinator's inbox until a drain hands out nothing; returns the
+/// events handed out.
+fn drain_all(store: &dyn Store, request: &DrainRequest, clock: &mut usize) -> anyhow::Result<usize> {
+    let mut drained = 0;
+    loop {
+        *clock += 1;
+        let batch = store.drain_pending_events(MESH_ID, request, at(*clock))?;
+        if batch.events.is_empty() {
+            return Ok(drained);
+        }
+        drained += batch.events.len();
+    }
+}
+
+/// The load: N tasks enqueued, claimed, completed and their events drained.
+fn load(h: &mut Harness, store: &dyn Store, label: &str, n: usize) -> anyhow::Result<()> {
+    let ids = UuidGen::new(0xf000 + n as u32).take(n);
+    let request = drain_request();
+    let mut clock = 0;
+    let (mut completed, mut drained) = (0, 0);
+    for first in (0..n).step_by(ROUND) {
+        let round = first..n.min(first + ROUND);
+        let tasks: Vec<_> = round
+            .clone()
+            .map(|i| agentmesh_core::NewTask {
+                id: Some(ids[i].clone()),
+                message: message(i),
+                source_coordinator_session_id: Some(COORDINATOR_SESSION.to_owned()),
+                source_coordinator_daemon_id: Some(COORDINATOR_DAEMON.to_owned()),
+                ..agentmesh_core::NewTask::default()
+            })
+            .collect();
+        clock += 1;
+        store.enqueue_batch(MESH_ID, &tasks, at(clock))?;
+        for i in round {
+            let worker = i % WORKERS;
+            let session = format!("worker-{worker}");
+            let who = claimant(format!("node-{worker}"), session.clone());
+            clock += 1;
+            let task = match store.claim_next(MESH_ID, &who, &ClaimOptions::default(), at(clock))? {
+                ClaimOutcome::Claimed(task) => task,
+                ClaimOutcome::Refused(reason) => anyhow::bail!("claim {i} refused: {reason}"),
+            };
+            let report = CompletionReport {
+                session_id: session,
+                task_id: Some(task.id.clone()),
+                epoch: Some(task.epoch()),
+                occurred_at: None,
+                outcome: Outcome::Completed {
+                    summary: Some(format!("Done: task {i} refactored, tests pass, diff summary sent.")),
+                },
+            };
+            clock += 1;
+            store.complete_task(MESH_ID, &report, at(clock))?;
+            completed += 1;
+        }
+        drained += drain_all(store, &request, &mut clock)?;
+    }
+    drained += drain_all(store, &request, &mut clock)?;
+
+    let stats = store.stats_by_status(MESH_ID)?;
+    h.check(
+        &format!("{label}: every task completed"),
+        completed == n && count_of(&stats, TaskStatus::Completed) == n as u64,
+        show_stats(&stats),
+    );
+    let left = store.pending_event_count(MESH_ID)?;
+    h.check(
+        &format!("{label}: every completion drained, the inbox empty"),
+        drained == n && left == 0,
+        format!("drained={drained} left={left}"),
+    );
+    Ok(())
+}
+
+/// The objects of the SQLite file at `path`, after a full checkpoint.
+fn sqlite_objects(path: &std::path::Path) -> anyhow::Result<Vec<Object>> {
+    let conn = Connection::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+    let (busy, _, _): (i64, i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    anyhow::ensure!(busy == 0, "the checkpoint could not finish");
+    let mut stmt = conn.prepare(
+        "SELECT d.name, COALESCE(s.type, 'table'), SUM(d.pgsize)
+           FROM dbstat AS d LEFT JOIN sqlite_schema AS s ON s.name = d.name
+          GROUP BY d.name ORDER BY 3 DESC, 1",
+    )?;
+    let mut objects = stmt
+        .query_map([], |r| {
+            let kind: String = r.get(1)?;
+            Ok(Object {
+                name: r.get(0)?,
+                kind: if kind == "index" { "index" } else { "table" },
+                bytes: r.get::<_, i64>(2)?.try_into().unwrap_or(0),
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    objects.push(Object { name: "(free pages)".to_owned(), kind: "free", bytes: (page_size * free) as u64 });
+    Ok(objects)
+}
+
+/// The objects of `schema` after a `VACUUM` of its tables: each table's main
+/// fork, its TOAST relation with the TOAST index, and each index.
+fn pg_objects(client: &mut postgres::Client, schema: &str) -> anyhow::Result<Vec<Object>> {
+    let tables: Vec<String> = client
+        .query("SELECT tablename FROM pg_tables WHERE schemaname = $1", &[&schema])?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for table in &tables {
+        client.batch_execute(&format!("VACUUM {schema}.\"{table}\""))?;
+    }
+    let rows = client.query(
+        "SELECT c.relname::text, 'table', pg_relation_size(c.oid)
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1 AND c.relkind = 'r'
+         UNION ALL
+         SELECT c.relname::text, 'toast', pg_total_relation_size(c.reltoastrelid)
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1 AND c.relkind = 'r' AND c.reltoastrelid <> 0
+         UNION ALL
+         SELECT i.relname::text, 'index', pg_relation_size(i.oid)
+           FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+           JOIN pg_class c ON c.oid = x.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1
+          ORDER BY 3 DESC, 1",
+        &[&schema],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let kind: &str = row.get(1);
+            Object {
+                name: row.get(0),
+                kind: match kind {
+                    "toast" => "toast",
+                    "index" => "index",
+                    _ => "table",
+                },
+                bytes: row.get::<_, i64>(2).try_into().unwrap_or(0),
+            }
+        })
+        .collect())
+}
+
+/// Prints the objects as a table on stderr and as JSON lines on stdout.
+fn report(prefix: &str, n: usize, objects: &[Object]) {
+    let per_task = |bytes: u64| bytes as f64 / n as f64;
+    let total: u64 = objects.iter().map(|o| o.bytes).sum();
+    eprintln!("  {:<48} {:<6} {:>12} {:>10}", "object", "kind", "bytes", "B/task");
+    for object in objects.iter().filter(|o| o.bytes > 0) {
+        eprintln!(
+            "  {:<48} {:<6} {:>12} {:>10.1}",
+            object.name,
+            object.kind,
+            object.bytes,
+            per_task(object.bytes)
+        );
+        let line = serde_json::json!({
+            "case": format!("{prefix}-bytes"),
+            "n": n,
+            "object": object.name,
+            "kind": object.kind,
+            "bytes_per_task": per_task(object.bytes),
+        });
+        println!("{line}");
+    }
+    eprintln!("  {:<48} {:<6} {:>12} {:>10.1}", "total", "", total, per_task(total));
+    let line = serde_json::json!({
+        "case": format!("{prefix}-bytes-per-task"),
+        "n": n,
+        "bytes_per_task": per_task(total),
+    });
+    println!("{line}");
+}
