@@ -190,7 +190,10 @@ fn write_tasks(api: &dyn MeshApi, mesh: &str, through: u64, sink: &mut dyn Write
 fn write_ledger(api: &dyn MeshApi, mesh: &str, through: u64, sink: &mut dyn Write) -> anyhow::Result<u64> {
     let mut after_seq = 0;
     let mut written = 0;
-    while through > 0 {
+    if through == 0 {
+        return Ok(0);
+    }
+    loop {
         let params = SliceParams { after_seq: Some(after_seq), limit: Some(PAGE), ..SliceParams::default() };
         let page = api.ledger_slice(mesh, params)?;
         let archived = page.archived as usize;
@@ -217,7 +220,7 @@ fn write_ledger(api: &dyn MeshApi, mesh: &str, through: u64, sink: &mut dyn Writ
 
 /// Progress of a long export, on stderr every 10,000 rows.
 fn eprint_progress(what: &str, written: u64) {
-    if written > 0 && written % 10_000 == 0 {
+    if written > 0 && written.is_multiple_of(10_000) {
         eprintln!("  {written} {what} written");
     }
 }

@@ -100,11 +100,13 @@ fn serve(ctx: &Context, args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("failed to read or create the token file {}", token_path.display()))?;
     // The store keeps its WAL small by itself (its checkpointer): the upkeep
     // runs no checkpoint of its own.
-    let mut upkeep = UpkeepConfig::default();
-    upkeep.retention = agentmesh_core::retention::RetentionPolicy {
-        tasks: args.retain_tasks,
-        ledger: args.retain_ledger,
-        events: args.retain_events,
+    let mut upkeep = UpkeepConfig {
+        retention: agentmesh_core::retention::RetentionPolicy {
+            tasks: args.retain_tasks,
+            ledger: args.retain_ledger,
+            events: args.retain_events,
+        },
+        ..UpkeepConfig::default()
     };
     if let Some(pg) = &pg {
         let ctx_timeout = ctx.store_config().request_timeout();
