@@ -8,7 +8,7 @@
 //!
 //! - A task is looked up in the hot database first, then in the archive
 //!   ([`find_task`]); an archived task is marked `archived`.
-//! - A ledger page reads the archive before the hot ledger ([`slice`]). A
+//! - A ledger page reads the archive before the hot ledger ([`slice()`]). A
 //!   mesh's ledger leaves the hot database oldest first in sequence order, so
 //!   every archived entry of a mesh has a smaller sequence number than every
 //!   hot one, and a page by sequence is the archive's then the hot ledger's,
