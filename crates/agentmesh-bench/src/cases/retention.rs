@@ -134,7 +134,7 @@ fn soak(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
         store.prune_pending_events(events_cutoff, Timestamp::from_millis(0), now)?;
         case.sqlite().checkpoint_if_wal_exceeds(0)?;
         let (hot, cold) = (file_size(&db) + file_size(&wal), file_size(&archive));
-        let p50 = claims.percentile_us(50.0);
+        let p50 = claims.percentile_us(0.5);
         eprintln!(
             "  {end} tasks: hot {:.1} MB, archive {:.1} MB, claim p50 {p50:.0} us",
             hot as f64 / 1e6,
@@ -172,7 +172,7 @@ fn soak(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
         drained == n,
         format!("drained {drained} of {n}"),
     );
-    let (p_first, p_last) = (first.percentile_us(50.0), last.percentile_us(50.0));
+    let (p_first, p_last) = (first.percentile_us(0.5), last.percentile_us(0.5));
     h.check(
         &format!("{label}: claim p50 at the end within noise of the start (at most 1.5x)"),
         p_last <= p_first * 1.5,
