@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 
-use agentmesh_core::ledger::{LedgerSlice, SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource};
+use agentmesh_core::ledger::LedgerSlice;
 use agentmesh_core::retention::{self, ARCHIVABLE, ArchiveMark, MeshRetention, RetentionPolicy, Window};
 use agentmesh_core::{LedgerEntry, SliceQuery, Task, Timestamp};
 use agentmesh_store::StoreResult;
@@ -399,32 +399,8 @@ pub(crate) fn ledger_page(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res
 
 /// An archive page as a slice.
 fn page(mesh_id: &str, query: &SliceQuery, rows: Vec<(LedgerEntry, i64)>, has_more: bool) -> LedgerSlice {
-    let by_seq = query.after_seq.is_some();
-    let seqs: Vec<u64> = rows.iter().map(|(_, seq)| unsigned(*seq)).collect();
-    let entries: Vec<LedgerEntry> = rows.into_iter().map(|(e, _)| e).collect();
-    LedgerSlice {
-        protocol: SLICE_PROTOCOL.to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        archived: entries.len() as u32,
-        cursor: SliceCursor {
-            after_id: query.after_id.clone(),
-            next_after_id: entries.last().map(|e| e.id.clone()).or_else(|| query.after_id.clone()),
-            limit: query.effective_limit(),
-            has_more,
-            after_seq: query.after_seq,
-            next_after_seq: if by_seq { seqs.last().copied().or(query.after_seq) } else { None },
-            head_seq: None,
-        },
-        seqs: if by_seq { seqs } else { Vec::new() },
-        entries,
-        source_of_truth: SliceSource {
-            kind: "postgres".to_owned(),
-            table: "mesh_event_ledger_archive".to_owned(),
-            bounded: true,
-            max_limit: SLICE_MAX_LIMIT,
-        },
-        origin: None,
-    }
+    let rows = rows.into_iter().map(|(entry, seq)| (entry, unsigned(seq))).collect();
+    agentmesh_store::archive::page(mesh_id, query, rows, has_more, ("postgres", "mesh_event_ledger_archive"))
 }
 
 /// Drops the mesh's archived tasks through `through.tasks_through` and its

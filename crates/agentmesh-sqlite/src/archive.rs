@@ -488,32 +488,8 @@ pub(crate) fn ledger_page(conn: &Connection, mesh_id: &str, query: &SliceQuery) 
 
 /// An archive page as a slice.
 fn page(mesh_id: &str, query: &SliceQuery, rows: Vec<(LedgerEntry, i64)>, has_more: bool) -> LedgerSlice {
-    let by_seq = query.after_seq.is_some();
-    let seqs: Vec<u64> = rows.iter().map(|(_, seq)| *seq as u64).collect();
-    let entries: Vec<LedgerEntry> = rows.into_iter().map(|(e, _)| e).collect();
-    LedgerSlice {
-        protocol: agentmesh_core::ledger::SLICE_PROTOCOL.to_owned(),
-        mesh_id: mesh_id.to_owned(),
-        archived: entries.len() as u32,
-        cursor: agentmesh_core::ledger::SliceCursor {
-            after_id: query.after_id.clone(),
-            next_after_id: entries.last().map(|e| e.id.clone()).or_else(|| query.after_id.clone()),
-            limit: query.effective_limit(),
-            has_more,
-            after_seq: query.after_seq,
-            next_after_seq: if by_seq { seqs.last().copied().or(query.after_seq) } else { None },
-            head_seq: None,
-        },
-        seqs: if by_seq { seqs } else { Vec::new() },
-        entries,
-        source_of_truth: agentmesh_core::ledger::SliceSource {
-            kind: "local_sqlite".to_owned(),
-            table: "archived_ledger".to_owned(),
-            bounded: true,
-            max_limit: agentmesh_core::ledger::SLICE_MAX_LIMIT,
-        },
-        origin: None,
-    }
+    let rows = rows.into_iter().map(|(entry, seq)| (entry, seq as u64)).collect();
+    agentmesh_store::archive::page(mesh_id, query, rows, has_more, ("local_sqlite", "archived_ledger"))
 }
 
 /// Drops the mesh's archived rows up to `through`, never an entry a webhook

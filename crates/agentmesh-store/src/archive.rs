@@ -17,8 +17,9 @@
 //! - A cursor before what an export dropped from the archive is
 //!   [`StoreError::CursorExpired`], naming the oldest cursor still served.
 
+use agentmesh_core::ledger::{SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource};
 use agentmesh_core::retention::{ArchiveMark, MeshRetention};
-use agentmesh_core::{LedgerSlice, SliceQuery, Task};
+use agentmesh_core::{LedgerEntry, LedgerSlice, SliceQuery, Task};
 
 use crate::{Store, StoreError, StoreResult};
 
@@ -138,6 +139,44 @@ pub fn slice<S: Store + ?Sized>(store: &S, mesh_id: &str, query: &SliceQuery) ->
     hot.cursor.after_seq = query.after_seq;
     hot.cursor.next_after_id = entries.last().map(|e| e.id.clone()).or(hot.cursor.next_after_id);
     Ok(LedgerSlice { entries, seqs, archived: count, ..hot })
+}
+
+/// A page of archived entries (each with its sequence number) as a slice: by
+/// sequence when the query has `afterSeq`, else by time; `has_more` speaks of
+/// the archive alone; `source` names the backend and the table read.
+pub fn page(
+    mesh_id: &str,
+    query: &SliceQuery,
+    rows: Vec<(LedgerEntry, u64)>,
+    has_more: bool,
+    source: (&str, &str),
+) -> LedgerSlice {
+    let by_seq = query.after_seq.is_some();
+    let seqs: Vec<u64> = rows.iter().map(|(_, seq)| *seq).collect();
+    let entries: Vec<LedgerEntry> = rows.into_iter().map(|(e, _)| e).collect();
+    LedgerSlice {
+        protocol: SLICE_PROTOCOL.to_owned(),
+        mesh_id: mesh_id.to_owned(),
+        archived: entries.len() as u32,
+        cursor: SliceCursor {
+            after_id: query.after_id.clone(),
+            next_after_id: entries.last().map(|e| e.id.clone()).or_else(|| query.after_id.clone()),
+            limit: query.effective_limit(),
+            has_more,
+            after_seq: query.after_seq,
+            next_after_seq: if by_seq { seqs.last().copied().or(query.after_seq) } else { None },
+            head_seq: None,
+        },
+        seqs: if by_seq { seqs } else { Vec::new() },
+        entries,
+        source_of_truth: SliceSource {
+            kind: source.0.to_owned(),
+            table: source.1.to_owned(),
+            bounded: true,
+            max_limit: SLICE_MAX_LIMIT,
+        },
+        origin: None,
+    }
 }
 
 /// The error of a cursor before what the archive still holds.
