@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Each tool is looked for once per process: the programs on `PATH` (`node` and
-//! `npm`, `python3`, `groff`), whether a tmpfs mounts, Chromium at `/usr/bin/chromium` or where
+//! `npm`, `python3`, `groff`, `git`), whether a tmpfs mounts, Chromium at `/usr/bin/chromium` or where
 //! `AGENTMESH_TEST_CHROMIUM` points, the PostgreSQL server named by
 //! `AGENTMESH_TEST_DATABASE_URL`. The skip line goes straight to the process's
 //! stderr, so the test harness's output capture does not hide it.
@@ -60,11 +60,14 @@ pub enum Tool {
     /// A small filesystem of the test's own: mounting a tmpfs, which needs root
     /// or a private mount namespace; what the test gets is the `mount` program.
     Tmpfs,
+    /// `git` on `PATH`, for the tests of the commit guard and of the
+    /// reservation scope a repository names; what the test gets is its path.
+    Git,
 }
 
 impl Tool {
     /// How many tools there are: the size of the per-tool tables.
-    const COUNT: usize = 6;
+    const COUNT: usize = 7;
 
     /// The tool's name in the skip line: "the {name} tests of ...".
     pub fn name(self) -> &'static str {
@@ -75,6 +78,7 @@ impl Tool {
             Tool::Chromium => "Chromium",
             Tool::Groff => "groff",
             Tool::Tmpfs => "tmpfs",
+            Tool::Git => "git",
         }
     }
 
@@ -100,6 +104,7 @@ impl Tool {
             Tool::Tmpfs => String::from(
                 "run the tests as root (as CI does) or inside `unshare --user --map-root-user --mount`",
             ),
+            Tool::Git => String::from("install git, e.g. Debian's git package"),
         }
     }
 
@@ -122,6 +127,9 @@ impl Tool {
                 .map(|groff| groff.to_string_lossy().into_owned())
                 .ok_or_else(|| String::from("groff is not on PATH")),
             Tool::Tmpfs => probe_tmpfs(),
+            Tool::Git => on_path("git")
+                .map(|git| git.to_string_lossy().into_owned())
+                .ok_or_else(|| String::from("git is not on PATH")),
         }
     }
 }

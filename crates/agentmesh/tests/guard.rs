@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use agentmesh_test_support::{Tool, require};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -248,6 +249,7 @@ impl Drop for Daemon {
 
 #[test]
 fn a_commit_over_another_sessions_reservation_is_refused_through_a_daemon() {
+    require!(Tool::Git);
     let repo = Repo::new();
     let hooks = repo.path().join(".git/hooks");
     repo.write_own_hook(&hooks);
@@ -347,6 +349,7 @@ fn a_commit_over_another_sessions_reservation_is_refused_through_a_daemon() {
 
 #[test]
 fn without_a_daemon_the_guard_reads_the_data_dir_and_honours_core_hooks_path() {
+    require!(Tool::Git);
     let repo = Repo::new();
     repo.git(&["config", "core.hooksPath", ".githooks"]);
     let hooks = repo.path().join(".githooks");
@@ -396,6 +399,7 @@ fn without_a_daemon_the_guard_reads_the_data_dir_and_honours_core_hooks_path() {
 
 #[test]
 fn an_unreachable_or_silent_daemon_lets_the_commit_through_quickly() {
+    require!(Tool::Git);
     let repo = Repo::new();
     repo.install_guard();
     // A reservation in the data dir that a working check would find.
@@ -441,6 +445,7 @@ fn an_unreachable_or_silent_daemon_lets_the_commit_through_quickly() {
 /// claims its task and commits.
 #[test]
 fn tasks_over_one_path_go_to_one_worker_at_a_time_and_the_guard_holds_the_other() {
+    require!(Tool::Git);
     let repo = Repo::new();
     let w1 = [("AGENTMESH_SESSION", "w1")];
     let w2 = [("AGENTMESH_SESSION", "w2")];
@@ -483,6 +488,7 @@ fn tasks_over_one_path_go_to_one_worker_at_a_time_and_the_guard_holds_the_other(
 /// against the reservations of that scope, whichever clone or path made them.
 #[test]
 fn the_guard_checks_the_scope_the_repository_names() {
+    require!(Tool::Git);
     let repo = Repo::new();
     let reserved = repo.agentmesh(
         &["reserve", "src", "--scope", "github.com/acme/app", "--session", "w1", "--node", "n1"],

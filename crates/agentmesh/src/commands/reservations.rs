@@ -35,7 +35,12 @@ pub(super) fn scope(args: &ScopeArgs) -> anyhow::Result<Scope> {
         return Ok(Scope { name: name.clone(), ignore_case: args.ignore_case });
     }
     let top = git(Path::new("."), &["rev-parse", "--show-toplevel"]).ok_or_else(|| {
-        InvalidInput::new("scope", "the working directory is not in a git repository: name one with --scope")
+        let why = if git_runs() {
+            "the working directory is not in a git repository: name one with --scope"
+        } else {
+            "git is not installed, and the default scope is the git top level of the working directory: install git, or name one with --scope"
+        };
+        InvalidInput::new("scope", why)
     })?;
     let ignore_case = args.ignore_case
         || git(Path::new(&top), &["config", "--bool", "core.ignorecase"]).as_deref() == Some("true");
@@ -55,6 +60,11 @@ pub(crate) fn repository_scope(top: &Path) -> String {
 pub(crate) fn git(dir: &Path, args: &[&str]) -> Option<String> {
     let out = Command::new("git").arg("-C").arg(dir).args(args).output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Whether a `git` program runs at all.
+fn git_runs() -> bool {
+    Command::new("git").arg("--version").output().is_ok_and(|out| out.status.success())
 }
 
 /// Runs `reserve`.

@@ -559,19 +559,31 @@ fn quickstart() -> Vec<(bool, String)> {
         .collect()
 }
 
-/// Runs a Quickstart line against `dir`; `None` for a line that needs a shell
+/// Runs a Quickstart line against `dir`, in the git repository `repo` (the
+/// scope of its path reservation); `None` for a line that needs a shell
 /// (redirection, a pipe, `&&`) or holds a placeholder (`<id>`).
-fn run_quickstart_line(dir: &Path, line: &str) -> Option<Run> {
+fn run_quickstart_line(dir: &Path, repo: &Path, line: &str) -> Option<Run> {
     let words = shell_words(line);
     if words.iter().any(|w| w.contains(['<', '>', '|']) || w == "&&") {
         return None;
     }
-    let args: Vec<&str> = words[1..].iter().map(String::as_str).collect();
-    Some(run(dir, &args))
+    Some(Run::of(agentmesh().current_dir(repo).arg("--data-dir").arg(dir).args(&words[1..])))
+}
+
+/// A git repository of its own in a temp dir, where a user would paste the
+/// Quickstart.
+fn git_repository() -> tempfile::TempDir {
+    let repo = tempfile::tempdir().expect("a temp dir");
+    let init = std::process::Command::new("git").arg("init").arg("-q").arg(repo.path()).output();
+    assert!(init.as_ref().is_ok_and(|out| out.status.success()), "git init: {init:?}");
+    repo
 }
 
 #[test]
 fn the_quickstart_runs_as_written_and_its_alternative_instead() {
+    // Its `reserve` line takes the git repository it runs in as the scope.
+    agentmesh_test_support::require!(agentmesh_test_support::Tool::Git);
+    let repo = git_repository();
     let lines = quickstart();
     assert!(lines.iter().any(|(alternative, _)| *alternative), "the failure is shown as an alternative");
 
@@ -579,7 +591,7 @@ fn the_quickstart_runs_as_written_and_its_alternative_instead() {
     let dir = data_dir();
     let mut ran = 0;
     for (_, line) in lines.iter().filter(|(alternative, _)| !alternative) {
-        if let Some(done) = run_quickstart_line(dir.path(), line) {
+        if let Some(done) = run_quickstart_line(dir.path(), repo.path(), line) {
             assert_eq!(done.code, 0, "`{line}` failed:\n{}{}", done.stdout, done.stderr);
             ran += 1;
         }
@@ -598,7 +610,8 @@ fn the_quickstart_runs_as_written_and_its_alternative_instead() {
     let before = lines[..first_complete].iter().filter(|(alternative, _)| !alternative);
     let instead = lines.iter().filter(|(alternative, _)| *alternative);
     for (_, line) in before.chain(instead) {
-        let done = run_quickstart_line(dir.path(), line).expect("a line that runs without a shell");
+        let done =
+            run_quickstart_line(dir.path(), repo.path(), line).expect("a line that runs without a shell");
         assert_eq!(done.code, 0, "`{line}` failed:\n{}{}", done.stdout, done.stderr);
     }
     let login = json(dir.path(), &["task", "show", "login"]);

@@ -15,6 +15,25 @@ fn repo() -> tempfile::TempDir {
 }
 
 #[test]
+fn without_git_the_default_scope_is_refused_saying_to_install_it_or_name_a_scope() {
+    let mesh = Mesh::new();
+    mesh.json(&["task", "add", "work", "--id", "t1"]);
+    let before = mesh.json(&["ledger", "tail"]);
+    let nothing = tempfile::tempdir().expect("a temp dir");
+    let out = mesh
+        .command(&["reserve", "src/parser", "--session", "w1", "--node", "n1"])
+        .current_dir(nothing.path())
+        .env("PATH", nothing.path())
+        .output()
+        .expect("the binary runs");
+    let refused = crate::cli::Run::from_output(out);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("git is not installed"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("install git, or name one with --scope"), "{}", refused.stderr);
+    assert_eq!(mesh.json(&["ledger", "tail"]), before, "nothing written");
+}
+
+#[test]
 fn a_conflicting_reservation_is_denied_naming_its_holder_and_released_paths_are_free() {
     let mesh = Mesh::new();
     let scope = ["--scope", "app"];
@@ -122,6 +141,7 @@ fn a_waiting_reservation_is_granted_once_the_holder_releases() {
 
 #[test]
 fn a_task_declaring_paths_is_claimed_with_them_reserved_and_another_over_them_waits() {
+    agentmesh_test_support::require!(agentmesh_test_support::Tool::Git);
     let mesh = Mesh::new();
     let repo = repo();
     let run_in_repo = |args: &[&str]| {
