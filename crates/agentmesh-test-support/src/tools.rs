@@ -289,7 +289,8 @@ mod tests {
 
     #[test]
     fn every_tool_has_its_own_slot_and_a_way_to_get_it() {
-        let all = [Tool::PostgreSQL, Tool::Node, Tool::Python, Tool::Chromium, Tool::Groff, Tool::Tmpfs];
+        let all =
+            [Tool::PostgreSQL, Tool::Node, Tool::Python, Tool::Chromium, Tool::Groff, Tool::Tmpfs, Tool::Git];
         assert_eq!(all.len(), Tool::COUNT);
         for (i, tool) in all.into_iter().enumerate() {
             assert_eq!(tool.index(), i);
