@@ -55,8 +55,8 @@ pub(crate) fn channel(schema: &str) -> String {
 /// commit record of its own, which would double the commits of every write.
 /// So a write marks its mesh once it committed, and the thread sends
 /// every mesh marked since its last send in one statement, committed without
-/// a flush of its own (see [`ANNOUNCE`]): one commit for many writes while
-/// writes are frequent, one round trip after the write while they are not. Dropping the announcer sends what is marked before it returns.
+/// a flush of its own (see [`ANNOUNCE`]), [`HOLD`] after the first mark: one
+/// commit for all the writes of that time. Dropping the announcer sends what is marked before it returns.
 pub(crate) struct Announcer {
     shared: Arc<Marks>,
     thread: Option<JoinHandle<()>>,
@@ -112,12 +112,28 @@ impl Drop for Announcer {
     }
 }
 
+/// How long the announcer holds a mark before it sends: the writes of that
+/// time share one announcement, so a busy store sends a few hundred a
+/// second at most, whatever its write rate, and a lone write's announcement
+/// does not compete with the write that follows it. Listeners learn of a
+/// commit this much later; their watches poll as well.
+const HOLD: Duration = Duration::from_millis(5);
+
 fn announce_loop(pool: &Pool, channel: &str, marks: &Marks) {
     loop {
         let (meshes, closing) = {
             let mut pending = marks.pending.lock().unwrap_or_else(PoisonError::into_inner);
             while pending.0.is_empty() && !pending.1 {
                 pending = marks.wake.wait(pending).unwrap_or_else(PoisonError::into_inner);
+            }
+            // Closing ends the hold at once.
+            let until = std::time::Instant::now() + HOLD;
+            while !pending.1 {
+                let left = until.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                pending = marks.wake.wait_timeout(pending, left).unwrap_or_else(PoisonError::into_inner).0;
             }
             (std::mem::take(&mut pending.0), pending.1)
         };
