@@ -52,6 +52,7 @@ mod webhooks;
 mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};
+pub use archive::archive_holding;
 pub use backup::{
     BackupProgress, BackupRefusal, BackupReport, BackupTotals, MeshContents, NumbersAbove, RestoreReport,
     backup_database, restore_database, verify_database,

@@ -72,10 +72,15 @@ pub(super) fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyho
         .with_context(|| {
             format!("backup of {} failed (nothing was written to {})", source.display(), dest.display())
         })?;
+    let archive = agentmesh_sqlite::archive_holding(&source).unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "could not read the archive beside the database");
+        None
+    });
     let summary = BackupSummary {
         source: &source,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         backup: &report,
+        archive_not_included: archive.as_ref().map(ArchiveNotIncluded::of),
     };
     out.emit(&summary, |w| write_backup(w, &summary))
 }
@@ -129,7 +134,17 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
         .map_err(surface)
         .with_context(refused)?;
     drop(lock);
-    let summary = Restored { dry_run: false, backup, checked: &checked, report: &report };
+    let archive = agentmesh_sqlite::archive_holding(&target).unwrap_or_else(|err| {
+        tracing::warn!(error = %err, "could not read the archive beside the database");
+        None
+    });
+    let summary = Restored {
+        dry_run: false,
+        backup,
+        checked: &checked,
+        report: &report,
+        archive_kept: archive.as_ref().map(|a| a.0.as_path()),
+    };
     out.emit(&summary, |w| write_restored(w, &summary, dir))
 }
 
@@ -291,6 +306,24 @@ struct BackupSummary<'a> {
     /// The copy: its path and what it holds.
     #[serde(flatten)]
     backup: &'a BackupReport,
+    /// The database's archive, when it holds anything: the copy does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archive_not_included: Option<ArchiveNotIncluded<'a>>,
+}
+
+/// The archive file beside a database and what it holds.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ArchiveNotIncluded<'a> {
+    path: &'a Path,
+    tasks: u64,
+    ledger_entries: u64,
+}
+
+impl ArchiveNotIncluded<'_> {
+    fn of(holding: &(std::path::PathBuf, u64, u64)) -> ArchiveNotIncluded<'_> {
+        ArchiveNotIncluded { path: &holding.0, tasks: holding.1, ledger_entries: holding.2 }
+    }
 }
 
 /// What `restore --dry-run` prints.
@@ -315,6 +348,10 @@ struct Restored<'a> {
     /// above.
     #[serde(flatten)]
     report: &'a agentmesh_sqlite::RestoreReport,
+    /// The archive file beside the database, left where it is: the restored
+    /// database reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archive_kept: Option<&'a Path>,
 }
 
 fn write_backup(w: &mut dyn Write, s: &BackupSummary<'_>) -> io::Result<()> {
@@ -331,7 +368,19 @@ fn write_backup(w: &mut dyn Write, s: &BackupSummary<'_>) -> io::Result<()> {
         b.schema_version,
         b.last_ledger_seq.map_or_else(String::new, |seq| format!(", ledger up to #{seq}")),
     )?;
-    write_contents(w, b)
+    write_contents(w, b)?;
+    if let Some(a) = &s.archive_not_included {
+        writeln!(
+            w,
+            "warning: the archive {} (what retention moved out: tasks {}, ledger entries {}) is not in \
+             the backup: write each mesh's archive out with `agentmesh archive export --output FILE`, \
+             or copy the file while no daemon runs",
+            a.path.display(),
+            a.tasks,
+            a.ledger_entries
+        )?;
+    }
+    Ok(())
 }
 
 fn write_dry_run(w: &mut dyn Write, b: &BackupReport) -> io::Result<()> {
@@ -389,6 +438,14 @@ fn write_restored(w: &mut dyn Write, s: &Restored<'_>, dir: &Path) -> io::Result
     write_contents(w, &r.restored)?;
     for warning in &r.warnings {
         writeln!(w, "warning: {warning}")?;
+    }
+    if let Some(archive) = s.archive_kept {
+        writeln!(
+            w,
+            "the archive {} stays in place and the restored database reads it (a task archived \
+             after the backup is in both until retention's next step moves it again)",
+            archive.display()
+        )?;
     }
     writeln!(w, "start the daemon again: agentmesh --data-dir {} serve", dir.display())
 }

@@ -72,3 +72,46 @@ fn archive_run_status_export_and_drop_on_a_data_dir() {
     assert_ne!(code, Some(0));
     assert!(stderr.contains("expired"), "{stderr}");
 }
+
+#[test]
+fn a_backup_says_the_archive_is_not_in_it_and_a_restore_that_the_archive_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.as_path();
+    json(data, &["task", "add", "done soon", "--id", "t1"]);
+    json(data, &["claim", "--node", "n1", "--session", "s1"]);
+    json(data, &["complete", "--session", "s1", "--task", "t1", "--summary", "done"]);
+
+    // An archive that holds nothing yet: nothing to say.
+    let first = dir.path().join("first.db");
+    let plain = json(data, &["backup", first.to_str().unwrap()]);
+    assert!(plain.get("archiveNotIncluded").is_none(), "{plain}");
+
+    let moved = json(data, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
+    assert_eq!(moved["tasksArchived"], 1, "{moved}");
+    let archive = data.join("mesh-runtime.db-archive");
+    assert!(archive.is_file(), "the archive file is beside the database");
+
+    let second = dir.path().join("second.db");
+    let (code, text, stderr) = run(data, &["backup", second.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let warning =
+        text.lines().find(|l| l.starts_with("warning: the archive")).unwrap_or_else(|| panic!("{text}"));
+    assert!(warning.contains(archive.to_str().unwrap()), "{warning}");
+    assert!(warning.contains("agentmesh archive export --output FILE"), "{warning}");
+    assert!(warning.contains("tasks 1, ledger entries "), "{warning}");
+    let third = dir.path().join("third.db");
+    let documented = json(data, &["backup", third.to_str().unwrap()]);
+    let left_out = &documented["archiveNotIncluded"];
+    assert_eq!(left_out["path"], archive.to_str().unwrap(), "{documented}");
+    assert_eq!(left_out["tasks"], 1, "{documented}");
+    assert!(left_out["ledgerEntries"].as_u64().unwrap() >= 3, "{documented}");
+
+    // Restoring the backup taken before the move: the archive stays and is read.
+    let restored = json(data, &["restore", first.to_str().unwrap()]);
+    assert_eq!(restored["archiveKept"], archive.to_str().unwrap(), "{restored}");
+    let shown = json(data, &["task", "show", "t1"]);
+    assert_eq!(shown["status"], "completed", "{shown}");
+    let status = json(data, &["archive", "status"]);
+    assert_eq!(status["tasks"], 1, "{status}");
+}
