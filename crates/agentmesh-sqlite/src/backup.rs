@@ -19,6 +19,13 @@
 //! verified, and renamed into place, refusing to replace a file unless asked;
 //! then the directory is synced.
 //!
+//! **The archive goes along.** When the database's archive file (what
+//! retention moved out, `<file>-archive`) holds anything, it is copied after
+//! the database's snapshot to `<dest>-archive` and put in place before the
+//! database (see `copy_archive` for why that order never misses a row); a
+//! restore of a backup with an archive moves the data dir's archive aside and
+//! puts the backup's in its place, and one without leaves the data dir's.
+//!
 //! **Verification** ([`verify_database`]): the SQLite header, `PRAGMA
 //! integrity_check`, agentmesh's tables, a schema version this build knows
 //! (not past [`crate::SCHEMA_VERSION`]), and the contents counted per mesh. A
@@ -202,6 +209,31 @@ pub struct BackupReport {
     pub meshes: Vec<MeshContents>,
     /// Every mesh together.
     pub totals: BackupTotals,
+    /// The archive file that goes with it (`<file>-archive`: what retention
+    /// moved out of the database), when it has one that holds anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive: Option<ArchiveContents>,
+}
+
+/// What an archive file beside a database holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveContents {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Archived tasks.
+    pub tasks: u64,
+    /// Archived ledger entries.
+    pub ledger_entries: u64,
+}
+
+impl ArchiveContents {
+    fn of(path: &Path, (tasks, ledger_entries): (u64, u64)) -> Res<ArchiveContents> {
+        let bytes = fs::metadata(path).map_err(crate::io_error)?.len();
+        Ok(ArchiveContents { path: path.to_owned(), bytes, tasks, ledger_entries })
+    }
 }
 
 /// What one mesh holds.
@@ -293,8 +325,13 @@ fn backup_res(
             format!("{} is the database itself (or one of its files)", dest.display()),
         ))));
     }
-    if !replace && fs::symlink_metadata(dest).is_ok() {
-        return Err(refused(BackupRefusal::Exists { path: dest.to_owned() }));
+    let archive_dest = crate::archive::file_of(dest);
+    if !replace {
+        for path in [dest, archive_dest.as_path()] {
+            if fs::symlink_metadata(path).is_ok() {
+                return Err(refused(BackupRefusal::Exists { path: path.to_owned() }));
+            }
+        }
     }
     let temp = TempFile::beside(dest)?;
     let original = copy(src, temp.path(), progress)?;
@@ -307,16 +344,47 @@ fn backup_res(
             problem,
         }));
     }
+    // The archive after the database's snapshot (see `copy_archive`).
+    let archive_src = crate::archive::file_of(src);
+    let archive = if archive_src.is_file() {
+        let archive_temp = TempFile::beside(&archive_dest)?;
+        let counts = copy_archive(&archive_src, archive_temp.path(), progress)?;
+        sync_file(archive_temp.path())?;
+        if counts == (0, 0) { None } else { Some((archive_temp, counts)) }
+    } else {
+        None
+    };
+    // The archive goes first: a database never lies beside an archive that is
+    // not its own.
     if replace {
         // Whatever lay beside the file replaced belongs to it, not to the copy.
         for suffix in COMPANIONS {
             remove_if_present(&with_suffix(dest, suffix))?;
+            remove_if_present(&with_suffix(&archive_dest, suffix))?;
+        }
+        match &archive {
+            Some((archive_temp, _)) => {
+                fs::rename(archive_temp.path(), &archive_dest).map_err(crate::io_error)?
+            }
+            None => remove_if_present(&archive_dest)?,
         }
         fs::rename(temp.path(), dest).map_err(crate::io_error)?;
     } else {
-        place_new(temp.path(), dest)?;
+        if let Some((archive_temp, _)) = &archive {
+            place_new(archive_temp.path(), &archive_dest)?;
+        }
+        if let Err(fail) = place_new(temp.path(), dest) {
+            if archive.is_some() {
+                let _ = fs::remove_file(&archive_dest);
+            }
+            return Err(fail);
+        }
     }
     temp.disarm();
+    if let Some((archive_temp, counts)) = archive {
+        archive_temp.disarm();
+        report.archive = Some(ArchiveContents::of(&archive_dest, counts)?);
+    }
     sync_dir(dest)?;
     report.path = dest.to_owned();
     Ok(report)
@@ -328,7 +396,18 @@ fn backup_res(
 /// agentmesh database is refused with a [`BackupRefusal`], one from a newer
 /// agentmesh with [`StoreError::SchemaTooNew`].
 pub fn verify_database(path: &Path) -> StoreResult<BackupReport> {
-    verify(path).map_err(|Fail(err)| err)
+    let verified = || -> Res<BackupReport> {
+        let mut report = verify(path)?;
+        let archive = crate::archive::file_of(path);
+        if archive.is_file() {
+            let counts = archive_counts(&archive)?;
+            if counts != (0, 0) {
+                report.archive = Some(ArchiveContents::of(&archive, counts)?);
+            }
+        }
+        Ok(report)
+    };
+    verified().map_err(|Fail(err)| err)
 }
 
 fn verify(path: &Path) -> Res<BackupReport> {
@@ -357,6 +436,7 @@ fn verify(path: &Path) -> Res<BackupReport> {
         last_ledger_seq: contents.last_ledger_seq,
         meshes: contents.meshes,
         totals: contents.totals,
+        archive: None,
     })
 }
 
@@ -419,8 +499,23 @@ fn restore_res(
     }
     switch_to_wal(temp.path())?;
     sync_file(temp.path())?;
+    // The backup's archive, when it has one, replaces the data dir's; else the
+    // data dir's archive stays, and the restored database reads it.
+    let archive_src = crate::archive::file_of(src);
+    let archive_target = crate::archive::file_of(target);
+    let archive = if archive_src.is_file() {
+        let archive_temp = TempFile::beside(&archive_target)?;
+        let counts = copy_archive(&archive_src, archive_temp.path(), progress)?;
+        sync_file(archive_temp.path())?;
+        Some((archive_temp, counts))
+    } else {
+        None
+    };
 
-    let moves = moves_aside(target, old_db.as_deref(), stamp);
+    let mut moves = moves_aside(target, old_db.as_deref(), stamp);
+    if archive.is_some() {
+        moves.extend(moves_aside(&archive_target, None, stamp));
+    }
     let mut moved = Vec::new();
     for (from, to) in &moves {
         if let Err(err) = fs::rename(from, to) {
@@ -429,11 +524,26 @@ fn restore_res(
         }
         moved.push((from.clone(), to.clone()));
     }
+    if let Some((archive_temp, _)) = &archive
+        && let Err(err) = fs::rename(archive_temp.path(), &archive_target)
+    {
+        put_back(&moved);
+        return Err(Fail(crate::io_error(err)));
+    }
     if let Err(err) = fs::rename(temp.path(), target) {
+        if archive.is_some() {
+            let _ = fs::remove_file(&archive_target);
+        }
         put_back(&moved);
         return Err(Fail(crate::io_error(err)));
     }
     temp.disarm();
+    if let Some((archive_temp, counts)) = archive {
+        archive_temp.disarm();
+        if counts != (0, 0) {
+            restored.archive = Some(ArchiveContents::of(&archive_target, counts)?);
+        }
+    }
     sync_dir(target)?;
     drop(held);
     restored.path = target.to_owned();
@@ -465,9 +575,18 @@ fn copy(src: &Path, dest: &Path, progress: &mut dyn FnMut(BackupProgress)) -> Re
     source.execute_batch("BEGIN")?;
     // The first read opens the snapshot every step of the copy reads.
     let original = read_contents(&source, src).map_err(|fail| as_refusal(fail, src))?;
+    copy_pages(&source, dest, progress)?;
+    source.execute_batch("COMMIT")?;
+    close(source)?;
+    Ok(original)
+}
+
+/// Copies every page of `source` into the existing empty file `dest` with the
+/// backup API and makes the copy one self-contained file (journal mode DELETE).
+fn copy_pages(source: &Connection, dest: &Path, progress: &mut dyn FnMut(BackupProgress)) -> Res<()> {
     let mut target = open_read_write(dest)?;
     {
-        let backup = Backup::new(&source, &mut target)?;
+        let backup = Backup::new(source, &mut target)?;
         let mut busy_since: Option<Instant> = None;
         loop {
             let step = backup.step(PAGES_PER_STEP)?;
@@ -494,8 +613,6 @@ fn copy(src: &Path, dest: &Path, progress: &mut dyn FnMut(BackupProgress)) -> Re
             }
         }
     }
-    source.execute_batch("COMMIT")?;
-    close(source)?;
     // The copy took the source's header, WAL mode included: it becomes one
     // self-contained file.
     let mode: String = target.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0))?;
@@ -504,8 +621,46 @@ fn copy(src: &Path, dest: &Path, progress: &mut dyn FnMut(BackupProgress)) -> Re
             format!("the copy's journal_mode is {mode}, not delete").into(),
         )));
     }
-    close(target)?;
-    Ok(original)
+    close(target)
+}
+
+/// Copies the archive file `src` into the existing empty file `dest`. Not under
+/// one read transaction: the daemon's writer holds the database's write lock
+/// while it writes the archive, so a long read lock on the archive would stall
+/// every write. The backup API takes the archive's lock a step at a time and
+/// starts over when the archive changed between two steps; retention writes it
+/// seldom, so the copy ends, holding the archive of one moment. Taken after the
+/// database's snapshot, it never misses a row that left the database before that
+/// snapshot (retention copies a row into the archive before it deletes it from
+/// the database); a row moved meanwhile is in both, which retention's next step
+/// settles. Returns how many tasks and ledger entries the copy holds.
+fn copy_archive(src: &Path, dest: &Path, progress: &mut dyn FnMut(BackupProgress)) -> Res<(u64, u64)> {
+    check_header(src)?;
+    let source = open_read_only(src)?;
+    copy_pages(&source, dest, progress)?;
+    close(source)?;
+    archive_counts(dest)
+}
+
+/// The archive file at `path`, checked: SQLite's integrity check; how many
+/// tasks and ledger entries it holds.
+fn archive_counts(path: &Path) -> Res<(u64, u64)> {
+    check_header(path)?;
+    let conn = open_read_only(path)?;
+    let problems = integrity_problems(&conn).map_err(|fail| as_refusal(fail, path))?;
+    if !problems.is_empty() {
+        return Err(refused(BackupRefusal::Damaged { path: path.to_owned(), problems }));
+    }
+    let rows = |table: &str| -> Res<u64> {
+        if !table_exists(&conn, table)? {
+            return Ok(0);
+        }
+        let n: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
+        Ok(count(n))
+    };
+    let counts = (rows("archived_tasks")?, rows("archived_ledger")?);
+    close(conn)?;
+    Ok(counts)
 }
 
 /// Makes the copy at `path` a database of its own: a new database id, and

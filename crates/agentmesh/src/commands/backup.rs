@@ -72,15 +72,10 @@ pub(super) fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyho
         .with_context(|| {
             format!("backup of {} failed (nothing was written to {})", source.display(), dest.display())
         })?;
-    let archive = agentmesh_sqlite::archive_holding(&source).unwrap_or_else(|err| {
-        tracing::warn!(error = %err, "could not read the archive beside the database");
-        None
-    });
     let summary = BackupSummary {
         source: &source,
         elapsed_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         backup: &report,
-        archive_not_included: archive.as_ref().map(ArchiveNotIncluded::of),
     };
     out.emit(&summary, |w| write_backup(w, &summary))
 }
@@ -134,16 +129,20 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
         .map_err(surface)
         .with_context(refused)?;
     drop(lock);
-    let archive = agentmesh_sqlite::archive_holding(&target).unwrap_or_else(|err| {
-        tracing::warn!(error = %err, "could not read the archive beside the database");
-        None
-    });
+    // Without an archive of its own, the backup reads the data dir's.
+    let kept = match report.restored.archive {
+        Some(_) => None,
+        None => agentmesh_sqlite::archive_holding(&target).unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "could not read the archive beside the database");
+            None
+        }),
+    };
     let summary = Restored {
         dry_run: false,
         backup,
         checked: &checked,
         report: &report,
-        archive_kept: archive.as_ref().map(|a| a.0.as_path()),
+        archive_kept: kept.as_ref().map(|a| a.0.as_path()),
     };
     out.emit(&summary, |w| write_restored(w, &summary, dir))
 }
@@ -306,24 +305,6 @@ struct BackupSummary<'a> {
     /// The copy: its path and what it holds.
     #[serde(flatten)]
     backup: &'a BackupReport,
-    /// The database's archive, when it holds anything: the copy does not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    archive_not_included: Option<ArchiveNotIncluded<'a>>,
-}
-
-/// The archive file beside a database and what it holds.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ArchiveNotIncluded<'a> {
-    path: &'a Path,
-    tasks: u64,
-    ledger_entries: u64,
-}
-
-impl ArchiveNotIncluded<'_> {
-    fn of(holding: &(std::path::PathBuf, u64, u64)) -> ArchiveNotIncluded<'_> {
-        ArchiveNotIncluded { path: &holding.0, tasks: holding.1, ledger_entries: holding.2 }
-    }
 }
 
 /// What `restore --dry-run` prints.
@@ -368,19 +349,7 @@ fn write_backup(w: &mut dyn Write, s: &BackupSummary<'_>) -> io::Result<()> {
         b.schema_version,
         b.last_ledger_seq.map_or_else(String::new, |seq| format!(", ledger up to #{seq}")),
     )?;
-    write_contents(w, b)?;
-    if let Some(a) = &s.archive_not_included {
-        writeln!(
-            w,
-            "warning: the archive {} (what retention moved out: tasks {}, ledger entries {}) is not in \
-             the backup: write each mesh's archive out with `agentmesh archive export --output FILE`, \
-             or copy the file while no daemon runs",
-            a.path.display(),
-            a.tasks,
-            a.ledger_entries
-        )?;
-    }
-    Ok(())
+    write_contents(w, b)
 }
 
 fn write_dry_run(w: &mut dyn Write, b: &BackupReport) -> io::Result<()> {
@@ -442,8 +411,8 @@ fn write_restored(w: &mut dyn Write, s: &Restored<'_>, dir: &Path) -> io::Result
     if let Some(archive) = s.archive_kept {
         writeln!(
             w,
-            "the archive {} stays in place and the restored database reads it (a task archived \
-             after the backup is in both until retention's next step moves it again)",
+            "the backup has no archive: the archive {} stays in place and the restored database reads \
+             it (a task archived after the backup is in both until retention's next step moves it again)",
             archive.display()
         )?;
     }
@@ -453,7 +422,8 @@ fn write_restored(w: &mut dyn Write, s: &Restored<'_>, dir: &Path) -> io::Result
 /// The meshes of a database, one row each, and the totals.
 fn write_contents(w: &mut dyn Write, b: &BackupReport) -> io::Result<()> {
     if b.meshes.is_empty() {
-        return writeln!(w, "no meshes: it holds no task, ledger entry, inbox event or mission");
+        writeln!(w, "no meshes: it holds no task, ledger entry, inbox event or mission")?;
+        return write_archive(w, b);
     }
     let mut table = Table::new(vec![
         "MESH",
@@ -487,7 +457,23 @@ fn write_contents(w: &mut dyn Write, b: &BackupReport) -> io::Result<()> {
         w,
         "{} mesh(es): {} task(s), {} ledger entries, {} inbox events ({} undrained), {} mission(s)",
         t.meshes, t.tasks, t.ledger_entries, t.inbox_events, t.undrained_events, t.missions
-    )
+    )?;
+    write_archive(w, b)
+}
+
+/// The archive that goes with a database, when it has one.
+fn write_archive(w: &mut dyn Write, b: &BackupReport) -> io::Result<()> {
+    match &b.archive {
+        Some(a) => writeln!(
+            w,
+            "and its archive {} ({}): {} task(s), {} ledger entries",
+            a.path.display(),
+            size(a.bytes),
+            a.tasks,
+            a.ledger_entries
+        ),
+        None => Ok(()),
+    }
 }
 
 /// `bytes` in the largest binary unit that keeps it at or above 1.

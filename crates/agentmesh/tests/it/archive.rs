@@ -74,44 +74,66 @@ fn archive_run_status_export_and_drop_on_a_data_dir() {
 }
 
 #[test]
-fn a_backup_says_the_archive_is_not_in_it_and_a_restore_that_the_archive_stays() {
+fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.as_path();
     json(data, &["task", "add", "done soon", "--id", "t1"]);
+    json(data, &["task", "add", "still open", "--id", "t2"]);
     json(data, &["claim", "--node", "n1", "--session", "s1"]);
     json(data, &["complete", "--session", "s1", "--task", "t1", "--summary", "done"]);
 
-    // An archive that holds nothing yet: nothing to say.
+    // An archive that holds nothing yet is not copied.
     let first = dir.path().join("first.db");
     let plain = json(data, &["backup", first.to_str().unwrap()]);
-    assert!(plain.get("archiveNotIncluded").is_none(), "{plain}");
+    assert!(plain.get("archive").is_none(), "{plain}");
+    assert!(!dir.path().join("first.db-archive").exists());
 
     let moved = json(data, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
     assert_eq!(moved["tasksArchived"], 1, "{moved}");
-    let archive = data.join("mesh-runtime.db-archive");
-    assert!(archive.is_file(), "the archive file is beside the database");
-
     let second = dir.path().join("second.db");
     let (code, text, stderr) = run(data, &["backup", second.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
-    let warning =
-        text.lines().find(|l| l.starts_with("warning: the archive")).unwrap_or_else(|| panic!("{text}"));
-    assert!(warning.contains(archive.to_str().unwrap()), "{warning}");
-    assert!(warning.contains("agentmesh archive export --output FILE"), "{warning}");
-    assert!(warning.contains("tasks 1, ledger entries "), "{warning}");
+    let copied = dir.path().join("second.db-archive");
+    let line = text.lines().find(|l| l.starts_with("and its archive")).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains(copied.to_str().unwrap()) && line.contains("1 task(s)"), "{line}");
     let third = dir.path().join("third.db");
-    let documented = json(data, &["backup", third.to_str().unwrap()]);
-    let left_out = &documented["archiveNotIncluded"];
-    assert_eq!(left_out["path"], archive.to_str().unwrap(), "{documented}");
-    assert_eq!(left_out["tasks"], 1, "{documented}");
-    assert!(left_out["ledgerEntries"].as_u64().unwrap() >= 3, "{documented}");
+    let with_archive = json(data, &["backup", third.to_str().unwrap()]);
+    assert_eq!(with_archive["archive"]["path"], dir.path().join("third.db-archive").to_str().unwrap());
+    assert_eq!(with_archive["archive"]["tasks"], 1, "{with_archive}");
+    let entries = with_archive["archive"]["ledgerEntries"].as_u64().unwrap();
+    assert!(entries >= 3, "{with_archive}");
+    // Neither file of a backup is written over without --force.
+    std::fs::remove_file(&third).unwrap();
+    let (code, _, stderr) = run(data, &["backup", third.to_str().unwrap()]);
+    assert_ne!(code, Some(0), "the archive of an earlier backup is there: {stderr}");
+    assert!(stderr.contains("third.db-archive"), "{stderr}");
+    assert!(!third.exists(), "nothing was written");
 
-    // Restoring the backup taken before the move: the archive stays and is read.
-    let restored = json(data, &["restore", first.to_str().unwrap()]);
-    assert_eq!(restored["archiveKept"], archive.to_str().unwrap(), "{restored}");
-    let shown = json(data, &["task", "show", "t1"]);
-    assert_eq!(shown["status"], "completed", "{shown}");
-    let status = json(data, &["archive", "status"]);
-    assert_eq!(status["tasks"], 1, "{status}");
+    // The dry run and a restore into a fresh data dir: the archived task is
+    // found archived, the open one hot.
+    let checked = json(data, &["restore", "--dry-run", second.to_str().unwrap()]);
+    assert_eq!(checked["backup"]["archive"]["tasks"], 1, "{checked}");
+    let fresh = dir.path().join("fresh");
+    let restored = json(&fresh, &["restore", second.to_str().unwrap()]);
+    assert_eq!(restored["restored"]["archive"]["tasks"], 1, "{restored}");
+    assert!(restored.get("archiveKept").is_none(), "{restored}");
+    let shown = json(&fresh, &["task", "show", "t1"]);
+    assert_eq!((&shown["archived"], &shown["finalSummary"]), (&Value::Bool(true), &Value::from("done")));
+    assert_eq!(json(&fresh, &["task", "show", "t2"])["status"], "pending");
+    assert_eq!(json(&fresh, &["archive", "status"])["tasks"], 1);
+
+    // A backup from before any archiving keeps the data dir's archive, and says so.
+    let back = json(data, &["restore", first.to_str().unwrap()]);
+    assert_eq!(back["archiveKept"], data.join("mesh-runtime.db-archive").to_str().unwrap(), "{back}");
+    assert_eq!(json(data, &["task", "show", "t1"])["status"], "completed");
+    assert_eq!(json(data, &["archive", "status"])["tasks"], 1);
+    // A restore that brings an archive moves the old one aside.
+    let again = json(data, &["restore", second.to_str().unwrap()]);
+    let aside = again["movedAside"].as_array().unwrap();
+    assert!(
+        aside.iter().any(|p| p.as_str().unwrap().contains("mesh-runtime.db-archive.before-restore-")),
+        "{again}"
+    );
+    assert_eq!(json(data, &["archive", "status"])["tasks"], 1);
 }
