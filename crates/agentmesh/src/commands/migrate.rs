@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use agentmesh_core::InvalidInput;
 use agentmesh_postgres::{DEFAULT_SCHEMA, PgOptions};
 use agentmesh_sqlite::DB_FILE_NAME;
+use agentmesh_store::ArchiveStore;
 use agentmesh_store::transfer::{KindTally, RecordKind, TransferConflict, TransferStore, copy_kind};
 use anyhow::Context as _;
 use serde::Serialize;
@@ -143,6 +144,13 @@ fn transfer(opened: &Opened) -> &dyn TransferStore {
     }
 }
 
+fn archive_of(opened: &Opened) -> &dyn ArchiveStore {
+    match opened {
+        Opened::Sqlite(store) => store,
+        Opened::Postgres(store) => store,
+    }
+}
+
 /// What the copy did, printed as the `--json` document.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -151,6 +159,19 @@ struct Summary {
     to: String,
     meshes: Vec<MeshCopy>,
     totals: Totals,
+    /// The meshes whose archive (what retention moved out) the copy leaves
+    /// in the source.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    archives_not_copied: Vec<ArchiveLeft>,
+}
+
+/// A mesh's archive, left in the source.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ArchiveLeft {
+    mesh_id: String,
+    tasks: u64,
+    ledger_entries: u64,
 }
 
 /// One mesh: its kinds with records, by name.
@@ -209,9 +230,9 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
         );
     }
     super::log_warnings();
-    let source = from.open()?;
+    let source_store = from.open()?;
     let target = to.open()?;
-    let (source, target) = (transfer(&source), transfer(&target));
+    let (source, target) = (transfer(&source_store), transfer(&target));
 
     let mut stderr = io::stderr();
     let meshes = source
@@ -219,8 +240,13 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
         .with_context(|| format!("failed to list the meshes of {}", from.describe()))?;
     let _ =
         writeln!(stderr, "migrate: {} mesh(es) from {} to {}", meshes.len(), from.describe(), to.describe());
-    let mut summary =
-        Summary { from: from.describe(), to: to.describe(), meshes: Vec::new(), totals: Totals::default() };
+    let mut summary = Summary {
+        from: from.describe(),
+        to: to.describe(),
+        meshes: Vec::new(),
+        totals: Totals::default(),
+        archives_not_copied: Vec::new(),
+    };
     for (n, mesh_id) in meshes.iter().enumerate() {
         let mut copy = MeshCopy { mesh_id: mesh_id.clone(), kinds: Default::default() };
         for kind in RecordKind::ALL {
@@ -261,6 +287,22 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
             copy.kinds.insert(kind.as_str(), tally);
         }
         summary.meshes.push(copy);
+        let archived = archive_of(&source_store)
+            .archive_state(mesh_id, None, crate::now())
+            .with_context(|| format!("failed to read the archive of mesh {mesh_id}"))?;
+        if archived.tasks + archived.ledger_entries > 0 {
+            let _ = writeln!(
+                io::stderr(),
+                "mesh {mesh_id}: its archive ({} task(s), {} ledger entries) is not copied",
+                archived.tasks,
+                archived.ledger_entries
+            );
+            summary.archives_not_copied.push(ArchiveLeft {
+                mesh_id: mesh_id.clone(),
+                tasks: archived.tasks,
+                ledger_entries: archived.ledger_entries,
+            });
+        }
     }
     summary.totals.meshes = summary.meshes.len() as u64;
     out.emit(&summary, |w| write_summary(w, &summary))
@@ -297,6 +339,14 @@ fn write_summary(w: &mut dyn Write, s: &Summary) -> io::Result<()> {
     )?;
     for (mesh, c) in conflicts {
         writeln!(w, "conflict: mesh {mesh}: {} {}: {}", c.kind, c.id, c.reason)?;
+    }
+    for a in &s.archives_not_copied {
+        writeln!(
+            w,
+            "warning: mesh {}: its archive ({} task(s), {} ledger entries) stays in {} and is not copied: \
+             write it out with `agentmesh archive export --mesh {} --output FILE` on the source",
+            a.mesh_id, a.tasks, a.ledger_entries, s.from, a.mesh_id
+        )?;
     }
     Ok(())
 }

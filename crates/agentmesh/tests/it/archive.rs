@@ -137,3 +137,29 @@ fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
     );
     assert_eq!(json(data, &["archive", "status"])["tasks"], 1);
 }
+
+#[test]
+fn migrate_names_each_archive_it_leaves_in_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let from = dir.path().join("from");
+    let to = dir.path().join("to");
+    json(&from, &["task", "add", "done soon", "--id", "t1"]);
+    json(&from, &["task", "add", "still open", "--id", "t2"]);
+    json(&from, &["claim", "--node", "n1", "--session", "s1"]);
+    json(&from, &["complete", "--session", "s1", "--task", "t1", "--summary", "done"]);
+    json(&from, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
+
+    let (code, text, stderr) =
+        run(&from, &["migrate", "--from", from.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("mesh default: its archive (1 task(s), "), "{stderr}");
+    let warning =
+        text.lines().find(|l| l.starts_with("warning: mesh default")).unwrap_or_else(|| panic!("{text}"));
+    assert!(warning.contains("agentmesh archive export --mesh default --output FILE"), "{warning}");
+    assert_eq!(json(&to, &["task", "show", "t2"])["status"], "pending");
+
+    let again = json(&from, &["migrate", "--from", from.to_str().unwrap(), "--to", to.to_str().unwrap()]);
+    let left = &again["archivesNotCopied"][0];
+    assert_eq!((&left["meshId"], &left["tasks"]), (&Value::from("default"), &Value::from(1)), "{again}");
+    assert!(left["ledgerEntries"].as_u64().unwrap() >= 3, "{again}");
+}
