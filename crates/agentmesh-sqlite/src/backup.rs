@@ -1064,15 +1064,19 @@ fn column_exists(conn: &Connection, table: &str, column: &str) -> Res<bool> {
     )?)
 }
 
-/// Whether `path` names the database `db` or a file SQLite keeps beside it
-/// (symbolic links to their directories followed).
+/// Whether `path` names the database `db`, a file SQLite keeps beside it, or
+/// its archive (symbolic links to their directories followed).
 fn names_database(path: &Path, db: &Path) -> bool {
     let resolve = |p: &Path| {
         let dir = parent_dir(p).canonicalize().unwrap_or_else(|_| parent_dir(p).to_owned());
         p.file_name().map(|name| dir.join(name))
     };
     let (Some(path), Some(db)) = (resolve(path), resolve(db)) else { return false };
-    COMPANIONS.into_iter().chain([""]).any(|suffix| path == with_suffix(&db, suffix))
+    let archive = crate::archive::file_of(&db);
+    COMPANIONS
+        .into_iter()
+        .chain([""])
+        .any(|suffix| path == with_suffix(&db, suffix) || path == with_suffix(&archive, suffix))
 }
 
 fn parent_dir(path: &Path) -> &Path {

@@ -197,7 +197,8 @@ fn existing_database(config: &StoreConfig) -> Option<PathBuf> {
     (config.database_file().is_none() && legacy.is_file()).then_some(legacy)
 }
 
-/// Whether `path` names the database `db` or one of the files beside it.
+/// Whether `path` names the database `db` or one of the files beside it (its
+/// archive too).
 fn is_database_file(path: &Path, db: &Path) -> bool {
     let resolve = |p: &Path| {
         let absolute = std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
@@ -209,7 +210,7 @@ fn is_database_file(path: &Path, db: &Path) -> bool {
         }
     };
     let (path, db) = (resolve(path), resolve(db));
-    ["", "-wal", "-shm", "-journal"].into_iter().any(|suffix| {
+    ["", "-wal", "-shm", "-journal", "-archive", "-archive-journal"].into_iter().any(|suffix| {
         let mut companion = db.clone().into_os_string();
         companion.push(suffix);
         path.as_os_str() == companion

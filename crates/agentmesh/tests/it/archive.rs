@@ -103,6 +103,12 @@ fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
     assert_eq!(with_archive["archive"]["tasks"], 1, "{with_archive}");
     let entries = with_archive["archive"]["ledgerEntries"].as_u64().unwrap();
     assert!(entries >= 3, "{with_archive}");
+    // The live archive is never a destination, even with --force.
+    let live = data.join("mesh-runtime.db-archive");
+    let (code, _, stderr) = run(data, &["backup", live.to_str().unwrap(), "--force"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("is the database itself"), "{stderr}");
+    assert_eq!(json(data, &["archive", "status"])["tasks"], 1, "the archive is as it was");
     // Neither file of a backup is written over without --force.
     std::fs::remove_file(&third).unwrap();
     let (code, _, stderr) = run(data, &["backup", third.to_str().unwrap()]);
