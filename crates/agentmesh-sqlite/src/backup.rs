@@ -145,6 +145,19 @@ pub enum BackupRefusal {
         /// Who holds it, as far as is known.
         holder: String,
     },
+    /// The filesystem has too little room for rewriting the file.
+    #[error(
+        "rewriting {} needs about {needed} bytes free beside it, and {available} are (nothing was changed)",
+        path.display()
+    )]
+    NoRoom {
+        /// The database file.
+        path: PathBuf,
+        /// The bytes the rewrite needs.
+        needed: u64,
+        /// The bytes available.
+        available: u64,
+    },
 }
 
 impl BackupRefusal {
@@ -157,6 +170,7 @@ impl BackupRefusal {
             BackupRefusal::Mismatch { .. } => "backup_mismatch",
             BackupRefusal::Exists { .. } => "destination_exists",
             BackupRefusal::InUse { .. } => "database_in_use",
+            BackupRefusal::NoRoom { .. } => "storage_full",
         }
     }
 
@@ -388,6 +402,105 @@ fn backup_res(
     sync_dir(dest)?;
     report.path = dest.to_owned();
     Ok(report)
+}
+
+/// What [`compact_database`] did to one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its size before, its WAL included.
+    pub bytes_before: u64,
+    /// Its size after.
+    pub bytes_after: u64,
+    /// Whether the file was rewritten (`VACUUM`) to switch it to incremental
+    /// vacuum: a file made before agentmesh gave pages back.
+    pub rewritten: bool,
+}
+
+/// Gives the free pages of the database at `path`, and of its archive, back to
+/// the filesystem; the caller holds the data dir's daemon lock, and a database
+/// another process has open is refused ([`BackupRefusal::InUse`]). A file made
+/// with incremental vacuum (every file agentmesh makes) gives its free pages
+/// back in place; an older one is rewritten once (`VACUUM`), which needs about
+/// twice its size free beside it ([`BackupRefusal::NoRoom`] otherwise) and
+/// makes it give pages back by itself from then on, as retention frees them.
+pub fn compact_database(path: &Path) -> StoreResult<Vec<CompactedFile>> {
+    let compacted = || -> Res<Vec<CompactedFile>> {
+        check_header(path)?;
+        let main = hold_exclusively(path)?;
+        let mut files = vec![compact_file(&main, path)?];
+        let archive = crate::archive::file_of(path);
+        if archive.is_file() {
+            // Nobody attaches the archive while the database is held.
+            let conn = open_read_write(&archive)?;
+            files.push(compact_file(&conn, &archive)?);
+            close(conn)?;
+        }
+        close(main)?;
+        Ok(files)
+    };
+    compacted().map_err(|Fail(err)| err)
+}
+
+/// A read-write connection to `path` that keeps every other connection out
+/// until it closes; [`BackupRefusal::InUse`] when another has it open.
+fn hold_exclusively(path: &Path) -> Res<Connection> {
+    let conn = open_read_write(path)?;
+    conn.busy_timeout(IN_USE_WAIT)?;
+    conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
+    match conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get::<_, i64>(0)) {
+        Ok(_) => Ok(conn),
+        Err(err)
+            if matches!(
+                err.sqlite_error_code(),
+                Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+            ) =>
+        {
+            Err(refused(BackupRefusal::InUse {
+                path: path.to_owned(),
+                holder: String::from(
+                    "another process (an `agentmesh mcp` or `work` on this data dir, or a daemon)",
+                ),
+            }))
+        }
+        Err(err) => Err(as_refusal(Fail::from(err), path)),
+    }
+}
+
+/// Compacts the one file `path` open on `conn` (see [`compact_database`]).
+fn compact_file(conn: &Connection, path: &Path) -> Res<CompactedFile> {
+    let size = |p: &Path| fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let bytes_before = size(path) + size(&with_suffix(path, "-wal"));
+    let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?;
+    // 2: incremental.
+    let rewritten = mode != 2;
+    if rewritten {
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+        let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        // The rewrite builds a copy, and in WAL mode writes it to the WAL too.
+        let needed = count(pages).saturating_mul(count(page_size)).saturating_mul(2);
+        if let Some(available) = crate::space::available_bytes(parent_dir(path))
+            && available < needed
+        {
+            return Err(refused(BackupRefusal::NoRoom { path: path.to_owned(), needed, available }));
+        }
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")?;
+    } else {
+        conn.execute_batch("PRAGMA incremental_vacuum")?;
+    }
+    let journal: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+    if journal.eq_ignore_ascii_case("wal") {
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")?;
+    }
+    sync_file(path)?;
+    Ok(CompactedFile {
+        path: path.to_owned(),
+        bytes_before,
+        bytes_after: size(path) + size(&with_suffix(path, "-wal")),
+        rewritten,
+    })
 }
 
 /// Verifies the database file at `path` without writing to it: the SQLite
@@ -1231,6 +1344,45 @@ mod tests {
             |r| r.get(0),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn compacting_rewrites_an_old_file_once_and_gives_free_pages_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join(DB_FILE_NAME);
+        let store = SqliteStore::open(&db).unwrap();
+        seed(&store, "m", 2_000, 2_000);
+        drop(store);
+        // A file made before incremental vacuum, most of whose pages are then freed.
+        let conn = Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA auto_vacuum = NONE; VACUUM;").unwrap();
+        conn.execute("DELETE FROM mesh_queue WHERE id <> 'seed-7'", []).unwrap();
+        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        drop(conn);
+
+        // Refused while another connection has the file open, nothing changed.
+        let other = Connection::open(&db).unwrap();
+        let _: i64 = other.query_row("SELECT COUNT(*) FROM mesh_queue", [], |r| r.get(0)).unwrap();
+        let err = compact_database(&db).unwrap_err();
+        assert_eq!(BackupRefusal::of(&err).map(BackupRefusal::code), Some("database_in_use"), "{err}");
+        drop(other);
+
+        let files = compact_database(&db).unwrap();
+        let main = &files[0];
+        assert!(main.rewritten, "{files:?}");
+        assert!(main.bytes_after * 4 < main.bytes_before, "{files:?}");
+        assert_eq!(fs::metadata(&db).unwrap().len(), main.bytes_after);
+        let conn = Connection::open(&db).unwrap();
+        let mode: i64 = conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, 2, "incremental from now on");
+        drop(conn);
+        let store = SqliteStore::open(&db).unwrap();
+        assert!(store.find_task("m", "seed-7").unwrap().is_some(), "what was there is there");
+        drop(store);
+
+        // Once incremental, the file is not rewritten again.
+        let again = compact_database(&db).unwrap();
+        assert!(again.iter().all(|f| !f.rewritten), "{again:?}");
     }
 
     #[test]

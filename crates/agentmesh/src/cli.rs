@@ -536,7 +536,22 @@ pub(crate) enum ArchiveCommand {
     /// mesh of the data dir (a daemon does this every minute by itself)
     #[command(after_help = ARCHIVE_RUN_EXAMPLES)]
     Run(ArchiveRunArgs),
+    /// Give the free pages of the database file and of its archive back to the
+    /// file system, with the daemon stopped (a file made before agentmesh did
+    /// this by itself is rewritten once, which needs about twice its size free)
+    #[command(after_help = ARCHIVE_COMPACT_EXAMPLES)]
+    Compact,
 }
+
+/// Shown after `agentmesh archive compact --help`.
+const ARCHIVE_COMPACT_EXAMPLES: &str = "\
+Examples:
+  agentmesh --data-dir /srv/agentmesh archive compact
+  agentmesh archive compact --json
+
+Retention frees pages as it moves rows out, and a database made by this agentmesh
+gives them back to the file system as it goes. One made before keeps them for reuse:
+its file stops growing but does not shrink until it is compacted once.";
 
 /// Shown after `agentmesh archive run --help`.
 const ARCHIVE_RUN_EXAMPLES: &str = "\

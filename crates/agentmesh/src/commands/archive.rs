@@ -31,6 +31,7 @@ pub(super) fn run(ctx: &Context, command: ArchiveCommand, out: &mut Output) -> a
         ArchiveCommand::Retention(args) => retention(ctx, args, out),
         ArchiveCommand::Export(args) => export(ctx, args, out),
         ArchiveCommand::Run(args) => run_now(ctx, &args, out),
+        ArchiveCommand::Compact => super::backup::compact(ctx, out),
     }
 }
 

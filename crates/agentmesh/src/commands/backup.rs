@@ -147,6 +147,58 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
     out.emit(&summary, |w| write_restored(w, &summary, dir))
 }
 
+/// Runs `archive compact`.
+pub(super) fn compact(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
+    embedded_only(ctx, "archive compact")?;
+    let config = ctx.store_config();
+    let db = existing_database(config).ok_or_else(|| NoDatabase {
+        data_dir: config.dir().to_owned(),
+        database_file: config.database_file().map(Path::to_owned),
+    })?;
+    let refused = || format!("refusing to compact {}", db.display());
+    // Held until the end: a daemon cannot start on the data dir meanwhile.
+    let lock = DataDirLock::acquire(parent_dir(&db)).map_err(|err| match err {
+        LockError::Held { dir, holder } => anyhow::Error::new(BackupRefusal::InUse {
+            path: dir,
+            holder: format!("an agentmesh daemon ({holder})"),
+        }),
+        other => anyhow::Error::new(other),
+    });
+    let lock = lock.with_context(refused)?;
+    let _ = writeln!(io::stderr(), "compacting {} ({})", db.display(), size(file_size(&db)));
+    let files = agentmesh_sqlite::compact_database(&db).map_err(surface).with_context(refused)?;
+    drop(lock);
+    let summary = Compacted { files: &files };
+    out.emit(&summary, |w| {
+        for f in &files {
+            writeln!(
+                w,
+                "{}: {} -> {}{}",
+                f.path.display(),
+                size(f.bytes_before),
+                size(f.bytes_after),
+                if f.rewritten {
+                    " (rewritten once: from now on it gives freed pages back by itself)"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        Ok(())
+    })
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// What `archive compact` prints as its `--json` document.
+#[derive(Debug, Serialize)]
+struct Compacted<'a> {
+    /// Each file, the database first, then its archive.
+    files: &'a [agentmesh_sqlite::CompactedFile],
+}
+
 /// Refuses `--server` and a PostgreSQL installation: both commands work on the
 /// embedded database file itself.
 fn embedded_only(ctx: &Context, command: &str) -> anyhow::Result<()> {
@@ -161,6 +213,18 @@ fn embedded_only(ctx: &Context, command: &str) -> anyhow::Result<()> {
         .into());
     }
     if let Some(pg) = ctx.store_config().postgres() {
+        if command == "archive compact" {
+            return Err(InvalidInput::new(
+                "databaseUrl",
+                format!(
+                    "names a PostgreSQL installation, and archive compact works on the embedded SQLite \
+                     database only: PostgreSQL's autovacuum keeps the space retention frees for reuse, and \
+                     `VACUUM FULL` on the tables of schema {} gives it back to the file system",
+                    pg.schema
+                ),
+            )
+            .into());
+        }
         let (tool, what) = match command {
             "restore" => ("pg_restore", "restore a dump"),
             _ => ("pg_dump", "back it up"),

@@ -319,6 +319,35 @@ fn a_restore_is_refused_while_a_daemon_serves_the_data_dir_and_changes_nothing()
 }
 
 #[test]
+fn archive_compact_waits_for_the_daemon_to_stop_then_gives_pages_back() {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let data = tmp.path().join("data");
+    for i in 0..60 {
+        let message = format!("{i} {}", "padding ".repeat(400));
+        run(&data, &["task", "add", &message, "--id", &format!("t{i}"), "--mesh", MESH]).assert_code(0);
+    }
+    let daemon = Daemon::start(&data);
+    let refused = run(&data, &["--json", "archive", "compact"]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert_eq!(refused.json()["error"]["code"], "database_in_use");
+    daemon.stop();
+    for i in 1..60 {
+        run(&data, &["task", "cancel", &format!("t{i}"), "--mesh", MESH]).assert_code(0);
+    }
+    run(&data, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]).assert_code(0);
+
+    let done = run(&data, &["--json", "archive", "compact"]);
+    assert_eq!(done.code, 0, "{}", done.stderr);
+    let files = done.json()["files"].as_array().cloned().expect("the files");
+    assert_eq!(files.len(), 2, "the database and its archive: {files:?}");
+    let db = &files[0];
+    assert_eq!(db["path"], path_str(&data.join("mesh-runtime.db")));
+    assert_eq!(db["rewritten"], false, "made with incremental vacuum: {db}");
+    assert!(db["bytesAfter"].as_u64() <= db["bytesBefore"].as_u64(), "{db}");
+    run(&data, &["task", "show", "t0", "--mesh", MESH]).assert_code(0);
+}
+
+#[test]
 fn a_restore_refuses_files_that_are_not_usable_agentmesh_databases() {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let data = tmp.path().join("data");
