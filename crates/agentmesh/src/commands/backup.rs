@@ -29,10 +29,7 @@ use crate::output::{Output, Table};
 pub(super) fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyhow::Result<()> {
     embedded_only(ctx, "backup")?;
     let config = ctx.store_config();
-    let source = existing_database(config).ok_or_else(|| NoDatabase {
-        data_dir: config.dir().to_owned(),
-        database_file: config.database_file().map(Path::to_owned),
-    })?;
+    let source = database_to_read(config)?;
     let dest = &args.dest;
     if dest.is_dir() {
         return Err(InvalidInput::new(
@@ -116,14 +113,7 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
     // Held until the restore is done: a daemon cannot start on the data dir
     // meanwhile.
-    let lock = DataDirLock::acquire(dir).map_err(|err| match err {
-        LockError::Held { dir, holder } => anyhow::Error::new(BackupRefusal::InUse {
-            path: dir,
-            holder: format!("an agentmesh daemon ({holder})"),
-        }),
-        other => anyhow::Error::new(other),
-    });
-    let lock = lock.with_context(refused)?;
+    let lock = lock_data_dir(dir).with_context(refused)?;
     let mut line = ProgressLine::new("restore");
     let report = agentmesh_sqlite::restore_database(backup, &target, &stamp(crate::now()), |p| line.show(p))
         .map_err(surface)
@@ -151,20 +141,10 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
 pub(super) fn compact(ctx: &Context, out: &mut Output) -> anyhow::Result<()> {
     embedded_only(ctx, "archive compact")?;
     let config = ctx.store_config();
-    let db = existing_database(config).ok_or_else(|| NoDatabase {
-        data_dir: config.dir().to_owned(),
-        database_file: config.database_file().map(Path::to_owned),
-    })?;
+    let db = database_to_read(config)?;
     let refused = || format!("refusing to compact {}", db.display());
     // Held until the end: a daemon cannot start on the data dir meanwhile.
-    let lock = DataDirLock::acquire(parent_dir(&db)).map_err(|err| match err {
-        LockError::Held { dir, holder } => anyhow::Error::new(BackupRefusal::InUse {
-            path: dir,
-            holder: format!("an agentmesh daemon ({holder})"),
-        }),
-        other => anyhow::Error::new(other),
-    });
-    let lock = lock.with_context(refused)?;
+    let lock = lock_data_dir(parent_dir(&db)).with_context(refused)?;
     let _ = writeln!(io::stderr(), "compacting {} ({})", db.display(), size(file_size(&db)));
     let files = agentmesh_sqlite::compact_database(&db).map_err(surface).with_context(refused)?;
     drop(lock);
@@ -248,6 +228,27 @@ fn embedded_only(ctx: &Context, command: &str) -> anyhow::Result<()> {
 /// The database file of the data dir (or the one `--database-url` names).
 fn database_path(config: &StoreConfig) -> PathBuf {
     config.database_file().map_or_else(|| config.dir().join(DB_FILE_NAME), Path::to_owned)
+}
+
+/// The database a command reads: [`existing_database`], else the error that
+/// names where none was found.
+fn database_to_read(config: &StoreConfig) -> Result<PathBuf, NoDatabase> {
+    existing_database(config).ok_or_else(|| NoDatabase {
+        data_dir: config.dir().to_owned(),
+        database_file: config.database_file().map(Path::to_owned),
+    })
+}
+
+/// The data dir's daemon lock, held while a command changes the database file
+/// itself; a daemon serving it is [`BackupRefusal::InUse`].
+fn lock_data_dir(dir: &Path) -> anyhow::Result<DataDirLock> {
+    DataDirLock::acquire(dir).map_err(|err| match err {
+        LockError::Held { dir, holder } => anyhow::Error::new(BackupRefusal::InUse {
+            path: dir,
+            holder: format!("an agentmesh daemon ({holder})"),
+        }),
+        other => anyhow::Error::new(other),
+    })
 }
 
 /// The database file that exists: [`database_path`], else a data dir's legacy

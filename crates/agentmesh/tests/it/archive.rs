@@ -21,15 +21,20 @@ fn json(dir: &std::path::Path, args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
 }
 
+/// Task t1 completed with `summary`, task t2 still pending, in `data`.
+fn one_done_one_open(data: &std::path::Path, summary: &str) {
+    json(data, &["task", "add", "first piece", "--id", "t1"]);
+    json(data, &["task", "add", "second piece", "--id", "t2"]);
+    json(data, &["claim", "--node", "n1", "--session", "s1"]);
+    json(data, &["complete", "--session", "s1", "--task", "t1", "--summary", summary]);
+}
+
 #[test]
 fn archive_run_status_export_and_drop_on_a_data_dir() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.as_path();
-    json(data, &["task", "add", "first piece", "--id", "t1"]);
-    json(data, &["task", "add", "second piece", "--id", "t2"]);
-    json(data, &["claim", "--node", "n1", "--session", "s1"]);
-    json(data, &["complete", "--session", "s1", "--task", "t1", "--summary", "did it"]);
+    one_done_one_open(data, "did it");
     // The defaults keep a task finished a moment ago.
     let kept = json(data, &["archive", "run"]);
     assert_eq!(kept["tasksArchived"], 0, "{kept}");
@@ -78,10 +83,7 @@ fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let data = data.as_path();
-    json(data, &["task", "add", "done soon", "--id", "t1"]);
-    json(data, &["task", "add", "still open", "--id", "t2"]);
-    json(data, &["claim", "--node", "n1", "--session", "s1"]);
-    json(data, &["complete", "--session", "s1", "--task", "t1", "--summary", "done"]);
+    one_done_one_open(data, "done");
 
     // An archive that holds nothing yet is not copied.
     let first = dir.path().join("first.db");
@@ -149,10 +151,7 @@ fn migrate_names_each_archive_it_leaves_in_the_source() {
     let dir = tempfile::tempdir().unwrap();
     let from = dir.path().join("from");
     let to = dir.path().join("to");
-    json(&from, &["task", "add", "done soon", "--id", "t1"]);
-    json(&from, &["task", "add", "still open", "--id", "t2"]);
-    json(&from, &["claim", "--node", "n1", "--session", "s1"]);
-    json(&from, &["complete", "--session", "s1", "--task", "t1", "--summary", "done"]);
+    one_done_one_open(&from, "done");
     json(&from, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
 
     let (code, text, stderr) =
