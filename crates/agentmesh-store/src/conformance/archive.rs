@@ -19,6 +19,37 @@ fn policy() -> RetentionPolicy {
     RetentionPolicy::default()
 }
 
+/// Archives until each mesh's archive holds at least its number of ledger
+/// entries, then returns what moved in all. A step moves a ledger entry only
+/// once every transaction older than the one that wrote it has ended (on
+/// PostgreSQL: the ledger's horizon, see the backend's `ledger`), and a
+/// transaction elsewhere on the same server can hold that back for a moment.
+fn archive_until(
+    store: &dyn Store,
+    policy: &RetentionPolicy,
+    now: agentmesh_core::Timestamp,
+    wanted: &[(&str, u64)],
+) -> ArchiveReport {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut total = ArchiveReport::default();
+    loop {
+        total.add(archive_all(store, policy, now));
+        // (mesh, entries archived, entries wanted) of each mesh still short.
+        let short: Vec<(&str, u64, u64)> = wanted
+            .iter()
+            .filter_map(|&(mesh, want)| {
+                let has = ok(store.archive_state(mesh, None, now), "archive_state").ledger_entries;
+                (has < want).then_some((mesh, has, want))
+            })
+            .collect();
+        if short.is_empty() {
+            return total;
+        }
+        assert!(std::time::Instant::now() < deadline, "after 30 s, still short: {short:?} ({total:?})");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Runs steps until nothing is left to move.
 fn archive_all(store: &dyn Store, policy: &RetentionPolicy, now: agentmesh_core::Timestamp) -> ArchiveReport {
     let mut total = ArchiveReport::default();
@@ -59,6 +90,27 @@ fn whole_ledger(store: &dyn Store, mesh: &str, by_seq: bool) -> (Vec<String>, u3
         }
     }
     panic!("the ledger did not end in 1000 pages");
+}
+
+/// Waits until paging `mesh`'s ledger by sequence reads every entry paging by
+/// time reads, and returns the count. On PostgreSQL a page by sequence stops
+/// before an entry while an older transaction is still running (the ledger's
+/// horizon), and a transaction elsewhere on the same server can hold that back
+/// for a moment.
+fn settled(store: &dyn Store, mesh: &str) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (by_time, by_seq) =
+            (whole_ledger(store, mesh, false).0.len(), whole_ledger(store, mesh, true).0.len());
+        if by_seq == by_time {
+            return by_time as u64;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after 30 s, {by_seq} of {by_time} entries by sequence"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// A finished task past its window moves to the archive: gone from the hot
@@ -137,6 +189,8 @@ pub fn archived_ledger_entries_stay_in_the_ledgers_order(store: &dyn Store) {
         done_task(store, MESH, &format!("t{i}"), i * 10);
     }
     done_task(store, OTHER_MESH, "other", 5);
+    settled(store, MESH);
+    settled(store, OTHER_MESH);
     let (other_before, _) = whole_ledger(store, OTHER_MESH, true);
     let (by_seq_before, _) = whole_ledger(store, MESH, true);
     let (by_time_before, _) = whole_ledger(store, MESH, false);
@@ -145,7 +199,7 @@ pub fn archived_ledger_entries_stay_in_the_ledgers_order(store: &dyn Store) {
     // Entries of the first two tasks are older than the cutoff: 31 days after
     // t1's last entry and before t2's first.
     let now = at(15 + 30 * DAY_SECS);
-    let report = archive_all(store, &keep, now);
+    let report = archive_until(store, &keep, now, &[(MESH, 6), (OTHER_MESH, other_before.len() as u64)]);
     assert!(report.ledger_entries >= 6, "{report:?}");
     let state = ok(store.archive_state(MESH, None, now), "archive_state");
     assert_eq!(
@@ -181,6 +235,7 @@ pub fn a_webhook_cursor_holds_the_ledger_back(store: &dyn Store) {
     let now = at(40 * DAY_SECS);
     let report = archive_all(store, &keep, now);
     assert_eq!(report.ledger_entries, 0, "the subscription sent nothing yet: {report:?}");
+    settled(store, MESH);
     let (ids, _) = whole_ledger(store, MESH, true);
     let first_two = ok(
         store.ledger_slice(MESH, &SliceQuery { after_seq: Some(0), limit: Some(2), ..SliceQuery::default() }),
@@ -189,7 +244,7 @@ pub fn a_webhook_cursor_holds_the_ledger_back(store: &dyn Store) {
     let mut moved = hook.clone();
     moved.cursor = first_two.seqs[1];
     ok(store.save_webhook_progress(&moved, now), "save_webhook_progress").expect("saved");
-    let report = archive_all(store, &keep, now);
+    let report = archive_until(store, &keep, now, &[(MESH, 2)]);
     assert_eq!(report.ledger_entries, 2, "up to the cursor: {report:?}");
     let (after, _) = whole_ledger(store, MESH, true);
     assert_eq!(after, ids, "still every entry once");
@@ -203,7 +258,8 @@ pub fn a_cursor_before_a_drop_expires_and_names_where_to_go_on(store: &dyn Store
         done_task(store, MESH, &format!("t{i}"), i * 10);
     }
     let now = at(40 * DAY_SECS);
-    archive_all(store, &policy(), now);
+    let entries = settled(store, MESH);
+    archive_until(store, &policy(), now, &[(MESH, entries)]);
     let state = ok(store.archive_state(MESH, None, now), "archive_state");
     assert_eq!(state.tasks, 3);
     let (all, _) = whole_ledger(store, MESH, true);
