@@ -92,27 +92,6 @@ fn whole_ledger(store: &dyn Store, mesh: &str, by_seq: bool) -> (Vec<String>, u3
     panic!("the ledger did not end in 1000 pages");
 }
 
-/// Waits until paging `mesh`'s ledger by sequence reads every entry paging by
-/// time reads, and returns the count. On PostgreSQL a page by sequence stops
-/// before an entry while an older transaction is still running (the ledger's
-/// horizon), and a transaction elsewhere on the same server can hold that back
-/// for a moment.
-fn settled(store: &dyn Store, mesh: &str) -> u64 {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let (by_time, by_seq) =
-            (whole_ledger(store, mesh, false).0.len(), whole_ledger(store, mesh, true).0.len());
-        if by_seq == by_time {
-            return by_time as u64;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "after 30 s, {by_seq} of {by_time} entries by sequence"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 /// A finished task past its window moves to the archive: gone from the hot
 /// reads, found by the joined read marked archived, exactly as it was; a
 /// pending, an assigned and a young finished task stay where they are.

@@ -362,6 +362,7 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn Store) 
             ledger_entry(MESH, "e2", "note", at(12)),
         ],
     );
+    settled(store, MESH);
     let by_seq = |after_seq: u64, limit: u32| {
         slice(
             store,
@@ -388,6 +389,7 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn Store) 
 
     // Committed now, stamped before everything the reader has seen.
     append_all(store, &[ledger_entry(MESH, "late", "note", at(1))]);
+    settled(store, MESH);
     let next = by_seq(cursor, 100);
     assert_eq!(entry_ids(&next.entries), ["e2", "late"], "expected the late entry after e2, in commit order");
     assert!(!next.cursor.has_more, "expected no more after the late entry");
@@ -400,6 +402,7 @@ pub fn ledger_slice_by_sequence_sees_an_entry_committed_late(store: &dyn Store) 
     assert!(empty.entries.is_empty(), "expected nothing after the last entry");
     assert_eq!(empty.cursor.next_after_seq, Some(end), "expected an empty page to keep the cursor");
     append_all(store, &[ledger_entry(MESH, "after", "note", at(2))]);
+    settled(store, MESH);
     assert_eq!(entry_ids(&by_seq(end, 100).entries), ["after"], "expected only the newest entry");
 
     // The original's cursor keeps the original's (timestamp, id) order.

@@ -12,7 +12,7 @@ use agentmesh_core::events::{CoordinatorIdentity, DrainCounters, Drainer, EmitHi
 use agentmesh_core::{
     ClaimRefusal, Claimant, CompletionConflict, CompletionFingerprint, DeliveryStatus, DirectDispatch,
     DispatchStatus, IdleSession, LedgerEntry, LedgerQuery, Mission, NewDirectDispatch, NewMission,
-    NewSessionDelivery, NewTask, SessionDelivery, Task, TaskStatus, Timestamp,
+    NewSessionDelivery, NewTask, SessionDelivery, SliceQuery, Task, TaskStatus, Timestamp,
 };
 use serde_json::json;
 
@@ -890,4 +890,46 @@ pub fn assert_labels(events: &[InboxEvent], expected: &[&str], what: &str) {
         got, expected,
         "expected {what} to hand out exactly {expected:?} in this order, it handed out {got:?}"
     );
+}
+
+/// Waits until paging `mesh`'s ledger by sequence reads every entry paging by
+/// time reads, and returns the count. On PostgreSQL a page by sequence stops
+/// before an entry while an older transaction is still running (the ledger's
+/// horizon), and a transaction elsewhere on the same server can hold that back
+/// for a moment.
+pub fn settled(store: &dyn Store, mesh: &str) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (by_time, by_seq) = (ledger_count(store, mesh, false), ledger_count(store, mesh, true));
+        if by_seq == by_time {
+            return by_time as u64;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after 30 s, {by_seq} of {by_time} entries by sequence"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// How many entries paging `mesh`'s ledger (the archive's first) reads, by
+/// sequence or by time.
+fn ledger_count(store: &dyn Store, mesh: &str, by_seq: bool) -> usize {
+    let mut query = SliceQuery { limit: Some(500), ..SliceQuery::default() };
+    if by_seq {
+        query.after_seq = Some(0);
+    }
+    let mut count = 0;
+    loop {
+        let page = ok(crate::archive::slice(store, mesh, &query), "archive::slice");
+        count += page.entries.len();
+        if !page.cursor.has_more {
+            return count;
+        }
+        if by_seq {
+            query.after_seq = page.cursor.next_after_seq;
+        } else {
+            query.after_id = page.cursor.next_after_id;
+        }
+    }
 }

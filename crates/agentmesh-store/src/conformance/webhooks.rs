@@ -43,6 +43,7 @@ fn by_seq(store: &dyn Store, mesh: &str, after: u64) -> agentmesh_core::LedgerSl
 pub fn webhook_starts_after_its_own_entry_and_keeps_its_secret_apart(store: &dyn Store) {
     enqueue(store, MESH, new_task("t1"), at(1));
     let hook = add(store, MESH, false);
+    settled(store, MESH);
     let page = by_seq(store, MESH, hook.cursor);
     assert!(page.entries.is_empty(), "expected nothing after the new subscription's cursor, got {page:?}");
     let head = by_seq(store, MESH, 0);
@@ -52,6 +53,7 @@ pub fn webhook_starts_after_its_own_entry_and_keeps_its_secret_apart(store: &dyn
     assert!(!text.contains(SECRET), "the ledger must never hold the secret: {text}");
     let from_start = add(store, MESH, true);
     assert_eq!(from_start.cursor, 0);
+    settled(store, MESH);
     assert_eq!(by_seq(store, MESH, from_start.cursor).entries[0].kind, "task_dispatched");
     assert_eq!(listed(store, MESH).iter().map(|h| &h.id).collect::<Vec<_>>(), [&hook.id, &from_start.id]);
     assert_eq!(ok(store.webhooks(None), "webhooks(None)").len(), 2);
