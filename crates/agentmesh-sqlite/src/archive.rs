@@ -25,8 +25,8 @@ use std::path::Path;
 
 use agentmesh_core::retention::{self, ARCHIVABLE, ArchiveMark, MeshRetention, RetentionPolicy};
 use agentmesh_core::{LedgerEntry, LedgerSlice, SliceQuery, Task, TaskStatus, Timestamp};
+use agentmesh_store::StoreError;
 use agentmesh_store::archive::{ArchiveReport, ArchiveState, ArchivedPage, cursor_expired};
-use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
@@ -36,38 +36,6 @@ use crate::{Fail, Res, SqliteStore, ledger, tasks};
 /// The archive file of the database at `path`.
 pub(crate) fn file_of(path: &Path) -> std::path::PathBuf {
     with_suffix(path, "-archive")
-}
-
-/// The archive file of the database at `path` (`<file>-archive`) and how many
-/// tasks and ledger entries it holds, when it holds any; read without writing.
-/// A backup copies the database alone.
-pub fn archive_holding(path: &Path) -> StoreResult<Option<(std::path::PathBuf, u64, u64)>> {
-    let file = file_of(path);
-    if !file.is_file() {
-        return Ok(None);
-    }
-    let read = || -> Res<(u64, u64)> {
-        let conn = Connection::open_with_flags(
-            &file,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(std::time::Duration::from_millis(u64::from(crate::BUSY_TIMEOUT_MS)))?;
-        let count = |table: &str| -> Res<u64> {
-            let exists: bool = conn.query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
-                [table],
-                |r| r.get(0),
-            )?;
-            if !exists {
-                return Ok(0);
-            }
-            let n: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
-            Ok(u64::try_from(n).unwrap_or(0))
-        };
-        Ok((count("archived_tasks")?, count("archived_ledger")?))
-    };
-    let (tasks, entries) = read().map_err(|Fail(err)| err)?;
-    Ok((tasks + entries > 0).then_some((file, tasks, entries)))
 }
 
 /// The archive's tables. `pos` is the archive's order of tasks (an export's

@@ -301,6 +301,10 @@ pub struct RestoreReport {
     pub numbers_above: Option<NumbersAbove>,
     /// What could not be done, and what it means.
     pub warnings: Vec<String>,
+    /// The data dir's archive, left in place because the backup has none: the
+    /// restored database reads it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub archive_kept: Option<ArchiveContents>,
 }
 
 /// The highest numbers a database handed out.
@@ -448,10 +452,22 @@ pub fn compact_database(path: &Path) -> StoreResult<Vec<CompactedFile>> {
 /// until it closes; [`BackupRefusal::InUse`] when another has it open.
 fn hold_exclusively(path: &Path) -> Res<Connection> {
     let conn = open_read_write(path)?;
+    match take_exclusively(&conn, path)? {
+        Ok(()) => Ok(conn),
+        Err(problem) => Err(refused(BackupRefusal::NotSqlite { path: path.to_owned(), reason: problem })),
+    }
+}
+
+/// Puts `conn` (to `path`) in exclusive locking mode and takes the file's
+/// lock: in WAL mode the first read takes the exclusive lock, which any other
+/// open connection's shared lock refuses ([`BackupRefusal::InUse`], after a
+/// short wait for a command that is about to end). `Ok(Err(problem))` when
+/// the file cannot be read at all.
+fn take_exclusively(conn: &Connection, path: &Path) -> Res<Result<(), String>> {
     conn.busy_timeout(IN_USE_WAIT)?;
     conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
     match conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get::<_, i64>(0)) {
-        Ok(_) => Ok(conn),
+        Ok(_) => Ok(Ok(())),
         Err(err)
             if matches!(
                 err.sqlite_error_code(),
@@ -461,11 +477,12 @@ fn hold_exclusively(path: &Path) -> Res<Connection> {
             Err(refused(BackupRefusal::InUse {
                 path: path.to_owned(),
                 holder: String::from(
-                    "another process (an `agentmesh mcp` or `work` on this data dir, or a daemon)",
+                    "another process (an `agentmesh mcp` or `work` on this data dir, a command still running, or \
+                     a daemon)",
                 ),
             }))
         }
-        Err(err) => Err(as_refusal(Fail::from(err), path)),
+        Err(err) => Ok(Err(err.to_string())),
     }
 }
 
@@ -651,11 +668,15 @@ fn restore_res(
         return Err(Fail(crate::io_error(err)));
     }
     temp.disarm();
-    if let Some((archive_temp, counts)) = archive {
-        archive_temp.disarm();
-        if counts != (0, 0) {
-            restored.archive = Some(ArchiveContents::of(&archive_target, counts)?);
+    let mut archive_kept = None;
+    match archive {
+        Some((archive_temp, counts)) => {
+            archive_temp.disarm();
+            if counts != (0, 0) {
+                restored.archive = Some(ArchiveContents::of(&archive_target, counts)?);
+            }
         }
+        None => archive_kept = archive_holding(&archive_target)?,
     }
     sync_dir(target)?;
     drop(held);
@@ -668,6 +689,7 @@ fn restore_res(
         moved_aside: moved.into_iter().map(|(_, to)| to).collect(),
         numbers_above,
         warnings,
+        archive_kept,
     })
 }
 
@@ -764,16 +786,32 @@ fn archive_counts(path: &Path) -> Res<(u64, u64)> {
     if !problems.is_empty() {
         return Err(refused(BackupRefusal::Damaged { path: path.to_owned(), problems }));
     }
+    let counts = archive_rows(&conn)?;
+    close(conn)?;
+    Ok(counts)
+}
+
+/// How many tasks and ledger entries the archive file open on `conn` holds.
+fn archive_rows(conn: &Connection) -> Res<(u64, u64)> {
     let rows = |table: &str| -> Res<u64> {
-        if !table_exists(&conn, table)? {
+        if !table_exists(conn, table)? {
             return Ok(0);
         }
         let n: i64 = conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))?;
         Ok(count(n))
     };
-    let counts = (rows("archived_tasks")?, rows("archived_ledger")?);
+    Ok((rows("archived_tasks")?, rows("archived_ledger")?))
+}
+
+/// The archive file at `path` when it holds anything (counted, not checked).
+fn archive_holding(path: &Path) -> Res<Option<ArchiveContents>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let conn = open_read_only(path)?;
+    let counts = archive_rows(&conn)?;
     close(conn)?;
-    Ok(counts)
+    if counts == (0, 0) { Ok(None) } else { ArchiveContents::of(path, counts).map(Some) }
 }
 
 /// Makes the copy at `path` a database of its own: a new database id, and
@@ -843,27 +881,8 @@ fn hold_unused(path: &Path) -> Res<Result<Held, String>> {
         Err(err) => return Ok(Err(err.to_string())),
     };
     conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-    conn.busy_timeout(IN_USE_WAIT)?;
-    conn.pragma_update(None, "locking_mode", "EXCLUSIVE")?;
-    // In WAL mode the first read takes the file's exclusive lock, which any
-    // other open connection's shared lock refuses.
-    match conn.query_row("SELECT COUNT(*) FROM sqlite_schema", [], |r| r.get::<_, i64>(0)) {
-        Ok(_) => {}
-        Err(err)
-            if matches!(
-                err.sqlite_error_code(),
-                Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
-            ) =>
-        {
-            return Err(refused(BackupRefusal::InUse {
-                path: path.to_owned(),
-                holder: String::from(
-                    "another process (an `agentmesh mcp` or `work` on this data dir, a command still running, or \
-                     a second daemon)",
-                ),
-            }));
-        }
-        Err(err) => return Ok(Err(err.to_string())),
+    if let Err(problem) = take_exclusively(&conn, path)? {
+        return Ok(Err(problem));
     }
     let numbers = highest_numbers(&conn).map_err(|Fail(err)| crate::with_causes(&err));
     Ok(Ok(Held { _conn: conn, numbers }))

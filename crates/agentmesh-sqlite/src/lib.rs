@@ -52,7 +52,6 @@ mod webhooks;
 mod writes;
 
 pub use adhdev_import::{OriginalDbReport, TableImport};
-pub use archive::archive_holding;
 pub use backup::{
     ArchiveContents, BackupProgress, BackupRefusal, BackupReport, BackupTotals, CompactedFile, MeshContents,
     NumbersAbove, RestoreReport, backup_database, compact_database, restore_database, verify_database,

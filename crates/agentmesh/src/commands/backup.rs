@@ -119,21 +119,7 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
         .map_err(surface)
         .with_context(refused)?;
     drop(lock);
-    // Without an archive of its own, the backup reads the data dir's.
-    let kept = match report.restored.archive {
-        Some(_) => None,
-        None => agentmesh_sqlite::archive_holding(&target).unwrap_or_else(|err| {
-            tracing::warn!(error = %err, "could not read the archive beside the database");
-            None
-        }),
-    };
-    let summary = Restored {
-        dry_run: false,
-        backup,
-        checked: &checked,
-        report: &report,
-        archive_kept: kept.as_ref().map(|a| a.0.as_path()),
-    };
+    let summary = Restored { dry_run: false, backup, checked: &checked, report: &report };
     out.emit(&summary, |w| write_restored(w, &summary, dir))
 }
 
@@ -395,10 +381,6 @@ struct Restored<'a> {
     /// above.
     #[serde(flatten)]
     report: &'a agentmesh_sqlite::RestoreReport,
-    /// The archive file beside the database, left where it is: the restored
-    /// database reads it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    archive_kept: Option<&'a Path>,
 }
 
 fn write_backup(w: &mut dyn Write, s: &BackupSummary<'_>) -> io::Result<()> {
@@ -474,12 +456,12 @@ fn write_restored(w: &mut dyn Write, s: &Restored<'_>, dir: &Path) -> io::Result
     for warning in &r.warnings {
         writeln!(w, "warning: {warning}")?;
     }
-    if let Some(archive) = s.archive_kept {
+    if let Some(archive) = &r.archive_kept {
         writeln!(
             w,
             "the backup has no archive: the archive {} stays in place and the restored database reads \
              it (a task archived after the backup is in both until retention's next step moves it again)",
-            archive.display()
+            archive.path.display()
         )?;
     }
     writeln!(w, "start the daemon again: agentmesh --data-dir {} serve", dir.display())

@@ -133,7 +133,9 @@ fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
 
     // A backup from before any archiving keeps the data dir's archive, and says so.
     let back = json(data, &["restore", first.to_str().unwrap()]);
-    assert_eq!(back["archiveKept"], data.join("mesh-runtime.db-archive").to_str().unwrap(), "{back}");
+    let kept = &back["archiveKept"];
+    assert_eq!(kept["path"], data.join("mesh-runtime.db-archive").to_str().unwrap(), "{back}");
+    assert_eq!(kept["tasks"], 1, "{back}");
     assert_eq!(json(data, &["task", "show", "t1"])["status"], "completed");
     assert_eq!(json(data, &["archive", "status"])["tasks"], 1);
     // A restore that brings an archive moves the old one aside.
