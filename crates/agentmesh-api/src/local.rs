@@ -696,25 +696,12 @@ impl MeshApi for LocalMesh {
     fn ledger_tail(&self, mesh: &str, params: LedgerParams) -> MeshResult<Vec<LedgerEntry>> {
         let mesh = mesh_id(mesh)?;
         let task = params.task.clone().map(|t| id_rule("task", t)).transpose()?;
-        let mut query = LedgerQuery::try_from(params)?;
+        let query = LedgerQuery::try_from(params)?;
         let Some(task) = task else {
             return Ok(self.store.read_ledger_ordered(mesh, &query)?);
         };
-        // The entries about one task all come after its creation: read from
-        // there on, every entry, and keep the task's newest `tail`.
-        let tail = query.tail.unwrap_or(200) as usize;
-        query.tail = None;
-        if let Some(created) = self.store.find_task(mesh, &task)?.map(|t| t.created_at) {
-            query.since = Some(query.since.map_or(created.clone(), |since| since.max(created)));
-        }
-        let mut entries: Vec<LedgerEntry> = self
-            .store
-            .read_ledger_ordered(mesh, &query)?
-            .into_iter()
-            .filter(|e| e.task_id() == Some(&task))
-            .collect();
-        let skip = entries.len().saturating_sub(tail);
-        Ok(entries.split_off(skip))
+        agentmesh_store::archive::task_history(self.store.as_ref(), mesh, &task, &query)?
+            .ok_or_else(|| StoreError::TaskNotFound { mesh_id: mesh.to_owned(), task_id: task }.into())
     }
 
     fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {

@@ -627,7 +627,9 @@ pub struct LedgerParams {
     /// Only entries of these kinds, comma-separated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    /// Only entries about this task (read from the task's creation on).
+    /// Only entries about this task, read from its creation on, from the
+    /// archive and the hot ledger alike (a task the mesh does not hold, hot or
+    /// archived, is `task_not_found`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task: Option<String>,
 }

@@ -137,7 +137,8 @@ pub(crate) fn table() -> Vec<Route> {
         .errors(&[NOT_FOUND, CONFLICT]),
         Route::get("/meshes/{mesh}/ledger", ledger, "The newest ledger entries, oldest first")
             .query::<LedgerParams>()
-            .answers::<Vec<LedgerEntry>>(),
+            .answers::<Vec<LedgerEntry>>()
+            .errors(&[NOT_FOUND]),
         Route::get(
             "/meshes/{mesh}/ledger/slice",
             ledger_slice,

@@ -373,7 +373,8 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                 conn,
                 mesh_id,
                 kind,
-                "SELECT mesh_id FROM mesh_queue WHERE id = ?1",
+                "SELECT mesh_id FROM mesh_queue WHERE id = ?1
+                 UNION ALL SELECT mesh_id FROM archive.archived_tasks WHERE id = ?1",
                 tasks,
                 |t| &t.id,
                 &mut report,
@@ -414,7 +415,8 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                 conn,
                 mesh_id,
                 kind,
-                "SELECT mesh_id FROM mesh_event_ledger WHERE id = ?1",
+                "SELECT mesh_id FROM mesh_event_ledger WHERE id = ?1
+                 UNION ALL SELECT mesh_id FROM archive.archived_ledger WHERE id = ?1",
                 entries,
                 |e| &e.id,
                 &mut report,

@@ -19,7 +19,7 @@
 
 use agentmesh_core::ledger::{SLICE_MAX_LIMIT, SLICE_PROTOCOL, SliceCursor, SliceSource};
 use agentmesh_core::retention::{ArchiveMark, MeshRetention};
-use agentmesh_core::{LedgerEntry, LedgerSlice, SliceQuery, Task};
+use agentmesh_core::{LedgerEntry, LedgerQuery, LedgerSlice, SliceQuery, Task};
 
 use crate::{Store, StoreError, StoreResult};
 
@@ -83,6 +83,52 @@ pub fn find_task<S: Store + ?Sized>(store: &S, mesh_id: &str, task_id: &str) -> 
         return Ok(Some(task));
     }
     Ok(store.archived_task(mesh_id, task_id)?.map(mark_archived))
+}
+
+/// The newest entries about task `task_id` (at most `query.tail`, 200 when
+/// unset; of `query.kinds`, from `query.since` on), oldest first, read from the
+/// archive and the hot ledger alike; `None` when the mesh holds no such task,
+/// hot or archived.
+///
+/// A task's entries are written from its creation on, so the walk pages by
+/// time from there (or from `since`, when later): the archive's entries, then
+/// the hot ledger's. An archived task changes no more, so the walk stops after
+/// its last change instead of reading every entry since.
+pub fn task_history<S: Store + ?Sized>(
+    store: &S,
+    mesh_id: &str,
+    task_id: &str,
+    query: &LedgerQuery,
+) -> StoreResult<Option<Vec<LedgerEntry>>> {
+    let Some(task) = find_task(store, mesh_id, task_id)? else {
+        return Ok(None);
+    };
+    let until = task.archived.unwrap_or(false).then_some(task.updated_at.as_str());
+    let since =
+        query.since.clone().map_or(task.created_at.clone(), |since| since.max(task.created_at.clone()));
+    let tail = query.tail.filter(|&t| t > 0).unwrap_or(200) as usize;
+    let wanted = |entry: &LedgerEntry| {
+        entry.task_id() == Some(task_id)
+            && until.is_none_or(|until| entry.timestamp.as_str() <= until)
+            && (query.kinds.is_empty() || query.kinds.contains(&entry.kind))
+    };
+    let mut page = SliceQuery { since: Some(since), limit: Some(SLICE_MAX_LIMIT), ..SliceQuery::default() };
+    let mut found = std::collections::VecDeque::new();
+    loop {
+        let read = slice(store, mesh_id, &page)?;
+        let past =
+            until.is_some_and(|until| read.entries.last().is_some_and(|e| e.timestamp.as_str() > until));
+        for entry in read.entries.into_iter().filter(|e| wanted(e)) {
+            if found.len() == tail {
+                found.pop_front();
+            }
+            found.push_back(entry);
+        }
+        match read.cursor.next_after_id {
+            Some(next) if read.cursor.has_more && !past => page.after_id = Some(next),
+            _ => return Ok(Some(found.into())),
+        }
+    }
 }
 
 /// `task` marked as read from the archive.

@@ -13,6 +13,13 @@
 //! into the target, with a progress callback. Since an import skips what is
 //! there, running a copy again copies nothing, and a copy interrupted half way
 //! completes when run again.
+//!
+//! [`copy_archive`] copies what retention moved out of the source's hot
+//! database: its archived tasks and ledger entries go into the target's hot
+//! tables as ordinary records (they are finished and old, so the target's own
+//! retention archives them again at its next step). A copy takes the archive
+//! before the hot kinds, so the archived entries take the target's first
+//! sequence numbers, before the hot ones, as they stood in the source.
 
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DirectDispatch, IdleSession, LedgerEntry, Mission,
@@ -456,17 +463,80 @@ pub fn copy_kind(
     loop {
         let page = source.export_page(mesh_id, kind, after.as_ref(), page_size.max(1))?;
         if !page.records.is_empty() {
-            let report = target.import_page(mesh_id, &page.records)?;
-            tally.read += page.records.len() as u64;
-            tally.copied += report.inserted;
-            tally.existing += report.existing;
-            tally.conflicts.extend(report.conflicts);
+            tally.add(page.records.len(), target.import_page(mesh_id, &page.records)?);
             progress(&tally);
         }
         match page.next {
             Some(next) => after = Some(next),
             None => return Ok(tally),
         }
+    }
+}
+
+/// What copying one mesh's archive did: its tasks and its ledger entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveTally {
+    /// The archived tasks.
+    pub tasks: KindTally,
+    /// The archived ledger entries.
+    pub ledger: KindTally,
+}
+
+/// Copies the mesh's archive in `source` into `target`'s hot tables (see the
+/// module docs), a page of `page_size` at a time (ledger pages at most the
+/// slice protocol's largest), tasks first, then the ledger in sequence order,
+/// calling `progress` with the tally so far after each page.
+pub fn copy_archive(
+    source: &dyn Store,
+    target: &dyn TransferStore,
+    mesh_id: &str,
+    page_size: u32,
+    progress: &mut dyn FnMut(&ArchiveTally),
+) -> StoreResult<ArchiveTally> {
+    let mut tally = ArchiveTally::default();
+    let page_size = page_size.max(1);
+    let mut after = 0;
+    loop {
+        let page = source.archived_tasks(mesh_id, after, page_size)?;
+        let Some(&(last, _)) = page.last() else { break };
+        let full = page.len() >= page_size as usize;
+        let tasks: Vec<Task> = page.into_iter().map(|(_, task)| Task { archived: None, ..task }).collect();
+        let read = tasks.len();
+        tally.tasks.add(read, target.import_page(mesh_id, &Records::Tasks(tasks))?);
+        progress(&tally);
+        if !full {
+            break;
+        }
+        after = last;
+    }
+    let mut query = agentmesh_core::SliceQuery {
+        after_seq: Some(0),
+        limit: Some(page_size.min(agentmesh_core::ledger::SLICE_MAX_LIMIT)),
+        ..Default::default()
+    };
+    loop {
+        let page = source.archived_ledger(mesh_id, &query)?.slice;
+        let (Some(&next), true) = (page.seqs.last(), page.seqs.len() == page.entries.len()) else {
+            return Ok(tally);
+        };
+        let read = page.entries.len();
+        tally.ledger.add(read, target.import_page(mesh_id, &Records::Ledger(page.entries))?);
+        progress(&tally);
+        if !page.cursor.has_more {
+            return Ok(tally);
+        }
+        query.after_seq = Some(next);
+    }
+}
+
+impl KindTally {
+    /// Adds one page of `read` records, imported as `report` says.
+    fn add(&mut self, read: usize, report: ImportReport) {
+        self.read += read as u64;
+        self.copied += report.inserted;
+        self.existing += report.existing;
+        self.conflicts.extend(report.conflicts);
     }
 }
 

@@ -1837,7 +1837,8 @@ pub(crate) enum LedgerCommand {
 const LEDGER_TAIL_EXAMPLES: &str = "\
 Examples:
   agentmesh ledger tail --limit 50
-  agentmesh ledger tail --kind task_failed --since 2025-01-01T00:00:00Z --json";
+  agentmesh ledger tail --kind task_failed --since 2025-01-01T00:00:00Z --json
+  agentmesh ledger tail --task t1            # one task's history, archived or not";
 
 /// Shown after `agentmesh ledger slice --help`.
 const LEDGER_SLICE_EXAMPLES: &str = "\
@@ -1886,6 +1887,9 @@ pub(crate) struct LedgerTailArgs {
     /// Only entries at or after this ISO-8601 instant
     #[arg(long, value_name = "ISO")]
     pub since: Option<String>,
+    /// Only entries about this task, read from its creation on, archived or not
+    #[arg(long, value_name = "ID")]
+    pub task: Option<String>,
 }
 
 /// Arguments of `ledger slice`.

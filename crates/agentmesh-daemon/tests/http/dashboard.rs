@@ -356,6 +356,12 @@ async fn the_priority_of_a_task_changes_with_a_ledger_entry_and_bad_bodies_name_
     let (status, _) =
         daemon.api(Method::POST, "/v1/meshes/default/tasks/nope/priority", json!({"priority": "low"})).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, answer) = daemon.api(Method::GET, "/v1/meshes/default/ledger?task=nope", Value::Null).await;
+    assert_eq!(
+        (status, &answer["error"]["code"]),
+        (StatusCode::NOT_FOUND, &json!("task_not_found")),
+        "{answer}"
+    );
 }
 
 /// Reads the stream until an event named `name` arrives; returns its data.

@@ -71,6 +71,15 @@ mod transfer {
     }
 
     #[test]
+    fn transfer_copies_the_archive_before_the_hot_ledger() {
+        let url = require_postgres!();
+        rules::transfer_copies_the_archive_before_the_hot_ledger(
+            &TestDb::new(&url).store,
+            &TestDb::new(&url).store,
+        );
+    }
+
+    #[test]
     fn transfer_an_id_held_by_another_mesh_is_a_conflict() {
         let url = require_postgres!();
         rules::transfer_an_id_held_by_another_mesh_is_a_conflict(

@@ -81,6 +81,11 @@ mod transfer {
     }
 
     #[test]
+    fn transfer_copies_the_archive_before_the_hot_ledger() {
+        rules::transfer_copies_the_archive_before_the_hot_ledger(&*TestDb::new(), &*TestDb::new());
+    }
+
+    #[test]
     fn transfer_an_id_held_by_another_mesh_is_a_conflict() {
         rules::transfer_an_id_held_by_another_mesh_is_a_conflict(&*TestDb::new(), &*TestDb::new());
     }

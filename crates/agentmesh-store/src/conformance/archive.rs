@@ -6,7 +6,7 @@
 
 use agentmesh_core::retention::{ArchiveMark, MeshRetention, RetentionPolicy, Window};
 use agentmesh_core::webhook::{NewWebhook, UrlPolicy};
-use agentmesh_core::{SliceQuery, Task, TaskStatus};
+use agentmesh_core::{LedgerQuery, SliceQuery, Task, TaskStatus};
 
 use super::support::*;
 use crate::archive::{self, ArchiveReport};
@@ -24,7 +24,7 @@ fn policy() -> RetentionPolicy {
 /// once every transaction older than the one that wrote it has ended (on
 /// PostgreSQL: the ledger's horizon, see the backend's `ledger`), and a
 /// transaction elsewhere on the same server can hold that back for a moment.
-fn archive_until(
+pub(super) fn archive_until(
     store: &dyn Store,
     policy: &RetentionPolicy,
     now: agentmesh_core::Timestamp,
@@ -196,6 +196,42 @@ pub fn archived_ledger_entries_stay_in_the_ledgers_order(store: &dyn Store) {
     assert_eq!(hot_only.entries.len() as u64, by_seq.len() as u64 - state.ledger_entries);
     let (other, _) = whole_ledger(store, OTHER_MESH, true);
     assert_eq!(other, other_before);
+}
+
+/// A task's history is its own entries wherever they are: the same before and
+/// after the task leaves the hot database, and after its entries follow it; an
+/// open task's archived entries are found too; the newest `tail` of the kinds
+/// asked for; no history for a task the mesh never held.
+pub fn a_tasks_history_reads_the_archive_and_the_hot_ledger(store: &dyn Store) {
+    done_task(store, MESH, "t0", 1);
+    done_task(store, MESH, "t1", 10);
+    enqueue(store, MESH, new_task("open"), at(20));
+    settled(store, MESH);
+    let history = |id: &str, query: &LedgerQuery| -> Vec<String> {
+        let entries = ok(archive::task_history(store, MESH, id, query), "task_history").expect("a history");
+        assert!(entries.iter().all(|e| e.task_id() == Some(id)), "{id}: {entries:?}");
+        entries.into_iter().map(|e| e.kind).collect()
+    };
+    let all = LedgerQuery::default();
+    let before = history("t0", &all);
+    assert_eq!(before, ["task_dispatched", "task_claimed", "task_completed"]);
+    assert_eq!(history("open", &all), ["task_dispatched"]);
+
+    archive_all(store, &policy(), at(8 * DAY_SECS));
+    assert_eq!(ok(store.find_task(MESH, "t0"), "find_task"), None, "t0 archived");
+    assert_eq!(history("t0", &all), before, "the task archived, its entries hot");
+    let mut keep = policy();
+    keep.tasks = Window::Off;
+    archive_until(store, &keep, at(40 * DAY_SECS), &[(MESH, 7)]);
+    assert_eq!(history("t0", &all), before, "the task and its entries archived");
+    assert_eq!(history("t1", &all), before);
+    assert_eq!(history("open", &all), ["task_dispatched"], "an open task's archived entry");
+    let newest = LedgerQuery { tail: Some(1), kinds: vec!["task_claimed".into()], ..LedgerQuery::default() };
+    assert_eq!(history("t1", &newest), ["task_claimed"]);
+    let since = LedgerQuery { since: Some(at(12).iso()), ..LedgerQuery::default() };
+    assert_eq!(history("t1", &since), ["task_completed"]);
+    assert_eq!(ok(archive::task_history(store, MESH, "never", &all), "task_history"), None);
+    assert_eq!(ok(archive::task_history(store, OTHER_MESH, "t0", &all), "task_history"), None);
 }
 
 /// A webhook subscription's cursor holds the ledger back: nothing it has not

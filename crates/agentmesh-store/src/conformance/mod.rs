@@ -135,6 +135,7 @@ macro_rules! conformance_tests {
             archive_moves_only_finished_tasks_past_their_window,
             archived_tasks_keep_their_dependency_and_their_id,
             archived_ledger_entries_stay_in_the_ledgers_order,
+            a_tasks_history_reads_the_archive_and_the_hot_ledger,
             a_webhook_cursor_holds_the_ledger_back,
             a_cursor_before_a_drop_expires_and_names_where_to_go_on,
             a_meshs_own_windows_apply_to_it_alone,

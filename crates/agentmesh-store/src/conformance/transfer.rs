@@ -11,12 +11,12 @@ use agentmesh_core::{
 };
 use serde_json::json;
 
-use super::support::{MESH, OTHER_MESH, at, dependent_task, lease, new_task, worker};
+use super::support::{MESH, OTHER_MESH, at, dependent_task, lease, new_task, settled, worker};
 use crate::transfer::{
     EventRoute, KindTally, PresenceRecord, RecordKind, Records, StoredEvent, ToolCallRecord, TransferStore,
-    copy_kind,
+    copy_archive, copy_kind,
 };
-use crate::{CompletionReport, IdScope, Outcome, RecordedToolCall};
+use crate::{CompletionReport, IdScope, Outcome, RecordedToolCall, Store};
 
 /// Fills `store`'s [`MESH`] with records of every kind: tasks through the queue
 /// (a dependency, a claim, a completion) and one as a record (with an unknown
@@ -306,6 +306,70 @@ pub fn transfer_copy_round_trips_every_kind_and_is_idempotent<S: TransferStore, 
         assert_eq!(tally.existing, tally.read, "{mesh} {kind:?}");
     }
     assert_eq!(snapshot(target, MESH), target_now, "a second copy changes nothing");
+}
+
+/// A mesh's archive is copied into the target's hot tables before its hot
+/// ledger: the whole ledger by sequence reads the same in the target, before
+/// and after the target's retention archives the copies again; the copied task
+/// is as it was (not marked archived); a second copy copies nothing, whether
+/// the target holds the records hot or archived.
+pub fn transfer_copies_the_archive_before_the_hot_ledger<S: TransferStore, T: TransferStore>(
+    source: &S,
+    target: &T,
+) {
+    let done = |id: &str, secs: i64| {
+        source.enqueue(MESH, &new_task(id), at(secs)).unwrap();
+        let task =
+            source.claim_next(MESH, &worker("n1", "s1"), &lease(), at(secs + 1)).unwrap().expect_claimed();
+        let report = CompletionReport {
+            session_id: "s1".into(),
+            task_id: Some(task.id.clone()),
+            epoch: Some(task.epoch()),
+            occurred_at: None,
+            outcome: Outcome::Completed { summary: Some(format!("{id} done")) },
+        };
+        source.complete_task(MESH, &report, at(secs + 2)).unwrap();
+    };
+    done("t1", 1);
+    done("t2", 10);
+    settled(source, MESH);
+    let later = at(40 * 24 * 60 * 60);
+    let policy = agentmesh_core::retention::RetentionPolicy::default();
+    super::archive::archive_until(source, &policy, later, &[(MESH, 6)]);
+    source.enqueue(MESH, &new_task("t3"), later).unwrap();
+    settled(source, MESH);
+    let by_seq = |store: &dyn Store| -> Vec<String> {
+        let mut query =
+            agentmesh_core::SliceQuery { after_seq: Some(0), limit: Some(2), ..Default::default() };
+        let mut ids = Vec::new();
+        loop {
+            let page = crate::archive::slice(store, MESH, &query).unwrap();
+            ids.extend(page.entries.into_iter().map(|e| e.id));
+            if !page.cursor.has_more {
+                return ids;
+            }
+            query.after_seq = page.cursor.next_after_seq;
+        }
+    };
+    let whole = by_seq(source);
+    assert_eq!(whole.len(), 7, "{whole:?}");
+
+    let tally = copy_archive(source, target, MESH, 2, &mut |_| {}).unwrap();
+    assert_eq!((tally.tasks.read, tally.tasks.copied, tally.ledger.read, tally.ledger.copied), (2, 2, 6, 6));
+    copy_all(source, target, 2);
+    settled(target, MESH);
+    assert_eq!(by_seq(target), whole, "the same ledger, all of it hot in the target");
+    let t1 = target.find_task(MESH, "t1").unwrap().expect("t1 copied into the hot tables");
+    assert_eq!((t1.final_summary.as_deref(), t1.archived), (Some("t1 done"), None));
+
+    super::archive::archive_until(target, &policy, later, &[(MESH, 6)]);
+    assert_eq!(target.find_task(MESH, "t1").unwrap(), None, "archived again by the target");
+    assert_eq!(by_seq(target), whole, "archived again, in the same order");
+    let again = copy_archive(source, target, MESH, 4, &mut |_| {}).unwrap();
+    for tally in [&again.tasks, &again.ledger] {
+        assert_eq!((tally.copied, tally.existing), (0, tally.read), "{again:?}");
+        assert!(tally.conflicts.is_empty(), "{again:?}");
+    }
 }
 
 /// Where the target keeps ids unique per database, a record whose id another

@@ -39,7 +39,7 @@ fn tail(ctx: &Context, args: LedgerTailArgs, out: &mut Output) -> anyhow::Result
         tail: Some(args.limit),
         since: args.since,
         kind: (!kinds.is_empty()).then(|| kinds.join(",")),
-        task: None,
+        task: args.task,
     };
     // Checked before the store opens, so a refused filter is bad input even on a
     // data dir with no database.

@@ -4,7 +4,10 @@
 //! The copy is the store's ([`agentmesh_store::transfer`]): each kind of record
 //! of each mesh, page by page, inserting what the target lacks by key. So it is
 //! lossless, records nothing in the ledger of its own, copies nothing new when
-//! run again, and completes a copy that was interrupted. Progress goes to stderr
+//! run again, and completes a copy that was interrupted. A mesh's archive (what
+//! retention moved out of the hot database) is copied first, into the target's
+//! hot tables, where the target's retention archives it again
+//! ([`agentmesh_store::transfer::copy_archive`]). Progress goes to stderr
 //! (a line per mesh and kind with records, and a line a second at most while a
 //! kind is being copied); the counts go to stdout at the end.
 //!
@@ -24,7 +27,9 @@ use agentmesh_core::InvalidInput;
 use agentmesh_postgres::{DEFAULT_SCHEMA, PgOptions};
 use agentmesh_sqlite::DB_FILE_NAME;
 use agentmesh_store::ArchiveStore;
-use agentmesh_store::transfer::{KindTally, RecordKind, TransferConflict, TransferStore, copy_kind};
+use agentmesh_store::transfer::{
+    ArchiveTally, KindTally, RecordKind, TransferConflict, TransferStore, copy_archive, copy_kind,
+};
 use anyhow::Context as _;
 use serde::Serialize;
 
@@ -159,19 +164,6 @@ struct Summary {
     to: String,
     meshes: Vec<MeshCopy>,
     totals: Totals,
-    /// The meshes whose archive (what retention moved out) the copy leaves
-    /// in the source.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    archives_not_copied: Vec<ArchiveLeft>,
-}
-
-/// A mesh's archive, left in the source.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ArchiveLeft {
-    mesh_id: String,
-    tasks: u64,
-    ledger_entries: u64,
 }
 
 /// One mesh: its kinds with records, by name.
@@ -180,6 +172,9 @@ struct ArchiveLeft {
 struct MeshCopy {
     mesh_id: String,
     kinds: std::collections::BTreeMap<&'static str, KindTally>,
+    /// The mesh's archive, when the source holds one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    archive: Option<ArchiveTally>,
 }
 
 /// Every mesh and kind together.
@@ -191,6 +186,15 @@ struct Totals {
     copied: u64,
     existing: u64,
     conflicts: u64,
+}
+
+impl Totals {
+    fn add(&mut self, tally: &KindTally) {
+        self.read += tally.read;
+        self.copied += tally.copied;
+        self.existing += tally.existing;
+        self.conflicts += tally.conflicts.len() as u64;
+    }
 }
 
 /// Runs `migrate`.
@@ -240,15 +244,43 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
         .with_context(|| format!("failed to list the meshes of {}", from.describe()))?;
     let _ =
         writeln!(stderr, "migrate: {} mesh(es) from {} to {}", meshes.len(), from.describe(), to.describe());
-    let mut summary = Summary {
-        from: from.describe(),
-        to: to.describe(),
-        meshes: Vec::new(),
-        totals: Totals::default(),
-        archives_not_copied: Vec::new(),
-    };
+    let mut summary =
+        Summary { from: from.describe(), to: to.describe(), meshes: Vec::new(), totals: Totals::default() };
     for (n, mesh_id) in meshes.iter().enumerate() {
-        let mut copy = MeshCopy { mesh_id: mesh_id.clone(), kinds: Default::default() };
+        let mut copy = MeshCopy { mesh_id: mesh_id.clone(), kinds: Default::default(), archive: None };
+        let archived = archive_of(&source_store)
+            .archive_state(mesh_id, None, crate::now())
+            .with_context(|| format!("failed to read the archive of mesh {mesh_id}"))?;
+        if archived.tasks + archived.ledger_entries > 0 {
+            let started = Instant::now();
+            let mut last_line = started;
+            let mut progress = |tally: &ArchiveTally| {
+                if last_line.elapsed() >= PROGRESS_EVERY {
+                    last_line = Instant::now();
+                    let _ = writeln!(
+                        stderr,
+                        "  mesh {mesh_id}: archive: {} task(s) and {} ledger entries read so far",
+                        tally.tasks.read, tally.ledger.read
+                    );
+                }
+            };
+            let tally = copy_archive(source, target, mesh_id, args.page_size, &mut progress)
+                .with_context(|| format!("failed to copy the archive of mesh {mesh_id}"))?;
+            let _ = writeln!(
+                io::stderr(),
+                "mesh {mesh_id} ({}/{}): archive: {} task(s) and {} ledger entries copied, {} already there; \
+                 the target's retention archives them again",
+                n + 1,
+                meshes.len(),
+                tally.tasks.copied,
+                tally.ledger.copied,
+                tally.tasks.existing + tally.ledger.existing,
+            );
+            for t in [&tally.tasks, &tally.ledger] {
+                summary.totals.add(t);
+            }
+            copy.archive = Some(tally);
+        }
         for kind in RecordKind::ALL {
             let started = Instant::now();
             let mut last_line = started;
@@ -279,30 +311,10 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
                     c => format!(", {c} conflicting"),
                 }
             );
-            let t = &mut summary.totals;
-            t.read += tally.read;
-            t.copied += tally.copied;
-            t.existing += tally.existing;
-            t.conflicts += tally.conflicts.len() as u64;
+            summary.totals.add(&tally);
             copy.kinds.insert(kind.as_str(), tally);
         }
         summary.meshes.push(copy);
-        let archived = archive_of(&source_store)
-            .archive_state(mesh_id, None, crate::now())
-            .with_context(|| format!("failed to read the archive of mesh {mesh_id}"))?;
-        if archived.tasks + archived.ledger_entries > 0 {
-            let _ = writeln!(
-                io::stderr(),
-                "mesh {mesh_id}: its archive ({} task(s), {} ledger entries) is not copied",
-                archived.tasks,
-                archived.ledger_entries
-            );
-            summary.archives_not_copied.push(ArchiveLeft {
-                mesh_id: mesh_id.clone(),
-                tasks: archived.tasks,
-                ledger_entries: archived.ledger_entries,
-            });
-        }
     }
     summary.totals.meshes = summary.meshes.len() as u64;
     out.emit(&summary, |w| write_summary(w, &summary))
@@ -318,11 +330,17 @@ fn write_summary(w: &mut dyn Write, s: &Summary) -> io::Result<()> {
         crate::output::Table::new(vec!["MESH", "RECORDS", "COPIED", "ALREADY THERE", "CONFLICTS"]);
     let mut conflicts: Vec<(&str, &TransferConflict)> = Vec::new();
     for mesh in &s.meshes {
-        for kind in RecordKind::ALL {
-            let Some(t) = mesh.kinds.get(kind.as_str()) else { continue };
+        let archive = mesh
+            .archive
+            .iter()
+            .flat_map(|a| [("archived tasks", &a.tasks), ("archived ledger entries", &a.ledger)]);
+        let kinds = RecordKind::ALL
+            .into_iter()
+            .filter_map(|kind| Some((kind.label(), mesh.kinds.get(kind.as_str())?)));
+        for (label, t) in archive.chain(kinds) {
             table.row(vec![
                 mesh.mesh_id.clone(),
-                kind.label().to_owned(),
+                label.to_owned(),
                 t.copied.to_string(),
                 t.existing.to_string(),
                 t.conflicts.len().to_string(),
@@ -339,14 +357,6 @@ fn write_summary(w: &mut dyn Write, s: &Summary) -> io::Result<()> {
     )?;
     for (mesh, c) in conflicts {
         writeln!(w, "conflict: mesh {mesh}: {} {}: {}", c.kind, c.id, c.reason)?;
-    }
-    for a in &s.archives_not_copied {
-        writeln!(
-            w,
-            "warning: mesh {}: its archive ({} task(s), {} ledger entries) stays in {} and is not copied: \
-             write it out with `agentmesh archive export --mesh {} --output FILE` on the source",
-            a.mesh_id, a.tasks, a.ledger_entries, s.from, a.mesh_id
-        )?;
     }
     Ok(())
 }

@@ -79,6 +79,43 @@ fn archive_run_status_export_and_drop_on_a_data_dir() {
 }
 
 #[test]
+fn a_task_history_reads_the_archive_and_the_hot_ledger_alike() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.as_path();
+    one_done_one_open(data, "did it");
+    let history = |task: &str| -> Vec<String> {
+        let entries = json(data, &["ledger", "tail", "--task", task]);
+        let entries = entries.as_array().unwrap_or_else(|| panic!("{entries}"));
+        assert!(entries.iter().all(|e| e["payload"]["taskId"] == task), "{entries:?}");
+        entries.iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
+    };
+    let hot = history("t1");
+    assert_eq!(hot, ["task_dispatched", "task_claimed", "task_completed"]);
+    assert_eq!(history("t2"), ["task_dispatched"]);
+
+    let moved = json(data, &["archive", "run", "--retain-tasks", "1ms"]);
+    assert_eq!(
+        (&moved["tasksArchived"], &moved["ledgerEntriesArchived"]),
+        (&Value::from(1), &Value::from(0))
+    );
+    assert_eq!(history("t1"), hot, "the task archived, its entries hot");
+    let moved = json(data, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
+    assert!(moved["ledgerEntriesArchived"].as_u64().unwrap() >= 4, "{moved}");
+    assert_eq!(history("t1"), hot, "the task and its entries archived");
+    assert_eq!(history("t2"), ["task_dispatched"], "an open task's archived entries");
+    let last = json(data, &["ledger", "tail", "--task", "t1", "--limit", "1", "--kind", "task_claimed"]);
+    assert_eq!(last.as_array().map(|e| e.len()), Some(1), "{last}");
+
+    let (code, _, stderr) = run(data, &["ledger", "tail", "--task", "t9"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("task t9 not found"), "{stderr}");
+    let (code, _, stderr) = run(data, &["ledger", "tail", "--task", " "]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("task"), "{stderr}");
+}
+
+#[test]
 fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
@@ -149,24 +186,45 @@ fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
 }
 
 #[test]
-fn migrate_names_each_archive_it_leaves_in_the_source() {
+fn migrate_copies_the_archive_for_the_target_to_archive_again() {
     let dir = tempfile::tempdir().unwrap();
     let from = dir.path().join("from");
     let to = dir.path().join("to");
     one_done_one_open(&from, "done");
     json(&from, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
+    json(&from, &["task", "add", "third piece", "--id", "t3"]);
+    // The whole ledger by sequence: the archived entries, then the hot one.
+    let by_seq = |data: &std::path::Path| -> (Vec<String>, u64) {
+        let slice = json(data, &["ledger", "slice", "--after-seq", "0", "--limit", "500"]);
+        let ids = slice["entries"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_owned());
+        (ids.collect(), slice["archived"].as_u64().unwrap_or(0))
+    };
+    let (source, archived) = by_seq(&from);
+    assert_eq!((source.len() as u64, archived), (archived + 1, 4), "4 archived, t3's hot");
 
     let (code, text, stderr) =
         run(&from, &["migrate", "--from", from.to_str().unwrap(), "--to", to.to_str().unwrap()]);
     assert_eq!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("mesh default: its archive (1 task(s), "), "{stderr}");
-    let warning =
-        text.lines().find(|l| l.starts_with("warning: mesh default")).unwrap_or_else(|| panic!("{text}"));
-    assert!(warning.contains("agentmesh archive export --mesh default --output FILE"), "{warning}");
-    assert_eq!(json(&to, &["task", "show", "t2"])["status"], "pending");
+    assert!(stderr.contains("archive: 1 task(s) and 4 ledger entries copied, 0 already there"), "{stderr}");
+    assert!(text.contains("archived tasks") && text.contains("archived ledger entries"), "{text}");
+    let copied = json(&to, &["task", "show", "t1"]);
+    assert_eq!((&copied["finalSummary"], copied.get("archived")), (&Value::from("done"), None), "{copied}");
+    assert_eq!(by_seq(&to), (source.clone(), 0), "the same order, all hot in the target");
+
+    let moved = json(&to, &["archive", "run", "--retain-tasks", "1ms", "--retain-ledger", "1ms"]);
+    assert_eq!(moved["tasksArchived"], 1, "{moved}");
+    assert_eq!(json(&to, &["task", "show", "t1"])["archived"], true);
+    assert_eq!(by_seq(&to).0, source, "archived again, in the same order");
 
     let again = json(&from, &["migrate", "--from", from.to_str().unwrap(), "--to", to.to_str().unwrap()]);
-    let left = &again["archivesNotCopied"][0];
-    assert_eq!((&left["meshId"], &left["tasks"]), (&Value::from("default"), &Value::from(1)), "{again}");
-    assert!(left["ledgerEntries"].as_u64().unwrap() >= 3, "{again}");
+    let archive = &again["meshes"][0]["archive"];
+    assert_eq!(
+        (&archive["tasks"]["copied"], &archive["tasks"]["existing"]),
+        (&Value::from(0), &Value::from(1))
+    );
+    assert_eq!(
+        (&archive["ledger"]["copied"], &archive["ledger"]["existing"]),
+        (&Value::from(0), &Value::from(4))
+    );
+    assert_eq!(again["totals"]["copied"], 0, "{again}");
 }
