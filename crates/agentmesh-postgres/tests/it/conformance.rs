@@ -50,47 +50,9 @@ agentmesh_store::conformance_tests!(
 
 /// Copying meshes between two installations (`agentmesh_store::conformance::transfer`).
 mod transfer {
-    use agentmesh_store::conformance::transfer as rules;
     use agentmesh_test_support::require_postgres;
 
     use crate::support::TestDb;
 
-    #[test]
-    fn transfer_pages_of_any_size_read_the_same_records() {
-        let url = require_postgres!();
-        rules::transfer_pages_of_any_size_read_the_same_records(&TestDb::new(&url).store);
-    }
-
-    #[test]
-    fn transfer_copy_round_trips_every_kind_and_is_idempotent() {
-        let url = require_postgres!();
-        rules::transfer_copy_round_trips_every_kind_and_is_idempotent(
-            &TestDb::new(&url).store,
-            &TestDb::new(&url).store,
-        );
-    }
-
-    #[test]
-    fn transfer_copies_the_archive_before_the_hot_ledger() {
-        let url = require_postgres!();
-        rules::transfer_copies_the_archive_before_the_hot_ledger(
-            &TestDb::new(&url).store,
-            &TestDb::new(&url).store,
-        );
-    }
-
-    #[test]
-    fn transfer_an_id_held_by_another_mesh_is_a_conflict() {
-        let url = require_postgres!();
-        rules::transfer_an_id_held_by_another_mesh_is_a_conflict(
-            &TestDb::new(&url).store,
-            &TestDb::new(&url).store,
-        );
-    }
-
-    #[test]
-    fn transfer_a_record_of_another_mesh_is_refused() {
-        let url = require_postgres!();
-        rules::transfer_a_record_of_another_mesh_is_refused(&TestDb::new(&url).store);
-    }
+    agentmesh_store::transfer_conformance_tests!(TestDb::new(&require_postgres!()));
 }

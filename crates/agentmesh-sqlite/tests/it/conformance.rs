@@ -66,32 +66,7 @@ agentmesh_store::conformance_tests!(TestDb::new(), racing: RacingDb::new());
 
 /// Copying meshes between two files (`agentmesh_store::conformance::transfer`).
 mod transfer {
-    use agentmesh_store::conformance::transfer as rules;
-
     use super::TestDb;
 
-    #[test]
-    fn transfer_pages_of_any_size_read_the_same_records() {
-        rules::transfer_pages_of_any_size_read_the_same_records(&*TestDb::new());
-    }
-
-    #[test]
-    fn transfer_copy_round_trips_every_kind_and_is_idempotent() {
-        rules::transfer_copy_round_trips_every_kind_and_is_idempotent(&*TestDb::new(), &*TestDb::new());
-    }
-
-    #[test]
-    fn transfer_copies_the_archive_before_the_hot_ledger() {
-        rules::transfer_copies_the_archive_before_the_hot_ledger(&*TestDb::new(), &*TestDb::new());
-    }
-
-    #[test]
-    fn transfer_an_id_held_by_another_mesh_is_a_conflict() {
-        rules::transfer_an_id_held_by_another_mesh_is_a_conflict(&*TestDb::new(), &*TestDb::new());
-    }
-
-    #[test]
-    fn transfer_a_record_of_another_mesh_is_refused() {
-        rules::transfer_a_record_of_another_mesh_is_refused(&*TestDb::new());
-    }
+    agentmesh_store::transfer_conformance_tests!(TestDb::new());
 }

@@ -357,3 +357,41 @@ macro_rules! conformance_tests {
         )*
     };
 }
+
+/// Expands into one `#[test]` per rule of [`transfer`], each on fresh stores
+/// built by the expression as [`conformance_tests!`] builds them: one store for
+/// the rules of one, a source and a target for the copies.
+///
+/// [`conformance_tests!`]: crate::conformance_tests
+#[macro_export]
+macro_rules! transfer_conformance_tests {
+    ($make_store:expr) => {
+        $crate::transfer_conformance_tests!(@one $make_store;
+            transfer_pages_of_any_size_read_the_same_records,
+            transfer_a_record_of_another_mesh_is_refused,
+        );
+        $crate::transfer_conformance_tests!(@two $make_store;
+            transfer_copy_round_trips_every_kind_and_is_idempotent,
+            transfer_copies_the_archive_before_the_hot_ledger,
+            transfer_an_id_held_by_another_mesh_is_a_conflict,
+        );
+    };
+    (@one $make_store:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $rule() {
+                let holder = $make_store;
+                $crate::conformance::transfer::$rule(&*holder);
+            }
+        )*
+    };
+    (@two $make_store:expr; $($rule:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $rule() {
+                let (source, target) = ($make_store, $make_store);
+                $crate::conformance::transfer::$rule(&*source, &*target);
+            }
+        )*
+    };
+}

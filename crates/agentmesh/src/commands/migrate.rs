@@ -252,15 +252,13 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
             .archive_state(mesh_id, None, crate::now())
             .with_context(|| format!("failed to read the archive of mesh {mesh_id}"))?;
         if archived.tasks + archived.ledger_entries > 0 {
-            let started = Instant::now();
-            let mut last_line = started;
+            let mut due = every(PROGRESS_EVERY);
             let mut progress = |tally: &ArchiveTally| {
-                if last_line.elapsed() >= PROGRESS_EVERY {
-                    last_line = Instant::now();
+                if due() {
+                    let (tasks, entries) = (tally.tasks.read, tally.ledger.read);
                     let _ = writeln!(
                         stderr,
-                        "  mesh {mesh_id}: archive: {} task(s) and {} ledger entries read so far",
-                        tally.tasks.read, tally.ledger.read
+                        "  mesh {mesh_id}: archive: {tasks} task(s), {entries} entries read so far"
                     );
                 }
             };
@@ -282,11 +280,9 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
             copy.archive = Some(tally);
         }
         for kind in RecordKind::ALL {
-            let started = Instant::now();
-            let mut last_line = started;
+            let mut due = every(PROGRESS_EVERY);
             let mut progress = |tally: &KindTally| {
-                if last_line.elapsed() >= PROGRESS_EVERY {
-                    last_line = Instant::now();
+                if due() {
                     let _ = writeln!(
                         stderr,
                         "  mesh {mesh_id}: {kind}: {} read, {} copied so far",
@@ -318,6 +314,19 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
     }
     summary.totals.meshes = summary.meshes.len() as u64;
     out.emit(&summary, |w| write_summary(w, &summary))
+}
+
+/// A clock that says `true` at most once per `period`, the first time one
+/// period after its making.
+fn every(period: Duration) -> impl FnMut() -> bool {
+    let mut last = Instant::now();
+    move || {
+        let due = last.elapsed() >= period;
+        if due {
+            last = Instant::now();
+        }
+        due
+    }
 }
 
 fn write_summary(w: &mut dyn Write, s: &Summary) -> io::Result<()> {

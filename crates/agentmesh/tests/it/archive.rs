@@ -21,6 +21,13 @@ fn json(dir: &std::path::Path, args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
 }
 
+/// A temporary folder and the data dir `data` in it (not made yet).
+fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    (dir, data)
+}
+
 /// Task t1 completed with `summary`, task t2 still pending, in `data`.
 fn one_done_one_open(data: &std::path::Path, summary: &str) {
     json(data, &["task", "add", "first piece", "--id", "t1"]);
@@ -31,8 +38,7 @@ fn one_done_one_open(data: &std::path::Path, summary: &str) {
 
 #[test]
 fn archive_run_status_export_and_drop_on_a_data_dir() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = data_dir();
     let data = data.as_path();
     one_done_one_open(data, "did it");
     // The defaults keep a task finished a moment ago.
@@ -80,8 +86,7 @@ fn archive_run_status_export_and_drop_on_a_data_dir() {
 
 #[test]
 fn a_task_history_reads_the_archive_and_the_hot_ledger_alike() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data) = data_dir();
     let data = data.as_path();
     one_done_one_open(data, "did it");
     let history = |task: &str| -> Vec<String> {
@@ -117,8 +122,7 @@ fn a_task_history_reads_the_archive_and_the_hot_ledger_alike() {
 
 #[test]
 fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (dir, data) = data_dir();
     let data = data.as_path();
     one_done_one_open(data, "done");
 
