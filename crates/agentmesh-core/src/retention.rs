@@ -171,7 +171,7 @@ impl RetentionPolicy {
         RetentionPolicy {
             tasks: mesh.tasks.unwrap_or(self.tasks),
             ledger: mesh.ledger.unwrap_or(self.ledger),
-            events: self.events,
+            events: mesh.events.unwrap_or(self.events),
         }
     }
 }
@@ -186,12 +186,24 @@ pub struct MeshRetention {
     /// Ledger entries of the mesh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<Window>,
+    /// Drained inbox events of the mesh.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<Window>,
 }
 
 impl MeshRetention {
     /// Whether the mesh follows the daemon's policy in everything.
     pub fn is_empty(&self) -> bool {
-        self.tasks.is_none() && self.ledger.is_none()
+        self.tasks.is_none() && self.ledger.is_none() && self.events.is_none()
+    }
+
+    /// Before when the mesh's drained events go, at `now`: its own window's
+    /// cutoff, else `daemon` (the daemon's); `None` when its own window is off.
+    pub fn drained_cutoff(&self, daemon: Timestamp, now: Timestamp) -> Option<Timestamp> {
+        match self.events {
+            Some(window) => window.cutoff(now),
+            None => Some(daemon),
+        }
     }
 }
 
@@ -265,22 +277,41 @@ mod tests {
     #[test]
     fn windows_read_and_write_as_strings() {
         let policy: MeshRetention = serde_json::from_str(r#"{"tasks":"3d","ledger":"off"}"#).unwrap();
-        assert_eq!(policy, MeshRetention { tasks: Some(Window::days(3)), ledger: Some(Window::Off) });
+        assert_eq!(
+            policy,
+            MeshRetention { tasks: Some(Window::days(3)), ledger: Some(Window::Off), events: None }
+        );
         assert_eq!(serde_json::to_string(&policy).unwrap(), r#"{"tasks":"3d","ledger":"off"}"#);
         assert!(serde_json::from_str::<MeshRetention>(r#"{"tasks":"soon"}"#).is_err());
-        assert!(serde_json::from_str::<MeshRetention>(r#"{"events":"1d"}"#).is_err());
+        assert!(serde_json::from_str::<MeshRetention>(r#"{"drained":"1d"}"#).is_err());
+        let events: MeshRetention = serde_json::from_str(r#"{"events":"2h"}"#).unwrap();
+        assert_eq!(
+            events,
+            MeshRetention { events: Some(Window::After(2 * HOUR)), ..MeshRetention::default() }
+        );
         assert!(serde_json::from_str::<MeshRetention>(r#"{"tasks":7}"#).is_err());
     }
 
     #[test]
     fn a_mesh_overrides_the_daemons_windows_it_names() {
         let daemon = RetentionPolicy::default();
-        let mesh = MeshRetention { tasks: Some(Window::days(1)), ledger: None };
+        let mesh = MeshRetention { tasks: Some(Window::days(1)), ..MeshRetention::default() };
         let policy = daemon.with(&mesh);
         assert_eq!(policy.tasks, Window::days(1));
         assert_eq!(policy.ledger, Window::days(30));
         assert_eq!(policy.events, Window::days(1));
         assert_eq!(daemon.with(&MeshRetention::default()), daemon);
+        let quiet = MeshRetention { events: Some(Window::Off), ..MeshRetention::default() };
+        assert_eq!(daemon.with(&quiet).events, Window::Off);
+        let now = Timestamp::from_millis(10 * DAY as i64);
+        let daemons = Timestamp::from_millis(9 * DAY as i64);
+        assert_eq!(mesh.drained_cutoff(daemons, now), Some(daemons), "the daemon's when the mesh names none");
+        assert_eq!(quiet.drained_cutoff(daemons, now), None, "kept forever");
+        let short = MeshRetention { events: Some(Window::After(HOUR)), ..MeshRetention::default() };
+        assert_eq!(
+            short.drained_cutoff(daemons, now),
+            Some(Timestamp::from_millis(10 * DAY as i64 - HOUR as i64))
+        );
     }
 
     #[test]

@@ -150,6 +150,18 @@ fn decode_task(task_id: &str, json: &str) -> Res<Task> {
     Task::from_json(json).map_err(|e| corrupt(format!("archived task {task_id}"), e))
 }
 
+/// Every mesh with windows of its own, with them.
+pub(crate) fn own_windows(db: &Db<'_>) -> Res<HashMap<String, MeshRetention>> {
+    let mut windows = HashMap::new();
+    for row in db.query(WINDOWS, &[])? {
+        let key: String = row.get(0);
+        let mesh_id = key.strip_prefix(RETENTION_PREFIX).unwrap_or(&key).to_owned();
+        let value = decode_windows(&mesh_id, row.get(1))?;
+        windows.insert(mesh_id, value);
+    }
+    Ok(windows)
+}
+
 /// One step of retention; see [`agentmesh_store::ArchiveStore::archive_expired`].
 pub(crate) fn step(
     store: &PgStore,
@@ -159,14 +171,7 @@ pub(crate) fn step(
 ) -> StoreResult<ArchiveReport> {
     let (meshes, windows) = store.read(|db| {
         let meshes: Vec<String> = db.query(MESHES, &[])?.iter().map(|r| r.get(0)).collect();
-        let mut windows = HashMap::new();
-        for row in db.query(WINDOWS, &[])? {
-            let key: String = row.get(0);
-            let mesh_id = key.strip_prefix(RETENTION_PREFIX).unwrap_or(&key).to_owned();
-            let value = decode_windows(&mesh_id, row.get(1))?;
-            windows.insert(mesh_id, value);
-        }
-        Ok((meshes, windows))
+        Ok((meshes, own_windows(db)?))
     })?;
     let mut report = ArchiveReport::default();
     let mut tasks_left = u64::from(limit);

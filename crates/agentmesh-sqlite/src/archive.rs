@@ -166,6 +166,23 @@ fn mesh_retention(conn: &Connection, mesh_id: &str) -> Res<MeshRetention> {
     }
 }
 
+/// Every mesh with windows of its own, with them.
+pub(crate) fn own_windows(conn: &Connection) -> Res<Vec<(String, MeshRetention)>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT substr(key, 11), CAST(value AS TEXT) FROM mesh_meta WHERE key >= 'retention:' AND key < 'retention;'",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+    let mut own = Vec::new();
+    for row in rows {
+        let (mesh_id, text) = row?;
+        let windows = serde_json::from_str(&text).map_err(|e| {
+            Fail(StoreError::Corrupt { what: format!("retention of mesh {mesh_id}"), problem: e.to_string() })
+        })?;
+        own.push((mesh_id, windows));
+    }
+    Ok(own)
+}
+
 /// Every mesh id of `table` (through its index on `mesh_id`, one seek each).
 fn meshes(conn: &Connection, table: &str) -> Res<Vec<String>> {
     let sql = format!(

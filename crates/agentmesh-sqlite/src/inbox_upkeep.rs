@@ -317,9 +317,18 @@ fn exempt_count_sql() -> String {
     )
 }
 
+/// Drained events (event rows without a queue entry) queued before ?1; a
+/// caller adds its mesh filter.
+const DELETE_DRAINED: &str = "DELETE FROM mesh_pending_events AS e
+      WHERE e.queued_at < ?1
+        AND NOT EXISTS (SELECT 1 FROM mesh_inbox_queue q
+                         WHERE q.mesh_id = e.mesh_id AND q.lane = e.lane
+                           AND q.queued_at = e.queued_at AND q.id = e.id)";
+
 /// The sweep; see [`agentmesh_store::Store::prune_pending_events`].
 ///
-/// Drained rows (event rows without a queue entry) go in one statement. There is
+/// Drained rows (event rows without a queue entry) go in one statement, and one
+/// more per mesh with an events window of its own. There is
 /// no index on their age (a drain never needs one, and every index costs every
 /// write), so this scans the table; the sweep runs hourly at most. Undrained rows
 /// are walked per mesh through the queue, in transactions of at most [`PRUNE_CHUNK`] rows: if the sweep
@@ -331,15 +340,25 @@ pub(crate) fn prune(
     now: Timestamp,
 ) -> StoreResult<PruneReport> {
     let drained_expired = store.write(|tx| {
-        let deleted = tx
-            .prepare_cached(
-                "DELETE FROM mesh_pending_events AS e
-                  WHERE e.queued_at < ?1
-                    AND NOT EXISTS (SELECT 1 FROM mesh_inbox_queue q
-                                     WHERE q.mesh_id = e.mesh_id AND q.lane = e.lane
-                                       AND q.queued_at = e.queued_at AND q.id = e.id)",
-            )?
-            .execute([drained_older_than.millis()])?;
+        // Meshes with an events window of their own go by it, one by one.
+        let own: Vec<(String, Option<Timestamp>)> = crate::archive::own_windows(tx)?
+            .into_iter()
+            .filter(|(_, windows)| windows.events.is_some())
+            .map(|(mesh_id, windows)| (mesh_id, windows.drained_cutoff(drained_older_than, now)))
+            .collect();
+        let apart = serde_json::to_string(&own.iter().map(|(mesh_id, _)| mesh_id).collect::<Vec<_>>())?;
+        let mut deleted = tx
+            .prepare_cached(&format!(
+                "{DELETE_DRAINED} AND e.mesh_id NOT IN (SELECT value FROM json_each(?2))"
+            ))?
+            .execute(params![drained_older_than.millis(), apart])?;
+        for (mesh_id, cutoff) in &own {
+            if let Some(cutoff) = cutoff {
+                deleted += tx
+                    .prepare_cached(&format!("{DELETE_DRAINED} AND e.mesh_id = ?2"))?
+                    .execute(params![cutoff.millis(), mesh_id])?;
+            }
+        }
         Ok(deleted as u64)
     })?;
     let mut report = PruneReport { drained_expired, ..PruneReport::default() };

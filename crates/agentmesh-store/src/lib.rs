@@ -1166,7 +1166,9 @@ pub trait InboxStore: Send + Sync + 'static {
 
     /// The inbox retention sweep, across every mesh.
     ///
-    /// Drained events queued before `drained_older_than` are deleted. Undrained
+    /// Drained events queued before `drained_older_than` are deleted; in a mesh
+    /// with an events window of its own, those queued before that window's
+    /// cutoff at `now` (none when it is off). Undrained
     /// events queued before `undrained_older_than` are removed, each with an
     /// `event_held` ledger entry (reason `pending_retention_expired`, recoverable,
     /// the whole event under `heldEvent`) committed in the same transaction as the

@@ -505,6 +505,7 @@ const ARCHIVE_EXAMPLES: &str = "\
 Examples:
   agentmesh archive status
   agentmesh archive retention --tasks 3d --ledger 90d
+  agentmesh archive retention --events 2h
   agentmesh archive retention --clear
   agentmesh archive export --output backend-2026-12.jsonl.gz
   agentmesh archive export --output backend-2026-12.jsonl.gz --drop
@@ -610,8 +611,12 @@ pub(crate) struct ArchiveRetentionArgs {
     /// off)
     #[arg(long, value_name = "WINDOW", value_parser = window("--ledger"))]
     pub ledger: Option<agentmesh_core::retention::Window>,
+    /// How long drained inbox events of this mesh are kept, from when they were
+    /// queued (1d, 2h, off); then deleted
+    #[arg(long, value_name = "WINDOW", value_parser = window("--events"))]
+    pub events: Option<agentmesh_core::retention::Window>,
     /// Go back to the daemon's windows
-    #[arg(long, conflicts_with_all = ["tasks", "ledger"])]
+    #[arg(long, conflicts_with_all = ["tasks", "ledger", "events"])]
     pub clear: bool,
 }
 

@@ -52,15 +52,28 @@ pub(crate) fn prune(
     undrained_older_than: Timestamp,
     now: Timestamp,
 ) -> agentmesh_store::StoreResult<PruneReport> {
-    let oldest_kept = drained_older_than.millis().max(undrained_older_than.millis());
+    let own = store.read(crate::archive::own_windows)?;
+    // A mesh's drained events go by its own window, when it has one.
+    let drained_cutoff = |mesh_id: &str| match own.get(mesh_id) {
+        Some(windows) => windows.drained_cutoff(drained_older_than, now),
+        None => Some(drained_older_than),
+    };
+    let oldest_kept = own
+        .values()
+        .filter_map(|windows| windows.drained_cutoff(drained_older_than, now))
+        .chain([drained_older_than, undrained_older_than])
+        .map(Timestamp::millis)
+        .max()
+        .unwrap_or(i64::MIN);
     let meshes: Vec<String> =
         store.read(|db| Ok(db.query(MESHES, &[&oldest_kept])?.iter().map(|r| r.get(0)).collect()))?;
     let never_expire: Vec<&str> = NEVER_EXPIRE_EVENTS.to_vec();
     let mut report = PruneReport::default();
     for mesh_id in &meshes {
-        report.drained_expired += store.write_inbox(mesh_id, |db| {
-            db.execute(DELETE_DRAINED, &[&mesh_id, &drained_older_than.millis()])
-        })?;
+        if let Some(cutoff) = drained_cutoff(mesh_id) {
+            report.drained_expired +=
+                store.write_inbox(mesh_id, |db| db.execute(DELETE_DRAINED, &[&mesh_id, &cutoff.millis()]))?;
+        }
         let mut cursor: ExpireCursor = (String::new(), i64::MIN, String::new());
         let mut mesh_expired = 0;
         loop {

@@ -345,7 +345,7 @@ fn a_mesh_s_own_windows_replace_the_daemon_s() {
     let url = agentmesh_test_support::require_postgres!();
     let db = TestDb::new(&url);
     db.store.import_ledger(&[old("e1", 1)]).expect("an entry");
-    let keep = MeshRetention { tasks: None, ledger: Some(Window::Off) };
+    let keep = MeshRetention { ledger: Some(Window::Off), ..MeshRetention::default() };
     let state = db.store.archive_state(MESH, Some(&keep), at(2)).expect("the windows set");
     assert_eq!(state.retention, keep);
     let kinds: Vec<String> = db

@@ -312,7 +312,7 @@ pub fn a_cursor_before_a_drop_expires_and_names_where_to_go_on(store: &dyn Store
 pub fn a_meshs_own_windows_apply_to_it_alone(store: &dyn Store) {
     done_task(store, MESH, "a", 1);
     done_task(store, OTHER_MESH, "b", 1);
-    let own = MeshRetention { tasks: Some(Window::Off), ledger: None };
+    let own = MeshRetention { tasks: Some(Window::Off), ..MeshRetention::default() };
     let state = ok(store.archive_state(MESH, Some(&own), at(4)), "archive_state(set)");
     assert_eq!(state.retention, own);
     assert_eq!(ledger_kinds(store, MESH).last().map(String::as_str), Some("retention_changed"));
@@ -325,4 +325,41 @@ pub fn a_meshs_own_windows_apply_to_it_alone(store: &dyn Store) {
     assert!(cleared.retention.is_empty());
     assert_eq!(archive_all(store, &policy(), now).tasks, 1);
     assert!(ok(store.find_task(MESH, "a"), "find_task").is_none());
+}
+
+/// A mesh's own events window decides when its drained events go, for it
+/// alone: a shorter one deletes them where the daemon's keeps them, `off`
+/// keeps them where the daemon's deletes them; its undrained events stay.
+pub fn a_meshs_own_events_window_applies_to_its_drained_events(store: &dyn Store) {
+    const THIRD_MESH: &str = "mesh-c";
+    let me = coordinator("mach_A", "run_1", None);
+    for mesh in [MESH, OTHER_MESH, THIRD_MESH] {
+        for (label, secs) in [("drained", 0), ("waiting", 1)] {
+            let event = targeted_at(inbox_event(mesh, "mesh:dispatch_blocked", label, at(secs)), &me);
+            queue_event(store, mesh, event, at(secs));
+        }
+        let one = crate::DrainRequest { limit: Some(1), ..drain_request(&me) };
+        assert_eq!(drain(store, mesh, &one, at(2)).events.len(), 1, "{mesh}");
+    }
+    let hour = MeshRetention { events: Some(Window::After(3_600_000)), ..MeshRetention::default() };
+    ok(store.archive_state(MESH, Some(&hour), at(3)), "archive_state(set)");
+    let keep = MeshRetention { events: Some(Window::Off), ..MeshRetention::default() };
+    ok(store.archive_state(THIRD_MESH, Some(&keep), at(3)), "archive_state(set)");
+    let now = at(2 * 3600);
+
+    // The daemon's window keeps everything queued after the epoch.
+    let report = ok(store.prune_pending_events(at(0), at(0), now), "prune_pending_events");
+    assert_eq!(report.drained_expired, 1, "the mesh's own hour: {report:?}");
+    let report = ok(store.prune_pending_events(at(100), at(0), now), "prune_pending_events");
+    assert_eq!(report.drained_expired, 1, "the other mesh by the daemon's; the third keeps: {report:?}");
+    ok(store.archive_state(THIRD_MESH, Some(&MeshRetention::default()), now), "archive_state(clear)");
+    let report = ok(store.prune_pending_events(at(100), at(0), now), "prune_pending_events");
+    assert_eq!(report.drained_expired, 1, "back to the daemon's: {report:?}");
+    for mesh in [MESH, OTHER_MESH, THIRD_MESH] {
+        assert_eq!(
+            ok(store.pending_event_count(mesh), "pending_event_count"),
+            1,
+            "{mesh}: the undrained one stays"
+        );
+    }
 }

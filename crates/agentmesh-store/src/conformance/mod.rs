@@ -139,6 +139,7 @@ macro_rules! conformance_tests {
             a_webhook_cursor_holds_the_ledger_back,
             a_cursor_before_a_drop_expires_and_names_where_to_go_on,
             a_meshs_own_windows_apply_to_it_alone,
+            a_meshs_own_events_window_applies_to_its_drained_events,
             // Tasks and the queue.
             enqueue_returns_a_pending_task_and_records_task_dispatched,
             enqueue_without_an_id_assigns_a_fresh_one,

@@ -56,11 +56,17 @@ fn write_state(w: &mut dyn Write, mesh: &str, state: &ArchiveState) -> std::io::
 
 fn write_retention(w: &mut dyn Write, retention: &MeshRetention) -> std::io::Result<()> {
     let shown = |window: Option<Window>| window.map_or_else(|| "the daemon's".to_owned(), |w| w.to_string());
-    writeln!(w, "  retention: finished tasks {}, ledger {}", shown(retention.tasks), shown(retention.ledger))
+    writeln!(
+        w,
+        "  retention: finished tasks {}, ledger {}, drained events {}",
+        shown(retention.tasks),
+        shown(retention.ledger),
+        shown(retention.events)
+    )
 }
 
 fn retention(ctx: &Context, args: ArchiveRetentionArgs, out: &mut Output) -> anyhow::Result<()> {
-    if !args.clear && args.tasks.is_none() && args.ledger.is_none() {
+    if !args.clear && args.tasks.is_none() && args.ledger.is_none() && args.events.is_none() {
         let state = ctx.read_api()?.archive(ctx.mesh())?;
         return out.emit(&state.retention, |w| write_retention(w, &state.retention));
     }
@@ -71,6 +77,9 @@ fn retention(ctx: &Context, args: ArchiveRetentionArgs, out: &mut Output) -> any
     }
     if let Some(ledger) = args.ledger {
         windows.ledger = Some(ledger);
+    }
+    if let Some(events) = args.events {
+        windows.events = Some(events);
     }
     let state = api.set_retention(ctx.mesh(), windows)?;
     out.emit(&state.retention, |w| write_retention(w, &state.retention))

@@ -58,6 +58,10 @@ fn archive_run_status_export_and_drop_on_a_data_dir() {
 
     let own = json(data, &["archive", "retention", "--tasks", "3d"]);
     assert_eq!(own["tasks"], "3d", "{own}");
+    let own = json(data, &["archive", "retention", "--events", "36h"]);
+    assert_eq!((&own["tasks"], &own["events"]), (&Value::from("3d"), &Value::from("1d12h")), "{own}");
+    let (_, human, _) = run(data, &["archive", "retention"]);
+    assert!(human.contains("drained events 1d12h"), "{human}");
     let (code, _, stderr) = run(data, &["archive", "retention", "--ledger", "forever"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--ledger"), "{stderr}");
