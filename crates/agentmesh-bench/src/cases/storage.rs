@@ -10,6 +10,18 @@
 //! - PostgreSQL: `VACUUM` of the case's schema, then `pg_relation_size` of every
 //!   table, its TOAST relation (with its index) and every index.
 //!
+//! The floor (`storage-floor`, SQLite): the same content in the smallest
+//! schema that still serves the product's lookups, filled from the product's
+//! own rows after the load, so it holds exactly the text ours holds: a task row
+//! (id, mesh, status, node, session, times and epoch as integers, the
+//! coordinator, message, summary) with its key and a (mesh, status, created)
+//! index; each ledger entry once (sequence, id, mesh, time, kind as an integer,
+//! node, session, task, and its one piece of text: the message preview or the
+//! summary) with its id key and a (mesh, time, id) index; the coordinator's
+//! event (ids, a 16-byte fingerprint, its coordinator, session, task and the
+//! coordinator's text) with its key, a (mesh, fingerprint) key and a (mesh,
+//! event id) index. Nothing is said twice, and no JSON keys are stored.
+//!
 //! Every object's bytes divided by N is one line on stdout,
 //! `{"case":"storage-bytes","n":N,"object":"mesh_queue","kind":"table","bytes_per_task":…}`
 //! (`pg-storage-bytes` on PostgreSQL), and their sum one more,
@@ -50,6 +62,9 @@ pub(crate) fn run(h: &mut Harness) {
         load(h, case.store(), &label, n)?;
         let objects = sqlite_objects(case.sqlite().path())?;
         report("storage", n, &objects);
+        let floor = case.dir().join("floor.db");
+        fill_floor(case.sqlite().path(), &floor)?;
+        report("storage-floor", n, &sqlite_objects(&floor)?);
         Ok(())
     });
 }
@@ -146,6 +161,77 @@ fn load(h: &mut Harness, store: &dyn Store, label: &str, n: usize) -> anyhow::Re
         &format!("{label}: every completion drained, the inbox empty"),
         drained == n && left == 0,
         format!("drained={drained} left={left}"),
+    );
+    Ok(())
+}
+
+/// Milliseconds since the epoch of an ISO column `c`, in SQL.
+macro_rules! ms {
+    ($c:literal) => {
+        concat!("CAST(ROUND((julianday(", $c, ") - 2440587.5) * 86400000) AS INTEGER)")
+    };
+}
+
+/// Builds the floor (see the module docs) at `floor` from the product's file at
+/// `product`, each table filled in the product's row order.
+fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Result<()> {
+    let conn = Connection::open(floor).with_context(|| format!("failed to create {}", floor.display()))?;
+    conn.execute("ATTACH DATABASE ?1 AS p", [product.to_string_lossy()])?;
+    conn.execute_batch(concat!(
+        "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;
+         CREATE TABLE task (
+             id TEXT PRIMARY KEY, mesh_id TEXT NOT NULL, status INTEGER NOT NULL, node TEXT, session TEXT,
+             created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL, dispatched_ms INTEGER, epoch INTEGER,
+             coordinator_daemon TEXT, coordinator_session TEXT, message TEXT NOT NULL, summary TEXT);
+         CREATE INDEX task_by_status ON task (mesh_id, status, created_ms);
+         CREATE TABLE ledger (
+             seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, mesh_id TEXT NOT NULL, ts_ms INTEGER NOT NULL,
+             kind INTEGER NOT NULL, node TEXT, session TEXT, task_id TEXT, detail TEXT);
+         CREATE INDEX ledger_slice ON ledger (mesh_id, ts_ms, id);
+         CREATE TABLE event (
+             id TEXT PRIMARY KEY, mesh_id TEXT NOT NULL, event_id TEXT NOT NULL, fingerprint BLOB NOT NULL,
+             queued_ms INTEGER NOT NULL, kind INTEGER NOT NULL, coordinator TEXT, session TEXT, task_id TEXT,
+             text TEXT NOT NULL);
+         CREATE UNIQUE INDEX event_fingerprint ON event (mesh_id, fingerprint);
+         CREATE INDEX event_by_event_id ON event (mesh_id, event_id);
+         BEGIN;
+         INSERT INTO task
+         SELECT id, mesh_id, 2, assigned_node_id, assigned_session_id, ",
+        ms!("created_at"),
+        ", ",
+        ms!("updated_at"),
+        ", ",
+        ms!("dispatch_ts"),
+        ", epoch,
+                json_extract(payload, '$.sourceCoordinatorDaemonId'),
+                json_extract(payload, '$.sourceCoordinatorSessionId'),
+                json_extract(payload, '$.message'), json_extract(payload, '$.finalSummary')
+           FROM p.mesh_queue ORDER BY rowid;
+         INSERT INTO ledger
+         SELECT seq, id, mesh_id, ",
+        ms!("timestamp"),
+        ", CASE kind WHEN 'task_dispatched' THEN 1 WHEN 'task_claimed' THEN 2 ELSE 3 END,
+                node_id, session_id, json_extract(payload, '$.taskId'),
+                COALESCE(json_extract(payload, '$.message'), json_extract(payload, '$.summary'))
+           FROM p.mesh_event_ledger ORDER BY seq;
+         INSERT INTO event
+         SELECT id, mesh_id, event_id, randomblob(16), queued_at, 1, coordinator_daemon_id,
+                json_extract(payload, '$.metadataEvent.targetSessionId'),
+                json_extract(payload, '$.metadataEvent.taskId'), json_extract(payload, '$.coordinatorMessage')
+           FROM p.mesh_pending_events ORDER BY rowid;
+         COMMIT;
+         DETACH DATABASE p;"
+    ))?;
+    let (tasks, entries, events): (i64, i64, i64) = conn.query_row(
+        "SELECT (SELECT COUNT(*) FROM task WHERE message <> '' AND summary <> ''),
+                (SELECT COUNT(*) FROM ledger WHERE task_id IS NOT NULL),
+                (SELECT COUNT(*) FROM event WHERE text <> '' AND task_id IS NOT NULL)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    anyhow::ensure!(
+        tasks > 0 && entries == 3 * tasks && events == tasks,
+        "the floor holds {tasks} tasks, {entries} entries, {events} events"
     );
     Ok(())
 }
