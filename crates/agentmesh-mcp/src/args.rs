@@ -383,6 +383,10 @@ pub(crate) struct LedgerArgs {
     #[serde(default)]
     #[schemars(example = &"2025-01-31T09:30:00.000Z")]
     pub since: Option<String>,
+    /// Only entries about this task: its history, archived or not.
+    #[serde(default)]
+    #[schemars(example = &"auth-login")]
+    pub task_id: Option<String>,
 }
 
 /// Arguments of `upsert_mission`.

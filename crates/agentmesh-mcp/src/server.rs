@@ -644,14 +644,15 @@ events (completions carry the worker's summary), or says that none came yet; the
 
     #[tool(
         description = "The newest entries of the mesh's ledger (the durable record of every task change), \
-oldest first. Use it to see what happened recently, e.g. which tasks were claimed, completed or requeued.",
+oldest first. Use it to see what happened recently, e.g. which tasks were claimed, completed or requeued; \
+with taskId, one task's history.",
         input_schema = schema::<LedgerArgs>(),
         annotations(read_only_hint = true)
     )]
     async fn ledger_tail(&self, arguments: JsonObject) -> ToolResult {
-        let LedgerArgs { tail, kind, since } = args::parse(arguments)?;
-        let params =
-            LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind, task: None };
+        let LedgerArgs { tail, kind, since, task_id } = args::parse(arguments)?;
+        let task = task_id.map(|id| args::id_argument("taskId", id)).transpose()?;
+        let params = LedgerParams { tail: Some(tail.unwrap_or(DEFAULT_LEDGER_TAIL)), since, kind, task };
         let entries = self.run(move |api, mesh| api.ledger_tail(mesh, params)).await?;
         answer_json(json!({ "entries": entries }))
     }

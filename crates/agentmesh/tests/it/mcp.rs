@@ -91,6 +91,12 @@ async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_not
     let client = spawn_stdio(dir.path(), None).await;
     ok(&client, "enqueue_task", json!({ "message": "kept", "id": "t-f" })).await;
     let ledger = ok(&client, "ledger_tail", json!({ "tail": 100 })).await;
+    let history = ok(&client, "ledger_tail", json!({ "taskId": "t-f" })).await;
+    let kinds: Vec<&Value> = history["entries"].as_array().unwrap().iter().map(|e| &e["kind"]).collect();
+    assert_eq!(kinds, [&json!("task_dispatched")], "{history}");
+    let unknown = call(&client, "ledger_tail", json!({ "taskId": "t-none" })).await;
+    assert_eq!(unknown.is_error, Some(true), "{}", text(&unknown));
+    assert!(text(&unknown).contains("task_not_found"), "{}", text(&unknown));
     let cases = [
         ("enqueue_task", json!({ "message": "x", "id": "BAD" }), "id"),
         ("enqueue_task", json!({ "message": "x", "dependsOn": ["BAD"] }), "dependsOn[0]"),
@@ -104,6 +110,7 @@ async fn every_id_argument_follows_the_one_id_rule_and_a_refused_one_changes_not
             "tasks[1].id",
         ),
         ("show_task", json!({ "taskId": "BAD" }), "taskId"),
+        ("ledger_tail", json!({ "taskId": "BAD" }), "taskId"),
         ("cancel_task", json!({ "taskId": "BAD" }), "taskId"),
         ("requeue_task", json!({ "taskId": "BAD", "force": true }), "taskId"),
         ("set_task_priority", json!({ "taskId": "BAD", "priority": "high" }), "taskId"),
@@ -528,7 +535,7 @@ fn tool_calls() -> Vec<(&'static str, serde_json::Value)> {
         ("list_reservations", json!({ "scope": "/repo" })),
         ("renew_reservation", json!({ "reservationId": "r-f", "epoch": 1, "ttlMs": 1000 })),
         ("release_reservation", json!({ "reservationId": "r-f", "epoch": 1 })),
-        ("ledger_tail", json!({ "tail": 5 })),
+        ("ledger_tail", json!({ "tail": 5, "taskId": "t-f" })),
         ("list_held_events", json!({ "reason": "pending_retention_expired", "olderThanSecs": 60 })),
         ("requeue_held_events", json!({ "taskId": "t-f" })),
         ("update_delivery", json!({ "deliveryId": "d-f", "status": "delivered" })),
