@@ -1843,7 +1843,7 @@ const LEDGER_TAIL_EXAMPLES: &str = "\
 Examples:
   agentmesh ledger tail --limit 50
   agentmesh ledger tail --kind task_failed --since 2025-01-01T00:00:00Z --json
-  agentmesh ledger tail --task t1            # one task's history, archived or not";
+  agentmesh ledger tail --task t1 --limit 50";
 
 /// Shown after `agentmesh ledger slice --help`.
 const LEDGER_SLICE_EXAMPLES: &str = "\
