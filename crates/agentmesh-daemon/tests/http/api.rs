@@ -2101,15 +2101,19 @@ async fn retention_moves_a_finished_task_and_its_entries_to_the_archive_where_re
     // Bad input names its field and changes nothing.
     let response = daemon.post("/v1/meshes/m/retention", json!({ "tasks": "soon" })).await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "soon");
-    let response = daemon.post("/v1/meshes/m/retention", json!({ "events": "1d" })).await;
+    let response = daemon.post("/v1/meshes/m/retention", json!({ "drained": "1d" })).await;
     assert_eq!(response.0, StatusCode::BAD_REQUEST, "{}", response.1);
+    let response = daemon.post("/v1/meshes/m/retention", json!({ "events": "never" })).await;
+    assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "never");
     let response = daemon.get("/v1/meshes/m/archive/tasks?limit=0").await;
     assert_error(&response, StatusCode::BAD_REQUEST, "invalid_input", "limit");
     assert_eq!(daemon.get("/v1/meshes/m/archive").await.1["retention"], json!({}));
     // A mesh's own windows are set, read back and recorded.
-    let (status, set) =
-        daemon.post("/v1/meshes/m/retention", json!({ "tasks": "3d", "ledger": "off" })).await;
-    assert_eq!((status, &set["retention"]), (StatusCode::OK, &json!({ "tasks": "3d", "ledger": "off" })));
+    let (status, set) = daemon
+        .post("/v1/meshes/m/retention", json!({ "tasks": "3d", "ledger": "off", "events": "2h" }))
+        .await;
+    let own = json!({ "tasks": "3d", "ledger": "off", "events": "2h" });
+    assert_eq!((status, &set["retention"]), (StatusCode::OK, &own));
     assert_eq!(ledger_of_kind(&daemon, "retention_changed").await.len(), 1);
     // An export's drop, then the cursor before it has expired.
     let (status, dropped) = daemon.post("/v1/meshes/m/archive/drop", state["end"].clone()).await;
