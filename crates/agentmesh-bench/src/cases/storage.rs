@@ -22,6 +22,9 @@
 //! coordinator's text) with its key, a (mesh, fingerprint) key and a (mesh,
 //! event id) index. Nothing is said twice, and no JSON keys are stored.
 //!
+//! `pg-storage-floor` is the same floor on PostgreSQL, in a schema of its own
+//! beside the case's (dropped after), with the same keys and indexes.
+//!
 //! Every object's bytes divided by N is one line on stdout,
 //! `{"case":"storage-bytes","n":N,"object":"mesh_queue","kind":"table","bytes_per_task":…}`
 //! (`pg-storage-bytes` on PostgreSQL), and their sum one more,
@@ -76,8 +79,14 @@ pub(crate) fn run_pg(h: &mut Harness) {
         let store = case.open_store(4)?;
         load(h, &store, case.label(), n)?;
         drop(store);
-        let objects = pg_objects(&mut case.client()?, case.schema())?;
+        let mut client = case.client()?;
+        let objects = pg_objects(&mut client, case.schema())?;
         report("pg-storage", n, &objects);
+        let floor = format!("{}_floor", case.schema());
+        let filled =
+            fill_pg_floor(&mut client, case.schema(), &floor).and_then(|()| pg_objects(&mut client, &floor));
+        client.batch_execute(&format!("DROP SCHEMA IF EXISTS {floor} CASCADE"))?;
+        report("pg-storage-floor", n, &filled?);
         Ok(())
     });
 }
@@ -229,6 +238,78 @@ fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Res
         [],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )?;
+    anyhow::ensure!(
+        tasks > 0 && entries == 3 * tasks && events == tasks,
+        "the floor holds {tasks} tasks, {entries} entries, {events} events"
+    );
+    Ok(())
+}
+
+/// Milliseconds since the epoch of an ISO column `c`, in PostgreSQL's SQL.
+macro_rules! pg_ms {
+    ($c:literal) => {
+        concat!("(extract(epoch FROM ", $c, "::timestamptz) * 1000)::bigint")
+    };
+}
+
+/// Builds the floor in schema `floor` from the product's rows in `schema`.
+fn fill_pg_floor(client: &mut postgres::Client, schema: &str, floor: &str) -> anyhow::Result<()> {
+    client.batch_execute(&format!(
+        concat!(
+            "CREATE SCHEMA {f};
+             CREATE TABLE {f}.task (
+                 mesh_id text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, status smallint NOT NULL,
+                 node text, session text, created_ms bigint NOT NULL, updated_ms bigint NOT NULL,
+                 dispatched_ms bigint, epoch integer, coordinator_daemon text, coordinator_session text,
+                 message text NOT NULL, summary text, PRIMARY KEY (mesh_id, id));
+             CREATE INDEX task_by_status ON {f}.task (mesh_id, status, created_ms);
+             CREATE TABLE {f}.ledger (
+                 seq bigint PRIMARY KEY, id text COLLATE \"C\" NOT NULL, mesh_id text COLLATE \"C\" NOT NULL,
+                 ts_ms bigint NOT NULL, kind smallint NOT NULL, node text, session text, task_id text, detail text,
+                 UNIQUE (mesh_id, id));
+             CREATE INDEX ledger_slice ON {f}.ledger (mesh_id, ts_ms, id);
+             CREATE TABLE {f}.event (
+                 mesh_id text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, event_id text NOT NULL,
+                 fingerprint bytea NOT NULL, queued_ms bigint NOT NULL, kind smallint NOT NULL, coordinator text,
+                 session text, task_id text, text text NOT NULL, PRIMARY KEY (mesh_id, id));
+             CREATE UNIQUE INDEX event_fingerprint ON {f}.event (mesh_id, fingerprint);
+             CREATE INDEX event_by_event_id ON {f}.event (mesh_id, event_id);
+             INSERT INTO {f}.task
+             SELECT mesh_id, id, 2, assigned_node_id, assigned_session_id, ",
+            pg_ms!("created_at"),
+            ", ",
+            pg_ms!("updated_at"),
+            ", ",
+            pg_ms!("dispatch_ts"),
+            ", epoch, payload::jsonb ->> 'sourceCoordinatorDaemonId',
+                    payload::jsonb ->> 'sourceCoordinatorSessionId', payload::jsonb ->> 'message',
+                    payload::jsonb ->> 'finalSummary'
+               FROM {s}.mesh_queue ORDER BY row_id;
+             INSERT INTO {f}.ledger
+             SELECT seq, id, mesh_id, ",
+            pg_ms!("timestamp"),
+            ", CASE kind WHEN 'task_dispatched' THEN 1 WHEN 'task_claimed' THEN 2 ELSE 3 END,
+                    node_id, session_id, payload::jsonb ->> 'taskId',
+                    COALESCE(payload::jsonb ->> 'message', payload::jsonb ->> 'summary')
+               FROM {s}.mesh_event_ledger ORDER BY seq;
+             INSERT INTO {f}.event
+             SELECT mesh_id, id, event_id, decode(md5(COALESCE(fingerprint, id)), 'hex'), queued_at, 1,
+                    coordinator_daemon_id, payload::jsonb -> 'metadataEvent' ->> 'targetSessionId',
+                    payload::jsonb -> 'metadataEvent' ->> 'taskId', payload::jsonb ->> 'coordinatorMessage'
+               FROM {s}.mesh_pending_events ORDER BY row_id;"
+        ),
+        f = floor,
+        s = schema
+    ))?;
+    let row = client.query_one(
+        &format!(
+            "SELECT (SELECT COUNT(*) FROM {floor}.task WHERE message <> '' AND summary <> ''),
+                    (SELECT COUNT(*) FROM {floor}.ledger WHERE task_id IS NOT NULL),
+                    (SELECT COUNT(*) FROM {floor}.event WHERE text <> '' AND task_id IS NOT NULL)"
+        ),
+        &[],
+    )?;
+    let (tasks, entries, events): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
     anyhow::ensure!(
         tasks > 0 && entries == 3 * tasks && events == tasks,
         "the floor holds {tasks} tasks, {entries} entries, {events} events"
