@@ -58,16 +58,11 @@ struct Api {
 
 impl Daemon {
     fn start(data_dir: &Path) -> Daemon {
-        let mut child = agentmesh()
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let (child, log) = DaemonLog::spawn(agentmesh().arg("--data-dir").arg(data_dir).args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ]));
         let url = log.address(DEADLINE);
         let token = std::fs::read_to_string(data_dir.join("daemon.token")).expect("the token file");
         let http = reqwest::blocking::Client::builder().timeout(DEADLINE).build().expect("an HTTP client");

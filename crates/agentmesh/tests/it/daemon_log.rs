@@ -3,7 +3,7 @@
 //! `listening on http://ADDR (token file: PATH)` handed over once printed.
 
 use std::io::{BufRead, BufReader};
-use std::process::ChildStderr;
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,19 @@ pub(crate) struct DaemonLog {
 }
 
 impl DaemonLog {
+    /// Starts `command` (a daemon) with no stdin or stdout, and reads its
+    /// stderr.
+    pub(crate) fn spawn(command: &mut Command) -> (Child, DaemonLog) {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the daemon starts");
+        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        (child, log)
+    }
+
     /// Starts reading `stderr`.
     pub(crate) fn watch(stderr: ChildStderr) -> DaemonLog {
         let lines = Arc::new(Mutex::new(Vec::new()));

@@ -92,16 +92,9 @@ impl Daemon {
 
     /// The daemon with `globals` (such as `--database-url URL`) before `serve`.
     fn start_with(globals: &[&str], data_dir: &Path) -> Daemon {
-        let mut child = agentmesh()
-            .args(globals)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let (child, log) = DaemonLog::spawn(
+            agentmesh().args(globals).args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(data_dir),
+        );
         let url = log.address(DEADLINE);
         let token = std::fs::read_to_string(data_dir.join("daemon.token")).expect("the token file");
         Daemon { child, url, token: token.trim().to_owned() }

@@ -84,17 +84,9 @@ impl Daemon {
     }
 
     fn start_in(dir: tempfile::TempDir, global: &[&str]) -> Daemon {
-        let mut child = agentmesh()
-            .args(global)
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(["--request-timeout", "2s", "serve", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let serve = ["--request-timeout", "2s", "serve", "--listen", "127.0.0.1:0"];
+        let (child, log) =
+            DaemonLog::spawn(agentmesh().args(global).arg("--data-dir").arg(dir.path()).args(serve));
         let url = log.address(RECOVERY);
         let token = std::fs::read_to_string(dir.path().join("daemon.token")).expect("the token file");
         let http = reqwest::blocking::Client::builder().timeout(RECOVERY).build().expect("an HTTP client");

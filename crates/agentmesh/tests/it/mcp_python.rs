@@ -179,17 +179,12 @@ impl Daemon {
         for var in ["AGENTMESH_HOME", "AGENTMESH_MESH", "AGENTMESH_SERVER", "AGENTMESH_TOKEN"] {
             cmd.env_remove(var);
         }
-        let mut child = cmd
-            .env("RUST_LOG", "warn")
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("agentmesh serve starts");
-        let log = DaemonLog::watch(child.stderr.take().unwrap());
+        let (child, log) =
+            DaemonLog::spawn(cmd.env("RUST_LOG", "warn").arg("--data-dir").arg(&data_dir).args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+            ]));
         let url = log.address(DAEMON_START);
         Daemon { _dir: dir, data_dir, child, url, log }
     }

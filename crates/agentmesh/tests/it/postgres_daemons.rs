@@ -162,20 +162,16 @@ struct Daemon {
 impl Daemon {
     fn start(installation: &Installation) -> Daemon {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let mut child = agentmesh()
-            // The leadership and the reaper's reclaims are logged at info.
-            .env("RUST_LOG", "warn,agentmesh_postgres=info,agentmesh_daemon::upkeep=info")
-            .arg("--database-url")
-            .arg(installation.url())
-            .args(["--database-schema", installation.name(), "--data-dir"])
-            .arg(dir.path())
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let (child, log) = DaemonLog::spawn(
+            agentmesh()
+                // The leadership and the reaper's reclaims are logged at info.
+                .env("RUST_LOG", "warn,agentmesh_postgres=info,agentmesh_daemon::upkeep=info")
+                .arg("--database-url")
+                .arg(installation.url())
+                .args(["--database-schema", installation.name(), "--data-dir"])
+                .arg(dir.path())
+                .args(["serve", "--listen", "127.0.0.1:0"]),
+        );
         let url = log.address(DEADLINE);
         let token = std::fs::read_to_string(dir.path().join("daemon.token")).expect("the token file");
         Daemon { dir, child, endpoint: Endpoint { url, token: token.trim().to_owned() }, log }

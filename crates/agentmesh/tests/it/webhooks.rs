@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -240,17 +240,13 @@ impl Daemon {
     }
 
     fn restart(&mut self) {
-        let mut child = agentmesh()
-            .env("RUST_LOG", "warn,agentmesh_postgres=info")
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let (child, log) = DaemonLog::spawn(
+            agentmesh()
+                .env("RUST_LOG", "warn,agentmesh_postgres=info")
+                .arg("--data-dir")
+                .arg(&self.dir)
+                .args(&self.args),
+        );
         self.url = log.address(DEADLINE);
         self.token =
             std::fs::read_to_string(self.dir.join("daemon.token")).expect("the token").trim().to_owned();

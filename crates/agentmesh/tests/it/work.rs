@@ -94,15 +94,9 @@ struct Daemon {
 impl Daemon {
     fn start() -> Daemon {
         let dir = tempfile::tempdir().expect("a temp dir");
-        let mut child = agentmesh()
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve starts");
-        let log = DaemonLog::watch(child.stderr.take().expect("piped stderr"));
+        let (child, log) = DaemonLog::spawn(
+            agentmesh().args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(dir.path()),
+        );
         let url = log.address(DEADLINE);
         Daemon { dir, child, url }
     }
