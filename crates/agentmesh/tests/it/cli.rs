@@ -70,6 +70,50 @@ impl Run {
         );
         self
     }
+
+    /// Runs `cmd` to its end.
+    pub(super) fn of(cmd: &mut Command) -> Run {
+        Run::from_output(cmd.output().expect("the binary runs"))
+    }
+
+    /// The run, once its exit code is `expected`.
+    #[track_caller]
+    pub(super) fn code(self, expected: i32) -> Run {
+        self.assert_code(expected);
+        self
+    }
+
+    /// The run, once it succeeded.
+    #[track_caller]
+    pub(super) fn ok(self) -> Run {
+        self.code(0)
+    }
+
+    /// Asserts that stderr holds each of `parts`.
+    #[track_caller]
+    pub(super) fn says(&self, parts: &[&str]) -> &Run {
+        for part in parts {
+            assert!(self.stderr.contains(part), "stderr does not say {part:?}:\n{}", self.stderr);
+        }
+        self
+    }
+
+    /// The error message on stderr, without the `agentmesh: ` prefix.
+    #[track_caller]
+    pub(super) fn error(&self) -> &str {
+        let line = self.stderr.lines().rfind(|l| l.starts_with("agentmesh: ")).unwrap_or_else(|| {
+            panic!("no `agentmesh: ` error line on stderr:\n{}", self.stderr);
+        });
+        line.trim_start_matches("agentmesh: ")
+    }
+
+    /// Asserts that the error message ends with `fix`, and returns the run.
+    #[track_caller]
+    pub(super) fn ends_with_fix(self, fix: &str) -> Run {
+        let error = self.error();
+        assert!(error.ends_with(fix), "the error does not end with {fix:?}:\n{error}");
+        self
+    }
 }
 
 impl Mesh {

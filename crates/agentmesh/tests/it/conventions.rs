@@ -10,11 +10,13 @@
 use std::io::Write as _;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tempfile::TempDir;
+
+use super::cli::Run;
 
 /// How long any wait may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -24,49 +26,6 @@ fn agentmesh() -> Command {
     let mut cmd = super::agentmesh();
     cmd.stdin(Stdio::null());
     cmd
-}
-
-/// One finished run.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn of(cmd: &mut Command) -> Run {
-        let output: Output = cmd.output().expect("the binary runs");
-        Run {
-            code: output.status.code().expect("the binary exited normally"),
-            stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-            stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-        }
-    }
-
-    #[track_caller]
-    fn code(self, expected: i32) -> Run {
-        assert_eq!(
-            self.code, expected,
-            "unexpected exit code\n--- stdout\n{}\n--- stderr\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
-    }
-
-    /// Asserts that stderr holds each of `parts`.
-    #[track_caller]
-    fn says(&self, parts: &[&str]) -> &Run {
-        for part in parts {
-            assert!(self.stderr.contains(part), "stderr does not say {part:?}:\n{}", self.stderr);
-        }
-        self
-    }
 }
 
 /// Runs `agentmesh --data-dir DIR ARGS`.

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use tempfile::TempDir;
 
+use super::cli::Run;
+
 /// How long any wait may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -25,57 +27,6 @@ fn agentmesh() -> Command {
     let mut cmd = super::agentmesh();
     cmd.stdin(Stdio::null());
     cmd
-}
-
-/// One finished run of the binary.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn of(cmd: &mut Command) -> Run {
-        let output = cmd.output().expect("the binary runs");
-        Run {
-            code: output.status.code().expect("the binary exited normally"),
-            stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-            stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-        }
-    }
-
-    #[track_caller]
-    fn code(self, expected: i32) -> Run {
-        assert_eq!(
-            self.code, expected,
-            "unexpected exit code\n--- stdout\n{}\n--- stderr\n{}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
-    }
-
-    /// The error message on stderr, without the `agentmesh: ` prefix.
-    #[track_caller]
-    fn error(&self) -> &str {
-        let line = self.stderr.lines().rfind(|l| l.starts_with("agentmesh: ")).unwrap_or_else(|| {
-            panic!("no `agentmesh: ` error line on stderr:\n{}", self.stderr);
-        });
-        line.trim_start_matches("agentmesh: ")
-    }
-
-    /// Asserts that the error message ends with `fix`, and returns the run.
-    #[track_caller]
-    fn ends_with_fix(self, fix: &str) -> Run {
-        let error = self.error();
-        assert!(error.ends_with(fix), "the error does not end with {fix:?}:\n{error}");
-        self
-    }
 }
 
 /// A data dir of its own, readable by the owner only (as agentmesh makes one).

@@ -6,11 +6,12 @@
 //! as what they wait for has happened; signals are sent with `kill(2)`.
 
 use super::agentmesh;
+use super::cli::Run;
 use crate::daemon_log::DaemonLog;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitStatus, Output, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -21,35 +22,6 @@ use tempfile::TempDir;
 /// How long any wait may take before the test gives up.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// One finished run.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn from(output: Output) -> Run {
-        Run {
-            code: output.status.code().expect("the binary exited normally"),
-            stdout: String::from_utf8(output.stdout).expect("UTF-8 stdout"),
-            stderr: String::from_utf8(output.stderr).expect("UTF-8 stderr"),
-        }
-    }
-
-    #[track_caller]
-    fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "command failed\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr);
-        self
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|err| panic!("stdout is not one JSON document ({err}):\n{}", self.stdout))
-    }
-}
-
 /// Runs the binary on `data_dir` with `args` and waits for it.
 fn run(data_dir: &Path, args: &[&str]) -> Run {
     let output = agentmesh()
@@ -59,7 +31,7 @@ fn run(data_dir: &Path, args: &[&str]) -> Run {
         .stdin(Stdio::null())
         .output()
         .expect("the binary runs");
-    Run::from(output)
+    Run::from_output(output)
 }
 
 /// Sends `signal` (`INT`, `TERM`) to a process.
@@ -916,7 +888,7 @@ fn the_demo_uses_a_temporary_dir_removes_it_and_ignores_agentmesh_home() {
         .stdin(Stdio::null())
         .output()
         .expect("the demo runs");
-    let demo = Run::from(output).ok();
+    let demo = Run::from_output(output).ok();
     assert!(demo.stdout.starts_with("demo passed: 5 of 5 tasks completed"), "{}", demo.stdout);
     assert!(demo.stdout.contains("each task's exactly once"), "{}", demo.stdout);
     // `daemon       http://ADDR (data dir DIR, removed at exit)`
