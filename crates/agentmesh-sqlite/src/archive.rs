@@ -158,12 +158,14 @@ fn mesh_retention(conn: &Connection, mesh_id: &str) -> Res<MeshRetention> {
         .prepare_cached("SELECT CAST(value AS TEXT) FROM mesh_meta WHERE key = ?1")?
         .query_row([retention_key(mesh_id)], |r| r.get(0))
         .optional()?;
-    match text {
-        None => Ok(MeshRetention::default()),
-        Some(text) => serde_json::from_str(&text).map_err(|e| {
-            Fail(StoreError::Corrupt { what: format!("retention of mesh {mesh_id}"), problem: e.to_string() })
-        }),
-    }
+    text.map_or_else(|| Ok(MeshRetention::default()), |text| decode_windows(mesh_id, &text))
+}
+
+/// A mesh's own windows as `mesh_meta` keeps them (JSON).
+fn decode_windows(mesh_id: &str, text: &str) -> Res<MeshRetention> {
+    serde_json::from_str(text).map_err(|e| {
+        Fail(StoreError::Corrupt { what: format!("retention of mesh {mesh_id}"), problem: e.to_string() })
+    })
 }
 
 /// Every mesh with windows of its own, with them.
@@ -175,9 +177,7 @@ pub(crate) fn own_windows(conn: &Connection) -> Res<Vec<(String, MeshRetention)>
     let mut own = Vec::new();
     for row in rows {
         let (mesh_id, text) = row?;
-        let windows = serde_json::from_str(&text).map_err(|e| {
-            Fail(StoreError::Corrupt { what: format!("retention of mesh {mesh_id}"), problem: e.to_string() })
-        })?;
+        let windows = decode_windows(&mesh_id, &text)?;
         own.push((mesh_id, windows));
     }
     Ok(own)

@@ -244,9 +244,14 @@ pub struct ArchiveContents {
 }
 
 impl ArchiveContents {
-    fn of(path: &Path, (tasks, ledger_entries): (u64, u64)) -> Res<ArchiveContents> {
+    /// The archive file at `path` holding `counts` (tasks, ledger entries);
+    /// `None` when it holds nothing.
+    fn of(path: &Path, (tasks, ledger_entries): (u64, u64)) -> Res<Option<ArchiveContents>> {
+        if (tasks, ledger_entries) == (0, 0) {
+            return Ok(None);
+        }
         let bytes = fs::metadata(path).map_err(crate::io_error)?.len();
-        Ok(ArchiveContents { path: path.to_owned(), bytes, tasks, ledger_entries })
+        Ok(Some(ArchiveContents { path: path.to_owned(), bytes, tasks, ledger_entries }))
     }
 }
 
@@ -401,7 +406,7 @@ fn backup_res(
     temp.disarm();
     if let Some((archive_temp, counts)) = archive {
         archive_temp.disarm();
-        report.archive = Some(ArchiveContents::of(&archive_dest, counts)?);
+        report.archive = ArchiveContents::of(&archive_dest, counts)?;
     }
     sync_dir(dest)?;
     report.path = dest.to_owned();
@@ -530,10 +535,7 @@ pub fn verify_database(path: &Path) -> StoreResult<BackupReport> {
         let mut report = verify(path)?;
         let archive = crate::archive::file_of(path);
         if archive.is_file() {
-            let counts = archive_counts(&archive)?;
-            if counts != (0, 0) {
-                report.archive = Some(ArchiveContents::of(&archive, counts)?);
-            }
+            report.archive = ArchiveContents::of(&archive, archive_counts(&archive)?)?;
         }
         Ok(report)
     };
@@ -672,9 +674,7 @@ fn restore_res(
     match archive {
         Some((archive_temp, counts)) => {
             archive_temp.disarm();
-            if counts != (0, 0) {
-                restored.archive = Some(ArchiveContents::of(&archive_target, counts)?);
-            }
+            restored.archive = ArchiveContents::of(&archive_target, counts)?;
         }
         None => archive_kept = archive_holding(&archive_target)?,
     }
@@ -811,7 +811,7 @@ fn archive_holding(path: &Path) -> Res<Option<ArchiveContents>> {
     let conn = open_read_only(path)?;
     let counts = archive_rows(&conn)?;
     close(conn)?;
-    if counts == (0, 0) { Ok(None) } else { ArchiveContents::of(path, counts).map(Some) }
+    ArchiveContents::of(path, counts)
 }
 
 /// Makes the copy at `path` a database of its own: a new database id, and
@@ -1197,8 +1197,9 @@ fn column_exists(conn: &Connection, table: &str, column: &str) -> Res<bool> {
 }
 
 /// Whether `path` names the database `db`, a file SQLite keeps beside it, or
-/// its archive (symbolic links to their directories followed).
-fn names_database(path: &Path, db: &Path) -> bool {
+/// its archive or a file beside that (symbolic links to their directories
+/// followed; the file itself need not exist).
+pub fn names_database(path: &Path, db: &Path) -> bool {
     let resolve = |p: &Path| {
         let dir = parent_dir(p).canonicalize().unwrap_or_else(|_| parent_dir(p).to_owned());
         p.file_name().map(|name| dir.join(name))
@@ -1363,6 +1364,23 @@ mod tests {
             |r| r.get(0),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn the_database_its_companions_and_its_archive_are_recognized() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join(DB_FILE_NAME);
+        for name in [
+            "mesh-runtime.db",
+            "mesh-runtime.db-wal",
+            "mesh-runtime.db-archive",
+            "mesh-runtime.db-archive-journal",
+        ] {
+            assert!(names_database(&dir.path().join(name), &db), "{name}");
+        }
+        assert!(names_database(&dir.path().join(".").join("mesh-runtime.db"), &db));
+        assert!(!names_database(&dir.path().join("copy.db"), &db));
+        assert!(!names_database(&dir.path().join("copy.db-archive"), &db));
     }
 
     #[test]

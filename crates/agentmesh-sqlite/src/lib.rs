@@ -54,7 +54,8 @@ mod writes;
 pub use adhdev_import::{OriginalDbReport, TableImport};
 pub use backup::{
     ArchiveContents, BackupProgress, BackupRefusal, BackupReport, BackupTotals, CompactedFile, MeshContents,
-    NumbersAbove, RestoreReport, backup_database, compact_database, restore_database, verify_database,
+    NumbersAbove, RestoreReport, backup_database, compact_database, names_database, restore_database,
+    verify_database,
 };
 pub use durability::{Durability, OpenOptions};
 pub use migrations::LATEST_VERSION as SCHEMA_VERSION;

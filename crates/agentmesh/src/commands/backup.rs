@@ -48,7 +48,7 @@ pub(super) fn backup(ctx: &Context, args: BackupArgs, out: &mut Output) -> anyho
             InvalidInput::new("dest", format!("the directory {} does not exist", parent.display())).into()
         );
     }
-    if is_database_file(dest, &source) {
+    if agentmesh_sqlite::names_database(dest, &source) {
         return Err(InvalidInput::new(
             "dest",
             format!("{} is the database itself (or one of its files): name another file", dest.display()),
@@ -94,7 +94,8 @@ pub(super) fn restore(ctx: &Context, args: RestoreArgs, out: &mut Output) -> any
     }
     let target = database_path(config);
     let legacy = config.dir().join(LEGACY_DB_FILE_NAME);
-    if is_database_file(backup, &target) || is_database_file(backup, &legacy) {
+    if agentmesh_sqlite::names_database(backup, &target) || agentmesh_sqlite::names_database(backup, &legacy)
+    {
         return Err(InvalidInput::new(
             "backup",
             format!("{} is the data dir's database itself: name a backup file", backup.display()),
@@ -179,32 +180,28 @@ fn embedded_only(ctx: &Context, command: &str) -> anyhow::Result<()> {
         .into());
     }
     if let Some(pg) = ctx.store_config().postgres() {
-        if command == "archive compact" {
-            return Err(InvalidInput::new(
-                "databaseUrl",
+        let schema = &pg.schema;
+        let instead = match command {
+            "archive compact" => format!(
+                "PostgreSQL's autovacuum keeps the space retention frees for reuse, and `VACUUM FULL` on the \
+                 tables of schema {schema} gives it back to the file system"
+            ),
+            _ => {
+                let (tool, what) = match command {
+                    "restore" => ("pg_restore", "restore a dump"),
+                    _ => ("pg_dump", "back it up"),
+                };
                 format!(
-                    "names a PostgreSQL installation, and archive compact works on the embedded SQLite \
-                     database only: PostgreSQL's autovacuum keeps the space retention frees for reuse, and \
-                     `VACUUM FULL` on the tables of schema {} gives it back to the file system",
-                    pg.schema
-                ),
-            )
-            .into());
-        }
-        let (tool, what) = match command {
-            "restore" => ("pg_restore", "restore a dump"),
-            _ => ("pg_dump", "back it up"),
+                    "{what} with PostgreSQL's own tools ({tool}; `pg_dump -n {schema} -Fc` takes a logical copy of \
+                     the installation's schema, `pg_restore` puts it back), or with base backups and WAL archiving \
+                     for point-in-time recovery (PITR); `agentmesh migrate --from <url> --to <data-dir>` copies \
+                     its meshes into an embedded database, which {command} then works on"
+                )
+            }
         };
         return Err(InvalidInput::new(
             "databaseUrl",
-            format!(
-                "names a PostgreSQL installation, and {command} works on the embedded SQLite database only: \
-                 {what} with PostgreSQL's own tools ({tool}; `pg_dump -n {schema} -Fc` takes a logical copy of \
-                 the installation's schema, `pg_restore` puts it back), or with base backups and WAL archiving \
-                 for point-in-time recovery (PITR); `agentmesh migrate --from <url> --to <data-dir>` copies its \
-                 meshes into an embedded database, which {command} then works on",
-                schema = pg.schema
-            ),
+            format!("names a PostgreSQL installation, and {command} works on the embedded SQLite database only: {instead}"),
         )
         .into());
     }
@@ -246,26 +243,6 @@ fn existing_database(config: &StoreConfig) -> Option<PathBuf> {
     }
     let legacy = config.dir().join(LEGACY_DB_FILE_NAME);
     (config.database_file().is_none() && legacy.is_file()).then_some(legacy)
-}
-
-/// Whether `path` names the database `db` or one of the files beside it (its
-/// archive too).
-fn is_database_file(path: &Path, db: &Path) -> bool {
-    let resolve = |p: &Path| {
-        let absolute = std::path::absolute(p).unwrap_or_else(|_| p.to_owned());
-        match (absolute.parent(), absolute.file_name()) {
-            // The directory resolved (symbolic links followed), the name kept: the
-            // file itself may not exist yet.
-            (Some(dir), Some(name)) => dir.canonicalize().map_or_else(|_| absolute.clone(), |d| d.join(name)),
-            _ => absolute,
-        }
-    };
-    let (path, db) = (resolve(path), resolve(db));
-    ["", "-wal", "-shm", "-journal", "-archive", "-archive-journal"].into_iter().any(|suffix| {
-        let mut companion = db.clone().into_os_string();
-        companion.push(suffix);
-        path.as_os_str() == companion
-    })
 }
 
 fn parent_dir(path: &Path) -> &Path {
@@ -553,15 +530,5 @@ mod tests {
         assert_eq!(size(512), "512 bytes");
         assert_eq!(size(4096), "4.0 KiB");
         assert_eq!(size(5 * 1024 * 1024 + 1024 * 512), "5.5 MiB");
-    }
-
-    #[test]
-    fn the_database_and_its_companions_are_recognized() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join(DB_FILE_NAME);
-        assert!(is_database_file(&db, &db));
-        assert!(is_database_file(&dir.path().join("mesh-runtime.db-wal"), &db));
-        assert!(is_database_file(&dir.path().join(".").join("mesh-runtime.db"), &db));
-        assert!(!is_database_file(&dir.path().join("copy.db"), &db));
     }
 }

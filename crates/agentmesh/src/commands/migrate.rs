@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use agentmesh_core::InvalidInput;
 use agentmesh_postgres::{DEFAULT_SCHEMA, PgOptions};
 use agentmesh_sqlite::DB_FILE_NAME;
-use agentmesh_store::ArchiveStore;
 use agentmesh_store::transfer::{
     ArchiveTally, KindTally, RecordKind, TransferConflict, TransferStore, copy_archive, copy_kind,
 };
@@ -149,13 +148,6 @@ fn transfer(opened: &Opened) -> &dyn TransferStore {
     }
 }
 
-fn archive_of(opened: &Opened) -> &dyn ArchiveStore {
-    match opened {
-        Opened::Sqlite(store) => store,
-        Opened::Postgres(store) => store,
-    }
-}
-
 /// What the copy did, printed as the `--json` document.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -234,9 +226,9 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
         );
     }
     super::log_warnings();
-    let source_store = from.open()?;
+    let source = from.open()?;
     let target = to.open()?;
-    let (source, target) = (transfer(&source_store), transfer(&target));
+    let (source, target) = (transfer(&source), transfer(&target));
 
     let mut stderr = io::stderr();
     let meshes = source
@@ -248,10 +240,8 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
         Summary { from: from.describe(), to: to.describe(), meshes: Vec::new(), totals: Totals::default() };
     for (n, mesh_id) in meshes.iter().enumerate() {
         let mut copy = MeshCopy { mesh_id: mesh_id.clone(), kinds: Default::default(), archive: None };
-        let archived = archive_of(&source_store)
-            .archive_state(mesh_id, None, crate::now())
-            .with_context(|| format!("failed to read the archive of mesh {mesh_id}"))?;
-        if archived.tasks + archived.ledger_entries > 0 {
+        {
+            // A block of its own: the progress line borrows stderr until the copy ends.
             let mut due = every(PROGRESS_EVERY);
             let mut progress = |tally: &ArchiveTally| {
                 if due() {
@@ -264,20 +254,23 @@ pub(crate) fn run(global: &GlobalArgs, args: MigrateArgs, out: &mut Output) -> a
             };
             let tally = copy_archive(source, target, mesh_id, args.page_size, &mut progress)
                 .with_context(|| format!("failed to copy the archive of mesh {mesh_id}"))?;
-            let _ = writeln!(
-                io::stderr(),
-                "mesh {mesh_id} ({}/{}): archive: {} task(s) and {} ledger entries copied, {} already there; \
-                 the target's retention archives them again",
-                n + 1,
-                meshes.len(),
-                tally.tasks.copied,
-                tally.ledger.copied,
-                tally.tasks.existing + tally.ledger.existing,
-            );
-            for t in [&tally.tasks, &tally.ledger] {
-                summary.totals.add(t);
+            // A source without an archive reads nothing, and nothing is said of it.
+            if tally.tasks.read + tally.ledger.read > 0 {
+                let _ = writeln!(
+                    io::stderr(),
+                    "mesh {mesh_id} ({}/{}): archive: {} task(s) and {} ledger entries copied, {} already there; \
+                     the target's retention archives them again",
+                    n + 1,
+                    meshes.len(),
+                    tally.tasks.copied,
+                    tally.ledger.copied,
+                    tally.tasks.existing + tally.ledger.existing,
+                );
+                for t in [&tally.tasks, &tally.ledger] {
+                    summary.totals.add(t);
+                }
+                copy.archive = Some(tally);
             }
-            copy.archive = Some(tally);
         }
         for kind in RecordKind::ALL {
             let mut due = every(PROGRESS_EVERY);

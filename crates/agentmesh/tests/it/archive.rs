@@ -21,10 +21,12 @@ fn json(dir: &std::path::Path, args: &[&str]) -> Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}: {stdout}"))
 }
 
-/// A temporary folder and the data dir `data` in it (not made yet).
-fn data_dir() -> (tempfile::TempDir, std::path::PathBuf) {
+/// A temporary folder with the data dir `data` in it, holding
+/// [`one_done_one_open`] with `summary`.
+fn seeded(summary: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
+    one_done_one_open(&data, summary);
     (dir, data)
 }
 
@@ -38,9 +40,8 @@ fn one_done_one_open(data: &std::path::Path, summary: &str) {
 
 #[test]
 fn archive_run_status_export_and_drop_on_a_data_dir() {
-    let (dir, data) = data_dir();
+    let (dir, data) = seeded("did it");
     let data = data.as_path();
-    one_done_one_open(data, "did it");
     // The defaults keep a task finished a moment ago.
     let kept = json(data, &["archive", "run"]);
     assert_eq!(kept["tasksArchived"], 0, "{kept}");
@@ -90,9 +91,8 @@ fn archive_run_status_export_and_drop_on_a_data_dir() {
 
 #[test]
 fn a_task_history_reads_the_archive_and_the_hot_ledger_alike() {
-    let (_dir, data) = data_dir();
+    let (_dir, data) = seeded("did it");
     let data = data.as_path();
-    one_done_one_open(data, "did it");
     let history = |task: &str| -> Vec<String> {
         let entries = json(data, &["ledger", "tail", "--task", task]);
         let entries = entries.as_array().unwrap_or_else(|| panic!("{entries}"));
@@ -126,9 +126,8 @@ fn a_task_history_reads_the_archive_and_the_hot_ledger_alike() {
 
 #[test]
 fn a_backup_carries_the_archive_and_a_restore_puts_it_back() {
-    let (dir, data) = data_dir();
+    let (dir, data) = seeded("done");
     let data = data.as_path();
-    one_done_one_open(data, "done");
 
     // An archive that holds nothing yet is not copied.
     let first = dir.path().join("first.db");

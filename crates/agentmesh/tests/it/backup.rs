@@ -419,21 +419,36 @@ fn a_backup_never_replaces_a_file_without_force() {
 }
 
 #[test]
-fn postgres_installations_are_pointed_to_their_own_tools() {
+fn postgres_installations_and_daemons_are_pointed_elsewhere_and_nothing_is_written() {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let url = "postgres://agentmesh@127.0.0.1:1/mesh";
     let dest = tmp.path().join("backup.db");
     for (args, tool) in [
         (vec!["backup", path_str(&dest)], "pg_dump -n agentmesh"),
         (vec!["restore", path_str(&dest)], "pg_restore"),
+        (vec!["archive", "compact"], "VACUUM FULL"),
     ] {
         let mut all = vec!["--database-url", url];
         all.extend(args);
         let refused = run(tmp.path(), &all);
         assert_eq!(refused.code, 2, "{}", refused.stderr);
-        for needle in [tool, "point-in-time recovery", "agentmesh migrate"] {
+        let pointers: &[&str] = if tool == "VACUUM FULL" {
+            &["autovacuum"]
+        } else {
+            &["point-in-time recovery", "agentmesh migrate"]
+        };
+        for needle in [tool, "invalid databaseUrl"].iter().chain(pointers) {
             assert!(refused.stderr.contains(needle), "{needle:?} in\n{}", refused.stderr);
         }
     }
     assert!(!dest.exists());
+    for command in [vec!["backup", path_str(&dest)], vec!["archive", "compact"]] {
+        let mut all = vec!["--server", "http://127.0.0.1:1"];
+        all.extend(command);
+        let refused = run(tmp.path(), &all);
+        assert_eq!(refused.code, 2, "{}", refused.stderr);
+        assert!(refused.stderr.contains("without --server"), "{}", refused.stderr);
+    }
+    let entries = std::fs::read_dir(tmp.path()).unwrap().count();
+    assert_eq!(entries, 0, "nothing was written");
 }
