@@ -240,6 +240,13 @@ fn assert_node_report(report: &Value) {
     assert_ne!(result["isError"], true, "{result}");
     assert_eq!(result["structuredContent"]["task"]["message"], "written by the Node client");
     assert_eq!(result["structuredContent"]["task"]["taskMode"], "code_change");
+    // The task's history, asked for by its id.
+    let history = &report["taskHistory"];
+    assert_ne!(history["isError"], true, "{history}");
+    let entries = history["structuredContent"]["entries"].as_array().unwrap_or_else(|| panic!("{history}"));
+    let kinds: Vec<&Value> = entries.iter().map(|e| &e["kind"]).collect();
+    assert_eq!(kinds, [&json!("task_dispatched")], "{history}");
+    assert_eq!(entries[0]["payload"]["taskId"], result["structuredContent"]["task"]["id"]);
 }
 
 #[test]

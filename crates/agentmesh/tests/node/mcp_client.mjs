@@ -2,7 +2,8 @@
 // SDK's stdio client spawns the server (Node hands a child Unix socketpairs for
 // its stdin and stdout), lists the tools and runs one call. Every tool's input
 // schema is compiled by ajv with its default options, once as draft-07 and once
-// as draft 2020-12, and the call's arguments are validated against its schema.
+// as draft 2020-12, and the call's arguments are validated against its schema;
+// then the enqueued task's history is read back with ledger_tail and its taskId.
 //
 // Usage: node mcp_client.mjs <agentmesh binary> <data dir> [global option ...]
 // The global options (such as --database-url URL) go before `mcp`.
@@ -46,6 +47,15 @@ for (const [dialect, Validator] of [["draft-07", Ajv], ["2020-12", Ajv2020]]) {
 }
 
 const result = await client.callTool(call);
+const history = { name: "ledger_tail", arguments: { taskId: result.structuredContent?.task?.id ?? "" } };
+for (const [dialect, Validator] of [["draft-07", Ajv], ["2020-12", Ajv2020]]) {
+  const ajv = new Validator();
+  const validate = ajv.compile(tools.find((tool) => tool.name === history.name).inputSchema);
+  if (!validate(history.arguments)) {
+    schemaErrors.push(`${dialect} ${history.name}: the call's arguments fail: ${ajv.errorsText(validate.errors)}`);
+  }
+}
+const taskHistory = await client.callTool(history);
 await client.close();
 
 process.stdout.write(
@@ -54,5 +64,6 @@ process.stdout.write(
     tools: tools.map((tool) => tool.name),
     schemaErrors,
     result,
+    taskHistory,
   }),
 );
