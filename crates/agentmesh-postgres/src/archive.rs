@@ -224,7 +224,7 @@ fn move_tasks(db: &Db<'_>, mesh_id: &str, window: Window, now: Timestamp, left: 
         let fetch = i64::try_from(want + 1).unwrap_or(i64::MAX);
         for row in db.query(TASK_CANDIDATES, &[&mesh_id, &status.as_str(), &cutoff, &fetch])? {
             let id: String = row.get(0);
-            let task = decode_task(&id, row.get(1))?;
+            let task = crate::tasks::decode(&id, row.get(1))?;
             if !retention::task_expired(task.status, &task.updated_at, window, now) {
                 continue;
             }

@@ -34,6 +34,7 @@ mod locks;
 mod migrations;
 mod missions;
 mod overview;
+mod payload;
 mod pool;
 mod reservations;
 mod runtime;

@@ -48,10 +48,15 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0007_inbox_envelope_columns.sql"),
     },
     Migration { version: 8, name: "0008_archive", sql: include_str!("../migrations/0008_archive.sql") },
+    Migration {
+        version: 9,
+        name: "0009_packed_payloads",
+        sql: include_str!("../migrations/0009_packed_payloads.sql"),
+    },
 ];
 
 /// The schema version this build brings an installation to.
-pub const LATEST_VERSION: i64 = 8;
+pub const LATEST_VERSION: i64 = 9;
 
 /// Creates the schema when missing and applies the steps it lacks. A schema
 /// migrated past [`LATEST_VERSION`] (by a newer agentmesh) is refused, unchanged.

@@ -11,7 +11,7 @@
 
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DirectDispatch, IdleSession, LedgerEntry, Mission,
-    SessionDelivery, Task,
+    SessionDelivery,
 };
 use agentmesh_store::transfer::{
     EventRoute, ExportPage, ImportReport, PageKey, PresenceRecord, RecordKind, Records, StoredEvent,
@@ -142,8 +142,7 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
         RecordKind::Tasks => {
             let (tasks, last) = by_row(db, TASKS, page, 2, |r| {
                 let id: String = r.get(0);
-                let payload: String = r.get(1);
-                Task::from_json(&payload).map_err(|e| corrupt(format!("task {id}"), e))
+                crate::tasks::decode(&id, r.get(1))
             })?;
             (Records::Tasks(tasks), last)
         }
@@ -187,7 +186,7 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
                     mesh_id: r.get(1),
                     coordinator_daemon_id: r.get(2),
                     name: r.get(3),
-                    payload: r.get(4),
+                    payload: crate::payload::json(r.get(4))?,
                     fingerprint: r.get(5),
                     queued_at_ms: r.get(6),
                     drained: !queued,
@@ -587,7 +586,7 @@ fn import_event(db: &Db<'_>, e: &StoredEvent, report: &mut ImportReport) -> Res<
             &e.mesh_id,
             &e.coordinator_daemon_id,
             &e.name,
-            &e.payload,
+            &crate::payload::stored(&e.payload),
             &e.fingerprint,
             &e.queued_at_ms,
             &r.event_id,

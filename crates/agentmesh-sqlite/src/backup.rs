@@ -1394,6 +1394,7 @@ mod tests {
         let conn = Connection::open(&db).unwrap();
         conn.execute_batch("PRAGMA auto_vacuum = NONE; VACUUM;").unwrap();
         conn.execute("DELETE FROM mesh_queue WHERE id <> 'seed-7'", []).unwrap();
+        conn.execute("DELETE FROM mesh_event_ledger", []).unwrap();
         conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
         drop(conn);
 

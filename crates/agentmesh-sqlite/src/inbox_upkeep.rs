@@ -33,6 +33,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, params, params_from_iter};
 use serde_json::Value;
 
+use crate::payload::Json;
 use crate::{Res, SqliteStore, ledger};
 
 /// Undrained events expired per transaction of the retention sweep, so a long
@@ -250,7 +251,8 @@ const EXPORT_ALL: &str =
 fn export_payloads(conn: &Connection, mesh_id: &str, include_drained: bool) -> Res<Vec<String>> {
     let sql = if include_drained { EXPORT_ALL } else { EXPORT_UNDRAINED };
     let mut stmt = conn.prepare_cached(sql)?;
-    let payloads = stmt.query_map([mesh_id], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let payloads =
+        stmt.query_map([mesh_id], |r| r.get::<_, Json>(0).map(String::from))?.collect::<Result<_, _>>()?;
     Ok(payloads)
 }
 
@@ -450,7 +452,7 @@ fn expire_chunk(
             Ok(Expired {
                 id: r.get(0)?,
                 event: r.get(1)?,
-                payload: r.get(2)?,
+                payload: r.get::<_, Json>(2)?.0,
                 queued_at: r.get(3)?,
                 lane: r.get(4)?,
             })

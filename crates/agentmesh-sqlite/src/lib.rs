@@ -42,6 +42,7 @@ mod migrations;
 mod missions;
 mod overview;
 mod paths;
+mod payload;
 mod reservations;
 mod runtime;
 mod space;
@@ -658,8 +659,11 @@ mod tests {
 
     const NOW: Timestamp = Timestamp::from_millis(1_735_689_600_000);
 
+    /// A task whose message is `bytes` long and does not compress much (payloads
+    /// are stored deflated), so its size is the room it takes.
     fn task(id: &str, bytes: usize) -> NewTask {
-        NewTask { id: Some(id.to_owned()), message: "x".repeat(bytes), ..NewTask::default() }
+        let message = agentmesh_test_support::incompressible(bytes, 7);
+        NewTask { id: Some(id.to_owned()), message, ..NewTask::default() }
     }
 
     /// Caps the database at its present size plus `extra_pages`: SQLite then

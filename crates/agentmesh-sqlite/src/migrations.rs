@@ -90,6 +90,11 @@ const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0018_inbox_envelope_columns.sql"),
         after: None,
     },
+    Migration {
+        name: "0019_packed_payloads",
+        sql: include_str!("../migrations/0019_packed_payloads.sql"),
+        after: None,
+    },
 ];
 
 /// The schema version (`PRAGMA user_version`) of a fully migrated database.

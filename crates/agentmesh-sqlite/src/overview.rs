@@ -8,32 +8,34 @@ use agentmesh_store::{MeshSummary, PendingAddressee, StatusCount};
 use rusqlite::Connection;
 
 use crate::Res;
+use crate::payload::Json;
 
 /// Undrained events of the mesh grouped by addressee: the v2 `intendedFor`
-/// identity when the event has one, else its v1 daemon and session targets.
+/// identity when the event has one, else its v1 daemon and session targets (the
+/// session read from the payload, in Rust: it may be stored deflated).
 pub(crate) fn pending_by_addressee(conn: &Connection, mesh_id: &str) -> Res<Vec<PendingAddressee>> {
     let mut stmt = conn.prepare_cached(
         "SELECT COALESCE(json_extract(e.intended_for, '$.daemonId'), e.coordinator_daemon_id) AS daemon,
                 json_extract(e.intended_for, '$.coordinatorRunId') AS run,
-                COALESCE(json_extract(e.intended_for, '$.sessionId'),
-                         CASE WHEN json_valid(e.payload)
-                              THEN json_extract(e.payload, '$.targetCoordinatorSessionId') END) AS session,
+                json_extract(e.intended_for, '$.sessionId') AS session,
+                CASE WHEN json_extract(e.intended_for, '$.sessionId') IS NULL THEN e.payload END AS v1,
                 COUNT(*) AS n
            FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
           WHERE q.mesh_id = ?1
-          GROUP BY daemon, run, session
-          ORDER BY n DESC, daemon, run, session
-          LIMIT 50",
+          GROUP BY daemon, run, session, v1",
     )?;
-    let rows = stmt.query_map([mesh_id], |r| {
-        Ok(PendingAddressee {
-            daemon_id: r.get(0)?,
-            run_id: r.get(1)?,
-            session_id: r.get(2)?,
-            count: r.get::<_, i64>(3)? as u64,
-        })
-    })?;
-    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    let groups = stmt
+        .query_map([mesh_id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get::<_, Option<Json>>(3)?.map(String::from),
+                r.get::<_, i64>(4)? as u64,
+            ))
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(agentmesh_store::inbox_writes::count_by_addressee(groups))
 }
 
 /// Every mesh with a row in any mesh-scoped table, with its counts, by mesh id.

@@ -15,6 +15,7 @@ use agentmesh_store::transfer::{
 use agentmesh_store::{RecordedToolCall, StoreError, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use crate::payload::{Json, Stored};
 use crate::{Fail, Res, SqliteStore};
 
 /// Every mesh with a record of any kind.
@@ -95,8 +96,8 @@ fn export(conn: &Connection, mesh_id: &str, kind: RecordKind, after: &Cursor, li
                 2,
                 |r| {
                     let id: String = r.get(0)?;
-                    let payload: String = r.get(1)?;
-                    Task::from_json(&payload).map_err(|e| corrupt(format!("task {id}"), e))
+                    let payload: Json = r.get(1)?;
+                    Task::from_json(&payload.0).map_err(|e| corrupt(format!("task {id}"), e))
                 },
             )?;
             ExportPage::new(Records::Tasks(tasks), limit, by_row(last))
@@ -298,7 +299,7 @@ fn event_from_row(r: &Row<'_>) -> Res<StoredEvent> {
         mesh_id: r.get(1)?,
         coordinator_daemon_id: r.get(2)?,
         name: r.get(3)?,
-        payload: r.get(4)?,
+        payload: r.get::<_, Json>(4)?.0,
         fingerprint: r.get(5)?,
         queued_at_ms: r.get(6)?,
         drained: !queued,
@@ -674,7 +675,7 @@ fn insert_event(conn: &Connection, e: &StoredEvent) -> Res<()> {
         e.mesh_id,
         e.coordinator_daemon_id,
         e.name,
-        e.payload,
+        Stored::of(&e.payload),
         e.fingerprint,
         e.queued_at_ms,
         r.event_id,

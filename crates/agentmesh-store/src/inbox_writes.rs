@@ -251,6 +251,54 @@ pub fn parse(payload: &str) -> serde_json::Value {
     serde_json::from_str(payload).unwrap_or_else(|_| json!({}))
 }
 
+/// An addressee: its daemon, run and session, each when the events name it.
+type Addressee = (Option<String>, Option<String>, Option<String>);
+
+/// A backend's group of undrained events: daemon, run, `intendedFor` session,
+/// the payload when that session is absent, and how many.
+pub type AddresseeGroup = (Option<String>, Option<String>, Option<String>, Option<String>, u64);
+
+/// Undrained events counted by addressee, as a backend groups them: the
+/// addressed daemon and run, the session of the v2 `intendedFor` identity, and
+/// for a group without one the payload (JSON text) whose v1
+/// `targetCoordinatorSessionId` names the session instead. Groups that name the
+/// same addressee are merged; the 50 largest come back, ties in (daemon, run,
+/// session) order with absent parts first.
+pub fn count_by_addressee(groups: impl IntoIterator<Item = AddresseeGroup>) -> Vec<crate::PendingAddressee> {
+    let mut counts: std::collections::BTreeMap<Addressee, u64> = std::collections::BTreeMap::new();
+    for (daemon, run, session, payload, n) in groups {
+        let session = session.or_else(|| {
+            let payload = parse(payload.as_deref()?);
+            payload.get("targetCoordinatorSessionId")?.as_str().map(str::to_owned)
+        });
+        *counts.entry((daemon, run, session)).or_default() += n;
+    }
+    let mut out: Vec<_> = counts
+        .into_iter()
+        .map(|((daemon_id, run_id, session_id), count)| crate::PendingAddressee {
+            daemon_id,
+            run_id,
+            session_id,
+            count,
+        })
+        .collect();
+    out.sort_by_key(|a| std::cmp::Reverse(a.count)); // stable: key order within a count
+    out.truncate(50);
+    out
+}
+
+/// Whether a stored `mesh:dispatch_blocked` payload is about `task_id` (its
+/// `metadataEvent.taskId`, trimmed, or a number written as one): what retracting
+/// a task's blocked-dispatch notices matches on. A payload that is not JSON is
+/// about no task.
+pub fn is_about_task(payload: &str, task_id: &str) -> bool {
+    match parse(payload).pointer("/metadataEvent/taskId") {
+        Some(serde_json::Value::String(id)) => id.trim() == task_id,
+        Some(serde_json::Value::Number(n)) => task_id == n.to_string(),
+        _ => false,
+    }
+}
+
 /// Queues one event for a coordinator, stamped on the way in: refused whole
 /// when it is not queueable in the mesh; a duplicate (its refine outcome
 /// already queued, or its fingerprint used) is dropped and named.

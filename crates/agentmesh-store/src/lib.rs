@@ -31,6 +31,7 @@ mod error;
 pub mod ids;
 pub mod inbox_writes;
 pub mod legacy;
+pub mod packed;
 pub mod placement;
 pub mod projection;
 mod raw_json;

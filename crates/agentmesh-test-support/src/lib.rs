@@ -38,6 +38,22 @@ pub mod tools;
 
 pub use tools::Tool;
 
+/// `len` letters and digits that deflate barely shortens (stored payloads are
+/// deflated, so a test that needs a row to take room uses these), the same for
+/// the same `seed`.
+pub fn incompressible(len: usize, seed: u32) -> String {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            char::from(ALPHABET[state as usize % ALPHABET.len()])
+        })
+        .collect()
+}
+
 /// Sends the signal named `name` (`INT`, `TERM`, `KILL`, `STOP`) to process
 /// `pid`, as `kill -NAME pid` would, without needing a `kill` program.
 ///

@@ -186,6 +186,7 @@ macro_rules! ms {
 fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Result<()> {
     let conn = Connection::open(floor).with_context(|| format!("failed to create {}", floor.display()))?;
     conn.execute("ATTACH DATABASE ?1 AS p", [product.to_string_lossy()])?;
+    unpacked_sqlite(&conn)?;
     conn.execute_batch(concat!(
         "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;
          CREATE TABLE task (
@@ -212,10 +213,10 @@ fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Res
         ", ",
         ms!("dispatch_ts"),
         ", epoch,
-                json_extract(payload, '$.sourceCoordinatorDaemonId'),
-                json_extract(payload, '$.sourceCoordinatorSessionId'),
-                json_extract(payload, '$.message'), json_extract(payload, '$.finalSummary')
-           FROM p.mesh_queue ORDER BY rowid;
+                json_extract(j.json, '$.sourceCoordinatorDaemonId'),
+                json_extract(j.json, '$.sourceCoordinatorSessionId'),
+                json_extract(j.json, '$.message'), json_extract(j.json, '$.finalSummary')
+           FROM p.mesh_queue q JOIN temp.task_json j ON j.rid = q.rowid ORDER BY q.rowid;
          INSERT INTO ledger
          SELECT seq, id, mesh_id, ",
         ms!("timestamp"),
@@ -225,9 +226,9 @@ fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Res
            FROM p.mesh_event_ledger ORDER BY seq;
          INSERT INTO event
          SELECT id, mesh_id, event_id, randomblob(16), queued_at, 1, coordinator_daemon_id,
-                json_extract(payload, '$.metadataEvent.targetSessionId'),
-                json_extract(payload, '$.metadataEvent.taskId'), json_extract(payload, '$.coordinatorMessage')
-           FROM p.mesh_pending_events ORDER BY rowid;
+                json_extract(j.json, '$.metadataEvent.targetSessionId'),
+                json_extract(j.json, '$.metadataEvent.taskId'), json_extract(j.json, '$.coordinatorMessage')
+           FROM p.mesh_pending_events e JOIN temp.event_json j ON j.rid = e.rowid ORDER BY e.rowid;
          COMMIT;
          DETACH DATABASE p;"
     ))?;
@@ -245,6 +246,48 @@ fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Res
     Ok(())
 }
 
+/// Copies the JSON text of the product's task and event payloads (stored packed,
+/// see `agentmesh_store::packed`) into `temp.task_json` and `temp.event_json`,
+/// keyed by the product row's rowid, for the floor's statements to read.
+fn unpacked_sqlite(conn: &Connection) -> anyhow::Result<()> {
+    for (table, temp) in [("mesh_queue", "task_json"), ("mesh_pending_events", "event_json")] {
+        conn.execute_batch(&format!(
+            "CREATE TEMP TABLE {temp} (rid INTEGER PRIMARY KEY, json TEXT NOT NULL)"
+        ))?;
+        let mut insert = conn.prepare(&format!("INSERT INTO temp.{temp} VALUES (?1, ?2)"))?;
+        let mut read = conn.prepare(&format!("SELECT rowid, CAST(payload AS BLOB) FROM p.{table}"))?;
+        let mut rows = read.query([])?;
+        while let Some(row) = rows.next()? {
+            let stored: Vec<u8> = row.get(1)?;
+            insert.execute(rusqlite::params![
+                row.get::<_, i64>(0)?,
+                agentmesh_store::packed::unpack(&stored)?
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// The same on PostgreSQL: `{floor}.task_json` and `{floor}.event_json`, keyed
+/// by the product row's id (the floor drops them once filled).
+fn unpacked_pg(client: &mut postgres::Client, schema: &str, floor: &str) -> anyhow::Result<()> {
+    for (table, temp) in [("mesh_queue", "task_json"), ("mesh_pending_events", "event_json")] {
+        let (mut ids, mut texts) = (Vec::new(), Vec::new());
+        for row in client.query(&format!("SELECT id, payload FROM {schema}.{table}"), &[])? {
+            ids.push(row.get::<_, String>(0));
+            texts.push(agentmesh_store::packed::unpack(row.get(1))?);
+        }
+        client.batch_execute(&format!(
+            "CREATE TABLE {floor}.{temp} (id text PRIMARY KEY, json jsonb NOT NULL)"
+        ))?;
+        client.execute(
+            &format!("INSERT INTO {floor}.{temp} SELECT * FROM unnest($1::text[], $2::text[]::jsonb[])"),
+            &[&ids, &texts],
+        )?;
+    }
+    Ok(())
+}
+
 /// Milliseconds since the epoch of an ISO column `c`, in PostgreSQL's SQL.
 macro_rules! pg_ms {
     ($c:literal) => {
@@ -254,10 +297,11 @@ macro_rules! pg_ms {
 
 /// Builds the floor in schema `floor` from the product's rows in `schema`.
 fn fill_pg_floor(client: &mut postgres::Client, schema: &str, floor: &str) -> anyhow::Result<()> {
+    client.batch_execute(&format!("CREATE SCHEMA {floor}"))?;
+    unpacked_pg(client, schema, floor)?;
     client.batch_execute(&format!(
         concat!(
-            "CREATE SCHEMA {f};
-             CREATE TABLE {f}.task (
+            "CREATE TABLE {f}.task (
                  mesh_id text COLLATE \"C\" NOT NULL, id text COLLATE \"C\" NOT NULL, status smallint NOT NULL,
                  node text, session text, created_ms bigint NOT NULL, updated_ms bigint NOT NULL,
                  dispatched_ms bigint, epoch integer, coordinator_daemon text, coordinator_session text,
@@ -275,16 +319,15 @@ fn fill_pg_floor(client: &mut postgres::Client, schema: &str, floor: &str) -> an
              CREATE UNIQUE INDEX event_fingerprint ON {f}.event (mesh_id, fingerprint);
              CREATE INDEX event_by_event_id ON {f}.event (mesh_id, event_id);
              INSERT INTO {f}.task
-             SELECT mesh_id, id, 2, assigned_node_id, assigned_session_id, ",
+             SELECT q.mesh_id, q.id, 2, assigned_node_id, assigned_session_id, ",
             pg_ms!("created_at"),
             ", ",
             pg_ms!("updated_at"),
             ", ",
             pg_ms!("dispatch_ts"),
-            ", epoch, payload::jsonb ->> 'sourceCoordinatorDaemonId',
-                    payload::jsonb ->> 'sourceCoordinatorSessionId', payload::jsonb ->> 'message',
-                    payload::jsonb ->> 'finalSummary'
-               FROM {s}.mesh_queue ORDER BY row_id;
+            ", epoch, j.json ->> 'sourceCoordinatorDaemonId',
+                    j.json ->> 'sourceCoordinatorSessionId', j.json ->> 'message', j.json ->> 'finalSummary'
+               FROM {s}.mesh_queue q JOIN {f}.task_json j ON j.id = q.id ORDER BY q.row_id;
              INSERT INTO {f}.ledger
              SELECT seq, id, mesh_id, ",
             pg_ms!("timestamp"),
@@ -293,10 +336,11 @@ fn fill_pg_floor(client: &mut postgres::Client, schema: &str, floor: &str) -> an
                     COALESCE(payload::jsonb ->> 'message', payload::jsonb ->> 'summary')
                FROM {s}.mesh_event_ledger ORDER BY seq;
              INSERT INTO {f}.event
-             SELECT mesh_id, id, event_id, decode(md5(COALESCE(fingerprint, id)), 'hex'), queued_at, 1,
-                    coordinator_daemon_id, payload::jsonb -> 'metadataEvent' ->> 'targetSessionId',
-                    payload::jsonb -> 'metadataEvent' ->> 'taskId', payload::jsonb ->> 'coordinatorMessage'
-               FROM {s}.mesh_pending_events ORDER BY row_id;"
+             SELECT e.mesh_id, e.id, e.event_id, decode(md5(COALESCE(e.fingerprint, e.id)), 'hex'), e.queued_at,
+                    1, e.coordinator_daemon_id, j.json -> 'metadataEvent' ->> 'targetSessionId',
+                    j.json -> 'metadataEvent' ->> 'taskId', j.json ->> 'coordinatorMessage'
+               FROM {s}.mesh_pending_events e JOIN {f}.event_json j ON j.id = e.id ORDER BY e.row_id;
+             DROP TABLE {f}.task_json, {f}.event_json;"
         ),
         f = floor,
         s = schema

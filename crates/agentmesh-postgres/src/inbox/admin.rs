@@ -4,7 +4,7 @@ use agentmesh_store::PendingAddressee;
 
 use crate::Res;
 use crate::db::{Db, unsigned};
-use agentmesh_store::inbox_writes::parse;
+use agentmesh_store::inbox_writes::is_about_task;
 
 /// Deletes the events of `ids` (drained or not); how many there were.
 pub(crate) fn delete(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {
@@ -17,26 +17,20 @@ pub(crate) fn retract_dispatch_blocked(db: &Db<'_>, mesh_id: &str, task_id: &str
     if task_id.is_empty() {
         return Ok(0);
     }
-    // The payloads are matched here rather than in SQL, so a payload that is not
-    // JSON is passed over instead of failing the statement.
+    // The payloads are matched here rather than in SQL (they may be stored
+    // deflated), so a payload that is not JSON is passed over.
     let rows = db.query(
         "SELECT e.id, e.payload FROM mesh_inbox_queue q
            JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
           WHERE q.mesh_id = $1 AND q.event = 'mesh:dispatch_blocked'",
         &[&mesh_id],
     )?;
-    let ids: Vec<String> = rows
-        .iter()
-        .filter(|r| {
-            let payload = parse(r.get(1));
-            match payload.pointer("/metadataEvent/taskId") {
-                Some(serde_json::Value::String(id)) => id.trim() == task_id,
-                Some(serde_json::Value::Number(n)) => task_id == n.to_string(),
-                _ => false,
-            }
-        })
-        .map(|r| r.get(0))
-        .collect();
+    let mut ids: Vec<String> = Vec::new();
+    for r in &rows {
+        if is_about_task(&crate::payload::json(r.get(1))?, task_id) {
+            ids.push(r.get(0));
+        }
+    }
     if ids.is_empty() {
         return Ok(0);
     }
@@ -57,24 +51,19 @@ pub(crate) fn pending_by_addressee(db: &Db<'_>, mesh_id: &str) -> Res<Vec<Pendin
     let rows = db.query(
         "SELECT COALESCE(e.intended_for::jsonb ->> 'daemonId', e.coordinator_daemon_id) AS daemon,
                 e.intended_for::jsonb ->> 'coordinatorRunId' AS run,
-                COALESCE(e.intended_for::jsonb ->> 'sessionId',
-                         e.payload::jsonb ->> 'targetCoordinatorSessionId') AS session,
+                e.intended_for::jsonb ->> 'sessionId' AS session,
+                CASE WHEN e.intended_for::jsonb ->> 'sessionId' IS NULL THEN e.payload END AS v1,
                 COUNT(*) AS n
            FROM mesh_inbox_queue q
            JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
           WHERE q.mesh_id = $1
-          GROUP BY daemon, run, session
-          ORDER BY n DESC, daemon NULLS FIRST, run NULLS FIRST, session NULLS FIRST
-          LIMIT 50",
+          GROUP BY daemon, run, session, v1",
         &[&mesh_id],
     )?;
-    Ok(rows
-        .iter()
-        .map(|r| PendingAddressee {
-            daemon_id: r.get(0),
-            run_id: r.get(1),
-            session_id: r.get(2),
-            count: unsigned(r.get(3)),
-        })
-        .collect())
+    let mut groups = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let v1 = r.get::<_, Option<&[u8]>>(3).map(crate::payload::json).transpose()?;
+        groups.push((r.get(0), r.get(1), r.get(2), v1, unsigned(r.get(4))));
+    }
+    Ok(agentmesh_store::inbox_writes::count_by_addressee(groups))
 }

@@ -114,7 +114,7 @@ statement_row! {
         id: String,
         target: Option<String>,
         event: String,
-        payload: String,
+        payload: Vec<u8>,
         fingerprint: Option<String>,
         queued_at: i64,
         event_id: Option<String>,
@@ -149,7 +149,7 @@ impl EventRow {
             id: id.to_owned(),
             target: target.map(str::to_owned),
             event: ev.event.clone(),
-            payload: value.to_string(),
+            payload: crate::payload::stored(&value.to_string()),
             fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
             queued_at: ev.queued_at.millis(),
             event_id,
@@ -198,5 +198,5 @@ pub(super) fn queued_payloads(db: &Db<'_>, mesh_id: &str, name: &str) -> Res<Vec
           WHERE q.mesh_id = $1 AND q.event = $2",
         &[&mesh_id, &name],
     )?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    rows.iter().map(|r| crate::payload::json(r.get(0))).collect()
 }

@@ -112,7 +112,7 @@ fn candidate(row: &Row, base: usize, claimant: &Claimant) -> Res<Candidate> {
     )
     .map_err(|bad| corrupt(&bad.id, bad.error))?;
     if claimant.allowed_difficulties.is_some() {
-        candidate.read_difficulty(claimant, row.get(base + 8));
+        candidate.read_difficulty(claimant, &crate::payload::json(row.get(base + 8))?);
     }
     Ok(candidate)
 }
@@ -148,7 +148,7 @@ fn take(
     base: usize,
     locked: Option<bool>,
 ) -> Res<Option<Loaded>> {
-    let payload: &str = row.get(base + 8);
+    let payload: &[u8] = row.get(base + 8);
     let row_id: i64 = row.get(base + 7);
     let deps_unmet = match locked {
         Some(true) => return Ok(None),
@@ -157,7 +157,7 @@ fn take(
             let Some(now) = db.query_opt(&LOCK_CANDIDATE, &[&mesh_id, &row_id, &hold])? else {
                 return Ok(None);
             };
-            if now.get::<_, bool>(2) || now.get::<_, &str>(0) != payload {
+            if now.get::<_, bool>(2) || now.get::<_, &[u8]>(0) != payload {
                 return Ok(None);
             }
             now.get(1)

@@ -55,7 +55,7 @@ pub(crate) fn record_dispatched(
     let found = db.query_opt(
         "SELECT payload, false FROM mesh_queue WHERE mesh_id = $1 AND id = $2
          UNION ALL
-         SELECT task, true FROM mesh_queue_archive WHERE mesh_id = $1 AND id = $2
+         SELECT convert_to(task, 'UTF8'), true FROM mesh_queue_archive WHERE mesh_id = $1 AND id = $2
          LIMIT 1",
         &[&mesh_id, &task_id],
     )?;

@@ -46,6 +46,7 @@ pub(crate) use agentmesh_store::task_writes::{heartbeat, reclaim_if_lease_expire
 use claim::{claim, claim_locks, complete_then_claim};
 pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
 pub(crate) use reads::{active_assignments, entries, expired_leases, find, oldest_pending_created_at, stats};
+pub(crate) use rows::decode;
 
 /// The dependency graph's lock for an enqueue of `tasks`: exclusive when one
 /// of them adds edges, shared otherwise (see `locks`).

@@ -16,8 +16,10 @@ pub(super) fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
     crate::db::corrupt(format!("task {id}"), err)
 }
 
-pub(super) fn decode(id: &str, payload: &str) -> Res<Task> {
-    Task::from_json(payload).map_err(|e| corrupt(id, e))
+/// The task of a stored payload (see [`crate::payload`]).
+pub(crate) fn decode(id: &str, stored: &[u8]) -> Res<Task> {
+    let json = agentmesh_store::packed::unpack(stored).map_err(|e| corrupt(id, e))?;
+    Task::from_json(&json).map_err(|e| corrupt(id, e))
 }
 
 pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
@@ -86,7 +88,7 @@ statement_row! {
         assigned_session_id: Option<String>,
         created_at: String,
         updated_at: String,
-        payload: String,
+        payload: Vec<u8>,
         priority_rank: i64,
         deps_unmet: i64,
         blocked: i64,
@@ -117,7 +119,7 @@ impl TaskRow {
             assigned_session_id: task.assigned_session_id.clone(),
             created_at: task.created_at.clone(),
             updated_at: task.updated_at.clone(),
-            payload: p.payload,
+            payload: crate::payload::stored(&p.payload),
             priority_rank: p.priority_rank,
             deps_unmet,
             blocked: i64::from(p.blocked),
@@ -152,7 +154,7 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
              blocked, parked, hold, readonly, task_mode, required_tags, not_before_ms,
              assigned_provider_type, dispatch_ts, epoch, lease_expires_ms, mission_id)
          SELECT $2::text, $1::text, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text, $9::text,
-                $10::text, $11::bigint, $12::bigint, $13::bigint, $14::bigint, $15::bigint, $16::bigint,
+                $10::bytea, $11::bigint, $12::bigint, $13::bigint, $14::bigint, $15::bigint, $16::bigint,
                 $17::text, $18::text, $19::bigint, $20::text, $21::text, $22::bigint, $23::bigint, $24::text
           WHERE NOT EXISTS (SELECT 1 FROM mesh_queue_archive a WHERE a.mesh_id = $1 AND a.id = $2)
          ON CONFLICT (mesh_id, id) DO NOTHING",

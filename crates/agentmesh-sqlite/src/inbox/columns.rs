@@ -11,7 +11,7 @@ pub(super) use agentmesh_store::route_columns::{CLASS_PAYLOAD, RouteColumns};
 
 /// Migration 0007's data step: projects the routing inputs of every stored event.
 pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> {
-    let rows: Vec<(i64, String, Option<String>)> = tx
+    let rows: Vec<(i64, crate::payload::Json, Option<String>)> = tx
         .prepare("SELECT rowid, payload, coordinator_daemon_id FROM mesh_pending_events")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
@@ -22,7 +22,7 @@ pub(crate) fn backfill_route_columns(tx: &rusqlite::Transaction<'_>) -> Res<()> 
           WHERE rowid = ?1",
     )?;
     for (rowid, payload, target) in rows {
-        let projected = project_route(&parse(&payload));
+        let projected = project_route(&parse(&payload.0));
         let event_id = projected.as_ref().map(|p| p.event_id.clone());
         let c = RouteColumns::of(projected.as_ref());
         let lane = c.lane(target.as_deref().map(str::trim).filter(|t| !t.is_empty()));

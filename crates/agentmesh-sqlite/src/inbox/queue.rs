@@ -8,6 +8,7 @@ use rusqlite::{Connection, params};
 
 use super::columns::RouteColumns;
 use crate::Res;
+use crate::payload::{Json, Stored};
 
 /// Queues one event for a coordinator (stamped on the way in).
 pub(crate) fn queue(
@@ -32,6 +33,7 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
     let identity =
         |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
     let value = ev.to_value();
+    let payload = value.to_string();
     let projected = project_route(&value);
     let columns = RouteColumns::of(projected.as_ref());
     let event_id = match &projected {
@@ -52,7 +54,7 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
             ev.mesh_id,
             target,
             ev.event,
-            value.to_string(),
+            Stored::of(&payload),
             fingerprint,
             ev.queued_at.millis(),
             event_id,
@@ -112,6 +114,6 @@ pub(super) fn queued_payloads(conn: &Connection, mesh_id: &str, name: &str) -> R
         "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
           WHERE q.mesh_id = ?1 AND q.event = ?2",
     )?;
-    let rows = stmt.query_map(params![mesh_id, name], |r| r.get::<_, String>(0))?;
+    let rows = stmt.query_map(params![mesh_id, name], |r| r.get::<_, Json>(0).map(String::from))?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -99,7 +99,7 @@ fn queued_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<QueuedRow> {
     Ok(QueuedRow {
         lane: r.get(0)?,
         id: r.get(1)?,
-        payload: r.get(2)?,
+        payload: r.get::<_, crate::payload::Json>(2)?.0,
         fingerprint: r.get(3)?,
         queued_at: r.get(4)?,
         event_id: r.get(5)?,

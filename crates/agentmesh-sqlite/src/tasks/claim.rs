@@ -14,6 +14,7 @@ use rusqlite::{Connection, params_from_iter};
 use super::persist::Rows;
 use super::rows::{Loaded, corrupt, decode};
 use crate::durability::Ceilings;
+use crate::payload::Json;
 use crate::{Fail, Res};
 
 /// The SQL of one stream.
@@ -93,14 +94,14 @@ impl walk::Streams for Streams<'_> {
             )
             .map_err(|bad| corrupt(&bad.id, bad.error))?;
             if self.claimant.allowed_difficulties.is_some() {
-                let payload: String = row.get(8)?;
-                candidate.read_difficulty(self.claimant, &payload);
+                let payload: Json = row.get(8)?;
+                candidate.read_difficulty(self.claimant, &payload.0);
             }
             seen += 1;
             match visit(&candidate) {
                 Visit::Take => {
-                    let payload: String = row.get(8)?;
-                    let task = decode(&candidate.id, &payload)?;
+                    let payload: Json = row.get(8)?;
+                    let task = decode(&candidate.id, &payload.0)?;
                     let paths = crate::reservations::Rows(self.conn);
                     let found =
                         reservation_writes::blocking(&paths, &task, &self.claimant.session_id, self.now)?;

@@ -7,9 +7,10 @@ use rusqlite::{Connection, params, params_from_iter};
 
 use super::rows::{decode, load};
 use crate::Res;
+use crate::payload::Json;
 
-fn decode_rows(rows: Vec<(String, String)>) -> Res<Vec<Task>> {
-    rows.into_iter().map(|(id, payload)| decode(&id, &payload)).collect()
+fn decode_rows(rows: Vec<(String, Json)>) -> Res<Vec<Task>> {
+    rows.into_iter().map(|(id, payload)| decode(&id, &payload.0)).collect()
 }
 
 pub(crate) fn find(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Task>> {

@@ -5,6 +5,7 @@ use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Statement, ToSql, params};
 
+use crate::payload::{Json, Stored};
 use crate::{Fail, Res};
 
 /// A row whose payload cannot be decoded is parked here and never claimed.
@@ -38,11 +39,11 @@ pub(crate) struct Loaded {
 pub(super) fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
     let mut stmt = conn
         .prepare_cached("SELECT payload, deps_unmet, rowid FROM mesh_queue WHERE id = ?1 AND mesh_id = ?2")?;
-    let row: Option<(String, i64, i64)> =
+    let row: Option<(Json, i64, i64)> =
         stmt.query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
     match row {
         Some((payload, deps_unmet, rowid)) => {
-            Ok(Some(Loaded { task: decode(task_id, &payload)?, deps_unmet, rowid }))
+            Ok(Some(Loaded { task: decode(task_id, &payload.0)?, deps_unmet, rowid }))
         }
         None => Ok(None),
     }
@@ -54,6 +55,7 @@ pub(super) fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Optio
 pub(super) fn bind_row(stmt: &mut Statement<'_>, task: &Task, deps_unmet: i64) -> rusqlite::Result<()> {
     let p = Projection::of(task);
     let hold = hold_of(deps_unmet, p.blocked, p.parked);
+    let payload = Stored::of(&p.payload);
     let values: [&dyn ToSql; 24] = [
         &task.id,
         &task.mesh_id,
@@ -64,7 +66,7 @@ pub(super) fn bind_row(stmt: &mut Statement<'_>, task: &Task, deps_unmet: i64) -
         &task.assigned_session_id,
         &task.created_at,
         &task.updated_at,
-        &p.payload,
+        &payload,
         &p.priority_rank,
         &deps_unmet,
         &p.blocked,
@@ -236,13 +238,13 @@ pub(super) fn duplicate_id(conn: &Connection, task: &Task) -> Fail {
 /// when upgrading a database the original wrote). Rows whose payload cannot be
 /// decoded are kept as they are and held out of claims.
 pub(crate) fn backfill_projection(conn: &rusqlite::Transaction<'_>) -> Res<()> {
-    let rows: Vec<(i64, String, String)> = conn
+    let rows: Vec<(i64, String, Json)> = conn
         .prepare("SELECT rowid, id, payload FROM mesh_queue")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
     let mut readable = Vec::new();
     for (rowid, id, payload) in rows {
-        match Task::from_json(&payload) {
+        match Task::from_json(&payload.0) {
             Ok(task) => {
                 write_edges(conn, &task)?;
                 update_row(conn, &task, 0, rowid)?;

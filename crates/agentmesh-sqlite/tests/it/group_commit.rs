@@ -350,7 +350,7 @@ fn a_large_wal_is_copied_into_the_database_by_the_store_s_checkpointer_thread() 
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(DB_FILE_NAME);
     let store = SqliteStore::open(&path).unwrap();
-    let message = "x".repeat(128 * 1024);
+    let message = agentmesh_test_support::incompressible(128 * 1024, 11);
     let db_bytes = || std::fs::metadata(&path).map_or(0, |m| m.len());
     let before = db_bytes();
     for i in 0..COMMITS {

@@ -111,10 +111,14 @@ fn sqlite_task(data_dir: &Path, id: &str) -> (String, String, String) {
     let db = data_dir.join(agentmesh_sqlite::DB_FILE_NAME);
     let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .unwrap_or_else(|e| panic!("opening {}: {e}", db.display()));
-    conn.query_row("SELECT mesh_id, status, payload FROM mesh_queue WHERE id = ?1", [id], |row| {
-        Ok((row.get(0)?, row.get(1)?, row.get(2)?))
-    })
-    .unwrap_or_else(|e| panic!("task {id} in {}: {e}", db.display()))
+    let (mesh, status, stored) = conn
+        .query_row(
+            "SELECT mesh_id, status, CAST(payload AS BLOB) FROM mesh_queue WHERE id = ?1",
+            [id],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get::<_, Vec<u8>>(2)?)),
+        )
+        .unwrap_or_else(|e| panic!("task {id} in {}: {e}", db.display()));
+    (mesh, status, agentmesh_store::packed::unpack(&stored).expect("a readable payload"))
 }
 
 #[test]
@@ -150,7 +154,11 @@ fn the_python_sdk_stdio_client_works_on_a_postgresql_installation() {
         )
         .expect("the queue of the schema");
     assert_eq!(rows.len(), 1, "the task is one row of schema {}", schema.name());
-    let (mesh, status, payload): (String, String, String) = (rows[0].get(0), rows[0].get(1), rows[0].get(2));
+    let (mesh, status, payload): (String, String, String) = (
+        rows[0].get(0),
+        rows[0].get(1),
+        agentmesh_store::packed::unpack(rows[0].get(2)).expect("a readable payload"),
+    );
     assert_eq!((mesh.as_str(), status.as_str()), ("default", "pending"));
     assert!(payload.contains(MESSAGE), "{payload}");
     assert!(

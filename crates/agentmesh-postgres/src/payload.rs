@@ -1,0 +1,18 @@
+//! Task and event payloads in `bytea` columns (see [`agentmesh_store::packed`]):
+//! the JSON text, or deflated when that is shorter. Only [`stored`] makes the
+//! bytes of a `payload` of `mesh_queue` or `mesh_pending_events`, and only
+//! [`json`] reads them; no statement looks inside them.
+
+use agentmesh_store::packed;
+
+use crate::Res;
+
+/// The bytes stored for the JSON text `json`.
+pub(crate) fn stored(json: &str) -> Vec<u8> {
+    packed::pack(json).into_vec()
+}
+
+/// The JSON text of stored bytes.
+pub(crate) fn json(stored: &[u8]) -> Res<String> {
+    packed::unpack(stored).map_err(|e| crate::db::corrupt("a stored payload", e))
+}

@@ -1,0 +1,6 @@
+-- Task and event payloads (mesh_queue.payload, mesh_pending_events.payload) are
+-- written packed from here on: the JSON text as before, or, when that is
+-- shorter, a blob holding the text deflated behind a marker byte
+-- (agentmesh_store::packed). Rows written before stay text and read as they
+-- did, so nothing is rewritten; the version step is what makes an older
+-- agentmesh, which would read a blob as text, refuse the file.
