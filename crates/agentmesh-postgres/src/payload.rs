@@ -7,9 +7,14 @@ use agentmesh_store::packed;
 
 use crate::Res;
 
-/// The bytes stored for the JSON text `json`.
+/// The bytes stored for the JSON text `json` (an event's).
 pub(crate) fn stored(json: &str) -> Vec<u8> {
     packed::pack(json).into_vec()
+}
+
+/// The bytes stored for a task's JSON text `json` in `status`.
+pub(crate) fn stored_task(json: &str, status: agentmesh_core::TaskStatus) -> Vec<u8> {
+    packed::pack_task(json, status).into_vec()
 }
 
 /// The JSON text of stored bytes.

@@ -12,9 +12,14 @@ use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRe
 pub(crate) struct Stored<'a>(Packed<'a>);
 
 impl<'a> Stored<'a> {
-    /// The stored form of the JSON text `json`.
+    /// The stored form of the JSON text `json` (an event's).
     pub(crate) fn of(json: &'a str) -> Stored<'a> {
         Stored(packed::pack(json))
+    }
+
+    /// The stored form of a task's JSON text `json` in `status`.
+    pub(crate) fn of_task(json: &'a str, status: agentmesh_core::TaskStatus) -> Stored<'a> {
+        Stored(packed::pack_task(json, status))
     }
 }
 

@@ -119,7 +119,7 @@ impl TaskRow {
             assigned_session_id: task.assigned_session_id.clone(),
             created_at: task.created_at.clone(),
             updated_at: task.updated_at.clone(),
-            payload: crate::payload::stored(&p.payload),
+            payload: crate::payload::stored_task(&p.payload, task.status),
             priority_rank: p.priority_rank,
             deps_unmet,
             blocked: i64::from(p.blocked),

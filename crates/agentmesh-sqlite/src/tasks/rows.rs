@@ -55,7 +55,7 @@ pub(super) fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Optio
 pub(super) fn bind_row(stmt: &mut Statement<'_>, task: &Task, deps_unmet: i64) -> rusqlite::Result<()> {
     let p = Projection::of(task);
     let hold = hold_of(deps_unmet, p.blocked, p.parked);
-    let payload = Stored::of(&p.payload);
+    let payload = Stored::of_task(&p.payload, task.status);
     let values: [&dyn ToSql; 24] = [
         &task.id,
         &task.mesh_id,
