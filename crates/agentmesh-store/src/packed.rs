@@ -63,7 +63,7 @@ thread_local! {
 }
 
 /// The stored form of the JSON text `json`: deflated when that is shorter
-/// (text shorter than [`MIN_PACKED`] is not tried).
+/// (text shorter than 160 bytes is not tried).
 pub fn pack(json: &str) -> Packed<'_> {
     if json.len() < MIN_PACKED {
         return Packed::Text(json);
