@@ -94,8 +94,17 @@ impl SqliteStore {
         let mut entries = Vec::new();
         let mut bad = 0;
         for row in rows {
-            match row.as_slice() {
-                [SqlValue::Text(id), SqlValue::Text(payload)] => match Task::from_json(payload) {
+            // The scratch copy was upgraded by our migrations, which store a
+            // finished task's payload packed.
+            let payload = match row.as_slice() {
+                [SqlValue::Text(id), SqlValue::Text(payload)] => Some((id, payload.clone())),
+                [SqlValue::Text(id), SqlValue::Blob(stored)] => {
+                    agentmesh_store::packed::unpack(stored).ok().map(|payload| (id, payload))
+                }
+                _ => None,
+            };
+            match payload {
+                Some((id, payload)) => match Task::from_json(&payload) {
                     Ok(task) => entries.push(task),
                     Err(err) => {
                         tracing::warn!(task_id = %id, %err, "task row of the original database not imported");
