@@ -22,6 +22,10 @@
 //! coordinator's text) with its key, a (mesh, fingerprint) key and a (mesh,
 //! event id) index. Nothing is said twice, and no JSON keys are stored.
 //!
+//! `storage-floor-packed` is the floor again with its long texts (the task's
+//! message and summary, the event's text) stored as ours stores payloads,
+//! deflated when that is shorter: what compression can reach.
+//!
 //! `pg-storage-floor` is the same floor on PostgreSQL, in a schema of its own
 //! beside the case's (dropped after), with the same keys and indexes.
 //!
@@ -68,6 +72,10 @@ pub(crate) fn run(h: &mut Harness) {
         let floor = case.dir().join("floor.db");
         fill_floor(case.sqlite().path(), &floor)?;
         report("storage-floor", n, &sqlite_objects(&floor)?);
+        let packed = case.dir().join("floor-packed.db");
+        std::fs::copy(&floor, &packed)?;
+        pack_floor(&packed)?;
+        report("storage-floor-packed", n, &sqlite_objects(&packed)?);
         Ok(())
     });
 }
@@ -243,6 +251,41 @@ fn fill_floor(product: &std::path::Path, floor: &std::path::Path) -> anyhow::Res
         tasks > 0 && entries == 3 * tasks && events == tasks,
         "the floor holds {tasks} tasks, {entries} entries, {events} events"
     );
+    Ok(())
+}
+
+/// Turns a copy of the floor into the packed floor: its long texts (the task's
+/// message and summary, the event's text) stored as ours stores payloads
+/// (`agentmesh_store::packed`: deflated when that is shorter), then vacuumed so
+/// its b-trees are as full as a fresh fill leaves them.
+fn pack_floor(path: &std::path::Path) -> anyhow::Result<()> {
+    use agentmesh_store::packed::{Packed, pack};
+    use rusqlite::types::Value;
+    let stored = |text: Option<String>| match text.as_deref().map(pack) {
+        None => Value::Null,
+        Some(Packed::Text(text)) => Value::Text(text.to_owned()),
+        Some(Packed::Deflated(bytes)) => Value::Blob(bytes),
+    };
+    let conn = Connection::open(path).with_context(|| format!("failed to open {}", path.display()))?;
+    conn.execute_batch("BEGIN")?;
+    let tasks: Vec<(i64, Option<String>, Option<String>)> = conn
+        .prepare("SELECT rowid, message, summary FROM task")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut update = conn.prepare("UPDATE task SET message = ?2, summary = ?3 WHERE rowid = ?1")?;
+    for (rowid, message, summary) in tasks {
+        update.execute(rusqlite::params![rowid, stored(message), stored(summary)])?;
+    }
+    let events: Vec<(i64, Option<String>)> = conn
+        .prepare("SELECT rowid, text FROM event")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    let mut update = conn.prepare("UPDATE event SET text = ?2 WHERE rowid = ?1")?;
+    for (rowid, text) in events {
+        update.execute(rusqlite::params![rowid, stored(text)])?;
+    }
+    drop(update);
+    conn.execute_batch("COMMIT; VACUUM;")?;
     Ok(())
 }
 
