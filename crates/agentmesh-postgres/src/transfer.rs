@@ -186,7 +186,7 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
                     mesh_id: r.get(1),
                     coordinator_daemon_id: r.get(2),
                     name: r.get(3),
-                    payload: crate::payload::json(r.get(4))?,
+                    payload: crate::payload::json(r.get(4)),
                     fingerprint: r.get(5),
                     queued_at_ms: r.get(6),
                     drained: !queued,

@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 
-use agentmesh_core::Task;
 use agentmesh_store::{StoreError, StoreResult};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OpenFlags, params_from_iter};
@@ -96,18 +95,16 @@ impl SqliteStore {
         for row in rows {
             // The scratch copy was upgraded by our migrations, which store a
             // finished task's payload packed.
-            let payload = match row.as_slice() {
-                [SqlValue::Text(id), SqlValue::Text(payload)] => Some((id, payload.clone())),
-                [SqlValue::Text(id), SqlValue::Blob(stored)] => {
-                    agentmesh_store::packed::unpack(stored).ok().map(|payload| (id, payload))
-                }
+            let stored = match row.as_slice() {
+                [SqlValue::Text(id), SqlValue::Text(payload)] => Some((id, payload.as_bytes())),
+                [SqlValue::Text(id), SqlValue::Blob(stored)] => Some((id, stored.as_slice())),
                 _ => None,
             };
-            match payload {
-                Some((id, payload)) => match Task::from_json(&payload) {
+            match stored {
+                Some((id, stored)) => match tasks::decode(id, stored) {
                     Ok(task) => entries.push(task),
                     Err(err) => {
-                        tracing::warn!(task_id = %id, %err, "task row of the original database not imported");
+                        tracing::warn!(task_id = %id, err = %err.0, "task row of the original database not imported");
                         bad += 1;
                     }
                 },

@@ -32,15 +32,28 @@ impl ToSql for Stored<'_> {
     }
 }
 
-/// A payload as read: its JSON text, whichever form it was stored in.
+/// A task payload as read: the stored bytes of either form, which
+/// `tasks::rows::decode` unpacks (a damaged one is a corrupt task, named).
+pub(crate) struct Bytes(pub(crate) Vec<u8>);
+
+impl FromSql for Bytes {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Bytes> {
+        match value {
+            ValueRef::Text(bytes) | ValueRef::Blob(bytes) => Ok(Bytes(bytes.to_vec())),
+            _ => Err(FromSqlError::InvalidType),
+        }
+    }
+}
+
+/// An event payload as read: its JSON text, whichever form it was stored in
+/// (one that cannot be unpacked reads as `{}`, see
+/// [`agentmesh_store::packed::unpack_event`]).
 pub(crate) struct Json(pub(crate) String);
 
 impl FromSql for Json {
     fn column_result(value: ValueRef<'_>) -> FromSqlResult<Json> {
         match value {
-            ValueRef::Text(bytes) | ValueRef::Blob(bytes) => {
-                packed::unpack(bytes).map(Json).map_err(|e| FromSqlError::Other(Box::new(e)))
-            }
+            ValueRef::Text(bytes) | ValueRef::Blob(bytes) => Ok(Json(packed::unpack_event(bytes))),
             _ => Err(FromSqlError::InvalidType),
         }
     }

@@ -12,11 +12,11 @@ use agentmesh_store::transfer::{
     EventRoute, ExportPage, ImportReport, PageKey, PresenceRecord, RecordKind, Records, StoredEvent,
     ToolCallRecord, TransferConflict, TransferStore, bad_key,
 };
-use agentmesh_store::{RecordedToolCall, StoreError, StoreResult};
+use agentmesh_store::{RecordedToolCall, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use crate::payload::{Json, Stored};
-use crate::{Fail, Res, SqliteStore};
+use crate::payload::{Bytes, Json, Stored};
+use crate::{Res, SqliteStore};
 
 /// Every mesh with a record of any kind.
 const MESHES: &str = "SELECT mesh_id FROM mesh_queue UNION SELECT mesh_id FROM mesh_missions
@@ -33,10 +33,6 @@ const EVENT_COLUMNS: &str =
 
 const CONFLICT_COLUMNS: &str = "id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id, \
                                 original_task_id, original_session_id, event, created_at";
-
-fn corrupt(what: String, problem: impl std::fmt::Display) -> Fail {
-    Fail(StoreError::Corrupt { what, problem: problem.to_string() })
-}
 
 fn taken_elsewhere(kind: RecordKind, id: &str, mesh: &str) -> TransferConflict {
     TransferConflict {
@@ -96,8 +92,8 @@ fn export(conn: &Connection, mesh_id: &str, kind: RecordKind, after: &Cursor, li
                 2,
                 |r| {
                     let id: String = r.get(0)?;
-                    let payload: Json = r.get(1)?;
-                    Task::from_json(&payload.0).map_err(|e| corrupt(format!("task {id}"), e))
+                    let payload: Bytes = r.get(1)?;
+                    crate::tasks::decode(&id, &payload.0)
                 },
             )?;
             ExportPage::new(Records::Tasks(tasks), limit, by_row(last))

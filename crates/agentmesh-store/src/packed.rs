@@ -15,6 +15,7 @@
 //! PostgreSQL claim relies on when it compares a row's payload before and after
 //! taking its lock.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io::Write as _;
 
@@ -103,17 +104,28 @@ pub fn pack_task(json: &str, status: agentmesh_core::TaskStatus) -> Packed<'_> {
 #[error("the stored payload is neither JSON text nor a deflated payload: {0}")]
 pub struct Unreadable(String);
 
-/// The JSON text of a stored payload, in either form.
-pub fn unpack(stored: &[u8]) -> Result<String, Unreadable> {
+/// The JSON text of a stored payload, in either form; a payload stored as text
+/// is borrowed, not copied.
+pub fn unpack(stored: &[u8]) -> Result<Cow<'_, str>, Unreadable> {
     match stored.split_first() {
         Some((&DEFLATED, stream)) => {
             let mut decoder = DeflateDecoder::new(Vec::with_capacity(stream.len() * 3));
             decoder.write_all(stream).map_err(|e| Unreadable(e.to_string()))?;
             let text = decoder.finish().map_err(|e| Unreadable(e.to_string()))?;
-            String::from_utf8(text).map_err(|e| Unreadable(e.to_string()))
+            String::from_utf8(text).map(Cow::Owned).map_err(|e| Unreadable(e.to_string()))
         }
-        _ => std::str::from_utf8(stored).map(str::to_owned).map_err(|e| Unreadable(e.to_string())),
+        _ => std::str::from_utf8(stored).map(Cow::Borrowed).map_err(|e| Unreadable(e.to_string())),
     }
+}
+
+/// The JSON text of a stored event payload. One that cannot be unpacked reads
+/// as empty text (with a warning), which every event read takes as it takes
+/// damaged JSON text, as `{}`: one damaged row never stops a drain or an export.
+pub fn unpack_event(stored: &[u8]) -> String {
+    unpack(stored).map(Cow::into_owned).unwrap_or_else(|err| {
+        tracing::warn!(%err, "an event payload that cannot be unpacked reads as {{}}");
+        String::new()
+    })
 }
 
 #[cfg(test)]
@@ -182,5 +194,7 @@ mod tests {
         assert!(unpack(&bytes).is_err());
         assert!(unpack(&[DEFLATED, 0xff, 0xff, 0xff]).is_err());
         assert!(unpack(&[0xc3, 0x28]).is_err(), "invalid UTF-8 text");
+        assert_eq!(unpack_event(&bytes), "", "a damaged event reads as text no JSON reader takes");
+        assert_eq!(unpack_event(json.as_bytes()), json);
     }
 }

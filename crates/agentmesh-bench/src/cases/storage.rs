@@ -318,7 +318,7 @@ fn unpacked_pg(client: &mut postgres::Client, schema: &str, floor: &str) -> anyh
         let (mut ids, mut texts) = (Vec::new(), Vec::new());
         for row in client.query(&format!("SELECT id, payload FROM {schema}.{table}"), &[])? {
             ids.push(row.get::<_, String>(0));
-            texts.push(agentmesh_store::packed::unpack(row.get(1))?);
+            texts.push(agentmesh_store::packed::unpack(row.get(1))?.into_owned());
         }
         client.batch_execute(&format!(
             "CREATE TABLE {floor}.{temp} (id text PRIMARY KEY, json jsonb NOT NULL)"

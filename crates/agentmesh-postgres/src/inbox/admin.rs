@@ -27,7 +27,7 @@ pub(crate) fn retract_dispatch_blocked(db: &Db<'_>, mesh_id: &str, task_id: &str
     )?;
     let mut ids: Vec<String> = Vec::new();
     for r in &rows {
-        if is_about_task(&crate::payload::json(r.get(1))?, task_id) {
+        if is_about_task(&crate::payload::json(r.get(1)), task_id) {
             ids.push(r.get(0));
         }
     }
@@ -62,7 +62,7 @@ pub(crate) fn pending_by_addressee(db: &Db<'_>, mesh_id: &str) -> Res<Vec<Pendin
     )?;
     let mut groups = Vec::with_capacity(rows.len());
     for r in &rows {
-        let v1 = r.get::<_, Option<&[u8]>>(3).map(crate::payload::json).transpose()?;
+        let v1 = r.get::<_, Option<&[u8]>>(3).map(crate::payload::json);
         groups.push((r.get(0), r.get(1), r.get(2), v1, unsigned(r.get(4))));
     }
     Ok(agentmesh_store::inbox_writes::count_by_addressee(groups))

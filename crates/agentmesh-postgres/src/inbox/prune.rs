@@ -132,7 +132,7 @@ fn expire_chunk(
     let mut expired = 0;
     for row in &rows {
         let (id, event, payload, queued_at, lane): (String, String, String, i64, String) =
-            (row.get(0), row.get(1), crate::payload::json(row.get(2))?, row.get(3), row.get(4));
+            (row.get(0), row.get(1), crate::payload::json(row.get(2)), row.get(3), row.get(4));
         // The mesh's lock is held, so the row is still queued (undrained); the
         // delete trigger takes its queue entry with it.
         if db.execute("DELETE FROM mesh_pending_events WHERE mesh_id = $1 AND id = $2", &[&mesh_id, &id])?

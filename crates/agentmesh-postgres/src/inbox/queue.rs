@@ -198,5 +198,5 @@ pub(super) fn queued_payloads(db: &Db<'_>, mesh_id: &str, name: &str) -> Res<Vec
           WHERE q.mesh_id = $1 AND q.event = $2",
         &[&mesh_id, &name],
     )?;
-    rows.iter().map(|r| crate::payload::json(r.get(0))).collect()
+    Ok(rows.iter().map(|r| crate::payload::json(r.get(0))).collect())
 }

@@ -61,14 +61,14 @@ pub(super) fn lane_page(
     limit: i64,
 ) -> Res<Vec<QueuedRow>> {
     let rows = db.query(LANE_PAGE, &[&mesh_id, &lane, &after.0, &after.1, &forms, &only, &limit])?;
-    rows.iter().map(queued_row).collect()
+    Ok(rows.iter().map(queued_row).collect())
 }
 
-fn queued_row(r: &Row) -> Res<QueuedRow> {
-    Ok(QueuedRow {
+fn queued_row(r: &Row) -> QueuedRow {
+    QueuedRow {
         lane: r.get(0),
         id: r.get(1),
-        payload: crate::payload::json(r.get(2))?,
+        payload: crate::payload::json(r.get(2)),
         fingerprint: r.get(3),
         queued_at: r.get(4),
         event_id: r.get(5),
@@ -80,7 +80,7 @@ fn queued_row(r: &Row) -> Res<QueuedRow> {
             session: r.get(10),
         },
         name: r.get(11),
-    })
+    }
 }
 
 /// Which of the event ids `ids` were drained before.

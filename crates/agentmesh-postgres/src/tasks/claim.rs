@@ -112,7 +112,10 @@ fn candidate(row: &Row, base: usize, claimant: &Claimant) -> Res<Candidate> {
     )
     .map_err(|bad| corrupt(&bad.id, bad.error))?;
     if claimant.allowed_difficulties.is_some() {
-        candidate.read_difficulty(claimant, &crate::payload::json(row.get(base + 8))?);
+        candidate.read_difficulty(
+            claimant,
+            &agentmesh_store::packed::unpack(row.get(base + 8)).unwrap_or_default(),
+        );
     }
     Ok(candidate)
 }

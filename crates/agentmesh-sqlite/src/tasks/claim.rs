@@ -14,7 +14,7 @@ use rusqlite::{Connection, params_from_iter};
 use super::persist::Rows;
 use super::rows::{Loaded, corrupt, decode};
 use crate::durability::Ceilings;
-use crate::payload::Json;
+use crate::payload::Bytes;
 use crate::{Fail, Res};
 
 /// The SQL of one stream.
@@ -94,13 +94,16 @@ impl walk::Streams for Streams<'_> {
             )
             .map_err(|bad| corrupt(&bad.id, bad.error))?;
             if self.claimant.allowed_difficulties.is_some() {
-                let payload: Json = row.get(8)?;
-                candidate.read_difficulty(self.claimant, &payload.0);
+                let payload: Bytes = row.get(8)?;
+                candidate.read_difficulty(
+                    self.claimant,
+                    &agentmesh_store::packed::unpack(&payload.0).unwrap_or_default(),
+                );
             }
             seen += 1;
             match visit(&candidate) {
                 Visit::Take => {
-                    let payload: Json = row.get(8)?;
+                    let payload: Bytes = row.get(8)?;
                     let task = decode(&candidate.id, &payload.0)?;
                     let paths = crate::reservations::Rows(self.conn);
                     let found =

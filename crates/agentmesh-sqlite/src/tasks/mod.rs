@@ -36,3 +36,4 @@ pub(crate) use reads::{
     active_assignments, entries, expired_leases, find, mesh_task_count, oldest_pending_created_at, stats,
 };
 pub(crate) use rows::backfill_projection;
+pub(crate) use rows::decode;

@@ -7,9 +7,9 @@ use rusqlite::{Connection, params, params_from_iter};
 
 use super::rows::{decode, load};
 use crate::Res;
-use crate::payload::Json;
+use crate::payload::Bytes;
 
-fn decode_rows(rows: Vec<(String, Json)>) -> Res<Vec<Task>> {
+fn decode_rows(rows: Vec<(String, Bytes)>) -> Res<Vec<Task>> {
     rows.into_iter().map(|(id, payload)| decode(&id, &payload.0)).collect()
 }
 

@@ -5,7 +5,7 @@ use agentmesh_core::{Task, TaskStatus};
 use agentmesh_store::StoreError;
 use rusqlite::{Connection, OptionalExtension, Statement, ToSql, params};
 
-use crate::payload::{Json, Stored};
+use crate::payload::{Bytes, Stored};
 use crate::{Fail, Res};
 
 /// A row whose payload cannot be decoded is parked here and never claimed.
@@ -20,8 +20,10 @@ pub(super) fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
     Fail(StoreError::Corrupt { what: format!("task {id}"), problem: err.to_string() })
 }
 
-pub(super) fn decode(id: &str, payload: &str) -> Res<Task> {
-    Task::from_json(payload).map_err(|e| corrupt(id, e))
+/// The task of a stored payload (see [`crate::payload`]).
+pub(crate) fn decode(id: &str, stored: &[u8]) -> Res<Task> {
+    let json = agentmesh_store::packed::unpack(stored).map_err(|e| corrupt(id, e))?;
+    Task::from_json(&json).map_err(|e| corrupt(id, e))
 }
 
 pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
@@ -39,7 +41,7 @@ pub(crate) struct Loaded {
 pub(super) fn load(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
     let mut stmt = conn
         .prepare_cached("SELECT payload, deps_unmet, rowid FROM mesh_queue WHERE id = ?1 AND mesh_id = ?2")?;
-    let row: Option<(Json, i64, i64)> =
+    let row: Option<(Bytes, i64, i64)> =
         stmt.query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).optional()?;
     match row {
         Some((payload, deps_unmet, rowid)) => {
@@ -238,20 +240,20 @@ pub(super) fn duplicate_id(conn: &Connection, task: &Task) -> Fail {
 /// when upgrading a database the original wrote). Rows whose payload cannot be
 /// decoded are kept as they are and held out of claims.
 pub(crate) fn backfill_projection(conn: &rusqlite::Transaction<'_>) -> Res<()> {
-    let rows: Vec<(i64, String, Json)> = conn
+    let rows: Vec<(i64, String, Bytes)> = conn
         .prepare("SELECT rowid, id, payload FROM mesh_queue")?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
     let mut readable = Vec::new();
     for (rowid, id, payload) in rows {
-        match Task::from_json(&payload.0) {
+        match decode(&id, &payload.0) {
             Ok(task) => {
                 write_edges(conn, &task)?;
                 update_row(conn, &task, 0, rowid)?;
                 readable.push(task);
             }
             Err(err) => {
-                tracing::warn!(task_id = %id, %err, "task payload unreadable; held out of claims");
+                tracing::warn!(task_id = %id, err = %err.0, "task payload unreadable; held out of claims");
                 conn.execute(
                     "UPDATE mesh_queue SET hold = ?1 WHERE rowid = ?2",
                     params![HOLD_UNREADABLE, rowid],

@@ -548,3 +548,45 @@ fn a_drained_fingerprint_keeps_deduplicating_until_it_is_pruned() {
     assert_eq!(report.drained_expired, 1);
     assert!(matches!(env.queue(&e, NOW), QueueOutcome::Queued { .. }));
 }
+
+/// An event whose stored payload is damaged (a deflated stream cut short) reads
+/// as an unparsable payload does, `{}`: the drain and the export go on and hand
+/// out the other events, and nothing is lost from them.
+#[test]
+fn a_damaged_stored_event_payload_does_not_stop_a_drain_or_an_export() {
+    let env = Env::new();
+    let mut long = event("agent:ready", "m", "s1", NOW);
+    long.metadata_event
+        .insert("note".to_owned(), json!("a note long enough to be stored deflated ".repeat(8)));
+    env.queue(&long, NOW);
+    let later = Timestamp::from_millis(NOW.millis() + 1);
+    env.queue(&event("agent:ready", "m", "s2", later), later);
+    let path = env._db.path().join("mesh-runtime.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let kind: String = conn
+        .query_row("SELECT typeof(payload) FROM mesh_pending_events ORDER BY queued_at LIMIT 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(kind, "blob", "the long event is stored deflated");
+    conn.execute(
+        "UPDATE mesh_pending_events SET payload = substr(payload, 1, 12)
+          WHERE rowid = (SELECT rowid FROM mesh_pending_events ORDER BY queued_at LIMIT 1)",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+
+    let (exported, jsonl) = env.export("m", true);
+    assert_eq!(exported, 1, "the damaged event has no payload to write; the other is written: {jsonl}");
+    assert!(jsonl.contains("\"s2\""), "{jsonl}");
+    let request = DrainRequest { drainer: drainer("mach_a"), only_events: None, enforce: false, limit: None };
+    let drained = env
+        .store
+        .drain_pending_events("m", &request, Timestamp::from_millis(NOW.millis() + 2))
+        .expect("the drain goes on");
+    assert!(
+        drained.events.iter().any(|e| e.event.parse()["metadataEvent"]["sessionId"] == "s2"),
+        "the intact event is handed out: {drained:?}"
+    );
+}

@@ -846,3 +846,36 @@ fn a_held_event_can_be_requeued_and_then_delivered() {
         .unwrap();
     assert_eq!(requeued.len(), 2);
 }
+
+/// A finished task is stored deflated, an open one as text; a task whose stored
+/// payload is damaged is a corrupt task named by its id, and its neighbours read
+/// on.
+#[test]
+fn a_finished_task_is_stored_packed_and_a_damaged_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh-runtime.db");
+    let store = SqliteStore::open(&path).unwrap();
+    let message = "Refactor the module, keep behaviour identical, run the tests. ".repeat(4);
+    for id in ["open", "done"] {
+        let task = agentmesh_core::NewTask {
+            id: Some(id.to_owned()),
+            message: message.clone(),
+            ..Default::default()
+        };
+        store.enqueue("m", &task, NOW).unwrap();
+    }
+    let cancel = agentmesh_store::TaskCommand::Cancel { reason: Some("no longer needed") };
+    store.task_command("m", "done", cancel, NOW).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let kind = |id: &str| -> String {
+        conn.query_row("SELECT typeof(payload) FROM mesh_queue WHERE id = ?1", [id], |r| r.get(0)).unwrap()
+    };
+    assert_eq!((kind("open").as_str(), kind("done").as_str()), ("text", "blob"));
+    conn.execute("UPDATE mesh_queue SET payload = substr(payload, 1, 10) WHERE id = 'done'", []).unwrap();
+    drop(conn);
+    match store.find_task("m", "done") {
+        Err(StoreError::Corrupt { what, .. }) => assert_eq!(what, "task done"),
+        other => panic!("expected the damaged task named as corrupt, got {other:?}"),
+    }
+    assert_eq!(store.find_task("m", "open").unwrap().unwrap().message, message.trim());
+}

@@ -118,7 +118,7 @@ fn sqlite_task(data_dir: &Path, id: &str) -> (String, String, String) {
             |row| Ok((row.get(0)?, row.get(1)?, row.get::<_, Vec<u8>>(2)?)),
         )
         .unwrap_or_else(|e| panic!("task {id} in {}: {e}", db.display()));
-    (mesh, status, agentmesh_store::packed::unpack(&stored).expect("a readable payload"))
+    (mesh, status, agentmesh_store::packed::unpack(&stored).expect("a readable payload").into_owned())
 }
 
 #[test]
@@ -157,7 +157,7 @@ fn the_python_sdk_stdio_client_works_on_a_postgresql_installation() {
     let (mesh, status, payload): (String, String, String) = (
         rows[0].get(0),
         rows[0].get(1),
-        agentmesh_store::packed::unpack(rows[0].get(2)).expect("a readable payload"),
+        agentmesh_store::packed::unpack(rows[0].get(2)).expect("a readable payload").into_owned(),
     );
     assert_eq!((mesh.as_str(), status.as_str()), ("default", "pending"));
     assert!(payload.contains(MESSAGE), "{payload}");

@@ -279,7 +279,7 @@ fn the_typescript_sdk_stdio_client_works_on_a_postgresql_installation() {
         .query(&format!("SELECT payload FROM \"{}\".mesh_queue WHERE id = $1", schema.name()), &[&task_id])
         .expect("the queue of the schema")
         .iter()
-        .map(|r| agentmesh_store::packed::unpack(r.get(0)).expect("a readable payload"))
+        .map(|r| agentmesh_store::packed::unpack(r.get(0)).expect("a readable payload").into_owned())
         .collect();
     assert_eq!(stored.len(), 1, "the task is one row of schema {}", schema.name());
     assert!(stored[0].contains("written by the Node client"), "{}", stored[0]);
