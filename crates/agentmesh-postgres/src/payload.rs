@@ -1,7 +1,8 @@
 //! Task and event payloads in `bytea` columns (see [`agentmesh_store::packed`]):
 //! the JSON text, or deflated when that is shorter. Only [`stored`] makes the
-//! bytes of a `payload` of `mesh_queue` or `mesh_pending_events`, and only
-//! [`json`] reads them; no statement looks inside them.
+//! bytes of a `payload` of `mesh_queue` or `mesh_pending_events`; an event's
+//! are read by [`json`], a task's by `tasks::decode`; no statement looks inside
+//! them.
 
 use agentmesh_store::packed;
 

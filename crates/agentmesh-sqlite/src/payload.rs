@@ -1,8 +1,9 @@
 //! Task and event payloads in SQLite columns (see [`agentmesh_store::packed`]):
 //! a deflated payload is a blob, one stored as JSON is text, so a row written
 //! before payloads were packed reads as it did. Only [`Stored`] writes a
-//! `payload` of `mesh_queue` or `mesh_pending_events`, and only [`Json`] reads
-//! one; no statement looks inside them with SQLite's JSON functions.
+//! `payload` of `mesh_queue` or `mesh_pending_events`; a task's is read as
+//! [`Bytes`] (and unpacked by `tasks::decode`), an event's as [`Json`]; no
+//! statement looks inside them with SQLite's JSON functions.
 
 use agentmesh_store::packed::{self, Packed};
 use rusqlite::ToSql;
@@ -98,6 +99,10 @@ mod tests {
         assert_eq!(read(2).unwrap().0, short);
         assert_eq!(read(3).unwrap().0, long);
         conn.execute("INSERT INTO t VALUES (4, x'01ffff')", []).unwrap();
-        assert!(read(4).is_err(), "expected a damaged payload to be an error");
+        assert_eq!(read(4).unwrap().0, "", "a damaged event payload reads as no JSON");
+        let bytes =
+            |k: i64| conn.query_row("SELECT payload FROM t WHERE k = ?1", [k], |r| r.get::<_, Bytes>(0));
+        assert_eq!(packed::unpack(&bytes(1).unwrap().0).unwrap(), long);
+        assert!(packed::unpack(&bytes(4).unwrap().0).is_err(), "a damaged task payload is an error");
     }
 }
