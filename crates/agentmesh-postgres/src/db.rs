@@ -14,7 +14,9 @@
 //! sent with `BEGIN` and the claim's locks; then its writes with the COMMIT.
 //! A completion takes two as well: the task locked with its dependents' ids;
 //! then its writes with the COMMIT (and one more for each dependent whose
-//! readiness it recounts).
+//! readiness it recounts). When this store claimed the task, a completion or a
+//! heartbeat takes one: the check that the row is as the claim left it goes
+//! out with the writes (see `tasks::remembered`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -149,6 +149,8 @@ pub struct PgStore {
     workers: agentmesh_store::submit::Workers,
     /// What an acknowledged write survives, as the server is set.
     durability: Durability,
+    /// The tasks this store claimed, until their completion (see `tasks`).
+    claims: tasks::Claims,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -181,6 +183,7 @@ impl PgStore {
             tool_calls: std::sync::atomic::AtomicU64::new(0),
             workers: agentmesh_store::submit::Workers::new("agentmesh-pg-write", options.max_connections),
             durability: Durability::Full,
+            claims: tasks::Claims::default(),
         };
         store.migrate().map_err(|Fail(e)| e)?;
         let relaxed = store.read(|db| {

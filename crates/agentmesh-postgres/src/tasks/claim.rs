@@ -32,7 +32,8 @@ use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError};
 use postgres::Row;
 use postgres::types::ToSql;
 
-use super::rows::{Loaded, corrupt, decode};
+use super::remembered::{Held, Remembered};
+use super::rows::{Dependents, Loaded, corrupt, decode};
 use crate::db::Db;
 use crate::{Fail, Lock, Res};
 
@@ -166,7 +167,12 @@ fn take(
             now.get(1)
         }
     };
-    Ok(Some(Loaded { task: decode(&candidate.id, payload)?, deps_unmet, row_id, dependents: None }))
+    Ok(Some(Loaded {
+        task: decode(&candidate.id, payload)?,
+        deps_unmet,
+        row_id,
+        dependents: Dependents::Unread,
+    }))
 }
 
 /// The survey's head of the open stream: its one row, whose stream columns
@@ -395,12 +401,17 @@ pub(crate) fn claim_locks(claimant: &Claimant) -> [Lock<'_>; 2] {
     [Lock::Session(&claimant.session_id), Lock::Node(&claimant.node_id)]
 }
 
+/// A claim's outcome, with the claimed row for the store to remember once the
+/// claim commits (see `remembered`).
+pub(crate) type Claimed = (ClaimOutcome, Option<Held>);
+
 /// Claims the next task for `claimant` in the caller's transaction, which holds
 /// [`claim_locks`]: the survey (which locks the open stream's first ready row
 /// too), then the core's walk over the streams; the winner's claim is decided
-/// by the core and persisted, or the walk's refusal returned. `gates`, when
-/// given, were counted before the transaction took an id, and stand for the
-/// survey's.
+/// by the core and persisted, or the walk's refusal returned, with the claimed
+/// row for the store to remember once the claim commits (see `remembered`).
+/// `gates`, when given, were counted before the transaction took an id, and
+/// stand for the survey's.
 pub(crate) fn claim(
     db: &Db<'_>,
     mesh_id: &str,
@@ -408,14 +419,14 @@ pub(crate) fn claim(
     opts: &ClaimOptions,
     now: Timestamp,
     gates: Option<Gates>,
-) -> Res<ClaimOutcome> {
+) -> Res<Claimed> {
     decide::check_claimant(claimant)?;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
     let cap = claimant.parallel_cap().filter(|_| !forms.is_empty());
     let surveyed = survey(db, mesh_id, claimant, &forms, cap)?;
     let gates = gates.unwrap_or(surveyed.gates);
     if gates.session > 0 {
-        return Ok(ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned));
+        return Ok((ClaimOutcome::Refused(ClaimRefusal::SessionAlreadyAssigned), None));
     }
     let load = NodeLoad::from_counts(claimant, gates.node > 0, u64::try_from(gates.provider).unwrap_or(0));
     let survey = walk::Survey {
@@ -429,35 +440,38 @@ pub(crate) fn claim(
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(before) => {
             let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
-            Ok(ClaimOutcome::Claimed(persist(db, &before, decision, now)?))
+            let task = persist(db, &before, decision, now)?;
+            let held = Held::of(&before, task.clone());
+            Ok((ClaimOutcome::Claimed(task), Some(held)))
         }
-        Walked::Refused(reason) => Ok(ClaimOutcome::Refused(if streams.paths_reserved {
-            ClaimRefusal::PathsReserved
-        } else {
-            reason
-        })),
+        Walked::Refused(reason) => {
+            let reason = if streams.paths_reserved { ClaimRefusal::PathsReserved } else { reason };
+            Ok((ClaimOutcome::Refused(reason), None))
+        }
     }
 }
 
 /// A completion and, unless it was refused, the claim that follows it, in the
-/// caller's transaction, which holds [`claim_locks`]. The claim's gates are
-/// counted first, before the completion gives the transaction an id (see the
-/// module), without the completed task. The outer `Res` fails the
-/// transaction; the inner `Err` is the completion's recorded refusal, which
-/// must still be committed.
+/// caller's transaction, which holds [`claim_locks`]. The completed task is
+/// loaded through `rows` (which may remember it, see `remembered`). The
+/// claim's gates are counted first, before the completion gives the
+/// transaction an id (see the module), without the completed task. The outer
+/// `Res` fails the transaction; the inner `Err` is the completion's recorded
+/// refusal, which must still be committed.
 pub(crate) fn complete_then_claim(
-    db: &Db<'_>,
+    rows: &Remembered<'_, '_>,
     mesh_id: &str,
     report: &CompletionReport,
     claimant: &Claimant,
     opts: &ClaimOptions,
     now: Timestamp,
-) -> Res<Result<(Task, ClaimOutcome), StoreError>> {
+) -> Res<Result<(Task, Claimed), StoreError>> {
     decide::check_claimant(claimant)?;
+    let db = rows.db;
     let forms = daemon_id::expand_daemon_id_forms([claimant.node_id.as_str()]);
     let provider = claimant.parallel_cap().filter(|_| !forms.is_empty()).map(|(p, _)| p);
     let assigned = db.query(ASSIGNED, &[&mesh_id, &claimant.session_id, &forms, &provider])?;
-    match task_writes::complete(db, mesh_id, report, now)? {
+    match task_writes::complete(rows, mesh_id, report, now)? {
         Ok(task) => {
             let gates = Gates::without(&assigned, &task.id);
             let claimed = claim(db, mesh_id, claimant, opts, now, Some(gates))?;

@@ -22,6 +22,8 @@
 //! - `claim`: the claim streams and the survey.
 //! - `persist`: the rows the shared task writes (completion, heartbeat, cancel,
 //!   requeue, reclaim, and the effect writer) work on.
+//! - `remembered`: the tasks this store claimed, so that their worker's
+//!   heartbeats and completion need not read the row back.
 //! - `reads`: listings, counts and lookups.
 
 use std::sync::Arc;
@@ -39,6 +41,7 @@ mod claim;
 mod enqueue;
 mod persist;
 mod reads;
+mod remembered;
 mod rows;
 
 use agentmesh_store::task_writes;
@@ -46,6 +49,8 @@ pub(crate) use agentmesh_store::task_writes::{heartbeat, reclaim_if_lease_expire
 use claim::{claim, claim_locks, complete_then_claim};
 pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
 pub(crate) use reads::{active_assignments, entries, expired_leases, find, oldest_pending_created_at, stats};
+pub(crate) use remembered::Claims;
+use remembered::{Held, Remembered, is_stale};
 pub(crate) use rows::decode;
 
 /// The dependency graph's lock for an enqueue of `tasks`: exclusive when one
@@ -109,11 +114,19 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<ClaimOutcome> {
-        self.write_with(mesh_id, &claim_locks(claimant), |db| claim(db, mesh_id, claimant, opts, now, None))
+        let (outcome, held) = self.write_with(mesh_id, &claim_locks(claimant), |db| {
+            claim(db, mesh_id, claimant, opts, now, None)
+        })?;
+        self.remember(mesh_id, held);
+        Ok(outcome)
     }
 
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
-        self.write_with(mesh_id, &[], |db| task_writes::complete(db, mesh_id, report, now))?
+        self.with_remembered(mesh_id, report.task_id.as_deref(), |held| {
+            self.write_with(mesh_id, &[], |db| {
+                task_writes::complete(&Remembered::new(db, held), mesh_id, report, now)
+            })
+        })
     }
 
     fn complete_and_claim(
@@ -124,9 +137,13 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<(Task, ClaimOutcome)> {
-        self.write_with(mesh_id, &claim_locks(claimant), |db| {
-            complete_then_claim(db, mesh_id, report, claimant, opts, now)
-        })?
+        let (task, (outcome, held)) = self.with_remembered(mesh_id, report.task_id.as_deref(), |held| {
+            self.write_with(mesh_id, &claim_locks(claimant), |db| {
+                complete_then_claim(&Remembered::new(db, held), mesh_id, report, claimant, opts, now)
+            })
+        })?;
+        self.remember(mesh_id, held);
+        Ok((task, outcome))
     }
 
     fn heartbeat(
@@ -135,7 +152,16 @@ impl agentmesh_store::QueueStore for PgStore {
         beat: &agentmesh_store::Heartbeat,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write_with(mesh_id, &[], |db| heartbeat(db, mesh_id, beat, now))?
+        let mut at = None;
+        let task = self.with_remembered(mesh_id, Some(&beat.task_id), |held| {
+            at = held.as_ref().map(|h| (h.row_id, h.deps_unmet));
+            self.write_with(mesh_id, &[], |db| heartbeat(&Remembered::new(db, held), mesh_id, beat, now))
+        })?;
+        // The beat rewrote the remembered row in place: remember it as written.
+        if let Some((row_id, deps_unmet)) = at {
+            self.remember(mesh_id, Some(Held { task: task.clone(), row_id, deps_unmet }));
+        }
+        Ok(task)
     }
 
     fn task_command(
@@ -169,5 +195,32 @@ impl agentmesh_store::QueueStore for PgStore {
         now: Timestamp,
     ) -> StoreResult<Option<Task>> {
         self.write_with(mesh_id, &[], |db| reclaim_if_lease_expired(db, mesh_id, task_id, now))
+    }
+}
+
+impl PgStore {
+    /// Remembers the row a committed claim left (see `remembered`).
+    fn remember(&self, mesh_id: &str, held: Option<Held>) {
+        if let Some(held) = held {
+            self.claims.note(mesh_id, held);
+        }
+    }
+
+    /// Runs `write` of the task `task_id` with this store's remembered row of
+    /// it, when it has one; when that row turns out stale, runs `write` again
+    /// without it. `write`'s inner `Err` is a refusal it recorded.
+    fn with_remembered<T>(
+        &self,
+        mesh_id: &str,
+        task_id: Option<&str>,
+        mut write: impl FnMut(Option<Held>) -> StoreResult<StoreResult<T>>,
+    ) -> StoreResult<T> {
+        if let Some(held) = task_id.and_then(|id| self.claims.take(mesh_id, id)) {
+            match write(Some(held)) {
+                Err(err) if is_stale(&err) => self.claims.count_stale(),
+                done => return done?,
+            }
+        }
+        write(None)?
     }
 }

@@ -32,17 +32,37 @@ pub(crate) struct Loaded {
     pub(super) deps_unmet: i64,
     /// Where the row is (its `row_id`), so that writing it back needs no id lookup.
     pub(super) row_id: i64,
-    /// The ids of the tasks that depend on it, when read with it.
-    pub(super) dependents: Option<Vec<String>>,
+    /// What is known of the tasks that depend on it.
+    pub(super) dependents: Dependents,
+}
+
+/// What a loaded task's change knows of the tasks that depend on it.
+pub(super) enum Dependents {
+    /// Their ids, read with it.
+    Read(Vec<String>),
+    /// Nothing yet: read when the change needs them.
+    Unread,
+    /// Taken to be none, for a task loaded from this store's memory rather
+    /// than its row (see `remembered`): when the change needs them, a
+    /// statement that fails the transaction unless there are none goes out
+    /// ahead of its writes.
+    /// Whether the check went out already is kept in the cell.
+    NoneChecked(std::cell::Cell<bool>),
 }
 
 impl Loaded {
     /// The ids of the tasks that depend on this one: those read with it, or
-    /// read now.
+    /// read now (or none, checked by the commit, see [`Dependents::NoneChecked`]).
     pub(super) fn dependents(&self, db: &Db<'_>) -> Res<Vec<String>> {
         match &self.dependents {
-            Some(ids) => Ok(ids.clone()),
-            None => dependents(db, &self.task.mesh_id, &self.task.id),
+            Dependents::Read(ids) => Ok(ids.clone()),
+            Dependents::Unread => dependents(db, &self.task.mesh_id, &self.task.id),
+            Dependents::NoneChecked(sent) => {
+                if !sent.replace(true) {
+                    super::remembered::check_no_dependents(db, &self.task);
+                }
+                Ok(Vec::new())
+            }
         }
     }
 }
@@ -65,7 +85,7 @@ pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Load
             task: decode(task_id, row.get(0))?,
             deps_unmet: row.get(1),
             row_id: row.get(2),
-            dependents: Some(dependents.iter().map(|r| r.get(0)).collect()),
+            dependents: Dependents::Read(dependents.iter().map(|r| r.get(0)).collect()),
         })),
         None => Ok(None),
     }
@@ -73,7 +93,7 @@ pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Load
 
 /// The ids of the tasks that depend on `$2`, in id order (the order a change
 /// visits and locks them).
-const DEPENDENTS: &str =
+pub(super) const DEPENDENTS: &str =
     "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2 ORDER BY task_id";
 
 statement_row! {
@@ -182,6 +202,22 @@ static UPDATE_ROW: Write = Write {
     checked: true,
 };
 
+/// [`UPDATE_ROW`] of a task no task may depend on: it fails, as a row missing
+/// would, when one does (see `remembered`).
+static UPDATE_ROW_WITHOUT_DEPENDENTS: Write = Write {
+    bodies: &["UPDATE mesh_queue SET
+         status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
+         assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
+         priority_rank = $11, deps_unmet = $12, blocked = $13, parked = $14, hold = $15,
+         readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
+         assigned_provider_type = $20, dispatch_ts = $21, epoch = $22, lease_expires_ms = $23,
+         mission_id = $24
+     WHERE mesh_id = $1 AND row_id = $25 AND id = $2
+       AND NOT EXISTS (SELECT 1 FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2)
+     RETURNING 1"],
+    checked: true,
+};
+
 /// Rewrites a loaded row from its task, with its readiness count. The write
 /// goes out with the operation's next statement (see [`Db::defer_write`]); a
 /// row missing from the mesh fails it on the server, as
@@ -192,6 +228,16 @@ pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64)
     values.push(Arc::new(row_id));
     let (mesh_id, task_id) = (task.mesh_id.clone(), task.id.clone());
     db.defer_write(&UPDATE_ROW, values, Some(Arc::new(move || not_found(&mesh_id, &task_id).0)));
+}
+
+/// Writes a task loaded from memory whose change takes it to have no
+/// dependents ([`Dependents::NoneChecked`]): the row's update checks it, and
+/// fails the transaction as stale when one depends on it (no statement of
+/// its own, see `remembered`).
+fn update_row_without_dependents(db: &Db<'_>, task: &Task, before: &Loaded) {
+    let mut values = row_values(task, before.deps_unmet);
+    values.push(Arc::new(before.row_id));
+    db.defer_write(&UPDATE_ROW_WITHOUT_DEPENDENTS, values, Some(super::remembered::stale()));
 }
 
 /// Replaces a task's dependency edges with its `dependsOn` and returns how many of
@@ -297,9 +343,17 @@ pub(super) fn refresh_dependents(db: &Db<'_>, mesh_id: &str, task_id: &str) -> R
 
 /// Writes a task after a lifecycle change, keeping dependents current.
 pub(super) fn save(db: &Db<'_>, before: &Loaded, after: &Task) -> Res<()> {
-    update_row(db, after, before.deps_unmet, before.row_id);
     let was_completed = before.task.status == TaskStatus::Completed;
-    if was_completed != (after.status == TaskStatus::Completed) {
+    let completion_changed = was_completed != (after.status == TaskStatus::Completed);
+    if let Dependents::NoneChecked(sent) = &before.dependents
+        && completion_changed
+        && !sent.replace(true)
+    {
+        update_row_without_dependents(db, after, before);
+        return Ok(());
+    }
+    update_row(db, after, before.deps_unmet, before.row_id);
+    if completion_changed {
         for dependent in before.dependents(db)? {
             refresh_readiness(db, &after.mesh_id, &dependent)?;
         }
