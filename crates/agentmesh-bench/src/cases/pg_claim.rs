@@ -430,9 +430,10 @@ fn finish(
 /// tasks taken with `SKIP LOCKED` (no mesh lock, no gate, no decision), their
 /// rows rewritten as a claim rewrites one, and a `task_claimed` ledger entry
 /// each. `$1` mesh, `$2` session, `$3` node, `$4` now, `$5` lease expiry, `$6`
-/// the rewritten payload. Returns the tasks' ids. The limit is written out, not
-/// a parameter: with it a parameter the server plans the statement anew for
-/// every call (see the store's claim survey).
+/// the rewritten payload as stored (an open task's: its text), `$7` the ledger
+/// entry's payload. Returns the tasks' ids. The limit is written out, not a
+/// parameter: with it a parameter the server plans the statement anew for every
+/// call (see the store's claim survey).
 const FLOOR_CLAIM: &str = "WITH picked AS (
        SELECT mesh_id, id FROM mesh_queue
         WHERE mesh_id = $1 AND status = 'pending' AND hold = 0
@@ -445,20 +446,22 @@ const FLOOR_CLAIM: &str = "WITH picked AS (
        RETURNING q.id),
      entries AS (
        INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, node_id, session_id, payload)
-       SELECT $1, gen_random_uuid()::text, $4, 'task_claimed', $3, $2, $6 FROM taken)
+       SELECT $1, gen_random_uuid()::text, $4, 'task_claimed', $3, $2, $7 FROM taken)
      SELECT id FROM taken";
 
 /// The completion of the write floor, in one statement: the rows of the tasks
 /// `$2` rewritten as a completion rewrites one, a `task_completed` ledger entry
 /// each, and each one's coordinator event with its inbox queue entry. `$1`
-/// mesh, `$3` session, `$4` now, `$5` the rewritten payload, `$6` the event's
-/// payload. Returns how many inbox entries it wrote.
+/// mesh, `$3` session, `$4` now, `$5` the rewritten payload as stored (a
+/// finished task's: packed), `$6` the event's payload as stored (packed when
+/// that is shorter), `$7` the ledger entry's payload. Returns how many inbox
+/// entries it wrote.
 const FLOOR_COMPLETE: &str = "WITH done AS (
        UPDATE mesh_queue SET status = 'completed', updated_at = $4, lease_expires_ms = NULL, payload = $5
         WHERE mesh_id = $1 AND id = ANY($2) RETURNING id),
      entries AS (
        INSERT INTO mesh_event_ledger (mesh_id, id, timestamp, kind, session_id, payload)
-       SELECT $1, gen_random_uuid()::text, $4, 'task_completed', $3, $5 FROM done),
+       SELECT $1, gen_random_uuid()::text, $4, 'task_completed', $3, $7 FROM done),
      events AS (
        INSERT INTO mesh_pending_events (id, mesh_id, event, payload, queued_at, event_id, lane)
        SELECT gen_random_uuid()::text, $1, 'task_completed', $6, 0, gen_random_uuid()::text, ''
@@ -503,6 +506,11 @@ fn task_writes_floor(
         let complete = client.prepare(FLOOR_COMPLETE)?;
         conns.push((client, claim, complete));
     }
+    // The payloads as the store keeps them: an open task's as its text, a
+    // finished task's and an event's packed (see `agentmesh_store::packed`).
+    let open: Vec<u8> = payload.as_bytes().to_vec();
+    let finished = agentmesh_store::packed::pack(&payload).into_vec();
+    let event = agentmesh_store::packed::pack(&event).into_vec();
     let (runs, wall) = released_together(conns, |k, (mut client, claim, complete)| {
         let (session, node) = (format!("session-{k}"), format!("node-{k}"));
         let (now, lease) = ("2026-01-01T00:00:00.000Z", 1_800_000_000_000i64);
@@ -510,14 +518,15 @@ fn task_writes_floor(
         loop {
             let began = Instant::now();
             let ids: Vec<String> = client
-                .query(&claim, &[&MESH_ID, &session, &node, &now, &lease, &payload])?
+                .query(&claim, &[&MESH_ID, &session, &node, &now, &lease, &open, &payload])?
                 .iter()
                 .map(|row| row.get(0))
                 .collect();
             if ids.is_empty() {
                 return Ok(run);
             }
-            let done = client.execute(&complete, &[&MESH_ID, &ids, &session, &now, &payload, &event])?;
+            let done =
+                client.execute(&complete, &[&MESH_ID, &ids, &session, &now, &finished, &event, &payload])?;
             anyhow::ensure!(done == ids.len() as u64, "{} tasks completed with {done} events", ids.len());
             let took = began.elapsed();
             run.pairs.extend(std::iter::repeat_n(took, ids.len()));
