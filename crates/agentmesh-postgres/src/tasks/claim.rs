@@ -32,7 +32,8 @@ use agentmesh_store::{ClaimOptions, ClaimOutcome, CompletionReport, StoreError};
 use postgres::Row;
 use postgres::types::ToSql;
 
-use super::remembered::{Held, Remembered};
+use super::persist::Rows;
+use super::remembered::Held;
 use super::rows::{Dependents, Loaded, corrupt, decode};
 use crate::db::Db;
 use crate::{Fail, Lock, Res};
@@ -440,7 +441,7 @@ pub(crate) fn claim(
     match walk::walk(&mut streams, &survey, claimant, load, now)? {
         Walked::Take(before) => {
             let decision = decide::claim(&before.task, claimant, opts.lease_ms, now, || mint_at(now))?;
-            let task = persist(db, &before, decision, now)?;
+            let task = persist(&Rows::of(db), &before, decision, now)?;
             let held = Held::of(&before, task.clone());
             Ok((ClaimOutcome::Claimed(task), Some(held)))
         }
@@ -459,7 +460,7 @@ pub(crate) fn claim(
 /// `Res` fails the transaction; the inner `Err` is the completion's recorded
 /// refusal, which must still be committed.
 pub(crate) fn complete_then_claim(
-    rows: &Remembered<'_, '_>,
+    rows: &Rows<'_, '_>,
     mesh_id: &str,
     report: &CompletionReport,
     claimant: &Claimant,

@@ -48,9 +48,10 @@ use agentmesh_store::task_writes;
 pub(crate) use agentmesh_store::task_writes::{heartbeat, reclaim_if_lease_expired};
 use claim::{claim, claim_locks, complete_then_claim};
 pub(crate) use enqueue::{enqueue, import_entries, record_dispatched};
+use persist::Rows;
 pub(crate) use reads::{active_assignments, entries, expired_leases, find, oldest_pending_created_at, stats};
 pub(crate) use remembered::Claims;
-use remembered::{Held, Remembered, is_stale};
+use remembered::{Held, is_stale};
 pub(crate) use rows::decode;
 
 /// The dependency graph's lock for an enqueue of `tasks`: exclusive when one
@@ -124,7 +125,7 @@ impl agentmesh_store::QueueStore for PgStore {
     fn complete_task(&self, mesh_id: &str, report: &CompletionReport, now: Timestamp) -> StoreResult<Task> {
         self.with_remembered(mesh_id, report.task_id.as_deref(), |held| {
             self.write_with(mesh_id, &[], |db| {
-                task_writes::complete(&Remembered::new(db, held), mesh_id, report, now)
+                task_writes::complete(&Rows::remembering(db, held), mesh_id, report, now)
             })
         })
     }
@@ -139,7 +140,7 @@ impl agentmesh_store::QueueStore for PgStore {
     ) -> StoreResult<(Task, ClaimOutcome)> {
         let (task, (outcome, held)) = self.with_remembered(mesh_id, report.task_id.as_deref(), |held| {
             self.write_with(mesh_id, &claim_locks(claimant), |db| {
-                complete_then_claim(&Remembered::new(db, held), mesh_id, report, claimant, opts, now)
+                complete_then_claim(&Rows::remembering(db, held), mesh_id, report, claimant, opts, now)
             })
         })?;
         self.remember(mesh_id, held);
@@ -155,7 +156,7 @@ impl agentmesh_store::QueueStore for PgStore {
         let mut at = None;
         let task = self.with_remembered(mesh_id, Some(&beat.task_id), |held| {
             at = held.as_ref().map(|h| (h.row_id, h.deps_unmet));
-            self.write_with(mesh_id, &[], |db| heartbeat(&Remembered::new(db, held), mesh_id, beat, now))
+            self.write_with(mesh_id, &[], |db| heartbeat(&Rows::remembering(db, held), mesh_id, beat, now))
         })?;
         // The beat rewrote the remembered row in place: remember it as written.
         if let Some((row_id, deps_unmet)) = at {
@@ -171,7 +172,9 @@ impl agentmesh_store::QueueStore for PgStore {
         command: TaskCommand<'_>,
         now: Timestamp,
     ) -> StoreResult<Task> {
-        self.write_with(mesh_id, &[], |db| task_writes::command(db, mesh_id, task_id, command, now))
+        self.write_with(mesh_id, &[], |db| {
+            task_writes::command(&Rows::of(db), mesh_id, task_id, command, now)
+        })
     }
 
     fn submit_task_write(
@@ -194,7 +197,7 @@ impl agentmesh_store::QueueStore for PgStore {
         task_id: &str,
         now: Timestamp,
     ) -> StoreResult<Option<Task>> {
-        self.write_with(mesh_id, &[], |db| reclaim_if_lease_expired(db, mesh_id, task_id, now))
+        self.write_with(mesh_id, &[], |db| reclaim_if_lease_expired(&Rows::of(db), mesh_id, task_id, now))
     }
 }
 

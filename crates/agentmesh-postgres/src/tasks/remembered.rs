@@ -32,15 +32,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agentmesh_core::events::{EmitHint, PendingEvent};
-use agentmesh_core::{LedgerEntry, Task, Timestamp};
+use agentmesh_core::Task;
 use agentmesh_store::StoreError;
 use agentmesh_store::projection::Projection;
-use agentmesh_store::task_writes::TaskRows;
 
 use super::rows::{Dependents, Loaded};
 use crate::db::{Db, Missing, Owned};
-use crate::{Fail, Res};
 
 /// How many claimed tasks a store remembers at most.
 pub(crate) const CAPACITY: usize = 4096;
@@ -147,75 +144,25 @@ pub(super) fn check_no_dependents(db: &Db<'_>, task: &Task) {
     db.defer(CHECK_NO_DEPENDENTS, params, Some(stale()));
 }
 
-/// The task rows of one transaction, with a remembered task that a load of its
-/// id takes instead of reading its row (see the module).
-pub(crate) struct Remembered<'a, 'c> {
-    pub(super) db: &'a Db<'c>,
-    held: std::cell::RefCell<Option<Held>>,
-}
-
-impl<'a, 'c> Remembered<'a, 'c> {
-    pub(crate) fn new(db: &'a Db<'c>, held: Option<Held>) -> Remembered<'a, 'c> {
-        Remembered { db, held: std::cell::RefCell::new(held) }
-    }
-}
-
-impl<'c> TaskRows for Remembered<'_, 'c> {
-    type Loaded = Loaded;
-    type Error = Fail;
-    type Paths<'r>
-        = crate::reservations::Rows<'r, 'c>
-    where
-        Self: 'r;
-
-    fn paths(&self) -> crate::reservations::Rows<'_, 'c> {
-        crate::reservations::Rows(self.db)
-    }
-
-    fn task(loaded: &Loaded) -> &Task {
-        &loaded.task
-    }
-
-    fn load(&self, mesh_id: &str, task_id: &str) -> Res<Option<Loaded>> {
-        let mut slot = self.held.borrow_mut();
-        let Some(held) = slot.take_if(|h| h.task.id == task_id && h.task.mesh_id == mesh_id) else {
-            return TaskRows::load(self.db, mesh_id, task_id);
-        };
-        let payload = crate::payload::stored_task(&Projection::of(&held.task).payload, held.task.status);
-        let params: Vec<Owned> = vec![
-            Arc::new(mesh_id.to_owned()),
-            Arc::new(held.row_id),
-            Arc::new(task_id.to_owned()),
-            Arc::new(held.deps_unmet),
-            Arc::new(payload),
-        ];
-        self.db.defer(CHECK_ROW, params, Some(stale()));
-        Ok(Some(Loaded {
-            task: held.task,
-            deps_unmet: held.deps_unmet,
-            row_id: held.row_id,
-            dependents: Dependents::NoneChecked(std::cell::Cell::new(false)),
-        }))
-    }
-
-    fn assigned_to_session(&self, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
-        TaskRows::assigned_to_session(self.db, mesh_id, session_id)
-    }
-
-    fn dependents(&self, loaded: &Loaded) -> Res<Vec<String>> {
-        loaded.dependents(self.db)
-    }
-
-    fn save(&self, before: &Loaded, task: &Task) -> Res<()> {
-        TaskRows::save(self.db, before, task)
-    }
-
-    fn append(&self, entry: &LedgerEntry) -> Res<()> {
-        TaskRows::append(self.db, entry)
-    }
-
-    fn queue_event(&self, mesh_id: &str, event: PendingEvent, hint: &EmitHint, now: Timestamp) -> Res<()> {
-        TaskRows::queue_event(self.db, mesh_id, event, hint, now)
+/// The task `held` as loaded for a change, its row not read: the check that
+/// the row is still as remembered, which also locks it, goes out ahead of the
+/// change's writes (see the module).
+pub(super) fn load(db: &Db<'_>, held: Held) -> Loaded {
+    let task = held.task;
+    let payload = crate::payload::stored_task(&Projection::of(&task).payload, task.status);
+    let params: Vec<Owned> = vec![
+        Arc::new(task.mesh_id.clone()),
+        Arc::new(held.row_id),
+        Arc::new(task.id.clone()),
+        Arc::new(held.deps_unmet),
+        Arc::new(payload),
+    ];
+    db.defer(CHECK_ROW, params, Some(stale()));
+    Loaded {
+        task,
+        deps_unmet: held.deps_unmet,
+        row_id: held.row_id,
+        dependents: Dependents::NoneChecked(std::cell::Cell::new(false)),
     }
 }
 
@@ -240,12 +187,18 @@ mod tests {
         assert_claimed(claim(store, MESH, &worker("node-1", "s1"), now), id)
     }
 
+    /// Two daemons, and task `t1` the first one claimed.
+    fn claimed_by_the_first(url: &str) -> (FreshStore, PgStore, Task) {
+        let (a, b) = two_daemons(url);
+        enqueue(&*a, MESH, new_task("t1"), at(0));
+        let task = claimed(&a, "t1", at(1));
+        (a, b, task)
+    }
+
     #[test]
     fn a_claimed_task_is_remembered_until_its_completion_which_reads_nothing_back() {
         let url = agentmesh_test_support::require_postgres!();
-        let (a, _) = two_daemons(&url);
-        enqueue(&*a, MESH, new_task("t1"), at(0));
-        let task = claimed(&a, "t1", at(1));
+        let (a, _, task) = claimed_by_the_first(&url);
         assert_eq!(a.claims.counts(), (1, 0));
         let beat = Heartbeat::new(&task.id, "s1", task.epoch(), 90_000);
         let beaten = a.heartbeat(MESH, &beat, at(2)).expect("a heartbeat");
@@ -261,9 +214,7 @@ mod tests {
     #[test]
     fn a_task_another_daemon_changed_is_completed_as_it_is_stored() {
         let url = agentmesh_test_support::require_postgres!();
-        let (a, b) = two_daemons(&url);
-        enqueue(&*a, MESH, new_task("t1"), at(0));
-        let task = claimed(&a, "t1", at(1));
+        let (a, b, task) = claimed_by_the_first(&url);
         let reprioritised = b
             .task_command(
                 MESH,
@@ -283,9 +234,7 @@ mod tests {
     #[test]
     fn a_task_another_daemon_cancelled_is_not_completed() {
         let url = agentmesh_test_support::require_postgres!();
-        let (a, b) = two_daemons(&url);
-        enqueue(&*a, MESH, new_task("t1"), at(0));
-        let task = claimed(&a, "t1", at(1));
+        let (a, b, task) = claimed_by_the_first(&url);
         b.task_command(MESH, "t1", TaskCommand::Cancel { reason: Some("no longer needed") }, at(2))
             .expect("another daemon cancels it");
         let err = a.complete_task(MESH, &report(&task, done("finished")), at(3)).expect_err("refused");
@@ -298,9 +247,7 @@ mod tests {
     #[test]
     fn a_dependent_enqueued_after_the_claim_is_unblocked_by_the_completion() {
         let url = agentmesh_test_support::require_postgres!();
-        let (a, b) = two_daemons(&url);
-        enqueue(&*a, MESH, new_task("t1"), at(0));
-        let task = claimed(&a, "t1", at(1));
+        let (a, b, task) = claimed_by_the_first(&url);
         enqueue(&b, MESH, dependent_task("t2", &["t1"]), at(2));
         assert_refused(
             claim(&b, MESH, &worker("node-2", "s2"), at(3)),
@@ -314,9 +261,7 @@ mod tests {
     #[test]
     fn a_dependent_enqueued_after_the_claim_is_blocked_by_the_failure() {
         let url = agentmesh_test_support::require_postgres!();
-        let (a, b) = two_daemons(&url);
-        enqueue(&*a, MESH, new_task("t1"), at(0));
-        let task = claimed(&a, "t1", at(1));
+        let (a, b, task) = claimed_by_the_first(&url);
         enqueue(&b, MESH, dependent_task("t2", &["t1"]), at(2));
         fail(&*a, MESH, &task, "tests broke", at(4));
         assert_eq!(a.claims.counts(), (0, 1), "the check of its dependents sent it the usual way");

@@ -186,35 +186,35 @@ pub(super) fn insert_row(db: &Db<'_>, task: &Task, deps_unmet: i64) -> Res<()> {
     Ok(())
 }
 
-/// Rewrites a row by its `row_id` (`$25`); the mesh (`$1`) and id (`$2`) still
-/// have to match. Returns a row when it rewrote one, so a row missing from
+/// The statement that rewrites a row by its `row_id` (`$25`), the mesh (`$1`)
+/// and id (`$2`) still to match, and `$extra` conditions after them.
+macro_rules! update_row {
+    ($extra:literal) => {
+        concat!(
+            "UPDATE mesh_queue SET
+                 status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
+                 assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
+                 priority_rank = $11, deps_unmet = $12, blocked = $13, parked = $14, hold = $15,
+                 readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
+                 assigned_provider_type = $20, dispatch_ts = $21, epoch = $22,
+                 lease_expires_ms = $23, mission_id = $24
+             WHERE mesh_id = $1 AND row_id = $25 AND id = $2",
+            $extra,
+            " RETURNING 1"
+        )
+    };
+}
+
+/// Rewrites a row. Returns a row when it rewrote one, so a row missing from
 /// the mesh fails the write (see [`crate::db::Write`]).
-static UPDATE_ROW: Write = Write {
-    bodies: &["UPDATE mesh_queue SET
-         status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
-         assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
-         priority_rank = $11, deps_unmet = $12, blocked = $13, parked = $14, hold = $15,
-         readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
-         assigned_provider_type = $20, dispatch_ts = $21, epoch = $22, lease_expires_ms = $23,
-         mission_id = $24
-     WHERE mesh_id = $1 AND row_id = $25 AND id = $2
-     RETURNING 1"],
-    checked: true,
-};
+static UPDATE_ROW: Write = Write { bodies: &[update_row!("")], checked: true };
 
 /// [`UPDATE_ROW`] of a task no task may depend on: it fails, as a row missing
 /// would, when one does (see `remembered`).
 static UPDATE_ROW_WITHOUT_DEPENDENTS: Write = Write {
-    bodies: &["UPDATE mesh_queue SET
-         status = $3, target_node_id = $4, target_session_id = $5, assigned_node_id = $6,
-         assigned_session_id = $7, created_at = $8, updated_at = $9, payload = $10,
-         priority_rank = $11, deps_unmet = $12, blocked = $13, parked = $14, hold = $15,
-         readonly = $16, task_mode = $17, required_tags = $18, not_before_ms = $19,
-         assigned_provider_type = $20, dispatch_ts = $21, epoch = $22, lease_expires_ms = $23,
-         mission_id = $24
-     WHERE mesh_id = $1 AND row_id = $25 AND id = $2
-       AND NOT EXISTS (SELECT 1 FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2)
-     RETURNING 1"],
+    bodies: &[update_row!(
+        " AND NOT EXISTS (SELECT 1 FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2)"
+    )],
     checked: true,
 };
 
