@@ -12,13 +12,14 @@ use agentmesh_core::{
     InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
     SessionDelivery, Timestamp,
 };
+use agentmesh_store::cells::{self, Cells};
 use agentmesh_store::{
     DeliveryQuery, DeliveryUpdate, DispatchChange, HoldWrite, IdleWrite, RecordedToolCall, StoreError,
     StoreResult, ToolCall,
 };
 use postgres::Row;
 
-use crate::db::{Db, corrupt, unsigned};
+use crate::db::{Db, unsigned};
 use crate::{Fail, PgStore, Res};
 
 fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
@@ -27,23 +28,23 @@ fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
 
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
+/// A row's cells, for the record readers both stores share (`agentmesh_store::cells`).
+struct PgCells<'r>(&'r Row);
+
+impl Cells for PgCells<'_> {
+    fn text(&self, i: usize) -> StoreResult<String> {
+        self.0.try_get(i).map_err(crate::classify)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        self.0.try_get(i).map_err(crate::classify)
+    }
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        self.0.try_get(i).map_err(crate::classify)
+    }
+}
+
 fn dispatch_from_row(row: &Row) -> Res<DirectDispatch> {
-    let status: String = row.try_get(8)?;
-    let to_idle: i64 = row.try_get(9)?;
-    Ok(DirectDispatch {
-        task_id: row.try_get(0)?,
-        mesh_id: row.try_get(1)?,
-        node_id: row.try_get(2)?,
-        session_id: row.try_get(3)?,
-        provider_type: row.try_get(4)?,
-        message: row.try_get(5)?,
-        task_mode: row.try_get(6)?,
-        via: row.try_get(7)?,
-        status: status.parse().map_err(|e| corrupt("dispatch status", e))?,
-        dispatched_to_idle_session: to_idle != 0,
-        dispatched_at: row.try_get(10)?,
-        updated_at: row.try_get(11)?,
-    })
+    cells::dispatch(&PgCells(row)).map_err(Fail)
 }
 
 /// Records a dispatch; one for the same task id in the mesh is replaced, and the
@@ -175,28 +176,7 @@ pub(crate) fn delete_dispatches_by_task(db: &Db<'_>, mesh_id: &str, task_ids: &[
 // ── Session deliveries ──────────────────────────────────────────────────────
 
 fn delivery_from_row(row: &Row) -> Res<SessionDelivery> {
-    let status: String = row.try_get(9)?;
-    let attempts: i64 = row.try_get(12)?;
-    Ok(SessionDelivery {
-        id: row.try_get(0)?,
-        mesh_id: row.try_get(1)?,
-        node_id: row.try_get(2)?,
-        session_id: row.try_get(3)?,
-        provider_type: row.try_get(4)?,
-        task_id: row.try_get(5)?,
-        kind: row.try_get(6)?,
-        priority: row.try_get(7)?,
-        message: row.try_get(8)?,
-        status: status.parse().map_err(|e| corrupt("delivery status", e))?,
-        deliver_after: row.try_get(10)?,
-        expires_at: row.try_get(11)?,
-        attempt_count: u32::try_from(attempts).map_err(|e| corrupt("delivery attempt count", e))?,
-        source_coordinator_session_id: row.try_get(13)?,
-        source_coordinator_daemon_id: row.try_get(14)?,
-        last_error: row.try_get(15)?,
-        created_at: row.try_get(16)?,
-        updated_at: row.try_get(17)?,
-    })
+    cells::delivery(&PgCells(row)).map_err(Fail)
 }
 
 pub(crate) fn load_delivery(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
@@ -368,16 +348,7 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(db: &Db<'_>) -> Res<Vec<Strin
 // ── In-flight holds ─────────────────────────────────────────────────────────
 
 fn hold_from_row(row: &Row) -> Res<InflightHold> {
-    let failures: i64 = row.try_get(5)?;
-    Ok(InflightHold {
-        task_id: row.try_get(0)?,
-        mesh_id: row.try_get(1)?,
-        hold_reason: row.try_get(2)?,
-        held_at: row.try_get(3)?,
-        first_idle_since_ack: row.try_get(4)?,
-        read_failure_count: u32::try_from(failures).map_err(|e| corrupt("read_failure_count", e))?,
-        updated_at: row.try_get(6)?,
-    })
+    cells::hold(&PgCells(row)).map_err(Fail)
 }
 
 /// Holds a task in one statement: a new hold as the rule records it

@@ -539,6 +539,14 @@ fn io_error(err: std::io::Error) -> StoreError {
 /// [`StoreError::StorageFull`]; other I/O errors are looked at again by
 /// [`settle_io`], which knows the file.
 pub(crate) fn classify(err: rusqlite::Error) -> StoreError {
+    // A row mapping that failed with the store's own error (see `runtime::record`).
+    let err = match err {
+        rusqlite::Error::FromSqlConversionFailure(i, kind, inner) => match inner.downcast::<StoreError>() {
+            Ok(store) => return *store,
+            Err(inner) => rusqlite::Error::FromSqlConversionFailure(i, kind, inner),
+        },
+        other => other,
+    };
     match err.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
         Some(ErrorCode::DiskFull) => StoreError::StorageFull(FullStorage::NoSpace),

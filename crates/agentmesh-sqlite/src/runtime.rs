@@ -7,7 +7,8 @@ use agentmesh_core::{
     InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
     SessionDelivery, Timestamp,
 };
-use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, ToolCall};
+use agentmesh_store::cells::{self, Cells};
+use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, StoreResult, ToolCall};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
@@ -15,14 +16,6 @@ use crate::{Fail, Res};
 
 fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
     Fail(StoreError::NotFound { kind, mesh_id: mesh_id.to_owned(), id: id.to_owned() })
-}
-
-fn corrupt(what: &str, problem: impl std::fmt::Display) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        0,
-        rusqlite::types::Type::Text,
-        format!("{what}: {problem}").into(),
-    )
 }
 
 /// Ids of these tables are global keys: an id another mesh holds is refused rather
@@ -37,25 +30,37 @@ fn refuse_other_mesh(conn: &Connection, sql: &str, id: &str, mesh_id: &str, kind
 
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
-pub(crate) const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, task_mode, via, \
-                                status, dispatched_to_idle_session, dispatched_at, updated_at";
+pub(crate) use agentmesh_store::cells::{DELIVERY_COLUMNS, DISPATCH_COLUMNS, HOLD_COLUMNS};
+
+/// A row's cells, for the record readers both stores share (`agentmesh_store::cells`).
+struct SqliteCells<'a, 'r>(&'a Row<'r>);
+
+impl Cells for SqliteCells<'_, '_> {
+    fn text(&self, i: usize) -> StoreResult<String> {
+        self.0.get(i).map_err(crate::classify)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        self.0.get(i).map_err(crate::classify)
+    }
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        self.0.get(i).map_err(crate::classify)
+    }
+}
+
+/// A record read by one of the shared readers, as a row mapping of rusqlite
+/// returns it: a value no record can hold is carried as the store's own error
+/// (in a conversion failure), which `classify` gives back.
+fn record<'a, 'r, T>(
+    row: &'a Row<'r>,
+    read: impl FnOnce(&SqliteCells<'a, 'r>) -> StoreResult<T>,
+) -> rusqlite::Result<T> {
+    read(&SqliteCells(row)).map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Null, Box::new(err))
+    })
+}
 
 pub(crate) fn dispatch_from_row(row: &Row<'_>) -> rusqlite::Result<DirectDispatch> {
-    let status: String = row.get(8)?;
-    Ok(DirectDispatch {
-        task_id: row.get(0)?,
-        mesh_id: row.get(1)?,
-        node_id: row.get(2)?,
-        session_id: row.get(3)?,
-        provider_type: row.get(4)?,
-        message: row.get(5)?,
-        task_mode: row.get(6)?,
-        via: row.get(7)?,
-        status: status.parse().map_err(|e| corrupt("dispatch status", e))?,
-        dispatched_to_idle_session: row.get(9)?,
-        dispatched_at: row.get(10)?,
-        updated_at: row.get(11)?,
-    })
+    record(row, cells::dispatch)
 }
 
 pub(crate) fn record_dispatch(
@@ -175,35 +180,11 @@ pub(crate) fn delete_dispatches_by_task(conn: &Connection, mesh_id: &str, task_i
 
 // ── Session deliveries ──────────────────────────────────────────────────────
 
-pub(crate) const DELIVERY_COLUMNS: &str = "id, mesh_id, node_id, session_id, provider_type, task_id, kind, priority, message, \
-                                status, deliver_after, expires_at, attempt_count, source_coordinator_session_id, \
-                                source_coordinator_daemon_id, last_error, created_at, updated_at";
-
 /// Statuses a waiting delivery has, as SQL.
 const ACTIVE_DELIVERY_SQL: &str = "status IN ('delivering', 'queued', 'acked')";
 
 pub(crate) fn delivery_from_row(row: &Row<'_>) -> rusqlite::Result<SessionDelivery> {
-    let status: String = row.get(9)?;
-    Ok(SessionDelivery {
-        id: row.get(0)?,
-        mesh_id: row.get(1)?,
-        node_id: row.get(2)?,
-        session_id: row.get(3)?,
-        provider_type: row.get(4)?,
-        task_id: row.get(5)?,
-        kind: row.get(6)?,
-        priority: row.get(7)?,
-        message: row.get(8)?,
-        status: status.parse().map_err(|e| corrupt("delivery status", e))?,
-        deliver_after: row.get(10)?,
-        expires_at: row.get(11)?,
-        attempt_count: row.get(12)?,
-        source_coordinator_session_id: row.get(13)?,
-        source_coordinator_daemon_id: row.get(14)?,
-        last_error: row.get(15)?,
-        created_at: row.get(16)?,
-        updated_at: row.get(17)?,
-    })
+    record(row, cells::delivery)
 }
 
 pub(crate) fn load_delivery(conn: &Connection, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
@@ -339,19 +320,8 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(conn: &Connection) -> Res<Vec
 
 // ── In-flight holds ─────────────────────────────────────────────────────────
 
-const HOLD_COLUMNS: &str =
-    "task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count, updated_at";
-
 fn hold_from_row(row: &Row<'_>) -> rusqlite::Result<InflightHold> {
-    Ok(InflightHold {
-        task_id: row.get(0)?,
-        mesh_id: row.get(1)?,
-        hold_reason: row.get(2)?,
-        held_at: row.get(3)?,
-        first_idle_since_ack: row.get(4)?,
-        read_failure_count: row.get(5)?,
-        updated_at: row.get(6)?,
-    })
+    record(row, cells::hold)
 }
 
 pub(crate) fn inflight_hold(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<InflightHold>> {

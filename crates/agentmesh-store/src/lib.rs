@@ -25,6 +25,7 @@ use agentmesh_core::{
 };
 
 pub mod archive;
+pub mod cells;
 pub mod deadline;
 mod durability;
 mod error;

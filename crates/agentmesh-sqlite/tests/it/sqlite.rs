@@ -879,3 +879,26 @@ fn a_finished_task_is_stored_packed_and_a_damaged_one_is_named() {
     }
     assert_eq!(store.find_task("m", "open").unwrap().unwrap().message, message.trim());
 }
+
+/// A runtime record whose stored value no record can hold is named corrupt, with
+/// the value it is (the shared row readers' error, carried through rusqlite's
+/// row mapping), and the records beside it still read.
+#[test]
+fn a_damaged_delivery_row_is_named_corrupt_and_the_others_still_read() {
+    use agentmesh_store::DeliveryQuery;
+    use agentmesh_store::conformance::support::delivery;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mesh-runtime.db");
+    let store = SqliteStore::open(&path).unwrap();
+    store.insert_session_delivery("m", &delivery("d1", "s1", 1), NOW).unwrap();
+    store.insert_session_delivery("m", &delivery("d2", "s1", 1), NOW).unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE mesh_session_delivery SET attempt_count = -1 WHERE id = 'd1'", []).unwrap();
+    drop(conn);
+    match store.session_deliveries("m", DeliveryQuery::Id("d1")) {
+        Err(StoreError::Corrupt { what, .. }) => assert_eq!(what, "delivery attempt count"),
+        other => panic!("expected the damaged delivery named as corrupt, got {other:?}"),
+    }
+    let d2 = store.session_deliveries("m", DeliveryQuery::Id("d2")).unwrap();
+    assert_eq!(d2.len(), 1);
+}

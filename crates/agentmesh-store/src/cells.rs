@@ -1,0 +1,147 @@
+//! The runtime records both backends keep in tables of the same columns (direct
+//! dispatches, session deliveries, in-flight holds), read from a stored row in
+//! one place: each backend offers its row's cells by position ([`Cells`]), and
+//! the readers here build the record, naming the stored value that cannot be
+//! one ([`StoreError::Corrupt`]).
+//!
+//! A backend selects a record's columns in the order its `*_COLUMNS` lists them.
+
+use agentmesh_core::{DirectDispatch, InflightHold, SessionDelivery};
+
+use crate::{StoreError, StoreResult};
+
+/// A stored row's cells, by position in the statement's columns.
+pub trait Cells {
+    /// The text at `i`.
+    fn text(&self, i: usize) -> StoreResult<String>;
+    /// The text at `i`, none for NULL.
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>>;
+    /// The integer at `i`.
+    fn int(&self, i: usize) -> StoreResult<i64>;
+}
+
+/// The columns [`dispatch`] reads, in its order.
+pub const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, \
+     task_mode, via, status, dispatched_to_idle_session, dispatched_at, updated_at";
+
+/// The columns [`delivery`] reads, in its order.
+pub const DELIVERY_COLUMNS: &str = "id, mesh_id, node_id, session_id, provider_type, task_id, kind, \
+     priority, message, status, deliver_after, expires_at, attempt_count, source_coordinator_session_id, \
+     source_coordinator_daemon_id, last_error, created_at, updated_at";
+
+/// The columns [`hold`] reads, in its order.
+pub const HOLD_COLUMNS: &str =
+    "task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count, updated_at";
+
+fn corrupt(what: &str, problem: impl std::fmt::Display) -> StoreError {
+    StoreError::Corrupt { what: what.to_owned(), problem: problem.to_string() }
+}
+
+/// A stored count, which no row holds negative or past `u32`.
+fn count(row: &impl Cells, i: usize, what: &str) -> StoreResult<u32> {
+    u32::try_from(row.int(i)?).map_err(|e| corrupt(what, e))
+}
+
+/// A direct dispatch, from [`DISPATCH_COLUMNS`].
+pub fn dispatch(row: &impl Cells) -> StoreResult<DirectDispatch> {
+    Ok(DirectDispatch {
+        task_id: row.text(0)?,
+        mesh_id: row.text(1)?,
+        node_id: row.opt_text(2)?,
+        session_id: row.opt_text(3)?,
+        provider_type: row.opt_text(4)?,
+        message: row.text(5)?,
+        task_mode: row.opt_text(6)?,
+        via: row.text(7)?,
+        status: row.text(8)?.parse().map_err(|e| corrupt("dispatch status", e))?,
+        dispatched_to_idle_session: row.int(9)? != 0,
+        dispatched_at: row.text(10)?,
+        updated_at: row.text(11)?,
+    })
+}
+
+/// A session delivery, from [`DELIVERY_COLUMNS`].
+pub fn delivery(row: &impl Cells) -> StoreResult<SessionDelivery> {
+    Ok(SessionDelivery {
+        id: row.text(0)?,
+        mesh_id: row.text(1)?,
+        node_id: row.opt_text(2)?,
+        session_id: row.opt_text(3)?,
+        provider_type: row.opt_text(4)?,
+        task_id: row.opt_text(5)?,
+        kind: row.text(6)?,
+        priority: row.int(7)?,
+        message: row.text(8)?,
+        status: row.text(9)?.parse().map_err(|e| corrupt("delivery status", e))?,
+        deliver_after: row.opt_text(10)?,
+        expires_at: row.opt_text(11)?,
+        attempt_count: count(row, 12, "delivery attempt count")?,
+        source_coordinator_session_id: row.opt_text(13)?,
+        source_coordinator_daemon_id: row.opt_text(14)?,
+        last_error: row.opt_text(15)?,
+        created_at: row.text(16)?,
+        updated_at: row.text(17)?,
+    })
+}
+
+/// An in-flight hold, from [`HOLD_COLUMNS`].
+pub fn hold(row: &impl Cells) -> StoreResult<InflightHold> {
+    Ok(InflightHold {
+        task_id: row.text(0)?,
+        mesh_id: row.text(1)?,
+        hold_reason: row.text(2)?,
+        held_at: row.text(3)?,
+        first_idle_since_ack: row.opt_text(4)?,
+        read_failure_count: count(row, 5, "hold read failure count")?,
+        updated_at: row.text(6)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row of text and integer cells.
+    struct Row(Vec<Option<&'static str>>);
+
+    impl Cells for Row {
+        fn text(&self, i: usize) -> StoreResult<String> {
+            self.opt_text(i)?.ok_or_else(|| corrupt("cell", format!("{i} is NULL")))
+        }
+        fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+            Ok(self.0[i].map(str::to_owned))
+        }
+        fn int(&self, i: usize) -> StoreResult<i64> {
+            self.text(i)?.parse().map_err(|e| corrupt("cell", e))
+        }
+    }
+
+    fn stored_hold(failures: &'static str) -> Row {
+        Row(vec![Some("t1"), Some("m"), Some("idle"), Some("2026-01-01"), None, Some(failures), Some("2026")])
+    }
+
+    #[test]
+    fn a_record_reads_from_its_columns_in_order() {
+        let hold = hold(&stored_hold("3")).expect("a hold");
+        assert_eq!((hold.task_id.as_str(), hold.hold_reason.as_str()), ("t1", "idle"));
+        assert_eq!((hold.first_idle_since_ack, hold.read_failure_count), (None, 3));
+        assert_eq!(HOLD_COLUMNS.split(", ").count(), 7);
+        assert_eq!(DISPATCH_COLUMNS.split(", ").count(), 12);
+        assert_eq!(DELIVERY_COLUMNS.split(", ").count(), 18);
+    }
+
+    #[test]
+    fn a_value_no_record_can_hold_is_named_corrupt() {
+        match hold(&stored_hold("-1")) {
+            Err(StoreError::Corrupt { what, .. }) => assert_eq!(what, "hold read failure count"),
+            other => panic!("expected the count named corrupt, got {other:?}"),
+        }
+        let mut row: Vec<Option<&str>> = vec![Some("x"); 12];
+        row[8] = Some("no-such-status");
+        row[9] = Some("0");
+        match dispatch(&Row(row)) {
+            Err(StoreError::Corrupt { what, .. }) => assert_eq!(what, "dispatch status"),
+            other => panic!("expected the status named corrupt, got {other:?}"),
+        }
+    }
+}
