@@ -393,8 +393,11 @@ pub(crate) fn ledger_page(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res
     params.push(&fetch);
     let order = if after_seq.is_some() { "txid, seq" } else { "timestamp, id" };
     sql.push_str(&format!(" ORDER BY {order} LIMIT ${}", params.len()));
-    let mut rows: Vec<(LedgerEntry, i64)> =
-        db.query(&sql, &params)?.iter().map(|r| (crate::ledger::entry_from_row(r), r.get(8))).collect();
+    let mut rows: Vec<(LedgerEntry, i64)> = db
+        .query(&sql, &params)?
+        .iter()
+        .map(|r| Ok((crate::ledger::entry_from_row(r)?, r.get(8))))
+        .collect::<Res<_>>()?;
     let has_more = rows.len() > limit as usize;
     rows.truncate(limit as usize);
     let mut slice = page(mesh_id, query, rows, has_more);

@@ -461,6 +461,30 @@ fn checked(units: &[Unit<'_>], counts: Vec<Result<u64, postgres::Error>>) -> Res
     Ok(())
 }
 
+/// The cells of one row, for the record readers both stores share
+/// ([`agentmesh_store::cells`]).
+pub(crate) struct PgCells<'r>(&'r Row);
+
+impl agentmesh_store::cells::Cells for PgCells<'_> {
+    fn text(&self, i: usize) -> agentmesh_store::StoreResult<String> {
+        self.0.try_get(i).map_err(crate::classify)
+    }
+    fn opt_text(&self, i: usize) -> agentmesh_store::StoreResult<Option<String>> {
+        self.0.try_get(i).map_err(crate::classify)
+    }
+    fn int(&self, i: usize) -> agentmesh_store::StoreResult<i64> {
+        self.0.try_get(i).map_err(crate::classify)
+    }
+}
+
+/// A record read from `row` by one of the shared readers.
+pub(crate) fn record<'r, T>(
+    row: &'r Row,
+    read: impl FnOnce(&PgCells<'r>) -> agentmesh_store::StoreResult<T>,
+) -> Res<T> {
+    read(&PgCells(row)).map_err(Fail)
+}
+
 /// A stored non-negative count or number as `u64`.
 pub(crate) fn unsigned(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)

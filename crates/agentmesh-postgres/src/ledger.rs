@@ -33,7 +33,7 @@ use crate::columns::statement_row;
 use crate::db::{Db, unsigned};
 use crate::{PgStore, Res};
 
-const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
+use agentmesh_store::cells::LEDGER_COLUMNS as COLUMNS;
 
 /// The kinds the kind index leaves out: one entry per task enqueued, claimed or
 /// completed. They are most of a ledger, so a filter on them walks the mesh's
@@ -229,19 +229,8 @@ static HEAD_AND_ORIGIN: LazyLock<String> = LazyLock::new(|| {
 /// before it answers with what is final.
 const HELD_BACK_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
-pub(crate) fn entry_from_row(row: &Row) -> LedgerEntry {
-    let payload: String = row.get(7);
-    LedgerEntry {
-        id: row.get(0),
-        mesh_id: row.get(1),
-        timestamp: row.get(2),
-        kind: row.get(3),
-        node_id: row.get(4),
-        session_id: row.get(5),
-        provider_type: row.get(6),
-        // An unparsable payload reads as `{}`, as in the original.
-        payload: serde_json::from_str(&payload).unwrap_or_else(|_| serde_json::json!({})),
-    }
+pub(crate) fn entry_from_row(row: &Row) -> crate::Res<LedgerEntry> {
+    crate::db::record(row, agentmesh_store::cells::ledger_entry)
 }
 
 /// Inserts one entry unless its id exists in its mesh; returns whether it was
@@ -342,7 +331,7 @@ fn read_filtered(
         params.push(limit);
     }
     let rows = db.query(&statements[filter.index()], &params)?;
-    Ok(rows.iter().map(entry_from_row).collect())
+    rows.iter().map(entry_from_row).collect()
 }
 
 /// Append order; with a tail, the newest `tail` entries in append order.
@@ -401,8 +390,11 @@ pub(crate) fn slice(db: &Db<'_>, mesh_id: &str, query: &SliceQuery) -> Res<(Ledg
         params.push(kind);
     }
     params.push(&fetch);
-    let mut rows: Vec<(LedgerEntry, i64)> =
-        db.query(statement, &params)?.iter().map(|r| (entry_from_row(r), r.get(8))).collect();
+    let mut rows: Vec<(LedgerEntry, i64)> = db
+        .query(statement, &params)?
+        .iter()
+        .map(|r| Ok((entry_from_row(r)?, r.get(8))))
+        .collect::<crate::Res<_>>()?;
     let full = rows.len() > limit as usize;
     rows.truncate(limit as usize);
 

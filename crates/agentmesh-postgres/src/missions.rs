@@ -11,17 +11,8 @@ use postgres::Row;
 use crate::db::{Db, unsigned};
 use crate::{Fail, PgStore, Res, ledger};
 
-fn from_row(r: &Row) -> Mission {
-    Mission {
-        id: r.get(0),
-        mesh_id: r.get(1),
-        title: r.get(2),
-        goal: r.get(3),
-        status: r.get(4),
-        created_at: r.get(5),
-        updated_at: r.get(6),
-        source: r.get(7),
-    }
+fn from_row(r: &Row) -> Res<Mission> {
+    crate::db::record(r, agentmesh_store::cells::mission)
 }
 
 /// The mission `id` of the mesh.
@@ -31,7 +22,7 @@ pub(crate) fn get(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<Mission>> 
            FROM mesh_missions WHERE mesh_id = $1 AND id = $2",
         &[&mesh_id, &id],
     )?;
-    Ok(row.as_ref().map(from_row))
+    row.as_ref().map(from_row).transpose()
 }
 
 /// Creates or updates a mission with its ledger entries. The caller holds the
@@ -82,7 +73,7 @@ pub(crate) fn list(db: &Db<'_>, mesh_id: &str, statuses: &[String]) -> Res<Vec<M
             &[&mesh_id, &statuses],
         )?
     };
-    Ok(rows.iter().map(from_row).collect())
+    rows.iter().map(from_row).collect()
 }
 
 /// The counts of the mission's tasks by status; a mission the mesh does not

@@ -12,14 +12,14 @@ use agentmesh_core::{
     InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
     SessionDelivery, Timestamp,
 };
-use agentmesh_store::cells::{self, Cells};
+use agentmesh_store::cells;
 use agentmesh_store::{
     DeliveryQuery, DeliveryUpdate, DispatchChange, HoldWrite, IdleWrite, RecordedToolCall, StoreError,
     StoreResult, ToolCall,
 };
 use postgres::Row;
 
-use crate::db::{Db, unsigned};
+use crate::db::{Db, record, unsigned};
 use crate::{Fail, PgStore, Res};
 
 fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
@@ -28,23 +28,8 @@ fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
 
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
-/// A row's cells, for the record readers both stores share (`agentmesh_store::cells`).
-struct PgCells<'r>(&'r Row);
-
-impl Cells for PgCells<'_> {
-    fn text(&self, i: usize) -> StoreResult<String> {
-        self.0.try_get(i).map_err(crate::classify)
-    }
-    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
-        self.0.try_get(i).map_err(crate::classify)
-    }
-    fn int(&self, i: usize) -> StoreResult<i64> {
-        self.0.try_get(i).map_err(crate::classify)
-    }
-}
-
 fn dispatch_from_row(row: &Row) -> Res<DirectDispatch> {
-    cells::dispatch(&PgCells(row)).map_err(Fail)
+    record(row, cells::dispatch)
 }
 
 /// Records a dispatch; one for the same task id in the mesh is replaced, and the
@@ -176,7 +161,7 @@ pub(crate) fn delete_dispatches_by_task(db: &Db<'_>, mesh_id: &str, task_ids: &[
 // ── Session deliveries ──────────────────────────────────────────────────────
 
 fn delivery_from_row(row: &Row) -> Res<SessionDelivery> {
-    cells::delivery(&PgCells(row)).map_err(Fail)
+    record(row, cells::delivery)
 }
 
 pub(crate) fn load_delivery(db: &Db<'_>, mesh_id: &str, id: &str) -> Res<Option<SessionDelivery>> {
@@ -348,7 +333,7 @@ pub(crate) fn meshes_with_deliveries_or_dispatches(db: &Db<'_>) -> Res<Vec<Strin
 // ── In-flight holds ─────────────────────────────────────────────────────────
 
 fn hold_from_row(row: &Row) -> Res<InflightHold> {
-    cells::hold(&PgCells(row)).map_err(Fail)
+    record(row, cells::hold)
 }
 
 /// Holds a task in one statement: a new hold as the rule records it

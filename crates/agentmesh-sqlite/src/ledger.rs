@@ -24,7 +24,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::Res;
 
-const COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
+use agentmesh_store::cells::LEDGER_COLUMNS as COLUMNS;
 
 /// The kinds the kind index leaves out (migration 0010): one entry per task
 /// enqueued, claimed or completed. They are most of a ledger, so a filter on them
@@ -48,18 +48,7 @@ fn push_kind_index_term<'a>(sql: &mut String, kinds: impl IntoIterator<Item = &'
 }
 
 pub(crate) fn entry_from_row(row: &Row<'_>) -> rusqlite::Result<LedgerEntry> {
-    let payload: String = row.get(7)?;
-    Ok(LedgerEntry {
-        id: row.get(0)?,
-        mesh_id: row.get(1)?,
-        timestamp: row.get(2)?,
-        kind: row.get(3)?,
-        node_id: row.get(4)?,
-        session_id: row.get(5)?,
-        provider_type: row.get(6)?,
-        // An unparsable payload reads as `{}`, as in the original.
-        payload: serde_json::from_str(&payload).unwrap_or_else(|_| serde_json::json!({})),
-    })
+    crate::cells::record(row, agentmesh_store::cells::ledger_entry)
 }
 
 /// The `mesh_meta` key of the database's id, the `origin` of its pages.

@@ -33,6 +33,7 @@ use rusqlite::{Connection, ErrorCode};
 mod adhdev_import;
 mod archive;
 mod backup;
+mod cells;
 mod checkpointer;
 mod durability;
 mod inbox;
@@ -539,7 +540,7 @@ fn io_error(err: std::io::Error) -> StoreError {
 /// [`StoreError::StorageFull`]; other I/O errors are looked at again by
 /// [`settle_io`], which knows the file.
 pub(crate) fn classify(err: rusqlite::Error) -> StoreError {
-    // A row mapping that failed with the store's own error (see `runtime::record`).
+    // A row mapping that failed with the store's own error (see `cells::record`).
     let err = match err {
         rusqlite::Error::FromSqlConversionFailure(i, kind, inner) => match inner.downcast::<StoreError>() {
             Ok(store) => return *store,

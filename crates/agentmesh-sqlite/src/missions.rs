@@ -10,19 +10,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
 use crate::{Fail, Res, ledger};
 
-pub(crate) const COLUMNS: &str = "id, mesh_id, title, goal, status, created_at, updated_at, source";
+pub(crate) use agentmesh_store::cells::MISSION_COLUMNS as COLUMNS;
 
 pub(crate) fn from_row(r: &Row<'_>) -> rusqlite::Result<Mission> {
-    Ok(Mission {
-        id: r.get(0)?,
-        mesh_id: r.get(1)?,
-        title: r.get(2)?,
-        goal: r.get(3)?,
-        status: r.get(4)?,
-        created_at: r.get(5)?,
-        updated_at: r.get(6)?,
-        source: r.get(7)?,
-    })
+    crate::cells::record(r, agentmesh_store::cells::mission)
 }
 
 fn by_id(conn: &Connection, id: &str) -> Res<Option<Mission>> {

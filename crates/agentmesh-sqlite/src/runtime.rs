@@ -7,11 +7,12 @@ use agentmesh_core::{
     InflightHold, NewDirectDispatch, NewInflightHold, NewSessionDelivery, RateGuard, RateVerdict,
     SessionDelivery, Timestamp,
 };
-use agentmesh_store::cells::{self, Cells};
-use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, StoreResult, ToolCall};
+use agentmesh_store::cells;
+use agentmesh_store::{DeliveryUpdate, RecordedToolCall, StoreError, ToolCall};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
 
+use crate::cells::record;
 use crate::{Fail, Res};
 
 fn not_found(kind: &'static str, mesh_id: &str, id: &str) -> Fail {
@@ -31,33 +32,6 @@ fn refuse_other_mesh(conn: &Connection, sql: &str, id: &str, mesh_id: &str, kind
 // ── Direct dispatches ───────────────────────────────────────────────────────
 
 pub(crate) use agentmesh_store::cells::{DELIVERY_COLUMNS, DISPATCH_COLUMNS, HOLD_COLUMNS};
-
-/// A row's cells, for the record readers both stores share (`agentmesh_store::cells`).
-struct SqliteCells<'a, 'r>(&'a Row<'r>);
-
-impl Cells for SqliteCells<'_, '_> {
-    fn text(&self, i: usize) -> StoreResult<String> {
-        self.0.get(i).map_err(crate::classify)
-    }
-    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
-        self.0.get(i).map_err(crate::classify)
-    }
-    fn int(&self, i: usize) -> StoreResult<i64> {
-        self.0.get(i).map_err(crate::classify)
-    }
-}
-
-/// A record read by one of the shared readers, as a row mapping of rusqlite
-/// returns it: a value no record can hold is carried as the store's own error
-/// (in a conversion failure), which `classify` gives back.
-fn record<'a, 'r, T>(
-    row: &'a Row<'r>,
-    read: impl FnOnce(&SqliteCells<'a, 'r>) -> StoreResult<T>,
-) -> rusqlite::Result<T> {
-    read(&SqliteCells(row)).map_err(|err| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Null, Box::new(err))
-    })
-}
 
 pub(crate) fn dispatch_from_row(row: &Row<'_>) -> rusqlite::Result<DirectDispatch> {
     record(row, cells::dispatch)

@@ -1,12 +1,12 @@
-//! The runtime records both backends keep in tables of the same columns (direct
-//! dispatches, session deliveries, in-flight holds), read from a stored row in
-//! one place: each backend offers its row's cells by position ([`Cells`]), and
+//! The records both backends keep in tables of the same columns (ledger
+//! entries, missions, direct dispatches, session deliveries, in-flight holds),
+//! read from a stored row in one place: each backend offers its row's cells by position ([`Cells`]), and
 //! the readers here build the record, naming the stored value that cannot be
 //! one ([`StoreError::Corrupt`]).
 //!
 //! A backend selects a record's columns in the order its `*_COLUMNS` lists them.
 
-use agentmesh_core::{DirectDispatch, InflightHold, SessionDelivery};
+use agentmesh_core::{DirectDispatch, InflightHold, LedgerEntry, Mission, SessionDelivery};
 
 use crate::{StoreError, StoreResult};
 
@@ -19,6 +19,12 @@ pub trait Cells {
     /// The integer at `i`.
     fn int(&self, i: usize) -> StoreResult<i64>;
 }
+
+/// The columns [`ledger_entry`] reads, in its order.
+pub const LEDGER_COLUMNS: &str = "id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload";
+
+/// The columns [`mission`] reads, in its order.
+pub const MISSION_COLUMNS: &str = "id, mesh_id, title, goal, status, created_at, updated_at, source";
 
 /// The columns [`dispatch`] reads, in its order.
 pub const DISPATCH_COLUMNS: &str = "task_id, mesh_id, node_id, session_id, provider_type, message, \
@@ -40,6 +46,36 @@ fn corrupt(what: &str, problem: impl std::fmt::Display) -> StoreError {
 /// A stored count, which no row holds negative or past `u32`.
 fn count(row: &impl Cells, i: usize, what: &str) -> StoreResult<u32> {
     u32::try_from(row.int(i)?).map_err(|e| corrupt(what, e))
+}
+
+/// A ledger entry, from [`LEDGER_COLUMNS`]. A payload that is not JSON reads
+/// as `{}`, as in the original.
+pub fn ledger_entry(row: &impl Cells) -> StoreResult<LedgerEntry> {
+    let payload = row.text(7)?;
+    Ok(LedgerEntry {
+        id: row.text(0)?,
+        mesh_id: row.text(1)?,
+        timestamp: row.text(2)?,
+        kind: row.text(3)?,
+        node_id: row.opt_text(4)?,
+        session_id: row.opt_text(5)?,
+        provider_type: row.opt_text(6)?,
+        payload: serde_json::from_str(&payload).unwrap_or_else(|_| serde_json::json!({})),
+    })
+}
+
+/// A mission, from [`MISSION_COLUMNS`].
+pub fn mission(row: &impl Cells) -> StoreResult<Mission> {
+    Ok(Mission {
+        id: row.text(0)?,
+        mesh_id: row.text(1)?,
+        title: row.text(2)?,
+        goal: row.text(3)?,
+        status: row.text(4)?,
+        created_at: row.text(5)?,
+        updated_at: row.text(6)?,
+        source: row.opt_text(7)?,
+    })
 }
 
 /// A direct dispatch, from [`DISPATCH_COLUMNS`].
