@@ -141,6 +141,14 @@ fn inflate(stream: &[u8]) -> Result<Vec<u8>, Unreadable> {
     })
 }
 
+/// The task of a stored task payload, in either form; one that cannot be read,
+/// or is not a task, is [`crate::StoreError::Corrupt`] naming task `id`.
+pub fn unpack_task(id: &str, stored: &[u8]) -> Result<agentmesh_core::Task, crate::StoreError> {
+    let corrupt = |problem: String| crate::StoreError::Corrupt { what: format!("task {id}"), problem };
+    let json = unpack(stored).map_err(|e| corrupt(e.to_string()))?;
+    agentmesh_core::Task::from_json(&json).map_err(|e| corrupt(e.to_string()))
+}
+
 /// The JSON text of a stored event payload. One that cannot be unpacked reads
 /// as empty text (with a warning), which every event read takes as it takes
 /// damaged JSON text, as `{}`: one damaged row never stops a drain or an export.

@@ -22,8 +22,7 @@ pub(super) fn corrupt(id: &str, err: impl std::fmt::Display) -> Fail {
 
 /// The task of a stored payload (see [`crate::payload`]).
 pub(crate) fn decode(id: &str, stored: &[u8]) -> Res<Task> {
-    let json = agentmesh_store::packed::unpack(stored).map_err(|e| corrupt(id, e))?;
-    Task::from_json(&json).map_err(|e| corrupt(id, e))
+    agentmesh_store::packed::unpack_task(id, stored).map_err(Fail)
 }
 
 pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
