@@ -2070,19 +2070,21 @@ async fn retention_moves_a_finished_task_and_its_entries_to_the_archive_where_re
     let (status, pending) =
         daemon.post("/v1/meshes/m/tasks", json!({ "message": "later", "id": "t2" })).await;
     assert_eq!(status, StatusCode::CREATED, "{pending}");
+    // A pass copies a finished task into the archive, then deletes it from the
+    // hot database: until the delete commits, the task reads hot.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let state = loop {
+    let (state, (status, task)) = loop {
         let (status, state) = daemon.get("/v1/meshes/m/archive").await;
         assert_eq!(status, StatusCode::OK, "{state}");
-        if state["tasks"] == 1 {
-            break state;
+        let read = daemon.get("/v1/meshes/m/tasks/t1").await;
+        if state["tasks"] == 1 && read.1["archived"] == json!(true) {
+            break (state, read);
         }
-        assert!(Instant::now() < deadline, "timed out waiting for the retention pass: {state}");
+        assert!(Instant::now() < deadline, "timed out waiting for the retention pass: {state} {}", read.1);
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(state["ledgerEntries"].as_u64().unwrap_or(0) >= 3, "{state}");
     // The finished task reads as it was, marked; the pending one stays hot.
-    let (status, task) = daemon.get("/v1/meshes/m/tasks/t1").await;
     assert_eq!(
         (status, &task["archived"], &task["finalSummary"]),
         (StatusCode::OK, &json!(true), &json!("done"))
