@@ -41,9 +41,10 @@
 //!   declares paths, the reservations key too, before its paths are checked.
 //! - complete, fail, heartbeat, cancel, requeue, priority, reclaim: the task
 //!   `FOR UPDATE`, and each dependent `FOR UPDATE` before its readiness is
-//!   recounted. The decision reads the row it writes; two completions of one
-//!   task's dependencies recount it one after the other, the second seeing the
-//!   first.
+//!   recounted. The decision reads the row it writes (or, for a task this
+//!   store claimed, its remembered copy, which the lock's statement checks
+//!   equal to the row: see `tasks::remembered`); two completions of one task's
+//!   dependencies recount it one after the other, the second seeing the first.
 //! - `complete_and_claim`: the claim's keys, then the row locks of a
 //!   completion and of a claim, in one transaction.
 //! - enqueue without dependencies: the graph key, shared. With dependencies:

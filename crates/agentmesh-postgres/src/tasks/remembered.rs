@@ -34,7 +34,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agentmesh_core::Task;
 use agentmesh_store::StoreError;
-use agentmesh_store::projection::Projection;
 
 use super::rows::{Dependents, Loaded};
 use crate::db::{Db, Missing, Owned};
@@ -149,7 +148,9 @@ pub(super) fn check_no_dependents(db: &Db<'_>, task: &Task) {
 /// change's writes (see the module).
 pub(super) fn load(db: &Db<'_>, held: Held) -> Loaded {
     let task = held.task;
-    let payload = crate::payload::stored_task(&Projection::of(&task).payload, task.status);
+    // The bytes the row holds when it is as remembered: the task's JSON, as
+    // every write of a row stores it (`rows::TaskRow`).
+    let payload = crate::payload::stored_task(&task.to_json(), task.status);
     let params: Vec<Owned> = vec![
         Arc::new(task.mesh_id.clone()),
         Arc::new(held.row_id),
