@@ -57,6 +57,16 @@ pub(crate) fn channel(schema: &str) -> String {
 /// every mesh marked since its last send in one statement, committed without
 /// a flush of its own (see [`ANNOUNCE`]), [`HOLD`] after the first mark: one
 /// commit for all the writes of that time. Dropping the announcer sends what is marked before it returns.
+///
+/// Claims and heartbeats are not announced ([`PgStore::write_unannounced`]).
+/// What a listening daemon wakes is its waiting watches: inbox watches (an
+/// event queued), reservation waits (a reservation released), the webhook
+/// deliverer and dashboard streams (a ledger entry). A claim queues no event,
+/// releases nothing and makes no task claimable, and a heartbeat only moves a
+/// lease; the deliverer and the streams of other daemons find their entries at
+/// their own poll. Announced, they doubled the announcements of a worker's
+/// claim-then-complete loop, and a worker polling an empty queue woke every
+/// daemon's watches with each poll.
 pub(crate) struct Announcer {
     shared: Arc<Marks>,
     thread: Option<JoinHandle<()>>,

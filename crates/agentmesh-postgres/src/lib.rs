@@ -266,6 +266,19 @@ impl PgStore {
         self.transaction(begin, Some(mesh_id), op)
     }
 
+    /// As [`PgStore::write_with`], for a write no waiter of another daemon
+    /// looks for (a claim, a heartbeat: see `cluster`): its commit is not
+    /// announced.
+    pub(crate) fn write_unannounced<T>(
+        &self,
+        mesh_id: &str,
+        locks: &[Lock<'_>],
+        op: impl FnOnce(&Db<'_>) -> Res<T>,
+    ) -> StoreResult<T> {
+        let begin = format!("BEGIN{}", locks::opening(&self.schema, mesh_id, locks));
+        self.transaction(begin, None, op)
+    }
+
     /// Runs `op` in one read-write transaction without a lock of its own: for
     /// writes whose outcome depends on nothing they read, and sweeps that lock
     /// each mesh they touch themselves.

@@ -1,6 +1,7 @@
 //! Announcements: every write a store commits wakes the listeners of every
 //! store on the installation with its mesh, including a write made just before
-//! its store is dropped (a CLI command that writes and exits).
+//! its store is dropped (a CLI command that writes and exits); claims and
+//! heartbeats, which no waiter of another daemon looks for, do not.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -71,4 +72,38 @@ fn a_refused_write_is_not_announced() {
     let got = heard_all(&heard, &["accepted"], Duration::from_secs(5));
     assert!(got.iter().any(|m| m == "accepted"), "heard {got:?}");
     assert!(!got.iter().any(|m| m == "refused"), "a write that changed nothing was announced: {got:?}");
+}
+
+#[test]
+fn a_claim_and_a_heartbeat_are_not_announced_and_the_completion_is() {
+    use agentmesh_store::conformance::support::{claim_ok, complete, worker};
+    let url = agentmesh_test_support::require_postgres!();
+    let db = TestDb::new(&url);
+    let (tx, heard) = mpsc::channel();
+    let _listener = db.store.listen(move |mesh| drop(tx.send(mesh.to_owned()))).expect("a listener");
+    let writer = PgStore::open(&options(&url, db.store.schema())).expect("a second store");
+    let queued = writer.enqueue("work", &task("one"), NOW).expect("an enqueue");
+    let got = heard_all(&heard, &["work"], Duration::from_secs(5));
+    assert!(got.iter().any(|m| m == "work"), "the enqueue was not heard: {got:?}");
+
+    let claimed = claim_ok(&writer, "work", &worker("node-1", "s1"), NOW, &queued.id);
+    let beat = agentmesh_store::Heartbeat {
+        task_id: claimed.id.clone(),
+        session_id: "s1".to_owned(),
+        epoch: claimed.epoch(),
+        lease_ms: 60_000,
+        progress: None,
+    };
+    writer.heartbeat("work", &beat, NOW).expect("a heartbeat");
+    // An empty queue's refused claim writes nothing and is not heard either.
+    writer.claim_next("idle", &worker("node-2", "s2"), &Default::default(), NOW).expect("a claim");
+    // Last in name order, as one announcement sends its meshes.
+    writer.enqueue("zz-marker", &task("two"), NOW).expect("an enqueue");
+    let got = heard_all(&heard, &["zz-marker"], Duration::from_secs(5));
+    assert!(got.iter().any(|m| m == "zz-marker"), "the marker was not heard: {got:?}");
+    assert!(!got.iter().any(|m| m == "work" || m == "idle"), "a claim or a heartbeat was announced: {got:?}");
+
+    complete(&writer, "work", &claimed, NOW);
+    let got = heard_all(&heard, &["work"], Duration::from_secs(5));
+    assert!(got.iter().any(|m| m == "work"), "the completion was not heard: {got:?}");
 }
