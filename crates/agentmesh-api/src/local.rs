@@ -453,7 +453,7 @@ impl MeshApi for LocalMesh {
         let mesh = mesh_id(mesh)?;
         let id = id_rule("id", id.to_owned())?;
         agentmesh_store::archive::find_task(self.store.as_ref(), mesh, &id)?
-            .ok_or_else(|| StoreError::TaskNotFound { mesh_id: mesh.to_owned(), task_id: id.clone() }.into())
+            .ok_or_else(|| StoreError::task_not_found(mesh, &id).into())
     }
 
     fn cancel_task(&self, mesh: &str, id: &str, body: CancelBody) -> MeshResult<Task> {
@@ -701,7 +701,7 @@ impl MeshApi for LocalMesh {
             return Ok(self.store.read_ledger_ordered(mesh, &query)?);
         };
         agentmesh_store::archive::task_history(self.store.as_ref(), mesh, &task, &query)?
-            .ok_or_else(|| StoreError::TaskNotFound { mesh_id: mesh.to_owned(), task_id: task }.into())
+            .ok_or_else(|| StoreError::task_not_found(mesh, &task).into())
     }
 
     fn ledger_slice(&self, mesh: &str, params: SliceParams) -> MeshResult<LedgerSlice> {

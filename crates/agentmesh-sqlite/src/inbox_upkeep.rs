@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use agentmesh_core::Timestamp;
 use agentmesh_core::events::held::retention_entry;
 use agentmesh_core::events::names::NEVER_EXPIRE_EVENTS;
+use agentmesh_store::inbox_sweep::{self, CHUNK, Cursor};
 use agentmesh_store::legacy::{
     LegacyEventsReport, MIGRATING_SUFFIX, claimed_pending_events_file_name, is_pending_events_file_name,
     parse_legacy_pending_events,
@@ -35,10 +36,6 @@ use serde_json::Value;
 
 use crate::payload::Json;
 use crate::{Res, SqliteStore, ledger};
-
-/// Undrained events expired per transaction of the retention sweep, so a long
-/// backlog never holds the write lock for long.
-const PRUNE_CHUNK: i64 = 500;
 
 /// Skipped lines logged one by one per legacy file; the rest are only counted.
 const SKIPPED_LINES_LOGGED: usize = 20;
@@ -306,7 +303,7 @@ fn expire_chunk_sql() -> String {
           WHERE q.mesh_id = +?1 AND q.queued_at < +?2
             AND (q.lane, q.queued_at, q.id) > (+?3, +?4, +?5)
             AND q.event NOT IN ({})
-          ORDER BY q.lane ASC, q.queued_at ASC, q.id ASC LIMIT {PRUNE_CHUNK}",
+          ORDER BY q.lane ASC, q.queued_at ASC, q.id ASC LIMIT {CHUNK}",
         never_expire_list(6)
     )
 }
@@ -333,7 +330,7 @@ const DELETE_DRAINED: &str = "DELETE FROM mesh_pending_events AS e
 /// more per mesh with an events window of its own. There is
 /// no index on their age (a drain never needs one, and every index costs every
 /// write), so this scans the table; the sweep runs hourly at most. Undrained rows
-/// are walked per mesh through the queue, in transactions of at most [`PRUNE_CHUNK`] rows: if the sweep
+/// are walked per mesh through the queue, in transactions of at most [`CHUNK`] rows: if the sweep
 /// stops halfway, every chunk that committed did so with its ledger entries.
 pub(crate) fn prune(
     store: &SqliteStore,
@@ -363,7 +360,6 @@ pub(crate) fn prune(
         }
         Ok(deleted as u64)
     })?;
-    let mut report = PruneReport { drained_expired, ..PruneReport::default() };
     let meshes: Vec<String> = store.read(|conn| {
         let mut stmt =
             conn.prepare_cached("SELECT DISTINCT mesh_id FROM mesh_inbox_queue WHERE queued_at < ?1")?;
@@ -373,50 +369,28 @@ pub(crate) fn prune(
     })?;
     let chunk_sql = expire_chunk_sql();
     let exempt_sql = exempt_count_sql();
-    for mesh_id in &meshes {
-        let mut cursor: ExpireCursor = (String::new(), i64::MIN, String::new());
-        let mut mesh_expired = 0;
-        loop {
-            let (expired, last) = store
-                .write(|tx| expire_chunk(tx, &chunk_sql, mesh_id, undrained_older_than, &cursor, now))?;
-            mesh_expired += expired;
-            match last {
-                Some(last) if expired == PRUNE_CHUNK as u64 => cursor = last,
-                _ => break,
-            }
-        }
-        report.undrained_expired += mesh_expired;
-        if mesh_expired > 0 {
-            // Nobody drained these; an operator has to decide whether they matter.
-            tracing::warn!(
-                mesh = %mesh_id,
-                count = mesh_expired,
-                "{}",
-                agentmesh_core::events::held::retention_warning(mesh_id, mesh_expired)
-            );
-        }
-        report.terminal_exempt += store.read(|conn| {
-            let mut args =
-                vec![SqlValue::Text(mesh_id.clone()), SqlValue::Integer(undrained_older_than.millis())];
-            args.extend(never_expire_values());
-            let n: i64 = conn.prepare_cached(&exempt_sql)?.query_row(params_from_iter(args), |r| r.get(0))?;
-            Ok(n as u64)
-        })?;
-    }
-    if report != PruneReport::default() {
-        tracing::info!(
-            drained_expired = report.drained_expired,
-            undrained_expired = report.undrained_expired,
-            terminal_exempt = report.terminal_exempt,
-            "pending events pruned"
-        );
-    }
+    let mut report = inbox_sweep::expire_undrained(
+        &meshes,
+        |mesh_id, cursor| {
+            store.write(|tx| expire_chunk(tx, &chunk_sql, mesh_id, undrained_older_than, cursor, now))
+        },
+        |mesh_id| {
+            store.read(|conn| {
+                let mut args = vec![
+                    SqlValue::Text(mesh_id.to_owned()),
+                    SqlValue::Integer(undrained_older_than.millis()),
+                ];
+                args.extend(never_expire_values());
+                let n: i64 =
+                    conn.prepare_cached(&exempt_sql)?.query_row(params_from_iter(args), |r| r.get(0))?;
+                Ok(n as u64)
+            })
+        },
+    )?;
+    report.drained_expired = drained_expired;
+    inbox_sweep::log(&report);
     Ok(report)
 }
-
-/// Where the sweep of a mesh's expirable rows stands: the (lane, queued_at, id)
-/// of the last row read.
-type ExpireCursor = (String, i64, String);
 
 /// One expired undrained row.
 struct Expired {
@@ -435,9 +409,9 @@ fn expire_chunk(
     sql: &str,
     mesh_id: &str,
     older_than: Timestamp,
-    cursor: &ExpireCursor,
+    cursor: &Cursor,
     now: Timestamp,
-) -> Res<(u64, Option<ExpireCursor>)> {
+) -> Res<(u64, Option<Cursor>)> {
     let mut args = vec![
         SqlValue::Text(mesh_id.to_owned()),
         SqlValue::Integer(older_than.millis()),

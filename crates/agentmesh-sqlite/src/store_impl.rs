@@ -2,6 +2,7 @@
 //! read on the connection, delegating to `tasks`, `ledger`, `runtime` and `missions`.
 
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::inbox_writes;
 use std::sync::Arc;
 
 use agentmesh_core::{
@@ -426,7 +427,8 @@ impl InboxStore for SqliteStore {
         let (mesh_id, event, hint) = (mesh_id.to_owned(), event.clone(), hint.clone());
         let self_machine_id = self_machine_id.map(str::to_owned);
         self.write_queued(move |tx| {
-            inbox::queue(tx, &mesh_id, event.clone(), &hint, self_machine_id.as_deref(), now)
+            let inbox = inbox::Inbox(tx);
+            inbox_writes::queue(&inbox, &mesh_id, event.clone(), &hint, self_machine_id.as_deref(), now)
         })
     }
 
@@ -437,16 +439,16 @@ impl InboxStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<DrainOutcome> {
         let (mesh_id, request) = (mesh_id.to_owned(), request.clone());
-        self.write_queued(move |tx| inbox::drain(tx, &mesh_id, &request, now))
+        self.write_queued(move |tx| inbox_writes::drain(&inbox::Inbox(tx), &mesh_id, &request, now))
     }
 
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
-        self.read(|c| inbox::peek(c, mesh_id, request))
+        self.read(|c| inbox_writes::peek(&inbox::Inbox(c), mesh_id, request))
     }
 
     fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64> {
         self.write(|tx| match settle {
-            EventSettle::Ack(ids) => inbox::ack(tx, mesh_id, ids),
+            EventSettle::Ack(ids) => inbox_writes::ack(&inbox::Inbox(tx), mesh_id, ids),
             EventSettle::Delete(ids) => inbox::delete(tx, mesh_id, ids),
             EventSettle::RetractDispatchBlocked(task_id) => {
                 inbox::retract_dispatch_blocked(tx, mesh_id, task_id)
@@ -487,7 +489,7 @@ impl InboxStore for SqliteStore {
         held_entry_id: &str,
         now: Timestamp,
     ) -> StoreResult<agentmesh_store::HeldRequeue> {
-        self.write(|tx| inbox::requeue_held(tx, mesh_id, held_entry_id, now))
+        self.write(|tx| inbox_writes::requeue_held(&inbox::Inbox(tx), mesh_id, held_entry_id, now))
     }
 
     fn pending_events_by_addressee(

@@ -202,6 +202,11 @@ impl From<agentmesh_core::effects::mission::MissionRefusal> for StoreError {
 }
 
 impl StoreError {
+    /// [`StoreError::TaskNotFound`] of `task_id` in `mesh_id`.
+    pub fn task_not_found(mesh_id: &str, task_id: &str) -> StoreError {
+        StoreError::TaskNotFound { mesh_id: mesh_id.to_owned(), task_id: task_id.to_owned() }
+    }
+
     /// The error of a report or heartbeat on `task_id` by `session_id` that the
     /// core refused ([`agentmesh_core::effects::task::HolderRefusal`]).
     pub fn of_holder_refusal(

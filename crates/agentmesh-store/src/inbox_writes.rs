@@ -54,19 +54,8 @@ pub trait InboxRows {
         before: &str,
     ) -> Result<Option<(String, RouteColumns)>, Self::Error>;
 
-    /// Up to `limit` undrained rows of `lane` after the (queued_at, id)
-    /// `after`, oldest first: those without a daemon target or targeted at one
-    /// of `forms` (any target when `forms` is empty), and named in `only` when
-    /// it is given.
-    fn lane_page(
-        &self,
-        mesh_id: &str,
-        lane: &str,
-        after: (i64, &str),
-        forms: &[String],
-        only: Option<&[String]>,
-        limit: i64,
-    ) -> Result<Vec<QueuedRow>, Self::Error>;
+    /// The undrained rows `page` asks for, oldest first.
+    fn lane_page(&self, page: &LanePage<'_>) -> Result<Vec<QueuedRow>, Self::Error>;
 
     /// Which of the event ids `ids` were drained before.
     fn drained_among(&self, mesh_id: &str, ids: &[&str]) -> Result<HashSet<String>, Self::Error>;
@@ -128,6 +117,26 @@ pub trait InboxRows {
     /// Puts the stored event row `stored` back on the queue and forgets that
     /// its event id was drained; `false` when it was queued already.
     fn requeue_stored(&self, mesh_id: &str, stored: i64) -> Result<bool, Self::Error>;
+}
+
+/// One page of one lane of a drain's walk ([`InboxRows::lane_page`]): up to
+/// `limit` undrained rows of `lane` after the (queued_at, id) `after`, oldest
+/// first, of those without a daemon target or targeted at one of `forms` (any
+/// target when `forms` is empty), and named in `only` when it is given.
+#[derive(Debug, Clone, Copy)]
+pub struct LanePage<'a> {
+    /// The mesh.
+    pub mesh_id: &'a str,
+    /// The lane.
+    pub lane: &'a str,
+    /// The (queued_at, id) the page starts after.
+    pub after: (i64, &'a str),
+    /// The drainer's daemon id forms.
+    pub forms: &'a [String],
+    /// The event names asked for (`onlyEvents`).
+    pub only: Option<&'a [String]>,
+    /// How many rows at most.
+    pub limit: i64,
 }
 
 /// One undrained row as a store reads it for a drain.
@@ -657,11 +666,8 @@ fn walk<R: InboxRows>(
         for cursor in cursors.iter_mut().filter(|c| c.buffered.is_empty() && !c.exhausted) {
             let page_size = if cursor.after.0 == i64::MIN { first_page } else { PAGE };
             let after = (cursor.after.0, cursor.after.1.as_str());
-            let page: Vec<Candidate> = rows
-                .lane_page(mesh_id, &cursor.lane, after, forms, only, page_size)?
-                .into_iter()
-                .map(Candidate::of)
-                .collect();
+            let asked = LanePage { mesh_id, lane: &cursor.lane, after, forms, only, limit: page_size };
+            let page: Vec<Candidate> = rows.lane_page(&asked)?.into_iter().map(Candidate::of).collect();
             cursor.exhausted = (page.len() as i64) < page_size;
             if let Some(last) = page.last() {
                 cursor.after = (last.queued_at, last.id.clone());

@@ -30,6 +30,7 @@ pub mod deadline;
 mod durability;
 mod error;
 pub mod ids;
+pub mod inbox_sweep;
 pub mod inbox_writes;
 pub mod legacy;
 pub mod packed;

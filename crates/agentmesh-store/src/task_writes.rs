@@ -52,9 +52,7 @@ pub trait TaskRows {
 
 /// The task `task_id`, or [`StoreError::TaskNotFound`].
 pub fn load_required<R: TaskRows>(rows: &R, mesh_id: &str, task_id: &str) -> Result<R::Loaded, R::Error> {
-    rows.load(mesh_id, task_id)?.ok_or_else(|| {
-        StoreError::TaskNotFound { mesh_id: mesh_id.to_owned(), task_id: task_id.to_owned() }.into()
-    })
+    rows.load(mesh_id, task_id)?.ok_or_else(|| StoreError::task_not_found(mesh_id, task_id).into())
 }
 
 /// Writes a decision about the loaded `before`, in the order the core states

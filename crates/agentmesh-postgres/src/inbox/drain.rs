@@ -1,34 +1,43 @@
-//! The PostgreSQL side of drains, peeks and acks (`agentmesh_store::inbox_writes`
-//! decides them): the inbox rows of one transaction, and taking events off the
-//! queue. A drain or ack runs under its mesh's inbox lock, so every event it
-//! takes is taken by no other drain; a peek reads one snapshot.
+//! The PostgreSQL inbox rows of one transaction (`agentmesh_store::inbox_writes`
+//! decides queueing, drains, peeks, acks and held requeues over them): a
+//! drain's walk (the next lane holding events, a lane's page, the dedup
+//! history), taking events off the queue, presence, the records a refine
+//! reconciliation and a held requeue read. A drain or ack runs under its mesh's
+//! inbox lock, so every event it takes is taken by no other drain; a peek reads
+//! one snapshot.
 
 use std::collections::HashSet;
 
 use agentmesh_core::events::{CoordinatorIdentity, PendingEvent};
 use agentmesh_core::{LedgerEntry, Timestamp};
-use agentmesh_store::inbox_writes::{self, InboxRows, QueuedRow, Taken};
+use agentmesh_store::inbox_writes::{InboxRows, LanePage, QueuedRow, Taken};
 use agentmesh_store::route_columns::RouteColumns;
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent};
+use postgres::Row;
 
-use super::{held, presence, queue, reconcile, walk};
+use super::reconcile::ledger_entry;
+use super::{presence, queue, reconcile};
 use crate::db::Db;
 use crate::{Fail, Res, ledger};
 
-/// Drains in the caller's transaction.
-pub(crate) fn drain(db: &Db<'_>, mesh_id: &str, request: &DrainRequest, now: Timestamp) -> Res<DrainOutcome> {
-    inbox_writes::drain(&Inbox(db), mesh_id, request, now)
-}
+/// One page of one lane of a drain's walk: the lane in $2, after the
+/// (queued_at, id) cursor in $3, $4; with the drainer's daemon id forms in $5
+/// (empty: every target) and the `onlyEvents` names in $6 (NULL: every name).
+const LANE_PAGE: &str = "SELECT q.lane, q.id, e.payload, e.fingerprint, q.queued_at, e.event_id,
+        e.route_class, e.to_machine, e.to_key, e.to_fallback, e.to_session, q.event
+   FROM mesh_inbox_queue q
+   JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
+  WHERE q.mesh_id = $1 AND q.lane = $2 AND (q.queued_at, q.id) > ($3, $4)
+    AND (cardinality($5::text[]) = 0 OR q.coordinator_daemon_id IS NULL
+         OR q.coordinator_daemon_id = ANY($5::text[]))
+    AND ($6::text[] IS NULL OR q.event = ANY($6::text[]))
+  ORDER BY q.queued_at ASC, q.id ASC LIMIT $7";
 
-/// What a drain would deliver, marking and counting nothing.
-pub(crate) fn peek(db: &Db<'_>, mesh_id: &str, request: &DrainRequest) -> Res<Vec<InboxEvent>> {
-    inbox_writes::peek(&Inbox(db), mesh_id, request)
-}
-
-/// Takes the queued events of `ids` off the queue; how many were queued.
-pub(crate) fn ack(db: &Db<'_>, mesh_id: &str, ids: &[String]) -> Res<u64> {
-    inbox_writes::ack(&Inbox(db), mesh_id, ids)
-}
+/// The next lane after $2 and before $3 that holds undrained events, with the
+/// addressee columns of one of its rows (all rows of a unicast lane share them).
+const NEXT_LANE: &str = "SELECT q.lane, e.to_machine, e.to_key, e.to_fallback, e.to_session
+   FROM mesh_inbox_queue q
+   JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
+  WHERE q.mesh_id = $1 AND q.lane > $2 AND q.lane < $3 ORDER BY q.lane ASC LIMIT 1";
 
 /// The inbox rows of one transaction.
 pub(super) struct Inbox<'a, 'c>(pub(super) &'a Db<'c>);
@@ -37,23 +46,30 @@ impl InboxRows for Inbox<'_, '_> {
     type Error = Fail;
 
     fn next_lane(&self, mesh_id: &str, after: &str, before: &str) -> Res<Option<(String, RouteColumns)>> {
-        walk::next_lane(self.0, mesh_id, after, before)
+        Ok(self.0.query_opt(NEXT_LANE, &[&mesh_id, &after, &before])?.map(|row| {
+            let columns = RouteColumns {
+                class: 0,
+                machine: row.get(1),
+                key: row.get(2),
+                fallback: row.get::<_, i64>(3) != 0,
+                session: row.get(4),
+            };
+            (row.get(0), columns)
+        }))
     }
 
-    fn lane_page(
-        &self,
-        mesh_id: &str,
-        lane: &str,
-        after: (i64, &str),
-        forms: &[String],
-        only: Option<&[String]>,
-        limit: i64,
-    ) -> Res<Vec<QueuedRow>> {
-        walk::lane_page(self.0, mesh_id, lane, after, forms, only, limit)
+    fn lane_page(&self, page: &LanePage<'_>) -> Res<Vec<QueuedRow>> {
+        let LanePage { mesh_id, lane, after, forms, only, limit } = *page;
+        let rows = self.0.query(LANE_PAGE, &[&mesh_id, &lane, &after.0, &after.1, &forms, &only, &limit])?;
+        Ok(rows.iter().map(queued_row).collect())
     }
 
     fn drained_among(&self, mesh_id: &str, ids: &[&str]) -> Res<HashSet<String>> {
-        walk::drained_among(self.0, mesh_id, ids)
+        let rows = self.0.query(
+            "SELECT DISTINCT event_id FROM mesh_inbox_drained WHERE mesh_id = $1 AND event_id = ANY($2)",
+            &[&mesh_id, &ids],
+        )?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     fn take(&self, mesh_id: &str, taken: &[Taken]) -> Res<()> {
@@ -76,7 +92,16 @@ impl InboxRows for Inbox<'_, '_> {
     }
 
     fn presence_on(&self, mesh_id: &str, machine: &str, since_ms: i64) -> Res<Vec<(String, i64)>> {
-        presence::live_on(self.0, mesh_id, machine, since_ms)
+        let rows = self.0.query(
+            "SELECT coordinator_key, last_seen_ms FROM mesh_coordinator_presence
+              WHERE mesh_id = $1 AND machine = $2 AND ended_at_ms IS NULL AND last_seen_ms >= $3",
+            &[&mesh_id, &machine, &since_ms],
+        )?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    fn touch_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<()> {
+        presence::touch_coordinator(self.0, mesh_id, identity, now)
     }
 
     fn newest_presence(&self, mesh_id: &str) -> Res<Option<i64>> {
@@ -87,10 +112,6 @@ impl InboxRows for Inbox<'_, '_> {
                 &[&mesh_id],
             )?
             .get(0))
-    }
-
-    fn touch_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<()> {
-        presence::touch_coordinator(self.0, mesh_id, identity, now)
     }
 
     fn refine_outcome(&self, mesh_id: &str, job: &str) -> Res<Option<LedgerEntry>> {
@@ -108,8 +129,17 @@ impl InboxRows for Inbox<'_, '_> {
         ledger::append(self.0, entry).map(drop)
     }
 
+    /// Read under the mesh's inbox lock (free when the caller holds it
+    /// already): a drain beside it could take the event it looks for.
     fn queued_payloads(&self, mesh_id: &str, name: &str) -> Res<Vec<String>> {
-        queue::queued_payloads(self.0, mesh_id, name)
+        self.0.lock(mesh_id, crate::Lock::Inbox)?;
+        let rows = self.0.query(
+            "SELECT e.payload FROM mesh_inbox_queue q
+               JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
+              WHERE q.mesh_id = $1 AND q.event = $2",
+            &[&mesh_id, &name],
+        )?;
+        Ok(rows.iter().map(|r| crate::payload::json(r.get(0))).collect())
     }
 
     fn insert_event(&self, id: &str, event: &PendingEvent) -> Res<bool> {
@@ -117,15 +147,43 @@ impl InboxRows for Inbox<'_, '_> {
     }
 
     fn held_entry(&self, mesh_id: &str, entry_id: &str) -> Res<Option<LedgerEntry>> {
-        held::held_entry(self.0, mesh_id, entry_id)
-    }
-
-    fn stored_event(&self, mesh_id: &str, id: &str) -> Res<Option<i64>> {
-        held::stored_event(self.0, mesh_id, id)
+        let row = self.0.query_opt(
+            "SELECT id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload
+               FROM mesh_event_ledger WHERE mesh_id = $1 AND id = $2 AND kind = 'event_held'",
+            &[&mesh_id, &entry_id],
+        )?;
+        Ok(row.map(|r| ledger_entry(&r)))
     }
 
     fn requeue_stored(&self, mesh_id: &str, stored: i64) -> Res<bool> {
         queue::enqueue_stored(self.0, mesh_id, stored)
+    }
+
+    fn stored_event(&self, mesh_id: &str, id: &str) -> Res<Option<i64>> {
+        let row = self.0.query_opt(
+            "SELECT row_id FROM mesh_pending_events WHERE mesh_id = $1 AND id = $2",
+            &[&mesh_id, &id],
+        )?;
+        Ok(row.map(|r| r.get(0)))
+    }
+}
+
+fn queued_row(r: &Row) -> QueuedRow {
+    QueuedRow {
+        lane: r.get(0),
+        id: r.get(1),
+        payload: crate::payload::json(r.get(2)),
+        fingerprint: r.get(3),
+        queued_at: r.get(4),
+        event_id: r.get(5),
+        columns: RouteColumns {
+            class: r.get(6),
+            machine: r.get(7),
+            key: r.get(8),
+            fallback: r.get::<_, i64>(9) != 0,
+            session: r.get(10),
+        },
+        name: r.get(11),
     }
 }
 

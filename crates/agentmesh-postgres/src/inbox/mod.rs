@@ -20,11 +20,11 @@
 //!
 //! - `queue`: an event row with its queue entry (with the routing columns and
 //!   lane of `agentmesh_store::route_columns`); requeueing a stored row.
-//! - `walk`: the next lane holding events, a lane's page, the dedup history.
-//! - `drain`: the `InboxRows` of a transaction; taking events off the queue.
+//! - `drain`: the `InboxRows` of a transaction: a drain's walk (the next lane
+//!   holding events, a lane's page, the dedup history), taking events off the
+//!   queue, the rows a held event's requeue reads.
 //! - `presence`: coordinator presence records.
 //! - `reconcile`: the ledger entry of a refine job's outcome.
-//! - `held`: the rows a held event's requeue reads.
 //! - `admin`: delete, retract, clear, count, the overview by addressee.
 //! - `prune`: the retention sweep.
 //!
@@ -37,18 +37,19 @@ use agentmesh_store::{
     StoreResult,
 };
 
+use agentmesh_store::inbox_writes;
+
 use crate::PgStore;
 
 mod admin;
 mod drain;
-mod held;
 mod presence;
 mod prune;
 mod queue;
 mod reconcile;
-mod walk;
 
-pub(crate) use queue::{queue, queue_later};
+use drain::Inbox;
+pub(crate) use queue::queue_later;
 
 impl PgStore {
     /// Runs `op` as a write of `mesh_id`'s inbox (see the module).
@@ -70,7 +71,9 @@ impl agentmesh_store::InboxStore for PgStore {
         self_machine_id: Option<&str>,
         now: Timestamp,
     ) -> StoreResult<QueueOutcome> {
-        self.write_inbox(mesh_id, |db| queue(db, mesh_id, event.clone(), hint, self_machine_id, now))
+        self.write_inbox(mesh_id, |db| {
+            inbox_writes::queue(&Inbox(db), mesh_id, event.clone(), hint, self_machine_id, now)
+        })
     }
 
     fn drain_pending_events(
@@ -79,16 +82,16 @@ impl agentmesh_store::InboxStore for PgStore {
         request: &DrainRequest,
         now: Timestamp,
     ) -> StoreResult<DrainOutcome> {
-        self.write_inbox(mesh_id, |db| drain::drain(db, mesh_id, request, now))
+        self.write_inbox(mesh_id, |db| inbox_writes::drain(&Inbox(db), mesh_id, request, now))
     }
 
     fn peek_pending_events(&self, mesh_id: &str, request: &DrainRequest) -> StoreResult<Vec<InboxEvent>> {
-        self.snapshot(|db| drain::peek(db, mesh_id, request))
+        self.snapshot(|db| inbox_writes::peek(&Inbox(db), mesh_id, request))
     }
 
     fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64> {
         self.write_inbox(mesh_id, |db| match settle {
-            EventSettle::Ack(ids) => drain::ack(db, mesh_id, ids),
+            EventSettle::Ack(ids) => inbox_writes::ack(&Inbox(db), mesh_id, ids),
             EventSettle::Delete(ids) => admin::delete(db, mesh_id, ids),
             EventSettle::RetractDispatchBlocked(task_id) => {
                 admin::retract_dispatch_blocked(db, mesh_id, task_id)
@@ -128,7 +131,7 @@ impl agentmesh_store::InboxStore for PgStore {
         held_entry_id: &str,
         now: Timestamp,
     ) -> StoreResult<agentmesh_store::HeldRequeue> {
-        self.write_inbox(mesh_id, |db| held::requeue_held(db, mesh_id, held_entry_id, now))
+        self.write_inbox(mesh_id, |db| inbox_writes::requeue_held(&Inbox(db), mesh_id, held_entry_id, now))
     }
 
     fn pending_events_by_addressee(&self, mesh_id: &str) -> StoreResult<Vec<PendingAddressee>> {

@@ -2,17 +2,14 @@
 //! ones past theirs are expired with an `event_held` ledger entry each.
 
 use agentmesh_core::Timestamp;
-use agentmesh_core::events::held::{retention_entry, retention_warning};
+use agentmesh_core::events::held::retention_entry;
 use agentmesh_core::events::names::NEVER_EXPIRE_EVENTS;
 use agentmesh_store::PruneReport;
 use agentmesh_store::ids::mint_at;
+use agentmesh_store::inbox_sweep::{self, CHUNK, Cursor};
 
 use crate::db::{Db, unsigned};
 use crate::{PgStore, Res, ledger};
-
-/// Undrained events expired per transaction of the sweep, so a long backlog
-/// never holds a mesh's lock for long.
-const PRUNE_CHUNK: i64 = 500;
 
 /// The meshes with an event queued before $1.
 const MESHES: &str =
@@ -43,7 +40,7 @@ const EXEMPT_COUNT: &str = "SELECT COUNT(*) FROM mesh_inbox_queue
 /// The sweep over every mesh; see [`agentmesh_store::InboxStore::prune_pending_events`].
 ///
 /// Each mesh is swept in transactions holding its inbox lock: the first deletes its
-/// drained events, each one expires at most [`PRUNE_CHUNK`] undrained events
+/// drained events, each one expires at most [`CHUNK`] undrained events
 /// with their ledger entries. If the sweep stops halfway, every transaction that
 /// committed did so with its ledger entries.
 pub(crate) fn prune(
@@ -68,50 +65,33 @@ pub(crate) fn prune(
     let meshes: Vec<String> =
         store.read(|db| Ok(db.query(MESHES, &[&oldest_kept])?.iter().map(|r| r.get(0)).collect()))?;
     let never_expire: Vec<&str> = NEVER_EXPIRE_EVENTS.to_vec();
-    let mut report = PruneReport::default();
+    let mut drained = 0;
     for mesh_id in &meshes {
         if let Some(cutoff) = drained_cutoff(mesh_id) {
-            report.drained_expired +=
+            drained +=
                 store.write_inbox(mesh_id, |db| db.execute(DELETE_DRAINED, &[&mesh_id, &cutoff.millis()]))?;
         }
-        let mut cursor: ExpireCursor = (String::new(), i64::MIN, String::new());
-        let mut mesh_expired = 0;
-        loop {
-            let (expired, last) = store.write_inbox(mesh_id, |db| {
-                expire_chunk(db, mesh_id, undrained_older_than, &cursor, &never_expire, now)
-            })?;
-            mesh_expired += expired;
-            match last {
-                Some(last) if expired == PRUNE_CHUNK as u64 => cursor = last,
-                _ => break,
-            }
-        }
-        report.undrained_expired += mesh_expired;
-        if mesh_expired > 0 {
-            // Nobody drained these; an operator has to decide whether they matter.
-            tracing::warn!(mesh = %mesh_id, count = mesh_expired, "{}", retention_warning(mesh_id, mesh_expired));
-        }
-        report.terminal_exempt += store.read(|db| {
-            let n: i64 = db
-                .query_one(EXEMPT_COUNT, &[&mesh_id, &undrained_older_than.millis(), &never_expire])?
-                .get(0);
-            Ok(unsigned(n))
-        })?;
     }
-    if report != PruneReport::default() {
-        tracing::info!(
-            drained_expired = report.drained_expired,
-            undrained_expired = report.undrained_expired,
-            terminal_exempt = report.terminal_exempt,
-            "pending events pruned"
-        );
-    }
+    let mut report = inbox_sweep::expire_undrained(
+        &meshes,
+        |mesh_id, cursor| {
+            store.write_inbox(mesh_id, |db| {
+                expire_chunk(db, mesh_id, undrained_older_than, cursor, &never_expire, now)
+            })
+        },
+        |mesh_id| {
+            store.read(|db| {
+                let n: i64 = db
+                    .query_one(EXEMPT_COUNT, &[&mesh_id, &undrained_older_than.millis(), &never_expire])?
+                    .get(0);
+                Ok(unsigned(n))
+            })
+        },
+    )?;
+    report.drained_expired = drained;
+    inbox_sweep::log(&report);
     Ok(report)
 }
-
-/// Where the sweep of a mesh's expirable rows stands: the (lane, queued_at, id)
-/// of the last row read.
-type ExpireCursor = (String, i64, String);
 
 /// Removes one chunk of a mesh's expirable rows, each with its `event_held`
 /// entry, in the caller's transaction. Returns how many and the last row's
@@ -120,13 +100,13 @@ fn expire_chunk(
     db: &Db<'_>,
     mesh_id: &str,
     older_than: Timestamp,
-    cursor: &ExpireCursor,
+    cursor: &Cursor,
     never_expire: &[&str],
     now: Timestamp,
-) -> Res<(u64, Option<ExpireCursor>)> {
+) -> Res<(u64, Option<Cursor>)> {
     let rows = db.query(
         EXPIRE_CHUNK,
-        &[&mesh_id, &older_than.millis(), &cursor.0, &cursor.1, &cursor.2, &never_expire, &PRUNE_CHUNK],
+        &[&mesh_id, &older_than.millis(), &cursor.0, &cursor.1, &cursor.2, &never_expire, &CHUNK],
     )?;
     let mut last = None;
     let mut expired = 0;

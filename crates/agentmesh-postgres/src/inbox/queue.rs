@@ -1,39 +1,27 @@
 //! Queueing: stamping an event, the refine-terminal and fingerprint dedup, and
 //! the event row with its queue entry.
 
+use std::sync::Arc;
+
 use agentmesh_core::Timestamp;
-use agentmesh_core::events::{EmitHint, PendingEvent, pending_event_fingerprint, project_route};
+use agentmesh_core::events::{EmitHint, PendingEvent};
+use agentmesh_store::DuplicateReason;
 use agentmesh_store::ids::mint_at;
 use agentmesh_store::inbox_writes;
-use agentmesh_store::{DuplicateReason, QueueOutcome};
 
 use crate::Res;
-use crate::columns::statement_row;
-use crate::db::{Db, Write};
-use agentmesh_store::route_columns::RouteColumns;
-
-/// Queues one event for a coordinator (stamped on the way in), in the caller's
-/// transaction, which holds the mesh's inbox lock.
-pub(crate) fn queue(
-    db: &Db<'_>,
-    mesh_id: &str,
-    ev: PendingEvent,
-    hint: &EmitHint,
-    self_machine_id: Option<&str>,
-    now: Timestamp,
-) -> Res<QueueOutcome> {
-    inbox_writes::queue(&super::drain::Inbox(db), mesh_id, ev, hint, self_machine_id, now)
-}
+use crate::db::{Db, Owned, Write};
+use agentmesh_store::route_columns::EventColumns;
 
 /// Stores a stamped event under `id` with its queue entry; `false` when its
 /// fingerprint is already used in the mesh.
 pub(super) fn insert(db: &Db<'_>, id: &str, ev: &PendingEvent) -> Res<bool> {
-    Ok(db.execute_owned(INSERT_EVENT, &EventRow::of(id, ev).values(&ev.mesh_id))? > 0)
+    Ok(db.execute_owned(INSERT_EVENT, &event_values(id, ev))? > 0)
 }
 
-/// Queues one event as [`queue`] does, for a caller that does not read the
+/// Queues one event as [`inbox_writes::queue`] does, for a caller that does not read the
 /// outcome: the event's row goes out with the operation's next statement (see
-/// [`Db::defer`]), and a duplicate is dropped as [`queue`] drops it.
+/// [`Db::defer`]), and a duplicate is dropped as queueing drops it.
 pub(crate) fn queue_later(
     db: &Db<'_>,
     mesh_id: &str,
@@ -51,7 +39,7 @@ pub(crate) fn queue_later(
 /// Stores a stamped event under `id` with its queue entry, with the
 /// operation's next statement; a duplicate is dropped.
 pub(crate) fn insert_later(db: &Db<'_>, id: &str, ev: &PendingEvent) {
-    db.defer_write(&INSERT_EVENT_LATER, EventRow::of(id, ev).values(&ev.mesh_id), None);
+    db.defer_write(&INSERT_EVENT_LATER, event_values(id, ev), None);
 }
 
 /// Checks and stamps an event and mints its id; a refine outcome already
@@ -74,8 +62,8 @@ fn prepare(
 /// Stores an event, as it is, with its queue entry, in one statement: the whole
 /// event in `payload`, its daemon target, fingerprint, v2 envelope and projected
 /// routing inputs in their columns. Changes no row when its fingerprint (or id)
-/// is already used in the mesh: neither is an error. `$1` is the mesh, the rest
-/// an [`EventRow`]'s values.
+/// is already used in the mesh: neither is an error. Its parameters are
+/// [`event_values`].
 const INSERT_EVENT: &str = concat!("WITH stored AS (", store_event!(), ") ", queue_entry!("stored"));
 
 /// [`INSERT_EVENT`] as a write that shares a statement with the writes next
@@ -107,61 +95,27 @@ macro_rules! queue_entry {
 }
 use queue_entry;
 
-statement_row! {
-    /// One event row with its queue entry's inputs, in [`INSERT_EVENT`]'s
-    /// parameter order.
-    pub(crate) struct EventRow {
-        id: String,
-        target: Option<String>,
-        event: String,
-        payload: Vec<u8>,
-        fingerprint: Option<String>,
-        queued_at: i64,
-        event_id: Option<String>,
-        intended_for: Option<String>,
-        route_class: i64,
-        to_machine: Option<String>,
-        to_key: Option<String>,
-        to_fallback: i64,
-        to_session: Option<String>,
-        lane: String,
-    }
-}
-
-impl EventRow {
-    /// The row of the event `ev` stored under `id`.
-    pub(crate) fn of(id: &str, ev: &PendingEvent) -> EventRow {
-        let fingerprint = pending_event_fingerprint(ev);
-        let envelope = &ev.envelope;
-        let identity = |i: &Option<agentmesh_core::events::CoordinatorIdentity>| {
-            i.as_ref().map(|i| i.to_json().to_string())
-        };
-        let value = ev.to_value();
-        let projected = project_route(&value);
-        let columns = RouteColumns::of(projected.as_ref());
-        let event_id = match &projected {
-            Some(p) => Some(p.event_id.clone()),
-            None => envelope.event_id.clone(),
-        };
-        let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
-        let lane = columns.lane(target);
-        EventRow {
-            id: id.to_owned(),
-            target: target.map(str::to_owned),
-            event: ev.event.clone(),
-            payload: crate::payload::stored(&value.to_string()),
-            fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
-            queued_at: ev.queued_at.millis(),
-            event_id,
-            intended_for: identity(&envelope.intended_for),
-            route_class: columns.class,
-            to_machine: columns.machine,
-            to_key: columns.key,
-            to_fallback: i64::from(columns.fallback),
-            to_session: columns.session,
-            lane,
-        }
-    }
+/// [`INSERT_EVENT`]'s parameters for the event `ev` stored under `id`: the
+/// mesh, the id, then the event's columns in the statement's order.
+fn event_values(id: &str, ev: &PendingEvent) -> Vec<Owned> {
+    let c = EventColumns::of(ev);
+    vec![
+        Arc::new(ev.mesh_id.clone()),
+        Arc::new(id.to_owned()),
+        Arc::new(c.target),
+        Arc::new(c.event),
+        Arc::new(crate::payload::stored(&c.payload)),
+        Arc::new(c.fingerprint),
+        Arc::new(c.queued_at),
+        Arc::new(c.event_id),
+        Arc::new(c.intended_for),
+        Arc::new(c.route.class),
+        Arc::new(c.route.machine),
+        Arc::new(c.route.key),
+        Arc::new(i64::from(c.route.fallback)),
+        Arc::new(c.route.session),
+        Arc::new(c.lane),
+    ]
 }
 
 /// Puts the stored event row `row_id` of the mesh (back) on the queue; `false`
@@ -185,18 +139,4 @@ pub(super) fn enqueue_stored(db: &Db<'_>, mesh_id: &str, row_id: i64) -> Res<boo
         )?;
     }
     Ok(queued > 0)
-}
-
-/// The payloads of the undrained events named `name`. The read runs under the
-/// mesh's inbox lock (free when the caller holds it already): a drain beside it
-/// could take the event it looks for.
-pub(super) fn queued_payloads(db: &Db<'_>, mesh_id: &str, name: &str) -> Res<Vec<String>> {
-    db.lock(mesh_id, crate::Lock::Inbox)?;
-    let rows = db.query(
-        "SELECT e.payload FROM mesh_inbox_queue q
-           JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
-          WHERE q.mesh_id = $1 AND q.event = $2",
-        &[&mesh_id, &name],
-    )?;
-    Ok(rows.iter().map(|r| crate::payload::json(r.get(0))).collect())
 }

@@ -21,10 +21,6 @@ pub(crate) fn decode(id: &str, stored: &[u8]) -> Res<Task> {
     agentmesh_store::packed::unpack_task(id, stored).map_err(Fail)
 }
 
-pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
-    Fail(StoreError::TaskNotFound { mesh_id: mesh_id.to_owned(), task_id: task_id.to_owned() })
-}
-
 /// A task as loaded for a change, with the readiness count the change keeps.
 pub(crate) struct Loaded {
     pub(super) task: Task,
@@ -226,7 +222,11 @@ pub(super) fn update_row(db: &Db<'_>, task: &Task, deps_unmet: i64, row_id: i64)
     let mut values = row_values(task, deps_unmet);
     values.push(Arc::new(row_id));
     let (mesh_id, task_id) = (task.mesh_id.clone(), task.id.clone());
-    db.defer_write(&UPDATE_ROW, values, Some(Arc::new(move || not_found(&mesh_id, &task_id).0)));
+    db.defer_write(
+        &UPDATE_ROW,
+        values,
+        Some(Arc::new(move || StoreError::task_not_found(&mesh_id, &task_id))),
+    );
 }
 
 /// Writes a task loaded from memory whose change takes it to have no

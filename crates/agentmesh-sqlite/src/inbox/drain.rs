@@ -1,63 +1,86 @@
-//! The SQLite side of drains, peeks and acks (`agentmesh_store::inbox_writes`
-//! decides them): the inbox rows of one transaction, and taking events off the
-//! queue.
+//! The SQLite inbox rows of one transaction (`agentmesh_store::inbox_writes`
+//! decides queueing, drains, peeks, acks and held requeues over them): a
+//! drain's walk (its SQL texts are `walk`'s), taking events off the queue,
+//! presence, the records a refine reconciliation and a held requeue read.
 
 use std::collections::HashSet;
 
 use agentmesh_core::events::{CoordinatorIdentity, PendingEvent};
 use agentmesh_core::{LedgerEntry, Timestamp};
-use agentmesh_store::inbox_writes::{self, InboxRows, QueuedRow, Taken};
+use agentmesh_store::inbox_writes::{InboxRows, LanePage, QueuedRow, Taken};
 use agentmesh_store::route_columns::RouteColumns;
-use agentmesh_store::{DrainOutcome, DrainRequest, InboxEvent};
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use super::{held, presence, queue, reconcile, walk};
+use super::walk::{DEDUP_RANGE_MAX, NEXT_LANE, lane_sql, queued_row};
+use super::{presence, queue, reconcile};
 use crate::{Fail, Res, ledger};
 
-/// Drains in the caller's transaction.
-pub(crate) fn drain(
-    conn: &Connection,
-    mesh_id: &str,
-    request: &DrainRequest,
-    now: Timestamp,
-) -> Res<DrainOutcome> {
-    inbox_writes::drain(&Inbox(conn), mesh_id, request, now)
-}
-
-/// What a drain would deliver, marking and counting nothing.
-pub(crate) fn peek(conn: &Connection, mesh_id: &str, request: &DrainRequest) -> Res<Vec<InboxEvent>> {
-    inbox_writes::peek(&Inbox(conn), mesh_id, request)
-}
-
-/// Takes the queued events of `ids` off the queue; how many were queued.
-pub(crate) fn ack(conn: &Connection, mesh_id: &str, ids: &[String]) -> Res<u64> {
-    inbox_writes::ack(&Inbox(conn), mesh_id, ids)
-}
-
 /// The inbox rows of the transaction open on a connection.
-pub(super) struct Inbox<'c>(pub(super) &'c Connection);
+pub(crate) struct Inbox<'c>(pub(crate) &'c Connection);
 
 impl InboxRows for Inbox<'_> {
     type Error = Fail;
 
     fn next_lane(&self, mesh_id: &str, after: &str, before: &str) -> Res<Option<(String, RouteColumns)>> {
-        walk::next_lane(self.0, mesh_id, after, before)
+        let mut next = self.0.prepare_cached(NEXT_LANE)?;
+        let lane = next.query_row(params![mesh_id, after, before], |r| {
+            let columns = RouteColumns {
+                class: 0,
+                machine: r.get(1)?,
+                key: r.get(2)?,
+                fallback: r.get(3)?,
+                session: r.get(4)?,
+            };
+            Ok((r.get(0)?, columns))
+        });
+        Ok(lane.optional()?)
     }
 
-    fn lane_page(
-        &self,
-        mesh_id: &str,
-        lane: &str,
-        after: (i64, &str),
-        forms: &[String],
-        only: Option<&[String]>,
-        limit: i64,
-    ) -> Res<Vec<QueuedRow>> {
-        walk::lane_page(self.0, mesh_id, lane, after, forms, only, limit)
+    fn lane_page(&self, page: &LanePage<'_>) -> Res<Vec<QueuedRow>> {
+        let sql = lane_sql(page.forms.len(), page.only.map(<[String]>::len));
+        let mut args: Vec<Value> = vec![
+            Value::Text(page.mesh_id.to_owned()),
+            Value::Text(page.lane.to_owned()),
+            Value::Integer(page.after.0),
+            Value::Text(page.after.1.to_owned()),
+        ];
+        args.extend(page.forms.iter().map(|f| Value::Text(f.clone())));
+        args.extend(page.only.unwrap_or(&[]).iter().map(|e| Value::Text(e.clone())));
+        args.push(Value::Integer(page.limit));
+        let mut stmt = self.0.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params_from_iter(args.iter()), queued_row)?.collect::<Result<_, _>>()?;
+        Ok(rows)
     }
 
+    /// Our event ids are time-ordered, so a page of events queued one after
+    /// another spans a narrow range of ids, and the dedup records inside that
+    /// range are few (usually none: what a drain took before is older). One
+    /// range read answers for the whole page; a range holding more records
+    /// than [`DEDUP_RANGE_MAX`] (random ids relayed from elsewhere, a busy
+    /// mesh) is asked id by id instead.
     fn drained_among(&self, mesh_id: &str, ids: &[&str]) -> Res<HashSet<String>> {
-        walk::drained_among(self.0, mesh_id, ids)
+        let (Some(low), Some(high)) = (ids.iter().min(), ids.iter().max()) else { return Ok(HashSet::new()) };
+        let in_range: Vec<String> = self
+            .0
+            .prepare_cached(
+                "SELECT event_id FROM mesh_inbox_drained
+                  WHERE mesh_id = ?1 AND event_id >= ?2 AND event_id <= ?3 LIMIT ?4",
+            )?
+            .query_map(params![mesh_id, low, high, DEDUP_RANGE_MAX + 1], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let wanted: HashSet<&str> = ids.iter().copied().collect();
+        if in_range.len() <= DEDUP_RANGE_MAX as usize {
+            return Ok(in_range.into_iter().filter(|id| wanted.contains(id.as_str())).collect());
+        }
+        let mut stmt = self.0.prepare_cached(
+            "SELECT DISTINCT event_id FROM mesh_inbox_drained
+              WHERE mesh_id = ?1 AND event_id IN (SELECT value FROM json_each(?2))",
+        )?;
+        let found = stmt
+            .query_map(params![mesh_id, serde_json::to_string(ids)?], |r| r.get::<_, String>(0))?
+            .collect::<Result<HashSet<_>, _>>()?;
+        Ok(found)
     }
 
     fn take(&self, mesh_id: &str, taken: &[Taken]) -> Res<()> {
@@ -85,7 +108,16 @@ impl InboxRows for Inbox<'_> {
     }
 
     fn presence_on(&self, mesh_id: &str, machine: &str, since_ms: i64) -> Res<Vec<(String, i64)>> {
-        presence::live_on(self.0, mesh_id, machine, since_ms)
+        let mut stmt = self.0.prepare_cached(
+            "SELECT coordinator_key, last_seen_ms FROM mesh_coordinator_presence
+              WHERE mesh_id = ?1 AND machine = ?2 AND ended_at_ms IS NULL AND last_seen_ms >= ?3",
+        )?;
+        let rows = stmt.query_map(params![mesh_id, machine, since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn touch_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<()> {
+        presence::touch_coordinator(self.0, mesh_id, identity, now)
     }
 
     fn newest_presence(&self, mesh_id: &str) -> Res<Option<i64>> {
@@ -93,10 +125,6 @@ impl InboxRows for Inbox<'_> {
             .0
             .prepare_cached("SELECT MAX(last_seen_ms) FROM mesh_coordinator_presence WHERE mesh_id = ?1")?
             .query_row([mesh_id], |r| r.get(0))?)
-    }
-
-    fn touch_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<()> {
-        presence::touch_coordinator(self.0, mesh_id, identity, now)
     }
 
     fn refine_outcome(&self, mesh_id: &str, job: &str) -> Res<Option<LedgerEntry>> {
@@ -116,7 +144,13 @@ impl InboxRows for Inbox<'_> {
     }
 
     fn queued_payloads(&self, mesh_id: &str, name: &str) -> Res<Vec<String>> {
-        queue::queued_payloads(self.0, mesh_id, name)
+        let mut stmt = self.0.prepare_cached(
+            "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+              WHERE q.mesh_id = ?1 AND q.event = ?2",
+        )?;
+        let rows = stmt
+            .query_map(params![mesh_id, name], |r| r.get::<_, crate::payload::Json>(0).map(String::from))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn insert_event(&self, id: &str, event: &PendingEvent) -> Res<bool> {
@@ -124,15 +158,21 @@ impl InboxRows for Inbox<'_> {
     }
 
     fn held_entry(&self, mesh_id: &str, entry_id: &str) -> Res<Option<LedgerEntry>> {
-        held::held_entry(self.0, mesh_id, entry_id)
-    }
-
-    fn stored_event(&self, mesh_id: &str, id: &str) -> Res<Option<i64>> {
-        held::stored_event(self.0, mesh_id, id)
+        let mut find = self.0.prepare_cached(
+            "SELECT id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload
+               FROM mesh_event_ledger WHERE id = ?1 AND mesh_id = ?2 AND kind = 'event_held'",
+        )?;
+        Ok(find.query_row(params![entry_id, mesh_id], ledger::entry_from_row).optional()?)
     }
 
     fn requeue_stored(&self, _mesh_id: &str, stored: i64) -> Res<bool> {
         queue::enqueue_stored(self.0, stored)
+    }
+
+    fn stored_event(&self, mesh_id: &str, id: &str) -> Res<Option<i64>> {
+        let mut find =
+            self.0.prepare_cached("SELECT rowid FROM mesh_pending_events WHERE id = ?1 AND mesh_id = ?2")?;
+        Ok(find.query_row(params![id, mesh_id], |r| r.get(0)).optional()?)
     }
 }
 
@@ -201,6 +241,8 @@ const RECORDS_PER_INSERT: usize = 50;
 mod tests {
     use super::*;
     use agentmesh_core::events::{EmitHint, PendingEvent, stamp_event};
+    use agentmesh_store::DrainRequest;
+    use agentmesh_store::inbox_writes::drain;
     use serde_json::json;
 
     use super::super::walk::DEDUP_RANGE_MAX;
@@ -238,20 +280,20 @@ mod tests {
         for i in 0..n {
             queue(&conn, &format!("t{i}"), &format!("e{i:05}"), i as i64);
         }
-        let first = drain(&conn, "m", &request, Timestamp::from_millis(10_000)).unwrap();
+        let first = drain(&Inbox(&conn), "m", &request, Timestamp::from_millis(10_000)).unwrap();
         assert_eq!(first.events.len(), n);
         // Copies of drained events (new content, known ids) at both ends of the
         // range, around a new one: the range holds every earlier record.
         queue(&conn, "copy-low", "e00000", 20_000);
         queue(&conn, "new", "e00300x", 20_001);
         queue(&conn, "copy-high", &format!("e{:05}", n - 1), 20_002);
-        let wide = drain(&conn, "m", &request, Timestamp::from_millis(30_000)).unwrap();
+        let wide = drain(&Inbox(&conn), "m", &request, Timestamp::from_millis(30_000)).unwrap();
         let ids: Vec<&str> = wide.events.iter().map(|e| e.id.as_str()).collect();
         assert_eq!(ids, ["row-new"]);
         assert_eq!((wide.counters.v2_delivered, wide.counters.v2_dedup_skipped), (1, 2));
         // A narrow range: one copy of a drained event next to its original's id.
         queue(&conn, "copy-narrow", "e00300x", 40_000);
-        let narrow = drain(&conn, "m", &request, Timestamp::from_millis(50_000)).unwrap();
+        let narrow = drain(&Inbox(&conn), "m", &request, Timestamp::from_millis(50_000)).unwrap();
         assert!(narrow.events.is_empty());
         assert_eq!((narrow.counters.v2_delivered, narrow.counters.v2_dedup_skipped), (0, 1));
         assert_eq!(count(&conn, "m").unwrap(), 0);

@@ -12,11 +12,12 @@
 //!
 //! - `queue`: an event row with its queue entry; requeueing a stored row.
 //! - `columns`: an event row's routing columns and lane.
-//! - `walk`: the next lane holding events, a lane's page, the dedup history.
-//! - `drain`: the `InboxRows` of a transaction; taking events off the queue.
+//! - `walk`: the SQL of a drain's walk (the next lane holding events, a lane's
+//!   page) and its row mapping.
+//! - `drain`: the `InboxRows` of a transaction: the walk's reads, the dedup
+//!   history, taking events off the queue, the rows a held requeue reads.
 //! - `presence`: coordinator presence records.
 //! - `reconcile`: the ledger entry of a refine job's outcome.
-//! - `held`: the rows a held event's requeue reads.
 //! - `admin`: delete, retract, clear, count.
 //!
 //! Every ledger entry and event text is the core's (`agentmesh_core::events`).
@@ -24,7 +25,6 @@
 mod admin;
 mod columns;
 mod drain;
-mod held;
 mod presence;
 mod queue;
 mod reconcile;
@@ -32,7 +32,6 @@ mod walk;
 
 pub(crate) use admin::{count, delete, retract_dispatch_blocked};
 pub(crate) use columns::backfill_route_columns;
-pub(crate) use drain::{ack, drain, peek};
-pub(crate) use held::requeue_held;
+pub(crate) use drain::Inbox;
 pub(crate) use presence::{end_coordinator, touch_coordinator};
-pub(crate) use queue::{enqueue_stored, insert_row, queue, record_drained_stored};
+pub(crate) use queue::{enqueue_stored, insert_row, record_drained_stored};

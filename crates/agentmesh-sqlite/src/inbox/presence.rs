@@ -11,22 +11,6 @@ use crate::Res;
 // The core's presence rule and the store's promise name the same duration.
 const _: () = assert!(COORDINATOR_PRESENCE_TTL_MS == agentmesh_store::COORDINATOR_PRESENCE_TTL_MS);
 
-/// The coordinators recorded on `machine`, not ended and seen at or after
-/// `since_ms`, as (coordinator key, last seen).
-pub(super) fn live_on(
-    conn: &Connection,
-    mesh_id: &str,
-    machine: &str,
-    since_ms: i64,
-) -> Res<Vec<(String, i64)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT coordinator_key, last_seen_ms FROM mesh_coordinator_presence
-          WHERE mesh_id = ?1 AND machine = ?2 AND ended_at_ms IS NULL AND last_seen_ms >= ?3",
-    )?;
-    let rows = stmt.query_map(params![mesh_id, machine, since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    Ok(rows.collect::<Result<_, _>>()?)
-}
-
 /// Records that `identity` is live in the mesh as of `now` (a later record is
 /// kept). An end recorded at or after `now` stands: a touch that was on its way
 /// when the coordinator ended does not bring it back.

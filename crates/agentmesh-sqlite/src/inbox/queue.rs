@@ -1,47 +1,19 @@
 //! Queueing's SQL (`agentmesh_store::inbox_writes` checks, stamps and
 //! deduplicates): the event row with its queue entry, requeueing a stored row.
 
-use agentmesh_core::Timestamp;
-use agentmesh_core::events::{EmitHint, PendingEvent, pending_event_fingerprint, project_route};
-use agentmesh_store::QueueOutcome;
+use agentmesh_core::events::PendingEvent;
 use rusqlite::{Connection, params};
 
-use super::columns::RouteColumns;
 use crate::Res;
-use crate::payload::{Json, Stored};
-
-/// Queues one event for a coordinator (stamped on the way in).
-pub(crate) fn queue(
-    conn: &Connection,
-    mesh_id: &str,
-    ev: PendingEvent,
-    hint: &EmitHint,
-    self_machine_id: Option<&str>,
-    now: Timestamp,
-) -> Res<QueueOutcome> {
-    agentmesh_store::inbox_writes::queue(&super::drain::Inbox(conn), mesh_id, ev, hint, self_machine_id, now)
-}
+use crate::payload::Stored;
+use agentmesh_store::route_columns::EventColumns;
 
 /// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
 /// target, fingerprint, event id, addressee and projected routing inputs in their
 /// columns (the rest of its v2 envelope is read from the payload). `false` when its fingerprint is already used in the mesh (nothing is
 /// written).
 pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
-    let fingerprint = pending_event_fingerprint(ev);
-    let fingerprint = (!fingerprint.is_empty()).then_some(fingerprint);
-    let envelope = &ev.envelope;
-    let identity =
-        |i: &Option<agentmesh_core::events::CoordinatorIdentity>| i.as_ref().map(|i| i.to_json().to_string());
-    let value = ev.to_value();
-    let payload = value.to_string();
-    let projected = project_route(&value);
-    let columns = RouteColumns::of(projected.as_ref());
-    let event_id = match &projected {
-        Some(p) => Some(p.event_id.as_str()),
-        None => envelope.event_id.as_deref(),
-    };
-    let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
-    let lane = columns.lane(target);
+    let c = EventColumns::of(ev);
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
@@ -52,19 +24,19 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
         .execute(params![
             id,
             ev.mesh_id,
-            target,
-            ev.event,
-            Stored::of(&payload),
-            fingerprint,
-            ev.queued_at.millis(),
-            event_id,
-            identity(&envelope.intended_for),
-            columns.class,
-            columns.machine,
-            columns.key,
-            columns.fallback,
-            columns.session,
-            lane,
+            c.target,
+            c.event,
+            Stored::of(&c.payload),
+            c.fingerprint,
+            c.queued_at,
+            c.event_id,
+            c.intended_for,
+            c.route.class,
+            c.route.machine,
+            c.route.key,
+            c.route.fallback,
+            c.route.session,
+            c.lane,
         ])?;
     if inserted == 0 {
         return Ok(false);
@@ -73,7 +45,7 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
         "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )?
-    .execute(params![ev.mesh_id, lane, ev.queued_at.millis(), id, target, ev.event, conn.last_insert_rowid()])?;
+    .execute(params![ev.mesh_id, c.lane, c.queued_at, id, c.target, c.event, conn.last_insert_rowid()])?;
     Ok(true)
 }
 
@@ -106,14 +78,4 @@ pub(crate) fn record_drained_stored(conn: &Connection, rowid: i64) -> Res<()> {
     )?
     .execute([rowid])?;
     Ok(())
-}
-
-/// The payloads of the undrained events named `name`.
-pub(super) fn queued_payloads(conn: &Connection, mesh_id: &str, name: &str) -> Res<Vec<String>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
-          WHERE q.mesh_id = ?1 AND q.event = ?2",
-    )?;
-    let rows = stmt.query_map(params![mesh_id, name], |r| r.get::<_, Json>(0).map(String::from))?;
-    Ok(rows.collect::<Result<_, _>>()?)
 }

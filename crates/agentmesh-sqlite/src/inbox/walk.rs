@@ -1,14 +1,8 @@
 //! The SQL of a drain's walk (`agentmesh_store::inbox_writes` walks): the next
 //! lane holding events, one page of a lane, and the dedup history of a page.
 
-use std::collections::HashSet;
-
 use agentmesh_store::inbox_writes::QueuedRow;
 use agentmesh_store::route_columns::RouteColumns;
-use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
-
-use crate::Res;
 
 /// The columns a drain reads of a candidate row.
 pub(super) const CANDIDATE_COLUMNS: &str = "q.lane, q.id, e.payload, e.fingerprint, q.queued_at, e.event_id,
@@ -47,55 +41,8 @@ pub(super) const NEXT_LANE: &str = "SELECT q.lane, e.to_machine, e.to_key, e.to_
   FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
   WHERE q.mesh_id = +?1 AND q.lane > +?2 AND q.lane < +?3 ORDER BY q.lane ASC LIMIT 1";
 
-/// The first lane after `after` and before `before` holding undrained events,
-/// with the addressee columns of one of its rows.
-pub(super) fn next_lane(
-    conn: &Connection,
-    mesh_id: &str,
-    after: &str,
-    before: &str,
-) -> Res<Option<(String, RouteColumns)>> {
-    Ok(conn
-        .prepare_cached(NEXT_LANE)?
-        .query_row(params![mesh_id, after, before], |r| {
-            let columns = RouteColumns {
-                class: 0,
-                machine: r.get(1)?,
-                key: r.get(2)?,
-                fallback: r.get(3)?,
-                session: r.get(4)?,
-            };
-            Ok((r.get(0)?, columns))
-        })
-        .optional()?)
-}
-
-/// One page of one lane (see `InboxRows::lane_page`).
-pub(super) fn lane_page(
-    conn: &Connection,
-    mesh_id: &str,
-    lane: &str,
-    after: (i64, &str),
-    forms: &[String],
-    only: Option<&[String]>,
-    limit: i64,
-) -> Res<Vec<QueuedRow>> {
-    let sql = lane_sql(forms.len(), only.map(<[String]>::len));
-    let mut args: Vec<Value> = vec![
-        Value::Text(mesh_id.to_owned()),
-        Value::Text(lane.to_owned()),
-        Value::Integer(after.0),
-        Value::Text(after.1.to_owned()),
-    ];
-    args.extend(forms.iter().map(|f| Value::Text(f.clone())));
-    args.extend(only.unwrap_or(&[]).iter().map(|e| Value::Text(e.clone())));
-    args.push(Value::Integer(limit));
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let page = stmt.query_map(params_from_iter(args.iter()), queued_row)?.collect::<Result<_, _>>()?;
-    Ok(page)
-}
-
-fn queued_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<QueuedRow> {
+/// A drain page's row.
+pub(super) fn queued_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<QueuedRow> {
     Ok(QueuedRow {
         lane: r.get(0)?,
         id: r.get(1)?,
@@ -114,42 +61,15 @@ fn queued_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<QueuedRow> {
     })
 }
 
-/// Which of the event ids `ids` (sorted) were drained before.
-///
-/// Our event ids are time-ordered, so a page of events queued one after another
-/// spans a narrow range of ids, and the dedup records inside that range are few
-/// (usually none: what a drain took before is older). One range read answers for
-/// the whole page; a range holding more records than [`DEDUP_RANGE_MAX`] (random
-/// ids relayed from elsewhere, a busy mesh) is asked id by id instead.
-pub(super) fn drained_among(conn: &Connection, mesh_id: &str, ids: &[&str]) -> Res<HashSet<String>> {
-    let (Some(low), Some(high)) = (ids.iter().min(), ids.iter().max()) else { return Ok(HashSet::new()) };
-    let in_range: Vec<String> = conn
-        .prepare_cached(
-            "SELECT event_id FROM mesh_inbox_drained
-              WHERE mesh_id = ?1 AND event_id >= ?2 AND event_id <= ?3 LIMIT ?4",
-        )?
-        .query_map(params![mesh_id, low, high, DEDUP_RANGE_MAX + 1], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    let wanted: HashSet<&str> = ids.iter().copied().collect();
-    if in_range.len() <= DEDUP_RANGE_MAX as usize {
-        return Ok(in_range.into_iter().filter(|id| wanted.contains(id.as_str())).collect());
-    }
-    let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT event_id FROM mesh_inbox_drained
-          WHERE mesh_id = ?1 AND event_id IN (SELECT value FROM json_each(?2))",
-    )?;
-    let found = stmt
-        .query_map(params![mesh_id, serde_json::to_string(ids)?], |r| r.get::<_, String>(0))?
-        .collect::<Result<HashSet<_>, _>>()?;
-    Ok(found)
-}
-
-/// Dedup records a page's id range may hold before [`drained_among`] asks id
+/// Dedup records a page's id range may hold before `drained_among` asks id
 /// by id.
 pub(super) const DEDUP_RANGE_MAX: i64 = 512;
 
 #[cfg(test)]
 mod tests {
+    use rusqlite::types::Value;
+    use rusqlite::{Connection, params_from_iter};
+
     use super::*;
 
     /// A drain page is a range of one lane of the queue in walk order, filtered

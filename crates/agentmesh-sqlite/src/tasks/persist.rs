@@ -52,6 +52,7 @@ impl TaskRows for Rows<'_> {
     }
 
     fn queue_event(&self, mesh_id: &str, event: PendingEvent, hint: &EmitHint, now: Timestamp) -> Res<()> {
-        crate::inbox::queue(self.0, mesh_id, event, hint, None, now).map(drop)
+        agentmesh_store::inbox_writes::queue(&crate::inbox::Inbox(self.0), mesh_id, event, hint, None, now)
+            .map(drop)
     }
 }

@@ -25,10 +25,6 @@ pub(crate) fn decode(id: &str, stored: &[u8]) -> Res<Task> {
     agentmesh_store::packed::unpack_task(id, stored).map_err(Fail)
 }
 
-pub(super) fn not_found(mesh_id: &str, task_id: &str) -> Fail {
-    Fail(StoreError::TaskNotFound { mesh_id: mesh_id.to_owned(), task_id: task_id.to_owned() })
-}
-
 /// A task as loaded for a change, with the readiness count the change keeps.
 pub(crate) struct Loaded {
     pub(super) task: Task,
@@ -130,7 +126,7 @@ pub(super) fn update_row(conn: &Connection, task: &Task, deps_unmet: i64, rowid:
     stmt.raw_bind_parameter(25, rowid)?;
     let n = stmt.raw_execute()?;
     if n == 0 {
-        return Err(not_found(&task.mesh_id, &task.id));
+        return Err(Fail(StoreError::task_not_found(&task.mesh_id, &task.id)));
     }
     Ok(())
 }

@@ -157,10 +157,7 @@ impl Model {
     }
 
     fn required(&self, mesh_id: &str, task_id: &str) -> Write<Task> {
-        self.task(mesh_id, task_id).cloned().ok_or_else(|| StoreError::TaskNotFound {
-            mesh_id: mesh_id.to_owned(),
-            task_id: task_id.to_owned(),
-        })
+        self.task(mesh_id, task_id).cloned().ok_or_else(|| StoreError::task_not_found(mesh_id, task_id))
     }
 
     /// The tasks of the mesh in enqueue order.
