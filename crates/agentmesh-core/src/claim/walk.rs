@@ -141,6 +141,9 @@ pub enum Visit {
     Take,
 }
 
+/// What a stream's scan hands each candidate to: the walk's verdict on it.
+pub type Visitor<'a> = &'a mut dyn FnMut(&Candidate) -> Visit;
+
 /// A store's candidate streams, for one claim.
 pub trait Streams {
     /// A candidate handed over, loaded as the store needs it to write the claim.
@@ -154,7 +157,7 @@ pub trait Streams {
         &mut self,
         stream: Stream,
         limit: usize,
-        visit: &mut dyn FnMut(&Candidate) -> Visit,
+        visit: Visitor<'_>,
     ) -> Result<Option<Self::Taken>, Self::Error>;
 }
 
@@ -298,12 +301,7 @@ mod tests {
         type Taken = String;
         type Error = ();
 
-        fn scan(
-            &mut self,
-            stream: Stream,
-            limit: usize,
-            visit: &mut dyn FnMut(&Candidate) -> Visit,
-        ) -> Result<Option<String>, ()> {
+        fn scan(&mut self, stream: Stream, limit: usize, visit: Visitor<'_>) -> Result<Option<String>, ()> {
             self.scanned.push((stream, limit));
             let tasks = self.streams.get(&(stream.tier, stream.hold, stream.readonly_only)).cloned();
             for c in tasks.unwrap_or_default().iter().take(limit) {

@@ -22,7 +22,7 @@
 
 use std::sync::LazyLock;
 
-use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
+use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Visitor, Walked};
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{ClaimRefusal, Claimant, NodeLoad, Task, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
@@ -231,12 +231,8 @@ impl walk::Streams for Streams<'_, '_> {
     /// after the survey's head when this is its stream; a candidate the walk
     /// takes is locked (see [`take`]), and when it cannot be, the walk goes on
     /// with the next one.
-    fn scan(
-        &mut self,
-        Stream { tier, hold, readonly_only }: Stream,
-        limit: usize,
-        visit: &mut dyn FnMut(&Candidate) -> Visit,
-    ) -> Res<Option<Loaded>> {
+    fn scan(&mut self, stream: Stream, limit: usize, visit: Visitor<'_>) -> Res<Option<Loaded>> {
+        let Stream { tier, hold, readonly_only } = stream;
         let sql = &STREAMS[stream_index(tier, readonly_only)];
         // The key before every row: ranks are small, so every row comes after i64::MAX.
         let mut after: (i64, String, i64) = (i64::MAX, String::new(), 0);

@@ -1,7 +1,7 @@
 //! Claims: the claim streams (index walks in claim order) and the survey that
 //! precedes them, for the core's claim walk ([`agentmesh_core::claim::walk`]).
 
-use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Walked};
+use agentmesh_core::claim::walk::{self, Candidate, Stream, Tier, Visit, Visitor, Walked};
 use agentmesh_core::effects::task as decide;
 use agentmesh_core::{Claimant, NodeLoad, Timestamp, daemon_id};
 use agentmesh_store::ids::mint_at;
@@ -64,12 +64,8 @@ impl walk::Streams for Streams<'_> {
 
     /// Reads the stream in one query; only the taken candidate's payload is
     /// decoded, from the row the walk already read.
-    fn scan(
-        &mut self,
-        Stream { tier, hold, readonly_only }: Stream,
-        limit: usize,
-        visit: &mut dyn FnMut(&Candidate) -> Visit,
-    ) -> Res<Option<Loaded>> {
+    fn scan(&mut self, stream: Stream, limit: usize, visit: Visitor<'_>) -> Res<Option<Loaded>> {
+        let Stream { tier, hold, readonly_only } = stream;
         let sql = stream_sql(tier, hold, readonly_only, self.forms.len());
         let mut stmt = self.conn.prepare_cached(&sql)?;
         let mut args: Vec<Value> = vec![Value::Text(self.mesh_id.to_owned())];
