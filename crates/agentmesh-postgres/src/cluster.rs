@@ -58,7 +58,7 @@ pub(crate) fn channel(schema: &str) -> String {
 /// a flush of its own (see [`ANNOUNCE`]), [`HOLD`] after the first mark: one
 /// commit for all the writes of that time. Dropping the announcer sends what is marked before it returns.
 ///
-/// Claims and heartbeats are not announced ([`PgStore::write_unannounced`]).
+/// Claims and heartbeats are not announced (`Db::unannounced`).
 /// What a listening daemon wakes is its waiting watches: inbox watches (an
 /// event queued), reservation waits (a reservation released), the webhook
 /// deliverer and dashboard streams (a ledger entry). A claim queues no event,

@@ -106,11 +106,20 @@ pub(crate) struct Db<'c> {
     prefix: RefCell<Option<String>>,
     /// Writes waiting to go out with the next statement.
     deferred: RefCell<Vec<Deferred>>,
+    /// Whether the write's commit is announced to other daemons (see
+    /// `cluster`); an operation no waiter of theirs looks for turns it off.
+    announce: std::cell::Cell<bool>,
 }
 
 impl<'c> Db<'c> {
     pub(crate) fn new(conn: &'c mut Conn, salt: &'c str) -> Db<'c> {
-        Db { conn: RefCell::new(conn), salt, prefix: RefCell::new(None), deferred: RefCell::new(Vec::new()) }
+        Db {
+            conn: RefCell::new(conn),
+            salt,
+            prefix: RefCell::new(None),
+            deferred: RefCell::new(Vec::new()),
+            announce: std::cell::Cell::new(true),
+        }
     }
 
     /// The same, with `prefix` sent ahead of the first statement the operation
@@ -213,6 +222,17 @@ impl<'c> Db<'c> {
             self.exchange(Want::Nothing, suffix)?;
         }
         Ok(self.began())
+    }
+
+    /// Leaves this write's commit unannounced: no waiter of another daemon
+    /// looks for what it wrote (a claim, a heartbeat; see `cluster`).
+    pub(crate) fn unannounced(&self) {
+        self.announce.set(false);
+    }
+
+    /// Whether this write's commit is announced.
+    pub(crate) fn announces(&self) -> bool {
+        self.announce.get()
     }
 
     /// Whether the prefix went out (the operation sent a statement).

@@ -266,19 +266,6 @@ impl PgStore {
         self.transaction(begin, Some(mesh_id), op)
     }
 
-    /// As [`PgStore::write_with`], for a write no waiter of another daemon
-    /// looks for (a claim, a heartbeat: see `cluster`): its commit is not
-    /// announced.
-    pub(crate) fn write_unannounced<T>(
-        &self,
-        mesh_id: &str,
-        locks: &[Lock<'_>],
-        op: impl FnOnce(&Db<'_>) -> Res<T>,
-    ) -> StoreResult<T> {
-        let begin = format!("BEGIN{}", locks::opening(&self.schema, mesh_id, locks));
-        self.transaction(begin, None, op)
-    }
-
     /// Runs `op` in one read-write transaction without a lock of its own: for
     /// writes whose outcome depends on nothing they read, and sweeps that lock
     /// each mesh they touch themselves.
@@ -295,14 +282,14 @@ impl PgStore {
         let mut conn = self.pool.get().map_err(|Fail(e)| e)?;
         // BEGIN (and the locks) go out with the first statement, the COMMIT
         // with the last writes.
-        let (outcome, began) = {
+        let (outcome, began, announce) = {
             let db = Db::with_prefix(&mut conn, &self.schema, begin);
             let outcome = op(&db).and_then(|value| db.finish(Some("COMMIT")).map(|_| value));
-            (outcome, db.began())
+            (outcome, db.began(), db.announces())
         };
         match outcome {
             Ok(value) => {
-                if let Some(mesh_id) = notify {
+                if let Some(mesh_id) = notify.filter(|_| announce) {
                     self.announcer.mark(mesh_id);
                 }
                 Ok(value)

@@ -21,40 +21,29 @@ pub(crate) struct Rows<'a, 'c>(pub(crate) &'a Db<'c>);
 impl ReservationRows for Rows<'_, '_> {
     type Error = Fail;
 
-    fn near(&self, mesh_id: &str, scope: &str, wanted: &[String]) -> Res<Vec<Reservation>> {
-        let mut found: Vec<Reservation> = Vec::new();
-        for prefix in wanted {
-            let up = ancestors(prefix);
-            // Two index lookups: the ancestors (itself included) by
-            // equality, the ones under it by one range; a pattern starting
-            // with a wildcard (prefix "") reaches the whole scope.
-            let rows = if prefix.is_empty() {
-                self.0.query(
-                    "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND scope = $2",
-                    &[&mesh_id, &scope],
-                )?
-            } else {
-                self.0.query(
-                    // The ids as one array (an init plan), so that even the
-                    // cached generic plan reads the reservations by their key
-                    // instead of hashing the whole mesh's.
-                    "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND id = ANY(ARRAY(
-                        SELECT reservation_id FROM mesh_path_reservation_prefixes
-                         WHERE mesh_id = $1 AND scope = $2 AND prefix = ANY($3::text[])
-                        UNION
-                        SELECT reservation_id FROM mesh_path_reservation_prefixes
-                         WHERE mesh_id = $1 AND scope = $2 AND prefix > $4 || '/' AND prefix < $4 || '0'))",
-                    &[&mesh_id, &scope, &up, prefix],
-                )?
-            };
-            for row in rows {
-                let reservation = decode(row.get(1))?;
-                if !found.iter().any(|f| f.id == reservation.id) {
-                    found.push(reservation);
-                }
-            }
-        }
-        Ok(found)
+    /// Two index lookups: the ancestors (itself included) by equality, the
+    /// ones under it by one range.
+    fn near(&self, mesh_id: &str, scope: &str, prefix: &str) -> Res<Vec<Reservation>> {
+        let rows = if prefix.is_empty() {
+            self.0.query(
+                "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND scope = $2",
+                &[&mesh_id, &scope],
+            )?
+        } else {
+            self.0.query(
+                // The ids as one array (an init plan), so that even the
+                // cached generic plan reads the reservations by their key
+                // instead of hashing the whole mesh's.
+                "SELECT id, payload FROM mesh_path_reservations WHERE mesh_id = $1 AND id = ANY(ARRAY(
+                    SELECT reservation_id FROM mesh_path_reservation_prefixes
+                     WHERE mesh_id = $1 AND scope = $2 AND prefix = ANY($3::text[])
+                    UNION
+                    SELECT reservation_id FROM mesh_path_reservation_prefixes
+                     WHERE mesh_id = $1 AND scope = $2 AND prefix > $4 || '/' AND prefix < $4 || '0'))",
+                &[&mesh_id, &scope, &ancestors(prefix), &prefix],
+            )?
+        };
+        rows.iter().map(|r| decode(r.get(1))).collect()
     }
 
     fn find(&self, mesh_id: &str, id: &str) -> Res<Option<Reservation>> {
@@ -174,8 +163,7 @@ impl agentmesh_store::ReservationStore for PgStore {
                 rows.iter().map(|r| decode(r.get(0))).collect()
             }
             ReservationQuery::Near { scope, patterns } => {
-                let near = Rows(db).near(mesh_id, scope, &prefixes(patterns))?;
-                Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+                reservation_writes::near_in_force(&Rows(db), mesh_id, scope, patterns, now)
             }
         })
     }

@@ -18,38 +18,31 @@ fn decode(payload: &str) -> Res<Reservation> {
 impl ReservationRows for Rows<'_> {
     type Error = Fail;
 
-    fn near(&self, mesh_id: &str, scope: &str, wanted: &[String]) -> Res<Vec<Reservation>> {
-        // Two index lookups per prefix: its ancestors (itself included) by
-        // equality, the ones under it by one range; a pattern starting with a
-        // wildcard (prefix "") reaches the whole scope.
-        let mut near = self.0.prepare_cached(
-            "SELECT payload FROM mesh_path_reservations WHERE mesh_id = ?1 AND id IN (
-                SELECT reservation_id FROM mesh_path_reservation_prefixes
-                 WHERE mesh_id = ?1 AND scope = ?2 AND prefix IN (SELECT value FROM json_each(?3))
-                UNION
-                SELECT reservation_id FROM mesh_path_reservation_prefixes
-                 WHERE mesh_id = ?1 AND scope = ?2 AND prefix > ?4 || '/' AND prefix < ?4 || '0')",
-        )?;
-        let mut everything = self
-            .0
-            .prepare_cached("SELECT payload FROM mesh_path_reservations WHERE mesh_id = ?1 AND scope = ?2")?;
-        let mut found: Vec<Reservation> = Vec::new();
-        for prefix in wanted {
-            let payloads: Vec<String> = if prefix.is_empty() {
-                everything.query_map(params![mesh_id, scope], |r| r.get(0))?.collect::<Result<_, _>>()?
-            } else {
-                let up = serde_json::to_string(&ancestors(prefix))?;
-                near.query_map(params![mesh_id, scope, up, prefix], |r| r.get(0))?
-                    .collect::<Result<_, _>>()?
-            };
-            for payload in payloads {
-                let reservation = decode(&payload)?;
-                if !found.iter().any(|f| f.id == reservation.id) {
-                    found.push(reservation);
-                }
-            }
-        }
-        Ok(found)
+    /// Two index lookups: its ancestors (itself included) by equality, the
+    /// ones under it by one range.
+    fn near(&self, mesh_id: &str, scope: &str, prefix: &str) -> Res<Vec<Reservation>> {
+        let payloads: Vec<String> = if prefix.is_empty() {
+            self.0
+                .prepare_cached(
+                    "SELECT payload FROM mesh_path_reservations WHERE mesh_id = ?1 AND scope = ?2",
+                )?
+                .query_map(params![mesh_id, scope], |r| r.get(0))?
+                .collect::<Result<_, _>>()?
+        } else {
+            let up = serde_json::to_string(&ancestors(prefix))?;
+            self.0
+                .prepare_cached(
+                    "SELECT payload FROM mesh_path_reservations WHERE mesh_id = ?1 AND id IN (
+                        SELECT reservation_id FROM mesh_path_reservation_prefixes
+                         WHERE mesh_id = ?1 AND scope = ?2 AND prefix IN (SELECT value FROM json_each(?3))
+                        UNION
+                        SELECT reservation_id FROM mesh_path_reservation_prefixes
+                         WHERE mesh_id = ?1 AND scope = ?2 AND prefix > ?4 || '/' AND prefix < ?4 || '0')",
+                )?
+                .query_map(params![mesh_id, scope, up, prefix], |r| r.get(0))?
+                .collect::<Result<_, _>>()?
+        };
+        payloads.iter().map(|p| decode(p)).collect()
     }
 
     fn find(&self, mesh_id: &str, id: &str) -> Res<Option<Reservation>> {

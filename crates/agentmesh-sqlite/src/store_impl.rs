@@ -552,12 +552,10 @@ impl ReservationStore for SqliteStore {
         query: agentmesh_store::ReservationQuery<'_>,
         now: Timestamp,
     ) -> StoreResult<Vec<agentmesh_core::Reservation>> {
-        use agentmesh_store::reservation_writes::{ReservationRows, prefixes};
         self.read(|c| match query {
             agentmesh_store::ReservationQuery::All(scope) => reservations::in_force(c, mesh_id, scope, now),
             agentmesh_store::ReservationQuery::Near { scope, patterns } => {
-                let near = reservations::Rows(c).near(mesh_id, scope, &prefixes(patterns))?;
-                Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
+                reservation_writes::near_in_force(&reservations::Rows(c), mesh_id, scope, patterns, now)
             }
         })
     }

@@ -39,11 +39,12 @@ pub trait ReservationRows {
     /// The store's error, which every error of a write converts into.
     type Error: From<StoreError>;
 
-    /// The reservations of `scope` that may overlap a pattern of one of the
-    /// literal prefixes `prefixes` (folded to lower case): those with a
-    /// pattern whose folded prefix is one of them, an ancestor of one, or
-    /// under one. Lapsed ones may be among them.
-    fn near(&self, mesh_id: &str, scope: &str, prefixes: &[String]) -> Result<Vec<Reservation>, Self::Error>;
+    /// The reservations of `scope` that may overlap a pattern of the literal
+    /// prefix `prefix` (folded to lower case): those with a pattern whose
+    /// folded prefix is it, an ancestor of it (see [`ancestors`]), or under
+    /// it; with `prefix` empty (a pattern starting with a wildcard), every
+    /// one of the scope. Lapsed ones may be among them.
+    fn near(&self, mesh_id: &str, scope: &str, prefix: &str) -> Result<Vec<Reservation>, Self::Error>;
     /// The reservation `id`.
     fn find(&self, mesh_id: &str, id: &str) -> Result<Option<Reservation>, Self::Error>;
     /// Stores a new reservation, or stores `reservation` over the one of its id.
@@ -54,6 +55,38 @@ pub trait ReservationRows {
     fn append(&self, entry: &LedgerEntry) -> Result<(), Self::Error>;
     /// The reservations taken for the task `task_id`.
     fn of_task(&self, mesh_id: &str, task_id: &str) -> Result<Vec<Reservation>, Self::Error>;
+}
+
+/// The reservations of `scope` that may overlap a pattern of one of the
+/// folded literal `prefixes` ([`ReservationRows::near`] of each), each once.
+fn near<R: ReservationRows>(
+    rows: &R,
+    mesh_id: &str,
+    scope: &str,
+    prefixes: &[String],
+) -> Result<Vec<Reservation>, R::Error> {
+    let mut found: Vec<Reservation> = Vec::new();
+    for prefix in prefixes {
+        for reservation in rows.near(mesh_id, scope, prefix)? {
+            if !found.iter().any(|f| f.id == reservation.id) {
+                found.push(reservation);
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The reservations of `scope` in force at `now` that may overlap one of
+/// `patterns` (what [`crate::ReservationQuery::Near`] answers).
+pub fn near_in_force<R: ReservationRows>(
+    rows: &R,
+    mesh_id: &str,
+    scope: &str,
+    patterns: &[PathPattern],
+    now: Timestamp,
+) -> Result<Vec<Reservation>, R::Error> {
+    let near = near(rows, mesh_id, scope, &prefixes(patterns))?;
+    Ok(near.into_iter().filter(|r| r.is_active(now)).collect())
 }
 
 /// The folded literal prefixes of `patterns`, each once.
@@ -123,7 +156,7 @@ pub fn reserve<R: ReservationRows>(
 ) -> Result<Reserved, R::Error> {
     agentmesh_core::validate_id("meshId", mesh_id).map_err(StoreError::from)?;
     let valid = request.validate().map_err(StoreError::from)?;
-    let near = rows.near(mesh_id, &valid.scope, &prefixes(&valid.patterns))?;
+    let near = near(rows, mesh_id, &valid.scope, &prefixes(&valid.patterns))?;
     let found = reservation::conflicts(
         &valid.patterns,
         valid.exclusive,
@@ -276,7 +309,7 @@ pub fn blocking<R: ReservationRows>(
     let (Some(paths), Some(scope)) = (&task.paths, &task.paths_scope) else {
         return Ok(Vec::new());
     };
-    let near = rows.near(&task.mesh_id, scope, &prefixes(paths))?;
+    let near = near(rows, &task.mesh_id, scope, &prefixes(paths))?;
     Ok(reservation::conflicts(paths, true, session_id, false, &near, now))
 }
 

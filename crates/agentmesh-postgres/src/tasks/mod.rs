@@ -115,7 +115,8 @@ impl agentmesh_store::QueueStore for PgStore {
         opts: &ClaimOptions,
         now: Timestamp,
     ) -> StoreResult<ClaimOutcome> {
-        let (outcome, held) = self.write_unannounced(mesh_id, &claim_locks(claimant), |db| {
+        let (outcome, held) = self.write_with(mesh_id, &claim_locks(claimant), |db| {
+            db.unannounced();
             claim(db, mesh_id, claimant, opts, now, None)
         })?;
         self.remember(mesh_id, held);
@@ -156,7 +157,8 @@ impl agentmesh_store::QueueStore for PgStore {
         let mut at = None;
         let task = self.with_remembered(mesh_id, Some(&beat.task_id), |held| {
             at = held.as_ref().map(|h| (h.row_id, h.deps_unmet));
-            self.write_unannounced(mesh_id, &[], |db| {
+            self.write_with(mesh_id, &[], |db| {
+                db.unannounced();
                 heartbeat(&Rows::remembering(db, held), mesh_id, beat, now)
             })
         })?;

@@ -32,14 +32,27 @@ fn heard_all(heard: &mpsc::Receiver<String>, want: &[&str], wait: Duration) -> V
     got
 }
 
+/// A listening store, what it hears, and a second store on its schema (another
+/// daemon) that writes.
+struct Heard {
+    heard: mpsc::Receiver<String>,
+    writer: PgStore,
+    _listener: agentmesh_postgres::Listener,
+    _db: TestDb,
+}
+
+fn listening(url: &str) -> Heard {
+    let db = TestDb::new(url);
+    let (tx, heard) = mpsc::channel();
+    let listener = db.store.listen(move |mesh| drop(tx.send(mesh.to_owned()))).expect("a listener");
+    let writer = PgStore::open(&options(url, db.store.schema())).expect("a second store");
+    Heard { heard, writer, _listener: listener, _db: db }
+}
+
 #[test]
 fn a_listener_hears_the_mesh_of_each_write_of_another_store() {
     let url = agentmesh_test_support::require_postgres!();
-    let db = TestDb::new(&url);
-    let (tx, heard) = mpsc::channel();
-    let _listener = db.store.listen(move |mesh| drop(tx.send(mesh.to_owned()))).expect("a listener");
-
-    let writer = PgStore::open(&options(&url, db.store.schema())).expect("a second store");
+    let Heard { heard, writer, _listener, _db } = listening(&url);
     writer.enqueue("alpha", &task("one"), NOW).expect("an enqueue");
     writer.enqueue("beta", &task("two"), NOW).expect("an enqueue");
     let got = heard_all(&heard, &["alpha", "beta"], Duration::from_secs(5));
@@ -78,10 +91,7 @@ fn a_refused_write_is_not_announced() {
 fn a_claim_and_a_heartbeat_are_not_announced_and_the_completion_is() {
     use agentmesh_store::conformance::support::{claim_ok, complete, worker};
     let url = agentmesh_test_support::require_postgres!();
-    let db = TestDb::new(&url);
-    let (tx, heard) = mpsc::channel();
-    let _listener = db.store.listen(move |mesh| drop(tx.send(mesh.to_owned()))).expect("a listener");
-    let writer = PgStore::open(&options(&url, db.store.schema())).expect("a second store");
+    let Heard { heard, writer, _listener, _db } = listening(&url);
     let queued = writer.enqueue("work", &task("one"), NOW).expect("an enqueue");
     let got = heard_all(&heard, &["work"], Duration::from_secs(5));
     assert!(got.iter().any(|m| m == "work"), "the enqueue was not heard: {got:?}");
