@@ -428,17 +428,7 @@ pub(crate) fn idle_sessions(db: &Db<'_>, mesh_id: &str, now: Timestamp) -> Res<V
         &[&mesh_id, &now.millis()],
     )?
     .iter()
-    .map(|r| {
-        let metadata: Option<String> = r.try_get(5)?;
-        Ok(IdleSession {
-            mesh_id: r.try_get(0)?,
-            node_id: r.try_get(1)?,
-            session_id: r.try_get(2)?,
-            provider_type: r.try_get(3)?,
-            expires_at_ms: r.try_get(4)?,
-            metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
-        })
-    })
+    .map(|r| record(r, cells::idle_session))
     .collect()
 }
 
@@ -497,19 +487,7 @@ pub(crate) fn recent_conflicts(
         &[&mesh_id, &cutoff, &i64::from(agentmesh_core::sessions::CONFLICT_LIMIT)],
     )?
     .iter()
-    .map(|r| {
-        Ok(CompletionConflict {
-            id: r.try_get(0)?,
-            mesh_id: r.try_get(1)?,
-            fingerprint: r.try_get(2)?,
-            conflicting_task_id: r.try_get(3)?,
-            conflicting_session_id: r.try_get(4)?,
-            original_task_id: r.try_get(5)?,
-            original_session_id: r.try_get(6)?,
-            event: r.try_get(7)?,
-            created_at: r.try_get(8)?,
-        })
-    })
+    .map(|r| record(r, cells::conflict))
     .collect()
 }
 

@@ -378,17 +378,7 @@ pub(crate) fn idle_sessions(conn: &Connection, mesh_id: &str, now: Timestamp) ->
         "SELECT mesh_id, node_id, session_id, provider_type, expires_at, metadata FROM remote_idle_sessions
           WHERE mesh_id = ?1 AND expires_at > ?2 ORDER BY node_id, session_id",
     )?;
-    let rows = stmt.query_map(params![mesh_id, now.millis()], |r| {
-        let metadata: Option<String> = r.get(5)?;
-        Ok(IdleSession {
-            mesh_id: r.get(0)?,
-            node_id: r.get(1)?,
-            session_id: r.get(2)?,
-            provider_type: r.get(3)?,
-            expires_at_ms: r.get(4)?,
-            metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
-        })
-    })?;
+    let rows = stmt.query_map(params![mesh_id, now.millis()], |r| record(r, cells::idle_session))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 
@@ -444,19 +434,8 @@ pub(crate) fn recent_conflicts(
           ORDER BY created_at DESC LIMIT ?3",
     )?;
     let cutoff = now.plus_millis(-window_ms).iso();
-    let rows = stmt.query_map(params![mesh_id, cutoff, agentmesh_core::sessions::CONFLICT_LIMIT], |r| {
-        Ok(CompletionConflict {
-            id: r.get(0)?,
-            mesh_id: r.get(1)?,
-            fingerprint: r.get(2)?,
-            conflicting_task_id: r.get(3)?,
-            conflicting_session_id: r.get(4)?,
-            original_task_id: r.get(5)?,
-            original_session_id: r.get(6)?,
-            event: r.get(7)?,
-            created_at: r.get(8)?,
-        })
-    })?;
+    let limit = agentmesh_core::sessions::CONFLICT_LIMIT;
+    let rows = stmt.query_map(params![mesh_id, cutoff, limit], |r| record(r, cells::conflict))?;
     Ok(rows.collect::<Result<Vec<_>, _>>()?)
 }
 

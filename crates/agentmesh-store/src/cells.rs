@@ -1,12 +1,15 @@
 //! The records both backends keep in tables of the same columns (ledger
-//! entries, missions, direct dispatches, session deliveries, in-flight holds),
+//! entries, missions, direct dispatches, session deliveries, in-flight holds,
+//! idle sessions, completion conflicts),
 //! read from a stored row in one place: each backend offers its row's cells by position ([`Cells`]), and
 //! the readers here build the record, naming the stored value that cannot be
 //! one ([`StoreError::Corrupt`]).
 //!
 //! A backend selects a record's columns in the order its `*_COLUMNS` lists them.
 
-use agentmesh_core::{DirectDispatch, InflightHold, LedgerEntry, Mission, SessionDelivery};
+use agentmesh_core::{
+    CompletionConflict, DirectDispatch, IdleSession, InflightHold, LedgerEntry, Mission, SessionDelivery,
+};
 
 use crate::{StoreError, StoreResult};
 
@@ -38,6 +41,13 @@ pub const DELIVERY_COLUMNS: &str = "id, mesh_id, node_id, session_id, provider_t
 /// The columns [`hold`] reads, in its order.
 pub const HOLD_COLUMNS: &str =
     "task_id, mesh_id, hold_reason, held_at, first_idle_since_ack, read_failure_count, updated_at";
+
+/// The columns [`idle_session`] reads, in its order.
+pub const IDLE_COLUMNS: &str = "mesh_id, node_id, session_id, provider_type, expires_at, metadata";
+
+/// The columns [`conflict`] reads, in its order.
+pub const CONFLICT_COLUMNS: &str = "id, mesh_id, fingerprint, conflicting_task_id, conflicting_session_id, \
+     original_task_id, original_session_id, event, created_at";
 
 fn corrupt(what: &str, problem: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt { what: what.to_owned(), problem: problem.to_string() }
@@ -133,6 +143,34 @@ pub fn hold(row: &impl Cells) -> StoreResult<InflightHold> {
     })
 }
 
+/// An idle session, from [`IDLE_COLUMNS`]. Metadata that is not JSON reads as
+/// none.
+pub fn idle_session(row: &impl Cells) -> StoreResult<IdleSession> {
+    Ok(IdleSession {
+        mesh_id: row.text(0)?,
+        node_id: row.text(1)?,
+        session_id: row.text(2)?,
+        provider_type: row.text(3)?,
+        expires_at_ms: row.int(4)?,
+        metadata: row.opt_text(5)?.and_then(|m| serde_json::from_str(&m).ok()),
+    })
+}
+
+/// A completion conflict, from [`CONFLICT_COLUMNS`].
+pub fn conflict(row: &impl Cells) -> StoreResult<CompletionConflict> {
+    Ok(CompletionConflict {
+        id: row.text(0)?,
+        mesh_id: row.text(1)?,
+        fingerprint: row.text(2)?,
+        conflicting_task_id: row.opt_text(3)?,
+        conflicting_session_id: row.opt_text(4)?,
+        original_task_id: row.opt_text(5)?,
+        original_session_id: row.opt_text(6)?,
+        event: row.text(7)?,
+        created_at: row.text(8)?,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,6 +202,33 @@ mod tests {
         assert_eq!(HOLD_COLUMNS.split(", ").count(), 7);
         assert_eq!(DISPATCH_COLUMNS.split(", ").count(), 12);
         assert_eq!(DELIVERY_COLUMNS.split(", ").count(), 18);
+        assert_eq!(IDLE_COLUMNS.split(", ").count(), 6);
+        assert_eq!(CONFLICT_COLUMNS.split(", ").count(), 9);
+    }
+
+    #[test]
+    fn idle_metadata_that_is_not_json_reads_as_none() {
+        let stored =
+            |metadata| Row(vec![Some("m"), Some("n1"), Some("s1"), Some("codex"), Some("9"), metadata]);
+        let idle = idle_session(&stored(Some(r#"{"cwd":"/w"}"#))).expect("an idle session");
+        assert_eq!((idle.expires_at_ms, idle.metadata), (9, Some(serde_json::json!({"cwd": "/w"}))));
+        assert_eq!(idle_session(&stored(Some("{not json"))).expect("an idle session").metadata, None);
+        let conflict = conflict(&Row(vec![
+            Some("c1"),
+            Some("m"),
+            Some("fp"),
+            None,
+            Some("s2"),
+            Some("t1"),
+            None,
+            Some("task_completed"),
+            Some("2026"),
+        ]))
+        .expect("a conflict");
+        assert_eq!(
+            (conflict.conflicting_task_id, conflict.conflicting_session_id),
+            (None, Some("s2".into()))
+        );
     }
 
     #[test]
