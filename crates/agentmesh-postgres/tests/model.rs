@@ -30,33 +30,10 @@ fn options(url: &str, schema: &str, connections: usize) -> PgOptions {
 }
 
 /// A store on a fresh schema, which it can close and open again.
-struct FreshSchema {
-    store: Option<PgStore>,
-    url: String,
-    // Dropped after the store, so its connections close first.
-    schema: Schema,
-}
-
-impl FreshSchema {
-    fn new(url: &str) -> FreshSchema {
-        let schema = Schema::fresh(url, "am_model");
-        let store = PgStore::open(&options(url, schema.name(), 2)).expect("a fresh PostgreSQL store");
-        FreshSchema { store: Some(store), url: url.to_owned(), schema }
-    }
-}
-
-impl check::Subject for FreshSchema {
-    type Store = PgStore;
-
-    fn store(&self) -> &PgStore {
-        self.store.as_ref().expect("the store is open")
-    }
-
-    fn reopen(&mut self) {
-        drop(self.store.take());
-        self.store =
-            Some(PgStore::open(&options(&self.url, self.schema.name(), 2)).expect("the schema opens again"));
-    }
+fn fresh_schema(url: &str) -> check::Reopened<PgStore, Schema> {
+    let schema = Schema::fresh(url, "am_model");
+    let (url, name) = (url.to_owned(), schema.name().to_owned());
+    check::Reopened::new(schema, move || PgStore::open(&options(&url, &name, 2)).expect("the schema opens"))
 }
 
 fn cases() -> u32 {
@@ -69,7 +46,7 @@ proptest! {
     #[test]
     fn model_postgres_agrees_with_the_reference_model(seq in ops::sequence(1..60, true)) {
         let Some(url) = agentmesh_test_support::postgres::database_url() else { return Ok(()) };
-        let mut subject = FreshSchema::new(&url);
+        let mut subject = fresh_schema(&url);
         if let Err(difference) = check::run(&mut subject, &seq) {
             prop_assert!(false, "{}", difference);
         }

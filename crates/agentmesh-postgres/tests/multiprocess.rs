@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use agentmesh_postgres::PgStore;
-use agentmesh_store::conformance::claim_race::{self as claims, WORKER_ARG};
+use agentmesh_store::conformance::claim_race as claims;
 use agentmesh_store::conformance::reservation_race as race;
 use agentmesh_test_support::postgres::database_url;
 
@@ -25,20 +25,7 @@ const WORKERS: usize = 16;
 const TASKS: usize = 800;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == race::RACER_ARG) {
-        race::racer(&open_store(&args[i + 1]), &args[i + 1..]);
-        return ExitCode::SUCCESS;
-    }
-    match args.iter().position(|a| a == WORKER_ARG) {
-        Some(i) => {
-            claims::claim_until_empty(&open_store(&args[i + 1]), &args[i + 2]);
-            ExitCode::SUCCESS
-        }
-        // `cargo test -- --list` and filters must not start the race.
-        None if args.iter().any(|a| a == "--list") => ExitCode::SUCCESS,
-        None => parent(),
-    }
+    claims::process_main(open_store, parent)
 }
 
 fn parent() -> ExitCode {

@@ -9,28 +9,14 @@
 use std::process::ExitCode;
 
 use agentmesh_sqlite::SqliteStore;
-use agentmesh_store::conformance::claim_race::{self as claims, WORKER_ARG};
+use agentmesh_store::conformance::claim_race as claims;
 use agentmesh_store::conformance::reservation_race as race;
 
 const WORKERS: usize = 16;
 const TASKS: usize = 1_600;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == race::RACER_ARG) {
-        race::racer(&open_racer_store(&args[i + 1]), &args[i + 1..]);
-        return ExitCode::SUCCESS;
-    }
-    match args.iter().position(|a| a == WORKER_ARG) {
-        Some(i) => {
-            let store = SqliteStore::open(&args[i + 1]).expect("worker opens the database");
-            claims::claim_until_empty(&store, &args[i + 2]);
-            ExitCode::SUCCESS
-        }
-        // `cargo test -- --list` and filters must not start the race.
-        None if args.iter().any(|a| a == "--list") => ExitCode::SUCCESS,
-        None => parent(),
-    }
+    claims::process_main(open_store, parent)
 }
 
 fn parent() -> ExitCode {
@@ -52,6 +38,6 @@ fn parent() -> ExitCode {
 }
 
 /// A racer's own store on the database file `db`.
-fn open_racer_store(db: &str) -> SqliteStore {
-    SqliteStore::open(db).expect("a racer opens the database")
+fn open_store(db: &str) -> SqliteStore {
+    SqliteStore::open(db).expect("a worker opens the database")
 }

@@ -8,40 +8,15 @@
 //! `PROPTEST_CASES` sets how many sequences a run tries (default 96, each up
 //! to 60 steps).
 
-use std::path::PathBuf;
-
 use agentmesh_sqlite::SqliteStore;
 use agentmesh_store::model::{check, ops};
 use proptest::prelude::*;
 
-/// A database file in a temp directory, and the store open on it.
-struct FreshFile {
-    store: Option<SqliteStore>,
-    path: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl FreshFile {
-    fn new() -> FreshFile {
-        let dir = tempfile::tempdir().expect("a temp directory");
-        let path = dir.path().join("mesh-runtime.db");
-        let store = SqliteStore::open(&path).expect("a fresh SQLite store");
-        FreshFile { store: Some(store), path, _dir: dir }
-    }
-}
-
-impl check::Subject for FreshFile {
-    type Store = SqliteStore;
-
-    fn store(&self) -> &SqliteStore {
-        self.store.as_ref().expect("the store is open")
-    }
-
-    /// Closes every connection to the file, then opens it again.
-    fn reopen(&mut self) {
-        drop(self.store.take());
-        self.store = Some(SqliteStore::open(&self.path).expect("the file opens again"));
-    }
+/// A store on a fresh database file in a temp directory.
+fn fresh_file() -> check::Reopened<SqliteStore, tempfile::TempDir> {
+    let dir = tempfile::tempdir().expect("a temp directory");
+    let path = dir.path().join("mesh-runtime.db");
+    check::Reopened::new(dir, move || SqliteStore::open(&path).expect("the file opens"))
 }
 
 fn cases() -> u32 {
@@ -53,7 +28,7 @@ proptest! {
 
     #[test]
     fn model_sqlite_agrees_with_the_reference_model(seq in ops::sequence(1..60, true)) {
-        let mut file = FreshFile::new();
+        let mut file = fresh_file();
         if let Err(difference) = check::run(&mut file, &seq) {
             prop_assert!(false, "{}", difference);
         }

@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitCode, Stdio};
 
 use agentmesh_core::{Claimant, LedgerQuery, NewTask, TaskStatus, Timestamp};
 
@@ -20,6 +20,27 @@ pub const MESH: &str = "race";
 pub const WORKER_ARG: &str = "--worker";
 
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
+
+/// The `main` of a backend's race test executable: a copy started as a claim
+/// worker ([`WORKER_ARG`]) or a reservation racer
+/// ([`super::reservation_race::RACER_ARG`]) opens the store at the target it
+/// is given (`open`) and runs its part; a listing (`cargo test -- --list`, and
+/// filters) runs nothing; any other start is the parent's (`parent`).
+pub fn process_main<S: Store>(open: impl Fn(&str) -> S, parent: impl FnOnce() -> ExitCode) -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let role = |arg: &str| args.iter().position(|a| a == arg);
+    if let Some(i) = role(super::reservation_race::RACER_ARG) {
+        super::reservation_race::racer(&open(&args[i + 1]), &args[i + 1..]);
+        ExitCode::SUCCESS
+    } else if let Some(i) = role(WORKER_ARG) {
+        claim_until_empty(&open(&args[i + 1]), &args[i + 2]);
+        ExitCode::SUCCESS
+    } else if role("--list").is_some() {
+        ExitCode::SUCCESS
+    } else {
+        parent()
+    }
+}
 
 /// Fills the race's queue with `tasks` tasks.
 pub fn fill(store: &dyn Store, tasks: usize) {

@@ -45,6 +45,36 @@ pub trait Subject {
     fn reopen(&mut self) {}
 }
 
+/// A [`Subject`] that reopens by dropping its store and opening another with
+/// `open`; `keep` (a temp directory, a schema) outlives every store.
+pub struct Reopened<S, K> {
+    // Declared first, so that it is dropped before what it is open on.
+    store: Option<S>,
+    open: Box<dyn Fn() -> S>,
+    _keep: K,
+}
+
+impl<S: Store, K> Reopened<S, K> {
+    /// A store opened with `open`, on what `keep` holds.
+    pub fn new(keep: K, open: impl Fn() -> S + 'static) -> Reopened<S, K> {
+        Reopened { store: Some(open()), open: Box::new(open), _keep: keep }
+    }
+}
+
+impl<S: Store, K> Subject for Reopened<S, K> {
+    type Store = S;
+
+    fn store(&self) -> &S {
+        self.store.as_ref().expect("the store is open")
+    }
+
+    /// Closes every connection of the store, then opens it again.
+    fn reopen(&mut self) {
+        drop(self.store.take());
+        self.store = Some((self.open)());
+    }
+}
+
 /// What one side knows between steps: the events it queued by hand (row id and
 /// the event as stamped), in push order.
 #[derive(Default)]
