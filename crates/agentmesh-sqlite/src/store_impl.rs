@@ -1,7 +1,6 @@
 //! The store traits for `SqliteStore`, one impl per group: each operation is one transaction (writes) or one
 //! read on the connection, delegating to `tasks`, `ledger`, `runtime` and `missions`.
 
-use agentmesh_store::ids::mint_at;
 use agentmesh_store::inbox_writes;
 use std::sync::Arc;
 
@@ -49,7 +48,7 @@ impl QueueStore for SqliteStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
         self.ensure_legacy_queue(mesh_id);
         let (mesh_id, new) = (mesh_id.to_owned(), new.clone());
-        self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, &mint_at(now), now))
+        self.write_queued(move |tx| tasks::enqueue(tx, &mesh_id, &new, now))
     }
 
     fn record_dispatched_task(
@@ -68,7 +67,7 @@ impl QueueStore for SqliteStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    tasks::enqueue(tx, mesh_id, n, &mint_at(now), now)
+                    tasks::enqueue(tx, mesh_id, n, now)
                         .map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
                 })
                 .collect()

@@ -48,6 +48,31 @@ pub trait TaskRows {
         hint: &EmitHint,
         now: Timestamp,
     ) -> Result<(), Self::Error>;
+    /// Whether `task`'s mesh holds its id already, hot or archived.
+    fn holds(&self, task: &Task) -> Result<bool, Self::Error>;
+    /// Writes `task` as it is, with its dependency edges; its readiness is
+    /// counted later ([`TaskRows::recount`]).
+    fn insert_as_is(&self, task: &Task) -> Result<(), Self::Error>;
+    /// Counts the readiness of `task` and of the tasks that depend on it.
+    fn recount(&self, task: &Task) -> Result<(), Self::Error>;
+}
+
+/// Inserts tasks as they are (an import, a migration), skipping ids their
+/// mesh holds, hot or archived; returns how many were new. Readiness is
+/// counted once every row is in, since the tasks may name each other in any
+/// order.
+pub fn import<R: TaskRows>(rows: &R, entries: &[Task]) -> Result<u64, R::Error> {
+    let mut imported = Vec::new();
+    for task in entries {
+        if !rows.holds(task)? {
+            rows.insert_as_is(task)?;
+            imported.push(task);
+        }
+    }
+    for task in &imported {
+        rows.recount(task)?;
+    }
+    Ok(imported.len() as u64)
 }
 
 /// The task `task_id`, or [`StoreError::TaskNotFound`].

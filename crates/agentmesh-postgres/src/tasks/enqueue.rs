@@ -5,24 +5,15 @@ use agentmesh_core::{NewDispatchedTask, NewTask, Task, Timestamp, enqueue};
 use agentmesh_store::RecordedDispatch;
 use agentmesh_store::ids::mint_at;
 
-use super::rows::{
-    add_edges, dependents, duplicate_id, id_taken, insert_row, refresh_dependents, refresh_readiness,
-    write_edges,
-};
+use super::rows::{add_edges, dependents, duplicate_id, id_taken, insert_row};
 use crate::db::Db;
 use crate::{Res, ledger};
 
 /// Enqueues one validated task with its ledger entry. The caller holds the
 /// mesh's lock, so the cycle check and the readiness count see every edge and
 /// status a concurrent write of the mesh could change.
-pub(crate) fn enqueue(
-    db: &Db<'_>,
-    mesh_id: &str,
-    new: &NewTask,
-    fresh_id: &str,
-    now: Timestamp,
-) -> Res<Task> {
-    let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
+pub(crate) fn enqueue(db: &Db<'_>, mesh_id: &str, new: &NewTask, now: Timestamp) -> Res<Task> {
+    let task = enqueue::prepare_task(mesh_id, new, &mint_at(now), now)?;
     agentmesh_store::task_writes::refuse_cycle(&task, |id| dependents(db, &task.mesh_id, id))?;
     // A task with dependencies writes its edges first, so its id is checked
     // before them; a task without any is refused by its insert, which changes
@@ -71,22 +62,8 @@ pub(crate) fn record_dispatched(
     Ok(RecordedDispatch { task: record.task, created: true })
 }
 
-/// Inserts tasks as they are, skipping ids the mesh holds, hot or archived;
-/// returns how many were new. Readiness is counted after every row is in,
-/// since the tasks may name each other in any order.
+/// Inserts tasks as they are, skipping ids the mesh holds (see
+/// [`agentmesh_store::task_writes::import`]); returns how many were new.
 pub(crate) fn import_entries(db: &Db<'_>, entries: &[Task]) -> Res<u64> {
-    let mut imported = Vec::new();
-    for task in entries {
-        if id_taken(db, &task.mesh_id, &task.id)? {
-            continue;
-        }
-        write_edges(db, task)?;
-        insert_row(db, task, 0)?;
-        imported.push(task);
-    }
-    for task in &imported {
-        refresh_readiness(db, &task.mesh_id, &task.id)?;
-        refresh_dependents(db, &task.mesh_id, &task.id)?;
-    }
-    Ok(imported.len() as u64)
+    agentmesh_store::task_writes::import(&super::persist::Rows::of(db), entries)
 }

@@ -29,7 +29,6 @@
 use std::sync::Arc;
 
 use agentmesh_core::{Claimant, NewTask, Task, TaskStatus, Timestamp};
-use agentmesh_store::ids::mint_at;
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, StatusCount, StoreResult, Submitted,
     TaskCommand, TaskWrite, TaskWritten,
@@ -63,7 +62,7 @@ fn graph_lock(tasks: &[NewTask]) -> Lock<'static> {
 impl agentmesh_store::QueueStore for PgStore {
     fn enqueue(&self, mesh_id: &str, new: &NewTask, now: Timestamp) -> StoreResult<Task> {
         let graph = graph_lock(std::slice::from_ref(new));
-        self.write_with(mesh_id, &[graph], |db| enqueue(db, mesh_id, new, &mint_at(now), now))
+        self.write_with(mesh_id, &[graph], |db| enqueue(db, mesh_id, new, now))
     }
 
     fn record_dispatched_task(
@@ -81,8 +80,7 @@ impl agentmesh_store::QueueStore for PgStore {
             new.iter()
                 .enumerate()
                 .map(|(i, n)| {
-                    enqueue(db, mesh_id, n, &mint_at(now), now)
-                        .map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
+                    enqueue(db, mesh_id, n, now).map_err(|Fail(err)| Fail(task_writes::in_batch(i, err)))
                 })
                 .collect()
         })

@@ -11,7 +11,9 @@ use agentmesh_store::task_writes::TaskRows;
 
 use super::reads::assigned_to_session;
 use super::remembered::{self, Held};
-use super::rows::{Loaded, load, save};
+use super::rows::{
+    Loaded, id_taken, insert_row, load, refresh_dependents, refresh_readiness, save, write_edges,
+};
 use crate::db::Db;
 use crate::{Fail, Res, ledger};
 
@@ -58,6 +60,10 @@ impl<'c> TaskRows for Rows<'_, 'c> {
         }
     }
 
+    fn holds(&self, task: &Task) -> Res<bool> {
+        id_taken(self.db, &task.mesh_id, &task.id)
+    }
+
     fn assigned_to_session(&self, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
         assigned_to_session(self.db, mesh_id, session_id)
     }
@@ -65,6 +71,11 @@ impl<'c> TaskRows for Rows<'_, 'c> {
     /// The ids the load read with the task, else read now.
     fn dependents(&self, loaded: &Loaded) -> Res<Vec<String>> {
         loaded.dependents(self.db)
+    }
+
+    fn recount(&self, task: &Task) -> Res<()> {
+        refresh_readiness(self.db, &task.mesh_id, &task.id)?;
+        refresh_dependents(self.db, &task.mesh_id, &task.id)
     }
 
     fn save(&self, before: &Loaded, task: &Task) -> Res<()> {
@@ -77,5 +88,10 @@ impl<'c> TaskRows for Rows<'_, 'c> {
 
     fn queue_event(&self, mesh_id: &str, event: PendingEvent, hint: &EmitHint, now: Timestamp) -> Res<()> {
         crate::inbox::queue_later(self.db, mesh_id, event, hint, None, now)
+    }
+
+    fn insert_as_is(&self, task: &Task) -> Res<()> {
+        write_edges(self.db, task)?;
+        insert_row(self.db, task, 0)
     }
 }

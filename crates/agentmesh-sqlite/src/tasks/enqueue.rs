@@ -6,20 +6,12 @@ use agentmesh_store::RecordedDispatch;
 use agentmesh_store::ids::mint_at;
 use rusqlite::Connection;
 
-use super::rows::{
-    add_edges, dependents, id_taken, insert_row, refresh_dependents, refresh_readiness, write_edges,
-};
+use super::rows::{add_edges, dependents, insert_row};
 use crate::{Res, ledger};
 
 /// Enqueues one validated task with its ledger entry.
-pub(crate) fn enqueue(
-    conn: &Connection,
-    mesh_id: &str,
-    new: &NewTask,
-    fresh_id: &str,
-    now: Timestamp,
-) -> Res<Task> {
-    let task = enqueue::prepare_task(mesh_id, new, fresh_id, now)?;
+pub(crate) fn enqueue(conn: &Connection, mesh_id: &str, new: &NewTask, now: Timestamp) -> Res<Task> {
+    let task = enqueue::prepare_task(mesh_id, new, &mint_at(now), now)?;
     if new.id.is_some() {
         crate::archive::refuse_archived_id(conn, &task.id)?;
     }
@@ -55,21 +47,8 @@ pub(crate) fn record_dispatched(
     Ok(RecordedDispatch { task: record.task, created: true })
 }
 
-/// Inserts tasks as they are, skipping ids that exist; returns how many were new.
+/// Inserts tasks as they are, skipping ids the mesh holds (see
+/// [`agentmesh_store::task_writes::import`]); returns how many were new.
 pub(crate) fn import_entries(conn: &Connection, entries: &[Task]) -> Res<u64> {
-    let mut imported = Vec::new();
-    for task in entries {
-        if id_taken(conn, &task.id)? || crate::archive::refuse_archived_id(conn, &task.id).is_err() {
-            continue;
-        }
-        write_edges(conn, task)?;
-        insert_row(conn, task, 0)?;
-        imported.push(task);
-    }
-    // Counted after every row is in, since entries may name each other in any order.
-    for task in &imported {
-        refresh_readiness(conn, &task.mesh_id, &task.id)?;
-        refresh_dependents(conn, &task.mesh_id, &task.id)?;
-    }
-    Ok(imported.len() as u64)
+    agentmesh_store::task_writes::import(&super::persist::Rows(conn), entries)
 }
