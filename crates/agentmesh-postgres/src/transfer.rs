@@ -355,14 +355,6 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
 }
 
 /// Counts one insert that changed `n` rows: inserted, or found already.
-fn count(report: &mut ImportReport, n: u64) {
-    if n > 0 {
-        report.inserted += 1;
-    } else {
-        report.existing += 1;
-    }
-}
-
 fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
     let mut report = ImportReport::default();
     match records {
@@ -377,12 +369,12 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (mesh_id, id) DO NOTHING",
                     &[&m.id, &m.mesh_id, &m.title, &m.goal, &m.status, &m.created_at, &m.updated_at, &m.source],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::Ledger(entries) => {
             for entry in entries {
-                count(&mut report, u64::from(crate::ledger::append_imported(db, entry)?));
+                report.tally(u64::from(crate::ledger::append_imported(db, entry)?));
             }
         }
         Records::InboxEvents(events) => {
@@ -398,7 +390,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                      ON CONFLICT (mesh_id) DO NOTHING",
                     &[&mesh_id, &cursor],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::DirectDispatches(rows) => {
@@ -424,7 +416,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                         &d.updated_at,
                     ],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::SessionDeliveries(rows) => {
@@ -458,7 +450,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                         &d.updated_at,
                     ],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::CompletionConflicts(rows) => {
@@ -479,7 +471,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                         &c.created_at,
                     ],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::IdleSessions(rows) => {
@@ -491,7 +483,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (mesh_id, node_id, session_id) DO NOTHING",
                     &[&mesh_id, &s.node_id, &s.session_id, &s.provider_type, &s.expires_at_ms, &metadata],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::CompletionFingerprints(rows) => {
@@ -501,7 +493,7 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                      VALUES ($1, $2, $3) ON CONFLICT (mesh_id, fingerprint) DO NOTHING",
                     &[&mesh_id, &f.fingerprint, &f.expires_at_ms],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::CoordinatorPresence(rows) => {
@@ -521,30 +513,31 @@ fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
                         &p.ended_at_ms,
                     ],
                 )?;
-                count(&mut report, n);
+                report.tally(n);
             }
         }
         Records::ToolCalls(rows) => {
+            // The `occurrence`-th of its identical calls goes in unless that
+            // many are in already.
             for r in rows {
                 let c = &r.call;
-                let held: i64 = db
-                    .query_one(
-                        "SELECT COUNT(*) FROM mesh_tool_call_log
-                          WHERE mesh_id = $1 AND tool = $2 AND called_at = $3
-                            AND session_id IS NOT DISTINCT FROM $4 AND caller_role IS NOT DISTINCT FROM $5",
-                        &[&mesh_id, &c.tool, &c.called_at_ms, &c.session_id, &c.caller_role],
-                    )?
-                    .get(0);
-                if held >= i64::from(r.occurrence) {
-                    report.existing += 1;
-                    continue;
-                }
-                db.execute(
+                let n = db.execute(
                     "INSERT INTO mesh_tool_call_log (mesh_id, tool, session_id, called_at, caller_role)
-                     VALUES ($1, $2, $3, $4, $5)",
-                    &[&mesh_id, &c.tool, &c.session_id, &c.called_at_ms, &c.caller_role],
+                     SELECT $1, $2, $3, $4, $5
+                      WHERE (SELECT COUNT(*) FROM mesh_tool_call_log
+                              WHERE mesh_id = $1 AND tool = $2 AND called_at = $4
+                                AND session_id IS NOT DISTINCT FROM $3
+                                AND caller_role IS NOT DISTINCT FROM $5) < $6",
+                    &[
+                        &mesh_id,
+                        &c.tool,
+                        &c.session_id,
+                        &c.called_at_ms,
+                        &c.caller_role,
+                        &i64::from(r.occurrence),
+                    ],
                 )?;
-                report.inserted += 1;
+                report.tally(n);
             }
         }
     }

@@ -453,7 +453,7 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                          ON CONFLICT (mesh_id) DO NOTHING",
                     )?
                     .execute(params![mesh_id, i64::try_from(*value).unwrap_or(i64::MAX)])?;
-                count(&mut report, n);
+                report.tally(n as u64);
             }
         }
         Records::DirectDispatches(rows) => {
@@ -572,7 +572,7 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                     s.expires_at_ms,
                     metadata
                 ])?;
-                count(&mut report, n);
+                report.tally(n as u64);
             }
         }
         Records::CompletionFingerprints(rows) => {
@@ -581,7 +581,7 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                  VALUES (?1, ?2, ?3)",
             )?;
             for f in rows {
-                count(&mut report, insert.execute(params![mesh_id, f.fingerprint, f.expires_at_ms])?);
+                report.tally(insert.execute(params![mesh_id, f.fingerprint, f.expires_at_ms])? as u64);
             }
         }
         Records::CoordinatorPresence(rows) => {
@@ -601,7 +601,7 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                     p.last_seen_ms,
                     p.ended_at_ms
                 ])?;
-                count(&mut report, n);
+                report.tally(n as u64);
             }
         }
         Records::ToolCalls(rows) => {
@@ -637,14 +637,6 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
         }
     }
     Ok(report)
-}
-
-fn count(report: &mut ImportReport, changed: usize) {
-    if changed > 0 {
-        report.inserted += 1;
-    } else {
-        report.existing += 1;
-    }
 }
 
 /// The id of another event of the mesh holding `event`'s fingerprint.

@@ -400,6 +400,18 @@ pub struct ImportReport {
     pub conflicts: Vec<TransferConflict>,
 }
 
+impl ImportReport {
+    /// Counts one record whose insert changed `changed` rows: inserted when
+    /// it changed any, else one the target holds already.
+    pub fn tally(&mut self, changed: u64) {
+        if changed > 0 {
+            self.inserted += 1;
+        } else {
+            self.existing += 1;
+        }
+    }
+}
+
 /// A store meshes can be copied out of and into: the backend's part of
 /// `agentmesh migrate`.
 ///
