@@ -182,7 +182,8 @@ impl Drop for Listener {
 
 impl PgStore {
     /// Calls `on_commit` with the mesh id of every write any store on this
-    /// installation commits (this process's included), from a thread of its own
+    /// installation commits (this process's included), but for claims and
+    /// heartbeats, which no waiter looks for (see the announcer), from a thread of its own
     /// with a connection of its own. When that connection breaks, it connects
     /// again and calls `on_commit("")` once it listens again: commits in between
     /// were missed, so a caller should look at everything again.

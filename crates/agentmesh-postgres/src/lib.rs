@@ -255,7 +255,8 @@ impl PgStore {
     /// Runs `op` in a read-write transaction of `mesh_id` holding `locks`
     /// (taken in key order as the transaction begins, with its first
     /// statement). The COMMIT goes out with its last writes, and the commit is
-    /// announced to every listener once it is done (see `cluster`).
+    /// announced to every listener once it is done, unless `op` said no waiter
+    /// looks for it (`Db::unannounced`; see `cluster`).
     pub(crate) fn write_with<T>(
         &self,
         mesh_id: &str,
