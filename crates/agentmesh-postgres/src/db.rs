@@ -345,7 +345,7 @@ impl<'c> Db<'c> {
 }
 
 /// Owned parameters as a statement takes them.
-fn refs(params: &[Owned]) -> Vec<&(dyn ToSql + Sync)> {
+pub(crate) fn refs(params: &[Owned]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect()
 }
 

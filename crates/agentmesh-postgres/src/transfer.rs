@@ -572,25 +572,9 @@ fn import_event(db: &Db<'_>, e: &StoredEvent, report: &mut ImportReport) -> Res<
         "INSERT INTO mesh_pending_events
              (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
               event_id, intended_for, route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+         VALUES ($2, $1, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          RETURNING row_id",
-        &[
-            &e.id,
-            &e.mesh_id,
-            &e.coordinator_daemon_id,
-            &e.name,
-            &crate::payload::stored(&e.payload),
-            &e.fingerprint,
-            &e.queued_at_ms,
-            &r.event_id,
-            &r.intended_for,
-            &r.route_class,
-            &r.to_machine,
-            &r.to_key,
-            &r.to_fallback,
-            &r.to_session,
-            &r.lane,
-        ],
+        &crate::db::refs(&crate::inbox::event_values(e.clone())),
     )?;
     let row_id: i64 = row.get(0);
     if !e.drained {

@@ -15,7 +15,7 @@ use agentmesh_store::transfer::{
 use agentmesh_store::{RecordedToolCall, StoreResult};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use crate::payload::{Bytes, Json, Stored};
+use crate::payload::{Bytes, Json};
 use crate::{Res, SqliteStore};
 
 /// Every mesh with a record of any kind.
@@ -441,8 +441,7 @@ fn import(conn: &Connection, mesh_id: &str, records: &Records) -> Res<ImportRepo
                     });
                     continue;
                 }
-                insert_event(conn, event)?;
-                report.inserted += 1;
+                report.tally(u64::from(crate::inbox::store_event(conn, event)?));
             }
         }
         Records::SchedulerCursor(values) => {
@@ -646,51 +645,6 @@ fn fingerprint_holder(conn: &Connection, event: &StoredEvent) -> Res<Option<Stri
         .prepare_cached("SELECT id FROM mesh_pending_events WHERE mesh_id = ?1 AND fingerprint = ?2")?
         .query_row(params![event.mesh_id, fingerprint], |r| r.get(0))
         .optional()?)
-}
-
-/// Inserts an event row as it was stored, with its queue entry when it is
-/// undrained, or its event-id dedup record when it was drained.
-fn insert_event(conn: &Connection, e: &StoredEvent) -> Res<()> {
-    let r = &e.route;
-    conn.prepare_cached(
-        "INSERT INTO mesh_pending_events
-             (id, mesh_id, coordinator_daemon_id, event, payload, fingerprint, queued_at,
-              event_id, intended_for, route_class, to_machine, to_key, to_fallback, to_session, lane)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-    )?
-    .execute(params![
-        e.id,
-        e.mesh_id,
-        e.coordinator_daemon_id,
-        e.name,
-        Stored::of(&e.payload),
-        e.fingerprint,
-        e.queued_at_ms,
-        r.event_id,
-        r.intended_for,
-        r.route_class,
-        r.to_machine,
-        r.to_key,
-        r.to_fallback,
-        r.to_session,
-        r.lane,
-    ])?;
-    let rowid = conn.last_insert_rowid();
-    if e.drained {
-        if let Some(event_id) = &r.event_id {
-            conn.prepare_cached(
-                "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id) VALUES (?1, ?2, ?3)",
-            )?
-            .execute(params![e.mesh_id, event_id, e.id])?;
-        }
-    } else {
-        conn.prepare_cached(
-            "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![e.mesh_id, r.lane, e.queued_at_ms, e.id, e.coordinator_daemon_id, e.name, rowid])?;
-    }
-    Ok(())
 }
 
 impl TransferStore for SqliteStore {

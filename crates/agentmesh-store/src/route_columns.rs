@@ -5,9 +5,7 @@
 //! either and `agentmesh migrate` copies the columns as they are.
 
 use agentmesh_core::daemon_id::machine_core;
-use agentmesh_core::events::{
-    Address, PendingEvent, ProjectedRoute, RouteClass, pending_event_fingerprint, project_route,
-};
+use agentmesh_core::events::{Address, ProjectedRoute, RouteClass};
 
 /// `route_class` values. 0, the column's default: routed from the payload.
 pub const CLASS_PAYLOAD: i64 = 0;
@@ -94,57 +92,5 @@ impl RouteColumns {
             _ => return None,
         };
         Some(ProjectedRoute { event_id, class })
-    }
-}
-
-/// What both backends store of a queued event beside its id and mesh: the
-/// whole event as JSON text, and the columns a drain reads without parsing it
-/// (its daemon target, fingerprint, event id, addressee, routing and lane).
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventColumns {
-    /// `coordinator_daemon_id`: the daemon target, trimmed, when not blank.
-    pub target: Option<String>,
-    /// `event`: its name.
-    pub event: String,
-    /// `payload`: the whole event, as JSON text (each backend stores it its way).
-    pub payload: String,
-    /// `fingerprint`, when the event has one.
-    pub fingerprint: Option<String>,
-    /// `queued_at`, in milliseconds.
-    pub queued_at: i64,
-    /// `event_id`: the projected route's, else the envelope's.
-    pub event_id: Option<String>,
-    /// `intended_for`: the addressee's identity as JSON text.
-    pub intended_for: Option<String>,
-    /// The routing columns.
-    pub route: RouteColumns,
-    /// `lane`: who may take it ([`RouteColumns::lane`]).
-    pub lane: String,
-}
-
-impl EventColumns {
-    /// The columns of `ev`.
-    pub fn of(ev: &PendingEvent) -> EventColumns {
-        let fingerprint = pending_event_fingerprint(ev);
-        let value = ev.to_value();
-        let projected = project_route(&value);
-        let route = RouteColumns::of(projected.as_ref());
-        let event_id = match projected {
-            Some(p) => Some(p.event_id),
-            None => ev.envelope.event_id.clone(),
-        };
-        let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
-        let lane = route.lane(target);
-        EventColumns {
-            target: target.map(str::to_owned),
-            event: ev.event.clone(),
-            payload: value.to_string(),
-            fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
-            queued_at: ev.queued_at.millis(),
-            event_id,
-            intended_for: ev.envelope.intended_for.as_ref().map(|i| i.to_json().to_string()),
-            route,
-            lane,
-        }
     }
 }

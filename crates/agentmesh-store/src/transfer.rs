@@ -21,12 +21,14 @@
 //! before the hot kinds, so the archived entries take the target's first
 //! sequence numbers, before the hot ones, as they stood in the source.
 
+use agentmesh_core::events::{PendingEvent, pending_event_fingerprint, project_route};
 use agentmesh_core::{
     CompletionConflict, CompletionFingerprint, DirectDispatch, IdleSession, LedgerEntry, Mission,
     SessionDelivery, Task,
 };
 use serde::Serialize;
 
+use crate::route_columns::RouteColumns;
 use crate::{RecordedToolCall, Store, StoreResult};
 
 /// What a page holds: one kind of record of one mesh.
@@ -143,6 +145,44 @@ pub struct StoredEvent {
     pub drained: bool,
     /// The routing inputs projected when it was queued.
     pub route: EventRoute,
+}
+
+impl StoredEvent {
+    /// The row queueing stores for the event `ev` under `id`, undrained: the
+    /// whole event as JSON text, its daemon target (trimmed, when not blank),
+    /// fingerprint, event id (the projected route's, else the envelope's),
+    /// addressee and routing columns, and its lane.
+    pub fn queued(id: &str, ev: &PendingEvent) -> StoredEvent {
+        let fingerprint = pending_event_fingerprint(ev);
+        let value = ev.to_value();
+        let projected = project_route(&value);
+        let columns = RouteColumns::of(projected.as_ref());
+        let target = ev.target_coordinator_daemon_id.as_deref().map(str::trim).filter(|s| !s.is_empty());
+        let lane = columns.lane(target);
+        StoredEvent {
+            id: id.to_owned(),
+            mesh_id: ev.mesh_id.clone(),
+            coordinator_daemon_id: target.map(str::to_owned),
+            name: ev.event.clone(),
+            payload: value.to_string(),
+            fingerprint: (!fingerprint.is_empty()).then_some(fingerprint),
+            queued_at_ms: ev.queued_at.millis(),
+            drained: false,
+            route: EventRoute {
+                event_id: match projected {
+                    Some(p) => Some(p.event_id),
+                    None => ev.envelope.event_id.clone(),
+                },
+                intended_for: ev.envelope.intended_for.as_ref().map(|i| i.to_json().to_string()),
+                route_class: columns.class,
+                to_machine: columns.machine,
+                to_key: columns.key,
+                to_fallback: i64::from(columns.fallback),
+                to_session: columns.session,
+                lane,
+            },
+        }
+    }
 }
 
 /// The routing columns of a stored event (see the inbox's `project_route`), kept

@@ -49,7 +49,7 @@ mod queue;
 mod reconcile;
 
 use drain::Inbox;
-pub(crate) use queue::queue_later;
+pub(crate) use queue::{event_values, queue_later};
 
 impl PgStore {
     /// Runs `op` as a write of `mesh_id`'s inbox (see the module).

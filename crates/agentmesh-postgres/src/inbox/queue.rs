@@ -11,12 +11,12 @@ use agentmesh_store::inbox_writes;
 
 use crate::Res;
 use crate::db::{Db, Owned, Write};
-use agentmesh_store::route_columns::EventColumns;
+use agentmesh_store::transfer::StoredEvent;
 
 /// Stores a stamped event under `id` with its queue entry; `false` when its
 /// fingerprint is already used in the mesh.
 pub(super) fn insert(db: &Db<'_>, id: &str, ev: &PendingEvent) -> Res<bool> {
-    Ok(db.execute_owned(INSERT_EVENT, &event_values(id, ev))? > 0)
+    Ok(db.execute_owned(INSERT_EVENT, &event_values(StoredEvent::queued(id, ev)))? > 0)
 }
 
 /// Queues one event as [`inbox_writes::queue`] does, for a caller that does not read the
@@ -39,7 +39,7 @@ pub(crate) fn queue_later(
 /// Stores a stamped event under `id` with its queue entry, with the
 /// operation's next statement; a duplicate is dropped.
 pub(crate) fn insert_later(db: &Db<'_>, id: &str, ev: &PendingEvent) {
-    db.defer_write(&INSERT_EVENT_LATER, event_values(id, ev), None);
+    db.defer_write(&INSERT_EVENT_LATER, event_values(StoredEvent::queued(id, ev)), None);
 }
 
 /// Checks and stamps an event and mints its id; a refine outcome already
@@ -95,26 +95,26 @@ macro_rules! queue_entry {
 }
 use queue_entry;
 
-/// [`INSERT_EVENT`]'s parameters for the event `ev` stored under `id`: the
-/// mesh, the id, then the event's columns in the statement's order.
-fn event_values(id: &str, ev: &PendingEvent) -> Vec<Owned> {
-    let c = EventColumns::of(ev);
+/// The parameters of an event row's insert ([`INSERT_EVENT`], the import's):
+/// the mesh, the id, then the row's columns in the statements' order.
+pub(crate) fn event_values(e: StoredEvent) -> Vec<Owned> {
+    let r = e.route;
     vec![
-        Arc::new(ev.mesh_id.clone()),
-        Arc::new(id.to_owned()),
-        Arc::new(c.target),
-        Arc::new(c.event),
-        Arc::new(crate::payload::stored(&c.payload)),
-        Arc::new(c.fingerprint),
-        Arc::new(c.queued_at),
-        Arc::new(c.event_id),
-        Arc::new(c.intended_for),
-        Arc::new(c.route.class),
-        Arc::new(c.route.machine),
-        Arc::new(c.route.key),
-        Arc::new(i64::from(c.route.fallback)),
-        Arc::new(c.route.session),
-        Arc::new(c.lane),
+        Arc::new(e.mesh_id),
+        Arc::new(e.id),
+        Arc::new(e.coordinator_daemon_id),
+        Arc::new(e.name),
+        Arc::new(crate::payload::stored(&e.payload)),
+        Arc::new(e.fingerprint),
+        Arc::new(e.queued_at_ms),
+        Arc::new(r.event_id),
+        Arc::new(r.intended_for),
+        Arc::new(r.route_class),
+        Arc::new(r.to_machine),
+        Arc::new(r.to_key),
+        Arc::new(r.to_fallback),
+        Arc::new(r.to_session),
+        Arc::new(r.lane),
     ]
 }
 

@@ -88,7 +88,7 @@ pub(super) fn load(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Load
 
 /// The ids of the tasks that depend on `$2`, in id order (the order a change
 /// visits and locks them).
-pub(super) const DEPENDENTS: &str =
+const DEPENDENTS: &str =
     "SELECT task_id FROM mesh_task_deps WHERE mesh_id = $1 AND depends_on_id = $2 ORDER BY task_id";
 
 statement_row! {

@@ -34,4 +34,4 @@ pub(crate) use admin::{count, delete, retract_dispatch_blocked};
 pub(crate) use columns::backfill_route_columns;
 pub(crate) use drain::Inbox;
 pub(crate) use presence::{end_coordinator, touch_coordinator};
-pub(crate) use queue::{enqueue_stored, insert_row, record_drained_stored};
+pub(crate) use queue::{enqueue_stored, insert_row, record_drained_stored, store_event};

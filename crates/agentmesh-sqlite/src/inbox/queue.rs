@@ -6,14 +6,22 @@ use rusqlite::{Connection, params};
 
 use crate::Res;
 use crate::payload::Stored;
-use agentmesh_store::route_columns::EventColumns;
+use agentmesh_store::transfer::StoredEvent;
 
 /// Stores an event, as it is, under `id`: the whole event in `payload`, its daemon
 /// target, fingerprint, event id, addressee and projected routing inputs in their
 /// columns (the rest of its v2 envelope is read from the payload). `false` when its fingerprint is already used in the mesh (nothing is
 /// written).
 pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<bool> {
-    let c = EventColumns::of(ev);
+    store_event(conn, &StoredEvent::queued(id, ev))
+}
+
+/// Stores an event row as it is (queued now, or imported), with its queue
+/// entry when it is undrained, or its event-id dedup record when it was
+/// drained. `false` when its id or fingerprint is used in the mesh already
+/// (nothing is written).
+pub(crate) fn store_event(conn: &Connection, e: &StoredEvent) -> Res<bool> {
+    let r = &e.route;
     let inserted = conn
         .prepare_cached(
             "INSERT OR IGNORE INTO mesh_pending_events
@@ -22,30 +30,38 @@ pub(crate) fn insert_row(conn: &Connection, id: &str, ev: &PendingEvent) -> Res<
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
         )?
         .execute(params![
-            id,
-            ev.mesh_id,
-            c.target,
-            c.event,
-            Stored::of(&c.payload),
-            c.fingerprint,
-            c.queued_at,
-            c.event_id,
-            c.intended_for,
-            c.route.class,
-            c.route.machine,
-            c.route.key,
-            c.route.fallback,
-            c.route.session,
-            c.lane,
+            e.id,
+            e.mesh_id,
+            e.coordinator_daemon_id,
+            e.name,
+            Stored::of(&e.payload),
+            e.fingerprint,
+            e.queued_at_ms,
+            r.event_id,
+            r.intended_for,
+            r.route_class,
+            r.to_machine,
+            r.to_key,
+            r.to_fallback,
+            r.to_session,
+            r.lane,
         ])?;
     if inserted == 0 {
         return Ok(false);
     }
-    conn.prepare_cached(
-        "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![ev.mesh_id, c.lane, c.queued_at, id, c.target, c.event, conn.last_insert_rowid()])?;
+    let rowid = conn.last_insert_rowid();
+    if !e.drained {
+        conn.prepare_cached(
+            "INSERT INTO mesh_inbox_queue (mesh_id, lane, queued_at, id, coordinator_daemon_id, event, event_rowid)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![e.mesh_id, r.lane, e.queued_at_ms, e.id, e.coordinator_daemon_id, e.name, rowid])?;
+    } else if let Some(event_id) = &r.event_id {
+        conn.prepare_cached(
+            "INSERT OR IGNORE INTO mesh_inbox_drained (mesh_id, event_id, id) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(params![e.mesh_id, event_id, e.id])?;
+    }
     Ok(true)
 }
 
