@@ -102,6 +102,15 @@ impl LedgerEntry {
         }
         Ok(())
     }
+
+    /// Checks a batch of entries from outside as [`LedgerEntry::validate`]
+    /// checks one; the first bad entry's field is named under `entries[i]`.
+    pub fn validate_all(entries: &[LedgerEntry]) -> Result<(), crate::InvalidInput> {
+        for (i, entry) in entries.iter().enumerate() {
+            entry.validate().map_err(|err| err.within(format_args!("entries[{i}]")))?;
+        }
+        Ok(())
+    }
 }
 
 /// Filters for newest-first ledger reads.
@@ -308,5 +317,9 @@ mod tests {
         e.timestamp = "2025-01-01T00:00:00.000Z".into();
         e.payload = serde_json::json!([1]);
         assert_eq!(e.validate().unwrap_err().field, "payload");
+        let good = LedgerEntry { payload: serde_json::json!({}), ..e.clone() };
+        assert!(LedgerEntry::validate_all(&[good.clone(), good.clone()]).is_ok());
+        let refused = LedgerEntry::validate_all(&[good.clone(), good, e]).unwrap_err();
+        assert_eq!(refused.field, "entries[2].payload", "the batch names the bad entry");
     }
 }

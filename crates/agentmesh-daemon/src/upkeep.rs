@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use agentmesh_core::retention::RetentionPolicy;
 use agentmesh_core::{RateGuard, TaskStatus, Timestamp};
 use agentmesh_store::retry::retrying;
-use agentmesh_store::{DispatchChange, StoreError};
+use agentmesh_store::{DispatchChange, RuntimePrune, StoreError};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
@@ -233,10 +233,11 @@ impl Job {
             Job::LeaseReaper => reap_leases(state, now),
             Job::Fingerprints => Ok(vec![(
                 "deleted",
-                retrying(|| store.sweep_completion_fingerprints(now)).map_err(store_err)?,
+                retrying(|| store.prune_runtime(RuntimePrune::Fingerprints(now))).map_err(store_err)?,
             )]),
             Job::IdleSessions => {
-                Ok(vec![("deleted", retrying(|| store.prune_idle_sessions(now)).map_err(store_err)?)])
+                let deleted = retrying(|| store.prune_runtime(RuntimePrune::IdleSessions(now)));
+                Ok(vec![("deleted", deleted.map_err(store_err)?)])
             }
             Job::Deliveries => {
                 let mut expired = 0;
@@ -249,7 +250,8 @@ impl Job {
             Job::ToolLog => {
                 let cutoff =
                     before(now, Duration::from_millis(RateGuard::default().retention_ms().unsigned_abs()));
-                Ok(vec![("deleted", retrying(|| store.prune_tool_calls(cutoff)).map_err(store_err)?)])
+                let deleted = retrying(|| store.prune_runtime(RuntimePrune::ToolCalls(cutoff)));
+                Ok(vec![("deleted", deleted.map_err(store_err)?)])
             }
             Job::Dispatches => {
                 let stale_cutoff = before(now, config.stale_dispatch_after);
@@ -261,8 +263,9 @@ impl Job {
                     .map_err(store_err)?;
                 }
                 let finished_cutoff = before(now, config.finished_dispatch_kept_for);
-                let deleted = retrying(|| store.cleanup_terminal_direct_dispatches(finished_cutoff))
-                    .map_err(store_err)?;
+                let deleted =
+                    retrying(|| store.prune_runtime(RuntimePrune::EndedDispatches(finished_cutoff)))
+                        .map_err(store_err)?;
                 Ok(vec![("marked_stale", stale), ("deleted", deleted)])
             }
             Job::InboxRetention => {

@@ -437,9 +437,7 @@ impl agentmesh_store::LedgerStore for PgStore {
     }
 
     fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
-        for (i, entry) in entries.iter().enumerate() {
-            entry.validate().map_err(|e| StoreError::InvalidInput(e.within(format_args!("entries[{i}]"))))?;
-        }
+        LedgerEntry::validate_all(entries).map_err(StoreError::InvalidInput)?;
         self.write_unlocked(|db| import(db, entries))
     }
 

@@ -14,8 +14,8 @@ use agentmesh_core::{
 };
 use agentmesh_store::cells;
 use agentmesh_store::{
-    DeliveryQuery, DeliveryUpdate, DispatchChange, HoldWrite, IdleWrite, RecordedToolCall, StoreError,
-    StoreResult, ToolCall,
+    DeliveryQuery, DeliveryUpdate, DispatchChange, HoldWrite, IdleWrite, RecordedToolCall, RuntimePrune,
+    StoreError, StoreResult, ToolCall,
 };
 use postgres::Row;
 
@@ -587,10 +587,15 @@ impl agentmesh_store::RuntimeStore for PgStore {
         })
     }
 
-    fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64> {
-        // Each row is deleted only if it still qualifies when its row lock is
-        // taken, so a dispatch recorded again meanwhile stays.
-        self.write_unlocked(|db| cleanup_terminal_dispatches(db, cutoff))
+    fn prune_runtime(&self, prune: RuntimePrune) -> StoreResult<u64> {
+        // Without a lock: each row is deleted only if it still qualifies when
+        // its row lock is taken, so a record refreshed meanwhile stays.
+        self.write_unlocked(|db| match prune {
+            RuntimePrune::EndedDispatches(cutoff) => cleanup_terminal_dispatches(db, cutoff),
+            RuntimePrune::IdleSessions(now) => prune_idle(db, now),
+            RuntimePrune::Fingerprints(now) => sweep_fingerprints(db, now),
+            RuntimePrune::ToolCalls(cutoff) => prune_tool_calls(db, cutoff),
+        })
     }
 
     fn insert_session_delivery(
@@ -673,12 +678,6 @@ impl agentmesh_store::RuntimeStore for PgStore {
         self.read(|db| idle_sessions(db, mesh_id, now))
     }
 
-    fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64> {
-        // An idle session refreshed meanwhile no longer qualifies when its row
-        // lock is taken, and stays.
-        self.write_unlocked(|db| prune_idle(db, now))
-    }
-
     fn completion_fingerprints(
         &self,
         mesh_id: &str,
@@ -686,10 +685,6 @@ impl agentmesh_store::RuntimeStore for PgStore {
         limit: u32,
     ) -> StoreResult<Vec<CompletionFingerprint>> {
         self.read(|db| fingerprints(db, mesh_id, now, limit))
-    }
-
-    fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64> {
-        self.write_unlocked(|db| sweep_fingerprints(db, now))
     }
 
     fn recent_completion_conflicts(
@@ -725,9 +720,5 @@ impl agentmesh_store::RuntimeStore for PgStore {
         limit: u32,
     ) -> StoreResult<Vec<RecordedToolCall>> {
         self.read(|db| recent_tool_calls(db, mesh_id, since, limit))
-    }
-
-    fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {
-        self.write_unlocked(|db| prune_tool_calls(db, cutoff))
     }
 }

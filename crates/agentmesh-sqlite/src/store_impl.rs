@@ -12,8 +12,8 @@ use agentmesh_core::{
 };
 use agentmesh_store::{
     ActiveAssignment, ClaimOptions, ClaimOutcome, CompletionReport, DeliveryUpdate, Heartbeat,
-    RecordedDispatch, RecordedToolCall, StatusCount, StoreError, StoreResult, Submitted, TaskCommand,
-    TaskWrite, TaskWritten, ToolCall, task_writes,
+    RecordedDispatch, RecordedToolCall, RuntimePrune, StatusCount, StoreError, StoreResult, Submitted,
+    TaskCommand, TaskWrite, TaskWritten, ToolCall, task_writes,
 };
 
 use agentmesh_store::prelude::*;
@@ -202,9 +202,7 @@ impl LedgerStore for SqliteStore {
     }
 
     fn import_ledger(&self, entries: &[LedgerEntry]) -> StoreResult<u64> {
-        for (i, entry) in entries.iter().enumerate() {
-            entry.validate().map_err(|e| StoreError::InvalidInput(e.within(format_args!("entries[{i}]"))))?;
-        }
+        LedgerEntry::validate_all(entries).map_err(StoreError::InvalidInput)?;
         self.write(|tx| {
             let mut imported = 0;
             for entry in entries {
@@ -253,8 +251,13 @@ impl RuntimeStore for SqliteStore {
         })
     }
 
-    fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64> {
-        self.write(|tx| runtime::cleanup_terminal_dispatches(tx, cutoff))
+    fn prune_runtime(&self, prune: RuntimePrune) -> StoreResult<u64> {
+        self.write(|tx| match prune {
+            RuntimePrune::EndedDispatches(cutoff) => runtime::cleanup_terminal_dispatches(tx, cutoff),
+            RuntimePrune::IdleSessions(now) => runtime::prune_idle(tx, now),
+            RuntimePrune::Fingerprints(now) => runtime::sweep_fingerprints(tx, now),
+            RuntimePrune::ToolCalls(cutoff) => runtime::prune_tool_calls(tx, cutoff),
+        })
     }
 
     fn insert_session_delivery(
@@ -335,10 +338,6 @@ impl RuntimeStore for SqliteStore {
         self.read(|c| runtime::idle_sessions(c, mesh_id, now))
     }
 
-    fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64> {
-        self.write(|tx| runtime::prune_idle(tx, now))
-    }
-
     fn completion_fingerprints(
         &self,
         mesh_id: &str,
@@ -346,10 +345,6 @@ impl RuntimeStore for SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<CompletionFingerprint>> {
         self.read(|c| runtime::fingerprints(c, mesh_id, now, limit))
-    }
-
-    fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64> {
-        self.write(|tx| runtime::sweep_fingerprints(tx, now))
     }
 
     fn recent_completion_conflicts(
@@ -380,10 +375,6 @@ impl RuntimeStore for SqliteStore {
         limit: u32,
     ) -> StoreResult<Vec<RecordedToolCall>> {
         self.read(|c| runtime::recent_tool_calls(c, mesh_id, since, limit))
-    }
-
-    fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64> {
-        self.write(|tx| runtime::prune_tool_calls(tx, cutoff))
     }
 }
 

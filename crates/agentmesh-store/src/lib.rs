@@ -244,6 +244,22 @@ pub enum DispatchChange<'a> {
     Delete(&'a [String]),
 }
 
+/// Which expired runtime records [`RuntimeStore::prune_runtime`] deletes, in
+/// every mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuntimePrune {
+    /// Completed, failed and stale direct dispatches last changed before this
+    /// instant.
+    EndedDispatches(Timestamp),
+    /// Idle sessions whose report has expired at this instant.
+    IdleSessions(Timestamp),
+    /// Completion fingerprints expired at this instant (found through an
+    /// index, not a scan).
+    Fingerprints(Timestamp),
+    /// Recorded tool calls made before this instant.
+    ToolCalls(Timestamp),
+}
+
 /// What a backend promises ([`Store::profile`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreProfile {
@@ -995,9 +1011,10 @@ pub trait RuntimeStore: Send + Sync + 'static {
         now: Timestamp,
     ) -> StoreResult<u64>;
 
-    /// Deletes completed, failed and stale rows last changed before `cutoff`, in
-    /// every mesh; returns how many.
-    fn cleanup_terminal_direct_dispatches(&self, cutoff: Timestamp) -> StoreResult<u64>;
+    /// Deletes the expired runtime records of one kind ([`RuntimePrune`]) in
+    /// every mesh; returns how many. A record refreshed while the sweep runs
+    /// no longer qualifies, and stays.
+    fn prune_runtime(&self, prune: RuntimePrune) -> StoreResult<u64>;
 
     /// Records a delivery (status `queued` unless given); replaces one with the same id.
     fn insert_session_delivery(
@@ -1055,9 +1072,6 @@ pub trait RuntimeStore: Send + Sync + 'static {
     /// The mesh's idle sessions whose report has not expired at `now`.
     fn idle_sessions(&self, mesh_id: &str, now: Timestamp) -> StoreResult<Vec<IdleSession>>;
 
-    /// Deletes expired idle sessions in every mesh; returns how many.
-    fn prune_idle_sessions(&self, now: Timestamp) -> StoreResult<u64>;
-
     /// The mesh's fingerprints that have not expired at `now`, the latest expiry
     /// (the most recently recorded, for one ttl) first, at most `limit`.
     fn completion_fingerprints(
@@ -1066,9 +1080,6 @@ pub trait RuntimeStore: Send + Sync + 'static {
         now: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<CompletionFingerprint>>;
-
-    /// Deletes expired fingerprints (through an index, not a scan); returns how many.
-    fn sweep_completion_fingerprints(&self, now: Timestamp) -> StoreResult<u64>;
 
     /// Conflicts of the last `window_ms` (one hour when `None`), newest first, at most 50.
     fn recent_completion_conflicts(
@@ -1092,9 +1103,6 @@ pub trait RuntimeStore: Send + Sync + 'static {
         since: Timestamp,
         limit: u32,
     ) -> StoreResult<Vec<RecordedToolCall>>;
-
-    /// Deletes recorded calls before `cutoff`; returns how many.
-    fn prune_tool_calls(&self, cutoff: Timestamp) -> StoreResult<u64>;
 }
 
 /// Missions, their progress, and the round-robin placement cursor. Part of

@@ -10,7 +10,7 @@ use agentmesh_core::{
 use agentmesh_sqlite::{LegacyQueueState, SCHEMA_VERSION, SqliteStore};
 use agentmesh_store::prelude::*;
 use agentmesh_store::transfer::{Records, TransferStore};
-use agentmesh_store::{ClaimOptions, ClaimOutcome, HeldRequeue, MissionQuery, StoreError};
+use agentmesh_store::{ClaimOptions, ClaimOutcome, HeldRequeue, MissionQuery, RuntimePrune, StoreError};
 use serde_json::Value;
 
 const NOW: Timestamp = Timestamp::from_millis(1_780_000_000_000);
@@ -700,7 +700,7 @@ fn the_fingerprint_sweep_walks_the_expiry_index() {
         })
         .collect();
     store.import_page("m", &Records::CompletionFingerprints(fingerprints)).unwrap();
-    assert_eq!(store.sweep_completion_fingerprints(NOW.plus_millis(5_000)).unwrap(), 50);
+    assert_eq!(store.prune_runtime(RuntimePrune::Fingerprints(NOW.plus_millis(5_000))).unwrap(), 50);
     let conn = rusqlite::Connection::open(store.path()).unwrap();
     let plan: String = conn
         .query_row(

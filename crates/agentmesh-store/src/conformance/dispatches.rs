@@ -10,7 +10,7 @@ use agentmesh_core::{
 };
 
 use super::support::*;
-use crate::{DispatchChange, Store};
+use crate::{DispatchChange, RuntimePrune, Store};
 
 /// A recorded dispatch is `dispatched`, stamped with `now`, and listed oldest dispatch first.
 pub fn direct_dispatch_is_recorded_and_listed_oldest_first(store: &dyn Store) {
@@ -220,7 +220,7 @@ pub fn completed_and_failed_direct_dispatches_never_change(store: &dyn Store) {
     assert!(active_dispatch_ids(store, MESH).is_empty(), "expected no final dispatch to become active again");
     // Both rows still carry their final change time: cleanup just after it deletes both.
     assert_eq!(
-        ok(store.cleanup_terminal_direct_dispatches(at(4)), "cleanup_terminal_direct_dispatches"),
+        ok(store.prune_runtime(RuntimePrune::EndedDispatches(at(4))), "prune ended dispatches"),
         2,
         "expected both final rows still stamped with their final change"
     );
@@ -268,19 +268,19 @@ pub fn mark_stale_direct_dispatches_touches_only_old_dispatched_rows(store: &dyn
     // The stale row was changed at now (200), not at its dispatch time: a cleanup
     // before that keeps it, one after it deletes it.
     assert_eq!(
-        ok(store.cleanup_terminal_direct_dispatches(at(150)), "cleanup before the marking"),
+        ok(store.prune_runtime(RuntimePrune::EndedDispatches(at(150))), "cleanup before the marking"),
         0,
         "expected the stale row stamped with the marking's now"
     );
     assert_eq!(
-        ok(store.cleanup_terminal_direct_dispatches(at(250)), "cleanup after the marking"),
+        ok(store.prune_runtime(RuntimePrune::EndedDispatches(at(250))), "cleanup after the marking"),
         1,
         "expected the stale row deleted by a cleanup after its marking"
     );
 }
 
 /// Cleanup deletes completed, failed and stale rows changed before the cutoff, in every mesh, and counts them.
-pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dyn Store) {
+pub fn pruning_ended_dispatches_deletes_only_old_ended_rows(store: &dyn Store) {
     for (task, status) in [
         ("done-old", DispatchStatus::Completed),
         ("failed-old", DispatchStatus::Failed),
@@ -298,11 +298,11 @@ pub fn cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows(store: &dy
     record_dispatch(store, MESH, direct_dispatch("acked-old", Some("s4")), at(1));
     set_dispatch_status(store, MESH, "acked-old", DispatchStatus::Acked, at(2));
 
-    let deleted = ok(store.cleanup_terminal_direct_dispatches(at(50)), "cleanup_terminal_direct_dispatches");
+    let deleted = ok(store.prune_runtime(RuntimePrune::EndedDispatches(at(50))), "prune ended dispatches");
     assert_eq!(deleted, 4, "expected the three old ended rows of A and the one of B deleted");
     assert_eq!(active_dispatch_ids(store, MESH), ["open-old", "acked-old"], "expected active rows kept");
     assert_eq!(
-        ok(store.cleanup_terminal_direct_dispatches(at(50)), "cleanup_terminal_direct_dispatches again"),
+        ok(store.prune_runtime(RuntimePrune::EndedDispatches(at(50))), "prune ended dispatches again"),
         0,
         "expected nothing left to clean up"
     );

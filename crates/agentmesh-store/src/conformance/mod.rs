@@ -236,7 +236,7 @@ macro_rules! conformance_tests {
             direct_dispatch_status_without_a_task_id_changes_the_sessions_open_rows,
             completed_and_failed_direct_dispatches_never_change,
             mark_stale_direct_dispatches_touches_only_old_dispatched_rows,
-            cleanup_terminal_direct_dispatches_deletes_only_old_ended_rows,
+            pruning_ended_dispatches_deletes_only_old_ended_rows,
             direct_dispatches_are_deleted_by_task,
             direct_dispatch_rejects_bad_input_naming_the_field,
             direct_dispatches_are_isolated_by_mesh,

@@ -8,7 +8,7 @@ use agentmesh_core::{CompletionConflict, IdleSession, RateGuard, RateVerdict, Ti
 use serde_json::json;
 
 use super::support::*;
-use crate::{IdleWrite, Store};
+use crate::{IdleWrite, RuntimePrune, Store};
 
 /// An idle session of mesh A is invisible in mesh B on the same node and session ids, and each mesh keeps its own.
 pub fn idle_sessions_are_scoped_by_mesh(store: &dyn Store) {
@@ -92,7 +92,7 @@ pub fn expired_idle_sessions_are_hidden_and_pruned(store: &dyn Store) {
     );
 
     assert_eq!(
-        ok(store.prune_idle_sessions(at(50)), "prune_idle_sessions"),
+        ok(store.prune_runtime(RuntimePrune::IdleSessions(at(50))), "prune idle sessions"),
         2,
         "expected both expired sessions"
     );
@@ -103,7 +103,11 @@ pub fn expired_idle_sessions_are_hidden_and_pruned(store: &dyn Store) {
         "expected the expired session deleted"
     );
     assert!(idle_session_keys(store, OTHER_MESH, at(5)).is_empty(), "expected B's expired session deleted");
-    assert_eq!(ok(store.prune_idle_sessions(at(50)), "prune again"), 0, "expected nothing left to prune");
+    assert_eq!(
+        ok(store.prune_runtime(RuntimePrune::IdleSessions(at(50))), "prune again"),
+        0,
+        "expected nothing left to prune"
+    );
     assert!(
         !ok(
             store.write_idle_session(IdleWrite::Forget {
@@ -184,19 +188,23 @@ pub fn completion_fingerprint_sweep_removes_only_expired_ones(store: &dyn Transf
     seed_fingerprint(store, MESH, "short", at(10));
     seed_fingerprint(store, MESH, "long", at(100));
     seed_fingerprint(store, OTHER_MESH, "short-b", at(10));
-    assert_eq!(ok(store.sweep_completion_fingerprints(at(50)), "sweep"), 2, "expected both short ones swept");
+    assert_eq!(
+        ok(store.prune_runtime(RuntimePrune::Fingerprints(at(50))), "sweep"),
+        2,
+        "expected both short ones swept"
+    );
     let has = |mesh: &str, fp: &str, now| fingerprint_in_force(store, mesh, fp, now);
     // Asked at 5s, before the short TTL ran out: found only if still stored.
     assert!(!has(MESH, "short", at(5)), "expected the swept fingerprint deleted");
     assert!(!has(OTHER_MESH, "short-b", at(5)), "expected B's swept fingerprint deleted");
     assert!(has(MESH, "long", at(50)), "expected the live fingerprint kept");
     assert_eq!(
-        ok(store.sweep_completion_fingerprints(at(50)), "sweep again"),
+        ok(store.prune_runtime(RuntimePrune::Fingerprints(at(50))), "sweep again"),
         0,
         "expected nothing left to sweep"
     );
     assert_eq!(
-        ok(store.sweep_completion_fingerprints(at(150)), "sweep later"),
+        ok(store.prune_runtime(RuntimePrune::Fingerprints(at(150))), "sweep later"),
         1,
         "expected the long one swept"
     );
@@ -346,16 +354,20 @@ pub fn prune_tool_calls_deletes_calls_before_the_cutoff(store: &dyn Store) {
     }
     call(store, OTHER_MESH, "mesh_status", at(1));
     assert_eq!(
-        ok(store.prune_tool_calls(at(3)), "prune_tool_calls"),
+        ok(store.prune_runtime(RuntimePrune::ToolCalls(at(3))), "prune tool calls"),
         4,
         "expected the calls at 0, 1, 2s and B's"
     );
-    assert_eq!(ok(store.prune_tool_calls(at(3)), "prune again"), 0, "expected nothing left before 3s");
+    assert_eq!(
+        ok(store.prune_runtime(RuntimePrune::ToolCalls(at(3))), "prune again"),
+        0,
+        "expected nothing left before 3s"
+    );
     // Without the pruned calls this is the third call in the window, not the sixth.
     assert_allowed(call(store, MESH, "mesh_status", at(5)), 3, "a call after pruning");
     assert_allowed(call(store, OTHER_MESH, "mesh_status", at(5)), 1, "B's call after pruning");
     assert_eq!(
-        ok(store.prune_tool_calls(at(100)), "prune all"),
+        ok(store.prune_runtime(RuntimePrune::ToolCalls(at(100))), "prune all"),
         4,
         "expected the four remaining calls pruned"
     );
