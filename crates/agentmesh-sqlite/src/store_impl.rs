@@ -437,13 +437,7 @@ impl InboxStore for SqliteStore {
     }
 
     fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64> {
-        self.write(|tx| match settle {
-            EventSettle::Ack(ids) => inbox_writes::ack(&inbox::Inbox(tx), mesh_id, ids),
-            EventSettle::Delete(ids) => inbox::delete(tx, mesh_id, ids),
-            EventSettle::RetractDispatchBlocked(task_id) => {
-                inbox::retract_dispatch_blocked(tx, mesh_id, task_id)
-            }
-        })
+        self.write(|tx| inbox_writes::settle(&inbox::Inbox(tx), mesh_id, settle))
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
@@ -458,9 +452,8 @@ impl InboxStore for SqliteStore {
         now: Timestamp,
     ) -> StoreResult<bool> {
         let (mesh_id, identity) = (mesh_id.to_owned(), identity.clone());
-        self.write_queued(move |tx| match ended {
-            true => inbox::end_coordinator(tx, &mesh_id, &identity, now),
-            false => inbox::touch_coordinator(tx, &mesh_id, &identity, now).map(|()| true),
+        self.write_queued(move |tx| {
+            inbox_writes::record_presence(&inbox::Inbox(tx), &mesh_id, &identity, ended, now)
         })
     }
 

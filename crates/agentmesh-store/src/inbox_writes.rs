@@ -32,7 +32,8 @@ use serde_json::json;
 use crate::ids::mint_at;
 use crate::route_columns::{CLASS_UNICAST, RouteColumns, TARGET_LANE, UNICAST_LANE};
 use crate::{
-    DrainOutcome, DrainRequest, DuplicateReason, HeldRequeue, InboxEvent, QueueOutcome, RawJson, StoreError,
+    DrainOutcome, DrainRequest, DuplicateReason, EventSettle, HeldRequeue, InboxEvent, QueueOutcome, RawJson,
+    StoreError,
 };
 
 /// Candidate rows read per page of a drain's walk.
@@ -87,6 +88,15 @@ pub trait InboxRows {
         now: Timestamp,
     ) -> Result<(), Self::Error>;
 
+    /// Records that the coordinator ended at `now`; `false` when it had no
+    /// record.
+    fn end_coordinator(
+        &self,
+        mesh_id: &str,
+        identity: &CoordinatorIdentity,
+        now: Timestamp,
+    ) -> Result<bool, Self::Error>;
+
     /// The newest `task_completed`/`task_failed` entry of the refine job `job`
     /// (its payload's `source` is the refine source and its `refineJob.jobId`,
     /// trimmed, is `job`).
@@ -99,10 +109,14 @@ pub trait InboxRows {
     /// Appends a ledger entry.
     fn append(&self, entry: &LedgerEntry) -> Result<(), Self::Error>;
 
-    /// The payloads of the undrained events named `name`, for the refine
-    /// terminal check. A store whose queueing otherwise runs beside drains
-    /// makes this read wait for them.
-    fn queued_payloads(&self, mesh_id: &str, name: &str) -> Result<Vec<String>, Self::Error>;
+    /// The undrained events named `name`, as (event row id, payload text),
+    /// for the refine terminal check and retractions. A store whose queueing
+    /// otherwise runs beside drains makes this read wait for them.
+    fn queued_named(&self, mesh_id: &str, name: &str) -> Result<Vec<(String, String)>, Self::Error>;
+
+    /// Deletes the events of the row ids `ids`, drained or not, with their
+    /// queue entries and dedup records; how many there were.
+    fn delete_events(&self, mesh_id: &str, ids: &[String]) -> Result<u64, Self::Error>;
 
     /// Stores a stamped event under `id` with its queue entry; `false` when its
     /// fingerprint is already used in the mesh (nothing is written).
@@ -351,7 +365,7 @@ pub fn refine_terminal_queued<R: InboxRows>(rows: &R, event: &PendingEvent) -> R
         return Ok(false);
     }
     let Some(job) = refine_job_id(&event.metadata_event) else { return Ok(false) };
-    for payload in rows.queued_payloads(&event.mesh_id, &event.event)? {
+    for (_, payload) in rows.queued_named(&event.mesh_id, &event.event)? {
         let payload = parse(&payload);
         let metadata = payload.get("metadataEvent").and_then(|m| m.as_object());
         if metadata.and_then(refine_job_id) == Some(job) {
@@ -498,6 +512,47 @@ pub fn peek<R: InboxRows>(
     let at = Timestamp::from_millis(events.iter().map(|e| e.queued_at_ms).max().unwrap_or(0));
     let events = reconcile_refine(rows, mesh_id, events, at)?;
     drop_stale_alerts(rows, mesh_id, events)
+}
+
+/// Settles events of the mesh ([`EventSettle`]): an ack takes them off the
+/// queue, a delete removes them whole, a retraction deletes the undrained
+/// `mesh:dispatch_blocked` notices about a task. Answers how many events it
+/// settled.
+pub fn settle<R: InboxRows>(rows: &R, mesh_id: &str, settle: EventSettle<'_>) -> Result<u64, R::Error> {
+    match settle {
+        EventSettle::Ack(ids) => ack(rows, mesh_id, ids),
+        EventSettle::Delete(ids) => rows.delete_events(mesh_id, ids),
+        EventSettle::RetractDispatchBlocked(task_id) => {
+            let task_id = task_id.trim();
+            if task_id.is_empty() {
+                return Ok(0);
+            }
+            let about: Vec<String> = rows
+                .queued_named(mesh_id, "mesh:dispatch_blocked")?
+                .into_iter()
+                .filter(|(_, payload)| is_about_task(payload, task_id))
+                .map(|(id, _)| id)
+                .collect();
+            if about.is_empty() { Ok(0) } else { rows.delete_events(mesh_id, &about) }
+        }
+    }
+}
+
+/// Records a coordinator's presence: seen at `now`, or, when `ended`, gone
+/// (its unicasts go to the next coordinator on its machine). Answers whether
+/// there was a record to end; a touch answers `true`.
+pub fn record_presence<R: InboxRows>(
+    rows: &R,
+    mesh_id: &str,
+    identity: &CoordinatorIdentity,
+    ended: bool,
+    now: Timestamp,
+) -> Result<bool, R::Error> {
+    if ended {
+        rows.end_coordinator(mesh_id, identity, now)
+    } else {
+        rows.touch_coordinator(mesh_id, identity, now).map(|()| true)
+    }
 }
 
 /// Takes the queued events of `ids` off the queue; how many were queued.

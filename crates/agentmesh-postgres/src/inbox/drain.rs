@@ -104,6 +104,10 @@ impl InboxRows for Inbox<'_, '_> {
         presence::touch_coordinator(self.0, mesh_id, identity, now)
     }
 
+    fn end_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<bool> {
+        presence::end_coordinator(self.0, mesh_id, identity, now)
+    }
+
     fn newest_presence(&self, mesh_id: &str) -> Res<Option<i64>> {
         Ok(self
             .0
@@ -131,15 +135,20 @@ impl InboxRows for Inbox<'_, '_> {
 
     /// Read under the mesh's inbox lock (free when the caller holds it
     /// already): a drain beside it could take the event it looks for.
-    fn queued_payloads(&self, mesh_id: &str, name: &str) -> Res<Vec<String>> {
+    fn queued_named(&self, mesh_id: &str, name: &str) -> Res<Vec<(String, String)>> {
         self.0.lock(mesh_id, crate::Lock::Inbox)?;
         let rows = self.0.query(
-            "SELECT e.payload FROM mesh_inbox_queue q
+            "SELECT e.id, e.payload FROM mesh_inbox_queue q
                JOIN mesh_pending_events e ON e.mesh_id = q.mesh_id AND e.row_id = q.event_row_id
               WHERE q.mesh_id = $1 AND q.event = $2",
             &[&mesh_id, &name],
         )?;
-        Ok(rows.iter().map(|r| crate::payload::json(r.get(0))).collect())
+        Ok(rows.iter().map(|r| (r.get(0), crate::payload::json(r.get(1)))).collect())
+    }
+
+    fn delete_events(&self, mesh_id: &str, ids: &[String]) -> Res<u64> {
+        self.0
+            .execute("DELETE FROM mesh_pending_events WHERE mesh_id = $1 AND id = ANY($2)", &[&mesh_id, &ids])
     }
 
     fn insert_event(&self, id: &str, event: &PendingEvent) -> Res<bool> {

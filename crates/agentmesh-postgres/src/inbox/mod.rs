@@ -25,7 +25,7 @@
 //!   queue, the rows a held event's requeue reads.
 //! - `presence`: coordinator presence records.
 //! - `reconcile`: the ledger entry of a refine job's outcome.
-//! - `admin`: delete, retract, clear, count, the overview by addressee.
+//! - `admin`: the counts of undrained events, in all and by addressee.
 //! - `prune`: the retention sweep.
 //!
 //! Every ledger entry and event text is the core's (`agentmesh_core::events`).
@@ -90,13 +90,7 @@ impl agentmesh_store::InboxStore for PgStore {
     }
 
     fn settle_pending_events(&self, mesh_id: &str, settle: EventSettle<'_>) -> StoreResult<u64> {
-        self.write_inbox(mesh_id, |db| match settle {
-            EventSettle::Ack(ids) => inbox_writes::ack(&Inbox(db), mesh_id, ids),
-            EventSettle::Delete(ids) => admin::delete(db, mesh_id, ids),
-            EventSettle::RetractDispatchBlocked(task_id) => {
-                admin::retract_dispatch_blocked(db, mesh_id, task_id)
-            }
-        })
+        self.write_inbox(mesh_id, |db| inbox_writes::settle(&Inbox(db), mesh_id, settle))
     }
 
     fn pending_event_count(&self, mesh_id: &str) -> StoreResult<u64> {
@@ -110,9 +104,8 @@ impl agentmesh_store::InboxStore for PgStore {
         ended: bool,
         now: Timestamp,
     ) -> StoreResult<bool> {
-        self.write_inbox(mesh_id, |db| match ended {
-            true => presence::end_coordinator(db, mesh_id, identity, now),
-            false => presence::touch_coordinator(db, mesh_id, identity, now).map(|()| true),
+        self.write_inbox(mesh_id, |db| {
+            inbox_writes::record_presence(&Inbox(db), mesh_id, identity, ended, now)
         })
     }
 

@@ -120,6 +120,10 @@ impl InboxRows for Inbox<'_> {
         presence::touch_coordinator(self.0, mesh_id, identity, now)
     }
 
+    fn end_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<bool> {
+        presence::end_coordinator(self.0, mesh_id, identity, now)
+    }
+
     fn newest_presence(&self, mesh_id: &str) -> Res<Option<i64>> {
         Ok(self
             .0
@@ -143,14 +147,27 @@ impl InboxRows for Inbox<'_> {
         ledger::append(self.0, entry).map(drop)
     }
 
-    fn queued_payloads(&self, mesh_id: &str, name: &str) -> Res<Vec<String>> {
+    fn queued_named(&self, mesh_id: &str, name: &str) -> Res<Vec<(String, String)>> {
         let mut stmt = self.0.prepare_cached(
-            "SELECT e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
+            "SELECT e.id, e.payload FROM mesh_inbox_queue q JOIN mesh_pending_events e ON e.rowid = q.event_rowid
               WHERE q.mesh_id = ?1 AND q.event = ?2",
         )?;
-        let rows = stmt
-            .query_map(params![mesh_id, name], |r| r.get::<_, crate::payload::Json>(0).map(String::from))?;
+        let rows = stmt.query_map(params![mesh_id, name], |r| {
+            Ok((r.get(0)?, r.get::<_, crate::payload::Json>(1).map(String::from)?))
+        })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The delete trigger takes the events' queue entries and drained-event-id
+    /// records with them.
+    fn delete_events(&self, mesh_id: &str, ids: &[String]) -> Res<u64> {
+        let mut stmt =
+            self.0.prepare_cached("DELETE FROM mesh_pending_events WHERE id = ?1 AND mesh_id = ?2")?;
+        let mut deleted = 0;
+        for id in ids {
+            deleted += stmt.execute(params![id, mesh_id])? as u64;
+        }
+        Ok(deleted)
     }
 
     fn insert_event(&self, id: &str, event: &PendingEvent) -> Res<bool> {

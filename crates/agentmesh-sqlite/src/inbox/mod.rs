@@ -18,7 +18,7 @@
 //!   history, taking events off the queue, the rows a held requeue reads.
 //! - `presence`: coordinator presence records.
 //! - `reconcile`: the ledger entry of a refine job's outcome.
-//! - `admin`: delete, retract, clear, count.
+//! - `admin`: the count of undrained events.
 //!
 //! Every ledger entry and event text is the core's (`agentmesh_core::events`).
 
@@ -30,8 +30,7 @@ mod queue;
 mod reconcile;
 mod walk;
 
-pub(crate) use admin::{count, delete, retract_dispatch_blocked};
+pub(crate) use admin::count;
 pub(crate) use columns::backfill_route_columns;
 pub(crate) use drain::Inbox;
-pub(crate) use presence::{end_coordinator, touch_coordinator};
 pub(crate) use queue::{enqueue_stored, insert_row, record_drained_stored, store_event};
