@@ -23,7 +23,6 @@
 //! - `drain`: the `InboxRows` of a transaction: a drain's walk (the next lane
 //!   holding events, a lane's page, the dedup history), taking events off the
 //!   queue, the rows a held event's requeue reads.
-//! - `presence`: coordinator presence records.
 //! - `reconcile`: the ledger entry of a refine job's outcome.
 //! - `admin`: the counts of undrained events, in all and by addressee.
 //! - `prune`: the retention sweep.
@@ -43,7 +42,6 @@ use crate::PgStore;
 
 mod admin;
 mod drain;
-mod presence;
 mod prune;
 mod queue;
 mod reconcile;

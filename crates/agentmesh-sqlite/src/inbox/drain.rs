@@ -5,7 +5,8 @@
 
 use std::collections::HashSet;
 
-use agentmesh_core::events::{CoordinatorIdentity, PendingEvent};
+use agentmesh_core::events::presence::COORDINATOR_PRESENCE_TTL_MS;
+use agentmesh_core::events::{Address, CoordinatorIdentity, PendingEvent};
 use agentmesh_core::{LedgerEntry, Timestamp};
 use agentmesh_store::inbox_writes::{InboxRows, LanePage, QueuedRow, Taken};
 use agentmesh_store::route_columns::RouteColumns;
@@ -13,8 +14,11 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use super::walk::{DEDUP_RANGE_MAX, NEXT_LANE, lane_sql, queued_row};
-use super::{presence, queue, reconcile};
+use super::{queue, reconcile};
 use crate::{Fail, Res, ledger};
+
+// The core's presence rule and the store's promise name the same duration.
+const _: () = assert!(COORDINATOR_PRESENCE_TTL_MS == agentmesh_store::COORDINATOR_PRESENCE_TTL_MS);
 
 /// The inbox rows of the transaction open on a connection.
 pub(crate) struct Inbox<'c>(pub(crate) &'c Connection);
@@ -116,12 +120,44 @@ impl InboxRows for Inbox<'_> {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// Records that `identity` is live in the mesh as of `now` (a later record is
+    /// kept). An end recorded at or after `now` stands: a touch that was on its way
+    /// when the coordinator ended does not bring it back.
     fn touch_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<()> {
-        presence::touch_coordinator(self.0, mesh_id, identity, now)
+        let address = Address::of(identity);
+        self.0
+            .prepare_cached(
+                "INSERT INTO mesh_coordinator_presence
+                 (mesh_id, coordinator_key, machine, daemon_id, run_id, session_id, last_seen_ms, ended_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)
+             ON CONFLICT (mesh_id, coordinator_key) DO UPDATE
+                SET last_seen_ms = MAX(last_seen_ms, excluded.last_seen_ms),
+                    ended_at_ms = CASE WHEN ended_at_ms >= excluded.last_seen_ms THEN ended_at_ms END,
+                    daemon_id = excluded.daemon_id",
+            )?
+            .execute(params![
+                mesh_id,
+                address.key,
+                address.machine,
+                identity.daemon_id,
+                identity.coordinator_run_id,
+                address.session,
+                now.millis(),
+            ])?;
+        Ok(())
     }
 
+    /// Records that `identity` ended (a graceful exit): from now on its unicasts go
+    /// to the next coordinator on its machine. `false` when it had no record.
     fn end_coordinator(&self, mesh_id: &str, identity: &CoordinatorIdentity, now: Timestamp) -> Res<bool> {
-        presence::end_coordinator(self.0, mesh_id, identity, now)
+        Ok(self
+            .0
+            .prepare_cached(
+                "UPDATE mesh_coordinator_presence SET ended_at_ms = ?3
+                  WHERE mesh_id = ?1 AND coordinator_key = ?2",
+            )?
+            .execute(params![mesh_id, identity.key(), now.millis()])?
+            > 0)
     }
 
     fn newest_presence(&self, mesh_id: &str) -> Res<Option<i64>> {

@@ -16,7 +16,6 @@
 //!   page) and its row mapping.
 //! - `drain`: the `InboxRows` of a transaction: the walk's reads, the dedup
 //!   history, taking events off the queue, the rows a held requeue reads.
-//! - `presence`: coordinator presence records.
 //! - `reconcile`: the ledger entry of a refine job's outcome.
 //! - `admin`: the count of undrained events.
 //!
@@ -25,7 +24,6 @@
 mod admin;
 mod columns;
 mod drain;
-mod presence;
 mod queue;
 mod reconcile;
 mod walk;
