@@ -9,9 +9,9 @@ use agentmesh_core::{
 };
 use agentmesh_store::placement::{NodeInfo, suggest_nodes};
 use agentmesh_store::{
-    ClaimOptions, CompletionReport, DeliveryQuery, DispatchChange, DrainRequest, EventSettle, Heartbeat,
-    HeldRequeue, HoldWrite, IdleWrite, MissionQuery, ReservationCommand, ReservationQuery, Store, StoreError,
-    TaskCommand, TaskWrite, submit,
+    ArchivedTasks, ClaimOptions, CompletionReport, DeliveryQuery, DispatchChange, DrainRequest, EventSettle,
+    Heartbeat, HeldRequeue, HoldWrite, IdleWrite, MissionQuery, ReservationCommand, ReservationQuery, Store,
+    StoreError, TaskCommand, TaskWrite, submit,
 };
 use serde_json::Value;
 
@@ -968,7 +968,7 @@ impl MeshApi for LocalMesh {
     ) -> MeshResult<crate::ArchivedTasksView> {
         let mesh = mesh_id(mesh)?;
         let limit = params.checked_limit()?;
-        let page = self.store.archived_tasks(mesh, params.after, limit)?;
+        let page = self.store.archived_tasks(mesh, ArchivedTasks::After { after: params.after, limit })?;
         let next_after = if page.len() == limit as usize { page.last().map(|(pos, _)| *pos) } else { None };
         let tasks = page
             .into_iter()

@@ -28,8 +28,8 @@ use std::collections::HashMap;
 use agentmesh_core::ledger::LedgerSlice;
 use agentmesh_core::retention::{self, ARCHIVABLE, ArchiveMark, MeshRetention, RetentionPolicy, Window};
 use agentmesh_core::{LedgerEntry, SliceQuery, Task, Timestamp};
-use agentmesh_store::StoreResult;
 use agentmesh_store::archive::{ArchiveReport, ArchiveState, ArchivedPage, cursor_expired};
+use agentmesh_store::{ArchivedTasks, StoreResult};
 use postgres::Row;
 use postgres::types::ToSql;
 
@@ -306,13 +306,13 @@ fn move_ledger(db: &Db<'_>, mesh_id: &str, cutoff: Timestamp, left: u64) -> Res<
     Ok((moved, more))
 }
 
-/// An archived task, as archived.
-pub(crate) fn task(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<Task>> {
+/// An archived task, as archived, with its position.
+pub(crate) fn task(db: &Db<'_>, mesh_id: &str, task_id: &str) -> Res<Option<(u64, Task)>> {
     let row = db.query_opt(
-        "SELECT task FROM mesh_queue_archive WHERE mesh_id = $1 AND id = $2",
+        "SELECT pos, task FROM mesh_queue_archive WHERE mesh_id = $1 AND id = $2",
         &[&mesh_id, &task_id],
     )?;
-    row.map(|r| decode_task(task_id, r.get(0))).transpose()
+    row.map(|r| Ok((unsigned(r.get(0)), decode_task(task_id, r.get(1))?))).transpose()
 }
 
 /// A page of the mesh's archived tasks in archive order, leaving out any the
@@ -516,12 +516,11 @@ impl agentmesh_store::ArchiveStore for PgStore {
         step(self, policy, now, limit)
     }
 
-    fn archived_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
-        self.read(|db| task(db, mesh_id, task_id))
-    }
-
-    fn archived_tasks(&self, mesh_id: &str, after: u64, limit: u32) -> StoreResult<Vec<(u64, Task)>> {
-        self.read(|db| tasks_page(db, mesh_id, after, limit))
+    fn archived_tasks(&self, mesh_id: &str, query: ArchivedTasks<'_>) -> StoreResult<Vec<(u64, Task)>> {
+        self.read(|db| match query {
+            ArchivedTasks::Id(task_id) => Ok(task(db, mesh_id, task_id)?.into_iter().collect()),
+            ArchivedTasks::After { after, limit } => tasks_page(db, mesh_id, after, limit),
+        })
     }
 
     fn archived_ledger(&self, mesh_id: &str, query: &SliceQuery) -> StoreResult<ArchivedPage> {

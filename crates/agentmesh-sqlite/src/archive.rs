@@ -417,13 +417,13 @@ fn give_back_pages(tx: &Connection) -> Res<()> {
     Ok(())
 }
 
-/// An archived task, as archived.
-pub(crate) fn task(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<Task>> {
-    let json: Option<String> = conn
-        .prepare_cached("SELECT task FROM archive.archived_tasks WHERE id = ?1 AND mesh_id = ?2")?
-        .query_row(params![task_id, mesh_id], |r| r.get(0))
+/// An archived task, as archived, with its position.
+pub(crate) fn task(conn: &Connection, mesh_id: &str, task_id: &str) -> Res<Option<(u64, Task)>> {
+    let row: Option<(i64, String)> = conn
+        .prepare_cached("SELECT pos, task FROM archive.archived_tasks WHERE id = ?1 AND mesh_id = ?2")?
+        .query_row(params![task_id, mesh_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    json.map(|json| decode(task_id, &json)).transpose()
+    row.map(|(pos, json)| Ok((pos as u64, decode(task_id, &json)?))).transpose()
 }
 
 fn decode(task_id: &str, json: &str) -> Res<Task> {

@@ -596,12 +596,18 @@ impl agentmesh_store::ArchiveStore for SqliteStore {
         crate::archive::step(self, policy, now, limit).map_err(|e| e.0)
     }
 
-    fn archived_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>> {
-        self.read(|c| crate::archive::task(c, mesh_id, task_id))
-    }
-
-    fn archived_tasks(&self, mesh_id: &str, after: u64, limit: u32) -> StoreResult<Vec<(u64, Task)>> {
-        self.read(|c| crate::archive::tasks_page(c, mesh_id, after, limit))
+    fn archived_tasks(
+        &self,
+        mesh_id: &str,
+        query: agentmesh_store::ArchivedTasks<'_>,
+    ) -> StoreResult<Vec<(u64, Task)>> {
+        use agentmesh_store::ArchivedTasks;
+        self.read(|c| match query {
+            ArchivedTasks::Id(task_id) => {
+                Ok(crate::archive::task(c, mesh_id, task_id)?.into_iter().collect())
+            }
+            ArchivedTasks::After { after, limit } => crate::archive::tasks_page(c, mesh_id, after, limit),
+        })
     }
 
     fn archived_ledger(

@@ -82,7 +82,8 @@ pub fn find_task<S: Store + ?Sized>(store: &S, mesh_id: &str, task_id: &str) -> 
     if let Some(task) = store.find_task(mesh_id, task_id)? {
         return Ok(Some(task));
     }
-    Ok(store.archived_task(mesh_id, task_id)?.map(mark_archived))
+    let archived = store.archived_tasks(mesh_id, crate::ArchivedTasks::Id(task_id))?.pop();
+    Ok(archived.map(|(_, task)| mark_archived(task)))
 }
 
 /// The newest entries about task `task_id` (at most `query.tail`, 200 when

@@ -244,6 +244,22 @@ pub enum DispatchChange<'a> {
     Delete(&'a [String]),
 }
 
+/// Which archived tasks [`ArchiveStore::archived_tasks`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArchivedTasks<'a> {
+    /// The archived task of this id (at most one), whether or not the hot
+    /// table holds it again.
+    Id(&'a str),
+    /// The tasks after position `after` in archive order, at most `limit`,
+    /// leaving out any the hot table holds again (a page of an export).
+    After {
+        /// The position the page starts after (0: from the first).
+        after: u64,
+        /// How many tasks at most.
+        limit: u32,
+    },
+}
+
 /// Which expired runtime records [`RuntimeStore::prune_runtime`] deletes, in
 /// every mesh.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -806,13 +822,10 @@ pub trait ArchiveStore: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<archive::ArchiveReport>;
 
-    /// The archived task `task_id` of the mesh, as it was when archived
-    /// (not marked; see [`archive::find_task`]).
-    fn archived_task(&self, mesh_id: &str, task_id: &str) -> StoreResult<Option<Task>>;
-
-    /// The mesh's archived tasks after position `after` in archive order,
-    /// at most `limit`, each with its position (for an export).
-    fn archived_tasks(&self, mesh_id: &str, after: u64, limit: u32) -> StoreResult<Vec<(u64, Task)>>;
+    /// The mesh's archived tasks [`ArchivedTasks`] asks for, each with its
+    /// position in archive order, as they were when archived (not marked; see
+    /// [`archive::find_task`]).
+    fn archived_tasks(&self, mesh_id: &str, query: ArchivedTasks<'_>) -> StoreResult<Vec<(u64, Task)>>;
 
     /// A page of the mesh's archived ledger alone, as [`LedgerStore::ledger_slice`]
     /// pages the hot one; [`archive::slice`] joins the two. A cursor by

@@ -550,7 +550,7 @@ pub fn copy_archive(
     let page_size = page_size.max(1);
     let mut after = 0;
     loop {
-        let page = source.archived_tasks(mesh_id, after, page_size)?;
+        let page = source.archived_tasks(mesh_id, crate::ArchivedTasks::After { after, limit: page_size })?;
         let Some(&(last, _)) = page.last() else { break };
         let full = page.len() >= page_size as usize;
         let tasks: Vec<Task> = page.into_iter().map(|(_, task)| Task { archived: None, ..task }).collect();

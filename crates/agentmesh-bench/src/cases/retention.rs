@@ -15,7 +15,7 @@
 use agentmesh_core::events::{CoordinatorIdentity, Drainer};
 use agentmesh_core::retention::{RetentionPolicy, Window};
 use agentmesh_core::{NewTask, Timestamp};
-use agentmesh_store::{CompletionReport, DrainRequest, Outcome};
+use agentmesh_store::{ArchivedTasks, CompletionReport, DrainRequest, Outcome};
 
 use crate::data::{MESH_ID, message};
 use crate::harness::{CaseStore, Harness};
@@ -181,7 +181,7 @@ fn soak(h: &mut Harness, case: &CaseStore, n: usize) -> anyhow::Result<()> {
     let (mut hot_found, mut archived_found, mut twice, mut missing) = (0, 0, 0, 0);
     for k in 0..n {
         let id = format!("soak-{k:07}");
-        match (store.find_task(MESH_ID, &id)?, store.archived_task(MESH_ID, &id)?) {
+        match (store.find_task(MESH_ID, &id)?, store.archived_tasks(MESH_ID, ArchivedTasks::Id(&id))?.pop()) {
             (Some(_), None) => hot_found += 1,
             (None, Some(_)) => archived_found += 1,
             (Some(_), Some(_)) => twice += 1,

@@ -8,7 +8,7 @@ use agentmesh_core::webhook::{NewWebhook, UrlPolicy};
 use agentmesh_core::{LedgerEntry, SliceQuery, TaskStatus, Timestamp};
 use agentmesh_store::conformance::support::*;
 use agentmesh_store::prelude::*;
-use agentmesh_store::{ClaimOutcome, StoreError};
+use agentmesh_store::{ArchivedTasks, ClaimOutcome, StoreError};
 
 use crate::support::TestDb;
 
@@ -185,15 +185,26 @@ fn an_archived_task_stays_met_and_keeps_its_id() {
     let report = store.archive_expired(&tasks_policy(), now(), 10).expect("a step");
     assert_eq!((report.tasks, report.ledger_entries, report.more), (2, 0, false));
     assert!(store.find_task(MESH, "dep").expect("a lookup").is_none(), "the hot table no longer holds it");
-    let archived = store.archived_task(MESH, "dep").expect("a lookup").expect("the archived task");
+    let archived = store
+        .archived_tasks(MESH, ArchivedTasks::Id("dep"))
+        .expect("a lookup")
+        .pop()
+        .expect("the archived task")
+        .1;
     assert_eq!(archived.status, TaskStatus::Completed);
     assert_eq!(archived.archived, None, "stored unmarked");
     let found = agentmesh_store::archive::find_task(store, MESH, "dep").expect("a lookup").expect("found");
     assert_eq!(found.archived, Some(true));
-    let page = store.archived_tasks(MESH, 0, 10).expect("a page");
+    let page = store.archived_tasks(MESH, ArchivedTasks::After { after: 0, limit: 10 }).expect("a page");
     assert_eq!(page.iter().map(|(_, t)| t.id.as_str()).collect::<Vec<_>>(), ["dep", "broken"]);
     assert!(page[0].0 < page[1].0, "positions rise");
-    assert_eq!(store.archived_tasks(MESH, page[0].0, 10).expect("a page").len(), 1);
+    assert_eq!(
+        store
+            .archived_tasks(MESH, ArchivedTasks::After { after: page[0].0, limit: 10 })
+            .expect("a page")
+            .len(),
+        1
+    );
 
     // The id stays taken, with dependencies or without.
     for new in [new_task("dep"), dependent_task("dep", &["waits"]), new_task("broken")] {

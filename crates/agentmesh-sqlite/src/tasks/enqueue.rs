@@ -36,7 +36,7 @@ pub(crate) fn record_dispatched(
     if let Some(task) = super::find(conn, mesh_id, new.id.trim())? {
         return Ok(RecordedDispatch { task, created: false });
     }
-    if let Some(task) = crate::archive::task(conn, mesh_id, new.id.trim())? {
+    if let Some((_, task)) = crate::archive::task(conn, mesh_id, new.id.trim())? {
         return Ok(RecordedDispatch { task: agentmesh_store::archive::mark_archived(task), created: false });
     }
     let record = new.record(mesh_id, now, mint_at(now))?;

@@ -10,7 +10,7 @@ use agentmesh_core::{LedgerQuery, SliceQuery, Task, TaskStatus};
 
 use super::support::*;
 use crate::archive::{self, ArchiveReport};
-use crate::{Store, StoreError};
+use crate::{ArchivedTasks, Store, StoreError};
 
 const DAY_SECS: i64 = 24 * 60 * 60;
 
@@ -125,7 +125,10 @@ pub fn archive_moves_only_finished_tasks_past_their_window(store: &dyn Store) {
     assert_eq!(status_count(store, MESH, TaskStatus::Assigned), 1);
     assert_eq!(status_count(store, MESH, TaskStatus::Completed), 1);
     let exported: Vec<String> =
-        ok(store.archived_tasks(MESH, 0, 10), "archived_tasks").into_iter().map(|(_, t)| t.id).collect();
+        ok(store.archived_tasks(MESH, ArchivedTasks::After { after: 0, limit: 10 }), "archived_tasks")
+            .into_iter()
+            .map(|(_, t)| t.id)
+            .collect();
     assert_eq!(exported.len(), 2);
     assert!(exported.contains(&"old".to_owned()) && exported.contains(&"old-failed".to_owned()));
     let again = archive_all(store, &policy(), now);
@@ -285,7 +288,7 @@ pub fn a_cursor_before_a_drop_expires_and_names_where_to_go_on(store: &dyn Store
         ),
         "archived_ledger",
     );
-    let tasks = ok(store.archived_tasks(MESH, 0, 1), "archived_tasks");
+    let tasks = ok(store.archived_tasks(MESH, ArchivedTasks::After { after: 0, limit: 1 }), "archived_tasks");
     let mark = ArchiveMark { tasks_through: tasks[0].0, ledger_through: first.slice.seqs[3] };
     let dropped = ok(store.drop_archived(MESH, &mark), "drop_archived");
     assert_eq!(dropped.ledger_through, mark.ledger_through);
