@@ -354,7 +354,8 @@ fn export(db: &Db<'_>, mesh_id: &str, kind: RecordKind, from: &From, limit: u32)
     Ok(ExportPage::new(records, limit, last))
 }
 
-/// Counts one insert that changed `n` rows: inserted, or found already.
+/// Imports one page of records in the caller's transaction; a record the
+/// mesh holds already is counted, not written again.
 fn import(db: &Db<'_>, mesh_id: &str, records: &Records) -> Res<ImportReport> {
     let mut report = ImportReport::default();
     match records {

@@ -122,13 +122,18 @@ fn attach(conn: &Connection, file: &Path) -> Res<()> {
     Ok(())
 }
 
-/// Refuses an id the archive holds, as the hot table's key refuses a taken one.
-pub(crate) fn refuse_archived_id(conn: &Connection, task_id: &str) -> Res<()> {
-    let mesh: Option<String> = conn
+/// The mesh whose archive holds the task `task_id`, if any (task ids are
+/// unique per file, across meshes).
+pub(crate) fn archived_mesh_of(conn: &Connection, task_id: &str) -> Res<Option<String>> {
+    Ok(conn
         .prepare_cached("SELECT mesh_id FROM archive.archived_tasks WHERE id = ?1 LIMIT 1")?
         .query_row([task_id], |r| r.get(0))
-        .optional()?;
-    match mesh {
+        .optional()?)
+}
+
+/// Refuses an id the archive holds, as the hot table's key refuses a taken one.
+pub(crate) fn refuse_archived_id(conn: &Connection, task_id: &str) -> Res<()> {
+    match archived_mesh_of(conn, task_id)? {
         Some(existing_mesh_id) => Err(Fail(StoreError::DuplicateTaskId {
             task_id: task_id.to_owned(),
             existing_mesh_id,

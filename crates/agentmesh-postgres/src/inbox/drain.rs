@@ -15,7 +15,6 @@ use agentmesh_store::inbox_writes::{InboxRows, LanePage, QueuedRow, Taken};
 use agentmesh_store::route_columns::RouteColumns;
 use postgres::Row;
 
-use super::reconcile::ledger_entry;
 use super::{queue, reconcile};
 use crate::db::Db;
 use crate::{Fail, Res, ledger};
@@ -35,6 +34,14 @@ const LANE_PAGE: &str = "SELECT q.lane, q.id, e.payload, e.fingerprint, q.queued
          OR q.coordinator_daemon_id = ANY($5::text[]))
     AND ($6::text[] IS NULL OR q.event = ANY($6::text[]))
   ORDER BY q.queued_at ASC, q.id ASC LIMIT $7";
+
+/// The `event_held` ledger entry `$2` of mesh `$1`.
+static HELD_ENTRY: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM mesh_event_ledger WHERE mesh_id = $1 AND id = $2 AND kind = 'event_held'",
+        agentmesh_store::cells::LEDGER_COLUMNS
+    )
+});
 
 /// The next lane after $2 and before $3 that holds undrained events, with the
 /// addressee columns of one of its rows (all rows of a unicast lane share them).
@@ -189,12 +196,8 @@ impl InboxRows for Inbox<'_, '_> {
     }
 
     fn held_entry(&self, mesh_id: &str, entry_id: &str) -> Res<Option<LedgerEntry>> {
-        let row = self.0.query_opt(
-            "SELECT id, mesh_id, timestamp, kind, node_id, session_id, provider_type, payload
-               FROM mesh_event_ledger WHERE mesh_id = $1 AND id = $2 AND kind = 'event_held'",
-            &[&mesh_id, &entry_id],
-        )?;
-        Ok(row.map(|r| ledger_entry(&r)))
+        let row = self.0.query_opt(&HELD_ENTRY, &[&mesh_id, &entry_id])?;
+        row.as_ref().map(crate::ledger::entry_from_row).transpose()
     }
 
     fn requeue_stored(&self, mesh_id: &str, stored: i64) -> Res<bool> {

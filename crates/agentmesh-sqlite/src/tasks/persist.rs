@@ -30,7 +30,7 @@ impl TaskRows for Rows<'_> {
 
     /// Task ids are unique across the meshes of a file, hot and archived.
     fn holds(&self, task: &Task) -> Res<bool> {
-        Ok(id_taken(self.0, &task.id)? || crate::archive::refuse_archived_id(self.0, &task.id).is_err())
+        Ok(id_taken(self.0, &task.id)? || crate::archive::archived_mesh_of(self.0, &task.id)?.is_some())
     }
 
     fn assigned_to_session(&self, mesh_id: &str, session_id: &str) -> Res<Vec<Task>> {
