@@ -56,6 +56,10 @@ pub fn ledger_import_rejects_a_blank_kind(store: &dyn Store) {
         let entry = ledger_entry(MESH, "blank", kind, at(2));
         assert_invalid_input(store.import_ledger(&[entry]), "kind", "import of an entry with a blank kind");
     }
+    // A batch is checked whole before anything goes in: the good entry ahead
+    // of the bad one is not appended either, and the bad one is named.
+    let batch = [ledger_entry(MESH, "good", "note", at(3)), ledger_entry(MESH, "bad", " ", at(4))];
+    assert_invalid_input(store.import_ledger(&batch), "entries[1].kind", "a batch with a blank kind");
     assert_eq!(entry_ids(&ledger_entries(store, MESH)), ["e1"], "expected nothing appended");
 }
 
